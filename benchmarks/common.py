@@ -1,0 +1,42 @@
+"""Shared helpers for benchmark scripts: timing, peak RSS, and writing the JSON result.
+
+Each script in benchmarks/ compares the project against a named baseline on the same input in the
+same run, prints the ratio and writes `benchmarks/results/<name>.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import resource
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def timed(func: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
+    """Best wall time of `repeat` runs and the last result."""
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = func()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def write_result(name: str, result: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    payload = {"benchmark": name, "unix_time": round(time.time()), "python": platform.python_version(),
+               "machine": platform.machine(), **result}
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    print(json.dumps(payload, indent=2, sort_keys=True))
+    return path

@@ -1,0 +1,54 @@
+"""The `pretrain` program: one entry point dispatching to each package's `cli.py`.
+
+Each package module exposes `register(subparsers)`, adding its commands with a `handler` default
+`handler(args) -> int`. Package CLIs import heavy engines (Ray, torch) inside handlers only, so
+`pretrain --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from pretrain.errors import PretrainError
+
+PACKAGE_CLIS = (
+    "pretrain.core_cli",
+    "data_pipeline.cli",
+    "tokenizer.cli",
+    "mixtures.cli",
+    "trainer.cli",
+    "evals.cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pretrain",
+        description="Raw text -> tagged, deduplicated corpus -> locked tokenizer -> exact "
+        "mixtures -> proxy ablations -> gated Megatron-Core launch.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module_name in PACKAGE_CLIS:
+        importlib.import_module(module_name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    prog = " ".join(["pretrain", *getattr(args, "command_path", [args.command])])
+    try:
+        return int(args.handler(args) or 0)
+    except PretrainError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""Helpers shared by every package's `cli.py`: config arguments, `--set`, `--dry-run`."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from pretrain.config import dump_resolved, load_config
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def add_command(sub: Any, path: list[str], handler: Callable[[argparse.Namespace], int],
+                help_text: str, parser_host: Any = None) -> argparse.ArgumentParser:
+    """Add a (sub)command whose error prefix is `pretrain <path...>`."""
+    host = parser_host if parser_host is not None else sub
+    parser = host.add_parser(path[-1], help=help_text, description=help_text)
+    parser.set_defaults(handler=handler, command_path=path)
+    return parser
+
+
+def add_config_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument("config", metavar="CONFIG", nargs=None if required else "?",
+                        help="YAML config (examples in configs/)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="a.b=VALUE", help="override a config value (repeatable)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the resolved config and its sha256, then exit")
+
+
+def resolve_config(model: type[M], args: argparse.Namespace) -> M | None:
+    """Load CONFIG with overrides; on --dry-run print it and return None."""
+    config = load_config(model, getattr(args, "config", None), args.overrides)
+    if getattr(args, "dry_run", False):
+        print(dump_resolved(config), end="")
+        return None
+    return config

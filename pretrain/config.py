@@ -1,0 +1,147 @@
+"""YAML configs validated into typed pydantic models (`extra="forbid"`), with `--set a.b=value`
+overrides and a stable sha256 of the resolved config.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from pretrain.errors import ConfigError
+from pretrain.manifest import canonical_json, sha256_bytes
+
+
+class StrictModel(BaseModel):
+    """Base of every config model: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist; pass a path to a YAML config "
+                          "(examples are in configs/)")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" line {where.line + 1}" if where else ""
+        raise ConfigError(f"{path}{line}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Apply `a.b=value` overrides (value parsed as YAML) to a nested dict, returning a new dict."""
+    result = _deep_copy(data)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r} is not of the form a.b=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        node = result
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {item!r}: {part!r} is a value, not a section")
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+def _deep_copy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _deep_copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_deep_copy(v) for v in data]
+    return data
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model class that owns the field path `loc` (for listing valid keys)."""
+    current: Any = model
+    for part in loc:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(str(part)) if not isinstance(part, int) else None
+        if field is None:
+            if isinstance(part, int):
+                continue
+            return None
+        current = _inner_model(field.annotation)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _inner_model(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def validation_message(model: type[BaseModel], exc: ValidationError, source: str) -> str:
+    """One line: the field, the value and the fix, for the first error pydantic found."""
+    err = exc.errors()[0]
+    loc = tuple(err.get("loc", ()))
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    more = len(exc.errors()) - 1
+    suffix = f" (+{more} more error{'s' if more > 1 else ''})" if more else ""
+    if err["type"] == "extra_forbidden":
+        owner = _model_at(model, loc[:-1])
+        valid = ", ".join(owner.model_fields) if owner else "see the example configs"
+        return f"{source}: unknown key {field!r}; valid keys here: {valid}{suffix}"
+    if err["type"] == "missing":
+        return f"{source}: required key {field!r} is missing{suffix}"
+    value = err.get("input")
+    return f"{source}: {field} = {value!r}: {err['msg']}{suffix}"
+
+
+def parse_config(model: type[M], data: Mapping[str, Any], source: str = "config") -> M:
+    try:
+        return model.model_validate(dict(data))
+    except ValidationError as exc:
+        raise ConfigError(validation_message(model, exc, source)) from None
+
+
+def load_config(model: type[M], path: str | os.PathLike | None,
+                overrides: Iterable[str] = ()) -> M:
+    """Read YAML (or start empty when `path` is None), apply overrides, validate."""
+    data = read_yaml(path) if path is not None else {}
+    data = apply_overrides(data, overrides)
+    return parse_config(model, data, source=str(path) if path is not None else "config")
+
+
+def config_dict(config: BaseModel) -> dict[str, Any]:
+    return config.model_dump(mode="json")
+
+
+def config_sha256(config: BaseModel | Mapping[str, Any]) -> str:
+    data = config_dict(config) if isinstance(config, BaseModel) else dict(config)
+    return sha256_bytes(canonical_json(data))
+
+
+def dump_resolved(config: BaseModel) -> str:
+    """The `--dry-run` text: the resolved config as YAML and its sha256."""
+    body = yaml.safe_dump(config_dict(config), sort_keys=False, allow_unicode=True)
+    return f"{body}# config_sha256: {config_sha256(config)}\n"

@@ -1,0 +1,205 @@
+"""Artifacts: a directory whose `manifest.json` is written last, atomically, and records what
+made it, what it was made from (lineage) and what it holds (every file with bytes and sha256).
+
+Consumers call `require(dir, kind=..., sha256=...)`: it refuses, with a one-line remedy, an artifact
+of the wrong kind, with a different identity, or whose files no longer match their hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pretrain.errors import ArtifactError
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Deterministic JSON bytes (sorted keys, no spaces): the input of every config/recipe hash."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def git_state() -> dict[str, Any]:
+    """The commit and dirty flag of the checkout this code runs from (None outside git)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True, timeout=10, check=True).stdout
+        return {"commit": commit, "dirty": bool(status.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write to a temporary file in the same directory, fsync, then rename over `path`."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_bytes(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False).encode())
+
+
+def _listed_files(root: Path) -> list[str]:
+    files = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and rel != MANIFEST and not path.name.startswith(".") \
+                and "/." not in f"/{rel}":
+            files.append(rel)
+    return files
+
+
+def _safe_path(root: Path, rel: str) -> Path:
+    """Resolve `rel` inside `root`, refusing absolute paths, `..` and links that escape."""
+    if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+        raise ArtifactError(f"manifest of {root} lists file path {rel!r}, which leaves the "
+                            "artifact directory; the artifact is corrupt or crafted: rebuild it")
+    resolved = (root / rel).resolve()
+    if root.resolve() not in resolved.parents:
+        raise ArtifactError(f"manifest of {root} lists file path {rel!r}, which resolves outside "
+                            "the artifact directory; rebuild the artifact")
+    return resolved
+
+
+def write_manifest(
+    directory: str | os.PathLike,
+    kind: str,
+    *,
+    config: Mapping[str, Any] | None = None,
+    inputs: Iterable[str | os.PathLike] = (),
+    counts: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    command: list[str] | None = None,
+) -> dict[str, Any]:
+    """Hash every file under `directory` and write its manifest last, atomically.
+
+    `inputs` are artifact directories this one was made from; their manifest sha256 is recorded.
+    `extra` holds kind-specific fields (e.g. `tokenizer`, `recipe_sha256`).
+    """
+    root = Path(directory)
+    config = dict(config or {})
+    files = {rel: {"bytes": (root / rel).stat().st_size, "sha256": sha256_file(root / rel)}
+             for rel in _listed_files(root)}
+    lineage = []
+    for inp in inputs:
+        inp_manifest = load_manifest(inp)
+        lineage.append({"path": str(Path(inp).resolve()), "kind": inp_manifest["kind"],
+                        "manifest_sha256": manifest_sha256(inp)})
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "kind": kind,
+        "created_unix": round(time.time(), 3),
+        "command": command if command is not None else list(sys.argv),
+        "config": config,
+        "config_sha256": sha256_bytes(canonical_json(config)),
+        "git": git_state(),
+        "inputs": lineage,
+        "files": files,
+        "counts": dict(counts or {}),
+        **dict(extra or {}),
+    }
+    atomic_write_json(root / MANIFEST, manifest)
+    return manifest
+
+
+def load_manifest(directory: str | os.PathLike) -> dict[str, Any]:
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise ArtifactError(f"{directory} is not a finished artifact (no {MANIFEST}); "
+                            "re-run the command that builds it")
+    try:
+        manifest = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{path} is not valid JSON ({exc}); rebuild the artifact") from None
+    if not isinstance(manifest, dict) or "kind" not in manifest or "files" not in manifest:
+        raise ArtifactError(f"{path} lacks 'kind' or 'files'; rebuild the artifact")
+    return manifest
+
+
+def manifest_sha256(directory: str | os.PathLike) -> str:
+    """The artifact's identity: sha256 of its manifest bytes (which hold every file's sha256)."""
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise ArtifactError(f"{directory} is not a finished artifact (no {MANIFEST})")
+    return sha256_file(path)
+
+
+def verify(directory: str | os.PathLike, *, deep: bool = True) -> dict[str, Any]:
+    """Re-hash every listed file (sizes only with deep=False); raise naming the first bad file."""
+    root = Path(directory)
+    manifest = load_manifest(root)
+    remedy = f"rebuild it with the command in {root / MANIFEST} or restore the file"
+    for rel, entry in sorted(manifest["files"].items()):
+        path = _safe_path(root, rel)
+        if not path.is_file():
+            raise ArtifactError(f"{root}: file {rel} is missing; {remedy}")
+        if path.stat().st_size != entry["bytes"]:
+            raise ArtifactError(f"{root}: file {rel} has {path.stat().st_size} bytes, the manifest "
+                                f"says {entry['bytes']}; {remedy}")
+        if deep and sha256_file(path) != entry["sha256"]:
+            raise ArtifactError(f"{root}: file {rel} does not match its sha256 in the manifest "
+                                f"(modified after it was written); {remedy}")
+    return manifest
+
+
+def require(
+    directory: str | os.PathLike,
+    *,
+    kind: str | None = None,
+    sha256: str | None = None,
+    deep: bool = True,
+) -> dict[str, Any]:
+    """Load and verify an artifact a command depends on; refuse with a one-line remedy."""
+    root = Path(directory)
+    if not root.exists():
+        raise ArtifactError(f"artifact {root} does not exist; build it first or fix the path")
+    manifest = load_manifest(root)
+    if kind is not None and manifest["kind"] != kind:
+        raise ArtifactError(f"{root} is a {manifest['kind']!r} artifact, this needs a {kind!r} "
+                            "artifact; pass the right directory")
+    if sha256 is not None:
+        actual = manifest_sha256(root)
+        if actual != sha256:
+            raise ArtifactError(f"{root} has manifest sha256 {actual[:12]}..., expected "
+                                f"{sha256[:12]}...; it was rebuilt or replaced: rebuild what "
+                                "depends on it or pin the new hash")
+    return verify(root, deep=deep)
+
+
+def short_hash(sha256: str, length: int = 6) -> str:
+    return sha256[:length]

@@ -1,0 +1,70 @@
+import subprocess
+import sys
+
+import pytest
+from pydantic import Field
+
+from pretrain.cli import build_parser, main
+from pretrain.config import StrictModel, config_sha256, load_config
+from pretrain.errors import ConfigError
+
+
+class Inner(StrictModel):
+    min_words: int = 50
+    max_symbol_ratio: float = Field(0.1, ge=0, le=1)
+
+
+class Outer(StrictModel):
+    name: str = "x"
+    rules: Inner = Inner()
+
+
+def test_misspelt_key_is_refused_naming_key_and_valid_keys(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("rules:\n  min_wrods: 3\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(Outer, path)
+    msg = str(err.value)
+    assert "rules.min_wrods" in msg and "min_words" in msg and "max_symbol_ratio" in msg
+
+
+def test_set_overrides_are_type_checked_and_change_the_hash(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: a\n")
+    base = load_config(Outer, path)
+    changed = load_config(Outer, path, ["rules.min_words=7"])
+    assert changed.rules.min_words == 7
+    assert config_sha256(base) != config_sha256(changed)
+    assert config_sha256(base) == config_sha256(load_config(Outer, path))
+    with pytest.raises(ConfigError, match="rules.max_symbol_ratio"):
+        load_config(Outer, path, ["rules.max_symbol_ratio=3"])
+    with pytest.raises(ConfigError, match="unknown key 'rules.nope'"):
+        load_config(Outer, path, ["rules.nope=1"])
+    with pytest.raises(ConfigError, match="not of the form"):
+        load_config(Outer, path, ["justakey"])
+
+
+def test_bad_yaml_and_missing_file_are_one_line_errors(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("a: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(Outer, path)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(Outer, tmp_path / "missing.yaml")
+
+
+def test_help_lists_every_command_of_the_design():
+    parser = build_parser()
+    commands = set(parser._subparsers._group_actions[0].choices)
+    assert {"demo", "verify", "data", "tokenizer", "mixture", "plan", "launch", "ablate",
+            "eval"} <= commands
+    out = subprocess.run([sys.executable, "-m", "pretrain.cli", "data", "--help"],
+                         capture_output=True, text=True, timeout=120)
+    for sub in ("run", "train-lm", "train-classifier"):
+        assert sub in out.stdout
+
+
+def test_user_error_exits_2_with_one_line(tmp_path, capsys):
+    assert main(["verify", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pretrain verify: error:") and err.count("\n") == 1

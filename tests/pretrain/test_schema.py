@@ -1,0 +1,48 @@
+import pyarrow as pa
+import pytest
+
+from pretrain.errors import SchemaError
+from pretrain.schema import STAGE_COLUMNS, conform, schema_for, split_for, validate
+
+
+def _base_table(n: int = 3) -> pa.Table:
+    ids = [f"doc-{i}" for i in range(n)]
+    return pa.table({"id": ids, "text": ["t"] * n, "url": [None] * n, "source": ["s"] * n,
+                     "meta": ["{}"] * n, "split": [split_for(i) for i in ids]},
+                    schema=schema_for([]))
+
+
+def test_split_is_stable_and_near_the_configured_fraction():
+    ids = [f"doc-{i}" for i in range(200_000)]
+    splits = [split_for(i) for i in ids]
+    share = splits.count("eval") / len(splits)
+    assert 0.004 < share < 0.006
+    assert splits[:1000] == [split_for(i) for i in ids[:1000]]
+    assert split_for("x", eval_fraction=1.0) == "eval"
+
+
+def test_validate_accepts_base_and_stage_columns_and_refuses_drift():
+    table = _base_table()
+    validate(table)
+    with_lang = table.append_column("lang", pa.array(["en"] * 3)).append_column(
+        "lang_score", pa.array([0.9] * 3, pa.float32())).append_column(
+        "langid_reason", pa.array([None] * 3, pa.string()))
+    validate(with_lang, ["langid"])
+    with pytest.raises(SchemaError, match="lang_score.*float"):
+        validate(with_lang.set_column(7, "lang_score", pa.array([0.9] * 3, pa.float64())),
+                 ["langid"])
+    with pytest.raises(SchemaError, match="unexpected column"):
+        validate(with_lang, [])
+    with pytest.raises(SchemaError, match="missing"):
+        validate(table, ["langid"])
+
+
+def test_every_rejecting_stage_has_its_reason_column():
+    for stage in ("extract", "langid", "rules", "safety"):
+        assert f"{stage}_reason" in [f.name for f in STAGE_COLUMNS[stage]]
+
+
+def test_conform_reorders_and_casts():
+    table = _base_table()
+    shuffled = table.select(["text", "id", "split", "meta", "source", "url"])
+    assert conform(shuffled, []).schema.equals(schema_for([]))
