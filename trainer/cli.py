@@ -2,25 +2,67 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib
 from typing import Any
 
 from pretrain.cli_utils import add_command, add_config_args
-from pretrain.placeholder import not_built
+
+
+def _lazy(ref: str) -> Any:
+    """A handler that imports `module:function` only when the command runs (keeps --help fast)."""
+
+    def handler(args: argparse.Namespace) -> int:
+        module_name, _, func_name = ref.partition(":")
+        return int(getattr(importlib.import_module(module_name), func_name)(args) or 0)
+
+    return handler
 
 
 def register(sub: Any) -> None:
-    plan = add_command(sub, ["plan"], not_built("pretrain plan", 7),
-                       "check model, memory, compute and parallel layout before launching")
+    plan = add_command(
+        sub,
+        ["plan"],
+        _lazy("trainer.plan:plan_command"),
+        "check model, memory, compute and parallel layout before launching",
+    )
     add_config_args(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
-    launch = add_command(sub, ["launch"], not_built("pretrain launch", 7),
-                         "launch a Megatron-Core pretraining run through torchrun")
+    launch = add_command(
+        sub,
+        ["launch"],
+        _lazy("trainer.launch:launch_command"),
+        "launch a Megatron-Core pretraining run through torchrun",
+    )
     add_config_args(launch)
-    launch.add_argument("--nproc", type=int, default=None, help="processes per node")
-    launch.add_argument("--nnodes", default="1", help="nodes (torchrun --nnodes)")
-    launch.add_argument("--node-rank", type=int, default=0)
+    launch.add_argument(
+        "--nproc",
+        type=int,
+        default=None,
+        help="processes per node (default: parallel.gpus_per_node)",
+    )
+    launch.add_argument(
+        "--nnodes",
+        default=None,
+        help="nodes, or MIN:MAX (torchrun --nnodes; default: parallel.nodes)",
+    )
+    launch.add_argument("--node-rank", type=int, default=None, help="static rendezvous rank")
     launch.add_argument("--rdzv-endpoint", default=None, help="host:port for multi-node")
-    launch.add_argument("--smoke", action="store_true",
-                        help="a few steps at the target layout: fwd, bwd, sync, save, reload")
-    launch.add_argument("--override-gate", default=None, metavar="REASON",
-                        help="launch a full run without a passing ablation report (recorded)")
+    launch.add_argument("--rdzv-id", default=None, help="rendezvous id shared by all nodes")
+    launch.add_argument("--rdzv-backend", default="c10d", help="torchrun rendezvous backend")
+    launch.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a few steps at the target layout: fwd, bwd, sync, save, reload",
+    )
+    launch.add_argument(
+        "--override-gate",
+        default=None,
+        metavar="REASON",
+        help="launch a full run without a passing ablation report (recorded)",
+    )
+    launch.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run a single rank in this process instead of through torchrun",
+    )

@@ -1,0 +1,226 @@
+"""The typed training config read by `pretrain plan` and `pretrain launch`.
+
+One YAML file, validated into `TrainConfig`. The trainer converts it once into Megatron-Core's
+`TransformerConfig` / `OptimizerConfig` (trainer/model.py); there is no global argparse.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from pretrain.config import StrictModel
+
+
+class RunConfig(StrictModel):
+    """What this run is and where it writes."""
+
+    name: str = "run"
+    kind: Literal["proxy", "full"] = "proxy"
+    """`full` launches must pass the ablation gate (evals.gate.check_gate) or --override-gate."""
+    out_dir: str = "runs/run"
+    seed: int = 1234
+    train_steps: int | None = Field(None, ge=1)
+    """Optimizer steps; None derives them from data.train_tokens / (global batch * seq_length)."""
+    log_every: int = Field(1, ge=1)
+
+
+class ModelConfig(StrictModel):
+    """A decoder-only GPT (Megatron-Core GPTModel)."""
+
+    num_layers: int = Field(2, ge=1)
+    hidden_size: int = Field(128, ge=1)
+    num_attention_heads: int = Field(4, ge=1)
+    num_query_groups: int | None = Field(None, ge=1)
+    """GQA: key/value head groups; None means multi-head attention (= num_attention_heads)."""
+    ffn_hidden_size: int | None = Field(None, ge=1)
+    """None: 4*hidden (GELU) or the LLaMA rule for SwiGLU (8/3*hidden rounded up to 64)."""
+    kv_channels: int | None = Field(None, ge=1)
+    """Per-head dimension; None means hidden_size / num_attention_heads."""
+    vocab_size: int | None = Field(None, ge=2)
+    """None: taken from the tokenizer (data.tokenizer_dir or the mixture's tokenizer)."""
+    make_vocab_size_divisible_by: int = Field(128, ge=1)
+    seq_length: int = Field(256, ge=8)
+    """Maximum sequence length (RoPE positions); a mixture phase may use a shorter one."""
+    swiglu: bool = True
+    normalization: Literal["RMSNorm", "LayerNorm"] = "RMSNorm"
+    norm_epsilon: float = Field(1e-5, gt=0)
+    position_embedding: Literal["rope", "learned_absolute"] = "rope"
+    rotary_base: int = Field(10000, ge=1)
+    untie_embeddings: bool = False
+    """Separate output layer weights (untied) instead of sharing the input embedding."""
+    add_bias_linear: bool = False
+    attention_dropout: float = Field(0.0, ge=0, le=1)
+    hidden_dropout: float = Field(0.0, ge=0, le=1)
+    init_method_std: float = Field(0.02, gt=0)
+    recompute_activations: bool = False
+    """Full activation recompute of every layer (saves memory, costs ~1/3 more compute)."""
+
+    @property
+    def query_groups(self) -> int:
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def ffn_size(self) -> int:
+        if self.ffn_hidden_size is not None:
+            return self.ffn_hidden_size
+        if self.swiglu:
+            return 64 * ((int(8 * self.hidden_size / 3) + 63) // 64)
+        return 4 * self.hidden_size
+
+    @property
+    def head_dim(self) -> int:
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    def padded_vocab_size(self, vocab_size: int, tensor_parallel: int = 1) -> int:
+        """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by * TP."""
+        multiple = self.make_vocab_size_divisible_by * tensor_parallel
+        return multiple * ((vocab_size + multiple - 1) // multiple)
+
+
+class ParallelConfig(StrictModel):
+    """Layout: world = nodes * gpus_per_node = tensor * pipeline * context * data."""
+
+    tensor: int = Field(1, ge=1)
+    pipeline: int = Field(1, ge=1)
+    virtual_pipeline: int | None = Field(None, ge=1)
+    """Interleaved 1F1B: model chunks per pipeline rank (layers must divide by PP * VPP)."""
+    context: int = Field(1, ge=1)
+    """Context parallel: plan-only until measured on a GPU."""
+    data: int | None = Field(None, ge=1)
+    """None: derived as world / (tensor * pipeline * context)."""
+    nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(1, ge=1)
+    """Processes per node (GPUs on a GPU node, CPU ranks on CPU)."""
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """auto: nccl when CUDA is available, gloo otherwise."""
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def data_parallel(self) -> int:
+        if self.data is not None:
+            return self.data
+        return max(1, self.world_size // (self.tensor * self.pipeline * self.context))
+
+
+class OptimConfig(StrictModel):
+    """AdamW with linear warmup then cosine decay to min_lr_ratio * lr."""
+
+    lr: float = Field(3e-4, gt=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    warmup_fraction: float = Field(0.02, ge=0, lt=1)
+    """Warmup steps as a fraction of all steps (1-2% is usual)."""
+    warmup_steps: int | None = Field(None, ge=0)
+    """Overrides warmup_fraction when set."""
+    weight_decay: float = Field(0.1, ge=0)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.95, ge=0, lt=1)
+    eps: float = Field(1e-8, gt=0)
+    clip_grad: float = Field(1.0, ge=0)
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """fp32 on CPU; bf16 (fp32 master weights and grads) on GPU."""
+    distributed_optimizer: bool = False
+    """Shard optimizer state across data-parallel ranks (ZeRO-1)."""
+
+
+class BatchConfig(StrictModel):
+    micro_batch_size: int = Field(1, ge=1)
+    global_batch_size: int = Field(8, ge=1)
+    """Sequences per optimizer step (= the mixture's global batch W)."""
+
+
+class PhaseConfig(StrictModel):
+    """A training phase for synthetic data (a mixture brings its own phases)."""
+
+    name: str = "main"
+    seq_length: int = Field(128, ge=8)
+    fraction: float = Field(1.0, gt=0, le=1)
+
+
+class DataConfig(StrictModel):
+    """Where tokens come from: a mixture artifact, or synthetic data for tests and smoke runs."""
+
+    source: Literal["mixture", "synthetic"] = "mixture"
+    mixture_dir: str | None = None
+    encoded_dir: str | None = None
+    """Encoded .bin/.idx directory when the mixture does not record where it lives."""
+    tokenizer_dir: str | None = None
+    """Pins the tokenizer: its lock hash must equal the mixture's, at start and at every resume."""
+    expect_build_sha256: str | None = None
+    """Pins the mixture build; resume also refuses when it differs from the checkpoint's."""
+    train_tokens: int | None = Field(None, ge=1)
+    """Token budget of the run (for the plan and the step count)."""
+    available_tokens: int | None = Field(None, ge=1)
+    """For the plan when no mixture is given: unique tokens the data holds."""
+    synthetic_documents: int = Field(256, ge=1)
+    synthetic_vocab: int = Field(512, ge=8)
+    phases: list[PhaseConfig] = Field(default_factory=lambda: [PhaseConfig()])
+    """Synthetic data only: the sequence length per phase and its share of the steps."""
+
+
+class CheckpointConfig(StrictModel):
+    every: int = Field(100, ge=1)
+    """Save every N steps (and at the end)."""
+    keep_last: int = Field(2, ge=1)
+    keep_every: int | None = Field(None, ge=1)
+    """Also keep every checkpoint whose step is a multiple of this."""
+    async_save: bool = False
+    resume: bool = True
+    """Resume from the newest valid checkpoint in RUN/checkpoints when present."""
+
+
+class GuardConfig(StrictModel):
+    """Loss-spike guard: compares each step with the recent history."""
+
+    enabled: bool = True
+    window: int = Field(20, ge=2)
+    min_history: int = Field(5, ge=1)
+    loss_spike_ratio: float = Field(2.0, gt=1)
+    """A loss above ratio * the running median of the window is a spike."""
+    grad_norm_spike_ratio: float = Field(10.0, gt=1)
+    """A grad norm above ratio * the running median of the window is a spike."""
+    max_rollbacks: int = Field(3, ge=0)
+    skip_batches: int = Field(1, ge=1)
+    """Global batches skipped after a rollback, starting with the offending one."""
+    inject_nan_at_step: int | None = Field(None, ge=1)
+    """Testing aid: make the loss of this step NaN once, to exercise the rollback."""
+
+
+class MetricsConfig(StrictModel):
+    peak_flops: float | None = Field(None, gt=0)
+    """Assumed peak FLOP/s per device for MFU; None: 989e12 (H100/H200 dense bf16) on GPU,
+    a measured matmul peak on CPU."""
+    mfu_gpu: str = "H100-SXM"
+    tensorboard: bool = True
+
+
+class GateConfig(StrictModel):
+    """What the ablation report must show before a `run.kind: full` launch (evals.gate)."""
+
+    report_dir: str | None = None
+    metric: str = "bpb"
+    """Target metric of the ablation (lower is better)."""
+    min_improvement: float = Field(0.0, ge=0)
+    """The chosen recipe must beat the base by more than this plus the seed spread."""
+    require_seed_spread: bool = True
+
+
+class TrainConfig(StrictModel):
+    """`pretrain plan` / `pretrain launch` config."""
+
+    run: RunConfig = Field(default_factory=RunConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    batch: BatchConfig = Field(default_factory=BatchConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    guard: GuardConfig = Field(default_factory=GuardConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    gate: GateConfig = Field(default_factory=GateConfig)
