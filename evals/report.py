@@ -1,0 +1,359 @@
+"""The ablation report: ranking over seeds, rank agreement between proxy sizes, a regression from
+mixture weights to the target metric, the decision, and the `ablation` artifact (report.json, PNGs).
+
+Input is a list of run results, each bound to its recipe by hash (never by directory name):
+`{"recipe_sha256", "recipe_name", "weights": {component: w}, "proxy", "seed", "token_budget",
+"metrics": {name: value}, ...}`. The analysis is plain numpy/scipy/scikit-learn so tests reach it
+without training anything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pretrain.manifest import atomic_write_json, write_manifest
+
+LOWER_IS_BETTER_PREFIXES = ("bpb", "loss", "ppl", "perplexity", "nll")
+
+
+def lower_is_better(metric: str) -> bool:
+    """bpb / loss / perplexity fall as models improve; accuracies rise."""
+    return metric.split("/")[0].lower().startswith(LOWER_IS_BETTER_PREFIXES)
+
+
+def _std(values: Sequence[float]) -> float | None:
+    """Sample standard deviation over seeds; None with a single seed (spread unknown)."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else None
+
+
+def summarize(runs: Sequence[Mapping[str, Any]], metric: str) -> dict[str, list[dict[str, Any]]]:
+    """Per proxy: recipes ranked by the mean of `metric` over seeds (best first), with spread."""
+    grouped: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    names: dict[str, str] = {}
+    for run in runs:
+        value = run["metrics"].get(metric)
+        if value is None or not math.isfinite(float(value)):
+            continue
+        grouped[run["proxy"]][run["recipe_sha256"]].append(float(value))
+        names[run["recipe_sha256"]] = run.get("recipe_name", run["recipe_sha256"][:8])
+    sign = 1.0 if lower_is_better(metric) else -1.0
+    ranking: dict[str, list[dict[str, Any]]] = {}
+    for proxy, by_recipe in sorted(grouped.items()):
+        rows = [
+            {
+                "recipe_sha256": sha,
+                "recipe_name": names[sha],
+                "mean": float(np.mean(vals)),
+                "std": _std(vals),
+                "min": float(min(vals)),
+                "max": float(max(vals)),
+                "n_seeds": len(vals),
+            }
+            for sha, vals in by_recipe.items()
+        ]
+        # Deterministic: ties broken by recipe hash.
+        rows.sort(key=lambda row: (sign * row["mean"], row["recipe_sha256"]))
+        for rank, row in enumerate(rows, start=1):
+            row["rank"] = rank
+        ranking[proxy] = rows
+    return ranking
+
+
+def rank_agreement(ranking: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """Spearman correlation of the recipe means between the first two proxies (None if < 2)."""
+    proxies = sorted(ranking)
+    if len(proxies) < 2:
+        return None
+    from scipy.stats import spearmanr
+
+    first = {r["recipe_sha256"]: r["mean"] for r in ranking[proxies[0]]}
+    second = {r["recipe_sha256"]: r["mean"] for r in ranking[proxies[1]]}
+    common = sorted(set(first) & set(second))
+    result: dict[str, Any] = {"proxies": proxies[:2], "recipes": len(common), "spearman": None}
+    if len(common) >= 3:
+        rho = spearmanr([first[s] for s in common], [second[s] for s in common]).statistic
+        result["spearman"] = None if math.isnan(rho) else float(rho)
+    else:
+        result["note"] = "fewer than 3 recipes ran on both proxies: no rank correlation"
+    return result
+
+
+def primary_proxy(runs: Sequence[Mapping[str, Any]], sizes: Mapping[str, float] | None) -> str:
+    """The proxy whose results decide: the largest (by parameter count when known)."""
+    proxies = sorted({run["proxy"] for run in runs})
+    if sizes:
+        return max(proxies, key=lambda p: (sizes.get(p, 0.0), p))
+    return proxies[-1]
+
+
+def decide(
+    ranking: Sequence[Mapping[str, Any]],
+    base_sha: str,
+    metric: str,
+    min_improvement: float = 0.0,
+    require_seed_spread: bool = True,
+) -> dict[str, Any]:
+    """Choose the best-ranked recipe and test it against the base.
+
+    Passed when base is absent from the criteria (min_improvement 0, no seed spread required), or
+    when the chosen recipe beats the base by more than min_improvement plus the seed spread (the
+    larger sample standard deviation over seeds of the two recipes).
+    """
+    chosen = ranking[0]
+    base = next((row for row in ranking if row["recipe_sha256"] == base_sha), None)
+    criteria = {
+        "metric": metric,
+        "min_improvement": min_improvement,
+        "require_seed_spread": require_seed_spread,
+        "lower_is_better": lower_is_better(metric),
+    }
+    evidence: list[str] = [
+        f"{chosen['recipe_name']} ranks first on {metric}: mean "
+        f"{chosen['mean']:.4f} over {chosen['n_seeds']} seed(s)"
+    ]
+    if base is None:
+        return {
+            "chosen": chosen,
+            "base": None,
+            "criteria": criteria,
+            "passed": False,
+            "improvement": None,
+            "spread": None,
+            "evidence": evidence + ["the base recipe has no finished runs"],
+        }
+    sign = 1.0 if lower_is_better(metric) else -1.0
+    improvement = sign * (base["mean"] - chosen["mean"])
+    stds = (chosen["std"], base["std"])
+    spread = float("nan") if None in stds else max(stds)
+    needs_beat = require_seed_spread or min_improvement > 0
+    if not needs_beat:
+        passed, why = True, "criteria do not require beating the base"
+    elif require_seed_spread and math.isnan(spread):
+        passed, why = False, "one seed per recipe: the seed spread is unknown (run >= 2 seeds)"
+    else:
+        margin = min_improvement + (spread if require_seed_spread else 0.0)
+        passed = improvement > margin
+        why = (
+            f"improvement over base {improvement:.4f} {'>' if passed else '<='} required "
+            f"{margin:.4f} (min_improvement {min_improvement} + seed spread "
+            f"{spread if require_seed_spread else 0.0:.4f})"
+        )
+    evidence.append(f"base {base['recipe_name']}: mean {base['mean']:.4f}, rank {base['rank']}")
+    evidence.append(why)
+    return {
+        "chosen": chosen,
+        "base": base,
+        "criteria": criteria,
+        "passed": bool(passed),
+        "improvement": improvement,
+        "spread": None if math.isnan(spread) else spread,
+        "evidence": evidence,
+    }
+
+
+def weight_matrix(runs: Sequence[Mapping[str, Any]], components: Sequence[str]) -> np.ndarray:
+    return np.array([[float(run["weights"].get(c, 0.0)) for c in components] for run in runs])
+
+
+def _cv_scores(model: Any, x: np.ndarray, y: np.ndarray, folds: int) -> dict[str, float]:
+    from scipy.stats import spearmanr
+    from sklearn.model_selection import KFold, cross_val_predict
+
+    predicted = cross_val_predict(model, x, y, cv=KFold(folds, shuffle=True, random_state=0))
+    residual = y - predicted
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    rho = float(spearmanr(predicted, y).statistic) if np.ptp(predicted) > 0 else None
+    return {
+        "cv_r2": 1.0 - float(np.sum(residual**2)) / ss_tot if ss_tot > 0 else None,
+        "cv_mae": float(np.mean(np.abs(residual))),
+        "cv_spearman": rho,
+        "folds": folds,
+    }
+
+
+def fit_regression(
+    runs: Sequence[Mapping[str, Any]],
+    components: Sequence[str],
+    metric: str,
+    base_weights: Mapping[str, float],
+    candidates: int = 20000,
+    concentration: float = 20.0,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """RegMix-style: fit weights -> metric (linear and a tree ensemble), cross-validated, then
+    predict the best of `candidates` Dirichlet samples around the base weights."""
+    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.linear_model import Ridge
+
+    usable = [r for r in runs if r["metrics"].get(metric) is not None]
+    x = weight_matrix(usable, components)
+    y = np.array([float(r["metrics"][metric]) for r in usable])
+    distinct = len({tuple(row) for row in x.round(6)})
+    result: dict[str, Any] = {
+        "metric": metric,
+        "components": list(components),
+        "points": len(usable),
+        "distinct_recipes": distinct,
+    }
+    if distinct < 4 or len(usable) < 5:
+        result["status"] = (
+            f"only {distinct} distinct recipe(s) / {len(usable)} run(s): too few "
+            "to fit and cross-validate a regression (need >= 4 recipes, 5 runs)"
+        )
+        return result
+    folds = min(5, len(usable))
+    models = {
+        "linear": Ridge(alpha=1e-3),
+        "tree": RandomForestRegressor(n_estimators=200, min_samples_leaf=1, random_state=0),
+    }
+    fits: dict[str, Any] = {}
+    for name, model in models.items():
+        fits[name] = _cv_scores(model, x, y, folds)
+        model.fit(x, y)
+        if name == "linear":
+            fits[name]["coefficients"] = dict(zip(components, map(float, model.coef_)))
+    r2 = {name: fits[name]["cv_r2"] for name in fits}
+    best_model = max(r2, key=lambda n: (-math.inf if r2[n] is None else r2[n], n))
+    rng = np.random.default_rng(seed)
+    alpha = np.array([max(base_weights.get(c, 0.0), 1e-3) for c in components]) * concentration
+    pool = np.vstack([rng.dirichlet(alpha, size=candidates), x])
+    predicted = models[best_model].predict(pool)
+    index = int(np.argmin(predicted) if lower_is_better(metric) else np.argmax(predicted))
+    result.update(
+        {
+            "status": "fitted",
+            "models": fits,
+            "selected_model": best_model,
+            "predicted_best": {
+                "weights": dict(zip(components, map(float, pool[index]))),
+                "predicted": float(predicted[index]),
+                "observed": index >= candidates,
+            },
+            "in_sample_predictions": [float(v) for v in models[best_model].predict(x)],
+        }
+    )
+    return result
+
+
+def epoch_table(
+    components: Sequence[Mapping[str, Any]],
+    full_tokens: int | None,
+    proxy_tokens: int,
+    proxy_can_subsample: bool = True,
+) -> list[dict[str, Any]]:
+    """Epochs per component for the full run and the proxy; flag where the proxy cannot repeat
+    data as the full run will (small proxies mis-rank mixtures that repeat data)."""
+    rows = []
+    for comp in components:
+        available = comp.get("available_tokens") or 0
+        weight = float(comp.get("weight", 0.0))
+        row: dict[str, Any] = {
+            "component": comp["name"],
+            "weight": weight,
+            "available_tokens": available,
+        }
+        row["proxy_epochs"] = proxy_tokens * weight / available if available else None
+        row["full_epochs"] = full_tokens * weight / available if available and full_tokens else None
+        full = row["full_epochs"]
+        if full is None or full <= 1.0:
+            row["matched"], row["flag"] = True, None
+        else:
+            row["proxy_subset_tokens"] = int(proxy_tokens * weight / full)
+            row["matched"] = proxy_can_subsample
+            row["flag"] = (
+                None
+                if proxy_can_subsample
+                else (
+                    f"full run repeats {comp['name']} {full:.2f}x; the proxy sees it "
+                    f"{row['proxy_epochs']:.3f}x and cannot subsample it to match"
+                )
+            )
+        rows.append(row)
+    return rows
+
+
+def build_report(
+    runs: Sequence[Mapping[str, Any]],
+    *,
+    base_sha: str,
+    metric: str,
+    identity: Mapping[str, Any],
+    min_improvement: float = 0.0,
+    require_seed_spread: bool = True,
+    proxy_sizes: Mapping[str, float] | None = None,
+    recipes: Mapping[str, Mapping[str, Any]] | None = None,
+    epochs: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """Everything report.json holds (CONTRACTS.md, kind `ablation`)."""
+    ranking = {proxy: rows for proxy, rows in summarize(runs, metric).items()}
+    primary = primary_proxy(runs, proxy_sizes)
+    decision = decide(ranking[primary], base_sha, metric, min_improvement, require_seed_spread)
+    components = sorted({c for run in runs for c in run["weights"]})
+    base_weights = (
+        next(r["weights"] for r in runs if r["recipe_sha256"] == base_sha)
+        if any(r["recipe_sha256"] == base_sha for r in runs)
+        else {}
+    )
+    primary_runs = [r for r in runs if r["proxy"] == primary]
+    metrics = sorted({m for run in runs for m in run["metrics"]})
+    return {
+        "report_version": 1,
+        **dict(identity),
+        "target_metric": metric,
+        "primary_proxy": primary,
+        "base_recipe_sha256": base_sha,
+        "chosen_recipe_sha256": decision["chosen"]["recipe_sha256"],
+        "chosen_recipe_name": decision["chosen"]["recipe_name"],
+        "criteria": decision["criteria"],
+        "passed": decision["passed"],
+        "decision": decision,
+        "ranking": ranking,
+        "summary": {m: summarize(runs, m) for m in metrics},
+        "rank_agreement": rank_agreement(ranking),
+        "regression": fit_regression(primary_runs, components, metric, base_weights),
+        "epochs": list(epochs),
+        "epoch_flags": [row["flag"] for row in epochs if row.get("flag")],
+        "recipes": {k: dict(v) for k, v in (recipes or {}).items()},
+        "runs": [dict(run) for run in runs],
+    }
+
+
+def write_report(
+    out_dir: str | Path,
+    report: Mapping[str, Any],
+    *,
+    config: Mapping[str, Any] | None = None,
+    inputs: Sequence[str | Path] = (),
+) -> dict[str, Any]:
+    """Write report.json and the plots, then the `ablation` manifest (last)."""
+    from evals.plots import plot_ablation
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "report.json", report)
+    plot_ablation(report, out)
+    keys = (
+        "chosen_recipe_sha256",
+        "base_recipe_sha256",
+        "tokenizer_sha256",
+        "data_manifest_sha256",
+        "passed",
+        "target_metric",
+    )
+    return write_manifest(
+        out,
+        "ablation",
+        config=config,
+        inputs=inputs,
+        counts={
+            "runs": len(report["runs"]),
+            "recipes": len({r["recipe_sha256"] for r in report["runs"]}),
+        },
+        extra={k: report.get(k) for k in keys},
+    )

@@ -1,0 +1,92 @@
+"""The gate on full launches: refusals name what is missing; a matching, passing report clears."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import ENCODED, make_mixture, make_report, synthetic_runs
+
+from evals.gate import check_gate
+from pretrain.errors import GateRefused
+
+
+def _config(mixture, report, **gate) -> dict:
+    return {
+        "run": {"kind": "full"},
+        "data": {"mixture_dir": str(mixture)},
+        "gate": {"report_dir": str(report), "metric": "bpb", **gate},
+    }
+
+
+def _chosen(report_dir) -> str:
+    return json.loads((report_dir / "report.json").read_text())["chosen_recipe_sha256"]
+
+
+def test_matching_report_clears_and_returns_what_to_record(ablation_dir, tmp_path):
+    mixture = make_mixture(tmp_path / "mix", _chosen(ablation_dir))
+    result = check_gate(_config(mixture, ablation_dir))
+    assert result["status"] == "passed"
+    assert result["chosen_recipe_sha256"] == _chosen(ablation_dir)
+    assert len(result["report_manifest_sha256"]) == 64
+    assert result["improvement"] > result["spread"] > 0
+
+
+def test_missing_report_is_refused(tmp_path):
+    mixture = make_mixture(tmp_path / "mix", "c" * 64)
+    with pytest.raises(GateRefused, match="no ablation report at gate.report_dir"):
+        check_gate(_config(mixture, tmp_path / "nowhere"))
+    with pytest.raises(GateRefused, match="gate.report_dir is not set"):
+        check_gate({"data": {"mixture_dir": str(mixture)}, "gate": {}})
+
+
+def test_mismatched_tokenizer_is_refused(ablation_dir, tmp_path):
+    mixture = make_mixture(tmp_path / "mix", _chosen(ablation_dir), tokenizer="f" * 64)
+    with pytest.raises(GateRefused, match="tokenizer hash mismatch.*ffffffffffff"):
+        check_gate(_config(mixture, ablation_dir))
+
+
+def test_different_data_artifact_is_refused(ablation_dir, tmp_path):
+    mixture = make_mixture(tmp_path / "mix", _chosen(ablation_dir), encoded="0" * 64)
+    with pytest.raises(GateRefused, match="data artifact"):
+        check_gate(_config(mixture, ablation_dir))
+
+
+def test_different_recipe_is_refused(ablation_dir, tmp_path):
+    runs = synthetic_runs()
+    other = next(r["recipe_sha256"] for r in runs if r["recipe_sha256"] != _chosen(ablation_dir))
+    mixture = make_mixture(tmp_path / "mix", other)
+    with pytest.raises(GateRefused, match=f"recipe mismatch.*{other[:12]}"):
+        check_gate(_config(mixture, ablation_dir))
+
+
+def test_criteria_from_the_config_are_recomputed(ablation_dir, tmp_path):
+    mixture = make_mixture(tmp_path / "mix", _chosen(ablation_dir))
+    with pytest.raises(GateRefused, match="does not pass the gate criteria"):
+        check_gate(_config(mixture, ablation_dir, min_improvement=5.0))
+    with pytest.raises(GateRefused, match="no results"):
+        check_gate(_config(mixture, ablation_dir, metric="task/none/acc"))
+
+
+def test_a_report_that_failed_its_criteria_is_refused(tmp_path):
+    runs = synthetic_runs(recipes=3, seeds=1, proxies=("p",))
+    report = make_report(tmp_path / "r", runs)
+    mixture = make_mixture(tmp_path / "mix", _chosen(report))
+    with pytest.raises(GateRefused, match="seed spread is unknown"):
+        check_gate(_config(mixture, report))
+    relaxed = check_gate(_config(mixture, report, require_seed_spread=False))
+    assert relaxed["status"] == "passed"
+
+
+def test_tampered_report_is_refused(ablation_dir, tmp_path):
+    import shutil
+
+    copy = tmp_path / "report"
+    shutil.copytree(ablation_dir, copy)
+    data = json.loads((copy / "report.json").read_text())
+    data["passed"] = True
+    data["data_manifest_sha256"] = ENCODED.replace("e", "d")
+    (copy / "report.json").write_text(json.dumps(data))
+    mixture = make_mixture(tmp_path / "mix", _chosen(ablation_dir))
+    with pytest.raises(GateRefused, match="file report.json"):
+        check_gate(_config(mixture, copy))
