@@ -1,0 +1,92 @@
+"""Reading training records (JSONL, JSONL.gz, Parquet, plain text) for the model trainers."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pretrain.errors import InputError
+
+
+def field_value(record: dict[str, Any], dotted: str) -> Any:
+    """`record["meta"]["domain"]` for `dotted="meta.domain"`; None when any part is missing.
+
+    A `meta` given as a JSON string (the shard schema stores it that way) is parsed.
+    """
+    node: Any = record
+    for part in dotted.split("."):
+        if isinstance(node, str) and node.startswith("{"):
+            try:
+                node = json.loads(node)
+            except ValueError:
+                return None
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")
+
+
+def _jsonl_records(path: Path) -> Iterator[dict[str, Any]]:
+    try:
+        with _open_text(path) as handle:
+            for line_number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    raise InputError(
+                        f"{path} line {line_number} is not valid JSON; fix or remove that line"
+                    ) from None
+                if isinstance(record, dict):
+                    yield record
+    except (OSError, EOFError) as exc:
+        raise InputError(f"{path} cannot be read ({exc}); check the file") from None
+
+
+def _parquet_records(path: Path) -> Iterator[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+        for batch in parquet.iter_batches(batch_size=1024):
+            yield from batch.to_pylist()
+    except OSError as exc:
+        raise InputError(f"{path} is not a readable Parquet file ({exc}); check the file") from None
+
+
+def _text_records(path: Path) -> Iterator[dict[str, Any]]:
+    """Plain text: documents separated by blank lines."""
+    with _open_text(path) as handle:
+        block: list[str] = []
+        for line in handle:
+            if line.strip():
+                block.append(line.rstrip("\n"))
+            elif block:
+                yield {"text": "\n".join(block)}
+                block = []
+        if block:
+            yield {"text": "\n".join(block)}
+
+
+def iter_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Records of one input file, chosen by suffix: .jsonl/.json(.gz), .parquet, else plain text."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"input file {path} does not exist; fix the path in the config")
+    suffixes = [s.lower() for s in path.suffixes]
+    if ".parquet" in suffixes:
+        return _parquet_records(path)
+    if ".jsonl" in suffixes or ".json" in suffixes:
+        return _jsonl_records(path)
+    return _text_records(path)

@@ -1,0 +1,63 @@
+"""The one text normalisation and tokenisation shared by model training and scoring.
+
+fastText classifiers and KenLM models are trained by `pretrain data train-classifier` /
+`train-lm` and applied by the pipeline stages; both sides call these functions, and each model
+records `NORMALIZATION` in its `model.json` so a stage refuses a model made with another scheme.
+
+Scheme `pretrain-text-v1` (CCNet-like, without a sentencepiece model to ship):
+- Unicode NFKC, lowercase, every ASCII and full-width digit replaced by `0` (CCNet does the same).
+- Tokens: each CJK ideograph, kana or hangul syllable is its own token (Chinese uses the
+  *character* scheme: no segmenter, so training and scoring cannot disagree on word boundaries);
+  runs of other letters form a word; runs of digits form a number; every other visible character
+  (punctuation, symbols) is its own token.
+- KenLM sees one sentence per non-empty line of the document; fastText sees the whole document
+  (first `max_chars` characters) on one line.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+NORMALIZATION: dict[str, object] = {
+    "scheme": "pretrain-text-v1",
+    "unicode": "NFKC",
+    "lowercase": True,
+    "digits": "0",
+    "cjk": "character",
+    "lm_sentence": "line",
+}
+"""What `model.json` records; stages compare `scheme` before using a model."""
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\U00020000-\U0002fa1f"
+_TOKEN = re.compile(rf"[{_CJK}]|[^\W\d_{_CJK}]+|\d+|[^\w\s\x00-\x1f\x7f-\x9f]|_")
+_DIGITS = str.maketrans("123456789", "000000000")
+
+
+def normalize(text: str) -> str:
+    """NFKC, lowercase, digits -> 0 (the first step of every model's input)."""
+    return unicodedata.normalize("NFKC", text).lower().translate(_DIGITS)
+
+
+def tokenize(text: str) -> list[str]:
+    """Tokens of already-normalised text (see the module docstring for the scheme)."""
+    return _TOKEN.findall(text)
+
+
+def lm_sentences(text: str | None) -> list[str]:
+    """KenLM input: one space-joined token string per non-empty line of the document."""
+    if not text:
+        return []
+    sentences = []
+    for line in normalize(text).splitlines():
+        tokens = _TOKEN.findall(line)
+        if tokens:
+            sentences.append(" ".join(tokens))
+    return sentences
+
+
+def classifier_line(text: str | None, max_chars: int) -> str:
+    """fastText input: the first `max_chars` characters, tokenised, on one line."""
+    if not text:
+        return ""
+    return " ".join(_TOKEN.findall(normalize(text[:max_chars])))

@@ -1,0 +1,144 @@
+"""Domain and quality tags from fastText classifiers trained by `pretrain data train-classifier`.
+
+- `domain` (DomainStage): the most probable label of the domain model (e.g. prose / code / math)
+  and its probability as `domain_score`.
+- `quality` (QualityStage): `quality_score` = P(positive label) of a DCLM-style model trained on
+  reference text (positive) vs random input (negative), in [0, 1].
+
+Both keep every row; documents without text get null tags. The model is a `fasttext-model`
+artifact (config field `model`); `describe()` records its manifest and model-file sha256, so the
+shards name the exact model that tagged them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from data_pipeline.models.classifier import KIND, LABEL_PREFIX, load_model_info
+from data_pipeline.models.text import NORMALIZATION, classifier_line
+from data_pipeline.stages.base import Stage, StageConfig
+from pretrain.errors import ArtifactError, ConfigError
+from pretrain.manifest import manifest_sha256
+
+
+class ClassifierStageConfig(StageConfig):
+    model: str | None = None
+    """Directory of a `fasttext-model` artifact (built by `pretrain data train-classifier`)."""
+
+
+class _FastTextStage(Stage):
+    """Shared loading, hashing and batch prediction for the two classifier stages."""
+
+    task: ClassVar[str]
+    Config = ClassifierStageConfig
+
+    def __init__(self, config: StageConfig | None = None, **context: Any) -> None:
+        super().__init__(config, **context)
+        self._model: Any = None
+        self._info: dict[str, Any] = {}
+
+    def model_dir(self) -> Path:
+        model = self.config.model or self.context.get("model")
+        if not model:
+            raise ConfigError(
+                f"stages.{self.name}.model is not set; build a {self.task} classifier with "
+                f"`pretrain data train-classifier configs/classifier_{self.task}.yaml` and set "
+                "its output directory"
+            )
+        return Path(model)
+
+    def setup(self) -> None:
+        import fasttext
+
+        directory = self.model_dir()
+        self._info = load_model_info(directory)
+        scheme = self._info.get("normalization", {}).get("scheme")
+        if scheme != NORMALIZATION["scheme"]:
+            raise ArtifactError(
+                f"{directory} was trained with text scheme {scheme!r}, this code "
+                f"tags with {NORMALIZATION['scheme']!r}; retrain the model"
+            )
+        self._check_labels(directory)
+        self._model = fasttext.load_model(str(directory / self._info["model_file"]))
+
+    def _check_labels(self, directory: Path) -> None:
+        """Hook: refuse a model whose labels do not fit this stage."""
+
+    def predict(self, texts: list[str | None]) -> tuple[list[int], np.ndarray]:
+        """(indices of rows with text, probability matrix rows x labels in `labels` order)."""
+        if self._model is None:
+            self.setup()
+        labels = self._info["labels"]
+        lines, index = [], []
+        for i, text in enumerate(texts):
+            line = classifier_line(text, self._info["max_chars"])
+            if line:
+                lines.append(line)
+                index.append(i)
+        probs = np.zeros((len(lines), len(labels)), dtype=np.float32)
+        if lines:
+            column = {f"{LABEL_PREFIX}{label}": j for j, label in enumerate(labels)}
+            predicted, scores = self._model.predict(lines, k=len(labels))
+            for row, (names, values) in enumerate(zip(predicted, scores, strict=True)):
+                for name, value in zip(names, values, strict=True):
+                    probs[row, column[name]] = value
+        return index, np.clip(probs, 0.0, 1.0)
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        directory = self.model_dir()
+        model_json = self._info or load_model_info(directory)
+        info["model"] = {
+            "kind": KIND,
+            "path": str(directory.resolve()),
+            "manifest_sha256": manifest_sha256(directory),
+            "model_sha256": model_json["model_sha256"],
+            "labels": model_json["labels"],
+        }
+        return info
+
+
+class DomainStage(_FastTextStage):
+    """Tags `domain` (most probable label) and `domain_score` (its probability)."""
+
+    name = "domain"
+    task = "domain"
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        texts = batch.column("text").to_pylist()
+        index, probs = self.predict(texts)
+        labels = self._info["labels"]
+        domain: list[str | None] = [None] * len(texts)
+        score: list[float | None] = [None] * len(texts)
+        best = probs.argmax(axis=1) if len(index) else np.zeros(0, dtype=int)
+        for row, i in enumerate(index):
+            domain[i] = labels[int(best[row])]
+            score[i] = float(probs[row, best[row]])
+        return self.append(batch, {"domain": domain, "domain_score": score})
+
+
+class QualityStage(_FastTextStage):
+    """Tags `quality_score` = P(positive label) in [0, 1]."""
+
+    name = "quality"
+    task = "quality"
+
+    def _check_labels(self, directory: Path) -> None:
+        if not self._info.get("positive_label"):
+            raise ArtifactError(
+                f"{directory} has no positive_label in model.json; train the "
+                "quality model with `positive_label` set (e.g. hq)"
+            )
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        texts = batch.column("text").to_pylist()
+        index, probs = self.predict(texts)
+        column = self._info["labels"].index(self._info["positive_label"])
+        score: list[float | None] = [None] * len(texts)
+        for row, i in enumerate(index):
+            score[i] = float(probs[row, column])
+        return self.append(batch, {"quality_score": score})

@@ -1,0 +1,210 @@
+"""fastText domain + quality classifiers: `train-classifier` artifacts and the two tagging stages.
+
+Real fastText models are trained here (small dim and bucket, ~1 s each) from the embedded sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import yaml
+
+from data_pipeline.models.cli_handlers import train_classifier
+from data_pipeline.stages.classify import DomainStage, QualityStage
+from pretrain.config import load_config
+from pretrain.demo import sample_dir
+from pretrain.errors import ArtifactError, ConfigError
+from pretrain.manifest import load_manifest, manifest_sha256, verify
+from pretrain.schema import schema_for, validate
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL = ["fasttext.dim=16", "fasttext.bucket=20000", "fasttext.epoch=10"]
+
+
+def _args(config: str, *overrides: str, dry_run: bool = False) -> argparse.Namespace:
+    return argparse.Namespace(
+        config=str(REPO / "configs" / config), overrides=list(overrides), dry_run=dry_run
+    )  # an absolute `config` replaces the configs/ path
+
+
+def _config(tmp: Path, example: str, edit=None) -> str:
+    """The example config with its sample paths made absolute (and `edit` applied), as a file."""
+    data = yaml.safe_load((REPO / "configs" / example).read_text())
+    for source in data["inputs"]:
+        source["path"] = str(sample_dir() / Path(source["path"]).name)
+    if edit is not None:
+        edit(data)
+    path = tmp / example
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("classifiers")
+    out = {}
+    for name in ("domain", "quality"):
+        out[name] = root / name
+        config = _config(root, f"classifier_{name}.yaml")
+        train_classifier(_args(config, f"out={out[name]}", *SMALL))
+    return out
+
+
+def _table(texts: list[str | None]) -> pa.Table:
+    n = len(texts)
+    columns = {
+        "id": [f"d{i}" for i in range(n)],
+        "text": texts,
+        "url": [None] * n,
+        "source": ["test"] * n,
+        "meta": ["{}"] * n,
+        "split": ["train"] * n,
+    }
+    return pa.Table.from_pydict(columns, schema=schema_for([]))
+
+
+def _sample_texts(predicate) -> list[str]:
+    with gzip.open(sample_dir() / "prose.jsonl.gz", "rt", encoding="utf-8") as handle:
+        rows = [json.loads(line) for line in handle]
+    return [r["text"] for r in rows if predicate(r)]
+
+
+@pytest.mark.timeout(120)
+def test_artifact_records_labels_accuracy_and_hashes(models):
+    for name, labels in (("domain", ["prose", "code", "math"]), ("quality", ["hq", "lq"])):
+        manifest = verify(models[name])
+        assert manifest["kind"] == "fasttext-model"
+        info = json.loads((models[name] / "model.json").read_text())
+        assert info["labels"] == labels
+        assert info["normalization"]["scheme"] == "pretrain-text-v1"
+        assert info["training"]["heldout_documents"] > 20
+        assert info["training"]["accuracy"] >= 0.9, info["training"]
+        assert manifest["files"][info["model_file"]]["sha256"] == info["model_sha256"]
+        # bucket set explicitly: 20k buckets x dim 16 is a few MB, not fastText's 409 MB default
+        assert manifest["files"][info["model_file"]]["bytes"] < 5_000_000
+
+
+@pytest.mark.timeout(60)
+def test_domain_stage_tags_code_math_prose_and_keeps_rows(models):
+    code = sample_dir() / "code.parquet"
+    import pyarrow.parquet as pq
+
+    code_texts = pq.read_table(code).column("text").to_pylist()[-5:]
+    math_texts = _sample_texts(lambda r: r["meta"].get("domain") == "math")[-5:]
+    prose_texts = _sample_texts(
+        lambda r: "linux-doc" in r["source"] and r["meta"].get("lang") == "en"
+    )[-5:]
+    texts = [*code_texts, *math_texts, *prose_texts, None, "", "   "]
+    stage = DomainStage(DomainStage.Config(model=str(models["domain"])))
+    stage.setup()
+    out = stage(_table(texts))
+    validate(out, ["domain"])
+    assert out.column("id").to_pylist() == [f"d{i}" for i in range(len(texts))]
+    domains = out.column("domain").to_pylist()
+    expected = ["code"] * 5 + ["math"] * 5 + ["prose"] * 5
+    agree = sum(d == e for d, e in zip(domains, expected, strict=False))
+    assert agree >= 13, list(zip(domains, expected, strict=False))
+    assert domains[-3:] == [None, None, None]
+    scores = [s for s in out.column("domain_score").to_pylist() if s is not None]
+    assert len(scores) == 15 and all(1 / 3 <= s <= 1.0 for s in scores)
+
+
+@pytest.mark.timeout(60)
+def test_quality_score_is_probability_and_ranks_reference_above_junk(models):
+    reference = _sample_texts(lambda r: "linux-doc" in r["source"])[-20:]
+    junk = _sample_texts(lambda r: "fortunes" in r["source"])[-20:]
+    stage = QualityStage(QualityStage.Config(model=str(models["quality"])))
+    out = stage(_table([*reference, *junk, None]))
+    validate(out, ["quality"])
+    scores = out.column("quality_score").to_pylist()
+    assert scores[-1] is None
+    assert all(0.0 <= s <= 1.0 for s in scores[:-1])
+    ref_mean = sum(scores[:20]) / 20
+    junk_mean = sum(scores[20:40]) / 20
+    assert ref_mean > 0.7 and junk_mean < 0.3, (ref_mean, junk_mean)
+
+
+@pytest.mark.timeout(60)
+def test_describe_names_the_model_hashes(models):
+    stage = QualityStage(QualityStage.Config(model=str(models["quality"])))
+    described = stage.describe()
+    info = json.loads((models["quality"] / "model.json").read_text())
+    assert described["name"] == "quality"
+    assert described["model"]["manifest_sha256"] == manifest_sha256(models["quality"])
+    assert described["model"]["model_sha256"] == info["model_sha256"]
+    assert load_manifest(models["quality"])["model"]["sha256"] == info["model_sha256"]
+
+
+@pytest.mark.timeout(60)
+def test_tampered_or_missing_model_is_refused(models, tmp_path):
+    import shutil
+
+    copy = tmp_path / "domain"
+    shutil.copytree(models["domain"], copy)
+    data = bytearray((copy / "model.bin").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (copy / "model.bin").write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="sha256"):
+        DomainStage(DomainStage.Config(model=str(copy))).setup()
+    with pytest.raises(ConfigError, match="train-classifier"):
+        DomainStage().setup()
+    with pytest.raises(ArtifactError, match="does not exist"):
+        DomainStage(DomainStage.Config(model=str(tmp_path / "nope"))).setup()
+    with pytest.raises(ArtifactError, match="positive_label"):
+        QualityStage(QualityStage.Config(model=str(models["domain"]))).setup()
+
+
+@pytest.mark.timeout(30)
+def test_config_mistakes_are_one_line_errors(tmp_path, capsys):
+    from data_pipeline.models.classifier import ClassifierConfig
+
+    path = REPO / "configs" / "classifier_quality.yaml"
+    with pytest.raises(ConfigError, match="positive_label"):
+        load_config(ClassifierConfig, path, ["positive_label=good"])
+    bad = tmp_path / "bad.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["inputs"][0]["label_field"] = "meta.domain"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="exactly one of"):
+        load_config(ClassifierConfig, bad)
+    with pytest.raises(ConfigError, match="bukcet"):
+        load_config(ClassifierConfig, path, ["fasttext.bukcet=5"])
+    from pretrain.errors import InputError
+
+    def missing_input(data):
+        data["inputs"][0]["path"] = str(tmp_path / "none.jsonl")
+
+    with pytest.raises(InputError, match="does not exist"):
+        train_classifier(
+            _args(
+                _config(tmp_path, "classifier_quality.yaml", missing_input), f"out={tmp_path / 'o'}"
+            )
+        )
+    assert train_classifier(_args("classifier_domain.yaml", dry_run=True)) == 0
+    assert "config_sha256" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(60)
+def test_label_without_records_and_existing_output_refused(tmp_path):
+    from pretrain.errors import InputError
+
+    def no_math(data):
+        data["inputs"][0]["where"] = {"source": "linux-doc"}
+
+    with pytest.raises(InputError, match="'math' has no training records"):
+        train_classifier(
+            _args(
+                _config(tmp_path, "classifier_domain.yaml", no_math),
+                f"out={tmp_path / 'm'}",
+                *SMALL,
+            )
+        )
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(ConfigError, match="not empty"):
+        train_classifier(_args("classifier_domain.yaml", f"out={tmp_path / 'full'}"))
