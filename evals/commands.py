@@ -1,0 +1,149 @@
+"""Handlers of `pretrain eval build` and `pretrain eval run`.
+
+`eval run` evaluates every checkpoint of a run (or one checkpoint) on an `evalset` artifact:
+bits per byte, loss and perplexity per domain and language, and the task files. It writes
+`results.jsonl` (one line per checkpoint), `capability.png` (bpb per domain over steps) and an
+`eval` manifest to `--out` (default `RUN/evals`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from pretrain.cli_utils import resolve_config
+from pretrain.errors import ArtifactError, LockMismatch
+from pretrain.manifest import atomic_write_bytes, load_manifest, manifest_sha256, write_manifest
+
+ITER = re.compile(r"^iter_(\d+)$")
+
+
+def build_command(args: argparse.Namespace) -> int:
+    from evals.sets import EvalBuildConfig, build_eval_sets
+
+    config = resolve_config(EvalBuildConfig, args)
+    if config is None:
+        return 0
+    manifest = build_eval_sets(config)
+    for entry in manifest["sets"]:
+        print(
+            f"  {entry['name']:<24} {entry['documents']:>6} documents {entry['bytes']:>10,} bytes"
+        )
+    counts = manifest["counts"]
+    print(
+        f"eval sets: {counts['sets']} sets, {counts['documents']} documents; "
+        f"{counts['contaminated_train_documents']} contaminated training document(s) listed in "
+        f"{Path(config.out) / 'contaminated.parquet'} (excluded from training)"
+    )
+    print(f"-> {config.out} (evalset {manifest_sha256(config.out)[:12]})")
+    return 0
+
+
+def find_checkpoints(path: str | Path) -> tuple[Path, list[tuple[int, Path]]]:
+    """(run directory, [(step, checkpoint dir)] ascending) for a run or one checkpoint dir."""
+    path = Path(path)
+    match = ITER.match(path.name)
+    if match and path.is_dir():
+        return path.parent.parent, [(int(match.group(1)), path)]
+    found = sorted(
+        (int(m.group(1)), p)
+        for p in (path / "checkpoints").glob("iter_*")
+        if p.is_dir() and (m := ITER.match(p.name))
+    )
+    if not found:
+        raise ArtifactError(
+            f"CHECKPOINT_DIR = {path} holds no checkpoints/iter_NNNNNNN; pass a "
+            "run directory of `pretrain launch` or one of its checkpoints"
+        )
+    return path, found
+
+
+def find_tokenizer(run_dir: Path) -> Path:
+    """Walk the run's lineage (run -> mixture -> encoded -> tokenizer) to the tokenizer artifact."""
+    queue, seen = deque([run_dir]), set()
+    while queue:
+        current = queue.popleft()
+        if current in seen or not (current / "manifest.json").is_file():
+            continue
+        seen.add(current)
+        manifest = load_manifest(current)
+        if manifest["kind"] == "tokenizer":
+            return current
+        queue.extend(Path(entry["path"]) for entry in manifest.get("inputs", []))
+        mixture_dir = (manifest.get("config") or {}).get("data", {}).get("mixture_dir")
+        if mixture_dir:
+            queue.append(Path(mixture_dir))
+    raise ArtifactError(
+        f"no tokenizer artifact found in the lineage of {run_dir}; pass --tokenizer TOKENIZER_DIR"
+    )
+
+
+def evaluate_checkpoint(
+    checkpoint: Path, sets: list, tokenizer: Any, tasks: list[Path], args: argparse.Namespace
+) -> dict[str, Any]:
+    from trainer.inference import load_model
+
+    from evals.bpb import evaluate
+    from evals.tasks import evaluate_tasks
+
+    model = load_model(checkpoint)
+    recorded = getattr(model, "tokenizer_sha256", None)
+    if recorded and recorded != tokenizer.sha256:
+        raise LockMismatch(
+            f"tokenizer mismatch: checkpoint {checkpoint} was trained with "
+            f"tokenizer {recorded[:12]}..., --tokenizer is {tokenizer.sha256[:12]}"
+            "...; pass the tokenizer the run was trained with"
+        )
+    seq_length = args.seq_length or getattr(model, "seq_length", None) or 512
+    metrics = evaluate(
+        model, sets, encoder=tokenizer, seq_length=seq_length, batch_size=args.batch_size
+    )
+    metrics.update(evaluate_tasks(model, tasks, tokenizer, seq_length, args.batch_size))
+    return {"step": int(getattr(model, "step", 0) or 0), "metrics": metrics}
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from evals.bpb import load_eval_sets
+    from evals.plots import plot_capability
+    from tokenizer.lock import load_locked
+
+    run_dir, checkpoints = find_checkpoints(args.checkpoint_dir)
+    sets = load_eval_sets(args.sets, args.max_docs)
+    tokenizer = load_locked(args.tokenizer or find_tokenizer(run_dir))
+    tasks = (
+        [Path(p) for p in args.tasks]
+        if args.tasks is not None
+        else sorted((Path(args.sets) / "tasks").glob("*.jsonl"))
+    )
+    out = Path(args.out) if args.out else run_dir / "evals"
+    out.mkdir(parents=True, exist_ok=True)
+    identity = {"evalset_sha256": manifest_sha256(args.sets), "tokenizer_sha256": tokenizer.sha256}
+    records = []
+    for step, checkpoint in tqdm(checkpoints, desc="eval", unit="checkpoint"):
+        record = evaluate_checkpoint(checkpoint, sets, tokenizer, tasks, args)
+        record.update({"step": record["step"] or step, "checkpoint": str(checkpoint), **identity})
+        records.append(record)
+        metrics = record["metrics"]
+        print(
+            f"step {record['step']:>7}: bpb {metrics['bpb']:.4f} loss {metrics['loss']:.4f} "
+            f"ppl {metrics['ppl']:.2f}"
+        )
+    lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    atomic_write_bytes(out / "results.jsonl", lines.encode())
+    plot_capability(records, out / "capability.png")
+    write_manifest(
+        out,
+        "eval",
+        config={"sets": str(args.sets), "tasks": [str(t) for t in tasks]},
+        inputs=[args.sets],
+        counts={"checkpoints": len(records)},
+        extra={**identity, "final": records[-1]["metrics"]},
+    )
+    print(f"-> {out / 'results.jsonl'}, {out / 'capability.png'}")
+    return 0

@@ -1,0 +1,299 @@
+"""`pretrain eval build`: eval sets from the `split == eval` documents, one per domain and language,
+decontaminated against the training documents with a MinHash LSH index.
+
+Every training document (split != eval) whose estimated Jaccard similarity to an eval document
+reaches the threshold is reported in `contaminated.parquet`; mixtures exclude those ids from
+training (`exclude_ids`), so the eval set stays held out. The artifact (kind `evalset`) holds
+`sets/<domain>__<lang>.parquet` (id, text, domain, lang, num_bytes), optional task files under
+`tasks/`, and `report.json`; its manifest sha256 is the eval set's identity.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import Field
+
+from pretrain.config import StrictModel, config_dict
+from pretrain.errors import ConfigError, InputError
+from pretrain.manifest import atomic_write_json, require, write_manifest
+
+SET_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("text", pa.string()),
+        ("domain", pa.string()),
+        ("lang", pa.string()),
+        ("num_bytes", pa.int64()),
+    ]
+)
+_WORD = re.compile(r"\w+", re.UNICODE)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+
+
+class DecontaminationConfig(StrictModel):
+    """MinHash LSH over word n-grams (character n-grams for CJK text)."""
+
+    enabled: bool = True
+    num_perm: int = Field(128, ge=16, le=1024)
+    ngram: int = Field(5, ge=1, le=32)
+    threshold: float = Field(0.7, gt=0, le=1)
+    """Estimated Jaccard similarity at or above which a training document counts as a copy."""
+    seed: int = 1
+
+
+class EvalBuildConfig(StrictModel):
+    """`pretrain eval build` config (example: configs/eval.yaml)."""
+
+    shards: str
+    """A `shards` artifact (`pretrain data run`): eval documents come from its split == eval rows."""
+    train_shards: list[str] = Field(default_factory=list)
+    """More shards artifacts to decontaminate against (the `shards` artifact is always checked)."""
+    out: str = "runs/evalsets"
+    max_docs_per_set: int = Field(500, ge=1)
+    min_docs_per_set: int = Field(1, ge=1)
+    """Domain/language groups with fewer eval documents are left out (and reported)."""
+    max_bytes_per_doc: int = Field(20000, ge=64)
+    """Longer documents are cut at a UTF-8 character boundary (bounds eval cost)."""
+    keep_duplicates: bool = False
+    """Keep eval documents the pipeline marked dup_keep == false (redundant copies)."""
+    tasks: list[str] = Field(default_factory=list)
+    """Task JSONL files (multiple-choice / cloze, see evals/tasks.py) copied into the artifact."""
+    decontamination: DecontaminationConfig = Field(default_factory=DecontaminationConfig)
+    seed: int = 0
+    batch_rows: int = Field(4096, ge=1)
+
+
+def _shard_files(directory: str) -> list[Path]:
+    require(directory, kind="shards", deep=False)
+    files = sorted((Path(directory) / "shards").glob("*.parquet"))
+    if not files:
+        raise InputError(
+            f"shards artifact {directory} holds no shards/*.parquet; re-run `pretrain data run`"
+        )
+    return files
+
+
+def _batches(files: list[Path], columns: list[str], batch_rows: int) -> Iterator[pa.Table]:
+    for path in files:
+        parquet = pq.ParquetFile(path)
+        present = [c for c in columns if c in parquet.schema_arrow.names]
+        for batch in parquet.iter_batches(batch_size=batch_rows, columns=present):
+            yield pa.Table.from_batches([batch])
+
+
+def shingles(text: str, ngram: int) -> set[bytes]:
+    """Word n-grams (lower-cased); character n-grams when the text is mostly CJK."""
+    if len(_CJK.findall(text[:2000])) > 0.3 * min(len(text), 2000):
+        units = [c for c in text if not c.isspace()]
+    else:
+        units = _WORD.findall(text.lower())
+    if len(units) < ngram:
+        return {" ".join(units).encode()} if units else set()
+    return {" ".join(units[i : i + ngram]).encode() for i in range(len(units) - ngram + 1)}
+
+
+def _minhash(text: str, cfg: DecontaminationConfig) -> Any:
+    from datasketch import MinHash
+
+    grams = shingles(text, cfg.ngram)
+    if not grams:
+        return None
+    sketch = MinHash(num_perm=cfg.num_perm, seed=cfg.seed)
+    sketch.update_batch(list(grams))
+    return sketch
+
+
+def _truncate(text: str, max_bytes: int) -> str:
+    data = text.encode("utf-8")
+    return text if len(data) <= max_bytes else data[:max_bytes].decode("utf-8", errors="ignore")
+
+
+def _collect_eval(files: list[Path], cfg: EvalBuildConfig) -> dict[tuple[str, str], list[dict]]:
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    columns = ["id", "text", "split", "domain", "lang", "dup_keep"]
+    for table in _batches(files, columns, cfg.batch_rows):
+        rows = table.to_pylist()
+        for row in rows:
+            if row["split"] != "eval" or not row.get("text"):
+                continue
+            if not cfg.keep_duplicates and row.get("dup_keep") is False:
+                continue
+            key = (row.get("domain") or "unknown", row.get("lang") or "unknown")
+            groups[key].append(
+                {"id": row["id"], "text": _truncate(row["text"], cfg.max_bytes_per_doc)}
+            )
+    rng = np.random.default_rng(cfg.seed)
+    for key, docs in groups.items():
+        docs.sort(key=lambda d: d["id"])
+        if len(docs) > cfg.max_docs_per_set:
+            keep = sorted(rng.choice(len(docs), cfg.max_docs_per_set, replace=False))
+            groups[key] = [docs[i] for i in keep]
+    return groups
+
+
+def decontaminate(
+    eval_docs: list[dict], train_files: list[Path], cfg: DecontaminationConfig, batch_rows: int
+) -> list[dict[str, Any]]:
+    """Every training document whose MinHash is near an eval document's (LSH candidates, then the
+    estimated Jaccard similarity checked against the threshold)."""
+    from datasketch import MinHashLSH
+    from tqdm import tqdm
+
+    lsh = MinHashLSH(threshold=cfg.threshold, num_perm=cfg.num_perm)
+    sketches = {}
+    for doc in eval_docs:
+        sketch = _minhash(doc["text"], cfg)
+        if sketch is not None and doc["id"] not in sketches:
+            sketches[doc["id"]] = sketch
+            lsh.insert(doc["id"], sketch)
+    hits: list[dict[str, Any]] = []
+    columns = ["id", "text", "split", "domain", "lang"]
+    progress = tqdm(desc="decontaminate", unit="doc", leave=False)
+    for table in _batches(train_files, columns, batch_rows):
+        for row in table.to_pylist():
+            progress.update(1)
+            if row["split"] == "eval" or not row.get("text"):
+                continue
+            sketch = _minhash(row["text"], cfg)
+            if sketch is None:
+                continue
+            for eval_id in lsh.query(sketch):
+                similarity = float(sketch.jaccard(sketches[eval_id]))
+                if similarity >= cfg.threshold:
+                    hits.append(
+                        {
+                            "train_id": row["id"],
+                            "eval_id": eval_id,
+                            "jaccard": similarity,
+                            "domain": row.get("domain"),
+                            "lang": row.get("lang"),
+                        }
+                    )
+    progress.close()
+    return hits
+
+
+def set_name(domain: str, lang: str) -> str:
+    return f"{domain}__{lang}"
+
+
+def _write_sets(out: Path, groups: dict, cfg: EvalBuildConfig) -> tuple[list[dict], list[dict]]:
+    (out / "sets").mkdir(parents=True)
+    written, skipped = [], []
+    for (domain, lang), docs in sorted(groups.items()):
+        if len(docs) < cfg.min_docs_per_set:
+            skipped.append({"domain": domain, "lang": lang, "documents": len(docs)})
+            continue
+        nbytes = [len(d["text"].encode("utf-8")) for d in docs]
+        table = pa.table(
+            {
+                "id": [d["id"] for d in docs],
+                "text": [d["text"] for d in docs],
+                "domain": [domain] * len(docs),
+                "lang": [lang] * len(docs),
+                "num_bytes": nbytes,
+            },
+            schema=SET_SCHEMA,
+        )
+        name = set_name(domain, lang)
+        pq.write_table(table, out / "sets" / f"{name}.parquet", compression="zstd")
+        written.append(
+            {
+                "name": name,
+                "domain": domain,
+                "lang": lang,
+                "documents": len(docs),
+                "bytes": int(sum(nbytes)),
+            }
+        )
+    return written, skipped
+
+
+def _copy_tasks(out: Path, tasks: list[str]) -> list[dict]:
+    from evals.tasks import load_task
+
+    copied = []
+    for task_path in tasks:
+        task = load_task(task_path)
+        (out / "tasks").mkdir(exist_ok=True)
+        shutil.copyfile(task_path, out / "tasks" / Path(task_path).name)
+        copied.append({"name": task.name, "kind": task.kind, "examples": len(task.examples)})
+    return copied
+
+
+def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
+    """Build the `evalset` artifact at cfg.out; returns its manifest."""
+    out = Path(cfg.out)
+    if out.exists() and any(out.iterdir()):
+        if not (out / "manifest.json").is_file() or not (out / "sets").is_dir():
+            raise ConfigError(
+                f"out = {out} exists and is not an eval set artifact; choose an "
+                "empty or new directory"
+            )
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = _shard_files(cfg.shards)
+    groups = _collect_eval(files, cfg)
+    if not groups:
+        raise InputError(
+            f"shards = {cfg.shards} has no split == eval documents with text; "
+            "raise the pipeline's eval fraction or use a larger corpus"
+        )
+    written, skipped = _write_sets(out, groups, cfg)
+    train_files = files + [f for d in cfg.train_shards for f in _shard_files(d)]
+    kept = [doc for row in written for doc in groups[(row["domain"], row["lang"])]]
+    hits = (
+        decontaminate(kept, train_files, cfg.decontamination, cfg.batch_rows)
+        if cfg.decontamination.enabled
+        else []
+    )
+    hit_schema = pa.schema(
+        [
+            ("train_id", pa.string()),
+            ("eval_id", pa.string()),
+            ("jaccard", pa.float32()),
+            ("domain", pa.string()),
+            ("lang", pa.string()),
+        ]
+    )
+    pq.write_table(pa.Table.from_pylist(hits, schema=hit_schema), out / "contaminated.parquet")
+    tasks = _copy_tasks(out, cfg.tasks)
+    report = {
+        "sets": written,
+        "skipped_groups": skipped,
+        "tasks": tasks,
+        "contaminated_train_documents": len({h["train_id"] for h in hits}),
+        "contaminated_eval_documents": len({h["eval_id"] for h in hits}),
+        "decontamination": config_dict(cfg.decontamination),
+    }
+    atomic_write_json(out / "report.json", report)
+    inputs = [cfg.shards, *cfg.train_shards]
+    return write_manifest(
+        out,
+        "evalset",
+        config=config_dict(cfg),
+        inputs=inputs,
+        counts={
+            "sets": len(written),
+            "documents": sum(s["documents"] for s in written),
+            "bytes": sum(s["bytes"] for s in written),
+            "contaminated_train_documents": report["contaminated_train_documents"],
+        },
+        extra={"sets": written, "tasks": tasks},
+    )
+
+
+def contaminated_ids(evalset_dir: str | Path) -> set[str]:
+    """Training document ids a mixture must exclude to keep this eval set held out."""
+    require(evalset_dir, kind="evalset", deep=False)
+    table = pq.read_table(Path(evalset_dir) / "contaminated.parquet", columns=["train_id"])
+    return set(table.column("train_id").to_pylist())

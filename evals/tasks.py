@@ -1,0 +1,156 @@
+"""Task evals from local JSONL files, scored by log-likelihood (no downloads).
+
+One example per line; a file holds one kind of task, named after the file's stem:
+
+- multiple choice (BoolQ / PIQA / HellaSwag style):
+  `{"id": "q1", "context": "Water boils at", "choices": [" 100 C", " 10 C"], "answer": 0}`
+  Each choice is scored as the log-probability of its tokens after the context. `acc` picks the
+  highest total log-probability; `acc_norm` the highest per UTF-8 byte of the choice (length
+  normalised, as lm-evaluation-harness does).
+- cloze (LAMBADA style): `{"id": "c1", "context": "The cat sat on the", "continuation": " mat"}`
+  Reports the continuation's bits per byte and mean log-probability per token.
+
+Write choices and continuations with their leading space: context and continuation are encoded
+separately and concatenated, so the text is scored exactly as written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evals.bpb import LN2, Encoder, Scorer, as_encoder, score_sequences
+from pretrain.errors import InputError
+
+
+@dataclass
+class Task:
+    name: str
+    kind: str  # "multiple_choice" | "cloze"
+    examples: list[dict[str, Any]]
+
+
+def _check_example(example: Any, where: str) -> str:
+    if not isinstance(example, dict) or not isinstance(example.get("context"), str):
+        raise InputError(
+            f"{where}: each line must be a JSON object with a string 'context'; "
+            "see evals/tasks.py for the format"
+        )
+    if "choices" in example:
+        choices, answer = example["choices"], example.get("answer")
+        if not (
+            isinstance(choices, list)
+            and len(choices) >= 2
+            and all(isinstance(c, str) and c for c in choices)
+        ):
+            raise InputError(f"{where}: 'choices' must list at least two non-empty strings")
+        if not isinstance(answer, int) or not 0 <= answer < len(choices):
+            raise InputError(
+                f"{where}: 'answer' = {answer!r} must be the index of the correct "
+                f"choice (0..{len(choices) - 1})"
+            )
+        return "multiple_choice"
+    if isinstance(example.get("continuation"), str) and example["continuation"]:
+        return "cloze"
+    raise InputError(
+        f"{where}: an example needs 'choices' + 'answer' (multiple choice) or a "
+        "non-empty 'continuation' (cloze)"
+    )
+
+
+def load_task(path: str | Path) -> Task:
+    """Read and validate one task file (one kind per file)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(
+            f"task file {path} does not exist; pass a JSONL file (format in "
+            "evals/tasks.py, example in tests/data/evals/)"
+        )
+    examples, kinds = [], set()
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            example = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+        kinds.add(_check_example(example, f"{path}:{number}"))
+        examples.append(example)
+    if not examples:
+        raise InputError(f"task file {path} has no examples")
+    if len(kinds) > 1:
+        raise InputError(f"{path} mixes multiple-choice and cloze examples; use one file per kind")
+    return Task(name=path.stem, kind=kinds.pop(), examples=examples)
+
+
+def _continuation_logprobs(
+    model: Scorer,
+    encoder: Encoder,
+    pairs: Sequence[tuple[str, str]],
+    seq_length: int,
+    batch_size: int,
+) -> list[np.ndarray]:
+    contexts = encoder.encode_batch([c for c, _ in pairs])
+    conts = encoder.encode_batch([x for _, x in pairs])
+    sequences, lengths = [], []
+    for ctx, cont in zip(contexts, conts):
+        # Left-truncate the context so context + continuation fits one window.
+        ids = ([encoder.eod_id, *ctx] + cont)[-(seq_length + 1) :]
+        sequences.append(ids)
+        lengths.append(min(len(cont), len(ids) - 1))
+    scored = score_sequences(model, sequences, seq_length, batch_size, pad_id=encoder.eod_id)
+    return [lp[len(lp) - n :] if n else lp[:0] for lp, n in zip(scored, lengths)]
+
+
+def score_task(
+    model: Scorer, task: Task, encoder: Any, seq_length: int = 512, batch_size: int = 8
+) -> dict[str, float]:
+    """`acc` / `acc_norm` (multiple choice) or `bpb` / `mean_logprob` (cloze), plus `n`."""
+    encoder = as_encoder(encoder)
+    if task.kind == "multiple_choice":
+        pairs = [(ex["context"], choice) for ex in task.examples for choice in ex["choices"]]
+    else:
+        pairs = [(ex["context"], ex["continuation"]) for ex in task.examples]
+    logps = _continuation_logprobs(model, encoder, pairs, seq_length, batch_size)
+    if task.kind == "cloze":
+        nll = -sum(float(lp.sum(dtype=np.float64)) for lp in logps)
+        tokens = sum(len(lp) for lp in logps)
+        num_bytes = sum(len(x.encode("utf-8")) for _, x in pairs)
+        return {
+            "bpb": nll / LN2 / num_bytes,
+            "mean_logprob": -nll / max(tokens, 1),
+            "n": len(task.examples),
+        }
+    correct = correct_norm = 0
+    cursor = 0
+    for example in task.examples:
+        count = len(example["choices"])
+        totals = [float(lp.sum(dtype=np.float64)) for lp in logps[cursor : cursor + count]]
+        per_byte = [t / max(len(c.encode("utf-8")), 1) for t, c in zip(totals, example["choices"])]
+        cursor += count
+        correct += int(int(np.argmax(totals)) == example["answer"])
+        correct_norm += int(int(np.argmax(per_byte)) == example["answer"])
+    n = len(task.examples)
+    return {"acc": correct / n, "acc_norm": correct_norm / n, "n": n}
+
+
+def evaluate_tasks(
+    model: Scorer,
+    task_paths: Sequence[str | Path],
+    encoder: Any,
+    seq_length: int = 512,
+    batch_size: int = 8,
+) -> dict[str, float]:
+    """Flat metrics `task/<name>/<metric>` for every task file."""
+    metrics: dict[str, float] = {}
+    for path in task_paths:
+        task = load_task(path)
+        for key, value in score_task(model, task, encoder, seq_length, batch_size).items():
+            metrics[f"task/{task.name}/{key}"] = value if math.isfinite(value) else None
+    return metrics

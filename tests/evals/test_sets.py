@@ -1,0 +1,127 @@
+"""`pretrain eval build`: eval sets per domain/language from the eval split, decontaminated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from evals.bpb import load_eval_sets
+from evals.sets import contaminated_ids
+from pretrain.cli import main
+from pretrain.manifest import verify, write_manifest
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "evals"
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "nu",
+    "xi",
+    "omicron",
+    "pi",
+    "rho",
+    "sigma",
+    "tau",
+    "upsilon",
+    "phi",
+    "chi",
+    "psi",
+    "omega",
+]
+
+
+def _doc(seed: int, length: int = 80) -> str:
+    return " ".join(
+        WORDS[(seed * 7 + i * (seed % 5 + 1)) % len(WORDS)] + str((seed + i) % 13)
+        for i in range(length)
+    )
+
+
+def make_shards(root: Path) -> tuple[Path, str]:
+    """Eval docs in web/en (3), code/en (2), web/zh (1), a dup_keep=false eval doc, training docs,
+    and one training doc that is the first eval doc with two words changed (a near copy)."""
+    rows = []
+    for i in range(3):
+        rows.append((f"web-e{i}", _doc(i), "eval", "web", "en", True))
+    rows += [
+        ("code-e0", _doc(10), "eval", "code", "en", True),
+        ("code-e1", _doc(11), "eval", "code", "en", True),
+        ("web-zh-e0", "中文文本" * 30, "eval", "web", "zh", True),
+        ("web-dupe", _doc(12), "eval", "web", "en", False),
+    ]
+    rows += [(f"train-{i}", _doc(100 + i), "train", "web", "en", True) for i in range(30)]
+    near = _doc(0).split()
+    near[5], near[40] = "changed", "words"
+    rows.append(("train-copy", " ".join(near), "train", "web", "en", True))
+    columns = list(zip(*rows))
+    table = pa.table(
+        {
+            "id": columns[0],
+            "text": columns[1],
+            "split": columns[2],
+            "domain": columns[3],
+            "lang": columns[4],
+            "dup_keep": columns[5],
+        }
+    )
+    (root / "shards").mkdir(parents=True)
+    pq.write_table(table.slice(0, 20), root / "shards" / "a-00000.parquet")
+    pq.write_table(table.slice(20), root / "shards" / "a-00001.parquet")
+    write_manifest(root, "shards")
+    return root, "train-copy"
+
+
+@pytest.mark.timeout(120)
+def test_eval_build_cli_writes_decontaminated_sets(tmp_path, capsys):
+    shards, copy_id = make_shards(tmp_path / "shards")
+    config = {
+        "shards": str(shards),
+        "out": str(tmp_path / "evalsets"),
+        "min_docs_per_set": 2,
+        "tasks": [str(DATA / "tiny_mc.jsonl")],
+    }
+    (tmp_path / "eval.yaml").write_text(yaml.safe_dump(config))
+    assert main(["eval", "build", str(tmp_path / "eval.yaml")]) == 0
+    out = tmp_path / "evalsets"
+    manifest = verify(out)
+    assert manifest["kind"] == "evalset"
+    sets = {s["name"]: s["documents"] for s in manifest["sets"]}
+    assert sets == {"web__en": 3, "code__en": 2}  # web/zh has 1 < min_docs; dup dropped
+    report = json.loads((out / "report.json").read_text())
+    assert report["skipped_groups"] == [{"domain": "web", "lang": "zh", "documents": 1}]
+    assert contaminated_ids(out) == {copy_id}
+    hits = pq.read_table(out / "contaminated.parquet").to_pylist()
+    assert hits[0]["eval_id"] == "web-e0" and hits[0]["jaccard"] > 0.7
+    loaded = load_eval_sets(out)
+    assert {s.name for s in loaded} == {"web__en", "code__en"}
+    assert (out / "tasks" / "tiny_mc.jsonl").is_file()
+    assert "contaminated" in capsys.readouterr().out
+
+
+def test_eval_build_refuses_shards_without_eval_documents(tmp_path, capsys):
+    root = tmp_path / "shards"
+    (root / "shards").mkdir(parents=True)
+    pq.write_table(
+        pa.table({"id": ["a"], "text": ["x y"], "split": ["train"]}),
+        root / "shards" / "a-00000.parquet",
+    )
+    write_manifest(root, "shards")
+    (tmp_path / "eval.yaml").write_text(
+        yaml.safe_dump({"shards": str(root), "out": str(tmp_path / "o")})
+    )
+    assert main(["eval", "build", str(tmp_path / "eval.yaml")]) == 2
+    assert "no split == eval documents" in capsys.readouterr().err
