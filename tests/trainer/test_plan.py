@@ -1,0 +1,165 @@
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pretrain.cli import main
+from pretrain.errors import ConfigError
+from trainer.config import ModelConfig, TrainConfig
+from trainer.plan import build_plan, narayanan_eq2, parameter_breakdown, zero_model_state_gb
+
+# Narayanan et al. 2021, Table 1: (parameters in billions, heads, hidden, layers); V=51200, s=2048.
+TABLE_1 = [
+    (1.7, 24, 2304, 24),
+    (3.6, 32, 3072, 30),
+    (7.5, 32, 4096, 36),
+    (18.4, 48, 6144, 40),
+    (39.1, 64, 8192, 48),
+    (76.1, 80, 10240, 60),
+    (145.6, 96, 12288, 80),
+    (310.1, 128, 16384, 96),
+    (529.6, 128, 20480, 105),
+    (1008.0, 160, 25600, 128),
+]
+
+
+@pytest.mark.parametrize(("billions", "heads", "hidden", "layers"), TABLE_1)
+def test_eq2_reproduces_narayanan_table_1(billions, heads, hidden, layers):
+    assert round(narayanan_eq2(layers, hidden, 51200, 2048) / 1e9, 1) == billions
+
+
+def test_exact_count_of_the_table_1_shape_matches_eq2_for_gpt_architecture():
+    # GPT as in the paper: LayerNorm, GELU 4h MLP, biases, learned positions, tied embeddings.
+    model = ModelConfig(
+        num_layers=24,
+        hidden_size=2304,
+        num_attention_heads=24,
+        swiglu=False,
+        normalization="LayerNorm",
+        add_bias_linear=True,
+        seq_length=2048,
+        position_embedding="learned_absolute",
+        make_vocab_size_divisible_by=1,
+    )
+    exact = parameter_breakdown(model, 51200)["total"]
+    # Eq. 2 counts 13h per layer (4 biases, 2 LayerNorms) but leaves out the final LayerNorm (2h).
+    assert exact == narayanan_eq2(24, 2304, 51200, 2048) + 2 * 2304
+
+
+def test_zero_paper_example_7_5b_on_64_gpus():
+    gb = zero_model_state_gb(7.5e9, 64)
+    assert gb["baseline"] == pytest.approx(120.0)
+    assert round(gb["stage1_os"], 1) == 31.4
+    assert round(gb["stage2_os_g"], 1) == 16.6
+    assert round(gb["stage3_os_g_p"], 1) == 1.9
+    assert gb["baseline"] / 7.5 == 16  # 16 bytes per parameter
+
+
+SHAPES = {
+    "tied_gqa_swiglu": dict(
+        num_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_query_groups=2,
+        swiglu=True,
+        vocab_size=1000,
+    ),
+    "untied_mha_gelu": dict(
+        num_layers=3,
+        hidden_size=48,
+        num_attention_heads=4,
+        swiglu=False,
+        untie_embeddings=True,
+        normalization="LayerNorm",
+        vocab_size=777,
+    ),
+    "untied_gqa_swiglu_bias": dict(
+        num_layers=2,
+        hidden_size=64,
+        num_attention_heads=8,
+        num_query_groups=4,
+        swiglu=True,
+        untie_embeddings=True,
+        add_bias_linear=True,
+        vocab_size=500,
+        ffn_hidden_size=96,
+    ),
+}
+
+_COUNT_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import torch
+    from trainer.config import TrainConfig
+    from trainer.model import build_model_chunks, init_distributed
+    torch.set_num_threads(1)
+    shapes = json.loads(sys.argv[1])
+    init_distributed(TrainConfig())
+    out = {}
+    for name, model in shapes.items():
+        config = TrainConfig.model_validate({"model": model})
+        chunks = build_model_chunks(config, model["vocab_size"])
+        out[name] = sum(p.numel() for c in chunks for p in c.parameters())
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.timeout(240)
+def test_exact_count_equals_real_megatron_gptmodel():
+    result = subprocess.run(
+        [sys.executable, "-c", _COUNT_SCRIPT, json.dumps(SHAPES)],
+        capture_output=True,
+        text=True,
+        timeout=220,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    real = json.loads(result.stdout.strip().splitlines()[-1])
+    for name, shape in SHAPES.items():
+        model = ModelConfig(**shape)
+        assert parameter_breakdown(model, shape["vocab_size"])["total"] == real[name], name
+
+
+def test_layout_errors_are_one_line_and_name_every_problem():
+    config = TrainConfig.model_validate(
+        {
+            "model": {
+                "num_layers": 5,
+                "hidden_size": 96,
+                "num_attention_heads": 6,
+                "vocab_size": 100,
+            },
+            "parallel": {"tensor": 4, "pipeline": 2, "gpus_per_node": 2, "nodes": 4},
+            "batch": {"global_batch_size": 10, "micro_batch_size": 3},
+        }
+    )
+    with pytest.raises(ConfigError) as err:
+        build_plan(config)
+    msg = str(err.value)
+    assert "\n" not in msg
+    for fragment in (
+        "num_attention_heads=6 is not divisible by parallel.tensor=4",
+        "num_layers=5 is not divisible",
+        "exceeds parallel.gpus_per_node=2",
+        "global_batch_size=10",
+    ):
+        assert fragment in msg
+
+
+def test_plan_cli_json_for_the_full_configs(capsys, repo_root):
+    assert main(["plan", str(repo_root / "configs/train_full.yaml"), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert 0.9e9 < plan["parameters"]["total"] < 1.5e9
+    assert plan["layout"]["grad_accumulation"] * plan["layout"]["data"] * 4 == 512
+    assert 15 <= plan["data"]["tokens_per_parameter"] <= 30
+    assert plan["compute"]["gpu_days"] > 0 and plan["warnings"] == []
+    assert main(["plan", str(repo_root / "configs/train_7b.yaml")]) == 0
+    assert "B exact" in capsys.readouterr().out
+
+
+def test_tokens_per_parameter_warning(repo_root):
+    config = TrainConfig.model_validate(
+        {"model": {"vocab_size": 1000}, "data": {"train_tokens": 10_000}}
+    )
+    plan = build_plan(config)
+    assert any("tokens per parameter" in w for w in plan["warnings"])
