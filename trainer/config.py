@@ -24,6 +24,8 @@ class RunConfig(StrictModel):
     train_steps: int | None = Field(None, ge=1)
     """Optimizer steps; None derives them from data.train_tokens / (global batch * seq_length)."""
     log_every: int = Field(1, ge=1)
+    crash_at_step: int | None = Field(None, ge=1)
+    """Testing aid: exit abruptly (no cleanup) right after this step, as a killed job would."""
 
 
 class ModelConfig(StrictModel):

@@ -1,0 +1,180 @@
+"""Full-state checkpoints: megatron dist_checkpointing for model + optimizer, plus our state.
+
+Layout: `RUN/checkpoints/iter_<step:07d>/` holding the dist_checkpointing files, `rng/rank_*.pt`
+(every rank's RNG states), `state.json` (step, data position, tokens seen, sequences per component,
+schedule, guard history, config and lock hashes) and a `manifest.json` hashing every file. A save
+goes to `iter_<step>.tmp` and is renamed only when complete, so a crash never leaves a directory that
+looks finished; resume takes the newest checkpoint whose manifest verifies and skips a corrupt one
+with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pretrain.errors import ArtifactError, PretrainError
+from pretrain.manifest import atomic_write_json, verify, write_manifest
+from trainer.cpu_compat import device_context
+
+_ITER = re.compile(r"^iter_(\d{7})$")
+
+
+def checkpoint_dir(run_dir: Path, step: int) -> Path:
+    return run_dir / "checkpoints" / f"iter_{step:07d}"
+
+
+def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """Finished checkpoints (renamed from .tmp), oldest first."""
+    root = run_dir / "checkpoints"
+    found = []
+    for path in root.iterdir() if root.is_dir() else ():
+        match = _ITER.match(path.name)
+        if match and path.is_dir():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def newest_valid(run_dir: Path) -> Path | None:
+    """The newest checkpoint whose files match its manifest; corrupt ones are skipped, warned."""
+    for step, path in reversed(list_checkpoints(run_dir)):
+        try:
+            verify(path, deep=True)
+            json.loads((path / "state.json").read_text())
+            return path
+        except (ArtifactError, OSError, ValueError) as exc:
+            warnings.warn(
+                f"checkpoint {path.name} (step {step}) is corrupt, skipped: {exc}", stacklevel=2
+            )
+    return None
+
+
+def _model_sharded_state(model: list[Any]) -> dict[str, Any]:
+    if len(model) == 1:
+        return {"model": model[0].sharded_state_dict()}
+    return {f"model{i}": chunk.sharded_state_dict() for i, chunk in enumerate(model)}
+
+
+def _sharded_state(model: list[Any], optimizer: Any, is_loading: bool) -> dict[str, Any]:
+    state = _model_sharded_state(model)
+    merged = {k: v for chunk_state in state.values() for k, v in chunk_state.items()}
+    state["optimizer"] = optimizer.sharded_state_dict(
+        merged, is_loading=is_loading, metadata={"distrib_optim_sharding_type": "dp_reshardable"}
+    )
+    return state
+
+
+def rng_state() -> dict[str, Any]:
+    """This rank's RNG states: python, numpy, torch, CUDA and megatron's tracker."""
+    from megatron.core.tensor_parallel import get_cuda_rng_tracker
+
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "tracker": get_cuda_rng_tracker().get_states(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    from megatron.core.tensor_parallel import get_cuda_rng_tracker
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    get_cuda_rng_tracker().set_states(state["tracker"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def _require_psutil() -> None:
+    try:
+        import psutil  # noqa: F401
+    except ModuleNotFoundError:  # without it dist_checkpointing's writer dies and save hangs
+        raise PretrainError(
+            "psutil is not installed, and megatron dist_checkpointing hangs "
+            "saving without it; pip install psutil"
+        ) from None
+
+
+def save(
+    run_dir: Path,
+    step: int,
+    model: list[Any],
+    optimizer: Any,
+    state: dict[str, Any],
+    keep_last: int,
+    keep_every: int | None,
+) -> Path:
+    """Save on every rank (collective); rank 0 writes state.json and the manifest, then renames."""
+    from megatron.core import dist_checkpointing
+
+    _require_psutil()
+    rank = torch.distributed.get_rank()
+    final = checkpoint_dir(run_dir, step)
+    tmp = final.with_name(final.name + ".tmp")
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    torch.distributed.barrier()
+    with device_context():
+        dist_checkpointing.save(_sharded_state(model, optimizer, False), str(tmp))
+    (tmp / "rng").mkdir(exist_ok=True)
+    torch.save(rng_state(), tmp / "rng" / f"rank_{rank:05d}.pt")
+    torch.distributed.barrier()
+    if rank == 0:
+        atomic_write_json(tmp / "state.json", state)
+        write_manifest(tmp, "checkpoint", config={"step": step}, counts={"step": step})
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        prune(run_dir, keep_last, keep_every)
+    torch.distributed.barrier()
+    return final
+
+
+def prune(run_dir: Path, keep_last: int, keep_every: int | None) -> list[Path]:
+    """Delete checkpoints that are neither among the last `keep_last` nor a multiple of K."""
+    found = list_checkpoints(run_dir)
+    keep = {step for step, _ in found[-keep_last:]}
+    removed = []
+    for step, path in found:
+        if step not in keep and not (keep_every and step % keep_every == 0):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def load(path: Path, model: list[Any], optimizer: Any | None) -> dict[str, Any]:
+    """Load model (+ optimizer) shards and this rank's RNG; returns state.json."""
+    from megatron.core import dist_checkpointing
+
+    if optimizer is not None:
+        sharded = _sharded_state(model, optimizer, True)
+    else:
+        sharded = _model_sharded_state(model)
+    with device_context():
+        loaded = dist_checkpointing.load(sharded, str(path))
+    if len(model) == 1:
+        model[0].load_state_dict(loaded["model"])
+    else:
+        for i, chunk in enumerate(model):
+            chunk.load_state_dict(loaded[f"model{i}"])
+    if optimizer is not None:
+        with device_context():
+            optimizer.load_state_dict(loaded["optimizer"])
+    rank = torch.distributed.get_rank()
+    rng_file = path / "rng" / f"rank_{rank:05d}.pt"
+    if optimizer is not None and rng_file.is_file():
+        set_rng_state(torch.load(rng_file, weights_only=False))
+    return json.loads((path / "state.json").read_text())

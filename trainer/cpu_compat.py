@@ -1,0 +1,129 @@
+"""Run megatron-core 0.16.1 on a machine without CUDA (gloo, fp32 or bf16).
+
+Several megatron-core code paths assume CUDA: literal `device="cuda"`, `torch.cuda.current_device()`,
+`torch.cuda.synchronize()`, `.cuda()`, CUDA RNG state for the model-parallel RNG tracker, and
+`tensor.type()` checks for `torch.cuda.*Tensor` names (optimizers). On CPU we redirect all of them:
+
+- `CpuDeviceMode`, a TorchFunctionMode active while the trainer calls into megatron, rewrites any
+  CUDA device argument to CPU, makes `Tensor.cuda()` the identity and reports CPU tensors'
+  `.type()` as the matching `torch.cuda.*` name (measured overhead about 2%).
+- `torch.cuda.current_device/synchronize/empty_cache` become CPU no-ops.
+- The RNG tracker keeps CPU generator states (`CpuRNGStatesTracker`).
+- The causal mask is built on CPU once per sequence length.
+
+On a CUDA machine nothing is patched. See ../shared/notes/megatron-core-on-cpu.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_PATCHED = False
+
+
+def _is_cuda_device(device: Any) -> bool:
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    return isinstance(device, int) and not isinstance(device, bool)
+
+
+class CpuDeviceMode(TorchFunctionMode):
+    """Rewrite CUDA device arguments to CPU for every torch call made under this mode."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if func is torch.Tensor.type and len(args) == 1 and not kwargs:
+            name = func(*args)
+            return name.replace("torch.", "torch.cuda.", 1) if "cuda" not in name else name
+        device = kwargs.get("device")
+        if device is not None and _is_cuda_device(device):
+            kwargs = {**kwargs, "device": "cpu"}
+        if func is torch.Tensor.to and len(args) > 1 and _is_cuda_device(args[1]):
+            args = (args[0], "cpu", *args[2:])
+        return func(*args, **kwargs)
+
+
+class CpuRNGStatesTracker:
+    """Megatron's model-parallel RNG tracker, keeping CPU generator states instead of CUDA ones."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.reset()
+
+    def is_initialized(self) -> bool:
+        return self._is_initialized
+
+    def reset(self) -> None:
+        self._is_initialized = False
+        self.states_: dict[str, torch.Tensor] = {}
+        self.seeds_: set[int] = set()
+
+    def get_states(self) -> dict[str, torch.Tensor]:
+        return dict(self.states_)
+
+    def set_states(self, states: dict[str, torch.Tensor]) -> None:
+        self._is_initialized = True
+        self.states_ = dict(states)
+
+    def add(self, name: str, seed: int) -> None:
+        self._is_initialized = True
+        if seed in self.seeds_:
+            raise RuntimeError(f"seed {seed} already exists")
+        self.seeds_.add(seed)
+        generator = torch.Generator()
+        generator.manual_seed(seed)
+        self.states_[name] = generator.get_state()
+
+    @contextlib.contextmanager
+    def fork(self, name: str = "model-parallel-rng") -> Iterator[None]:
+        if name not in self.states_:
+            raise RuntimeError(f"rng state {name} is not added")
+        original = torch.get_rng_state()
+        torch.set_rng_state(self.states_[name])
+        try:
+            yield
+        finally:
+            self.states_[name] = torch.get_rng_state()
+            torch.set_rng_state(original)
+
+
+@functools.lru_cache(maxsize=16)
+def _causal_mask(sq: int) -> torch.Tensor:
+    return torch.triu(torch.ones(sq, sq, dtype=torch.bool), diagonal=1)
+
+
+def apply_cpu_patches() -> None:
+    """Redirect megatron-core's CUDA-only paths to CPU (idempotent; no-op when CUDA exists)."""
+    global _PATCHED
+    if _PATCHED or torch.cuda.is_available():
+        return
+    from megatron.core.fusions import fused_softmax
+    from megatron.core.tensor_parallel import random as mp_random
+    from megatron.core.transformer import utils as transformer_utils
+
+    torch.cuda.current_device = lambda: 0  # rewritten to CPU by CpuDeviceMode
+    torch.cuda.synchronize = lambda *args, **kwargs: None
+    torch.cuda.empty_cache = lambda: None
+    transformer_utils.get_default_causal_mask = _causal_mask
+    fused_softmax.get_default_causal_mask = _causal_mask
+    mp_random._CUDA_RNG_STATE_TRACKER = CpuRNGStatesTracker()
+    mp_random._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
+    mp_random.CudaRNGStatesTracker = CpuRNGStatesTracker
+    _PATCHED = True
+
+
+def device_context() -> contextlib.AbstractContextManager:
+    """The context to call megatron-core in: `CpuDeviceMode` on CPU, nothing on GPU."""
+    if torch.cuda.is_available():
+        return contextlib.nullcontext()
+    apply_cpu_patches()
+    return CpuDeviceMode()

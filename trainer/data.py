@@ -1,0 +1,249 @@
+"""Where training sequences come from, behind one small interface.
+
+`TrainData` yields, for a global batch number, the token sequences of that batch (each
+`seq_length + 1` tokens) and their mixture component. Two sources implement it:
+
+- `MixtureData`: the mixture artifact's `mixtures.dataset.MixtureDataset`, one per phase (sample i
+  of a phase is consumed at step i // global_batch of that phase, CONTRACTS.md).
+- `SyntheticData`: a learnable synthetic corpus written as Megatron .bin/.idx with
+  `IndexedDatasetBuilder`, for tests, smoke runs and benchmarks.
+
+Batches are numbered globally across phases; the trainer's data state is the number of batches
+consumed plus the batches the loss-spike guard skipped.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from pretrain.errors import ArtifactError, ConfigError, LockMismatch
+from trainer.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    seq_length: int
+    num_batches: int
+
+
+class PhaseDataset(Protocol):
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+
+class TrainData:
+    """Global batches over one dataset per phase (shared by both sources)."""
+
+    def __init__(
+        self,
+        datasets: list[PhaseDataset],
+        phases: list[Phase],
+        global_batch: int,
+        component_names: list[str],
+        identity: dict[str, str | None],
+        vocab_size: int,
+    ) -> None:
+        self.datasets, self.phases, self.global_batch = datasets, phases, global_batch
+        self.component_names = component_names
+        self.identity = identity
+        self.vocab_size = vocab_size
+        self._starts = np.cumsum([0] + [p.num_batches for p in phases]).tolist()
+
+    @property
+    def num_batches(self) -> int:
+        return self._starts[-1]
+
+    def locate(self, batch: int) -> tuple[int, int]:
+        """(phase index, batch number within that phase) of global batch `batch`."""
+        if not 0 <= batch < self.num_batches:
+            raise IndexError(f"batch {batch} outside [0, {self.num_batches})")
+        phase = bisect.bisect_right(self._starts, batch) - 1
+        return phase, batch - self._starts[phase]
+
+    def sample_ids(self, batch: int) -> tuple[int, int, int]:
+        """(phase, first sample index, end sample index) of a global batch, for logs."""
+        phase, local = self.locate(batch)
+        return phase, local * self.global_batch, (local + 1) * self.global_batch
+
+    def seq_length(self, batch: int) -> int:
+        return self.phases[self.locate(batch)[0]].seq_length
+
+    def rank_batch(self, batch: int, dp_rank: int, dp_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """This data-parallel rank's share of a global batch: tokens [n, S+1], components [n]."""
+        phase, local = self.locate(batch)
+        per_rank = self.global_batch // dp_size
+        start = local * self.global_batch + dp_rank * per_rank
+        dataset = self.datasets[phase]
+        items = [dataset[i] for i in range(start, start + per_rank)]
+        tokens = np.stack([np.asarray(item["tokens"], dtype=np.int64) for item in items])
+        components = np.asarray([int(item["component"]) for item in items], dtype=np.int64)
+        return tokens, components
+
+
+class _WindowDataset:
+    """Fixed windows of `seq_length + 1` tokens over a token stream, in a seeded order."""
+
+    def __init__(self, stream: np.ndarray, seq_length: int, num_samples: int, seed: int) -> None:
+        windows = (len(stream) - 1) // seq_length
+        if windows < 1:
+            raise ConfigError(
+                f"synthetic data: {len(stream)} tokens cannot fill one sequence of "
+                f"{seq_length}; raise data.synthetic_documents"
+            )
+        self.stream, self.seq_length, self.num_samples = stream, seq_length, num_samples
+        self.order = np.random.default_rng(seed).permutation(windows)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        window = int(self.order[index % len(self.order)])
+        start = window * self.seq_length
+        return {"tokens": self.stream[start : start + self.seq_length + 1], "component": 0}
+
+
+def write_synthetic_corpus(prefix: Path, documents: int, vocab: int, seed: int) -> None:
+    """Learnable documents (arithmetic progressions mod vocab, EOD = 0) as Megatron .bin/.idx."""
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    rng = np.random.default_rng(seed)
+    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=np.uint16 if vocab < 65536 else np.int32)
+    for _ in range(documents):
+        length = int(rng.integers(64, 512))
+        start, stride = int(rng.integers(1, vocab)), int(rng.integers(1, 8))
+        doc = 1 + (start + stride * np.arange(length)) % (vocab - 1)
+        import torch
+
+        builder.add_document(torch.from_numpy(np.append(doc, 0).astype(np.int64)), [length + 1])
+    builder.finalize(f"{prefix}.idx")
+
+
+def synthetic_data(config: TrainConfig, directory: Path, total_batches: int) -> TrainData:
+    """Open (the caller writes it first on rank 0) the synthetic corpus as a TrainData."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    prefix = directory / "synthetic"
+    if not Path(f"{prefix}.idx").is_file():
+        raise ArtifactError(f"{prefix}.idx is missing; the synthetic corpus was not written")
+    indexed = IndexedDataset(str(prefix))
+    stream = np.concatenate([indexed[i] for i in range(len(indexed))]).astype(np.int64)
+    fractions = [phase.fraction for phase in config.data.phases]
+    counts = [max(1, round(total_batches * f / sum(fractions))) for f in fractions]
+    counts[-1] = max(1, total_batches - sum(counts[:-1]))
+    phases, datasets = [], []
+    for index, (spec, count) in enumerate(zip(config.data.phases, counts, strict=True)):
+        phases.append(Phase(spec.name, spec.seq_length, count))
+        datasets.append(
+            _WindowDataset(
+                stream,
+                spec.seq_length,
+                count * config.batch.global_batch_size,
+                config.run.seed + index,
+            )
+        )
+    identity = {"build_sha256": None, "recipe_sha256": None, "tokenizer_sha256": None}
+    return TrainData(
+        datasets,
+        phases,
+        config.batch.global_batch_size,
+        ["synthetic"],
+        identity,
+        config.data.synthetic_vocab,
+    )
+
+
+def mixture_data(config: TrainConfig) -> TrainData:
+    """The mixture artifact's phases as a TrainData, with its identity hashes."""
+    try:
+        from mixtures.dataset import MixtureDataset
+    except ModuleNotFoundError as exc:
+        raise ArtifactError(
+            "mixtures.dataset is not available in this checkout; use "
+            "data.source=synthetic until the mixture package lands"
+        ) from exc
+    if not config.data.mixture_dir:
+        raise ConfigError(
+            "data.mixture_dir is not set; point it at a `pretrain mixture build` "
+            "output or set data.source=synthetic"
+        )
+    first = MixtureDataset(config.data.mixture_dir, phase=0, encoded_dir=config.data.encoded_dir)
+    if first.global_batch != config.batch.global_batch_size:
+        raise ConfigError(
+            f"batch.global_batch_size = {config.batch.global_batch_size} but the "
+            f"mixture was built for a global batch of {first.global_batch}; set "
+            f"batch.global_batch_size={first.global_batch} or rebuild the mixture"
+        )
+    from pretrain.manifest import load_manifest
+
+    manifest = load_manifest(config.data.mixture_dir)
+    datasets, phases = [first], []
+    for index, spec in enumerate(manifest.get("phases") or [{"name": "main"}]):
+        dataset = (
+            first
+            if index == 0
+            else MixtureDataset(
+                config.data.mixture_dir, phase=index, encoded_dir=config.data.encoded_dir
+            )
+        )
+        if index:
+            datasets.append(dataset)
+        if dataset.seq_length > config.model.seq_length:
+            raise ConfigError(
+                f"model.seq_length = {config.model.seq_length} is shorter than "
+                f"mixture phase {index}'s {dataset.seq_length}; raise it"
+            )
+        num_batches = len(dataset) // first.global_batch
+        if num_batches < 1:  # a phase with no sequences would never advance
+            raise ArtifactError(
+                f"mixture phase {index} of {config.data.mixture_dir} holds "
+                f"{len(dataset)} sequences, less than one global batch; rebuild"
+            )
+        phases.append(Phase(str(spec.get("name", index)), dataset.seq_length, num_batches))
+    identity = {
+        "build_sha256": first.build_sha256,
+        "recipe_sha256": first.recipe_sha256,
+        "tokenizer_sha256": first.tokenizer_sha256,
+    }
+    vocab = _tokenizer_vocab(manifest)
+    return TrainData(
+        datasets, phases, first.global_batch, list(first.component_names), identity, vocab
+    )
+
+
+def _tokenizer_vocab(manifest: dict[str, Any]) -> int:
+    tokenizer = manifest.get("tokenizer") or {}
+    return int(tokenizer.get("vocab_size") or 0)
+
+
+def check_identity(config: TrainConfig, data: TrainData, recorded: dict[str, Any] | None) -> None:
+    """Refuse when the tokenizer or mixture build differs from the pinned or checkpointed one."""
+    identity = data.identity
+    if config.data.tokenizer_dir:
+        from tokenizer.lock import check_match, load_locked
+
+        locked = load_locked(config.data.tokenizer_dir)
+        check_match(
+            identity.get("tokenizer_sha256"), locked.sha256, f"mixture {config.data.mixture_dir}"
+        )
+    pinned = config.data.expect_build_sha256
+    if pinned and pinned != identity.get("build_sha256"):
+        raise LockMismatch(
+            f"data.expect_build_sha256 = {pinned[:12]}... but mixture "
+            f"{config.data.mixture_dir} has build {str(identity['build_sha256'])[:12]}"
+            "...; pin the new build hash or point at the mixture you meant"
+        )
+    for key in ("tokenizer_sha256", "build_sha256") if recorded else ():
+        if recorded.get(key) != identity.get(key):
+            what = "tokenizer" if key.startswith("tokenizer") else "mixture build"
+            raise LockMismatch(
+                f"resume refused: the checkpoint was trained on {what} "
+                f"{str(recorded.get(key))[:12]}..., the data now has "
+                f"{str(identity.get(key))[:12]}...; restore the original data or "
+                "start a new run directory"
+            )

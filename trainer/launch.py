@@ -1,0 +1,153 @@
+"""`pretrain launch CONFIG`: the gate, the run directory, then torchrun.
+
+Single node by default (`torchrun --standalone`); multi-node through rendezvous flags
+(`--nnodes 2 --rdzv-endpoint HOST:PORT --rdzv-id ID`, run once per node). Every rank runs
+`python -m trainer.worker RUN/launch/config.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pretrain.config import config_dict, config_sha256, dump_resolved, load_config
+from pretrain.errors import ConfigError, GateRefused, PretrainError
+from pretrain.manifest import atomic_write_json
+from trainer.config import TrainConfig
+
+
+def gate_decision(config: TrainConfig, override_reason: str | None) -> dict[str, Any]:
+    """What the run manifest records under `gate`; raises GateRefused for an uncleared full run."""
+    if config.run.kind != "full":
+        return {"status": "not required", "kind": config.run.kind}
+    try:
+        from evals.gate import check_gate
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("evals", "evals.gate"):
+            raise
+        check_gate = None
+    try:
+        if check_gate is None:
+            raise GateRefused(
+                "run.kind = full needs an ablation report checked by evals.gate, "
+                "which is not installed here; pass --override-gate REASON"
+            )
+        return check_gate(config_dict(config), config.gate.report_dir)
+    except GateRefused as exc:
+        if not override_reason:
+            raise
+        return {"status": "overridden", "override_reason": override_reason, "refusal": str(exc)}
+
+
+def default_threads(nproc: int) -> int:
+    """Torch threads per rank on CPU: the cores shared out, at least one."""
+    return max(1, (os.cpu_count() or 1) // max(1, nproc))
+
+
+def torchrun_command(
+    args: argparse.Namespace, nproc: int, nnodes: str, config_json: Path
+) -> list[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        f"--nnodes={nnodes}",
+        "--max-restarts=0",
+    ]
+    if nnodes == "1" and not args.rdzv_endpoint:
+        command.append("--standalone")
+    else:
+        if not args.rdzv_endpoint:
+            raise ConfigError(
+                f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (the same on "
+                "every node) and --rdzv-id"
+            )
+        command += [
+            f"--rdzv-backend={args.rdzv_backend}",
+            f"--rdzv-endpoint={args.rdzv_endpoint}",
+            f"--rdzv-id={args.rdzv_id or 'pretrain'}",
+        ]
+        if args.node_rank is not None:
+            command.append(f"--node-rank={args.node_rank}")
+    command += ["-m", "trainer.worker", str(config_json)]
+    if args.smoke:
+        command.append("--smoke")
+    return command
+
+
+def _layout(config: TrainConfig, args: argparse.Namespace) -> tuple[int, str]:
+    nproc = args.nproc or config.parallel.gpus_per_node
+    nnodes = str(args.nnodes or config.parallel.nodes)
+    par = config.parallel
+    model_parallel = par.tensor * par.pipeline * par.context
+    world = nproc * int(nnodes.split(":")[-1])
+    if world % model_parallel:
+        raise ConfigError(
+            f"--nproc {nproc} x --nnodes {nnodes} = {world} processes is not a "
+            f"multiple of tensor*pipeline*context = {model_parallel}; change "
+            "--nproc or the parallel sizes"
+        )
+    return nproc, nnodes
+
+
+def _smoke_config(config: TrainConfig) -> TrainConfig:
+    run = config.run.model_copy(update={"out_dir": str(Path(config.run.out_dir) / "smoke")})
+    return config.model_copy(update={"run": run})
+
+
+def launch_command(args: argparse.Namespace) -> int:
+    """Handler of `pretrain launch`."""
+    config = load_config(TrainConfig, args.config, args.overrides)
+    run = config.run.model_copy(update={"out_dir": str(Path(config.run.out_dir).resolve())})
+    config = config.model_copy(update={"run": run})
+    if args.smoke:
+        config = _smoke_config(config)
+    nproc, nnodes = _layout(config, args)
+    run_dir = Path(config.run.out_dir)
+    config_json = run_dir / "launch" / "config.json"
+    command = torchrun_command(args, nproc, nnodes, config_json)
+    if args.dry_run:
+        print(dump_resolved(config), end="")
+        print(f"# torchrun: {' '.join(command)}")
+        try:
+            print(f"# gate: {gate_decision(config, args.override_gate)['status']}")
+        except GateRefused as exc:
+            print(f"# gate: would refuse: {exc}")
+        return 0
+    gate = gate_decision(config, args.override_gate)
+    (run_dir / "launch").mkdir(parents=True, exist_ok=True)
+    atomic_write_json(config_json, config_dict(config))
+    atomic_write_json(
+        run_dir / "launch.json",
+        {
+            "gate": gate,
+            "command": ["pretrain", "launch", *sys.argv[2:]] if sys.argv else [],
+            "torchrun": command,
+            "config_sha256": config_sha256(config),
+            "launch_id": uuid.uuid4().hex,
+        },
+    )
+    env = dict(os.environ)
+    env.setdefault("PRETRAIN_TORCH_THREADS", str(default_threads(nproc)))
+    env.setdefault("OMP_NUM_THREADS", env["PRETRAIN_TORCH_THREADS"])
+    print(
+        f"[launch] {nproc} x {nnodes} process(es) -> {run_dir} (gate: {gate['status']})", flush=True
+    )
+    error_file = run_dir / "launch" / "error.txt"
+    error_file.unlink(missing_ok=True)
+    result = subprocess.run(command, env=env, check=False)
+    if result.returncode != 0 and error_file.is_file():
+        raise PretrainError(error_file.read_text())
+    if result.returncode != 0:
+        raise PretrainError(
+            f"training exited with status {result.returncode}; see the log above "
+            f"and {run_dir / 'metrics.jsonl'}"
+        )
+    print(f"[launch] done: {run_dir}", flush=True)
+    return 0

@@ -1,0 +1,117 @@
+"""Run metrics: one JSONL line per step, TensorBoard events and a loss-curve PNG.
+
+MFU = achieved model FLOP/s per device / assumed peak FLOP/s per device, with model FLOPs per token
+= 6 * N + 12 * L * S * h (N: parameters doing matmuls, i.e. without the input embedding lookup
+when the output layer is untied; the second term is causal self-attention's QK^T and AV products,
+forward and backward, Narayanan et al. 2021 without recomputation). Formula and peak are written
+in the run manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+MFU_FORMULA = "(6*N + 12*L*S*h) * tokens_per_s / (devices * peak_flops)"
+GPU_PEAK_FLOPS = {"H100-SXM": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12}
+
+
+def flops_per_token(num_params: int, num_layers: int, seq_length: int, hidden: int) -> float:
+    return 6.0 * num_params + 12.0 * num_layers * seq_length * hidden
+
+
+def measure_cpu_peak_flops(size: int = 512, repeat: int = 5) -> float:
+    """fp32 matmul FLOP/s of this process's threads: the 'peak' MFU is measured against on CPU."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+def assumed_peak(peak_flops: float | None, gpu_name: str, on_gpu: bool) -> tuple[float, str]:
+    """(peak FLOP/s per device, where it came from)."""
+    if peak_flops:
+        return peak_flops, "config metrics.peak_flops"
+    if on_gpu:
+        peak = GPU_PEAK_FLOPS.get(gpu_name, 989e12)
+        return peak, f"{gpu_name} dense bf16 datasheet"
+    return measure_cpu_peak_flops(), "measured fp32 matmul 512^3 on this CPU, per rank"
+
+
+def memory_mb() -> dict[str, float]:
+    if torch.cuda.is_available():
+        return {"gpu_max_allocated_mb": torch.cuda.max_memory_allocated() / 2**20}
+    import psutil
+
+    return {"rss_mb": psutil.Process().memory_info().rss / 2**20}
+
+
+class MetricsWriter:
+    """Rank 0's metric sink: RUN/metrics.jsonl, RUN/tensorboard/, RUN/loss.png at close."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+        self.run_dir = run_dir
+        self.path = run_dir / "metrics.jsonl"
+        self.handle = self.path.open("a", encoding="utf-8")
+        self.tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+
+    def log(self, record: dict[str, Any]) -> None:
+        self.handle.write(json.dumps(record, sort_keys=True) + "\n")
+        self.handle.flush()
+        if self.tb is not None and "step" in record:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    self.tb.add_scalar(f"train/{key}", value, record["step"])
+
+    def close(self) -> None:
+        self.handle.close()
+        if self.tb is not None:
+            self.tb.close()
+        plot_loss(self.path, self.run_dir / "loss.png")
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_loss(metrics_path: Path, out: Path) -> Path:
+    """Loss vs step (the last record per step wins, so rolled-back steps show their replay)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per_step: dict[int, float] = {}
+    events = []
+    for record in read_metrics(metrics_path):
+        if record.get("event") == "rollback":
+            events.append(record["step"])
+        elif "loss" in record:
+            per_step[record["step"]] = record["loss"]
+    steps = sorted(per_step)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, [per_step[s] for s in steps], label="train loss")
+    for index, step in enumerate(events):
+        ax.axvline(step, color="red", alpha=0.4, label="rollback" if index == 0 else None)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats/token)")
+    ax.set_title(metrics_path.parent.name)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,227 @@
+"""Megatron-Core adapter: our `TrainConfig` converted once into Megatron's configs, the GPTModel
+chunks for this rank, megatron DDP and the (distributed) optimizer.
+
+Process groups come from `parallel_state`; nothing here reads global argparse state. On CPU every
+call into megatron runs under `cpu_compat.device_context()`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import os
+from typing import Any
+
+import torch
+
+from pretrain.errors import ConfigError
+from trainer.config import TrainConfig
+from trainer.cpu_compat import apply_cpu_patches, device_context
+
+# attention_backend writes NVTE_* variables into os.environ; a second model built in the same
+# process with another backend then fails. We clear them before each build (one backend per build).
+_NVTE_PREFIX = "NVTE_"
+
+
+def resolve_backend(config: TrainConfig) -> str:
+    """gloo on CPU, nccl on GPU, unless the config names one."""
+    if config.parallel.backend != "auto":
+        return config.parallel.backend
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def use_gpu(config: TrainConfig) -> bool:
+    return resolve_backend(config) == "nccl" and torch.cuda.is_available()
+
+
+def init_distributed(config: TrainConfig, timeout_s: int = 600) -> None:
+    """Init torch.distributed from torchrun's environment and megatron's parallel groups."""
+    from megatron.core import parallel_state
+
+    if not use_gpu(config):
+        torch.set_num_threads(int(os.environ.get("PRETRAIN_TORCH_THREADS", "1")))
+        apply_cpu_patches()
+    else:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if not torch.distributed.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        os.environ.setdefault("RANK", "0")
+        os.environ.setdefault("WORLD_SIZE", "1")
+        torch.distributed.init_process_group(
+            backend=resolve_backend(config), timeout=datetime.timedelta(seconds=timeout_s)
+        )
+    world = torch.distributed.get_world_size()
+    par = config.parallel
+    model_parallel = par.tensor * par.pipeline * par.context
+    if world % model_parallel:
+        raise ConfigError(
+            f"parallel: world size {world} is not divisible by tensor*pipeline*context = "
+            f"{model_parallel}; change --nproc/--nnodes or the parallel sizes"
+        )
+    if par.data is not None and par.data != world // model_parallel:
+        raise ConfigError(
+            f"parallel.data = {par.data} but world {world} / {model_parallel} = "
+            f"{world // model_parallel}; unset parallel.data or launch {par.data * model_parallel}"
+            " processes"
+        )
+    parallel_state.destroy_model_parallel()
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=par.tensor,
+        pipeline_model_parallel_size=par.pipeline,
+        virtual_pipeline_model_parallel_size=par.virtual_pipeline,
+        context_parallel_size=par.context,
+    )
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def transformer_config(config: TrainConfig) -> Any:
+    """Our model/parallel/optim sections as megatron's TransformerConfig (built once)."""
+    from megatron.core.transformer import TransformerConfig
+
+    model, par = config.model, config.parallel
+    bf16 = config.optim.precision == "bf16"
+    return TransformerConfig(
+        num_layers=model.num_layers,
+        hidden_size=model.hidden_size,
+        num_attention_heads=model.num_attention_heads,
+        num_query_groups=model.query_groups,
+        ffn_hidden_size=model.ffn_size,
+        kv_channels=model.head_dim,
+        gated_linear_unit=model.swiglu,
+        activation_func=torch.nn.functional.silu if model.swiglu else torch.nn.functional.gelu,
+        normalization=model.normalization,
+        layernorm_epsilon=model.norm_epsilon,
+        add_bias_linear=model.add_bias_linear,
+        attention_dropout=model.attention_dropout,
+        hidden_dropout=model.hidden_dropout,
+        init_method_std=model.init_method_std,
+        tensor_model_parallel_size=par.tensor,
+        pipeline_model_parallel_size=par.pipeline,
+        virtual_pipeline_model_parallel_size=par.virtual_pipeline,
+        context_parallel_size=par.context,
+        sequence_parallel=False,
+        bf16=bf16,
+        params_dtype=torch.bfloat16 if bf16 else torch.float32,
+        pipeline_dtype=torch.bfloat16 if bf16 else torch.float32,
+        autocast_dtype=None,
+        use_cpu_initialization=not use_gpu(config),
+        perform_initialization=True,
+        gradient_accumulation_fusion=False,
+        apply_rope_fusion=False,
+        persist_layer_norm=False,
+        bias_activation_fusion=False,
+        masked_softmax_fusion=False,
+        bias_dropout_fusion=False,
+        recompute_granularity="full" if model.recompute_activations else None,
+        recompute_method="uniform" if model.recompute_activations else None,
+        recompute_num_layers=1 if model.recompute_activations else None,
+        deallocate_pipeline_outputs=False,
+    )
+
+
+def layer_spec(config: TrainConfig) -> Any:
+    """TransformerEngine layers when TE and CUDA are present, Megatron-Core local layers otherwise."""
+    from megatron.core.models.gpt import gpt_layer_specs
+
+    if use_gpu(config) and importlib.util.find_spec("transformer_engine") is not None:
+        return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec()
+    return gpt_layer_specs.get_gpt_layer_local_spec(normalization=config.model.normalization)
+
+
+def build_model_chunks(config: TrainConfig, vocab_size: int) -> list[Any]:
+    """The GPTModel chunks this rank holds (one, or VPP chunks with interleaved pipelining)."""
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    for key in [k for k in os.environ if k.startswith(_NVTE_PREFIX)]:
+        del os.environ[key]
+    tconfig = transformer_config(config)
+    spec = layer_spec(config)
+    chunks = []
+    vpp = config.parallel.virtual_pipeline
+    with device_context():
+        model_parallel_cuda_manual_seed(config.run.seed)
+        for vp_stage in range(vpp or 1):
+            stage = vp_stage if vpp else None
+            model = GPTModel(
+                config=tconfig,
+                transformer_layer_spec=spec,
+                vocab_size=config.model.padded_vocab_size(vocab_size, config.parallel.tensor),
+                max_sequence_length=config.model.seq_length,
+                pre_process=parallel_state.is_pipeline_first_stage(False, stage),
+                post_process=parallel_state.is_pipeline_last_stage(False, stage),
+                share_embeddings_and_output_weights=not config.model.untie_embeddings,
+                position_embedding_type=config.model.position_embedding,
+                rotary_base=config.model.rotary_base,
+                vp_stage=stage,
+            )
+            if use_gpu(config):
+                model.cuda(torch.cuda.current_device())
+            chunks.append(model)
+    return chunks
+
+
+def wrap_ddp(config: TrainConfig, chunks: list[Any]) -> list[Any]:
+    """Megatron DDP around every chunk (contiguous grad buffers, bucketed all-reduce)."""
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+
+    ddp_config = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=True,
+        overlap_grad_reduce=config.parallel.overlap_grad_reduce and use_gpu(config),
+        overlap_param_gather=config.parallel.overlap_param_gather and use_gpu(config),
+        use_distributed_optimizer=config.optim.distributed_optimizer,
+        check_for_nan_in_grad=False,
+        bucket_size=None,
+    )
+    wrapped = []
+    with device_context():
+        for index, chunk in enumerate(chunks):
+            wrapped.append(
+                DistributedDataParallel(
+                    config=chunk.config,
+                    ddp_config=ddp_config,
+                    module=chunk,
+                    disable_bucketing=index > 0,
+                )
+            )
+    return wrapped
+
+
+def build_optimizer(config: TrainConfig, model: list[Any]) -> Any:
+    """Megatron's Adam(W) with fp32 main params; the distributed optimizer shards its state."""
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+    optim = config.optim
+    bf16 = optim.precision == "bf16"
+    opt_config = OptimizerConfig(
+        optimizer="adam",
+        lr=optim.lr,
+        min_lr=optim.lr * optim.min_lr_ratio,
+        weight_decay=optim.weight_decay,
+        adam_beta1=optim.beta1,
+        adam_beta2=optim.beta2,
+        adam_eps=optim.eps,
+        clip_grad=optim.clip_grad,
+        bf16=bf16,
+        params_dtype=torch.bfloat16 if bf16 else torch.float32,
+        use_distributed_optimizer=optim.distributed_optimizer,
+        overlap_param_gather=config.parallel.overlap_param_gather and use_gpu(config),
+    )
+    with device_context():
+        return get_megatron_optimizer(opt_config, model)
+
+
+def unwrap(module: Any) -> Any:
+    """The GPTModel inside DDP wrappers."""
+    while hasattr(module, "module"):
+        module = module.module
+    return module
