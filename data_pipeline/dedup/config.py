@@ -1,0 +1,72 @@
+"""The dedup stage's config (pipeline YAML `stages.dedup`)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from pydantic import Field, model_validator
+
+from data_pipeline.dedup.lsh import lsh_params
+from data_pipeline.dedup.minhash import MinHasher
+from data_pipeline.stages.base import StageConfig
+from pretrain.config import StrictModel
+
+
+class IndexConfig(StrictModel):
+    """Incremental dedup: save this run's index, and/or dedup against an existing one."""
+
+    save_to: str | None = None
+    """Write a `dedup-index` artifact of this batch here (band keys, ids, signatures)."""
+    against: str | None = None
+    """A `dedup-index` artifact of an existing corpus: documents matching it get dup_keep=false."""
+
+
+class DedupConfig(StageConfig):
+    """Exact + MinHash near-duplicate dedup. Defaults: word 5-grams, 128 permutations, J >= 0.8."""
+
+    exact: bool = True
+    """Tag documents whose normalised text (NFKC, lower case, folded whitespace) is identical."""
+    near: bool = True
+    """Tag MinHash near-duplicates (estimated Jaccard of shingle sets >= threshold)."""
+    threshold: float = Field(0.8, gt=0, le=1)
+    """Candidate pairs are kept when their signature Jaccard estimate reaches this."""
+    num_perm: int = Field(128, ge=8, le=1024)
+    seed: int = 1
+    """Seed of the permutations; an index is only comparable with the same seed and num_perm."""
+    word_ngram: int = Field(5, ge=1, le=32)
+    char_ngram: int = Field(5, ge=1, le=32)
+    """Shingle size for documents whose `lang` is Chinese, Japanese or Korean."""
+    bands: int | None = Field(None, ge=1)
+    rows: int | None = Field(None, ge=1)
+    """(bands, rows) override; by default derived from `threshold` and the weights below."""
+    false_positive_weight: float = Field(0.1, ge=0)
+    false_negative_weight: float = Field(0.9, ge=0)
+    """LSH errors are weighted towards recall: candidates are verified, misses are lost."""
+    num_partitions: int | None = Field(None, ge=1)
+    """Hash partitions of the Ray shuffles (default: 2 x the cluster's CPUs)."""
+    task_timeout_s: float = Field(3600, gt=0)
+    """Give up (with an error, not a hang) when a Ray step waits longer than this."""
+    index: IndexConfig = IndexConfig()
+
+    @model_validator(mode="after")
+    def _check_bands(self) -> DedupConfig:
+        if (self.bands is None) != (self.rows is None):
+            raise ValueError("set both bands and rows, or neither (derived from threshold)")
+        if self.bands is not None and self.bands * self.rows > self.num_perm:
+            raise ValueError(
+                f"bands * rows = {self.bands * self.rows} exceeds num_perm "
+                f"{self.num_perm}; lower them or raise num_perm"
+            )
+        return self
+
+    @cached_property
+    def band_rows(self) -> tuple[int, int]:
+        """(bands, rows) in use."""
+        if self.bands is not None and self.rows is not None:
+            return self.bands, self.rows
+        return lsh_params(
+            self.threshold, self.num_perm, self.false_positive_weight, self.false_negative_weight
+        )
+
+    def hasher(self) -> MinHasher:
+        return MinHasher(self.num_perm, self.seed)

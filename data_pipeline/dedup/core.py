@@ -1,0 +1,173 @@
+"""Dedup of one in-memory table, and the per-batch pieces the distributed version shares.
+
+A document's vertex is a 64-bit hash of its `id`; a cluster is named by its smallest vertex, so
+cluster ids do not depend on batching, partitioning or worker count. The kept document of a
+cluster is the one with the highest `quality_score` (null counts as lowest), then the smallest id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from data_pipeline.dedup.components import connected_components
+from data_pipeline.dedup.config import DedupConfig
+from data_pipeline.dedup.lsh import band_keys, candidate_edges, has_shingles, verify
+from data_pipeline.dedup.minhash import batch_shingles
+from data_pipeline.dedup.text import exact_hashes, hash_strings
+
+
+def vertex_ids(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """int64 vertex of each document id (a 64-bit hash of the id string)."""
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks() if ids.num_chunks else pa.array([], pa.string())
+    return hash_strings(ids).view(np.int64)
+
+
+@dataclass
+class DedupStats:
+    """Counts a run reports (and the stage's manifest entry records)."""
+
+    documents: int = 0
+    empty: int = 0
+    tiny: int = 0
+    cjk: int = 0
+    exact_duplicates: int = 0
+    candidate_pairs: int = 0
+    verified_pairs: int = 0
+    clusters: int = 0
+    dropped: int = 0
+    index_matches: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, other: DedupStats) -> None:
+        for name in ("documents", "empty", "tiny", "cjk", "candidate_pairs", "verified_pairs"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def signature_table(table: pa.Table, config: DedupConfig) -> tuple[pa.Table, DedupStats]:
+    """Per document: vertex, id, quality, exact_key, signature (fixed-size binary), shingled."""
+    texts = table.column("text")
+    langs = table.column("lang") if "lang" in table.column_names else None
+    shingles, offsets, counts = batch_shingles(texts, langs, config.word_ngram, config.char_ngram)
+    signatures = config.hasher().signatures(shingles, offsets)
+    hexes = exact_hashes(texts)
+    quality = (
+        table.column("quality_score").cast(pa.float32())
+        if "quality_score" in table.column_names
+        else pa.nulls(len(table), pa.float32())
+    )
+    width = signatures.shape[1] * 4
+    sig_array = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(width), len(table), [None, pa.py_buffer(signatures.tobytes())]
+    )
+    result = pa.table(
+        {
+            "vertex": vertex_ids(table.column("id")),
+            "id": table.column("id").cast(pa.string()),
+            "quality": quality,
+            "exact_hash": pa.array(hexes, pa.string()),
+            "exact_key": np.array([int(h[:16], 16) for h in hexes], dtype=np.uint64),
+            "sig": sig_array,
+            "shingled": has_shingles(signatures),
+        }
+    )
+    stats = DedupStats(documents=len(table), empty=counts.empty, tiny=counts.tiny, cjk=counts.cjk)
+    return result, stats
+
+
+def signatures_of(sig_column: pa.Array | pa.ChunkedArray, num_perm: int) -> np.ndarray:
+    """(rows, num_perm) uint32 view of a fixed-size binary signature column."""
+    if isinstance(sig_column, pa.ChunkedArray):
+        sig_column = sig_column.combine_chunks()
+    if len(sig_column) == 0:
+        return np.zeros((0, num_perm), dtype=np.uint32)
+    data = np.frombuffer(sig_column.buffers()[1], dtype=np.uint32)
+    start = sig_column.offset * num_perm
+    return data[start : start + len(sig_column) * num_perm].reshape(-1, num_perm)
+
+
+def band_rows(sigs: pa.Table, config: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(band key, vertex) for every band of every document that has shingles."""
+    bands, rows = config.band_rows
+    mask = np.asarray(sigs.column("shingled"), dtype=bool)
+    signatures = signatures_of(sigs.column("sig"), config.num_perm)[mask]
+    keys = band_keys(signatures, bands, rows)
+    vertices = np.asarray(sigs.column("vertex"))[mask]
+    return keys.ravel(), np.repeat(vertices, bands)
+
+
+def keep_and_size(cluster: np.ndarray, quality: pa.Array, ids: pa.Array) -> tuple[np.ndarray, ...]:
+    """(dup_keep, dup_cluster_size) per row: one kept per cluster by (quality desc, id asc)."""
+    q = pc.fill_null(quality.cast(pa.float32()), float("-inf"))
+    q = pc.if_else(pc.is_nan(q), float("-inf"), q)
+    order = pc.sort_indices(
+        pa.table({"c": cluster, "q": q, "id": ids}),
+        sort_keys=[("c", "ascending"), ("q", "descending"), ("id", "ascending")],
+    ).to_numpy()
+    sorted_cluster = cluster[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = sorted_cluster[1:] != sorted_cluster[:-1]
+    keep = np.empty(len(order), dtype=bool)
+    keep[order] = first
+    _, inverse, sizes = np.unique(cluster, return_inverse=True, return_counts=True)
+    return keep, sizes[inverse].astype(np.int32)
+
+
+def local_edges(sigs: pa.Table, config: DedupConfig, stats: DedupStats) -> tuple[np.ndarray, ...]:
+    """Verified duplicate edges (u, v vertex ids) of one table: exact and near."""
+    vertices = np.asarray(sigs.column("vertex"))
+    us, vs = [], []
+    if config.exact:
+        u, v = candidate_edges(np.asarray(sigs.column("exact_key")), vertices, small_bucket=1)
+        us.append(u)
+        vs.append(v)
+    if config.near:
+        keys, key_vertices = band_rows(sigs, config)
+        u, v = candidate_edges(keys, key_vertices)
+        stats.candidate_pairs += len(u)
+        signatures = signatures_of(sigs.column("sig"), config.num_perm)
+        order = np.argsort(vertices, kind="stable")
+        pos_u = order[np.searchsorted(vertices, u, sorter=order)]
+        pos_v = order[np.searchsorted(vertices, v, sorter=order)]
+        ok, _ = verify(signatures[pos_u], signatures[pos_v], config.threshold)
+        stats.verified_pairs += int(ok.sum())
+        us.append(u[ok])
+        vs.append(v[ok])
+    if not us:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(us), np.concatenate(vs)
+
+
+def dedup_table(table: pa.Table, config: DedupConfig) -> tuple[dict[str, Any], DedupStats]:
+    """The dedup columns (exact_hash, dup_cluster, dup_keep, dup_cluster_size) of one table."""
+    sigs, stats = signature_table(table, config)
+    vertices = np.asarray(sigs.column("vertex"))
+    u, v = local_edges(sigs, config, stats)
+    order = np.argsort(vertices, kind="stable")
+    pos_u = order[np.searchsorted(vertices, u, sorter=order)]
+    pos_v = order[np.searchsorted(vertices, v, sorter=order)]
+    component = connected_components(len(table), pos_u, pos_v)
+    cluster_min = vertices.copy()
+    np.minimum.at(cluster_min, component, vertices)
+    cluster = cluster_min[component]
+    keep, size = keep_and_size(cluster, sigs.column("quality"), sigs.column("id"))
+    exact_hash = sigs.column("exact_hash")
+    exact_dups = len(exact_hash) - len(pc.unique(exact_hash))
+    stats.exact_duplicates = exact_dups if config.exact else 0
+    stats.clusters = int(((size > 1) & keep).sum())
+    stats.dropped = int((~keep).sum())
+    columns = {
+        "exact_hash": exact_hash,
+        "dup_cluster": cluster,
+        "dup_keep": keep,
+        "dup_cluster_size": size,
+    }
+    return columns, stats

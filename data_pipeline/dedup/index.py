@@ -1,0 +1,307 @@
+"""The saved dedup index (artifact kind `dedup-index`) and queries against it.
+
+Layout: `bands/part-NNNNN.parquet` (band key uint64, vertex int64; a key lives in part key % P),
+`exact/part-NNNNN.parquet` (exact key, vertex), `docs/part-NNNNN.parquet` (vertex, id, dup_cluster,
+exact_hash, signature; a vertex lives in part vertex % P). The manifest records the shingle and
+permutation settings; a query recomputes signatures with exactly those.
+
+A query reads one partition at a time, so its memory is bounded by the new batch plus one part of
+the index, never the whole old corpus. `query` serves both incremental dedup (new crawl vs corpus)
+and decontamination (training data vs the eval split's index).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from data_pipeline.dedup.config import DedupConfig
+from data_pipeline.dedup.core import (
+    DedupStats,
+    band_rows,
+    dedup_table,
+    signature_table,
+    signatures_of,
+)
+from data_pipeline.dedup.lsh import verify
+from pretrain.errors import ArtifactError
+from pretrain.manifest import require, write_manifest
+
+KIND = "dedup-index"
+_SETTINGS = ("num_perm", "seed", "word_ngram", "char_ngram", "threshold")
+_BUCKET_CAP = 32
+"""Old documents considered per shared key: members of one bucket are near-copies of each other."""
+
+
+class _PartWriters:
+    """One Parquet writer per partition of one table kind, opened lazily."""
+
+    def __init__(self, root: Path, name: str, partitions: int) -> None:
+        self.directory = root / name
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.partitions = partitions
+        self.writers: dict[int, pq.ParquetWriter] = {}
+
+    def write(self, table: pa.Table, part_of: np.ndarray) -> None:
+        for part in np.unique(part_of):
+            piece = table.filter(pa.array(part_of == part))
+            if int(part) not in self.writers:
+                path = self.directory / f"part-{int(part):05d}.parquet"
+                self.writers[int(part)] = pq.ParquetWriter(path, piece.schema, compression="zstd")
+            self.writers[int(part)].write_table(piece)
+
+    def close(self) -> None:
+        for writer in self.writers.values():
+            writer.close()
+
+
+def _part(values: np.ndarray, partitions: int) -> np.ndarray:
+    return (values.view(np.uint64) % np.uint64(partitions)).astype(np.int64)
+
+
+def save_index(
+    out_dir: str | os.PathLike,
+    tables: Iterable[pa.Table],
+    config: DedupConfig,
+    partitions: int = 8,
+    tagged: bool = False,
+) -> dict[str, Any]:
+    """Write a `dedup-index` artifact for the documents of `tables` (streamed one at a time).
+
+    `tagged=True` takes `dup_cluster` from the tables (already deduplicated); otherwise each
+    table is deduplicated in-process first to name the clusters.
+    """
+    root = Path(out_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    writers = {name: _PartWriters(root, name, partitions) for name in ("bands", "exact", "docs")}
+    documents = 0
+    try:
+        for table in tables:
+            sigs, _ = signature_table(table, config)
+            cluster = (
+                table.column("dup_cluster")
+                if tagged
+                else dedup_table(table, config)[0]["dup_cluster"]
+            )
+            keys, vertices = band_rows(sigs, config)
+            writers["bands"].write(
+                pa.table({"key": keys, "vertex": vertices}), _part(keys, partitions)
+            )
+            exact_keys = np.asarray(sigs.column("exact_key"))
+            vertex = np.asarray(sigs.column("vertex"))
+            writers["exact"].write(
+                pa.table({"key": exact_keys, "vertex": vertex}), _part(exact_keys, partitions)
+            )
+            docs = sigs.select(["vertex", "id", "exact_hash", "sig"]).append_column(
+                "dup_cluster", pa.array(np.asarray(cluster), pa.int64())
+            )
+            writers["docs"].write(docs, _part(vertex, partitions))
+            documents += len(table)
+    finally:
+        for writer in writers.values():
+            writer.close()
+    bands, rows = config.band_rows
+    settings = {name: getattr(config, name) for name in _SETTINGS}
+    return write_manifest(
+        root,
+        KIND,
+        config=config.model_dump(mode="json"),
+        counts={"documents": documents},
+        extra={"dedup": {**settings, "bands": bands, "rows": rows, "partitions": partitions}},
+    )
+
+
+def index_config(index_dir: str | os.PathLike) -> tuple[DedupConfig, int]:
+    """The settings an index was built with (verified against its manifest) and its partitions."""
+    manifest = require(index_dir, kind=KIND, deep=False)
+    info = manifest.get("dedup")
+    if not isinstance(info, dict):
+        raise ArtifactError(f"{index_dir}: manifest lacks 'dedup' settings; rebuild the index")
+    config = DedupConfig(
+        **{name: info[name] for name in _SETTINGS}, bands=info["bands"], rows=info["rows"]
+    )
+    return config, int(info["partitions"])
+
+
+def _read_part(index_dir: Path, name: str, part: int, columns: list[str] | None = None) -> pa.Table:
+    path = index_dir / name / f"part-{part:05d}.parquet"
+    return pq.read_table(path, columns=columns) if path.is_file() else None
+
+
+def _match_keys(new_keys: np.ndarray, new_vertices: np.ndarray, old: pa.Table | None):
+    """(new vertex, old vertex) for every key present on both sides (capped per key)."""
+    if old is None or len(new_keys) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    old_keys = np.asarray(old.column("key"))
+    order = np.argsort(old_keys, kind="stable")
+    old_keys, old_vertices = old_keys[order], np.asarray(old.column("vertex"))[order]
+    lo = np.searchsorted(old_keys, new_keys, side="left")
+    hi = np.minimum(np.searchsorted(old_keys, new_keys, side="right"), lo + _BUCKET_CAP)
+    counts = hi - lo
+    new_side = np.repeat(new_vertices, counts)
+    starts = np.repeat(lo - np.cumsum(counts) + counts, counts)
+    old_side = old_vertices[np.arange(counts.sum()) + starts]
+    return new_side, old_side
+
+
+def _candidates(index_dir: Path, sigs: pa.Table, config: DedupConfig, partitions: int):
+    keys, vertices = band_rows(sigs, config)
+    exact_keys = np.asarray(sigs.column("exact_key"))
+    all_vertices = np.asarray(sigs.column("vertex"))
+    near, exact = ([], []), ([], [])
+    for part in range(partitions):
+        mask = _part(keys, partitions) == part
+        for side, got in zip(
+            near, _match_keys(keys[mask], vertices[mask], _read_part(index_dir, "bands", part))
+        ):
+            side.append(got)
+        mask = _part(exact_keys, partitions) == part
+        for side, got in zip(
+            exact,
+            _match_keys(exact_keys[mask], all_vertices[mask], _read_part(index_dir, "exact", part)),
+        ):
+            side.append(got)
+    return [tuple(np.concatenate(side) for side in pair) for pair in (near, exact)]
+
+
+def query(index_dir: str | os.PathLike, table: pa.Table) -> pa.Table:
+    """Best index match of each document of `table` (id, text, optional lang) at or above the
+    index's threshold: table of (id, matched_id, matched_cluster, jaccard), one row per matched
+    document, sorted by id. Exact matches (same normalised text) have jaccard 1.0."""
+    index_dir = Path(index_dir)
+    config, partitions = index_config(index_dir)
+    sigs, _ = signature_table(table, config)
+    (near_new, near_old), (exact_new, exact_old) = _candidates(index_dir, sigs, config, partitions)
+    if len(near_new):
+        near_new, near_old = np.unique(np.stack([near_new, near_old], axis=1), axis=0).T
+    new_v = np.concatenate([near_new, exact_new])
+    old_v = np.concatenate([near_old, exact_old])
+    pairs = _verified(index_dir, sigs, config, partitions, new_v, old_v, len(exact_new))
+    return _best_matches(pairs, sigs)
+
+
+def _verified(
+    index_dir: Path,
+    sigs: pa.Table,
+    config: DedupConfig,
+    partitions: int,
+    new_v: np.ndarray,
+    old_v: np.ndarray,
+    num_exact: int,
+) -> pa.Table:
+    """Verify (new, old) candidates against the old signatures, read part by part."""
+    vertices = np.asarray(sigs.column("vertex"))
+    order = np.argsort(vertices, kind="stable")
+    position = np.searchsorted(vertices, new_v, sorter=order)
+    found = (
+        (position < len(vertices))
+        & (vertices[order[np.minimum(position, len(order) - 1)]] == new_v)
+        if len(vertices)
+        else position < 0
+    )
+    is_exact = np.zeros(len(new_v), dtype=bool)
+    if num_exact:
+        is_exact[-num_exact:] = True
+    new_v, old_v, is_exact = new_v[found], old_v[found], is_exact[found]
+    new_rows = order[position[found]]
+    new_sigs = signatures_of(sigs.column("sig"), config.num_perm)
+    pieces = []
+    for part in range(partitions):
+        mask = _part(old_v, partitions) == part
+        if not mask.any():
+            continue
+        docs = _read_part(index_dir, "docs", part)
+        docs = docs.filter(pc.is_in(docs.column("vertex"), pa.array(np.unique(old_v[mask]))))
+        doc_vertex = np.asarray(docs.column("vertex"))
+        doc_order = np.argsort(doc_vertex, kind="stable")
+        at = doc_order[np.searchsorted(doc_vertex, old_v[mask], sorter=doc_order)]
+        old_sigs = signatures_of(docs.column("sig"), config.num_perm)[at]
+        ok, similarity = verify(new_sigs[new_rows[mask]], old_sigs, config.threshold)
+        similarity = np.where(is_exact[mask], 1.0, similarity)
+        ok |= is_exact[mask]
+        pieces.append(
+            pa.table(
+                {
+                    "row": new_rows[mask][ok],
+                    "matched_id": docs.column("id").take(pa.array(at[ok])),
+                    "matched_cluster": docs.column("dup_cluster").take(pa.array(at[ok])),
+                    "jaccard": similarity[ok],
+                }
+            )
+        )
+    if not pieces:
+        return pa.table(
+            {
+                "row": pa.array([], pa.int64()),
+                "matched_id": pa.array([], pa.string()),
+                "matched_cluster": pa.array([], pa.int64()),
+                "jaccard": pa.array([], pa.float64()),
+            }
+        )
+    return pa.concat_tables(pieces)
+
+
+def _best_matches(pairs: pa.Table, sigs: pa.Table) -> pa.Table:
+    order = pc.sort_indices(
+        pairs,
+        sort_keys=[("row", "ascending"), ("jaccard", "descending"), ("matched_id", "ascending")],
+    )
+    pairs = pairs.take(order)
+    rows = np.asarray(pairs.column("row"))
+    first = np.ones(len(rows), dtype=bool)
+    first[1:] = rows[1:] != rows[:-1]
+    best = pairs.filter(pa.array(first))
+    result = pa.table(
+        {
+            "id": sigs.column("id").take(best.column("row")),
+            "matched_id": best.column("matched_id"),
+            "matched_cluster": best.column("matched_cluster"),
+            "jaccard": best.column("jaccard"),
+        }
+    )
+    return result.sort_by("id")
+
+
+def mark_against(
+    index_dir: str | os.PathLike,
+    table: pa.Table,
+    columns: dict[str, Any],
+    config: DedupConfig,
+    stats: DedupStats,
+) -> dict[str, Any]:
+    """Drop (dup_keep=false) every batch cluster that has a member matching the index; such a
+    cluster takes the matched old cluster's id (the smallest when several match)."""
+    index_config_, _ = index_config(index_dir)
+    mismatched = [n for n in _SETTINGS[:-1] if getattr(index_config_, n) != getattr(config, n)]
+    if mismatched:
+        raise ArtifactError(
+            f"index {index_dir} was built with different {', '.join(mismatched)}; "
+            "use the same dedup settings or rebuild the index"
+        )
+    matches = query(index_dir, table)
+    stats.index_matches = len(matches)
+    if not len(matches):
+        return columns
+    cluster = np.asarray(columns["dup_cluster"]).copy()
+    ids = table.column("id").cast(pa.string())
+    rows = pc.index_in(matches.column("id"), value_set=ids).to_numpy(zero_copy_only=False)
+    hit_cluster = cluster[rows]
+    old = np.asarray(matches.column("matched_cluster"))
+    order = np.lexsort((old, hit_cluster))
+    hit_cluster, old = hit_cluster[order], old[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = hit_cluster[1:] != hit_cluster[:-1]
+    target = dict(zip(hit_cluster[first].tolist(), old[first].tolist()))
+    hit = np.isin(cluster, hit_cluster)
+    keep = np.asarray(columns["dup_keep"]).copy()
+    keep[hit] = False
+    cluster[hit] = [target[c] for c in cluster[hit].tolist()]
+    stats.dropped = int((~keep).sum())
+    return {**columns, "dup_cluster": cluster, "dup_keep": keep}
