@@ -2,18 +2,56 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
 from typing import Any
 
-from pretrain.cli_utils import add_command, add_config_args
-from pretrain.placeholder import not_built
+from pretrain.cli_utils import add_command, add_config_args, resolve_config
 
 
 def register(sub: Any) -> None:
     mix = sub.add_parser("mixture", help="build and report global-quota data mixtures")
     msub = mix.add_subparsers(dest="mixture_command", metavar="MIXTURE_COMMAND", required=True)
-    build = add_command(msub, ["mixture", "build"], not_built("pretrain mixture build", 6),
-                        "build a mixture artifact (deterministic sample index) from a recipe")
+    build = add_command(
+        msub,
+        ["mixture", "build"],
+        _build,
+        "build a mixture artifact (deterministic sample index) from a recipe",
+    )
     add_config_args(build)
-    report = add_command(msub, ["mixture", "report"], not_built("pretrain mixture report", 6),
-                         "target vs realised shares of a built mixture, with a plot")
+    report = add_command(
+        msub,
+        ["mixture", "report"],
+        _report,
+        "target vs realised shares of a built mixture, with a plot",
+    )
     report.add_argument("directory", metavar="DIR")
+
+
+def _build(args: argparse.Namespace) -> int:
+    from mixtures.build import build_mixture, format_summary
+    from mixtures.recipe import MixtureConfig
+
+    config = resolve_config(MixtureConfig, args)
+    if config is None:
+        return 0
+    command = [
+        "pretrain",
+        "mixture",
+        "build",
+        args.config,
+        *[f"--set={item}" for item in args.overrides],
+    ]
+    result = build_mixture(config, command=command)
+    for warning in result.warnings:
+        print(f"pretrain mixture build: warning: {warning}", file=sys.stderr)
+    print(format_summary(result))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from mixtures.report import format_report, write_report
+
+    report = write_report(args.directory)
+    print(format_report(report))
+    return 0

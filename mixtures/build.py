@@ -1,0 +1,292 @@
+"""`pretrain mixture build`: recipe + encoded data -> the mixture artifact.
+
+Layout of the artifact:
+  components/<name>.npy    the component's documents (selection.DOCS_DTYPE), in sidecar order
+  index/<p>-<phase>.npy    the phase's sample index (sampler.INDEX_DTYPE), one row per sequence
+  summary.json             per phase and component: quota, sequences, tokens, epochs
+  replan.json              (re-plans only) what was kept and what was re-allocated
+  manifest.json            extra fields per pretrain/CONTRACTS.md
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from mixtures import plan as planning
+from mixtures.recipe import MixtureConfig, build_sha256, check_recipe, recipe_sha256
+from mixtures.selection import load_sidecars, select_components, select_sha256
+from pretrain.config import config_dict
+from pretrain.errors import ArtifactError, ConfigError
+from pretrain.manifest import (
+    atomic_write_json,
+    load_manifest,
+    manifest_sha256,
+    sha256_file,
+    write_manifest,
+)
+
+KIND = "mixture"
+TOKENS_PER_PARAM = (15.0, 30.0)
+
+
+@dataclass
+class BuildResult:
+    directory: Path
+    manifest: dict[str, Any]
+    summary: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+def index_name(phase_number: int, phase_name: str) -> str:
+    return f"index/{phase_number}-{phase_name}.npy"
+
+
+def verify_encoded(encoded_dir: Path) -> dict[str, Any]:
+    """Sizes of every file, full sha256 of the small ones (.idx, sidecars) the build reads."""
+    if not encoded_dir.exists():
+        raise ArtifactError(
+            f"build.encoded: {encoded_dir} does not exist; run `pretrain "
+            "tokenizer encode` first or fix the path"
+        )
+    manifest = load_manifest(encoded_dir)
+    if manifest["kind"] != "encoded":
+        raise ArtifactError(
+            f"build.encoded: {encoded_dir} is a {manifest['kind']!r} artifact, "
+            "not 'encoded'; pass the output of `pretrain tokenizer encode`"
+        )
+    for rel, entry in sorted(manifest["files"].items()):
+        path = encoded_dir / rel
+        if not path.is_file() or path.stat().st_size != entry["bytes"]:
+            raise ArtifactError(
+                f"{encoded_dir}: file {rel} is missing or changed size since it "
+                "was encoded; re-run `pretrain tokenizer encode`"
+            )
+        if not rel.endswith(".bin") and sha256_file(path) != entry["sha256"]:
+            raise ArtifactError(
+                f"{encoded_dir}: file {rel} does not match its sha256 in the "
+                "manifest; re-run `pretrain tokenizer encode`"
+            )
+    return manifest
+
+
+def check_tokenizer(config: MixtureConfig, encoded_manifest: dict[str, Any]) -> dict[str, Any]:
+    """The encoded data's tokenizer, after checking it against the pin and the tokenizer dir."""
+    recorded = encoded_manifest.get("tokenizer") or {}
+    what = f"the encoded data {config.build.encoded}"
+    given: list[tuple[str, Any]] = []
+    if config.build.tokenizer is not None:
+        given.append(("build.tokenizer", _tokenizer_dir_info(Path(config.build.tokenizer))))
+    if config.build.tokenizer_sha256 is not None:
+        given.append(("build.tokenizer_sha256", config.build.tokenizer_sha256))
+    if not given:
+        raise ConfigError(
+            f"build.tokenizer_sha256 is not set; pin the tokenizer the mixture is "
+            f"built for (the encoded data records {recorded.get('sha256')})"
+        )
+    for _, value in given:
+        _check_match(recorded, value, what)
+    return dict(recorded)
+
+
+def _tokenizer_dir_info(directory: Path) -> dict[str, Any]:
+    manifest = load_manifest(directory)
+    info = dict(manifest.get("tokenizer") or {})
+    lock = directory / "lock.json"
+    if not lock.is_file() or sha256_file(lock) != info.get("sha256"):
+        raise ArtifactError(
+            f"build.tokenizer: {lock} is missing or does not match the sha256 "
+            "its manifest records; restore it or retrain the tokenizer"
+        )
+    return info
+
+
+def _check_match(recorded: dict[str, Any], given: Any, what: str) -> None:
+    try:
+        from tokenizer.lock import check_match
+    except ImportError:  # the tokenizer package is optional for building from a pinned hash
+        check_match = None
+    if check_match is not None:
+        check_match(recorded, given, what)
+        return
+    given_sha = given.get("sha256") if isinstance(given, dict) else given
+    if recorded.get("sha256") != given_sha:
+        from pretrain.errors import LockMismatch
+
+        raise LockMismatch(
+            f"tokenizer mismatch: {what} was built with tokenizer "
+            f"{str(recorded.get('sha256'))[:12]}..., the pin is "
+            f"{str(given_sha)[:12]}...; re-encode with `pretrain tokenizer encode`"
+            " or pin the tokenizer the data was built with"
+        )
+
+
+def tokens_per_parameter(config: MixtureConfig) -> tuple[float | None, str | None]:
+    params = config.build.model_params
+    if params is None:
+        return None, None
+    ratio = config.build.total_tokens / params
+    low, high = TOKENS_PER_PARAM
+    warning = None
+    if not low <= ratio <= high:
+        warning = (
+            f"{ratio:.1f} tokens per parameter is outside {low:g}-{high:g} "
+            f"(build.total_tokens={config.build.total_tokens:,}, "
+            f"build.model_params={params:,.0f})"
+        )
+    return ratio, warning
+
+
+def build_mixture(config: MixtureConfig, command: list[str] | None = None) -> BuildResult:
+    """Validate, select, plan, write the artifact; returns its manifest and summary."""
+    check_recipe(config)
+    encoded_dir = Path(config.build.encoded)
+    encoded_manifest = verify_encoded(encoded_dir)
+    tokenizer = check_tokenizer(config, encoded_manifest)
+    sidecars = load_sidecars(encoded_dir, list(encoded_manifest.get("prefixes") or []))
+    docs = select_components(config.recipe.components, sidecars)
+    old = planning.load_old(config) if config.replan is not None else None
+    plan = planning.make_plan(config, docs, old)
+    out = Path(config.out)
+    staging = _staging_dir(out)
+    try:
+        _write_body(staging, config, docs, plan)
+        encoded_sha = manifest_sha256(encoded_dir)
+        build_hash = build_sha256(
+            config,
+            tokenizer_sha256=tokenizer.get("sha256", ""),
+            encoded_sha256=encoded_sha,
+            replan_from=old.build_sha256 if old else None,
+        )
+        extra = _manifest_extra(config, tokenizer, encoded_sha, build_hash, docs, plan)
+        inputs = [encoded_dir] + ([Path(config.replan.mixture)] if config.replan else [])
+        manifest = write_manifest(
+            staging,
+            KIND,
+            config=config_dict(config),
+            inputs=inputs,
+            counts=plan.counts(),
+            extra=extra,
+            command=command,
+        )
+        _replace_dir(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    ratio, warning = tokens_per_parameter(config)
+    summary = plan.summary
+    summary["tokens_per_parameter"] = ratio
+    return BuildResult(out, manifest, summary, [warning] if warning else [])
+
+
+def _staging_dir(out: Path) -> Path:
+    is_other = (
+        out.exists()
+        and any(out.iterdir())
+        and (not (out / "manifest.json").is_file() or load_manifest(out)["kind"] != KIND)
+    )
+    if is_other:
+        raise ConfigError(
+            f"out: {out} exists and is not a mixture artifact; choose an empty or new directory"
+        )
+    staging = out.parent / f".{out.name}.building"
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "index").mkdir(parents=True)
+    (staging / "components").mkdir()
+    return staging
+
+
+def _replace_dir(staging: Path, out: Path) -> None:
+    if out.exists():
+        shutil.rmtree(out)
+    staging.rename(out)
+
+
+def _write_body(
+    staging: Path, config: MixtureConfig, docs: list[np.ndarray], plan: planning.Plan
+) -> None:
+    for component, selected in zip(config.recipe.components, docs, strict=True):
+        np.save(staging / "components" / f"{component.name}.npy", selected)
+    phases = list(enumerate(plan.phases))
+    for number, phase in tqdm(
+        phases, desc="mixture index", unit="phase", file=sys.stderr, disable=len(phases) < 2
+    ):
+        np.save(staging / index_name(number, phase.name), plan.index(number))
+    atomic_write_json(staging / "summary.json", plan.summary)
+    if plan.replan_report is not None:
+        atomic_write_json(staging / "replan.json", plan.replan_report)
+
+
+def _manifest_extra(
+    config: MixtureConfig,
+    tokenizer: dict[str, Any],
+    encoded_sha: str,
+    build_hash: str,
+    docs: list[np.ndarray],
+    plan: planning.Plan,
+) -> dict[str, Any]:
+    return {
+        "recipe_sha256": recipe_sha256(config.recipe),
+        "build_sha256": build_hash,
+        "tokenizer": tokenizer,
+        "encoded_manifest_sha256": encoded_sha,
+        "global_batch": config.build.global_batch,
+        "seed": config.build.seed,
+        "recipe_name": config.recipe.name,
+        "phases": [
+            {
+                "name": p.name,
+                "seq_length": p.seq_length,
+                "num_sequences": p.num_sequences,
+                "index": index_name(i, p.name),
+                "weights": p.weights,
+            }
+            for i, p in enumerate(plan.phases)
+        ],
+        "components": [
+            {
+                "name": c.name,
+                "weight": c.weight,
+                "max_epochs": c.max_epochs,
+                "available_tokens": int(d["tokens"].sum()),
+                "documents": int(d.size),
+                "select_sha256": select_sha256(c),
+            }
+            for c, d in zip(config.recipe.components, docs, strict=True)
+        ],
+    }
+
+
+def format_summary(result: BuildResult) -> str:
+    """The human-readable lines `pretrain mixture build` prints."""
+    lines = []
+    extra = result.manifest
+    lines.append(
+        f"mixture {extra['recipe_name']}: recipe {extra['recipe_sha256'][:12]} build "
+        f"{extra['build_sha256'][:12]} tokenizer {extra['tokenizer'].get('id')}"
+    )
+    for phase in result.summary["phases"]:
+        lines.append(
+            f"  phase {phase['name']}: {phase['num_sequences']:,} sequences x "
+            f"{phase['seq_length']} = {phase['tokens']:,} tokens"
+        )
+        for comp in phase["components"]:
+            lines.append(
+                f"    {comp['name']:<16} weight {comp['weight']:.4f} sequences "
+                f"{comp['sequences']:>10,} epochs {comp['epochs']:.3f}"
+            )
+    ratio = result.summary.get("tokens_per_parameter")
+    if ratio is not None:
+        lines.append(f"  tokens per parameter: {ratio:.1f}")
+    lines.append(f"  -> {result.directory}")
+    return "\n".join(lines)
+
+
+def epochs_text(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.3f}"

@@ -1,0 +1,160 @@
+"""`MixtureDataset`: the map-style dataset the trainer reads (pretrain/CONTRACTS.md).
+
+Sample i of a phase's index is (component k, sequence s). With S = the component's sequences per
+epoch and L = the phase's seq_length, s = epoch * S + j: the tokens are window j (L + 1 tokens
+starting at j * L) of the component's documents concatenated in that epoch's seeded order (see
+mixtures.plan). Tokens are read with Megatron-Core's IndexedDataset from the encoded artifact,
+whose manifest sha256 must match the one the mixture recorded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pretrain.errors import ArtifactError, ConfigError
+from pretrain.manifest import require
+
+EPOCH_CACHE = 16
+
+
+def doc_order_permutation(
+    seed: int, phase: int, component: int, epoch: int, size: int
+) -> np.ndarray:
+    """Seeded order of a component's documents in one epoch of one phase."""
+    return np.random.default_rng([seed, phase, component, epoch, 1]).permutation(size)
+
+
+class MixtureDataset:
+    """Sequences of one phase of a mixture: `[i] -> {"tokens": int64[L + 1], "component": k}`.
+
+    Sample i is consumed at global step i // global_batch, so the trainer's data state is the
+    number of sequences consumed. `verify=False` skips re-hashing the mixture's own files (sizes
+    and the encoded artifact's identity are still checked).
+    """
+
+    def __init__(
+        self,
+        mixture_dir: str | os.PathLike,
+        phase: int | str = 0,
+        encoded_dir: str | os.PathLike | None = None,
+        *,
+        verify: bool = True,
+    ) -> None:
+        self.directory = Path(mixture_dir)
+        manifest = require(self.directory, kind="mixture", deep=verify)
+        self.phase = _phase_number(manifest, phase, self.directory)
+        info = manifest["phases"][self.phase]
+        self.phase_name: str = info["name"]
+        self.seq_length: int = int(info["seq_length"])
+        self.global_batch: int = int(manifest["global_batch"])
+        self.build_sha256: str = manifest["build_sha256"]
+        self.recipe_sha256: str = manifest["recipe_sha256"]
+        self.tokenizer_sha256: str = manifest["tokenizer"]["sha256"]
+        self.component_names: list[str] = [c["name"] for c in manifest["components"]]
+        self._seed = int(manifest["seed"])
+        self.encoded_dir = Path(encoded_dir) if encoded_dir else _recorded_encoded(manifest)
+        encoded = require(
+            self.encoded_dir, kind="encoded", sha256=manifest["encoded_manifest_sha256"], deep=False
+        )
+        self._prefixes = [str(self.encoded_dir / stem) for stem in encoded["prefixes"]]
+        self._index_path = self.directory / info["index"]
+        self._docs = [
+            np.load(self.directory / "components" / f"{name}.npy") for name in self.component_names
+        ]
+        self.sequences_per_epoch = [
+            max(int(d["tokens"].sum()) - 1, 0) // self.seq_length for d in self._docs
+        ]
+        self._open()
+
+    def _open(self) -> None:
+        self._index = np.load(self._index_path, mmap_mode="r")
+        self._readers: dict[int, Any] = {}
+        self._epochs: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for key in ("_index", "_readers", "_epochs"):
+            state.pop(key)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._open()
+
+    def __len__(self) -> int:
+        return int(self._index.shape[0])
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"sample {i} out of range for a phase of {n} sequences")
+        row = self._index[i]
+        component, sequence = int(row["component"]), int(row["sequence"])
+        epoch, window = divmod(sequence, self.sequences_per_epoch[component])
+        tokens = self._window(component, epoch, window * self.seq_length, self.seq_length + 1)
+        return {"tokens": tokens, "component": component}
+
+    def components(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Component of each sample in [start, stop): for per-component token accounting."""
+        return np.asarray(self._index["component"][start:stop], dtype=np.int64)
+
+    def _epoch_layout(self, component: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        key = (component, epoch)
+        if key in self._epochs:
+            self._epochs.move_to_end(key)
+            return self._epochs[key]
+        docs = self._docs[component]
+        order = docs[doc_order_permutation(self._seed, self.phase, component, epoch, docs.size)]
+        starts = np.concatenate([[0], np.cumsum(order["tokens"], dtype=np.int64)])
+        self._epochs[key] = (order, starts)
+        if len(self._epochs) > EPOCH_CACHE:
+            self._epochs.popitem(last=False)
+        return order, starts
+
+    def _reader(self, prefix: int) -> Any:
+        if prefix not in self._readers:
+            from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+            self._readers[prefix] = IndexedDataset(self._prefixes[prefix])
+        return self._readers[prefix]
+
+    def _window(self, component: int, epoch: int, start: int, length: int) -> np.ndarray:
+        order, starts = self._epoch_layout(component, epoch)
+        out = np.empty(length, dtype=np.int64)
+        position = int(np.searchsorted(starts, start, side="right")) - 1
+        filled, offset = 0, start - int(starts[position])
+        while filled < length:
+            doc = order[position]
+            take = min(int(doc["tokens"]) - offset, length - filled)
+            piece = self._reader(int(doc["prefix"])).get(int(doc["doc"]), offset, take)
+            out[filled : filled + take] = piece
+            filled, offset, position = filled + take, 0, position + 1
+        return out
+
+
+def _phase_number(manifest: dict[str, Any], phase: int | str, directory: Path) -> int:
+    names = [p["name"] for p in manifest["phases"]]
+    if isinstance(phase, str):
+        if phase not in names:
+            raise ConfigError(
+                f"phase {phase!r} is not in mixture {directory}; its phases are {', '.join(names)}"
+            )
+        return names.index(phase)
+    if not 0 <= phase < len(names):
+        raise ConfigError(
+            f"phase {phase} is out of range for mixture {directory} with "
+            f"{len(names)} phase(s) ({', '.join(names)})"
+        )
+    return phase
+
+
+def _recorded_encoded(manifest: dict[str, Any]) -> Path:
+    for entry in manifest.get("inputs", []):
+        if entry.get("kind") == "encoded":
+            return Path(entry["path"])
+    raise ArtifactError("the mixture's manifest records no encoded input; pass encoded_dir")

@@ -1,0 +1,222 @@
+"""Mixture config: the recipe (components selected by sidecar tags, weights, epoch caps, phases)
+and the build settings (encoded data, pinned tokenizer, token budget, global batch, seed).
+
+The recipe hash is the sha256 of the canonical recipe (what an ablation decides); the build hash
+adds the build settings and the identities of the data and tokenizer (what a run consumes).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, field_validator
+
+from pretrain.config import StrictModel
+from pretrain.errors import ConfigError
+from pretrain.manifest import canonical_json, sha256_bytes
+
+WEIGHT_TOLERANCE = 1e-6
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+def _as_list(value: Any) -> Any:
+    return [value] if isinstance(value, str | bool) else value
+
+
+def _as_number(value: Any) -> Any:
+    """Accept `1e9` and `1_000_000` written as YAML strings for token counts."""
+    if isinstance(value, str):
+        try:
+            return float(value.replace("_", ""))
+        except ValueError:
+            return value
+    return value
+
+
+StrList = Annotated[list[str], BeforeValidator(_as_list)]
+
+
+class Range(StrictModel):
+    """Closed interval [min, max]; either end may be left open (null)."""
+
+    min: float | None = None
+    max: float | None = None
+
+
+class Select(StrictModel):
+    """A conjunction of tag clauses over the encoded sidecar; documents with a null tag never
+    match a clause on that tag. `split == eval` is always excluded."""
+
+    domain: StrList | None = None
+    lang: StrList | None = None
+    source: StrList | None = None
+    """Glob patterns (fnmatch) over the `source` tag."""
+    ppl_bucket: StrList | None = None
+    quality_score: Range | None = None
+    perplexity: Range | None = None
+    unsafe_score: Range | None = None
+    url_blocked: bool | None = None
+    dup_keep: bool | None = None
+
+
+class Component(StrictModel):
+    name: str = Field(pattern=NAME_PATTERN)
+    select: Select = Select()
+    weight: float = Field(ge=0, le=1)
+    """Share of the main phase's sequences (phases may override)."""
+    max_epochs: float = Field(1.0, gt=0)
+    """Epoch cap summed over phases: sequences drawn / sequences per epoch."""
+
+
+class Phase(StrictModel):
+    name: str = Field(pattern=NAME_PATTERN)
+    share: float = Field(gt=0, le=1)
+    """Share of the total token budget spent in this phase."""
+    seq_length: int | None = Field(None, ge=8)
+    """Defaults to build.seq_length."""
+    weights: dict[str, float] | None = None
+    """Component name -> weight (missing names get 0); defaults to the components' weights."""
+
+
+class Recipe(StrictModel):
+    name: str = Field("mixture", pattern=NAME_PATTERN)
+    components: list[Component] = Field(min_length=1)
+    phases: list[Phase] = Field(default_factory=list)
+
+
+class Replan(StrictModel):
+    """Weights changed mid-run: keep what the run consumed, re-allocate the rest."""
+
+    mixture: str
+    """The mixture the run has been training on."""
+    consumed_sequences: int = Field(ge=0)
+    """The trainer's data state: samples consumed so far (whole global batches)."""
+
+
+class BuildSettings(StrictModel):
+    encoded: str
+    """Directory of an `encoded` artifact (`pretrain tokenizer encode`)."""
+    tokenizer: str | None = None
+    """Tokenizer artifact directory; its lock hash must match the encoded data."""
+    tokenizer_sha256: str | None = None
+    """The pinned tokenizer hash (lock.json sha256); refused when the data differs."""
+    total_tokens: Annotated[int, BeforeValidator(_as_number)] = Field(gt=0)
+    seq_length: int = Field(2048, ge=8)
+    global_batch: int = Field(gt=0)
+    """W: sequences per global batch; every aligned batch holds each component within 1."""
+    seed: int = Field(1234, ge=0)
+    model_params: Annotated[float, BeforeValidator(_as_number)] | None = Field(None, gt=0)
+    """Optional model size: tokens per parameter is printed, warned outside 15-30."""
+
+    @field_validator("tokenizer_sha256")
+    @classmethod
+    def _hex(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9a-f]{64}", value):
+            raise ValueError("must be the 64-hex sha256 of the tokenizer's lock.json")
+        return value
+
+
+class MixtureConfig(StrictModel):
+    recipe: Recipe
+    build: BuildSettings
+    out: str
+    """Directory the mixture artifact is written to."""
+    replan: Replan | None = None
+
+
+def recipe_sha256(recipe: Recipe) -> str:
+    return sha256_bytes(canonical_json(recipe.model_dump(mode="json")))
+
+
+def build_sha256(
+    config: MixtureConfig,
+    *,
+    tokenizer_sha256: str,
+    encoded_sha256: str,
+    replan_from: str | None = None,
+) -> str:
+    """Recipe + everything that changes which tokens a run sees, and in which order."""
+    settings = config.build.model_dump(mode="json", exclude={"encoded", "tokenizer"})
+    payload = {
+        "recipe_sha256": recipe_sha256(config.recipe),
+        "build": settings,
+        "tokenizer_sha256": tokenizer_sha256,
+        "encoded_manifest_sha256": encoded_sha256,
+        "replan": None
+        if config.replan is None
+        else {
+            "from_build_sha256": replan_from,
+            "consumed_sequences": config.replan.consumed_sequences,
+        },
+    }
+    return sha256_bytes(canonical_json(payload))
+
+
+def resolved_phases(config: MixtureConfig) -> list[Phase]:
+    """The phases with seq_length and weights filled in (one `main` phase when none are given)."""
+    recipe = config.recipe
+    default = {c.name: c.weight for c in recipe.components}
+    phases = recipe.phases or [Phase(name="main", share=1.0)]
+    return [
+        Phase(
+            name=p.name,
+            share=p.share,
+            seq_length=p.seq_length or config.build.seq_length,
+            weights={name: (p.weights or default).get(name, 0.0) for name in default},
+        )
+        for p in phases
+    ]
+
+
+def check_recipe(config: MixtureConfig) -> None:
+    """Refuse, with one line each, duplicate names, weights or shares not summing to 1."""
+    recipe = config.recipe
+    names = [c.name for c in recipe.components]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(
+            f"recipe.components: duplicate name(s) {', '.join(dupes)}; give each "
+            "component a unique name"
+        )
+    total = sum(c.weight for c in recipe.components)
+    if not math.isclose(total, 1.0, abs_tol=WEIGHT_TOLERANCE):
+        raise ConfigError(
+            f"recipe.components[*].weight sum to {total:.6g}, not 1; rescale the "
+            "weights so they sum to 1"
+        )
+    phase_names = [p.name for p in recipe.phases]
+    if len(set(phase_names)) != len(phase_names):
+        raise ConfigError(f"recipe.phases: duplicate phase names {phase_names}; make them unique")
+    if recipe.phases:
+        share = sum(p.share for p in recipe.phases)
+        if not math.isclose(share, 1.0, abs_tol=WEIGHT_TOLERANCE):
+            raise ConfigError(
+                f"recipe.phases[*].share sum to {share:.6g}, not 1; rescale the "
+                "phase shares so they sum to 1"
+            )
+    for i, phase in enumerate(recipe.phases):
+        _check_phase_weights(i, phase, names)
+
+
+def _check_phase_weights(i: int, phase: Phase, names: list[str]) -> None:
+    if phase.weights is None:
+        return
+    unknown = sorted(set(phase.weights) - set(names))
+    if unknown:
+        raise ConfigError(
+            f"recipe.phases[{i}].weights: unknown component(s) {', '.join(unknown)};"
+            f" components are {', '.join(names)}"
+        )
+    negative = [n for n, w in phase.weights.items() if w < 0]
+    if negative:
+        raise ConfigError(
+            f"recipe.phases[{i}].weights.{negative[0]} is negative; use a weight >= 0"
+        )
+    total = sum(phase.weights.values())
+    if not math.isclose(total, 1.0, abs_tol=WEIGHT_TOLERANCE):
+        raise ConfigError(
+            f"recipe.phases[{i}].weights ({phase.name}) sum to {total:.6g}, not 1; "
+            "rescale them so they sum to 1"
+        )

@@ -1,0 +1,180 @@
+"""Select each component's documents from the encoded sidecars (`<stem>.docs.parquet`).
+
+A component's documents are the rows matching every clause of its `select`; `split == eval` is
+always excluded. Unknown tag values (a domain no document has) and empty components are errors.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mixtures.recipe import Component, Range
+from pretrain.errors import ArtifactError, ConfigError
+from pretrain.manifest import canonical_json, sha256_bytes
+
+SIDECAR_SUFFIX = ".docs.parquet"
+SIDECAR_COLUMNS = (
+    "doc_index",
+    "id",
+    "num_tokens",
+    "source",
+    "split",
+    "domain",
+    "lang",
+    "quality_score",
+    "perplexity",
+    "ppl_bucket",
+    "unsafe_score",
+    "url_blocked",
+    "dup_keep",
+)
+DOCS_DTYPE = np.dtype([("prefix", "<i4"), ("doc", "<i8"), ("tokens", "<i8")])
+"""A component's document list: which encoded prefix, which document of it, its token count."""
+
+
+@dataclass
+class Sidecars:
+    """All sidecar rows of an encoded artifact, with the prefix number of each row."""
+
+    prefixes: list[str]
+    table: pa.Table
+    prefix_of_row: np.ndarray
+
+
+def load_sidecars(encoded_dir: Path, prefixes: list[str]) -> Sidecars:
+    tables, owners = [], []
+    for number, stem in enumerate(prefixes):
+        path = encoded_dir / f"{stem}{SIDECAR_SUFFIX}"
+        if not path.is_file():
+            raise ArtifactError(
+                f"{path} is missing: the encoded artifact lists prefix {stem!r} "
+                "without its sidecar; re-run `pretrain tokenizer encode`"
+            )
+        table = pq.read_table(path)
+        missing = [c for c in SIDECAR_COLUMNS if c not in table.column_names]
+        if missing:
+            raise ArtifactError(
+                f"{path} lacks sidecar column(s) {', '.join(missing)}; re-encode "
+                "with a current `pretrain tokenizer encode`"
+            )
+        table = table.select(list(SIDECAR_COLUMNS))
+        table = table.cast(_sidecar_schema(table))
+        doc_index = table.column("doc_index").to_numpy()
+        if not np.array_equal(doc_index, np.arange(table.num_rows)):
+            raise ArtifactError(
+                f"{path}: doc_index is not 0..{table.num_rows - 1} in order; "
+                "the sidecar does not match its .bin; re-encode"
+            )
+        tables.append(table)
+        owners.append(np.full(table.num_rows, number, dtype=np.int32))
+    if not tables:
+        raise ArtifactError(f"{encoded_dir}: the encoded artifact lists no prefixes; re-encode")
+    return Sidecars(prefixes, pa.concat_tables(tables), np.concatenate(owners))
+
+
+def _sidecar_schema(table: pa.Table) -> pa.Schema:
+    types = {
+        "doc_index": pa.int64(),
+        "num_tokens": pa.int64(),
+        "quality_score": pa.float64(),
+        "perplexity": pa.float64(),
+        "unsafe_score": pa.float64(),
+        "url_blocked": pa.bool_(),
+        "dup_keep": pa.bool_(),
+    }
+    return pa.schema([pa.field(name, types.get(name, pa.string())) for name in table.column_names])
+
+
+def _range_mask(column: pa.ChunkedArray, bounds: Range) -> pa.ChunkedArray:
+    mask = pc.is_valid(column)
+    if bounds.min is not None:
+        mask = pc.and_(mask, pc.greater_equal(column, bounds.min))
+    if bounds.max is not None:
+        mask = pc.and_(mask, pc.less_equal(column, bounds.max))
+    return pc.fill_null(mask, False)
+
+
+def _values_mask(
+    name: str, column: pa.ChunkedArray, wanted: list[str], train: pa.ChunkedArray, where: str
+) -> pa.ChunkedArray:
+    present = {v for v in pc.unique(pc.filter(column, train)).to_pylist() if v is not None}
+    if name == "source":
+        unknown = [g for g in wanted if not fnmatch.filter(sorted(present), g)]
+        matched = sorted({v for g in wanted for v in fnmatch.filter(sorted(present), g)})
+    else:
+        unknown = [v for v in wanted if v not in present]
+        matched = wanted
+    if unknown:
+        shown = ", ".join(sorted(present)[:12]) or "none (the tag is null everywhere)"
+        raise ConfigError(
+            f"{where}.{name}: unknown tag value(s) {', '.join(unknown)}; the "
+            f"encoded data has {shown}"
+        )
+    return pc.fill_null(pc.is_in(column, value_set=pa.array(matched, pa.string())), False)
+
+
+def component_mask(component: Component, sidecars: Sidecars, where: str) -> np.ndarray:
+    """Boolean mask over all sidecar rows of the documents `component` selects."""
+    table = sidecars.table
+    train = pc.fill_null(pc.not_equal(table.column("split"), "eval"), False)
+    mask = train
+    select = component.select
+    for name, value in select.model_dump(exclude_none=True).items():
+        column = table.column(name)
+        if column.null_count == len(column):
+            raise ConfigError(
+                f"{where}.{name}: the tag is null in every document (the stage "
+                "that provides it did not run); drop the clause or re-run the data "
+                "pipeline with that stage"
+            )
+        if isinstance(value, list):
+            clause = _values_mask(name, column, value, train, where)
+        elif isinstance(value, bool):
+            clause = pc.fill_null(pc.equal(column, value), False)
+        else:
+            clause = _range_mask(column, getattr(select, name))
+        mask = pc.and_(mask, clause)
+    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def select_components(components: list[Component], sidecars: Sidecars) -> list[np.ndarray]:
+    """Each component's documents (DOCS_DTYPE); overlapping selections are refused."""
+    owner = np.full(sidecars.table.num_rows, -1, dtype=np.int32)
+    tokens = sidecars.table.column("num_tokens").to_numpy(zero_copy_only=False)
+    doc_index = sidecars.table.column("doc_index").to_numpy(zero_copy_only=False)
+    selected = []
+    for k, component in enumerate(components):
+        where = f"recipe.components[{k}].select ({component.name})"
+        mask = component_mask(component, sidecars, where)
+        if not mask.any():
+            raise ConfigError(
+                f"{where} matches no training document; loosen the selection or "
+                "remove the component"
+            )
+        clash = np.unique(owner[mask & (owner >= 0)])
+        if clash.size:
+            other = components[int(clash[0])].name
+            raise ConfigError(
+                f"{where} overlaps component {other!r} "
+                f"({int((mask & (owner == clash[0])).sum())} documents in both); "
+                "make the selections disjoint so epoch caps mean what they say"
+            )
+        owner[mask] = k
+        docs = np.empty(int(mask.sum()), dtype=DOCS_DTYPE)
+        docs["prefix"] = sidecars.prefix_of_row[mask]
+        docs["doc"] = doc_index[mask]
+        docs["tokens"] = tokens[mask]
+        selected.append(docs)
+    return selected
+
+
+def select_sha256(component: Component) -> str:
+    """Identity of a component's selection (used to refuse a re-plan that changes selections)."""
+    return sha256_bytes(canonical_json(component.select.model_dump(mode="json")))
