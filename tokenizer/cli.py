@@ -2,24 +2,109 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
 from typing import Any
 
-from pretrain.cli_utils import add_command, add_config_args
-from pretrain.placeholder import not_built
+from pretrain.cli_utils import add_command, add_config_args, resolve_config
+
+
+def _train(args: argparse.Namespace) -> int:
+    from tokenizer.config import TrainConfig
+    from tokenizer.train import train
+
+    config = resolve_config(TrainConfig, args)
+    if config is None:
+        return 0
+    manifest = train(config, command=["pretrain", *sys.argv[1:]])
+    sample = manifest["counts"]
+    print(
+        f"tokenizer {manifest['tokenizer']['id']}: vocab {sample['vocab_size']}, trained on "
+        f"{sample['sample_documents']} documents ({sample['sample_bytes'] / 1e6:.1f} MB) "
+        f"-> {config.out}"
+    )
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from tokenizer.evaluate import evaluate, format_table
+
+    report = evaluate(
+        args.tokenizer_dir,
+        args.data,
+        out=args.out,
+        baseline=not args.no_baseline,
+        command=["pretrain", *sys.argv[1:]],
+    )
+    print(format_table(report))
+    print(f"report: {report['out']}/report.json, plot: {report['out']}/compression.png")
+    return 0
+
+
+def _encode(args: argparse.Namespace) -> int:
+    from tokenizer.encode import encode
+
+    manifest = encode(
+        args.tokenizer_dir,
+        args.data,
+        args.out,
+        backend="inline" if args.no_ray else "ray",
+        num_cpus=args.num_cpus,
+        command=["pretrain", *sys.argv[1:]],
+    )
+    counts = manifest["counts"]
+    print(
+        f"encoded {counts['documents']} documents, {counts['tokens']} tokens in "
+        f"{len(manifest['prefixes'])} shard(s) ({counts['shards_skipped']} already done) with "
+        f"{manifest['tokenizer']['id']} -> {args.out}"
+    )
+    return 0
 
 
 def register(sub: Any) -> None:
     tok = sub.add_parser("tokenizer", help="train, evaluate, lock and encode with a BPE tokenizer")
     tsub = tok.add_subparsers(dest="tokenizer_command", metavar="TOKENIZER_COMMAND", required=True)
-    train = add_command(tsub, ["tokenizer", "train"], not_built("pretrain tokenizer train", 5),
-                        "train a byte-level BPE on a tag-weighted sample of shards")
+    train = add_command(
+        tsub,
+        ["tokenizer", "train"],
+        _train,
+        "train a byte-level BPE on a tag-weighted sample of shards",
+    )
     add_config_args(train)
-    ev = add_command(tsub, ["tokenizer", "eval"], not_built("pretrain tokenizer eval", 5),
-                     "evaluate a tokenizer per domain and language on the eval split")
+    ev = add_command(
+        tsub,
+        ["tokenizer", "eval"],
+        _eval,
+        "evaluate a tokenizer per domain and language on the eval split",
+    )
     ev.add_argument("tokenizer_dir", metavar="TOKENIZER_DIR")
     ev.add_argument("--data", required=True, metavar="SHARDS_DIR")
-    enc = add_command(tsub, ["tokenizer", "encode"], not_built("pretrain tokenizer encode", 5),
-                      "encode shards to Megatron .bin/.idx with per-document tag sidecars")
+    ev.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="eval artifact directory (default: TOKENIZER_DIR/eval)",
+    )
+    ev.add_argument(
+        "--no-baseline", action="store_true", help="skip training the SentencePiece BPE baseline"
+    )
+    enc = add_command(
+        tsub,
+        ["tokenizer", "encode"],
+        _encode,
+        "encode shards to Megatron .bin/.idx with per-document tag sidecars",
+    )
     enc.add_argument("tokenizer_dir", metavar="TOKENIZER_DIR")
     enc.add_argument("--data", required=True, metavar="SHARDS_DIR")
     enc.add_argument("--out", required=True, metavar="DIR")
+    enc.add_argument(
+        "--no-ray",
+        action="store_true",
+        help="encode shards one after another in this process (no Ray)",
+    )
+    enc.add_argument(
+        "--num-cpus",
+        type=float,
+        default=1.0,
+        help="CPUs reserved per Ray shard task (fractional allowed)",
+    )

@@ -1,0 +1,26 @@
+"""Fixtures for the tokenizer tests: a small synthetic `shards` artifact and a trained tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tok_helpers import make_records, train_config
+
+from tokenizer.synthetic import write_shards
+
+
+@pytest.fixture(scope="session")
+def shards_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three shards (~600 documents), all pipeline stages' columns, 5% eval split."""
+    out = tmp_path_factory.mktemp("shards")
+    return write_shards(out, make_records(600), docs_per_shard=250)
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(shards_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tokenizer.train import train
+
+    out = tmp_path_factory.mktemp("tok") / "tokenizer"
+    train(train_config(shards_dir, out), command=["test"])
+    return out

@@ -1,0 +1,189 @@
+"""Encoding: Megatron .bin/.idx + sidecars, resume, refusal, and a tag subset via GPTDataset."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from tok_helpers import make_records
+
+from pretrain.cli import main
+from pretrain.manifest import load_manifest, sha256_file
+from tokenizer.lock import load_locked
+from tokenizer.synthetic import write_shards
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def encoded_dir(tokenizer_dir: Path, shards_dir: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("enc") / "encoded"
+    code = main(
+        [
+            "tokenizer",
+            "encode",
+            str(tokenizer_dir),
+            "--data",
+            str(shards_dir),
+            "--out",
+            str(out),
+            "--no-ray",
+        ]
+    )
+    assert code == 0
+    return out
+
+
+def test_bin_idx_and_sidecar_match_the_shards(
+    encoded_dir: Path, tokenizer_dir: Path, shards_dir: Path
+) -> None:
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    locked = load_locked(tokenizer_dir)
+    hf = locked.tokenizer
+    hf.encode_special_tokens = True
+    manifest = load_manifest(encoded_dir)
+    assert manifest["kind"] == "encoded" and manifest["tokenizer"] == locked.info
+    assert manifest["prefixes"] == ["synthetic-00000", "synthetic-00001", "synthetic-00002"]
+    total_docs = total_tokens = 0
+    for stem in manifest["prefixes"]:
+        shard = pq.read_table(shards_dir / "shards" / f"{stem}.parquet")
+        sidecar = pq.read_table(encoded_dir / f"{stem}.docs.parquet")
+        dataset = IndexedDataset(str(encoded_dir / stem))
+        assert len(dataset) == shard.num_rows == sidecar.num_rows
+        assert dataset.index.dtype == np.uint16
+        assert sidecar.column("doc_index").to_pylist() == list(range(shard.num_rows))
+        for tag in ("id", "domain", "lang", "split", "ppl_bucket", "dup_keep"):
+            assert sidecar.column(tag).to_pylist() == shard.column(tag).to_pylist()
+        texts = shard.column("text").to_pylist()
+        for i in range(0, shard.num_rows, 37):
+            expected = hf.encode(texts[i], add_special_tokens=False).ids + [locked.eod_id]
+            assert dataset[i].tolist() == expected
+        assert sidecar.column("num_tokens").to_pylist() == dataset.sequence_lengths.tolist()
+        total_docs += shard.num_rows
+        total_tokens += int(dataset.sequence_lengths.sum())
+    assert manifest["counts"]["documents"] == total_docs
+    assert manifest["counts"]["tokens"] == total_tokens
+
+
+def test_resume_skips_finished_shards(
+    encoded_dir: Path, tokenizer_dir: Path, shards_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "enc"
+    shutil.copytree(encoded_dir, out)
+    before = {p.name: sha256_file(p) for p in out.glob("*.bin")}
+    (out / "synthetic-00001.bin").unlink()  # as if killed while writing this shard
+    args = [
+        "tokenizer",
+        "encode",
+        str(tokenizer_dir),
+        "--data",
+        str(shards_dir),
+        "--out",
+        str(out),
+        "--no-ray",
+    ]
+    assert main(args) == 0
+    assert load_manifest(out)["counts"]["shards_skipped"] == 2
+    assert {p.name: sha256_file(p) for p in out.glob("*.bin")} == before
+
+
+def test_tampered_shards_are_refused(
+    tokenizer_dir: Path, shards_dir: Path, tmp_path: Path, capsys
+) -> None:
+    copy = tmp_path / "shards"
+    shutil.copytree(shards_dir, copy)
+    shard = copy / "shards" / "synthetic-00000.parquet"
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 1
+    shard.write_bytes(bytes(data))
+    code = main(
+        [
+            "tokenizer",
+            "encode",
+            str(tokenizer_dir),
+            "--data",
+            str(copy),
+            "--out",
+            str(tmp_path / "enc"),
+            "--no-ray",
+        ]
+    )
+    assert code == 2
+    assert "synthetic-00000.parquet does not match its sha256" in capsys.readouterr().err
+
+
+def test_missing_stage_columns_become_null_tags(tokenizer_dir: Path, tmp_path: Path) -> None:
+    shards = write_shards(tmp_path / "shards", make_records(40), stages=("extract", "langid"))
+    out = tmp_path / "enc"
+    assert (
+        main(
+            [
+                "tokenizer",
+                "encode",
+                str(tokenizer_dir),
+                "--data",
+                str(shards),
+                "--out",
+                str(out),
+                "--no-ray",
+            ]
+        )
+        == 0
+    )
+    sidecar = pq.read_table(out / "synthetic-00000.docs.parquet")
+    assert sidecar.column("domain").null_count == sidecar.num_rows
+    assert sidecar.column("lang").null_count == 0
+
+
+@pytest.mark.timeout(120)
+def test_tag_subset_reads_exactly_those_documents_through_gptdataset(
+    encoded_dir: Path, tokenizer_dir: Path
+) -> None:
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    from megatron.core.datasets.utils import Split
+
+    locked = load_locked(tokenizer_dir)
+    stem = "synthetic-00000"
+    sidecar = pq.read_table(encoded_dir / f"{stem}.docs.parquet").to_pylist()
+    chosen = [r["doc_index"] for r in sidecar if r["domain"] == "code" and r["split"] == "train"]
+    others = [r["doc_index"] for r in sidecar if r["doc_index"] not in chosen]
+    assert chosen and others
+    indexed = IndexedDataset(str(encoded_dir / stem))
+    config = GPTDatasetConfig(
+        random_seed=1,
+        sequence_length=128,
+        tokenizer=locked.megatron(),
+        split="1,0,0",
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=False,
+        path_to_cache=None,
+    )
+    dataset = GPTDataset(
+        indexed,
+        str(encoded_dir / stem),
+        np.array(chosen, dtype=np.int32),
+        None,
+        Split.train,
+        config,
+    )
+    assert sorted(set(dataset.document_index.tolist())) == chosen  # one epoch of exactly these
+    # Put the shuffled samples back in stream order: consecutive samples are contiguous windows
+    # over the chosen documents, concatenated in the dataset's (shuffled) document order.
+    order = np.argsort(dataset.shuffle_index)
+    stream = np.concatenate([dataset[int(i)]["tokens"].numpy() for i in order])
+    expected = np.concatenate([indexed[int(d)] for d in dataset.document_index])
+    assert len(stream) > 0.9 * len(expected)
+    assert np.array_equal(stream, expected[: len(stream)].astype(np.int64))
+    wanted = {tuple(indexed[i].tolist()) for i in chosen}
+    unwanted = {tuple(indexed[i].tolist()) for i in others} - wanted
+    documents = np.split(stream, np.flatnonzero(stream == locked.eod_id) + 1)[:-1]
+    assert len(documents) >= len(chosen) - 1
+    assert all(tuple(d.tolist()) in wanted for d in documents)
+    assert all(tuple(d.tolist()) not in unwanted for d in documents)

@@ -1,0 +1,123 @@
+"""Training (tag-weighted sample, special ids, determinism) and the lock (tamper, mismatch)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from tok_helpers import train_config
+
+from pretrain.cli import main
+from pretrain.errors import LockMismatch
+from pretrain.manifest import load_manifest
+from tokenizer.lock import check_match, load_locked
+from tokenizer.train import train
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _train_docs_by_group(shards: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for path in sorted((shards / "shards").glob("*.parquet")):
+        table = pq.read_table(path, columns=["split", "domain", "lang", "text"])
+        for split, domain, lang, text in zip(*(c.to_pylist() for c in table.columns), strict=True):
+            if split != "eval" and text:
+                counts[f"{domain}/{lang}"] = counts.get(f"{domain}/{lang}", 0) + 1
+    return counts
+
+
+def test_artifact_lock_and_identity(tokenizer_dir: Path, shards_dir: Path) -> None:
+    manifest = load_manifest(tokenizer_dir)
+    lock = json.loads((tokenizer_dir / "lock.json").read_bytes())
+    info = manifest["tokenizer"]
+    assert re.fullmatch(r"bpe-768@[0-9a-f]{6}", info["id"]) and info["id"].endswith(
+        info["sha256"][:6]
+    )
+    assert lock["special_tokens"] == {"<|endoftext|>": 0, "<|pad|>": 1, "<|user|>": 2}
+    assert lock["vocab_size"] == 768 and lock["token_dtype"] == "uint16"
+    assert lock["inputs"]["shards_manifest_sha256"] == manifest["inputs"][0]["manifest_sha256"]
+    # the sample drew every train-split document and no eval one
+    realised = {k: g["documents"] for k, g in lock["sample"]["groups"].items()}
+    assert realised == _train_docs_by_group(shards_dir)
+    locked = load_locked(tokenizer_dir, expect_sha256=info["sha256"])
+    assert (locked.eod_id, locked.pad_id, locked.id) == (0, 1, info["id"])
+
+
+def test_cli_train_with_tag_weights_and_budget(shards_dir: Path, tmp_path: Path) -> None:
+    config = tmp_path / "tok.yaml"
+    config.write_text(
+        yaml.safe_dump({"data": str(shards_dir), "out": str(tmp_path / "tok"), "vocab_size": 512})
+    )
+    code = main(
+        [
+            "tokenizer",
+            "train",
+            str(config),
+            "--set",
+            "sample.lang_weights.zh=0",
+            "--set",
+            "sample.domain_weights.code=2",
+            "--set",
+            "sample.max_bytes=60000",
+        ]
+    )
+    assert code == 0
+    lock = json.loads((tmp_path / "tok" / "lock.json").read_bytes())
+    groups = lock["sample"]["groups"]
+    assert groups["web/zh"]["documents"] == 0  # weight 0 excludes Chinese
+    assert 45_000 < lock["sample"]["bytes"] < 75_000  # about the 60 kB budget, streamed
+    # code has twice the inclusion probability of English web text
+    assert groups["code/python"]["inclusion_probability"] == pytest.approx(
+        2 * groups["web/en"]["inclusion_probability"]
+    )
+
+
+def test_same_inputs_same_tokenizer_id(
+    tokenizer_dir: Path, shards_dir: Path, tmp_path: Path
+) -> None:
+    again = train(train_config(shards_dir, tmp_path / "again"), command=["test"])
+    assert again["tokenizer"]["sha256"] == load_manifest(tokenizer_dir)["tokenizer"]["sha256"]
+
+
+def test_one_byte_edit_of_tokenizer_json_is_refused(tokenizer_dir: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "tok"
+    shutil.copytree(tokenizer_dir, copy)
+    path = copy / "tokenizer.json"
+    data = bytearray(path.read_bytes())
+    index = data.index(b'"merges"') + 2
+    data[index] = ord("N")
+    path.write_bytes(bytes(data))
+    with pytest.raises(LockMismatch, match=r"edited after locking.*retrain"):
+        load_locked(copy)
+    assert (
+        main(
+            [
+                "tokenizer",
+                "encode",
+                str(copy),
+                "--data",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "enc"),
+            ]
+        )
+        == 2
+    )
+
+
+def test_mismatch_names_both_hashes_and_the_fix(tokenizer_dir: Path) -> None:
+    locked = load_locked(tokenizer_dir)
+    other = {"name": "bpe-64k", "sha256": "ab" * 32, "id": "bpe-64k@ababab"}
+    check_match(locked.info, locked, "encoded data")  # same tokenizer passes
+    with pytest.raises(LockMismatch) as caught:
+        check_match(other, locked, "encoded data /x")
+    message = str(caught.value)
+    assert "bpe-64k@ababab" in message and locked.id in message
+    assert "pretrain tokenizer encode" in message and "\n" not in message
+    with pytest.raises(LockMismatch, match=locked.sha256[:12]):
+        load_locked(tokenizer_dir, expect_sha256="ab" * 32)

@@ -1,0 +1,47 @@
+"""Demo step: train a small tokenizer on the demo shards, evaluate it, lock it and encode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pretrain.errors import ArtifactError
+from pretrain.manifest import load_manifest
+
+DEMO_VOCAB = 4096
+
+
+def step(ctx: Any) -> str:
+    """Train (vocab 4096), evaluate (vs SentencePiece) and encode `ctx.artifacts["shards"]`."""
+    from tokenizer.config import TrainConfig
+    from tokenizer.encode import encode
+    from tokenizer.evaluate import evaluate
+    from tokenizer.lock import load_locked
+    from tokenizer.train import train
+
+    shards = ctx.artifacts.get("shards")
+    if shards is None:
+        raise ArtifactError(
+            "the tokenizer demo step needs the pipeline's shards "
+            "(ctx.artifacts['shards']); run the pipeline step first"
+        )
+    tok_dir, enc_dir = ctx.out / "tokenizer", ctx.out / "encoded"
+    if not ctx.reuse(tok_dir):
+        train(
+            TrainConfig(data=str(shards), out=str(tok_dir), vocab_size=DEMO_VOCAB),
+            command=["pretrain", "demo"],
+        )
+    tokenizer = load_locked(tok_dir)
+    eval_dir = tok_dir / "eval"
+    if not ctx.reuse(eval_dir):
+        evaluate(tok_dir, shards, out=eval_dir, command=["pretrain", "demo"])
+    report = load_manifest(eval_dir)["summary"]
+    if not ctx.reuse(enc_dir) or load_manifest(enc_dir)["tokenizer"]["sha256"] != tokenizer.sha256:
+        encode(tok_dir, shards, enc_dir, backend="inline", command=["pretrain", "demo"])
+    counts = load_manifest(enc_dir)["counts"]
+    ctx.artifacts["tokenizer"] = tok_dir
+    ctx.artifacts["encoded"] = enc_dir
+    return (
+        f"{tokenizer.id}: {report['bytes_per_token']:.2f} bytes/token on eval "
+        f"(SentencePiece {report.get('baseline_bytes_per_token') or float('nan'):.2f}); "
+        f"encoded {counts['documents']} docs, {counts['tokens']} tokens"
+    )

@@ -1,0 +1,245 @@
+"""`pretrain tokenizer encode`: tagged shards -> Megatron .bin/.idx + per-document tag sidecars.
+
+Per shard `<stem>`: `<stem>.bin` / `<stem>.idx` written with megatron.core's
+IndexedDatasetBuilder (EOD appended to every document; uint16 when the vocabulary fits, else
+int32) and `<stem>.docs.parquet`: row i describes document i of the .bin (id, token count with EOD,
+the tags mixtures select on; null where the pipeline did not produce a tag). Documents keep the
+shard's row order, empty ones included (they hold just the EOD), so row i of a shard is document i.
+
+Shards are encoded in batches (`encode_batch_fast`, which runs on all cores inside one process)
+and distributed over Ray tasks across shards. Each finished shard leaves a hidden `.<stem>.done`
+record (source shard sha256 + tokenizer sha256); a re-run skips those shards (resume).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from pretrain.errors import ArtifactError
+from pretrain.manifest import atomic_write_json, load_manifest, write_manifest
+from tokenizer.lock import LockedTokenizer, load_locked
+from tokenizer.shards import read_columns, require_shards
+
+KIND = "encoded"
+TAG_FIELDS: tuple[pa.Field, ...] = (
+    pa.field("id", pa.string()),
+    pa.field("source", pa.string()),
+    pa.field("split", pa.string()),
+    pa.field("domain", pa.string()),
+    pa.field("lang", pa.string()),
+    pa.field("quality_score", pa.float32()),
+    pa.field("perplexity", pa.float32()),
+    pa.field("ppl_bucket", pa.string()),
+    pa.field("unsafe_score", pa.float32()),
+    pa.field("url_blocked", pa.bool_()),
+    pa.field("dup_keep", pa.bool_()),
+)
+SIDECAR_SCHEMA = pa.schema(
+    [
+        pa.field("doc_index", pa.int64()),
+        TAG_FIELDS[0],
+        pa.field("num_tokens", pa.int32()),
+        *TAG_FIELDS[1:],
+    ]
+)
+TAG_NAMES = tuple(f.name for f in TAG_FIELDS)
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    stem: str
+    documents: int
+    tokens: int
+    skipped: bool
+
+
+def sidecar_path(out: Path, stem: str) -> Path:
+    return out / f"{stem}.docs.parquet"
+
+
+def _done_path(out: Path, stem: str) -> Path:
+    return out / f".{stem}.done"
+
+
+def _is_done(out: Path, stem: str, shard_sha: str, tokenizer_sha: str) -> dict[str, Any] | None:
+    path = _done_path(out, stem)
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    files = [out / f"{stem}.bin", out / f"{stem}.idx", sidecar_path(out, stem)]
+    if record.get("shard_sha256") != shard_sha or record.get("tokenizer_sha256") != tokenizer_sha:
+        return None
+    if not all(f.is_file() for f in files) or (out / f"{stem}.bin").stat().st_size != record.get(
+        "bin_bytes"
+    ):
+        return None
+    return record
+
+
+def encode_shard(
+    tokenizer: LockedTokenizer, shard: Path, out: Path, shard_sha: str, batch_size: int = 1024
+) -> ShardResult:
+    """Encode one shard into `out/<stem>.{bin,idx,docs.parquet}` (skipped when already done)."""
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    stem = shard.stem
+    done = _is_done(out, stem, shard_sha, tokenizer.sha256)
+    if done is not None:
+        return ShardResult(stem, done["documents"], done["tokens"], skipped=True)
+    dtype = np.uint16 if tokenizer.token_dtype == "uint16" else np.int32
+    tmp_prefix = out / f".{stem}.partial"
+    builder = IndexedDatasetBuilder(f"{tmp_prefix}.bin", dtype=dtype)
+    hf = tokenizer.tokenizer
+    hf.encode_special_tokens = True  # "<|endoftext|>" inside a document is text, not an EOD
+    encode = getattr(hf, "encode_batch_fast", hf.encode_batch)
+    sidecars: list[pa.Table] = []
+    documents = tokens = 0
+    for table in read_columns(shard, ("text", *TAG_NAMES), batch_size=batch_size):
+        texts = [t or "" for t in table.column("text").to_pylist()]
+        lengths = []
+        for encoding in encode(texts, add_special_tokens=False):
+            ids = encoding.ids
+            ids.append(tokenizer.eod_id)
+            builder.add_document(np.asarray(ids, dtype=dtype), [len(ids)])
+            lengths.append(len(ids))
+        sidecars.append(_sidecar_batch(table, documents, lengths))
+        documents += len(lengths)
+        tokens += sum(lengths)
+    builder.finalize(f"{tmp_prefix}.idx")
+    sidecar = pa.concat_tables(sidecars) if sidecars else SIDECAR_SCHEMA.empty_table()
+    pq.write_table(sidecar, f"{tmp_prefix}.docs.parquet", compression="zstd")
+    for suffix in (".bin", ".idx", ".docs.parquet"):
+        os.replace(f"{tmp_prefix}{suffix}", out / f"{stem}{suffix}")
+    atomic_write_json(
+        _done_path(out, stem),
+        {
+            "shard_sha256": shard_sha,
+            "tokenizer_sha256": tokenizer.sha256,
+            "documents": documents,
+            "tokens": tokens,
+            "bin_bytes": (out / f"{stem}.bin").stat().st_size,
+        },
+    )
+    return ShardResult(stem, documents, tokens, skipped=False)
+
+
+def _sidecar_batch(table: pa.Table, start: int, lengths: list[int]) -> pa.Table:
+    columns: dict[str, Any] = {
+        "doc_index": pa.array(np.arange(start, start + len(lengths), dtype=np.int64)),
+        "num_tokens": pa.array(lengths, type=pa.int32()),
+    }
+    for field in TAG_FIELDS:
+        columns[field.name] = table.column(field.name).cast(field.type)
+    return pa.table({name: columns[name] for name in SIDECAR_SCHEMA.names}, schema=SIDECAR_SCHEMA)
+
+
+def _prepare_out(out: Path) -> None:
+    if (out / "manifest.json").is_file():
+        kind = load_manifest(out)["kind"]
+        if kind != KIND:
+            raise ArtifactError(f"--out {out} holds a {kind!r} artifact; choose another directory")
+        (out / "manifest.json").unlink()  # rewritten last, when every shard is done
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _run_inline(
+    jobs: list[tuple[Path, str]],
+    tokenizer_dir: Path,
+    sha: str,
+    out: Path,
+) -> list[ShardResult]:
+    tokenizer = load_locked(tokenizer_dir, expect_sha256=sha)
+    return [
+        encode_shard(tokenizer, shard, out, shard_sha)
+        for shard, shard_sha in tqdm(jobs, desc="encode", unit="shard")
+    ]
+
+
+def _run_ray(
+    jobs: list[tuple[Path, str]], tokenizer_dir: Path, sha: str, out: Path, num_cpus: float
+) -> list[ShardResult]:
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(
+            include_dashboard=False,
+            log_to_driver=False,
+            ignore_reinit_error=True,
+            address=os.environ.get("RAY_ADDRESS"),
+        )
+
+    @ray.remote(num_cpus=num_cpus)
+    def encode_remote(shard: str, shard_sha: str) -> ShardResult:
+        tokenizer = load_locked(tokenizer_dir, expect_sha256=sha)
+        return encode_shard(tokenizer, Path(shard), out, shard_sha)
+
+    pending = [encode_remote.remote(str(shard), shard_sha) for shard, shard_sha in jobs]
+    results = []
+    with tqdm(total=len(pending), desc="encode (ray)", unit="shard") as bar:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            results.append(ray.get(ready[0]))
+            bar.update(1)
+    return sorted(results, key=lambda r: r.stem)
+
+
+def encode(
+    tokenizer_dir: str | Path,
+    data: str | Path,
+    out: str | Path,
+    *,
+    backend: str = "ray",
+    num_cpus: float = 1.0,
+    command: list[str] | None = None,
+    on_shard: Callable[[ShardResult], None] | None = None,
+) -> dict[str, Any]:
+    """Encode every shard of a verified `shards` artifact; write the `encoded` manifest last."""
+    tokenizer = load_locked(tokenizer_dir)
+    shards_manifest, shards = require_shards(data)
+    out = Path(out)
+    _prepare_out(out)
+    jobs = [
+        (shard, shards_manifest["files"][shard.relative_to(Path(data)).as_posix()]["sha256"])
+        for shard in shards
+    ]
+    if backend == "ray" and len(jobs) > 1:
+        results = _run_ray(jobs, Path(tokenizer_dir), tokenizer.sha256, out, num_cpus)
+    else:
+        results = _run_inline(jobs, Path(tokenizer_dir), tokenizer.sha256, out)
+    for result in results:
+        if on_shard is not None:
+            on_shard(result)
+    shard_counts = {r.stem: {"documents": r.documents, "tokens": r.tokens} for r in results}
+    return write_manifest(
+        out,
+        KIND,
+        config={
+            "tokenizer": tokenizer.info,
+            "data": str(Path(data).resolve()),
+            "token_dtype": tokenizer.token_dtype,
+        },
+        inputs=[data, tokenizer_dir],
+        command=command,
+        counts={
+            "documents": sum(r.documents for r in results),
+            "tokens": sum(r.tokens for r in results),
+            "shards_skipped": sum(r.skipped for r in results),
+        },
+        extra={
+            "tokenizer": tokenizer.info,
+            "prefixes": [r.stem for r in results],
+            "token_dtype": tokenizer.token_dtype,
+            "shards": shard_counts,
+            "eod_id": tokenizer.eod_id,
+        },
+    )

@@ -1,0 +1,274 @@
+"""`pretrain tokenizer eval`: compression and vocabulary use per domain and language.
+
+Measured on the documents tagged `split == eval`. When those are too few (fewer than
+MIN_EVAL_DOCS documents or MIN_EVAL_BYTES bytes), the report says so and falls back to a stated
+held-out sample: train-split documents the tokenizer's sample did not draw (its hash rule is in
+lock.json); when the sample drew everything, a 10% hash sample of the train split, flagged as
+*seen in training*. The same figures are computed for a SentencePiece BPE trained on the same
+sample and vocabulary size (tokenizer.baseline).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from pretrain.manifest import atomic_write_json, write_manifest
+from tokenizer.lock import LockedTokenizer, load_locked
+from tokenizer.sample import SamplePlan, group_key, stream_sample
+from tokenizer.shards import read_columns, require_shards, shards_identity, tag, unit_hash
+
+KIND = "tokenizer-eval"
+MIN_EVAL_DOCS = 20
+MIN_EVAL_BYTES = 20_000
+MAX_EVAL_BYTES = 50_000_000
+RARE_COUNT = 5
+UNSPACED_LANGS = {"zh", "ja", "ko", "th", "lo", "km", "my", "bo", "yue", "wuu"}
+"""Languages written without spaces between words: no tokens-per-word figure."""
+
+
+@dataclass
+class Doc:
+    text: str
+    domain: str
+    lang: str
+
+
+@dataclass
+class Stats:
+    documents: int = 0
+    bytes: int = 0
+    chars: int = 0
+    tokens: int = 0
+    words: int = 0
+    word_tokens: int = 0
+    exact: int = 0
+
+    def add(self, doc: Doc, num_tokens: int, exact: bool) -> None:
+        self.documents += 1
+        self.bytes += len(doc.text.encode("utf-8"))
+        self.chars += len(doc.text)
+        self.tokens += num_tokens
+        self.exact += exact
+        if doc.lang.split("_")[0] not in UNSPACED_LANGS:
+            self.words += len(doc.text.split())
+            self.word_tokens += num_tokens
+
+    def figures(self) -> dict[str, Any]:
+        tokens = max(self.tokens, 1)
+        return {
+            "documents": self.documents,
+            "bytes": self.bytes,
+            "tokens": self.tokens,
+            "bytes_per_token": round(self.bytes / tokens, 4),
+            "chars_per_token": round(self.chars / tokens, 4),
+            "tokens_per_word": round(self.word_tokens / self.words, 4) if self.words else None,
+            "roundtrip_exact": round(self.exact / max(self.documents, 1), 6),
+        }
+
+
+@dataclass
+class Measure:
+    groups: dict[str, Stats] = field(default_factory=dict)
+    usage: Counter = field(default_factory=Counter)
+
+    def add(self, doc: Doc, ids: list[int], exact: bool) -> None:
+        for key in ("all", f"domain={doc.domain}", f"lang={doc.lang}", f"{doc.domain}/{doc.lang}"):
+            self.groups.setdefault(key, Stats()).add(doc, len(ids), exact)
+        self.usage.update(ids)
+
+    def report(self, vocab_size: int, special_ids: set[int]) -> dict[str, Any]:
+        counts = np.zeros(vocab_size, dtype=np.int64)
+        for token_id, count in self.usage.items():
+            if 0 <= token_id < vocab_size:
+                counts[token_id] = count
+        regular = np.array([i for i in range(vocab_size) if i not in special_ids])
+        used = counts[regular]
+        return {
+            "groups": {k: v.figures() for k, v in sorted(self.groups.items())},
+            "vocab": {
+                "size": vocab_size,
+                "unused_fraction": round(float((used == 0).mean()), 6),
+                "rare_fraction": round(float(((used > 0) & (used < RARE_COUNT)).mean()), 6),
+                "rare_threshold": RARE_COUNT,
+            },
+        }
+
+
+def _scan(shards: list[Path], keep: Any) -> list[Doc]:
+    docs, total = [], 0
+    for path in shards:
+        for table in read_columns(path, ("id", "split", "domain", "lang", "text")):
+            rows = zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True)
+            for doc_id, split, domain, lang, text in rows:
+                if text and total < MAX_EVAL_BYTES and keep(doc_id, split, domain, lang):
+                    docs.append(Doc(text, tag(domain), tag(lang)))
+                    total += len(text.encode("utf-8"))
+    return docs
+
+
+def select_eval_docs(shards: list[Path], lock: dict[str, Any]) -> tuple[list[Doc], str]:
+    """The eval documents and a sentence saying where they come from."""
+    docs = _scan(shards, lambda i, split, d, lang: split == "eval")
+    size = sum(len(d.text.encode("utf-8")) for d in docs)
+    if len(docs) >= MIN_EVAL_DOCS and size >= MIN_EVAL_BYTES:
+        return docs, f"split == eval ({len(docs)} documents)"
+    tiny = f"the eval split is tiny ({len(docs)} documents, {size} bytes)"
+    groups = lock["sample"]["groups"]
+    seed = lock["config"]["sample"]["seed"]
+
+    def held_out(doc_id: str, split: str, domain: Any, lang: Any) -> bool:
+        probability = groups.get(group_key(domain, lang), {}).get("inclusion_probability", 0.0)
+        return split != "eval" and unit_hash(doc_id, seed) >= probability
+
+    fallback = _scan(shards, held_out)
+    if len(fallback) >= MIN_EVAL_DOCS:
+        return docs + fallback, (
+            f"{tiny}; added {len(fallback)} train-split documents the "
+            "tokenizer's sample did not draw (held out)"
+        )
+    seen = _scan(shards, lambda i, split, d, lang: split != "eval" and unit_hash(i, 7919) < 0.1)
+    return docs + seen, (
+        f"{tiny} and the sample drew every train document; added a 10% hash "
+        f"sample of the train split ({len(seen)} documents) that the tokenizer "
+        "SAW IN TRAINING: compression figures are optimistic"
+    )
+
+
+def measure_ours(tokenizer: LockedTokenizer, docs: list[Doc]) -> Measure:
+    hf = tokenizer.tokenizer
+    hf.encode_special_tokens = True
+    measure = Measure()
+    for start in tqdm(range(0, len(docs), 512), desc="eval ours", unit="batch", leave=False):
+        batch = docs[start : start + 512]
+        encodings = hf.encode_batch([d.text for d in batch], add_special_tokens=False)
+        decoded = hf.decode_batch([e.ids for e in encodings], skip_special_tokens=False)
+        for doc, encoding, text in zip(batch, encodings, decoded, strict=True):
+            measure.add(doc, encoding.ids, text == doc.text)
+    return measure
+
+
+def measure_sentencepiece(processor: Any, docs: list[Doc]) -> Measure:
+    measure = Measure()
+    for start in tqdm(
+        range(0, len(docs), 512), desc="eval sentencepiece", unit="batch", leave=False
+    ):
+        batch = docs[start : start + 512]
+        encoded = processor.encode([d.text for d in batch])
+        for doc, ids in zip(batch, encoded, strict=True):
+            measure.add(doc, ids, processor.decode(ids) == doc.text)
+    return measure
+
+
+def train_baseline(tokenizer: LockedTokenizer, shards: list[Path]) -> Any:
+    """SentencePiece BPE on the tokenizer's own sample (regenerated from lock.json)."""
+    from tokenizer.baseline import train_sentencepiece
+
+    lock = tokenizer.lock
+    groups = lock["sample"]["groups"]
+    plan = SamplePlan(
+        {k: g["available_bytes"] for k, g in groups.items()},
+        {k: g["inclusion_probability"] for k, g in groups.items()},
+        lock["config"]["sample"]["seed"],
+        lock["config"]["sample"]["max_doc_chars"],
+    )
+    return train_sentencepiece(stream_sample(shards, plan), tokenizer.vocab_size)
+
+
+def evaluate(
+    tokenizer_dir: str | Path,
+    data: str | Path,
+    out: str | Path | None = None,
+    baseline: bool = True,
+    command: list[str] | None = None,
+) -> dict[str, Any]:
+    """Evaluate, write report.json + compression.png + manifest into `out`; return the report."""
+    from tokenizer.plots import plot_compression
+
+    tokenizer = load_locked(tokenizer_dir)
+    _, shards = require_shards(data)
+    out = Path(out) if out is not None else Path(tokenizer_dir) / "eval"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "manifest.json").unlink(missing_ok=True)
+    docs, source = select_eval_docs(shards, tokenizer.lock)
+    specials = set(tokenizer.lock["special_tokens"].values())
+    report: dict[str, Any] = {
+        "tokenizer": tokenizer.info,
+        "eval_source": source,
+        "out": str(out),
+        "same_shards_as_training": shards_identity(data)
+        == tokenizer.lock["inputs"]["shards_manifest_sha256"],
+        "ours": measure_ours(tokenizer, docs).report(tokenizer.vocab_size, specials),
+    }
+    if baseline:
+        processor = train_baseline(tokenizer, shards)
+        special_sp = {
+            i
+            for i in range(processor.get_piece_size())
+            if processor.is_control(i) or processor.is_unknown(i)
+        }
+        report["sentencepiece"] = measure_sentencepiece(processor, docs).report(
+            processor.get_piece_size(), special_sp
+        )
+    summary = _summary(report)
+    atomic_write_json(out / "report.json", report)
+    plot_compression(report, out / "compression.png")
+    write_manifest(
+        out,
+        KIND,
+        config={"baseline": baseline},
+        inputs=[data, tokenizer_dir],
+        command=command,
+        counts={"documents": len(docs)},
+        extra={"tokenizer": tokenizer.info, "summary": summary},
+    )
+    return report
+
+
+def _summary(report: dict[str, Any]) -> dict[str, Any]:
+    ours = report["ours"]["groups"]["all"]
+    base = report.get("sentencepiece", {}).get("groups", {}).get("all")
+    return {
+        "bytes_per_token": ours["bytes_per_token"],
+        "baseline_bytes_per_token": base["bytes_per_token"] if base else None,
+        "roundtrip_exact": ours["roundtrip_exact"],
+        "eval_source": report["eval_source"],
+    }
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The per-group table printed by the CLI (ours vs SentencePiece)."""
+    ours, base = report["ours"], report.get("sentencepiece")
+    head = (
+        f"{'group':<22}{'docs':>6}{'MB':>8}{'B/tok':>8}{'SP':>7}{'ratio':>7}"
+        f"{'ch/tok':>8}{'SP':>7}{'tok/w':>7}{'SP':>7}{'exact':>7}{'SP':>7}"
+    )
+    lines = [f"tokenizer {report['tokenizer']['id']}; eval data: {report['eval_source']}", head]
+    for key, mine in ours["groups"].items():
+        other = base["groups"].get(key, {}) if base else {}
+        ratio = (mine["bytes_per_token"] / other["bytes_per_token"]) if other else None
+        lines.append(
+            f"{key[:21]:<22}{mine['documents']:>6}{mine['bytes'] / 1e6:>8.2f}"
+            f"{mine['bytes_per_token']:>8.3f}{_f(other.get('bytes_per_token')):>7}{_f(ratio):>7}"
+            f"{mine['chars_per_token']:>8.3f}{_f(other.get('chars_per_token')):>7}"
+            f"{_f(mine['tokens_per_word']):>7}{_f(other.get('tokens_per_word')):>7}"
+            f"{mine['roundtrip_exact']:>7.3f}{_f(other.get('roundtrip_exact')):>7}"
+        )
+    for name, part in (("ours", ours), ("sentencepiece", base)):
+        if part:
+            vocab = part["vocab"]
+            lines.append(
+                f"vocab {name}: {vocab['size']} ids, unused on eval "
+                f"{vocab['unused_fraction']:.1%}, rare (<{RARE_COUNT} uses) "
+                f"{vocab['rare_fraction']:.1%}"
+            )
+    return "\n".join(lines)
+
+
+def _f(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"

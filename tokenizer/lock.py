@@ -1,0 +1,168 @@
+"""The tokenizer lock: a tokenizer is known by the sha256 of its `lock.json`.
+
+`lock.json` records the sha256 of `tokenizer.json`, the vocabulary size, the special token ids, the
+training config, the realised sample composition and the input shards' manifest sha256. Every
+artifact made with a tokenizer records `{"name", "sha256", "id"}`; consumers compare that with the
+tokenizer they are given (`check_match`) and refuse a mismatch in one line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pretrain.errors import ArtifactError, LockMismatch
+from pretrain.manifest import canonical_json, load_manifest, require, sha256_bytes, sha256_file
+
+KIND = "tokenizer"
+LOCK_FILE = "lock.json"
+TOKENIZER_FILE = "tokenizer.json"
+LOCK_VERSION = 1
+
+
+def tokenizer_id(name: str, sha256: str) -> str:
+    """The display identity, e.g. `bpe-32k@1f2e9c`."""
+    return f"{name}@{sha256[:6]}"
+
+
+def lock_bytes(lock: dict[str, Any]) -> bytes:
+    """The exact bytes written to lock.json (canonical JSON: the hash does not depend on layout)."""
+    return canonical_json(lock) + b"\n"
+
+
+@dataclass(frozen=True)
+class LockedTokenizer:
+    """A tokenizer whose files matched its lock. `.tokenizer` is the HF `tokenizers` object."""
+
+    tokenizer: Any
+    sha256: str
+    name: str
+    eod_id: int
+    pad_id: int
+    vocab_size: int
+    directory: Path
+    lock: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return tokenizer_id(self.name, self.sha256)
+
+    @property
+    def info(self) -> dict[str, str]:
+        """What other artifacts record about the tokenizer (manifest extra `tokenizer`)."""
+        return {"name": self.name, "sha256": self.sha256, "id": self.id}
+
+    @property
+    def token_dtype(self) -> str:
+        """The .bin token dtype: uint16 when every id fits, else int32."""
+        return "uint16" if self.vocab_size < 65536 else "int32"
+
+    def megatron(self) -> Any:
+        """The minimal tokenizer view Megatron's GPTDatasetConfig reads (vocab_size, eod, pad)."""
+        return _MegatronView(self.vocab_size, self.eod_id, self.pad_id, self.id)
+
+
+@dataclass(frozen=True)
+class _MegatronView:
+    vocab_size: int
+    eod: int
+    pad: int
+    tokenizer_id: str
+
+    @property
+    def unique_identifiers(self) -> dict[str, str]:
+        """Part of Megatron's dataset cache key: a different tokenizer gets other indices."""
+        return {"class": "pretrain-locked-bpe", "tokenizer": self.tokenizer_id}
+
+
+def _as_sha(value: Any) -> tuple[str, str]:
+    """(sha256, display) from a sha string, a `tokenizer` info dict or a LockedTokenizer."""
+    if isinstance(value, LockedTokenizer):
+        return value.sha256, value.id
+    if isinstance(value, dict):
+        sha = str(value.get("sha256", ""))
+        return sha, str(value.get("id") or sha[:12])
+    sha = str(value or "")
+    return sha, sha[:12] + ("..." if len(sha) > 12 else "")
+
+
+def check_match(recorded: Any, given: Any, what: str) -> None:
+    """Refuse when the tokenizer recorded in `what` differs from the one given.
+
+    `recorded` / `given`: sha256 strings, `{"name", "sha256", "id"}` dicts or LockedTokenizers.
+    """
+    recorded_sha, recorded_show = _as_sha(recorded)
+    given_sha, given_show = _as_sha(given)
+    if not recorded_sha:
+        raise LockMismatch(
+            f"{what} records no tokenizer hash; re-encode it with `pretrain "
+            "tokenizer encode` so it names the tokenizer it was built with"
+        )
+    if recorded_sha != given_sha:
+        raise LockMismatch(
+            f"tokenizer mismatch: {what} was built with tokenizer {recorded_show} "
+            f"(sha256 {recorded_sha[:12]}...), the given tokenizer is {given_show} (sha256 "
+            f"{given_sha[:12]}...); re-encode with `pretrain tokenizer encode` or pin the "
+            "tokenizer the data was built with"
+        )
+
+
+def load_locked(directory: str | Path, expect_sha256: str | None = None) -> LockedTokenizer:
+    """Load a tokenizer artifact after checking its files against lock.json and its manifest.
+
+    A byte changed in tokenizer.json or lock.json is refused; so is a lock hash other than
+    `expect_sha256` when given.
+    """
+    from tokenizers import Tokenizer
+
+    root = Path(directory)
+    manifest = load_manifest(root) if (root / "manifest.json").is_file() else None
+    lock_path, tok_path = root / LOCK_FILE, root / TOKENIZER_FILE
+    for path in (lock_path, tok_path):
+        if not path.is_file():
+            raise ArtifactError(
+                f"{root} has no {path.name}; it is not a tokenizer artifact: "
+                "train one with `pretrain tokenizer train`"
+            )
+    lock = json.loads(lock_path.read_bytes())
+    tok_sha = sha256_file(tok_path)
+    if tok_sha != lock["files"][TOKENIZER_FILE]:
+        raise LockMismatch(
+            f"{tok_path} has sha256 {tok_sha[:12]}..., lock.json records "
+            f"{lock['files'][TOKENIZER_FILE][:12]}...: the file was edited after locking; "
+            "restore it or retrain with `pretrain tokenizer train`"
+        )
+    sha = sha256_file(lock_path)
+    if manifest is None:
+        raise ArtifactError(f"{root} is not a finished artifact (no manifest.json); retrain it")
+    recorded = manifest.get("tokenizer", {})
+    if recorded.get("sha256") != sha:
+        raise LockMismatch(
+            f"{lock_path} has sha256 {sha[:12]}..., the manifest records "
+            f"{str(recorded.get('sha256'))[:12]}...: lock.json was edited; "
+            "restore it or retrain with `pretrain tokenizer train`"
+        )
+    require(root, kind=KIND)
+    if expect_sha256 is not None:
+        check_match(
+            expect_sha256,
+            {"sha256": sha, "id": tokenizer_id(lock["name"], sha)},
+            f"the pinned tokenizer (expect_sha256) for {root}",
+        )
+    hf = Tokenizer.from_file(str(tok_path))
+    return LockedTokenizer(
+        tokenizer=hf,
+        sha256=sha,
+        name=lock["name"],
+        eod_id=lock["eod_id"],
+        pad_id=lock["pad_id"],
+        vocab_size=lock["vocab_size"],
+        directory=root,
+        lock=lock,
+    )
+
+
+def lock_sha256(lock: dict[str, Any]) -> str:
+    return sha256_bytes(lock_bytes(lock))

@@ -1,0 +1,152 @@
+"""`pretrain tokenizer train`: a byte-level BPE (HF `tokenizers`) on a tag-weighted shard sample.
+
+Byte-level: every string encodes (256 byte tokens, no unknown token) and decodes back exactly (no
+normalizer). Special tokens take the first ids: <|endoftext|> = 0 (EOD), <|pad|> = 1, then the
+user-defined ones. Pre-tokenisation: CJK runs (or single characters) isolated, digits split one by
+one, then GPT-2's byte-level regex. See `tokenizer.config.PreTokenizeConfig`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pretrain.config import config_dict
+from pretrain.errors import ArtifactError, ConfigError
+from pretrain.manifest import atomic_write_bytes, load_manifest, sha256_file, write_manifest
+from tokenizer.config import PreTokenizeConfig, TrainConfig
+from tokenizer.lock import (
+    KIND,
+    LOCK_FILE,
+    LOCK_VERSION,
+    TOKENIZER_FILE,
+    lock_bytes,
+    lock_sha256,
+    tokenizer_id,
+)
+from tokenizer.sample import plan_sample, stream_sample
+from tokenizer.shards import require_shards, shards_identity
+
+CJK_CLASS = r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\u3000-\u303f\uff00-\uffef]"
+"""Han, Kana, Hangul, CJK punctuation and full-width forms: the scripts written without spaces."""
+
+
+PATH_KEYS = ("data", "out")
+"""Config keys left out of lock.json: where files live is not what the tokenizer is (the input is
+identified by its manifest sha256), so the same training gives the same id anywhere."""
+
+
+def build_tokenizer(pretokenize: PreTokenizeConfig) -> Any:
+    """An untrained byte-level BPE with this project's pre-tokenisation and decoder."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    steps = [
+        pre_tokenizers.Split(
+            Regex(CJK_CLASS + ("+" if pretokenize.cjk == "run" else "")), behavior="isolated"
+        )
+    ]
+    if pretokenize.individual_digits:
+        steps.append(pre_tokenizers.Digits(individual_digits=True))
+    steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+def train_on_texts(texts: Any, config: TrainConfig, show_progress: bool = True) -> Any:
+    """Train on an iterator of texts (or of lists of texts); check the special token ids."""
+    from tokenizers import pre_tokenizers, trainers
+
+    specials = config.all_special_tokens
+    if config.vocab_size < 256 + len(specials) + 1:
+        raise ConfigError(
+            f"vocab_size = {config.vocab_size} cannot hold 256 byte tokens and "
+            f"{len(specials)} special tokens; raise it (e.g. 32768)"
+        )
+    tokenizer = build_tokenizer(config.pretokenize)
+    trainer = trainers.BpeTrainer(
+        vocab_size=config.vocab_size,
+        min_frequency=config.min_frequency,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=show_progress,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    for expected_id, token in enumerate(specials):
+        assert tokenizer.token_to_id(token) == expected_id, (token, expected_id)
+    return tokenizer
+
+
+def _prepare_out(out: Path) -> None:
+    """Refuse to overwrite a different kind of artifact; drop a stale manifest first."""
+    if (out / "manifest.json").is_file():
+        kind = load_manifest(out)["kind"]
+        if kind != KIND:
+            raise ArtifactError(
+                f"out = {out} holds a {kind!r} artifact; choose another out "
+                "directory for the tokenizer"
+            )
+        (out / "manifest.json").unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in (LOCK_FILE, TOKENIZER_FILE):
+        (out / stale).unlink(missing_ok=True)
+    shutil.rmtree(out / "eval", ignore_errors=True)
+
+
+def make_lock(
+    config: TrainConfig, tokenizer: Any, tok_sha: str, composition: dict[str, Any], shards_sha: str
+) -> dict[str, Any]:
+    """The lock.json content (no timestamps: the same inputs give the same tokenizer id)."""
+    vocab_size = tokenizer.get_vocab_size()
+    return {
+        "lock_version": LOCK_VERSION,
+        "name": config.artifact_name,
+        "files": {TOKENIZER_FILE: tok_sha},
+        "vocab_size": vocab_size,
+        "vocab_size_requested": config.vocab_size,
+        "special_tokens": {t: tokenizer.token_to_id(t) for t in config.all_special_tokens},
+        "eod_id": tokenizer.token_to_id(config.all_special_tokens[0]),
+        "pad_id": tokenizer.token_to_id(config.all_special_tokens[1]),
+        "token_dtype": "uint16" if vocab_size < 65536 else "int32",
+        "config": {k: v for k, v in config_dict(config).items() if k not in PATH_KEYS},
+        "sample": composition,
+        "inputs": {"shards_manifest_sha256": shards_sha},
+    }
+
+
+def train(config: TrainConfig, command: list[str] | None = None) -> dict[str, Any]:
+    """Train, lock and write the tokenizer artifact; return its manifest."""
+    import tokenizers
+
+    _, shards = require_shards(config.data)
+    shards_sha = shards_identity(config.data)
+    plan = plan_sample(shards, config.sample)
+    tokenizer = train_on_texts(stream_sample(shards, plan), config)
+    composition = plan.composition()
+    if composition["documents"] == 0:
+        raise ConfigError(
+            f"sample of {config.data} is empty (no train-split text with non-zero "
+            "weight); check sample.domain_weights / sample.lang_weights"
+        )
+    out = Path(config.out)
+    _prepare_out(out)
+    tokenizer.save(str(out / TOKENIZER_FILE))
+    lock = make_lock(config, tokenizer, sha256_file(out / TOKENIZER_FILE), composition, shards_sha)
+    atomic_write_bytes(out / LOCK_FILE, lock_bytes(lock))
+    sha = lock_sha256(lock)
+    info = {"name": lock["name"], "sha256": sha, "id": tokenizer_id(lock["name"], sha)}
+    return write_manifest(
+        out,
+        KIND,
+        config=config_dict(config),
+        inputs=[config.data],
+        command=command,
+        counts={
+            "vocab_size": lock["vocab_size"],
+            "sample_documents": composition["documents"],
+            "sample_bytes": composition["bytes"],
+        },
+        extra={"tokenizer": info, "library": {"tokenizers": tokenizers.__version__}},
+    )
