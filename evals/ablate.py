@@ -1,14 +1,215 @@
-"""`pretrain ablate`: proxy sweeps over mixture recipes (being built)."""
+"""`pretrain ablate CONFIG`: a sweep over mixture recipes on small proxy models, and its report.
+
+The sweep is a base recipe (the mixture config's) plus variants: explicit weights and/or seeded
+Dirichlet samples around the base weights (RegMix, Liu et al. 2024). Every (recipe, proxy, seed)
+is one run: build its mixture at the proxy's token budget, train with `pretrain launch` in its own
+process, evaluate with `pretrain eval run` in another (evals/proxy.py). Runs go through Ray when
+`parallel` allows, sequentially otherwise. A finished run is found again by its key (recipe hash,
+proxy config, seed, budget, train template, eval set, data), never by directory name, and is not
+re-run. The report (evals/report.py) is the `ablation` artifact the launch gate reads.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
+from typing import Any, Literal
 
-from pretrain.errors import PretrainError
+import numpy as np
+from pydantic import Field
+
+from pretrain.config import StrictModel, config_dict, read_yaml
+from pretrain.errors import ConfigError
+from pretrain.manifest import canonical_json, sha256_bytes
+
+
+class Variant(StrictModel):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    weights: dict[str, float]
+    """Component name -> weight; missing components get 0; rescaled to sum to 1."""
+
+
+class DirichletConfig(StrictModel):
+    """RegMix-style random recipes: Dirichlet(concentration * base weights), seeded."""
+
+    count: int = Field(0, ge=0)
+    concentration: float = Field(10.0, gt=0)
+    """Higher stays closer to the base weights."""
+    seed: int = 0
+    min_weight: float = Field(0.0, ge=0, lt=1)
+    """Weights below this are set to 0 (then renormalised): sparse recipes, as in RegMix."""
+
+
+class ProxyConfig(StrictModel):
+    """One proxy size: overrides of the train template (`model.*`, `batch.*`, `optim.*`, ...)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    """Dotted keys of the train config, e.g. {"model.hidden_size": 64, "model.num_layers": 1}."""
+    token_budget: int | None = Field(None, ge=1)
+    """Tokens per run for this proxy; defaults to the sweep's token_budget."""
+
+
+class CriteriaConfig(StrictModel):
+    metric: str = "bpb"
+    """Target metric (results key, e.g. bpb, bpb/web/en, task/piqa/acc_norm)."""
+    min_improvement: float = Field(0.0, ge=0)
+    require_seed_spread: bool = True
+    """The chosen recipe must beat the base by more than the seed spread (needs >= 2 seeds)."""
+
+
+class EvalRunConfig(StrictModel):
+    max_docs: int | None = Field(None, ge=1)
+    batch_size: int = Field(8, ge=1)
+
+
+class AblationConfig(StrictModel):
+    """`pretrain ablate` config (example: configs/ablation.yaml)."""
+
+    name: str = "ablation"
+    out: str = "runs/ablation"
+    mixture: str
+    """The base mixture config (YAML, `pretrain mixture build` format): its recipe is the base."""
+    train: str
+    """The proxy train config template (YAML, `pretrain launch` format)."""
+    eval_sets: str
+    """An `evalset` artifact (`pretrain eval build`): the fixed eval sets every run is scored on."""
+    tokenizer: str | None = None
+    """Tokenizer artifact for evaluation; default: the mixture's build.tokenizer."""
+    variants: list[Variant] = Field(default_factory=list)
+    dirichlet: DirichletConfig = Field(default_factory=DirichletConfig)
+    proxies: list[ProxyConfig] = Field(min_length=1, max_length=2)
+    token_budget: int = Field(ge=1)
+    seeds: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    full_run_tokens: int | None = Field(None, ge=1)
+    """The full run's token budget: for the epochs-per-component check (None: skipped)."""
+    criteria: CriteriaConfig = Field(default_factory=CriteriaConfig)
+    eval: EvalRunConfig = Field(default_factory=EvalRunConfig)
+    parallel: Literal["auto", "sequential", "ray"] = "auto"
+    """auto: Ray when the machine has CPUs for >= 2 runs at once (cpus_per_run each)."""
+    cpus_per_run: float = Field(2.0, gt=0)
+    ray_address: str | None = None
+    launch_args: list[str] = Field(default_factory=list)
+    """Extra `pretrain launch` arguments for every proxy run (e.g. --in-process)."""
+    timeout_s: int = Field(3600, ge=1)
+    """Per-process limit for one proxy's training or evaluation."""
+
+
+def normalise(weights: dict[str, float], names: list[str], where: str) -> dict[str, float]:
+    unknown = sorted(set(weights) - set(names))
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown component(s) {', '.join(unknown)}; the base recipe's "
+            f"components are {', '.join(names)}"
+        )
+    if any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
+        raise ConfigError(f"{where}: weights must be >= 0 with a positive sum")
+    total = sum(weights.values())
+    return {name: round(weights.get(name, 0.0) / total, 6) for name in names}
+
+
+def _fix_sum(weights: dict[str, float]) -> dict[str, float]:
+    """Put the rounding remainder on the largest weight so the sum is exactly 1."""
+    largest = max(weights, key=lambda k: (weights[k], k))
+    weights[largest] = round(weights[largest] + 1.0 - sum(weights.values()), 6)
+    return weights
+
+
+def dirichlet_recipes(base: dict[str, float], cfg: DirichletConfig) -> list[dict[str, float]]:
+    names = list(base)
+    rng = np.random.default_rng(cfg.seed)
+    alpha = np.array([max(base[n], 1e-3) for n in names]) * cfg.concentration
+    recipes = []
+    for sample in rng.dirichlet(alpha, size=cfg.count):
+        sample = np.where(sample < cfg.min_weight, 0.0, sample)
+        recipes.append(dict(zip(names, (sample / sample.sum()).tolist())))
+    return recipes
+
+
+def plan_recipes(config: AblationConfig, base_mixture: dict[str, Any]) -> list[dict[str, Any]]:
+    """[{name, weights, recipe (dict)}] with the base first; duplicates (same weights) dropped."""
+    recipe = base_mixture["recipe"]
+    names = [c["name"] for c in recipe["components"]]
+    base = {c["name"]: float(c["weight"]) for c in recipe["components"]}
+    wanted = [("base", base)]
+    wanted += [
+        (v.name, normalise(v.weights, names, f"variants.{v.name}.weights")) for v in config.variants
+    ]
+    wanted += [
+        (f"dirichlet-{i}", normalise(w, names, "dirichlet"))
+        for i, w in enumerate(dirichlet_recipes(base, config.dirichlet))
+    ]
+    plans, seen = [], set()
+    for name, weights in wanted:
+        weights = _fix_sum(dict(weights))
+        key = tuple(weights[n] for n in names)
+        if key in seen:
+            continue
+        seen.add(key)
+        components = [{**c, "weight": weights[c["name"]]} for c in recipe["components"]]
+        plans.append(
+            {"name": name, "weights": weights, "recipe": {**recipe, "components": components}}
+        )
+    return plans
+
+
+def run_key(
+    recipe_sha: str, proxy: ProxyConfig, seed: int, budget: int, identity: dict[str, Any]
+) -> str:
+    """What makes a run: never its directory name."""
+    return sha256_bytes(
+        canonical_json(
+            {
+                "recipe_sha256": recipe_sha,
+                "proxy": config_dict(proxy),
+                "seed": seed,
+                "token_budget": budget,
+                **identity,
+            }
+        )
+    )
+
+
+def load_inputs(config: AblationConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The base mixture config and the train template, as dicts (validated by their owners)."""
+    from mixtures.recipe import MixtureConfig
+    from pretrain.config import parse_config
+    from trainer.config import TrainConfig
+
+    mixture = read_yaml(config.mixture)
+    parse_config(MixtureConfig, mixture, source=config.mixture)
+    train = read_yaml(config.train)
+    parse_config(TrainConfig, train, source=config.train)
+    return mixture, train
+
+
+def choose_parallel(config: AblationConfig) -> str:
+    if config.parallel != "auto":
+        return config.parallel
+    cpus = os.cpu_count() or 1
+    return "ray" if config.ray_address or cpus >= 2 * config.cpus_per_run else "sequential"
 
 
 def ablate_command(args: argparse.Namespace) -> int:
-    raise PretrainError(
-        "pretrain ablate is not built yet (tracked in issue 8); the report and "
-        "gate logic are in evals/report.py and evals/gate.py"
+    from evals.sweep import run_sweep
+    from pretrain.cli_utils import resolve_config
+
+    config = resolve_config(AblationConfig, args)
+    if config is None:
+        return 0
+    result = run_sweep(config)
+    report = result["report"]
+    for line in result["lines"]:
+        print(line)
+    verdict = "PASSED" if report["passed"] else "NOT PASSED"
+    print(
+        f"chosen recipe: {report['chosen_recipe_name']} ({report['chosen_recipe_sha256'][:12]})"
+        f"; criteria {verdict}"
     )
+    for line in report["decision"]["evidence"]:
+        print(f"  - {line}")
+    for flag in report["epoch_flags"]:
+        print(f"  ! {flag}")
+    print(f"-> {Path(config.out) / 'report'}")
+    return 0

@@ -1,0 +1,166 @@
+"""One proxy run of an ablation: build its mixture, train in its own process, evaluate in another.
+
+`execute_run(spec)` takes a plain dict (it travels to Ray workers) and returns the run's result,
+also written to `RUN/result.json` last, so a run that has a result.json with its key is finished.
+Megatron state and NVTE_* variables do not survive between runs because no run shares a process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pretrain.errors import PretrainError
+from pretrain.manifest import atomic_write_json, load_manifest, manifest_sha256
+
+RESULT = "result.json"
+
+
+def load_finished(run_dir: Path, key: str) -> dict[str, Any] | None:
+    """The result of a finished run with this key, else None (failed or foreign runs re-run)."""
+    path = run_dir / RESULT
+    if not path.is_file():
+        return None
+    try:
+        result = json.loads(path.read_text())
+    except ValueError:
+        return None
+    if result.get("run_key") != key or result.get("status") != "finished":
+        return None
+    return result
+
+
+def _build_mixture(spec: dict[str, Any], out: Path) -> dict[str, Any]:
+    from mixtures.build import build_mixture
+    from mixtures.recipe import MixtureConfig
+    from pretrain.config import parse_config
+
+    data = {"recipe": spec["recipe"], "build": spec["build"], "out": str(out)}
+    config = parse_config(MixtureConfig, data, source=f"ablation run {spec['run_key'][:12]}")
+    if (out / "manifest.json").is_file():
+        manifest = load_manifest(out)
+        if manifest.get("config") == json.loads(json.dumps(config.model_dump(mode="json"))):
+            return manifest
+    return build_mixture(config, command=["pretrain", "ablate", "(proxy mixture)"]).manifest
+
+
+def _subprocess(argv: list[str], log: Path, timeout: int, what: str) -> None:
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    with open(log, "w") as handle:
+        try:
+            proc = subprocess.run(
+                argv, stdout=handle, stderr=subprocess.STDOUT, env=env, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise PretrainError(
+                f"{what} ran past timeout_s = {timeout}; raise timeout_s or "
+                f"shrink the proxy (log: {log})"
+            ) from None
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+        raise PretrainError(
+            f"{what} failed with exit code {proc.returncode}: {' | '.join(tail)} (log: {log})"
+        )
+
+
+def _train_argv(spec: dict[str, Any], mixture_dir: Path, train_dir: Path) -> list[str]:
+    steps = spec["train_steps"]
+    sets = {
+        "run.kind": "proxy",
+        "run.name": f"proxy-{spec['run_key'][:8]}",
+        "run.out_dir": str(train_dir),
+        "run.seed": spec["seed"],
+        "run.train_steps": steps,
+        "data.mixture_dir": str(mixture_dir),
+        "data.source": "mixture",
+        "checkpoint.every": steps,
+        "checkpoint.keep_last": 1,
+        **spec["proxy"]["overrides"],
+    }
+    argv = [sys.executable, "-m", "pretrain.cli", "launch", spec["train_config"]]
+    for key, value in sets.items():
+        argv += ["--set", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    return argv + list(spec["launch_args"])
+
+
+def _eval_argv(spec: dict[str, Any], train_dir: Path, eval_dir: Path) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "pretrain.cli",
+        "eval",
+        "run",
+        str(train_dir),
+        "--sets",
+        spec["eval_sets"],
+        "--out",
+        str(eval_dir),
+        "--batch-size",
+        str(spec["eval"]["batch_size"]),
+    ]
+    if spec.get("tokenizer"):
+        argv += ["--tokenizer", spec["tokenizer"]]
+    if spec["eval"].get("max_docs"):
+        argv += ["--max-docs", str(spec["eval"]["max_docs"])]
+    return argv
+
+
+def execute_run(spec: dict[str, Any]) -> dict[str, Any]:
+    """Build, train, evaluate one (recipe, proxy, seed); write and return its result."""
+    run_dir = Path(spec["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    result = {
+        key: spec[key] for key in ("run_key", "recipe_name", "weights", "seed", "token_budget")
+    }
+    result["proxy"] = spec["proxy"]["name"]
+    try:
+        mixture = _build_mixture(spec, run_dir / "mixture")
+        train_dir, eval_dir = run_dir / "train", run_dir / "eval"
+        _subprocess(
+            _train_argv(spec, run_dir / "mixture", train_dir),
+            run_dir / "train.log",
+            spec["timeout_s"],
+            "proxy training (`pretrain launch`)",
+        )
+        _subprocess(
+            _eval_argv(spec, train_dir, eval_dir),
+            run_dir / "eval.log",
+            spec["timeout_s"],
+            "proxy evaluation (`pretrain eval run`)",
+        )
+        lines = (eval_dir / "results.jsonl").read_text().strip().splitlines()
+        final = json.loads(lines[-1])
+    except PretrainError as exc:
+        result.update(
+            {"status": "failed", "error": str(exc), "wall_s": round(time.perf_counter() - start, 2)}
+        )
+        atomic_write_json(run_dir / RESULT, result)
+        return result
+    result.update(
+        {
+            "status": "finished",
+            "recipe_sha256": mixture["recipe_sha256"],
+            "mixture_build_sha256": mixture["build_sha256"],
+            "tokenizer_sha256": (mixture.get("tokenizer") or {}).get("sha256"),
+            "data_manifest_sha256": mixture.get("encoded_manifest_sha256"),
+            "components": mixture.get("components", []),
+            "run_manifest_sha256": manifest_sha256(train_dir)
+            if (train_dir / "manifest.json").is_file()
+            else None,
+            "step": final["step"],
+            "metrics": final["metrics"],
+            "wall_s": round(time.perf_counter() - start, 2),
+        }
+    )
+    atomic_write_json(run_dir / RESULT, result)
+    return result

@@ -1,0 +1,251 @@
+"""Plan, run (cached, sequential or Ray) and report an ablation sweep (`pretrain ablate`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evals.ablate import AblationConfig, choose_parallel, load_inputs, plan_recipes, run_key
+from evals.proxy import execute_run, load_finished
+from evals.report import build_report, epoch_table, write_report
+from pretrain.config import apply_overrides, config_dict, config_sha256
+from pretrain.errors import ConfigError, PretrainError
+from pretrain.manifest import atomic_write_bytes, manifest_sha256, require
+
+
+def runs_dir(config: AblationConfig) -> Path:
+    """Proxy runs live beside the report (not inside it: the report artifact hashes its files)."""
+    return Path(f"{config.out.rstrip('/')}-runs")
+
+
+def _merged(train: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    return apply_overrides(train, [f"{k}={v}" for k, v in overrides.items()])
+
+
+def _proxy_shape(train: dict[str, Any], overrides: dict[str, Any]) -> tuple[int, int]:
+    merged = _merged(train, overrides)
+    seq = int((merged.get("model") or {}).get("seq_length", 256))
+    batch = int((merged.get("batch") or {}).get("global_batch_size", 8))
+    return seq, batch
+
+
+def proxy_parameters(train: dict[str, Any], overrides: dict[str, Any]) -> float:
+    """Non-embedding parameters, ~12 * layers * hidden^2: which proxy is larger."""
+    model = _merged(train, overrides).get("model") or {}
+    return 12.0 * int(model.get("num_layers", 2)) * int(model.get("hidden_size", 128)) ** 2
+
+
+def make_specs(config: AblationConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One spec per (recipe, proxy, seed), with its cache key and run directory."""
+    from mixtures.recipe import Recipe, recipe_sha256
+
+    mixture, train = load_inputs(config)
+    if any(p.get("weights") for p in mixture["recipe"].get("phases") or []):
+        raise ConfigError(
+            f"mixture = {config.mixture}: phases with their own weights; the "
+            "ablation varies component weights, so drop phases[*].weights"
+        )
+    require(config.eval_sets, kind="evalset", deep=False)
+    encoded = mixture["build"]["encoded"]
+    identity = {
+        "train_template_sha256": config_sha256(train),
+        "evalset_sha256": manifest_sha256(config.eval_sets),
+        "encoded_manifest_sha256": manifest_sha256(encoded),
+        "eval": config_dict(config.eval),
+    }
+    tokenizer = config.tokenizer or mixture["build"].get("tokenizer")
+    specs = []
+    for plan in plan_recipes(config, mixture):
+        recipe_hash = recipe_sha256(Recipe.model_validate(plan["recipe"]))
+        for proxy in config.proxies:
+            budget = proxy.token_budget or config.token_budget
+            seq, batch = _proxy_shape(train, proxy.overrides)
+            steps = budget // (seq * batch)
+            if steps < 1:
+                raise ConfigError(
+                    f"token_budget = {budget} is less than one global batch of "
+                    f"proxy {proxy.name} ({batch} x {seq} tokens); raise it"
+                )
+            for seed in config.seeds:
+                key = run_key(recipe_hash, proxy, seed, budget, identity)
+                build = {
+                    **mixture["build"],
+                    "total_tokens": steps * seq * batch,
+                    "seq_length": seq,
+                    "global_batch": batch,
+                    "seed": seed,
+                }
+                specs.append(
+                    {
+                        "run_key": key,
+                        "recipe_name": plan["name"],
+                        "recipe_sha256": recipe_hash,
+                        "weights": plan["weights"],
+                        "recipe": plan["recipe"],
+                        "build": build,
+                        "proxy": config_dict(proxy),
+                        "seed": seed,
+                        "token_budget": budget,
+                        "train_steps": steps,
+                        "train_config": str(config.train),
+                        "eval_sets": str(config.eval_sets),
+                        "tokenizer": tokenizer,
+                        "eval": config_dict(config.eval),
+                        "launch_args": config.launch_args,
+                        "timeout_s": config.timeout_s,
+                        "run_dir": str(runs_dir(config) / key[:20]),
+                    }
+                )
+    return specs, {"mixture": mixture, "train": train, **identity}
+
+
+def _run_ray(config: AblationConfig, todo: list[dict[str, Any]], log: Callable) -> list[dict]:
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=config.ray_address, include_dashboard=False, log_to_driver=False)
+    remote = ray.remote(num_cpus=config.cpus_per_run, max_retries=0)(execute_run)
+    pending = {remote.remote(spec): spec for spec in todo}
+    results = []
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        spec = pending.pop(done[0])
+        results.append(ray.get(done[0]))
+        log(spec, results[-1])
+    return results
+
+
+def execute(
+    config: AblationConfig,
+    specs: list[dict[str, Any]],
+    runner: Callable[[dict[str, Any]], dict[str, Any]] = execute_run,
+) -> tuple[list[dict], list[str]]:
+    """Results of every spec: finished runs from the cache, the rest run now."""
+    lines: list[str] = []
+    cached, todo = [], []
+    for spec in specs:
+        found = load_finished(Path(spec["run_dir"]), spec["run_key"])
+        (cached if found else todo).append(found or spec)
+    lines.append(
+        f"{len(specs)} runs: {len(cached)} cached, {len(todo)} to run "
+        f"({choose_parallel(config) if todo else 'nothing to run'})"
+    )
+    total = len(todo)
+
+    def log(spec: dict[str, Any], result: dict[str, Any]) -> None:
+        status = result["status"]
+        metric = (result.get("metrics") or {}).get(config.criteria.metric)
+        shown = (
+            f"{config.criteria.metric} {metric:.4f}"
+            if metric is not None
+            else result.get("error", "")
+        )
+        print(
+            f"[ablate] {len(fresh)}/{total} {spec['recipe_name']} {spec['proxy']['name']} "
+            f"seed {spec['seed']}: {status} {shown}",
+            flush=True,
+        )
+
+    fresh: list[dict] = []
+    if todo and choose_parallel(config) == "ray" and runner is execute_run:
+        fresh = _run_ray(config, todo, log)
+    else:
+        for spec in todo:
+            fresh.append(runner(spec))
+            log(spec, fresh[-1])
+    return cached + fresh, lines
+
+
+def _check_bound(results: list[dict], specs: list[dict]) -> None:
+    expected = {spec["run_key"]: spec["recipe_sha256"] for spec in specs}
+    for result in results:
+        if (
+            result["status"] == "finished"
+            and result["recipe_sha256"] != expected[result["run_key"]]
+        ):
+            raise PretrainError(
+                f"run {result['run_key'][:12]} trained recipe "
+                f"{result['recipe_sha256'][:12]}, the sweep planned "
+                f"{expected[result['run_key']][:12]}; the mixtures package hashes "
+                "recipes differently: delete the run directory and re-run"
+            )
+
+
+def _epochs(config: AblationConfig, finished: list[dict]) -> list[dict[str, Any]]:
+    rows, seen = [], set()
+    for result in finished:
+        if result["recipe_sha256"] in seen or not result.get("components"):
+            continue
+        seen.add(result["recipe_sha256"])
+        for row in epoch_table(
+            result["components"],
+            config.full_run_tokens,
+            result["token_budget"],
+            proxy_can_subsample=False,
+        ):
+            rows.append({"recipe_name": result["recipe_name"], **row})
+    return rows
+
+
+def run_sweep(
+    config: AblationConfig, runner: Callable[[dict[str, Any]], dict[str, Any]] = execute_run
+) -> dict[str, Any]:
+    """Run what is not cached, then write the `ablation` report artifact at config.out."""
+    start = time.perf_counter()
+    specs, identity = make_specs(config)
+    results, lines = execute(config, specs, runner)
+    _check_bound(results, specs)
+    finished = [r for r in results if r["status"] == "finished"]
+    failed = [r for r in results if r["status"] != "finished"]
+    base = specs[0]["recipe_sha256"]
+    if not any(r["recipe_sha256"] == base for r in finished):
+        raise PretrainError(
+            f"no run of the base recipe finished ({len(failed)} failed; first "
+            f"error: {failed[0]['error'] if failed else 'none'})"
+        )
+    hashes = {(r["tokenizer_sha256"], r["data_manifest_sha256"]) for r in finished}
+    if len(hashes) != 1:
+        raise PretrainError(
+            f"proxy runs disagree on tokenizer / data hashes {sorted(hashes)}; "
+            "the sweep must run on one encoded data set: rebuild and re-run"
+        )
+    tokenizer_sha, data_sha = hashes.pop()
+    sizes = {p.name: proxy_parameters(identity["train"], p.overrides) for p in config.proxies}
+    report = build_report(
+        finished,
+        base_sha=base,
+        metric=config.criteria.metric,
+        identity={
+            "tokenizer_sha256": tokenizer_sha,
+            "data_manifest_sha256": data_sha,
+            "evalset_sha256": identity["evalset_sha256"],
+            "sweep": config.name,
+        },
+        min_improvement=config.criteria.min_improvement,
+        require_seed_spread=config.criteria.require_seed_spread,
+        proxy_sizes=sizes,
+        recipes={
+            s["recipe_sha256"]: {"name": s["recipe_name"], "weights": s["weights"]} for s in specs
+        },
+        epochs=_epochs(config, finished),
+    )
+    report["failed_runs"] = failed
+    report["sweep_wall_s"] = round(time.perf_counter() - start, 2)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    chosen = next(s for s in specs if s["recipe_sha256"] == report["chosen_recipe_sha256"])
+    chosen_mixture = {**identity["mixture"], "recipe": chosen["recipe"]}
+    atomic_write_bytes(
+        out / "chosen_mixture.yaml", yaml.safe_dump(chosen_mixture, sort_keys=False).encode()
+    )
+    write_report(
+        out,
+        report,
+        config=config_dict(config),
+        inputs=[config.eval_sets, identity["mixture"]["build"]["encoded"]],
+    )
+    return {"report": report, "lines": lines}

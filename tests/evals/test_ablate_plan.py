@@ -1,0 +1,168 @@
+"""Ablation planning and caching: recipes, Dirichlet samples, run keys, cached results, report.
+
+The proxy runner here is a deterministic function of the weights (the real runner, which trains
+with `pretrain launch`, is exercised in test_ablate_e2e.py); what is tested is the orchestration.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evals.ablate import AblationConfig, DirichletConfig, dirichlet_recipes, plan_recipes
+from evals.proxy import load_finished
+from evals.sweep import make_specs, run_sweep, runs_dir
+from pretrain.config import parse_config
+from pretrain.errors import ConfigError
+from pretrain.manifest import atomic_write_json, verify, write_manifest
+
+MIXTURE = {
+    "recipe": {
+        "name": "mix",
+        "components": [
+            {"name": "web", "select": {"domain": ["web"]}, "weight": 0.6},
+            {"name": "code", "select": {"domain": ["code"]}, "weight": 0.4},
+        ],
+    },
+    "build": {
+        "encoded": None,
+        "tokenizer_sha256": "a" * 64,
+        "total_tokens": 10**6,
+        "seq_length": 32,
+        "global_batch": 4,
+    },
+    "out": "mix-out",
+}
+
+
+def _setup(tmp_path: Path, **overrides) -> AblationConfig:
+    encoded = tmp_path / "encoded"
+    encoded.mkdir()
+    (encoded / "x.bin").write_bytes(b"tokens")
+    write_manifest(encoded, "encoded")
+    evalset = tmp_path / "evalset"
+    (evalset / "sets").mkdir(parents=True)
+    write_manifest(evalset, "evalset", extra={"sets": []})
+    mixture = {**MIXTURE, "build": {**MIXTURE["build"], "encoded": str(encoded)}}
+    (tmp_path / "mix.yaml").write_text(yaml.safe_dump(mixture))
+    train = {
+        "run": {"kind": "proxy"},
+        "model": {"seq_length": 32, "hidden_size": 32},
+        "batch": {"global_batch_size": 4},
+    }
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(train))
+    data = {
+        "out": str(tmp_path / "ablation"),
+        "mixture": str(tmp_path / "mix.yaml"),
+        "train": str(tmp_path / "train.yaml"),
+        "eval_sets": str(evalset),
+        "variants": [{"name": "code-heavy", "weights": {"web": 1, "code": 3}}],
+        "dirichlet": {"count": 3, "seed": 7, "concentration": 5},
+        "proxies": [
+            {"name": "tiny", "overrides": {"model.hidden_size": 16}},
+            {"name": "small", "overrides": {"model.hidden_size": 64}},
+        ],
+        "token_budget": 4 * 32 * 10,
+        "seeds": [1, 2],
+        "full_run_tokens": 10**6,
+        "parallel": "sequential",
+        **overrides,
+    }
+    return parse_config(AblationConfig, data)
+
+
+class Runner:
+    """bpb falls with the code weight, a little with model size, plus seed noise."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, spec: dict) -> dict:
+        self.calls += 1
+        width = 1.0 if spec["proxy"]["name"] == "small" else 0.0
+        bpb = 2.0 - spec["weights"]["code"] - 0.1 * width + 0.001 * spec["seed"]
+        result = {
+            "run_key": spec["run_key"],
+            "status": "finished",
+            "recipe_sha256": spec["recipe_sha256"],
+            "recipe_name": spec["recipe_name"],
+            "weights": spec["weights"],
+            "proxy": spec["proxy"]["name"],
+            "seed": spec["seed"],
+            "token_budget": spec["token_budget"],
+            "tokenizer_sha256": "a" * 64,
+            "data_manifest_sha256": "e" * 64,
+            "components": [
+                {"name": "web", "weight": spec["weights"]["web"], "available_tokens": 10**5},
+                {"name": "code", "weight": spec["weights"]["code"], "available_tokens": 10**5},
+            ],
+            "metrics": {"bpb": bpb},
+        }
+        Path(spec["run_dir"]).mkdir(parents=True, exist_ok=True)
+        atomic_write_json(Path(spec["run_dir"]) / "result.json", result)
+        return result
+
+
+def test_recipes_base_first_variants_normalised_dirichlet_seeded(tmp_path):
+    config = _setup(tmp_path)
+    plans = plan_recipes(config, MIXTURE)
+    assert [p["name"] for p in plans[:2]] == ["base", "code-heavy"]
+    assert plans[1]["weights"] == {"web": 0.25, "code": 0.75}
+    assert all(abs(sum(p["weights"].values()) - 1) < 1e-9 for p in plans)
+    assert all(p["recipe"]["name"] == "mix" for p in plans)  # recipe hash matches the user's
+    again = dirichlet_recipes({"web": 0.6, "code": 0.4}, DirichletConfig(count=3, seed=7))
+    assert again == dirichlet_recipes({"web": 0.6, "code": 0.4}, DirichletConfig(count=3, seed=7))
+    assert again != dirichlet_recipes({"web": 0.6, "code": 0.4}, DirichletConfig(count=3, seed=8))
+
+
+def test_unknown_component_in_a_variant_is_a_config_error(tmp_path):
+    config = _setup(tmp_path, variants=[{"name": "bad", "weights": {"math": 1.0}}])
+    with pytest.raises(ConfigError, match="variants.bad.weights: unknown component"):
+        plan_recipes(config, MIXTURE)
+
+
+@pytest.mark.timeout(120)
+def test_sweep_caches_by_key_and_writes_a_gateable_report(tmp_path):
+    config = _setup(tmp_path)
+    runner = Runner()
+    result = run_sweep(config, runner=runner)
+    specs, _ = make_specs(config)
+    assert runner.calls == len(specs) == 5 * 2 * 2
+    report = result["report"]
+    code_heavy = max(specs, key=lambda s: s["weights"]["code"])
+    assert report["chosen_recipe_sha256"] == code_heavy["recipe_sha256"]
+    assert report["primary_proxy"] == "small"
+    assert report["rank_agreement"]["spearman"] == pytest.approx(1.0)
+    assert report["regression"]["status"] == "fitted"
+    assert report["passed"] is True
+    assert verify(tmp_path / "ablation")["kind"] == "ablation"
+    chosen = yaml.safe_load((tmp_path / "ablation" / "chosen_mixture.yaml").read_text())
+    assert chosen["recipe"]["components"][1]["weight"] == code_heavy["weights"]["code"]
+    # the full run (10**6 tokens) repeats both 10**5-token components: flagged
+    assert report["epoch_flags"] and "cannot subsample" in report["epoch_flags"][0]
+
+    # Second invocation: everything cached, nothing re-run.
+    run_sweep(config, runner=runner)
+    assert runner.calls == len(specs)
+    # A run directory holding another run's result is not trusted: that run alone re-runs.
+    victim = Path(specs[3]["run_dir"]) / "result.json"
+    data = json.loads(victim.read_text())
+    data["run_key"] = "0" * 64
+    victim.write_text(json.dumps(data))
+    run_sweep(config, runner=runner)
+    assert runner.calls == len(specs) + 1
+
+
+def test_run_keys_change_with_seed_budget_and_proxy_not_with_output_dir(tmp_path):
+    config = _setup(tmp_path)
+    specs, _ = make_specs(config)
+    assert len({s["run_key"] for s in specs}) == len(specs)
+    moved = config.model_copy(update={"out": str(tmp_path / "elsewhere")})
+    assert [s["run_key"] for s in make_specs(moved)[0]] == [s["run_key"] for s in specs]
+    assert runs_dir(moved) != runs_dir(config)
+    bigger = config.model_copy(update={"token_budget": config.token_budget * 2})
+    assert not {s["run_key"] for s in make_specs(bigger)[0]} & {s["run_key"] for s in specs}
+    assert load_finished(Path(specs[0]["run_dir"]), specs[0]["run_key"]) is None
