@@ -11,16 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import re
 import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 from tqdm import tqdm
 
-from data_pipeline.models.records import field_value, iter_records
+from data_pipeline.models.records import RecordSource, field_value, iter_records
 from data_pipeline.models.text import NORMALIZATION, classifier_line
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
@@ -30,40 +29,15 @@ KIND = "fasttext-model"
 LABEL_PREFIX = "__label__"
 
 
-class ClassifierInput(StrictModel):
+class ClassifierInput(RecordSource):
     """One input file: every record gets `label`, or its label is read from `label_field`."""
 
-    path: str
     label: str | None = None
     """Fixed label for every record of this file (e.g. `hq` for reference text)."""
     label_field: str | None = None
     """Dotted field holding the label, e.g. `label` or `meta.domain`."""
     label_map: dict[str, str] = {}
     """Raw label value -> model label (e.g. {en: prose, zh: prose}); unmapped values kept as is."""
-    text_field: str = "text"
-    where: dict[str, str] = {}
-    """Keep only records whose dotted field matches a regex, e.g. {source: "linux-doc|manpages"}."""
-    max_records: int | None = Field(None, ge=1)
-
-    @field_validator("where")
-    @classmethod
-    def _valid_patterns(cls, where: dict[str, str]) -> dict[str, str]:
-        for field, pattern in where.items():
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(
-                    f"where.{field}: {pattern!r} is not a valid regex ({exc})"
-                ) from None
-        return where
-
-    def accepts(self, record: dict[str, Any]) -> bool:
-        """True when every `where` pattern matches the record's field."""
-        for field, pattern in self.where.items():
-            value = field_value(record, field)
-            if value is None or not re.search(pattern, str(value)):
-                return False
-        return True
 
     @model_validator(mode="after")
     def _one_label_source(self) -> ClassifierInput:

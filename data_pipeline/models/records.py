@@ -5,11 +5,46 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, field_validator
+
+from pretrain.config import StrictModel
 from pretrain.errors import InputError
+
+
+class RecordSource(StrictModel):
+    """One training input file (.jsonl/.jsonl.gz, .parquet or plain text) and which records to use."""
+
+    path: str
+    text_field: str = "text"
+    """Dotted field holding the document text (plain-text files: blank-line separated blocks)."""
+    where: dict[str, str] = {}
+    """Keep only records whose dotted field matches a regex, e.g. {source: "linux-doc|manpages"}."""
+    max_records: int | None = Field(None, ge=1)
+
+    @field_validator("where")
+    @classmethod
+    def _valid_patterns(cls, where: dict[str, str]) -> dict[str, str]:
+        for field, pattern in where.items():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(
+                    f"where.{field}: {pattern!r} is not a valid regex ({exc})"
+                ) from None
+        return where
+
+    def accepts(self, record: dict[str, Any]) -> bool:
+        """True when every `where` pattern matches the record's field."""
+        for field, pattern in self.where.items():
+            value = field_value(record, field)
+            if value is None or not re.search(pattern, str(value)):
+                return False
+        return True
 
 
 def field_value(record: dict[str, Any], dotted: str) -> Any:

@@ -1,0 +1,192 @@
+"""`pretrain data train-lm`: KenLM n-gram models (one per language) from reference text.
+
+The reference text plays the role Wikipedia plays in CCNet: documents close to it get low
+perplexity (`head`). Text goes through `data_pipeline.models.text.lm_sentences`, the same
+normalisation and tokenisation the perplexity stage scores with (Chinese: one token per character).
+Models are estimated with our numpy modified Kneser-Ney (`mkn.py`) and written as ARPA, which
+`kenlm.Model` loads (no lmplz / Boost build needed; the kenlm wheel cannot write its binary format).
+
+Artifact (kind `kenlm-model`): `<lang>.arpa` per language and `model.json` with the order, the
+normalisation, and per language: file, sha256, documents, sentences, tokens, vocabulary, n-gram
+counts, discounts and the perplexity of held-out reference documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+from tqdm import tqdm
+
+from data_pipeline.models.mkn import train_arpa
+from data_pipeline.models.records import RecordSource, field_value, iter_records
+from data_pipeline.models.text import NORMALIZATION, lm_sentences
+from pretrain.config import StrictModel, config_dict
+from pretrain.errors import ConfigError, InputError
+from pretrain.manifest import atomic_write_json, require, sha256_file, write_manifest
+
+KIND = "kenlm-model"
+MIN_HELDOUT = 20
+"""Held-out documents wanted when the token cap stops reading early."""
+
+
+class LanguageInputs(StrictModel):
+    """Reference text for one language."""
+
+    inputs: list[RecordSource] = Field(min_length=1)
+
+
+class LanguageModelConfig(StrictModel):
+    """`configs/lm.yaml`."""
+
+    out: str
+    """Output artifact directory."""
+    order: int = Field(5, ge=2, le=6)
+    """n-gram order (CCNet uses 5)."""
+    languages: dict[str, LanguageInputs] = Field(min_length=1)
+    """Language code (as the langid stage tags it, e.g. en, zh) -> its reference inputs."""
+    max_tokens: int = Field(5_000_000, ge=1000)
+    """Stop reading a language's reference text after this many tokens (bounds memory / size)."""
+    heldout_fraction: float = Field(0.02, ge=0.0, lt=0.5)
+    """Reference documents kept out of training to report a held-out perplexity."""
+
+    @field_validator("languages")
+    @classmethod
+    def _language_codes(cls, languages: dict[str, LanguageInputs]) -> dict[str, LanguageInputs]:
+        for code in languages:
+            if not code.replace("_", "").replace("-", "").isalnum():
+                raise ValueError(f"language code {code!r} must be letters/digits (e.g. en, zh)")
+        return languages
+
+
+def _is_heldout(text: str, fraction: float) -> bool:
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < fraction
+
+
+def _documents(lang: str, spec: LanguageInputs) -> Iterator[str]:
+    for source in spec.inputs:
+        count = 0
+        for record in tqdm(
+            iter_records(source.path),
+            desc=f"{lang}: {Path(source.path).name}",
+            unit="doc",
+            leave=False,
+        ):
+            text = field_value(record, source.text_field)
+            if not isinstance(text, str) or not source.accepts(record):
+                continue
+            yield text
+            count += 1
+            if source.max_records and count >= source.max_records:
+                break
+
+
+def reference_sentences(lang: str, config: LanguageModelConfig) -> tuple[list[str], list[str], int]:
+    """(training sentences, held-out documents, training documents) for one language."""
+    sentences: list[str] = []
+    heldout: list[str] = []
+    documents = tokens = 0
+    for text in _documents(lang, config.languages[lang]):
+        if tokens >= config.max_tokens:
+            # past the cap: the next unseen documents complete the held-out set, then stop
+            if len(heldout) >= MIN_HELDOUT or not config.heldout_fraction:
+                break
+            heldout.append(text)
+        elif _is_heldout(text, config.heldout_fraction):
+            heldout.append(text)
+        elif doc_sentences := lm_sentences(text):
+            sentences.extend(doc_sentences)
+            documents += 1
+            tokens += sum(s.count(" ") + 1 for s in doc_sentences)
+    if not sentences:
+        raise InputError(
+            f"languages.{lang}: the inputs hold no text; check the paths, "
+            "text_field and where filters"
+        )
+    return sentences, heldout, documents
+
+
+def document_perplexity(model: Any, text: str | None) -> tuple[float, int] | None:
+    """(log10 probability, scored tokens incl. </s> per line) of one document; None if empty."""
+    sentences = lm_sentences(text)
+    if not sentences:
+        return None
+    log10 = 0.0
+    count = 0
+    for sentence in sentences:
+        log10 += model.score(sentence, bos=True, eos=True)
+        count += sentence.count(" ") + 2
+    return log10, count
+
+
+def _heldout_perplexity(arpa: Path, heldout: list[str]) -> float | None:
+    import kenlm
+
+    if not heldout:
+        return None
+    model = kenlm.Model(str(arpa))
+    total, count = 0.0, 0
+    for text in heldout:
+        scored = document_perplexity(model, text)
+        if scored:
+            total, count = total + scored[0], count + scored[1]
+    return round(10 ** (-total / count), 3) if count else None
+
+
+def train_lm(config: LanguageModelConfig, command: list[str] | None = None) -> Path:
+    """Train one model per language and write the `kenlm-model` artifact; returns its directory."""
+    out = Path(config.out)
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(
+            f"out = {str(out)!r} already exists and is not empty; choose a new "
+            "directory or delete it"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    languages: dict[str, Any] = {}
+    for lang in config.languages:
+        sentences, heldout, documents = reference_sentences(lang, config)
+        arpa = out / f"{lang}.arpa"
+        with open(arpa, "w", encoding="utf-8") as handle:
+            stats = train_arpa(sentences, config.order, handle)
+        del sentences
+        languages[lang] = {
+            "file": arpa.name,
+            "sha256": sha256_file(arpa),
+            "documents": documents,
+            "heldout_documents": len(heldout),
+            "heldout_perplexity": _heldout_perplexity(arpa, heldout),
+            **stats,
+        }
+    info = {
+        "order": config.order,
+        "format": "arpa",
+        "estimator": "modified-kneser-ney (mkn.py)",
+        "normalization": NORMALIZATION,
+        "languages": languages,
+    }
+    atomic_write_json(out / "model.json", info)
+    write_manifest(
+        out,
+        KIND,
+        config=config_dict(config),
+        command=command,
+        counts={lang: entry["tokens"] for lang, entry in languages.items()},
+        extra={
+            "model": {
+                "languages": {lang: entry["sha256"] for lang, entry in languages.items()},
+                "order": config.order,
+            }
+        },
+    )
+    return out
+
+
+def load_lm_info(directory: str | Path) -> dict[str, Any]:
+    """`model.json` of a verified `kenlm-model` artifact (raises ArtifactError otherwise)."""
+    require(directory, kind=KIND)
+    return json.loads((Path(directory) / "model.json").read_text(encoding="utf-8"))

@@ -1,0 +1,250 @@
+"""KenLM perplexity with CCNet head / middle / tail buckets (a global stage).
+
+1. map: per-document perplexity from the language's KenLM model (`pretrain data train-lm`), scored
+   per line with the same normalisation the model was trained with; a document's perplexity is
+   10^(-sum log10 p / tokens), tokens counting each line's </s>. Languages without a model, and
+   documents with no text, get perplexity null and `ppl_bucket` "none" (tagged, not failed).
+2. aggregate: per-language mergeable log-histogram sketches (`models/quantiles.py`), computed per
+   block by the workers and merged in the driver (bounded: languages x bins).
+3. join back: cutoffs at `percentiles` (default 30 / 60, as CCNet) per language; perplexity <= p30
+   is `head`, <= p60 `middle`, above `tail`. Cutoffs are in `self.cutoffs` and `describe()` as
+   `ppl_cutoffs` ({lang: [p30, p60]}) for the manifest.
+
+Config: `model` is a `kenlm-model` artifact (one ARPA per language); `models` ({lang: artifact})
+adds or overrides languages from separately trained artifacts. `apply` (Ray Dataset) and
+`apply_table` (one table) give identical tags: the sketch is exact per bin and order-free.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field, field_validator
+
+from data_pipeline.models.kenlm_train import KIND, document_perplexity, load_lm_info
+from data_pipeline.models.quantiles import LogHistogramSketch
+from data_pipeline.models.text import NORMALIZATION
+from data_pipeline.stages.base import GlobalStage, StageConfig
+from pretrain.errors import ArtifactError, ConfigError, SchemaError
+from pretrain.manifest import manifest_sha256
+
+_LOADED: dict[tuple[str, str], Any] = {}
+"""(ARPA path, sha256) -> kenlm.Model, per worker process: each model loads once per worker."""
+
+
+class PerplexityConfig(StageConfig):
+    model: str | None = None
+    """A `kenlm-model` artifact directory (built by `pretrain data train-lm`)."""
+    models: dict[str, str] = {}
+    """Optional {lang: kenlm-model artifact} for languages trained separately (overrides)."""
+    percentiles: tuple[float, float] = (30.0, 60.0)
+    """Per-language cutoffs between head / middle and middle / tail (CCNet: 30, 60)."""
+    max_chars: int = Field(200_000, ge=1000)
+    """Score at most this many characters of a document (bounds time on huge documents)."""
+    bins_per_decade: int = Field(1000, ge=10, le=100_000)
+    """Sketch resolution: quantiles are exact to within 10^(1/bins) - 1 (0.23% at 1000)."""
+
+    @field_validator("percentiles")
+    @classmethod
+    def _ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not 0 < value[0] < value[1] < 100:
+            raise ValueError("need 0 < first < second < 100, e.g. [30, 60]")
+        return value
+
+
+class PerplexityStage(GlobalStage):
+    """Tags `perplexity` (float, null when not scored) and `ppl_bucket` (head|middle|tail|none)."""
+
+    name = "perplexity"
+    version = 1
+    requires = ("id", "text", "lang")
+    Config = PerplexityConfig
+
+    def __init__(self, config: StageConfig | None = None, **context: Any) -> None:
+        super().__init__(config, **context)
+        self.cutoffs: dict[str, list[float]] = {}
+        self.counts: dict[str, int] = {}
+        self._infos: dict[str, dict[str, Any]] = {}
+
+    def _info(self, directory: str | Path) -> dict[str, Any]:
+        """model.json of a kenlm-model artifact, verified once per stage object."""
+        key = str(Path(directory).resolve())
+        if key not in self._infos:
+            self._infos[key] = load_lm_info(directory)
+        return self._infos[key]
+
+    # --- models -------------------------------------------------------------------------------
+    def artifacts(self) -> dict[str, Path]:
+        """lang -> the kenlm-model artifact that holds its model."""
+        model = self.config.model or self.context.get("model")
+        if not model and not self.config.models:
+            raise ConfigError(
+                "stages.perplexity.model is not set; build KenLM models with "
+                "`pretrain data train-lm configs/lm.yaml` and set its output "
+                "directory"
+            )
+        chosen: dict[str, Path] = {}
+        if model:
+            for lang in self._info(model)["languages"]:
+                chosen[lang] = Path(model)
+        for lang, directory in self.config.models.items():
+            if lang not in self._info(directory)["languages"]:
+                raise ConfigError(
+                    f"stages.perplexity.models.{lang} = {directory!r} has no "
+                    f"{lang!r} model; train one with `pretrain data train-lm`"
+                )
+            chosen[lang] = Path(directory)
+        return chosen
+
+    def setup(self) -> None:
+        import kenlm
+
+        self._models = {}
+        for lang, directory in self.artifacts().items():
+            info = self._info(directory)
+            scheme = info.get("normalization", {}).get("scheme")
+            if scheme != NORMALIZATION["scheme"]:
+                raise ArtifactError(
+                    f"{directory} was trained with text scheme {scheme!r}, this "
+                    f"code scores with {NORMALIZATION['scheme']!r}; retrain it"
+                )
+            entry = info["languages"][lang]
+            key = (str((Path(directory) / entry["file"]).resolve()), entry["sha256"])
+            if key not in _LOADED:
+                _LOADED[key] = kenlm.Model(key[0])
+            self._models[lang] = _LOADED[key]
+
+    # --- map: score ---------------------------------------------------------------------------
+    def score(self, table: pa.Table) -> pa.Table:
+        """`table` with the `perplexity` column appended (null where not scored)."""
+        if "lang" not in table.column_names:
+            raise SchemaError(
+                "the perplexity stage needs the `lang` column; enable the langid stage before it"
+            )
+        if getattr(self, "_models", None) is None:
+            self.setup()
+        limit = self.config.max_chars
+        values: list[float | None] = []
+        for text, lang in zip(
+            table.column("text").to_pylist(), table.column("lang").to_pylist(), strict=True
+        ):
+            model = self._models.get(lang)
+            scored = document_perplexity(model, text[:limit]) if model and text else None
+            values.append(float(10 ** (-scored[0] / scored[1])) if scored else None)
+        return table.append_column(
+            pa.field("perplexity", pa.float32()), pa.array(values, type=pa.float32())
+        )
+
+    # --- aggregate ----------------------------------------------------------------------------
+    def new_sketch(self) -> LogHistogramSketch:
+        return LogHistogramSketch(bins_per_decade=self.config.bins_per_decade)
+
+    def sketch_of(self, table: pa.Table) -> LogHistogramSketch:
+        """Per-language histogram of the perplexities in one scored table."""
+        sketch = self.new_sketch()
+        values = table.column("perplexity").to_numpy(zero_copy_only=False).astype(np.float64)
+        langs = np.asarray(table.column("lang").to_pylist(), dtype=object)
+        for lang in sorted({x for x in langs[~np.isnan(values)] if x is not None}):
+            sketch.add(lang, values[(langs == lang) & ~np.isnan(values)])
+        return sketch
+
+    def set_cutoffs(self, sketch: LogHistogramSketch) -> dict[str, list[float]]:
+        low, high = self.config.percentiles
+        self.cutoffs = {
+            lang: [
+                round(sketch.quantile(lang, low / 100), 4),
+                round(sketch.quantile(lang, high / 100), 4),
+            ]
+            for lang in sorted(sketch.counts)
+        }
+        self.counts = {lang: sketch.total(lang) for lang in sorted(sketch.counts)}
+        return self.cutoffs
+
+    # --- join back ----------------------------------------------------------------------------
+    def bucket(self, table: pa.Table, cutoffs: dict[str, list[float]]) -> pa.Table:
+        """Append `ppl_bucket` from the cutoffs (head <= p_low < middle <= p_high < tail)."""
+        buckets = []
+        for value, lang in zip(
+            table.column("perplexity").to_pylist(), table.column("lang").to_pylist(), strict=True
+        ):
+            limits = cutoffs.get(lang)
+            if value is None or limits is None:
+                buckets.append("none")
+            else:
+                buckets.append(
+                    "head" if value <= limits[0] else "middle" if value <= limits[1] else "tail"
+                )
+        return table.append_column(
+            pa.field("ppl_bucket", pa.string()), pa.array(buckets, type=pa.string())
+        )
+
+    def apply_table(self, table: pa.Table) -> pa.Table:
+        scored = self.score(table)
+        self.set_cutoffs(self.sketch_of(scored))
+        return self.bucket(scored, self.cutoffs)
+
+    def apply(self, dataset: Any) -> Any:
+        """Ray Dataset -> Dataset with `perplexity` and `ppl_bucket` (scores once, materialised)."""
+        self.artifacts()  # fail fast in the driver on a missing or tampered model
+        scored = dataset.map_batches(
+            _score_batch, batch_format="pyarrow", fn_kwargs={"stage": self}
+        ).materialize()
+        partials = scored.map_batches(
+            _sketch_rows, batch_format="pyarrow", batch_size=None, fn_kwargs={"stage": self}
+        )
+        sketch = self.new_sketch()
+        for batch in partials.iter_batches(batch_format="pyarrow", batch_size=4096):
+            for lang in set(batch.column("lang").to_pylist()):
+                rows = batch.filter(pc.equal(batch.column("lang"), lang))
+                sketch.add_counts(
+                    lang, rows.column("bin").to_numpy(), rows.column("count").to_numpy()
+                )
+        cutoffs = self.set_cutoffs(sketch)
+        return scored.map_batches(
+            _bucket_batch, batch_format="pyarrow", fn_kwargs={"stage": self, "cutoffs": cutoffs}
+        )
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        info["models"] = {
+            lang: {
+                "kind": KIND,
+                "path": str(directory.resolve()),
+                "manifest_sha256": manifest_sha256(directory),
+                "model_sha256": self._info(directory)["languages"][lang]["sha256"],
+            }
+            for lang, directory in self.artifacts().items()
+        }
+        info["ppl_cutoffs"] = self.cutoffs
+        info["scored_documents"] = self.counts
+        return info
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_models", None)  # kenlm models do not pickle; workers load their own
+        return state
+
+
+def _score_batch(batch: pa.Table, stage: PerplexityStage) -> pa.Table:
+    return stage.score(batch)
+
+
+def _sketch_rows(batch: pa.Table, stage: PerplexityStage) -> pa.Table:
+    rows = stage.sketch_of(batch).sparse()
+    return pa.table(
+        {
+            "lang": pa.array([r[0] for r in rows], type=pa.string()),
+            "bin": pa.array([r[1] for r in rows], type=pa.int64()),
+            "count": pa.array([r[2] for r in rows], type=pa.int64()),
+        }
+    )
+
+
+def _bucket_batch(
+    batch: pa.Table, stage: PerplexityStage, cutoffs: dict[str, list[float]]
+) -> pa.Table:
+    return stage.bucket(batch, cutoffs)

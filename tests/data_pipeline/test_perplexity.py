@@ -1,0 +1,161 @@
+"""The perplexity global stage: real KenLM scoring, CCNet buckets from a mergeable sketch, and the
+same tags from the in-process path and the Ray Dataset path."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import yaml
+
+from data_pipeline.models.cli_handlers import train_lm
+from data_pipeline.models.quantiles import LogHistogramSketch
+from data_pipeline.stages.perplexity import PerplexityStage
+from pretrain.demo import sample_dir
+from pretrain.errors import ConfigError, SchemaError
+from pretrain.manifest import manifest_sha256
+from pretrain.schema import schema_for, validate
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def lm_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("ppl")
+    data = yaml.safe_load((REPO / "configs" / "lm.yaml").read_text())
+    for spec in data["languages"].values():
+        for source in spec["inputs"]:
+            source["path"] = str(sample_dir() / Path(source["path"]).name)
+    data.update(order=3, max_tokens=40_000, out=str(root / "lm"))
+    (root / "lm.yaml").write_text(yaml.safe_dump(data))
+    train_lm(argparse.Namespace(config=str(root / "lm.yaml"), overrides=[], dry_run=False))
+    return root / "lm"
+
+
+@pytest.fixture(scope="module")
+def corpus() -> pa.Table:
+    """The sample's prose (en, zh, one ja, hand-written cases without lang) as a langid table."""
+    with gzip.open(sample_dir() / "prose.jsonl.gz", "rt", encoding="utf-8") as handle:
+        rows = [json.loads(line) for line in handle]
+    rows.append({"id": "empty-en", "text": "", "meta": {"lang": "en"}, "source": "test"})
+    n = len(rows)
+    return pa.Table.from_pydict(
+        {
+            "id": [r["id"] for r in rows],
+            "text": [r["text"] for r in rows],
+            "url": [None] * n,
+            "source": [r["source"] for r in rows],
+            "meta": ["{}"] * n,
+            "split": ["train"] * n,
+            "lang": [r["meta"].get("lang") for r in rows],
+            "lang_score": [0.9] * n,
+            "langid_reason": [None] * n,
+        },
+        schema=schema_for(["langid"]),
+    )
+
+
+def _stage(lm_dir: Path, **config) -> PerplexityStage:
+    return PerplexityStage(PerplexityStage.Config(model=str(lm_dir), **config))
+
+
+@pytest.mark.timeout(120)
+def test_buckets_follow_per_language_percentiles(lm_dir, corpus):
+    stage = _stage(lm_dir)
+    out = stage.apply_table(corpus)
+    validate(out, ["langid", "perplexity"])
+    assert out.column("id").equals(corpus.column("id"))
+    rows = out.select(["id", "lang", "perplexity", "ppl_bucket"]).to_pylist()
+    assert set(stage.cutoffs) == {"en", "zh"}
+    for lang in ("en", "zh"):
+        scored = [r for r in rows if r["lang"] == lang and r["perplexity"] is not None]
+        share = {
+            b: sum(r["ppl_bucket"] == b for r in scored) / len(scored)
+            for b in ("head", "middle", "tail")
+        }
+        assert share["head"] == pytest.approx(0.3, abs=0.02), share
+        assert share["middle"] == pytest.approx(0.3, abs=0.02), share
+        low, high = stage.cutoffs[lang]
+        assert max(r["perplexity"] for r in scored if r["ppl_bucket"] == "head") <= low
+        assert min(r["perplexity"] for r in scored if r["ppl_bucket"] == "tail") > high
+        assert stage.counts[lang] == len(scored)
+    unscored = [r for r in rows if r["lang"] not in ("en", "zh") or r["id"] == "empty-en"]
+    assert unscored and all(r["perplexity"] is None and r["ppl_bucket"] == "none" for r in unscored)
+    by_id = {r["id"]: r for r in rows}
+    garbled = next(r["id"] for r in corpus.to_pylist() if r["source"] == "hand:garbled")
+    assert by_id[garbled]["ppl_bucket"] in ("tail", "none")
+
+
+@pytest.mark.timeout(60)
+def test_describe_records_cutoffs_and_model_hashes(lm_dir, corpus):
+    stage = _stage(lm_dir, percentiles=(20, 80))
+    stage.apply_table(corpus)
+    described = stage.describe()
+    info = json.loads((lm_dir / "model.json").read_text())
+    assert described["ppl_cutoffs"] == stage.cutoffs
+    assert all(low < high for low, high in described["ppl_cutoffs"].values())
+    for lang in ("en", "zh"):
+        assert described["models"][lang]["manifest_sha256"] == manifest_sha256(lm_dir)
+        assert described["models"][lang]["model_sha256"] == info["languages"][lang]["sha256"]
+
+
+@pytest.mark.timeout(240)
+def test_ray_dataset_path_matches_in_process(lm_dir, corpus, ray_local):
+    import ray
+
+    expected_stage = _stage(lm_dir)
+    expected = expected_stage.apply_table(corpus)
+    dataset = ray.data.from_arrow(corpus).repartition(5)
+    stage = _stage(lm_dir)
+    result = stage.apply(dataset)
+    batches = list(result.iter_batches(batch_format="pyarrow", batch_size=None))
+    got = pa.concat_tables(batches).sort_by("id")
+    want = expected.sort_by("id")
+    assert got.num_rows == corpus.num_rows
+    assert got.column("perplexity").equals(want.column("perplexity"))
+    assert got.column("ppl_bucket").equals(want.column("ppl_bucket"))
+    assert stage.cutoffs == expected_stage.cutoffs
+
+
+@pytest.mark.timeout(30)
+def test_sketch_is_accurate_and_merge_order_free():
+    rng = np.random.default_rng(0)
+    values = np.exp(rng.normal(5, 1.2, 20_000))
+    whole = LogHistogramSketch()
+    whole.add("en", values)
+    for q in (0.1, 0.3, 0.6, 0.9):
+        exact = np.quantile(values, q)
+        assert whole.quantile("en", q) == pytest.approx(exact, rel=0.005)
+    parts = np.array_split(values, 7)
+    for seed in range(3):
+        order = list(range(7))
+        random.Random(seed).shuffle(order)
+        merged = LogHistogramSketch()
+        for i in order:
+            partial = LogHistogramSketch()
+            partial.add("en", parts[i])
+            merged.merge(partial)
+        assert np.array_equal(merged.counts["en"], whole.counts["en"])
+        assert merged.quantile("en", 0.3) == whole.quantile("en", 0.3)
+    assert whole.counts["en"].nbytes == 8 * 8000  # bounded: independent of the 20k values
+    assert whole.quantile("zh", 0.3) is None
+
+
+@pytest.mark.timeout(60)
+def test_missing_model_lang_column_and_bad_percentiles_are_user_errors(lm_dir, corpus):
+    with pytest.raises(ConfigError, match="train-lm"):
+        PerplexityStage().apply_table(corpus)
+    with pytest.raises(SchemaError, match="langid"):
+        _stage(lm_dir).apply_table(corpus.drop_columns(["lang"]))
+    with pytest.raises(ConfigError, match="has no 'fr' model"):
+        PerplexityStage(PerplexityStage.Config(models={"fr": str(lm_dir)})).setup()
+    from pretrain.config import parse_config
+
+    with pytest.raises(ConfigError, match="percentiles"):
+        parse_config(PerplexityStage.Config, {"percentiles": [60, 30]})
