@@ -26,6 +26,9 @@ def register(sub: Any) -> None:
         "target vs realised shares of a built mixture, with a plot",
     )
     report.add_argument("directory", metavar="DIR")
+    report.add_argument(
+        "--out", default=None, help="where to write report.json/report.png (default DIR/report)"
+    )
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -52,6 +55,6 @@ def _build(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from mixtures.report import format_report, write_report
 
-    report = write_report(args.directory)
+    report = write_report(args.directory, args.out)
     print(format_report(report))
     return 0

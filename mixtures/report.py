@@ -1,0 +1,182 @@
+"""`pretrain mixture report DIR`: target vs realised shares of a built mixture.
+
+Per phase and component: target share, realised share overall, the per-batch share range and the
+largest per-batch / prefix / sliding-window deviation (in sequences), tokens and epochs. Writes
+`DIR/report/report.json` and `DIR/report/report.png` (or under `--out`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mixtures import sampler
+from pretrain.manifest import atomic_write_json, require
+
+CHUNK_BATCHES = 1 << 14
+MAX_PLOTTED_BATCHES = 2000
+
+
+def chunked_batch_counts(component: np.ndarray, num_components: int, width: int) -> np.ndarray:
+    """(num_batches, K) per-batch counts, in chunks so memory stays bounded by the chunk."""
+    num_batches = component.size // width
+    counts = np.empty((num_batches, num_components), dtype=np.int64)
+    for lo in range(0, num_batches, CHUNK_BATCHES):
+        hi = min(lo + CHUNK_BATCHES, num_batches)
+        chunk = np.asarray(component[lo * width : hi * width])
+        counts[lo:hi] = sampler.batch_counts(chunk, num_components, width)
+    return counts
+
+
+def phase_report(
+    index: np.ndarray, weights: list[float], names: list[str], width: int, seq_length: int
+) -> dict[str, Any]:
+    """Shares and deviations of one phase's index."""
+    w = np.asarray(weights, np.float64)
+    counts = chunked_batch_counts(index["component"], len(names), width)
+    num_batches = counts.shape[0]
+    seen = np.arange(1, num_batches + 1)[:, None] * width
+    prefix_dev = np.abs(np.cumsum(counts, axis=0) - w * seen).max(axis=0) if num_batches else w * 0
+    batch_dev = np.abs(counts - w * width).max(axis=0) if num_batches else w * 0
+    share = counts / width
+    components = []
+    for k, name in enumerate(names):
+        total = int(counts[:, k].sum())
+        components.append(
+            {
+                "name": name,
+                "target_share": float(w[k]),
+                "realised_share": total / max(index.size, 1),
+                "batch_share_min": float(share[:, k].min()) if num_batches else 0.0,
+                "batch_share_max": float(share[:, k].max()) if num_batches else 0.0,
+                "max_batch_deviation_sequences": float(batch_dev[k]),
+                "max_prefix_deviation_sequences": float(prefix_dev[k]),
+                "sequences": total,
+                "tokens": total * seq_length,
+            }
+        )
+    window = (
+        sampler.max_window_deviation(np.asarray(index["component"]), w, width)
+        if index.size <= 50_000_000
+        else None
+    )
+    return {
+        "num_sequences": int(index.size),
+        "num_batches": num_batches,
+        "seq_length": seq_length,
+        "max_batch_deviation_share": float(batch_dev.max() / width) if num_batches else 0.0,
+        "max_sliding_window_deviation_sequences": window,
+        "components": components,
+        "_batch_share": share,
+    }
+
+
+def build_report(directory: str | os.PathLike) -> dict[str, Any]:
+    """Report of a mixture artifact (verified first); `_batch_share` arrays are for the plot."""
+    root = Path(directory)
+    manifest = require(root, kind="mixture")
+    names = [c["name"] for c in manifest["components"]]
+    width = int(manifest["global_batch"])
+    summary = json.loads((root / "summary.json").read_text())
+    phases = []
+    for info in manifest["phases"]:
+        index = np.load(root / info["index"], mmap_mode="r")
+        weights = [info["weights"][n] for n in names]
+        entry = phase_report(index, weights, names, width, int(info["seq_length"]))
+        phases.append({"name": info["name"], **entry})
+    replan = root / "replan.json"
+    return {
+        "mixture": str(root.resolve()),
+        "recipe": manifest["recipe_name"],
+        "recipe_sha256": manifest["recipe_sha256"],
+        "build_sha256": manifest["build_sha256"],
+        "global_batch": width,
+        "phases": phases,
+        "components": summary["components"],
+        "replan": json.loads(replan.read_text()) if replan.is_file() else None,
+    }
+
+
+def write_report(
+    directory: str | os.PathLike, out: str | os.PathLike | None = None
+) -> dict[str, Any]:
+    """Write report.json and report.png; returns the report (without plot arrays)."""
+    report = build_report(directory)
+    target = Path(out) if out is not None else Path(directory) / "report"
+    target.mkdir(parents=True, exist_ok=True)
+    plot(report, target / "report.png")
+    for phase in report["phases"]:
+        phase.pop("_batch_share")
+    report["files"] = {"json": str(target / "report.json"), "png": str(target / "report.png")}
+    atomic_write_json(target / "report.json", report)
+    return report
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Per phase: target vs realised share (bars) and the per-batch share of each component."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    phases = report["phases"]
+    fig, axes = plt.subplots(2, len(phases), figsize=(6 * len(phases), 7), squeeze=False)
+    for col, phase in enumerate(phases):
+        comps = phase["components"]
+        names = [c["name"] for c in comps]
+        x = np.arange(len(names))
+        bars = axes[0, col]
+        bars.bar(x - 0.2, [c["target_share"] for c in comps], 0.4, label="target")
+        bars.bar(x + 0.2, [c["realised_share"] for c in comps], 0.4, label="realised")
+        bars.set_xticks(x, names, rotation=30, ha="right")
+        bars.set_title(f"{phase['name']}: share per component")
+        bars.legend()
+        lines = axes[1, col]
+        share = phase["_batch_share"]
+        step = max(1, share.shape[0] // MAX_PLOTTED_BATCHES)
+        batches = np.arange(0, share.shape[0], step)
+        for k, comp in enumerate(comps):
+            line = lines.plot(batches, share[::step, k], lw=0.8, label=comp["name"])[0]
+            lines.axhline(comp["target_share"], color=line.get_color(), ls="--", lw=0.6)
+        lines.set_xlabel(f"global batch (W = {report['global_batch']})")
+        lines.set_ylabel("share of batch")
+        lines.set_title(f"max per-batch deviation {phase['max_batch_deviation_share']:.4f}")
+        lines.legend(fontsize="small")
+    fig.suptitle(f"mixture {report['recipe']} ({report['build_sha256'][:12]})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The lines `pretrain mixture report` prints."""
+    lines = [
+        f"mixture {report['recipe']} build {report['build_sha256'][:12]} "
+        f"(W = {report['global_batch']})"
+    ]
+    for phase in report["phases"]:
+        lines.append(
+            f"  phase {phase['name']}: {phase['num_sequences']:,} sequences, max per-batch"
+            f" deviation {phase['max_batch_deviation_share']:.4f} of a batch"
+        )
+        lines.append(
+            f"    {'component':<16} {'target':>8} {'realised':>9} {'batch min':>9} "
+            f"{'batch max':>9} {'tokens':>14}"
+        )
+        for c in phase["components"]:
+            lines.append(
+                f"    {c['name']:<16} {c['target_share']:>8.4f} {c['realised_share']:>9.4f}"
+                f" {c['batch_share_min']:>9.4f} {c['batch_share_max']:>9.4f} "
+                f"{c['tokens']:>14,}"
+            )
+    for c in report["components"]:
+        lines.append(
+            f"  {c['name']:<16} {c['tokens']:,} tokens, {c['epochs']:.3f} epochs "
+            f"(cap {c['max_epochs']:g}) of {c['available_tokens']:,} available"
+        )
+    lines.append(f"  -> {report['files']['json']}, {report['files']['png']}")
+    return "\n".join(lines)

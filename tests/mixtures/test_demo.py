@@ -1,0 +1,43 @@
+"""The demo step builds and reports a mixture from the demo's encoded and tokenizer artifacts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import make_encoded
+
+from mixtures.dataset import MixtureDataset
+from mixtures.demo import GLOBAL_BATCH, SEQ_LENGTH, step
+from pretrain.demo import DemoContext
+from pretrain.manifest import sha256_file, write_manifest
+
+
+def _tokenizer_artifact(root: Path) -> dict:
+    root.mkdir(parents=True)
+    (root / "lock.json").write_text(json.dumps({"name": "bpe-demo", "vocab_size": 65000}))
+    sha = sha256_file(root / "lock.json")
+    info = {"name": "bpe-demo", "sha256": sha, "id": f"bpe-demo@{sha[:6]}"}
+    write_manifest(root, "tokenizer", extra={"tokenizer": info}, command=["tests"])
+    return info
+
+
+@pytest.mark.timeout(180)
+def test_demo_step_builds_reports_and_reuses(tmp_path: Path) -> None:
+    info = _tokenizer_artifact(tmp_path / "tokenizer")
+    encoded = make_encoded(tmp_path / "encoded", prefixes=2, docs=120, max_len=400, tokenizer=info)
+    ctx = DemoContext(out=tmp_path / "demo")
+    ctx.artifacts.update({"encoded": encoded, "tokenizer": tmp_path / "tokenizer"})
+    summary = step(ctx)
+    mixture = ctx.artifacts["mixture"]
+    # The synthetic tags have no `prose`/`math` domain: the step falls back to one component
+    # per language, named in the summary.
+    assert "2 components (en, de)" in summary and "max per-batch deviation" in summary
+    assert (mixture / "report" / "report.png").is_file()
+    ds = MixtureDataset(mixture)
+    assert ds.seq_length == SEQ_LENGTH and ds.global_batch == GLOBAL_BATCH
+    assert ds.tokenizer_sha256 == info["sha256"] and len(ds) > 0
+    before = (mixture / "manifest.json").stat().st_mtime_ns
+    step(ctx)
+    assert (mixture / "manifest.json").stat().st_mtime_ns == before

@@ -1,0 +1,61 @@
+"""`pretrain mixture report DIR`: shares, deviations, tokens and epochs, a PNG and JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import mixture_config
+
+from pretrain.cli import main
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_report_shows_exact_shares_and_writes_plot(
+    tmp_path: Path, encoded_dir: Path, capsys: pytest.CaptureFixture
+) -> None:
+    config = mixture_config(
+        encoded_dir, tmp_path / "mix", global_batch=10, total_tokens=10 * 32 * 30
+    )
+    (tmp_path / "mix.yaml").write_text(yaml.safe_dump(config))
+    assert main(["mixture", "build", str(tmp_path / "mix.yaml")]) == 0
+    assert main(["mixture", "report", str(tmp_path / "mix")]) == 0
+    out = capsys.readouterr().out
+    assert "max per-batch deviation" in out and "epochs" in out
+    report = json.loads((tmp_path / "mix" / "report" / "report.json").read_text())
+    png = (tmp_path / "mix" / "report" / "report.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    phase = report["phases"][0]
+    assert phase["num_batches"] == 30
+    by_name = {c["name"]: c for c in phase["components"]}
+    # W = 10 with weights 0.5/0.3/0.2: every batch is exactly 5/3/2.
+    assert phase["max_batch_deviation_share"] == 0.0
+    assert by_name["web"]["batch_share_min"] == by_name["web"]["batch_share_max"] == 0.5
+    assert by_name["code"]["realised_share"] == pytest.approx(0.3)
+    assert by_name["books_hq"]["tokens"] == 2 * 30 * 32
+    epochs = {c["name"]: c["epochs"] for c in report["components"]}
+    assert all(0 < e <= 4 for e in epochs.values())
+
+
+def test_report_of_uneven_quota_stays_within_one_sequence(
+    tmp_path: Path, encoded_dir: Path, capsys: pytest.CaptureFixture
+) -> None:
+    config = mixture_config(encoded_dir, tmp_path / "mix", global_batch=7)
+    (tmp_path / "mix.yaml").write_text(yaml.safe_dump(config))
+    assert main(["mixture", "build", str(tmp_path / "mix.yaml")]) == 0
+    assert main(["mixture", "report", str(tmp_path / "mix"), "--out", str(tmp_path / "r")]) == 0
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    for comp in report["phases"][0]["components"]:
+        assert comp["max_batch_deviation_sequences"] < 1
+        assert comp["max_prefix_deviation_sequences"] < 1
+    assert report["phases"][0]["max_batch_deviation_share"] > 0
+
+
+def test_report_refuses_a_non_mixture(
+    tmp_path: Path, encoded_dir: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["mixture", "report", str(encoded_dir)]) == 2
+    assert "is a 'encoded' artifact" in capsys.readouterr().err
