@@ -128,7 +128,12 @@ def dirichlet_recipes(base: dict[str, float], cfg: DirichletConfig) -> list[dict
 
 
 def plan_recipes(config: AblationConfig, base_mixture: dict[str, Any]) -> list[dict[str, Any]]:
-    """[{name, weights, recipe (dict)}] with the base first; duplicates (same weights) dropped."""
+    """[{name, weights, recipe (dict)}] with the base first; duplicates (same weights) dropped.
+
+    Variants change the components' weights (the phases that use them); phases with their own
+    `weights` (e.g. an annealing phase) stay as written. The recipe keeps the base's name, so the
+    base recipe's hash is the user's and a chosen variant rebuilds to the hash the gate expects.
+    """
     recipe = base_mixture["recipe"]
     names = [c["name"] for c in recipe["components"]]
     base = {c["name"]: float(c["weight"]) for c in recipe["components"]}

@@ -166,3 +166,17 @@ def test_run_keys_change_with_seed_budget_and_proxy_not_with_output_dir(tmp_path
     bigger = config.model_copy(update={"token_budget": config.token_budget * 2})
     assert not {s["run_key"] for s in make_specs(bigger)[0]} & {s["run_key"] for s in specs}
     assert load_finished(Path(specs[0]["run_dir"]), specs[0]["run_key"]) is None
+
+
+def test_example_configs_validate(repo_root):
+    from evals.ablate import AblationConfig as Ablation
+    from evals.sets import EvalBuildConfig
+    from pretrain.config import load_config
+
+    ablation = load_config(Ablation, repo_root / "configs" / "ablation.yaml")
+    assert len(ablation.proxies) == 2 and len(ablation.seeds) >= 2
+    evalbuild = load_config(EvalBuildConfig, repo_root / "configs" / "eval.yaml")
+    for task in evalbuild.tasks:
+        from evals.tasks import load_task
+
+        assert load_task(repo_root / task).examples

@@ -1,0 +1,172 @@
+"""Demo steps: a small proxy sweep that picks the recipe the gated launch trains on, and the eval
+report of the launched run.
+
+`ablation_step`: eval sets from the demo shards (decontaminated), a sweep of three recipes (the
+demo mixture's, uniform weights, one Dirichlet sample) x two seeds on a tiny CPU proxy, the report,
+and, when a variant wins, the chosen mixture rebuilt from `chosen_mixture.yaml` so the launch step's
+mixture carries the recipe hash the gate checks. Finished proxy runs are cached by key.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pretrain.config import parse_config
+from pretrain.errors import ArtifactError, PretrainError
+from pretrain.manifest import load_manifest
+
+REPO = Path(__file__).resolve().parent.parent
+TRAIN_TEMPLATE = REPO / "configs" / "train_proxy.yaml"
+FULL_CONFIG = REPO / "configs" / "train_full.yaml"
+TASKS = REPO / "evals" / "demo_tasks"
+PROXY = {
+    "model.num_layers": 1,
+    "model.hidden_size": 64,
+    "model.num_attention_heads": 4,
+    "model.num_query_groups": 2,
+    "model.ffn_hidden_size": 192,
+    "model.seq_length": 128,
+    "batch.micro_batch_size": 8,
+    "batch.global_batch_size": 8,
+    "optim.lr": 0.005,
+    "metrics.tensorboard": False,
+}
+DEMO_STEPS = 24
+
+
+def _need(ctx: Any, *names: str) -> list[Path]:
+    missing = [n for n in names if n not in ctx.artifacts]
+    if missing:
+        raise ArtifactError(
+            f"the evals demo step needs ctx.artifacts {missing}; run the earlier demo steps first"
+        )
+    return [Path(ctx.artifacts[n]) for n in names]
+
+
+def build_demo_evalsets(ctx: Any, shards: Path) -> Path:
+    from evals.sets import EvalBuildConfig, build_eval_sets
+
+    out = ctx.out / "evalsets"
+    if not ctx.reuse(out):
+        tasks = sorted(str(p) for p in TASKS.glob("*.jsonl"))
+        build_eval_sets(
+            EvalBuildConfig(
+                shards=str(shards),
+                out=str(out),
+                max_docs_per_set=40,
+                min_docs_per_set=2,
+                max_bytes_per_doc=4000,
+                tasks=tasks,
+            )
+        )
+    ctx.artifacts["evalsets"] = out
+    return out
+
+
+def _sweep_config(ctx: Any, mixture: Path, evalsets: Path) -> Any:
+    from evals.ablate import AblationConfig
+
+    inputs = ctx.out / "ablation-inputs"
+    inputs.mkdir(parents=True, exist_ok=True)
+    resolved = load_manifest(mixture)["config"]
+    (inputs / "mixture.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    names = [c["name"] for c in resolved["recipe"]["components"]]
+    full_tokens = yaml.safe_load(FULL_CONFIG.read_text())["data"].get("train_tokens")
+    data = {
+        "name": "demo-sweep",
+        "out": str(ctx.out / "ablation"),
+        "mixture": str(inputs / "mixture.yaml"),
+        "train": str(TRAIN_TEMPLATE),
+        "eval_sets": str(evalsets),
+        "tokenizer": str(ctx.artifacts["tokenizer"]),
+        "variants": [{"name": "uniform", "weights": {n: 1.0 for n in names}}],
+        "dirichlet": {"count": 1, "concentration": 4.0, "seed": 0},
+        "proxies": [{"name": "tiny", "overrides": PROXY}],
+        "token_budget": DEMO_STEPS * 8 * 128,
+        "seeds": [1, 2],
+        "full_run_tokens": full_tokens,
+        "criteria": {"metric": "bpb", "require_seed_spread": True},
+        "eval": {"max_docs": 20, "batch_size": 8},
+        "parallel": "auto",
+        "cpus_per_run": 2,
+        "launch_args": ["--in-process"],
+        "timeout_s": 900,
+    }
+    return parse_config(AblationConfig, data, source="evals.demo")
+
+
+def _chosen_mixture(ctx: Any, mixture: Path, report_dir: Path, chosen_sha: str) -> Path:
+    """The demo mixture when it is the chosen recipe, else the chosen recipe built alike."""
+    from mixtures.build import build_mixture
+    from mixtures.recipe import MixtureConfig
+
+    if load_manifest(mixture)["recipe_sha256"] == chosen_sha:
+        return mixture
+    out = ctx.out / "mixture-chosen"
+    data = yaml.safe_load((report_dir / "chosen_mixture.yaml").read_text())
+    data["out"] = str(out)
+    config = parse_config(MixtureConfig, data, source=str(report_dir / "chosen_mixture.yaml"))
+    if not ctx.reuse(out) or load_manifest(out)["recipe_sha256"] != chosen_sha:
+        build_mixture(config, command=["pretrain", "demo"])
+    return out
+
+
+def ablation_step(ctx: Any) -> str:
+    """Eval sets, a 3-recipe x 2-seed proxy sweep, the report and decision; sets
+    ctx.artifacts["ablation"] (and ["mixture"] to the chosen recipe's mixture)."""
+    from evals.sweep import run_sweep
+
+    shards, mixture = _need(ctx, "shards", "mixture", "encoded", "tokenizer")[:2]
+    evalsets = build_demo_evalsets(ctx, shards)
+    config = _sweep_config(ctx, mixture, evalsets)
+    report = run_sweep(config)["report"]
+    report_dir = Path(config.out)
+    ctx.artifacts["ablation"] = report_dir
+    ctx.artifacts["mixture"] = _chosen_mixture(
+        ctx, mixture, report_dir, report["chosen_recipe_sha256"]
+    )
+    rows = report["ranking"][report["primary_proxy"]]
+    ranked = ", ".join(f"{r['recipe_name']} {r['mean']:.3f}±{r['std'] or 0:.3f}" for r in rows)
+    verdict = "passed" if report["passed"] else "not passed"
+    return (
+        f"{len(report['runs'])} proxy runs in {report['sweep_wall_s']:.0f} s; bpb {ranked}; "
+        f"chosen {report['chosen_recipe_name']} ({verdict}) -> {report_dir}"
+    )
+
+
+def eval_step(ctx: Any) -> str:
+    """`pretrain eval run` on the launched run (its own process), with the capability curve."""
+    run_dir, evalsets, tokenizer = _need(ctx, "run", "evalsets", "tokenizer")
+    out = ctx.out / "eval"
+    argv = [
+        sys.executable,
+        "-m",
+        "pretrain.cli",
+        "eval",
+        "run",
+        str(run_dir),
+        "--sets",
+        str(evalsets),
+        "--tokenizer",
+        str(tokenizer),
+        "--out",
+        str(out),
+        "--max-docs",
+        "20",
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise PretrainError(f"pretrain eval run failed: {proc.stderr.strip()[-400:]}")
+    ctx.artifacts["eval"] = out
+    final = load_manifest(out)["final"]
+    domains = ", ".join(
+        f"{k[4:]} {v:.3f}"
+        for k, v in sorted(final.items())
+        if k.startswith("bpb/") and v is not None
+    )
+    return f"bpb {final['bpb']:.3f} ({domains}) -> {out / 'results.jsonl'}"
