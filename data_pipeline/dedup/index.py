@@ -269,6 +269,17 @@ def _best_matches(pairs: pa.Table, sigs: pa.Table) -> pa.Table:
     return result.sort_by("id")
 
 
+def check_compatible(index_dir: str | os.PathLike, config: DedupConfig) -> None:
+    """Refuse an index built with other shingle or permutation settings than `config`."""
+    built_with, _ = index_config(index_dir)
+    mismatched = [n for n in _SETTINGS[:-1] if getattr(built_with, n) != getattr(config, n)]
+    if mismatched:
+        raise ArtifactError(
+            f"index {index_dir} was built with different {', '.join(mismatched)}; "
+            "use the same dedup settings or rebuild the index"
+        )
+
+
 def mark_against(
     index_dir: str | os.PathLike,
     table: pa.Table,
@@ -278,13 +289,7 @@ def mark_against(
 ) -> dict[str, Any]:
     """Drop (dup_keep=false) every batch cluster that has a member matching the index; such a
     cluster takes the matched old cluster's id (the smallest when several match)."""
-    index_config_, _ = index_config(index_dir)
-    mismatched = [n for n in _SETTINGS[:-1] if getattr(index_config_, n) != getattr(config, n)]
-    if mismatched:
-        raise ArtifactError(
-            f"index {index_dir} was built with different {', '.join(mismatched)}; "
-            "use the same dedup settings or rebuild the index"
-        )
+    check_compatible(index_dir, config)
     matches = query(index_dir, table)
     stats.index_matches = len(matches)
     if not len(matches):

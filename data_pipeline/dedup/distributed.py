@@ -1,0 +1,221 @@
+"""Distributed dedup on Ray: Ray tasks over hash partitions, no actors, nothing global in one
+process.
+
+1. map: per block, signatures -> band rows, exact rows, doc rows, each split into P partitions
+2. buckets: per key partition, candidate pairs of each band bucket (+ exact-duplicate edges)
+3. verify: candidates join u's signature (partition of u), then v's (partition of v)
+4. components: alternating large-star / small-star steps over edge partitions until the edge set
+   stops changing (data_pipeline.dedup.components)
+5. labels: per vertex partition, each document's root; keep: per root partition, the kept
+   document and cluster size; attach: per block, tags joined back by (block, row), order kept
+
+Only tasks are used (1 CPU each), so the actor/CPU deadlock of Ray Data on small clusters cannot
+occur here; every wait has a timeout that fails with a message instead of hanging.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tqdm import tqdm
+
+from data_pipeline.dedup import tasks
+from data_pipeline.dedup.config import DedupConfig
+from data_pipeline.dedup.core import DedupStats
+
+
+class _Runner:
+    """Launches the step functions as Ray tasks and waits for them with a timeout."""
+
+    def __init__(self, config: DedupConfig) -> None:
+        import ray
+
+        self.ray = ray
+        self.timeout = config.task_timeout_s
+        self.infos: dict[str, list[dict[str, Any]]] = {}
+
+    def launch(self, func: Any, num_returns: int, *args: Any) -> list[Any]:
+        remote = self.ray.remote(num_cpus=1, num_returns=num_returns, max_retries=2)(func)
+        refs = remote.remote(*args)
+        return [refs] if num_returns == 1 else list(refs)
+
+    def get(self, refs: list[Any], step: str) -> list[Any]:
+        try:
+            values = self.ray.get(refs, timeout=self.timeout)
+        except self.ray.exceptions.GetTimeoutError:
+            raise RuntimeError(
+                f"dedup step {step!r} waited more than task_timeout_s={self.timeout} s; check "
+                "`ray status`: actors may be holding every CPU (see the Ray deadlock note)"
+            ) from None
+        self.infos.setdefault(step, []).extend(v for v in values if isinstance(v, dict))
+        return values
+
+
+def _default_partitions(ray: Any) -> int:
+    return max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+
+
+def _wait_for_cpu(ray: Any, timeout: float) -> None:
+    deadline = time.monotonic() + min(timeout, 60.0)
+    while ray.available_resources().get("CPU", 0) < 1:
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                "dedup: no free CPU on the Ray cluster for 60 s; actors of an "
+                "earlier stage hold them all (use fractional num_cpus there)"
+            )
+        time.sleep(0.5)
+
+
+def dedup_dataset(dataset: Any, config: DedupConfig, stage: Any) -> tuple[Any, DedupStats]:
+    """Tag every row of a Ray Dataset; returns (dataset with the dedup columns, stats)."""
+    import ray
+
+    partitions = max(2, config.num_partitions or _default_partitions(ray))
+    blocks = dataset.materialize().to_arrow_refs()
+    _wait_for_cpu(ray, config.task_timeout_s)
+    run = _Runner(config)
+    steps = tqdm(total=6, desc="dedup", unit="step", leave=False)
+    bands, exact, docs = _map(run, blocks, config, partitions)
+    steps.update()
+    cands, edges = _buckets(run, bands, exact, config, partitions)
+    steps.update()
+    edges += _verify(run, cands, docs, config, partitions)
+    steps.update()
+    roots = _components(run, edges, partitions)
+    steps.update()
+    tags = _keep(run, roots, docs, partitions)
+    steps.update()
+    out = [
+        run.launch(tasks.attach, 1, block, i, stage, *tags[i % partitions])[0]
+        for i, block in enumerate(blocks)
+    ]
+    run.ray.wait(out, num_returns=len(out), timeout=config.task_timeout_s)
+    steps.update()
+    steps.close()
+    result = ray.data.from_arrow_refs(out)
+    stats = _stats(run, partitions)
+    if config.index.save_to:
+        from data_pipeline.dedup.index import save_index
+
+        save_index(config.index.save_to, (ray.get(ref) for ref in out), config, tagged=True)
+    return result, stats
+
+
+def _map(run: _Runner, blocks: list[Any], config: DedupConfig, partitions: int):
+    outs = [
+        run.launch(tasks.map_block, 3 * partitions + 1, block, i, config, partitions)
+        for i, block in enumerate(blocks)
+    ]
+    run.get([o[-1] for o in outs], "map")
+    pick = [[[o[k * partitions + p] for o in outs] for p in range(partitions)] for k in range(3)]
+    return pick[0], pick[1], pick[2]
+
+
+def _buckets(run: _Runner, bands: list, exact: list, config: DedupConfig, partitions: int):
+    outs = [
+        run.launch(
+            tasks.bucket_edges,
+            partitions + 2,
+            config,
+            partitions,
+            len(bands[p]),
+            *bands[p],
+            *exact[p],
+        )
+        for p in range(partitions)
+    ]
+    run.get([o[-1] for o in outs], "buckets")
+    cands = [[o[q] for o in outs] for q in range(partitions)]
+    return cands, [o[partitions] for o in outs]
+
+
+def _verify(run: _Runner, cands: list, docs: list, config: DedupConfig, partitions: int) -> list:
+    outs = [
+        run.launch(
+            tasks.attach_u, partitions + 1, config, partitions, len(cands[q]), *cands[q], *docs[q]
+        )
+        for q in range(partitions)
+    ]
+    run.get([o[-1] for o in outs], "verify-u")
+    outs = [
+        run.launch(tasks.verify_v, 2, config, partitions, *[o[q] for o in outs], *docs[q])
+        for q in range(partitions)
+    ]
+    run.get([o[-1] for o in outs], "verify-v")
+    return [o[0] for o in outs]
+
+
+def _star_step(run: _Runner, kind: str, edges: list, partitions: int) -> tuple[list, list]:
+    pieces = [run.launch(tasks.star_scatter, partitions, kind, partitions, e) for e in edges]
+    outs = [
+        run.launch(tasks.star_reduce, 2, kind, *[p[q] for p in pieces]) for q in range(partitions)
+    ]
+    infos = run.get([o[1] for o in outs], f"{kind}-star")
+    return [o[0] for o in outs], infos
+
+
+def _components(run: _Runner, edges: list, partitions: int, max_rounds: int = 200) -> list:
+    previous = None
+    for _ in range(max_rounds):
+        edges, _ = _star_step(run, "large", edges, partitions)
+        edges, infos = _star_step(run, "small", edges, partitions)
+        count = sum(i["fingerprint"][0] for i in infos)
+        digest = sum(i["fingerprint"][1] for i in infos) % 2**64
+        if (count, digest) == previous:
+            break
+        previous = (count, digest)
+    else:
+        raise RuntimeError(f"dedup: connected components did not converge in {max_rounds} rounds")
+    edges, _ = _star_step(run, "large", edges, partitions)
+    return edges
+
+
+def _keep(run: _Runner, roots: list, docs: list, partitions: int) -> list[list]:
+    pieces = [run.launch(tasks.scatter_edges, partitions, partitions, e) for e in roots]
+    labelled = [
+        run.launch(
+            tasks.label_docs,
+            partitions + 1,
+            partitions,
+            len(pieces),
+            *[p[q] for p in pieces],
+            *docs[q],
+        )
+        for q in range(partitions)
+    ]
+    run.get([o[-1] for o in labelled], "labels")
+    kept = [
+        run.launch(tasks.keep_clusters, partitions + 1, partitions, *[o[r] for o in labelled])
+        for r in range(partitions)
+    ]
+    run.get([o[-1] for o in kept], "keep")
+    return [[o[b] for o in kept] for b in range(partitions)]
+
+
+def _stats(run: _Runner, partitions: int) -> DedupStats:
+    merged = {step: tasks.merge_info(infos) for step, infos in run.infos.items()}
+    total = tasks.merge_info(list(merged.values()))
+    names = (
+        "documents",
+        "empty",
+        "tiny",
+        "cjk",
+        "exact_duplicates",
+        "candidate_pairs",
+        "verified_pairs",
+        "clusters",
+        "dropped",
+        "index_matches",
+    )
+    stats = DedupStats(**{name: int(total.get(name, 0)) for name in names})
+    rounds = len(run.infos.get("small-star", [])) // partitions
+    stats.extra = {
+        "partitions": partitions,
+        "component_rounds": rounds,
+        "peak_rss_mb": {
+            step: round(info.get("peak_rss_mb", 0.0), 1) for step, info in merged.items()
+        },
+        "driver_peak_rss_mb": round(tasks.peak_rss_mb(), 1),
+    }
+    return stats

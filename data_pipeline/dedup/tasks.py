@@ -1,0 +1,288 @@
+"""The per-partition steps of distributed dedup, as plain functions over Arrow tables / numpy.
+
+Each runs inside one Ray task (data_pipeline.dedup.distributed) and sees one block or one hash
+partition, never the whole corpus. Partition of a 64-bit key: key % partitions (as unsigned).
+Every step also reports its process's peak RSS so a run can show memory per process.
+"""
+
+from __future__ import annotations
+
+import resource
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from data_pipeline.dedup import components
+from data_pipeline.dedup.config import DedupConfig
+from data_pipeline.dedup.core import band_rows, keep_and_size, signature_table, signatures_of
+from data_pipeline.dedup.lsh import candidate_edges, unique_edges, verify
+
+EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def part_of(values: np.ndarray, partitions: int) -> np.ndarray:
+    return (np.asarray(values).view(np.uint64) % np.uint64(partitions)).astype(np.int64)
+
+
+def scatter(table: pa.Table, key: np.ndarray, partitions: int) -> list[pa.Table]:
+    """Split `table` into `partitions` pieces by the hash partition of `key`."""
+    parts = part_of(key, partitions)
+    order = np.argsort(parts, kind="stable")
+    bounds = np.searchsorted(parts[order], np.arange(partitions + 1))
+    ordered = table.take(pa.array(order))
+    return [ordered.slice(bounds[p], bounds[p + 1] - bounds[p]) for p in range(partitions)]
+
+
+def edges_table(u: np.ndarray, v: np.ndarray) -> pa.Table:
+    return pa.table({"u": pa.array(u, pa.int64()), "v": pa.array(v, pa.int64())})
+
+
+def concat(pieces: tuple[pa.Table, ...], schema: pa.Schema | None = None) -> pa.Table:
+    pieces = tuple(p for p in pieces if p is not None and p.num_rows)
+    if not pieces:
+        return schema.empty_table() if schema is not None else pa.table({})
+    return pa.concat_tables(pieces)
+
+
+def map_block(block: pa.Table, block_index: int, config: DedupConfig, partitions: int) -> list:
+    """Signatures of one block -> band rows, exact rows and doc rows, each split by partition,
+    plus stats. Doc rows carry (vertex, id, quality, block, row, sig, matched_cluster)."""
+    sigs, stats = signature_table(block, config)
+    keys, key_vertices = band_rows(sigs, config) if config.near else (np.zeros(0, np.uint64),) * 2
+    bands = pa.table(
+        {"key": pa.array(keys, pa.uint64()), "vertex": pa.array(key_vertices, pa.int64())}
+    )
+    vertex = np.asarray(sigs.column("vertex"))
+    exact_key = np.asarray(sigs.column("exact_key"))
+    if not config.exact:
+        exact_key = np.zeros(0, np.uint64)
+    exact = pa.table({"key": pa.array(exact_key, pa.uint64()), "vertex": vertex[: len(exact_key)]})
+    matched = pa.nulls(len(block), pa.int64())
+    if config.index.against:
+        matched = _index_matches(block, sigs, config)
+    docs = pa.table(
+        {
+            "vertex": vertex,
+            "id": sigs.column("id"),
+            "quality": sigs.column("quality"),
+            "block": pa.array(np.full(len(block), block_index), pa.int64()),
+            "row": pa.array(np.arange(len(block)), pa.int64()),
+            "sig": sigs.column("sig"),
+            "matched_cluster": matched,
+        }
+    )
+    info = {
+        **stats.as_dict(),
+        "index_matches": int(pc.sum(pc.is_valid(matched)).as_py() or 0),
+        "peak_rss_mb": peak_rss_mb(),
+    }
+    return [
+        *scatter(bands, keys, partitions),
+        *scatter(exact, exact_key, partitions),
+        *scatter(docs, vertex, partitions),
+        info,
+    ]
+
+
+def _index_matches(block: pa.Table, sigs: pa.Table, config: DedupConfig) -> pa.Array:
+    from data_pipeline.dedup.index import check_compatible, query
+
+    check_compatible(config.index.against, config)
+    matches = query(config.index.against, block)
+    rows = pc.index_in(sigs.column("id"), value_set=matches.column("id"))
+    return (
+        matches.column("matched_cluster").take(rows).combine_chunks()
+        if len(matches)
+        else pa.nulls(len(block), pa.int64())
+    )
+
+
+def bucket_edges(config: DedupConfig, partitions: int, num_bands: int, *pieces: pa.Table) -> list:
+    """One key partition: candidate pairs of the band buckets (split by u for verification) and
+    the exact-duplicate edges (no verification needed)."""
+    bands = concat(pieces[:num_bands])
+    exact = concat(pieces[num_bands:])
+    near_u = near_v = np.zeros(0, np.int64)
+    if bands.num_rows:
+        near_u, near_v = candidate_edges(
+            np.asarray(bands.column("key")), np.asarray(bands.column("vertex"))
+        )
+    exact_u = exact_v = np.zeros(0, np.int64)
+    if exact.num_rows:
+        exact_u, exact_v = candidate_edges(
+            np.asarray(exact.column("key")), np.asarray(exact.column("vertex")), small_bucket=1
+        )
+    exact_dups = (
+        exact.num_rows - len(np.unique(np.asarray(exact.column("key")))) if exact.num_rows else 0
+    )
+    info = {"exact_duplicates": exact_dups, "peak_rss_mb": peak_rss_mb()}
+    return [
+        *scatter(edges_table(near_u, near_v), near_u, partitions),
+        edges_table(exact_u, exact_v),
+        info,
+    ]
+
+
+def _lookup(docs: pa.Table, vertices: np.ndarray) -> np.ndarray:
+    """Row positions in `docs` of `vertices` (all must be present)."""
+    doc_vertex = np.asarray(docs.column("vertex"))
+    order = np.argsort(doc_vertex, kind="stable")
+    return order[np.searchsorted(doc_vertex, vertices, sorter=order)]
+
+
+def attach_u(config: DedupConfig, partitions: int, num_cands: int, *pieces: pa.Table) -> list:
+    """Vertex partition q: give each candidate (u, v) with u in q the signature of u, split by v."""
+    cands = concat(pieces[:num_cands], EDGE_SCHEMA)
+    docs = concat(pieces[num_cands:])
+    if cands.num_rows:  # a pair can collide in several bands that live in different partitions
+        u, v, _ = unique_edges(np.asarray(cands.column("u")), np.asarray(cands.column("v")))
+        cands = edges_table(u, v)
+    u = np.asarray(cands.column("u"))
+    sig_u = (
+        docs.column("sig").take(pa.array(_lookup(docs, u)))
+        if len(u)
+        else pa.array([], pa.binary(config.num_perm * 4))
+    )
+    table = cands.append_column("sig_u", sig_u)
+    return [
+        *scatter(table, np.asarray(cands.column("v")), partitions),
+        {"candidate_pairs": len(u), "peak_rss_mb": peak_rss_mb()},
+    ]
+
+
+def verify_v(config: DedupConfig, num_cands: int, *pieces: pa.Table) -> list:
+    """Vertex partition q: verify candidates (u, v) with v in q; returns the kept edges."""
+    cands = concat(pieces[:num_cands])
+    docs = concat(pieces[num_cands:])
+    if not cands.num_rows:
+        return [
+            edges_table(np.zeros(0, np.int64), np.zeros(0, np.int64)),
+            {"verified_pairs": 0, "peak_rss_mb": peak_rss_mb()},
+        ]
+    v = np.asarray(cands.column("v"))
+    sig_v = signatures_of(docs.column("sig"), config.num_perm)[_lookup(docs, v)]
+    sig_u = signatures_of(cands.column("sig_u"), config.num_perm)
+    ok, _ = verify(sig_u, sig_v, config.threshold)
+    u = np.asarray(cands.column("u"))
+    return [
+        edges_table(u[ok], v[ok]),
+        {"verified_pairs": int(ok.sum()), "peak_rss_mb": peak_rss_mb()},
+    ]
+
+
+def scatter_edges(partitions: int, edges: pa.Table) -> list[pa.Table]:
+    """Split an edge piece by its first endpoint."""
+    return scatter(edges, np.asarray(edges.column("u")), partitions)
+
+
+def star_scatter(kind: str, partitions: int, edges: pa.Table) -> list[pa.Table]:
+    """Orient one edge piece for a large- or small-star step and split it by key."""
+    a, b = np.asarray(edges.column("u")), np.asarray(edges.column("v"))
+    orient = components.orient_large if kind == "large" else components.orient_small
+    key, nbr = orient(a, b)
+    return scatter(edges_table(key, nbr), key, partitions)
+
+
+def star_reduce(kind: str, *pieces: pa.Table) -> list:
+    """One key partition of a star step: new edges and the fingerprint of the input edge set."""
+    table = concat(pieces, EDGE_SCHEMA)
+    key, nbr = np.asarray(table.column("u")), np.asarray(table.column("v"))
+    fingerprint = components.edge_fingerprint(key, nbr) if kind == "small" else (0, 0)
+    step = components.large_star if kind == "large" else components.small_star
+    a, b = step(key, nbr)
+    return [edges_table(a, b), {"fingerprint": fingerprint, "peak_rss_mb": peak_rss_mb()}]
+
+
+def label_docs(partitions: int, num_roots: int, *pieces: pa.Table) -> list:
+    """Vertex partition q: each document's cluster root (itself when in no edge), split by root."""
+    roots = concat(pieces[:num_roots], EDGE_SCHEMA)
+    docs = concat(pieces[num_roots:]).drop_columns(["sig"])
+    vertex = np.asarray(docs.column("vertex"))
+    root = vertex.copy()
+    if roots.num_rows:
+        at = _lookup(docs, np.asarray(roots.column("u")))
+        np.minimum.at(root, at, np.asarray(roots.column("v")))
+    docs = docs.append_column("cluster", pa.array(root, pa.int64()))
+    return [*scatter(docs, root, partitions), {"peak_rss_mb": peak_rss_mb()}]
+
+
+def keep_clusters(partitions: int, *pieces: pa.Table) -> list:
+    """Root partition: dup_keep and dup_cluster_size per document; clusters that match the index
+    are dropped whole and take the matched cluster's id. Split by block for the join back."""
+    docs = concat(pieces)
+    if not docs.num_rows:
+        empty = pa.table(
+            {
+                "block": pa.array([], pa.int64()),
+                "row": pa.array([], pa.int64()),
+                "dup_cluster": pa.array([], pa.int64()),
+                "dup_keep": pa.array([], pa.bool_()),
+                "dup_cluster_size": pa.array([], pa.int32()),
+            }
+        )
+        return [*(empty for _ in range(partitions)), {"peak_rss_mb": peak_rss_mb()}]
+    cluster = np.asarray(docs.column("cluster"))
+    keep, size = keep_and_size(cluster, docs.column("quality"), docs.column("id"))
+    cluster, keep = _apply_index_matches(cluster, keep, docs.column("matched_cluster"))
+    tags = pa.table(
+        {
+            "block": docs.column("block"),
+            "row": docs.column("row"),
+            "dup_cluster": pa.array(cluster, pa.int64()),
+            "dup_keep": keep,
+            "dup_cluster_size": pa.array(size, pa.int32()),
+        }
+    )
+    clusters = int(((size > 1) & keep).sum())
+    return [
+        *scatter(tags, np.asarray(docs.column("block")), partitions),
+        {"clusters": clusters, "dropped": int((~keep).sum()), "peak_rss_mb": peak_rss_mb()},
+    ]
+
+
+def _apply_index_matches(cluster: np.ndarray, keep: np.ndarray, matched: pa.ChunkedArray):
+    if matched.null_count == len(matched):
+        return cluster, keep
+    matched = np.asarray(pc.fill_null(matched, np.iinfo(np.int64).max))
+    hit = matched != np.iinfo(np.int64).max
+    target: dict[int, int] = {}
+    for c, m in zip(cluster[hit].tolist(), matched[hit].tolist()):
+        target[c] = min(m, target.get(c, m))
+    dropped = np.isin(cluster, np.array(list(target), dtype=np.int64))
+    cluster = cluster.copy()
+    cluster[dropped] = [target[c] for c in cluster[dropped].tolist()]
+    return cluster, np.where(dropped, False, keep)
+
+
+def attach(block: pa.Table, block_index: int, stage: Any, *pieces: pa.Table) -> pa.Table:
+    """Join the tags of one block back by (block, row) and append the stage's columns."""
+    from data_pipeline.dedup.text import exact_hashes
+
+    tags = concat(pieces)
+    tags = tags.filter(pc.equal(tags.column("block"), block_index)).sort_by("row")
+    assert tags.num_rows == block.num_rows, (tags.num_rows, block.num_rows)
+    columns = {
+        "exact_hash": pa.array(exact_hashes(block.column("text")), pa.string()),
+        "dup_cluster": tags.column("dup_cluster"),
+        "dup_keep": tags.column("dup_keep"),
+        "dup_cluster_size": tags.column("dup_cluster_size"),
+    }
+    return stage.append(block, columns)
+
+
+def merge_info(infos: list[dict[str, Any]]) -> dict[str, Any]:
+    """Sum counts, take the max of peak RSS."""
+    merged: dict[str, Any] = {}
+    for info in infos:
+        for key, value in info.items():
+            if key == "peak_rss_mb":
+                merged[key] = max(merged.get(key, 0.0), value)
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                merged[key] = merged.get(key, 0) + value
+    return merged
