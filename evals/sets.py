@@ -1,5 +1,6 @@
 """`pretrain eval build`: eval sets from the `split == eval` documents, one per domain and language,
-decontaminated against the training documents with a MinHash LSH index.
+decontaminated against the training documents with the pipeline's MinHash dedup index
+(`data_pipeline.dedup.index`: eval documents indexed, training shards queried batch by batch).
 
 Every training document (split != eval) whose estimated Jaccard similarity to an eval document
 reaches the threshold is reported in `contaminated.parquet`; mixtures exclude those ids from
@@ -10,7 +11,6 @@ training (`exclude_ids`), so the eval set stays held out. The artifact (kind `ev
 
 from __future__ import annotations
 
-import re
 import shutil
 from collections import defaultdict
 from collections.abc import Iterator
@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field
 
@@ -35,8 +36,6 @@ SET_SCHEMA = pa.schema(
         ("num_bytes", pa.int64()),
     ]
 )
-_WORD = re.compile(r"\w+", re.UNICODE)
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 
 
 class DecontaminationConfig(StrictModel):
@@ -90,28 +89,6 @@ def _batches(files: list[Path], columns: list[str], batch_rows: int) -> Iterator
             yield pa.Table.from_batches([batch])
 
 
-def shingles(text: str, ngram: int) -> set[bytes]:
-    """Word n-grams (lower-cased); character n-grams when the text is mostly CJK."""
-    if len(_CJK.findall(text[:2000])) > 0.3 * min(len(text), 2000):
-        units = [c for c in text if not c.isspace()]
-    else:
-        units = _WORD.findall(text.lower())
-    if len(units) < ngram:
-        return {" ".join(units).encode()} if units else set()
-    return {" ".join(units[i : i + ngram]).encode() for i in range(len(units) - ngram + 1)}
-
-
-def _minhash(text: str, cfg: DecontaminationConfig) -> Any:
-    from datasketch import MinHash
-
-    grams = shingles(text, cfg.ngram)
-    if not grams:
-        return None
-    sketch = MinHash(num_perm=cfg.num_perm, seed=cfg.seed)
-    sketch.update_batch(list(grams))
-    return sketch
-
-
 def _truncate(text: str, max_bytes: int) -> str:
     data = text.encode("utf-8")
     return text if len(data) <= max_bytes else data[:max_bytes].decode("utf-8", errors="ignore")
@@ -140,44 +117,80 @@ def _collect_eval(files: list[Path], cfg: EvalBuildConfig) -> dict[tuple[str, st
     return groups
 
 
+def _dedup_config(cfg: DecontaminationConfig) -> Any:
+    from data_pipeline.dedup.config import DedupConfig
+
+    return DedupConfig(
+        threshold=cfg.threshold,
+        num_perm=cfg.num_perm,
+        seed=cfg.seed,
+        word_ngram=cfg.ngram,
+        char_ngram=cfg.ngram,
+    )
+
+
 def decontaminate(
-    eval_docs: list[dict], train_files: list[Path], cfg: DecontaminationConfig, batch_rows: int
+    eval_docs: list[dict],
+    train_files: list[Path],
+    cfg: DecontaminationConfig,
+    batch_rows: int,
+    index_dir: Path,
 ) -> list[dict[str, Any]]:
-    """Every training document whose MinHash is near an eval document's (LSH candidates, then the
-    estimated Jaccard similarity checked against the threshold)."""
-    from datasketch import MinHashLSH
+    """Every training document (split != eval) whose MinHash signature matches an eval document
+    at or above the threshold, found with the pipeline's dedup index (data_pipeline.dedup.index:
+    the eval documents are indexed, the training data is queried batch by batch)."""
     from tqdm import tqdm
 
-    lsh = MinHashLSH(threshold=cfg.threshold, num_perm=cfg.num_perm)
-    sketches = {}
-    for doc in eval_docs:
-        sketch = _minhash(doc["text"], cfg)
-        if sketch is not None and doc["id"] not in sketches:
-            sketches[doc["id"]] = sketch
-            lsh.insert(doc["id"], sketch)
+    from data_pipeline.dedup.index import query, save_index
+
+    eval_table = pa.table(
+        {
+            "id": [d["id"] for d in eval_docs],
+            "text": [d["text"] for d in eval_docs],
+            "lang": [d.get("lang") for d in eval_docs],
+        }
+    )
+    save_index(index_dir, [eval_table], _dedup_config(cfg), partitions=4)
+    domain_of = {}
     hits: list[dict[str, Any]] = []
-    columns = ["id", "text", "split", "domain", "lang"]
     progress = tqdm(desc="decontaminate", unit="doc", leave=False)
-    for table in _batches(train_files, columns, batch_rows):
-        for row in table.to_pylist():
-            progress.update(1)
-            if row["split"] == "eval" or not row.get("text"):
-                continue
-            sketch = _minhash(row["text"], cfg)
-            if sketch is None:
-                continue
-            for eval_id in lsh.query(sketch):
-                similarity = float(sketch.jaccard(sketches[eval_id]))
-                if similarity >= cfg.threshold:
-                    hits.append(
-                        {
-                            "train_id": row["id"],
-                            "eval_id": eval_id,
-                            "jaccard": similarity,
-                            "domain": row.get("domain"),
-                            "lang": row.get("lang"),
-                        }
-                    )
+    for table in _batches(train_files, ["id", "text", "split", "domain", "lang"], batch_rows):
+        progress.update(table.num_rows)
+        train = table.filter(
+            pc.and_(pc.not_equal(table.column("split"), "eval"), pc.is_valid(table.column("text")))
+        )
+        if not train.num_rows:
+            continue
+        lang = train.column("lang") if "lang" in train.column_names else None
+        domains = train.column("domain").to_pylist() if "domain" in train.column_names else None
+        matches = query(
+            index_dir,
+            pa.table(
+                {
+                    "id": train.column("id"),
+                    "text": train.column("text"),
+                    **({"lang": lang} if lang is not None else {}),
+                }
+            ),
+        )
+        ids = train.column("id").to_pylist()
+        for i, doc_id in enumerate(ids):
+            domain_of[doc_id] = (
+                domains[i] if domains else None,
+                lang[i].as_py() if lang is not None else None,
+            )
+        for row in matches.to_pylist():
+            domain, language = domain_of[row["id"]]
+            hits.append(
+                {
+                    "train_id": row["id"],
+                    "eval_id": row["matched_id"],
+                    "jaccard": float(row["jaccard"]),
+                    "domain": domain,
+                    "lang": language,
+                }
+            )
+        domain_of.clear()
     progress.close()
     return hits
 
@@ -252,7 +265,9 @@ def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
     train_files = files + [f for d in cfg.train_shards for f in _shard_files(d)]
     kept = [doc for row in written for doc in groups[(row["domain"], row["lang"])]]
     hits = (
-        decontaminate(kept, train_files, cfg.decontamination, cfg.batch_rows)
+        decontaminate(
+            kept, train_files, cfg.decontamination, cfg.batch_rows, out / "decontamination-index"
+        )
         if cfg.decontamination.enabled
         else []
     )
