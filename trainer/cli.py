@@ -64,5 +64,5 @@ def register(sub: Any) -> None:
     launch.add_argument(
         "--in-process",
         action="store_true",
-        help="run a single rank in this process instead of through torchrun",
+        help="single-rank runs only: train in this process instead of under torchrun",
     )

@@ -45,7 +45,9 @@ def gate_decision(config: TrainConfig, override_reason: str | None) -> dict[str,
 
 
 def default_threads(nproc: int) -> int:
-    """Torch threads per rank on CPU: the cores shared out, at least one."""
+    """Torch threads per rank on CPU: OMP_NUM_THREADS when set, else the cores shared out."""
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        return max(1, int(os.environ["OMP_NUM_THREADS"]))
     return max(1, (os.cpu_count() or 1) // max(1, nproc))
 
 
@@ -101,6 +103,35 @@ def _smoke_config(config: TrainConfig) -> TrainConfig:
     return config.model_copy(update={"run": run})
 
 
+def _run_in_process(config: TrainConfig, nproc: int, nnodes: str, smoke: bool) -> int:
+    """One rank in this process: no torchrun agent (saves its start-up on small CPU runs)."""
+    if nproc * int(nnodes.split(":")[-1]) != 1:
+        raise ConfigError(
+            f"--in-process runs one rank, but the layout asks for {nproc} x "
+            f"{nnodes}; drop --in-process or pass --nproc 1"
+        )
+    import torch
+
+    from trainer.model import _free_port
+    from trainer.train import load_launch_info, run_training
+
+    os.environ.update(
+        RANK="0",
+        WORLD_SIZE="1",
+        LOCAL_RANK="0",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+    )
+    os.environ.setdefault("PRETRAIN_TORCH_THREADS", str(default_threads(1)))
+    try:
+        run_training(config, load_launch_info(Path(config.run.out_dir)), smoke=smoke)
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    print(f"[launch] done: {config.run.out_dir}", flush=True)
+    return 0
+
+
 def launch_command(args: argparse.Namespace) -> int:
     """Handler of `pretrain launch`."""
     config = load_config(TrainConfig, args.config, args.overrides)
@@ -133,6 +164,8 @@ def launch_command(args: argparse.Namespace) -> int:
             "launch_id": uuid.uuid4().hex,
         },
     )
+    if getattr(args, "in_process", False):
+        return _run_in_process(config, nproc, nnodes, args.smoke)
     env = dict(os.environ)
     env.setdefault("PRETRAIN_TORCH_THREADS", str(default_threads(nproc)))
     env.setdefault("OMP_NUM_THREADS", env["PRETRAIN_TORCH_THREADS"])

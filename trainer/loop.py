@@ -229,6 +229,7 @@ class Trainer:
             **self.identity(),
             "guard": self.guard.state(),
             "total_steps": self.total_steps,
+            "vocab_size": self.vocab_size,
             "world_size": torch.distributed.get_world_size(),
             "lr": lr_at(max(0, self.state.step - 1), self.config.optim, self.total_steps),
             "config": config_dict(self.config),

@@ -10,8 +10,10 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import os
+import random
 from typing import Any
 
+import numpy as np
 import torch
 
 from pretrain.errors import ConfigError
@@ -148,6 +150,12 @@ def build_model_chunks(config: TrainConfig, vocab_size: int) -> list[Any]:
     spec = layer_spec(config)
     chunks = []
     vpp = config.parallel.virtual_pipeline
+    # CPU initialisation draws each full weight from torch's default generator, then splits it:
+    # the same seed on every tensor-parallel rank makes TP=2 start from TP=1's exact weights.
+    seed = config.run.seed + 100 * parallel_state.get_pipeline_model_parallel_rank()
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
     with device_context():
         model_parallel_cuda_manual_seed(config.run.seed)
         for vp_stage in range(vpp or 1):

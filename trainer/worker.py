@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from pretrain.config import parse_config
 from pretrain.errors import PretrainError
@@ -45,3 +47,55 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _rank_main(rank: int, world: int, port: int, config_data: dict[str, Any], smoke: bool) -> None:
+    """Body of one spawned rank (torch.multiprocessing), the environment torchrun would set."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world),
+    )
+    os.environ.setdefault("PRETRAIN_TORCH_THREADS", "1")
+    config = parse_config(TrainConfig, config_data)
+    from trainer.train import run_training
+
+    try:
+        run_training(config, smoke=smoke)
+    finally:
+        import torch
+
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+def spawn_ranks(
+    config_data: dict[str, Any], world: int, smoke: bool = False, timeout_s: float = 240
+) -> None:
+    """Run `world` ranks on this machine without torchrun (tests, benchmarks).
+
+    Raises torch.multiprocessing's ProcessRaisedException / ProcessExitedException when a rank
+    fails, and TimeoutError (after killing the ranks) when they run past `timeout_s`.
+    """
+    import time
+
+    import torch.multiprocessing as mp
+
+    from trainer.model import _free_port
+
+    context = mp.start_processes(
+        _rank_main,
+        args=(world, _free_port(), config_data, smoke),
+        nprocs=world,
+        join=False,
+        start_method="spawn",
+    )
+    deadline = time.monotonic() + timeout_s
+    while not context.join(timeout=1.0):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            raise TimeoutError(f"{world} rank(s) did not finish within {timeout_s} s")

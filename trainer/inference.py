@@ -1,0 +1,113 @@
+"""Load a training checkpoint for evaluation on CPU: `load_model(checkpoint_dir).logprobs(tokens)`.
+
+The checkpoint may have been written with any TP/PP layout; dist_checkpointing reshards it into a
+single-process model (TP=1, PP=1). Only the model weights are read, not the optimizer state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pretrain.config import parse_config
+from pretrain.errors import ArtifactError
+from pretrain.manifest import verify
+from trainer.config import TrainConfig
+
+_DDP_PREFIX = "module."
+
+
+@dataclass
+class LoadedModel:
+    """A GPTModel in eval mode with the identity of the run that trained it."""
+
+    model: Any
+    step: int
+    tokenizer_sha256: str | None
+    seq_length: int
+    vocab_size: int
+    config: TrainConfig
+
+    @torch.no_grad()
+    def logprobs(self, tokens: torch.Tensor) -> torch.Tensor:
+        """log p(tokens[:, t+1] | tokens[:, :t+1]) for every position: FloatTensor[B, S-1]."""
+        from trainer.cpu_compat import device_context
+
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        if tokens.dim() != 2 or tokens.shape[1] < 2:
+            raise ValueError(f"tokens must be [batch, seq >= 2], got {tuple(tokens.shape)}")
+        inputs, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        positions = torch.arange(inputs.shape[1]).unsqueeze(0).expand_as(inputs)
+        with device_context():
+            loss = self.model(inputs, positions, None, labels=labels)
+        return -loss.float()
+
+
+def _single_process_group() -> None:
+    from megatron.core import parallel_state
+
+    from trainer.model import _free_port
+
+    if not torch.distributed.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ["MASTER_PORT"] = os.environ.get("MASTER_PORT") or str(_free_port())
+        torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(1, 1)
+
+
+def _cpu_config(state: dict[str, Any]) -> TrainConfig:
+    config = parse_config(TrainConfig, state["config"], source="state.json")
+    parallel = config.parallel.model_copy(
+        update={
+            "tensor": 1,
+            "pipeline": 1,
+            "virtual_pipeline": None,
+            "context": 1,
+            "data": None,
+            "nodes": 1,
+            "gpus_per_node": 1,
+            "backend": "gloo",
+        }
+    )
+    optim = config.optim.model_copy(update={"precision": "fp32", "distributed_optimizer": False})
+    return config.model_copy(update={"parallel": parallel, "optim": optim})
+
+
+def load_model(checkpoint_dir: str | os.PathLike) -> LoadedModel:
+    """Load `RUN/checkpoints/iter_NNNNNNN` (verified against its manifest) for CPU inference."""
+    from megatron.core import dist_checkpointing
+
+    from trainer.cpu_compat import apply_cpu_patches, device_context
+    from trainer.model import build_model_chunks
+
+    path = Path(checkpoint_dir)
+    verify(path, deep=False)
+    state_file = path / "state.json"
+    if not state_file.is_file():
+        raise ArtifactError(f"{path} has no state.json; pass a checkpoints/iter_NNNNNNN directory")
+    state = json.loads(state_file.read_text())
+    config = _cpu_config(state)
+    apply_cpu_patches()
+    _single_process_group()
+    vocab = int(state["vocab_size"])
+    model = build_model_chunks(config, vocab)[0]
+    with device_context():
+        # training saved the model inside megatron DDP, whose shard keys start with "module."
+        sharded = model.sharded_state_dict(prefix=_DDP_PREFIX)
+        loaded = dist_checkpointing.load({"model": sharded}, str(path))["model"]
+    model.load_state_dict({key.removeprefix(_DDP_PREFIX): value for key, value in loaded.items()})
+    model.eval()
+    return LoadedModel(
+        model=model,
+        step=int(state["step"]),
+        tokenizer_sha256=state.get("tokenizer_sha256"),
+        seq_length=config.model.seq_length,
+        vocab_size=vocab,
+        config=config,
+    )
