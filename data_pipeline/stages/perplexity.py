@@ -32,6 +32,8 @@ from data_pipeline.stages.base import GlobalStage, StageConfig
 from pretrain.errors import ArtifactError, ConfigError, SchemaError
 from pretrain.manifest import manifest_sha256
 
+SCORE_CPUS = 0.5
+"""Fractional, so scoring tasks still fit beside a pool of stage actors (Ray deadlock note)."""
 _LOADED: dict[tuple[str, str], Any] = {}
 """(ARPA path, sha256) -> kenlm.Model, per worker process: each model loads once per worker."""
 
@@ -191,10 +193,14 @@ class PerplexityStage(GlobalStage):
         """Ray Dataset -> Dataset with `perplexity` and `ppl_bucket` (scores once, materialised)."""
         self.artifacts()  # fail fast in the driver on a missing or tampered model
         scored = dataset.map_batches(
-            _score_batch, batch_format="pyarrow", fn_kwargs={"stage": self}
+            _score_batch, batch_format="pyarrow", num_cpus=SCORE_CPUS, fn_kwargs={"stage": self}
         ).materialize()
         partials = scored.map_batches(
-            _sketch_rows, batch_format="pyarrow", batch_size=None, fn_kwargs={"stage": self}
+            _sketch_rows,
+            batch_format="pyarrow",
+            batch_size=None,
+            num_cpus=SCORE_CPUS,
+            fn_kwargs={"stage": self},
         )
         sketch = self.new_sketch()
         for batch in partials.iter_batches(batch_format="pyarrow", batch_size=4096):
@@ -205,7 +211,10 @@ class PerplexityStage(GlobalStage):
                 )
         cutoffs = self.set_cutoffs(sketch)
         return scored.map_batches(
-            _bucket_batch, batch_format="pyarrow", fn_kwargs={"stage": self, "cutoffs": cutoffs}
+            _bucket_batch,
+            batch_format="pyarrow",
+            num_cpus=SCORE_CPUS,
+            fn_kwargs={"stage": self, "cutoffs": cutoffs},
         )
 
     def describe(self) -> dict[str, Any]:
@@ -222,6 +231,10 @@ class PerplexityStage(GlobalStage):
         info["ppl_cutoffs"] = self.cutoffs
         info["scored_documents"] = self.counts
         return info
+
+    def manifest_extra(self) -> dict[str, Any]:
+        """What the runner merges into the shards manifest: {"ppl_cutoffs": {lang: [p30, p60]}}."""
+        return {"ppl_cutoffs": self.cutoffs}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
