@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from test_dedup import load_fixture
+from tests.data_pipeline.test_dedup import load_fixture
 
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.stages.dedup import DedupStage

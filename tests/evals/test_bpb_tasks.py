@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
-from models import BigramLM, byte_encoder
+from tests.evals.models import BigramLM, byte_encoder
 
 from evals.bpb import EvalSet, evaluate
 from evals.tasks import evaluate_tasks, load_task, score_task

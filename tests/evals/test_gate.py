@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ENCODED, make_mixture, make_report, synthetic_runs
+from tests.evals.conftest import ENCODED, make_mixture, make_report, synthetic_runs
 
 from evals.gate import check_gate
 from pretrain.errors import GateRefused

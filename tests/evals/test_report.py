@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import make_report, synthetic_runs
+from tests.evals.conftest import make_report, synthetic_runs
 
 from evals.report import build_report, epoch_table, summarize
 from pretrain.manifest import verify

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import TOKENIZER_SHA, make_encoded, mixture_config
+from tests.mixtures.conftest import TOKENIZER_SHA, make_encoded, mixture_config
 
 from mixtures import sampler
 from pretrain.cli import main

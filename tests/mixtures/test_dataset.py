@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import EOD, doc_tokens, make_encoded, mixture_config
+from tests.mixtures.conftest import EOD, doc_tokens, make_encoded, mixture_config
 
 from mixtures.dataset import MixtureDataset
 from pretrain.cli import main

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import make_encoded
+from tests.mixtures.conftest import make_encoded
 
 from mixtures.dataset import MixtureDataset
 from mixtures.demo import GLOBAL_BATCH, SEQ_LENGTH, step

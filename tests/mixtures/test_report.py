@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import mixture_config
+from tests.mixtures.conftest import mixture_config
 
 from pretrain.cli import main
 

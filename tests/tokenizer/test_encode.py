@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from tok_helpers import make_records
+from tests.tokenizer.tok_helpers import make_records
 
 from pretrain.cli import main
 from pretrain.manifest import load_manifest, sha256_file

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from tok_helpers import train_config
+from tests.tokenizer.tok_helpers import train_config
 
 from pretrain.cli import main
 from pretrain.errors import LockMismatch
