@@ -1,0 +1,645 @@
+"""Rule signals: Gopher quality and repetition, C4 and FineWeb line rules, garbled and log-like text.
+
+Every rule is a numeric column (pretrain.schema STAGE_COLUMNS["rules"]); `rules_reason` names the
+first failing clause. It is a SOFT tag: the job keeps the row and mixtures select on the signals.
+
+Clause order (first failing wins): `empty`, `garbled_text`, `log_like`, then datatrove's chain
+GopherRepetitionFilter -> GopherQualityFilter -> C4QualityFilter -> FineWebQualityFilter, with
+datatrove's default thresholds. Documents tagged with a code domain are judged by code clauses only
+(StarCoder-style line length and alphanumeric share), never by prose rules.
+
+Words: a compiled regex approximates spaCy's English tokenizer (what datatrove uses), about 20x
+faster; `word_tokenizer: spacy` uses spaCy itself. With `script_aware` on, runs of CJK characters
+are cut into 2-character pseudo-words, so a Chinese document's word count is its CJK characters / 2
+(plus its non-CJK words); CJK documents skip the mean-word-length clause, use a Chinese stop-word
+list and CJK sentence punctuation, and their characters count double for FineWeb's short lines.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Callable
+from itertools import accumulate
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import pyarrow as pa
+from datatrove.utils.text import PUNCTUATION_SET, TERMINAL_PUNCTUATION
+from pydantic import Field
+
+from data_pipeline.stages.base import Stage, StageConfig
+from pretrain.config import StrictModel
+
+
+class GopherRepetitionConfig(StrictModel):
+    """Gopher (Rae et al. 2021, table A1) repetition thresholds; null disables a clause."""
+
+    dup_line_frac: float | None = 0.3
+    dup_para_frac: float | None = 0.3
+    dup_line_char_frac: float | None = 0.2
+    dup_para_char_frac: float | None = 0.2
+    top_n_grams: tuple[tuple[int, float], ...] = ((2, 0.2), (3, 0.18), (4, 0.16))
+    dup_n_grams: tuple[tuple[int, float], ...] = (
+        (5, 0.15),
+        (6, 0.14),
+        (7, 0.13),
+        (8, 0.12),
+        (9, 0.11),
+        (10, 0.10),
+    )
+
+
+class GopherQualityConfig(StrictModel):
+    """Gopher quality thresholds (datatrove GopherQualityFilter defaults); null disables."""
+
+    min_doc_words: int | None = 50
+    max_doc_words: int | None = 100_000
+    min_avg_word_length: float | None = 3
+    max_avg_word_length: float | None = 10
+    max_symbol_word_ratio: float | None = 0.1
+    """'#' and ellipses per word (each)."""
+    max_bullet_lines_ratio: float | None = 0.9
+    max_ellipsis_lines_ratio: float | None = 0.3
+    min_alpha_words_ratio: float | None = 0.8
+    """Share of words holding at least one letter (datatrove calls it max_non_alpha_words_ratio)."""
+    min_stop_words: int | None = 2
+
+
+class C4Config(StrictModel):
+    """C4 line rules (datatrove C4QualityFilter defaults)."""
+
+    enabled: bool = True
+    remove_citations: bool = True
+    filter_no_terminal_punct: bool = True
+    """FineWeb's own recipe sets this false."""
+    min_num_sentences: int = 5
+    min_words_per_line: int = 3
+    max_word_length: int = 1000
+    filter_lorem_ipsum: bool = True
+    filter_javascript: bool = True
+    filter_curly_bracket: bool = True
+    filter_policy: bool = True
+    curly_bracket_exempt_domains: tuple[str, ...] = ("math",)
+    """LaTeX is all curly brackets: documents of these domains skip that clause."""
+
+
+class FineWebConfig(StrictModel):
+    """FineWeb quality rules (datatrove FineWebQualityFilter defaults)."""
+
+    enabled: bool = True
+    after_c4: bool = True
+    """Judge the lines C4 keeps (datatrove's chain and FineWeb's recipe), not the raw text;
+    with `c4.enabled: false` FineWeb always judges the raw text."""
+    line_punct_thr: float = 0.12
+    line_punct_exclude_zero: bool = False
+    short_line_thr: float = 0.67
+    short_line_length: int = 30
+    char_duplicates_ratio: float = 0.01
+    new_line_ratio: float = 0.3
+    """Newlines per word (stored as `newline_char_ratio`)."""
+
+
+class CodeConfig(StrictModel):
+    """Clauses for code documents (The Stack / StarCoder filters); null disables."""
+
+    domains: tuple[str, ...] = ("code",)
+    max_line_length: int | None = 1000
+    max_mean_line_length: float | None = 100
+    min_alnum_ratio: float | None = 0.25
+
+
+class RulesConfig(StageConfig):
+    """Config of the rule-signals stage (`stages.rules` in the pipeline YAML)."""
+
+    word_tokenizer: Literal["fast", "spacy"] = "fast"
+    script_aware: bool = True
+    """Count CJK text by characters (see the module docstring); off = datatrove's behaviour."""
+    code_aware: bool = True
+    """Judge documents of `code.domains` by code clauses only."""
+    cjk_languages: tuple[str, ...] = ("zh", "ja", "ko", "yue", "wuu")
+    max_garbled_ratio: float | None = Field(0.01, ge=0, le=1)
+    """Share of characters that are U+FFFD, C0 controls or mojibake sequences."""
+    max_log_like_ratio: float | None = Field(0.5, ge=0, le=1)
+    """Share of lines that look machine-generated (timestamps, log levels, hex dumps, traces)."""
+    gopher_repetition: GopherRepetitionConfig = GopherRepetitionConfig()
+    gopher_quality: GopherQualityConfig = GopherQualityConfig()
+    c4: C4Config = C4Config()
+    fineweb: FineWebConfig = FineWebConfig()
+    code: CodeConfig = CodeConfig()
+
+
+class RulesStage(Stage):
+    """Appends Gopher / C4 / FineWeb / garbled / log-like signals and `rules_reason`."""
+
+    name: ClassVar[str] = "rules"
+    version: ClassVar[int] = 1
+    requires: ClassVar[tuple[str, ...]] = ("id", "text")
+    Config: ClassVar[type[StageConfig]] = RulesConfig
+
+    def setup(self) -> None:
+        self._tokenizer = make_tokenizer(self.config.word_tokenizer)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if not hasattr(self, "_tokenizer"):
+            self.setup()
+        texts = batch.column("text").to_pylist()
+        langs = _optional_column(batch, "lang")
+        domains = _optional_column(batch, "domain")
+        names = [f.name for f in self.provided_fields()]
+        columns: dict[str, list[Any]] = {name: [] for name in names}
+        for text, lang, domain in zip(texts, langs, domains, strict=True):
+            signals = self.signals(text or "", lang, domain)
+            for name in names:
+                columns[name].append(signals[name])
+        return self.append(batch, columns)
+
+    def provided_fields(self) -> tuple[pa.Field, ...]:
+        from pretrain.schema import stage_fields
+
+        return stage_fields(self.name)
+
+    def signals(
+        self, text: str, lang: str | None = None, domain: str | None = None
+    ) -> dict[str, Any]:
+        """All signals and `rules_reason` for one document (`lang`/`domain` None = unknown prose)."""
+        if not hasattr(self, "_tokenizer"):
+            self.setup()
+        config: RulesConfig = self.config  # type: ignore[assignment]
+        cjk = config.script_aware and is_cjk(text, lang, config.cjk_languages)
+        is_code = config.code_aware and domain is not None and domain in config.code.domains
+        return document_signals(
+            text, config, self._tokenizer, cjk=cjk, is_code=is_code, domain=domain, lang=lang
+        )
+
+
+def _optional_column(batch: pa.Table, name: str) -> list[Any]:
+    if name in batch.column_names:
+        return batch.column(name).to_pylist()
+    return [None] * batch.num_rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Text primitives (plain Python + compiled regexes + numpy; no engine needed)
+# ---------------------------------------------------------------------------------------------
+
+RESOURCES = Path(__file__).resolve().parents[1] / "resources"
+_ABBREVIATIONS = frozenset(
+    line.strip()
+    for line in (RESOURCES / "en_abbreviations.txt").read_text().splitlines()
+    if line.strip()
+)
+_STOP_WORDS: dict[str, frozenset[str]] = {
+    lang: frozenset(words)
+    for lang, words in json.loads((RESOURCES / "stop_words.json").read_text("utf-8")).items()
+}
+_PUNCT_DELETE = {ord(ch): None for ch in PUNCTUATION_SET}
+_TERMINAL = frozenset(TERMINAL_PUNCTUATION)
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_CJK_RE = re.compile(f"[{_CJK}]")
+_LETTER_RE = re.compile(r"[^\W\d_]")
+_ALNUM_RE = re.compile(r"[^\W_]")
+_PARA_SPLIT = re.compile(r"\n{2,}")
+_LINE_SPLIT = re.compile("\n+")
+_NONEMPTY_LINE = re.compile(r"(?m)^[ \t]*\S")
+# From datatrove's C4QualityFilter (itself from tensorflow_datasets c4_utils), Apache-2.0.
+_CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
+_END_PUNCT = (".", "?", "!", '"', "'")
+_END_PUNCT_CJK = _END_PUNCT + ("。", "！", "？", "」", "』", "”", "）")
+_POLICY = (
+    "terms of use",
+    "privacy policy",
+    "cookie policy",
+    "uses cookies",
+    "use of cookies",
+    "use cookies",
+)
+_SENT_END = re.compile(r"(?<!\S)(\S*?)([.!?]+)[\"'”’)\]]*\s+(?=[\"'“‘(\[]*\w)")
+_INNER_SENT_END = re.compile(r"(?<=[a-z])[.!?](?=[A-Z][a-z])")
+_CJK_SENT_END = re.compile(r"[。！？!?]+[」』”）]*(?=\s*\S)")
+_ACRONYM_STEM = re.compile(r"(?:[A-Za-z]\.)*[A-Za-z]")
+_GARBLED = re.compile(
+    "\ufffd|[\x00-\x08\x0b\x0e-\x1f\x7f]|[ÃÂ][\x80-\xbf]|[\u00c0-\u00ff]{4,}"
+    "|â€[\x80-\xbf\u0152\u0153\u0160\u0161\u0178\u2013\u2014\u2018-\u201e\u2020-\u2022\u2026"
+    "\u2030\u2039\u203a\u20ac\u2122]"
+)
+_LOG_LINE = re.compile(r"""(?mx)^[ \t]*(?:
+      \[?\d{4}-\d{2}-\d{2}[T\s]\d{2}:\d{2}
+    | \[?\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\]?\s
+    | (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s+\d{1,2}\s+\d{2}:\d{2}:\d{2}
+    | \[\s*\d+\.\d{3,}\]
+    | \[?(?:TRACE|DEBUG|INFO|NOTICE|WARN(?:ING)?|ERROR|FATAL|CRITICAL)\]?[\s:]
+    | (?:0x)?[0-9a-fA-F]{6,}:?\s+(?:[0-9a-fA-F]{2,8}\s+){3,}
+    | at\s+[\w$.]+\([\w$.]*(?::\d+)?\)
+    | File\s+"[^"\n]+",\s+line\s+\d+
+    | \d{1,3}(?:\.\d{1,3}){3}\s+-\s+\S+\s+\[
+    | (?:[\w.-]+=[^\s=]+[ \t,;]+){3,}
+)""")
+
+
+def _token_regex(cjk: bool) -> re.Pattern[str]:
+    """A tokenizer close to spaCy's English rules (prefix/suffix/infix splits and exceptions)."""
+    word = f"[^\\W{_CJK}]" if cjk else r"\w"
+    abbr = "|".join(
+        re.escape(a[:-1]) for a in sorted(_ABBREVIATIONS, key=len, reverse=True) if len(a) > 2
+    )
+    joiner = r"(?:(?<![a-z])\.|\.(?![A-Z])|['’](?!(?:[sSdDmM]|re|ve|ll)\b)|(?<=\d)[,:/-]|-)"
+    cjk_alt = f"| [{_CJK}]{{1,2}}" if cjk else ""
+    return re.compile(
+        rf"""
+        (?:https?://|www\.)[^\s<>"']*[^\s<>"'.,;:!?)\]]
+      | [\w.+-]+@[\w-]+(?:\.[\w-]+)+
+      | (?<![\w.])(?:{abbr})\.
+      | (?<![\w.])(?:[A-Za-z]\.){{2,}}
+      | (?<![\w.])[A-Za-z]\.(?!\w)
+      | {word}+?(?=[nN]['’][tT]\b)
+      | [nN]['’][tT]\b
+      | ['’](?:[sSdDmM]|re|RE|ve|VE|ll|LL)\b
+      | (?:(?<!\S)-{{1,2}})?{word}+(?:{joiner}(?={word}){word}+)*
+      {cjk_alt}
+      | \.{{2,}} | -{{2,}} | [^\w\s]
+    """,
+        re.VERBOSE,
+    )
+
+
+_TOKEN_PLAIN = _token_regex(cjk=False)
+_TOKEN_CJK = _token_regex(cjk=True)
+
+Tokenizer = Callable[[str, bool], list[str]]
+
+
+def make_tokenizer(kind: str = "fast") -> Tokenizer:
+    """`fast`: the compiled regex above; `spacy`: spaCy's blank English tokenizer (datatrove's)."""
+    if kind == "spacy":
+        import spacy
+
+        nlp = spacy.blank("en")
+
+        def spacy_words(text: str, cjk: bool) -> list[str]:
+            nlp.max_length = len(text) + 10
+            return [t.text for t in nlp.tokenizer(text) if not t.is_space and t.text.strip()]
+
+        return spacy_words
+
+    def fast_words(text: str, cjk: bool) -> list[str]:
+        return (_TOKEN_CJK if cjk else _TOKEN_PLAIN).findall(text)
+
+    return fast_words
+
+
+def is_cjk(text: str, lang: str | None, cjk_languages: tuple[str, ...]) -> bool:
+    """CJK by the language tag, or (tag missing) by a majority of CJK among letters."""
+    if lang:
+        return lang.replace("-", "_").split("_")[0].lower() in cjk_languages
+    head = text[:20_000]
+    letters = len(_LETTER_RE.findall(head))
+    return letters > 0 and len(_CJK_RE.findall(head)) / letters > 0.3
+
+
+def find_duplicates(items: list[str]) -> tuple[int, int]:
+    """(number of repeated items, characters in them): Gopher's duplicate line/paragraph count."""
+    seen: set[str] = set()
+    count = chars = 0
+    for item in items:
+        if item in seen:
+            count += 1
+            chars += len(item)
+        else:
+            seen.add(item)
+    return count, chars
+
+
+def _ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
+    """Word n-grams as tuples (index i = the gram starting at word i)."""
+    return list(zip(*(words[k:] for k in range(n)), strict=False))
+
+
+def top_ngram_chars(words: list[str], n: int) -> int:
+    """Characters of the most frequent n-gram (joined by spaces) times its count (Gopher)."""
+    grams = _ngrams(words, n)
+    if not grams:
+        return 0
+    gram, count = Counter(grams).most_common(1)[0]  # ties: the earliest gram, as datatrove
+    return (sum(map(len, gram)) + n - 1) * count
+
+
+def dup_ngram_chars(words: list[str], n: int, cumlen: list[int]) -> int:
+    """Characters in repeated n-grams, greedy and non-overlapping exactly as Gopher counts them."""
+    grams = _ngrams(words, n)
+    m = len(grams)
+    if m == 0 or len(set(grams)) == m:
+        return 0
+    seen: set[tuple[str, ...]] = set()
+    total = index = 0
+    while index < m:
+        gram = grams[index]
+        if gram in seen:
+            total += cumlen[index + n] - cumlen[index]
+            index += n
+        else:
+            seen.add(gram)
+            index += 1
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# Rule families: each returns its signals and its first failing clause (None = passes)
+# ---------------------------------------------------------------------------------------------
+
+Signals = dict[str, Any]
+
+
+def gopher_repetition(
+    text: str, words: list[str], cfg: GopherRepetitionConfig
+) -> tuple[Signals, str | None]:
+    """Gopher repetition signals (datatrove GopherRepetitionFilter semantics)."""
+    n_chars = max(len(text), 1)
+    paragraphs = _PARA_SPLIT.split(text.strip())
+    para_dups, para_chars = find_duplicates(paragraphs)
+    lines = _LINE_SPLIT.split(text)
+    line_dups, line_chars = find_duplicates(lines)
+    checks: list[tuple[str, float, float | None]] = [
+        ("gopher_dup_para_frac", para_dups / len(paragraphs), cfg.dup_para_frac),
+        ("gopher_dup_para_char_frac", para_chars / n_chars, cfg.dup_para_char_frac),
+        ("gopher_dup_line_frac", line_dups / len(lines), cfg.dup_line_frac),
+        ("gopher_dup_line_char_frac", line_chars / n_chars, cfg.dup_line_char_frac),
+    ]
+    cumlen = list(accumulate(map(len, words), initial=0))
+    top = [
+        (f"gopher_top_{n}_gram", top_ngram_chars(words, n) / n_chars, thr)
+        for n, thr in cfg.top_n_grams
+    ]
+    dup = [
+        (f"gopher_dup_{n}_gram", dup_ngram_chars(words, n, cumlen) / n_chars, thr)
+        for n, thr in cfg.dup_n_grams
+    ]
+    signals = {name.removeprefix("gopher_"): value for name, value, _ in checks}
+    signals["top_ngram_char_frac"] = max((v for _, v, _ in top), default=0.0)
+    signals["dup_ngram_char_frac"] = max((v for _, v, _ in dup), default=0.0)
+    return signals, _first_above(checks + top + dup)
+
+
+def _first_above(checks: list[tuple[str, float, float | None]]) -> str | None:
+    for name, value, limit in checks:
+        if limit and value > limit:
+            return name
+    return None
+
+
+def gopher_quality(
+    text: str, words: list[str], cfg: GopherQualityConfig, cjk: bool, lang: str | None
+) -> tuple[Signals, str | None]:
+    """Gopher quality signals (datatrove GopherQualityFilter semantics); CJK-aware when `cjk`."""
+    n_words = max(len(words), 1)
+    kept = [w for w in words if w.translate(_PUNCT_DELETE)]
+    mean_len = sum(map(len, kept)) / len(kept) if kept else 0.0
+    hashes = text.count("#") / n_words
+    ellipses = (text.count("...") + text.count("…")) / n_words
+    lines = text.splitlines() or [""]
+    bullets = sum(1 for s in lines if s.lstrip().startswith(("•", "-"))) / len(lines)
+    end_ellipsis = sum(1 for s in lines if s.rstrip().endswith(("...", "…"))) / len(lines)
+    alpha = sum(map(bool, map(_LETTER_RE.search, words))) / n_words
+    stop_lang = "zh" if cjk else (lang or "en").split("_")[0].split("-")[0]
+    if cjk:
+        stops = sum(1 for w in _STOP_WORDS["zh"] if w in text)
+    else:
+        stops = len(_STOP_WORDS["en"].intersection(words))
+    signals = {
+        "num_words": len(kept),
+        "mean_word_length": mean_len,
+        "symbol_ratio": max(hashes, ellipses),
+        "bullet_line_ratio": bullets,
+        "ellipsis_line_ratio": end_ellipsis,
+        "alpha_word_ratio": alpha,
+        "stop_word_count": stops,
+    }
+    c = cfg
+    judge_length = not cjk
+    judge_stops = stop_lang in _STOP_WORDS
+    clauses = [
+        ("gopher_too_few_words", c.min_doc_words is not None and len(kept) < c.min_doc_words),
+        ("gopher_too_many_words", c.max_doc_words is not None and len(kept) > c.max_doc_words),
+        (
+            "gopher_short_mean_word",
+            judge_length
+            and bool(kept)
+            and c.min_avg_word_length is not None
+            and mean_len < c.min_avg_word_length,
+        ),
+        (
+            "gopher_long_mean_word",
+            judge_length
+            and bool(kept)
+            and c.max_avg_word_length is not None
+            and mean_len > c.max_avg_word_length,
+        ),
+        (
+            "gopher_too_many_hashes",
+            bool(c.max_symbol_word_ratio) and hashes > c.max_symbol_word_ratio,
+        ),
+        (
+            "gopher_too_many_ellipsis",
+            bool(c.max_symbol_word_ratio) and ellipses > c.max_symbol_word_ratio,
+        ),
+        (
+            "gopher_too_many_bullets",
+            bool(c.max_bullet_lines_ratio) and bullets > c.max_bullet_lines_ratio,
+        ),
+        (
+            "gopher_too_many_end_ellipsis",
+            bool(c.max_ellipsis_lines_ratio) and end_ellipsis > c.max_ellipsis_lines_ratio,
+        ),
+        (
+            "gopher_few_alpha_words",
+            bool(c.min_alpha_words_ratio) and alpha < c.min_alpha_words_ratio,
+        ),
+        (
+            "gopher_few_stop_words",
+            judge_stops and bool(c.min_stop_words) and stops < c.min_stop_words,
+        ),
+    ]
+    return signals, next((name for name, failed in clauses if failed), None)
+
+
+def count_sentences(line: str, cjk: bool) -> int:
+    """Sentences in one line, as spaCy's sentencizer splits them (abbreviations do not end one)."""
+    if cjk:
+        return 1 + len(_CJK_SENT_END.findall(line))
+    count = 1 + len(_INNER_SENT_END.findall(line))
+    for match in _SENT_END.finditer(line):
+        marks = match.group(2)
+        if len(marks) >= 3 and set(marks) == {"."}:
+            continue  # "..." is not a sentence end for the sentencizer
+        if marks == ".":
+            stem = match.group(1).lstrip("\"'“‘([{")
+            if f"{stem}." in _ABBREVIATIONS or _ACRONYM_STEM.fullmatch(stem):
+                continue
+        count += 1
+    return count
+
+
+def c4_lines(
+    text: str, cfg: C4Config, cjk: bool, domain: str | None
+) -> tuple[float, str | None, list[str]]:
+    """C4 line rules: (share of non-empty lines removed, first failing doc clause, kept lines)."""
+    end_punct = _END_PUNCT_CJK if cjk else _END_PUNCT
+    curly = cfg.filter_curly_bracket and domain not in cfg.curly_bracket_exempt_domains
+    kept: list[str] = []
+    reason, sentences, nonempty = None, 0, 0
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        nonempty += 1
+        words = line.split()
+        if cfg.max_word_length != -1 and any(len(w) > cfg.max_word_length for w in words):
+            continue
+        if cfg.remove_citations:
+            line = _CITATION.sub("", line)
+        if cfg.filter_no_terminal_punct and (not line.endswith(end_punct) or line.endswith("...")):
+            continue
+        num_words = max(len(words), len(_CJK_RE.findall(line)) // 2) if cjk else len(words)
+        if num_words < cfg.min_words_per_line:
+            continue
+        lower = line.lower()
+        if cfg.filter_lorem_ipsum and "lorem ipsum" in lower:
+            reason = reason or "c4_lorem_ipsum"
+        if cfg.filter_javascript and "javascript" in lower:
+            continue
+        if curly and "{" in line:
+            reason = reason or "c4_curly_bracket"
+        if cfg.filter_policy and any(p in lower for p in _POLICY):
+            continue
+        if cfg.min_num_sentences != -1:
+            sentences += count_sentences(line, cjk)
+        kept.append(line)
+    if reason is None and cfg.min_num_sentences != -1 and sentences < cfg.min_num_sentences:
+        reason = "c4_too_few_sentences"
+    bad = 1.0 - len(kept) / nonempty if nonempty else 0.0
+    return bad, (reason if cfg.enabled else None), kept
+
+
+def fineweb(
+    text: str, word_count: int, cfg: FineWebConfig, cjk: bool
+) -> tuple[Signals, str | None]:
+    """FineWeb quality signals over `text` (datatrove FineWebQualityFilter semantics)."""
+    lines = [line for line in text.split("\n") if line.strip() != ""]
+    if not lines:
+        zero = {
+            "line_punct_ratio": 0.0,
+            "short_line_ratio": 0.0,
+            "char_dup_ratio": 0.0,
+            "newline_char_ratio": 0.0,
+        }
+        return zero, "fineweb_empty" if cfg.enabled else None
+    punct = sum(1 for line in lines if line[-1] in _TERMINAL) / len(lines)
+    if cjk:
+        lengths = [len(line) + len(_CJK_RE.findall(line)) for line in lines]
+    else:
+        lengths = list(map(len, lines))
+    short = sum(1 for n in lengths if n <= cfg.short_line_length) / len(lines)
+    char_dup = find_duplicates(lines)[1] / max(len(text) - text.count("\n"), 1)
+    newline = text.count("\n") / max(word_count, 1)
+    signals = {
+        "line_punct_ratio": punct,
+        "short_line_ratio": short,
+        "char_dup_ratio": char_dup,
+        "newline_char_ratio": newline,
+    }
+    clauses = [
+        (
+            "fineweb_line_punct",
+            punct < cfg.line_punct_thr and not (punct == 0 and cfg.line_punct_exclude_zero),
+        ),
+        ("fineweb_short_lines", short > cfg.short_line_thr),
+        ("fineweb_char_dup", char_dup > cfg.char_duplicates_ratio),
+        ("fineweb_list_ratio", newline > cfg.new_line_ratio),
+    ]
+    reason = next((name for name, failed in clauses if failed), None)
+    return signals, reason if cfg.enabled else None
+
+
+def garbled_ratio(text: str) -> float:
+    """Share of characters that are U+FFFD, control characters or UTF-8/GBK mojibake."""
+    return sum(map(len, _GARBLED.findall(text))) / max(len(text), 1)
+
+
+def log_like_ratio(text: str) -> float:
+    """Share of non-empty lines that look machine-generated (log, trace, hex dump, key=value)."""
+    lines = len(_NONEMPTY_LINE.findall(text))
+    return len(_LOG_LINE.findall(text)) / lines if lines else 0.0
+
+
+def code_reason(text: str, cfg: CodeConfig) -> str | None:
+    """The Stack / StarCoder clauses for source files."""
+    lengths = list(map(len, text.splitlines())) or [0]
+    if cfg.max_line_length is not None and max(lengths) > cfg.max_line_length:
+        return "code_long_line"
+    if cfg.max_mean_line_length is not None and (
+        sum(lengths) / len(lengths) > cfg.max_mean_line_length
+    ):
+        return "code_long_mean_line"
+    if cfg.min_alnum_ratio is not None and (
+        len(_ALNUM_RE.findall(text)) / max(len(text), 1) < cfg.min_alnum_ratio
+    ):
+        return "code_low_alnum"
+    return None
+
+
+def _empty_signals() -> Signals:
+    from pretrain.schema import stage_fields
+
+    signals: Signals = {f.name: 0 for f in stage_fields("rules")}
+    signals["rules_reason"] = "empty"
+    return signals
+
+
+def document_signals(
+    text: str,
+    config: RulesConfig,
+    tokenize: Tokenizer,
+    *,
+    cjk: bool,
+    is_code: bool,
+    domain: str | None,
+    lang: str | None = None,
+) -> Signals:
+    """Every rules column for one document, `rules_reason` = the first failing clause."""
+    if not text.strip():
+        return _empty_signals()
+    words = tokenize(text, cjk)
+    rep, rep_reason = gopher_repetition(text, words, config.gopher_repetition)
+    quality, quality_reason = gopher_quality(text, words, config.gopher_quality, cjk, lang)
+    c4_bad, c4_reason, kept = c4_lines(text, config.c4, cjk, domain)
+    if config.fineweb.after_c4 and config.c4.enabled:
+        fw_text = "\n".join(kept).strip()
+        fw, fw_reason = fineweb(fw_text, len(tokenize(fw_text, cjk)), config.fineweb, cjk)
+    else:
+        fw, fw_reason = fineweb(text, len(words), config.fineweb, cjk)
+    garbled, log_like = garbled_ratio(text), log_like_ratio(text)
+    first = [
+        (
+            "garbled_text",
+            config.max_garbled_ratio is not None and garbled > config.max_garbled_ratio,
+        ),
+        (
+            "log_like",
+            config.max_log_like_ratio is not None and log_like > config.max_log_like_ratio,
+        ),
+    ]
+    reason = next((name for name, failed in first if failed), None)
+    if reason is None and is_code:
+        reason = code_reason(text, config.code)
+    elif reason is None:
+        reason = rep_reason or quality_reason or c4_reason or fw_reason
+    return {
+        **rep,
+        **quality,
+        "c4_bad_line_frac": c4_bad,
+        **fw,
+        "garbled_ratio": garbled,
+        "log_like_ratio": log_like,
+        "rules_reason": reason,
+    }
