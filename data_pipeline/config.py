@@ -1,0 +1,108 @@
+"""The pipeline config (`pretrain data run CONFIG`): inputs, output, stages, the select, Ray.
+
+`stages.<name>` sections are validated by that stage's own `Config` class when the job is built
+(stage modules land independently); a stage runs when its section is present and `enabled` is not
+false, in the order of STAGE_REGISTRY.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from data_pipeline.stages.base import STAGE_REGISTRY
+from pretrain.config import StrictModel
+from pretrain.schema import EVAL_FRACTION
+
+
+class RayConfig(StrictModel):
+    address: str | None = None
+    """Existing cluster (`ray://...` or `host:port`); default: RAY_ADDRESS, else a local Ray."""
+    num_cpus: int | None = Field(None, gt=0)
+    """CPUs of the local Ray instance (default: the machine's cores)."""
+    workers: int | None = Field(None, gt=0)
+    """Stage actors (default: the cluster's CPUs). Each asks for `cpus_per_worker`."""
+    cpus_per_worker: float = Field(0.5, gt=0, le=64)
+    """Fractional so actors never hold every CPU and starve the read tasks (Ray deadlock note)."""
+    object_store_mb: int | None = Field(None, gt=64)
+    """Object store size of a local Ray (default: Ray's choice)."""
+    block_mb: int = Field(4, gt=0)
+    """Ray Data block size cap: small blocks let one large input spread over all actors."""
+    timeout_s: float | None = Field(None, gt=0)
+    """Give up (one-line error) when the Ray part of the job takes longer than this."""
+
+
+class SelectConfig(StrictModel):
+    drop: tuple[str, ...] = ("extract:*",)
+    """Hard-reject clauses `stage:reason` (`*` = any reason of that stage). Rows matching any are
+    dropped by the job's one select; every other tag is kept for mixtures to select on."""
+
+    @field_validator("drop")
+    @classmethod
+    def _clauses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for clause in value:
+            stage, sep, reason = clause.partition(":")
+            if not sep or stage not in STAGE_REGISTRY or not reason:
+                raise ValueError(
+                    f"clause {clause!r} must be stage:reason with stage one of "
+                    f"{', '.join(STAGE_REGISTRY)} (reason may be *)"
+                )
+        return value
+
+
+class RejectsConfig(StrictModel):
+    mode: Literal["full", "sample", "none"] = "full"
+    """Write every hard reject to rejects/, a sample of each reason, or counts only (ledger)."""
+    sample_per_reason: int = Field(20, ge=1)
+    """Rows kept per reason and shard when mode is `sample`."""
+
+
+class StagesConfig(StrictModel):
+    """One optional section per registered stage (STAGE_REGISTRY order)."""
+
+    extract: dict[str, Any] | None = None
+    langid: dict[str, Any] | None = None
+    domain: dict[str, Any] | None = None
+    quality: dict[str, Any] | None = None
+    rules: dict[str, Any] | None = None
+    safety: dict[str, Any] | None = None
+    perplexity: dict[str, Any] | None = None
+    dedup: dict[str, Any] | None = None
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        """The section of stage `name` (None when absent)."""
+        return getattr(self, name, None)
+
+
+class PipelineConfig(StrictModel):
+    inputs: tuple[str, ...] = Field(min_length=1)
+    """Files, directories (searched recursively) or URIs (s3://, gs://, hdfs://, file://)."""
+    output: str
+    """Artifact directory: shards/, rejects/, ledger.json, manifest.json."""
+    stages: StagesConfig = StagesConfig(extract={}, langid={})
+    """Stage name -> its settings (each stage's Config class validates them); absent = not run."""
+    select: SelectConfig = SelectConfig()
+    rejects: RejectsConfig = RejectsConfig()
+    ray: RayConfig = RayConfig()
+    shard_rows: int = Field(5000, gt=0)
+    """Input records per output shard (shards are `<input-stem>-<part:05d>.parquet`)."""
+    batch_rows: int = Field(256, gt=0)
+    """Records per Arrow batch between stages: this, not corpus size, bounds worker memory."""
+    eval_fraction: float = Field(EVAL_FRACTION, ge=0, le=1)
+    """Share of documents whose stable split tag is `eval`."""
+    text_column: str = "text"
+    """Column holding the text in Parquet inputs."""
+    on_unreadable: Literal["error", "reject"] = "error"
+    """A file that cannot be opened at all: stop with a one-line error, or count it as a reject."""
+    overwrite: bool = False
+    """Replace an output written with a different config (default: refuse; same config resumes)."""
+    compression_level: int = Field(3, ge=1, le=22)
+    """zstd level of the shards."""
+
+    def fingerprint_dict(self) -> dict[str, Any]:
+        """What decides the shards' bytes (not where or how fast they are computed)."""
+        data = self.model_dump(mode="json")
+        for key in ("ray", "overwrite", "output", "inputs"):
+            data.pop(key)
+        return data

@@ -1,0 +1,232 @@
+"""The ledger: where every document went, per stage, reason, domain and language.
+
+Each shard's writer computes a fragment from its rows (after every stage, before the select); the
+driver sums the fragments into `ledger.json` and checks conservation: documents read from the
+inputs = documents kept + documents dropped, and the same for bytes.
+
+A document is attributed to the FIRST failing clause in stage order: a dropped document to the
+first hard-reject clause it matches, a kept one to its first soft reason (`tagged`) or to `pass`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pretrain.schema import reason_column
+
+PASS = "pass"
+UNKNOWN = "unknown"
+
+
+def matches(clauses: Sequence[str], stage: str, reason: str) -> bool:
+    """True when `stage:reason` matches a select clause (`stage:*` matches any reason)."""
+    return f"{stage}:{reason}" in clauses or f"{stage}:*" in clauses
+
+
+def _column(table: pa.Table, name: str) -> list[Any]:
+    return table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
+
+
+def attribute(
+    table: pa.Table,
+    stages: Sequence[str],
+    drop: Sequence[str],
+) -> tuple[pa.Array, list[tuple[str, str, bool]]]:
+    """Per row: (keep mask, [(stage, reason, dropped)]) from the `<stage>_reason` columns."""
+    reasons = {s: _column(table, reason_column(s)) for s in stages}
+    keep, verdicts = [], []
+    for i in range(table.num_rows):
+        first_soft, first_hard = None, None
+        for stage in stages:
+            reason = reasons[stage][i]
+            if reason is None:
+                continue
+            if matches(drop, stage, reason):
+                first_hard = (stage, reason, True)
+                break
+            first_soft = first_soft or (stage, reason, False)
+        verdict = first_hard or first_soft or (PASS, PASS, False)
+        keep.append(not verdict[2])
+        verdicts.append(verdict)
+    return pa.array(keep, pa.bool_()), verdicts
+
+
+def fragment(
+    table: pa.Table,
+    stages: Sequence[str],
+    drop: Sequence[str],
+) -> tuple[pa.Array, dict[str, Any]]:
+    """The keep mask of one shard's rows and its ledger fragment."""
+    keep, verdicts = attribute(table, stages, drop)
+    domains = _column(table, "domain")
+    langs = _column(table, "lang")
+    raw_bytes = _column(table, "_raw_bytes")
+    text_bytes = _column(table, "num_bytes")
+    rows: dict[tuple[str, str, str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for i, (stage, reason, dropped) in enumerate(verdicts):
+        key = (
+            stage,
+            reason,
+            domains[i] or UNKNOWN,
+            langs[i] or UNKNOWN,
+            "dropped" if dropped else "kept",
+        )
+        counts = rows[key]
+        counts[0] += 1
+        counts[1] += raw_bytes[i] or 0
+        counts[2] += 0 if dropped else (text_bytes[i] or 0)
+    flags: dict[str, dict[str, list[int]]] = {}  # soft tags of kept rows, per stage
+    for stage in stages:
+        col = reason_column(stage)
+        if col not in table.column_names or table.column(col).null_count == table.num_rows:
+            continue
+        flags[stage] = defaultdict(lambda: [0, 0])
+        for reason, size, kept in zip(
+            table.column(col).to_pylist(), raw_bytes, keep.to_pylist(), strict=True
+        ):
+            if reason is not None and kept:
+                flags[stage][reason][0] += 1
+                flags[stage][reason][1] += size or 0
+    return keep, {
+        "documents": table.num_rows,
+        "bytes": int(pc.sum(table.column("_raw_bytes")).as_py() or 0) if table.num_rows else 0,
+        "rows": [
+            {
+                "stage": k[0],
+                "reason": k[1],
+                "domain": k[2],
+                "lang": k[3],
+                "outcome": k[4],
+                "documents": v[0],
+                "bytes": v[1],
+                "text_bytes": v[2],
+            }
+            for k, v in sorted(rows.items())
+        ],
+        "flags": {
+            s: {r: {"documents": v[0], "bytes": v[1]} for r, v in sorted(f.items())}
+            for s, f in flags.items()
+        },
+    }
+
+
+def _totals(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
+    docs = bytes_ = text = 0
+    for row in rows:
+        docs, bytes_, text = (
+            docs + row["documents"],
+            bytes_ + row["bytes"],
+            text + row["text_bytes"],
+        )
+    return {"documents": docs, "bytes": bytes_, "text_bytes": text}
+
+
+def _merge_rows(fragments: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    merged: dict[tuple[str, ...], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for frag in fragments:
+        for row in frag["rows"]:
+            key = (row["stage"], row["reason"], row["domain"], row["lang"], row["outcome"])
+            counts = merged[key]
+            counts[0] += row["documents"]
+            counts[1] += row["bytes"]
+            counts[2] += row["text_bytes"]
+    return [
+        {
+            "stage": k[0],
+            "reason": k[1],
+            "domain": k[2],
+            "lang": k[3],
+            "outcome": k[4],
+            "documents": v[0],
+            "bytes": v[1],
+            "text_bytes": v[2],
+        }
+        for k, v in sorted(merged.items())
+    ]
+
+
+def _funnel(
+    rows: list[dict[str, Any]],
+    fragments: Sequence[dict[str, Any]],
+    stages: Sequence[str],
+    total_docs: int,
+    total_bytes: int,
+) -> list[dict[str, Any]]:
+    funnel, docs_in, bytes_in = [], total_docs, total_bytes
+    for stage in stages:
+        dropped = [r for r in rows if r["stage"] == stage and r["outcome"] == "dropped"]
+        lost = _totals(dropped)
+        reasons: dict[str, dict[str, Any]] = {}
+        for row in dropped:
+            entry = reasons.setdefault(
+                row["reason"], {"documents": 0, "bytes": 0, "action": "dropped"}
+            )
+            entry["documents"] += row["documents"]
+            entry["bytes"] += row["bytes"]
+        for frag in fragments:
+            for reason, count in frag["flags"].get(stage, {}).items():
+                entry = reasons.setdefault(reason, {"documents": 0, "bytes": 0, "action": "tagged"})
+                if entry["action"] == "tagged":
+                    entry["documents"] += count["documents"]
+                    entry["bytes"] += count["bytes"]
+        funnel.append(
+            {
+                "stage": stage,
+                "documents_in": docs_in,
+                "bytes_in": bytes_in,
+                "documents_dropped": lost["documents"],
+                "bytes_dropped": lost["bytes"],
+                "documents_kept": docs_in - lost["documents"],
+                "bytes_kept": bytes_in - lost["bytes"],
+                "reasons": reasons,
+            }
+        )
+        docs_in, bytes_in = docs_in - lost["documents"], bytes_in - lost["bytes"]
+    return funnel
+
+
+def _mix(rows: list[dict[str, Any]], key: str) -> dict[str, dict[str, int]]:
+    mix: dict[str, dict[str, int]] = {}
+    for row in rows:
+        if row["outcome"] == "kept":
+            entry = mix.setdefault(row[key], {"documents": 0, "text_bytes": 0})
+            entry["documents"] += row["documents"]
+            entry["text_bytes"] += row["text_bytes"]
+    return dict(sorted(mix.items()))
+
+
+def aggregate(
+    fragments: Sequence[dict[str, Any]], stages: Sequence[str], documents_read: int, bytes_read: int
+) -> dict[str, Any]:
+    """Sum shard fragments into the ledger and check conservation against what was read."""
+    rows = _merge_rows(fragments)
+    kept = _totals(r for r in rows if r["outcome"] == "kept")
+    dropped = _totals(r for r in rows if r["outcome"] == "dropped")
+    balanced = (
+        documents_read == kept["documents"] + dropped["documents"]
+        and bytes_read == kept["bytes"] + dropped["bytes"]
+    )
+    return {
+        "documents_in": documents_read,
+        "bytes_in": bytes_read,
+        "documents_kept": kept["documents"],
+        "bytes_kept": kept["bytes"],
+        "text_bytes_kept": kept["text_bytes"],
+        "documents_dropped": dropped["documents"],
+        "bytes_dropped": dropped["bytes"],
+        "conservation": {
+            "balanced": balanced,
+            "documents": f"{documents_read} in = "
+            f"{kept['documents']} kept + {dropped['documents']} dropped",
+            "bytes": f"{bytes_read} in = {kept['bytes']} kept + {dropped['bytes']} dropped",
+        },
+        "stages": _funnel(rows, fragments, stages, documents_read, bytes_read),
+        "languages": _mix(rows, "lang"),
+        "domains": _mix(rows, "domain"),
+        "rows": rows,
+    }

@@ -1,0 +1,357 @@
+"""The data job on Ray Data: read -> map stages (actors) -> global stages -> one select -> shards.
+
+    inputs --read_files (tasks, streaming)--> raw batches
+           --MapStagesWorker (actor pool, fractional CPUs)--> tagged batches
+           --GlobalStage.apply(ds) for each global stage-->
+           --groupby(_shard).map_groups(ShardWriter)--> shards/<stem>-<part>.parquet,
+                                                        rejects/, .parts/<shard>.json
+    driver: ledger.json (conservation checked), manifest.json (written last)
+
+Resume: shards finished by an earlier run with the same config are reused (their rows are skipped
+at read time), so a re-run after a crash equals an uninterrupted run, byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from data_pipeline import ledger, workers
+from data_pipeline.config import PipelineConfig
+from data_pipeline.inputs import input_artifacts, plan_inputs
+from data_pipeline.stages.base import STAGE_REGISTRY, GlobalStage, Stage, stage_class
+from pretrain.config import config_dict, config_sha256, parse_config
+from pretrain.errors import ConfigError, PretrainError
+from pretrain.manifest import atomic_write_json, manifest_sha256, sha256_file, write_manifest
+
+FINGERPRINT = "fingerprint.json"
+
+
+@dataclass
+class RunResult:
+    """What a finished job produced."""
+
+    output: Path
+    ledger: dict[str, Any]
+    manifest: dict[str, Any]
+    shards: list[str] = field(default_factory=list)
+    reused_shards: int = 0
+    ray_stats: str = ""
+    """Ray Data's per-operator timing report (empty when every shard was reused)."""
+
+    def summary(self) -> str:
+        led = self.ledger
+        return (
+            f"{led['documents_in']} docs in, {led['documents_kept']} kept, "
+            f"{led['documents_dropped']} dropped (ledger balanced: "
+            f"{led['conservation']['balanced']}), {len(self.shards)} shards "
+            f"({self.reused_shards} reused) -> {self.output}"
+        )
+
+
+def build_stages(config: PipelineConfig) -> list[Stage]:
+    """The enabled stages in registry order; a missing enabled stage is a one-line error."""
+    extract = config.stages.get("extract")
+    if extract is None or extract.get("enabled", True) is False:
+        raise ConfigError(
+            "stages.extract must be present and enabled: it turns raw records "
+            "into text for every other stage"
+        )
+    stages = []
+    for name in STAGE_REGISTRY:
+        section = config.stages.get(name)
+        if section is None or section.get("enabled", True) is False:
+            continue
+        try:
+            cls = stage_class(name)
+        except (ModuleNotFoundError, AttributeError) as exc:
+            raise ConfigError(
+                f"stages.{name} is enabled but {STAGE_REGISTRY[name]} is not "
+                f"available ({exc}); set stages.{name}.enabled=false"
+            ) from None
+        stage_config = parse_config(cls.Config, section, source=f"stages.{name}")
+        stages.append(cls(stage_config))
+    return stages
+
+
+def model_hashes(stages: list[Stage]) -> dict[str, str]:
+    """{stage.field: sha256} of every model a stage config points at (artifact dir or file)."""
+    found: dict[str, str] = {}
+    for stage in stages:
+        for key, value in stage.config.model_dump().items():
+            if not isinstance(value, str) or "model" not in key:
+                continue
+            path = Path(value)
+            if (path / "manifest.json").is_file():
+                found[f"{stage.name}.{key}"] = manifest_sha256(path)
+            elif path.is_file():
+                found[f"{stage.name}.{key}"] = sha256_file(path)
+    if any(s.name == "langid" for s in stages):
+        from data_pipeline.stages.langid import model_path
+
+        langid = next(s for s in stages if s.name == "langid")
+        found.setdefault("langid.model", sha256_file(model_path(langid.config)))
+    return found
+
+
+def prepare_output(config: PipelineConfig, out: Path) -> None:
+    """Resume an output written with the same config; refuse (or with overwrite, clear) others."""
+    fingerprint = {
+        "config_sha256": config_sha256(config.fingerprint_dict()),
+        "inputs": list(config.inputs),
+    }
+    path = out / workers.PARTS / FINGERPRINT
+    if path.is_file() and workers.load_json(path) != fingerprint:
+        if not config.overwrite:
+            raise ConfigError(
+                f"output = {str(out)!r} holds shards made with a different config "
+                "or inputs; choose a new output or --set overwrite=true"
+            )
+        for sub in ("shards", "rejects", workers.PARTS, "manifest.json", "ledger.json"):
+            target = out / sub
+            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+    workers.ensure_dirs(out)
+    (out / "manifest.json").unlink(missing_ok=True)
+    atomic_write_json(path, fingerprint)
+
+
+def connect_ray(config: PipelineConfig, address: str | None) -> bool:
+    """Connect to a cluster (argument, config, RAY_ADDRESS) or start a local Ray. True if started."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = address or config.ray.address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        ray.init(address=address, log_to_driver=False)
+        return True
+    ray.init(
+        num_cpus=config.ray.num_cpus or os.cpu_count(),
+        include_dashboard=False,
+        dashboard_host="127.0.0.1",
+        log_to_driver=False,
+        object_store_memory=config.ray.object_store_mb * 2**20
+        if config.ray.object_store_mb
+        else None,
+    )
+    return True
+
+
+def _build_dataset(
+    config: PipelineConfig,
+    stages: list[Stage],
+    todo: list[dict[str, str]],
+    out: Path,
+    done: dict[str, set[int]],
+) -> Any:
+    import ray
+
+    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    options = {
+        "shard_rows": config.shard_rows,
+        "batch_rows": config.batch_rows,
+        "eval_fraction": config.eval_fraction,
+        "text_column": config.text_column,
+        "on_unreadable": config.on_unreadable,
+    }
+    ds = ray.data.from_items(todo, override_num_blocks=len(todo)).map_batches(
+        workers.read_files,
+        batch_size=1,
+        batch_format="pyarrow",
+        num_cpus=0.25,
+        fn_kwargs={
+            "out": str(out),
+            "skip": {k: sorted(v) for k, v in done.items()},
+            "options": options,
+        },
+    )
+    segment: list[Stage] = []
+    last_map = not stages or not isinstance(stages[-1], GlobalStage)
+    for index, stage in enumerate([*stages, None]):
+        if stage is not None and not isinstance(stage, GlobalStage):
+            segment.append(stage)
+            continue
+        if segment:
+            specs = [(s.name, s.config.model_dump(mode="json"), s.context) for s in segment]
+            writes = last_map and index == len(stages)
+            ds = ds.map_batches(
+                workers.MapStagesWorker,
+                fn_constructor_kwargs={"specs": specs, "pieces_out": str(out) if writes else None},
+                batch_size=config.batch_rows,
+                batch_format="pyarrow",
+                compute=ray.data.ActorPoolStrategy(size=config.ray.workers or cpus),
+                num_cpus=config.ray.cpus_per_worker,
+            )
+            segment = []
+        if stage is not None:
+            ds = stage.apply(ds)
+    if not last_map:
+        ds = ds.map_batches(
+            workers.write_pieces,
+            batch_format="pyarrow",
+            batch_size=None,
+            num_cpus=0.25,
+            fn_kwargs={"out": str(out)},
+        )
+    return ds
+
+
+def _merge(
+    config: PipelineConfig,
+    stages: list[Stage],
+    out: Path,
+    todo_stems: list[str],
+    done: dict[str, set[int]],
+) -> Any:
+    """A dataset of one row per unfinished shard, mapped through workers.merge_shards."""
+    import ray
+
+    shards = []
+    for stem in todo_stems:
+        parts = workers.load_json(workers.read_stats_path(out, stem))["parts"]
+        shards += [f"{stem}-{p:05d}" for p in range(parts) if p not in done.get(stem, set())]
+    writer = {
+        "out": str(out),
+        "stages": [s.name for s in stages],
+        "drop": config.select.drop,
+        "rejects_mode": config.rejects.mode,
+        "sample_per_reason": config.rejects.sample_per_reason,
+        "level": config.compression_level,
+    }
+    return ray.data.from_items(
+        [{"shard": s} for s in shards], override_num_blocks=max(1, len(shards))
+    ).map_batches(
+        workers.merge_shards, batch_size=1, batch_format="pyarrow", num_cpus=0.5, fn_kwargs=writer
+    )
+
+
+def _execute(dataset: Any, timeout_s: float | None) -> tuple[list[dict[str, Any]], str]:
+    """Run the dataset to completion, with a wall-clock guard when a timeout is configured."""
+    result: list[Any] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.extend(dataset.take_all())
+        except BaseException as exc:  # re-raised in the driver thread below
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, name="pipeline-execute", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise PretrainError(
+            f"ray.timeout_s = {timeout_s}: the job did not finish in time; raise "
+            "it, or check the cluster (`ray status`) for missing CPUs"
+        )
+    if errors:
+        raise errors[0]
+    return result, dataset.stats()
+
+
+def _collect(
+    config: PipelineConfig, out: Path, stems: list[str], stages: list[Stage]
+) -> tuple[dict[str, Any], list[str]]:
+    fragments, read_docs, read_bytes = [], 0, 0
+    for stem in stems:
+        stats_path = workers.read_stats_path(out, stem)
+        if not stats_path.is_file():
+            raise PretrainError(
+                f"input {stem}: no read record in {out / workers.PARTS}; the job "
+                "did not finish reading it; re-run the command"
+            )
+        stats = workers.load_json(stats_path)
+        read_docs, read_bytes = read_docs + stats["records"], read_bytes + stats["bytes"]
+        for part in range(stats["parts"]):
+            path = workers.fragment_path(out, f"{stem}-{part:05d}")
+            if not path.is_file():
+                raise PretrainError(
+                    f"shard {path.stem} was not written; re-run the command "
+                    "(finished shards are reused)"
+                )
+            fragments.append(workers.load_json(path))
+    led = ledger.aggregate(fragments, [s.name for s in stages], read_docs, read_bytes)
+    shards = sorted(p.name for p in (out / "shards").glob("*.parquet"))
+    return led, shards
+
+
+def run_pipeline(
+    config: PipelineConfig,
+    *,
+    ray_address: str | None = None,
+    command: list[str] | None = None,
+    progress: bool = True,
+) -> RunResult:
+    """Run the data job described by `config`; returns the ledger and manifest it wrote."""
+    stages = build_stages(config)
+    inputs = plan_inputs(config.inputs)
+    out = Path(config.output)
+    prepare_output(config, out)
+    done = workers.finished_parts(out)
+    todo = [
+        {"path": f.path, "format": f.format, "stem": f.stem}
+        for f in inputs
+        if not workers.file_done(out, f.stem, done)
+    ]
+    reused = sum(len(v) for v in done.values())
+    ray_stats = ""
+    if todo:
+        started = connect_ray(config, ray_address)
+        try:
+            import ray.data
+
+            context = ray.data.DataContext.get_current()
+            context.enable_progress_bars = progress
+            # Small blocks, so one big input file still spreads over every stage actor.
+            context.target_max_block_size = config.ray.block_mb * 2**20
+            shutil.rmtree(out / workers.PARTS / workers.PIECES, ignore_errors=True)
+            dataset = _build_dataset(config, stages, todo, out, done)
+            _, ray_stats = _execute(dataset, config.ray.timeout_s)
+            merge = _merge(config, stages, out, [t["stem"] for t in todo], done)
+            _, merge_stats = _execute(merge, config.ray.timeout_s)
+            ray_stats += "\n" + merge_stats
+        finally:
+            if started:
+                import ray
+
+                ray.shutdown()
+    led, shards = _collect(config, out, [f.stem for f in inputs], stages)
+    atomic_write_json(out / "ledger.json", led)
+    if not led["conservation"]["balanced"]:
+        raise RuntimeError(f"ledger does not balance: {led['conservation']}")  # a bug, not input
+    extra: dict[str, Any] = {
+        "stages": [s.describe() for s in stages],
+        "models": model_hashes(stages),
+        "ppl_cutoffs": {},
+    }
+    for stage in stages:
+        extra.update(getattr(stage, "manifest_extra", dict)())
+    manifest = write_manifest(
+        out,
+        "shards",
+        config=config_dict(config),
+        inputs=input_artifacts(inputs),
+        counts={
+            "documents_in": led["documents_in"],
+            "documents_kept": led["documents_kept"],
+            "documents_dropped": led["documents_dropped"],
+            "shards": len(shards),
+            "text_bytes_kept": led["text_bytes_kept"],
+        },
+        extra=extra,
+        command=command,
+    )
+    return RunResult(
+        out, led, manifest, shards, reused_shards=min(reused, len(shards)), ray_stats=ray_stats
+    )
+
+
+def load_and_run(path: str, overrides: list[str], **kwargs: Any) -> RunResult:
+    """Load a pipeline YAML (with `a.b=value` overrides) and run it."""
+    from pretrain.config import load_config
+
+    return run_pipeline(load_config(PipelineConfig, path, overrides), **kwargs)

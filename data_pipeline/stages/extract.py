@@ -1,0 +1,257 @@
+"""Extract stage: raw records (readers.RAW_SCHEMA) -> main text with boilerplate removed.
+
+HTML is decoded (declared charset, else strict UTF-8, else charset-normalizer's guess), capped in
+size BEFORE parsing, and extracted by resiliparse (fast, default) or Trafilatura under a per-document
+time limit, so pathological HTML cannot stall a worker. Records that yield nothing usable get an
+`extract_reason`; the job's select drops them (hard rejects) and the ledger counts them.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar, Literal
+
+import pyarrow as pa
+from pydantic import Field
+
+from data_pipeline.stages.base import Stage, StageConfig
+
+HARD_REASONS: tuple[str, ...] = (
+    "undecodable",
+    "malformed_json",
+    "missing_text",
+    "text_not_string",
+    "truncated_input",
+    "truncated_record",
+    "unreadable_file",
+    "not_text",
+    "too_large",
+    "timeout",
+    "extraction_failed",
+    "empty",
+)
+"""Every reason this stage writes; all mean 'nothing usable' and are hard rejects by default."""
+
+_HTML_TYPES = ("text/html", "application/xhtml", "application/xml", "text/xml")
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
+_CHARSET_ALIASES = {
+    "gb2312": "gb18030",
+    "gbk": "gb18030",
+    "iso-8859-1": "cp1252",
+    "latin-1": "cp1252",
+    "ascii": "cp1252",
+    "us-ascii": "cp1252",
+}
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_BLANK_LINES = re.compile(r"\n{3,}")
+
+
+class ExtractConfig(StageConfig):
+    extractor: Literal["resiliparse", "trafilatura"] = "resiliparse"
+    """HTML main-text extractor: resiliparse (fast) or Trafilatura (the FineWeb choice)."""
+    max_input_bytes: int = Field(5_000_000, gt=0)
+    """Records larger than this (raw HTML or text bytes) are rejected as too_large, unparsed."""
+    timeout_s: float = Field(5.0, gt=0)
+    """Per-document extraction time limit; a document that exceeds it is rejected as timeout."""
+    min_chars: int = Field(1, ge=1)
+    """Text shorter than this after cleaning is rejected as empty."""
+    favor_precision: bool = True
+    """Trafilatura only: prefer less text over boilerplate."""
+
+
+class _Timeout(Exception):
+    pass
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise _Timeout in the calling code after `seconds` (SIGALRM; main thread only, else no-op).
+
+    Ray runs a synchronous actor's methods on the worker's main thread, where this applies.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum: int, frame: Any) -> None:
+        raise _Timeout
+
+    previous = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _declared_charset(content_type: str | None, payload: bytes) -> str | None:
+    match = re.search(r"charset\s*=\s*[\"']?([A-Za-z0-9_.:-]+)", content_type or "", re.I)
+    name = match.group(1) if match else None
+    if name is None and (meta := _META_CHARSET.search(payload[:4096])):
+        name = meta.group(1).decode("ascii", "ignore")
+    if not name:
+        return None
+    name = _CHARSET_ALIASES.get(name.lower(), name.lower())
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        return None
+
+
+def decode_html(payload: bytes, content_type: str | None = None) -> str | None:
+    """Bytes -> str: declared charset (HTTP header or <meta>), else UTF-8, else a detected one."""
+    declared = _declared_charset(content_type, payload)
+    if declared is not None:
+        return payload.decode(declared, errors="replace")
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    from charset_normalizer import from_bytes
+
+    best = from_bytes(payload[:200_000]).best()
+    if best is None:
+        return None
+    return payload.decode(best.encoding, errors="replace")
+
+
+def clean_text(text: str) -> str:
+    """Drop NUL and other control characters, normalise newlines, trim blank runs and ends."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = _CONTROL.sub("", text)
+    return _BLANK_LINES.sub("\n\n", text).strip()
+
+
+def _resiliparse(html: str) -> str:
+    from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.html import HTMLTree
+
+    tree = HTMLTree.parse(html)
+    return extract_plain_text(
+        tree, main_content=True, alt_texts=False, links=False, list_bullets=True, noscript=False
+    )
+
+
+def _trafilatura(favor_precision: bool) -> Callable[[str], str]:
+    import trafilatura
+
+    def extract(html: str) -> str:
+        return (
+            trafilatura.extract(
+                html,
+                include_comments=False,
+                include_tables=True,
+                favor_precision=favor_precision,
+                deduplicate=False,
+                with_metadata=False,
+            )
+            or ""
+        )
+
+    return extract
+
+
+def _is_html(content_type: str) -> bool:
+    base = content_type.split(";", 1)[0].strip().lower()
+    return not base or base.startswith(_HTML_TYPES)
+
+
+class ExtractStage(Stage):
+    """Raw record -> `text` (+ `extract_reason`, `extractor`, `num_bytes` of the UTF-8 text)."""
+
+    name: ClassVar[str] = "extract"
+    version: ClassVar[int] = 1
+    requires: ClassVar[tuple[str, ...]] = (
+        "id",
+        "text",
+        "_payload",
+        "_content_type",
+        "_read_reason",
+    )
+    Config: ClassVar[type[StageConfig]] = ExtractConfig
+
+    def setup(self) -> None:
+        config: ExtractConfig = self.config  # type: ignore[assignment]
+        self._extract = (
+            _resiliparse
+            if config.extractor == "resiliparse"
+            else _trafilatura(config.favor_precision)
+        )
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if not hasattr(self, "_extract"):
+            self.setup()
+        texts, reasons, extractors = [], [], []
+        columns = [
+            batch.column(n).to_pylist()
+            for n in ("text", "_payload", "_content_type", "_read_reason")
+        ]
+        for text, payload, content_type, read_reason in zip(*columns, strict=True):
+            if read_reason is not None:
+                result, reason, extractor = None, read_reason, None
+            elif payload is not None:
+                result, reason, extractor = self._from_html(payload, content_type)
+            else:
+                result, reason, extractor = self._from_text(text)
+            texts.append(result)
+            reasons.append(reason)
+            extractors.append(extractor)
+        num_bytes = [len(t.encode("utf-8")) if t is not None else 0 for t in texts]
+        keep = [
+            n
+            for n in batch.column_names
+            if n not in ("text", "_payload", "_content_type", "_read_reason")
+        ]
+        out = batch.select(keep)
+        out = out.add_column(1, pa.field("text", pa.string()), pa.array(texts, pa.string()))
+        return self.append(
+            out, {"extract_reason": reasons, "extractor": extractors, "num_bytes": num_bytes}
+        )
+
+    def _from_text(self, text: str | None) -> tuple[str | None, str | None, str | None]:
+        config: ExtractConfig = self.config  # type: ignore[assignment]
+        if text is None:
+            return None, "missing_text", None
+        if (
+            len(text) > config.max_input_bytes // 4
+            and len(text.encode("utf-8")) > config.max_input_bytes
+        ):
+            return None, "too_large", "text"
+        cleaned = clean_text(text)
+        if len(cleaned) < config.min_chars:
+            return None, "empty", "text"
+        return cleaned, None, "text"
+
+    def _from_html(
+        self,
+        payload: bytes,
+        content_type: str | None,
+    ) -> tuple[str | None, str | None, str | None]:
+        config: ExtractConfig = self.config  # type: ignore[assignment]
+        if content_type and content_type.split(";", 1)[0].strip().lower() == "text/plain":
+            text = decode_html(payload, content_type)
+            return self._from_text(text) if text is not None else (None, "undecodable", None)
+        if not _is_html(content_type or "") or b"\x00\x00\x00" in payload[:4096]:
+            return None, "not_text", None
+        if len(payload) > config.max_input_bytes:
+            return None, "too_large", config.extractor
+        html = decode_html(payload, content_type)
+        if html is None:
+            return None, "undecodable", None
+        try:
+            with time_limit(config.timeout_s):
+                text = self._extract(html)
+        except _Timeout:
+            return None, "timeout", config.extractor
+        except Exception:  # any parser failure on one document is that document's reject
+            return None, "extraction_failed", config.extractor
+        cleaned = clean_text(text or "")
+        if len(cleaned) < config.min_chars:
+            return None, "empty", config.extractor
+        return cleaned, None, config.extractor

@@ -1,0 +1,221 @@
+"""What runs inside Ray Data: the file reader, the map-stage actor, piece and shard writers.
+
+Tagged rows leave the stages as *pieces*: `.parts/pieces/<shard>/<first>-<last>.parquet`, one per
+shard present in a batch, named by the rows it holds. When the stream is done, one merge task per
+shard concatenates its pieces in row order (dropping rows a retried task wrote twice), applies the
+job's select and writes the shard, its rejects and its ledger fragment. No shuffle, no barrier
+inside the stream, and every output is deterministic for the same input: a task retried after a
+worker dies, or a job re-run after the driver dies, writes byte-identical files (atomic renames).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from data_pipeline import ledger
+from data_pipeline.readers import InputFile, read_file
+from data_pipeline.stages.base import Stage, stage_class
+from pretrain.manifest import atomic_write_bytes, atomic_write_json
+from pretrain.schema import conform
+
+PARTS = ".parts"
+"""Hidden work area of an output: per-shard ledger fragments and per-input read counts."""
+PIECES = "pieces"
+
+StageSpec = tuple[str, dict[str, Any], dict[str, Any]]
+"""(stage name, its config as a dict, context kwargs) - how stages travel to workers."""
+
+
+def build_stage(spec: StageSpec) -> Stage:
+    name, config, context = spec
+    cls = stage_class(name)
+    return cls(cls.Config.model_validate(config), **context)
+
+
+def fragment_path(out: Path, shard: str) -> Path:
+    return out / PARTS / f"{shard}.json"
+
+
+def read_stats_path(out: Path, stem: str) -> Path:
+    return out / PARTS / f"{stem}.read.json"
+
+
+def read_files(
+    batch: pa.Table, *, out: str, skip: dict[str, list[int]], options: dict[str, Any]
+) -> Iterator[pa.Table]:
+    """Map function: each input row names one file; stream its raw records in batches."""
+    for item in batch.to_pylist():
+        source = InputFile(item["path"], item["format"], item["stem"])
+        stats: dict[str, int] = {}
+        yield from read_file(
+            source, skip_parts=frozenset(skip.get(source.stem, ())), stats=stats, **options
+        )
+        parts = -(-stats["records"] // options["shard_rows"])
+        atomic_write_json(read_stats_path(Path(out), source.stem), {**stats, "parts": parts})
+
+
+class MapStagesWorker:
+    """A Ray Data actor: builds the map stages once (setup per worker) and runs them in order.
+
+    With `pieces_out`, it also writes its output as pieces (the last segment of the job) and
+    returns only their row counts, so tagged text never travels back through the object store.
+    """
+
+    def __init__(self, specs: Sequence[StageSpec], pieces_out: str | None = None) -> None:
+        self.stages = [build_stage(spec) for spec in specs]
+        self.pieces_out = pieces_out
+        for stage in self.stages:
+            stage.setup()
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        for stage in self.stages:
+            batch = stage(batch)
+        return write_pieces(batch, self.pieces_out) if self.pieces_out else batch
+
+
+def pieces_dir(out: Path, shard: str) -> Path:
+    return out / PARTS / PIECES / shard
+
+
+def write_pieces(batch: pa.Table, out: str) -> pa.Table:
+    """Write the rows of each shard present in `batch` as one piece; return {shard, rows}."""
+    shards, counts = [], []
+    for shard in sorted(set(batch.column("_shard").to_pylist())):
+        piece = batch.filter(pc.equal(batch.column("_shard"), shard))
+        rows = piece.column("_row")
+        first, last = pc.min(rows).as_py(), pc.max(rows).as_py()
+        target = pieces_dir(Path(out), shard)
+        target.mkdir(parents=True, exist_ok=True)
+        sink = pa.BufferOutputStream()
+        pq.write_table(piece, sink, compression="lz4")
+        atomic_write_bytes(
+            target / f"{first:012d}-{last:012d}.parquet", sink.getvalue().to_pybytes()
+        )
+        shards.append(shard)
+        counts.append(piece.num_rows)
+    return pa.table({"shard": pa.array(shards, pa.string()), "rows": pa.array(counts, pa.int64())})
+
+
+def read_pieces(out: Path, shard: str) -> pa.Table:
+    """All rows of one shard in row order, each row once (retries may have written some twice)."""
+    paths = sorted(pieces_dir(out, shard).glob("*.parquet"))
+    table = pa.concat_tables([pq.read_table(p) for p in paths]).sort_by("_row")
+    rows = table.column("_row").to_numpy()
+    if len(rows) > 1 and (rows[1:] == rows[:-1]).any():
+        keep = [True, *(rows[1:] != rows[:-1]).tolist()]
+        table = table.filter(pa.array(keep, pa.bool_()))
+    return table
+
+
+def _write_parquet(table: pa.Table, path: Path, level: int) -> None:
+    sink = pa.BufferOutputStream()
+    pq.write_table(
+        table,
+        sink,
+        compression="zstd",
+        compression_level=level,
+        row_group_size=max(1, min(table.num_rows, 2048)),
+    )
+    atomic_write_bytes(path, sink.getvalue().to_pybytes())
+
+
+def _sample_rejects(rejects: pa.Table, reasons: list[str], per_reason: int) -> pa.Table:
+    seen: dict[str, int] = {}
+    keep = []
+    for reason in reasons:
+        seen[reason] = seen.get(reason, 0) + 1
+        keep.append(seen[reason] <= per_reason)
+    return rejects.filter(pa.array(keep, pa.bool_()))
+
+
+class ShardWriter:
+    """map_groups function: one group = every row of one shard. Select, write, record."""
+
+    def __init__(
+        self,
+        out: str,
+        stages: Sequence[str],
+        drop: Sequence[str],
+        rejects_mode: str,
+        sample_per_reason: int,
+        level: int,
+    ) -> None:
+        self.out, self.stages, self.drop = Path(out), list(stages), list(drop)
+        self.rejects_mode, self.sample_per_reason, self.level = (
+            rejects_mode,
+            sample_per_reason,
+            level,
+        )
+
+    def __call__(self, shard: str) -> pa.Table:
+        group = read_pieces(self.out, shard)
+        keep, frag = ledger.fragment(group, self.stages, self.drop)
+        kept = conform(group.filter(keep), self.stages)
+        if kept.num_rows:
+            _write_parquet(kept, self.out / "shards" / f"{shard}.parquet", self.level)
+        self._write_rejects(group.filter(pc.invert(keep)), shard)
+        atomic_write_json(fragment_path(self.out, shard), {"shard": shard, **frag})
+        return pa.table(
+            {"shard": [shard], "kept": [kept.num_rows], "dropped": [group.num_rows - kept.num_rows]}
+        )
+
+    def _write_rejects(self, rejects: pa.Table, shard: str) -> None:
+        if self.rejects_mode == "none" or not rejects.num_rows:
+            return
+        _, verdicts = ledger.attribute(rejects, self.stages, self.drop)
+        reasons = [f"{stage}:{reason}" for stage, reason, _ in verdicts]
+        table = conform(rejects, self.stages).append_column(
+            "reject_reason", pa.array(reasons, pa.string())
+        )
+        if self.rejects_mode == "sample":
+            table = _sample_rejects(table, reasons, self.sample_per_reason)
+        _write_parquet(table, self.out / "rejects" / f"{shard}.parquet", self.level)
+
+
+def merge_shards(batch: pa.Table, **options: Any) -> pa.Table:
+    """map_batches function: each row names a shard whose pieces become the shard (ShardWriter)."""
+    writer = ShardWriter(**options)
+    tables = [writer(shard) for shard in batch.column("shard").to_pylist()]
+    for shard in batch.column("shard").to_pylist():
+        shutil.rmtree(pieces_dir(writer.out, shard), ignore_errors=True)
+    return pa.concat_tables(tables)
+
+
+def finished_parts(out: Path) -> dict[str, set[int]]:
+    """Stem -> part numbers whose shard (and ledger fragment) an earlier run finished."""
+    done: dict[str, set[int]] = {}
+    parts_dir = out / PARTS
+    if not parts_dir.is_dir():
+        return done
+    for path in parts_dir.glob("*.json"):
+        stem, sep, part = path.stem.rpartition("-")
+        if sep and part.isdigit() and not path.name.endswith(".read.json"):
+            done.setdefault(stem, set()).add(int(part))
+    return done
+
+
+def load_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def file_done(out: Path, stem: str, done: dict[str, set[int]]) -> bool:
+    """True when every part of input `stem` was written by an earlier run."""
+    path = read_stats_path(out, stem)
+    if not path.is_file():
+        return False
+    parts = load_json(path)["parts"]
+    return set(range(parts)) <= done.get(stem, set())
+
+
+def ensure_dirs(out: Path) -> None:
+    for sub in ("shards", "rejects", PARTS):
+        os.makedirs(out / sub, exist_ok=True)
