@@ -43,18 +43,20 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def newest_valid(run_dir: Path) -> Path | None:
-    """The newest checkpoint whose files match its manifest; corrupt ones are skipped, warned."""
+def newest_valid(run_dir: Path) -> tuple[Path | None, list[dict[str, Any]]]:
+    """The newest checkpoint whose files match its manifest, and the corrupt ones skipped (warned)."""
+    skipped = []
     for step, path in reversed(list_checkpoints(run_dir)):
         try:
             verify(path, deep=True)
             json.loads((path / "state.json").read_text())
-            return path
+            return path, skipped
         except (ArtifactError, OSError, ValueError) as exc:
             warnings.warn(
                 f"checkpoint {path.name} (step {step}) is corrupt, skipped: {exc}", stacklevel=2
             )
-    return None
+            skipped.append({"checkpoint": path.name, "step": step, "reason": str(exc)})
+    return None, skipped
 
 
 def _model_sharded_state(model: list[Any]) -> dict[str, Any]:
@@ -165,11 +167,10 @@ def load(path: Path, model: list[Any], optimizer: Any | None) -> dict[str, Any]:
         sharded = _model_sharded_state(model)
     with device_context():
         loaded = dist_checkpointing.load(sharded, str(path))
-    if len(model) == 1:
-        model[0].load_state_dict(loaded["model"])
-    else:
-        for i, chunk in enumerate(model):
-            chunk.load_state_dict(loaded[f"model{i}"])
+    for i, chunk in enumerate(model):
+        weights = loaded["model" if len(model) == 1 else f"model{i}"]
+        # megatron DDP's shard keys start with "module."; its load_state_dict forwards unprefixed
+        chunk.load_state_dict({k.removeprefix("module."): v for k, v in weights.items()})
     if optimizer is not None:
         with device_context():
             optimizer.load_state_dict(loaded["optimizer"])

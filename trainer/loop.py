@@ -246,7 +246,15 @@ class Trainer:
         return time.perf_counter() - start
 
     def newest_checkpoint(self) -> Path | None:
-        chosen = [str(checkpoint.newest_valid(self.run_dir) or "") if self.rank == 0 else None]
+        """Rank 0 picks the newest valid checkpoint (logging corrupt ones) and tells the others."""
+        chosen: list[Any] = [None]
+        if self.rank == 0:
+            path, skipped = checkpoint.newest_valid(self.run_dir)
+            for entry in skipped:
+                print(f"[train] {entry['checkpoint']} is corrupt, skipped: {entry['reason']}")
+                if self.metrics is not None:
+                    self.metrics.log({"event": "checkpoint_skipped", **entry})
+            chosen = [str(path) if path else ""]
         torch.distributed.broadcast_object_list(chosen, src=0)
         return Path(chosen[0]) if chosen[0] else None
 

@@ -14,6 +14,7 @@ import torch
 from pretrain.config import config_dict
 from pretrain.manifest import atomic_write_json, write_manifest
 from trainer import metrics as run_metrics
+from trainer.checkpoint import list_checkpoints
 from trainer.config import TrainConfig
 from trainer.loop import StepResult, Trainer
 
@@ -38,6 +39,10 @@ def resume(trainer: Trainer) -> int | None:
     recorded = trainer.restore(path)
     trainer.guard = type(trainer.guard)(trainer.config.guard, recorded.get("guard"))
     _log(trainer, f"resumed from {path.name} (step {trainer.state.step})")
+    if trainer.metrics is not None:
+        trainer.metrics.log(
+            {"event": "resume", "checkpoint": path.name, "step": trainer.state.step}
+        )
     return trainer.state.step
 
 
@@ -94,7 +99,7 @@ def _after_step(trainer: Trainer, result: StepResult, seconds: float) -> dict[st
 
 def train_loop(trainer: Trainer) -> None:
     """Step until total_steps (or the data runs out), with the guard and checkpoints."""
-    if trainer.config.guard.enabled and trainer.newest_checkpoint() is None:
+    if trainer.config.guard.enabled and not list_checkpoints(trainer.run_dir):
         trainer.save()  # the guard needs a good state to roll back to
     while trainer.state.step < trainer.total_steps:
         batch = trainer.next_batch()

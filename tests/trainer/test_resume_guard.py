@@ -1,0 +1,73 @@
+"""Exact resume after a kill, fallback past a corrupt checkpoint, and the loss-spike guard."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch.multiprocessing as mp
+from tests.trainer.trainer_testlib import events, losses, tiny_config
+
+from pretrain.manifest import load_manifest
+from trainer.checkpoint import list_checkpoints
+from trainer.train import CRASH_EXIT_CODE
+from trainer.worker import spawn_ranks
+
+
+@pytest.mark.timeout(300)
+def test_killed_run_resumes_exactly_and_skips_a_corrupt_checkpoint(tmp_path):
+    reference = tmp_path / "reference"
+    spawn_ranks(tiny_config(reference), 1)
+    expected = losses(reference)
+    assert sorted(expected) == [1, 2, 3, 4, 5, 6]
+
+    killed = tmp_path / "killed"
+    with pytest.raises(mp.ProcessExitedException) as info:
+        spawn_ranks(tiny_config(killed, run={"crash_at_step": 5}), 1)
+    assert info.value.exit_code == CRASH_EXIT_CODE
+    assert [step for step, _ in list_checkpoints(killed)] == [0, 2, 4]
+    # the newest checkpoint (step 4) loses a byte: resume must fall back to step 2
+    shard = next((killed / "checkpoints" / "iter_0000004").glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:-1])
+
+    spawn_ranks(tiny_config(killed), 1)
+    logged = events(killed)
+    assert [e["checkpoint"] for e in logged if e["event"] == "checkpoint_skipped"] == [
+        "iter_0000004"
+    ]
+    assert [(e["checkpoint"], e["step"]) for e in logged if e["event"] == "resume"] == [
+        ("iter_0000002", 2)
+    ]
+    resumed = losses(killed)
+    assert resumed == expected  # exactly, bit for bit, including the steps retrained after 2
+    log = [json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines()]
+    assert sum(r.get("step") == 5 and "loss" in r for r in log) == 2  # killed once, then resumed
+
+
+@pytest.mark.timeout(300)
+def test_injected_nan_rolls_back_skips_the_batch_and_finishes(tmp_path):
+    run_dir = tmp_path / "nan"
+    spawn_ranks(tiny_config(run_dir, guard={"inject_nan_at_step": 3}), 1)
+    (rollback,) = [e for e in events(run_dir) if e["event"] == "rollback"]
+    assert rollback["step"] == 3 and rollback["to_step"] == 2
+    assert "loss is nan" in rollback["reason"]
+    assert rollback["skipped_batches"] == [2]
+    assert rollback["sample_ids"] == [[0, 8, 12]]  # phase 0, samples [8, 12) of the index
+    per_step = losses(run_dir)
+    assert sorted(per_step) == [1, 2, 3, 4, 5, 6]
+    assert all(math.isfinite(v) for v in per_step.values())
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["batch"] for r in records if "loss" in r][-4:] == [3, 4, 5, 6]  # batch 2 skipped
+    manifest = load_manifest(run_dir)
+    assert manifest["guard"]["rollbacks"] == 1
+    assert (run_dir / "loss.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_guard_gives_up_after_max_rollbacks(tmp_path):
+    run_dir = tmp_path / "gives-up"
+    config = tiny_config(run_dir, guard={"inject_nan_at_step": 2, "max_rollbacks": 0})
+    with pytest.raises(mp.ProcessRaisedException, match="guard.max_rollbacks = 0 exceeded"):
+        spawn_ranks(config, 1)
