@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from trainer_testlib import losses, tiny_config
 
+from tests.trainer.trainer_testlib import losses, tiny_config
 from trainer.worker import spawn_ranks
 
 
@@ -38,8 +38,9 @@ def test_pipeline_parallel_2_learns(tmp_path):
 @pytest.mark.timeout(300)
 def test_data_parallel_2_with_distributed_optimizer_learns(tmp_path):
     dp1 = _train(tmp_path / "dp1", 1)
-    config = tiny_config(tmp_path / "dp2", parallel={"gpus_per_node": 2},
-                         optim={"distributed_optimizer": True})
+    config = tiny_config(
+        tmp_path / "dp2", parallel={"gpus_per_node": 2}, optim={"distributed_optimizer": True}
+    )
     spawn_ranks(config, 2, timeout_s=200)
     dp2 = losses(tmp_path / "dp2")
     assert dp2[6] < dp2[1] - 0.05, dp2

@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch.multiprocessing as mp
-from tests.trainer.trainer_testlib import events, losses, tiny_config
 
 from pretrain.manifest import load_manifest
+from tests.trainer.trainer_testlib import events, losses, tiny_config
 from trainer.checkpoint import list_checkpoints
 from trainer.train import CRASH_EXIT_CODE
 from trainer.worker import spawn_ranks

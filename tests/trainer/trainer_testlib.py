@@ -11,13 +11,23 @@ def tiny_config(run_dir: Path, **sections: dict[str, Any]) -> dict[str, Any]:
     """A 2-layer GQA/SwiGLU/RMSNorm/RoPE GPT on synthetic data; `sections` update the defaults."""
     config: dict[str, Any] = {
         "run": {"out_dir": str(run_dir), "train_steps": 6, "seed": 7},
-        "model": {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-                  "num_query_groups": 2, "ffn_hidden_size": 128, "seq_length": 64,
-                  "make_vocab_size_divisible_by": 64},
+        "model": {
+            "num_layers": 2,
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_query_groups": 2,
+            "ffn_hidden_size": 128,
+            "seq_length": 64,
+            "make_vocab_size_divisible_by": 64,
+        },
         "optim": {"lr": 3e-3, "warmup_steps": 1},
         "batch": {"micro_batch_size": 2, "global_batch_size": 4},
-        "data": {"source": "synthetic", "synthetic_documents": 64, "synthetic_vocab": 128,
-                 "phases": [{"name": "main", "seq_length": 64}]},
+        "data": {
+            "source": "synthetic",
+            "synthetic_documents": 64,
+            "synthetic_vocab": 128,
+            "phases": [{"name": "main", "seq_length": 64}],
+        },
         "checkpoint": {"every": 2, "keep_last": 3},
         "metrics": {"tensorboard": False, "peak_flops": 1e11},
     }
