@@ -208,3 +208,19 @@ def test_label_without_records_and_existing_output_refused(tmp_path):
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(ConfigError, match="not empty"):
         train_classifier(_args("classifier_domain.yaml", f"out={tmp_path / 'full'}"))
+
+
+@pytest.mark.timeout(120)
+def test_quantized_model_is_smaller_and_still_tags(models, tmp_path):
+    out = tmp_path / "quality-q"
+    config = _config(tmp_path, "classifier_quality.yaml")
+    train_classifier(_args(config, f"out={out}", "quantize=true", *SMALL))
+    info = json.loads((out / "model.json").read_text())
+    assert info["model_file"] == "model.ftz" and info["quantized"] is True
+    full = models["quality"] / "model.bin"
+    assert (out / "model.ftz").stat().st_size * 3 < full.stat().st_size
+    reference = _sample_texts(lambda r: "linux-doc" in r["source"])[-10:]
+    junk = _sample_texts(lambda r: "fortunes" in r["source"])[-10:]
+    scores = QualityStage(QualityStage.Config(model=str(out)))(_table([*reference, *junk]))
+    values = scores.column("quality_score").to_pylist()
+    assert sum(values[:10]) / 10 > sum(values[10:]) / 10 + 0.3
