@@ -224,3 +224,28 @@ def test_quantized_model_is_smaller_and_still_tags(models, tmp_path):
     scores = QualityStage(QualityStage.Config(model=str(out)))(_table([*reference, *junk]))
     values = scores.column("quality_score").to_pylist()
     assert sum(values[:10]) / 10 > sum(values[10:]) / 10 + 0.3
+
+
+@pytest.mark.timeout(120)
+def test_cli_trains_the_example_config_as_shipped(tmp_path, monkeypatch, capsys):
+    from pretrain.cli import main
+
+    monkeypatch.chdir(REPO)  # the example config names the sample by its repository path
+    out = tmp_path / "domain"
+    argv = ["data", "train-classifier", "configs/classifier_domain.yaml", "--set", f"out={out}"]
+    assert main([*argv, *(x for s in SMALL for x in ("--set", s))]) == 0
+    assert "held-out accuracy" in capsys.readouterr().out
+    assert verify(out)["kind"] == "fasttext-model"
+    assert (
+        main(
+            [
+                "data",
+                "train-classifier",
+                "configs/classifier_domain.yaml",
+                "--set",
+                "fasttext.bukcet=5",
+            ]
+        )
+        == 2
+    )
+    assert "unknown key 'fasttext.bukcet'" in capsys.readouterr().err

@@ -188,3 +188,26 @@ def test_config_errors_and_refusals(tmp_path, lm_dir, capsys):
         handle.write("\n")
     with pytest.raises(ArtifactError, match="zh.arpa"):
         require(tampered, kind="kenlm-model")
+
+
+@pytest.mark.timeout(120)
+def test_cli_trains_the_example_config_as_shipped(tmp_path, monkeypatch, capsys):
+    from pretrain.cli import main
+
+    monkeypatch.chdir(REPO)  # the example config names the sample by its repository path
+    out = tmp_path / "lm"
+    argv = [
+        "data",
+        "train-lm",
+        "configs/lm.yaml",
+        "--set",
+        f"out={out}",
+        "--set",
+        "order=2",
+        "--set",
+        "max_tokens=20000",
+    ]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "kenlm-model en: order 2" in printed and "kenlm-model zh: order 2" in printed
+    assert require(out, kind="kenlm-model")["model"]["order"] == 2
