@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -203,10 +202,7 @@ def ablate_command(args: argparse.Namespace) -> int:
     config = resolve_config(AblationConfig, args)
     if config is None:
         return 0
-    result = run_sweep(config)
-    report = result["report"]
-    for line in result["lines"]:
-        print(line)
+    report = run_sweep(config)["report"]
     verdict = "PASSED" if report["passed"] else "NOT PASSED"
     print(
         f"chosen recipe: {report['chosen_recipe_name']} ({report['chosen_recipe_sha256'][:12]})"
@@ -216,5 +212,8 @@ def ablate_command(args: argparse.Namespace) -> int:
         print(f"  - {line}")
     for flag in report["epoch_flags"]:
         print(f"  ! {flag}")
-    print(f"-> {Path(config.out) / 'report'}")
+    print(
+        f"-> {config.out} (report.json, ranking.png; chosen_mixture.yaml rebuilds the chosen "
+        "recipe for the full run)"
+    )
     return 0

@@ -74,9 +74,9 @@ def find_tokenizer(run_dir: Path) -> Path:
         if manifest["kind"] == "tokenizer":
             return current
         queue.extend(Path(entry["path"]) for entry in manifest.get("inputs", []))
-        mixture_dir = (manifest.get("config") or {}).get("data", {}).get("mixture_dir")
-        if mixture_dir:
-            queue.append(Path(mixture_dir))
+        data = (manifest.get("config") or {}).get("data")
+        if manifest["kind"] == "run" and isinstance(data, dict) and data.get("mixture_dir"):
+            queue.append(Path(data["mixture_dir"]))
     raise ArtifactError(
         f"no tokenizer artifact found in the lineage of {run_dir}; pass --tokenizer TOKENIZER_DIR"
     )
@@ -85,10 +85,9 @@ def find_tokenizer(run_dir: Path) -> Path:
 def evaluate_checkpoint(
     checkpoint: Path, sets: list, tokenizer: Any, tasks: list[Path], args: argparse.Namespace
 ) -> dict[str, Any]:
-    from trainer.inference import load_model
-
     from evals.bpb import evaluate
     from evals.tasks import evaluate_tasks
+    from trainer.inference import load_model
 
     model = load_model(checkpoint)
     recorded = getattr(model, "tokenizer_sha256", None)

@@ -97,3 +97,11 @@ def make_mixture(
 def ablation_dir(tmp_path_factory) -> Path:
     """A passing synthetic ablation report (8 recipes x 2 proxies x 3 seeds)."""
     return make_report(tmp_path_factory.mktemp("ablation") / "report", synthetic_runs())
+
+
+@pytest.fixture(scope="session")
+def chain(tmp_path_factory) -> dict[str, Path]:
+    """Real shards -> tokenizer -> encoded -> mixture config -> eval sets (tests/evals/chain.py)."""
+    from tests.evals.chain import build_chain
+
+    return build_chain(tmp_path_factory.mktemp("chain"))

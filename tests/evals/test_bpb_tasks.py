@@ -6,11 +6,11 @@ import math
 from pathlib import Path
 
 import pytest
-from tests.evals.models import BigramLM, byte_encoder
 
 from evals.bpb import EvalSet, evaluate
 from evals.tasks import evaluate_tasks, load_task, score_task
 from pretrain.errors import InputError
+from tests.evals.models import BigramLM, byte_encoder
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "evals"
 TRAIN = "the cat sat on the mat. the dog ran to the park. " * 20

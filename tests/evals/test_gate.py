@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.evals.conftest import ENCODED, make_mixture, make_report, synthetic_runs
 
 from evals.gate import check_gate
 from pretrain.errors import GateRefused
+from tests.evals.conftest import ENCODED, make_mixture, make_report, synthetic_runs
 
 
 def _config(mixture, report, **gate) -> dict:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.evals.conftest import make_report, synthetic_runs
 
 from evals.report import build_report, epoch_table, summarize
 from pretrain.manifest import verify
+from tests.evals.conftest import make_report, synthetic_runs
 
 
 @pytest.mark.timeout(60)

@@ -1,0 +1,92 @@
+"""End to end on real artifacts: `pretrain ablate` trains each proxy with `pretrain launch` in its
+own process, scores it with `pretrain eval run`, reports, caches; the gate then clears only a
+mixture built from the chosen recipe on the same tokenizer and data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evals.gate import check_gate
+from pretrain.cli import main
+from pretrain.errors import GateRefused
+from pretrain.manifest import load_manifest, verify
+from tests.evals.chain import TINY_PROXY
+
+
+def _ablation_config(chain: dict[str, Path], root: Path) -> Path:
+    config = {
+        "name": "e2e",
+        "out": str(root / "ablation"),
+        "mixture": str(chain["mixture_config"]),
+        "train": str(chain["train"]),
+        "eval_sets": str(chain["evalsets"]),
+        "variants": [{"name": "code-heavy", "weights": {"prose": 0.3, "code": 0.7}}],
+        "proxies": [{"name": "tiny", "overrides": TINY_PROXY}],
+        "token_budget": 12 * 4 * 64,
+        "seeds": [1, 2],
+        "parallel": "sequential",
+        "launch_args": ["--in-process"],
+        "timeout_s": 600,
+        "full_run_tokens": 10**7,
+    }
+    path = root / "ablation.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _full_mixture(chain: dict[str, Path], source: Path, out: Path) -> Path:
+    data = yaml.safe_load(source.read_text())
+    data["out"] = str(out)
+    data["build"]["total_tokens"] = 8192  # a different build, the same recipe
+    path = out.parent / f"{out.name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["mixture", "build", str(path)]) == 0
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_ablate_real_proxies_then_gate(chain, tmp_path, capsys):
+    config = _ablation_config(chain, tmp_path)
+    assert main(["ablate", str(config)]) == 0
+    report_dir = tmp_path / "ablation"
+    assert verify(report_dir)["kind"] == "ablation"
+    report = json.loads((report_dir / "report.json").read_text())
+    assert len(report["runs"]) == 4 and not report["failed_runs"]
+    for run in report["runs"]:
+        run_dir = next(
+            p for p in (tmp_path / "ablation-runs").iterdir() if run["run_key"].startswith(p.name)
+        )
+        assert load_manifest(run_dir / "mixture")["recipe_sha256"] == run["recipe_sha256"]
+        assert load_manifest(run_dir / "train")["kind"] == "run"
+        assert (run_dir / "eval" / "capability.png").is_file()
+        metrics = run["metrics"]
+        assert 0 < metrics["bpb"] < 8 and {"bpb/code/en", "bpb/prose/en"} <= set(metrics)
+    assert report["epoch_flags"]  # 10**7 tokens repeat the ~20k-token components
+    capsys.readouterr()
+
+    # Second invocation: every run is cached (bound by key, not re-trained).
+    assert main(["ablate", str(config)]) == 0
+    assert "4 runs: 4 cached, 0 to run" in capsys.readouterr().out
+
+    chosen = _full_mixture(chain, report_dir / "chosen_mixture.yaml", tmp_path / "full-chosen")
+    train = {
+        "run": {"kind": "full"},
+        "data": {"mixture_dir": str(chosen)},
+        "gate": {"report_dir": str(report_dir), "require_seed_spread": False},
+    }
+    assert check_gate(train)["chosen_recipe_sha256"] == report["chosen_recipe_sha256"]
+
+    other = next(r for r in report["runs"] if r["recipe_sha256"] != report["chosen_recipe_sha256"])
+    other_cfg = yaml.safe_load(chain["mixture_config"].read_text())
+    for component in other_cfg["recipe"]["components"]:
+        component["weight"] = other["weights"][component["name"]]
+    source = tmp_path / "other-source.yaml"
+    source.write_text(yaml.safe_dump(other_cfg))
+    other_mix = _full_mixture(chain, source, tmp_path / "full-other")
+    with pytest.raises(GateRefused, match="recipe mismatch"):
+        check_gate({**train, "data": {"mixture_dir": str(other_mix)}})
