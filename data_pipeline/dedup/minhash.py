@@ -43,8 +43,10 @@ def ngram_shingles(
     mult = _ngram_multipliers(n)
     combined = np.zeros(total, dtype=np.uint64)
     padded = np.concatenate([tokens, np.zeros(n - 1, dtype=np.uint64)])
+    term = np.empty(total, dtype=np.uint64)
     for m in range(n):
-        combined += padded[m : m + total] * mult[m]
+        np.multiply(padded[m : m + total], mult[m], out=term)
+        combined += term
     doc_of = np.repeat(np.arange(len(counts)), counts)
     position = np.arange(total) - offsets[:-1][doc_of]
     valid = position + n <= counts[doc_of]
@@ -132,20 +134,30 @@ class MinHasher:
         starts, ends = offsets[nonempty], offsets[nonempty + 1]
         folded = (shingles ^ (shingles >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
         block = np.empty((_CHUNK, self.num_perm), dtype=np.uint64)
-        high = block.view(np.uint32)[:, 1::2]  # little-endian: the high 32 bits, no copy
+        high = np.empty((_CHUNK, self.num_perm), dtype=np.uint32)
         for lo in range(0, len(shingles), _CHUNK):
             hi = min(len(shingles), lo + _CHUNK)
-            size = hi - lo
             first = np.searchsorted(ends, lo, side="right")
             last = np.searchsorted(starts, hi, side="left")
-            view = block[:size]
+            view, top = block[: hi - lo], high[: hi - lo]
             np.multiply(folded[lo:hi, None], self.a[None, :], out=view)
             view += self.b
-            local = np.maximum(starts[first:last], lo) - lo
-            reduced = np.minimum.reduceat(high[:size], local, axis=0)
+            np.right_shift(view, np.uint64(32), out=top, casting="unsafe")
+            bounds = np.append(np.maximum(starts[first:last], lo) - lo, hi - lo)
             rows = nonempty[first:last]
-            sig[rows] = np.minimum(sig[rows], reduced)
+            sig[rows] = np.minimum(sig[rows], _segment_min(top, bounds))
         return sig
+
+
+def _segment_min(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Column minima of each row segment [bounds[i], bounds[i + 1]).
+
+    `ndarray.min` is SIMD-vectorised and `ufunc.reduceat` is not, so long segments are reduced
+    one by one and many short ones by a single `reduceat`.
+    """
+    if len(bounds) <= 2 or bounds[-1] >= 64 * (len(bounds) - 1):  # segments of >= 64 rows
+        return np.stack([values[s:e].min(axis=0) for s, e in zip(bounds[:-1], bounds[1:])])
+    return np.minimum.reduceat(values[: bounds[-1]], bounds[:-1], axis=0)
 
 
 def jaccard_estimate(sig_a: np.ndarray, sig_b: np.ndarray) -> np.ndarray:

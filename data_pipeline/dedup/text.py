@@ -52,7 +52,7 @@ def normalize_shingles(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
     """NFKC, lower case, punctuation replaced by spaces (what word shingles are built on)."""
     texts = pc.fill_null(_as_string_array(texts).cast(pa.large_string()), "")
     texts = pc.utf8_lower(pc.utf8_normalize(texts, form="NFKC"))
-    return pc.replace_substring_regex(texts, pattern=r"[^\p{L}\p{N}\p{M}\s]+", replacement=" ")
+    return pc.replace_substring_regex(texts, pattern=r"[^\p{L}\p{N}\p{M}\s]+", replacement="")
 
 
 def exact_hashes(texts: pa.Array | pa.ChunkedArray) -> list[str]:
@@ -98,22 +98,31 @@ def hash_strings(values: pa.Array) -> np.ndarray:
 
 
 def word_tokens(texts: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """(token hashes, per-document offsets) of the whitespace-split normalised words.
+    """(token hashes, per-document offsets) of the words of each text.
 
-    Words are dictionary-encoded first, so each distinct word of the batch is hashed once.
+    Text is split on whitespace, then each DISTINCT word of the batch is normalised once (NFKC,
+    lower case, punctuation removed) and hashed; words that were only punctuation are dropped.
     """
-    normalized = pc.utf8_trim_whitespace(normalize_shingles(texts))
-    normalized = pc.if_else(pc.equal(normalized, ""), pa.scalar(None, normalized.type), normalized)
-    lists = pc.utf8_split_whitespace(normalized)
+    texts = _as_string_array(texts)
+    lists = pc.utf8_split_whitespace(pc.fill_null(texts, ""))
     if isinstance(lists, pa.ChunkedArray):
         lists = lists.combine_chunks()
     offsets = np.asarray(lists.offsets, dtype=np.int64)
     flat = lists.values[int(offsets[0]) : int(offsets[-1])]
+    offsets = offsets - offsets[0]
     if len(flat) == 0:
-        return np.zeros(0, dtype=np.uint64), offsets - offsets[0]
+        return np.zeros(0, dtype=np.uint64), offsets
     encoded = pc.dictionary_encode(flat)
-    word_hashes = hash_strings(encoded.dictionary)
-    return word_hashes[np.asarray(encoded.indices, dtype=np.int64)], offsets - offsets[0]
+    words = normalize_shingles(encoded.dictionary)
+    words = pc.replace_substring_regex(words, pattern=r"\s+", replacement="")
+    word_hashes = hash_strings(words)
+    indices = np.asarray(encoded.indices, dtype=np.int64)
+    nonempty = (np.asarray(pc.utf8_length(words)) > 0)[indices]
+    if nonempty.all():
+        return word_hashes[indices], offsets
+    kept = np.zeros(len(nonempty) + 1, dtype=np.int64)
+    np.cumsum(nonempty, out=kept[1:])
+    return word_hashes[indices[nonempty]], kept[offsets]
 
 
 def char_tokens(texts: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
