@@ -1,0 +1,128 @@
+"""Safety stage: URL blocklist (datatrove's bundled lists, offline), unsafe words, PII redaction."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pyarrow as pa
+import pytest
+
+from data_pipeline.stages.base import stage_class
+from data_pipeline.stages.safety import (
+    SafetyConfig,
+    SafetyStage,
+    UnsafeWords,
+    UrlBlocklist,
+    unsafe_score,
+)
+from pretrain.errors import ConfigError
+from pretrain.schema import BASE_FIELDS, validate
+
+CLEAN = (
+    "The committee met on Tuesday to review the budget for the new library. Members agreed "
+    "that the reading room needs better lighting and more seats for students."
+)
+
+
+def make_batch(texts: list[str | None], urls: list[str | None]) -> pa.Table:
+    n = len(texts)
+    columns = {
+        "id": [f"d{i}" for i in range(n)],
+        "text": texts,
+        "url": urls,
+        "source": ["test"] * n,
+        "meta": ["{}"] * n,
+        "split": ["train"] * n,
+    }
+    return pa.Table.from_pydict(columns, schema=pa.schema(BASE_FIELDS))
+
+
+@pytest.fixture(scope="module")
+def stage() -> SafetyStage:
+    stage = stage_class("safety")()
+    stage.setup()  # loads datatrove's bundled 4.5M-domain list once
+    return stage
+
+
+@pytest.mark.timeout(120)
+def test_stage_contract_redacts_text_and_tags_rows(stage):
+    batch = make_batch(
+        [CLEAN, "Write to li.na@example.cn or call 13800138000.", None, CLEAN],
+        ["https://library.example.org/news", None, None, "https://www.pornhub.com/view"],
+    )
+    out = stage(batch)
+    validate(out, ["safety"])
+    assert out.num_rows == 4
+    texts = out.column("text").to_pylist()
+    assert texts[0] == CLEAN
+    assert texts[1] == "Write to <EMAIL> or call <PHONE>."
+    assert texts[2] is None
+    counts = [json.loads(c) for c in out.column("pii_counts").to_pylist()]
+    assert counts[1] == {"email": 1, "phone": 1}
+    assert counts[0] == {}
+    assert out.column("url_blocked").to_pylist() == [False, False, False, True]
+    assert out.column("safety_reason").to_pylist() == [None, None, None, "url_blocklist"]
+
+
+def test_bundled_blocklist_rules(stage):
+    blocklist = stage._blocklist
+    assert blocklist.reason("https://www.pornhub.com/") == "domain"
+    assert blocklist.reason("http://0-1avsex.com/index.html") == "domain"
+    assert blocklist.reason("https://example.com/free-porn-videos") == "word"
+    assert blocklist.reason("https://docs.python.org/3/library/re.html") is None
+    assert blocklist.reason("https://www.bbc.co.uk/news") is None
+    assert blocklist.reason(None) is None
+
+
+def test_blocklist_needs_no_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("network access attempted")
+
+    monkeypatch.setattr(socket, "socket", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    blocklist = UrlBlocklist(bundled=False, extra_domains=["bad.example"])
+    assert blocklist.reason("https://shop.bad.example/x") == "domain"
+    assert blocklist.reason("https://good.example/x") is None
+
+
+def test_unsafe_words_whole_words_categories_and_chinese():
+    words = UnsafeWords()
+    assert words.hits("The class assessed Scunthorpe's cocktails and grapes.") == {}
+    assert words.hits("What a fucking mess, you bastard.") == {"profanity": 2}
+    assert words.hits("他妈的，你这个傻逼") == {"profanity": 2}
+    assert words.hits("可能性很大，刚度不足，成人教育") == {}  # common words are not matched
+    assert words.hits("neonazi rally") == {"extremism": 1}
+
+
+def test_unsafe_score_is_documented_formula():
+    weights = {"sexual": 1.0}
+    assert unsafe_score({}, 100, weights) == 0.0
+    assert unsafe_score({"sexual": 1}, 100, weights) == pytest.approx(0.3935, abs=1e-3)
+    assert unsafe_score({"sexual": 1}, 1000, weights) < unsafe_score({"sexual": 3}, 1000, weights)
+    assert unsafe_score({"sexual": 50}, 100, weights) < 1.0
+
+
+def test_unsafe_words_set_reason_and_categories(stage):
+    row = stage.document("You are a fucking bastard and a slut, you shit.", None)
+    assert row["safety_reason"] == "unsafe_words"
+    assert row["unsafe_categories"] == "profanity,sexual"
+    assert row["unsafe_score"] > 0.9
+    assert stage.document(CLEAN, None)["unsafe_score"] == 0.0
+
+
+def test_config_switches_and_errors():
+    stage = SafetyStage(
+        SafetyConfig(
+            url_blocklist=False,
+            redact_pii=False,
+            unsafe_words=False,
+            extra_blocked_domains=("blocked.test",),
+        )
+    )
+    row = stage.document("mail a@b.io", "http://www.blocked.test/page")
+    assert row["text"] == "mail a@b.io"
+    assert row["pii_counts"] == "{}"
+    assert row["url_blocked"] is True
+    with pytest.raises(ConfigError, match="pii_kinds"):
+        SafetyStage(SafetyConfig(url_blocklist=False, pii_kinds=("ssn",))).setup()
