@@ -215,7 +215,11 @@ def _write_body(
         np.save(staging / "components" / f"{component.name}.npy", selected)
     phases = list(enumerate(plan.phases))
     for number, phase in tqdm(
-        phases, desc="mixture index", unit="phase", file=sys.stderr, disable=len(phases) < 2
+        phases,
+        desc="mixture index",
+        unit="phase",
+        file=sys.stderr,
+        disable=plan.counts()["sequences"] < 10_000_000,
     ):
         np.save(staging / index_name(number, phase.name), plan.index(number))
     atomic_write_json(staging / "summary.json", plan.summary)

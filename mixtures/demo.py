@@ -10,8 +10,8 @@ import numpy as np
 from mixtures.build import build_mixture
 from mixtures.recipe import MixtureConfig, resolved_phases
 from mixtures.report import write_report
-from mixtures.selection import load_sidecars, select_components
-from pretrain.config import load_config
+from mixtures.selection import Sidecars, component_mask, load_sidecars, select_components
+from pretrain.config import apply_overrides, parse_config, read_yaml
 from pretrain.errors import ConfigError
 from pretrain.manifest import load_manifest
 
@@ -22,7 +22,13 @@ MAX_TOKENS = 400_000
 BUDGET_FRACTION = 0.8
 
 
-def _config(encoded: Path, tokenizer: Path, out: Path, extra: list[str]) -> MixtureConfig:
+def _config(
+    encoded: Path,
+    tokenizer: Path,
+    out: Path,
+    recipe: dict | None = None,
+    total_tokens: int | None = None,
+) -> MixtureConfig:
     overrides = [
         f"build.encoded={encoded}",
         f"build.tokenizer={tokenizer}",
@@ -30,28 +36,56 @@ def _config(encoded: Path, tokenizer: Path, out: Path, extra: list[str]) -> Mixt
         f"build.seq_length={SEQ_LENGTH}",
         f"build.global_batch={GLOBAL_BATCH}",
         "build.model_params=null",
-        *extra,
     ]
-    return load_config(MixtureConfig, CONFIG, overrides)
+    if total_tokens is not None:
+        overrides.append(f"build.total_tokens={total_tokens}")
+    data = apply_overrides(read_yaml(CONFIG), overrides)
+    if recipe is not None:
+        data["recipe"] = recipe
+    return parse_config(MixtureConfig, data, source=str(CONFIG))
 
 
-def _by_language_recipe(sidecars: Any) -> str:
-    """Fallback when the demo data has no domain tags: one component per language (>= 1 %)."""
+def _servable(config: MixtureConfig, sidecars: Sidecars) -> dict[str, Any]:
+    """The config's recipe without the components the demo data cannot serve (weights rescaled);
+    one component per language when none is left (e.g. no domain tags in the demo data)."""
+    recipe = config.recipe.model_dump(mode="json")
+    keep = []
+    for k, component in enumerate(config.recipe.components):
+        try:
+            component_mask(component, sidecars, f"recipe.components[{k}].select")
+            keep.append(recipe["components"][k])
+        except ConfigError:
+            continue
+    if not keep:
+        return _by_language_recipe(sidecars)
+    names = {c["name"] for c in keep}
+    recipe["components"] = _rescaled(keep)
+    for phase in recipe["phases"]:
+        if phase.get("weights"):
+            weights = {n: w for n, w in phase["weights"].items() if n in names}
+            total = sum(weights.values())
+            phase["weights"] = {n: w / total for n, w in weights.items()} if total else None
+    return recipe
+
+
+def _rescaled(components: list[dict]) -> list[dict]:
+    total = sum(c["weight"] for c in components)
+    return [{**c, "weight": c["weight"] / total} for c in components]
+
+
+def _by_language_recipe(sidecars: Sidecars) -> dict[str, Any]:
+    """One component per language holding >= 1 % of the tokens (at most 4)."""
     langs = sidecars.table.column("lang").to_numpy(zero_copy_only=False)
     tokens = sidecars.table.column("num_tokens").to_numpy(zero_copy_only=False)
     totals = {str(lang): int(tokens[langs == lang].sum()) for lang in set(langs) if lang}
     keep = sorted(
         (n for n, t in totals.items() if t >= 0.01 * sum(totals.values())), key=lambda n: -totals[n]
     )[:4]
-    weights = np.round(
-        np.array([totals[n] for n in keep], np.float64) / sum(totals[n] for n in keep), 4
-    )
-    weights[0] += 1.0 - weights.sum()
-    comps = ", ".join(
-        f"{{name: {n}, select: {{lang: {n}}}, weight: {w:.4f}, max_epochs: 2}}"
-        for n, w in zip(keep, weights, strict=True)
-    )
-    return f"recipe.components=[{comps}]"
+    comps = [
+        {"name": n, "select": {"lang": n}, "weight": float(totals[n]), "max_epochs": 2}
+        for n in keep
+    ]
+    return {"name": "demo-by-language", "components": _rescaled(comps), "phases": []}
 
 
 def _budget(config: MixtureConfig, docs: list[np.ndarray]) -> int:
@@ -70,17 +104,10 @@ def step(ctx: Any) -> str:
     encoded, tokenizer = ctx.artifacts["encoded"], ctx.artifacts["tokenizer"]
     out = ctx.out / "mixture"
     sidecars = load_sidecars(encoded, list(load_manifest(encoded)["prefixes"]))
-    extra: list[str] = []
-    config = _config(encoded, tokenizer, out, extra)
-    try:
-        docs = select_components(list(config.recipe.components), sidecars)
-    except ConfigError:
-        extra = [_by_language_recipe(sidecars), "recipe.phases=[]"]
-        config = _config(encoded, tokenizer, out, extra)
-        docs = select_components(list(config.recipe.components), sidecars)
-    config = _config(
-        encoded, tokenizer, out, [*extra, f"build.total_tokens={_budget(config, docs)}"]
-    )
+    recipe = _servable(_config(encoded, tokenizer, out), sidecars)
+    config = _config(encoded, tokenizer, out, recipe)
+    docs = select_components(list(config.recipe.components), sidecars)
+    config = _config(encoded, tokenizer, out, recipe, _budget(config, docs))
     if not ctx.reuse(out) or load_manifest(out).get("config") != config.model_dump(mode="json"):
         build_mixture(config, command=["pretrain", "demo"])
     report = write_report(out)

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from tests.mixtures.conftest import TOKENIZER_SHA, make_encoded, mixture_config
 
 from mixtures import sampler
 from pretrain.cli import main
 from pretrain.manifest import load_manifest
+from tests.mixtures.conftest import TOKENIZER_SHA, make_encoded, mixture_config
 
 pytestmark = pytest.mark.timeout(120)
 

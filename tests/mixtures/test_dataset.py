@@ -10,11 +10,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from tests.mixtures.conftest import EOD, doc_tokens, make_encoded, mixture_config
 
 from mixtures.dataset import MixtureDataset
 from pretrain.cli import main
 from pretrain.errors import ArtifactError, ConfigError
+from tests.mixtures.conftest import EOD, doc_tokens, make_encoded, mixture_config
 
 pytestmark = pytest.mark.timeout(120)
 

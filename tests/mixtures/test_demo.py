@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.mixtures.conftest import make_encoded
 
 from mixtures.dataset import MixtureDataset
 from mixtures.demo import GLOBAL_BATCH, SEQ_LENGTH, step
 from pretrain.demo import DemoContext
 from pretrain.manifest import sha256_file, write_manifest
+from tests.mixtures.conftest import make_encoded
 
 
 def _tokenizer_artifact(root: Path) -> dict:
@@ -31,9 +31,10 @@ def test_demo_step_builds_reports_and_reuses(tmp_path: Path) -> None:
     ctx.artifacts.update({"encoded": encoded, "tokenizer": tmp_path / "tokenizer"})
     summary = step(ctx)
     mixture = ctx.artifacts["mixture"]
-    # The synthetic tags have no `prose`/`math` domain: the step falls back to one component
-    # per language, named in the summary.
-    assert "2 components (en, de)" in summary and "max per-batch deviation" in summary
+    # The synthetic data has no `prose`/`math` domain: the step keeps the components it can serve
+    # (here `code`, weights rescaled) and both phases of configs/mixture.yaml.
+    assert "1 components (code)" in summary and "anneal" in summary
+    assert "max per-batch deviation" in summary
     assert (mixture / "report" / "report.png").is_file()
     ds = MixtureDataset(mixture)
     assert ds.seq_length == SEQ_LENGTH and ds.global_batch == GLOBAL_BATCH

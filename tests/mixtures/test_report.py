@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.mixtures.conftest import mixture_config
 
 from pretrain.cli import main
+from tests.mixtures.conftest import mixture_config
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -122,3 +122,57 @@ def test_weights_are_quantised_exactly() -> None:
 def test_integer_quotas_are_exact_in_every_batch() -> None:
     counts = sampler.allocate_batches([0.25, 0.75], 10, 8)
     assert (counts == [2, 6]).all()
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_planned_mixtures_never_exceed_epoch_caps(data: st.DataObject) -> None:
+    from mixtures.plan import InfeasibleMixture, make_plan
+    from mixtures.recipe import MixtureConfig
+    from mixtures.selection import DOCS_DTYPE
+
+    k = data.draw(st.integers(1, 5))
+    raw = data.draw(st.lists(st.integers(0, 100), min_size=k, max_size=k))
+    raw[0] = raw[0] or 1
+    caps = data.draw(st.lists(st.floats(0.1, 5), min_size=k, max_size=k))
+    docs = []
+    for _ in range(k):
+        lengths = data.draw(st.lists(st.integers(1, 300), min_size=1, max_size=30))
+        arr = np.zeros(len(lengths), dtype=DOCS_DTYPE)
+        arr["tokens"] = lengths
+        docs.append(arr)
+    width = data.draw(st.integers(1, 32))
+    config = MixtureConfig.model_validate(
+        {
+            "recipe": {
+                "components": [
+                    {"name": f"c{i}", "weight": r / sum(raw), "max_epochs": cap}
+                    for i, (r, cap) in enumerate(zip(raw, caps, strict=True))
+                ]
+            },
+            "build": {
+                "encoded": "unused",
+                "tokenizer_sha256": "0" * 64,
+                "seq_length": 8,
+                "global_batch": width,
+                "total_tokens": data.draw(st.integers(8, 20_000)),
+            },
+            "out": "unused",
+        }
+    )
+    try:
+        plan = make_plan(config, docs, None)
+    except InfeasibleMixture as exc:
+        assert str(exc).startswith("recipe infeasible")
+        return
+    except Exception as exc:  # an empty component is the only other refusal
+        assert "is empty" in str(exc)
+        return
+    index = plan.index(0)
+    for comp, cap in enumerate(caps):
+        size = plan.phases[0].sequences_per_epoch[comp]
+        drawn = int((index["component"] == comp).sum())
+        assert drawn <= cap * size + 1e-6
+        if raw[comp] == 0:
+            assert drawn == 0

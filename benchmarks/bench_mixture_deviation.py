@@ -1,0 +1,81 @@
+"""Claim: the global-quota sampler keeps every global batch on target; independent random sampling
+and Megatron-Core's BlendedDataset blending indices drift from batch to batch.
+
+Same weights, same number of samples. Deviation = the largest |realised - target| share of a
+component in a window of W samples, over aligned global batches and over all sliding windows.
+Run: `.venv/bin/python -m benchmarks.bench_mixture_deviation`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.common import write_result
+from mixtures import sampler
+
+WEIGHTS = np.array([0.37, 0.23, 0.17, 0.11, 0.07, 0.05])
+GLOBAL_BATCHES = (64, 512)
+NUM_BATCHES = 400
+SEED = 0
+
+
+def megatron_components(weights: np.ndarray, size: int) -> np.ndarray:
+    """Megatron-Core's BlendedDataset sample order: build_blending_indices (C++)."""
+    from megatron.core.datasets import helpers
+
+    dataset_index = np.zeros(size, dtype=np.int16)
+    sample_index = np.zeros(size, dtype=np.int64)
+    helpers.build_blending_indices(dataset_index, sample_index, weights, weights.size, size, False)
+    return dataset_index
+
+
+def random_components(weights: np.ndarray, size: int) -> np.ndarray:
+    """Independent sampling: every sample's component drawn at random with the weights."""
+    return np.random.default_rng(SEED).choice(weights.size, size=size, p=weights).astype(np.int16)
+
+
+def ours_components(weights: np.ndarray, size: int, width: int) -> np.ndarray:
+    counts = sampler.allocate_batches(weights, size // width, width)
+    return sampler.interleave(counts)[0]
+
+
+def deviations(component: np.ndarray, weights: np.ndarray, width: int) -> dict[str, float]:
+    return {
+        "aligned_share": sampler.max_batch_deviation(component, weights, width) / width,
+        "sliding_share": sampler.max_window_deviation(component, weights, width) / width,
+        "aligned_sequences": sampler.max_batch_deviation(component, weights, width),
+        "prefix_sequences": sampler.max_prefix_deviation(component, weights, width),
+    }
+
+
+def main() -> None:
+    rows = []
+    for width in GLOBAL_BATCHES:
+        size = width * NUM_BATCHES
+        methods = {
+            "ours_global_quota": ours_components(WEIGHTS, size, width),
+            "megatron_blending_indices": megatron_components(WEIGHTS, size),
+            "independent_random": random_components(WEIGHTS, size),
+        }
+        row = {"global_batch": width, "num_batches": NUM_BATCHES}
+        for name, component in methods.items():
+            row[name] = deviations(component, WEIGHTS, width)
+        ours = row["ours_global_quota"]
+        for base in ("megatron_blending_indices", "independent_random"):
+            for kind in ("aligned_share", "sliding_share"):
+                ratio = row[base][kind] / max(ours[kind], 1e-12)
+                row[f"{base}_over_ours_{kind}"] = ratio
+        rows.append(row)
+        print(
+            f"W={width}: max per-batch deviation (share) aligned / sliding: ours "
+            f"{ours['aligned_share']:.4f} / {ours['sliding_share']:.4f}, megatron "
+            f"{row['megatron_blending_indices']['aligned_share']:.4f} / "
+            f"{row['megatron_blending_indices']['sliding_share']:.4f}, random "
+            f"{row['independent_random']['aligned_share']:.4f} / "
+            f"{row['independent_random']['sliding_share']:.4f}"
+        )
+    write_result("mixture_deviation", {"weights": WEIGHTS.tolist(), "rows": rows})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Claim: building the sample index for 10^8 sequences is the same order of speed as (or faster
+than) Megatron-Core's `build_blending_indices` (C++), at similar peak memory.
+
+Both produce, per sample, the component and its running sample number within the component
+(Megatron: dataset_index int16 + dataset_sample_index int64; ours: component int16 + draw int64).
+We also time our full index (with the per-epoch shuffle inside components), which Megatron does
+separately in GPTDataset. Each method runs in its own process so peak memory is its own.
+Run: `.venv/bin/python -m benchmarks.bench_mixture_index [--sequences N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import resource
+import sys
+import time
+
+import numpy as np
+
+from benchmarks.common import write_result
+
+WEIGHTS = [0.37, 0.23, 0.17, 0.11, 0.07, 0.05]
+GLOBAL_BATCH = 1024
+SEQUENCES_PER_EPOCH = 40_000_000  # per component: the 10^8 draws span up to one epoch each
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _run(method: str, sequences: int, queue: mp.Queue) -> None:
+    from megatron.core.datasets import helpers
+
+    from mixtures import sampler
+
+    weights = np.array(WEIGHTS)
+    before = _rss_mb()
+    start = time.perf_counter()
+    if method == "megatron_build_blending_indices":
+        dataset_index = np.zeros(sequences, dtype=np.int16)
+        sample_index = np.zeros(sequences, dtype=np.int64)
+        helpers.build_blending_indices(
+            dataset_index, sample_index, weights, weights.size, sequences, False
+        )
+        check = int(np.bincount(dataset_index, minlength=weights.size).max())
+    elif method == "ours_allocate_interleave":
+        counts = sampler.allocate_batches(weights, sequences // GLOBAL_BATCH, GLOBAL_BATCH)
+        component, draw = sampler.interleave(counts)
+        check = int(np.bincount(component, minlength=weights.size).max())
+    else:
+        index = sampler.build_index(
+            weights,
+            sequences // GLOBAL_BATCH,
+            GLOBAL_BATCH,
+            [SEQUENCES_PER_EPOCH] * weights.size,
+            seed=0,
+        )
+        check = int(np.bincount(index["component"], minlength=weights.size).max())
+    seconds = time.perf_counter() - start
+    queue.put({"seconds": seconds, "peak_extra_mb": _peak_mb() - before, "largest": check})
+
+
+def measure(method: str, sequences: int) -> dict:
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_run, args=(method, sequences, queue))
+    process.start()
+    result = queue.get(timeout=1200)
+    process.join()
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sequences", type=int, default=10**8)
+    args = parser.parse_args(argv or [])
+    sequences = args.sequences - args.sequences % GLOBAL_BATCH
+    methods = (
+        "megatron_build_blending_indices",
+        "ours_allocate_interleave",
+        "ours_full_index_with_shuffle",
+    )
+    results = {m: measure(m, sequences) for m in methods}
+    base = results["megatron_build_blending_indices"]["seconds"]
+    for name, res in results.items():
+        res["speedup_vs_megatron"] = base / res["seconds"]
+        print(
+            f"{name}: {res['seconds']:.2f} s, peak +{res['peak_extra_mb']:.0f} MB, "
+            f"{res['speedup_vs_megatron']:.2f}x Megatron's speed"
+        )
+    write_result(
+        "mixture_index",
+        {
+            "sequences": sequences,
+            "global_batch": GLOBAL_BATCH,
+            "weights": WEIGHTS,
+            "results": results,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
