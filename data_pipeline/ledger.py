@@ -212,6 +212,7 @@ def aggregate(
         and bytes_read == kept["bytes"] + dropped["bytes"]
     )
     return {
+        "parts": len(fragments),
         "documents_in": documents_read,
         "bytes_in": bytes_read,
         "documents_kept": kept["documents"],

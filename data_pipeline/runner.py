@@ -39,7 +39,9 @@ class RunResult:
     ledger: dict[str, Any]
     manifest: dict[str, Any]
     shards: list[str] = field(default_factory=list)
-    reused_shards: int = 0
+    reused_parts: int = 0
+    """Parts (shards and their rejects and ledger fragments) reused from an earlier run."""
+    parts: int = 0
     ray_stats: str = ""
     """Ray Data's per-operator timing report (empty when every shard was reused)."""
 
@@ -49,7 +51,7 @@ class RunResult:
             f"{led['documents_in']} docs in, {led['documents_kept']} kept, "
             f"{led['documents_dropped']} dropped (ledger balanced: "
             f"{led['conservation']['balanced']}), {len(self.shards)} shards "
-            f"({self.reused_shards} reused) -> {self.output}"
+            f"({self.reused_parts} of {self.parts} parts reused) -> {self.output}"
         )
 
 
@@ -279,6 +281,37 @@ def _collect(
     return led, shards
 
 
+def _run_ray(
+    config: PipelineConfig,
+    stages: list[Stage],
+    todo: list[dict[str, str]],
+    out: Path,
+    done: dict[str, set[int]],
+    ray_address: str | None,
+    progress: bool,
+) -> str:
+    """Stream the unfinished inputs through the stages into pieces, then merge them into shards."""
+    started = connect_ray(config, ray_address)
+    import ray.data
+
+    context = ray.data.DataContext.get_current()
+    saved = context.enable_progress_bars, context.target_max_block_size
+    context.enable_progress_bars = progress
+    # Small blocks, so one big input file still spreads over every stage actor.
+    context.target_max_block_size = config.ray.block_mb * 2**20
+    try:
+        shutil.rmtree(out / workers.PARTS / workers.PIECES, ignore_errors=True)
+        dataset = _build_dataset(config, stages, todo, out, done)
+        _, stream_stats = _execute(dataset, config.ray.timeout_s)
+        merge = _merge(config, stages, out, [t["stem"] for t in todo], done)
+        _, merge_stats = _execute(merge, config.ray.timeout_s)
+    finally:
+        context.enable_progress_bars, context.target_max_block_size = saved
+        if started:
+            ray.shutdown()
+    return f"{stream_stats}\n{merge_stats}"
+
+
 def run_pipeline(
     config: PipelineConfig,
     *,
@@ -298,27 +331,7 @@ def run_pipeline(
         if not workers.file_done(out, f.stem, done)
     ]
     reused = sum(len(v) for v in done.values())
-    ray_stats = ""
-    if todo:
-        started = connect_ray(config, ray_address)
-        try:
-            import ray.data
-
-            context = ray.data.DataContext.get_current()
-            context.enable_progress_bars = progress
-            # Small blocks, so one big input file still spreads over every stage actor.
-            context.target_max_block_size = config.ray.block_mb * 2**20
-            shutil.rmtree(out / workers.PARTS / workers.PIECES, ignore_errors=True)
-            dataset = _build_dataset(config, stages, todo, out, done)
-            _, ray_stats = _execute(dataset, config.ray.timeout_s)
-            merge = _merge(config, stages, out, [t["stem"] for t in todo], done)
-            _, merge_stats = _execute(merge, config.ray.timeout_s)
-            ray_stats += "\n" + merge_stats
-        finally:
-            if started:
-                import ray
-
-                ray.shutdown()
+    ray_stats = _run_ray(config, stages, todo, out, done, ray_address, progress) if todo else ""
     led, shards = _collect(config, out, [f.stem for f in inputs], stages)
     atomic_write_json(out / "ledger.json", led)
     if not led["conservation"]["balanced"]:
@@ -329,7 +342,8 @@ def run_pipeline(
         "ppl_cutoffs": {},
     }
     for stage in stages:
-        extra.update(getattr(stage, "manifest_extra", dict)())
+        if isinstance(getattr(stage, "cutoffs", None), dict):  # the perplexity stage's buckets
+            extra["ppl_cutoffs"] = stage.cutoffs
     manifest = write_manifest(
         out,
         "shards",
@@ -346,7 +360,7 @@ def run_pipeline(
         command=command,
     )
     return RunResult(
-        out, led, manifest, shards, reused_shards=min(reused, len(shards)), ray_stats=ray_stats
+        out, led, manifest, shards, reused_parts=reused, parts=led["parts"], ray_stats=ray_stats
     )
 
 

@@ -1,0 +1,137 @@
+"""The data job on the shared local Ray: shards, ledger, manifest, resume, byte-identical re-runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from data_pipeline.config import PipelineConfig
+from data_pipeline.runner import run_pipeline
+from pretrain.errors import ConfigError
+from pretrain.manifest import require
+from pretrain.schema import schema_for
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
+
+
+def _config(out: Path, **overrides) -> PipelineConfig:
+    data = {
+        "inputs": [str(DATA)],
+        "output": str(out),
+        "shard_rows": 4,
+        "batch_rows": 3,
+        "ray": {"timeout_s": 200},
+        **overrides,
+    }
+    return PipelineConfig.model_validate(data)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*.parquet"))
+        if ".parts" not in p.parts
+    }
+
+
+@pytest.fixture(scope="module")
+def first_run(ray_local, tmp_path_factory) -> tuple[Path, object]:
+    out = tmp_path_factory.mktemp("run") / "shards"
+    return out, run_pipeline(_config(out), progress=False)
+
+
+def test_shards_ledger_and_manifest(first_run) -> None:
+    out, result = first_run
+    # docs-00003 holds only a record without text: its rows are all rejects, so no shard.
+    assert result.shards == [
+        "code-00000.parquet",
+        "docs-00000.parquet",
+        "docs-00001.parquet",
+        "docs-00002.parquet",
+        "pages-00000.parquet",
+        "pages-00001.parquet",
+    ]
+    assert result.parts == 7 and (out / "rejects" / "docs-00003.parquet").is_file()
+    ledger = json.loads((out / "ledger.json").read_text())
+    assert ledger["conservation"]["balanced"]
+    assert (ledger["documents_in"], ledger["documents_kept"], ledger["documents_dropped"]) == (
+        23,
+        17,
+        6,
+    )
+    extract = ledger["stages"][0]
+    assert {r: v["documents"] for r, v in extract["reasons"].items()} == {
+        "empty": 2,
+        "malformed_json": 1,
+        "missing_text": 1,
+        "not_text": 1,
+        "undecodable": 1,
+    }
+    assert ledger["languages"]["zh"]["documents"] == 5 and ledger["languages"]["en"]["documents"]
+    manifest = require(out, kind="shards")
+    assert manifest["counts"]["documents_kept"] == 17
+    assert [s["name"] for s in manifest["stages"]] == ["extract", "langid"]
+    assert set(manifest["models"]) == {"langid.model"}
+
+
+def test_shards_have_the_schema_tags_and_zstd(first_run) -> None:
+    out, _ = first_run
+    tables = [pq.read_table(p) for p in sorted((out / "shards").glob("*.parquet"))]
+    expected = schema_for(["extract", "langid"])
+    for table in tables:
+        assert table.schema.equals(expected, check_metadata=False)
+        assert table.column("extract_reason").null_count == table.num_rows
+    meta = pq.ParquetFile(out / "shards" / "docs-00000.parquet").metadata
+    assert meta.row_group(0).column(0).compression == "ZSTD"
+    rows = [r for t in tables for r in t.to_pylist()]
+    gbk = next(r for r in rows if r["url"] == "https://gbk.example.cn/page")
+    assert "GBK" in gbk["text"] and gbk["lang"] == "zh"
+    nul = next(r for r in rows if r["id"] == "nul-bytes")
+    assert "\x00" not in nul["text"]
+
+
+def test_rejects_area_names_each_reason(first_run) -> None:
+    out, _ = first_run
+    rejects = [
+        r for p in sorted((out / "rejects").glob("*.parquet")) for r in pq.read_table(p).to_pylist()
+    ]
+    assert sorted(r["reject_reason"] for r in rejects) == [
+        "extract:empty",
+        "extract:empty",
+        "extract:malformed_json",
+        "extract:missing_text",
+        "extract:not_text",
+        "extract:undecodable",
+    ]
+
+
+def test_rerun_reuses_finished_shards_byte_identical(first_run) -> None:
+    out, _ = first_run
+    before = _files(out)
+    again = run_pipeline(_config(out), progress=False)
+    assert again.reused_parts == 7 and _files(out) == before
+    # Lose two shards as if the driver died before they were written: only they are recomputed.
+    for shard in ("docs-00002", "pages-00001"):
+        (out / "shards" / f"{shard}.parquet").unlink()
+        (out / ".parts" / f"{shard}.json").unlink()
+    (out / "rejects" / "pages-00001.parquet").unlink(missing_ok=True)
+    resumed = run_pipeline(_config(out), progress=False)
+    assert resumed.reused_parts == 5
+    assert _files(out) == before
+    require(out, kind="shards")
+
+
+def test_changed_config_is_refused_unless_overwrite(first_run, tmp_path) -> None:
+    out, _ = first_run
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    with pytest.raises(ConfigError, match="overwrite=true"):
+        run_pipeline(_config(copy, shard_rows=5), progress=False)
+    result = run_pipeline(_config(copy, shard_rows=50, overwrite=True), progress=False)
+    assert result.shards == ["code-00000.parquet", "docs-00000.parquet", "pages-00000.parquet"]
+    assert result.ledger["documents_kept"] == 17
