@@ -103,13 +103,20 @@ def make_specs(config: AblationConfig) -> tuple[list[dict[str, Any]], dict[str, 
     return specs, {"mixture": mixture, "train": train, **identity}
 
 
-def _run_ray(config: AblationConfig, todo: list[dict[str, Any]], log: Callable) -> list[dict]:
+def _call(runner: Callable[[dict[str, Any]], dict[str, Any]], spec: dict[str, Any]) -> dict:
+    return runner(spec)
+
+
+def _run_ray(
+    config: AblationConfig, todo: list[dict[str, Any]], log: Callable, runner: Callable
+) -> list[dict]:
+    """Each run is a Ray task holding cpus_per_run CPUs (its processes are children of it)."""
     import ray
 
     if not ray.is_initialized():
         ray.init(address=config.ray_address, include_dashboard=False, log_to_driver=False)
-    remote = ray.remote(num_cpus=config.cpus_per_run, max_retries=0)(execute_run)
-    pending = {remote.remote(spec): spec for spec in todo}
+    remote = ray.remote(num_cpus=config.cpus_per_run, max_retries=0)(_call)
+    pending = {remote.remote(runner, spec): spec for spec in todo}
     results = []
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
@@ -151,8 +158,8 @@ def execute(
         )
 
     fresh: list[dict] = []
-    if todo and choose_parallel(config) == "ray" and runner is execute_run:
-        fresh = _run_ray(config, todo, log)
+    if todo and choose_parallel(config) == "ray":
+        fresh = _run_ray(config, todo, log, runner)
     else:
         for spec in todo:
             fresh.append(runner(spec))

@@ -180,3 +180,20 @@ def test_example_configs_validate(repo_root):
         from evals.tasks import load_task
 
         assert load_task(repo_root / task).examples
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(180)
+def test_sweep_runs_through_ray_when_asked(tmp_path, ray_local):
+    config = _setup(
+        tmp_path,
+        parallel="ray",
+        cpus_per_run=1,
+        dirichlet={"count": 0},
+        proxies=[{"name": "tiny", "overrides": {}}],
+    )
+    report = run_sweep(config, runner=Runner())["report"]
+    specs, _ = make_specs(config)
+    assert len(report["runs"]) == len(specs) == 4
+    assert all(load_finished(Path(s["run_dir"]), s["run_key"]) for s in specs)
+    assert report["chosen_recipe_name"] == "code-heavy"
