@@ -128,11 +128,17 @@ def run(num_docs: int, max_tokens: int) -> dict:
             "train_s": round(train_s, 2),
             "load_s": round(load_s, 2),
         },
-        "seconds": {
+        "cpu_seconds": {
             "perplexity_score": score_s,
             "perplexity_stage": stage_s,
             "fineweb_filter": fineweb_s,
             "trafilatura_extract": extract_s,
+        },
+        "wall_seconds": {
+            "perplexity_score": score_wall,
+            "perplexity_stage": stage_wall,
+            "fineweb_filter": fineweb_wall,
+            "trafilatura_extract": extract_wall,
         },
         "docs_per_s_per_core": {k: round(v, 1) for k, v in rate.items()},
         "ratio_vs_fineweb_filter": round(rate["perplexity_stage"] / rate["fineweb_filter"], 2),
