@@ -49,6 +49,12 @@ class _FastTextStage(Stage):
                 f"`pretrain data train-classifier configs/classifier_{self.task}.yaml` and set "
                 "its output directory"
             )
+        if not Path(model).exists():
+            raise ArtifactError(
+                f"stages.{self.name}.model = {model!r}: that artifact does not exist; build it "
+                f"with `pretrain data train-classifier configs/classifier_{self.task}.yaml` "
+                "(set `out` to this path) or fix the path"
+            )
         return Path(model)
 
     def setup(self) -> None:

@@ -75,6 +75,12 @@ class PerplexityStage(GlobalStage):
     def _info(self, directory: str | Path) -> dict[str, Any]:
         """model.json of a kenlm-model artifact, verified once per stage object."""
         key = str(Path(directory).resolve())
+        if not Path(directory).exists():
+            raise ArtifactError(
+                f"stages.perplexity: KenLM artifact {str(directory)!r} does not exist; build it "
+                "with `pretrain data train-lm configs/lm.yaml` (set `out` to this path) or fix "
+                "the path"
+            )
         if key not in self._infos:
             self._infos[key] = load_lm_info(directory)
         return self._infos[key]

@@ -153,7 +153,9 @@ def test_tampered_or_missing_model_is_refused(models, tmp_path):
         DomainStage(DomainStage.Config(model=str(copy))).setup()
     with pytest.raises(ConfigError, match="train-classifier"):
         DomainStage().setup()
-    with pytest.raises(ArtifactError, match="does not exist"):
+    with pytest.raises(
+        ArtifactError, match="does not exist; build it with `pretrain data train-classifier"
+    ):
         DomainStage(DomainStage.Config(model=str(tmp_path / "nope"))).setup()
     with pytest.raises(ArtifactError, match="positive_label"):
         QualityStage(QualityStage.Config(model=str(models["domain"]))).setup()

@@ -18,7 +18,7 @@ from data_pipeline.models.cli_handlers import train_lm
 from data_pipeline.models.quantiles import LogHistogramSketch
 from data_pipeline.stages.perplexity import PerplexityStage
 from pretrain.demo import sample_dir
-from pretrain.errors import ConfigError, SchemaError
+from pretrain.errors import ArtifactError, ConfigError, SchemaError
 from pretrain.manifest import manifest_sha256
 from pretrain.schema import schema_for, validate
 
@@ -151,6 +151,10 @@ def test_sketch_is_accurate_and_merge_order_free():
 def test_missing_model_lang_column_and_bad_percentiles_are_user_errors(lm_dir, corpus):
     with pytest.raises(ConfigError, match="train-lm"):
         PerplexityStage().apply_table(corpus)
+    with pytest.raises(
+        ArtifactError, match="does not exist; build it with `pretrain data train-lm"
+    ):
+        PerplexityStage(PerplexityStage.Config(model="/nonexistent/lm")).setup()
     with pytest.raises(SchemaError, match="langid"):
         _stage(lm_dir).apply_table(corpus.drop_columns(["lang"]))
     with pytest.raises(ConfigError, match="has no 'fr' model"):
