@@ -141,6 +141,7 @@ def execute(
         f"{len(specs)} runs: {len(cached)} cached, {len(todo)} to run "
         f"({choose_parallel(config) if todo else 'nothing to run'})"
     )
+    print(f"[ablate] {lines[-1]}", flush=True)
     total = len(todo)
 
     def log(spec: dict[str, Any], result: dict[str, Any]) -> None:

@@ -71,7 +71,7 @@ def test_ablate_real_proxies_then_gate(chain, tmp_path, capsys):
 
     # Second invocation: every run is cached (bound by key, not re-trained).
     assert main(["ablate", str(config)]) == 0
-    assert "4 runs: 4 cached, 0 to run" in capsys.readouterr().out
+    assert "[ablate] 4 runs: 4 cached, 0 to run" in capsys.readouterr().out
 
     chosen = _full_mixture(chain, report_dir / "chosen_mixture.yaml", tmp_path / "full-chosen")
     train = {
