@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 from pathlib import Path
 
+import pyarrow as pa
 from pyarrow import fs as pafs
 
 from data_pipeline.readers import InputFile, detect_format, filesystem_for
@@ -66,6 +67,37 @@ def plan_inputs(entries: tuple[str, ...] | list[str]) -> list[InputFile]:
                 stems[stem] = path
                 files.append(InputFile(path, fmt, stem))
     return files
+
+
+def check_openable(item: InputFile, text_column: str) -> None:
+    """Fail fast, in the driver, on a file that cannot be read at all (one line naming it)."""
+    filesystem, path = filesystem_for(item.path)
+    try:
+        if item.format == "parquet":
+            import pyarrow.parquet as pq
+
+            with filesystem.open_input_file(path) as handle:
+                names = pq.ParquetFile(handle).schema_arrow.names
+            if text_column not in names:
+                raise InputError(
+                    f"input {item.path}: Parquet file has no {text_column!r} column "
+                    f"(columns: {', '.join(names)}); set text_column or fix the file"
+                )
+            return
+        with filesystem.open_input_stream(path, compression=None) as handle:
+            head = handle.read(2)
+    except InputError:
+        raise
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise InputError(
+            f"input {item.path}: cannot be read ({exc}); fix or remove it, or set "
+            "on_unreadable=reject"
+        ) from None
+    if item.path.lower().endswith(".gz") and head != b"\x1f\x8b":
+        raise InputError(
+            f"input {item.path}: not a gzip file (starts with {head!r}); fix the "
+            "file or its .gz suffix, or set on_unreadable=reject"
+        )
 
 
 def input_artifacts(files: list[InputFile]) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from data_pipeline import ledger, workers
 from data_pipeline.config import PipelineConfig
-from data_pipeline.inputs import input_artifacts, plan_inputs
+from data_pipeline.inputs import check_openable, input_artifacts, plan_inputs
 from data_pipeline.stages.base import STAGE_REGISTRY, GlobalStage, Stage, stage_class
 from pretrain.config import config_dict, config_sha256, parse_config
 from pretrain.errors import ConfigError, PretrainError
@@ -251,6 +251,9 @@ def _execute(dataset: Any, timeout_s: float | None) -> tuple[list[dict[str, Any]
             "it, or check the cluster (`ray status`) for missing CPUs"
         )
     if errors:
+        cause = getattr(errors[0], "cause", None)  # ray.exceptions.RayTaskError wraps the error
+        if isinstance(cause, PretrainError):
+            raise type(cause)(str(cause)) from None
         raise errors[0]
     return result, dataset.stats()
 
@@ -322,6 +325,9 @@ def run_pipeline(
     """Run the data job described by `config`; returns the ledger and manifest it wrote."""
     stages = build_stages(config)
     inputs = plan_inputs(config.inputs)
+    if config.on_unreadable == "error":
+        for item in inputs:
+            check_openable(item, config.text_column)
     out = Path(config.output)
     prepare_output(config, out)
     done = workers.finished_parts(out)
