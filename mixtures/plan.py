@@ -85,8 +85,9 @@ class Plan:
         component, draw = sampler.interleave(phase.counts, start)
         rest = np.empty(component.size, dtype=sampler.INDEX_DTYPE)
         rest["component"] = component
+        limits = phase.counts.sum(axis=0) + (0 if start is None else start)
         rest["sequence"] = sampler.draws_to_sequences(
-            component, draw, phase.sequences_per_epoch, self.seed, number
+            component, draw, phase.sequences_per_epoch, self.seed, number, limits
         )
         return rest if phase.kept is None else np.concatenate([np.asarray(phase.kept), rest])
 

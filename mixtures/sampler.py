@@ -129,24 +129,29 @@ def draws_to_sequences(
     sequences_per_epoch: Sequence[int],
     seed: int,
     phase: int,
+    draw_limits: Sequence[int] | np.ndarray,
 ) -> np.ndarray:
-    """Map each (component, draw) to the sequence id `epoch * S_k + permuted position`."""
-    sequence = np.empty_like(draw)
-    for k, size in enumerate(sequences_per_epoch):
-        mask = component == k
-        if not mask.any():
+    """Map each (component, draw) to the sequence id `epoch * S_k + permuted position`.
+
+    `draw_limits[k]` bounds component k's draw numbers (exclusive). One lookup table holds every
+    component's stream up to its limit, so the mapping is a single gather over the index.
+    """
+    tables, offsets, total = [], [], 0
+    for k, (size, limit) in enumerate(zip(sequences_per_epoch, draw_limits, strict=True)):
+        offsets.append(total)
+        limit = int(limit)
+        if limit == 0:
             continue
         if size < 1:
             raise ValueError(f"component {k} has no sequences but is drawn from")
-        draws = draw[mask]
-        epochs = draws // size
-        out = np.empty_like(draws)
-        for epoch in np.unique(epochs):
-            sel = epochs == epoch
-            perm = epoch_permutation(seed, phase, k, int(epoch), int(size))
-            out[sel] = epoch * size + perm[draws[sel] - epoch * size]
-        sequence[mask] = out
-    return sequence
+        epochs = -(-limit // size)
+        stream = [e * size + epoch_permutation(seed, phase, k, e, int(size)) for e in range(epochs)]
+        tables.append(np.concatenate(stream)[:limit])
+        total += limit
+    table = np.concatenate(tables) if tables else np.zeros(0, np.int64)
+    position = np.asarray(offsets, dtype=np.int64)[component]
+    position += draw
+    return table[position]
 
 
 def build_index(
@@ -161,9 +166,12 @@ def build_index(
     """The phase's sample index (structured INDEX_DTYPE array of num_batches * W samples)."""
     counts = allocate_batches(weights, num_batches, global_batch)
     component, draw = interleave(counts, start)
+    limits = counts.sum(axis=0) + (0 if start is None else np.asarray(start, np.int64))
     index = np.empty(component.size, dtype=INDEX_DTYPE)
     index["component"] = component
-    index["sequence"] = draws_to_sequences(component, draw, sequences_per_epoch, seed, phase)
+    index["sequence"] = draws_to_sequences(
+        component, draw, sequences_per_epoch, seed, phase, limits
+    )
     return index
 
 
