@@ -1,0 +1,115 @@
+"""Faults while the job runs: a Ray worker killed mid-job, a driver killed and re-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from data_pipeline.config import PipelineConfig
+from data_pipeline.runner import run_pipeline
+from data_pipeline.workers import PARTS, PIECES
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.ray]
+
+
+def _corpus(directory: Path, copies: int) -> Path:
+    """A JSONL input of real fixture texts, each copy with its own id (a few thousand docs)."""
+    lines = (DATA / "docs.jsonl").read_bytes().splitlines()[:8]
+    docs = [json.loads(line) for line in lines]
+    path = directory / "corpus.jsonl"
+    with path.open("w", encoding="utf-8") as handle:
+        for i in range(copies):
+            for doc in docs:
+                handle.write(json.dumps({**doc, "id": f"{doc['id']}-{i}"}, ensure_ascii=False))
+                handle.write("\n")
+    return path
+
+
+def _config(inputs: Path, out: Path) -> PipelineConfig:
+    return PipelineConfig.model_validate({
+        "inputs": [str(inputs)], "output": str(out), "shard_rows": 500, "batch_rows": 40,
+        "ray": {"timeout_s": 240, "block_mb": 1}})
+
+
+def _shards(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((out / "shards").glob("*.parquet"))}
+
+
+def _stage_actor_pids() -> list[int]:
+    pids = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if "MapStagesWorker" in cmdline and proc.pid != os.getpid():
+            pids.append(proc.pid)
+    return pids
+
+
+def _kill_first_worker_after_first_piece(out: Path, killed: list[int]) -> None:
+    deadline = time.monotonic() + 200
+    while time.monotonic() < deadline and not killed:
+        pieces = out / PARTS / PIECES
+        if pieces.is_dir() and any(pieces.rglob("*.parquet")):
+            pids = _stage_actor_pids()
+            if pids:
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+                return
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(300)
+def test_worker_killed_mid_job_gives_identical_shards(ray_local, tmp_path) -> None:
+    inputs = _corpus(tmp_path, copies=150)
+    reference = run_pipeline(_config(inputs, tmp_path / "reference"), progress=False)
+    killed: list[int] = []
+    out = tmp_path / "killed"
+    killer = threading.Thread(target=_kill_first_worker_after_first_piece, args=(out, killed))
+    killer.start()
+    result = run_pipeline(_config(inputs, out), progress=False)
+    killer.join()
+    assert killed, "no stage worker was running after the first piece: nothing was killed"
+    assert result.ledger["conservation"]["balanced"]
+    assert result.ledger["documents_in"] == reference.ledger["documents_in"] == 1200
+    assert _shards(out) == _shards(tmp_path / "reference")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_driver_killed_then_rerun_reuses_shards(ray_local, tmp_path) -> None:
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    for name in ("a", "b", "c", "d"):
+        _corpus(inputs, copies=150).rename(inputs / f"{name}.jsonl")
+    reference = run_pipeline(_config(inputs, tmp_path / "reference"), progress=False)
+    config = tmp_path / "pipeline.yaml"
+    out = tmp_path / "out"
+    config.write_text(json.dumps(_config(inputs, out).model_dump(mode="json")))
+    address = ray_local.get_runtime_context().gcs_address
+    driver = subprocess.Popen([sys.executable, "-m", "pretrain.cli", "data", "run", str(config),
+                               "--ray-address", address], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and driver.poll() is None:
+        if list((out / PARTS).glob("*-00000.json")):
+            break
+        time.sleep(0.05)
+    driver.kill()
+    driver.wait(30)
+    finished = len(list((out / PARTS).glob("*-00000.json")))
+    assert 1 <= finished < 4 and not (out / "manifest.json").exists()
+    result = run_pipeline(PipelineConfig.model_validate(json.loads(config.read_text())),
+                          progress=False)
+    assert result.reused_parts == finished
+    assert _shards(out) == _shards(tmp_path / "reference")
+    assert result.ledger["rows"] == reference.ledger["rows"]
