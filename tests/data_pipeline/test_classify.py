@@ -212,7 +212,8 @@ def test_label_without_records_and_existing_output_refused(tmp_path):
         train_classifier(_args("classifier_domain.yaml", f"out={tmp_path / 'full'}"))
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.slow
+@pytest.mark.timeout(180)
 def test_quantized_model_is_smaller_and_still_tags(models, tmp_path):
     out = tmp_path / "quality-q"
     config = _config(tmp_path, "classifier_quality.yaml")
