@@ -56,6 +56,9 @@ class ModelConfig(StrictModel):
     attention_dropout: float = Field(0.0, ge=0, le=1)
     hidden_dropout: float = Field(0.0, ge=0, le=1)
     init_method_std: float = Field(0.02, gt=0)
+    attention: Literal["sdpa", "megatron"] = "sdpa"
+    """Core attention of the local layer spec: torch SDPA (fused kernels) or megatron's unfused
+    DotProductAttention. TransformerEngine layers, when present on a GPU, use their own."""
     recompute_activations: bool = False
     """Full activation recompute of every layer (saves memory, costs ~1/3 more compute)."""
 

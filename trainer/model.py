@@ -135,7 +135,12 @@ def layer_spec(config: TrainConfig) -> Any:
 
     if use_gpu(config) and importlib.util.find_spec("transformer_engine") is not None:
         return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec()
-    return gpt_layer_specs.get_gpt_layer_local_spec(normalization=config.model.normalization)
+    spec = gpt_layer_specs.get_gpt_layer_local_spec(normalization=config.model.normalization)
+    if config.model.attention == "sdpa":
+        from trainer.attention import SDPAttention
+
+        spec.submodules.self_attention.submodules.core_attention = SDPAttention
+    return spec
 
 
 def build_model_chunks(config: TrainConfig, vocab_size: int) -> list[Any]:
