@@ -53,6 +53,7 @@ SIDECAR_SCHEMA = pa.schema(
     ]
 )
 TAG_NAMES = tuple(f.name for f in TAG_FIELDS)
+OUTPUT_SUFFIXES = (".bin", ".idx", ".docs.parquet", ".done")
 
 
 @dataclass(frozen=True)
@@ -143,13 +144,18 @@ def _sidecar_batch(table: pa.Table, start: int, lengths: list[int]) -> pa.Table:
     return pa.table({name: columns[name] for name in SIDECAR_SCHEMA.names}, schema=SIDECAR_SCHEMA)
 
 
-def _prepare_out(out: Path) -> None:
+def _prepare_out(out: Path, stems: set[str]) -> None:
+    """Drop the old manifest (rewritten last) and outputs of shards no longer in the input."""
     if (out / "manifest.json").is_file():
         kind = load_manifest(out)["kind"]
         if kind != KIND:
             raise ArtifactError(f"--out {out} holds a {kind!r} artifact; choose another directory")
-        (out / "manifest.json").unlink()  # rewritten last, when every shard is done
+        (out / "manifest.json").unlink()
     out.mkdir(parents=True, exist_ok=True)
+    for path in out.iterdir():
+        stem = path.name.removeprefix(".").split(".")[0]
+        if path.is_file() and stem not in stems and path.name.endswith(OUTPUT_SUFFIXES):
+            path.unlink()
 
 
 def _run_inline(
@@ -207,7 +213,7 @@ def encode(
     tokenizer = load_locked(tokenizer_dir)
     shards_manifest, shards = require_shards(data)
     out = Path(out)
-    _prepare_out(out)
+    _prepare_out(out, {shard.stem for shard in shards})
     jobs = [
         (shard, shards_manifest["files"][shard.relative_to(Path(data)).as_posix()]["sha256"])
         for shard in shards

@@ -50,9 +50,15 @@ class LockedTokenizer:
         return tokenizer_id(self.name, self.sha256)
 
     @property
-    def info(self) -> dict[str, str]:
-        """What other artifacts record about the tokenizer (manifest extra `tokenizer`)."""
-        return {"name": self.name, "sha256": self.sha256, "id": self.id}
+    def info(self) -> dict[str, Any]:
+        """What other artifacts record about the tokenizer (manifest extra `tokenizer`):
+        name, sha256 and id as in CONTRACTS.md, plus vocab_size for consumers sizing embeddings."""
+        return {
+            "name": self.name,
+            "sha256": self.sha256,
+            "id": self.id,
+            "vocab_size": self.vocab_size,
+        }
 
     @property
     def token_dtype(self) -> str:
@@ -112,6 +118,10 @@ def check_match(recorded: Any, given: Any, what: str) -> None:
 def load_locked(directory: str | Path, expect_sha256: str | None = None) -> LockedTokenizer:
     """Load a tokenizer artifact after checking its files against lock.json and its manifest.
 
+    The HF tokenizer comes with `encode_special_tokens = True`: special-token text inside a
+    document (e.g. a literal "<|endoftext|>") is encoded as text, exactly as `encode` wrote the
+    data; special ids (`eod_id`, `pad_id`) are added by id, never parsed from text.
+
     A byte changed in tokenizer.json or lock.json is refused; so is a lock hash other than
     `expect_sha256` when given.
     """
@@ -152,6 +162,7 @@ def load_locked(directory: str | Path, expect_sha256: str | None = None) -> Lock
             f"the pinned tokenizer (expect_sha256) for {root}",
         )
     hf = Tokenizer.from_file(str(tok_path))
+    hf.encode_special_tokens = True  # "<|endoftext|>" in text is text: encode as the data was
     return LockedTokenizer(
         tokenizer=hf,
         sha256=sha,

@@ -136,7 +136,12 @@ def train(config: TrainConfig, command: list[str] | None = None) -> dict[str, An
     lock = make_lock(config, tokenizer, sha256_file(out / TOKENIZER_FILE), composition, shards_sha)
     atomic_write_bytes(out / LOCK_FILE, lock_bytes(lock))
     sha = lock_sha256(lock)
-    info = {"name": lock["name"], "sha256": sha, "id": tokenizer_id(lock["name"], sha)}
+    info = {
+        "name": lock["name"],
+        "sha256": sha,
+        "id": tokenizer_id(lock["name"], sha),
+        "vocab_size": lock["vocab_size"],
+    }
     return write_manifest(
         out,
         KIND,

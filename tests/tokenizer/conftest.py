@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.tokenizer.tok_helpers import make_records, train_config
 
+from tests.tokenizer.tok_helpers import make_records, train_config
 from tokenizer.synthetic import write_shards
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from tests.tokenizer.tok_helpers import make_records
 
 from pretrain.cli import main
 from pretrain.manifest import load_manifest, sha256_file
+from tests.tokenizer.tok_helpers import make_records
 from tokenizer.lock import load_locked
 from tokenizer.synthetic import write_shards
 
@@ -76,6 +76,8 @@ def test_resume_skips_finished_shards(
     shutil.copytree(encoded_dir, out)
     before = {p.name: sha256_file(p) for p in out.glob("*.bin")}
     (out / "synthetic-00001.bin").unlink()  # as if killed while writing this shard
+    for name in ("retired-00000.bin", "retired-00000.docs.parquet", ".retired-00000.done"):
+        (out / name).write_bytes(b"output of a shard the input no longer has")
     args = [
         "tokenizer",
         "encode",
@@ -89,6 +91,8 @@ def test_resume_skips_finished_shards(
     assert main(args) == 0
     assert load_manifest(out)["counts"]["shards_skipped"] == 2
     assert {p.name: sha256_file(p) for p in out.glob("*.bin")} == before
+    assert not list(out.glob("*retired*")) and not list(out.glob(".retired*"))
+    assert not any("retired" in name for name in load_manifest(out)["files"])
 
 
 def test_tampered_shards_are_refused(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.tokenizer.tok_helpers import EDGE_CASES, load_pieces
 
+from tests.tokenizer.tok_helpers import EDGE_CASES, load_pieces
 from tokenizer.lock import load_locked
 
 pytestmark = pytest.mark.timeout(60)

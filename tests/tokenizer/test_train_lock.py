@@ -10,11 +10,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from tests.tokenizer.tok_helpers import train_config
 
 from pretrain.cli import main
 from pretrain.errors import LockMismatch
 from pretrain.manifest import load_manifest
+from tests.tokenizer.tok_helpers import train_config
 from tokenizer.lock import check_match, load_locked
 from tokenizer.train import train
 
