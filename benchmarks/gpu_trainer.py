@@ -1,0 +1,206 @@
+"""GPU claim (one H200/H100, at most ~5 minutes): our stack (Megatron-Core GPTModel, megatron DDP and
+optimizer, bf16 params with fp32 main grads) reaches at least 0.9x the tokens/s of a plain-PyTorch
+GPT of the same shape in bf16 autocast (SDPA attention, fused AdamW), interleaved in one process;
+MFU of both reported as (6*N + 12*L*S*h) * tokens/s / peak, peak = 989 TFLOP/s dense bf16.
+
+    python benchmarks/gpu_trainer.py              # on the GPU machine (writes results/trainer_gpu.json)
+    python benchmarks/gpu_trainer.py --dry-run    # anywhere: tiny shape, CPU, fp32, same code path
+
+The device machine has Python 3.12 and its own CUDA torch but no megatron-core: install a carried
+cp312 wheel first: `pip install --no-deps megatron_core-0.16.1-cp312-*.whl psutil`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+GPU_SHAPE = {
+    "num_layers": 16,
+    "hidden_size": 2048,
+    "num_attention_heads": 32,
+    "num_query_groups": 8,
+    "ffn_hidden_size": 8192,
+    "vocab_size": 32768,
+    "seq_length": 2048,
+}
+GPU_BATCH = {"micro_batch_size": 4, "global_batch_size": 16}
+DRY_SHAPE = {
+    "num_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_query_groups": 2,
+    "ffn_hidden_size": 128,
+    "vocab_size": 256,
+    "seq_length": 64,
+}
+DRY_BATCH = {"micro_batch_size": 2, "global_batch_size": 4}
+PEAK_FLOPS = 989e12
+
+
+def _config(run_dir: Path, shape: dict[str, int], batch: dict[str, int], gpu: bool) -> Any:
+    from pretrain.config import parse_config
+    from trainer.config import TrainConfig
+
+    return parse_config(
+        TrainConfig,
+        {
+            "run": {"out_dir": str(run_dir), "train_steps": 10_000},
+            "model": {**shape, "make_vocab_size_divisible_by": 128 if gpu else 64},
+            "batch": batch,
+            "optim": {"lr": 3e-4, "precision": "bf16" if gpu else "fp32"},
+            "parallel": {"backend": "nccl" if gpu else "gloo"},
+            "data": {
+                "source": "synthetic",
+                "synthetic_vocab": shape["vocab_size"],
+                "synthetic_documents": 2048 if gpu else 64,
+                "phases": [{"name": "main", "seq_length": shape["seq_length"]}],
+            },
+            "metrics": {"tensorboard": False, "peak_flops": PEAK_FLOPS},
+            "guard": {"enabled": False},
+        },
+    )
+
+
+def _sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _timed(step: Any, batches: list[int]) -> float:
+    _sync()
+    start = time.perf_counter()
+    for batch in batches:
+        step(batch)
+    _sync()
+    return time.perf_counter() - start
+
+
+def _run(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
+    import torch
+
+    from benchmarks.bench_trainer_cpu import PlainTrainer
+    from trainer.loop import Trainer
+    from trainer.metrics import flops_per_token
+
+    gpu = not args.dry_run
+    shape, batch = (GPU_SHAPE, GPU_BATCH) if gpu else (DRY_SHAPE, DRY_BATCH)
+    trainer = Trainer(_config(run_dir, shape, batch, gpu), run_dir)
+    device = "cuda" if gpu else "cpu"
+    plain = PlainTrainer(
+        shape,
+        batch["micro_batch_size"],
+        device=device,
+        dtype=torch.bfloat16 if gpu else torch.float32,
+    )
+
+    def ours_step(index: int) -> None:
+        trainer.train_step(index)
+        trainer.state.step += 1
+
+    def plain_step(index: int) -> None:
+        tokens, _ = trainer.data.rank_batch(index, 0, 1)
+        plain.step(torch.from_numpy(tokens))
+
+    warmup = list(range(args.warmup))
+    _timed(ours_step, warmup)
+    _timed(plain_step, warmup)
+    tokens = batch["global_batch_size"] * shape["seq_length"] * args.steps
+    rows, start = [], time.perf_counter()
+    for round_index in range(args.rounds):
+        if time.perf_counter() - start > args.max_seconds:
+            break
+        batches = list(
+            range(
+                args.warmup + round_index * args.steps, args.warmup + (round_index + 1) * args.steps
+            )
+        )
+        order = [("ours", ours_step), ("plain", plain_step)]
+        times = {
+            name: _timed(fn, batches) for name, fn in (order[::-1] if round_index % 2 else order)
+        }
+        rows.append({name: tokens / seconds for name, seconds in times.items()})
+        print(
+            f"round {round_index}: ours {rows[-1]['ours']:.0f} tok/s, plain "
+            f"{rows[-1]['plain']:.0f} tok/s",
+            flush=True,
+        )
+    per_token = flops_per_token(
+        trainer.num_params, shape["num_layers"], shape["seq_length"], shape["hidden_size"]
+    )
+    ours = statistics.median(r["ours"] for r in rows)
+    base = statistics.median(r["plain"] for r in rows)
+    ratio = statistics.median(r["ours"] / r["plain"] for r in rows)
+    return {
+        "claim": "Megatron-Core stack vs plain PyTorch bf16 GPT, one GPU",
+        "dry_run": not gpu,
+        "device": torch.cuda.get_device_name() if gpu else "cpu",
+        "shape": shape,
+        "batch": batch,
+        "parameters": trainer.num_params,
+        "rounds": rows,
+        "ours_tokens_per_s": ours,
+        "plain_tokens_per_s": base,
+        "ratio": ratio,
+        "target": 0.9,
+        "met": ratio >= 0.9,
+        "mfu_formula": "(6*N + 12*L*S*h) * tokens_per_s / peak_flops",
+        "peak_flops": PEAK_FLOPS,
+        "model_flops_per_token": per_token,
+        "mfu_ours": per_token * ours / PEAK_FLOPS,
+        "mfu_plain": per_token * base / PEAK_FLOPS,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="gpu_trainer", description=__doc__.split("\n")[0])
+    parser.add_argument("--dry-run", action="store_true", help="tiny shape on CPU, fp32")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=5, help="steps per timed round")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--max-seconds", type=float, default=200.0)
+    args = parser.parse_args(argv if argv is not None else [])
+    if args.dry_run:
+        args.rounds, args.steps, args.warmup = 2, 1, 1
+    try:
+        import megatron.core  # noqa: F401
+    except ModuleNotFoundError:
+        sys.exit(
+            "gpu_trainer: megatron-core is not installed; pip install --no-deps the carried "
+            "megatron_core-0.16.1 wheel for this Python, and psutil"
+        )
+    import torch
+
+    if not args.dry_run and not torch.cuda.is_available():
+        sys.exit("gpu_trainer: no CUDA device; run with --dry-run to check the code path on CPU")
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+    with tempfile.TemporaryDirectory() as tmp:
+        result = _run(args, Path(tmp))
+    torch.distributed.destroy_process_group()
+    print(
+        f"ours / plain tokens/s {result['ratio']:.3f} (target >= 0.9); MFU ours "
+        f"{result['mfu_ours']:.3f}, plain {result['mfu_plain']:.3f} of {PEAK_FLOPS:.3g} FLOP/s"
+    )
+    if args.dry_run:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        from benchmarks.common import write_result
+
+        write_result("trainer_gpu", result)
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
