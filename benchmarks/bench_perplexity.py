@@ -65,6 +65,7 @@ def train_reference_lm(out: Path, max_tokens: int) -> tuple[Path, float]:
             "out": str(out),
             "order": 5,
             "max_tokens": max_tokens,
+            "prune_singletons_from": 3,
             "languages": {
                 "en": {
                     "inputs": [
@@ -122,6 +123,7 @@ def run(num_docs: int, max_tokens: int) -> dict:
         "mean_chars": round(chars / n),
         "model": {
             "order": 5,
+            "prune_singletons_from": 3,
             "tokens": info["tokens"],
             "ngrams": info["ngrams"],
             "arpa_mb": round(arpa_mb, 1),

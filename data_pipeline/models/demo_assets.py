@@ -60,6 +60,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "lm": {
         "order": 4,
         "max_tokens": 400_000,
+        "prune_singletons_from": 3,
         "languages": {
             "en": {
                 "inputs": [

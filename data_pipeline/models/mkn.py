@@ -40,6 +40,8 @@ class Order:
     adjusted: np.ndarray = field(default_factory=lambda: np.zeros(0))
     prob: np.ndarray = field(default_factory=lambda: np.zeros(0))
     backoff: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    keep: np.ndarray | None = None
+    """Which n-grams the ARPA lists (None: all); see `prune`."""
     discounts: tuple[float, float, float] = FALLBACK_DISCOUNTS
 
 
@@ -156,15 +158,51 @@ def estimate(orders: list[Order], vocab_size: int) -> None:
     orders[-1].backoff = np.ones(len(orders[-1].count))
 
 
-def ngram_strings(orders: list[Order], vocab: list[str]) -> list[list[str]]:
-    """The space-joined words of every n-gram, order by order."""
-    strings = [list(vocab)]
+def prune(orders: list[Order], from_order: int) -> None:
+    """Drop n-grams seen once at orders >= `from_order` (like lmplz --prune 0 0 1 for 3), then
+    renormalise the backoffs so every context still sums to one.
+
+    An n-gram stays when it is the context or the suffix of a kept longer n-gram, so the ARPA
+    stays consistent. Kept n-grams keep their interpolated probability; a pruned word w after h
+    gets backoff(h) * p(w | h'), with backoff(h) = (1 - sum_kept p(.|h)) / (1 - sum_kept p(.|h')).
+    """
+    top = len(orders)
+    for n in range(top - 1, -1, -1):
+        o = orders[n]
+        if n + 1 < from_order:
+            o.keep = np.ones(len(o.count), dtype=bool)
+            continue
+        keep = o.count >= 2
+        if n + 1 < top:
+            longer = orders[n + 1]
+            kept = longer.keep if longer.keep is not None else np.ones(len(longer.count), bool)
+            keep[longer.context[kept]] = True
+            keep[longer.suffix[kept]] = True
+        o.keep = keep
+    for n in range(max(from_order - 1, 1), top):
+        o, shorter = orders[n], orders[n - 1]
+        kept = o.keep
+        size = len(shorter.count)
+        kept_prob = np.bincount(o.context[kept], weights=o.prob[kept], minlength=size)
+        kept_lower = np.bincount(
+            o.context[kept], weights=shorter.prob[o.suffix[kept]], minlength=size
+        )
+        left, right = 1.0 - kept_prob, 1.0 - kept_lower
+        shorter.backoff = np.where(
+            right > 1e-12, np.maximum(left, 0.0) / np.maximum(right, 1e-12), 1.0
+        )
+
+
+def ngram_strings(orders: list[Order], vocab: list[str]) -> list[list[str | None]]:
+    """The space-joined words of every listed n-gram (None for pruned ones), order by order."""
+    strings: list[list[str | None]] = [list(vocab)]
     for o in orders[1:]:
         prev = strings[-1]
+        keep = o.keep.tolist() if o.keep is not None else [True] * len(o.count)
         strings.append(
             [
-                f"{prev[c]} {vocab[w]}"
-                for c, w in zip(o.context.tolist(), o.word.tolist(), strict=True)
+                f"{prev[c]} {vocab[w]}" if k else None
+                for c, w, k in zip(o.context.tolist(), o.word.tolist(), keep, strict=True)
             ]
         )
     return strings
@@ -173,7 +211,7 @@ def ngram_strings(orders: list[Order], vocab: list[str]) -> list[list[str]]:
 def write_arpa(orders: list[Order], vocab: list[str], handle: TextIO) -> list[int]:
     """Write the ARPA text; returns the number of n-grams per order."""
     strings = ngram_strings(orders, vocab)
-    sizes = [len(s) for s in strings]
+    sizes = [sum(text is not None for text in s) for s in strings]
     handle.write("\\data\\\n")
     for n, size in enumerate(sizes, 1):
         handle.write(f"ngram {n}={size}\n")
@@ -188,6 +226,8 @@ def write_arpa(orders: list[Order], vocab: list[str], handle: TextIO) -> list[in
         logbackoff = np.log10(o.backoff) if not last else None
         lines = []
         for i, text in enumerate(words):
+            if text is None:
+                continue
             if last:
                 lines.append(f"{logprob[i]:.7g}\t{text}\n")
             else:
@@ -197,13 +237,20 @@ def write_arpa(orders: list[Order], vocab: list[str], handle: TextIO) -> list[in
     return sizes
 
 
-def train_arpa(sentences: Iterable[str], order: int, handle: TextIO) -> dict[str, object]:
-    """Estimate an order-`order` modified Kneser-Ney model and write it as ARPA to `handle`."""
+def train_arpa(
+    sentences: Iterable[str], order: int, handle: TextIO, prune_from: int | None = None
+) -> dict[str, object]:
+    """Estimate an order-`order` modified Kneser-Ney model and write it as ARPA to `handle`.
+
+    `prune_from`: drop singleton n-grams of that order and above (None: keep all).
+    """
     corpus = encode(sentences)
     if len(corpus.vocab) <= 3:
         raise ValueError("no words to train on")
     orders = count_orders(corpus, order)
     estimate(orders, len(corpus.vocab))
+    if prune_from is not None and prune_from <= order:
+        prune(orders, prune_from)
     sizes = write_arpa(orders, corpus.vocab, handle)
     return {
         "tokens": int(len(corpus.tokens) - 2 * np.count_nonzero(corpus.position == 0)),

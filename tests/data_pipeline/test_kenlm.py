@@ -211,3 +211,39 @@ def test_cli_trains_the_example_config_as_shipped(tmp_path, monkeypatch, capsys)
     printed = capsys.readouterr().out
     assert "kenlm-model en: order 2" in printed and "kenlm-model zh: order 2" in printed
     assert require(out, kind="kenlm-model")["model"]["order"] == 2
+
+
+@pytest.mark.timeout(120)
+def test_pruning_singletons_shrinks_the_model_and_keeps_it_normalised(tmp_path):
+    import kenlm
+
+    english = [
+        r["text"] for r in _rows() if "linux-doc" in r["source"] and r["meta"].get("lang") == "en"
+    ]
+    train = [s for text in english[:150] for s in lm_sentences(text)]
+    heldout = english[-20:]
+    results = {}
+    for prune_from in (None, 3):
+        path = tmp_path / f"prune-{prune_from}.arpa"
+        with open(path, "w", encoding="utf-8") as handle:
+            stats = train_arpa(train, 4, handle, prune_from)
+        model = kenlm.Model(str(path))
+        total = count = 0
+        for text in heldout:
+            scored = document_perplexity(model, text)
+            total, count = total + scored[0], count + scored[1]
+        state, after = kenlm.State(), kenlm.State()
+        model.BeginSentenceWrite(state)
+        model.BaseScore(state, "the", after)
+        vocab = [
+            line.split("\t")[1]
+            for line in path.read_text().splitlines()
+            if line.count("\t") and " " not in line.split("\t")[1]
+        ]
+        mass = sum(10 ** model.BaseScore(after, w, kenlm.State()) for w in vocab if w != "<s>")
+        assert mass == pytest.approx(1.0, abs=1e-4)
+        results[prune_from] = (path.stat().st_size, 10 ** (-total / count), stats["ngrams"])
+    full, pruned = results[None], results[3]
+    assert pruned[2][:2] == full[2][:2] and pruned[2][3] < full[2][3] / 2
+    assert pruned[0] < full[0] / 2
+    assert pruned[1] == pytest.approx(full[1], rel=0.1)
