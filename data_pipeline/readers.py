@@ -50,17 +50,16 @@ FORMAT_SUFFIXES: tuple[tuple[str, str], ...] = (
     (".warc", "warc"),
     (".arc.gz", "warc"),
     (".jsonl.gz", "jsonl"),
-    (".json.gz", "jsonl"),
     (".ndjson.gz", "jsonl"),
     (".jsonl", "jsonl"),
     (".ndjson", "jsonl"),
-    (".json", "jsonl"),
     (".html.gz", "html"),
     (".htm.gz", "html"),
     (".html", "html"),
     (".htm", "html"),
     (".parquet", "parquet"),
 )
+"""Suffix -> format. Plain `.json` is not an input (artifact manifests are JSON)."""
 _IO_ERRORS = (OSError, EOFError, zlib.error, gzip.BadGzipFile)
 
 

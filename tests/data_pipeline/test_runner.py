@@ -135,3 +135,17 @@ def test_changed_config_is_refused_unless_overwrite(first_run, tmp_path) -> None
     result = run_pipeline(_config(copy, shard_rows=50, overwrite=True), progress=False)
     assert result.shards == ["code-00000.parquet", "docs-00000.parquet", "pages-00000.parquet"]
     assert result.ledger["documents_kept"] == 17
+
+
+def test_demo_config_runs_model_stages_only_with_their_models(tmp_path) -> None:
+    from data_pipeline.demo import demo_config
+
+    without = demo_config(tmp_path / "raw", tmp_path / "out", {})
+    assert without.stages.extract == {} and without.stages.langid == {}
+    assert without.stages.domain is None and without.stages.perplexity is None
+    models = {"domain": tmp_path / "d", "quality": tmp_path / "q", "lm": tmp_path / "lm"}
+    with_models = demo_config(tmp_path / "raw", tmp_path / "out", models)
+    if with_models.stages.domain is not None:  # present once the classify stage is built
+        assert with_models.stages.domain == {"model": str(tmp_path / "d")}
+    if with_models.stages.perplexity is not None:
+        assert with_models.stages.perplexity == {"model": str(tmp_path / "lm")}
