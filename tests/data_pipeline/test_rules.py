@@ -11,10 +11,9 @@ from hypothesis import strategies as st
 
 from data_pipeline.stages.base import stage_class
 from data_pipeline.stages.rules import (
+    NGrams,
     RulesConfig,
     RulesStage,
-    dup_ngram_chars,
-    top_ngram_chars,
 )
 from pretrain.config import parse_config
 from pretrain.errors import ConfigError
@@ -261,10 +260,8 @@ def test_ngram_counts_equal_datatrove(words, n):
         get_n_grams,
     )
 
-    cumlen = [0]
-    for w in words:
-        cumlen.append(cumlen[-1] + len(w))
-    assert dup_ngram_chars(words, n, cumlen) == find_all_duplicate(words, n)
+    ngrams = NGrams(words)
+    assert ngrams.dup_chars(n) == find_all_duplicate(words, n)
     grams = get_n_grams(words, n)
     expected = find_top_duplicate(grams) if grams else 0
-    assert top_ngram_chars(words, n) == expected
+    assert ngrams.top_chars(n) == expected
