@@ -92,6 +92,23 @@ def primary_proxy(runs: Sequence[Mapping[str, Any]], sizes: Mapping[str, float] 
     return proxies[-1]
 
 
+def _criterion(
+    improvement: float, spread: float, min_improvement: float, require_seed_spread: bool
+) -> tuple[bool, str]:
+    """Whether the improvement over the base clears min_improvement (+ the seed spread)."""
+    if not (require_seed_spread or min_improvement > 0):
+        return True, "criteria do not require beating the base"
+    if require_seed_spread and math.isnan(spread):
+        return False, "one seed per recipe: the seed spread is unknown (run >= 2 seeds)"
+    margin = min_improvement + (spread if require_seed_spread else 0.0)
+    passed = improvement > margin
+    return passed, (
+        f"improvement over base {improvement:.4f} {'>' if passed else '<='} required "
+        f"{margin:.4f} (min_improvement {min_improvement} + seed spread "
+        f"{spread if require_seed_spread else 0.0:.4f})"
+    )
+
+
 def decide(
     ranking: Sequence[Mapping[str, Any]],
     base_sha: str,
@@ -127,23 +144,10 @@ def decide(
             "spread": None,
             "evidence": evidence + ["the base recipe has no finished runs"],
         }
-    sign = 1.0 if lower_is_better(metric) else -1.0
-    improvement = sign * (base["mean"] - chosen["mean"])
+    improvement = (1.0 if lower_is_better(metric) else -1.0) * (base["mean"] - chosen["mean"])
     stds = (chosen["std"], base["std"])
     spread = float("nan") if None in stds else max(stds)
-    needs_beat = require_seed_spread or min_improvement > 0
-    if not needs_beat:
-        passed, why = True, "criteria do not require beating the base"
-    elif require_seed_spread and math.isnan(spread):
-        passed, why = False, "one seed per recipe: the seed spread is unknown (run >= 2 seeds)"
-    else:
-        margin = min_improvement + (spread if require_seed_spread else 0.0)
-        passed = improvement > margin
-        why = (
-            f"improvement over base {improvement:.4f} {'>' if passed else '<='} required "
-            f"{margin:.4f} (min_improvement {min_improvement} + seed spread "
-            f"{spread if require_seed_spread else 0.0:.4f})"
-        )
+    passed, why = _criterion(improvement, spread, min_improvement, require_seed_spread)
     evidence.append(f"base {base['recipe_name']}: mean {base['mean']:.4f}, rank {base['rank']}")
     evidence.append(why)
     return {
@@ -174,6 +178,29 @@ def _cv_scores(model: Any, x: np.ndarray, y: np.ndarray, folds: int) -> dict[str
         "cv_mae": float(np.mean(np.abs(residual))),
         "cv_spearman": rho,
         "folds": folds,
+    }
+
+
+def _predict_best(
+    model: Any,
+    observed: np.ndarray,
+    components: Sequence[str],
+    metric: str,
+    base_weights: Mapping[str, float],
+    candidates: int,
+    concentration: float,
+    seed: int,
+) -> dict[str, Any]:
+    """The best predicted of `candidates` Dirichlet samples around the base (and the observed)."""
+    rng = np.random.default_rng(seed)
+    alpha = np.array([max(base_weights.get(c, 0.0), 1e-3) for c in components]) * concentration
+    pool = np.vstack([rng.dirichlet(alpha, size=candidates), observed])
+    predicted = model.predict(pool)
+    index = int(np.argmin(predicted) if lower_is_better(metric) else np.argmax(predicted))
+    return {
+        "weights": dict(zip(components, map(float, pool[index]))),
+        "predicted": float(predicted[index]),
+        "observed": index >= candidates,
     }
 
 
@@ -220,21 +247,21 @@ def fit_regression(
             fits[name]["coefficients"] = dict(zip(components, map(float, model.coef_)))
     r2 = {name: fits[name]["cv_r2"] for name in fits}
     best_model = max(r2, key=lambda n: (-math.inf if r2[n] is None else r2[n], n))
-    rng = np.random.default_rng(seed)
-    alpha = np.array([max(base_weights.get(c, 0.0), 1e-3) for c in components]) * concentration
-    pool = np.vstack([rng.dirichlet(alpha, size=candidates), x])
-    predicted = models[best_model].predict(pool)
-    index = int(np.argmin(predicted) if lower_is_better(metric) else np.argmax(predicted))
     result.update(
         {
             "status": "fitted",
             "models": fits,
             "selected_model": best_model,
-            "predicted_best": {
-                "weights": dict(zip(components, map(float, pool[index]))),
-                "predicted": float(predicted[index]),
-                "observed": index >= candidates,
-            },
+            "predicted_best": _predict_best(
+                models[best_model],
+                x,
+                components,
+                metric,
+                base_weights,
+                candidates,
+                concentration,
+                seed,
+            ),
             "in_sample_predictions": [float(v) for v in models[best_model].predict(x)],
         }
     )

@@ -3,8 +3,8 @@ decontaminated against the training documents with the pipeline's MinHash dedup 
 (`data_pipeline.dedup.index`: eval documents indexed, training shards queried batch by batch).
 
 Every training document (split != eval) whose estimated Jaccard similarity to an eval document
-reaches the threshold is reported in `contaminated.parquet`; mixtures exclude those ids from
-training (`exclude_ids`), so the eval set stays held out. The artifact (kind `evalset`) holds
+reaches the threshold is reported in `contaminated.parquet` (`contaminated_ids(dir)`): the ids a
+mixture must exclude from training so the eval set stays held out. The artifact (kind `evalset`) holds
 `sets/<domain>__<lang>.parquet` (id, text, domain, lang, num_bytes), optional task files under
 `tasks/`, and `report.json`; its manifest sha256 is the eval set's identity.
 """
@@ -27,6 +27,15 @@ from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.manifest import atomic_write_json, require, write_manifest
 
+HIT_SCHEMA = pa.schema(
+    [
+        ("train_id", pa.string()),
+        ("eval_id", pa.string()),
+        ("jaccard", pa.float32()),
+        ("domain", pa.string()),
+        ("lang", pa.string()),
+    ]
+)
 SET_SCHEMA = pa.schema(
     [
         ("id", pa.string()),
@@ -129,6 +138,32 @@ def _dedup_config(cfg: DecontaminationConfig) -> Any:
     )
 
 
+def _matches(index_dir: Path, train: pa.Table) -> list[dict[str, Any]]:
+    """Query one batch of training documents against the eval index."""
+    from data_pipeline.dedup.index import query
+
+    columns = {"id": train.column("id"), "text": train.column("text")}
+    if "lang" in train.column_names:
+        columns["lang"] = train.column("lang")
+    matches = query(index_dir, pa.table(columns))
+    rows = {
+        r["id"]: r
+        for r in train.select(
+            [c for c in ("id", "domain", "lang") if c in train.column_names]
+        ).to_pylist()
+    }
+    return [
+        {
+            "train_id": m["id"],
+            "eval_id": m["matched_id"],
+            "jaccard": float(m["jaccard"]),
+            "domain": rows[m["id"]].get("domain"),
+            "lang": rows[m["id"]].get("lang"),
+        }
+        for m in matches.to_pylist()
+    ]
+
+
 def decontaminate(
     eval_docs: list[dict],
     train_files: list[Path],
@@ -141,7 +176,7 @@ def decontaminate(
     the eval documents are indexed, the training data is queried batch by batch)."""
     from tqdm import tqdm
 
-    from data_pipeline.dedup.index import query, save_index
+    from data_pipeline.dedup.index import save_index
 
     eval_table = pa.table(
         {
@@ -151,7 +186,6 @@ def decontaminate(
         }
     )
     save_index(index_dir, [eval_table], _dedup_config(cfg), partitions=4)
-    domain_of = {}
     hits: list[dict[str, Any]] = []
     progress = tqdm(desc="decontaminate", unit="doc", leave=False)
     for table in _batches(train_files, ["id", "text", "split", "domain", "lang"], batch_rows):
@@ -159,38 +193,8 @@ def decontaminate(
         train = table.filter(
             pc.and_(pc.not_equal(table.column("split"), "eval"), pc.is_valid(table.column("text")))
         )
-        if not train.num_rows:
-            continue
-        lang = train.column("lang") if "lang" in train.column_names else None
-        domains = train.column("domain").to_pylist() if "domain" in train.column_names else None
-        matches = query(
-            index_dir,
-            pa.table(
-                {
-                    "id": train.column("id"),
-                    "text": train.column("text"),
-                    **({"lang": lang} if lang is not None else {}),
-                }
-            ),
-        )
-        ids = train.column("id").to_pylist()
-        for i, doc_id in enumerate(ids):
-            domain_of[doc_id] = (
-                domains[i] if domains else None,
-                lang[i].as_py() if lang is not None else None,
-            )
-        for row in matches.to_pylist():
-            domain, language = domain_of[row["id"]]
-            hits.append(
-                {
-                    "train_id": row["id"],
-                    "eval_id": row["matched_id"],
-                    "jaccard": float(row["jaccard"]),
-                    "domain": domain,
-                    "lang": language,
-                }
-            )
-        domain_of.clear()
+        if train.num_rows:
+            hits.extend(_matches(index_dir, train))
     progress.close()
     return hits
 
@@ -271,16 +275,14 @@ def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
         if cfg.decontamination.enabled
         else []
     )
-    hit_schema = pa.schema(
-        [
-            ("train_id", pa.string()),
-            ("eval_id", pa.string()),
-            ("jaccard", pa.float32()),
-            ("domain", pa.string()),
-            ("lang", pa.string()),
-        ]
-    )
-    pq.write_table(pa.Table.from_pylist(hits, schema=hit_schema), out / "contaminated.parquet")
+    return _finish(out, cfg, written, skipped, hits)
+
+
+def _finish(
+    out: Path, cfg: EvalBuildConfig, written: list[dict], skipped: list[dict], hits: list[dict]
+) -> dict[str, Any]:
+    """contaminated.parquet, the task files, report.json, then the `evalset` manifest."""
+    pq.write_table(pa.Table.from_pylist(hits, schema=HIT_SCHEMA), out / "contaminated.parquet")
     tasks = _copy_tasks(out, cfg.tasks)
     report = {
         "sets": written,
@@ -291,18 +293,18 @@ def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
         "decontamination": config_dict(cfg.decontamination),
     }
     atomic_write_json(out / "report.json", report)
-    inputs = [cfg.shards, *cfg.train_shards]
+    counts = {
+        "sets": len(written),
+        "documents": sum(s["documents"] for s in written),
+        "bytes": sum(s["bytes"] for s in written),
+        "contaminated_train_documents": report["contaminated_train_documents"],
+    }
     return write_manifest(
         out,
         "evalset",
         config=config_dict(cfg),
-        inputs=inputs,
-        counts={
-            "sets": len(written),
-            "documents": sum(s["documents"] for s in written),
-            "bytes": sum(s["bytes"] for s in written),
-            "contaminated_train_documents": report["contaminated_train_documents"],
-        },
+        inputs=[cfg.shards, *cfg.train_shards],
+        counts=counts,
         extra={"sets": written, "tasks": tasks},
     )
 

@@ -9,7 +9,14 @@ from typing import Any
 
 import yaml
 
-from evals.ablate import AblationConfig, choose_parallel, load_inputs, plan_recipes, run_key
+from evals.ablate import (
+    AblationConfig,
+    ProxyConfig,
+    choose_parallel,
+    load_inputs,
+    plan_recipes,
+    run_key,
+)
 from evals.proxy import execute_run, load_finished
 from evals.report import build_report, epoch_table, write_report
 from pretrain.config import apply_overrides, config_dict, config_sha256
@@ -39,37 +46,44 @@ def proxy_parameters(train: dict[str, Any], overrides: dict[str, Any]) -> float:
     return 12.0 * int(model.get("num_layers", 2)) * int(model.get("hidden_size", 128)) ** 2
 
 
+def _proxy_steps(train: dict[str, Any], proxy: ProxyConfig, budget: int) -> tuple[int, int, int]:
+    """(sequence length, global batch, steps) of a proxy at its token budget."""
+    seq, batch = _proxy_shape(train, proxy.overrides)
+    steps = budget // (seq * batch)
+    if steps < 1:
+        raise ConfigError(
+            f"token_budget = {budget} is less than one global batch of proxy {proxy.name} "
+            f"({batch} x {seq} tokens); raise it"
+        )
+    return seq, batch, steps
+
+
 def make_specs(config: AblationConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One spec per (recipe, proxy, seed), with its cache key and run directory."""
     from mixtures.recipe import Recipe, recipe_sha256
 
     mixture, train = load_inputs(config)
-    if any(p.get("weights") for p in mixture["recipe"].get("phases") or []):
-        raise ConfigError(
-            f"mixture = {config.mixture}: phases with their own weights; the "
-            "ablation varies component weights, so drop phases[*].weights"
-        )
     require(config.eval_sets, kind="evalset", deep=False)
-    encoded = mixture["build"]["encoded"]
     identity = {
         "train_template_sha256": config_sha256(train),
         "evalset_sha256": manifest_sha256(config.eval_sets),
-        "encoded_manifest_sha256": manifest_sha256(encoded),
+        "encoded_manifest_sha256": manifest_sha256(mixture["build"]["encoded"]),
         "eval": config_dict(config.eval),
     }
-    tokenizer = config.tokenizer or mixture["build"].get("tokenizer")
+    common = {
+        "train_config": str(config.train),
+        "eval_sets": str(config.eval_sets),
+        "tokenizer": config.tokenizer or mixture["build"].get("tokenizer"),
+        "eval": config_dict(config.eval),
+        "launch_args": config.launch_args,
+        "timeout_s": config.timeout_s,
+    }
     specs = []
     for plan in plan_recipes(config, mixture):
         recipe_hash = recipe_sha256(Recipe.model_validate(plan["recipe"]))
         for proxy in config.proxies:
             budget = proxy.token_budget or config.token_budget
-            seq, batch = _proxy_shape(train, proxy.overrides)
-            steps = budget // (seq * batch)
-            if steps < 1:
-                raise ConfigError(
-                    f"token_budget = {budget} is less than one global batch of "
-                    f"proxy {proxy.name} ({batch} x {seq} tokens); raise it"
-                )
+            seq, batch, steps = _proxy_steps(train, proxy, budget)
             for seed in config.seeds:
                 key = run_key(recipe_hash, proxy, seed, budget, identity)
                 build = {
@@ -81,6 +95,7 @@ def make_specs(config: AblationConfig) -> tuple[list[dict[str, Any]], dict[str, 
                 }
                 specs.append(
                     {
+                        **common,
                         "run_key": key,
                         "recipe_name": plan["name"],
                         "recipe_sha256": recipe_hash,
@@ -91,12 +106,6 @@ def make_specs(config: AblationConfig) -> tuple[list[dict[str, Any]], dict[str, 
                         "seed": seed,
                         "token_budget": budget,
                         "train_steps": steps,
-                        "train_config": str(config.train),
-                        "eval_sets": str(config.eval_sets),
-                        "tokenizer": tokenizer,
-                        "eval": config_dict(config.eval),
-                        "launch_args": config.launch_args,
-                        "timeout_s": config.timeout_s,
                         "run_dir": str(runs_dir(config) / key[:20]),
                     }
                 )
@@ -199,6 +208,29 @@ def _epochs(config: AblationConfig, finished: list[dict]) -> list[dict[str, Any]
     return rows
 
 
+def _shared_identity(finished: list[dict], failed: list[dict], base: str) -> tuple[str, str]:
+    """The (tokenizer, encoded data) hashes every finished run shares; refuse otherwise."""
+    if not any(r["recipe_sha256"] == base for r in finished):
+        first = failed[0]["error"] if failed else "none"
+        raise PretrainError(
+            f"no run of the base recipe finished ({len(failed)} failed; first error: {first})"
+        )
+    hashes = {(r["tokenizer_sha256"], r["data_manifest_sha256"]) for r in finished}
+    if len(hashes) != 1:
+        raise PretrainError(
+            f"proxy runs disagree on tokenizer / data hashes {sorted(hashes)}; "
+            "the sweep must run on one encoded data set: rebuild and re-run"
+        )
+    return hashes.pop()
+
+
+def _write_chosen(out: Path, specs: list[dict], mixture: dict, chosen_sha: str) -> None:
+    """chosen_mixture.yaml: the base mixture config with the chosen recipe (same recipe hash)."""
+    chosen = next(s for s in specs if s["recipe_sha256"] == chosen_sha)
+    text = yaml.safe_dump({**mixture, "recipe": chosen["recipe"]}, sort_keys=False)
+    atomic_write_bytes(out / "chosen_mixture.yaml", text.encode())
+
+
 def run_sweep(
     config: AblationConfig, runner: Callable[[dict[str, Any]], dict[str, Any]] = execute_run
 ) -> dict[str, Any]:
@@ -210,18 +242,7 @@ def run_sweep(
     finished = [r for r in results if r["status"] == "finished"]
     failed = [r for r in results if r["status"] != "finished"]
     base = specs[0]["recipe_sha256"]
-    if not any(r["recipe_sha256"] == base for r in finished):
-        raise PretrainError(
-            f"no run of the base recipe finished ({len(failed)} failed; first "
-            f"error: {failed[0]['error'] if failed else 'none'})"
-        )
-    hashes = {(r["tokenizer_sha256"], r["data_manifest_sha256"]) for r in finished}
-    if len(hashes) != 1:
-        raise PretrainError(
-            f"proxy runs disagree on tokenizer / data hashes {sorted(hashes)}; "
-            "the sweep must run on one encoded data set: rebuild and re-run"
-        )
-    tokenizer_sha, data_sha = hashes.pop()
+    tokenizer_sha, data_sha = _shared_identity(finished, failed, base)
     sizes = {p.name: proxy_parameters(identity["train"], p.overrides) for p in config.proxies}
     report = build_report(
         finished,
@@ -245,11 +266,7 @@ def run_sweep(
     report["sweep_wall_s"] = round(time.perf_counter() - start, 2)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    chosen = next(s for s in specs if s["recipe_sha256"] == report["chosen_recipe_sha256"])
-    chosen_mixture = {**identity["mixture"], "recipe": chosen["recipe"]}
-    atomic_write_bytes(
-        out / "chosen_mixture.yaml", yaml.safe_dump(chosen_mixture, sort_keys=False).encode()
-    )
+    _write_chosen(out, specs, identity["mixture"], report["chosen_recipe_sha256"])
     write_report(
         out,
         report,
