@@ -76,9 +76,8 @@ def datasketch_bulk(docs: list[str]) -> list:
     return MinHash.bulk([shingles(t) for t in docs], num_perm=NUM_PERM, seed=1)
 
 
-def datatrove_signatures(docs: list[str]) -> int:
-    from datatrove.data import Document
-    from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupSignature
+def whitespace_tokenizer():
+    """datatrove's fast setting: a plain whitespace word tokenizer instead of spaCy."""
     from datatrove.utils.word_tokenizers import WordTokenizer
 
     class Whitespace(WordTokenizer):
@@ -91,9 +90,16 @@ def datatrove_signatures(docs: list[str]) -> int:
         def span_tokenize(self, text: str) -> list[tuple[int, int]]:
             return [(0, len(text))]
 
+    return Whitespace()
+
+
+def datatrove_signatures(docs: list[str]) -> int:
+    from datatrove.data import Document
+    from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupSignature
+
     config = MinhashConfig(n_grams=NGRAM, num_buckets=16, hashes_per_bucket=8)
     with tempfile.TemporaryDirectory() as out:
-        step = MinhashDedupSignature(out, config=config, language=Whitespace())
+        step = MinhashDedupSignature(out, config=config, language=whitespace_tokenizer())
         step.run((Document(text=t, id=str(i)) for i, t in enumerate(docs)), rank=0, world_size=1)
     return len(docs)
 

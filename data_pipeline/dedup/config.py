@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -29,7 +30,11 @@ class DedupConfig(StageConfig):
     near: bool = True
     """Tag MinHash near-duplicates (estimated Jaccard of shingle sets >= threshold)."""
     threshold: float = Field(0.8, gt=0, le=1)
-    """Candidate pairs are kept when their signature Jaccard estimate reaches this."""
+    """Candidate pairs are kept when their Jaccard similarity reaches this."""
+    verify: Literal["exact", "signature"] = "exact"
+    """How candidates are checked: `signature` trusts the MinHash estimate; `exact` computes the
+    Jaccard of the shingle sets for pairs whose estimate is within noise of the threshold
+    (estimates above threshold + 0.12 or below threshold - 0.15 are decided directly)."""
     num_perm: int = Field(128, ge=8, le=1024)
     seed: int = 1
     """Seed of the permutations; an index is only comparable with the same seed and num_perm."""
@@ -39,9 +44,10 @@ class DedupConfig(StageConfig):
     bands: int | None = Field(None, ge=1)
     rows: int | None = Field(None, ge=1)
     """(bands, rows) override; by default derived from `threshold` and the weights below."""
-    false_positive_weight: float = Field(0.1, ge=0)
-    false_negative_weight: float = Field(0.9, ge=0)
-    """LSH errors are weighted towards recall: candidates are verified, misses are lost."""
+    false_positive_weight: float = Field(0.05, ge=0)
+    false_negative_weight: float = Field(0.95, ge=0)
+    """LSH errors are weighted towards recall (16 x 8 at 0.8: a pair at J = 0.8 collides with
+    probability 0.95): candidates are verified, misses are lost."""
     num_partitions: int | None = Field(None, ge=1)
     """Hash partitions of the Ray shuffles (default: 2 x the cluster's CPUs)."""
     task_timeout_s: float = Field(3600, gt=0)

@@ -2,7 +2,7 @@
 
 Layout: `bands/part-NNNNN.parquet` (band key uint64, vertex int64; a key lives in part key % P),
 `exact/part-NNNNN.parquet` (exact key, vertex), `docs/part-NNNNN.parquet` (vertex, id, dup_cluster,
-exact_hash, signature; a vertex lives in part vertex % P). The manifest records the shingle and
+exact_hash, signature, shingle values; a vertex lives in part vertex % P). The manifest records the shingle and
 permutation settings; a query recomputes signatures with exactly those.
 
 A query reads one partition at a time, so its memory is bounded by the new batch plus one part of
@@ -29,13 +29,13 @@ from data_pipeline.dedup.core import (
     dedup_table,
     signature_table,
     signatures_of,
+    verify_pairs,
 )
-from data_pipeline.dedup.lsh import verify
 from pretrain.errors import ArtifactError
 from pretrain.manifest import require, write_manifest
 
 KIND = "dedup-index"
-_SETTINGS = ("num_perm", "seed", "word_ngram", "char_ngram", "threshold")
+_SETTINGS = ("num_perm", "seed", "word_ngram", "char_ngram", "verify", "threshold")
 _BUCKET_CAP = 32
 """Old documents considered per shared key: members of one bucket are near-copies of each other."""
 
@@ -99,7 +99,7 @@ def save_index(
             writers["exact"].write(
                 pa.table({"key": exact_keys, "vertex": vertex}), _part(exact_keys, partitions)
             )
-            docs = sigs.select(["vertex", "id", "exact_hash", "sig"]).append_column(
+            docs = sigs.select(["vertex", "id", "exact_hash", "sig", "shingles"]).append_column(
                 "dup_cluster", pa.array(np.asarray(cluster), pa.int64())
             )
             writers["docs"].write(docs, _part(vertex, partitions))
@@ -223,7 +223,13 @@ def _verified(
         doc_order = np.argsort(doc_vertex, kind="stable")
         at = doc_order[np.searchsorted(doc_vertex, old_v[mask], sorter=doc_order)]
         old_sigs = signatures_of(docs.column("sig"), config.num_perm)[at]
-        ok, similarity = verify(new_sigs[new_rows[mask]], old_sigs, config.threshold)
+        ok, similarity = verify_pairs(
+            new_sigs[new_rows[mask]],
+            old_sigs,
+            sigs.column("shingles").take(pa.array(new_rows[mask])),
+            docs.column("shingles").take(pa.array(at)),
+            config,
+        )
         similarity = np.where(is_exact[mask], 1.0, similarity)
         ok |= is_exact[mask]
         pieces.append(
@@ -272,7 +278,7 @@ def _best_matches(pairs: pa.Table, sigs: pa.Table) -> pa.Table:
 def check_compatible(index_dir: str | os.PathLike, config: DedupConfig) -> None:
     """Refuse an index built with other shingle or permutation settings than `config`."""
     built_with, _ = index_config(index_dir)
-    mismatched = [n for n in _SETTINGS[:-1] if getattr(built_with, n) != getattr(config, n)]
+    mismatched = [n for n in _SETTINGS[:4] if getattr(built_with, n) != getattr(config, n)]
     if mismatched:
         raise ArtifactError(
             f"index {index_dir} was built with different {', '.join(mismatched)}; "

@@ -115,6 +115,11 @@ def _counts(token_counts: np.ndarray, ngram_of: np.ndarray, cjk: np.ndarray) -> 
     )
 
 
+def fold32(shingles: np.ndarray) -> np.ndarray:
+    """The 32-bit shingle values the permutations hash (and exact verification compares)."""
+    return ((shingles ^ (shingles >> np.uint64(32))) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
 class MinHasher:
     """`num_perm` seeded hash functions; `signatures` maps shingle hashes to uint32 signatures."""
 
@@ -132,7 +137,7 @@ class MinHasher:
         counts = np.diff(offsets)
         nonempty = np.flatnonzero(counts > 0)
         starts, ends = offsets[nonempty], offsets[nonempty + 1]
-        folded = (shingles ^ (shingles >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
+        folded = fold32(shingles).astype(np.uint64)
         block = np.empty((_CHUNK, self.num_perm), dtype=np.uint64)
         high = np.empty((_CHUNK, self.num_perm), dtype=np.uint32)
         for lo in range(0, len(shingles), _CHUNK):

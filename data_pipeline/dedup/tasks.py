@@ -16,8 +16,14 @@ import pyarrow.compute as pc
 
 from data_pipeline.dedup import components
 from data_pipeline.dedup.config import DedupConfig
-from data_pipeline.dedup.core import band_rows, keep_and_size, signature_table, signatures_of
-from data_pipeline.dedup.lsh import candidate_edges, unique_edges, verify
+from data_pipeline.dedup.core import (
+    band_rows,
+    keep_and_size,
+    signature_table,
+    signatures_of,
+    verify_pairs,
+)
+from data_pipeline.dedup.lsh import candidate_edges, unique_edges
 
 EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
 
@@ -74,6 +80,7 @@ def map_block(block: pa.Table, block_index: int, config: DedupConfig, partitions
             "block": pa.array(np.full(len(block), block_index), pa.int64()),
             "row": pa.array(np.arange(len(block)), pa.int64()),
             "sig": sigs.column("sig"),
+            "shingles": sigs.column("shingles"),
             "matched_cluster": matched,
         }
     )
@@ -144,12 +151,13 @@ def attach_u(config: DedupConfig, partitions: int, num_cands: int, *pieces: pa.T
         u, v, _ = unique_edges(np.asarray(cands.column("u")), np.asarray(cands.column("v")))
         cands = edges_table(u, v)
     u = np.asarray(cands.column("u"))
-    sig_u = (
-        docs.column("sig").take(pa.array(_lookup(docs, u)))
-        if len(u)
-        else pa.array([], pa.binary(config.num_perm * 4))
-    )
-    table = cands.append_column("sig_u", sig_u)
+    if len(u):
+        at = pa.array(_lookup(docs, u))
+        sig_u, shingles_u = docs.column("sig").take(at), docs.column("shingles").take(at)
+    else:
+        sig_u = pa.array([], pa.binary(config.num_perm * 4))
+        shingles_u = pa.array([], pa.list_(pa.uint32()))
+    table = cands.append_column("sig_u", sig_u).append_column("shingles_u", shingles_u)
     return [
         *scatter(table, np.asarray(cands.column("v")), partitions),
         {"candidate_pairs": len(u), "peak_rss_mb": peak_rss_mb()},
@@ -166,9 +174,11 @@ def verify_v(config: DedupConfig, num_cands: int, *pieces: pa.Table) -> list:
             {"verified_pairs": 0, "peak_rss_mb": peak_rss_mb()},
         ]
     v = np.asarray(cands.column("v"))
-    sig_v = signatures_of(docs.column("sig"), config.num_perm)[_lookup(docs, v)]
+    at = _lookup(docs, v)
+    sig_v = signatures_of(docs.column("sig"), config.num_perm)[at]
     sig_u = signatures_of(cands.column("sig_u"), config.num_perm)
-    ok, _ = verify(sig_u, sig_v, config.threshold)
+    shingles_v = docs.column("shingles").take(pa.array(at))
+    ok, _ = verify_pairs(sig_u, sig_v, cands.column("shingles_u"), shingles_v, config)
     u = np.asarray(cands.column("u"))
     return [
         edges_table(u[ok], v[ok]),
@@ -202,7 +212,7 @@ def star_reduce(kind: str, *pieces: pa.Table) -> list:
 def label_docs(partitions: int, num_roots: int, *pieces: pa.Table) -> list:
     """Vertex partition q: each document's cluster root (itself when in no edge), split by root."""
     roots = concat(pieces[:num_roots], EDGE_SCHEMA)
-    docs = concat(pieces[num_roots:]).drop_columns(["sig"])
+    docs = concat(pieces[num_roots:]).drop_columns(["sig", "shingles"])
     vertex = np.asarray(docs.column("vertex"))
     root = vertex.copy()
     if roots.num_rows:

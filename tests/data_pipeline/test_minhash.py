@@ -133,3 +133,39 @@ def test_star_components_equal_union_find(edges: list[tuple[int, int]]) -> None:
     star_labels[vertex] = root
     assert np.array_equal(labels, star_labels)
     assert len(np.unique(vertex)) == len(vertex)  # one root per vertex
+
+
+def test_exact_verification_decides_pairs_near_the_threshold() -> None:
+    from data_pipeline.dedup.config import DedupConfig
+    from data_pipeline.dedup.core import signature_table, verify_pairs
+
+    base = [f"w{i}" for i in range(400)]
+    variants = []
+    for edits in (9, 8):  # Jaccard 0.796 (below 0.8) and 0.818 (above)
+        words = list(base)
+        for k in range(edits):
+            words[20 + 40 * k] = f"x{k}"
+        variants.append(" ".join(words))
+    texts = [" ".join(base), *variants]
+    truths = [_exact_jaccard(texts[0], t) for t in variants]
+    assert truths[0] < 0.8 < truths[1]
+    table = pa.table({"id": ["a", "b", "c"], "text": texts})
+    sigs, _ = signature_table(table, DedupConfig())
+    signatures = signatures_of_table(sigs)
+    shingles = sigs.column("shingles")
+    first, rest = pa.array([0, 0]), pa.array([1, 2])
+    ok, similarity = verify_pairs(
+        signatures[[0, 0]],
+        signatures[[1, 2]],
+        shingles.take(first),
+        shingles.take(rest),
+        DedupConfig(),
+    )
+    assert ok.tolist() == [False, True]
+    assert np.allclose(similarity, truths)
+
+
+def signatures_of_table(sigs: pa.Table) -> np.ndarray:
+    from data_pipeline.dedup.core import signatures_of
+
+    return signatures_of(sigs.column("sig"), 128)

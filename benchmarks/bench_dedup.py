@@ -1,0 +1,164 @@
+"""End-to-end near-duplicate dedup: ours on Ray vs datatrove's four-stage MinHash pipeline with
+its LocalPipelineExecutor, same worker count (2), same input, same run.
+
+Input: N documents (default 100,000; benchmarks.bench_minhash.make_docs: corpus documents cycled
+with 3% of words replaced per copy) in 4 Parquet files. Both sides: word 5-grams, 14 bands x 9
+rows, whitespace words (datatrove's fast setting). Timed, ours: read Parquet -> DedupStage.apply
+-> write tagged Parquet (every row, with tags); Ray start-up is timed and reported apart.
+Timed, datatrove: signatures -> buckets -> clusters -> filter + write of kept rows.
+Also: peak RSS per process of our steps at 1/4 of the input and at the full input.
+
+    .venv/bin/python -m benchmarks.bench_dedup [--docs 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from datatrove.utils.word_tokenizers import WordTokenizer
+
+from benchmarks.bench_minhash import make_docs
+from benchmarks.common import peak_rss_mb, write_result
+
+WORKERS = 2
+FILES = 4
+BANDS, ROWS = 14, 9
+
+
+class Whitespace(WordTokenizer):
+    """datatrove's fast setting: whitespace words instead of spaCy (module level: picklable)."""
+
+    def word_tokenize(self, text: str) -> list[str]:
+        return text.split()
+
+    def sent_tokenize(self, text: str) -> list[str]:
+        return [text]
+
+    def span_tokenize(self, text: str) -> list[tuple[int, int]]:
+        return [(0, len(text))]
+
+
+def write_input(docs: list[str], directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    per_file = (len(docs) + FILES - 1) // FILES
+    for f in range(FILES):
+        part = docs[f * per_file : (f + 1) * per_file]
+        ids = [f"doc-{f * per_file + i:08d}" for i in range(len(part))]
+        pq.write_table(pa.table({"id": ids, "text": part}), directory / f"part-{f}.parquet")
+    return directory
+
+
+def run_ours(ray, input_dir: Path, out_dir: Path) -> tuple[float, dict]:
+    from data_pipeline.dedup.config import DedupConfig
+    from data_pipeline.stages.dedup import DedupStage
+
+    start = time.perf_counter()
+    stage = DedupStage(DedupConfig(bands=BANDS, rows=ROWS, num_partitions=2 * WORKERS))
+    dataset = ray.data.read_parquet(str(input_dir))
+    stage.apply(dataset).write_parquet(str(out_dir))
+    return time.perf_counter() - start, stage.stats.as_dict()
+
+
+def run_datatrove(input_dir: Path, work: Path) -> float:
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.dedup import (
+        MinhashDedupBuckets,
+        MinhashDedupCluster,
+        MinhashDedupFilter,
+        MinhashDedupSignature,
+    )
+    from datatrove.pipeline.dedup.minhash import MinhashConfig
+    from datatrove.pipeline.readers import ParquetReader
+    from datatrove.pipeline.writers import ParquetWriter
+
+    config = MinhashConfig(n_grams=5, num_buckets=BANDS, hashes_per_bucket=ROWS)
+    logs = str(work / "logs")
+    stages = [
+        (
+            [
+                ParquetReader(str(input_dir)),
+                MinhashDedupSignature(str(work / "sigs"), config=config, language=Whitespace()),
+            ],
+            FILES,
+        ),
+        ([MinhashDedupBuckets(str(work / "sigs"), str(work / "buckets"), config=config)], BANDS),
+        ([MinhashDedupCluster(str(work / "buckets"), str(work / "remove"), config=config)], 1),
+        (
+            [
+                ParquetReader(str(input_dir)),
+                MinhashDedupFilter(str(work / "remove")),
+                ParquetWriter(str(work / "out")),
+            ],
+            FILES,
+        ),
+    ]
+    start = time.perf_counter()
+    for i, (pipeline, tasks) in enumerate(stages):
+        LocalPipelineExecutor(
+            pipeline=pipeline, tasks=tasks, workers=min(WORKERS, tasks), logging_dir=f"{logs}/{i}"
+        ).run()
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=100_000)
+    args = parser.parse_args(argv if argv is not None else [])
+    import ray
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        docs = make_docs(args.docs)
+        full = write_input(docs, root / "full")
+        quarter = write_input(docs[: args.docs // 4], root / "quarter")
+        t_trove = run_datatrove(full, root / "datatrove")
+        start = time.perf_counter()
+        ray.init(
+            num_cpus=WORKERS,
+            include_dashboard=False,
+            log_to_driver=False,
+            object_store_memory=2 * 1024**3,
+        )
+        t_ray_start = time.perf_counter() - start
+        _, stats_quarter = run_ours(ray, quarter, root / "ours-quarter")
+        t_ours, stats = run_ours(ray, full, root / "ours")
+        ray.shutdown()
+    result = {
+        "documents": args.docs,
+        "workers": WORKERS,
+        "bands": BANDS,
+        "rows": ROWS,
+        "ours_s": round(t_ours, 2),
+        "ray_startup_s": round(t_ray_start, 2),
+        "datatrove_s": round(t_trove, 2),
+        "speedup": round(t_trove / t_ours, 2),
+        "ours_docs_per_s": round(args.docs / t_ours),
+        "datatrove_docs_per_s": round(args.docs / t_trove),
+        "target": 2.0,
+        "ours_dropped": stats["dropped"],
+        "ours_clusters": stats["clusters"],
+        "peak_rss_mb_per_process": {
+            "quarter_input": stats_quarter["extra"]["peak_rss_mb"],
+            "full_input": stats["extra"]["peak_rss_mb"],
+            "driver_full_input": round(peak_rss_mb(), 1),
+        },
+        "component_rounds": stats["extra"]["component_rounds"],
+        "cpu_count": os.cpu_count(),
+    }
+    print(
+        f"ours {t_ours:.1f}s (+{t_ray_start:.1f}s Ray start), datatrove {t_trove:.1f}s: "
+        f"{result['speedup']}x"
+    )
+    write_result("dedup", result)
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
