@@ -143,13 +143,33 @@ DETECTORS: dict[str, tuple[re.Pattern[str], Validator]] = {
 }
 
 
+# Cheap scans implied by every match of a kind: most documents skip most detectors.
+_MAY_IPV6 = re.compile(r":(?::|[0-9A-Fa-f]{1,4}:)")
+_MAY_IPV4 = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")
+_MAY_PHONE = re.compile(r"\d(?:[ ().-]{0,2}\d){6}")
+_MAY_CARD = re.compile(r"\d(?:[ -]?\d){12}")
+
+
+def possible_kinds(text: str) -> set[str]:
+    """Kinds whose detector could match in `text` (a superset; skipping the rest is exact)."""
+    kinds = {"email"} if "@" in text else set()
+    if _MAY_IPV6.search(text):
+        kinds.add("ipv6")
+    if _MAY_IPV4.search(text):
+        kinds.add("ipv4")
+    if _MAY_PHONE.search(text):
+        kinds.add("phone")
+        if _MAY_CARD.search(text):
+            kinds.update(("card", "cn_id"))
+    return kinds
+
+
 def find_pii(text: str, kinds: Iterable[str] = KINDS) -> list[Span]:
     """Non-overlapping PII spans in `text`, sorted by start (earlier kinds win overlaps)."""
     taken: list[Span] = []
-    for kind in (k for k in KINDS if k in set(kinds)):
+    wanted = set(kinds) & possible_kinds(text)
+    for kind in (k for k in KINDS if k in wanted):
         pattern, validate = DETECTORS[kind]
-        if kind == "email" and "@" not in text:
-            continue
         for match in pattern.finditer(text):
             span = Span(match.start(), match.end(), kind)
             if any(s.start < span.end and span.start < s.end for s in taken):

@@ -9,7 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data_pipeline.stages.pii import KINDS, cn_id_valid, find_pii, luhn_valid, redact
+from data_pipeline.stages.pii import (
+    DETECTORS,
+    KINDS,
+    cn_id_valid,
+    find_pii,
+    luhn_valid,
+    possible_kinds,
+    redact,
+)
 
 LABELLED = Path(__file__).resolve().parents[1] / "data" / "pii" / "labelled.jsonl"
 
@@ -116,3 +124,12 @@ def test_redaction_leaves_no_detectable_pii(parts):
     assert find_pii(redacted) == []
     assert "x@y.com" not in redacted
     assert all(n > 0 for n in counts.values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="0123456789 -.:()+@abcdefxX", max_size=60))
+def test_prefilter_never_hides_a_match(text):
+    kinds = possible_kinds(text)
+    for kind, (pattern, validate) in DETECTORS.items():
+        if any(validate(text, match) for match in pattern.finditer(text)):
+            assert kind in kinds, (kind, text)
