@@ -83,65 +83,67 @@ def train_reference_lm(out: Path, max_tokens: int) -> tuple[Path, float]:
     return out, time.perf_counter() - start
 
 
-def run(num_docs: int, max_tokens: int) -> dict:
+def baselines(pages: list[str]) -> tuple[list[str], dict[str, tuple[float, float, int]]]:
+    """Trafilatura on the HTML, then datatrove's FineWeb filter on the extracted text."""
     from datatrove.data import Document
     from datatrove.pipeline.extractors import Trafilatura
     from datatrove.pipeline.filters import FineWebQualityFilter
 
-    from data_pipeline.stages.perplexity import PerplexityStage
-
-    pages = load_html(num_docs)
     extractor = Trafilatura(favour_precision=True, timeout=10)
-    extract_s, extract_wall, texts = timed(lambda: [extractor.extract(p) or "" for p in pages])
+    extract_cpu, extract_wall, texts = timed(lambda: [extractor.extract(p) or "" for p in pages])
     texts = [t for t in texts if t.strip()]
-    n = len(texts)
     fineweb = FineWebQualityFilter()
     docs = [Document(text=t, id=str(i)) for i, t in enumerate(texts)]
-    fineweb_s, fineweb_wall, _ = timed(lambda: [fineweb.filter(d) for d in docs], repeat=2)
+    fineweb_cpu, fineweb_wall, _ = timed(lambda: [fineweb.filter(d) for d in docs], repeat=2)
+    return texts, {
+        "trafilatura_extract": (extract_cpu, extract_wall, len(pages)),
+        "fineweb_filter": (fineweb_cpu, fineweb_wall, len(texts)),
+    }
 
+
+def ours(texts: list[str], max_tokens: int) -> tuple[dict, dict[str, tuple[float, float, int]]]:
+    """Train the reference model (timed apart), then time scoring and the whole stage."""
+    from data_pipeline.stages.perplexity import PerplexityStage
+
+    n = len(texts)
     with tempfile.TemporaryDirectory() as tmp:
         lm_dir, train_s = train_reference_lm(Path(tmp) / "lm", max_tokens)
         info = json.loads((lm_dir / "model.json").read_text())["languages"]["en"]
-        arpa_mb = (lm_dir / info["file"]).stat().st_size / 1e6
         table = pa.table({"id": [str(i) for i in range(n)], "text": texts, "lang": ["en"] * n})
         stage = PerplexityStage(PerplexityStage.Config(model=str(lm_dir)))
         load_start = time.perf_counter()
         stage.setup()
         load_s = time.perf_counter() - load_start
-        score_s, score_wall, _ = timed(lambda: stage.score(table), repeat=2)
-        stage_s, stage_wall, _ = timed(lambda: stage.apply_table(table), repeat=2)
-    chars = sum(len(t) for t in texts)
-    rate = {
-        "perplexity_score": n / score_s,
-        "perplexity_stage": n / stage_s,
-        "fineweb_filter": n / fineweb_s,
-        "trafilatura_extract": len(pages) / extract_s,
-    }
-    return {
-        "documents_html": len(pages),
-        "documents_scored": n,
-        "mean_chars": round(chars / n),
-        "model": {
+        score_cpu, score_wall, _ = timed(lambda: stage.score(table), repeat=2)
+        stage_cpu, stage_wall, _ = timed(lambda: stage.apply_table(table), repeat=2)
+        model = {
             "order": 5,
             "prune_singletons_from": 3,
             "tokens": info["tokens"],
             "ngrams": info["ngrams"],
-            "arpa_mb": round(arpa_mb, 1),
             "train_s": round(train_s, 2),
             "load_s": round(load_s, 2),
-        },
-        "cpu_seconds": {
-            "perplexity_score": score_s,
-            "perplexity_stage": stage_s,
-            "fineweb_filter": fineweb_s,
-            "trafilatura_extract": extract_s,
-        },
-        "wall_seconds": {
-            "perplexity_score": score_wall,
-            "perplexity_stage": stage_wall,
-            "fineweb_filter": fineweb_wall,
-            "trafilatura_extract": extract_wall,
-        },
+            "arpa_mb": round((lm_dir / info["file"]).stat().st_size / 1e6, 1),
+        }
+    return model, {
+        "perplexity_score": (score_cpu, score_wall, n),
+        "perplexity_stage": (stage_cpu, stage_wall, n),
+    }
+
+
+def run(num_docs: int, max_tokens: int) -> dict:
+    pages = load_html(num_docs)
+    texts, timings = baselines(pages)
+    model, own = ours(texts, max_tokens)
+    timings.update(own)
+    rate = {name: docs / cpu for name, (cpu, _, docs) in timings.items()}
+    return {
+        "documents_html": len(pages),
+        "documents_scored": len(texts),
+        "mean_chars": round(sum(len(t) for t in texts) / len(texts)),
+        "model": model,
+        "cpu_seconds": {name: round(t[0], 3) for name, t in timings.items()},
+        "wall_seconds": {name: round(t[1], 3) for name, t in timings.items()},
         "docs_per_s_per_core": {k: round(v, 1) for k, v in rate.items()},
         "ratio_vs_fineweb_filter": round(rate["perplexity_stage"] / rate["fineweb_filter"], 2),
         "ratio_vs_trafilatura": round(rate["perplexity_stage"] / rate["trafilatura_extract"], 2),

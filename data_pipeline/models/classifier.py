@@ -273,6 +273,15 @@ def train_classifier(config: ClassifierConfig, command: list[str] | None = None)
         "skipped": dict(skipped),
         **metrics,
     }
+    _write_artifact(config, model_file, stats, command)
+    return out
+
+
+def _write_artifact(
+    config: ClassifierConfig, model_file: Path, stats: dict[str, Any], command: list[str] | None
+) -> None:
+    """model.json, then the manifest (written last)."""
+    out = model_file.parent
     info = {
         "name": config.name,
         "labels": config.labels,
@@ -291,17 +300,19 @@ def train_classifier(config: ClassifierConfig, command: list[str] | None = None)
         KIND,
         config=config_dict(config),
         command=command,
-        counts={"train_documents": len(train), "heldout_documents": len(heldout)},
+        counts={
+            "train_documents": stats["train_documents"],
+            "heldout_documents": stats["heldout_documents"],
+        },
         extra={
             "model": {
                 "name": config.name,
                 "labels": config.labels,
                 "sha256": info["model_sha256"],
-                "heldout_accuracy": metrics["accuracy"],
+                "heldout_accuracy": stats["accuracy"],
             }
         },
     )
-    return out
 
 
 def load_model_info(directory: str | Path) -> dict[str, Any]:
