@@ -130,28 +130,30 @@ def draws_to_sequences(
     seed: int,
     phase: int,
     draw_limits: Sequence[int] | np.ndarray,
+    out: np.ndarray | None = None,
+    chunk: int = 1 << 22,
 ) -> np.ndarray:
     """Map each (component, draw) to the sequence id `epoch * S_k + permuted position`.
 
     `draw_limits[k]` bounds component k's draw numbers (exclusive). One lookup table holds every
-    component's stream up to its limit, so the mapping is a single gather over the index.
+    component's stream up to its limit, so the mapping is a chunked gather over the index.
     """
-    tables, offsets, total = [], [], 0
-    for k, (size, limit) in enumerate(zip(sequences_per_epoch, draw_limits, strict=True)):
-        offsets.append(total)
-        limit = int(limit)
-        if limit == 0:
-            continue
-        if size < 1:
+    limits = [int(limit) for limit in draw_limits]
+    table = np.empty(sum(limits), dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(limits)[:-1]]).astype(np.int64)
+    for k, (size, limit) in enumerate(zip(sequences_per_epoch, limits, strict=True)):
+        if limit and size < 1:
             raise ValueError(f"component {k} has no sequences but is drawn from")
-        epochs = -(-limit // size)
-        stream = [e * size + epoch_permutation(seed, phase, k, e, int(size)) for e in range(epochs)]
-        tables.append(np.concatenate(stream)[:limit])
-        total += limit
-    table = np.concatenate(tables) if tables else np.zeros(0, np.int64)
-    position = np.asarray(offsets, dtype=np.int64)[component]
-    position += draw
-    return table[position]
+        for epoch in range(-(-limit // size) if limit else 0):
+            lo = epoch * size
+            take = min(size, limit - lo)
+            perm = epoch_permutation(seed, phase, k, epoch, int(size))[:take]
+            table[offsets[k] + lo : offsets[k] + lo + take] = perm + lo
+    out = np.empty(draw.size, dtype=np.int64) if out is None else out
+    for lo in range(0, draw.size, chunk):
+        hi = min(lo + chunk, draw.size)
+        out[lo:hi] = table[offsets[component[lo:hi]] + draw[lo:hi]]
+    return out
 
 
 def build_index(
@@ -169,8 +171,8 @@ def build_index(
     limits = counts.sum(axis=0) + (0 if start is None else np.asarray(start, np.int64))
     index = np.empty(component.size, dtype=INDEX_DTYPE)
     index["component"] = component
-    index["sequence"] = draws_to_sequences(
-        component, draw, sequences_per_epoch, seed, phase, limits
+    draws_to_sequences(
+        component, draw, sequences_per_epoch, seed, phase, limits, out=index["sequence"]
     )
     return index
 
