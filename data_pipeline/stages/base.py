@@ -53,15 +53,21 @@ class Stage(ABC):
 
     def describe(self) -> dict[str, Any]:
         """What the manifest records about this stage."""
-        return {"name": self.name, "version": self.version,
-                "config": self.config.model_dump(mode="json")}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "config": self.config.model_dump(mode="json"),
+        }
 
     def append(self, batch: pa.Table, columns: dict[str, Any]) -> pa.Table:
         """Append `columns` (name -> list/array) in the schema's order and types."""
         for field in stage_fields(self.name):
             values = columns[field.name]
-            array = values if isinstance(values, pa.Array | pa.ChunkedArray) else \
-                pa.array(values, type=field.type)
+            array = (
+                values
+                if isinstance(values, pa.Array | pa.ChunkedArray)
+                else pa.array(values, type=field.type)
+            )
             batch = batch.append_column(field, array.cast(field.type))
         return batch
 
