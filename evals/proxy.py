@@ -114,6 +114,29 @@ def _eval_argv(spec: dict[str, Any], train_dir: Path, eval_dir: Path) -> list[st
     return argv
 
 
+def _train_and_eval(spec: dict[str, Any], run_dir: Path, train_dir: Path, eval_dir: Path) -> None:
+    """Single-rank proxies (`--in-process`): one process for both; otherwise one for each."""
+    train = _train_argv(spec, run_dir / "mixture", train_dir)
+    evaluate = _eval_argv(spec, train_dir, eval_dir)
+    if "--in-process" in spec["launch_args"]:
+        commands = {"train": train[3:], "eval": evaluate[3:]}
+        atomic_write_json(run_dir / "commands.json", commands)
+        argv = [sys.executable, "-m", "evals.proxy_worker", str(run_dir / "commands.json")]
+        _subprocess(
+            argv,
+            run_dir / "run.log",
+            spec["timeout_s"],
+            "proxy training + evaluation (`pretrain launch --in-process`, `eval run`)",
+        )
+        return
+    _subprocess(
+        train, run_dir / "train.log", spec["timeout_s"], "proxy training (`pretrain launch`)"
+    )
+    _subprocess(
+        evaluate, run_dir / "eval.log", spec["timeout_s"], "proxy evaluation (`pretrain eval run`)"
+    )
+
+
 def execute_run(spec: dict[str, Any]) -> dict[str, Any]:
     """Build, train, evaluate one (recipe, proxy, seed); write and return its result."""
     run_dir = Path(spec["run_dir"])
@@ -126,18 +149,7 @@ def execute_run(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         mixture = _build_mixture(spec, run_dir / "mixture")
         train_dir, eval_dir = run_dir / "train", run_dir / "eval"
-        _subprocess(
-            _train_argv(spec, run_dir / "mixture", train_dir),
-            run_dir / "train.log",
-            spec["timeout_s"],
-            "proxy training (`pretrain launch`)",
-        )
-        _subprocess(
-            _eval_argv(spec, train_dir, eval_dir),
-            run_dir / "eval.log",
-            spec["timeout_s"],
-            "proxy evaluation (`pretrain eval run`)",
-        )
+        _train_and_eval(spec, run_dir, train_dir, eval_dir)
         lines = (eval_dir / "results.jsonl").read_text().strip().splitlines()
         final = json.loads(lines[-1])
     except PretrainError as exc:

@@ -1,0 +1,31 @@
+"""One proxy run's training and evaluation in ONE fresh process (`python -m evals.proxy_worker
+ARGV.json`): `pretrain launch --in-process`, then `pretrain eval run` on its checkpoint. Used when
+the proxy is a single rank; it saves a Python start, the Megatron imports and the model build of a
+second process. The process is still the run's own: nothing survives into the next run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    commands = json.loads(Path(args[0]).read_text())
+    from pretrain.cli import main as pretrain_main
+
+    code = pretrain_main(commands["train"])
+    if code != 0:
+        return code
+    # The in-process launch destroyed its process group; reset Megatron's parallel state too,
+    # so the evaluation builds its own single-process groups.
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+    return pretrain_main(commands["eval"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
