@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import codecs
 import re
-import signal
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable
+from typing import ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import Field
 
 from data_pipeline.stages.base import Stage, StageConfig
+from data_pipeline.timelimit import TimeLimitExceeded, time_limit
 
 HARD_REASONS: tuple[str, ...] = (
     "undecodable",
@@ -62,32 +60,6 @@ class ExtractConfig(StageConfig):
     """Text shorter than this after cleaning is rejected as empty."""
     favor_precision: bool = True
     """Trafilatura only: prefer less text over boilerplate."""
-
-
-class _Timeout(Exception):
-    pass
-
-
-@contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Raise _Timeout in the calling code after `seconds` (SIGALRM; main thread only, else no-op).
-
-    Ray runs a synchronous actor's methods on the worker's main thread, where this applies.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def _raise(signum: int, frame: Any) -> None:
-        raise _Timeout
-
-    previous = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _declared_charset(content_type: str | None, payload: bytes) -> str | None:
@@ -247,7 +219,7 @@ class ExtractStage(Stage):
         try:
             with time_limit(config.timeout_s):
                 text = self._extract(html)
-        except _Timeout:
+        except TimeLimitExceeded:
             return None, "timeout", config.extractor
         except Exception:  # any parser failure on one document is that document's reject
             return None, "extraction_failed", config.extractor

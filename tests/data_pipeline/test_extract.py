@@ -117,3 +117,32 @@ def test_text_records_are_cleaned_not_parsed() -> None:
     rows = _run(_raw([None, None], texts=["  line one\r\nline two\x00  ", " \n "]))
     assert rows[0]["text"] == "line one\nline two" and rows[0]["extractor"] == "text"
     assert rows[1]["extract_reason"] == "empty"
+
+
+_ARTICLE_OK = ARTICLE.format(
+    "<p>A short page that finishes well in time, with a few ordinary sentences.</p>" * 6
+).encode()
+
+
+def test_time_limit_also_applies_on_a_worker_thread() -> None:
+    """Ray Data calls actors on a thread pool, where SIGALRM cannot be used."""
+    import threading
+
+    paragraphs = "".join(
+        f"<div><p>Paragraph {i} has several ordinary words in it.</p></div>" for i in range(20_000)
+    )
+    page = f"<html><body>{paragraphs}</body></html>".encode()
+    rows: list[dict] = []
+    worker = threading.Thread(
+        target=lambda: rows.extend(
+            _run(
+                _raw([page, _ARTICLE_OK]),
+                extractor="trafilatura",
+                timeout_s=0.05,
+                max_input_bytes=50_000_000,
+            )
+        )
+    )
+    worker.start()
+    worker.join(60)
+    assert [r["extract_reason"] for r in rows] == ["timeout", None]
