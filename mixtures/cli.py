@@ -27,6 +27,12 @@ def register(sub: Any) -> None:
     )
     report.add_argument("directory", metavar="DIR")
     report.add_argument(
+        "--run",
+        default=None,
+        metavar="RUN_DIR",
+        help="compare a training run's tokens per component (RUN_DIR/metrics.jsonl) with the index",
+    )
+    report.add_argument(
         "--out", default=None, help="where to write report.json/report.png (default DIR/report)"
     )
 
@@ -55,6 +61,6 @@ def _build(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from mixtures.report import format_report, write_report
 
-    report = write_report(args.directory, args.out)
+    report = write_report(args.directory, args.out, args.run)
     print(format_report(report))
     return 0

@@ -2,7 +2,8 @@
 
 Per phase and component: target share, realised share overall, the per-batch share range and the
 largest per-batch / prefix / sliding-window deviation (in sequences), tokens and epochs. Writes
-`DIR/report/report.json` and `DIR/report/report.png` (or under `--out`).
+`DIR/report/report.json` and `DIR/report/report.png` (or under `--out`). With `--run RUN_DIR`
+it also compares the trainer's realised tokens per component (RUN/metrics.jsonl) with the index.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from mixtures import sampler
+from pretrain.errors import ArtifactError
 from pretrain.manifest import atomic_write_json, require
 
 CHUNK_BATCHES = 1 << 14
@@ -101,11 +103,48 @@ def build_report(directory: str | os.PathLike) -> dict[str, Any]:
     }
 
 
+def compare_run(directory: str | os.PathLike, run_dir: str | os.PathLike) -> dict[str, Any]:
+    """Trainer's realised tokens per component (last `tokens_per_component` record of
+    RUN/metrics.jsonl) vs what the mixture's index holds for the same consumed batches."""
+    root, metrics = Path(directory), Path(run_dir) / "metrics.jsonl"
+    if not metrics.is_file():
+        raise ArtifactError(f"--run: {metrics} does not exist; pass a training run directory")
+    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    records = [r for r in records if "tokens_per_component" in r and "batch" in r]
+    if not records:
+        raise ArtifactError(f"--run: {metrics} has no step record with tokens_per_component")
+    last = records[-1]
+    manifest = require(root, kind="mixture", deep=False)
+    names = [c["name"] for c in manifest["components"]]
+    width, remaining = int(manifest["global_batch"]), int(last["batch"]) + 1
+    expected = np.zeros(len(names), dtype=np.int64)
+    for info in manifest["phases"]:
+        take = min(remaining, info["num_sequences"] // width)
+        index = np.load(root / info["index"], mmap_mode="r")
+        counts = np.bincount(index["component"][: take * width], minlength=len(names))
+        expected += counts * int(info["seq_length"])
+        remaining -= take
+    trained = [int(last["tokens_per_component"].get(name, 0)) for name in names]
+    rows = [
+        {"name": n, "mixture_tokens": int(e), "trained_tokens": t, "difference": t - int(e)}
+        for n, e, t in zip(names, expected, trained, strict=True)
+    ]
+    return {
+        "run": str(Path(run_dir).resolve()),
+        "batches": int(last["batch"]) + 1,
+        "match": all(r["difference"] == 0 for r in rows),
+        "components": rows,
+    }
+
+
 def write_report(
-    directory: str | os.PathLike, out: str | os.PathLike | None = None
+    directory: str | os.PathLike,
+    out: str | os.PathLike | None = None,
+    run_dir: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Write report.json and report.png; returns the report (without plot arrays)."""
     report = build_report(directory)
+    report["run"] = compare_run(directory, run_dir) if run_dir is not None else None
     target = Path(out) if out is not None else Path(directory) / "report"
     target.mkdir(parents=True, exist_ok=True)
     plot(report, target / "report.png")
@@ -178,5 +217,14 @@ def format_report(report: dict[str, Any]) -> str:
             f"  {c['name']:<16} {c['tokens']:,} tokens, {c['epochs']:.3f} epochs "
             f"(cap {c['max_epochs']:g}) of {c['available_tokens']:,} available"
         )
+    run = report.get("run")
+    if run:
+        state = "matches" if run["match"] else "DIFFERS FROM"
+        lines.append(f"  training run after {run['batches']} batches {state} the mixture:")
+        for c in run["components"]:
+            lines.append(
+                f"    {c['name']:<16} trained {c['trained_tokens']:>14,} mixture "
+                f"{c['mixture_tokens']:>14,} difference {c['difference']:+,}"
+            )
     lines.append(f"  -> {report['files']['json']}, {report['files']['png']}")
     return "\n".join(lines)

@@ -59,3 +59,45 @@ def test_report_refuses_a_non_mixture(
 ) -> None:
     assert main(["mixture", "report", str(encoded_dir)]) == 2
     assert "is a 'encoded' artifact" in capsys.readouterr().err
+
+
+def test_report_compares_a_training_runs_tokens_per_component(
+    tmp_path: Path, encoded_dir: Path, capsys: pytest.CaptureFixture
+) -> None:
+    config = mixture_config(encoded_dir, tmp_path / "mix")
+    config["recipe"]["phases"] = [
+        {"name": "main", "share": 0.5},
+        {
+            "name": "anneal",
+            "share": 0.5,
+            "seq_length": 16,
+            "weights": {"web": 0.1, "code": 0.1, "books_hq": 0.8},
+        },
+    ]
+    (tmp_path / "mix.yaml").write_text(yaml.safe_dump(config))
+    assert main(["mixture", "build", str(tmp_path / "mix.yaml")]) == 0
+    manifest = json.loads((tmp_path / "mix" / "manifest.json").read_text())
+    main_batches = manifest["phases"][0]["num_sequences"] // 16
+    # What the trainer logs after all main batches and 3 anneal batches (trainer/loop.py format:
+    # per batch, each component's sequences x that phase's seq_length).
+    import numpy as np
+
+    first = np.load(tmp_path / "mix" / manifest["phases"][0]["index"])["component"]
+    anneal = np.load(tmp_path / "mix" / manifest["phases"][1]["index"])["component"][: 3 * 16]
+    tokens = np.bincount(first, minlength=3) * 32 + np.bincount(anneal, minlength=3) * 16
+    assert tokens[2] > tokens[1]  # the anneal phase's 0.8 books_hq shows
+    trained = dict(zip(["web", "code", "books_hq"], tokens.tolist(), strict=True))
+    run = tmp_path / "run"
+    run.mkdir()
+    record = {"step": main_batches + 3, "batch": main_batches + 2, "tokens_per_component": trained}
+    (run / "metrics.jsonl").write_text(
+        json.dumps({"event": "start"}) + "\n" + json.dumps(record) + "\n"
+    )
+    assert main(["mixture", "report", str(tmp_path / "mix"), "--run", str(run)]) == 0
+    assert "matches the mixture" in capsys.readouterr().out
+    record["tokens_per_component"]["code"] += 32
+    (run / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+    assert main(["mixture", "report", str(tmp_path / "mix"), "--run", str(run)]) == 0
+    report = json.loads((tmp_path / "mix" / "report" / "report.json").read_text())
+    assert report["run"]["match"] is False
+    assert {c["name"]: c["difference"] for c in report["run"]["components"]}["code"] == 32
