@@ -122,3 +122,19 @@ def test_input_planning(tmp_path: Path) -> None:
     shutil.copy(DATA / "docs.jsonl", tmp_path / "sub" / "a.jsonl")
     with pytest.raises(InputError, match="both write shards named a-"):
         plan_inputs([str(tmp_path)])
+
+
+def test_uris_go_through_pyarrow_filesystems(tmp_path: Path) -> None:
+    shutil.copy(DATA / "docs.jsonl", tmp_path / "docs.jsonl")
+    [item] = plan_inputs([f"file://{tmp_path}"])
+    assert item.path == f"file://{tmp_path}/docs.jsonl" and item.stem == "docs"
+    table, stats = _read_uri(item)
+    assert stats["records"] == table.num_rows == 13
+    with pytest.raises(InputError, match="nosuchscheme://x/y"):
+        plan_inputs(["nosuchscheme://x/y"])
+
+
+def _read_uri(item) -> tuple[pa.Table, dict]:
+    stats: dict = {}
+    tables = list(read_file(item, shard_rows=100, batch_rows=50, eval_fraction=0.005, stats=stats))
+    return pa.concat_tables(tables), stats
