@@ -284,6 +284,17 @@ def _collect(
     return led, shards
 
 
+def _restart(out: Path) -> dict[str, set[int]]:
+    """Forget every part of an unfinished run (shards, rejects, fragments); nothing is reused."""
+    for sub in ("shards", "rejects"):
+        shutil.rmtree(out / sub, ignore_errors=True)
+    for path in (out / workers.PARTS).glob("*.json"):
+        if path.name != FINGERPRINT:
+            path.unlink()
+    workers.ensure_dirs(out)
+    return {}
+
+
 def _run_ray(
     config: PipelineConfig,
     stages: list[Stage],
@@ -336,6 +347,11 @@ def run_pipeline(
         for f in inputs
         if not workers.file_done(out, f.stem, done)
     ]
+    if todo and any(isinstance(s, GlobalStage) for s in stages):
+        # Global tags (duplicate clusters, perplexity cutoffs) depend on every document, so an
+        # interrupted run with a global stage is recomputed whole; a finished one is reused.
+        done = _restart(out)
+        todo = [{"path": f.path, "format": f.format, "stem": f.stem} for f in inputs]
     reused = sum(len(v) for v in done.values())
     ray_stats = _run_ray(config, stages, todo, out, done, ray_address, progress) if todo else ""
     led, shards = _collect(config, out, [f.stem for f in inputs], stages)
