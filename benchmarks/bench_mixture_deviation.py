@@ -2,7 +2,8 @@
 and Megatron-Core's BlendedDataset blending indices drift from batch to batch.
 
 Same weights, same number of samples. Deviation = the largest |realised - target| share of a
-component in a window of W samples, over aligned global batches and over all sliding windows.
+component in a window of W samples, over aligned global batches and over all sliding windows;
+also the cumulative deviation (sequences) at batch boundaries and at every sample.
 Run: `.venv/bin/python -m benchmarks.bench_mixture_deviation`.
 """
 
@@ -17,6 +18,7 @@ WEIGHTS = np.array([0.37, 0.23, 0.17, 0.11, 0.07, 0.05])
 GLOBAL_BATCHES = (64, 512)
 NUM_BATCHES = 400
 SEED = 0
+SWEEP_TRIALS = 30
 
 
 def megatron_components(weights: np.ndarray, size: int) -> np.ndarray:
@@ -45,6 +47,7 @@ def deviations(component: np.ndarray, weights: np.ndarray, width: int) -> dict[s
         "sliding_share": sampler.max_window_deviation(component, weights, width) / width,
         "aligned_sequences": sampler.max_batch_deviation(component, weights, width),
         "prefix_sequences": sampler.max_prefix_deviation(component, weights, width),
+        "every_sample_prefix_sequences": sampler.max_sample_prefix_deviation(component, weights),
     }
 
 
@@ -74,7 +77,35 @@ def main() -> None:
             f"{row['independent_random']['aligned_share']:.4f} / "
             f"{row['independent_random']['sliding_share']:.4f}"
         )
-    write_result("mixture_deviation", {"weights": WEIGHTS.tolist(), "rows": rows})
+    sweep = weight_sweep()
+    print(
+        f"random weight sweep ({SWEEP_TRIALS} weight vectors, K 2-12, W 64-1024): worst aligned "
+        f"batch deviation ours {sweep['ours_worst_aligned_sequences']:.3f} sequences, megatron "
+        f"{sweep['megatron_worst_aligned_sequences']:.3f}"
+    )
+    write_result("mixture_deviation", {"weights": WEIGHTS.tolist(), "rows": rows, "sweep": sweep})
+
+
+def weight_sweep() -> dict[str, float]:
+    """Worst aligned-batch deviation (sequences) over random weight vectors and batch sizes."""
+    rng = np.random.default_rng(SEED)
+    ours = megatron = 0.0
+    for _ in range(SWEEP_TRIALS):
+        weights = rng.dirichlet(np.ones(int(rng.integers(2, 13))))
+        width = int(rng.choice([64, 96, 256, 1000, 1024]))
+        size = width * 200
+        ours = max(
+            ours, sampler.max_batch_deviation(ours_components(weights, size, width), weights, width)
+        )
+        megatron = max(
+            megatron,
+            sampler.max_batch_deviation(megatron_components(weights, size), weights, width),
+        )
+    return {
+        "trials": SWEEP_TRIALS,
+        "ours_worst_aligned_sequences": ours,
+        "megatron_worst_aligned_sequences": megatron,
+    }
 
 
 if __name__ == "__main__":

@@ -252,3 +252,16 @@ def max_window_deviation(
         sums = hits[window:] - hits[:-window]
         worst = max(worst, float(np.abs(sums - w[k] * window).max()))
     return worst
+
+
+def max_sample_prefix_deviation(
+    component: np.ndarray, weights: Sequence[float] | np.ndarray
+) -> float:
+    """Largest |cumulative count - w_k * n| over every prefix length n (not only whole batches)."""
+    w = np.asarray(weights, np.float64) / np.sum(weights)
+    seen = np.arange(1, component.size + 1, dtype=np.float64)
+    worst = 0.0
+    for k in range(w.size):
+        hits = np.cumsum(component == k, dtype=np.int64)
+        worst = max(worst, float(np.abs(hits - w[k] * seen).max(initial=0.0)))
+    return worst
