@@ -206,7 +206,24 @@ def wrap_ddp(config: TrainConfig, chunks: list[Any]) -> list[Any]:
                     disable_bucketing=index > 0,
                 )
             )
+    _install_grad_sync(chunks[0].config, wrapped)
     return wrapped
+
+
+def _install_grad_sync(tconfig: Any, wrapped: list[Any]) -> None:
+    """The hooks megatron's schedules call: without finalize_model_grads there is no DP all-reduce
+    and no tied-embedding all-reduce between the first and last pipeline stages."""
+    from megatron.core.distributed import finalize_model_grads
+
+    no_sync = [chunk.no_sync for chunk in wrapped]
+    tconfig.no_sync_func = no_sync[0] if len(no_sync) == 1 else no_sync
+    tconfig.finalize_model_grads_func = finalize_model_grads
+    if wrapped[0].ddp_config.overlap_grad_reduce:
+        starts = [chunk.start_grad_sync for chunk in wrapped]
+        tconfig.grad_sync_func = starts[0] if len(starts) == 1 else starts
+    if wrapped[0].ddp_config.overlap_param_gather:
+        params = [chunk.start_param_sync for chunk in wrapped]
+        tconfig.param_sync_func = params[0] if len(params) == 1 else params
 
 
 def build_optimizer(config: TrainConfig, model: list[Any]) -> Any:

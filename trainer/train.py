@@ -16,6 +16,7 @@ from pretrain.manifest import atomic_write_json, write_manifest
 from trainer import metrics as run_metrics
 from trainer.checkpoint import list_checkpoints
 from trainer.config import TrainConfig
+from trainer.guard import GuardGaveUp
 from trainer.loop import StepResult, Trainer
 
 CRASH_EXIT_CODE = 17
@@ -50,7 +51,10 @@ def rollback(trainer: Trainer, result: StepResult, reason: str) -> None:
     """Go back to the last good checkpoint and skip the offending batches (or give up)."""
     path = trainer.newest_checkpoint()
     if path is None:
-        raise RuntimeError("guard fired but no checkpoint exists to roll back to")
+        raise GuardGaveUp(
+            f"step {trainer.state.step + 1}: {reason}, before any checkpoint existed to roll back "
+            "to; lower optim.lr or raise optim.warmup_fraction, and check the data"
+        )
     skip = list(range(result.batch, result.batch + trainer.config.guard.skip_batches))
     samples = [list(trainer.data.sample_ids(b)) for b in skip if b < trainer.data.num_batches]
     failed_step = trainer.state.step + 1
@@ -87,7 +91,10 @@ def _after_step(trainer: Trainer, result: StepResult, seconds: float) -> dict[st
     state.batch = result.batch + 1
     state.tokens_seen += trainer.data.global_batch * trainer.data.seq_length(result.batch)
     checkpoint_s = 0.0
-    if state.step % ckpt.every == 0 or state.step == trainer.total_steps:
+    # the guard needs a good state to roll back to: the first step that passes it is saved too
+    # (not step 0: megatron's distributed optimizer has no state to save before its first step)
+    first_good = trainer.config.guard.enabled and not list_checkpoints(trainer.run_dir)
+    if state.step % ckpt.every == 0 or state.step == trainer.total_steps or first_good:
         checkpoint_s = trainer.save()
     record = trainer.step_record(result, seconds)
     record["checkpoint_s"] = round(checkpoint_s, 6)
@@ -99,8 +106,6 @@ def _after_step(trainer: Trainer, result: StepResult, seconds: float) -> dict[st
 
 def train_loop(trainer: Trainer) -> None:
     """Step until total_steps (or the data runs out), with the guard and checkpoints."""
-    if trainer.config.guard.enabled and not list_checkpoints(trainer.run_dir):
-        trainer.save()  # the guard needs a good state to roll back to
     while trainer.state.step < trainer.total_steps:
         batch = trainer.next_batch()
         if batch is None:

@@ -26,7 +26,7 @@ def test_killed_run_resumes_exactly_and_skips_a_corrupt_checkpoint(tmp_path):
     with pytest.raises(mp.ProcessExitedException) as info:
         spawn_ranks(tiny_config(killed, run={"crash_at_step": 5}), 1)
     assert info.value.exit_code == CRASH_EXIT_CODE
-    assert [step for step, _ in list_checkpoints(killed)] == [0, 2, 4]
+    assert [step for step, _ in list_checkpoints(killed)] == [1, 2, 4]
     # the newest checkpoint (step 4) loses a byte: resume must fall back to step 2
     shard = next((killed / "checkpoints" / "iter_0000004").glob("*.distcp"))
     shard.write_bytes(shard.read_bytes()[:-1])
