@@ -6,7 +6,9 @@ with 3% of words replaced per copy) in 4 Parquet files. Both sides: word 5-grams
 rows, whitespace words (datatrove's fast setting). Timed, ours: read Parquet -> DedupStage.apply
 -> write tagged Parquet (every row, with tags); Ray start-up is timed and reported apart.
 Timed, datatrove: signatures -> buckets -> clusters -> filter + write of kept rows.
-Also: peak RSS per process of our steps at 1/4 of the input and at the full input.
+Also: the largest peak RSS of any Ray worker at 1/4 of the input and at the full input (4
+partitions), and at the full input with 16 partitions (per-process memory follows input /
+partitions: the map step hashes fixed-size batches, every reducer holds one partition).
 
     .venv/bin/python -m benchmarks.bench_dedup [--docs 100000]
 """
@@ -54,15 +56,32 @@ def write_input(docs: list[str], directory: Path) -> Path:
     return directory
 
 
-def run_ours(ray, input_dir: Path, out_dir: Path) -> tuple[float, dict]:
+def run_ours(ray, input_dir: Path, out_dir: Path, partitions: int) -> tuple[float, dict]:
     from data_pipeline.dedup.config import DedupConfig
     from data_pipeline.stages.dedup import DedupStage
 
     start = time.perf_counter()
-    stage = DedupStage(DedupConfig(bands=BANDS, rows=ROWS, num_partitions=2 * WORKERS))
+    stage = DedupStage(DedupConfig(bands=BANDS, rows=ROWS, num_partitions=partitions))
     dataset = ray.data.read_parquet(str(input_dir))
     stage.apply(dataset).write_parquet(str(out_dir))
     return time.perf_counter() - start, stage.stats.as_dict()
+
+
+def worker_peak(stats: dict) -> float:
+    """Largest peak RSS of any Ray worker process so far (workers are reused: a running max)."""
+    return max(stats["extra"]["peak_rss_mb"].values())
+
+
+def start_ray():
+    import ray
+
+    ray.init(
+        num_cpus=WORKERS,
+        include_dashboard=False,
+        log_to_driver=False,
+        object_store_memory=2 * 1024**3,
+    )
+    return ray
 
 
 def run_datatrove(input_dir: Path, work: Path) -> float:
@@ -110,8 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=100_000)
     args = parser.parse_args(argv if argv is not None else [])
-    import ray
-
+    few, many = 2 * WORKERS, 8 * WORKERS
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         docs = make_docs(args.docs)
@@ -119,21 +137,21 @@ def main(argv: list[str] | None = None) -> None:
         quarter = write_input(docs[: args.docs // 4], root / "quarter")
         t_trove = run_datatrove(full, root / "datatrove")
         start = time.perf_counter()
-        ray.init(
-            num_cpus=WORKERS,
-            include_dashboard=False,
-            log_to_driver=False,
-            object_store_memory=2 * 1024**3,
-        )
+        ray = start_ray()
         t_ray_start = time.perf_counter() - start
-        _, stats_quarter = run_ours(ray, quarter, root / "ours-quarter")
-        t_ours, stats = run_ours(ray, full, root / "ours")
+        # fresh workers: 1/4 of the input first, then all of it (peaks are running maxima)
+        _, stats_quarter = run_ours(ray, quarter, root / "ours-quarter", few)
+        t_ours, stats = run_ours(ray, full, root / "ours", few)
+        ray.shutdown()
+        ray = start_ray()
+        _, stats_many = run_ours(ray, full, root / "ours-many", many)
         ray.shutdown()
     result = {
         "documents": args.docs,
         "workers": WORKERS,
         "bands": BANDS,
         "rows": ROWS,
+        "timed": "read Parquet -> dedup -> write Parquet; Ray start-up apart",
         "ours_s": round(t_ours, 2),
         "ray_startup_s": round(t_ray_start, 2),
         "datatrove_s": round(t_trove, 2),
@@ -143,12 +161,14 @@ def main(argv: list[str] | None = None) -> None:
         "target": 2.0,
         "ours_dropped": stats["dropped"],
         "ours_clusters": stats["clusters"],
-        "peak_rss_mb_per_process": {
-            "quarter_input": stats_quarter["extra"]["peak_rss_mb"],
-            "full_input": stats["extra"]["peak_rss_mb"],
-            "driver_full_input": round(peak_rss_mb(), 1),
+        "worker_peak_rss_mb": {
+            f"{args.docs // 4}_docs_{few}_partitions": worker_peak(stats_quarter),
+            f"{args.docs}_docs_{few}_partitions": worker_peak(stats),
+            f"{args.docs}_docs_{many}_partitions": worker_peak(stats_many),
         },
+        "driver_peak_rss_mb": round(peak_rss_mb(), 1),
         "component_rounds": stats["extra"]["component_rounds"],
+        "same_result_with_more_partitions": stats_many["dropped"] == stats["dropped"],
         "cpu_count": os.cpu_count(),
     }
     print(

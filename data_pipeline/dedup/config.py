@@ -50,6 +50,11 @@ class DedupConfig(StageConfig):
     probability 0.95): candidates are verified, misses are lost."""
     num_partitions: int | None = Field(None, ge=1)
     """Hash partitions of the Ray shuffles (default: 2 x the cluster's CPUs)."""
+    batch_size: int = Field(2048, ge=1)
+    """Documents shingled and hashed at once (bounds the memory of a map task)."""
+    isolate_tasks: bool = False
+    """Run every Ray task in a fresh worker process (slower): each task's peak RSS is then its
+    own, which is how the memory benchmark measures per-process peaks."""
     task_timeout_s: float = Field(3600, gt=0)
     """Give up (with an error, not a hang) when a Ray step waits longer than this."""
     index: IndexConfig = IndexConfig()

@@ -34,10 +34,14 @@ class _Runner:
         self.ray = ray
         self.timeout = config.task_timeout_s
         self.infos: dict[str, list[dict[str, Any]]] = {}
+        self.remotes: dict[Any, Any] = {}
+        self.isolate = config.isolate_tasks
 
     def launch(self, func: Any, num_returns: int, *args: Any) -> list[Any]:
-        remote = self.ray.remote(num_cpus=1, num_returns=num_returns, max_retries=2)(func)
-        refs = remote.remote(*args)
+        if func not in self.remotes:
+            options = {"max_calls": 1} if self.isolate else {}
+            self.remotes[func] = self.ray.remote(num_cpus=1, max_retries=2, **options)(func)
+        refs = self.remotes[func].options(num_returns=num_returns).remote(*args)
         return [refs] if num_returns == 1 else list(refs)
 
     def get(self, refs: list[Any], step: str) -> list[Any]:

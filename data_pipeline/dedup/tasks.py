@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from data_pipeline.dedup import components
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import (
+    DedupStats,
     band_rows,
     keep_and_size,
     signature_table,
@@ -58,8 +59,10 @@ def concat(pieces: tuple[pa.Table, ...], schema: pa.Schema | None = None) -> pa.
 
 def map_block(block: pa.Table, block_index: int, config: DedupConfig, partitions: int) -> list:
     """Signatures of one block -> band rows, exact rows and doc rows, each split by partition,
-    plus stats. Doc rows carry (vertex, id, quality, block, row, sig, matched_cluster)."""
-    sigs, stats = signature_table(block, config)
+    plus stats. Doc rows carry (vertex, id, quality, block, row, sig, matched_cluster).
+    The block is hashed `config.batch_size` documents at a time, so a large block does not
+    raise the task's memory beyond one batch's shingles plus the block's signatures."""
+    sigs, stats = _signatures_in_batches(block, config)
     keys, key_vertices = band_rows(sigs, config) if config.near else (np.zeros(0, np.uint64),) * 2
     bands = pa.table(
         {"key": pa.array(keys, pa.uint64()), "vertex": pa.array(key_vertices, pa.int64())}
@@ -95,6 +98,15 @@ def map_block(block: pa.Table, block_index: int, config: DedupConfig, partitions
         *scatter(docs, vertex, partitions),
         info,
     ]
+
+
+def _signatures_in_batches(block: pa.Table, config: DedupConfig) -> tuple[pa.Table, DedupStats]:
+    tables, stats = [], DedupStats()
+    for lo in range(0, max(1, len(block)), config.batch_size):
+        sigs, batch_stats = signature_table(block.slice(lo, config.batch_size), config)
+        tables.append(sigs)
+        stats.add(batch_stats)
+    return pa.concat_tables(tables), stats
 
 
 def _index_matches(block: pa.Table, sigs: pa.Table, config: DedupConfig) -> pa.Array:
