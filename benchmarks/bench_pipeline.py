@@ -35,14 +35,16 @@ if not CORPUS.is_file():
 PARTS = 4
 
 
-def split_warc(source: Path, target: Path, copies: int = 1) -> int:
-    """Write `copies` x PARTS WARC.gz files holding the records of `source`; returns records."""
+def split_warc(source: Path, target: Path, copies: int = 1, limit: int | None = None) -> int:
+    """Write `copies` x PARTS WARC.gz files holding the (first `limit`) HTTP responses of
+    `source`; returns the number of records written."""
     from warcio.archiveiterator import ArchiveIterator
     from warcio.warcwriter import WARCWriter
 
     target.mkdir(parents=True, exist_ok=True)
     with open(source, "rb") as handle:
         records = [_serialise(r) for r in ArchiveIterator(handle) if r.rec_type == "response"]
+    records = records[:limit]
     for copy in range(copies):
         for part in range(PARTS):
             buffer = io.BytesIO()
@@ -211,6 +213,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=400,
+        help="WARC records used (all 968: --limit 0); 4x input = 4 copies",
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv if argv is not None else [])
     if args.child:
@@ -222,14 +230,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         print(json.dumps(result))
         return result
-    return _compare(args.workers, args.skip_memory)
+    return _compare(args.workers, args.skip_memory, args.limit or None)
 
 
-def _compare(worker_counts: list[int], skip_memory: bool) -> dict[str, Any]:
-    result: dict[str, Any] = {"input": str(CORPUS), "files": PARTS, "runs": {}}
+def _compare(worker_counts: list[int], skip_memory: bool, limit: int | None) -> dict[str, Any]:
+    result: dict[str, Any] = {"input": str(CORPUS), "files": PARTS, "runs": {}, "limit": limit}
     with tempfile.TemporaryDirectory(prefix="bench_pipeline_") as tmp:
         one_x = Path(tmp) / "1x"
-        docs = split_warc(CORPUS, one_x)
+        docs = split_warc(CORPUS, one_x, limit=limit)
         result["documents"] = docs
         result["stage_seconds"] = stage_seconds(one_x)
         for workers in worker_counts:
@@ -258,7 +266,7 @@ def _compare(worker_counts: list[int], skip_memory: bool) -> dict[str, Any]:
                 result[f"{who}_scaling_efficiency"] = round(speed / (high / low), 2)
         if not skip_memory:
             four_x = Path(tmp) / "4x"
-            split_warc(CORPUS, four_x, copies=4)
+            split_warc(CORPUS, four_x, copies=4, limit=limit)
             big = _child("ours", four_x, f"{tmp}/ours4x", worker_counts[-1], "resiliparse")
             small = result["runs"][worker_counts[-1]]["ours_resiliparse"]
             result["memory_mb"] = {

@@ -1,14 +1,18 @@
 """The data job on Ray Data: read -> map stages (actors) -> global stages -> one select -> shards.
 
-    inputs --read_files (tasks, streaming)--> raw batches
+    inputs --read_files (tasks, streaming)--> raw batches (`_shard`, `_row` name each row's part)
            --MapStagesWorker (actor pool, fractional CPUs)--> tagged batches
-           --GlobalStage.apply(ds) for each global stage-->
-           --groupby(_shard).map_groups(ShardWriter)--> shards/<stem>-<part>.parquet,
-                                                        rejects/, .parts/<shard>.json
+           --GlobalStage.apply(ds) for each global stage (map -> aggregate -> join back)-->
+           --pieces (written by the last map actor, or a write task after a global stage)
+    merge  --one task per shard: pieces in row order -> the select -> shards/<stem>-<part>.parquet,
+             rejects/<stem>-<part>.parquet, .parts/<stem>-<part>.json (ledger fragment)
     driver: ledger.json (conservation checked), manifest.json (written last)
 
-Resume: shards finished by an earlier run with the same config are reused (their rows are skipped
-at read time), so a re-run after a crash equals an uninterrupted run, byte for byte.
+Resume: parts finished by an earlier run with the same config are reused (their rows are skipped
+at read time), so a re-run after a crash equals an uninterrupted run, byte for byte. With a global
+stage enabled, an unfinished run is recomputed whole (its tags depend on every document).
+Inputs must be readable from every Ray node: local paths on one machine, shared storage or
+object-store URIs on a cluster.
 """
 
 from __future__ import annotations
@@ -100,11 +104,13 @@ def model_hashes(stages: list[Stage]) -> dict[str, str]:
     return found
 
 
-def prepare_output(config: PipelineConfig, out: Path) -> None:
-    """Resume an output written with the same config; refuse (or with overwrite, clear) others."""
+def prepare_output(config: PipelineConfig, out: Path, stages: list[Stage]) -> None:
+    """Resume an output written with the same config, inputs and stage versions; refuse (or with
+    overwrite, clear) any other."""
     fingerprint = {
         "config_sha256": config_sha256(config.fingerprint_dict()),
         "inputs": list(config.inputs),
+        "stages": {s.name: s.version for s in stages},
     }
     path = out / workers.PARTS / FINGERPRINT
     if path.is_file() and workers.load_json(path) != fingerprint:
@@ -340,7 +346,7 @@ def run_pipeline(
         for item in inputs:
             check_openable(item, config.text_column)
     out = Path(config.output)
-    prepare_output(config, out)
+    prepare_output(config, out, stages)
     done = workers.finished_parts(out)
     todo = [
         {"path": f.path, "format": f.format, "stem": f.stem}

@@ -138,7 +138,7 @@ def _sample_rejects(rejects: pa.Table, reasons: list[str], per_reason: int) -> p
 
 
 class ShardWriter:
-    """map_groups function: one group = every row of one shard. Select, write, record."""
+    """Turns the pieces of one shard into the shard: select, write shard and rejects, record."""
 
     def __init__(
         self,
