@@ -49,6 +49,20 @@ class PerplexityConfig(StageConfig):
     """Score at most this many characters of a document (bounds time on huge documents)."""
     bins_per_decade: int = Field(1000, ge=10, le=100_000)
     """Sketch resolution: quantiles are exact to within 10^(1/bins) - 1 (0.23% at 1000)."""
+    cutoffs: dict[str, tuple[float, float]] = {}
+    """Fixed {lang: [low, high]} perplexity cutoffs, e.g. the `ppl_cutoffs` of an earlier run, so a
+    new crawl batch is bucketed like the reference corpus (CCNet fixes them once); languages not
+    listed are estimated from this corpus."""
+
+    @field_validator("cutoffs")
+    @classmethod
+    def _ordered_cutoffs(
+        cls, value: dict[str, tuple[float, float]]
+    ) -> dict[str, tuple[float, float]]:
+        for lang, (low, high) in value.items():
+            if not 0 < low <= high:
+                raise ValueError(f"cutoffs.{lang}: need 0 < low <= high, got [{low}, {high}]")
+        return value
 
     @field_validator("percentiles")
     @classmethod
@@ -169,6 +183,8 @@ class PerplexityStage(GlobalStage):
             ]
             for lang in sorted(sketch.counts)
         }
+        for lang, fixed in self.config.cutoffs.items():
+            self.cutoffs[lang] = [float(fixed[0]), float(fixed[1])]
         self.counts = {lang: sketch.total(lang) for lang in sorted(sketch.counts)}
         return self.cutoffs
 

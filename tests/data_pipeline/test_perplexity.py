@@ -105,6 +105,26 @@ def test_describe_records_cutoffs_and_model_hashes(lm_dir, corpus):
         assert described["models"][lang]["model_sha256"] == info["languages"][lang]["sha256"]
 
 
+@pytest.mark.timeout(60)
+def test_fixed_cutoffs_bucket_a_new_batch_like_the_reference_run(lm_dir, corpus):
+    reference = _stage(lm_dir)
+    reference.apply_table(corpus)
+    batch = corpus.slice(0, 40)  # a small new batch: its own percentiles would differ
+    fixed = _stage(lm_dir, cutoffs=reference.cutoffs)
+    out = fixed.apply_table(batch)
+    assert fixed.cutoffs["en"] == reference.cutoffs["en"]
+    low, high = reference.cutoffs["en"]
+    for value, lang, bucket in zip(
+        out.column("perplexity").to_pylist(),
+        out.column("lang").to_pylist(),
+        out.column("ppl_bucket").to_pylist(),
+        strict=True,
+    ):
+        if lang == "en" and value is not None:
+            want = "head" if value <= low else "middle" if value <= high else "tail"
+            assert bucket == want
+
+
 @pytest.mark.timeout(240)
 def test_ray_dataset_path_matches_in_process(lm_dir, corpus, ray_local):
     import ray
@@ -163,3 +183,5 @@ def test_missing_model_lang_column_and_bad_percentiles_are_user_errors(lm_dir, c
 
     with pytest.raises(ConfigError, match="percentiles"):
         parse_config(PerplexityStage.Config, {"percentiles": [60, 30]})
+    with pytest.raises(ConfigError, match="cutoffs.en"):
+        parse_config(PerplexityStage.Config, {"cutoffs": {"en": [50.0, 20.0]}})
