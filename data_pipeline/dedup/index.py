@@ -125,7 +125,9 @@ def index_config(index_dir: str | os.PathLike) -> tuple[DedupConfig, int]:
     if not isinstance(info, dict):
         raise ArtifactError(f"{index_dir}: manifest lacks 'dedup' settings; rebuild the index")
     config = DedupConfig(
-        **{name: info[name] for name in _SETTINGS}, bands=info["bands"], rows=info["rows"]
+        **{name: info[name] for name in _SETTINGS if name in info},
+        bands=info["bands"],
+        rows=info["rows"],
     )
     return config, int(info["partitions"])
 
@@ -218,6 +220,7 @@ def _verified(
         if not mask.any():
             continue
         docs = _read_part(index_dir, "docs", part)
+        has_shingles = "shingles" in docs.column_names  # indexes built before exact verification
         docs = docs.filter(pc.is_in(docs.column("vertex"), pa.array(np.unique(old_v[mask]))))
         doc_vertex = np.asarray(docs.column("vertex"))
         doc_order = np.argsort(doc_vertex, kind="stable")
@@ -226,8 +229,8 @@ def _verified(
         ok, similarity = verify_pairs(
             new_sigs[new_rows[mask]],
             old_sigs,
-            sigs.column("shingles").take(pa.array(new_rows[mask])),
-            docs.column("shingles").take(pa.array(at)),
+            sigs.column("shingles").take(pa.array(new_rows[mask])) if has_shingles else None,
+            docs.column("shingles").take(pa.array(at)) if has_shingles else None,
             config,
         )
         similarity = np.where(is_exact[mask], 1.0, similarity)
