@@ -1,8 +1,9 @@
 """Demo steps: a small proxy sweep that picks the recipe the gated launch trains on, and the eval
 report of the launched run.
 
-`ablation_step`: eval sets from the demo shards (decontaminated), a sweep of three recipes (the
-demo mixture's, uniform weights, one Dirichlet sample) x two seeds on a tiny CPU proxy, the report,
+`ablation_step`: eval sets from the demo shards (decontaminated), a sweep of the demo mixture's
+recipe, uniform weights and the components the eval sets measure, x two
+seeds on a tiny CPU proxy, the report,
 and, when a variant wins, the chosen mixture rebuilt from `chosen_mixture.yaml` so the launch step's
 mixture carries the recipe hash the gate checks. Finished proxy runs are cached by key.
 """
@@ -84,8 +85,11 @@ def _sweep_config(ctx: Any, mixture: Path, evalsets: Path) -> Any:
         "train": str(TRAIN_TEMPLATE),
         "eval_sets": str(evalsets),
         "tokenizer": str(ctx.artifacts["tokenizer"]),
-        "variants": [{"name": "uniform", "weights": {n: 1.0 for n in names}}],
-        "dirichlet": {"count": 1, "concentration": 4.0, "seed": 0},
+        "variants": [
+            {"name": "uniform", "weights": {n: 1.0 for n in names}},
+            *_eval_matched(resolved, evalsets),
+        ],
+        "dirichlet": {"count": 0},
         "proxies": [{"name": "tiny", "overrides": PROXY}],
         "token_budget": DEMO_STEPS * 8 * 128,
         "seeds": [1, 2],
@@ -98,6 +102,28 @@ def _sweep_config(ctx: Any, mixture: Path, evalsets: Path) -> Any:
         "timeout_s": 900,
     }
     return parse_config(AblationConfig, data, source="evals.demo")
+
+
+def _as_list(value: Any) -> list | None:
+    return None if value is None else ([value] if isinstance(value, str) else list(value))
+
+
+def _eval_matched(resolved: dict[str, Any], evalsets: Path) -> list[dict[str, Any]]:
+    """A variant that trains only on the components the eval sets measure (domain + language):
+    the recipe a team would try first when the target is those sets."""
+    sets = [(s["domain"], s["lang"]) for s in load_manifest(evalsets).get("sets", [])]
+    weights = {}
+    for comp in resolved["recipe"]["components"]:
+        select = comp.get("select") or {}
+        domains, langs = _as_list(select.get("domain")), _as_list(select.get("lang"))
+        hit = any(
+            (domains is None or d in domains) and (langs is None or lang in langs)
+            for d, lang in sets
+        )
+        weights[comp["name"]] = 1.0 if hit else 0.0
+    if 0 < sum(weights.values()) < len(weights):
+        return [{"name": "eval-matched", "weights": weights}]
+    return []
 
 
 def _chosen_mixture(ctx: Any, mixture: Path, report_dir: Path, chosen_sha: str) -> Path:

@@ -97,13 +97,13 @@ def _criterion(
 ) -> tuple[bool, str]:
     """Whether the improvement over the base clears min_improvement (+ the seed spread)."""
     if not (require_seed_spread or min_improvement > 0):
-        return True, "criteria do not require beating the base"
+        return True, "criteria do not require a margin over the alternative"
     if require_seed_spread and math.isnan(spread):
         return False, "one seed per recipe: the seed spread is unknown (run >= 2 seeds)"
     margin = min_improvement + (spread if require_seed_spread else 0.0)
     passed = improvement > margin
     return passed, (
-        f"improvement over base {improvement:.4f} {'>' if passed else '<='} required "
+        f"improvement {improvement:.4f} {'>' if passed else '<='} required "
         f"{margin:.4f} (min_improvement {min_improvement} + seed spread "
         f"{spread if require_seed_spread else 0.0:.4f})"
     )
@@ -116,11 +116,12 @@ def decide(
     min_improvement: float = 0.0,
     require_seed_spread: bool = True,
 ) -> dict[str, Any]:
-    """Choose the best-ranked recipe and test it against the base.
+    """Choose the best-ranked recipe and test it against the base (the runner-up when the base
+    itself is chosen).
 
-    Passed when base is absent from the criteria (min_improvement 0, no seed spread required), or
-    when the chosen recipe beats the base by more than min_improvement plus the seed spread (the
-    larger sample standard deviation over seeds of the two recipes).
+    Passed when the criteria ask for no margin (min_improvement 0, no seed spread required), or
+    when the chosen recipe beats that alternative by more than min_improvement plus the seed spread
+    (the larger sample standard deviation over seeds of the two recipes).
     """
     chosen = ranking[0]
     base = next((row for row in ranking if row["recipe_sha256"] == base_sha), None)
@@ -144,10 +145,23 @@ def decide(
             "spread": None,
             "evidence": evidence + ["the base recipe has no finished runs"],
         }
-    improvement = (1.0 if lower_is_better(metric) else -1.0) * (base["mean"] - chosen["mean"])
-    stds = (chosen["std"], base["std"])
-    spread = float("nan") if None in stds else max(stds)
-    passed, why = _criterion(improvement, spread, min_improvement, require_seed_spread)
+    # The chosen recipe must beat its alternative: the base, or (when the base is chosen) the
+    # runner-up, so that keeping the base is also a decision the seeds support.
+    other = base if chosen is not base else (ranking[1] if len(ranking) > 1 else None)
+    if other is None:
+        passed, why, improvement, spread = (
+            False,
+            "only the base recipe ran: nothing to compare",
+            None,
+            float("nan"),
+        )
+    else:
+        improvement = (1.0 if lower_is_better(metric) else -1.0) * (other["mean"] - chosen["mean"])
+        stds = (chosen["std"], other["std"])
+        spread = float("nan") if None in stds else max(stds)
+        passed, why = _criterion(improvement, spread, min_improvement, require_seed_spread)
+        if chosen is base:
+            why = f"base kept over runner-up {other['recipe_name']}: {why}"
     evidence.append(f"base {base['recipe_name']}: mean {base['mean']:.4f}, rank {base['rank']}")
     evidence.append(why)
     return {

@@ -75,3 +75,18 @@ def test_epoch_table_flags_repeats_the_proxy_cannot_match():
     assert math_row["proxy_subset_tokens"] == 10**4
     assert "repeats math 20.00x" in math_row["flag"]
     assert epoch_table(components, 10**8, 10**6, proxy_can_subsample=True)[1]["flag"] is None
+
+
+def test_keeping_the_base_needs_a_margin_over_the_runner_up():
+    runs = synthetic_runs(recipes=3, seeds=3, proxies=("p",))
+    base = next(r["recipe_sha256"] for r in runs if r["recipe_name"] == "base")
+    for run in runs:  # make the base clearly best
+        if run["recipe_sha256"] == base:
+            run["metrics"]["bpb"] -= 1.0
+    report = build_report(runs, base_sha=base, metric="bpb", identity={})
+    assert report["chosen_recipe_sha256"] == base and report["passed"] is True
+    assert "base kept over runner-up" in report["decision"]["evidence"][-1]
+    only_base = [r for r in runs if r["recipe_sha256"] == base]
+    report = build_report(only_base, base_sha=base, metric="bpb", identity={})
+    assert report["passed"] is False
+    assert "nothing to compare" in report["decision"]["evidence"][-1]
