@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -359,6 +360,13 @@ def run_pipeline(
         done = _restart(out)
         todo = [{"path": f.path, "format": f.format, "stem": f.stem} for f in inputs]
     reused = sum(len(v) for v in done.values())
+    if progress:
+        print(
+            f"[data run] {len(inputs)} input files ({len(inputs) - len(todo)} already done, "
+            f"{reused} parts reused); stages: {', '.join(s.name for s in stages)}",
+            file=sys.stderr,
+            flush=True,
+        )
     ray_stats = _run_ray(config, stages, todo, out, done, ray_address, progress) if todo else ""
     led, shards = _collect(config, out, [f.stem for f in inputs], stages)
     atomic_write_json(out / "ledger.json", led)
