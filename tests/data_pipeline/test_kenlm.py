@@ -247,3 +247,31 @@ def test_pruning_singletons_shrinks_the_model_and_keeps_it_normalised(tmp_path):
     assert pruned[2][:2] == full[2][:2] and pruned[2][3] < full[2][3] / 2
     assert pruned[0] < full[0] / 2
     assert pruned[1] == pytest.approx(full[1], rel=0.1)
+
+
+@pytest.mark.timeout(60)
+def test_plain_text_reference_and_parquet_inputs(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    english = [r["text"] for r in _rows() if "linux-doc" in r["source"]][:40]
+    blocks = ["\n".join(line for line in t.splitlines() if line.strip()) for t in english[:20]]
+    (tmp_path / "ref.txt").write_text("\n\n".join(blocks))  # documents: blank-line separated
+    pq.write_table(pa.table({"body": english[20:]}), tmp_path / "ref.parquet")
+    config = {
+        "out": str(tmp_path / "lm"),
+        "order": 3,
+        "heldout_fraction": 0.0,
+        "languages": {
+            "en": {
+                "inputs": [
+                    {"path": str(tmp_path / "ref.txt")},
+                    {"path": str(tmp_path / "ref.parquet"), "text_field": "body"},
+                ]
+            }
+        },
+    }
+    (tmp_path / "lm.yaml").write_text(yaml.safe_dump(config))
+    assert train_lm(_args(str(tmp_path / "lm.yaml"))) == 0
+    info = json.loads((tmp_path / "lm" / "model.json").read_text())["languages"]["en"]
+    assert info["documents"] == 40 and info["heldout_perplexity"] is None
