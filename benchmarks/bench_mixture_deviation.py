@@ -83,7 +83,46 @@ def main() -> None:
         f"batch deviation ours {sweep['ours_worst_aligned_sequences']:.3f} sequences, megatron "
         f"{sweep['megatron_worst_aligned_sequences']:.3f}"
     )
-    write_result("mixture_deviation", {"weights": WEIGHTS.tolist(), "rows": rows, "sweep": sweep})
+    replan = replan_conservation()
+    print(
+        f"re-plan after {replan['consumed']} of {replan['total']} samples (weights changed): "
+        f"repeated / skipped sequences ours {replan['ours_repeated']} / {replan['ours_skipped']},"
+        f" megatron {replan['megatron_repeated']} / {replan['megatron_skipped']}"
+    )
+    write_result(
+        "mixture_deviation",
+        {"weights": WEIGHTS.tolist(), "rows": rows, "sweep": sweep, "replan": replan},
+    )
+
+
+def replan_conservation(width: int = 512, batches: int = 400) -> dict[str, int]:
+    """Weights change mid-run. Ours keeps the consumed prefix and continues each component's
+    stream; Megatron rebuilds the blend with the new weights and resumes at the same sample, so
+    each dataset restarts from the count the NEW blend would have reached: repeats or skips."""
+    new_weights = WEIGHTS[::-1].copy()
+    total, consumed = width * batches, width * batches // 2
+    sizes = [total] * WEIGHTS.size  # one epoch covers everything: any repeat is a true repeat
+    old = sampler.build_index(WEIGHTS, batches, width, sizes, seed=SEED)
+    ours = sampler.replan_index(old, consumed, new_weights, batches // 2, width, sizes, seed=SEED)
+    repeated = skipped = 0
+    for k in range(WEIGHTS.size):
+        used = ours["sequence"][ours["component"] == k]
+        repeated += used.size - np.unique(used).size
+        # The stream is the epoch permutation; a skip is a stream position passed over.
+        stream = sampler.epoch_permutation(SEED, 0, k, 0, sizes[k])[: used.size]
+        skipped += np.setdiff1d(stream, used).size
+    seen = np.bincount(megatron_components(WEIGHTS, total)[:consumed], minlength=WEIGHTS.size)
+    resumed = np.bincount(
+        megatron_components(new_weights, total)[:consumed], minlength=WEIGHTS.size
+    )
+    return {
+        "total": total,
+        "consumed": consumed,
+        "ours_repeated": int(repeated),
+        "ours_skipped": int(skipped),
+        "megatron_repeated": int(np.clip(seen - resumed, 0, None).sum()),
+        "megatron_skipped": int(np.clip(resumed - seen, 0, None).sum()),
+    }
 
 
 def weight_sweep() -> dict[str, float]:
