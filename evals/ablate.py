@@ -146,11 +146,12 @@ def plan_recipes(config: AblationConfig, base_mixture: dict[str, Any]) -> list[d
     ]
     plans, seen = [], set()
     for name, weights in wanted:
-        weights = _fix_sum(dict(weights))
-        key = tuple(weights[n] for n in names)
+        weights = dict(base) if name == "base" else _fix_sum(dict(weights))
+        key = tuple(round(weights[n], 6) for n in names)
         if key in seen:
             continue
         seen.add(key)
+        # The base recipe is passed through untouched: its hash must be the user's exactly.
         components = [{**c, "weight": weights[c["name"]]} for c in recipe["components"]]
         plans.append(
             {"name": name, "weights": weights, "recipe": {**recipe, "components": components}}

@@ -197,3 +197,22 @@ def test_sweep_runs_through_ray_when_asked(tmp_path, ray_local):
     assert len(report["runs"]) == len(specs) == 4
     assert all(load_finished(Path(s["run_dir"]), s["run_key"]) for s in specs)
     assert report["chosen_recipe_name"] == "code-heavy"
+
+
+def test_base_recipe_hash_is_the_users_even_with_inexact_weights(tmp_path):
+    from mixtures.recipe import Recipe, recipe_sha256
+
+    config = _setup(tmp_path)
+    mixture = {
+        **MIXTURE,
+        "recipe": {
+            **MIXTURE["recipe"],
+            "components": [
+                {**MIXTURE["recipe"]["components"][0], "weight": 0.5999999999999999},
+                {**MIXTURE["recipe"]["components"][1], "weight": 0.4},
+            ],
+        },
+    }
+    plans = plan_recipes(config, mixture)
+    users = recipe_sha256(Recipe.model_validate(mixture["recipe"]))
+    assert recipe_sha256(Recipe.model_validate(plans[0]["recipe"])) == users
