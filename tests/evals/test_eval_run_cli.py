@@ -1,0 +1,34 @@
+"""`pretrain eval run` argument errors are one line with the fix (the real checkpoint path is in
+test_ablate_e2e.py, slow)."""
+
+from __future__ import annotations
+
+from evals.commands import find_checkpoints, find_tokenizer
+from pretrain.cli import main
+from pretrain.manifest import write_manifest
+
+
+def test_a_directory_without_checkpoints_is_refused(tmp_path, capsys):
+    (tmp_path / "sets").mkdir()
+    assert main(["eval", "run", str(tmp_path), "--sets", str(tmp_path / "sets")]) == 2
+    assert "holds no checkpoints/iter_NNNNNNN" in capsys.readouterr().err
+
+
+def test_checkpoints_are_found_in_step_order_and_tokenizer_through_lineage(tmp_path):
+    run = tmp_path / "run"
+    for step in (20, 5, 10):
+        (run / "checkpoints" / f"iter_{step:07d}").mkdir(parents=True)
+    run_dir, found = find_checkpoints(run)
+    assert run_dir == run and [s for s, _ in found] == [5, 10, 20]
+    assert find_checkpoints(run / "checkpoints" / "iter_0000010")[1][0][0] == 10
+    tokenizer = tmp_path / "tok"
+    tokenizer.mkdir()
+    write_manifest(tokenizer, "tokenizer")
+    encoded = tmp_path / "enc"
+    encoded.mkdir()
+    write_manifest(encoded, "encoded", inputs=[tokenizer], config={"data": "shards"})
+    mixture = tmp_path / "mix"
+    mixture.mkdir()
+    write_manifest(mixture, "mixture", inputs=[encoded])
+    write_manifest(run, "run", config={"data": {"mixture_dir": str(mixture)}})
+    assert find_tokenizer(run) == tokenizer
