@@ -138,6 +138,10 @@ class RulesStage(Stage):
     requires: ClassVar[tuple[str, ...]] = ("id", "text")
     Config: ClassVar[type[StageConfig]] = RulesConfig
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without per-worker state (Ray ships the stage, each worker runs setup())."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_tokenizer",)}
+
     def setup(self) -> None:
         self._tokenizer = make_tokenizer(self.config.word_tokenizer)
 
@@ -199,10 +203,11 @@ _TERMINAL = frozenset(TERMINAL_PUNCTUATION)
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _CJK_RE = re.compile(f"[{_CJK}]")
 _LETTER_RE = re.compile(r"[^\W\d_]")
-_ALNUM_RE = re.compile(r"[^\W_]")
+_NOT_ALNUM_RUN = re.compile(r"[\W_]+")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f]")
 _PARA_SPLIT = re.compile(r"\n{2,}")
 _LINE_SPLIT = re.compile("\n+")
-_NONEMPTY_LINE = re.compile(r"(?m)^[ \t]*\S")
+_NONEMPTY_LINE = re.compile(r"\n[ \t]*\S")  # over "\n" + text: a literal to scan for
 # From datatrove's C4QualityFilter (itself from tensorflow_datasets c4_utils), Apache-2.0.
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 _END_PUNCT = (".", "?", "!", '"', "'")
@@ -224,7 +229,7 @@ _GARBLED = re.compile(
     "|â€[\x80-\xbf\u0152\u0153\u0160\u0161\u0178\u2013\u2014\u2018-\u201e\u2020-\u2022\u2026"
     "\u2030\u2039\u203a\u20ac\u2122]"
 )
-_LOG_LINE = re.compile(r"""(?mx)^[ \t]*(?:
+_LOG_LINE = re.compile(r"""(?x)\n[ \t]*(?:
       \[?\d{4}-\d{2}-\d{2}[T\s]\d{2}:\d{2}
     | \[?\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\]?\s
     | (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s+\d{1,2}\s+\d{2}:\d{2}:\d{2}
@@ -290,8 +295,11 @@ def is_cjk(text: str, lang: str | None, cjk_languages: tuple[str, ...]) -> bool:
     if lang:
         return lang.replace("-", "_").split("_")[0].lower() in cjk_languages
     head = text[:20_000]
+    cjk = len(_CJK_RE.findall(head))
+    if cjk == 0:
+        return False
     letters = len(_LETTER_RE.findall(head))
-    return letters > 0 and len(_CJK_RE.findall(head)) / letters > 0.3
+    return letters > 0 and cjk / letters > 0.3
 
 
 def find_duplicates(items: list[str]) -> tuple[int, int]:
@@ -349,22 +357,27 @@ class NGrams:
         if self._no_dups_from is not None and n >= self._no_dups_from:
             return 0  # no repeated k-gram means no repeated (k + 1)-gram
         array = self.grams(n)
-        grams = array.tolist()
-        m = len(grams)
-        first = dict(zip(reversed(grams), range(m - 1, -1, -1), strict=True))
-        if len(first) == m:
+        m = len(array)
+        order = np.argsort(array, kind="stable")  # equal grams together, in text order
+        same = array[order[1:]] == array[order[:-1]]
+        if not same.any():
             self._no_dups_from = n if self._no_dups_from is None else min(n, self._no_dups_from)
             return 0
-        firsts = np.fromiter(map(first.__getitem__, grams), np.int64, m)
-        candidates = np.flatnonzero(firsts != np.arange(m))
+        previous = np.full(m, -1, dtype=np.int64)  # the nearest earlier copy of each gram
+        previous[order[1:][same]] = order[:-1][same]
+        candidates = np.flatnonzero(previous >= 0)
         chars = (self.cumlen[candidates + n] - self.cumlen[candidates]).tolist()
+        earlier = previous.tolist()
         skipped = bytearray(m + n)
         skip_until = total = 0
-        for i, j, size in zip(candidates.tolist(), firsts[candidates].tolist(), chars, strict=True):
+        for i, size in zip(candidates.tolist(), chars, strict=True):
             if i < skip_until:
                 continue
-            if skipped[j] and all(skipped[k] for k in np.flatnonzero(array[:i] == array[i])):
-                continue  # every earlier copy sat inside a counted repeat: this one is new
+            j = earlier[i]
+            while j >= 0 and skipped[j]:  # copies inside a counted repeat were never seen
+                j = earlier[j]
+            if j < 0:
+                continue
             total += size
             skipped[i + 1 : i + n] = b"\x01" * (n - 1)
             skip_until = i + n
@@ -592,11 +605,13 @@ def fineweb(
 
 def garbled_ratio(text: str) -> float:
     """Share of characters that are U+FFFD, control characters or UTF-8/GBK mojibake."""
-    return sum(map(len, _GARBLED.findall(text))) / max(len(text), 1)
+    pattern = _CONTROL if text.isascii() else _GARBLED  # isascii() is O(1) in CPython
+    return sum(map(len, pattern.findall(text))) / max(len(text), 1)
 
 
 def log_like_ratio(text: str) -> float:
     """Share of non-empty lines that look machine-generated (log, trace, hex dump, key=value)."""
+    text = "\n" + text
     lines = len(_NONEMPTY_LINE.findall(text))
     return len(_LOG_LINE.findall(text)) / lines if lines else 0.0
 
@@ -611,7 +626,7 @@ def code_reason(text: str, cfg: CodeConfig) -> str | None:
     ):
         return "code_long_mean_line"
     if cfg.min_alnum_ratio is not None and (
-        len(_ALNUM_RE.findall(text)) / max(len(text), 1) < cfg.min_alnum_ratio
+        1 - sum(map(len, _NOT_ALNUM_RUN.findall(text))) / max(len(text), 1) < cfg.min_alnum_ratio
     ):
         return "code_low_alnum"
     return None

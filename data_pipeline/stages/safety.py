@@ -223,6 +223,10 @@ class SafetyStage(Stage):
     requires: ClassVar[tuple[str, ...]] = ("id", "text", "url")
     Config: ClassVar[type[StageConfig]] = SafetyConfig
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without per-worker state (Ray ships the stage, each worker runs setup())."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_blocklist", "_words")}
+
     def setup(self) -> None:
         config: SafetyConfig = self.config  # type: ignore[assignment]
         unknown = [k for k in config.pii_kinds if k not in pii.KINDS]

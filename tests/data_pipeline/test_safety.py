@@ -126,3 +126,12 @@ def test_config_switches_and_errors():
     assert row["url_blocked"] is True
     with pytest.raises(ConfigError, match="pii_kinds"):
         SafetyStage(SafetyConfig(url_blocklist=False, pii_kinds=("ssn",))).setup()
+
+
+def test_stage_pickles_without_its_lists(stage):
+    import pickle
+
+    payload = pickle.dumps(stage)
+    assert len(payload) < 10_000  # the 4.5M-domain list stays on the worker
+    clone = pickle.loads(payload)
+    assert clone.document("mail a@b.io", None)["text"] == "mail <EMAIL>"
