@@ -1,0 +1,68 @@
+"""The model-backed stages inside `pretrain data run`: tags in the shards, hashes and cutoffs in
+the manifest (slow: trains the demo models and runs the Ray pipeline on the whole sample)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from data_pipeline.models.demo_assets import build_demo_models
+from pretrain.demo import SAMPLE_FILES, sample_dir
+from pretrain.manifest import manifest_sha256
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_pipeline_records_model_hashes_cutoffs_and_tags(tmp_path, ray_local):
+    from pretrain.cli import main
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name in SAMPLE_FILES:
+        shutil.copyfile(sample_dir() / name, raw / name)
+    models = build_demo_models(raw, tmp_path / "models")
+    out = tmp_path / "shards"
+    sets = [
+        f"inputs=[{raw}]",
+        f"output={out}",
+        "stages.domain.enabled=true",
+        f"stages.domain.model={models['domain']}",
+        "stages.quality.enabled=true",
+        f"stages.quality.model={models['quality']}",
+        "stages.perplexity.enabled=true",
+        f"stages.perplexity.model={models['lm']}",
+    ]
+    argv = ["data", "run", str(REPO / "configs" / "pipeline.yaml")]
+    assert main([*argv, *(x for s in sets for x in ("--set", s))]) == 0
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["models"]["perplexity.model"] == manifest_sha256(models["lm"])
+    assert manifest["models"]["domain.model"] == manifest_sha256(models["domain"])
+    assert set(manifest["ppl_cutoffs"]) >= {"en", "zh"}
+    described = {s["name"]: s for s in manifest["stages"]}
+    assert described["perplexity"]["ppl_cutoffs"] == manifest["ppl_cutoffs"]
+    table = pq.read_table(sorted(glob.glob(str(out / "shards" / "*.parquet"))))
+    rows = table.select(["lang", "domain", "quality_score", "perplexity", "ppl_bucket"])
+    rows = rows.to_pylist()
+    assert {r["domain"] for r in rows} >= {"prose", "code", "math"}
+    assert all(r["quality_score"] is None or 0 <= r["quality_score"] <= 1 for r in rows)
+    for lang in ("en", "zh"):
+        low, high = manifest["ppl_cutoffs"][lang]
+        for r in rows:
+            if r["lang"] == lang and r["perplexity"] is not None:
+                want = (
+                    "head"
+                    if r["perplexity"] <= low
+                    else "middle"
+                    if r["perplexity"] <= high
+                    else "tail"
+                )
+                assert r["ppl_bucket"] == want
+    assert all(r["ppl_bucket"] == "none" for r in rows if r["lang"] not in ("en", "zh"))
