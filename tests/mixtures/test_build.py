@@ -215,3 +215,28 @@ def test_encoded_with_other_tokenizer_needs_matching_pin(tmp_path: Path) -> None
     config = mixture_config(encoded, tmp_path / "mix", tokenizer_sha256="cd" * 32)
     assert _build(tmp_path, config) == 0
     assert load_manifest(tmp_path / "mix")["tokenizer"]["id"] == "bpe-other@cdcdcd"
+
+
+@pytest.mark.parametrize(
+    ("change", "expect"),
+    [
+        ({"build.seed": 8}, "a re-plan must keep both"),
+        ({"replan.consumed_sequences": 20}, "not a whole number of global batches"),
+        ({"replan.consumed_sequences": 16 * 40}, "exceeds the 320 sequences"),
+        ({"select": {"domain": "web"}}, "the components or their selections changed"),
+    ],
+)
+def test_replan_refuses_incompatible_changes(
+    tmp_path: Path, encoded_dir: Path, capsys: pytest.CaptureFixture, change: dict, expect: str
+) -> None:
+    assert _build(tmp_path, mixture_config(encoded_dir, tmp_path / "run")) == 0
+    new = mixture_config(encoded_dir, tmp_path / "new")
+    new["replan"] = {"mixture": str(tmp_path / "run"), "consumed_sequences": 32}
+    if "select" in change:
+        new["recipe"]["components"][0]["select"] = change["select"]
+        extra = []
+    else:
+        extra = [f"--set={key}={value}" for key, value in change.items()]
+    capsys.readouterr()
+    assert _build(tmp_path, new, *extra) == 2
+    assert expect in _error_line(capsys)
