@@ -10,7 +10,6 @@ Layout of the artifact:
 
 from __future__ import annotations
 
-import math
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -290,7 +289,3 @@ def format_summary(result: BuildResult) -> str:
         lines.append(f"  tokens per parameter: {ratio:.1f}")
     lines.append(f"  -> {result.directory}")
     return "\n".join(lines)
-
-
-def epochs_text(value: float) -> str:
-    return "inf" if math.isinf(value) else f"{value:.3f}"
