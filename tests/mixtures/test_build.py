@@ -240,3 +240,32 @@ def test_replan_refuses_incompatible_changes(
     capsys.readouterr()
     assert _build(tmp_path, new, *extra) == 2
     assert expect in _error_line(capsys)
+
+
+def test_replan_across_a_phase_boundary_keeps_the_finished_phase(
+    tmp_path: Path, encoded_dir: Path
+) -> None:
+    phases = [{"name": "main", "share": 0.5}, {"name": "anneal", "share": 0.5}]
+    config = mixture_config(encoded_dir, tmp_path / "run")
+    config["recipe"]["phases"] = phases
+    assert _build(tmp_path, config) == 0
+    old = load_manifest(tmp_path / "run")
+    first = old["phases"][0]["num_sequences"]
+    new = mixture_config(encoded_dir, tmp_path / "new")
+    new["recipe"]["phases"] = [
+        phases[0],
+        {**phases[1], "weights": {"web": 0.1, "code": 0.1, "books_hq": 0.8}},
+    ]
+    new["replan"] = {"mixture": str(tmp_path / "run"), "consumed_sequences": first + 2 * 16}
+    assert _build(tmp_path, new) == 0
+    manifest = load_manifest(tmp_path / "new")
+    for number, kept in ((0, first), (1, 2 * 16)):
+        rel = manifest["phases"][number]["index"]
+        old_index = np.load(tmp_path / "run" / rel)
+        new_index = np.load(tmp_path / "new" / rel)
+        assert new_index[:kept].tobytes() == old_index[:kept].tobytes()
+    assert manifest["phases"][0]["num_sequences"] == first
+    rest = np.load(tmp_path / "new" / manifest["phases"][1]["index"])[2 * 16 :]
+    assert sampler.max_batch_deviation(rest["component"], [0.1, 0.1, 0.8], 16) < 1 + 1e-9
+    report = json.loads((tmp_path / "new" / "replan.json").read_text())
+    assert [p["kept_sequences"] for p in report["phases"]] == [first, 2 * 16]
