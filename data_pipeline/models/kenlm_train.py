@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,11 @@ def train_lm(config: LanguageModelConfig, command: list[str] | None = None) -> P
     languages: dict[str, Any] = {}
     for lang in config.languages:
         sentences, heldout, documents = reference_sentences(lang, config)
+        tqdm.write(
+            f"{lang}: {documents} documents, {len(sentences)} sentences -> estimating the "
+            f"order-{config.order} model",
+            file=sys.stderr,
+        )
         arpa = out / f"{lang}.arpa"
         with open(arpa, "w", encoding="utf-8") as handle:
             stats = train_arpa(sentences, config.order, handle, config.prune_singletons_from)

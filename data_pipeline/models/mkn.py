@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 import numpy as np
+from tqdm import tqdm
 
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)
@@ -215,6 +216,7 @@ def write_arpa(orders: list[Order], vocab: list[str], handle: TextIO) -> list[in
     handle.write("\\data\\\n")
     for n, size in enumerate(sizes, 1):
         handle.write(f"ngram {n}={size}\n")
+    progress = tqdm(total=sum(sizes), desc="write ARPA", unit="ngram", leave=False)
     for n, (o, words) in enumerate(zip(orders, strings, strict=True), 1):
         handle.write(f"\n\\{n}-grams:\n")
         logprob = np.full(len(o.prob), -99.0)
@@ -233,6 +235,8 @@ def write_arpa(orders: list[Order], vocab: list[str], handle: TextIO) -> list[in
             else:
                 lines.append(f"{logprob[i]:.7g}\t{text}\t{logbackoff[i]:.7g}\n")
         handle.writelines(lines)
+        progress.update(len(lines))
+    progress.close()
     handle.write("\n\\end\\\n")
     return sizes
 
