@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from mixtures import sampler
-from mixtures.recipe import MixtureConfig, resolved_phases
+from mixtures.recipe import MixtureConfig, Phase, resolved_phases
 from mixtures.selection import select_sha256
 from pretrain.errors import ConfigError
 from pretrain.manifest import manifest_sha256, require
@@ -140,33 +140,11 @@ def make_plan(config: MixtureConfig, docs: list[np.ndarray], old: OldMixture | N
         )
     phases, offset, report = [], 0, []
     for number, phase in enumerate(resolved_phases(config)):
-        seq_length = int(phase.seq_length)
-        per_epoch = [max(int(d["tokens"].sum()) - 1, 0) // seq_length for d in docs]
-        weights = [phase.weights[n] for n in names]
-        _check_nonempty(config, phase.name, names, weights, per_epoch, seq_length)
-        batches = max(1, round(config.build.total_tokens * phase.share / (seq_length * width)))
-        kept = None
-        if old is not None and number < len(old.manifest["phases"]) and consumed > offset:
-            kept, batches = _kept_prefix(
-                old, number, phase.name, seq_length, consumed - offset, batches, width
-            )
-            report.append(_replan_entry(phase.name, kept, batches * width, names))
-            offset += old.manifest["phases"][number]["num_sequences"]
-        counts = (
-            sampler.allocate_batches(weights, batches, width)
-            if batches
-            else np.zeros((0, len(names)), np.int32)
-        )
-        phases.append(
-            PhasePlan(
-                phase.name,
-                seq_length,
-                dict(zip(names, weights, strict=True)),
-                per_epoch,
-                counts,
-                kept,
-            )
-        )
+        planned, kept_from_old = _plan_phase(config, number, phase, docs, old, consumed - offset)
+        if kept_from_old:
+            report.append(_replan_entry(phase.name, planned.kept, int(planned.counts.sum()), names))
+            offset += kept_from_old
+        phases.append(planned)
     if old is not None and consumed > offset:
         raise ConfigError(
             f"replan.consumed_sequences = {consumed} exceeds the {offset} sequences"
@@ -182,6 +160,35 @@ def make_plan(config: MixtureConfig, docs: list[np.ndarray], old: OldMixture | N
             "phases": report,
         }
     return plan
+
+
+def _plan_phase(
+    config: MixtureConfig,
+    number: int,
+    phase: Phase,
+    docs: list[np.ndarray],
+    old: OldMixture | None,
+    consumed: int,
+) -> tuple[PhasePlan, int]:
+    """One phase's allocation; with a re-plan, the old phase's consumed prefix is kept.
+    Returns the plan and the old phase's size when it was (partly) consumed, else 0."""
+    width, names = config.build.global_batch, [c.name for c in config.recipe.components]
+    seq_length = int(phase.seq_length)
+    per_epoch = [max(int(d["tokens"].sum()) - 1, 0) // seq_length for d in docs]
+    weights = [phase.weights[n] for n in names]
+    _check_nonempty(config, phase.name, names, weights, per_epoch, seq_length)
+    batches = max(1, round(config.build.total_tokens * phase.share / (seq_length * width)))
+    kept, old_size = None, 0
+    if old is not None and number < len(old.manifest["phases"]) and consumed > 0:
+        kept, batches = _kept_prefix(old, number, phase.name, seq_length, consumed, batches, width)
+        old_size = int(old.manifest["phases"][number]["num_sequences"])
+    counts = (
+        sampler.allocate_batches(weights, batches, width)
+        if batches
+        else np.zeros((0, len(names)), np.int32)
+    )
+    weight_map = dict(zip(names, weights, strict=True))
+    return PhasePlan(phase.name, seq_length, weight_map, per_epoch, counts, kept), old_size
 
 
 def _check_nonempty(
