@@ -8,6 +8,8 @@ from pretrain.errors import ArtifactError
 from pretrain.manifest import load_manifest
 
 DEMO_VOCAB = 4096
+DEMO_SAMPLE_BYTES = 3_000_000
+"""The demo's training sample: enough for a 4k vocabulary, small enough for 2 shared cores."""
 
 
 def step(ctx: Any) -> str:
@@ -27,7 +29,12 @@ def step(ctx: Any) -> str:
     tok_dir, enc_dir = ctx.out / "tokenizer", ctx.out / "encoded"
     if not ctx.reuse(tok_dir):
         train(
-            TrainConfig(data=str(shards), out=str(tok_dir), vocab_size=DEMO_VOCAB),
+            TrainConfig(
+                data=str(shards),
+                out=str(tok_dir),
+                vocab_size=DEMO_VOCAB,
+                sample={"max_bytes": DEMO_SAMPLE_BYTES},
+            ),
             command=["pretrain", "demo"],
         )
     tokenizer = load_locked(tok_dir)

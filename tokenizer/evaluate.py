@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from pretrain.manifest import atomic_write_json, write_manifest
 from tokenizer.lock import LockedTokenizer, load_locked
+from tokenizer.plots import plot_compression, plot_groups
 from tokenizer.sample import SamplePlan, group_key, stream_sample
 from tokenizer.shards import read_columns, require_shards, shards_identity, tag, unit_hash
 
@@ -188,8 +189,6 @@ def evaluate(
     command: list[str] | None = None,
 ) -> dict[str, Any]:
     """Evaluate, write report.json + compression.png + manifest into `out`; return the report."""
-    from tokenizer.plots import plot_compression
-
     tokenizer = load_locked(tokenizer_dir)
     _, shards = require_shards(data)
     out = Path(out) if out is not None else Path(tokenizer_dir) / "eval"
@@ -249,7 +248,10 @@ def format_table(report: dict[str, Any]) -> str:
         f"{'ch/tok':>8}{'SP':>7}{'tok/w':>7}{'SP':>7}{'exact':>7}{'SP':>7}"
     )
     lines = [f"tokenizer {report['tokenizer']['id']}; eval data: {report['eval_source']}", head]
-    for key, mine in ours["groups"].items():
+    groups = ours["groups"]
+    keys = plot_groups(report) + sorted(k for k in groups if "/" in k)
+    for key in keys:
+        mine = groups[key]
         other = base["groups"].get(key, {}) if base else {}
         ratio = (mine["bytes_per_token"] / other["bytes_per_token"]) if other else None
         lines.append(

@@ -1,45 +1,65 @@
-"""The eval plot: bytes per token per group, ours vs the SentencePiece baseline (PNG, Agg)."""
+"""The eval plot: bytes per token per domain and language, ours vs the SentencePiece baseline."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
+MAX_BARS = 30
+
+
+def plot_groups(report: dict[str, Any]) -> list[str]:
+    """`all`, then each domain, then each language (the domain x language cells stay in JSON)."""
+    groups = report["ours"]["groups"]
+    ordered = [
+        "all",
+        *sorted(k for k in groups if k.startswith("domain=")),
+        *sorted((k for k in groups if k.startswith("lang=")), key=lambda k: -groups[k]["bytes"]),
+    ]
+    return [k for k in ordered if k in groups][:MAX_BARS]
+
 
 def plot_compression(report: dict[str, Any], path: Path) -> None:
-    """Horizontal grouped bars of bytes/token for every group in the report."""
+    """Horizontal grouped bars of bytes/token (PNG, Agg backend)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = list(report["ours"]["groups"])
-    ours = [report["ours"]["groups"][g]["bytes_per_token"] for g in groups]
-    base_groups = report.get("sentencepiece", {}).get("groups", {})
+    groups = plot_groups(report)
+    ours = report["ours"]["groups"]
+    base = report.get("sentencepiece", {}).get("groups", {})
     height = 0.4
-    fig, ax = plt.subplots(figsize=(8, 1.0 + 0.45 * len(groups)))
-    positions = range(len(groups))
+    fig, ax = plt.subplots(figsize=(8, 1.6 + 0.42 * len(groups)))
+    positions = list(range(len(groups)))
     ax.barh(
-        [p + height / 2 for p in positions],
-        ours,
+        [p - height / 2 for p in positions],
+        [ours[g]["bytes_per_token"] for g in groups],
         height,
         label=report["tokenizer"]["id"],
         color="tab:blue",
     )
-    if base_groups:
-        base = [base_groups.get(g, {}).get("bytes_per_token", 0) for g in groups]
+    if base:
         ax.barh(
-            [p - height / 2 for p in positions],
-            base,
+            [p + height / 2 for p in positions],
+            [base.get(g, {}).get("bytes_per_token", 0) for g in groups],
             height,
-            label="SentencePiece BPE (same sample, vocab)",
+            label="SentencePiece BPE (same sample and vocab size)",
             color="tab:orange",
         )
-    ax.set_yticks(list(positions), groups)
+    ax.set_yticks(positions, [f"{g} ({ours[g]['documents']} docs)" for g in groups])
     ax.invert_yaxis()
     ax.set_xlabel("bytes per token (higher = better compression)")
-    ax.set_title("Tokenizer compression on " + report["eval_source"][:60], fontsize=9)
-    ax.legend(loc="lower right", fontsize=8)
+    source = textwrap.shorten(report["eval_source"], 110, placeholder=" ...")
+    ax.set_title("Compression on " + "\n".join(textwrap.wrap(source, 80)), fontsize=8)
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.35 / max(len(groups), 1) - 0.08),
+        ncol=2,
+        fontsize=8,
+        frameon=False,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
