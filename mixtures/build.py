@@ -136,7 +136,7 @@ def tokens_per_parameter(config: MixtureConfig) -> tuple[float | None, str | Non
     warning = None
     if not low <= ratio <= high:
         warning = (
-            f"{ratio:.1f} tokens per parameter is outside {low:g}-{high:g} "
+            f"{ratio:.3g} tokens per parameter is outside {low:g}-{high:g} "
             f"(build.total_tokens={config.build.total_tokens:,}, "
             f"build.model_params={params:,.0f})"
         )
@@ -286,6 +286,6 @@ def format_summary(result: BuildResult) -> str:
             )
     ratio = result.summary.get("tokens_per_parameter")
     if ratio is not None:
-        lines.append(f"  tokens per parameter: {ratio:.1f}")
+        lines.append(f"  tokens per parameter: {ratio:.3g}")
     lines.append(f"  -> {result.directory}")
     return "\n".join(lines)
