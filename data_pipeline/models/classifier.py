@@ -20,6 +20,7 @@ from pydantic import Field, model_validator
 from tqdm import tqdm
 
 from data_pipeline.models.records import RecordSource, field_value, iter_records
+from data_pipeline.models.report import plot_confusion
 from data_pipeline.models.text import NORMALIZATION, classifier_line
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
@@ -243,10 +244,14 @@ def evaluate(model: Any, heldout: list[tuple[str, str]], labels: list[str]) -> d
             "support": support,
         }
     correct = sum(g == t for g, t in zip(guesses, truth, strict=True))
+    confusion = {
+        t: dict(Counter(g for g, x in zip(guesses, truth, strict=True) if x == t)) for t in labels
+    }
     return {
         "heldout_documents": len(heldout),
         "accuracy": correct / len(heldout),
         "per_label": per_label,
+        "confusion": confusion,
     }
 
 
@@ -273,6 +278,7 @@ def train_classifier(config: ClassifierConfig, command: list[str] | None = None)
         "skipped": dict(skipped),
         **metrics,
     }
+    plot_confusion(stats, config.labels, out / "heldout.png", f"{config.name} classifier")
     _write_artifact(config, model_file, stats, command)
     return out
 

@@ -84,6 +84,13 @@ def test_artifact_records_labels_accuracy_and_hashes(models):
         assert info["normalization"]["scheme"] == "pretrain-text-v1"
         assert info["training"]["heldout_documents"] > 20
         assert info["training"]["accuracy"] >= 0.9, info["training"]
+        confusion = info["training"]["confusion"]
+        assert (
+            sum(sum(row.values()) for row in confusion.values())
+            == info["training"]["heldout_documents"]
+        )
+        assert (models[name] / "heldout.png").read_bytes()[:4] == b"\x89PNG"
+        assert "heldout.png" in manifest["files"]
         assert manifest["files"][info["model_file"]]["sha256"] == info["model_sha256"]
         # bucket set explicitly: 20k buckets x dim 16 is a few MB, not fastText's 409 MB default
         assert manifest["files"][info["model_file"]]["bytes"] < 5_000_000
