@@ -4,6 +4,8 @@ keys, candidate pairs inside buckets, and verification by the signature Jaccard 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from data_pipeline.dedup.minhash import EMPTY, jaccard_estimate
@@ -19,6 +21,7 @@ def _collision(similarity: np.ndarray, bands: int, rows: int) -> np.ndarray:
     return 1.0 - (1.0 - similarity**rows) ** bands
 
 
+@functools.lru_cache(maxsize=64)
 def lsh_params(
     threshold: float,
     num_perm: int,
@@ -31,12 +34,13 @@ def lsh_params(
     above = np.linspace(threshold, 1.0, 201)
     best: tuple[float, int, int] | None = None
     for bands in range(1, num_perm + 1):
-        for rows in range(1, num_perm // bands + 1):
-            fp = np.trapezoid(_collision(below, bands, rows), below)
-            fn = np.trapezoid(1.0 - _collision(above, bands, rows), above)
-            error = false_positive_weight * fp + false_negative_weight * fn
-            if best is None or error < best[0] - 1e-12:
-                best = (error, bands, rows)
+        rows = np.arange(1, num_perm // bands + 1)[:, None]
+        fp = np.trapezoid(_collision(below[None, :], bands, rows), below, axis=1)
+        fn = np.trapezoid(1.0 - _collision(above[None, :], bands, rows), above, axis=1)
+        error = false_positive_weight * fp + false_negative_weight * fn
+        for r, value in enumerate(error.tolist(), start=1):  # first minimum wins, as before
+            if best is None or value < best[0] - 1e-12:
+                best = (value, bands, r)
     assert best is not None
     return best[1], best[2]
 
