@@ -11,8 +11,9 @@ datatrove's default thresholds. Documents tagged with a code domain are judged b
 Words: a compiled regex approximates spaCy's English tokenizer (what datatrove uses), about 20x
 faster; `word_tokenizer: spacy` uses spaCy itself. With `script_aware` on, runs of CJK characters
 are cut into 2-character pseudo-words, so a Chinese document's word count is its CJK characters / 2
-(plus its non-CJK words); CJK documents skip the mean-word-length clause, use a Chinese stop-word
-list and CJK sentence punctuation, and their characters count double for FineWeb's short lines.
+(plus its non-CJK words); CJK documents skip the mean-word-length clause, leave full-width
+punctuation out of the alphabetic-word share, use a Chinese stop-word list and CJK sentence
+punctuation, and their characters count double for FineWeb's short lines.
 """
 
 from __future__ import annotations
@@ -202,6 +203,7 @@ _NOT_PUNCT = re.compile("[^" + "".join(sorted(map(re.escape, PUNCTUATION_SET))) 
 _TERMINAL = frozenset(TERMINAL_PUNCTUATION)
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _CJK_RE = re.compile(f"[{_CJK}]")
+_CJK_PUNCT = frozenset("，。、；：！？（）「」『』《》〈〉【】“”‘’…—～·")
 _LETTER_RE = re.compile(r"[^\W\d_]")
 _NOT_ALNUM_RUN = re.compile(r"[\W_]+")
 _CONTROL = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f]")
@@ -438,7 +440,11 @@ def gopher_quality(
     lines = text.splitlines() or [""]
     bullets = sum(1 for s in lines if s.lstrip().startswith(("•", "-"))) / len(lines)
     end_ellipsis = sum(1 for s in lines if s.rstrip().endswith(("...", "…"))) / len(lines)
-    alpha = sum(map(bool, map(_LETTER_RE.search, words))) / n_words
+    alpha_words = sum(map(bool, map(_LETTER_RE.search, words)))
+    if cjk:  # a CJK sentence has ~2x the punctuation per (2-character) word of an English one
+        alpha = alpha_words / max(n_words - sum(map(_CJK_PUNCT.__contains__, words)), 1)
+    else:
+        alpha = alpha_words / n_words
     stop_lang = "zh" if cjk else (lang or "en").split("_")[0].split("-")[0]
     if cjk:
         stops = sum(1 for w in _STOP_WORDS["zh"] if w in text)

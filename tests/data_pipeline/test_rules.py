@@ -276,3 +276,17 @@ def test_stage_pickles_after_setup_for_ray_workers():
     clone = pickle.loads(pickle.dumps(stage))
     assert clone.config == stage.config
     assert clone.signals(PROSE) == stage.signals(PROSE)
+
+
+GERMAN = """Der Fluss fließt im Winter langsam durch die alte Stadt am Rand der Berge.
+Die Fähre ist jeden Morgen das erste Boot, das sich auf dem kalten Wasser bewegt.
+Fischer, die seit Jahrzehnten hier arbeiten, sagen, dass sich die Strömung verändert hat.
+Sie zeigen auf Sandbänke, die im Frühling dort auftauchen, wo früher tiefe Becken lagen.
+Forscher der Universität haben den Durchfluss gemessen und bestätigen diese Beobachtung.
+Der Gemeinderat hat Geld für das Ausbaggern beantragt, doch der Antrag wurde verschoben.
+Bis dahin liest der Kapitän den Fluss jeden Tag mit der Sorgfalt eines Gelehrten."""
+
+
+def test_english_stop_words_do_not_judge_other_languages():
+    assert reason(GERMAN, lang="de") is None
+    assert reason(GERMAN, lang=None) == "gopher_few_stop_words"
