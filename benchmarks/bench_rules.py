@@ -106,12 +106,14 @@ def _ours_chunk(args: tuple[list[str], int]) -> list[str | None]:
     return reasons
 
 
-def run_ours(docs: list[str], workers: int, batch_size: int = 1000) -> list[str | None]:
+def run_ours(
+    docs: list[str], workers: int, tokenizer: str = "fast", batch_size: int = 1000
+) -> list[str | None]:
     if workers == 1:
-        return _ours_chunk((docs, batch_size))
+        return _ours_chunk((docs, batch_size, tokenizer))
     chunks = [docs[i::workers] for i in range(workers)]
     with multiprocessing.get_context("forkserver").Pool(workers) as pool:
-        parts = pool.map(_ours_chunk, [(c, batch_size) for c in chunks])
+        parts = pool.map(_ours_chunk, [(c, batch_size, tokenizer) for c in chunks])
     reasons: list[str | None] = [None] * len(docs)
     for rank, part in enumerate(parts):
         reasons[rank::workers] = part
@@ -122,6 +124,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=5000)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--tokenizer",
+        choices=("fast", "spacy"),
+        default="fast",
+        help="our word splitter: the regex (default) or spaCy, as datatrove",
+    )
     args = parser.parse_args([] if argv is None else argv)
     docs = load_english(args.docs)
     with tempfile.TemporaryDirectory() as work:
@@ -131,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         kept_theirs = run_datatrove(docs_path, work, args.workers)
         theirs_s = time.perf_counter() - start
     start = time.perf_counter()
-    reasons = run_ours(docs, args.workers)
+    reasons = run_ours(docs, args.workers, args.tokenizer)
     ours_s = time.perf_counter() - start
     kept_ours = {i for i, r in enumerate(reasons) if r is None}
     agree = sum((i in kept_ours) == (i in kept_theirs) for i in range(len(docs))) / len(docs)
@@ -151,7 +159,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "disagreements_by_our_reason": dict(disagreements.most_common()),
         "targets": {"speedup": 3.0, "keep_drop_agreement": 0.99},
     }
-    write_result(f"rules_w{args.workers}", result)
+    suffix = "" if args.tokenizer == "fast" else f"_{args.tokenizer}"
+    write_result(f"rules_w{args.workers}{suffix}", result)
     print(
         f"rules: {result['speedup']}x datatrove ({result['ours_docs_per_s']} vs "
         f"{result['datatrove_docs_per_s']} docs/s), agreement {agree:.2%}"
