@@ -15,8 +15,8 @@ def _train(run_dir, world: int, **parallel) -> dict[int, float]:
 
 
 @pytest.mark.timeout(300)
-def test_tensor_parallel_2_matches_tp1_and_learns(tmp_path):
-    tp1 = _train(tmp_path / "tp1", 1)
+def test_tensor_parallel_2_matches_tp1_and_learns(tmp_path, reference_run):
+    _, tp1 = reference_run
     tp2 = _train(tmp_path / "tp2", 2, tensor=2)
     assert sorted(tp1) == list(range(1, 7))
     assert tp1[6] < tp1[1] - 0.05, tp1
@@ -36,8 +36,8 @@ def test_pipeline_parallel_2_learns(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_data_parallel_2_with_distributed_optimizer_learns(tmp_path):
-    dp1 = _train(tmp_path / "dp1", 1)
+def test_data_parallel_2_with_distributed_optimizer_learns(tmp_path, reference_run):
+    _, dp1 = reference_run
     config = tiny_config(
         tmp_path / "dp2", parallel={"gpus_per_node": 2}, optim={"distributed_optimizer": True}
     )
@@ -45,4 +45,4 @@ def test_data_parallel_2_with_distributed_optimizer_learns(tmp_path):
     dp2 = losses(tmp_path / "dp2")
     assert dp2[6] < dp2[1] - 0.05, dp2
     for step in dp1:  # same global batch, split over two ranks: same math up to reduction order
-        assert dp2[step] == pytest.approx(dp1[step], rel=1e-3, abs=1e-3), (step, dp1, dp2)
+        assert dp2[step] == pytest.approx(dp1[step], rel=1e-4, abs=1e-4), (step, dp1, dp2)

@@ -16,10 +16,8 @@ from trainer.worker import spawn_ranks
 
 
 @pytest.mark.timeout(300)
-def test_killed_run_resumes_exactly_and_skips_a_corrupt_checkpoint(tmp_path):
-    reference = tmp_path / "reference"
-    spawn_ranks(tiny_config(reference), 1)
-    expected = losses(reference)
+def test_killed_run_resumes_exactly_and_skips_a_corrupt_checkpoint(tmp_path, reference_run):
+    _, expected = reference_run
     assert sorted(expected) == [1, 2, 3, 4, 5, 6]
 
     killed = tmp_path / "killed"
