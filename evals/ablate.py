@@ -88,6 +88,8 @@ class AblationConfig(StrictModel):
     parallel: Literal["auto", "sequential", "ray"] = "auto"
     """auto: Ray when the machine has CPUs for >= 2 runs at once (cpus_per_run each)."""
     cpus_per_run: float = Field(2.0, gt=0)
+    gpus_per_run: float = Field(0.0, ge=0)
+    """GPUs a Ray task reserves for one proxy run (its launch sees only those)."""
     ray_address: str | None = None
     launch_args: list[str] = Field(default_factory=list)
     """Extra `pretrain launch` arguments for every proxy run (e.g. --in-process)."""

@@ -124,7 +124,9 @@ def _run_ray(
 
     if not ray.is_initialized():
         ray.init(address=config.ray_address, include_dashboard=False, log_to_driver=False)
-    remote = ray.remote(num_cpus=config.cpus_per_run, max_retries=0)(_call)
+    remote = ray.remote(num_cpus=config.cpus_per_run, num_gpus=config.gpus_per_run, max_retries=0)(
+        _call
+    )
     pending = {remote.remote(runner, spec): spec for spec in todo}
     results = []
     while pending:
