@@ -92,15 +92,21 @@ class UrlBlocklist:
             self._subwords.make_automaton()
 
     def _load_bundled(self) -> None:
-        import xxhash
         from datatrove.utils._import_utils import ASSETS_PATH
 
-        with tarfile.open(os.path.join(ASSETS_PATH, "url_filterblacklistsv0_3_0.tar.gz")) as tar:
-            domains = tar.extractfile("domains").read().lower().split(b"\n")  # type: ignore[union-attr]
-            urls = tar.extractfile("urls").read().decode("utf-8", "replace")  # type: ignore[union-attr]
-        hashes = np.fromiter(map(xxhash.xxh64_intdigest, domains), np.uint64, len(domains))
-        hashes.sort()
-        self._domains = hashes
+        archive = Path(ASSETS_PATH) / "url_filterblacklistsv0_3_0.tar.gz"
+        cache = _domain_cache(archive)
+        domains = _load_cached(cache)
+        urls = ""
+        with tarfile.open(archive, "r:gz") as tar:
+            for member in tar:  # sequential: stop before the 124 MB domain list when cached
+                if member.name == "urls":
+                    urls = tar.extractfile(member).read().decode("utf-8", "replace")  # type: ignore[union-attr]
+                elif member.name == "domains" and domains is None:
+                    domains = _hash_domains(tar.extractfile(member).read(), cache)  # type: ignore[union-attr]
+                if urls and domains is not None:
+                    break
+        self._domains = domains if domains is not None else np.zeros(0, dtype=np.uint64)
         self._urls = {u.strip() for u in urls.splitlines() if u.strip()}
 
         def words(name: str) -> set[str]:
@@ -147,6 +153,39 @@ class UrlBlocklist:
         if len(self._subwords) and next(self._subwords.iter(_URL_WORDS.sub("", url.lower())), None):
             return "subword"
         return None
+
+
+def _domain_cache(archive: Path) -> Path:
+    """Where the sorted domain hashes are cached (`PRETRAIN_CACHE`, default ~/.cache/pretrain)."""
+    stat = archive.stat()
+    cache = Path(os.environ.get("PRETRAIN_CACHE", Path.home() / ".cache" / "pretrain"))
+    return cache / f"url-domains-{stat.st_size}-{int(stat.st_mtime)}.npy"
+
+
+def _load_cached(path: Path) -> np.ndarray | None:
+    if not path.is_file():
+        return None
+    try:
+        return np.load(path)
+    except (OSError, ValueError):
+        return None  # a partial or foreign file: rebuild it
+
+
+def _hash_domains(raw: bytes, cache: Path) -> np.ndarray:
+    """Sorted xxh64 hashes of the 4.5M domains (seconds; loading the cache takes milliseconds)."""
+    import xxhash
+
+    domains = raw.lower().split(b"\n")
+    hashes = np.fromiter(map(xxhash.xxh64_intdigest, domains), np.uint64, len(domains))
+    hashes.sort()
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_suffix(f".{os.getpid()}.tmp.npy")
+        np.save(partial, hashes)
+        os.replace(partial, cache)
+    except OSError:
+        pass  # a read-only home: keep working without the cache
+    return hashes
 
 
 _BLOCKLISTS: dict[tuple[bool, tuple[str, ...], int], UrlBlocklist] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -39,9 +40,16 @@ def make_batch(texts: list[str | None], urls: list[str | None]) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
-def stage() -> SafetyStage:
-    stage = stage_class("safety")()
-    stage.setup()  # loads datatrove's bundled 4.5M-domain list once
+def cache_dir(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("pretrain-cache"))
+
+
+@pytest.fixture(scope="module")
+def stage(cache_dir) -> SafetyStage:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PRETRAIN_CACHE", cache_dir)
+        stage = stage_class("safety")()
+        stage.setup()  # hashes datatrove's bundled 4.5M-domain list once, caches it
     return stage
 
 
@@ -73,6 +81,15 @@ def test_bundled_blocklist_rules(stage):
     assert blocklist.reason("https://docs.python.org/3/library/re.html") is None
     assert blocklist.reason("https://www.bbc.co.uk/news") is None
     assert blocklist.reason(None) is None
+
+
+def test_domain_hashes_are_cached_and_reused(stage, cache_dir, monkeypatch):
+    cached = list(Path(cache_dir).glob("url-domains-*.npy"))
+    assert len(cached) == 1
+    monkeypatch.setenv("PRETRAIN_CACHE", cache_dir)
+    again = UrlBlocklist(bundled=True)  # loads the .npy instead of re-hashing
+    assert len(again._domains) == len(stage._blocklist._domains) > 4_000_000
+    assert again.reason("http://0-1avsex.com/") == "domain"
 
 
 def test_blocklist_needs_no_network(monkeypatch):
