@@ -10,6 +10,7 @@ with a warning.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -110,16 +111,36 @@ def _require_psutil() -> None:
         ) from None
 
 
+class AsyncSaver:
+    """Megatron's async checkpoint queue: shards are written by a forked process while training
+    continues; our finish (state.json, manifest, rename, pruning) runs when the write is done."""
+
+    def __init__(self) -> None:
+        from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
+
+        self.queue = AsyncCallsQueue()
+
+    def poll(self, blocking: bool = False) -> None:
+        """Finish completed saves (all ranks must call it at the same points)."""
+        with device_context():
+            self.queue.maybe_finalize_async_calls(blocking=blocking)
+
+    def close(self) -> None:
+        self.poll(blocking=True)
+        self.queue.close()
+
+
 def save(
     run_dir: Path,
     step: int,
     model: list[Any],
     optimizer: Any,
     state: dict[str, Any],
-    keep_last: int,
-    keep_every: int | None,
+    keep: tuple[int, int | None],
+    saver: AsyncSaver | None = None,
 ) -> Path:
-    """Save on every rank (collective); rank 0 writes state.json and the manifest, then renames."""
+    """Save on every rank (collective) into iter_<step>.tmp; when the shards are written, rank 0
+    writes state.json and the manifest and renames it to iter_<step> (now, or later with `saver`)."""
     from megatron.core import dist_checkpointing
 
     _require_psutil()
@@ -131,18 +152,32 @@ def save(
         tmp.mkdir(parents=True)
     torch.distributed.barrier()
     with device_context():
-        dist_checkpointing.save(_sharded_state(model, optimizer, False), str(tmp))
+        request = dist_checkpointing.save(
+            _sharded_state(model, optimizer, False), str(tmp), async_sharded_save=saver is not None
+        )
     (tmp / "rng").mkdir(exist_ok=True)
     torch.save(rng_state(), tmp / "rng" / f"rank_{rank:05d}.pt")
+    finish = functools.partial(_finish, run_dir, step, state, keep)
+    if saver is None:
+        finish()
+    else:
+        request.add_finalize_fn(finish)
+        with device_context():
+            saver.queue.schedule_async_request(request)
+    return final
+
+
+def _finish(run_dir: Path, step: int, state: dict[str, Any], keep: tuple[int, int | None]) -> None:
+    final = checkpoint_dir(run_dir, step)
+    tmp = final.with_name(final.name + ".tmp")
     torch.distributed.barrier()
-    if rank == 0:
+    if torch.distributed.get_rank() == 0:
         atomic_write_json(tmp / "state.json", state)
         write_manifest(tmp, "checkpoint", config={"step": step}, counts={"step": step})
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
-        prune(run_dir, keep_last, keep_every)
+        prune(run_dir, *keep)
     torch.distributed.barrier()
-    return final
 
 
 def prune(run_dir: Path, keep_last: int, keep_every: int | None) -> list[Path]:

@@ -79,6 +79,8 @@ class Trainer:
             MetricsWriter(run_dir, config.metrics.tensorboard) if self.rank == 0 else None
         )
         self._inject_nan = False
+        self.saver = checkpoint.AsyncSaver() if config.checkpoint.async_save else None
+        self.has_checkpoint = bool(checkpoint.list_checkpoints(run_dir))
 
     # ----- setup helpers -------------------------------------------------------------------
     def _total_steps(self) -> int:
@@ -221,7 +223,8 @@ class Trainer:
             "model_sha256": config_sha256(self.config.model),
         }
 
-    def save(self) -> float:
+    def save(self, blocking: bool = False) -> float:
+        """Checkpoint the current state (asynchronously when checkpoint.async_save)."""
         start = time.perf_counter()
         ckpt = self.config.checkpoint
         state = {
@@ -234,15 +237,12 @@ class Trainer:
             "lr": lr_at(max(0, self.state.step - 1), self.config.optim, self.total_steps),
             "config": config_dict(self.config),
         }
+        saver = None if blocking else self.saver
+        keep = (ckpt.keep_last, ckpt.keep_every)
         checkpoint.save(
-            self.run_dir,
-            self.state.step,
-            self.model,
-            self.optimizer,
-            state,
-            ckpt.keep_last,
-            ckpt.keep_every,
+            self.run_dir, self.state.step, self.model, self.optimizer, state, keep, saver
         )
+        self.has_checkpoint = True
         return time.perf_counter() - start
 
     def newest_checkpoint(self) -> Path | None:

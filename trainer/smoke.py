@@ -65,7 +65,7 @@ def smoke_checks(trainer: Trainer, steps: int = 2) -> dict[str, Any]:
         trainer.state.batch += 1
     probe = trainer.state.batch
     before = _eval_loss(trainer, probe)
-    save_s = trainer.save()
+    save_s = trainer.save(blocking=True)
     path = trainer.newest_checkpoint()
     trainer.train_step(probe + 1)
     moved = _eval_loss(trainer, probe)

@@ -14,7 +14,6 @@ import torch
 from pretrain.config import config_dict
 from pretrain.manifest import atomic_write_json, write_manifest
 from trainer import metrics as run_metrics
-from trainer.checkpoint import list_checkpoints
 from trainer.config import TrainConfig
 from trainer.guard import GuardGaveUp
 from trainer.loop import StepResult, Trainer
@@ -49,6 +48,8 @@ def resume(trainer: Trainer) -> int | None:
 
 def rollback(trainer: Trainer, result: StepResult, reason: str) -> None:
     """Go back to the last good checkpoint and skip the offending batches (or give up)."""
+    if trainer.saver is not None:
+        trainer.saver.poll(blocking=True)  # a save still in flight may be the good state
     path = trainer.newest_checkpoint()
     if path is None:
         raise GuardGaveUp(
@@ -93,7 +94,9 @@ def _after_step(trainer: Trainer, result: StepResult, seconds: float) -> dict[st
     checkpoint_s = 0.0
     # the guard needs a good state to roll back to: the first step that passes it is saved too
     # (not step 0: megatron's distributed optimizer has no state to save before its first step)
-    first_good = trainer.config.guard.enabled and not list_checkpoints(trainer.run_dir)
+    first_good = trainer.config.guard.enabled and not trainer.has_checkpoint
+    if trainer.saver is not None:
+        trainer.saver.poll()
     if state.step % ckpt.every == 0 or state.step == trainer.total_steps or first_good:
         checkpoint_s = trainer.save()
     record = trainer.step_record(result, seconds)
@@ -193,6 +196,8 @@ def run_training(
     else:
         resume(trainer)
         train_loop(trainer)
+        if trainer.saver is not None:
+            trainer.saver.close()
     torch.distributed.barrier()
     if trainer.metrics is not None:
         trainer.metrics.close()
