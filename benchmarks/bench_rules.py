@@ -89,12 +89,16 @@ def run_datatrove(docs_path: str, work: str, workers: int) -> set[int]:
     return kept
 
 
-def _ours_chunk(args: tuple[list[str], int]) -> list[str | None]:
+def _ours_chunk(args: tuple[list[str], int, str]) -> list[str | None]:
     from data_pipeline.stages.rules import RulesConfig, RulesStage
 
-    texts, batch_size = args
+    texts, batch_size, tokenizer = args
     config = RulesConfig(
-        script_aware=False, code_aware=False, max_garbled_ratio=None, max_log_like_ratio=None
+        script_aware=False,
+        code_aware=False,
+        max_garbled_ratio=None,
+        max_log_like_ratio=None,
+        word_tokenizer=tokenizer,
     )
     stage = RulesStage(config)
     stage.setup()
