@@ -46,7 +46,7 @@ class TrainData:
         phases: list[Phase],
         global_batch: int,
         component_names: list[str],
-        identity: dict[str, str | None],
+        identity: dict[str, Any],
         vocab_size: int,
     ) -> None:
         self.datasets, self.phases, self.global_batch = datasets, phases, global_batch
@@ -209,6 +209,7 @@ def mixture_data(config: TrainConfig) -> TrainData:
         "build_sha256": first.build_sha256,
         "recipe_sha256": first.recipe_sha256,
         "tokenizer_sha256": first.tokenizer_sha256,
+        "tokenizer": manifest.get("tokenizer"),
     }
     vocab = _tokenizer_vocab(manifest)
     return TrainData(

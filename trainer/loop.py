@@ -37,6 +37,7 @@ class TrainState:
     batch: int = 0
     tokens_seen: int = 0
     tokens_per_component: list[int] = field(default_factory=list)
+    sequences_per_component: list[int] = field(default_factory=list)
     skipped_batches: list[int] = field(default_factory=list)
 
 
@@ -72,7 +73,8 @@ class Trainer:
         self.chunks = mcore.build_model_chunks(config, self.vocab_size)
         self.model = mcore.wrap_ddp(config, self.chunks)
         self.optimizer = mcore.build_optimizer(config, self.model)
-        self.state = TrainState(tokens_per_component=[0] * len(self.data.component_names))
+        zeros = [0] * len(self.data.component_names)
+        self.state = TrainState(tokens_per_component=zeros, sequences_per_component=list(zeros))
         self.guard = SpikeGuard(config.guard)
         self.num_params = self._count_params()
         self.metrics = (
@@ -173,6 +175,7 @@ class Trainer:
         torch.distributed.all_reduce(total)
         for index, value in enumerate(total.tolist()):
             self.state.tokens_per_component[index] += int(value) * seq_length
+            self.state.sequences_per_component[index] += int(value)
 
     def train_step(self, batch_index: int) -> StepResult:
         timings: dict[str, float] = {}
@@ -269,7 +272,7 @@ class Trainer:
             )
         skipped = set(self.state.skipped_batches) | set(recorded["skipped_batches"])
         names = TrainState.__dataclass_fields__
-        self.state = TrainState(**{k: recorded[k] for k in names})
+        self.state = TrainState(**{k: recorded[k] for k in names if k in recorded})
         if keep_skips:
             self.state.skipped_batches = sorted(skipped)
         return recorded
@@ -308,6 +311,9 @@ class Trainer:
             **{k: round(v, 6) for k, v in result.timings.items()},
             **memory_mb(),
             "tokens_per_component": per_component,
+            "sequences_per_component": dict(
+                zip(self.data.component_names, self.state.sequences_per_component, strict=True)
+            ),
         }
 
 

@@ -159,7 +159,7 @@ def write_run_manifest(trainer: Trainer, launch_info: dict[str, Any], extra: dic
             "parameters": trainer.num_params,
         },
         extra={
-            "tokenizer": {"sha256": identity.get("tokenizer_sha256")},
+            "tokenizer": identity.get("tokenizer") or {"sha256": identity.get("tokenizer_sha256")},
             "mixture": {
                 "build_sha256": identity.get("build_sha256"),
                 "recipe_sha256": identity.get("recipe_sha256"),
