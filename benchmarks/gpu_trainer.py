@@ -88,6 +88,35 @@ def _timed(step: Any, batches: list[int]) -> float:
     return time.perf_counter() - start
 
 
+def _interleave(
+    args: argparse.Namespace, ours_step: Any, plain_step: Any, tokens: int
+) -> list[dict[str, float]]:
+    """Warm both up, then alternate timed rounds (ABBA order) until rounds or time run out."""
+    warmup = list(range(args.warmup))
+    _timed(ours_step, warmup)
+    _timed(plain_step, warmup)
+    rows, start = [], time.perf_counter()
+    for round_index in range(args.rounds):
+        if time.perf_counter() - start > args.max_seconds:
+            break
+        batches = list(
+            range(
+                args.warmup + round_index * args.steps, args.warmup + (round_index + 1) * args.steps
+            )
+        )
+        order = [("ours", ours_step), ("plain", plain_step)]
+        times = {
+            name: _timed(fn, batches) for name, fn in (order[::-1] if round_index % 2 else order)
+        }
+        rows.append({name: tokens / seconds for name, seconds in times.items()})
+        print(
+            f"round {round_index}: ours {rows[-1]['ours']:.0f} tok/s, plain "
+            f"{rows[-1]['plain']:.0f} tok/s",
+            flush=True,
+        )
+    return rows
+
+
 def _run(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     import torch
 
@@ -114,29 +143,9 @@ def _run(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
         tokens, _ = trainer.data.rank_batch(index, 0, 1)
         plain.step(torch.from_numpy(tokens))
 
-    warmup = list(range(args.warmup))
-    _timed(ours_step, warmup)
-    _timed(plain_step, warmup)
-    tokens = batch["global_batch_size"] * shape["seq_length"] * args.steps
-    rows, start = [], time.perf_counter()
-    for round_index in range(args.rounds):
-        if time.perf_counter() - start > args.max_seconds:
-            break
-        batches = list(
-            range(
-                args.warmup + round_index * args.steps, args.warmup + (round_index + 1) * args.steps
-            )
-        )
-        order = [("ours", ours_step), ("plain", plain_step)]
-        times = {
-            name: _timed(fn, batches) for name, fn in (order[::-1] if round_index % 2 else order)
-        }
-        rows.append({name: tokens / seconds for name, seconds in times.items()})
-        print(
-            f"round {round_index}: ours {rows[-1]['ours']:.0f} tok/s, plain "
-            f"{rows[-1]['plain']:.0f} tok/s",
-            flush=True,
-        )
+    rows = _interleave(
+        args, ours_step, plain_step, batch["global_batch_size"] * shape["seq_length"] * args.steps
+    )
     per_token = flops_per_token(
         trainer.num_params, shape["num_layers"], shape["seq_length"], shape["hidden_size"]
     )

@@ -182,17 +182,32 @@ def mixture_data(config: TrainConfig) -> TrainData:
     from pretrain.manifest import load_manifest
 
     manifest = load_manifest(config.data.mixture_dir)
-    datasets, phases = [first], []
+    datasets, phases = _open_phases(config, first, manifest, MixtureDataset)
+    identity = {
+        "build_sha256": first.build_sha256,
+        "recipe_sha256": first.recipe_sha256,
+        "tokenizer_sha256": first.tokenizer_sha256,
+        "tokenizer": manifest.get("tokenizer"),
+    }
+    vocab = _tokenizer_vocab(manifest)
+    return TrainData(
+        datasets, phases, first.global_batch, list(first.component_names), identity, vocab
+    )
+
+
+def _open_phases(
+    config: TrainConfig, first: Any, manifest: dict[str, Any], dataset_class: Any
+) -> tuple[list[Any], list[Phase]]:
+    """One dataset per mixture phase, each checked to hold at least one global batch."""
+    datasets, phases = [], []
     for index, spec in enumerate(manifest.get("phases") or [{"name": "main"}]):
         dataset = (
             first
             if index == 0
-            else MixtureDataset(
+            else dataset_class(
                 config.data.mixture_dir, phase=index, encoded_dir=config.data.encoded_dir
             )
         )
-        if index:
-            datasets.append(dataset)
         if dataset.seq_length > config.model.seq_length:
             raise ConfigError(
                 f"model.seq_length = {config.model.seq_length} is shorter than "
@@ -204,17 +219,9 @@ def mixture_data(config: TrainConfig) -> TrainData:
                 f"mixture phase {index} of {config.data.mixture_dir} holds "
                 f"{len(dataset)} sequences, less than one global batch; rebuild"
             )
+        datasets.append(dataset)
         phases.append(Phase(str(spec.get("name", index)), dataset.seq_length, num_batches))
-    identity = {
-        "build_sha256": first.build_sha256,
-        "recipe_sha256": first.recipe_sha256,
-        "tokenizer_sha256": first.tokenizer_sha256,
-        "tokenizer": manifest.get("tokenizer"),
-    }
-    vocab = _tokenizer_vocab(manifest)
-    return TrainData(
-        datasets, phases, first.global_batch, list(first.component_names), identity, vocab
-    )
+    return datasets, phases
 
 
 def _tokenizer_vocab(manifest: dict[str, Any]) -> int:

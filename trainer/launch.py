@@ -132,6 +132,34 @@ def _run_in_process(config: TrainConfig, nproc: int, nnodes: str, smoke: bool) -
     return 0
 
 
+def _print_dry_run(config: TrainConfig, command: list[str], override: str | None) -> int:
+    print(dump_resolved(config), end="")
+    print(f"# torchrun: {' '.join(command)}")
+    try:
+        print(f"# gate: {gate_decision(config, override)['status']}")
+    except GateRefused as exc:
+        print(f"# gate: would refuse: {exc}")
+    return 0
+
+
+def _write_launch_files(
+    config: TrainConfig, gate: dict[str, Any], command: list[str], config_json: Path
+) -> None:
+    """RUN/launch/config.json (what every rank reads) and RUN/launch.json (gate, command)."""
+    config_json.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(config_json, config_dict(config))
+    atomic_write_json(
+        config_json.parent.parent / "launch.json",
+        {
+            "gate": gate,
+            "command": ["pretrain", "launch", *sys.argv[2:]] if sys.argv else [],
+            "torchrun": command,
+            "config_sha256": config_sha256(config),
+            "launch_id": uuid.uuid4().hex,
+        },
+    )
+
+
 def launch_command(args: argparse.Namespace) -> int:
     """Handler of `pretrain launch`."""
     config = load_config(TrainConfig, args.config, args.overrides)
@@ -144,26 +172,9 @@ def launch_command(args: argparse.Namespace) -> int:
     config_json = run_dir / "launch" / "config.json"
     command = torchrun_command(args, nproc, nnodes, config_json)
     if args.dry_run:
-        print(dump_resolved(config), end="")
-        print(f"# torchrun: {' '.join(command)}")
-        try:
-            print(f"# gate: {gate_decision(config, args.override_gate)['status']}")
-        except GateRefused as exc:
-            print(f"# gate: would refuse: {exc}")
-        return 0
+        return _print_dry_run(config, command, args.override_gate)
     gate = gate_decision(config, args.override_gate)
-    (run_dir / "launch").mkdir(parents=True, exist_ok=True)
-    atomic_write_json(config_json, config_dict(config))
-    atomic_write_json(
-        run_dir / "launch.json",
-        {
-            "gate": gate,
-            "command": ["pretrain", "launch", *sys.argv[2:]] if sys.argv else [],
-            "torchrun": command,
-            "config_sha256": config_sha256(config),
-            "launch_id": uuid.uuid4().hex,
-        },
-    )
+    _write_launch_files(config, gate, command, config_json)
     if getattr(args, "in_process", False):
         return _run_in_process(config, nproc, nnodes, args.smoke)
     env = dict(os.environ)
