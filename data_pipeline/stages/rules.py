@@ -428,83 +428,77 @@ def _first_above(checks: list[tuple[str, float, float | None]]) -> str | None:
     return None
 
 
-def gopher_quality(
-    text: str, words: list[str], cfg: GopherQualityConfig, cjk: bool, lang: str | None
-) -> tuple[Signals, str | None]:
-    """Gopher quality signals (datatrove GopherQualityFilter semantics); CJK-aware when `cjk`."""
+def _above(value: float, limit: float | None) -> bool:
+    return bool(limit) and value > limit  # type: ignore[operator]  # null or 0 disables
+
+
+def _below(value: float, limit: float | None) -> bool:
+    return bool(limit) and value < limit  # type: ignore[operator]  # null or 0 disables
+
+
+def _quality_signals(text: str, words: list[str], cjk: bool) -> tuple[Signals, float, float]:
+    """Gopher quality columns, plus the '#' and ellipsis ratios judged separately."""
     n_words = max(len(words), 1)
     kept = list(filter(_NOT_PUNCT.search, words))
-    mean_len = sum(map(len, kept)) / len(kept) if kept else 0.0
     hashes = text.count("#") / n_words
     ellipses = (text.count("...") + text.count("…")) / n_words
     lines = text.splitlines() or [""]
-    bullets = sum(1 for s in lines if s.lstrip().startswith(("•", "-"))) / len(lines)
-    end_ellipsis = sum(1 for s in lines if s.rstrip().endswith(("...", "…"))) / len(lines)
     alpha_words = sum(map(bool, map(_LETTER_RE.search, words)))
     if cjk:  # a CJK sentence has ~2x the punctuation per (2-character) word of an English one
-        alpha = alpha_words / max(n_words - sum(map(_CJK_PUNCT.__contains__, words)), 1)
-    else:
-        alpha = alpha_words / n_words
-    stop_lang = "zh" if cjk else (lang or "en").split("_")[0].split("-")[0]
+        n_words = max(n_words - sum(map(_CJK_PUNCT.__contains__, words)), 1)
     if cjk:
         stops = sum(1 for w in _STOP_WORDS["zh"] if w in text)
     else:
         stops = len(_STOP_WORDS["en"].intersection(words))
     signals = {
         "num_words": len(kept),
-        "mean_word_length": mean_len,
+        "mean_word_length": sum(map(len, kept)) / len(kept) if kept else 0.0,
         "symbol_ratio": max(hashes, ellipses),
-        "bullet_line_ratio": bullets,
-        "ellipsis_line_ratio": end_ellipsis,
-        "alpha_word_ratio": alpha,
+        "bullet_line_ratio": sum(1 for s in lines if s.lstrip().startswith(("•", "-")))
+        / len(lines),
+        "ellipsis_line_ratio": sum(1 for s in lines if s.rstrip().endswith(("...", "…")))
+        / len(lines),
+        "alpha_word_ratio": alpha_words / n_words,
         "stop_word_count": stops,
     }
+    return signals, hashes, ellipses
+
+
+def gopher_quality(
+    text: str, words: list[str], cfg: GopherQualityConfig, cjk: bool, lang: str | None
+) -> tuple[Signals, str | None]:
+    """Gopher quality signals (datatrove GopherQualityFilter semantics); CJK-aware when `cjk`:
+    no mean-word-length clause, Chinese stop words; other languages without a stop-word list
+    skip that clause."""
+    s, hashes, ellipses = _quality_signals(text, words, cjk)
     c = cfg
-    judge_length = not cjk
-    judge_stops = stop_lang in _STOP_WORDS
+    judge_length = not cjk and s["num_words"] > 0
+    stop_lang = "zh" if cjk else (lang or "en").split("_")[0].split("-")[0]
     clauses = [
-        ("gopher_too_few_words", c.min_doc_words is not None and len(kept) < c.min_doc_words),
-        ("gopher_too_many_words", c.max_doc_words is not None and len(kept) > c.max_doc_words),
+        ("gopher_too_few_words", _below(s["num_words"], c.min_doc_words)),
+        ("gopher_too_many_words", _above(s["num_words"], c.max_doc_words)),
         (
             "gopher_short_mean_word",
-            judge_length
-            and bool(kept)
-            and c.min_avg_word_length is not None
-            and mean_len < c.min_avg_word_length,
+            judge_length and _below(s["mean_word_length"], c.min_avg_word_length),
         ),
         (
             "gopher_long_mean_word",
-            judge_length
-            and bool(kept)
-            and c.max_avg_word_length is not None
-            and mean_len > c.max_avg_word_length,
+            judge_length and _above(s["mean_word_length"], c.max_avg_word_length),
         ),
-        (
-            "gopher_too_many_hashes",
-            bool(c.max_symbol_word_ratio) and hashes > c.max_symbol_word_ratio,
-        ),
-        (
-            "gopher_too_many_ellipsis",
-            bool(c.max_symbol_word_ratio) and ellipses > c.max_symbol_word_ratio,
-        ),
-        (
-            "gopher_too_many_bullets",
-            bool(c.max_bullet_lines_ratio) and bullets > c.max_bullet_lines_ratio,
-        ),
+        ("gopher_too_many_hashes", _above(hashes, c.max_symbol_word_ratio)),
+        ("gopher_too_many_ellipsis", _above(ellipses, c.max_symbol_word_ratio)),
+        ("gopher_too_many_bullets", _above(s["bullet_line_ratio"], c.max_bullet_lines_ratio)),
         (
             "gopher_too_many_end_ellipsis",
-            bool(c.max_ellipsis_lines_ratio) and end_ellipsis > c.max_ellipsis_lines_ratio,
+            _above(s["ellipsis_line_ratio"], c.max_ellipsis_lines_ratio),
         ),
-        (
-            "gopher_few_alpha_words",
-            bool(c.min_alpha_words_ratio) and alpha < c.min_alpha_words_ratio,
-        ),
+        ("gopher_few_alpha_words", _below(s["alpha_word_ratio"], c.min_alpha_words_ratio)),
         (
             "gopher_few_stop_words",
-            judge_stops and bool(c.min_stop_words) and stops < c.min_stop_words,
+            stop_lang in _STOP_WORDS and _below(s["stop_word_count"], c.min_stop_words),
         ),
     ]
-    return signals, next((name for name, failed in clauses if failed), None)
+    return s, next((name for name, failed in clauses if failed), None)
 
 
 def count_sentences(line: str, cjk: bool) -> int:
