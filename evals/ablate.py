@@ -205,7 +205,33 @@ def ablate_command(args: argparse.Namespace) -> int:
     config = resolve_config(AblationConfig, args)
     if config is None:
         return 0
-    report = run_sweep(config)["report"]
+    print_report(run_sweep(config)["report"], config.out)
+    return 0
+
+
+def print_report(report: dict[str, Any], out: str) -> None:
+    """The ranking, agreement, regression, decision and epoch flags, for the terminal."""
+    metric = report["target_metric"]
+    for proxy, rows in report["ranking"].items():
+        print(f"{proxy}: {metric} mean ± std over seeds")
+        for row in rows:
+            std = f"{row['std']:.4f}" if row["std"] is not None else "n/a"
+            print(
+                f"  {row['rank']:>2}. {row['recipe_name']:<20} {row['mean']:.4f} ± {std} "
+                f"({row['n_seeds']} seeds)"
+            )
+    if report["rank_agreement"]:
+        print(f"rank agreement (Spearman): {report['rank_agreement'].get('spearman')}")
+    regression = report["regression"]
+    if regression.get("status") == "fitted":
+        best = regression["predicted_best"]
+        fit = regression["models"][regression["selected_model"]]
+        print(
+            f"regression ({regression['selected_model']}, CV R2 {fit['cv_r2']}): predicted best "
+            f"{best['predicted']:.4f} at "
+            + ", ".join(f"{k} {v:.3f}" for k, v in best["weights"].items())
+        )
+    flags = report["epoch_flags"]
     verdict = "PASSED" if report["passed"] else "NOT PASSED"
     print(
         f"chosen recipe: {report['chosen_recipe_name']} ({report['chosen_recipe_sha256'][:12]})"
@@ -213,10 +239,11 @@ def ablate_command(args: argparse.Namespace) -> int:
     )
     for line in report["decision"]["evidence"]:
         print(f"  - {line}")
-    for flag in report["epoch_flags"]:
+    for flag in flags[:5]:
         print(f"  ! {flag}")
+    if len(flags) > 5:
+        print(f"  ! ... {len(flags) - 5} more epoch flags in report.json")
     print(
-        f"-> {config.out} (report.json, ranking.png; chosen_mixture.yaml rebuilds the chosen "
+        f"-> {out} (report.json, ranking.png; chosen_mixture.yaml rebuilds the chosen "
         "recipe for the full run)"
     )
-    return 0
