@@ -69,7 +69,7 @@ def run_ours(ray, input_dir: Path, out_dir: Path, partitions: int) -> tuple[floa
 
 def worker_peak(stats: dict) -> float:
     """Largest peak RSS of any Ray worker process so far (workers are reused: a running max)."""
-    return max(stats["extra"]["peak_rss_mb"].values())
+    return max(stats["extra"]["worker_peak_rss_mb_by_step"].values())
 
 
 def start_ray():

@@ -217,7 +217,9 @@ def _stats(run: _Runner, partitions: int) -> DedupStats:
     stats.extra = {
         "partitions": partitions,
         "component_rounds": rounds,
-        "peak_rss_mb": {
+        # largest peak RSS of the worker processes that ran each step; workers are reused across
+        # steps (and runs), so this is a running maximum unless isolate_tasks is set
+        "worker_peak_rss_mb_by_step": {
             step: round(info.get("peak_rss_mb", 0.0), 1) for step, info in merged.items()
         },
         "driver_peak_rss_mb": round(tasks.peak_rss_mb(), 1),

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
-from tests.data_pipeline.test_dedup import load_fixture
 
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.stages.dedup import DedupStage
 from pretrain.manifest import load_manifest
+from tests.data_pipeline.test_dedup import load_fixture
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 TAGS = ["id", "exact_hash", "dup_cluster", "dup_keep", "dup_cluster_size"]
@@ -33,7 +34,7 @@ def test_distributed_equals_in_process_for_any_partitioning(ray_local) -> None:
         assert stage.stats.dropped == local_stage.stats.dropped == 9
         assert stage.stats.candidate_pairs == local_stage.stats.candidate_pairs
         assert (stage.stats.empty, stage.stats.tiny) == (2, 3)
-        assert all(v > 0 for v in stage.stats.extra["peak_rss_mb"].values())
+        assert all(v > 0 for v in stage.stats.extra["worker_peak_rss_mb_by_step"].values())
 
 
 def test_distributed_incremental_index_round_trip(ray_local, tmp_path: Path) -> None:
@@ -50,3 +51,31 @@ def test_distributed_incremental_index_round_trip(ray_local, tmp_path: Path) -> 
     keep = dict(zip(got.column("id").to_pylist(), got.column("dup_keep").to_pylist()))
     assert not keep["en-00-copy"] and not keep["en-01-near"]  # their originals are in the index
     assert stage.stats.index_matches == 6  # en-00..05 copies / near copies
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_distributed_determinism_on_a_larger_set_with_isolated_tasks(ray_local) -> None:
+    rng = np.random.default_rng(7)
+    vocab = np.array([f"w{i}" for i in range(3000)])
+    bases = [" ".join(rng.choice(vocab, 120)) for _ in range(300)]
+    texts, ids = [], []
+    for i in range(1500):
+        words = bases[i % 300].split()
+        for pos in rng.choice(len(words), int(rng.integers(0, 6)), replace=False):
+            words[pos] = f"edit{i}"
+        texts.append(" ".join(words))
+        ids.append(f"doc-{rng.integers(10**9):09d}-{i}")
+    table = pa.table(
+        {"id": ids, "text": texts, "quality_score": pa.array(rng.random(1500), pa.float32())}
+    )
+    local = DedupStage().apply_table(table)
+    blocks = [table.slice(lo, 400) for lo in range(0, 1500, 400)]
+    first, _ = _run(ray_local, blocks, DedupConfig(num_partitions=3, isolate_tasks=True))
+    second, _ = _run(
+        ray_local,
+        [table.slice(0, 900), table.slice(900)],
+        DedupConfig(num_partitions=7, batch_size=256),
+    )
+    assert first.equals(local) and second.equals(local)
+    assert 0 < sum(local.column("dup_keep").to_pylist()) < 1500
