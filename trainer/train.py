@@ -109,6 +109,16 @@ def _after_step(trainer: Trainer, result: StepResult, seconds: float) -> dict[st
 
 def train_loop(trainer: Trainer) -> None:
     """Step until total_steps (or the data runs out), with the guard and checkpoints."""
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=trainer.total_steps,
+        initial=trainer.state.step,
+        unit="step",
+        desc="train",
+        disable=trainer.rank != 0,
+        mininterval=1.0,
+    )
     while trainer.state.step < trainer.total_steps:
         batch = trainer.next_batch()
         if batch is None:
@@ -119,18 +129,21 @@ def train_loop(trainer: Trainer) -> None:
         reason = trainer.guard.check(result.loss, result.grad_norm)
         if reason is not None:
             rollback(trainer, result, reason)
+            bar.n = trainer.state.step
             continue
         record = _after_step(trainer, result, time.perf_counter() - start)
         if trainer.metrics is not None:
             trainer.metrics.log(record)
-            if trainer.state.step % max(1, trainer.total_steps // 10) == 0:
-                _log(
-                    trainer,
-                    f"step {record['step']}/{trainer.total_steps} loss "
-                    f"{record['loss']:.4f} {record['tokens_per_s']:.0f} tok/s",
-                )
+            bar.set_postfix(
+                loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}", refresh=False
+            )
+        bar.update(1)
         if trainer.config.run.crash_at_step == trainer.state.step:
             os._exit(CRASH_EXIT_CODE)  # testing aid: die like a killed job, no cleanup
+    bar.close()
+    if trainer.metrics is not None and trainer.state.step:
+        losses = [r["loss"] for r in run_metrics.read_metrics(trainer.metrics.path) if "loss" in r]
+        _log(trainer, f"{trainer.state.step} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}")
 
 
 def _peak(trainer: Trainer) -> None:
