@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from datatrove.utils.word_tokenizers import WordTokenizer
 
 from benchmarks.bench_minhash import make_docs
-from benchmarks.common import peak_rss_mb, write_result
+from benchmarks.common import peak_rss_mb, timed, write_result
 
 WORKERS = 2
 FILES = 4
@@ -136,9 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         full = write_input(docs, root / "full")
         quarter = write_input(docs[: args.docs // 4], root / "quarter")
         t_trove = run_datatrove(full, root / "datatrove")
-        start = time.perf_counter()
-        ray = start_ray()
-        t_ray_start = time.perf_counter() - start
+        t_ray_start, ray = timed(start_ray)
         # fresh workers: 1/4 of the input first, then all of it (peaks are running maxima)
         _, stats_quarter = run_ours(ray, quarter, root / "ours-quarter", few)
         t_ours, stats = run_ours(ray, full, root / "ours", few)

@@ -189,6 +189,16 @@ def query(index_dir: str | os.PathLike, table: pa.Table) -> pa.Table:
     return _best_matches(pairs, sigs)
 
 
+_MATCH_SCHEMA = pa.schema(
+    [
+        ("row", pa.int64()),
+        ("matched_id", pa.string()),
+        ("matched_cluster", pa.int64()),
+        ("jaccard", pa.float64()),
+    ]
+)
+
+
 def _verified(
     index_dir: Path,
     sigs: pa.Table,
@@ -198,63 +208,62 @@ def _verified(
     old_v: np.ndarray,
     num_exact: int,
 ) -> pa.Table:
-    """Verify (new, old) candidates against the old signatures, read part by part."""
+    """Verify (new, old) candidates against the old documents, read part by part."""
     vertices = np.asarray(sigs.column("vertex"))
     order = np.argsort(vertices, kind="stable")
     position = np.searchsorted(vertices, new_v, sorter=order)
-    found = (
-        (position < len(vertices))
-        & (vertices[order[np.minimum(position, len(order) - 1)]] == new_v)
-        if len(vertices)
-        else position < 0
-    )
+    found = np.zeros(len(new_v), dtype=bool)
+    if len(vertices):
+        found = (position < len(vertices)) & (
+            vertices[order[np.minimum(position, len(order) - 1)]] == new_v
+        )
     is_exact = np.zeros(len(new_v), dtype=bool)
     if num_exact:
         is_exact[-num_exact:] = True
-    new_v, old_v, is_exact = new_v[found], old_v[found], is_exact[found]
-    new_rows = order[position[found]]
-    new_sigs = signatures_of(sigs.column("sig"), config.num_perm)
+    new_rows, old_v, is_exact = order[position[found]], old_v[found], is_exact[found]
     pieces = []
     for part in range(partitions):
         mask = _part(old_v, partitions) == part
-        if not mask.any():
-            continue
-        docs = _read_part(index_dir, "docs", part)
-        has_shingles = "shingles" in docs.column_names  # indexes built before exact verification
-        docs = docs.filter(pc.is_in(docs.column("vertex"), pa.array(np.unique(old_v[mask]))))
-        doc_vertex = np.asarray(docs.column("vertex"))
-        doc_order = np.argsort(doc_vertex, kind="stable")
-        at = doc_order[np.searchsorted(doc_vertex, old_v[mask], sorter=doc_order)]
-        old_sigs = signatures_of(docs.column("sig"), config.num_perm)[at]
-        ok, similarity = verify_pairs(
-            new_sigs[new_rows[mask]],
-            old_sigs,
-            sigs.column("shingles").take(pa.array(new_rows[mask])) if has_shingles else None,
-            docs.column("shingles").take(pa.array(at)) if has_shingles else None,
-            config,
-        )
-        similarity = np.where(is_exact[mask], 1.0, similarity)
-        ok |= is_exact[mask]
-        pieces.append(
-            pa.table(
-                {
-                    "row": new_rows[mask][ok],
-                    "matched_id": docs.column("id").take(pa.array(at[ok])),
-                    "matched_cluster": docs.column("dup_cluster").take(pa.array(at[ok])),
-                    "jaccard": similarity[ok],
-                }
+        if mask.any():
+            docs = _read_part(index_dir, "docs", part)
+            pieces.append(
+                _verify_part(docs, sigs, config, new_rows[mask], old_v[mask], is_exact[mask])
             )
-        )
-    if not pieces:
-        return pa.table(
-            {
-                "row": pa.array([], pa.int64()),
-                "matched_id": pa.array([], pa.string()),
-                "matched_cluster": pa.array([], pa.int64()),
-                "jaccard": pa.array([], pa.float64()),
-            }
-        )
-    return pa.concat_tables(pieces)
+    return pa.concat_tables(pieces) if pieces else _MATCH_SCHEMA.empty_table()
+
+
+def _verify_part(
+    docs: pa.Table,
+    sigs: pa.Table,
+    config: DedupConfig,
+    new_rows: np.ndarray,
+    old_v: np.ndarray,
+    is_exact: np.ndarray,
+) -> pa.Table:
+    """Matches of (new row, old vertex) candidates whose old side lives in this `docs` part."""
+    has_shingles = "shingles" in docs.column_names  # indexes built before exact verification
+    docs = docs.filter(pc.is_in(docs.column("vertex"), pa.array(np.unique(old_v))))
+    doc_vertex = np.asarray(docs.column("vertex"))
+    doc_order = np.argsort(doc_vertex, kind="stable")
+    at = doc_order[np.searchsorted(doc_vertex, old_v, sorter=doc_order)]
+    ok, similarity = verify_pairs(
+        signatures_of(sigs.column("sig"), config.num_perm)[new_rows],
+        signatures_of(docs.column("sig"), config.num_perm)[at],
+        sigs.column("shingles").take(pa.array(new_rows)) if has_shingles else None,
+        docs.column("shingles").take(pa.array(at)) if has_shingles else None,
+        config,
+    )
+    similarity = np.where(is_exact, 1.0, similarity)
+    ok |= is_exact
+    return pa.table(
+        {
+            "row": pa.array(new_rows[ok], pa.int64()),
+            "matched_id": docs.column("id").take(pa.array(at[ok])).cast(pa.string()),
+            "matched_cluster": docs.column("dup_cluster").take(pa.array(at[ok])),
+            "jaccard": pa.array(similarity[ok], pa.float64()),
+        },
+        schema=_MATCH_SCHEMA,
+    )
 
 
 def _best_matches(pairs: pa.Table, sigs: pa.Table) -> pa.Table:
