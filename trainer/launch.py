@@ -104,6 +104,17 @@ def _layout(config: TrainConfig, args: argparse.Namespace) -> tuple[int, str]:
     return nproc, nnodes
 
 
+def check_backend(config: TrainConfig) -> None:
+    """Refuse an nccl launch on a machine without CUDA (it would fail deep inside torch)."""
+    import torch
+
+    if config.parallel.backend == "nccl" and not torch.cuda.is_available():
+        raise ConfigError(
+            "parallel.backend = nccl needs CUDA GPUs and this machine has none; on CPU use "
+            "parallel.backend=gloo with a model that fits (see trainer/demo.py TINY_OVERRIDE)"
+        )
+
+
 def _smoke_config(config: TrainConfig) -> TrainConfig:
     run = config.run.model_copy(update={"out_dir": str(Path(config.run.out_dir) / "smoke")})
     return config.model_copy(update={"run": run})
@@ -180,6 +191,7 @@ def launch_command(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _print_dry_run(config, command, args.override_gate)
     gate = gate_decision(config, args.override_gate)
+    check_backend(config)
     _write_launch_files(config, gate, command, config_json)
     if getattr(args, "in_process", False):
         return _run_in_process(config, nproc, nnodes, args.smoke)

@@ -70,6 +70,7 @@ def test_full_run_without_a_report_is_refused_in_one_line(capsys, repo_root, tmp
     [
         (["--nproc", "3", "--set", "parallel.tensor=2"], "not a multiple of tensor"),
         (["--nnodes", "2"], "needs --rdzv-endpoint"),
+        (["--set", "parallel.backend=nccl"], "parallel.backend = nccl needs CUDA"),
     ],
 )
 def test_layout_errors_are_one_line(capsys, repo_root, tmp_path, args, message):
