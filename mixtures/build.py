@@ -150,7 +150,8 @@ def build_mixture(config: MixtureConfig, command: list[str] | None = None) -> Bu
     encoded_manifest = verify_encoded(encoded_dir)
     tokenizer = check_tokenizer(config, encoded_manifest)
     sidecars = load_sidecars(encoded_dir, list(encoded_manifest.get("prefixes") or []))
-    docs = select_components(config.recipe.components, sidecars)
+    exclude = _contaminated(config.build.decontaminate)
+    docs = select_components(config.recipe.components, sidecars, exclude)
     old = planning.load_old(config) if config.replan is not None else None
     plan = planning.make_plan(config, docs, old)
     out = Path(config.out)
@@ -165,7 +166,12 @@ def build_mixture(config: MixtureConfig, command: list[str] | None = None) -> Bu
             replan_from=old.build_sha256 if old else None,
         )
         extra = _manifest_extra(config, tokenizer, encoded_sha, build_hash, docs, plan)
+        extra["decontaminated"] = {
+            "evalsets": [manifest_sha256(d) for d in config.build.decontaminate],
+            "excluded_ids": len(exclude),
+        }
         inputs = [encoded_dir] + ([Path(config.replan.mixture)] if config.replan else [])
+        inputs += [Path(d) for d in config.build.decontaminate]
         manifest = write_manifest(
             staging,
             KIND,
@@ -224,6 +230,15 @@ def _write_body(
     atomic_write_json(staging / "summary.json", plan.summary)
     if plan.replan_report is not None:
         atomic_write_json(staging / "replan.json", plan.replan_report)
+
+
+def _contaminated(evalset_dirs: list[str]) -> frozenset[str]:
+    """Training ids the eval sets found to be near-copies of eval documents."""
+    if not evalset_dirs:
+        return frozenset()
+    from evals.sets import contaminated_ids
+
+    return frozenset().union(*(contaminated_ids(d) for d in evalset_dirs))
 
 
 def _manifest_extra(

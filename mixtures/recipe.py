@@ -109,6 +109,10 @@ class BuildSettings(StrictModel):
     seed: int = Field(1234, ge=0)
     model_params: Annotated[float, BeforeValidator(_as_number)] | None = Field(None, gt=0)
     """Optional model size: tokens per parameter is printed, warned outside 15-30."""
+    decontaminate: list[str] = Field(default_factory=list)
+    """`evalset` artifact directories (`pretrain eval build`): the training documents they found
+    to be near-copies of eval documents are excluded from every component. Part of the build
+    hash, not the recipe hash (the gate compares recipes)."""
 
     @field_validator("tokenizer_sha256")
     @classmethod

@@ -144,15 +144,23 @@ def component_mask(component: Component, sidecars: Sidecars, where: str) -> np.n
     return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def select_components(components: list[Component], sidecars: Sidecars) -> list[np.ndarray]:
-    """Each component's documents (DOCS_DTYPE); overlapping selections are refused."""
+def select_components(
+    components: list[Component], sidecars: Sidecars, exclude_ids: frozenset[str] = frozenset()
+) -> list[np.ndarray]:
+    """Each component's documents (DOCS_DTYPE), minus `exclude_ids` (decontamination);
+    overlapping selections are refused."""
     owner = np.full(sidecars.table.num_rows, -1, dtype=np.int32)
+    keep = np.ones(sidecars.table.num_rows, dtype=bool)
+    if exclude_ids:
+        value_set = pa.array(sorted(exclude_ids), pa.string())
+        excluded = pc.is_in(sidecars.table.column("id"), value_set=value_set)
+        keep = ~np.asarray(pc.fill_null(excluded, False).to_numpy(zero_copy_only=False))
     tokens = sidecars.table.column("num_tokens").to_numpy(zero_copy_only=False)
     doc_index = sidecars.table.column("doc_index").to_numpy(zero_copy_only=False)
     selected = []
     for k, component in enumerate(components):
         where = f"recipe.components[{k}].select ({component.name})"
-        mask = component_mask(component, sidecars, where)
+        mask = component_mask(component, sidecars, where) & keep
         if not mask.any():
             raise ConfigError(
                 f"{where} matches no training document; loosen the selection or "
