@@ -131,7 +131,8 @@ def _chosen_mixture(ctx: Any, mixture: Path, report_dir: Path, chosen_sha: str) 
     from mixtures.build import build_mixture
     from mixtures.recipe import MixtureConfig
 
-    if load_manifest(mixture)["recipe_sha256"] == chosen_sha:
+    base = load_manifest(mixture)
+    if base["recipe_sha256"] == chosen_sha and base.get("decontaminated", {}).get("evalsets"):
         return mixture
     out = ctx.out / "mixture-chosen"
     data = yaml.safe_load((report_dir / "chosen_mixture.yaml").read_text())

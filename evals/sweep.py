@@ -92,6 +92,10 @@ def make_specs(config: AblationConfig) -> tuple[list[dict[str, Any]], dict[str, 
                     "seq_length": seq,
                     "global_batch": batch,
                     "seed": seed,
+                    # Proxies never train on near-copies of what they are scored on.
+                    "decontaminate": sorted(
+                        {*mixture["build"].get("decontaminate", []), str(config.eval_sets)}
+                    ),
                 }
                 specs.append(
                     {
@@ -229,7 +233,8 @@ def _shared_identity(finished: list[dict], failed: list[dict], base: str) -> tup
 def _write_chosen(out: Path, specs: list[dict], mixture: dict, chosen_sha: str) -> None:
     """chosen_mixture.yaml: the base mixture config with the chosen recipe (same recipe hash)."""
     chosen = next(s for s in specs if s["recipe_sha256"] == chosen_sha)
-    text = yaml.safe_dump({**mixture, "recipe": chosen["recipe"]}, sort_keys=False)
+    build = {**mixture["build"], "decontaminate": chosen["build"]["decontaminate"]}
+    text = yaml.safe_dump({**mixture, "recipe": chosen["recipe"], "build": build}, sort_keys=False)
     atomic_write_bytes(out / "chosen_mixture.yaml", text.encode())
 
 
