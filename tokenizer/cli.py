@@ -18,6 +18,11 @@ def _train(args: argparse.Namespace) -> int:
         return 0
     manifest = train(config, command=["pretrain", *sys.argv[1:]])
     sample = manifest["counts"]
+    if sample["vocab_size"] < config.vocab_size:
+        print(
+            f"note: the sample supports only {sample['vocab_size']} tokens, fewer than "
+            f"vocab_size = {config.vocab_size}; train on more text for the full vocabulary"
+        )
     print(
         f"tokenizer {manifest['tokenizer']['id']}: vocab {sample['vocab_size']}, trained on "
         f"{sample['sample_documents']} documents ({sample['sample_bytes'] / 1e6:.1f} MB) "

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,27 @@ def _is_done(out: Path, stem: str, shard_sha: str, tokenizer_sha: str) -> dict[s
     return record
 
 
+def _encoded_batches(
+    tokenizer: LockedTokenizer, shard: Path, batch_size: int
+) -> Iterator[tuple[pa.Table, list[Any]]]:
+    """(tags + text table, encodings) per batch. The next batch is encoded in a helper thread
+    (the Rust encoder releases the GIL and uses every core) while the caller writes this one,
+    so the single-threaded Python side (ids lists, .bin writes, sidecar) overlaps encoding."""
+    hf = tokenizer.tokenizer
+    hf.encode_special_tokens = True  # "<|endoftext|>" inside a document is text, not an EOD
+    encode = getattr(hf, "encode_batch_fast", hf.encode_batch)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending: tuple[pa.Table, Future] | None = None
+        for table in read_columns(shard, ("text", *TAG_NAMES), batch_size=batch_size):
+            texts = [t or "" for t in table.column("text").to_pylist()]
+            submitted = (table, pool.submit(encode, texts, add_special_tokens=False))
+            if pending is not None:
+                yield pending[0], pending[1].result()
+            pending = submitted
+        if pending is not None:
+            yield pending[0], pending[1].result()
+
+
 def encode_shard(
     tokenizer: LockedTokenizer, shard: Path, out: Path, shard_sha: str, batch_size: int = 1024
 ) -> ShardResult:
@@ -100,15 +122,11 @@ def encode_shard(
     dtype = np.uint16 if tokenizer.token_dtype == "uint16" else np.int32
     tmp_prefix = out / f".{stem}.partial"
     builder = IndexedDatasetBuilder(f"{tmp_prefix}.bin", dtype=dtype)
-    hf = tokenizer.tokenizer
-    hf.encode_special_tokens = True  # "<|endoftext|>" inside a document is text, not an EOD
-    encode = getattr(hf, "encode_batch_fast", hf.encode_batch)
     sidecars: list[pa.Table] = []
     documents = tokens = 0
-    for table in read_columns(shard, ("text", *TAG_NAMES), batch_size=batch_size):
-        texts = [t or "" for t in table.column("text").to_pylist()]
+    for table, encodings in _encoded_batches(tokenizer, shard, batch_size):
         lengths = []
-        for encoding in encode(texts, add_special_tokens=False):
+        for encoding in encodings:
             ids = encoding.ids
             ids.append(tokenizer.eod_id)
             builder.add_document(np.asarray(ids, dtype=dtype), [len(ids)])
@@ -207,9 +225,12 @@ def encode(
     backend: str = "ray",
     num_cpus: float = 1.0,
     command: list[str] | None = None,
-    on_shard: Callable[[ShardResult], None] | None = None,
 ) -> dict[str, Any]:
-    """Encode every shard of a verified `shards` artifact; write the `encoded` manifest last."""
+    """Encode every shard of a verified `shards` artifact; write the `encoded` manifest last.
+
+    backend `ray`: one task per shard on the running Ray cluster (or a local one; RAY_ADDRESS
+    is honoured), `num_cpus` reserved per task; `inline`: shards one after another here.
+    """
     tokenizer = load_locked(tokenizer_dir)
     shards_manifest, shards = require_shards(data)
     out = Path(out)
@@ -222,30 +243,34 @@ def encode(
         results = _run_ray(jobs, Path(tokenizer_dir), tokenizer.sha256, out, num_cpus)
     else:
         results = _run_inline(jobs, Path(tokenizer_dir), tokenizer.sha256, out)
-    for result in results:
-        if on_shard is not None:
-            on_shard(result)
-    shard_counts = {r.stem: {"documents": r.documents, "tokens": r.tokens} for r in results}
+    source_sha = {shard.stem: sha for shard, sha in jobs}
+    shard_counts = {
+        r.stem: {"documents": r.documents, "tokens": r.tokens, "source_sha256": source_sha[r.stem]}
+        for r in results
+    }
+    config = {
+        "tokenizer": tokenizer.info,
+        "data": str(Path(data).resolve()),
+        "token_dtype": tokenizer.token_dtype,
+    }
+    counts = {
+        "documents": sum(r.documents for r in results),
+        "tokens": sum(r.tokens for r in results),
+        "shards_skipped": sum(r.skipped for r in results),
+    }
+    extra = {
+        "tokenizer": tokenizer.info,
+        "prefixes": [r.stem for r in results],
+        "token_dtype": tokenizer.token_dtype,
+        "shards": shard_counts,
+        "eod_id": tokenizer.eod_id,
+    }
     return write_manifest(
         out,
         KIND,
-        config={
-            "tokenizer": tokenizer.info,
-            "data": str(Path(data).resolve()),
-            "token_dtype": tokenizer.token_dtype,
-        },
+        config=config,
         inputs=[data, tokenizer_dir],
         command=command,
-        counts={
-            "documents": sum(r.documents for r in results),
-            "tokens": sum(r.tokens for r in results),
-            "shards_skipped": sum(r.skipped for r in results),
-        },
-        extra={
-            "tokenizer": tokenizer.info,
-            "prefixes": [r.stem for r in results],
-            "token_dtype": tokenizer.token_dtype,
-            "shards": shard_counts,
-            "eod_id": tokenizer.eod_id,
-        },
+        counts=counts,
+        extra=extra,
     )

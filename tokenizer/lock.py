@@ -115,20 +115,9 @@ def check_match(recorded: Any, given: Any, what: str) -> None:
         )
 
 
-def load_locked(directory: str | Path, expect_sha256: str | None = None) -> LockedTokenizer:
-    """Load a tokenizer artifact after checking its files against lock.json and its manifest.
-
-    The HF tokenizer comes with `encode_special_tokens = True`: special-token text inside a
-    document (e.g. a literal "<|endoftext|>") is encoded as text, exactly as `encode` wrote the
-    data; special ids (`eod_id`, `pad_id`) are added by id, never parsed from text.
-
-    A byte changed in tokenizer.json or lock.json is refused; so is a lock hash other than
-    `expect_sha256` when given.
-    """
-    from tokenizers import Tokenizer
-
-    root = Path(directory)
-    manifest = load_manifest(root) if (root / "manifest.json").is_file() else None
+def _verified_lock(root: Path) -> tuple[dict[str, Any], str]:
+    """lock.json and its sha256, after checking tokenizer.json against it and it against the
+    manifest (each refusal names the file, both hashes and the fix)."""
     lock_path, tok_path = root / LOCK_FILE, root / TOKENIZER_FILE
     for path in (lock_path, tok_path):
         if not path.is_file():
@@ -145,15 +134,33 @@ def load_locked(directory: str | Path, expect_sha256: str | None = None) -> Lock
             "restore it or retrain with `pretrain tokenizer train`"
         )
     sha = sha256_file(lock_path)
-    if manifest is None:
-        raise ArtifactError(f"{root} is not a finished artifact (no manifest.json); retrain it")
-    recorded = manifest.get("tokenizer", {})
+    recorded = load_manifest(root).get("tokenizer", {})
     if recorded.get("sha256") != sha:
         raise LockMismatch(
             f"{lock_path} has sha256 {sha[:12]}..., the manifest records "
             f"{str(recorded.get('sha256'))[:12]}...: lock.json was edited; "
             "restore it or retrain with `pretrain tokenizer train`"
         )
+    return lock, sha
+
+
+def load_locked(directory: str | Path, expect_sha256: str | None = None) -> LockedTokenizer:
+    """Load a tokenizer artifact after checking its files against lock.json and its manifest.
+
+    A byte changed in tokenizer.json or lock.json is refused; so is a lock hash other than
+    `expect_sha256` when given. The HF tokenizer comes with `encode_special_tokens = True`:
+    special-token text inside a document (e.g. a literal "<|endoftext|>") is encoded as text,
+    exactly as `encode` wrote the data; special ids are added by id, never parsed from text.
+    """
+    from tokenizers import Tokenizer
+
+    root = Path(directory)
+    if not root.is_dir():
+        raise ArtifactError(
+            f"tokenizer directory {root} does not exist; train one with "
+            "`pretrain tokenizer train` or fix the path"
+        )
+    lock, sha = _verified_lock(root)
     require(root, kind=KIND)
     if expect_sha256 is not None:
         check_match(
@@ -161,8 +168,8 @@ def load_locked(directory: str | Path, expect_sha256: str | None = None) -> Lock
             {"sha256": sha, "id": tokenizer_id(lock["name"], sha)},
             f"the pinned tokenizer (expect_sha256) for {root}",
         )
-    hf = Tokenizer.from_file(str(tok_path))
-    hf.encode_special_tokens = True  # "<|endoftext|>" in text is text: encode as the data was
+    hf = Tokenizer.from_file(str(root / TOKENIZER_FILE))
+    hf.encode_special_tokens = True
     return LockedTokenizer(
         tokenizer=hf,
         sha256=sha,

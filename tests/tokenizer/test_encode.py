@@ -48,6 +48,9 @@ def test_bin_idx_and_sidecar_match_the_shards(
     manifest = load_manifest(encoded_dir)
     assert manifest["kind"] == "encoded" and manifest["tokenizer"] == locked.info
     assert manifest["prefixes"] == ["synthetic-00000", "synthetic-00001", "synthetic-00002"]
+    shards_files = load_manifest(shards_dir)["files"]
+    for stem, entry in manifest["shards"].items():  # each output names its source shard's hash
+        assert entry["source_sha256"] == shards_files[f"shards/{stem}.parquet"]["sha256"]
     total_docs = total_tokens = 0
     for stem in manifest["prefixes"]:
         shard = pq.read_table(shards_dir / "shards" / f"{stem}.parquet")
