@@ -124,6 +124,29 @@ def run_ours(
     return reasons
 
 
+def timed_pair(
+    docs: list[str], workers: int, tokenizer: str, repeat: int
+) -> tuple[float, float, set[int], list[str | None]]:
+    """Best wall time of datatrove and of ours, alternating runs (load on a shared machine
+    changes over minutes: alternating keeps both sides exposed to the same conditions)."""
+    theirs_s = ours_s = float("inf")
+    kept_theirs: set[int] = set()
+    reasons: list[str | None] = []
+    with tempfile.TemporaryDirectory() as work:
+        docs_path = f"{work}/docs.json"
+        Path(docs_path).write_text(json.dumps(docs))
+        for attempt in range(repeat):
+            out = Path(work, f"run{attempt}")
+            out.mkdir()
+            start = time.perf_counter()
+            kept_theirs = run_datatrove(docs_path, str(out), workers)
+            theirs_s = min(theirs_s, time.perf_counter() - start)
+            start = time.perf_counter()
+            reasons = run_ours(docs, workers, tokenizer)
+            ours_s = min(ours_s, time.perf_counter() - start)
+    return theirs_s, ours_s, kept_theirs, reasons
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=5000)
@@ -134,17 +157,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default="fast",
         help="our word splitter: the regex (default) or spaCy, as datatrove",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=2,
+        help="alternate the two runs this many times; best time of each counts",
+    )
     args = parser.parse_args([] if argv is None else argv)
     docs = load_english(args.docs)
-    with tempfile.TemporaryDirectory() as work:
-        docs_path = f"{work}/docs.json"
-        Path(docs_path).write_text(json.dumps(docs))
-        start = time.perf_counter()
-        kept_theirs = run_datatrove(docs_path, work, args.workers)
-        theirs_s = time.perf_counter() - start
-    start = time.perf_counter()
-    reasons = run_ours(docs, args.workers, args.tokenizer)
-    ours_s = time.perf_counter() - start
+    theirs_s, ours_s, kept_theirs, reasons = timed_pair(
+        docs, args.workers, args.tokenizer, args.repeat
+    )
     kept_ours = {i for i, r in enumerate(reasons) if r is None}
     agree = sum((i in kept_ours) == (i in kept_theirs) for i in range(len(docs))) / len(docs)
     disagreements = Counter(
@@ -153,6 +176,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {
         "documents": len(docs),
         "workers": args.workers,
+        "repeat": args.repeat,
         "mean_chars": round(sum(map(len, docs)) / len(docs)),
         "datatrove_docs_per_s": round(len(docs) / theirs_s, 1),
         "ours_docs_per_s": round(len(docs) / ours_s, 1),

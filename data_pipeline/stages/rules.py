@@ -209,6 +209,7 @@ _NOT_ALNUM_RUN = re.compile(r"[\W_]+")
 _CONTROL = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f]")
 _PARA_SPLIT = re.compile(r"\n{2,}")
 _LINE_SPLIT = re.compile("\n+")
+_ROUGH_WORD = re.compile(r"\w+|[^\w\s]")  # kept C4 lines: newlines per word is far from 0.3
 _NONEMPTY_LINE = re.compile(r"\n[ \t]*\S")  # over "\n" + text: a literal to scan for
 # From datatrove's C4QualityFilter (itself from tensorflow_datasets c4_utils), Apache-2.0.
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
@@ -659,7 +660,8 @@ def document_signals(
     c4_bad, c4_reason, kept = c4_lines(text, config.c4, cjk, domain)
     if config.fineweb.after_c4 and config.c4.enabled:
         fw_text = "\n".join(kept).strip()
-        fw, fw_reason = fineweb(fw_text, len(tokenize(fw_text, cjk)), config.fineweb, cjk)
+        kept_words = len(tokenize(fw_text, cjk) if cjk else _ROUGH_WORD.findall(fw_text))
+        fw, fw_reason = fineweb(fw_text, kept_words, config.fineweb, cjk)
     else:
         fw, fw_reason = fineweb(text, len(words), config.fineweb, cjk)
     garbled, log_like = garbled_ratio(text), log_like_ratio(text)
