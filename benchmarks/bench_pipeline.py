@@ -33,6 +33,8 @@ CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "web.warc.g
 if not CORPUS.is_file():
     CORPUS = Path("/work/shared/corpus/web.warc.gz")
 PARTS = 4
+EXTRACT_TIMEOUT_S = 1.0
+"""Per-document extraction limit of both sides (datatrove's extractor default is 1 s)."""
 
 
 def split_warc(source: Path, target: Path, copies: int = 1, limit: int | None = None) -> int:
@@ -105,7 +107,11 @@ def child_ours(inputs: str, out: str, workers: int, extractor: str) -> dict[str,
             "output": out,
             "shard_rows": 5000,
             "batch_rows": 64,
-            "stages": {"extract": {"extractor": extractor}, "langid": {}, "rules": {}},
+            "stages": {
+                "extract": {"extractor": extractor, "timeout_s": EXTRACT_TIMEOUT_S},
+                "langid": {},
+                "rules": {},
+            },
             "ray": {"num_cpus": workers, "workers": workers, "block_mb": 2},
         }
     )
@@ -136,7 +142,7 @@ def child_datatrove(inputs: str, out: str, workers: int) -> dict[str, Any]:
 
     pipeline = [
         WarcReader(inputs, glob_pattern="*.warc.gz"),
-        Trafilatura(favour_precision=True),
+        Trafilatura(favour_precision=True, timeout=EXTRACT_TIMEOUT_S),
         GopherRepetitionFilter(),
         GopherQualityFilter(),
         C4QualityFilter(),
