@@ -149,3 +149,20 @@ def test_demo_config_runs_model_stages_only_with_their_models(tmp_path) -> None:
         assert with_models.stages.domain == {"model": str(tmp_path / "d")}
     if with_models.stages.perplexity is not None:
         assert with_models.stages.perplexity == {"model": str(tmp_path / "lm")}
+
+
+@pytest.mark.slow
+def test_interrupted_run_with_a_global_stage_is_recomputed_whole(ray_local, tmp_path) -> None:
+    """Duplicate clusters depend on every document: a partial resume would change them."""
+    stages = {"extract": {}, "langid": {}, "dedup": {}}
+    out = tmp_path / "dedup"
+    first = run_pipeline(_config(out, stages=stages), progress=False)
+    before = _files(out)
+    again = run_pipeline(_config(out, stages=stages), progress=False)
+    assert again.reused_parts == first.parts  # a finished run is reused as a whole
+    (out / "shards" / "docs-00001.parquet").unlink()
+    (out / ".parts" / "docs-00001.json").unlink()
+    resumed = run_pipeline(_config(out, stages=stages), progress=False)
+    assert resumed.reused_parts == 0 and _files(out) == before
+    tables = [pq.read_table(out / "shards" / name) for name in first.shards]
+    assert all("dup_keep" in t.column_names for t in tables)
