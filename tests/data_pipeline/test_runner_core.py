@@ -1,0 +1,105 @@
+"""The select, the ledger and the shard writer in-process (no Ray): what the runner relies on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from data_pipeline import ledger, workers
+from pretrain.schema import BASE_FIELDS, STAGE_COLUMNS
+
+STAGES = ["extract", "langid"]
+
+
+def _tagged(rows: list[tuple[str | None, str | None, str | None]]) -> pa.Table:
+    """Rows of (extract_reason, lang, langid_reason) with every column of extract + langid."""
+    n = len(rows)
+    columns = {
+        "id": [f"d{i}" for i in range(n)],
+        "text": [None if r[0] else f"text {i}" for i, r in enumerate(rows)],
+        "url": [None] * n,
+        "source": ["s"] * n,
+        "meta": [None] * n,
+        "split": ["train"] * n,
+        "extract_reason": [r[0] for r in rows],
+        "extractor": ["text"] * n,
+        "num_bytes": [0 if r[0] else 6 for r in rows],
+        "lang": [r[1] for r in rows],
+        "lang_score": [0.9] * n,
+        "langid_reason": [r[2] for r in rows],
+        "_raw_bytes": [10] * n,
+        "_shard": ["t-00000"] * n,
+        "_row": list(range(n)),
+    }
+    fields = [
+        *BASE_FIELDS,
+        *STAGE_COLUMNS["extract"],
+        *STAGE_COLUMNS["langid"],
+        pa.field("_raw_bytes", pa.int64()),
+        pa.field("_shard", pa.string()),
+        pa.field("_row", pa.int64()),
+    ]
+    return pa.Table.from_pydict(columns, schema=pa.schema(fields))
+
+
+ROWS = [
+    (None, "en", None),
+    ("empty", None, "empty"),
+    (None, "zh", "low_confidence"),
+    ("not_text", None, "empty"),
+    (None, "en", None),
+]
+
+
+def test_first_failing_clause_decides_and_the_ledger_balances() -> None:
+    keep, frag = ledger.fragment(_tagged(ROWS), STAGES, ["extract:*"])
+    assert keep.to_pylist() == [True, False, True, False, True]
+    led = ledger.aggregate([frag], STAGES, documents_read=5, bytes_read=50)
+    assert led["conservation"]["balanced"] and led["documents_dropped"] == 2
+    extract, langid = led["stages"]
+    assert extract["reasons"] == {
+        "empty": {"documents": 1, "bytes": 10, "action": "dropped"},
+        "not_text": {"documents": 1, "bytes": 10, "action": "dropped"},
+    }
+    # Soft tags count only documents that reach the stage and are kept.
+    assert langid["documents_in"] == 3
+    assert langid["reasons"] == {
+        "low_confidence": {"documents": 1, "bytes": 10, "action": "tagged"}
+    }
+    assert led["languages"] == {
+        "en": {"documents": 2, "text_bytes": 12},
+        "zh": {"documents": 1, "text_bytes": 6},
+    }
+
+
+def test_select_clauses_are_configurable() -> None:
+    keep, _ = ledger.fragment(_tagged(ROWS), STAGES, ["extract:not_text", "langid:*"])
+    assert keep.to_pylist() == [True, False, False, False, True]
+    led = ledger.aggregate(
+        [ledger.fragment(_tagged(ROWS), STAGES, ["langid:*"])[1]],
+        STAGES,
+        documents_read=6,
+        bytes_read=60,
+    )
+    assert not led["conservation"]["balanced"]  # one document read but never accounted for
+
+
+def test_writer_merges_pieces_once_each_and_samples_rejects(tmp_path: Path) -> None:
+    table = _tagged(ROWS * 4)
+    workers.ensure_dirs(tmp_path)
+    for start, stop in ((0, 12), (8, 20), (0, 12)):  # overlapping and repeated: task retries
+        workers.write_pieces(table.slice(start, stop - start), str(tmp_path))
+    writer = workers.ShardWriter(str(tmp_path), STAGES, ["extract:*"], "sample", 2, 3)
+    writer("t-00000")
+    shard = pq.read_table(tmp_path / "shards" / "t-00000.parquet")
+    assert shard.num_rows == 12 and "_row" not in shard.column_names
+    assert shard.column("id").to_pylist() == [f"d{i}" for i in range(20) if i % 5 in (0, 2, 4)]
+    rejects = pq.read_table(tmp_path / "rejects" / "t-00000.parquet")
+    assert (
+        sorted(rejects.column("reject_reason").to_pylist())
+        == ["extract:empty"] * 2 + ["extract:not_text"] * 2
+    )
+    fragment = workers.load_json(workers.fragment_path(tmp_path, "t-00000"))
+    assert fragment["documents"] == 20
