@@ -37,9 +37,15 @@ def _corpus(directory: Path, copies: int) -> Path:
 
 
 def _config(inputs: Path, out: Path) -> PipelineConfig:
-    return PipelineConfig.model_validate({
-        "inputs": [str(inputs)], "output": str(out), "shard_rows": 500, "batch_rows": 40,
-        "ray": {"timeout_s": 240, "block_mb": 1}})
+    return PipelineConfig.model_validate(
+        {
+            "inputs": [str(inputs)],
+            "output": str(out),
+            "shard_rows": 500,
+            "batch_rows": 40,
+            "ray": {"timeout_s": 240, "block_mb": 1},
+        }
+    )
 
 
 def _shards(out: Path) -> dict[str, bytes]:
@@ -96,9 +102,21 @@ def test_driver_killed_then_rerun_reuses_shards(ray_local, tmp_path) -> None:
     out = tmp_path / "out"
     config.write_text(json.dumps(_config(inputs, out).model_dump(mode="json")))
     address = ray_local.get_runtime_context().gcs_address
-    driver = subprocess.Popen([sys.executable, "-m", "pretrain.cli", "data", "run", str(config),
-                               "--ray-address", address], cwd=REPO,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pretrain.cli",
+            "data",
+            "run",
+            str(config),
+            "--ray-address",
+            address,
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and driver.poll() is None:
         if list((out / PARTS).glob("*-00000.json")):
@@ -108,8 +126,9 @@ def test_driver_killed_then_rerun_reuses_shards(ray_local, tmp_path) -> None:
     driver.wait(30)
     finished = len(list((out / PARTS).glob("*-00000.json")))
     assert 1 <= finished < 4 and not (out / "manifest.json").exists()
-    result = run_pipeline(PipelineConfig.model_validate(json.loads(config.read_text())),
-                          progress=False)
+    result = run_pipeline(
+        PipelineConfig.model_validate(json.loads(config.read_text())), progress=False
+    )
     assert result.reused_parts == finished
     assert _shards(out) == _shards(tmp_path / "reference")
     assert result.ledger["rows"] == reference.ledger["rows"]

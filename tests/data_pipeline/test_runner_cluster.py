@@ -28,37 +28,71 @@ def _free_port() -> int:
 
 
 def _config(out: Path) -> dict:
-    return {"inputs": [str(DATA)], "output": str(out), "shard_rows": 4, "batch_rows": 3,
-            "ray": {"timeout_s": 300}}
+    return {
+        "inputs": [str(DATA)],
+        "output": str(out),
+        "shard_rows": 4,
+        "batch_rows": 3,
+        "ray": {"timeout_s": 300},
+    }
 
 
 def _shards(out: Path) -> dict[str, bytes]:
-    return {p.relative_to(out).as_posix(): p.read_bytes()
-            for p in sorted(out.rglob("*.parquet")) if ".parts" not in p.parts}
+    return {
+        p.relative_to(out).as_posix(): p.read_bytes()
+        for p in sorted(out.rglob("*.parquet"))
+        if ".parts" not in p.parts
+    }
 
 
 @pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.timeout(600)
 def test_loopback_cluster_matches_the_embedded_default(ray_local, tmp_path) -> None:
-    embedded = run_pipeline(PipelineConfig.model_validate(_config(tmp_path / "embedded")),
-                            progress=False)
+    embedded = run_pipeline(
+        PipelineConfig.model_validate(_config(tmp_path / "embedded")), progress=False
+    )
     port = _free_port()
     temp_dir = Path("/tmp") / f"ray-h1-{port}"
     head = subprocess.Popen(
-        [str(RAY), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
-         "--node-ip-address=127.0.0.1", "--include-dashboard=false", f"--temp-dir={temp_dir}",
-         "--object-store-memory=300000000"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        [
+            str(RAY),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--node-ip-address=127.0.0.1",
+            "--include-dashboard=false",
+            f"--temp-dir={temp_dir}",
+            "--object-store-memory=300000000",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         config = tmp_path / "pipeline.yaml"
         config.write_text(json.dumps(_config(tmp_path / "cluster")))
         env = {**os.environ, "RAY_ADDRESS": ""}
         for _ in range(60):  # the head takes a few seconds to accept drivers
             run = subprocess.run(
-                [sys.executable, "-m", "pretrain.cli", "data", "run", str(config),
-                 "--ray-address", f"127.0.0.1:{port}"],
-                cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+                [
+                    sys.executable,
+                    "-m",
+                    "pretrain.cli",
+                    "data",
+                    "run",
+                    str(config),
+                    "--ray-address",
+                    f"127.0.0.1:{port}",
+                ],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=400,
+            )
             if run.returncode == 0 or "ConnectionError" not in run.stderr:
                 break
             time.sleep(2)
