@@ -53,11 +53,14 @@ def _shards(out: Path) -> dict[str, bytes]:
 
 
 def _stage_actor_pids() -> list[int]:
+    """Stage actors of the Ray instance this test process started (its descendants only)."""
     pids = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(proc.info["cmdline"] or [])
-        if "MapStagesWorker" in cmdline and proc.pid != os.getpid():
-            pids.append(proc.pid)
+    for proc in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            if "MapStagesWorker" in " ".join(proc.cmdline()):
+                pids.append(proc.pid)
+        except psutil.Error:
+            continue
     return pids
 
 
