@@ -97,8 +97,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     docs = load_corpus(args.docs)
     formatter = PIIFormatter()
-    ours_rate = throughput(docs, redact)
-    theirs_rate = throughput(docs, formatter.format)
+    ours_rate = theirs_rate = 0.0
+    for _ in range(3):  # alternate, best of each: the machine's load changes over minutes
+        theirs_rate = max(theirs_rate, throughput(docs, formatter.format))
+        ours_rate = max(ours_rate, throughput(docs, redact))
     result = {
         "labelled_examples": len(rows),
         "labelled_negatives": sum(not r["spans"] for r in rows),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 PLACEHOLDERS: dict[str, str] = {
@@ -132,14 +132,47 @@ def _always(text: str, match: re.Match[str]) -> bool:
     return True
 
 
+def _first_char(pattern: re.Pattern[str], chars: str) -> re.Pattern[str]:
+    """The same pattern led by a lookahead on its possible first characters: the regex engine
+    then skips to candidate positions instead of trying the lookbehind everywhere (3-4x)."""
+    source = pattern.pattern
+    flags = "(?x)" if source.startswith("(?x)") else ""
+    return re.compile(f"{flags}(?=[{chars}]){source.removeprefix(flags)}", pattern.flags)
+
+
+class _AtAnchored:
+    """E-mail search that starts from each '@' (found by str.find) and matches in a window
+    around it, instead of trying the pattern at every letter of the text."""
+
+    def __init__(self, pattern: re.Pattern[str], before: int = 80, after: int = 400) -> None:
+        self.pattern, self.before, self.after = pattern, before, after
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        done = 0
+        at = text.find("@")
+        while at != -1:
+            end = min(len(text), at + self.after)
+            match = self.pattern.search(text, max(done, at - self.before), end)
+            if (
+                match
+                and match.start() <= at < match.end()
+                and (match.end() < end or end == len(text))
+            ):
+                yield match
+                done = match.end()
+                at = text.find("@", done)
+            else:
+                at = text.find("@", at + 1)
+
+
 Validator = Callable[[str, re.Match[str]], bool]
-DETECTORS: dict[str, tuple[re.Pattern[str], Validator]] = {
-    "email": (_EMAIL, _always),
-    "cn_id": (_CN_ID, _cn_id_ok),
-    "card": (_CARD, _card_ok),
-    "ipv6": (_IPV6, _ipv6_ok),
-    "ipv4": (_IPV4, _ipv4_ok),
-    "phone": (_PHONE, _phone_ok),
+DETECTORS: dict[str, tuple[re.Pattern[str] | _AtAnchored, Validator]] = {
+    "email": (_AtAnchored(_EMAIL), _always),
+    "cn_id": (_first_char(_CN_ID, "1-9"), _cn_id_ok),
+    "card": (_first_char(_CARD, "0-9"), _card_ok),
+    "ipv6": (_first_char(_IPV6, "0-9A-Fa-f:"), _ipv6_ok),
+    "ipv4": (_first_char(_IPV4, "0-9"), _ipv4_ok),
+    "phone": (_first_char(_PHONE, "+(0-9"), _phone_ok),
 }
 
 

@@ -133,3 +133,14 @@ def test_prefilter_never_hides_a_match(text):
     for kind, (pattern, validate) in DETECTORS.items():
         if any(validate(text, match) for match in pattern.finditer(text)):
             assert kind in kinds, (kind, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab.@-_+x1 \n", max_size=120))
+def test_fast_detectors_find_what_the_plain_patterns_find(text):
+    from data_pipeline.stages import pii
+
+    plain = {"email": pii._EMAIL, "phone": pii._PHONE, "ipv4": pii._IPV4, "card": pii._CARD}
+    for kind, pattern in plain.items():
+        fast = DETECTORS[kind][0]
+        assert [m.span() for m in fast.finditer(text)] == [m.span() for m in pattern.finditer(text)]
