@@ -64,6 +64,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; artifacts are read by other users too
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
