@@ -64,7 +64,7 @@ STAGE_COLUMNS: dict[str, tuple[pa.Field, ...]] = {
         pa.field("line_punct_ratio", _F32),  # FineWeb: lines ending in punctuation
         pa.field("short_line_ratio", _F32),  # FineWeb
         pa.field("char_dup_ratio", _F32),  # FineWeb: chars in duplicated lines
-        pa.field("newline_char_ratio", _F32),
+        pa.field("newline_char_ratio", _F32),  # FineWeb: newlines per word (list ratio)
         pa.field("garbled_ratio", _F32),
         pa.field("log_like_ratio", _F32),
         pa.field("rules_reason", _STR),
