@@ -81,7 +81,7 @@ def rng_state() -> dict[str, Any]:
 
     state = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": _numpy_state_as_tensors(np.random.get_state()),
         "torch": torch.get_rng_state(),
         "tracker": get_cuda_rng_tracker().get_states(),
     }
@@ -90,11 +90,19 @@ def rng_state() -> dict[str, Any]:
     return state
 
 
+def _numpy_state_as_tensors(state: tuple) -> tuple:
+    """numpy's state with its key array as a tensor, so `torch.load(weights_only=True)` reads it:
+    a checkpoint from elsewhere is never unpickled."""
+    name, keys, pos, has_gauss, cached = state
+    return (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))
+
+
 def set_rng_state(state: dict[str, Any]) -> None:
     from megatron.core.tensor_parallel import get_cuda_rng_tracker
 
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     get_cuda_rng_tracker().set_states(state["tracker"])
     if "cuda" in state and torch.cuda.is_available():
@@ -212,5 +220,5 @@ def load(path: Path, model: list[Any], optimizer: Any | None) -> dict[str, Any]:
     rank = torch.distributed.get_rank()
     rng_file = path / "rng" / f"rank_{rank:05d}.pt"
     if optimizer is not None and rng_file.is_file():
-        set_rng_state(torch.load(rng_file, weights_only=False))
+        set_rng_state(torch.load(rng_file, weights_only=True))
     return json.loads((path / "state.json").read_text())
