@@ -6,6 +6,7 @@ single-process model (TP=1, PP=1). Only the model weights are read, not the opti
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 from dataclasses import dataclass
@@ -57,8 +58,20 @@ def _single_process_group() -> None:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ["MASTER_PORT"] = os.environ.get("MASTER_PORT") or str(_free_port())
         torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+        # A gloo group still alive at interpreter teardown can abort the process
+        # ("terminate called without an active exception"): close what we opened.
+        atexit.register(_close_process_group)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(1, 1)
+
+
+def _close_process_group() -> None:
+    from megatron.core import parallel_state
+
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def _cpu_config(state: dict[str, Any]) -> TrainConfig:
