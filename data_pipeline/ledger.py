@@ -95,19 +95,7 @@ def fragment(
     return keep, {
         "documents": table.num_rows,
         "bytes": int(pc.sum(table.column("_raw_bytes")).as_py() or 0) if table.num_rows else 0,
-        "rows": [
-            {
-                "stage": k[0],
-                "reason": k[1],
-                "domain": k[2],
-                "lang": k[3],
-                "outcome": k[4],
-                "documents": v[0],
-                "bytes": v[1],
-                "text_bytes": v[2],
-            }
-            for k, v in sorted(rows.items())
-        ],
+        "rows": _row_dicts(rows),
         "flags": {
             s: {r: {"documents": v[0], "bytes": v[1]} for r, v in sorted(f.items())}
             for s, f in flags.items()
@@ -135,18 +123,16 @@ def _merge_rows(fragments: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             counts[0] += row["documents"]
             counts[1] += row["bytes"]
             counts[2] += row["text_bytes"]
+    return _row_dicts(merged)
+
+
+def _row_dicts(counts: dict[tuple[str, ...], Sequence[int]]) -> list[dict[str, Any]]:
+    """(stage, reason, domain, lang, outcome) -> [documents, bytes, text_bytes] as ledger rows."""
+    keys = ("stage", "reason", "domain", "lang", "outcome")
+    values = ("documents", "bytes", "text_bytes")
     return [
-        {
-            "stage": k[0],
-            "reason": k[1],
-            "domain": k[2],
-            "lang": k[3],
-            "outcome": k[4],
-            "documents": v[0],
-            "bytes": v[1],
-            "text_bytes": v[2],
-        }
-        for k, v in sorted(merged.items())
+        {**dict(zip(keys, k, strict=True)), **dict(zip(values, v, strict=True))}
+        for k, v in sorted(counts.items())
     ]
 
 
