@@ -38,7 +38,7 @@ def random_components(weights: np.ndarray, size: int) -> np.ndarray:
 
 def ours_components(weights: np.ndarray, size: int, width: int) -> np.ndarray:
     counts = sampler.allocate_batches(weights, size // width, width)
-    return sampler.interleave(counts)[0]
+    return sampler.interleave(counts, weights)[0]
 
 
 def deviations(component: np.ndarray, weights: np.ndarray, width: int) -> dict[str, float]:
@@ -81,7 +81,9 @@ def main() -> None:
     print(
         f"random weight sweep ({SWEEP_TRIALS} weight vectors, K 2-12, W 64-1024): worst aligned "
         f"batch deviation ours {sweep['ours_worst_aligned_sequences']:.3f} sequences, megatron "
-        f"{sweep['megatron_worst_aligned_sequences']:.3f}"
+        f"{sweep['megatron_worst_aligned_sequences']:.3f}; worst every-sample prefix ours "
+        f"{sweep['ours_worst_every_sample_prefix_sequences']:.3f}, megatron "
+        f"{sweep['megatron_worst_every_sample_prefix_sequences']:.3f}"
     )
     replan = replan_conservation()
     print(
@@ -126,25 +128,32 @@ def replan_conservation(width: int = 512, batches: int = 400) -> dict[str, int]:
 
 
 def weight_sweep() -> dict[str, float]:
-    """Worst aligned-batch deviation (sequences) over random weight vectors and batch sizes."""
+    """Worst aligned-batch and every-sample prefix deviations (sequences) over random weight
+    vectors and batch sizes."""
     rng = np.random.default_rng(SEED)
-    ours = megatron = 0.0
+    worst = {
+        "ours_worst_aligned_sequences": 0.0,
+        "megatron_worst_aligned_sequences": 0.0,
+        "ours_worst_every_sample_prefix_sequences": 0.0,
+        "megatron_worst_every_sample_prefix_sequences": 0.0,
+    }
     for _ in range(SWEEP_TRIALS):
         weights = rng.dirichlet(np.ones(int(rng.integers(2, 13))))
         width = int(rng.choice([64, 96, 256, 1000, 1024]))
         size = width * 200
-        ours = max(
-            ours, sampler.max_batch_deviation(ours_components(weights, size, width), weights, width)
-        )
-        megatron = max(
-            megatron,
-            sampler.max_batch_deviation(megatron_components(weights, size), weights, width),
-        )
-    return {
-        "trials": SWEEP_TRIALS,
-        "ours_worst_aligned_sequences": ours,
-        "megatron_worst_aligned_sequences": megatron,
-    }
+        for name, component in (
+            ("ours", ours_components(weights, size, width)),
+            ("megatron", megatron_components(weights, size)),
+        ):
+            aligned = sampler.max_batch_deviation(component, weights, width)
+            prefix = sampler.max_sample_prefix_deviation(component, weights)
+            worst[f"{name}_worst_aligned_sequences"] = max(
+                worst[f"{name}_worst_aligned_sequences"], aligned
+            )
+            worst[f"{name}_worst_every_sample_prefix_sequences"] = max(
+                worst[f"{name}_worst_every_sample_prefix_sequences"], prefix
+            )
+    return {"trials": SWEEP_TRIALS, **worst}
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def _run(method: str, sequences: int, queue: mp.Queue) -> None:
         check = int(np.bincount(dataset_index, minlength=weights.size).max())
     elif method == "ours_allocate_interleave":
         counts = sampler.allocate_batches(weights, sequences // GLOBAL_BATCH, GLOBAL_BATCH)
-        component, draw = sampler.interleave(counts)
+        component, draw = sampler.interleave(counts, weights)
         check = int(np.bincount(component, minlength=weights.size).max())
     else:
         index = sampler.build_index(

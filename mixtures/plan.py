@@ -82,7 +82,7 @@ class Plan:
             if phase.kept is None
             else sampler.draws_per_component(phase.kept, len(phase.weights))
         )
-        component, draw = sampler.interleave(phase.counts, start)
+        component, draw = sampler.interleave(phase.counts, list(phase.weights.values()), start)
         rest = np.empty(component.size, dtype=sampler.INDEX_DTYPE)
         rest["component"] = component
         limits = phase.counts.sum(axis=0) + (0 if start is None else start)

@@ -105,7 +105,8 @@ class BuildSettings(StrictModel):
     total_tokens: Annotated[int, BeforeValidator(_as_number)] = Field(gt=0)
     seq_length: int = Field(2048, ge=8)
     global_batch: int = Field(gt=0)
-    """W: sequences per global batch; every aligned batch holds each component within 1."""
+    """W: sequences per global batch; every aligned batch, and every prefix of the index, holds
+    each component within 1 sequence of its quota."""
     seed: int = Field(1234, ge=0)
     model_params: Annotated[float, BeforeValidator(_as_number)] | None = Field(None, gt=0)
     """Optional model size: tokens per parameter is printed, warned outside 15-30."""

@@ -1,7 +1,7 @@
 """`pretrain mixture report DIR`: target vs realised shares of a built mixture.
 
 Per phase and component: target share, realised share overall, the per-batch share range and the
-largest per-batch / prefix / sliding-window deviation (in sequences), tokens and epochs. Writes
+largest per-batch / batch-prefix / every-sample-prefix / sliding-window deviation (in sequences), tokens and epochs. Writes
 `DIR/report/report.json` and `DIR/report/report.png` (or under `--out`). With `--run RUN_DIR`
 it also compares the trainer's realised tokens per component (RUN/metrics.jsonl) with the index.
 """
@@ -44,6 +44,7 @@ def phase_report(
     seen = np.arange(1, num_batches + 1)[:, None] * width
     prefix_dev = np.abs(np.cumsum(counts, axis=0) - w * seen).max(axis=0) if num_batches else w * 0
     batch_dev = np.abs(counts - w * width).max(axis=0) if num_batches else w * 0
+    sample_dev = sampler.sample_prefix_deviations(index["component"], w)
     share = counts / width
     components = []
     for k, name in enumerate(names):
@@ -57,6 +58,7 @@ def phase_report(
                 "batch_share_max": float(share[:, k].max()) if num_batches else 0.0,
                 "max_batch_deviation_sequences": float(batch_dev[k]),
                 "max_prefix_deviation_sequences": float(prefix_dev[k]),
+                "max_every_sample_prefix_deviation_sequences": float(sample_dev[k]),
                 "sequences": total,
                 "tokens": total * seq_length,
             }

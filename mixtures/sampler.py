@@ -1,14 +1,31 @@
 """The global-quota sampler: plain numpy, no Ray or Megatron.
 
-A phase of a mixture is `num_batches` aligned global batches of `W` sequences. Component k's quota
-per batch is q_k = w_k * W. The sampler decides, batch by batch, how many sequences each component
-gets: every component gets floor(q_k) and the r = W - sum floor(q_k) remaining slots go, one each,
-to components chosen by earliest deadline (the batch at which the component's carried deficit would
-reach a whole sequence), ties to the larger deficit. Deficits are exact integers (weights are
-quantised to multiples of 2**-40), so for every aligned batch each component holds floor(q_k) or
-ceil(q_k) sequences (within 1 of its quota) and after every batch its cumulative count is within
-1 of w_k * sequences-so-far (carried deficit). Within a batch the components are interleaved evenly,
-so sliding windows stay close to target as well.
+A phase of a mixture is `num_batches` aligned global batches of `W` sequences; component k has
+weight w_k (quantised to a_k / 10**12, so all quota arithmetic is exact integer arithmetic) and
+target y_k(t) = w_k * t after t samples. The index guarantees, for every component,
+
+* every prefix of t samples (t = 1, 2, ..., not only whole batches) holds C_k(t) sequences with
+  |C_k(t) - y_k(t)| < 1, and
+* every aligned global batch holds floor(w_k W) or ceil(w_k W) sequences (within 1 of its quota).
+
+How. Copy g of component k (its g-th draw) may sit at a position p only inside its window
+[rel(g), dl(g)]: rel(g) = the first t with y_k(t) > g - 1, dl(g) = the first t with y_k(t) >= g.
+Any order that keeps every copy in its window meets the prefix bound, and one exists for any
+weights (Tijdeman's chairman-assignment theorem). The batch bound fixes how many copies each batch
+holds, so the sampler first chooses the cumulative counts B(k) at every batch boundary and then,
+inside each batch, places the copies by earliest deadline first, which is exact for unit jobs with
+release times. Hall's condition for one batch reduces to two conditions on the boundary states
+alone (intervals inside a batch are covered by the global theorem):
+
+* (P) after a boundary at T: for t in (T, T+W], #{components ahead at T, not yet caught up by t}
+  <= Phi(t), where Phi(t) = sum_k frac(y_k(t)) is the number of components any valid state at t
+  must round up;
+* (R) before a boundary at T: for t in (T-W, T), #{components behind at T, already passed by t}
+  <= Psi(t), the number of components a valid state at t rounds down.
+
+`allocate_batches` walks the batches choosing which components get their ceil (earliest deadline
+first) among the choices that keep both conditions, backtracking on a dead end (rare, shallow);
+`interleave` runs the per-batch EDF for all batches at once (lockstep over the W positions).
 
 Each component is a stream of sequences: draw n of component k is sequence `n % S_k` of epoch
 `n // S_k` (S_k = sequences per epoch), and the order of sequences is a seeded permutation per
@@ -17,17 +34,30 @@ Each component is a stream of sequences: draw n of component k is sequence `n % 
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Sequence
+import itertools
+from collections import deque
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-WEIGHT_SCALE = 1 << 40
-"""Weights are quantised to integers summing to this; all quota arithmetic is then exact."""
+WEIGHT_SCALE = 10**12
+"""Weights are quantised to integers summing to this; all quota arithmetic is then exact. Decimal,
+so weights written with up to 12 decimals (0.3, 0.125) are held exactly: a quota that is a whole
+number of sequences is met exactly, not within 1."""
 
 COMPONENT_DTYPE = np.int16
 INDEX_DTYPE = np.dtype([("component", "<i2"), ("sequence", "<i8")])
 """One sample of the index: which component, and which sequence of that component's stream."""
+
+MAX_BACKTRACK = 64
+"""Batches the boundary search may step back; a deeper dead end is reported, never papered over."""
+MAX_CHOICES = 512
+"""Alternative ceil-sets tried per boundary before stepping back."""
+_CHUNK_SAMPLES = 1 << 22
+
+
+class ScheduleError(RuntimeError):
+    """No schedule meeting both bounds was found within the search limits (never seen in tests)."""
 
 
 def quantize_weights(weights: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -43,78 +73,412 @@ def quantize_weights(weights: Sequence[float] | np.ndarray) -> np.ndarray:
     return base
 
 
+def _boundary_state(numer: np.ndarray, boundaries: np.ndarray, width: int) -> tuple:
+    """floor(a_k T / SCALE) and its remainder at T = boundary * width, exactly in int64.
+
+    b * (a_k W mod SCALE) would overflow, so b is split into 16-bit halves (b < 2**31)."""
+    numer = numer.astype(np.int64)
+    quota, rho = np.divmod(numer * width, WEIGHT_SCALE)
+    b = np.asarray(boundaries, np.int64)[:, None]
+    high, low = np.divmod(b, 1 << 16)
+    q_high, r_high = np.divmod(high * rho, WEIGHT_SCALE)
+    q_low, rem = np.divmod((r_high << 16) + low * rho, WEIGHT_SCALE)
+    return b * quota + (q_high << 16) + q_low, rem
+
+
+def _batch_tables(numer: np.ndarray, width: int, first: int, count: int) -> tuple:
+    """For batches [first, first + count) and j = 1..K: the first step at which Phi drops below
+    j (W + 1 if it stays >= j all batch), and the number of leading steps m for which Psi falls
+    below j somewhere in [m, W) (from the step after it on, Psi >= j up to the boundary).
+
+    Built from each component's integer crossings inside each batch (about W events per batch),
+    not from a W x K table."""
+    levels = numer.size
+    floor, rem = _boundary_state(numer, np.arange(first, first + count + 1), width)
+    events = floor[1:] - floor[:-1]  # integer crossings of y_k in (T, T+W]
+    phi0 = np.arange(first, first + count, dtype=np.int64) * width - floor[:-1].sum(axis=1)
+    origin = np.arange(count, dtype=np.int64)[:, None] * width - 1
+    dummy = count * width  # one spare bin for grid cells past a component's last crossing
+    crossings, on_integer = [], []
+    for k in np.flatnonzero(numer > 0):
+        a = int(numer[k])
+        nth = np.arange(1, int(events[:, k].max(initial=0)) + 1, dtype=np.int64)
+        reach = nth * WEIGHT_SCALE - rem[:-1, k, None]  # a * step >= reach at the crossing
+        ratio = reach / a
+        step = np.ceil(ratio).astype(np.int64)
+        # The float estimate can only be wrong next to an integer; settle those exactly.
+        near = np.flatnonzero(np.abs(ratio - np.rint(ratio)).reshape(-1) < 1e-6)
+        if near.size:
+            whole = np.rint(ratio.reshape(-1)[near]).astype(np.int64)
+            target = reach.reshape(-1)[near]
+            step.reshape(-1)[near] = whole + (whole * a < target)
+        cells = np.where(nth <= events[:, k, None], origin + step, dummy)
+        crossings.append(cells.reshape(-1))
+        if near.size:
+            hit = near[whole * a == target]
+            on_integer.append(cells.reshape(-1)[hit])
+    cells = np.concatenate(crossings) if crossings else np.zeros(0, np.int64)
+    crossed = np.bincount(cells, minlength=dummy + 1)[:dummy].reshape(count, width)
+    exact = np.concatenate(on_integer) if on_integer else np.zeros(0, np.int64)
+    landed = np.bincount(exact, minlength=dummy + 1)[:dummy].reshape(count, width)
+    steps = np.arange(1, width + 1, dtype=np.int64)
+    phi = (phi0[:, None] + steps - np.cumsum(crossed, axis=1)).astype(np.int32)
+    psi = int((numer > 0).sum()) - landed.astype(np.int32) - phi
+    psi[:, -1] = levels + 1  # t = T + W is the next boundary itself
+    rows = np.arange(count, dtype=np.int64)[:, None] * (levels + 2)
+    # Phi's running minimum is non-increasing: "first step below j" = 1 + #steps with min >= j.
+    low = np.minimum.accumulate(phi, axis=1)
+    at = np.bincount((rows + low).reshape(-1), minlength=count * (levels + 2))
+    at_least = np.cumsum(at.reshape(count, levels + 2)[:, ::-1], axis=1)[:, ::-1]
+    first_drop = at_least[:, 1 : levels + 1] + 1
+    # Psi's minimum from m to the boundary is non-decreasing in m: #steps with it < j.
+    high = np.minimum.accumulate(psi[:, ::-1], axis=1)
+    at = np.bincount(
+        (rows + np.minimum(high, levels + 1)).reshape(-1), minlength=count * (levels + 2)
+    )
+    last_short = np.cumsum(at.reshape(count, levels + 2), axis=1)[:, :levels]
+    return first_drop, last_short
+
+
+_NEVER = np.iinfo(np.int64).max
+
+
+class _BoundaryPlanner:
+    """Chooses the cumulative counts at every batch boundary (see the module docstring)."""
+
+    def __init__(self, numer: np.ndarray, width: int, num_batches: int) -> None:
+        self.numer = [int(a) for a in numer]
+        self.key = tuple(self.numer)
+        self.width = width
+        self.num_batches = num_batches
+        self.quota = [a * width // WEIGHT_SCALE for a in self.numer]
+        self.fractional = [(a * width) % WEIGHT_SCALE != 0 for a in self.numer]
+        self.extras = width - sum(self.quota)
+        self.chunk = max(1, _CHUNK_SAMPLES // width)
+        # drop[k, j-1]: the first step t > k * W at which Phi(t) < j, for the whole phase (a ceil
+        # holds its component ahead until y catches up, however far away); short[k, j-1]: the
+        # last step of batch k (from its start) after which Psi stays >= j up to the boundary.
+        levels = len(self.numer)
+        drop = np.full((num_batches + 1, levels), _NEVER, dtype=np.int64)
+        self.short = np.zeros((num_batches, levels), dtype=np.int64)
+        numer_arr = np.asarray(self.numer, np.int64)
+        for first in range(0, num_batches, self.chunk):
+            count = min(self.chunk, num_batches - first)
+            first_drop, last_short = _batch_tables(numer_arr, width, first, count)
+            starts = np.arange(first, first + count, dtype=np.int64)[:, None] * width
+            drop[first : first + count] = np.where(first_drop <= width, starts + first_drop, _NEVER)
+            self.short[first : first + count] = last_short
+        self.drop = np.minimum.accumulate(drop[::-1], axis=0)[::-1]
+        self.numer_arr = numer_arr
+        self._cache: dict = {}
+
+    def _rows(self, batch: int) -> tuple:
+        """Per-boundary facts that do not depend on the path taken, for the chunk of `batch`."""
+        chunk = batch // self.chunk
+        if chunk not in self._cache:
+            if len(self._cache) >= 3:
+                self._cache.pop(next(iter(self._cache)))
+            first = chunk * self.chunk
+            count = min(self.chunk, self.num_batches - first)
+            ends = np.arange(first + 1, first + count + 1, dtype=np.int64)
+            floor, rem = _boundary_state(self.numer_arr, ends, self.width)
+            a = np.maximum(self.numer_arr, 1)
+            # tau: steps after the boundary until y_k reaches a ceil's count (how long a ceil
+            # counts against (P)); sigma: the step of the batch from which a floor leaves k
+            # behind (counts against (R) up to the boundary).
+            tau = -(-(WEIGHT_SCALE - rem) // a)
+            sigma = self.width + 1 + (-rem // a)
+            room = self.drop[first + 1 : first + count + 1] - (ends * self.width)[:, None]
+            # due: boundaries until a floor now would make the ceil mandatory (the carried
+            # fraction of y_k reaches a whole sequence): earliest-deadline-first at batch level.
+            step = np.maximum((self.numer_arr * self.width) % WEIGHT_SCALE, 1)
+            due = -(-(WEIGHT_SCALE - rem) // step)
+            self._cache[chunk] = (
+                first,
+                floor.tolist(),
+                rem.tolist(),
+                tau.tolist(),
+                sigma.tolist(),
+                room.tolist(),
+                self.short[first : first + count].tolist(),
+                due.tolist(),
+            )
+        first, *rows = self._cache[chunk]
+        return tuple(r[batch - first] for r in rows)
+
+    def choices(self, batch: int, state: list[int]) -> Iterator[list[int]]:
+        """Valid next boundary states after `batch`, most urgent ceil-set first."""
+        lo, rem, tau, sigma, room, short, due = self._rows(batch)
+        mandatory, optional, fixed_ahead, fixed_behind = [], [], [], []
+        for k, quota in enumerate(self.quota):
+            f = lo[k]
+            b = state[k] + quota
+            if b + 1 == f and self.fractional[k]:
+                mandatory.append(k)
+                if rem[k]:
+                    fixed_behind.append(sigma[k])
+            elif b == f:
+                if not rem[k]:
+                    continue
+                if self.fractional[k]:
+                    optional.append(k)
+                else:
+                    fixed_behind.append(sigma[k])
+            elif b == f + 1 and rem[k]:
+                fixed_ahead.append(tau[k])
+            else:
+                return  # the state cannot reach a valid boundary (never on a valid path)
+        need = self.extras - len(mandatory)
+        if need < 0 or need > len(optional):
+            return
+        slots = _Slots(room, short, self.width)
+        # The common case first, without the alternatives machinery: the ceils whose batch-level
+        # deadline comes first (then the ones that catch up soonest inside the next batch).
+        by_deadline = sorted(optional, key=lambda k: (due[k], tau[k]))
+        chosen = by_deadline[:need]
+        if slots.fits(
+            fixed_ahead + [tau[k] for k in chosen],
+            fixed_behind + [sigma[k] for k in by_deadline[need:]],
+        ):
+            counts = list(self.quota)
+            for k in mandatory:
+                counts[k] += 1
+            for k in chosen:
+                counts[k] += 1
+            yield counts
+        for chosen in _ceil_sets(by_deadline, need, tau, sigma, slots, fixed_ahead, fixed_behind):
+            taken = set(chosen)
+            if not slots.fits(
+                fixed_ahead + [tau[k] for k in chosen],
+                fixed_behind + [sigma[k] for k in optional if k not in taken],
+            ):
+                continue
+            counts = list(self.quota)
+            for k in mandatory:
+                counts[k] += 1
+            for k in chosen:
+                counts[k] += 1
+            yield counts
+
+    def run(self) -> np.ndarray:
+        counts = np.zeros((self.num_batches, len(self.numer)), dtype=np.int32)
+        state = [0] * len(self.numer)
+        trail: deque = deque(maxlen=MAX_BACKTRACK)
+        dead: set = set()
+        batch, pending = 0, self.choices(0, state)
+        while batch < self.num_batches:
+            row = next(pending, None)
+            if row is None:
+                dead.add((batch, tuple(state)))
+                if not trail:
+                    raise ScheduleError(
+                        f"no mixture schedule meets both quota bounds at batch {batch} "
+                        f"(weights {self.key}, W={self.width}); please report this"
+                    )
+                batch, state, pending = trail.pop()
+                continue
+            after = [s + c for s, c in zip(state, row, strict=True)]
+            if dead and (batch + 1, tuple(after)) in dead:
+                continue
+            trail.append((batch, state, pending))
+            counts[batch] = row
+            batch, state = batch + 1, after
+            if batch < self.num_batches:
+                pending = self.choices(batch, state)
+        return counts
+
+
+class _Slots:
+    """Conditions (P) and (R) as capacities: the j-th latest catch-up step of the components ahead
+    at the boundary must come before Phi first drops below j (however far ahead), and the j-th
+    earliest pass step of those behind must leave Psi >= j up to the boundary."""
+
+    def __init__(self, room: list[int], short: list[int], width: int) -> None:
+        self.room, self.short, self.width = room, short, width
+
+    def fits(self, taus: list[int], sigmas: list[int]) -> bool:
+        for j, tau in enumerate(sorted(taus, reverse=True), start=1):
+            if tau < 2:
+                break
+            if tau > self.room[j - 1]:
+                return False
+        width = self.width
+        for j, sigma in enumerate(sorted(sigmas), start=1):
+            if sigma > width - 1:
+                break
+            if max(sigma, 1) <= self.short[j - 1]:
+                return False
+        return True
+
+    def match(
+        self,
+        optional: list[int],
+        need: int,
+        tau: list[int],
+        sigma: list[int],
+        fixed_ahead: list[int],
+        fixed_behind: list[int],
+    ) -> tuple[int, ...] | None:
+        """An exact ceil-set: a perfect matching of components to ahead and behind slots."""
+        n_ahead = need + len(fixed_ahead)
+        n_behind = len(optional) - need + len(fixed_behind)
+        reach = [self.room[j] if j < len(self.room) else 1 for j in range(n_ahead)]
+        floor = [self.short[j] + 1 if j < len(self.short) else self.width for j in range(n_behind)]
+
+        def ahead_ok(t: int, slot: int) -> bool:
+            return t < 2 or t <= reach[slot]
+
+        def behind_ok(s: int, slot: int) -> bool:
+            return max(s, 1) >= floor[slot]
+
+        # Slots 0..n_ahead-1 are ahead, then behind; every component needs one slot.
+        items = [("a", t) for t in fixed_ahead] + [("b", s) for s in fixed_behind]
+        items += [("o", k) for k in optional]
+
+        def edges(item: tuple) -> list[int]:
+            kind, value = item
+            out = []
+            if kind in "ao":
+                t = value if kind == "a" else tau[value]
+                out += [j for j in range(n_ahead) if ahead_ok(t, j)]
+            if kind in "bo":
+                s = value if kind == "b" else sigma[value]
+                out += [n_ahead + j for j in range(n_behind) if behind_ok(s, j)]
+            return out
+
+        adjacency = [edges(item) for item in items]
+        owner = [-1] * (n_ahead + n_behind)
+
+        def augment(i: int, seen: list[bool]) -> bool:
+            for slot in adjacency[i]:
+                if not seen[slot]:
+                    seen[slot] = True
+                    if owner[slot] < 0 or augment(owner[slot], seen):
+                        owner[slot] = i
+                        return True
+            return False
+
+        for i in range(len(items)):
+            if not augment(i, [False] * len(owner)):
+                return None
+        return tuple(
+            items[owner[slot]][1] for slot in range(n_ahead) if items[owner[slot]][0] == "o"
+        )
+
+
+def _ceil_sets(
+    by_deadline: list[int],
+    need: int,
+    tau: list[int],
+    sigma: list[int],
+    slots: _Slots,
+    fixed_ahead: list[int],
+    fixed_behind: list[int],
+) -> Iterator[tuple[int, ...]]:
+    """Alternative ceil-sets after the earliest-deadline one: by how much more a floor would cost
+    than a ceil; an exact one from a matching; then combinations (capped)."""
+    # A ceil counts for tau steps, a floor for (W - sigma): prefer ceils where they cost less.
+    by_balance = sorted(by_deadline, key=lambda k: (tau[k] + sigma[k], tau[k], k))
+    seen = {frozenset(by_deadline[:need])}
+
+    def matched() -> Iterator[tuple[int, ...]]:
+        found = slots.match(by_deadline, need, tau, sigma, fixed_ahead, fixed_behind)
+        if found is not None:
+            yield found
+
+    candidates = itertools.chain(
+        (tuple(by_balance[:need]),), matched(), itertools.combinations(by_deadline, need)
+    )
+    for chosen in itertools.islice(candidates, MAX_CHOICES):
+        key = frozenset(chosen)
+        if key not in seen:
+            seen.add(key)
+            yield chosen
+
+
 def allocate_batches(
     weights: Sequence[float] | np.ndarray, num_batches: int, global_batch: int
 ) -> np.ndarray:
-    """Per-batch sequence counts, shape (num_batches, K), rows summing to `global_batch`."""
-    if global_batch < 1 or num_batches < 0:
+    """Per-batch sequence counts, shape (num_batches, K), rows summing to `global_batch`.
+
+    Each count is floor or ceil of w_k * W, and the boundaries admit an order of every batch that
+    keeps every prefix within 1 sequence of quota (`interleave` finds it)."""
+    if global_batch < 1 or num_batches < 0 or global_batch >= 1 << 22 or num_batches >= 1 << 31:
         raise ValueError(
-            f"global_batch must be >= 1 and num_batches >= 0, got {global_batch}, {num_batches}"
+            f"global_batch must be in [1, 2**22) and num_batches in [0, 2**31), "
+            f"got {global_batch}, {num_batches}"
         )
-    numer = [int(a) * global_batch for a in quantize_weights(weights)]
-    base = np.array([n // WEIGHT_SCALE for n in numer], dtype=np.int64)
-    frac = [n % WEIGHT_SCALE for n in numer]
-    extras = global_batch - int(base.sum())
-    counts = np.empty((num_batches, len(numer)), dtype=np.int32)
-    counts[:] = base
-    if extras == 0:
-        return counts
-    live = [k for k, f in enumerate(frac) if f > 0]
-    deficit = {k: 0 for k in live}
-    for batch in range(num_batches):
-        candidates = []
-        for k in live:
-            deficit[k] += frac[k]
-            if deficit[k] > 0:
-                # Rounds until the deficit reaches one whole sequence if k is not served now.
-                deadline = (WEIGHT_SCALE - deficit[k] + frac[k] - 1) // frac[k]
-                candidates.append((deadline, -deficit[k], k))
-        chosen = heapq.nsmallest(extras, candidates)
-        if len(chosen) < extras:  # pragma: no cover - impossible while the invariant holds
-            raise AssertionError("quota invariant broken: not enough eligible components")
-        for _, _, k in chosen:
-            deficit[k] -= WEIGHT_SCALE
-            counts[batch, k] += 1
-    return counts
-
-
-def _interleave_pattern(row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Evenly interleave one batch: component k's j-th slot sorts at (j + 0.5) / c_k."""
-    comps = np.repeat(np.arange(row.size, dtype=COMPONENT_DTYPE), row)
-    ranks = np.concatenate([np.arange(c, dtype=np.int64) for c in row]) if row.size else comps
-    keys = (ranks + 0.5) / np.maximum(row[comps], 1)
-    order = np.lexsort((comps, keys))
-    return comps[order], ranks[order]
+    numer = quantize_weights(weights)
+    if num_batches == 0:
+        return np.zeros((0, numer.size), dtype=np.int32)
+    return _BoundaryPlanner(numer, global_batch, num_batches).run()
 
 
 def interleave(
-    counts: np.ndarray, start: np.ndarray | None = None, chunk_batches: int = 4096
+    counts: np.ndarray,
+    weights: Sequence[float] | np.ndarray,
+    start: np.ndarray | None = None,
+    chunk_samples: int = 1 << 23,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Expand per-batch counts to (component, draw) per sample.
+    """Order every batch by earliest deadline first; returns (component, draw) per sample.
 
     `draw` is the component's running draw number (starting at `start[k]`), i.e. the position in
-    that component's stream. Batches with identical count rows share one interleave pattern.
-    """
+    that component's stream. All batches of a chunk advance in lockstep over the W positions."""
+    counts = np.asarray(counts)
     num_batches, num_components = counts.shape
     width = int(counts[0].sum()) if num_batches else 0
+    numer = quantize_weights(weights).astype(np.int64)
+    if numer.size != num_components:
+        raise ValueError(f"{numer.size} weights for {num_components} components")
     start = np.zeros(num_components, np.int64) if start is None else np.asarray(start, np.int64)
-    rows, pattern_of = np.unique(counts, axis=0, return_inverse=True)
-    pattern_of = pattern_of.reshape(-1)
-    patterns = [_interleave_pattern(row) for row in rows]
-    pat_comp = np.stack([p[0] for p in patterns]) if patterns else np.zeros((0, width), np.int16)
-    pat_rank = np.stack([p[1] for p in patterns]) if patterns else np.zeros((0, width), np.int64)
-    before = np.cumsum(counts, axis=0, dtype=np.int64) - counts + start
-    component = np.empty((num_batches, width), dtype=COMPONENT_DTYPE)
-    draw = np.empty((num_batches, width), dtype=np.int64)
-    for lo in range(0, num_batches, chunk_batches):
-        hi = min(lo + chunk_batches, num_batches)
-        pid = pattern_of[lo:hi]
-        for pattern in np.unique(pid):
-            rows = lo + np.flatnonzero(pid == pattern)
-            cols = pat_comp[pattern]
-            component[rows] = cols
-            draw[rows] = before[rows][:, cols] + pat_rank[pattern]
-    return component.reshape(-1), draw.reshape(-1)
+    before = np.cumsum(counts, axis=0, dtype=np.int64) - counts
+    component = np.empty(num_batches * width, dtype=COMPONENT_DTYPE)
+    draw = np.empty(num_batches * width, dtype=np.int64)
+    never = np.iinfo(np.int64).max
+    shift = max(1, int(num_components - 1).bit_length())  # key = deadline << shift | component
+    scale = WEIGHT_SCALE
+    step = max(1, chunk_samples // max(width, 1))
+    for lo in range(0, num_batches, step):
+        hi = min(lo + step, num_batches)
+        rows = hi - lo
+        # Component-major (K, rows) state, so the per-position minimum is K vector minima.
+        floor, rem = _boundary_state(numer, np.arange(lo, hi), width)
+        rem = np.ascontiguousarray(rem.T).reshape(-1)
+        have = np.ascontiguousarray(counts[lo:hi].T, dtype=np.int64).reshape(-1)
+        first = np.ascontiguousarray((before[lo:hi] - floor + 1).T).reshape(-1)
+        a = np.repeat(np.maximum(numer, 1), rows)
+        label = np.repeat(np.arange(num_components, dtype=np.int64), rows)
+        # Windows relative to the batch start: release in [0, W], deadline capped at W + 1.
+        release = np.maximum((first - 1) * scale - rem, -1) // a + 1
+        deadline = np.minimum(-(-(first * scale - rem) // a), width + 1)
+        release[have == 0] = never
+        ready = (deadline << shift) | label
+        placed = np.zeros(rows * num_components, np.int64)
+        base = np.ascontiguousarray((before[lo:hi] + start).T).reshape(-1)
+        column = np.arange(rows, dtype=np.int64)
+        picks = np.empty((width, rows), dtype=COMPONENT_DTYPE)  # position-major: contiguous writes
+        draws = np.empty((width, rows), dtype=np.int64)
+        for pos in range(1, width + 1):
+            key = np.where(release <= pos, ready, never).reshape(num_components, rows)
+            best = np.minimum.reduce(key, axis=0)
+            due = best >> shift
+            if int(due.min()) < pos or int(best.max()) == never:
+                raise ScheduleError(f"batch order infeasible at position {pos} (please report)")
+            pick = best & ((1 << shift) - 1)
+            flat = pick * rows + column
+            picks[pos - 1] = pick
+            done = placed[flat]
+            draws[pos - 1] = base[flat] + done
+            done += 1
+            placed[flat] = done
+            nxt = first[flat] + done
+            ak = a[flat]
+            rk = rem[flat]
+            release[flat] = np.where(done < have[flat], ((nxt - 1) * scale - rk) // ak + 1, never)
+            ready[flat] = (np.minimum(-(-(nxt * scale - rk) // ak), width + 1) << shift) | pick
+        component.reshape(num_batches, width)[lo:hi] = picks.T
+        draw.reshape(num_batches, width)[lo:hi] = draws.T
+    return component, draw
 
 
 def epoch_permutation(seed: int, phase: int, component: int, epoch: int, size: int) -> np.ndarray:
@@ -167,7 +531,7 @@ def build_index(
 ) -> np.ndarray:
     """The phase's sample index (structured INDEX_DTYPE array of num_batches * W samples)."""
     counts = allocate_batches(weights, num_batches, global_batch)
-    component, draw = interleave(counts, start)
+    component, draw = interleave(counts, weights, start)
     limits = counts.sum(axis=0) + (0 if start is None else np.asarray(start, np.int64))
     index = np.empty(component.size, dtype=INDEX_DTYPE)
     index["component"] = component
@@ -254,14 +618,25 @@ def max_window_deviation(
     return worst
 
 
+def sample_prefix_deviations(
+    component: np.ndarray, weights: Sequence[float] | np.ndarray, chunk: int = 1 << 22
+) -> np.ndarray:
+    """Per component, the largest |cumulative count - w_k * n| over every prefix length n."""
+    w = np.asarray(weights, np.float64) / np.sum(weights)
+    carry = np.zeros(w.size, np.int64)
+    worst = np.zeros(w.size, np.float64)
+    for lo in range(0, component.size, chunk):
+        part = np.asarray(component[lo : lo + chunk])
+        seen = np.arange(lo + 1, lo + part.size + 1, dtype=np.float64)
+        for k in range(w.size):
+            hits = carry[k] + np.cumsum(part == k, dtype=np.int64)
+            worst[k] = max(worst[k], float(np.abs(hits - w[k] * seen).max(initial=0.0)))
+            carry[k] = hits[-1] if hits.size else carry[k]
+    return worst
+
+
 def max_sample_prefix_deviation(
     component: np.ndarray, weights: Sequence[float] | np.ndarray
 ) -> float:
     """Largest |cumulative count - w_k * n| over every prefix length n (not only whole batches)."""
-    w = np.asarray(weights, np.float64) / np.sum(weights)
-    seen = np.arange(1, component.size + 1, dtype=np.float64)
-    worst = 0.0
-    for k in range(w.size):
-        hits = np.cumsum(component == k, dtype=np.int64)
-        worst = max(worst, float(np.abs(hits - w[k] * seen).max(initial=0.0)))
-    return worst
+    return float(sample_prefix_deviations(component, weights).max(initial=0.0))

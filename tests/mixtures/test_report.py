@@ -51,6 +51,7 @@ def test_report_of_uneven_quota_stays_within_one_sequence(
     for comp in report["phases"][0]["components"]:
         assert comp["max_batch_deviation_sequences"] < 1
         assert comp["max_prefix_deviation_sequences"] < 1
+        assert comp["max_every_sample_prefix_deviation_sequences"] < 1
     assert report["phases"][0]["max_batch_deviation_share"] > 0
 
 
