@@ -91,52 +91,30 @@ def _batch_tables(numer: np.ndarray, width: int, first: int, count: int) -> tupl
     j (W + 1 if it stays >= j all batch), and the number of leading steps m for which Psi falls
     below j somewhere in [m, W) (from the step after it on, Psi >= j up to the boundary).
 
-    Built from each component's integer crossings inside each batch (about W events per batch),
-    not from a W x K table."""
+    floor(y_k(T + m)) = floor(y_k(T)) + floor(a_k m / SCALE) + carry, where the carry is a
+    comparison of remainders, so each component costs two vector comparisons per step."""
     levels = numer.size
-    floor, rem = _boundary_state(numer, np.arange(first, first + count + 1), width)
-    events = floor[1:] - floor[:-1]  # integer crossings of y_k in (T, T+W]
-    phi0 = np.arange(first, first + count, dtype=np.int64) * width - floor[:-1].sum(axis=1)
-    origin = np.arange(count, dtype=np.int64)[:, None] * width - 1
-    dummy = count * width  # one spare bin for grid cells past a component's last crossing
-    crossings, on_integer = [], []
-    for k in np.flatnonzero(numer > 0):
-        a = int(numer[k])
-        nth = np.arange(1, int(events[:, k].max(initial=0)) + 1, dtype=np.int64)
-        reach = nth * WEIGHT_SCALE - rem[:-1, k, None]  # a * step >= reach at the crossing
-        ratio = reach / a
-        step = np.ceil(ratio).astype(np.int64)
-        # The float estimate can only be wrong next to an integer; settle those exactly.
-        near = np.flatnonzero(np.abs(ratio - np.rint(ratio)).reshape(-1) < 1e-6)
-        if near.size:
-            whole = np.rint(ratio.reshape(-1)[near]).astype(np.int64)
-            target = reach.reshape(-1)[near]
-            step.reshape(-1)[near] = whole + (whole * a < target)
-        cells = np.where(nth <= events[:, k, None], origin + step, dummy)
-        crossings.append(cells.reshape(-1))
-        if near.size:
-            hit = near[whole * a == target]
-            on_integer.append(cells.reshape(-1)[hit])
-    cells = np.concatenate(crossings) if crossings else np.zeros(0, np.int64)
-    crossed = np.bincount(cells, minlength=dummy + 1)[:dummy].reshape(count, width)
-    exact = np.concatenate(on_integer) if on_integer else np.zeros(0, np.int64)
-    landed = np.bincount(exact, minlength=dummy + 1)[:dummy].reshape(count, width)
+    floor, rem = _boundary_state(numer, np.arange(first, first + count), width)
     steps = np.arange(1, width + 1, dtype=np.int64)
-    phi = (phi0[:, None] + steps - np.cumsum(crossed, axis=1)).astype(np.int32)
-    psi = int((numer > 0).sum()) - landed.astype(np.int32) - phi
+    whole, part = np.divmod(numer[None, :] * steps[:, None], WEIGHT_SCALE)  # (W, K)
+    part = np.ascontiguousarray(part.T)
+    phi0 = np.arange(first, first + count, dtype=np.int64) * width - floor.sum(axis=1)
+    phi = (phi0[:, None] + (steps - whole.sum(axis=1))[None, :]).astype(np.int16)
+    active = np.flatnonzero(numer > 0)
+    psi = np.full((count, width), active.size, dtype=np.int16)
+    for k in active:
+        gap = WEIGHT_SCALE - rem[:, k, None]  # y_k(T + m) passes an integer iff part >= gap
+        np.subtract(phi, part[k][None, :] >= gap, out=phi, casting="unsafe")
+        np.subtract(psi, part[k][None, :] == gap % WEIGHT_SCALE, out=psi, casting="unsafe")
+    psi -= phi  # non-integer components minus those a valid state must round up
     psi[:, -1] = levels + 1  # t = T + W is the next boundary itself
-    rows = np.arange(count, dtype=np.int64)[:, None] * (levels + 2)
-    # Phi's running minimum is non-increasing: "first step below j" = 1 + #steps with min >= j.
-    low = np.minimum.accumulate(phi, axis=1)
-    at = np.bincount((rows + low).reshape(-1), minlength=count * (levels + 2))
-    at_least = np.cumsum(at.reshape(count, levels + 2)[:, ::-1], axis=1)[:, ::-1]
-    first_drop = at_least[:, 1 : levels + 1] + 1
-    # Psi's minimum from m to the boundary is non-decreasing in m: #steps with it < j.
-    high = np.minimum.accumulate(psi[:, ::-1], axis=1)
-    at = np.bincount(
-        (rows + np.minimum(high, levels + 1)).reshape(-1), minlength=count * (levels + 2)
-    )
-    last_short = np.cumsum(at.reshape(count, levels + 2), axis=1)[:, :levels]
+    low = np.minimum.accumulate(phi, axis=1)  # non-increasing in m
+    high = np.minimum.accumulate(psi[:, ::-1], axis=1)[:, ::-1]  # non-decreasing in m
+    first_drop = np.ones((count, levels), dtype=np.int64)
+    last_short = np.zeros((count, levels), dtype=np.int64)
+    for j in range(1, levels + 1):
+        first_drop[:, j - 1] += np.count_nonzero(low >= j, axis=1)
+        last_short[:, j - 1] = np.count_nonzero(high < j, axis=1)
     return first_drop, last_short
 
 
