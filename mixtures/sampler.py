@@ -40,6 +40,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from mixtures import native
+
 WEIGHT_SCALE = 10**12
 """Weights are quantised to integers summing to this; all quota arithmetic is then exact. Decimal,
 so weights written with up to 12 decimals (0.3, 0.125) are held exactly: a quota that is a whole
@@ -87,6 +89,33 @@ def _boundary_state(numer: np.ndarray, boundaries: np.ndarray, width: int) -> tu
 
 
 def _batch_tables(numer: np.ndarray, width: int, first: int, count: int) -> tuple:
+    """`_batch_tables_numpy`, by the C kernel when it is available (same result)."""
+    lib = native.library()
+    if lib is None:
+        return _batch_tables_numpy(numer, width, first, count)
+    levels = numer.size
+    floor, rem = _boundary_state(numer, np.arange(first, first + count), width)
+    phi0 = np.arange(first, first + count, dtype=np.int64) * width - floor.sum(axis=1)
+    first_drop = np.empty((count, levels), dtype=np.int64)
+    last_short = np.empty((count, levels), dtype=np.int64)
+    lib.batch_tables(
+        levels,
+        np.ascontiguousarray(numer, dtype=np.int64),
+        width,
+        WEIGHT_SCALE,
+        count,
+        phi0,
+        np.ascontiguousarray(rem),
+        first_drop,
+        last_short,
+        np.empty(levels, np.int64),
+        np.empty(width, np.int64),
+        np.empty(width, np.int64),
+    )
+    return first_drop, last_short
+
+
+def _batch_tables_numpy(numer: np.ndarray, width: int, first: int, count: int) -> tuple:
     """For batches [first, first + count) and j = 1..K: the first step at which Phi drops below
     j (W + 1 if it stays >= j all batch), and the number of leading steps m for which Psi falls
     below j somewhere in [m, W) (from the step after it on, Psi >= j up to the boundary).
@@ -121,6 +150,18 @@ def _batch_tables(numer: np.ndarray, width: int, first: int, count: int) -> tupl
 _NEVER = np.iinfo(np.int64).max
 
 
+def _next_below(values: np.ndarray, levels: int) -> np.ndarray:
+    """[n, j-1] = (the first n' > n with values[n'] < j) - n, or _NEVER; for j = 1..levels."""
+    count = values.size
+    index = np.arange(count, dtype=np.int64)
+    out = np.full((count, levels), _NEVER, dtype=np.int64)
+    for j in range(1, levels + 1):
+        hit = np.where(values < j, index, _NEVER)
+        after = np.minimum.accumulate(hit[::-1])[::-1]  # first hit at or after n
+        out[:-1, j - 1] = np.where(after[1:] == _NEVER, _NEVER, after[1:] - index[:-1])
+    return out
+
+
 class _BoundaryPlanner:
     """Chooses the cumulative counts at every batch boundary (see the module docstring)."""
 
@@ -148,6 +189,15 @@ class _BoundaryPlanner:
             self.short[first : first + count] = last_short
         self.drop = np.minimum.accumulate(drop[::-1], axis=0)[::-1]
         self.numer_arr = numer_arr
+        # The same two capacities at batch boundaries only, where the batch bound can hold a
+        # component ahead (or behind) for many batches: a component whose quota has a tiny
+        # fractional part stays ahead at every boundary until its carried fraction catches up.
+        # lag_up[n, j-1] / lag_down[n, j-1]: boundaries after n until Phi / Psi first < j.
+        floor, rem = _boundary_state(numer_arr, np.arange(num_batches + 1), width)
+        phi = np.arange(num_batches + 1, dtype=np.int64) * width - floor.sum(axis=1)
+        psi = ((rem != 0) & (numer_arr > 0)).sum(axis=1) - phi
+        self.lag_up = _next_below(phi, levels)
+        self.lag_down = _next_below(psi, levels)
         self._cache: dict = {}
 
     def _rows(self, batch: int) -> tuple:
@@ -169,24 +219,63 @@ class _BoundaryPlanner:
             room = self.drop[first + 1 : first + count + 1] - (ends * self.width)[:, None]
             # due: boundaries until a floor now would make the ceil mandatory (the carried
             # fraction of y_k reaches a whole sequence): earliest-deadline-first at batch level.
-            step = np.maximum((self.numer_arr * self.width) % WEIGHT_SCALE, 1)
-            due = -(-(WEIGHT_SCALE - rem) // step)
+            rho = (self.numer_arr * self.width) % WEIGHT_SCALE  # fractional quota, scaled
+            due = np.where(rho > 0, -(-(WEIGHT_SCALE - rem) // np.maximum(rho, 1)), _NEVER)
+            # ahead_for / behind_for: further boundaries at which a ceil (floor) now keeps the
+            # component ahead (behind) whatever comes next, the batch bound allowing one step.
+            ahead_for = np.where(rho > 0, due - 1, _NEVER)
+            behind_for = np.where(rho > 0, -(-rem // (WEIGHT_SCALE - rho)) - 1, _NEVER)
             self._cache[chunk] = (
                 first,
-                floor.tolist(),
-                rem.tolist(),
-                tau.tolist(),
-                sigma.tolist(),
-                room.tolist(),
-                self.short[first : first + count].tolist(),
-                due.tolist(),
+                floor,
+                rem,
+                tau,
+                sigma,
+                room,
+                np.ascontiguousarray(self.short[first : first + count]),
+                due,
+                ahead_for,
+                behind_for,
+                np.ascontiguousarray(self.lag_up[first + 1 : first + count + 1]),
+                np.ascontiguousarray(self.lag_down[first + 1 : first + count + 1]),
             )
-        first, *rows = self._cache[chunk]
-        return tuple(r[batch - first] for r in rows)
+        return self._cache[chunk]
 
-    def choices(self, batch: int, state: list[int]) -> Iterator[list[int]]:
-        """Valid next boundary states after `batch`, most urgent ceil-set first."""
-        lo, rem, tau, sigma, room, short, due = self._rows(batch)
+    def _row(self, batch: int) -> tuple:
+        first, *arrays = self._rows(batch)
+        return tuple(array[batch - first].tolist() for array in arrays)
+
+    def _fast(self, batch: int, state: list[int], counts: np.ndarray) -> int:
+        """Batches the C planner decides from `batch` on (to the end of its chunk); 0 without C."""
+        lib = native.library()
+        if lib is None:
+            return 0
+        first, *arrays = self._rows(batch)
+        i, stop = batch - first, arrays[0].shape[0]
+        levels = len(self.numer)
+        current = np.array(state, dtype=np.int64)
+        done = lib.plan_fast(
+            levels,
+            self.width,
+            self.extras,
+            np.array(self.quota, dtype=np.int64),
+            np.array(self.fractional, dtype=np.int64),
+            stop - i,
+            *(array[i:] for array in arrays),
+            current,
+            counts[batch : batch + stop - i],
+            np.empty(4 * levels, np.int64),
+        )
+        state[:] = current.tolist()
+        return int(done)
+
+    def choices(
+        self, batch: int, state: list[int], skip_first: bool = False
+    ) -> Iterator[list[int]]:
+        """Valid next boundary states after `batch`, most urgent ceil-set first (`skip_first`:
+        that one was already taken and led to a dead end)."""
+        row = self._row(batch)
+        lo, rem, tau, sigma, room, short, due, ahead_for, behind_for, lag_up, lag_down = row
         mandatory, optional, fixed_ahead, fixed_behind = [], [], [], []
         for k, quota in enumerate(self.quota):
             f = lo[k]
@@ -194,30 +283,27 @@ class _BoundaryPlanner:
             if b + 1 == f and self.fractional[k]:
                 mandatory.append(k)
                 if rem[k]:
-                    fixed_behind.append(sigma[k])
+                    fixed_behind.append(k)
             elif b == f:
                 if not rem[k]:
                     continue
                 if self.fractional[k]:
                     optional.append(k)
                 else:
-                    fixed_behind.append(sigma[k])
+                    fixed_behind.append(k)
             elif b == f + 1 and rem[k]:
-                fixed_ahead.append(tau[k])
+                fixed_ahead.append(k)
             else:
                 return  # the state cannot reach a valid boundary (never on a valid path)
         need = self.extras - len(mandatory)
         if need < 0 or need > len(optional):
             return
-        slots = _Slots(room, short, self.width)
+        slots = _Slots(row, self.width)
         # The common case first, without the alternatives machinery: the ceils whose batch-level
         # deadline comes first (then the ones that catch up soonest inside the next batch).
         by_deadline = sorted(optional, key=lambda k: (due[k], tau[k]))
         chosen = by_deadline[:need]
-        if slots.fits(
-            fixed_ahead + [tau[k] for k in chosen],
-            fixed_behind + [sigma[k] for k in by_deadline[need:]],
-        ):
+        if not skip_first and slots.fits(fixed_ahead + chosen, fixed_behind + by_deadline[need:]):
             counts = list(self.quota)
             for k in mandatory:
                 counts[k] += 1
@@ -226,10 +312,8 @@ class _BoundaryPlanner:
             yield counts
         for chosen in _ceil_sets(by_deadline, need, tau, sigma, slots, fixed_ahead, fixed_behind):
             taken = set(chosen)
-            if not slots.fits(
-                fixed_ahead + [tau[k] for k in chosen],
-                fixed_behind + [sigma[k] for k in optional if k not in taken],
-            ):
+            rest = [k for k in optional if k not in taken]
+            if not slots.fits(fixed_ahead + list(chosen), fixed_behind + rest):
                 continue
             counts = list(self.quota)
             for k in mandatory:
@@ -239,12 +323,26 @@ class _BoundaryPlanner:
             yield counts
 
     def run(self) -> np.ndarray:
-        counts = np.zeros((self.num_batches, len(self.numer)), dtype=np.int32)
+        counts = np.zeros((self.num_batches, len(self.numer)), dtype=np.int64)
         state = [0] * len(self.numer)
+        # (batch, state before it, its remaining choices or None when only the first was tried)
         trail: deque = deque(maxlen=MAX_BACKTRACK)
         dead: set = set()
-        batch, pending = 0, self.choices(0, state)
+        batch, pending = 0, None
         while batch < self.num_batches:
+            if pending is None and dead and (batch, tuple(state)) in dead:
+                pending = iter(())  # reached again by another path: known to lead nowhere
+            if pending is None:
+                before = list(state)
+                done = self._fast(batch, state, counts)
+                if done:
+                    reached = np.cumsum(counts[batch : batch + done], axis=0) + before
+                    for back in range(max(0, done - MAX_BACKTRACK), done):
+                        prior = before if back == 0 else reached[back - 1].tolist()
+                        trail.append((batch + back, prior, None))
+                    batch += done
+                    continue
+                pending = self.choices(batch, state)
             row = next(pending, None)
             if row is None:
                 dead.add((batch, tuple(state)))
@@ -254,38 +352,48 @@ class _BoundaryPlanner:
                         f"(weights {self.key}, W={self.width}); please report this"
                     )
                 batch, state, pending = trail.pop()
+                if pending is None:
+                    pending = self.choices(batch, state, skip_first=True)
                 continue
             after = [s + c for s, c in zip(state, row, strict=True)]
             if dead and (batch + 1, tuple(after)) in dead:
                 continue
             trail.append((batch, state, pending))
             counts[batch] = row
-            batch, state = batch + 1, after
-            if batch < self.num_batches:
-                pending = self.choices(batch, state)
-        return counts
+            batch, state, pending = batch + 1, after, None
+        return counts.astype(np.int32)
 
 
 class _Slots:
-    """Conditions (P) and (R) as capacities: the j-th latest catch-up step of the components ahead
-    at the boundary must come before Phi first drops below j (however far ahead), and the j-th
-    earliest pass step of those behind must leave Psi >= j up to the boundary."""
+    """Conditions (P) and (R) as capacities, for the components ahead / behind at a boundary:
+    the j-th latest catch-up step must come before Phi first drops below j (however far ahead),
+    the j-th earliest pass step must leave Psi >= j up to the boundary; and at later boundaries,
+    the j-th longest forced lead (lag) must end before Phi (Psi) there first drops below j."""
 
-    def __init__(self, room: list[int], short: list[int], width: int) -> None:
-        self.room, self.short, self.width = room, short, width
+    def __init__(self, row: tuple, width: int) -> None:
+        _, _, self.tau, self.sigma, self.room, self.short, _ = row[:7]
+        self.ahead_for, self.behind_for, self.lag_up, self.lag_down = row[7:]
+        self.width = width
 
-    def fits(self, taus: list[int], sigmas: list[int]) -> bool:
-        for j, tau in enumerate(sorted(taus, reverse=True), start=1):
+    def fits(self, ahead: list[int], behind: list[int]) -> bool:
+        for j, tau in enumerate(sorted((self.tau[k] for k in ahead), reverse=True), start=1):
             if tau < 2:
                 break
             if tau > self.room[j - 1]:
                 return False
         width = self.width
-        for j, sigma in enumerate(sorted(sigmas), start=1):
+        for j, sigma in enumerate(sorted(self.sigma[k] for k in behind), start=1):
             if sigma > width - 1:
                 break
             if max(sigma, 1) <= self.short[j - 1]:
                 return False
+        for held, lag in ((self.ahead_for, self.lag_up), (self.behind_for, self.lag_down)):
+            group = ahead if held is self.ahead_for else behind
+            for j, span in enumerate(sorted((held[k] for k in group), reverse=True), start=1):
+                if span < 1:
+                    break
+                if span >= lag[j - 1]:
+                    return False
         return True
 
     def match(
@@ -310,7 +418,7 @@ class _Slots:
             return max(s, 1) >= floor[slot]
 
         # Slots 0..n_ahead-1 are ahead, then behind; every component needs one slot.
-        items = [("a", t) for t in fixed_ahead] + [("b", s) for s in fixed_behind]
+        items = [("a", tau[k]) for k in fixed_ahead] + [("b", sigma[k]) for k in fixed_behind]
         items += [("o", k) for k in optional]
 
         def edges(item: tuple) -> list[int]:
@@ -397,6 +505,7 @@ def interleave(
     weights: Sequence[float] | np.ndarray,
     start: np.ndarray | None = None,
     chunk_samples: int = 1 << 23,
+    use_native: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Order every batch by earliest deadline first; returns (component, draw) per sample.
 
@@ -409,6 +518,9 @@ def interleave(
     if numer.size != num_components:
         raise ValueError(f"{numer.size} weights for {num_components} components")
     start = np.zeros(num_components, np.int64) if start is None else np.asarray(start, np.int64)
+    lib = native.library() if use_native else None
+    if lib is not None and num_batches:
+        return _interleave_native(lib, counts, numer, start, width)
     before = np.cumsum(counts, axis=0, dtype=np.int64) - counts
     component = np.empty(num_batches * width, dtype=COMPONENT_DTYPE)
     draw = np.empty(num_batches * width, dtype=np.int64)
@@ -456,6 +568,34 @@ def interleave(
             ready[flat] = (np.minimum(-(-(nxt * scale - rk) // ak), width + 1) << shift) | pick
         component.reshape(num_batches, width)[lo:hi] = picks.T
         draw.reshape(num_batches, width)[lo:hi] = draws.T
+    return component, draw
+
+
+def _interleave_native(
+    lib: object, counts: np.ndarray, numer: np.ndarray, start: np.ndarray, width: int
+) -> tuple[np.ndarray, np.ndarray]:
+    num_batches, num_components = counts.shape
+    before = np.cumsum(counts, axis=0, dtype=np.int64) - counts
+    floor, rem = _boundary_state(numer, np.arange(num_batches), width)
+    component = np.empty(num_batches * width, dtype=COMPONENT_DTYPE)
+    draw = np.empty(num_batches * width, dtype=np.int64)
+    failed = lib.edf_batches(
+        num_components,
+        np.ascontiguousarray(numer, dtype=np.int64),
+        width,
+        WEIGHT_SCALE,
+        num_batches,
+        np.ascontiguousarray(counts, dtype=np.int64),
+        np.ascontiguousarray(before - floor + 1),
+        np.ascontiguousarray(rem),
+        np.ascontiguousarray(before + start),
+        component,
+        draw,
+        np.empty(7 * num_components, np.int64),
+    )
+    if failed >= 0:
+        batch, pos = divmod(int(failed), width)
+        raise ScheduleError(f"batch {batch} order infeasible at position {pos} (please report)")
     return component, draw
 
 
