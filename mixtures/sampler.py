@@ -1,4 +1,4 @@
-"""The global-quota sampler: plain numpy, no Ray or Megatron.
+"""The global-quota sampler: numpy (with optional C kernels, `mixtures.native`), no Ray or Megatron.
 
 A phase of a mixture is `num_batches` aligned global batches of `W` sequences; component k has
 weight w_k (quantised to a_k / 10**12, so all quota arithmetic is exact integer arithmetic) and
@@ -23,9 +23,19 @@ alone (intervals inside a batch are covered by the global theorem):
 * (R) before a boundary at T: for t in (T-W, T), #{components behind at T, already passed by t}
   <= Psi(t), the number of components a valid state at t rounds down.
 
-`allocate_batches` walks the batches choosing which components get their ceil (earliest deadline
-first) among the choices that keep both conditions, backtracking on a dead end (rare, shallow);
-`interleave` runs the per-batch EDF for all batches at once (lockstep over the W positions).
+A ceil given at a boundary keeps its component ahead until y catches up, which may be long
+after the next batch, so (P) is checked to that catch-up; and since the batch bound lets a count
+move by one per batch only, a component whose quota has a tiny fractional part stays ahead (or
+behind) at every later boundary until its carried fraction catches up, so both capacities are also
+checked at those boundaries. These are necessary conditions; with them dead ends are rare.
+
+`allocate_batches` walks the batches choosing which components get their ceil (earliest batch
+deadline first) among the choices that pass the checks; when the first choice fails it tries
+others (by cost, one from a bipartite matching of components to capacity slots, then
+combinations), backtracking up to MAX_BACKTRACK batches on a dead end, and reports a deeper one
+as a ScheduleError rather than weaken a bound (none in property and stress tests). `interleave`
+runs the per-batch EDF. The hot loops have C twins (identical output); the numpy ones are used
+when no compiler is available.
 
 Each component is a stream of sequences: draw n of component k is sequence `n % S_k` of epoch
 `n // S_k` (S_k = sequences per epoch), and the order of sequences is a seeded permutation per
@@ -51,7 +61,7 @@ COMPONENT_DTYPE = np.int16
 INDEX_DTYPE = np.dtype([("component", "<i2"), ("sequence", "<i8")])
 """One sample of the index: which component, and which sequence of that component's stream."""
 
-MAX_BACKTRACK = 64
+MAX_BACKTRACK = 256
 """Batches the boundary search may step back; a deeper dead end is reported, never papered over."""
 MAX_CHOICES = 512
 """Alternative ceil-sets tried per boundary before stepping back."""
@@ -333,13 +343,12 @@ class _BoundaryPlanner:
             if pending is None and dead and (batch, tuple(state)) in dead:
                 pending = iter(())  # reached again by another path: known to lead nowhere
             if pending is None:
-                before = list(state)
                 done = self._fast(batch, state, counts)
                 if done:
-                    reached = np.cumsum(counts[batch : batch + done], axis=0) + before
-                    for back in range(max(0, done - MAX_BACKTRACK), done):
-                        prior = before if back == 0 else reached[back - 1].tolist()
-                        trail.append((batch + back, prior, None))
+                    # C-decided batches: their states are rebuilt from `counts` if popped.
+                    trail.extend(
+                        (b, None, None) for b in range(batch, batch + done)[-MAX_BACKTRACK:]
+                    )
                     batch += done
                     continue
                 pending = self.choices(batch, state)
@@ -352,6 +361,8 @@ class _BoundaryPlanner:
                         f"(weights {self.key}, W={self.width}); please report this"
                     )
                 batch, state, pending = trail.pop()
+                if state is None:
+                    state = counts[:batch].sum(axis=0).tolist()
                 if pending is None:
                     pending = self.choices(batch, state, skip_first=True)
                 continue
@@ -461,8 +472,9 @@ def _ceil_sets(
     fixed_ahead: list[int],
     fixed_behind: list[int],
 ) -> Iterator[tuple[int, ...]]:
-    """Alternative ceil-sets after the earliest-deadline one: by how much more a floor would cost
-    than a ceil; an exact one from a matching; then combinations (capped)."""
+    """Alternative ceil-sets after the earliest-deadline one: nearby combinations in deadline
+    order; by how much more a floor would cost than a ceil; an exact one from a matching; more
+    combinations (capped)."""
     # A ceil counts for tau steps, a floor for (W - sigma): prefer ceils where they cost less.
     by_balance = sorted(by_deadline, key=lambda k: (tau[k] + sigma[k], tau[k], k))
     seen = {frozenset(by_deadline[:need])}
@@ -472,8 +484,14 @@ def _ceil_sets(
         if found is not None:
             yield found
 
+    # Ceil-sets in batch-deadline order first: a ceil with a late deadline keeps its component
+    # ahead for many batches (a long-range cost the per-batch checks only partly see).
+    combos = itertools.combinations(by_deadline, need)
     candidates = itertools.chain(
-        (tuple(by_balance[:need]),), matched(), itertools.combinations(by_deadline, need)
+        itertools.islice(combos, MAX_CHOICES // 2),
+        (tuple(by_balance[:need]),),
+        matched(),
+        combos,
     )
     for chosen in itertools.islice(candidates, MAX_CHOICES):
         key = frozenset(chosen)

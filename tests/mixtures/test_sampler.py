@@ -239,3 +239,27 @@ def test_planned_mixtures_never_exceed_epoch_caps(data: st.DataObject) -> None:
         assert drawn <= cap * size + 1e-6
         if raw[comp] == 0:
             assert drawn == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_soak_random_mixtures_meet_both_bounds_over_long_phases() -> None:
+    """Longer phases and harsher weights than the property test: skewed Dirichlet shares, one
+    dominant component with tiny others, decimal weights, up to 24 components, W from 1 to 600."""
+    rng = np.random.default_rng(2026)
+    for _ in range(400):
+        k = int(rng.integers(1, 25))
+        kind = int(rng.integers(4))
+        if kind == 0:
+            weights = rng.dirichlet(np.ones(k) * 0.2)
+        elif kind == 1:
+            weights = np.concatenate([[1.0], rng.random(k - 1) * 0.01])
+        elif kind == 2:
+            weights = np.round(rng.dirichlet(np.ones(k)), 2) + 0.01
+        else:
+            weights = rng.integers(1, 20, k).astype(float)
+        width = int(rng.choice([rng.integers(1, 8), rng.integers(8, 64), rng.integers(64, 600)]))
+        batches = int(rng.integers(1, max(2, 60_000 // width)))
+        counts = sampler.allocate_batches(weights, batches, width)
+        component, _ = sampler.interleave(counts, weights)
+        assert_exact_bounds(component, weights, width)
