@@ -82,7 +82,7 @@ def main() -> None:
         f"random weight sweep ({SWEEP_TRIALS} weight vectors, K 2-12, W 64-1024): worst aligned "
         f"batch deviation ours {sweep['ours_worst_aligned_sequences']:.3f} sequences, megatron "
         f"{sweep['megatron_worst_aligned_sequences']:.3f}; worst every-sample prefix ours "
-        f"{sweep['ours_worst_every_sample_prefix_sequences']:.3f}, megatron "
+        f"{sweep['ours_worst_every_sample_prefix_sequences']:.8f}, megatron "
         f"{sweep['megatron_worst_every_sample_prefix_sequences']:.3f}"
     )
     replan = replan_conservation()
