@@ -182,11 +182,17 @@ def _plan_phase(
     if old is not None and number < len(old.manifest["phases"]) and consumed > 0:
         kept, batches = _kept_prefix(old, number, phase.name, seq_length, consumed, batches, width)
         old_size = int(old.manifest["phases"][number]["num_sequences"])
-    counts = (
-        sampler.allocate_batches(weights, batches, width)
-        if batches
-        else np.zeros((0, len(names)), np.int32)
-    )
+    try:
+        counts = (
+            sampler.allocate_batches(weights, batches, width)
+            if batches
+            else np.zeros((0, len(names)), np.int32)
+        )
+    except sampler.ScheduleError as exc:
+        raise ConfigError(
+            f"phase {phase.name!r}: {exc}; a slightly different build.global_batch or weight "
+            "avoids it"
+        ) from exc
     weight_map = dict(zip(names, weights, strict=True))
     return PhasePlan(phase.name, seq_length, weight_map, per_epoch, counts, kept), old_size
 
