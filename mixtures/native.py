@@ -4,7 +4,9 @@ same index bit for bit (tested), and it is used whenever no C compiler is found,
 or `PRETRAIN_NATIVE=0` is set.
 
 The shared object is cached under `$PRETRAIN_CACHE` (default `$XDG_CACHE_HOME/pretrain` or
-`~/.cache/pretrain`), named by the hash of the source and compiler command, written atomically.
+`~/.cache/pretrain`), named by the hash of the source, the compiler command and the machine type
+(a home directory shared by x86 and ARM nodes keeps one per type), written atomically; a cached
+file that does not load is rebuilt once.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import functools
 import hashlib
 import logging
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -51,6 +54,13 @@ def _compile(compiler: str, target: Path) -> None:
         os.replace(out, target)  # atomic: concurrent builders leave one whole file
 
 
+def target_path(compiler: str) -> Path:
+    """Where the kernels built by `compiler` for this machine type are cached."""
+    key = " ".join([*FLAGS, compiler, platform.system(), platform.machine()]).encode()
+    digest = hashlib.sha256(SOURCE.read_bytes() + key).hexdigest()[:16]
+    return cache_dir() / f"mixture-kernels-{digest}.so"
+
+
 @functools.lru_cache(maxsize=1)
 def library() -> ctypes.CDLL | None:
     """The compiled kernels, or None (numpy is used) with the reason logged once."""
@@ -60,12 +70,15 @@ def library() -> ctypes.CDLL | None:
     if compiler is None:
         log.info("mixtures: no C compiler found; the sampler uses its numpy loops")
         return None
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
-    target = cache_dir() / f"mixture-kernels-{digest}.so"
+    target = target_path(compiler)
     try:
         if not target.is_file():
             _compile(compiler, target)
-        lib = ctypes.CDLL(str(target))
+        try:
+            lib = ctypes.CDLL(str(target))
+        except OSError:  # a damaged cached file: build it again, once
+            _compile(compiler, target)
+            lib = ctypes.CDLL(str(target))
     except (OSError, subprocess.SubprocessError) as exc:
         log.warning("mixtures: C kernels unavailable (%s); using the numpy loops", exc)
         return None

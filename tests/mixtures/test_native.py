@@ -60,3 +60,17 @@ def test_a_broken_compiler_falls_back_to_numpy(
     finally:
         native.library.cache_clear()
     assert not list((tmp_path / "cache").glob("*.so")), "a failed build left a library behind"
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this machine")
+def test_a_damaged_cached_library_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PRETRAIN_CACHE", str(tmp_path))
+    monkeypatch.delenv("CC", raising=False)
+    cached = native.target_path(shutil.which("cc"))
+    cached.write_bytes(b"not a shared object")  # e.g. left by a crash of an older version
+    native.library.cache_clear()
+    try:
+        assert native.library() is not None  # rebuilt, not silently dropped to numpy
+        assert cached.read_bytes()[:4] == b"\x7fELF"
+    finally:
+        native.library.cache_clear()
