@@ -174,7 +174,7 @@ static int chain_ok(int64_t *v, int64_t n, int kind, const int64_t *limit, int64
 /* The boundary planner's common case (sampler._BoundaryPlanner.choices, first candidate) for
  * consecutive batches: ceils to the optional components with the earliest batch deadline (then
  * the soonest catch-up), accepted when sampler._Slots.fits would accept them. Rows (per batch,
- * K wide) as sampler._BoundaryPlanner._rows. Updates state, writes count rows, and returns how
+ * K wide) as sampler._BoundaryPlanner._rows (in its order). Updates state, writes count rows, and returns how
  * many batches it decided; it stops at the first batch whose first candidate fails (Python then
  * tries the alternatives). Scratch: 4 * K int64. */
 int64_t plan_fast(int64_t K, int64_t W, int64_t extras, const int64_t *quota,
@@ -182,7 +182,8 @@ int64_t plan_fast(int64_t K, int64_t W, int64_t extras, const int64_t *quota,
                   const int64_t *tau, const int64_t *sigma, const int64_t *room,
                   const int64_t *shortfall, const int64_t *due, const int64_t *ahead_for,
                   const int64_t *behind_for, const int64_t *lag_up, const int64_t *lag_down,
-                  int64_t *state, int64_t *counts, int64_t *scratch)
+                  const int64_t *ahead_next, const int64_t *lag_next, int64_t *state,
+                  int64_t *counts, int64_t *scratch)
 {
     int64_t *mandatory = scratch, *optional = scratch + K, *ahead = scratch + 2 * K;
     int64_t *behind = scratch + 3 * K;
@@ -244,6 +245,9 @@ int64_t plan_fast(int64_t K, int64_t W, int64_t extras, const int64_t *quota,
         for (int64_t i = 0; i < nb; i++)
             values[i] = behind_for[o + behind[i]];
         fits = fits && chain_ok(values, nb, 2, lag_down + o, W);
+        for (int64_t i = 0; i < na; i++)
+            values[i] = ahead_next[o + ahead[i]];
+        fits = fits && chain_ok(values, na, 2, lag_next + o, W);
         if (!fits)
             return b;
         int64_t *row = counts + o;

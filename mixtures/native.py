@@ -89,5 +89,5 @@ def library() -> ctypes.CDLL | None:
     lib.edf_batches.argtypes = [_INT, _I64, _INT, _INT, _INT, _I64, _I64, _I64, _I64, _I16]
     lib.edf_batches.argtypes += [_I64, _I64]
     lib.plan_fast.restype = _INT
-    lib.plan_fast.argtypes = [_INT, _INT, _INT, _I64, _I64, _INT] + [_I64] * 14
+    lib.plan_fast.argtypes = [_INT, _INT, _INT, _I64, _I64, _INT] + [_I64] * 16
     return lib

@@ -208,6 +208,11 @@ class _BoundaryPlanner:
         psi = ((rem != 0) & (numer_arr > 0)).sum(axis=1) - phi
         self.lag_up = _next_below(phi, levels)
         self.lag_down = _next_below(psi, levels)
+        # And one step after each boundary, where a component held ahead by its batch quota is
+        # still ahead (it catches up only during the batch): Phi(T_n + 1), n < num_batches.
+        carry = ((rem[:-1] + numer_arr) >= WEIGHT_SCALE) & (numer_arr > 0)
+        phi_next = np.append(phi[:-1] + 1 - carry.sum(axis=1), levels + 1)
+        self.lag_next = _next_below(phi_next, levels)
         self._cache: dict = {}
 
     def _rows(self, batch: int) -> tuple:
@@ -235,6 +240,12 @@ class _BoundaryPlanner:
             # component ahead (behind) whatever comes next, the batch bound allowing one step.
             ahead_for = np.where(rho > 0, due - 1, _NEVER)
             behind_for = np.where(rho > 0, -(-rem // (WEIGHT_SCALE - rho)) - 1, _NEVER)
+            # ahead_next: further boundaries after which a ceil now still leaves the component
+            # ahead one step into the batch (y there below its least possible count).
+            gap = WEIGHT_SCALE - rem - self.numer_arr
+            ahead_next = np.where(
+                gap > 0, np.where(rho > 0, -(-gap // np.maximum(rho, 1)) - 1, _NEVER), 0
+            )
             self._cache[chunk] = (
                 first,
                 floor,
@@ -248,6 +259,8 @@ class _BoundaryPlanner:
                 behind_for,
                 np.ascontiguousarray(self.lag_up[first + 1 : first + count + 1]),
                 np.ascontiguousarray(self.lag_down[first + 1 : first + count + 1]),
+                ahead_next,
+                np.ascontiguousarray(self.lag_next[first + 1 : first + count + 1]),
             )
         return self._cache[chunk]
 
@@ -285,7 +298,7 @@ class _BoundaryPlanner:
         """Valid next boundary states after `batch`, most urgent ceil-set first (`skip_first`:
         that one was already taken and led to a dead end)."""
         row = self._row(batch)
-        lo, rem, tau, sigma, room, short, due, ahead_for, behind_for, lag_up, lag_down = row
+        lo, rem, tau, sigma, room, short, due = row[:7]
         mandatory, optional, fixed_ahead, fixed_behind = [], [], [], []
         for k, quota in enumerate(self.quota):
             f = lo[k]
@@ -383,7 +396,8 @@ class _Slots:
 
     def __init__(self, row: tuple, width: int) -> None:
         _, _, self.tau, self.sigma, self.room, self.short, _ = row[:7]
-        self.ahead_for, self.behind_for, self.lag_up, self.lag_down = row[7:]
+        self.ahead_for, self.behind_for, self.lag_up, self.lag_down = row[7:11]
+        self.ahead_next, self.lag_next = row[11:]
         self.width = width
 
     def fits(self, ahead: list[int], behind: list[int]) -> bool:
@@ -398,8 +412,11 @@ class _Slots:
                 break
             if max(sigma, 1) <= self.short[j - 1]:
                 return False
-        for held, lag in ((self.ahead_for, self.lag_up), (self.behind_for, self.lag_down)):
-            group = ahead if held is self.ahead_for else behind
+        for held, lag, group in (
+            (self.ahead_for, self.lag_up, ahead),
+            (self.behind_for, self.lag_down, behind),
+            (self.ahead_next, self.lag_next, ahead),
+        ):
             for j, span in enumerate(sorted((held[k] for k in group), reverse=True), start=1):
                 if span < 1:
                     break
