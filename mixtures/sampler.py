@@ -27,7 +27,8 @@ A ceil given at a boundary keeps its component ahead until y catches up, which m
 after the next batch, so (P) is checked to that catch-up; and since the batch bound lets a count
 move by one per batch only, a component whose quota has a tiny fractional part stays ahead (or
 behind) at every later boundary until its carried fraction catches up, so both capacities are also
-checked at those boundaries. These are necessary conditions; with them dead ends are rare.
+checked at those boundaries, and Phi one step after each of them (where such a component is still
+ahead). These are necessary conditions; with them dead ends are rare.
 
 `allocate_batches` walks the batches choosing which components get their ceil (earliest batch
 deadline first) among the choices that pass the checks; when the first choice fails it tries
