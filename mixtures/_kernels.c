@@ -1,7 +1,7 @@
 /* The global-quota sampler's two hot loops, in plain C (compiled on first use by
- * mixtures/native.py; mixtures/sampler.py holds the numpy reference they must match exactly).
+ * mixtures/native.py; mixtures/schedule.py holds the numpy reference they must match exactly).
  *
- * Notation as in sampler.py: component k has weight a_k / S; y_k(t) = a_k t / S; a batch starts at
+ * Notation as in schedule.py: component k has weight a_k / S; y_k(t) = a_k t / S; a batch starts at
  * T with floor(y_k(T)) and remainder r_k = a_k T mod S.
  */
 #include <stdint.h>
@@ -145,7 +145,7 @@ static void sort_keys(int64_t *v, int64_t n, int down)
 }
 
 /* Chain capacity check: sorted descending (or ascending), the j-th value must pass against
- * limit[j-1]; see sampler._Slots.fits for the four uses. */
+ * limit[j-1]; see schedule._Slots.fits for its uses. */
 static int chain_ok(int64_t *v, int64_t n, int kind, const int64_t *limit, int64_t W)
 {
     sort_keys(v, n, kind != 1);
@@ -171,12 +171,12 @@ static int chain_ok(int64_t *v, int64_t n, int kind, const int64_t *limit, int64
     return 1;
 }
 
-/* The boundary planner's common case (sampler._BoundaryPlanner.choices, first candidate) for
+/* The boundary planner's common case (schedule._BoundaryPlanner.choices, first candidate) for
  * consecutive batches: ceils to the optional components with the earliest batch deadline (then
- * the soonest catch-up), accepted when sampler._Slots.fits would accept them. Rows (per batch,
- * K wide) as sampler._BoundaryPlanner._rows (in its order). Updates state, writes count rows, and returns how
- * many batches it decided; it stops at the first batch whose first candidate fails (Python then
- * tries the alternatives). Scratch: 4 * K int64. */
+ * the soonest catch-up), accepted when schedule._Slots.fits would accept them. Rows (per batch,
+ * K wide) as schedule._BoundaryPlanner._rows (in its order). Updates state, writes count rows,
+ * and returns how many batches it decided; it stops at the first batch whose first candidate
+ * fails (Python then tries the alternatives). Scratch: 4 * K int64. */
 int64_t plan_fast(int64_t K, int64_t W, int64_t extras, const int64_t *quota,
                   const int64_t *fractional, int64_t rows, const int64_t *lo, const int64_t *rem,
                   const int64_t *tau, const int64_t *sigma, const int64_t *room,
@@ -232,22 +232,20 @@ int64_t plan_fast(int64_t K, int64_t W, int64_t extras, const int64_t *quota,
             else
                 behind[nb++] = optional[i];
         }
+        /* the capacity chains of schedule._Slots.fits: members, their values, kind, limits */
+        const int64_t *member[5] = {ahead, behind, ahead, behind, ahead};
+        const int64_t count[5] = {na, nb, na, nb, na};
+        const int64_t *source[5] = {tau + o, sigma + o, ahead_for + o, behind_for + o,
+                                    ahead_next + o};
+        const int64_t *limit[5] = {room + o, shortfall + o, lag_up + o, lag_down + o,
+                                   lag_next + o};
+        const int kind[5] = {0, 1, 2, 2, 2};
         int fits = 1;
-        for (int64_t i = 0; i < na; i++)
-            values[i] = TA[ahead[i]];
-        fits = fits && chain_ok(values, na, 0, room + o, W);
-        for (int64_t i = 0; i < nb; i++)
-            values[i] = sigma[o + behind[i]];
-        fits = fits && chain_ok(values, nb, 1, shortfall + o, W);
-        for (int64_t i = 0; i < na; i++)
-            values[i] = ahead_for[o + ahead[i]];
-        fits = fits && chain_ok(values, na, 2, lag_up + o, W);
-        for (int64_t i = 0; i < nb; i++)
-            values[i] = behind_for[o + behind[i]];
-        fits = fits && chain_ok(values, nb, 2, lag_down + o, W);
-        for (int64_t i = 0; i < na; i++)
-            values[i] = ahead_next[o + ahead[i]];
-        fits = fits && chain_ok(values, na, 2, lag_next + o, W);
+        for (int c = 0; c < 5 && fits; c++) {
+            for (int64_t i = 0; i < count[c]; i++)
+                values[i] = source[c][member[c][i]];
+            fits = chain_ok(values, count[c], kind[c], limit[c], W);
+        }
         if (!fits)
             return b;
         int64_t *row = counts + o;

@@ -1,5 +1,5 @@
-"""The sampler's two hot loops in C (`_kernels.c`), compiled on first use, as Megatron compiles its
-dataset helpers. The numpy code in `mixtures.sampler` is the reference: the C loops must give the
+"""The sampler's hot loops in C (`_kernels.c`), compiled on first use, as Megatron compiles its
+dataset helpers. The numpy code in `mixtures.schedule` is the reference: the C loops must give the
 same index bit for bit (tested), and it is used whenever no C compiler is found, compiling fails,
 or `PRETRAIN_NATIVE=0` is set.
 
