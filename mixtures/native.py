@@ -1,7 +1,7 @@
 """The sampler's hot loops in C (`_kernels.c`), compiled on first use, as Megatron compiles its
-dataset helpers. The numpy code in `mixtures.schedule` is the reference: the C loops must give the
-same index bit for bit (tested), and it is used whenever no C compiler is found, compiling fails,
-or `PRETRAIN_NATIVE=0` is set.
+dataset helpers. The numpy code in `mixtures.schedule` and `mixtures.planner` is the reference:
+the C loops must give the same index bit for bit (tested), and the numpy code is used whenever no
+C compiler is found, compiling fails, or `PRETRAIN_NATIVE=0` is set.
 
 The shared object is cached under `$PRETRAIN_CACHE` (default `$XDG_CACHE_HOME/pretrain` or
 `~/.cache/pretrain`), named by the hash of the source, the compiler command and the machine type

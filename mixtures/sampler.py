@@ -14,12 +14,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from mixtures.planner import MAX_BACKTRACK, allocate_batches
 from mixtures.schedule import (
     COMPONENT_DTYPE,
-    MAX_BACKTRACK,
     WEIGHT_SCALE,
     ScheduleError,
-    allocate_batches,
     interleave,
     quantize_weights,
 )
