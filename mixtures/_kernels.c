@@ -1,4 +1,4 @@
-/* The global-quota sampler's two hot loops, in plain C (compiled on first use by
+/* The global-quota sampler's hot loops, in plain C (compiled on first use by
  * mixtures/native.py; mixtures/schedule.py and planner.py hold the numpy reference they must match
  * exactly).
  *
