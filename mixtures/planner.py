@@ -53,28 +53,30 @@ class _BoundaryPlanner:
         self.fractional = [(a * width) % WEIGHT_SCALE != 0 for a in self.numer]
         self.extras = width - sum(self.quota)
         self.chunk = max(1, _CHUNK_SAMPLES // width)
+        levels = len(self.numer)
+        numer_arr = np.asarray(self.numer, np.int64)
+        self.numer_arr = numer_arr
+        # floor and remainder of y_k at every boundary, and Phi / Psi there.
+        self.floor, self.rem = _boundary_state(numer_arr, np.arange(num_batches + 1), width)
+        floor, rem = self.floor, self.rem
+        phi = np.arange(num_batches + 1, dtype=np.int64) * width - floor.sum(axis=1)
+        psi = ((rem != 0) & (numer_arr > 0)).sum(axis=1) - phi
         # drop[k, j-1]: the first step t > k * W at which Phi(t) < j, for the whole phase (a ceil
         # holds its component ahead until y catches up, however far away); short[k, j-1]: the
         # last step of batch k (from its start) after which Psi stays >= j up to the boundary.
-        levels = len(self.numer)
         drop = np.full((num_batches + 1, levels), _NEVER, dtype=np.int64)
         self.short = np.zeros((num_batches, levels), dtype=np.int64)
-        numer_arr = np.asarray(self.numer, np.int64)
         for first in range(0, num_batches, self.chunk):
-            count = min(self.chunk, num_batches - first)
-            first_drop, last_short = _batch_tables(numer_arr, width, first, count)
-            starts = np.arange(first, first + count, dtype=np.int64)[:, None] * width
-            drop[first : first + count] = np.where(first_drop <= width, starts + first_drop, _NEVER)
-            self.short[first : first + count] = last_short
+            part = slice(first, min(first + self.chunk, num_batches))
+            first_drop, last_short = _batch_tables(numer_arr, width, phi[part], rem[part])
+            starts = np.arange(part.start, part.stop, dtype=np.int64)[:, None] * width
+            drop[part] = np.where(first_drop <= width, starts + first_drop, _NEVER)
+            self.short[part] = last_short
         self.drop = np.minimum.accumulate(drop[::-1], axis=0)[::-1]
-        self.numer_arr = numer_arr
         # The same two capacities at batch boundaries only, where the batch bound can hold a
         # component ahead (or behind) for many batches: a component whose quota has a tiny
         # fractional part stays ahead at every boundary until its carried fraction catches up.
         # lag_up[n, j-1] / lag_down[n, j-1]: boundaries after n until Phi / Psi first < j.
-        floor, rem = _boundary_state(numer_arr, np.arange(num_batches + 1), width)
-        phi = np.arange(num_batches + 1, dtype=np.int64) * width - floor.sum(axis=1)
-        psi = ((rem != 0) & (numer_arr > 0)).sum(axis=1) - phi
         self.lag_up = _next_below(phi, levels)
         self.lag_down = _next_below(psi, levels)
         # And one step after each boundary, where a component held ahead by its batch quota is
@@ -93,7 +95,10 @@ class _BoundaryPlanner:
             first = chunk * self.chunk
             count = min(self.chunk, self.num_batches - first)
             ends = np.arange(first + 1, first + count + 1, dtype=np.int64)
-            floor, rem = _boundary_state(self.numer_arr, ends, self.width)
+            floor, rem = (
+                self.floor[first + 1 : first + count + 1],
+                self.rem[first + 1 : first + count + 1],
+            )
             a = np.maximum(self.numer_arr, 1)
             # tau: steps after the boundary until y_k reaches a ceil's count (how long a ceil
             # counts against (P)); sigma: the step of the batch from which a floor leaves k

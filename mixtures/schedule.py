@@ -87,14 +87,12 @@ def _boundary_state(numer: np.ndarray, boundaries: np.ndarray, width: int) -> tu
     return b * quota + (q_high << 16) + q_low, rem
 
 
-def _batch_tables(numer: np.ndarray, width: int, first: int, count: int) -> tuple:
+def _batch_tables(numer: np.ndarray, width: int, phi0: np.ndarray, rem: np.ndarray) -> tuple:
     """`_batch_tables_numpy`, by the C kernel when it is available (same result)."""
     lib = native.library()
     if lib is None:
-        return _batch_tables_numpy(numer, width, first, count)
-    levels = numer.size
-    floor, rem = _boundary_state(numer, np.arange(first, first + count), width)
-    phi0 = np.arange(first, first + count, dtype=np.int64) * width - floor.sum(axis=1)
+        return _batch_tables_numpy(numer, width, phi0, rem)
+    levels, count = numer.size, phi0.size
     first_drop = np.empty((count, levels), dtype=np.int64)
     last_short = np.empty((count, levels), dtype=np.int64)
     lib.batch_tables(
@@ -103,7 +101,7 @@ def _batch_tables(numer: np.ndarray, width: int, first: int, count: int) -> tupl
         width,
         WEIGHT_SCALE,
         count,
-        phi0,
+        np.ascontiguousarray(phi0, dtype=np.int64),
         np.ascontiguousarray(rem),
         first_drop,
         last_short,
@@ -114,19 +112,18 @@ def _batch_tables(numer: np.ndarray, width: int, first: int, count: int) -> tupl
     return first_drop, last_short
 
 
-def _batch_tables_numpy(numer: np.ndarray, width: int, first: int, count: int) -> tuple:
-    """For batches [first, first + count) and j = 1..K: the first step at which Phi drops below
-    j (W + 1 if it stays >= j all batch), and the number of leading steps m for which Psi falls
-    below j somewhere in [m, W) (from the step after it on, Psi >= j up to the boundary).
+def _batch_tables_numpy(numer: np.ndarray, width: int, phi0: np.ndarray, rem: np.ndarray) -> tuple:
+    """For batches starting with Phi = phi0 and remainders rem (one row per batch) and j = 1..K:
+    the first step at which Phi drops below j (W + 1 if it stays >= j all batch), and the number
+    of leading steps m for which Psi falls below j somewhere in [m, W) (from the step after it
+    on, Psi >= j up to the boundary).
 
     floor(y_k(T + m)) = floor(y_k(T)) + floor(a_k m / SCALE) + carry, where the carry is a
     comparison of remainders, so each component costs two vector comparisons per step."""
-    levels = numer.size
-    floor, rem = _boundary_state(numer, np.arange(first, first + count), width)
+    levels, count = numer.size, phi0.size
     steps = np.arange(1, width + 1, dtype=np.int64)
     whole, part = np.divmod(numer[None, :] * steps[:, None], WEIGHT_SCALE)  # (W, K)
     part = np.ascontiguousarray(part.T)
-    phi0 = np.arange(first, first + count, dtype=np.int64) * width - floor.sum(axis=1)
     phi = (phi0[:, None] + (steps - whole.sum(axis=1))[None, :]).astype(np.int16)
     active = np.flatnonzero(numer > 0)
     psi = np.full((count, width), active.size, dtype=np.int16)
