@@ -34,8 +34,13 @@ def peak_rss_mb() -> float:
 
 def write_result(name: str, result: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    payload = {"benchmark": name, "unix_time": round(time.time()), "python": platform.python_version(),
-               "machine": platform.machine(), **result}
+    payload = {
+        "benchmark": name,
+        "unix_time": round(time.time()),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        **result,
+    }
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     print(json.dumps(payload, indent=2, sort_keys=True))

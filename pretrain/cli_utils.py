@@ -13,8 +13,13 @@ from pretrain.config import dump_resolved, load_config
 M = TypeVar("M", bound=BaseModel)
 
 
-def add_command(sub: Any, path: list[str], handler: Callable[[argparse.Namespace], int],
-                help_text: str, parser_host: Any = None) -> argparse.ArgumentParser:
+def add_command(
+    sub: Any,
+    path: list[str],
+    handler: Callable[[argparse.Namespace], int],
+    help_text: str,
+    parser_host: Any = None,
+) -> argparse.ArgumentParser:
     """Add a (sub)command whose error prefix is `pretrain <path...>`."""
     host = parser_host if parser_host is not None else sub
     parser = host.add_parser(path[-1], help=help_text, description=help_text)
@@ -23,12 +28,23 @@ def add_command(sub: Any, path: list[str], handler: Callable[[argparse.Namespace
 
 
 def add_config_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    parser.add_argument("config", metavar="CONFIG", nargs=None if required else "?",
-                        help="YAML config (examples in configs/)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="a.b=VALUE", help="override a config value (repeatable)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the resolved config and its sha256, then exit")
+    parser.add_argument(
+        "config",
+        metavar="CONFIG",
+        nargs=None if required else "?",
+        help="YAML config (examples in configs/)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="a.b=VALUE",
+        help="override a config value (repeatable)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the resolved config and its sha256, then exit"
+    )
 
 
 def resolve_config(model: type[M], args: argparse.Namespace) -> M | None:

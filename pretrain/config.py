@@ -28,18 +28,24 @@ M = TypeVar("M", bound=BaseModel)
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist; pass a path to a YAML config "
-                          "(examples are in configs/)")
+        raise ConfigError(
+            f"config file {path} does not exist; pass a path to a YAML config "
+            "(examples are in configs/)"
+        )
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" line {where.line + 1}" if where else ""
-        raise ConfigError(f"{path}{line}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        raise ConfigError(
+            f"{path}{line}: not valid YAML ({getattr(exc, 'problem', exc)})"
+        ) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of keys, got {type(data).__name__}")
+        raise ConfigError(
+            f"{path}: the top level must be a mapping of keys, got {type(data).__name__}"
+        )
     return data
 
 
@@ -124,8 +130,7 @@ def parse_config(model: type[M], data: Mapping[str, Any], source: str = "config"
         raise ConfigError(validation_message(model, exc, source)) from None
 
 
-def load_config(model: type[M], path: str | os.PathLike | None,
-                overrides: Iterable[str] = ()) -> M:
+def load_config(model: type[M], path: str | os.PathLike | None, overrides: Iterable[str] = ()) -> M:
     """Read YAML (or start empty when `path` is None), apply overrides, validate."""
     data = read_yaml(path) if path is not None else {}
     data = apply_overrides(data, overrides)

@@ -13,11 +13,18 @@ def _verify(args: argparse.Namespace) -> int:
     from pretrain.manifest import manifest_sha256, verify
 
     manifest = verify(args.directory)
-    summary = {"kind": manifest["kind"], "files": len(manifest["files"]),
-               "manifest_sha256": manifest_sha256(args.directory), "counts": manifest["counts"]}
-    print(json.dumps(summary, indent=2) if args.json else
-          f"ok: {args.directory} ({summary['kind']}, {summary['files']} files verified, "
-          f"manifest {summary['manifest_sha256'][:12]})")
+    summary = {
+        "kind": manifest["kind"],
+        "files": len(manifest["files"]),
+        "manifest_sha256": manifest_sha256(args.directory),
+        "counts": manifest["counts"],
+    }
+    print(
+        json.dumps(summary, indent=2)
+        if args.json
+        else f"ok: {args.directory} ({summary['kind']}, {summary['files']} files verified, "
+        f"manifest {summary['manifest_sha256'][:12]})"
+    )
     return 0
 
 

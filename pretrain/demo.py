@@ -59,8 +59,9 @@ def sample_step(ctx: DemoContext) -> str:
         target.mkdir(parents=True)
         for name in SAMPLE_FILES:
             shutil.copyfile(sample_dir() / name, target / name)
-        write_manifest(target, "raw", config={"source": "pretrain.sample"},
-                       counts={"files": len(SAMPLE_FILES)})
+        write_manifest(
+            target, "raw", config={"source": "pretrain.sample"}, counts={"files": len(SAMPLE_FILES)}
+        )
     ctx.artifacts["raw"] = target
     manifest = load_manifest(target)
     size = sum(f["bytes"] for f in manifest["files"].values())

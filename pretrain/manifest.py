@@ -46,10 +46,22 @@ def git_state() -> dict[str, Any]:
     """The commit and dirty flag of the checkout this code runs from (None outside git)."""
     root = Path(__file__).resolve().parent.parent
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
-                                text=True, timeout=10, check=True).stdout.strip()
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                capture_output=True, text=True, timeout=10, check=True).stdout
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
         return {"commit": commit, "dirty": bool(status.strip())}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
@@ -79,8 +91,12 @@ def _listed_files(root: Path) -> list[str]:
     files = []
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if path.is_file() and rel != MANIFEST and not path.name.startswith(".") \
-                and "/." not in f"/{rel}":
+        if (
+            path.is_file()
+            and rel != MANIFEST
+            and not path.name.startswith(".")
+            and "/." not in f"/{rel}"
+        ):
             files.append(rel)
     return files
 
@@ -88,12 +104,16 @@ def _listed_files(root: Path) -> list[str]:
 def _safe_path(root: Path, rel: str) -> Path:
     """Resolve `rel` inside `root`, refusing absolute paths, `..` and links that escape."""
     if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
-        raise ArtifactError(f"manifest of {root} lists file path {rel!r}, which leaves the "
-                            "artifact directory; the artifact is corrupt or crafted: rebuild it")
+        raise ArtifactError(
+            f"manifest of {root} lists file path {rel!r}, which leaves the "
+            "artifact directory; the artifact is corrupt or crafted: rebuild it"
+        )
     resolved = (root / rel).resolve()
     if root.resolve() not in resolved.parents:
-        raise ArtifactError(f"manifest of {root} lists file path {rel!r}, which resolves outside "
-                            "the artifact directory; rebuild the artifact")
+        raise ArtifactError(
+            f"manifest of {root} lists file path {rel!r}, which resolves outside "
+            "the artifact directory; rebuild the artifact"
+        )
     return resolved
 
 
@@ -114,13 +134,20 @@ def write_manifest(
     """
     root = Path(directory)
     config = dict(config or {})
-    files = {rel: {"bytes": (root / rel).stat().st_size, "sha256": sha256_file(root / rel)}
-             for rel in _listed_files(root)}
+    files = {
+        rel: {"bytes": (root / rel).stat().st_size, "sha256": sha256_file(root / rel)}
+        for rel in _listed_files(root)
+    }
     lineage = []
     for inp in inputs:
         inp_manifest = load_manifest(inp)
-        lineage.append({"path": str(Path(inp).resolve()), "kind": inp_manifest["kind"],
-                        "manifest_sha256": manifest_sha256(inp)})
+        lineage.append(
+            {
+                "path": str(Path(inp).resolve()),
+                "kind": inp_manifest["kind"],
+                "manifest_sha256": manifest_sha256(inp),
+            }
+        )
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "kind": kind,
@@ -141,8 +168,10 @@ def write_manifest(
 def load_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     path = Path(directory) / MANIFEST
     if not path.is_file():
-        raise ArtifactError(f"{directory} is not a finished artifact (no {MANIFEST}); "
-                            "re-run the command that builds it")
+        raise ArtifactError(
+            f"{directory} is not a finished artifact (no {MANIFEST}); "
+            "re-run the command that builds it"
+        )
     try:
         manifest = json.loads(path.read_bytes())
     except (ValueError, UnicodeDecodeError) as exc:
@@ -170,11 +199,15 @@ def verify(directory: str | os.PathLike, *, deep: bool = True) -> dict[str, Any]
         if not path.is_file():
             raise ArtifactError(f"{root}: file {rel} is missing; {remedy}")
         if path.stat().st_size != entry["bytes"]:
-            raise ArtifactError(f"{root}: file {rel} has {path.stat().st_size} bytes, the manifest "
-                                f"says {entry['bytes']}; {remedy}")
+            raise ArtifactError(
+                f"{root}: file {rel} has {path.stat().st_size} bytes, the manifest "
+                f"says {entry['bytes']}; {remedy}"
+            )
         if deep and sha256_file(path) != entry["sha256"]:
-            raise ArtifactError(f"{root}: file {rel} does not match its sha256 in the manifest "
-                                f"(modified after it was written); {remedy}")
+            raise ArtifactError(
+                f"{root}: file {rel} does not match its sha256 in the manifest "
+                f"(modified after it was written); {remedy}"
+            )
     return manifest
 
 
@@ -191,14 +224,18 @@ def require(
         raise ArtifactError(f"artifact {root} does not exist; build it first or fix the path")
     manifest = load_manifest(root)
     if kind is not None and manifest["kind"] != kind:
-        raise ArtifactError(f"{root} is a {manifest['kind']!r} artifact, this needs a {kind!r} "
-                            "artifact; pass the right directory")
+        raise ArtifactError(
+            f"{root} is a {manifest['kind']!r} artifact, this needs a {kind!r} "
+            "artifact; pass the right directory"
+        )
     if sha256 is not None:
         actual = manifest_sha256(root)
         if actual != sha256:
-            raise ArtifactError(f"{root} has manifest sha256 {actual[:12]}..., expected "
-                                f"{sha256[:12]}...; it was rebuilt or replaced: rebuild what "
-                                "depends on it or pin the new hash")
+            raise ArtifactError(
+                f"{root} has manifest sha256 {actual[:12]}..., expected "
+                f"{sha256[:12]}...; it was rebuilt or replaced: rebuild what "
+                "depends on it or pin the new hash"
+            )
     return verify(root, deep=deep)
 
 

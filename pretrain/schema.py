@@ -131,14 +131,18 @@ def validate(table: pa.Table | pa.Schema, stages: Iterable[str] = ()) -> None:
     for field in expected:
         got = present.get(field.name)
         if got is None:
-            raise SchemaError(f"column {field.name!r} is missing; a table after these stages needs "
-                              f"{', '.join(expected.names)}")
+            raise SchemaError(
+                f"column {field.name!r} is missing; a table after these stages needs "
+                f"{', '.join(expected.names)}"
+            )
         if not got.type.equals(field.type):
             raise SchemaError(f"column {field.name!r} has type {got.type}, expected {field.type}")
     extra = [name for name in schema.names if name not in expected.names]
     if extra:
-        raise SchemaError(f"unexpected column(s) {', '.join(extra)}; register them in "
-                          "pretrain.schema.STAGE_COLUMNS under the stage that adds them")
+        raise SchemaError(
+            f"unexpected column(s) {', '.join(extra)}; register them in "
+            "pretrain.schema.STAGE_COLUMNS under the stage that adds them"
+        )
     if isinstance(table, pa.Table):
         for name in ("id", "split"):
             if table.column(name).null_count:

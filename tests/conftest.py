@@ -25,8 +25,13 @@ def ray_local():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 object_store_memory=512 * 1024 * 1024, ignore_reinit_error=True)
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            object_store_memory=512 * 1024 * 1024,
+            ignore_reinit_error=True,
+        )
     yield ray
     ray.shutdown()
 

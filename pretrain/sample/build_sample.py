@@ -76,9 +76,11 @@ NESTED_HTML = "<html><body>" + "<div>" * 3000 + "deep text" + "</div>" * 3000 + 
 
 
 def _html_page(title: str, body: str) -> str:
-    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{title}</title></head>"
-            f"<body><nav><a href='/'>Home</a> | <a href='/about'>About</a></nav>"
-            f"<main><h1>{title}</h1>{body}</main><footer>(c) example</footer></body></html>")
+    return (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{title}</title></head>'
+        f"<body><nav><a href='/'>Home</a> | <a href='/about'>About</a></nav>"
+        f"<main><h1>{title}</h1>{body}</main><footer>(c) example</footer></body></html>"
+    )
 
 
 def _record_id(url: str, payload: bytes) -> str:
@@ -87,13 +89,18 @@ def _record_id(url: str, payload: bytes) -> str:
 
 
 def _write_record(writer: WARCWriter, url: str, payload: bytes, content_type: str) -> None:
-    headers = StatusAndHeaders("200 OK", [("Content-Type", content_type),
-                                          ("Content-Length", str(len(payload)))],
-                               protocol="HTTP/1.1")
-    record = writer.create_warc_record(url, "response", payload=io.BytesIO(payload),
-                                       http_headers=headers,
-                                       warc_headers_dict={"WARC-Date": WARC_DATE,
-                                                          "WARC-Record-ID": _record_id(url, payload)})
+    headers = StatusAndHeaders(
+        "200 OK",
+        [("Content-Type", content_type), ("Content-Length", str(len(payload)))],
+        protocol="HTTP/1.1",
+    )
+    record = writer.create_warc_record(
+        url,
+        "response",
+        payload=io.BytesIO(payload),
+        http_headers=headers,
+        warc_headers_dict={"WARC-Date": WARC_DATE, "WARC-Record-ID": _record_id(url, payload)},
+    )
     writer.write_record(record)
 
 
@@ -115,28 +122,39 @@ def build_warc(corpus: Path, rng: random.Random) -> bytes:
         _write_record(writer, url, body, ctype)
     # Hard cases.
     base_url, base_ctype, base_body = chosen[0]
-    _write_record(writer, base_url.replace("docs.example.org", "mirror.example.net"), base_body,
-                  base_ctype)  # exact duplicate at another URL
+    _write_record(
+        writer, base_url.replace("docs.example.org", "mirror.example.net"), base_body, base_ctype
+    )  # exact duplicate at another URL
     text = base_body.decode("utf-8", "replace")
     near = text.replace("<p>", "<p>Updated for this release. ", 3)
     _write_record(writer, base_url + "?rev=2", near.encode(), base_ctype)  # near duplicate
     cases = [
-        ("https://deals.example.com/cheap-watches", _html_page("Cheap watches", f"<p>{SEO_SPAM}</p>")),
+        (
+            "https://deals.example.com/cheap-watches",
+            _html_page("Cheap watches", f"<p>{SEO_SPAM}</p>"),
+        ),
         ("https://portal.example.com/sitemap", _html_page("Sitemap", f"<ul>{NAV_ONLY}</ul>")),
         ("https://support.example.com/contact", _html_page("Contact", f"<p>{PII_EN}</p>")),
         ("https://support.example.cn/lianxi", _html_page("联系我们", f"<p>{PII_ZH}</p>")),
         ("https://adult.example.com/free", _html_page("Free videos", f"<p>{UNSAFE_EN}</p>")),
-        ("https://www.pornhub.com/blocked-domain-example",
-         _html_page("Blocked domain", "<p>A harmless paragraph on a blocklisted domain.</p>")),
+        (
+            "https://www.pornhub.com/blocked-domain-example",
+            _html_page("Blocked domain", "<p>A harmless paragraph on a blocklisted domain.</p>"),
+        ),
         ("https://empty.example.com/", "<html><head><title></title></head><body></body></html>"),
         ("https://nested.example.com/deep", NESTED_HTML),
     ]
     for url, page in cases:
         _write_record(writer, url, page.encode("utf-8"), "text/html; charset=utf-8")
-    gbk = _html_page("编码测试", "<p>这是一个使用 GBK 编码的中文网页，用来测试字符集检测。"
-                     "网页正文应该被正确解码为 Unicode 文本，而不是乱码。</p>" * 5)
+    gbk = _html_page(
+        "编码测试",
+        "<p>这是一个使用 GBK 编码的中文网页，用来测试字符集检测。"
+        "网页正文应该被正确解码为 Unicode 文本，而不是乱码。</p>" * 5,
+    )
     gbk = gbk.replace('charset="utf-8"', 'charset="gbk"')
-    _write_record(writer, "https://gbk.example.cn/page", gbk.encode("gbk"), "text/html; charset=gbk")
+    _write_record(
+        writer, "https://gbk.example.cn/page", gbk.encode("gbk"), "text/html; charset=gbk"
+    )
     bad_utf8 = _html_page("Broken bytes", "<p>Valid text before. " * 20 + "</p>").encode()
     bad_utf8 = bad_utf8.replace(b"before.", b"bef\xff\xfeore.", 5)
     _write_record(writer, "https://broken.example.com/bytes", bad_utf8, "text/html; charset=utf-8")
@@ -147,24 +165,42 @@ def build_prose(corpus: Path, rng: random.Random) -> list[dict]:
     en = _read_jsonl(corpus / "en.jsonl.gz")
     zh = _read_jsonl(corpus / "zh.jsonl.gz")
     math = _read_jsonl(corpus / "math.jsonl.gz")
-    rows = (_pick(en, 420, rng, lambda r: _pkg(r) != "fortunes" and len(r["text"]) > 400)
-            + _pick(en, 80, rng, lambda r: _pkg(r) == "fortunes")
-            + _pick(zh, 260, rng, lambda r: _pkg(r) != "fortunes-zh" and len(r["text"]) > 300)
-            + _pick(zh, 80, rng, lambda r: _pkg(r) == "fortunes-zh")
-            + _pick(math, 160, rng))
-    docs = [{"text": r["text"], "source": r["source"], "meta": {"lang": r["lang"],
-             "domain": r["domain"]}} for r in rows]
+    rows = (
+        _pick(en, 420, rng, lambda r: _pkg(r) != "fortunes" and len(r["text"]) > 400)
+        + _pick(en, 80, rng, lambda r: _pkg(r) == "fortunes")
+        + _pick(zh, 260, rng, lambda r: _pkg(r) != "fortunes-zh" and len(r["text"]) > 300)
+        + _pick(zh, 80, rng, lambda r: _pkg(r) == "fortunes-zh")
+        + _pick(math, 160, rng)
+    )
+    docs = [
+        {
+            "text": r["text"],
+            "source": r["source"],
+            "meta": {"lang": r["lang"], "domain": r["domain"]},
+        }
+        for r in rows
+    ]
     # Revisions of the same file: near duplicates with a few words changed.
     for r in rows[:12]:
         words = r["text"].split(" ")
         for i in range(0, len(words), 97):
             words[i] = words[i].upper()
-        docs.append({"text": " ".join(words), "source": r["source"] + "#rev2",
-                     "meta": {"note": "near-duplicate revision"}})
+        docs.append(
+            {
+                "text": " ".join(words),
+                "source": r["source"] + "#rev2",
+                "meta": {"note": "near-duplicate revision"},
+            }
+        )
     hand = [
-        ("hand:pii-en", PII_EN), ("hand:pii-zh", PII_ZH), ("hand:unsafe-en", UNSAFE_EN),
-        ("hand:garbled", GARBLED), ("hand:log-like", LOG_LIKE), ("hand:seo-spam", SEO_SPAM),
-        ("hand:empty", ""), ("hand:whitespace", "   \n\t  \n"),
+        ("hand:pii-en", PII_EN),
+        ("hand:pii-zh", PII_ZH),
+        ("hand:unsafe-en", UNSAFE_EN),
+        ("hand:garbled", GARBLED),
+        ("hand:log-like", LOG_LIKE),
+        ("hand:seo-spam", SEO_SPAM),
+        ("hand:empty", ""),
+        ("hand:whitespace", "   \n\t  \n"),
     ]
     docs += [{"text": t, "source": s, "meta": {"note": "hand-written hard case"}} for s, t in hand]
     rng.shuffle(docs)
@@ -178,25 +214,32 @@ def build_code(corpus: Path, rng: random.Random) -> pa.Table:
     rows = []
     for lang, n in (("python", 130), ("javascript", 60), ("perl", 35), ("c", 25)):
         rows += _pick(code, n, rng, lambda r, lang=lang: r["lang"] == lang)
-    return pa.table({
-        "id": [f"code-{i:05d}" for i in range(len(rows))],
-        "text": [r["text"] for r in rows],
-        "source": [r["source"] for r in rows],
-        "programming_language": [r["lang"] for r in rows],
-    })
+    return pa.table(
+        {
+            "id": [f"code-{i:05d}" for i in range(len(rows))],
+            "text": [r["text"] for r in rows],
+            "source": [r["source"] for r in rows],
+            "programming_language": [r["lang"] for r in rows],
+        }
+    )
 
 
-BAD_JSONL = b"\n".join([
-    b'{"id": "bad-1", "text": "A fine line of English prose that should pass extraction."}',
-    b'{"id": "bad-2", "text": "truncated json',
-    b'{"id": "bad-3", "text": "invalid utf-8 here: \xff\xfe and more text after it"}',
-    b'{"id": "bad-4", "text": "a NUL byte \\u0000 inside the text"}',
-    b'{"id": "bad-5", "body": "no text field at all"}',
-    b'{"id": "bad-6", "text": ""}',
-    b'{"id": "bad-7", "text": 42}',
-    b"[1, 2, 3]",
-    b"",
-]) + b"\n"
+BAD_JSONL = (
+    b"\n".join(
+        [
+            b'{"id": "bad-1", "text": "A fine line of English prose that should pass extraction."}',
+            b'{"id": "bad-2", "text": "truncated json',
+            b'{"id": "bad-3", "text": "invalid utf-8 here: \xff\xfe and more text after it"}',
+            b'{"id": "bad-4", "text": "a NUL byte \\u0000 inside the text"}',
+            b'{"id": "bad-5", "body": "no text field at all"}',
+            b'{"id": "bad-6", "text": ""}',
+            b'{"id": "bad-7", "text": 42}',
+            b"[1, 2, 3]",
+            b"",
+        ]
+    )
+    + b"\n"
+)
 
 
 def main() -> None:
@@ -208,8 +251,10 @@ def main() -> None:
     (args.out / "web.warc.gz").write_bytes(build_warc(args.corpus, rng))
     prose = build_prose(args.corpus, rng)
     payload = "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in prose).encode()
-    with open(args.out / "prose.jsonl.gz", "wb") as raw, \
-            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as handle:
+    with (
+        open(args.out / "prose.jsonl.gz", "wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as handle,
+    ):
         handle.write(payload)
     pq.write_table(build_code(args.corpus, rng), args.out / "code.parquet", compression="zstd")
     (args.out / "bad.jsonl").write_bytes(BAD_JSONL)

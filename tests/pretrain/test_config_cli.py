@@ -56,10 +56,23 @@ def test_bad_yaml_and_missing_file_are_one_line_errors(tmp_path):
 def test_help_lists_every_command_of_the_design():
     parser = build_parser()
     commands = set(parser._subparsers._group_actions[0].choices)
-    assert {"demo", "verify", "data", "tokenizer", "mixture", "plan", "launch", "ablate",
-            "eval"} <= commands
-    out = subprocess.run([sys.executable, "-m", "pretrain.cli", "data", "--help"],
-                         capture_output=True, text=True, timeout=120)
+    assert {
+        "demo",
+        "verify",
+        "data",
+        "tokenizer",
+        "mixture",
+        "plan",
+        "launch",
+        "ablate",
+        "eval",
+    } <= commands
+    out = subprocess.run(
+        [sys.executable, "-m", "pretrain.cli", "data", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     for sub in ("run", "train-lm", "train-classifier"):
         assert sub in out.stdout
 

@@ -9,8 +9,11 @@ from pretrain.demo import SAMPLE_FILES, sample_dir
 
 def test_sample_readme_accounts_for_every_file():
     readme = (sample_dir() / "README.md").read_text()
-    shipped = {p.name for p in Path(sample_dir()).iterdir()
-               if p.is_file() and p.suffix not in {".py", ".pyc"} and p.name != "README.md"}
+    shipped = {
+        p.name
+        for p in Path(sample_dir()).iterdir()
+        if p.is_file() and p.suffix not in {".py", ".pyc"} and p.name != "README.md"
+    }
     assert shipped == set(SAMPLE_FILES)
     for name in shipped:
         assert f"`{name}`" in readme, name

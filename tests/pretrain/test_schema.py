@@ -7,9 +7,17 @@ from pretrain.schema import STAGE_COLUMNS, conform, schema_for, split_for, valid
 
 def _base_table(n: int = 3) -> pa.Table:
     ids = [f"doc-{i}" for i in range(n)]
-    return pa.table({"id": ids, "text": ["t"] * n, "url": [None] * n, "source": ["s"] * n,
-                     "meta": ["{}"] * n, "split": [split_for(i) for i in ids]},
-                    schema=schema_for([]))
+    return pa.table(
+        {
+            "id": ids,
+            "text": ["t"] * n,
+            "url": [None] * n,
+            "source": ["s"] * n,
+            "meta": ["{}"] * n,
+            "split": [split_for(i) for i in ids],
+        },
+        schema=schema_for([]),
+    )
 
 
 def test_split_is_stable_and_near_the_configured_fraction():
@@ -24,13 +32,16 @@ def test_split_is_stable_and_near_the_configured_fraction():
 def test_validate_accepts_base_and_stage_columns_and_refuses_drift():
     table = _base_table()
     validate(table)
-    with_lang = table.append_column("lang", pa.array(["en"] * 3)).append_column(
-        "lang_score", pa.array([0.9] * 3, pa.float32())).append_column(
-        "langid_reason", pa.array([None] * 3, pa.string()))
+    with_lang = (
+        table.append_column("lang", pa.array(["en"] * 3))
+        .append_column("lang_score", pa.array([0.9] * 3, pa.float32()))
+        .append_column("langid_reason", pa.array([None] * 3, pa.string()))
+    )
     validate(with_lang, ["langid"])
     with pytest.raises(SchemaError, match="lang_score.*float"):
-        validate(with_lang.set_column(7, "lang_score", pa.array([0.9] * 3, pa.float64())),
-                 ["langid"])
+        validate(
+            with_lang.set_column(7, "lang_score", pa.array([0.9] * 3, pa.float64())), ["langid"]
+        )
     with pytest.raises(SchemaError, match="unexpected column"):
         validate(with_lang, [])
     with pytest.raises(SchemaError, match="missing"):
