@@ -50,7 +50,12 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    """Apply `a.b=value` overrides (value parsed as YAML) to a nested dict, returning a new dict."""
+    """Apply `a.b=value` overrides (value parsed as YAML) to a nested dict, returning a new dict.
+
+    A path part indexes a list when the node there is a list: `components.0.weight=0.3`,
+    `components.-1.weight=0.3` (from the end); a last part `+` appends:
+    `components.+={name: x, weight: 0.1}`. The result is validated like the file itself.
+    """
     result = _deep_copy(data)
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -60,17 +65,58 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
             value = yaml.safe_load(raw) if raw.strip() else raw
         except yaml.YAMLError:
             value = raw
-        node = result
         parts = key.strip().split(".")
-        for part in parts[:-1]:
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise ConfigError(f"--set {item!r}: {part!r} is a value, not a section")
-            node = child
-        node[parts[-1]] = value
+        node: Any = result
+        for depth, part in enumerate(parts[:-1]):
+            node = _child(node, part, parts[depth + 1], item)
+        _assign(node, parts[-1], value, item)
     return result
+
+
+def _list_index(node: list[Any], part: str, item: str) -> int:
+    """The list position `part` names (negative counts from the end), or a one-line error."""
+    try:
+        index = int(part)
+    except ValueError:
+        raise ConfigError(
+            f"--set {item!r}: {part!r} indexes a list of {len(node)} items; use 0..{len(node) - 1}, "
+            "-1 for the last, or + (last part only) to append"
+        ) from None
+    if not -len(node) <= index < len(node):
+        raise ConfigError(
+            f"--set {item!r}: index {index} is out of range for a list of {len(node)} items; "
+            "use + as the last part to append"
+        )
+    return index
+
+
+def _child(node: Any, part: str, next_part: str, item: str) -> Any:
+    """Step one path part down, creating a section only where a mapping is expected."""
+    if isinstance(node, list):
+        return node[_list_index(node, part, item)]
+    child = node.get(part)
+    if child is None:
+        if next_part == "+" or next_part.lstrip("-").isdigit():
+            raise ConfigError(
+                f"--set {item!r}: {part!r} is not a list in this config; set the whole list, "
+                f"e.g. --set {part}='[...]'"
+            )
+        child = node[part] = {}
+    if not isinstance(child, (dict, list)):
+        raise ConfigError(f"--set {item!r}: {part!r} is a value, not a section or list")
+    return child
+
+
+def _assign(node: Any, part: str, value: Any, item: str) -> None:
+    if isinstance(node, list):
+        if part == "+":
+            node.append(value)
+        else:
+            node[_list_index(node, part, item)] = value
+    elif part == "+":
+        raise ConfigError(f"--set {item!r}: + appends to a list, and this is a section")
+    else:
+        node[part] = value
 
 
 def _deep_copy(data: Any) -> Any:

@@ -81,3 +81,47 @@ def test_user_error_exits_2_with_one_line(tmp_path, capsys):
     assert main(["verify", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pretrain verify: error:") and err.count("\n") == 1
+
+
+class Listed(StrictModel):
+    parts: list[Inner] = []
+    tags: list[str] = []
+
+
+def test_set_reaches_list_items_with_type_checks(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("parts: [{min_words: 1}, {min_words: 2}]\ntags: [a]\n")
+    config = load_config(Listed, path, ["parts.0.min_words=9", "parts.-1.max_symbol_ratio=0.5"])
+    assert [p.min_words for p in config.parts] == [9, 2]
+    assert config.parts[1].max_symbol_ratio == 0.5
+    appended = load_config(Listed, path, ["parts.+={min_words: 3}", "tags.+=b", "tags.0=z"])
+    assert [p.min_words for p in appended.parts] == [1, 2, 3] and appended.tags == ["z", "b"]
+    # the same type checks as the file: the bad value is named with its list position
+    with pytest.raises(ConfigError, match="parts.1.max_symbol_ratio"):
+        load_config(Listed, path, ["parts.1.max_symbol_ratio=3"])
+    with pytest.raises(ConfigError, match="unknown key 'parts.0.min_wrods'"):
+        load_config(Listed, path, ["parts.0.min_wrods=3"])
+    with pytest.raises(ConfigError, match="out of range for a list of 2 items"):
+        load_config(Listed, path, ["parts.2.min_words=3"])
+    with pytest.raises(ConfigError, match="indexes a list of 2 items"):
+        load_config(Listed, path, ["parts.first.min_words=3"])
+    section = tmp_path / "s.yaml"
+    section.write_text("rules: {min_words: 3}\n")
+    with pytest.raises(ConfigError, match="appends to a list"):
+        load_config(Outer, section, ["rules.+=3"])
+    with pytest.raises(ConfigError, match="not a list in this config"):
+        load_config(Listed, tmp_path / "c.yaml", ["missing.0=1"])
+    # the file on disk is untouched by overrides
+    assert load_config(Listed, path).parts[0].min_words == 1
+
+
+def test_set_on_a_mixture_component_changes_the_recipe(tmp_path):
+    from mixtures.recipe import MixtureConfig
+
+    base = load_config(MixtureConfig, "configs/mixture.yaml")
+    changed = load_config(MixtureConfig, "configs/mixture.yaml", ["recipe.components.0.weight=0.5"])
+    assert base.recipe.components[0].weight != 0.5
+    assert changed.recipe.components[0].weight == 0.5
+    assert changed.recipe.components[1] == base.recipe.components[1]
+    with pytest.raises(ConfigError, match="recipe.components.3.max_epochs"):
+        load_config(MixtureConfig, "configs/mixture.yaml", ["recipe.components.3.max_epochs=x"])
