@@ -12,7 +12,7 @@ def run(args: argparse.Namespace) -> int:
     """`pretrain data run CONFIG`: tag raw inputs into shards, ledger.json and a manifest."""
     from data_pipeline.config import PipelineConfig
 
-    config = resolve_config(PipelineConfig, args)
+    config = resolve_config(PipelineConfig, args, _preflight)
     if config is None:
         return 0
     from data_pipeline.runner import run_pipeline
@@ -29,6 +29,14 @@ def run(args: argparse.Namespace) -> int:
     result = run_pipeline(config, ray_address=args.ray_address, command=command)
     print(f"pretrain data run: {result.summary()}")
     return 0
+
+
+def _preflight(config: Any) -> str:
+    from data_pipeline.runner import preflight
+
+    stages, inputs = preflight(config)
+    names = ", ".join(stage.name for stage in stages)
+    return f"{len(inputs)} input files open; stages {names} configured; models verified"
 
 
 def train_lm(args: argparse.Namespace) -> int:

@@ -105,21 +105,48 @@ def model_hashes(stages: list[Stage]) -> dict[str, str]:
     return found
 
 
-def prepare_output(config: PipelineConfig, out: Path, stages: list[Stage]) -> None:
-    """Resume an output written with the same config, inputs and stage versions; refuse (or with
-    overwrite, clear) any other."""
-    fingerprint = {
+def _fingerprint(config: PipelineConfig, stages: list[Stage]) -> dict[str, Any]:
+    return {
         "config_sha256": config_sha256(config.fingerprint_dict()),
         "inputs": list(config.inputs),
         "stages": {s.name: s.version for s in stages},
     }
+
+
+def _output_is_foreign(config: PipelineConfig, out: Path, stages: list[Stage]) -> bool:
+    """True when `out` holds parts of a different job; an error unless `overwrite` is set."""
     path = out / workers.PARTS / FINGERPRINT
-    if path.is_file() and workers.load_json(path) != fingerprint:
-        if not config.overwrite:
-            raise ConfigError(
-                f"output = {str(out)!r} holds shards made with a different config "
-                "or inputs; choose a new output or --set overwrite=true"
-            )
+    if not path.is_file() or workers.load_json(path) == _fingerprint(config, stages):
+        return False
+    if not config.overwrite:
+        raise ConfigError(
+            f"output = {str(out)!r} holds shards made with a different config "
+            "or inputs; choose a new output or --set overwrite=true"
+        )
+    return True
+
+
+def preflight(config: PipelineConfig) -> tuple[list[Stage], list[Any]]:
+    """Every check a run makes before it works (the real run and `--dry-run` both call this):
+    stage sections and types, model artifacts exist and verify, inputs exist and open, and the
+    output is this job's or new. Returns the stages and the planned input files."""
+    stages = build_stages(config)
+    for stage in stages:
+        stage.check()
+    inputs = plan_inputs(config.inputs)
+    if config.on_unreadable == "error":
+        for item in inputs:
+            check_openable(item, config.text_column)
+    _output_is_foreign(config, Path(config.output), stages)
+    return stages, inputs
+
+
+def prepare_output(config: PipelineConfig, out: Path, stages: list[Stage]) -> None:
+    """Resume an output written with the same config, inputs and stage versions; refuse (or with
+    overwrite, clear) any other."""
+    fingerprint = _fingerprint(config, stages)
+    path = out / workers.PARTS / FINGERPRINT
+    if _output_is_foreign(config, out, stages):
         for sub in ("shards", "rejects", workers.PARTS, "manifest.json", "ledger.json"):
             target = out / sub
             shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
@@ -341,11 +368,7 @@ def run_pipeline(
     progress: bool = True,
 ) -> RunResult:
     """Run the data job described by `config`; returns the ledger and manifest it wrote."""
-    stages = build_stages(config)
-    inputs = plan_inputs(config.inputs)
-    if config.on_unreadable == "error":
-        for item in inputs:
-            check_openable(item, config.text_column)
+    stages, inputs = preflight(config)
     out = Path(config.output)
     prepare_output(config, out, stages)
     done = workers.finished_parts(out)

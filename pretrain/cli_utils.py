@@ -43,14 +43,23 @@ def add_config_args(parser: argparse.ArgumentParser, required: bool = True) -> N
         help="override a config value (repeatable)",
     )
     parser.add_argument(
-        "--dry-run", action="store_true", help="print the resolved config and its sha256, then exit"
+        "--dry-run",
+        action="store_true",
+        help="run every check the real run makes before working (config, inputs, artifacts), "
+        "print the resolved config and its sha256, then exit",
     )
 
 
-def resolve_config(model: type[M], args: argparse.Namespace) -> M | None:
-    """Load CONFIG with overrides; on --dry-run print it and return None."""
+def resolve_config(
+    model: type[M], args: argparse.Namespace, check: Callable[[M], str | None] | None = None
+) -> M | None:
+    """Load CONFIG with overrides; on --dry-run run `check` (the real run's pre-work checks, which
+    raise the same one-line errors), print the resolved config and return None."""
     config = load_config(model, getattr(args, "config", None), args.overrides)
     if getattr(args, "dry_run", False):
+        checked = check(config) if check is not None else None
         print(dump_resolved(config), end="")
+        if checked:
+            print(f"# checked: {checked}")
         return None
     return config

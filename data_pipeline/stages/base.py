@@ -47,6 +47,10 @@ class Stage(ABC):
     def setup(self) -> None:
         """Load heavy state (models, word lists) once per worker. Default: nothing."""
 
+    def check(self) -> None:
+        """Verify, without loading them, what `setup()` needs (model artifacts): the runner calls
+        this before any work, and so does `--dry-run`. Default: nothing."""
+
     @abstractmethod
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Return `batch` with this stage's columns appended (same rows, same order)."""

@@ -71,6 +71,11 @@ class _FastTextStage(Stage):
         self._check_labels(directory)
         self._model = fasttext.load_model(str(directory / self._info["model_file"]))
 
+    def check(self) -> None:
+        directory = self.model_dir()
+        self._info = load_model_info(directory)
+        self._check_labels(directory)
+
     def _check_labels(self, directory: Path) -> None:
         """Hook: refuse a model whose labels do not fit this stage."""
 

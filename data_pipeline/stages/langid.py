@@ -64,6 +64,9 @@ class LangIdStage(Stage):
     version: ClassVar[int] = 1
     Config: ClassVar[type[StageConfig]] = LangIdConfig
 
+    def check(self) -> None:
+        model_path(self.config)  # type: ignore[arg-type]
+
     def setup(self) -> None:
         self._model = load_fasttext(model_path(self.config))  # type: ignore[arg-type]
 

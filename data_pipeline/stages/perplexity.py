@@ -122,6 +122,9 @@ class PerplexityStage(GlobalStage):
             chosen[lang] = Path(directory)
         return chosen
 
+    def check(self) -> None:
+        self.artifacts()
+
     def setup(self) -> None:
         import kenlm
 
