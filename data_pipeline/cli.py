@@ -16,17 +16,9 @@ def run(args: argparse.Namespace) -> int:
     if config is None:
         return 0
     from data_pipeline.runner import run_pipeline
+    from pretrain.command import current_command
 
-    command = [
-        "pretrain",
-        "data",
-        "run",
-        args.config,
-        *[part for item in args.overrides for part in ("--set", item)],
-    ]
-    if args.ray_address:
-        command += ["--ray-address", args.ray_address]
-    result = run_pipeline(config, ray_address=args.ray_address, command=command)
+    result = run_pipeline(config, ray_address=args.ray_address, command=current_command())
     print(f"pretrain data run: {result.summary()}")
     return 0
 

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from pretrain.cli_utils import add_command, add_config_args, resolve_config
+from pretrain.command import current_command
 
 
 def register(sub: Any) -> None:
@@ -44,14 +45,7 @@ def _build(args: argparse.Namespace) -> int:
     config = resolve_config(MixtureConfig, args)
     if config is None:
         return 0
-    command = [
-        "pretrain",
-        "mixture",
-        "build",
-        args.config,
-        *[f"--set={item}" for item in args.overrides],
-    ]
-    result = build_mixture(config, command=command)
+    result = build_mixture(config, command=current_command())
     for warning in result.warnings:
         print(f"pretrain mixture build: warning: {warning}", file=sys.stderr)
     print(format_summary(result))

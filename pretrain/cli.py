@@ -12,6 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from pretrain.command import capture
 from pretrain.errors import PretrainError
 
 PACKAGE_CLIS = (
@@ -37,11 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(argv) if argv is not None else sys.argv[1:]
     parser = build_parser()
-    args = parser.parse_args(list(argv) if argv is not None else None)
+    args = parser.parse_args(argv)
     prog = " ".join(["pretrain", *getattr(args, "command_path", [args.command])])
     try:
-        return int(args.handler(args) or 0)
+        with capture(argv):
+            return int(args.handler(args) or 0)
     except PretrainError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2

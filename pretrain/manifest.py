@@ -11,13 +11,13 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pretrain.command import current_command
 from pretrain.errors import ArtifactError
 
 MANIFEST = "manifest.json"
@@ -152,7 +152,7 @@ def write_manifest(
         "manifest_version": MANIFEST_VERSION,
         "kind": kind,
         "created_unix": round(time.time(), 3),
-        "command": command if command is not None else list(sys.argv),
+        "command": command if command is not None else current_command(),
         "config": config,
         "config_sha256": sha256_bytes(canonical_json(config)),
         "git": git_state(),

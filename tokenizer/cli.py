@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from pretrain.cli_utils import add_command, add_config_args, resolve_config
+from pretrain.command import current_command
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -16,7 +16,7 @@ def _train(args: argparse.Namespace) -> int:
     config = resolve_config(TrainConfig, args)
     if config is None:
         return 0
-    manifest = train(config, command=["pretrain", *sys.argv[1:]])
+    manifest = train(config, command=current_command())
     sample = manifest["counts"]
     if sample["vocab_size"] < config.vocab_size:
         print(
@@ -39,7 +39,7 @@ def _eval(args: argparse.Namespace) -> int:
         args.data,
         out=args.out,
         baseline=not args.no_baseline,
-        command=["pretrain", *sys.argv[1:]],
+        command=current_command(),
     )
     print(format_table(report))
     print(f"report: {report['out']}/report.json, plot: {report['out']}/compression.png")
@@ -55,7 +55,7 @@ def _encode(args: argparse.Namespace) -> int:
         args.out,
         backend="inline" if args.no_ray else "ray",
         num_cpus=args.num_cpus,
-        command=["pretrain", *sys.argv[1:]],
+        command=current_command(),
     )
     counts = manifest["counts"]
     print(

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from pretrain.command import current_command
 from pretrain.config import config_dict, config_sha256, dump_resolved, load_config
 from pretrain.errors import ConfigError, GateRefused, PretrainError
 from pretrain.manifest import atomic_write_json
@@ -169,7 +170,7 @@ def _write_launch_files(
         config_json.parent.parent / "launch.json",
         {
             "gate": gate,
-            "command": ["pretrain", "launch", *sys.argv[2:]] if sys.argv else [],
+            "command": current_command(),
             "torchrun": command,
             "config_sha256": config_sha256(config),
             "launch_id": uuid.uuid4().hex,

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
+
+from pretrain.command import current_command
 
 
 def train_classifier(args: argparse.Namespace) -> int:
@@ -21,7 +22,7 @@ def train_classifier(args: argparse.Namespace) -> int:
     config = resolve_config(ClassifierConfig, args)
     if config is None:
         return 0
-    out = run(config, command=list(sys.argv))
+    out = run(config, command=current_command())
     info = json.loads((Path(out) / "model.json").read_text(encoding="utf-8"))
     training = info["training"]
     accuracy = training.get("accuracy")
@@ -43,7 +44,7 @@ def train_lm(args: argparse.Namespace) -> int:
     config = resolve_config(LanguageModelConfig, args)
     if config is None:
         return 0
-    out = run(config, command=list(sys.argv))
+    out = run(config, command=current_command())
     info = json.loads((Path(out) / "model.json").read_text(encoding="utf-8"))
     for lang, entry in info["languages"].items():
         print(

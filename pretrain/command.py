@@ -1,0 +1,31 @@
+"""The command behind an artifact, captured once where the `pretrain` program parses its argv.
+
+Every manifest records the command that made it. `pretrain.cli.main(argv)` captures `argv` here
+for the length of the call (so an in-process `main([...])`, as a proxy run does, records its own
+arguments, not the enclosing process's `sys.argv`); writers read it with `current_command()`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+_captured: list[tuple[str, ...]] = []
+
+
+def current_command() -> list[str]:
+    """The `pretrain ...` command being run; outside the CLI, this process's own command line."""
+    if _captured:
+        return list(_captured[-1])
+    return list(sys.argv)
+
+
+@contextmanager
+def capture(argv: Sequence[str]) -> Iterator[None]:
+    """Record `pretrain ARGV...` as the current command until the block exits (calls nest)."""
+    _captured.append(("pretrain", *argv))
+    try:
+        yield
+    finally:
+        _captured.pop()
