@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
     ablate = add_command(
         sub,
         ["ablate"],
-        _lazy("evals.ablate:ablate_command"),
+        _lazy("evals.ablate_cli:ablate_command"),
         "sweep mixture recipes on proxy models and write a decision report",
     )
     add_config_args(ablate)
