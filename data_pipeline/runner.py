@@ -31,6 +31,7 @@ from data_pipeline.inputs import check_openable, input_artifacts, plan_inputs
 from data_pipeline.stages.base import STAGE_REGISTRY, GlobalStage, Stage, stage_class
 from pretrain.config import config_dict, config_sha256, parse_config
 from pretrain.errors import ConfigError, PretrainError
+from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, manifest_sha256, sha256_file, write_manifest
 
 FINGERPRINT = "fingerprint.json"
@@ -360,6 +361,7 @@ def _run_ray(
     return f"{stream_stats}\n{merge_stats}"
 
 
+@writes_output("config.output")
 def run_pipeline(
     config: PipelineConfig,
     *,

@@ -106,6 +106,14 @@ def evaluate_checkpoint(
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from pretrain.locking import output_lock
+
+    run_dir, _ = find_checkpoints(args.checkpoint_dir)
+    with output_lock(Path(args.out) if args.out else run_dir / "evals"):
+        return _run_command(args)
+
+
+def _run_command(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from evals.bpb import load_eval_sets

@@ -25,6 +25,7 @@ from pydantic import Field
 
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
+from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, require, write_manifest
 
 HIT_SCHEMA = pa.schema(
@@ -247,6 +248,7 @@ def _copy_tasks(out: Path, tasks: list[str]) -> list[dict]:
     return copied
 
 
+@writes_output("cfg.out")
 def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
     """Build the `evalset` artifact at cfg.out; returns its manifest."""
     out = Path(cfg.out)

@@ -21,6 +21,7 @@ from evals.proxy import execute_run, load_finished
 from evals.report import build_report, epoch_table, write_report
 from pretrain.config import apply_overrides, config_dict, config_sha256
 from pretrain.errors import ConfigError, PretrainError
+from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_bytes, manifest_sha256, require
 
 
@@ -238,6 +239,7 @@ def _write_chosen(out: Path, specs: list[dict], mixture: dict, chosen_sha: str) 
     atomic_write_bytes(out / "chosen_mixture.yaml", text.encode())
 
 
+@writes_output("config.out")
 def run_sweep(
     config: AblationConfig, runner: Callable[[dict[str, Any]], dict[str, Any]] = execute_run
 ) -> dict[str, Any]:

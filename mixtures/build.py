@@ -24,6 +24,7 @@ from mixtures.recipe import MixtureConfig, build_sha256, check_recipe, recipe_sh
 from mixtures.selection import load_sidecars, select_components, select_sha256
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
+from pretrain.locking import writes_output
 from pretrain.manifest import (
     atomic_write_json,
     load_manifest,
@@ -143,6 +144,7 @@ def tokens_per_parameter(config: MixtureConfig) -> tuple[float | None, str | Non
     return ratio, warning
 
 
+@writes_output("config.out")
 def build_mixture(config: MixtureConfig, command: list[str] | None = None) -> BuildResult:
     """Validate, select, plan, write the artifact; returns its manifest and summary."""
     check_recipe(config)

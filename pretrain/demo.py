@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from pretrain.locking import writes_output
 from pretrain.manifest import load_manifest, verify, write_manifest
 
 DEMO_STEPS: tuple[tuple[str, str], ...] = (
@@ -79,6 +80,7 @@ def _load_step(ref: str):
     return getattr(module, func_name, None)
 
 
+@writes_output("out")
 def run_demo(out: str | Path, force: bool = False) -> int:
     ctx = DemoContext(out=Path(out).resolve(), force=force)
     ctx.out.mkdir(parents=True, exist_ok=True)

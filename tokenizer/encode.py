@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from pretrain.errors import ArtifactError
+from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, load_manifest, write_manifest
 from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.shards import read_columns, require_shards
@@ -217,6 +218,7 @@ def _run_ray(
     return sorted(results, key=lambda r: r.stem)
 
 
+@writes_output("out")
 def encode(
     tokenizer_dir: str | Path,
     data: str | Path,

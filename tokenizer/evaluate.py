@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, write_manifest
 from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.plots import plot_compression, plot_groups
@@ -181,6 +182,7 @@ def train_baseline(tokenizer: LockedTokenizer, shards: list[Path]) -> Any:
     return train_sentencepiece(stream_sample(shards, plan), tokenizer.vocab_size)
 
 
+@writes_output(lambda tokenizer_dir, out, **_: out or Path(tokenizer_dir) / "eval")
 def evaluate(
     tokenizer_dir: str | Path,
     data: str | Path,

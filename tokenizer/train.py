@@ -14,6 +14,7 @@ from typing import Any
 
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
+from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_bytes, load_manifest, sha256_file, write_manifest
 from tokenizer.config import PreTokenizeConfig, TrainConfig
 from tokenizer.lock import (
@@ -116,6 +117,7 @@ def make_lock(
     }
 
 
+@writes_output("config.out")
 def train(config: TrainConfig, command: list[str] | None = None) -> dict[str, Any]:
     """Train, lock and write the tokenizer artifact; return its manifest."""
     import tokenizers

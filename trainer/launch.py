@@ -18,6 +18,7 @@ from typing import Any
 from pretrain.command import current_command
 from pretrain.config import config_dict, config_sha256, dump_resolved, load_config
 from pretrain.errors import ConfigError, GateRefused, PretrainError
+from pretrain.locking import output_lock
 from pretrain.manifest import atomic_write_json
 from trainer.config import TrainConfig
 
@@ -191,6 +192,15 @@ def launch_command(args: argparse.Namespace) -> int:
     command = torchrun_command(args, nproc, nnodes, config_json)
     if args.dry_run:
         return _print_dry_run(config, command, args.override_gate)
+    with output_lock(run_dir):
+        return _launch(config, args, nproc, nnodes, command)
+
+
+def _launch(
+    config: TrainConfig, args: argparse.Namespace, nproc: int, nnodes: str, command: list[str]
+) -> int:
+    run_dir = Path(config.run.out_dir)
+    config_json = run_dir / "launch" / "config.json"
     gate = gate_decision(config, args.override_gate)
     check_backend(config)
     _write_launch_files(config, gate, command, config_json)

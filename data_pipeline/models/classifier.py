@@ -24,6 +24,7 @@ from data_pipeline.models.report import plot_confusion
 from data_pipeline.models.text import NORMALIZATION, classifier_line
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
+from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, sha256_file, write_manifest
 
 KIND = "fasttext-model"
@@ -255,6 +256,7 @@ def evaluate(model: Any, heldout: list[tuple[str, str]], labels: list[str]) -> d
     }
 
 
+@writes_output("config.out")
 def train_classifier(config: ClassifierConfig, command: list[str] | None = None) -> Path:
     """Train, evaluate and write the `fasttext-model` artifact; returns its directory."""
     out = Path(config.out)

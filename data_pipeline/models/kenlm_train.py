@@ -28,6 +28,7 @@ from data_pipeline.models.records import RecordSource, field_value, iter_records
 from data_pipeline.models.text import NORMALIZATION, lm_sentences
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
+from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, require, sha256_file, write_manifest
 
 KIND = "kenlm-model"
@@ -142,6 +143,7 @@ def _heldout_perplexity(arpa: Path, heldout: list[str]) -> float | None:
     return round(10 ** (-total / count), 3) if count else None
 
 
+@writes_output("config.out")
 def train_lm(config: LanguageModelConfig, command: list[str] | None = None) -> Path:
     """Train one model per language and write the `kenlm-model` artifact; returns its directory."""
     out = Path(config.out)

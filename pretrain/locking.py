@@ -1,0 +1,180 @@
+"""One writer per artifact: an exclusive `flock` on a lock file beside the output directory.
+
+`with output_lock(out):` around everything a command writes into `out`. The lock file is
+`PARENT/.<name>.lock`, next to the output rather than inside it, because several writers replace
+their output wholesale (a staging directory renamed over it, or `rmtree` then rebuild): a lock
+inside would be deleted with the directory and a second writer could lock a fresh file.
+
+The lock file holds a JSON record of the holder (pid, host, start time, command), so a refused
+writer can say who holds it. `flock` is released by the kernel when its holder dies, so a lock left
+by a killed process is simply taken over (the stale record is replaced, and the takeover reported
+on stderr). The same process may re-enter a lock it holds (the demo and ablations call builders
+that take their own locks on nested outputs).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import functools
+import inspect
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pretrain.errors import PretrainError
+
+LOCK_SUFFIX = ".lock"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class OutputLocked(PretrainError):
+    """Another live process is writing the same output."""
+
+
+_held: dict[str, tuple[int, int]] = {}  # lock path -> (fd, depth), this process only
+_guard = threading.Lock()
+
+
+def lock_path(out: str | os.PathLike) -> Path:
+    """`PARENT/.<name>.lock` for output directory `PARENT/<name>`."""
+    resolved = Path(os.path.abspath(out))
+    return resolved.parent / f".{resolved.name}{LOCK_SUFFIX}"
+
+
+def is_lock_file(path: Path) -> bool:
+    """True for a lock file this module writes (verify does not report them as unlisted)."""
+    return path.name.startswith(".") and path.name.endswith(LOCK_SUFFIX)
+
+
+def read_holder(out: str | os.PathLike) -> dict[str, Any] | None:
+    """The holder record of `out`'s lock, or None (no lock file, or an unreadable record)."""
+    try:
+        data = json.loads(lock_path(out).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def describe_holder(holder: dict[str, Any] | None) -> str:
+    if not holder:
+        return "an unknown process (no holder record)"
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder.get("started_unix", 0)))
+    command = " ".join(holder.get("command") or []) or "?"
+    return f"pid {holder.get('pid')} on {holder.get('host')} since {started} ({command})"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _refusal(out: Path, holder: dict[str, Any] | None) -> OutputLocked:
+    text = describe_holder(holder)
+    if holder and holder.get("host") == socket.gethostname() and not _pid_alive(holder["pid"]):
+        text += ", which has exited but left a child process holding the lock"
+    return OutputLocked(
+        f"output {out} is being written by {text}; wait for it to finish, stop it, "
+        "or choose another output"
+    )
+
+
+def _acquire(path: Path, out: Path, command: Sequence[str] | None) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        raise _refusal(out, read_holder(out)) from None
+    stale = read_holder(out)
+    if stale and stale.get("pid") != os.getpid():
+        print(
+            f"note: taking over the lock on {out} left by {describe_holder(stale)}, "
+            "which is no longer running",
+            file=sys.stderr,
+        )
+    record = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started_unix": round(time.time(), 3),
+        "command": list(command) if command is not None else list(sys.argv),
+        "output": str(out),
+    }
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(record, indent=2).encode(), 0)
+    os.fsync(fd)
+    return fd
+
+
+@contextmanager
+def output_lock(out: str | os.PathLike, command: Sequence[str] | None = None) -> Iterator[Path]:
+    """Hold the exclusive writer lock on output directory `out` for the `with` block.
+
+    Raises `OutputLocked` (one line naming the holder) when another live process holds it.
+    """
+    out_path = Path(os.path.abspath(out))
+    path = lock_path(out_path)
+    key = str(path)
+    with _guard:
+        if key in _held:
+            fd, depth = _held[key]
+            _held[key] = (fd, depth + 1)
+        else:
+            _held[key] = (_acquire(path, out_path, command), 1)
+    try:
+        yield out_path
+    finally:
+        with _guard:
+            fd, depth = _held[key]
+            if depth > 1:
+                _held[key] = (fd, depth - 1)
+            else:
+                del _held[key]
+                # a clean release leaves no record; a killed holder leaves one (taken over)
+                os.ftruncate(fd, 0)
+                os.close(fd)
+
+
+def writes_output(where: str | Callable[..., str | os.PathLike]) -> Callable[[F], F]:
+    """Decorate a builder so its whole body runs under `output_lock` of its output directory.
+
+    `where` names the argument holding the output, with attribute access (`"config.out"`,
+    `"out"`), or is a function of the bound arguments returning it.
+    """
+
+    def decorate(func: F) -> F:
+        signature = inspect.signature(func)
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            if callable(where):
+                out = where(**bound.arguments)
+            else:
+                name, *attrs = where.split(".")
+                out = bound.arguments[name]
+                for attr in attrs:
+                    out = getattr(out, attr)
+            command = bound.arguments.get("command")
+            with output_lock(out, command if isinstance(command, list) else None):
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
