@@ -63,6 +63,9 @@ class TrainConfig(StrictModel):
     """Total vocabulary, special tokens and the 256 byte tokens included (a multiple of 128 keeps
     Megatron's embedding padding a no-op)."""
     min_frequency: int = Field(2, ge=1)
+    model_max_length: int = Field(4096, ge=8)
+    """`model_max_length` of the HF tokenizer_config.json: the longest input the models trained with
+    this tokenizer take (`pretrain export` writes the exported model's seq_length instead)."""
     special_tokens: list[str] = Field(default_factory=list)
     """User-defined special tokens; ids follow <|endoftext|> = 0 and <|pad|> = 1 in list order."""
     pretokenize: PreTokenizeConfig = PreTokenizeConfig()

@@ -19,7 +19,9 @@ from pretrain.manifest import canonical_json, load_manifest, require, sha256_byt
 KIND = "tokenizer"
 LOCK_FILE = "lock.json"
 TOKENIZER_FILE = "tokenizer.json"
-LOCK_VERSION = 1
+LOCK_VERSION = 2
+"""1: `files` lists tokenizer.json only; 2: also the HF tokenizer_config.json and
+special_tokens_map.json (tokenizer/hf.py). Both verify: every file the lock lists is checked."""
 
 
 def tokenizer_id(name: str, sha256: str) -> str:
@@ -116,8 +118,8 @@ def check_match(recorded: Any, given: Any, what: str) -> None:
 
 
 def _verified_lock(root: Path) -> tuple[dict[str, Any], str]:
-    """lock.json and its sha256, after checking tokenizer.json against it and it against the
-    manifest (each refusal names the file, both hashes and the fix)."""
+    """lock.json and its sha256, after checking every file it lists (tokenizer.json, and the HF
+    side files of lock version 2) against it and it against the manifest (each refusal names the file, both hashes and the fix)."""
     lock_path, tok_path = root / LOCK_FILE, root / TOKENIZER_FILE
     for path in (lock_path, tok_path):
         if not path.is_file():
@@ -126,13 +128,22 @@ def _verified_lock(root: Path) -> tuple[dict[str, Any], str]:
                 "train one with `pretrain tokenizer train`"
             )
     lock = json.loads(lock_path.read_bytes())
-    tok_sha = sha256_file(tok_path)
-    if tok_sha != lock["files"][TOKENIZER_FILE]:
-        raise LockMismatch(
-            f"{tok_path} has sha256 {tok_sha[:12]}..., lock.json records "
-            f"{lock['files'][TOKENIZER_FILE][:12]}...: the file was edited after locking; "
-            "restore it or retrain with `pretrain tokenizer train`"
-        )
+    if TOKENIZER_FILE not in lock.get("files", {}):
+        raise LockMismatch(f"{lock_path} does not lock {TOKENIZER_FILE}; retrain the tokenizer")
+    for name, recorded_sha in lock["files"].items():
+        path = root / name
+        if not path.is_file():
+            raise LockMismatch(
+                f"{path} is missing but lock.json lists it: restore it or retrain with "
+                "`pretrain tokenizer train`"
+            )
+        file_sha = sha256_file(path)
+        if file_sha != recorded_sha:
+            raise LockMismatch(
+                f"{path} has sha256 {file_sha[:12]}..., lock.json records "
+                f"{recorded_sha[:12]}...: the file was edited after locking; "
+                "restore it or retrain with `pretrain tokenizer train`"
+            )
     sha = sha256_file(lock_path)
     recorded = load_manifest(root).get("tokenizer", {})
     if recorded.get("sha256") != sha:

@@ -17,6 +17,7 @@ from pretrain.errors import ArtifactError, ConfigError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_bytes, load_manifest, sha256_file, write_manifest
 from tokenizer.config import PreTokenizeConfig, TrainConfig
+from tokenizer.hf import HF_FILES, hf_file_bytes
 from tokenizer.lock import (
     KIND,
     LOCK_FILE,
@@ -91,20 +92,25 @@ def _prepare_out(out: Path) -> None:
             )
         (out / "manifest.json").unlink()
     out.mkdir(parents=True, exist_ok=True)
-    for stale in (LOCK_FILE, TOKENIZER_FILE):
+    for stale in (LOCK_FILE, TOKENIZER_FILE, *HF_FILES):
         (out / stale).unlink(missing_ok=True)
     shutil.rmtree(out / "eval", ignore_errors=True)
 
 
 def make_lock(
-    config: TrainConfig, tokenizer: Any, tok_sha: str, composition: dict[str, Any], shards_sha: str
+    config: TrainConfig,
+    tokenizer: Any,
+    files: dict[str, str],
+    composition: dict[str, Any],
+    shards_sha: str,
 ) -> dict[str, Any]:
-    """The lock.json content (no timestamps: the same inputs give the same tokenizer id)."""
+    """The lock.json content (no timestamps: the same inputs give the same tokenizer id).
+    `files`: {name: sha256} of tokenizer.json and the HF side files."""
     vocab_size = tokenizer.get_vocab_size()
     return {
         "lock_version": LOCK_VERSION,
         "name": config.artifact_name,
-        "files": {TOKENIZER_FILE: tok_sha},
+        "files": dict(sorted(files.items())),
         "vocab_size": vocab_size,
         "vocab_size_requested": config.vocab_size,
         "special_tokens": {t: tokenizer.token_to_id(t) for t in config.all_special_tokens},
@@ -135,7 +141,13 @@ def train(config: TrainConfig, command: list[str] | None = None) -> dict[str, An
     out = Path(config.out)
     _prepare_out(out)
     tokenizer.save(str(out / TOKENIZER_FILE))
-    lock = make_lock(config, tokenizer, sha256_file(out / TOKENIZER_FILE), composition, shards_sha)
+    files = {TOKENIZER_FILE: sha256_file(out / TOKENIZER_FILE)}
+    specials = {t: tokenizer.token_to_id(t) for t in config.all_special_tokens}
+    eod, pad = (specials[t] for t in config.all_special_tokens[:2])
+    for name, data in hf_file_bytes(specials, eod, pad, config.model_max_length).items():
+        atomic_write_bytes(out / name, data)
+        files[name] = sha256_file(out / name)
+    lock = make_lock(config, tokenizer, files, composition, shards_sha)
     atomic_write_bytes(out / LOCK_FILE, lock_bytes(lock))
     sha = lock_sha256(lock)
     info = {
