@@ -22,10 +22,16 @@ from pretrain.manifest import atomic_write_bytes, load_manifest, manifest_sha256
 ITER = re.compile(r"^iter_(\d+)$")
 
 
+def _build_preflight(config: Any) -> str:
+    from evals.sets import preflight
+
+    return f"{len(preflight(config))} shard files verified; out is free"
+
+
 def build_command(args: argparse.Namespace) -> int:
     from evals.sets import EvalBuildConfig, build_eval_sets
 
-    config = resolve_config(EvalBuildConfig, args)
+    config = resolve_config(EvalBuildConfig, args, _build_preflight)
     if config is None:
         return 0
     manifest = build_eval_sets(config)

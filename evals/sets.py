@@ -248,19 +248,29 @@ def _copy_tasks(out: Path, tasks: list[str]) -> list[dict]:
     return copied
 
 
+def preflight(cfg: EvalBuildConfig) -> list[Path]:
+    """What `build_eval_sets` checks before working (`--dry-run` runs it): `out` is new or an eval
+    set, and the shards (and `train_shards`) verify. Returns the shard files."""
+    out = Path(cfg.out)
+    is_evalset = (out / "manifest.json").is_file() and (out / "sets").is_dir()
+    if out.exists() and any(out.iterdir()) and not is_evalset:
+        raise ConfigError(
+            f"out = {out} exists and is not an eval set artifact; choose an empty or new directory"
+        )
+    files = _shard_files(cfg.shards)
+    for directory in cfg.train_shards:
+        _shard_files(directory)
+    return files
+
+
 @writes_output("cfg.out")
 def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
     """Build the `evalset` artifact at cfg.out; returns its manifest."""
+    files = preflight(cfg)
     out = Path(cfg.out)
-    if out.exists() and any(out.iterdir()):
-        if not (out / "manifest.json").is_file() or not (out / "sets").is_dir():
-            raise ConfigError(
-                f"out = {out} exists and is not an eval set artifact; choose an "
-                "empty or new directory"
-            )
+    if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    files = _shard_files(cfg.shards)
     groups = _collect_eval(files, cfg)
     if not groups:
         raise InputError(

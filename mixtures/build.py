@@ -144,9 +144,20 @@ def tokens_per_parameter(config: MixtureConfig) -> tuple[float | None, str | Non
     return ratio, warning
 
 
-@writes_output("config.out")
-def build_mixture(config: MixtureConfig, command: list[str] | None = None) -> BuildResult:
-    """Validate, select, plan, write the artifact; returns its manifest and summary."""
+@dataclass
+class Prepared:
+    """Everything `build_mixture` checks and computes before it writes (`--dry-run` stops here)."""
+
+    encoded_dir: Path
+    tokenizer: dict[str, Any]
+    exclude: frozenset[str]
+    docs: list[np.ndarray]
+    old: planning.OldMixture | None
+    plan: planning.Plan
+
+
+def prepare(config: MixtureConfig) -> Prepared:
+    """Validate the recipe, verify the encoded data and tokenizer, select and plan (feasibility)."""
     check_recipe(config)
     encoded_dir = Path(config.build.encoded)
     encoded_manifest = verify_encoded(encoded_dir)
@@ -156,6 +167,15 @@ def build_mixture(config: MixtureConfig, command: list[str] | None = None) -> Bu
     docs = select_components(config.recipe.components, sidecars, exclude)
     old = planning.load_old(config) if config.replan is not None else None
     plan = planning.make_plan(config, docs, old)
+    return Prepared(encoded_dir, tokenizer, exclude, docs, old, plan)
+
+
+@writes_output("config.out")
+def build_mixture(config: MixtureConfig, command: list[str] | None = None) -> BuildResult:
+    """Validate, select, plan, write the artifact; returns its manifest and summary."""
+    prepared = prepare(config)
+    encoded_dir, tokenizer, exclude = prepared.encoded_dir, prepared.tokenizer, prepared.exclude
+    docs, old, plan = prepared.docs, prepared.old, prepared.plan
     out = Path(config.out)
     staging = _staging_dir(out)
     try:

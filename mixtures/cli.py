@@ -42,7 +42,7 @@ def _build(args: argparse.Namespace) -> int:
     from mixtures.build import build_mixture, format_summary
     from mixtures.recipe import MixtureConfig
 
-    config = resolve_config(MixtureConfig, args)
+    config = resolve_config(MixtureConfig, args, _preflight)
     if config is None:
         return 0
     result = build_mixture(config, command=current_command())
@@ -50,6 +50,16 @@ def _build(args: argparse.Namespace) -> int:
         print(f"pretrain mixture build: warning: {warning}", file=sys.stderr)
     print(format_summary(result))
     return 0
+
+
+def _preflight(config: Any) -> str:
+    from mixtures.build import prepare
+
+    prepared = prepare(config)
+    return (
+        f"encoded data and tokenizer {prepared.tokenizer.get('id', '?')} verified; "
+        f"{len(prepared.docs)} components selected; quotas feasible"
+    )
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ def _train(args: argparse.Namespace) -> int:
     from tokenizer.config import TrainConfig
     from tokenizer.train import train
 
-    config = resolve_config(TrainConfig, args)
+    config = resolve_config(TrainConfig, args, _train_preflight)
     if config is None:
         return 0
     manifest = train(config, command=current_command())
@@ -29,6 +29,12 @@ def _train(args: argparse.Namespace) -> int:
         f"-> {config.out}"
     )
     return 0
+
+
+def _train_preflight(config: Any) -> str:
+    from tokenizer.train import preflight
+
+    return f"{len(preflight(config))} shards verified; out is free"
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -47,8 +53,12 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _encode(args: argparse.Namespace) -> int:
-    from tokenizer.encode import encode
+    from tokenizer.encode import encode, preflight
 
+    if args.dry_run:
+        tokenizer, _, shards = preflight(args.tokenizer_dir, args.data, args.out)
+        print(f"checked: tokenizer {tokenizer.info['id']} and {len(shards)} shards verified")
+        return 0
     manifest = encode(
         args.tokenizer_dir,
         args.data,
@@ -112,4 +122,9 @@ def register(sub: Any) -> None:
         type=float,
         default=1.0,
         help="CPUs reserved per Ray shard task (fractional allowed)",
+    )
+    enc.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="verify the tokenizer, the shards and --out, then exit without encoding",
     )

@@ -163,12 +163,24 @@ def _sidecar_batch(table: pa.Table, start: int, lengths: list[int]) -> pa.Table:
     return pa.table({name: columns[name] for name in SIDECAR_SCHEMA.names}, schema=SIDECAR_SCHEMA)
 
 
-def _prepare_out(out: Path, stems: set[str]) -> None:
-    """Drop the old manifest (rewritten last) and outputs of shards no longer in the input."""
+def preflight(
+    tokenizer_dir: str | Path, data: str | Path, out: str | Path
+) -> tuple[LockedTokenizer, dict[str, Any], list[Path]]:
+    """What `encode` checks before working (`--dry-run` runs it): the tokenizer and the shards
+    verify, and `out` is new or an encoded artifact."""
+    tokenizer = load_locked(tokenizer_dir)
+    shards_manifest, shards = require_shards(data)
+    out = Path(out)
     if (out / "manifest.json").is_file():
         kind = load_manifest(out)["kind"]
         if kind != KIND:
             raise ArtifactError(f"--out {out} holds a {kind!r} artifact; choose another directory")
+    return tokenizer, shards_manifest, shards
+
+
+def _prepare_out(out: Path, stems: set[str]) -> None:
+    """Drop the old manifest (rewritten last) and outputs of shards no longer in the input."""
+    if (out / "manifest.json").is_file():
         (out / "manifest.json").unlink()
     out.mkdir(parents=True, exist_ok=True)
     for path in out.iterdir():
@@ -233,8 +245,7 @@ def encode(
     backend `ray`: one task per shard on the running Ray cluster (or a local one; RAY_ADDRESS
     is honoured), `num_cpus` reserved per task; `inline`: shards one after another here.
     """
-    tokenizer = load_locked(tokenizer_dir)
-    shards_manifest, shards = require_shards(data)
+    tokenizer, shards_manifest, shards = preflight(tokenizer_dir, data, out)
     out = Path(out)
     _prepare_out(out, {shard.stem for shard in shards})
     jobs = [

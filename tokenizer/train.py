@@ -81,8 +81,16 @@ def train_on_texts(texts: Any, config: TrainConfig, show_progress: bool = True) 
     return tokenizer
 
 
-def _prepare_out(out: Path) -> None:
-    """Refuse to overwrite a different kind of artifact; drop a stale manifest first."""
+def preflight(config: TrainConfig) -> list[Path]:
+    """What `train` checks before working (`--dry-run` runs it): the shards verify and `out` is
+    new or a tokenizer. Returns the shard files."""
+    _, shards = require_shards(config.data)
+    check_out(Path(config.out))
+    return shards
+
+
+def check_out(out: Path) -> None:
+    """Refuse an `out` that holds a different kind of artifact."""
     if (out / "manifest.json").is_file():
         kind = load_manifest(out)["kind"]
         if kind != KIND:
@@ -90,6 +98,12 @@ def _prepare_out(out: Path) -> None:
                 f"out = {out} holds a {kind!r} artifact; choose another out "
                 "directory for the tokenizer"
             )
+
+
+def _prepare_out(out: Path) -> None:
+    """Refuse to overwrite a different kind of artifact; drop a stale manifest first."""
+    check_out(out)
+    if (out / "manifest.json").is_file():
         (out / "manifest.json").unlink()
     out.mkdir(parents=True, exist_ok=True)
     for stale in (LOCK_FILE, TOKENIZER_FILE, *HF_FILES):
@@ -128,7 +142,7 @@ def train(config: TrainConfig, command: list[str] | None = None) -> dict[str, An
     """Train, lock and write the tokenizer artifact; return its manifest."""
     import tokenizers
 
-    _, shards = require_shards(config.data)
+    shards = preflight(config)
     shards_sha = shards_identity(config.data)
     plan = plan_sample(shards, config.sample)
     tokenizer = train_on_texts(stream_sample(shards, plan), config)
