@@ -3,10 +3,11 @@ decontaminated against the training documents with the pipeline's MinHash dedup 
 (`data_pipeline.dedup.index`: eval documents indexed, training shards queried batch by batch).
 
 Every training document (split != eval) whose estimated Jaccard similarity to an eval document
-reaches the threshold is reported in `contaminated.parquet` (`contaminated_ids(dir)`): the ids a
-mixture must exclude from training so the eval set stays held out. The artifact (kind `evalset`) holds
-`sets/<domain>__<lang>.parquet` (id, text, domain, lang, num_bytes), optional task files under
-`tasks/`, and `report.json`; its manifest sha256 is the eval set's identity.
+reaches the threshold is reported in `contaminated.parquet`: the ids a mixture must exclude from
+training so the eval set stays held out (read by `mixtures.decontaminate.contaminated_ids`).
+The artifact (kind `evalset`) holds `sets/<domain>__<lang>.parquet` (id, text, domain, lang,
+num_bytes), optional task files under `tasks/`, and `report.json`; its manifest sha256 is the eval
+set's identity.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field
 
+from mixtures.decontaminate import CONTAMINATED_FILE
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output
@@ -294,7 +296,7 @@ def _finish(
     out: Path, cfg: EvalBuildConfig, written: list[dict], skipped: list[dict], hits: list[dict]
 ) -> dict[str, Any]:
     """contaminated.parquet, the task files, report.json, then the `evalset` manifest."""
-    pq.write_table(pa.Table.from_pylist(hits, schema=HIT_SCHEMA), out / "contaminated.parquet")
+    pq.write_table(pa.Table.from_pylist(hits, schema=HIT_SCHEMA), out / CONTAMINATED_FILE)
     tasks = _copy_tasks(out, cfg.tasks)
     report = {
         "sets": written,
@@ -319,10 +321,3 @@ def _finish(
         counts=counts,
         extra={"sets": written, "tasks": tasks},
     )
-
-
-def contaminated_ids(evalset_dir: str | Path) -> set[str]:
-    """Training document ids a mixture must exclude to keep this eval set held out."""
-    require(evalset_dir, kind="evalset", deep=False)
-    table = pq.read_table(Path(evalset_dir) / "contaminated.parquet", columns=["train_id"])
-    return set(table.column("train_id").to_pylist())

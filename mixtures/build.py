@@ -20,6 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from mixtures import plan as planning
+from mixtures.decontaminate import contaminated_ids
 from mixtures.recipe import MixtureConfig, build_sha256, check_recipe, recipe_sha256
 from mixtures.selection import load_sidecars, select_components, select_sha256
 from pretrain.config import config_dict
@@ -258,8 +259,6 @@ def _contaminated(evalset_dirs: list[str]) -> frozenset[str]:
     """Training ids the eval sets found to be near-copies of eval documents."""
     if not evalset_dirs:
         return frozenset()
-    from evals.sets import contaminated_ids
-
     return frozenset().union(*(contaminated_ids(d) for d in evalset_dirs))
 
 

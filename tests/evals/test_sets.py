@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from evals.bpb import load_eval_sets
-from evals.sets import contaminated_ids
+from mixtures.decontaminate import contaminated_ids
 from pretrain.cli import main
 from pretrain.manifest import verify, write_manifest
 
