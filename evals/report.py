@@ -18,13 +18,7 @@ from typing import Any
 import numpy as np
 
 from pretrain.manifest import atomic_write_json, write_manifest
-
-LOWER_IS_BETTER_PREFIXES = ("bpb", "loss", "ppl", "perplexity", "nll")
-
-
-def lower_is_better(metric: str) -> bool:
-    """bpb / loss / perplexity fall as models improve; accuracies rise."""
-    return metric.split("/")[0].lower().startswith(LOWER_IS_BETTER_PREFIXES)
+from trainer.gate import decide, lower_is_better
 
 
 def _std(values: Sequence[float]) -> float | None:
@@ -90,89 +84,6 @@ def primary_proxy(runs: Sequence[Mapping[str, Any]], sizes: Mapping[str, float] 
     if sizes:
         return max(proxies, key=lambda p: (sizes.get(p, 0.0), p))
     return proxies[-1]
-
-
-def _criterion(
-    improvement: float, spread: float, min_improvement: float, require_seed_spread: bool
-) -> tuple[bool, str]:
-    """Whether the improvement over the base clears min_improvement (+ the seed spread)."""
-    if not (require_seed_spread or min_improvement > 0):
-        return True, "criteria do not require a margin over the alternative"
-    if require_seed_spread and math.isnan(spread):
-        return False, "one seed per recipe: the seed spread is unknown (run >= 2 seeds)"
-    margin = min_improvement + (spread if require_seed_spread else 0.0)
-    passed = improvement > margin
-    return passed, (
-        f"improvement {improvement:.4f} {'>' if passed else '<='} required "
-        f"{margin:.4f} (min_improvement {min_improvement} + seed spread "
-        f"{spread if require_seed_spread else 0.0:.4f})"
-    )
-
-
-def decide(
-    ranking: Sequence[Mapping[str, Any]],
-    base_sha: str,
-    metric: str,
-    min_improvement: float = 0.0,
-    require_seed_spread: bool = True,
-) -> dict[str, Any]:
-    """Choose the best-ranked recipe and test it against the base (the runner-up when the base
-    itself is chosen).
-
-    Passed when the criteria ask for no margin (min_improvement 0, no seed spread required), or
-    when the chosen recipe beats that alternative by more than min_improvement plus the seed spread
-    (the larger sample standard deviation over seeds of the two recipes).
-    """
-    chosen = ranking[0]
-    base = next((row for row in ranking if row["recipe_sha256"] == base_sha), None)
-    criteria = {
-        "metric": metric,
-        "min_improvement": min_improvement,
-        "require_seed_spread": require_seed_spread,
-        "lower_is_better": lower_is_better(metric),
-    }
-    evidence: list[str] = [
-        f"{chosen['recipe_name']} ranks first on {metric}: mean "
-        f"{chosen['mean']:.4f} over {chosen['n_seeds']} seed(s)"
-    ]
-    if base is None:
-        return {
-            "chosen": chosen,
-            "base": None,
-            "criteria": criteria,
-            "passed": False,
-            "improvement": None,
-            "spread": None,
-            "evidence": evidence + ["the base recipe has no finished runs"],
-        }
-    # The chosen recipe must beat its alternative: the base, or (when the base is chosen) the
-    # runner-up, so that keeping the base is also a decision the seeds support.
-    other = base if chosen is not base else (ranking[1] if len(ranking) > 1 else None)
-    if other is None:
-        passed, why, improvement, spread = (
-            False,
-            "only the base recipe ran: nothing to compare",
-            None,
-            float("nan"),
-        )
-    else:
-        improvement = (1.0 if lower_is_better(metric) else -1.0) * (other["mean"] - chosen["mean"])
-        stds = (chosen["std"], other["std"])
-        spread = float("nan") if None in stds else max(stds)
-        passed, why = _criterion(improvement, spread, min_improvement, require_seed_spread)
-        if chosen is base:
-            why = f"base kept over runner-up {other['recipe_name']}: {why}"
-    evidence.append(f"base {base['recipe_name']}: mean {base['mean']:.4f}, rank {base['rank']}")
-    evidence.append(why)
-    return {
-        "chosen": chosen,
-        "base": base,
-        "criteria": criteria,
-        "passed": bool(passed),
-        "improvement": improvement,
-        "spread": None if math.isnan(spread) else spread,
-        "evidence": evidence,
-    }
 
 
 def weight_matrix(runs: Sequence[Mapping[str, Any]], components: Sequence[str]) -> np.ndarray:

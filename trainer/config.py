@@ -18,7 +18,7 @@ class RunConfig(StrictModel):
 
     name: str = "run"
     kind: Literal["proxy", "full"] = "proxy"
-    """`full` launches must pass the ablation gate (evals.gate.check_gate) or --override-gate."""
+    """`full` launches must pass the ablation gate (trainer.gate.check_gate) or --override-gate."""
     out_dir: str = "runs/run"
     seed: int = 1234
     train_steps: int | None = Field(None, ge=1)
@@ -206,7 +206,7 @@ class MetricsConfig(StrictModel):
 
 
 class GateConfig(StrictModel):
-    """What the ablation report must show before a `run.kind: full` launch (evals.gate)."""
+    """What the ablation report must show before a `run.kind: full` launch (trainer.gate)."""
 
     report_dir: str | None = None
     metric: str = "bpb"

@@ -27,18 +27,9 @@ def gate_decision(config: TrainConfig, override_reason: str | None) -> dict[str,
     """What the run manifest records under `gate`; raises GateRefused for an uncleared full run."""
     if config.run.kind != "full":
         return {"status": "not required", "kind": config.run.kind}
+    from trainer.gate import check_gate
+
     try:
-        from evals.gate import check_gate
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("evals", "evals.gate"):
-            raise
-        check_gate = None
-    try:
-        if check_gate is None:
-            raise GateRefused(
-                "run.kind = full needs an ablation report checked by evals.gate, "
-                "which is not installed here; pass --override-gate REASON"
-            )
         return check_gate(config_dict(config), config.gate.report_dir)
     except GateRefused as exc:
         if not override_reason:

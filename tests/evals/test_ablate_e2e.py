@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evals.gate import check_gate
 from pretrain.cli import main
 from pretrain.errors import GateRefused
 from pretrain.manifest import load_manifest, verify
 from tests.evals.chain import TINY_PROXY
+from trainer.gate import check_gate
 
 
 def _ablation_config(chain: dict[str, Path], root: Path) -> Path:

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from evals.gate import check_gate
 from pretrain.errors import GateRefused
 from tests.evals.conftest import ENCODED, make_mixture, make_report, synthetic_runs
+from trainer.gate import check_gate
 
 
 def _config(mixture, report, **gate) -> dict:

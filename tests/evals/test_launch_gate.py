@@ -1,4 +1,4 @@
-"""`pretrain launch` of a `run.kind: full` config goes through evals.gate: refused without a
+"""`pretrain launch` of a `run.kind: full` config goes through trainer.gate: refused without a
 report, launched with --override-gate and the reason recorded in the run's manifest."""
 
 from __future__ import annotations
