@@ -75,8 +75,14 @@ def dedup_dataset(dataset: Any, config: DedupConfig, stage: Any) -> tuple[Any, D
     """Tag every row of a Ray Dataset; returns (dataset with the dedup columns, stats)."""
     import ray
 
-    partitions = max(2, config.num_partitions or _default_partitions(ray))
-    blocks = dataset.materialize().to_arrow_refs()
+    materialized = dataset.materialize()
+    rows = materialized.count()
+    # More partitions than documents only adds empty tasks (P^2 objects per shuffle); the tags do
+    # not depend on the partition count, so it is capped by the number of documents.
+    partitions = min(max(2, config.num_partitions or _default_partitions(ray)), max(2, rows))
+    blocks = materialized.to_arrow_refs()
+    if not blocks or rows == 0:
+        return materialized, DedupStats()
     _wait_for_cpu(ray, config.task_timeout_s)
     run = _Runner(config)
     steps = tqdm(total=6, desc="dedup", unit="step", leave=False)

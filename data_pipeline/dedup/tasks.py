@@ -51,10 +51,15 @@ def edges_table(u: np.ndarray, v: np.ndarray) -> pa.Table:
 
 
 def concat(pieces: tuple[pa.Table, ...], schema: pa.Schema | None = None) -> pa.Table:
-    pieces = tuple(p for p in pieces if p is not None and p.num_rows)
-    if not pieces:
-        return schema.empty_table() if schema is not None else pa.table({})
-    return pa.concat_tables(pieces)
+    """The rows of `pieces`; when none has rows, an empty table that keeps their columns (a
+    partition that received no document still has the columns the next step reads)."""
+    filled = tuple(p for p in pieces if p is not None and p.num_rows)
+    if filled:
+        return pa.concat_tables(filled)
+    typed = next((p for p in pieces if p is not None and p.num_columns), None)
+    if typed is not None:
+        return typed.slice(0, 0)
+    return schema.empty_table() if schema is not None else pa.table({})
 
 
 def map_block(block: pa.Table, block_index: int, config: DedupConfig, partitions: int) -> list:
