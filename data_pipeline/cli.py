@@ -45,23 +45,6 @@ def train_classifier(args: argparse.Namespace) -> int:
     return handler(args)
 
 
-def _lazy(handler: Any, what: str) -> Any:
-    def call(args: argparse.Namespace) -> int:
-        try:
-            return handler(args)
-        except ModuleNotFoundError as exc:
-            if exc.name != "data_pipeline.models.cli_handlers":
-                raise
-            from pretrain.errors import PretrainError
-
-            raise PretrainError(
-                f"{what} is not built yet (data_pipeline.models.cli_handlers is "
-                "missing); see README.md for what works today"
-            ) from None
-
-    return call
-
-
 def register(sub: Any) -> None:
     data = sub.add_parser("data", help="data jobs: tag, filter, dedup raw text into shards")
     dsub = data.add_subparsers(dest="data_command", metavar="DATA_COMMAND", required=True)
@@ -81,14 +64,14 @@ def register(sub: Any) -> None:
     lm = add_command(
         dsub,
         ["data", "train-lm"],
-        _lazy(train_lm, "pretrain data train-lm"),
+        train_lm,
         "train a KenLM model artifact from reference text",
     )
     add_config_args(lm)
     clf = add_command(
         dsub,
         ["data", "train-classifier"],
-        _lazy(train_classifier, "pretrain data train-classifier"),
+        train_classifier,
         "train a fastText classifier artifact from labelled JSONL",
     )
     add_config_args(clf)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any
 
@@ -13,34 +12,17 @@ MODEL_STAGES = {"domain": "domain", "quality": "quality", "lm": "perplexity"}
 """build_demo_models() key -> the stage whose `model` setting takes that model artifact."""
 
 
-def _available(name: str) -> bool:
-    module_name = STAGE_REGISTRY[name].partition(":")[0]
-    try:
-        importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            return False
-        raise
-    return True
-
-
 def demo_models(raw: Path, out: Path) -> dict[str, Path]:
-    """Train the demo's fastText/KenLM models when the models package provides the builder."""
-    try:
-        module = importlib.import_module("data_pipeline.models.demo_assets")
-    except ModuleNotFoundError as exc:
-        if exc.name != "data_pipeline.models.demo_assets":
-            raise
-        return {}
-    return dict(module.build_demo_models(raw, out))
+    """Train the demo's fastText/KenLM models on the embedded sample."""
+    from data_pipeline.models.demo_assets import build_demo_models
+
+    return dict(build_demo_models(raw, out))
 
 
 def demo_config(raw: Path, out: Path, models: dict[str, Path]) -> PipelineConfig:
-    """Every stage that exists, with the demo's models, small shards and a bounded runtime."""
+    """Every stage, with the demo's models, small shards and a bounded runtime."""
     stages: dict[str, dict[str, Any]] = {}
     for name in STAGE_REGISTRY:
-        if not _available(name):
-            continue
         section: dict[str, Any] = {}
         for key, stage in MODEL_STAGES.items():
             if stage == name and key in models:

@@ -423,10 +423,3 @@ def run_pipeline(
     return RunResult(
         out, led, manifest, shards, reused_parts=reused, parts=led["parts"], ray_stats=ray_stats
     )
-
-
-def load_and_run(path: str, overrides: list[str], **kwargs: Any) -> RunResult:
-    """Load a pipeline YAML (with `a.b=value` overrides) and run it."""
-    from pretrain.config import load_config
-
-    return run_pipeline(load_config(PipelineConfig, path, overrides), **kwargs)

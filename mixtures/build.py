@@ -33,6 +33,7 @@ from pretrain.manifest import (
     sha256_file,
     write_manifest,
 )
+from tokenizer.lock import check_match
 
 KIND = "mixture"
 TOKENS_PER_PARAM = (15.0, 30.0)
@@ -93,7 +94,7 @@ def check_tokenizer(config: MixtureConfig, encoded_manifest: dict[str, Any]) -> 
             f"built for (the encoded data records {recorded.get('sha256')})"
         )
     for _, value in given:
-        _check_match(recorded, value, what)
+        check_match(recorded, value, what)
     return dict(recorded)
 
 
@@ -107,26 +108,6 @@ def _tokenizer_dir_info(directory: Path) -> dict[str, Any]:
             "its manifest records; restore it or retrain the tokenizer"
         )
     return info
-
-
-def _check_match(recorded: dict[str, Any], given: Any, what: str) -> None:
-    try:
-        from tokenizer.lock import check_match
-    except ImportError:  # the tokenizer package is optional for building from a pinned hash
-        check_match = None
-    if check_match is not None:
-        check_match(recorded, given, what)
-        return
-    given_sha = given.get("sha256") if isinstance(given, dict) else given
-    if recorded.get("sha256") != given_sha:
-        from pretrain.errors import LockMismatch
-
-        raise LockMismatch(
-            f"tokenizer mismatch: {what} was built with tokenizer "
-            f"{str(recorded.get('sha256'))[:12]}..., the pin is "
-            f"{str(given_sha)[:12]}...; re-encode with `pretrain tokenizer encode`"
-            " or pin the tokenizer the data was built with"
-        )
 
 
 def tokens_per_parameter(config: MixtureConfig) -> tuple[float | None, str | None]:

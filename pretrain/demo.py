@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -69,15 +70,9 @@ def sample_step(ctx: DemoContext) -> str:
     return f"{len(manifest['files'])} raw input files, {size / 1e6:.1f} MB -> {target}"
 
 
-def _load_step(ref: str):
+def _load_step(ref: str) -> Callable[[DemoContext], str]:
     module_name, _, func_name = ref.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            return None
-        raise
-    return getattr(module, func_name, None)
+    return getattr(importlib.import_module(module_name), func_name)
 
 
 @writes_output("out")
@@ -88,10 +83,6 @@ def run_demo(out: str | Path, force: bool = False) -> int:
     rows = []
     for name, ref in DEMO_STEPS:
         step = _load_step(ref)
-        if step is None:
-            rows.append((name, "not built yet", 0.0))
-            print(f"[demo] {name:<10} skipped: not built yet", flush=True)
-            continue
         print(f"[demo] {name:<10} running ...", flush=True)
         start = time.perf_counter()
         summary = step(ctx)

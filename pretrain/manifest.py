@@ -237,7 +237,3 @@ def require(
                 "depends on it or pin the new hash"
             )
     return verify(root, deep=deep)
-
-
-def short_hash(sha256: str, length: int = 6) -> str:
-    return sha256[:length]

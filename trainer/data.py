@@ -160,13 +160,8 @@ def synthetic_data(config: TrainConfig, directory: Path, total_batches: int) -> 
 
 def mixture_data(config: TrainConfig) -> TrainData:
     """The mixture artifact's phases as a TrainData, with its identity hashes."""
-    try:
-        from mixtures.dataset import MixtureDataset
-    except ModuleNotFoundError as exc:
-        raise ArtifactError(
-            "mixtures.dataset is not available in this checkout; use "
-            "data.source=synthetic until the mixture package lands"
-        ) from exc
+    from mixtures.dataset import MixtureDataset
+
     if not config.data.mixture_dir:
         raise ConfigError(
             "data.mixture_dir is not set; point it at a `pretrain mixture build` "

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pretrain.errors import ArtifactError, GateRefused
-from pretrain.manifest import load_manifest, manifest_sha256, require
+from pretrain.manifest import manifest_sha256, require
 
 LOWER_IS_BETTER_PREFIXES = ("bpb", "loss", "ppl", "perplexity", "nll")
 
@@ -261,19 +261,4 @@ def check_gate(train_config_dict: Mapping[str, Any], report_dir: str | Path | No
         "improvement": decision["improvement"],
         "spread": decision["spread"],
         "evidence": decision["evidence"],
-    }
-
-
-def report_summary(report_dir: str | Path) -> dict[str, Any]:
-    """The decision fields of a finished ablation report (for notebooks and the CLI)."""
-    manifest = load_manifest(report_dir)
-    return {
-        k: manifest.get(k)
-        for k in (
-            "chosen_recipe_sha256",
-            "base_recipe_sha256",
-            "tokenizer_sha256",
-            "data_manifest_sha256",
-            "passed",
-        )
     }

@@ -7,7 +7,6 @@ optimizer step -> guard (roll back on a spike or NaN) -> metrics -> checkpoint.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -315,7 +314,3 @@ class Trainer:
                 zip(self.data.component_names, self.state.sequences_per_component, strict=True)
             ),
         }
-
-
-def rank_env_summary() -> str:
-    return f"rank {os.environ.get('RANK', '0')}/{os.environ.get('WORLD_SIZE', '1')}"

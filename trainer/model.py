@@ -248,10 +248,3 @@ def build_optimizer(config: TrainConfig, model: list[Any]) -> Any:
     )
     with device_context():
         return get_megatron_optimizer(opt_config, model)
-
-
-def unwrap(module: Any) -> Any:
-    """The GPTModel inside DDP wrappers."""
-    while hasattr(module, "module"):
-        module = module.module
-    return module

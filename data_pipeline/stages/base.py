@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from pretrain.config import StrictModel
-from pretrain.schema import reason_column, stage_fields
+from pretrain.schema import stage_fields
 
 
 class StageConfig(StrictModel):
@@ -39,10 +39,6 @@ class Stage(ABC):
     @property
     def provides(self) -> tuple[str, ...]:
         return tuple(f.name for f in stage_fields(self.name))
-
-    @property
-    def can_reject(self) -> bool:
-        return reason_column(self.name) in self.provides
 
     def setup(self) -> None:
         """Load heavy state (models, word lists) once per worker. Default: nothing."""

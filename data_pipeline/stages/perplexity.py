@@ -257,10 +257,6 @@ class PerplexityStage(GlobalStage):
         info["scored_documents"] = self.counts
         return info
 
-    def manifest_extra(self) -> dict[str, Any]:
-        """What the runner merges into the shards manifest: {"ppl_cutoffs": {lang: [p30, p60]}}."""
-        return {"ppl_cutoffs": self.cutoffs}
-
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_models", None)  # kenlm models do not pickle; workers load their own
