@@ -122,7 +122,7 @@ def _run(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
 
     from benchmarks.bench_trainer_cpu import PlainTrainer
     from trainer.loop import Trainer
-    from trainer.metrics import flops_per_token
+    from trainer.flops import flops_per_token
 
     gpu = not args.dry_run
     shape, batch = (GPU_SHAPE, GPU_BATCH) if gpu else (DRY_SHAPE, DRY_BATCH)
@@ -146,9 +146,9 @@ def _run(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     rows = _interleave(
         args, ours_step, plain_step, batch["global_batch_size"] * shape["seq_length"] * args.steps
     )
-    per_token = flops_per_token(
-        trainer.num_params, shape["num_layers"], shape["seq_length"], shape["hidden_size"]
-    )
+    per_token = flops_per_token(trainer.config.model, shape["vocab_size"], shape["seq_length"])[
+        "model"
+    ]
     ours = statistics.median(r["ours"] for r in rows)
     base = statistics.median(r["plain"] for r in rows)
     ratio = statistics.median(r["ours"] / r["plain"] for r in rows)
@@ -165,7 +165,7 @@ def _run(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
         "ratio": ratio,
         "target": 0.9,
         "met": ratio >= 0.9,
-        "mfu_formula": "(6*N + 12*L*S*h) * tokens_per_s / peak_flops",
+        "mfu_formula": "(6*N + 12*L*S*H*Q) * tokens_per_s / peak_flops",
         "peak_flops": PEAK_FLOPS,
         "model_flops_per_token": per_token,
         "mfu_ours": per_token * ours / PEAK_FLOPS,

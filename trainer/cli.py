@@ -28,6 +28,24 @@ def register(sub: Any) -> None:
     )
     add_config_args(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument(
+        "--gpu", default=None, help="GPU type: h100, h200, a100, b200, ... (plan.gpu)"
+    )
+    plan.add_argument(
+        "--mfu",
+        type=float,
+        default=None,
+        help="achieved fraction of peak on all executed FLOPs, recompute included (plan.mfu)",
+    )
+    plan.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak per GPU")
+    plan.add_argument(
+        "--overhead", type=float, default=None, help="wall-time factor on top of training"
+    )
+    plan.add_argument(
+        "--allow-oom",
+        action="store_true",
+        help="plan a layout that does not fit GPU memory (a warning instead of an error)",
+    )
     launch = add_command(
         sub,
         ["launch"],

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from pretrain.config import StrictModel
 
@@ -61,6 +61,15 @@ class ModelConfig(StrictModel):
     DotProductAttention. TransformerEngine layers, when present on a GPU, use their own."""
     recompute_activations: bool = False
     """Full activation recompute of every layer (saves memory, costs ~1/3 more compute)."""
+    recompute: Literal["none", "selective", "full"] | None = None
+    """Activation recompute: `selective` recomputes only core attention (Korthikanti et al. 2022),
+    `full` every layer from its input. None: `full` if recompute_activations else `none`."""
+
+    @property
+    def recompute_mode(self) -> str:
+        if self.recompute is not None:
+            return self.recompute
+        return "full" if self.recompute_activations else "none"
 
     @property
     def query_groups(self) -> int:
@@ -102,6 +111,12 @@ class ParallelConfig(StrictModel):
     """auto: nccl when CUDA is available, gloo otherwise."""
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
+    zero: Literal[0, 1, 2, 3] | None = None
+    """ZeRO stage (Rajbhandari et al. 2020) as Megatron-Core runs it: 0 plain DDP, 1 the
+    distributed optimizer, 2 and 3 megatron_fsdp sharding optim+grads / optim+grads+params
+    (CUDA only). None: 1 if optim.distributed_optimizer else 0."""
+    sequence_parallel: bool | None = None
+    """Shard layer-norm/dropout activations over the TP group. None: on when tensor > 1 on GPU."""
 
     @property
     def world_size(self) -> int:
@@ -131,7 +146,9 @@ class OptimConfig(StrictModel):
     precision: Literal["fp32", "bf16"] = "fp32"
     """fp32 on CPU; bf16 (fp32 master weights and grads) on GPU."""
     distributed_optimizer: bool = False
-    """Shard optimizer state across data-parallel ranks (ZeRO-1)."""
+    """Shard optimizer state across data-parallel ranks (ZeRO-1); same as parallel.zero: 1."""
+    grad_reduce_in_fp32: bool = True
+    """bf16 runs: keep and all-reduce gradients in fp32 (4 bytes/param) instead of bf16 (2)."""
 
 
 class BatchConfig(StrictModel):
@@ -205,6 +222,26 @@ class MetricsConfig(StrictModel):
     tensorboard: bool = True
 
 
+class PlanConfig(StrictModel):
+    """Assumptions of `pretrain plan` (each also a flag of the command)."""
+
+    mfu: float = Field(0.40, gt=0, le=1)
+    """Achieved fraction of peak on every executed FLOP, recompute included (the "% of peak" of
+    Narayanan et al. 2021, Table 1). The plan reports the model-FLOPs MFU that follows."""
+    overhead: float = Field(1.15, ge=1)
+    """Wall time on top of pure training: restarts, evals, checkpoints (a stated assumption)."""
+    gpu: str | None = None
+    """A key of trainer.flops.GPUS (h100, h200, a100, ...); None: metrics.mfu_gpu."""
+    gpu_memory_gb: float | None = Field(None, gt=0)
+    """Device memory per GPU (GB = 1e9); None: the GPU table's."""
+    usable_memory_fraction: float = Field(0.90, gt=0, le=1)
+    """Share of device memory the plan may fill (CUDA context, NCCL buffers, fragmentation)."""
+    intra_node_gb_per_s: float | None = Field(None, gt=0)
+    """Per-GPU one-way bandwidth inside a node (NVLink); None: the GPU table's."""
+    inter_node_gb_per_s: float = Field(50.0, gt=0)
+    """Per-GPU one-way bandwidth across nodes: 50 GB/s = one 400 Gb/s InfiniBand NIC per GPU."""
+
+
 class GateConfig(StrictModel):
     """What the ablation report must show before a `run.kind: full` launch (trainer.gate)."""
 
@@ -229,3 +266,20 @@ class TrainConfig(StrictModel):
     guard: GuardConfig = Field(default_factory=GuardConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
+    plan: PlanConfig = Field(default_factory=PlanConfig)
+
+    @property
+    def zero_stage(self) -> int:
+        """parallel.zero, else 1 with optim.distributed_optimizer, else 0."""
+        if self.parallel.zero is not None:
+            return self.parallel.zero
+        return 1 if self.optim.distributed_optimizer else 0
+
+    @model_validator(mode="after")
+    def _zero_agrees_with_distributed_optimizer(self) -> TrainConfig:
+        if self.parallel.zero == 0 and self.optim.distributed_optimizer:
+            raise ValueError(
+                "parallel.zero=0 contradicts optim.distributed_optimizer=true (ZeRO-1); "
+                "set parallel.zero: 1 or drop distributed_optimizer"
+            )
+        return self

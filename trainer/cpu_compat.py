@@ -101,10 +101,19 @@ def _causal_mask(sq: int) -> torch.Tensor:
     return torch.triu(torch.ones(sq, sq, dtype=torch.bool), diagonal=1)
 
 
-def apply_cpu_patches() -> None:
-    """Redirect megatron-core's CUDA-only paths to CPU (idempotent; no-op when CUDA exists)."""
+def current_device_type() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def needs_cpu_patches(device: str) -> bool:
+    """The one decision: patch only a run whose device is not CUDA ("cuda", "cuda:3" never)."""
+    return not device.startswith("cuda")
+
+
+def apply_cpu_patches(device: str | None = None) -> None:
+    """Redirect megatron-core's CUDA-only paths to CPU (idempotent; no-op on a CUDA device)."""
     global _PATCHED
-    if _PATCHED or torch.cuda.is_available():
+    if _PATCHED or not needs_cpu_patches(device or current_device_type()):
         return
     from megatron.core.fusions import fused_softmax
     from megatron.core.tensor_parallel import random as mp_random
@@ -121,9 +130,10 @@ def apply_cpu_patches() -> None:
     _PATCHED = True
 
 
-def device_context() -> contextlib.AbstractContextManager:
+def device_context(device: str | None = None) -> contextlib.AbstractContextManager:
     """The context to call megatron-core in: `CpuDeviceMode` on CPU, nothing on GPU."""
-    if torch.cuda.is_available():
+    device = device or current_device_type()
+    if not needs_cpu_patches(device):
         return contextlib.nullcontext()
-    apply_cpu_patches()
+    apply_cpu_patches(device)
     return CpuDeviceMode()

@@ -22,8 +22,9 @@ from trainer import model as mcore
 from trainer.config import TrainConfig
 from trainer.cpu_compat import device_context
 from trainer.data import TrainData, check_identity
+from trainer.flops import flops_per_token
 from trainer.guard import SpikeGuard
-from trainer.metrics import MetricsWriter, flops_per_token, memory_mb
+from trainer.metrics import MetricsWriter, memory_mb
 from trainer.schedule import lr_at
 from trainer.setup import open_data, resolve_vocab
 
@@ -288,8 +289,8 @@ class Trainer:
         tokens = self.data.global_batch * seq_length
         tokens_per_s = tokens / seconds if seconds > 0 else 0.0
         flops = flops_per_token(
-            self.num_params, self.config.model.num_layers, seq_length, self.config.model.hidden_size
-        )
+            self.config.model, self.vocab_size, seq_length, self.config.parallel.tensor
+        )["model"]
         world = torch.distributed.get_world_size()
         per_component = dict(
             zip(self.data.component_names, self.state.tokens_per_component, strict=True)

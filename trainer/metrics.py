@@ -1,10 +1,9 @@
 """Run metrics: one JSONL line per step, TensorBoard events and a loss-curve PNG.
 
 MFU = achieved model FLOP/s per device / assumed peak FLOP/s per device, with model FLOPs per token
-= 6 * N + 12 * L * S * h (N: parameters doing matmuls, i.e. without the input embedding lookup
-when the output layer is untied; the second term is causal self-attention's QK^T and AV products,
-forward and backward, Narayanan et al. 2021 without recomputation). Formula and peak are written
-in the run manifest.
+from trainer.flops (the same function `pretrain plan` uses): 6 * N + 12 * L * S * H * Q (N: the
+parameters doing matmuls; H heads of size Q = kv_channels; recompute not counted). Formula and
+peak are written in the run manifest.
 """
 
 from __future__ import annotations
@@ -16,12 +15,7 @@ from typing import Any
 
 import torch
 
-MFU_FORMULA = "(6*N + 12*L*S*h) * tokens_per_s / (devices * peak_flops)"
-GPU_PEAK_FLOPS = {"H100-SXM": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12}
-
-
-def flops_per_token(num_params: int, num_layers: int, seq_length: int, hidden: int) -> float:
-    return 6.0 * num_params + 12.0 * num_layers * seq_length * hidden
+MFU_FORMULA = "(6*N + 12*L*S*H*Q) * tokens_per_s / (devices * peak_flops)"
 
 
 def measure_cpu_peak_flops(size: int = 512, repeat: int = 5) -> float:
@@ -41,8 +35,10 @@ def assumed_peak(peak_flops: float | None, gpu_name: str, on_gpu: bool) -> tuple
     if peak_flops:
         return peak_flops, "config metrics.peak_flops"
     if on_gpu:
-        peak = GPU_PEAK_FLOPS.get(gpu_name, 989e12)
-        return peak, f"{gpu_name} dense bf16 datasheet"
+        from trainer.flops import gpu_spec
+
+        name, spec = gpu_spec(gpu_name)
+        return spec.peak_bf16, f"{name} dense bf16 datasheet"
     return measure_cpu_peak_flops(), "measured fp32 matmul 512^3 on this CPU, per rank"
 
 

@@ -8,7 +8,6 @@ call into megatron runs under `cpu_compat.device_context()`.
 from __future__ import annotations
 
 import datetime
-import importlib.util
 import os
 import random
 from typing import Any
@@ -19,6 +18,7 @@ import torch
 from pretrain.errors import ConfigError
 from trainer.config import TrainConfig
 from trainer.cpu_compat import apply_cpu_patches, device_context
+from trainer.fast_path import fast_path_flags, te_available, use_te_spec, zero_wrapping
 
 # attention_backend writes NVTE_* variables into os.environ; a second model built in the same
 # process with another backend then fails. We clear them before each build (one backend per build).
@@ -34,6 +34,11 @@ def resolve_backend(config: TrainConfig) -> str:
 
 def use_gpu(config: TrainConfig) -> bool:
     return resolve_backend(config) == "nccl" and torch.cuda.is_available()
+
+
+def device_type(config: TrainConfig) -> str:
+    """ "cuda" or "cpu": what the fast-path decisions (trainer/fast_path.py) are made for."""
+    return "cuda" if use_gpu(config) else "cpu"
 
 
 def init_distributed(config: TrainConfig, timeout_s: int = 600) -> None:
@@ -109,22 +114,13 @@ def transformer_config(config: TrainConfig) -> Any:
         pipeline_model_parallel_size=par.pipeline,
         virtual_pipeline_model_parallel_size=par.virtual_pipeline,
         context_parallel_size=par.context,
-        sequence_parallel=False,
         bf16=bf16,
         params_dtype=torch.bfloat16 if bf16 else torch.float32,
         pipeline_dtype=torch.bfloat16 if bf16 else torch.float32,
         autocast_dtype=None,
         use_cpu_initialization=not use_gpu(config),
         perform_initialization=True,
-        gradient_accumulation_fusion=False,
-        apply_rope_fusion=False,
-        persist_layer_norm=False,
-        bias_activation_fusion=False,
-        masked_softmax_fusion=False,
-        bias_dropout_fusion=False,
-        recompute_granularity="full" if model.recompute_activations else None,
-        recompute_method="uniform" if model.recompute_activations else None,
-        recompute_num_layers=1 if model.recompute_activations else None,
+        **fast_path_flags(config, device_type(config), te_available()),
         deallocate_pipeline_outputs=False,
     )
 
@@ -133,7 +129,7 @@ def layer_spec(config: TrainConfig) -> Any:
     """TransformerEngine layers when TE and CUDA are present, Megatron-Core local layers otherwise."""
     from megatron.core.models.gpt import gpt_layer_specs
 
-    if use_gpu(config) and importlib.util.find_spec("transformer_engine") is not None:
+    if use_te_spec(device_type(config), te_available()):
         return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec()
     spec = gpt_layer_specs.get_gpt_layer_local_spec(normalization=config.model.normalization)
     if config.model.attention == "sdpa":
@@ -184,14 +180,22 @@ def build_model_chunks(config: TrainConfig, vocab_size: int) -> list[Any]:
 
 
 def wrap_ddp(config: TrainConfig, chunks: list[Any]) -> list[Any]:
-    """Megatron DDP around every chunk (contiguous grad buffers, bucketed all-reduce)."""
+    """Megatron DDP around every chunk (contiguous grad buffers, bucketed all-reduce), or
+    megatron_fsdp for parallel.zero 2 and 3 (CUDA only)."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 
+    zero = zero_wrapping(config, device_type(config))
+    wrapper: Any = DistributedDataParallel
+    if zero.get("use_megatron_fsdp"):
+        from megatron.core.distributed.fsdp.mcore_fsdp_adapter import FullyShardedDataParallel
+
+        wrapper = FullyShardedDataParallel
+
     ddp_config = DistributedDataParallelConfig(
-        grad_reduce_in_fp32=True,
+        **zero,
         overlap_grad_reduce=config.parallel.overlap_grad_reduce and use_gpu(config),
         overlap_param_gather=config.parallel.overlap_param_gather and use_gpu(config),
-        use_distributed_optimizer=config.optim.distributed_optimizer,
+        grad_reduce_in_fp32=config.optim.grad_reduce_in_fp32 or config.optim.precision == "fp32",
         check_for_nan_in_grad=False,
         bucket_size=None,
     )
@@ -199,7 +203,7 @@ def wrap_ddp(config: TrainConfig, chunks: list[Any]) -> list[Any]:
     with device_context():
         for index, chunk in enumerate(chunks):
             wrapped.append(
-                DistributedDataParallel(
+                wrapper(
                     config=chunk.config,
                     ddp_config=ddp_config,
                     module=chunk,
@@ -243,7 +247,7 @@ def build_optimizer(config: TrainConfig, model: list[Any]) -> Any:
         clip_grad=optim.clip_grad,
         bf16=bf16,
         params_dtype=torch.bfloat16 if bf16 else torch.float32,
-        use_distributed_optimizer=optim.distributed_optimizer,
+        use_distributed_optimizer=config.zero_stage >= 1,
         overlap_param_gather=config.parallel.overlap_param_gather and use_gpu(config),
     )
     with device_context():

@@ -25,6 +25,6 @@ def test_gpu_benchmark_dry_run_runs_both_stacks_and_reports_mfu(repo_root):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["dry_run"] is True and result["device"] == "cpu"
     assert result["ours_tokens_per_s"] > 0 and result["plain_tokens_per_s"] > 0
-    assert result["mfu_formula"].startswith("(6*N + 12*L*S*h)")
+    assert result["mfu_formula"].startswith("(6*N + 12*L*S*H*Q)")
     assert result["mfu_ours"] > 0 and result["peak_flops"] == 989e12
     assert not (repo_root / "benchmarks" / "results" / "trainer_gpu_dryrun.json").exists()

@@ -86,6 +86,14 @@ SHAPES = {
         vocab_size=500,
         ffn_hidden_size=96,
     ),
+    "kv_channels_wider_than_hidden": dict(
+        num_layers=2,
+        hidden_size=48,
+        num_attention_heads=4,
+        num_query_groups=2,
+        kv_channels=16,
+        vocab_size=300,
+    ),
 }
 
 _COUNT_SCRIPT = textwrap.dedent("""
