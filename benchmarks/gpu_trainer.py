@@ -121,8 +121,8 @@ def _run(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     import torch
 
     from benchmarks.bench_trainer_cpu import PlainTrainer
-    from trainer.loop import Trainer
     from trainer.flops import flops_per_token
+    from trainer.loop import Trainer
 
     gpu = not args.dry_run
     shape, batch = (GPU_SHAPE, GPU_BATCH) if gpu else (DRY_SHAPE, DRY_BATCH)
