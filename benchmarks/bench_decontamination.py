@@ -11,9 +11,11 @@ two agree on which training documents are contaminated.
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import re
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,11 +23,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks.common import peak_rss_mb, write_result
+from benchmarks.common import add_corpus_argument, corpus_dir, peak_rss_mb, write_result
 from pretrain.manifest import write_manifest
 from pretrain.schema import split_for
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS: Path  # the --corpus directory, set by main()
 LIMIT = {"en.jsonl.gz": 8000, "web.jsonl.gz": 1148}
 EVAL_FRACTION = 0.05
 THRESHOLD = 0.7
@@ -90,7 +92,11 @@ def baseline(eval_docs: list[dict], train_docs: list[dict]) -> set[str]:
     return hits
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    global CORPUS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_corpus_argument(parser)
+    CORPUS = corpus_dir(parser.parse_args([] if argv is None else argv).corpus)
     docs = load_docs()
     eval_docs = [d for d in docs if d["split"] == "eval"]
     train_docs = [d for d in docs if d["split"] != "eval"]
@@ -130,4 +136,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

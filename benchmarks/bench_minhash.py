@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import random
 import re
 import tempfile
@@ -25,11 +24,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from benchmarks.common import write_result
+from benchmarks.common import add_corpus_argument, corpus_dir, write_result
 
-CORPUS = Path(
-    os.environ.get("PRETRAIN_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus")
-)
+CORPUS: Path  # the --corpus directory, set by main()
 NUM_PERM = 128
 NGRAM = 5
 
@@ -114,9 +111,12 @@ def timed_both(func) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    global CORPUS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_corpus_argument(parser)
     parser.add_argument("--docs", type=int, default=100_000)
     args = parser.parse_args(argv if argv is not None else [])
+    CORPUS = corpus_dir(args.corpus)
     docs = make_docs(args.docs)
     arrow_docs = pa.array(docs, pa.large_string())
     mean_chars = float(np.mean([len(d) for d in docs]))

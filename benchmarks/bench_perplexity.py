@@ -3,7 +3,7 @@
 Claim (issue 4): KenLM perplexity scoring must not be the slowest stage after extraction. Same
 documents, same process, one core each:
 - ours: `PerplexityStage.score` (normalise + tokenise + kenlm per line) on the text Trafilatura
-  extracted from N HTML pages of ../shared/corpus/html.tar.gz, with an order-5 model trained by
+  extracted from N HTML pages of CORPUS/html.tar.gz (`--corpus`), with an order-5 model trained by
   our `train-lm` code on English reference text (kernel docs / man pages from en.jsonl.gz);
   and the whole stage in-process (`apply_table`: score + sketch + buckets);
 - reference 1: datatrove's FineWebQualityFilter (a rule stage after extraction), `filter(doc)`;
@@ -25,11 +25,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from benchmarks.common import peak_rss_mb, write_result
+from benchmarks.common import add_corpus_argument, corpus_dir, peak_rss_mb, write_result
 
-CORPUS = Path(
-    os.environ.get("PRETRAIN_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus")
-)
+CORPUS: Path  # the --corpus directory, set by main()
 
 
 def timed(func, repeat: int = 1):
@@ -154,10 +152,13 @@ def run(num_docs: int, max_tokens: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    global CORPUS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_corpus_argument(parser)
     parser.add_argument("--docs", type=int, default=300)
     parser.add_argument("--max-tokens", type=int, default=2_000_000)
     args = parser.parse_args(argv if argv is not None else [])
+    CORPUS = corpus_dir(args.corpus)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     result = run(args.docs, args.max_tokens)
     result["met"] = result["ratio_vs_fineweb_filter"] >= 1.0

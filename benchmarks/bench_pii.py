@@ -18,11 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import write_result
+from benchmarks.common import add_corpus_argument, corpus_dir, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELLED = ROOT / "tests" / "data" / "pii" / "labelled.jsonl"
-CORPUS = ROOT.parent / "shared" / "corpus"
+CORPUS: Path  # the --corpus directory, set by main()
 Spans = set[tuple[int, int, str]]
 
 
@@ -85,11 +85,14 @@ def throughput(docs: list[str], redact: Callable[[str], Any]) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    global CORPUS
     from data_pipeline.stages.pii import KINDS, redact
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_corpus_argument(parser)
     parser.add_argument("--docs", type=int, default=5000)
     args = parser.parse_args([] if argv is None else argv)
+    CORPUS = corpus_dir(args.corpus)
     rows = [json.loads(line) for line in LABELLED.read_text("utf-8").splitlines()]
     theirs = datatrove_spans_fn()
     shared = {"email", "ipv4"}

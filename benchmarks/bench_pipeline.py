@@ -4,7 +4,7 @@
     baseline:  datatrove WarcReader -> Trafilatura -> GopherRepetition + GopherQuality + C4Quality
                + FineWebQuality filters -> ParquetWriter, LocalPipelineExecutor
 
-Input: ../shared/corpus/web.warc.gz (967 HTML pages + 1 binary record) split by record into 4
+Input: CORPUS/web.warc.gz (`--corpus DIR`: 967 HTML pages + 1 binary record) split by record into 4
 WARC.gz files, so datatrove's tasks can parallelise too (it reads one file per task). Each run is
 its own process (fresh Ray / fresh executor; start-up included). Reports docs/s at 1 and 2
 workers, scaling efficiency, per-stage time (in-process, one core), and driver / worker peak RSS
@@ -27,11 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import write_result
+from benchmarks.common import add_corpus_argument, corpus_dir, write_result
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "web.warc.gz"
-if not CORPUS.is_file():
-    CORPUS = Path("/work/shared/corpus/web.warc.gz")
+CORPUS: Path  # --corpus DIR / web.warc.gz, set by main()
 PARTS = 4
 EXTRACT_TIMEOUT_S = 1.0
 """Per-document extraction limit of both sides (datatrove's extractor default is 1 s)."""
@@ -216,7 +214,9 @@ def stage_seconds(inputs: Path) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    global CORPUS
     parser = argparse.ArgumentParser()
+    add_corpus_argument(parser)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument(
@@ -236,6 +236,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         print(json.dumps(result))
         return result
+    CORPUS = corpus_dir(args.corpus) / "web.warc.gz"
     return _compare(args.workers, args.skip_memory, args.limit or None)
 
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from benchmarks.common import write_result
+from benchmarks.common import add_corpus_argument, corpus_dir, write_result
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS: Path  # the --corpus directory, set by main()
 
 
 def load_english(limit: int) -> list[str]:
@@ -148,7 +148,9 @@ def timed_pair(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    global CORPUS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_corpus_argument(parser)
     parser.add_argument("--docs", type=int, default=5000)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument(
@@ -164,6 +166,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="alternate the two runs this many times; best time of each counts",
     )
     args = parser.parse_args([] if argv is None else argv)
+    CORPUS = corpus_dir(args.corpus)
     docs = load_english(args.docs)
     theirs_s, ours_s, kept_theirs, reasons = timed_pair(
         docs, args.workers, args.tokenizer, args.repeat

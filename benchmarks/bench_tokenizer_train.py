@@ -1,6 +1,6 @@
 """Tokenizer training: our byte-level BPE (HF `tokenizers`) vs a SentencePiece BPE, same sample.
 
-Input: a `shards` artifact built from the development corpus (/work/shared/corpus: web, en, zh,
+Input: a `shards` artifact built from the development corpus (`--corpus DIR`: web, en, zh,
 code, math; `--mb` MB of text, 2% eval split). Both tokenizers train on the same tag-weighted
 sample (ours streams it from the shards; SentencePiece gets the identical stream, line by line)
 at the same vocabulary size, each in its own process (time and peak RSS of that process). Then
@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import peak_rss_mb, write_result
+from benchmarks.common import add_corpus_argument, corpus_dir, peak_rss_mb, write_result
 
-CORPUS = Path(os.environ.get("PRETRAIN_CORPUS", "/work/shared/corpus"))
+CORPUS: Path  # the --corpus directory, set by main()
 WORK = Path(os.environ.get("PRETRAIN_BENCH_WORK", "/tmp/pretrain-bench/tokenizer"))
 FILES = ("web", "en", "zh", "code", "math")
 
@@ -171,7 +171,9 @@ def compare(shards: Path, ours_dir: Path, sp_dir: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    global CORPUS
     parser = argparse.ArgumentParser()
+    add_corpus_argument(parser)
     parser.add_argument("--mb", type=float, default=100)
     parser.add_argument("--vocab", type=int, default=32768)
     parser.add_argument("--child", choices=("ours", "sentencepiece"))
@@ -181,6 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         _child(args.child, args.shards, args.out, args.vocab)
         return
+    CORPUS = corpus_dir(args.corpus)
     shards = corpus_shards(args.mb)
     run_dir = WORK / f"train-{args.mb:g}mb-{args.vocab}"
     ours = _run_child("ours", shards, run_dir / "ours", args.vocab)

@@ -6,7 +6,9 @@ same run, prints the ratio and writes `benchmarks/results/<name>.json`.
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import platform
 import resource
 import time
@@ -15,6 +17,31 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
+CORPUS_ENV = "PRETRAIN_CORPUS"
+
+
+def add_corpus_argument(parser: argparse.ArgumentParser) -> None:
+    """`--corpus DIR`: the development corpus these benchmarks read (BENCHMARKS.md, "Input")."""
+    parser.add_argument(
+        "--corpus",
+        type=Path,
+        default=os.environ.get(CORPUS_ENV),
+        help="directory with web.warc.gz, html.tar.gz and {en,zh,code,math,web}.jsonl.gz "
+        f"(default: ${CORPUS_ENV}); see BENCHMARKS.md for what it holds",
+    )
+
+
+def corpus_dir(value: str | Path | None) -> Path:
+    """The corpus directory given, or exit with what to pass."""
+    if value is None:
+        raise SystemExit(
+            f"this benchmark reads the development corpus: pass --corpus DIR or set {CORPUS_ENV} "
+            "(BENCHMARKS.md, 'Input', says which files it needs)"
+        )
+    path = Path(value)
+    if not path.is_dir():
+        raise SystemExit(f"--corpus {path}: not a directory")
+    return path
 
 
 def timed(func: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:

@@ -17,18 +17,20 @@ by a sparse incidence-matrix product. Writes benchmarks/results/dedup_quality.{j
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import random
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from benchmarks.bench_minhash import CORPUS
-from benchmarks.common import RESULTS, write_result
+from benchmarks.common import RESULTS, add_corpus_argument, corpus_dir, write_result
 
+CORPUS: Path  # the --corpus directory, set by main()
 THRESHOLD = 0.8
 
 
@@ -210,7 +212,11 @@ def _plot(jaccard: dict, predicted: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    global CORPUS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_corpus_argument(parser)
+    CORPUS = corpus_dir(parser.parse_args([] if argv is None else argv).corpus)
     docs = build_set()
     sets, offsets = shingle_sets(docs)
     jaccard = brute_force_pairs(sets, offsets)
@@ -259,4 +265,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

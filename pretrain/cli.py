@@ -25,11 +25,35 @@ PACKAGE_CLIS = (
 )
 
 
+def version_line() -> str:
+    """`pretrain --version`: this package's version and the engines a run's results depend on."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    parts = []
+    for dist in ("pretrain-corpus", "megatron-core", "torch", "ray"):
+        try:
+            parts.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            parts.append(f"{dist} not installed")
+    return f"{parts[0]} ({', '.join(parts[1:])})"
+
+
+class _Version(argparse.Action):
+    """Print `version_line()` unwrapped and exit 0 (argparse's own action re-wraps the line)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print(version_line())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pretrain",
         description="Raw text -> tagged, deduplicated corpus -> locked tokenizer -> exact "
         "mixtures -> proxy ablations -> gated Megatron-Core launch.",
+    )
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="show the versions of pretrain and its engines"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in PACKAGE_CLIS:

@@ -11,7 +11,9 @@ Several megatron-core code paths assume CUDA: literal `device="cuda"`, `torch.cu
 - The RNG tracker keeps CPU generator states (`CpuRNGStatesTracker`).
 - The causal mask is built on CPU once per sequence length.
 
-On a CUDA machine nothing is patched. See ../shared/notes/megatron-core-on-cpu.md.
+On a CUDA machine nothing is patched. These are private internals of megatron-core 0.16: another
+minor version is refused (`check_megatron_version`) rather than patched blindly; pyproject.toml
+pins the same tested range.
 """
 
 from __future__ import annotations
@@ -25,6 +27,23 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 _PATCHED = False
+TESTED_MEGATRON = "0.16."
+"""The megatron-core minor version these patches were written against and tested with."""
+
+
+def check_megatron_version(version: str | None = None) -> None:
+    """Refuse a megatron-core whose private internals these CPU patches were not tested on."""
+    from importlib.metadata import version as installed
+
+    from pretrain.errors import PretrainError
+
+    found = version if version is not None else installed("megatron-core")
+    if not found.startswith(TESTED_MEGATRON):
+        raise PretrainError(
+            f"megatron-core {found} is installed, but running it without CUDA patches private "
+            f"internals tested on {TESTED_MEGATRON}x only; install megatron-core>=0.16.1,<0.17 "
+            "(pip install -c constraints.txt megatron-core) or train on a CUDA machine"
+        )
 
 
 def _is_cuda_device(device: Any) -> bool:
@@ -115,6 +134,7 @@ def apply_cpu_patches(device: str | None = None) -> None:
     global _PATCHED
     if _PATCHED or not needs_cpu_patches(device or current_device_type()):
         return
+    check_megatron_version()
     from megatron.core.fusions import fused_softmax
     from megatron.core.tensor_parallel import random as mp_random
     from megatron.core.transformer import utils as transformer_utils

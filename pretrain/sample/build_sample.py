@@ -1,6 +1,8 @@
 """Rebuild the embedded demo sample from the development corpus plus hand-written hard cases.
 
-    python -m pretrain.sample.build_sample --corpus ../shared/corpus
+    python -m pretrain.sample.build_sample --corpus DIR
+
+DIR is the development corpus (BENCHMARKS.md, "Input", describes its files).
 
 Deterministic: the same corpus gives byte-identical files (fixed seed, fixed WARC dates, gzip mtime 0).
 See README.md beside this file for what each file holds, its provenance and licences.
@@ -244,7 +246,7 @@ BAD_JSONL = (
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--corpus", type=Path, default=HERE.parents[1].parent / "shared" / "corpus")
+    parser.add_argument("--corpus", type=Path, required=True, help="the development corpus")
     parser.add_argument("--out", type=Path, default=HERE)
     args = parser.parse_args()
     rng = random.Random(SEED)
