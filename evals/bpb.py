@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pretrain.errors import ArtifactError
-from pretrain.manifest import require
+from pretrain.manifest import listed_path, require
 
 LN2 = math.log(2.0)
 
@@ -79,7 +79,8 @@ def load_eval_sets(directory: str | Path, max_docs: int | None = None) -> list[E
     manifest = require(directory, kind="evalset")
     sets = []
     for entry in manifest.get("sets", []):
-        table = pq.read_table(Path(directory) / "sets" / f"{entry['name']}.parquet")
+        path = listed_path(directory, manifest, f"sets/{entry['name']}.parquet")
+        table = pq.read_table(path)
         texts = table.column("text").to_pylist()[:max_docs]
         ids = table.column("id").to_pylist()[:max_docs]
         sets.append(EvalSet(entry["name"], entry["domain"], entry["lang"], texts, ids))

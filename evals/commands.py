@@ -17,7 +17,13 @@ from typing import Any
 
 from pretrain.cli_utils import resolve_config
 from pretrain.errors import ArtifactError, LockMismatch
-from pretrain.manifest import atomic_write_bytes, load_manifest, manifest_sha256, write_manifest
+from pretrain.manifest import (
+    atomic_write_bytes,
+    listed_path,
+    load_manifest,
+    manifest_sha256,
+    write_manifest,
+)
 
 ITER = re.compile(r"^iter_(\d+)$")
 
@@ -111,6 +117,16 @@ def evaluate_checkpoint(
     return {"step": int(getattr(model, "step", 0) or 0), "metrics": metrics}
 
 
+def _listed_tasks(sets_dir: str) -> list[Path]:
+    """The task files an `evalset` artifact's manifest lists (never a file merely present)."""
+    manifest = load_manifest(sets_dir)
+    return sorted(
+        listed_path(sets_dir, manifest, rel)
+        for rel in manifest["files"]
+        if rel.startswith("tasks/") and rel.endswith(".jsonl")
+    )
+
+
 def run_command(args: argparse.Namespace) -> int:
     from pretrain.locking import output_lock
 
@@ -129,11 +145,7 @@ def _run_command(args: argparse.Namespace) -> int:
     run_dir, checkpoints = find_checkpoints(args.checkpoint_dir)
     sets = load_eval_sets(args.sets, args.max_docs)
     tokenizer = load_locked(args.tokenizer or find_tokenizer(run_dir))
-    tasks = (
-        [Path(p) for p in args.tasks]
-        if args.tasks is not None
-        else sorted((Path(args.sets) / "tasks").glob("*.jsonl"))
-    )
+    tasks = [Path(p) for p in args.tasks] if args.tasks is not None else _listed_tasks(args.sets)
     out = Path(args.out) if args.out else run_dir / "evals"
     out.mkdir(parents=True, exist_ok=True)
     identity = {"evalset_sha256": manifest_sha256(args.sets), "tokenizer_sha256": tokenizer.sha256}

@@ -28,7 +28,7 @@ from mixtures.decontaminate import CONTAMINATED_FILE
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_json, require, write_manifest
+from pretrain.manifest import atomic_write_json, listed_path, require, write_manifest
 
 HIT_SCHEMA = pa.schema(
     [
@@ -84,8 +84,13 @@ class EvalBuildConfig(StrictModel):
 
 
 def _shard_files(directory: str) -> list[Path]:
-    require(directory, kind="shards", deep=False)
-    files = sorted((Path(directory) / "shards").glob("*.parquet"))
+    """The shards a `shards` artifact's manifest lists (never a file merely present)."""
+    manifest = require(directory, kind="shards")
+    files = sorted(
+        listed_path(directory, manifest, rel)
+        for rel in manifest["files"]
+        if rel.startswith("shards/") and rel.endswith(".parquet")
+    )
     if not files:
         raise InputError(
             f"shards artifact {directory} holds no shards/*.parquet; re-run `pretrain data run`"

@@ -64,7 +64,7 @@ def make_specs(config: AblationConfig) -> tuple[list[dict[str, Any]], dict[str, 
     from mixtures.recipe import Recipe, recipe_sha256
 
     mixture, train = load_inputs(config)
-    require(config.eval_sets, kind="evalset", deep=False)
+    require(config.eval_sets, kind="evalset")
     identity = {
         "train_template_sha256": config_sha256(train),
         "evalset_sha256": manifest_sha256(config.eval_sets),

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from mixtures import plan as planning
 from mixtures.decontaminate import contaminated_ids
 from mixtures.recipe import MixtureConfig, build_sha256, check_recipe, recipe_sha256
-from mixtures.selection import load_sidecars, select_components, select_sha256
+from mixtures.selection import encoded_prefixes, load_sidecars, select_components, select_sha256
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.locking import writes_output
@@ -31,6 +31,7 @@ from pretrain.manifest import (
     load_manifest,
     manifest_sha256,
     sha256_file,
+    verify,
     write_manifest,
 )
 from tokenizer.lock import check_match
@@ -52,7 +53,7 @@ def index_name(phase_number: int, phase_name: str) -> str:
 
 
 def verify_encoded(encoded_dir: Path) -> dict[str, Any]:
-    """Sizes of every file, full sha256 of the small ones (.idx, sidecars) the build reads."""
+    """Every file's bytes against the manifest (through the hash cache), prefixes confined."""
     if not encoded_dir.exists():
         raise ArtifactError(
             f"build.encoded: {encoded_dir} does not exist; run `pretrain "
@@ -64,18 +65,8 @@ def verify_encoded(encoded_dir: Path) -> dict[str, Any]:
             f"build.encoded: {encoded_dir} is a {manifest['kind']!r} artifact, "
             "not 'encoded'; pass the output of `pretrain tokenizer encode`"
         )
-    for rel, entry in sorted(manifest["files"].items()):
-        path = encoded_dir / rel
-        if not path.is_file() or path.stat().st_size != entry["bytes"]:
-            raise ArtifactError(
-                f"{encoded_dir}: file {rel} is missing or changed size since it "
-                "was encoded; re-run `pretrain tokenizer encode`"
-            )
-        if not rel.endswith(".bin") and sha256_file(path) != entry["sha256"]:
-            raise ArtifactError(
-                f"{encoded_dir}: file {rel} does not match its sha256 in the "
-                "manifest; re-run `pretrain tokenizer encode`"
-            )
+    verify(encoded_dir)
+    encoded_prefixes(encoded_dir, manifest)
     return manifest
 
 

@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from mixtures.selection import encoded_prefixes
 from pretrain.errors import ArtifactError, ConfigError
-from pretrain.manifest import require
+from pretrain.manifest import listed_path, require
 
 EPOCH_CACHE = 16
 
@@ -33,8 +34,8 @@ class MixtureDataset:
     """Sequences of one phase of a mixture: `[i] -> {"tokens": int64[L + 1], "component": k}`.
 
     Sample i is consumed at global step i // global_batch, so the trainer's data state is the
-    number of sequences consumed. `verify=False` skips re-hashing the mixture's own files (sizes
-    and the encoded artifact's identity are still checked).
+    number of sequences consumed. Both the mixture's and the encoded artifact's files are checked
+    byte for byte (through the hash cache); `verify=False` checks only the mixture's sizes.
     """
 
     def __init__(
@@ -59,12 +60,15 @@ class MixtureDataset:
         self._seed = int(manifest["seed"])
         self.encoded_dir = Path(encoded_dir) if encoded_dir else _recorded_encoded(manifest)
         encoded = require(
-            self.encoded_dir, kind="encoded", sha256=manifest["encoded_manifest_sha256"], deep=False
+            self.encoded_dir, kind="encoded", sha256=manifest["encoded_manifest_sha256"]
         )
-        self._prefixes = [str(self.encoded_dir / stem) for stem in encoded["prefixes"]]
-        self._index_path = self.directory / info["index"]
+        self._prefixes = [str(p) for p in encoded_prefixes(self.encoded_dir, encoded)]
+        self._index_path = listed_path(self.directory, manifest, info["index"])
         self._docs = [
-            np.load(self.directory / "components" / f"{name}.npy") for name in self.component_names
+            np.load(
+                listed_path(self.directory, manifest, f"components/{name}.npy"), allow_pickle=False
+            )
+            for name in self.component_names
         ]
         self.sequences_per_epoch = [
             max(int(d["tokens"].sum()) - 1, 0) // self.seq_length for d in self._docs
@@ -72,7 +76,7 @@ class MixtureDataset:
         self._open()
 
     def _open(self) -> None:
-        self._index = np.load(self._index_path, mmap_mode="r")
+        self._index = np.load(self._index_path, mmap_mode="r", allow_pickle=False)
         self._readers: dict[int, Any] = {}
         self._epochs: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from pretrain.manifest import require
+from pretrain.manifest import listed_path, require
 
 CONTAMINATED_FILE = "contaminated.parquet"
 
 
 def contaminated_ids(evalset_dir: str | Path) -> set[str]:
     """Training document ids a mixture must exclude to keep this eval set held out."""
-    require(evalset_dir, kind="evalset", deep=False)
-    table = pq.read_table(Path(evalset_dir) / CONTAMINATED_FILE, columns=["train_id"])
+    manifest = require(evalset_dir, kind="evalset")
+    path = listed_path(evalset_dir, manifest, CONTAMINATED_FILE)
+    table = pq.read_table(path, columns=["train_id"])
     return set(table.column("train_id").to_pylist())

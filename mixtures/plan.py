@@ -19,7 +19,7 @@ from mixtures import sampler
 from mixtures.recipe import MixtureConfig, Phase, resolved_phases
 from mixtures.selection import select_sha256
 from pretrain.errors import ConfigError
-from pretrain.manifest import manifest_sha256, require
+from pretrain.manifest import listed_path, manifest_sha256, require
 
 EPOCH_SLACK = 1e-9
 
@@ -64,7 +64,8 @@ class OldMixture:
 
     def index(self, number: int) -> np.ndarray:
         rel = self.manifest["phases"][number]["index"]
-        return np.load(self.directory / rel, mmap_mode="r")
+        path = listed_path(self.directory, self.manifest, rel)
+        return np.load(path, mmap_mode="r", allow_pickle=False)
 
 
 @dataclass

@@ -17,7 +17,7 @@ import numpy as np
 
 from mixtures import sampler
 from pretrain.errors import ArtifactError
-from pretrain.manifest import atomic_write_json, require
+from pretrain.manifest import atomic_write_json, listed_path, require
 
 CHUNK_BATCHES = 1 << 14
 MAX_PLOTTED_BATCHES = 2000
@@ -85,10 +85,10 @@ def build_report(directory: str | os.PathLike) -> dict[str, Any]:
     manifest = require(root, kind="mixture")
     names = [c["name"] for c in manifest["components"]]
     width = int(manifest["global_batch"])
-    summary = json.loads((root / "summary.json").read_text())
+    summary = json.loads(listed_path(root, manifest, "summary.json").read_text())
     phases = []
     for info in manifest["phases"]:
-        index = np.load(root / info["index"], mmap_mode="r")
+        index = np.load(listed_path(root, manifest, info["index"]), mmap_mode="r")
         weights = [info["weights"][n] for n in names]
         entry = phase_report(index, weights, names, width, int(info["seq_length"]))
         phases.append({"name": info["name"], **entry})
@@ -116,13 +116,13 @@ def compare_run(directory: str | os.PathLike, run_dir: str | os.PathLike) -> dic
     if not records:
         raise ArtifactError(f"--run: {metrics} has no step record with tokens_per_component")
     last = records[-1]
-    manifest = require(root, kind="mixture", deep=False)
+    manifest = require(root, kind="mixture")
     names = [c["name"] for c in manifest["components"]]
     width, remaining = int(manifest["global_batch"]), int(last["batch"]) + 1
     expected = np.zeros(len(names), dtype=np.int64)
     for info in manifest["phases"]:
         take = min(remaining, info["num_sequences"] // width)
-        index = np.load(root / info["index"], mmap_mode="r")
+        index = np.load(listed_path(root, manifest, info["index"]), mmap_mode="r")
         counts = np.bincount(index["component"][: take * width], minlength=len(names))
         expected += counts * int(info["seq_length"])
         remaining -= take

@@ -10,9 +10,21 @@ from pretrain.cli_utils import add_command
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from pretrain.manifest import manifest_sha256, verify
+    from pretrain.errors import ArtifactError
+    from pretrain.manifest import manifest_sha256, unlisted_files, verify
 
-    manifest = verify(args.directory)
+    manifest = verify(args.directory, full=True)
+    extra = unlisted_files(args.directory, manifest)
+    if extra:
+        shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+        raise ArtifactError(
+            f"{args.directory} holds {len(extra)} file(s) its manifest does not list ({shown}); "
+            "no command reads them: remove them, or rebuild the artifact if they belong to it"
+        )
+    if manifest["kind"] == "checkpoint":
+        from pretrain.safeload import check_checkpoint
+
+        check_checkpoint(args.directory, manifest)
     summary = {
         "kind": manifest["kind"],
         "files": len(manifest["files"]),
@@ -38,6 +50,12 @@ def register(sub: Any) -> None:
     demo = add_command(sub, ["demo"], _demo, "run the main job end to end on the embedded sample")
     demo.add_argument("--out", default="demo_out", help="where the demo's artifacts go")
     demo.add_argument("--force", action="store_true", help="rebuild artifacts that already exist")
-    verify = add_command(sub, ["verify"], _verify, "re-hash an artifact against its manifest")
+    verify = add_command(
+        sub,
+        ["verify"],
+        _verify,
+        "re-hash every byte of an artifact against its manifest (no cache); refuse unlisted "
+        "files and, for checkpoints, files that would need unpickling",
+    )
     verify.add_argument("directory", metavar="DIR")
     verify.add_argument("--json", action="store_true", help="print a JSON summary")

@@ -40,7 +40,7 @@ class DemoContext:
         if self.force or not (directory / "manifest.json").is_file():
             return False
         try:
-            verify(directory, deep=False)
+            verify(directory)
         except Exception:
             return False
         return True

@@ -19,6 +19,8 @@ from typing import Any
 
 from pretrain.command import current_command
 from pretrain.errors import ArtifactError
+from pretrain.hashcache import file_sha256
+from pretrain.locking import is_lock_file
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -87,23 +89,46 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_bytes(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False).encode())
 
 
+def _is_scratch(path: Path, root: Path) -> bool:
+    """Files no manifest holds: the manifest itself, writer lock files and in-flight temp files
+    of `atomic_write_bytes`. Dot-files are held like any other (torch DCP's `.metadata`)."""
+    rel = path.relative_to(root).as_posix()
+    name = path.name
+    return rel == MANIFEST or is_lock_file(path) or (name.startswith(".") and name.endswith(".tmp"))
+
+
 def _listed_files(root: Path) -> list[str]:
-    files = []
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if (
-            path.is_file()
-            and rel != MANIFEST
-            and not path.name.startswith(".")
-            and "/." not in f"/{rel}"
-        ):
-            files.append(rel)
-    return files
+    return [
+        path.relative_to(root).as_posix()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and not _is_scratch(path, root)
+    ]
 
 
-def _safe_path(root: Path, rel: str) -> Path:
+def _nested_artifact(path: Path, root: Path) -> bool:
+    """True when `path` lies in a sub-directory that is an artifact of its own (has a manifest),
+    e.g. TOKENIZER/eval or RUN/evals, written after the enclosing artifact's manifest."""
+    return any(
+        (parent / MANIFEST).is_file()
+        for parent in path.parents
+        if parent != root and root in parent.parents
+    )
+
+
+def unlisted_files(directory: str | os.PathLike, manifest: Mapping[str, Any]) -> list[str]:
+    """Files the artifact holds that its manifest does not list (consumers never read them)."""
+    root = Path(directory)
+    listed = set(manifest["files"])
+    return [
+        rel
+        for rel in _listed_files(root)
+        if rel not in listed and not _nested_artifact(root / rel, root)
+    ]
+
+
+def _safe_path(root: Path, rel: Any) -> Path:
     """Resolve `rel` inside `root`, refusing absolute paths, `..` and links that escape."""
-    if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+    if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
         raise ArtifactError(
             f"manifest of {root} lists file path {rel!r}, which leaves the "
             "artifact directory; the artifact is corrupt or crafted: rebuild it"
@@ -115,6 +140,19 @@ def _safe_path(root: Path, rel: str) -> Path:
             "the artifact directory; rebuild the artifact"
         )
     return resolved
+
+
+def listed_path(directory: str | os.PathLike, manifest: Mapping[str, Any], rel: Any) -> Path:
+    """The path of file `rel` of an artifact, which must be confined to it and listed in its
+    manifest: every path a manifest field names (index files, prefixes) goes through here."""
+    root = Path(directory)
+    path = _safe_path(root, rel)
+    if rel not in manifest["files"]:
+        raise ArtifactError(
+            f"{root}: {rel!r} is named by the manifest but not listed among its files; "
+            "the artifact is corrupt or crafted: rebuild it"
+        )
+    return path
 
 
 def write_manifest(
@@ -135,7 +173,7 @@ def write_manifest(
     root = Path(directory)
     config = dict(config or {})
     files = {
-        rel: {"bytes": (root / rel).stat().st_size, "sha256": sha256_file(root / rel)}
+        rel: {"bytes": (root / rel).stat().st_size, "sha256": file_sha256(root / rel, full=True)}
         for rel in _listed_files(root)
     }
     lineage = []
@@ -189,8 +227,15 @@ def manifest_sha256(directory: str | os.PathLike) -> str:
     return sha256_file(path)
 
 
-def verify(directory: str | os.PathLike, *, deep: bool = True) -> dict[str, Any]:
-    """Re-hash every listed file (sizes only with deep=False); raise naming the first bad file."""
+def verify(
+    directory: str | os.PathLike, *, deep: bool = True, full: bool | None = None
+) -> dict[str, Any]:
+    """Check every listed file's bytes against its sha256; raise naming the first bad file.
+
+    Hashes come from the project hash cache (pretrain.hashcache) when a file's identity is
+    unchanged since it was last hashed; `full=True` (or PRETRAIN_VERIFY=full) re-hashes every
+    byte. `deep=False` checks presence and sizes only (for progress displays, never for trust).
+    """
     root = Path(directory)
     manifest = load_manifest(root)
     remedy = f"rebuild it with the command in {root / MANIFEST} or restore the file"
@@ -203,7 +248,7 @@ def verify(directory: str | os.PathLike, *, deep: bool = True) -> dict[str, Any]
                 f"{root}: file {rel} has {path.stat().st_size} bytes, the manifest "
                 f"says {entry['bytes']}; {remedy}"
             )
-        if deep and sha256_file(path) != entry["sha256"]:
+        if deep and file_sha256(path, full=full) != entry["sha256"]:
             raise ArtifactError(
                 f"{root}: file {rel} does not match its sha256 in the manifest "
                 f"(modified after it was written); {remedy}"
@@ -217,8 +262,10 @@ def require(
     kind: str | None = None,
     sha256: str | None = None,
     deep: bool = True,
+    full: bool | None = None,
 ) -> dict[str, Any]:
-    """Load and verify an artifact a command depends on; refuse with a one-line remedy."""
+    """Load and verify an artifact a command depends on (bytes, through the hash cache unless
+    `full`); refuse with a one-line remedy."""
     root = Path(directory)
     if not root.exists():
         raise ArtifactError(f"artifact {root} does not exist; build it first or fix the path")
@@ -236,4 +283,4 @@ def require(
                 f"{sha256[:12]}...; it was rebuilt or replaced: rebuild what "
                 "depends on it or pin the new hash"
             )
-    return verify(root, deep=deep)
+    return verify(root, deep=deep, full=full)

@@ -7,6 +7,7 @@ for the `ray_local` fixture.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+# the project hash cache (pretrain.hashcache) of this test session, not the user's
+os.environ.setdefault("PRETRAIN_CACHE", tempfile.mkdtemp(prefix="pretrain-cache-"))
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pretrain.errors import ArtifactError
-from pretrain.manifest import manifest_sha256, require
+from pretrain.manifest import listed_path, manifest_sha256, require
 from pretrain.schema import BASE_FIELDS, STAGE_COLUMNS
 
 SHARDS_KIND = "shards"
@@ -29,7 +29,7 @@ def require_shards(directory: str | Path, deep: bool = True) -> tuple[dict[str, 
     root = Path(directory)
     manifest = require(root, kind=SHARDS_KIND, deep=deep)
     shards = sorted(
-        root / rel
+        listed_path(root, manifest, rel)
         for rel in manifest["files"]
         if rel.startswith("shards/") and rel.endswith(".parquet")
     )

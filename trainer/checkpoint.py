@@ -15,7 +15,6 @@ import json
 import random
 import re
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import torch
 
 from pretrain.errors import ArtifactError, PretrainError
 from pretrain.manifest import atomic_write_json, verify, write_manifest
+from pretrain.safeload import check_checkpoint, guard_torch_loading, torch_load
 from trainer.cpu_compat import device_context
 
 _ITER = re.compile(r"^iter_(\d{7})$")
@@ -45,17 +45,16 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
 
 
 def newest_valid(run_dir: Path) -> tuple[Path | None, list[dict[str, Any]]]:
-    """The newest checkpoint whose files match its manifest, and the corrupt ones skipped (warned)."""
+    """The newest checkpoint whose files match its manifest and whose loadable files open the
+    safe way (pretrain.safeload), and the corrupt ones skipped (the caller logs one line each)."""
     skipped = []
     for step, path in reversed(list_checkpoints(run_dir)):
         try:
-            verify(path, deep=True)
+            manifest = verify(path, deep=True)
+            check_checkpoint(path, manifest)
             json.loads((path / "state.json").read_text())
             return path, skipped
         except (ArtifactError, OSError, ValueError) as exc:
-            warnings.warn(
-                f"checkpoint {path.name} (step {step}) is corrupt, skipped: {exc}", stacklevel=2
-            )
             skipped.append({"checkpoint": path.name, "step": step, "reason": str(exc)})
     return None, skipped
 
@@ -204,6 +203,7 @@ def load(path: Path, model: list[Any], optimizer: Any | None) -> dict[str, Any]:
     """Load model (+ optimizer) shards and this rank's RNG; returns state.json."""
     from megatron.core import dist_checkpointing
 
+    guard_torch_loading()
     if optimizer is not None:
         sharded = _sharded_state(model, optimizer, True)
     else:
@@ -220,5 +220,5 @@ def load(path: Path, model: list[Any], optimizer: Any | None) -> dict[str, Any]:
     rank = torch.distributed.get_rank()
     rng_file = path / "rng" / f"rank_{rank:05d}.pt"
     if optimizer is not None and rng_file.is_file():
-        set_rng_state(torch.load(rng_file, weights_only=True))
+        set_rng_state(torch_load(rng_file))
     return json.loads((path / "state.json").read_text())

@@ -124,7 +124,7 @@ def _mixture_identity(config: Mapping[str, Any]) -> dict[str, Any]:
             "artifact the ablation report chose (set data.mixture_dir)"
         )
     try:
-        manifest = require(mixture_dir, kind="mixture", deep=False)
+        manifest = require(mixture_dir, kind="mixture")
     except ArtifactError as exc:
         raise GateRefused(f"data.mixture_dir = {mixture_dir}: {exc}") from None
     tokenizer = manifest.get("tokenizer") or {}

@@ -18,6 +18,7 @@ import torch
 from pretrain.config import parse_config
 from pretrain.errors import ArtifactError
 from pretrain.manifest import verify
+from pretrain.safeload import check_checkpoint, guard_torch_loading
 from trainer.config import TrainConfig
 
 _DDP_PREFIX = "module."
@@ -100,7 +101,7 @@ def load_model(checkpoint_dir: str | os.PathLike) -> LoadedModel:
     from trainer.model import build_model_chunks
 
     path = Path(checkpoint_dir)
-    verify(path, deep=False)
+    check_checkpoint(path, verify(path))
     state_file = path / "state.json"
     if not state_file.is_file():
         raise ArtifactError(f"{path} has no state.json; pass a checkpoints/iter_NNNNNNN directory")
@@ -110,6 +111,7 @@ def load_model(checkpoint_dir: str | os.PathLike) -> LoadedModel:
     _single_process_group()
     vocab = int(state["vocab_size"])
     model = build_model_chunks(config, vocab)[0]
+    guard_torch_loading()
     with device_context():
         # training saved the model inside megatron DDP, whose shard keys start with "module."
         sharded = model.sharded_state_dict(prefix=_DDP_PREFIX)

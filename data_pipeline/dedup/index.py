@@ -120,7 +120,7 @@ def save_index(
 
 def index_config(index_dir: str | os.PathLike) -> tuple[DedupConfig, int]:
     """The settings an index was built with (verified against its manifest) and its partitions."""
-    manifest = require(index_dir, kind=KIND, deep=False)
+    manifest = require(index_dir, kind=KIND)
     info = manifest.get("dedup")
     if not isinstance(info, dict):
         raise ArtifactError(f"{index_dir}: manifest lacks 'dedup' settings; rebuild the index")

@@ -96,7 +96,7 @@ def _reusable(directory: Path, kind: str) -> bool:
     if not (directory / "manifest.json").is_file():
         return False
     try:
-        require(directory, kind=kind, deep=False)
+        require(directory, kind=kind)
     except ArtifactError:
         return False
     return True

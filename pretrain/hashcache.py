@@ -1,0 +1,101 @@
+"""A project cache of verified file hashes, so consumers check bytes without re-hashing terabytes.
+
+`file_sha256(path)` returns the sha256 of a file's bytes. It re-hashes only when the file's
+identity changed since it was last hashed: the cache entry is keyed by (path, size, mtime_ns,
+ctime_ns, inode, device). Any write to a file changes its ctime, which no user can set back, so a
+file edited in place (even at the same size, with its mtime restored) is re-hashed. What the cache
+cannot see is a change below the file system (bit rot, a raw device write): `--verify full` (or
+`PRETRAIN_VERIFY=full`) ignores the cache and re-hashes everything.
+
+Entries live in `$PRETRAIN_CACHE/hashes` (default `~/.cache/pretrain/hashes`), one small JSON file
+per hashed path, each written atomically (temporary file + rename), so concurrent writers on one
+machine or a shared file system never leave a torn entry; the last writer wins and every entry is
+self-checking (it records the identity it is valid for). The cache is trusted like the user's own
+home directory: anyone who can write there could make a changed file look verified.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+_CHUNK = 1 << 20
+MODES = ("cached", "full")
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("PRETRAIN_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pretrain"
+    )
+    return Path(root) / "hashes"
+
+
+def verify_mode() -> str:
+    """`cached` (default) or `full` (PRETRAIN_VERIFY=full: every file re-hashed)."""
+    mode = os.environ.get("PRETRAIN_VERIFY", "cached") or "cached"
+    return mode if mode in MODES else "cached"
+
+
+def _identity(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def _entry_path(path: Path) -> Path:
+    key = hashlib.sha256(str(path).encode()).hexdigest()
+    return cache_dir() / key[:2] / f"{key}.json"
+
+
+def _hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _lookup(entry: Path, path: Path, identity: list[int]) -> str | None:
+    try:
+        data = json.loads(entry.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("path") != str(path):
+        return None
+    if data.get("identity") != identity or not isinstance(data.get("sha256"), str):
+        return None
+    return data["sha256"]
+
+
+def _store(entry: Path, path: Path, identity: list[int], sha256: str) -> None:
+    tmp = None
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".", suffix=".tmp")
+        with os.fdopen(fd, "w") as handle:
+            json.dump({"path": str(path), "identity": identity, "sha256": sha256}, handle)
+        os.replace(tmp, entry)
+    except OSError:  # a read-only or full cache only costs speed, never correctness
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def file_sha256(path: str | os.PathLike, *, full: bool | None = None) -> str:
+    """sha256 of the file's bytes, from the cache when its identity is unchanged.
+
+    `full=True` (or PRETRAIN_VERIFY=full when `full` is None) re-hashes regardless. An entry is
+    stored only when the file's identity was the same before and after hashing it.
+    """
+    path = Path(os.path.abspath(path))
+    if full is None:
+        full = verify_mode() == "full"
+    entry = _entry_path(path)
+    before = _identity(path)
+    if not full and (cached := _lookup(entry, path, before)) is not None:
+        return cached
+    sha256 = _hash(path)
+    if _identity(path) == before:
+        _store(entry, path, before, sha256)
+    return sha256
