@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from pretrain.config import config_dict, config_sha256, parse_config
 from pretrain.errors import ConfigError, PretrainError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, manifest_sha256, sha256_file, write_manifest
+from pretrain.progress import VERBOSE, Progress, step, verbosity, watch
 
 FINGERPRINT = "fingerprint.json"
 
@@ -215,9 +215,14 @@ def _build_dataset(
         if segment:
             specs = [(s.name, s.config.model_dump(mode="json"), s.context) for s in segment]
             writes = last_map and index == len(stages)
+            first = index == len(segment)  # the segment that sees every document first counts
             ds = ds.map_batches(
                 workers.MapStagesWorker,
-                fn_constructor_kwargs={"specs": specs, "pieces_out": str(out) if writes else None},
+                fn_constructor_kwargs={
+                    "specs": specs,
+                    "pieces_out": str(out) if writes else None,
+                    "progress_out": str(out) if first else None,
+                },
                 batch_size=config.batch_rows,
                 batch_format="pyarrow",
                 compute=ray.data.ActorPoolStrategy(size=config.ray.workers or cpus),
@@ -345,13 +350,19 @@ def _run_ray(
 
     context = ray.data.DataContext.get_current()
     saved = context.enable_progress_bars, context.target_max_block_size
-    context.enable_progress_bars = progress
+    # Our progress display is the job's; Ray Data's own bars only with -v (they go to the log).
+    context.enable_progress_bars = progress and verbosity() >= VERBOSE
     # Small blocks, so one big input file still spreads over every stage actor.
     context.target_max_block_size = config.ray.block_mb * 2**20
     try:
         shutil.rmtree(out / workers.PARTS / workers.PIECES, ignore_errors=True)
-        dataset = _build_dataset(config, stages, todo, out, done)
-        _, stream_stats = _execute(dataset, config.ray.timeout_s)
+        shutil.rmtree(out / workers.PARTS / workers.PROGRESS, ignore_errors=True)
+        stems = [t["stem"] for t in todo]
+        bar = Progress(desc="data run: tag", unit="docs", disable=not progress)
+        # Global stages run part of the job while the dataset is built: watch both.
+        with watch(bar, lambda: (workers.tagged_rows(out), workers.records_to_read(out, stems))):
+            dataset = _build_dataset(config, stages, todo, out, done)
+            _, stream_stats = _execute(dataset, config.ray.timeout_s)
         merge = _merge(config, stages, out, [t["stem"] for t in todo], done)
         _, merge_stats = _execute(merge, config.ray.timeout_s)
     finally:
@@ -386,11 +397,9 @@ def run_pipeline(
         todo = [{"path": f.path, "format": f.format, "stem": f.stem} for f in inputs]
     reused = sum(len(v) for v in done.values())
     if progress:
-        print(
+        step(
             f"[data run] {len(inputs)} input files ({len(inputs) - len(todo)} already done, "
-            f"{reused} parts reused); stages: {', '.join(s.name for s in stages)}",
-            file=sys.stderr,
-            flush=True,
+            f"{reused} parts reused); stages: {', '.join(s.name for s in stages)}"
         )
     ray_stats = _run_ray(config, stages, todo, out, done, ray_address, progress) if todo else ""
     led, shards = _collect(config, out, [f.stem for f in inputs], stages)

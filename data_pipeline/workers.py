@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,16 +71,70 @@ class MapStagesWorker:
     returns only their row counts, so tagged text never travels back through the object store.
     """
 
-    def __init__(self, specs: Sequence[StageSpec], pieces_out: str | None = None) -> None:
+    def __init__(
+        self,
+        specs: Sequence[StageSpec],
+        pieces_out: str | None = None,
+        progress_out: str | None = None,
+    ) -> None:
         self.stages = [build_stage(spec) for spec in specs]
         self.pieces_out = pieces_out
+        self.counter = ProgressCounter(progress_out) if progress_out else None
         for stage in self.stages:
             stage.setup()
 
     def __call__(self, batch: pa.Table) -> pa.Table:
+        rows = batch.num_rows
         for stage in self.stages:
             batch = stage(batch)
+        if self.counter is not None:
+            self.counter.add(rows)
         return write_pieces(batch, self.pieces_out) if self.pieces_out else batch
+
+
+PROGRESS = "progress"
+
+
+class ProgressCounter:
+    """Rows this worker has tagged, in `OUT/.parts/progress/<host>-<pid>.json` (rewritten at most
+    once a second), which the driver sums for its progress display."""
+
+    def __init__(self, out: str) -> None:
+        import socket
+
+        self.path = Path(out) / PARTS / PROGRESS / f"{socket.gethostname()}-{os.getpid()}.json"
+        self.rows = 0
+        self.written = 0.0
+
+    def add(self, rows: int) -> None:
+        self.rows += rows
+        now = time.monotonic()
+        if now - self.written >= 1.0:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self.path, {"rows": self.rows})
+            self.written = now
+
+
+def tagged_rows(out: Path) -> int:
+    """Rows tagged so far in this run, summed over the workers' counters."""
+    total = 0
+    for path in (out / PARTS / PROGRESS).glob("*.json"):
+        try:
+            total += int(json.loads(path.read_text(encoding="utf-8"))["rows"])
+        except (OSError, ValueError, KeyError):
+            continue  # being replaced right now: counted on the next look
+    return total
+
+
+def records_to_read(out: Path, stems: list[str]) -> int | None:
+    """Records of the inputs being read, once every one of them has been read (else None)."""
+    total = 0
+    for stem in stems:
+        path = read_stats_path(out, stem)
+        if not path.is_file():
+            return None
+        total += int(load_json(path).get("records", 0))
+    return total
 
 
 def pieces_dir(out: Path, shard: str) -> Path:

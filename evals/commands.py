@@ -136,10 +136,9 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from evals.bpb import load_eval_sets
     from evals.plots import plot_capability
+    from pretrain.progress import Progress
     from tokenizer.lock import load_locked
 
     run_dir, checkpoints = find_checkpoints(args.checkpoint_dir)
@@ -150,7 +149,7 @@ def _run_command(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     identity = {"evalset_sha256": manifest_sha256(args.sets), "tokenizer_sha256": tokenizer.sha256}
     records = []
-    for step, checkpoint in tqdm(checkpoints, desc="eval", unit="checkpoint"):
+    for step, checkpoint in Progress(checkpoints, desc="eval", unit="checkpoint"):
         record = evaluate_checkpoint(checkpoint, sets, tokenizer, tasks, args)
         record.update({"step": record["step"] or step, "checkpoint": str(checkpoint), **identity})
         records.append(record)

@@ -182,9 +182,8 @@ def decontaminate(
     """Every training document (split != eval) whose MinHash signature matches an eval document
     at or above the threshold, found with the pipeline's dedup index (data_pipeline.dedup.index:
     the eval documents are indexed, the training data is queried batch by batch)."""
-    from tqdm import tqdm
-
     from data_pipeline.dedup.index import save_index
+    from pretrain.progress import Progress
 
     eval_table = pa.table(
         {
@@ -195,7 +194,7 @@ def decontaminate(
     )
     save_index(index_dir, [eval_table], _dedup_config(cfg), partitions=4)
     hits: list[dict[str, Any]] = []
-    progress = tqdm(desc="decontaminate", unit="doc", leave=False)
+    progress = Progress(desc="decontaminate", unit="doc", leave=False)
     for table in _batches(train_files, ["id", "text", "split", "domain", "lang"], batch_rows):
         progress.update(table.num_rows)
         train = table.filter(

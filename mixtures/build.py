@@ -11,13 +11,11 @@ Layout of the artifact:
 from __future__ import annotations
 
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from mixtures import plan as planning
 from mixtures.decontaminate import contaminated_ids
@@ -34,6 +32,7 @@ from pretrain.manifest import (
     verify,
     write_manifest,
 )
+from pretrain.progress import Progress
 from tokenizer.lock import check_match
 
 KIND = "mixture"
@@ -214,11 +213,10 @@ def _write_body(
     for component, selected in zip(config.recipe.components, docs, strict=True):
         np.save(staging / "components" / f"{component.name}.npy", selected)
     phases = list(enumerate(plan.phases))
-    for number, phase in tqdm(
+    for number, phase in Progress(
         phases,
         desc="mixture index",
         unit="phase",
-        file=sys.stderr,
         disable=plan.counts()["sequences"] < 10_000_000,
     ):
         np.save(staging / index_name(number, phase.name), plan.index(number))

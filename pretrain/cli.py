@@ -12,8 +12,10 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from pretrain.cli_utils import add_verbosity_args
 from pretrain.command import capture
 from pretrain.errors import PretrainError
+from pretrain.progress import NORMAL, session
 
 PACKAGE_CLIS = (
     "pretrain.core_cli",
@@ -55,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action=_Version, nargs=0, help="show the versions of pretrain and its engines"
     )
+    add_verbosity_args(parser, default=NORMAL)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in PACKAGE_CLIS:
         importlib.import_module(module_name).register(sub)
@@ -67,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     prog = " ".join(["pretrain", *getattr(args, "command_path", [args.command])])
     try:
-        with capture(argv):
+        with capture(argv), session(getattr(args, "verbosity", NORMAL), prog.replace(" ", "-")):
             return int(args.handler(args) or 0)
     except PretrainError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)

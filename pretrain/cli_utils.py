@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from pretrain.config import dump_resolved, load_config
+from pretrain.progress import attach
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -24,7 +25,34 @@ def add_command(
     host = parser_host if parser_host is not None else sub
     parser = host.add_parser(path[-1], help=help_text, description=help_text)
     parser.set_defaults(handler=handler, command_path=path)
+    add_verbosity_args(parser, default=argparse.SUPPRESS)
     return parser
+
+
+def add_verbosity_args(parser: argparse.ArgumentParser, default: Any) -> None:
+    """`-v` (library logs on the terminal) and `-q` (only the summary and errors)."""
+    from pretrain.progress import QUIET, VERBOSE
+
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "-v",
+        "--verbose",
+        dest="verbosity",
+        action="store_const",
+        const=VERBOSE,
+        default=default,
+        help="show Ray's, Megatron's and other libraries' logs on the terminal "
+        "(otherwise they go to the artifact's .logs/)",
+    )
+    group.add_argument(
+        "-q",
+        "--quiet",
+        dest="verbosity",
+        action="store_const",
+        const=QUIET,
+        default=default,
+        help="print only the summary and errors",
+    )
 
 
 def add_config_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -56,6 +84,7 @@ def resolve_config(
     """Load CONFIG with overrides; on --dry-run run `check` (the real run's pre-work checks, which
     raise the same one-line errors), print the resolved config and return None."""
     config = load_config(model, getattr(args, "config", None), args.overrides)
+    attach(getattr(config, "out", None) or getattr(config, "output", None))
     if getattr(args, "dry_run", False):
         checked = check(config) if check is not None else None
         print(dump_resolved(config), end="")

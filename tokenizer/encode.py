@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from pretrain.errors import ArtifactError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, load_manifest, write_manifest
+from pretrain.progress import Progress
 from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.shards import read_columns, require_shards
 
@@ -198,7 +198,7 @@ def _run_inline(
     tokenizer = load_locked(tokenizer_dir, expect_sha256=sha)
     return [
         encode_shard(tokenizer, shard, out, shard_sha)
-        for shard, shard_sha in tqdm(jobs, desc="encode", unit="shard")
+        for shard, shard_sha in Progress(jobs, desc="encode", unit="shard")
     ]
 
 
@@ -222,7 +222,7 @@ def _run_ray(
 
     pending = [encode_remote.remote(str(shard), shard_sha) for shard, shard_sha in jobs]
     results = []
-    with tqdm(total=len(pending), desc="encode (ray)", unit="shard") as bar:
+    with Progress(total=len(pending), desc="encode (ray)", unit="shard") as bar:
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             results.append(ray.get(ready[0]))

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, write_manifest
+from pretrain.progress import Progress
 from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.plots import plot_compression, plot_groups
 from tokenizer.sample import SamplePlan, group_key, stream_sample
@@ -146,7 +146,7 @@ def measure_ours(tokenizer: LockedTokenizer, docs: list[Doc]) -> Measure:
     hf = tokenizer.tokenizer
     hf.encode_special_tokens = True
     measure = Measure()
-    for start in tqdm(range(0, len(docs), 512), desc="eval ours", unit="batch", leave=False):
+    for start in Progress(range(0, len(docs), 512), desc="eval ours", unit="batch", leave=False):
         batch = docs[start : start + 512]
         encodings = hf.encode_batch([d.text for d in batch], add_special_tokens=False)
         decoded = hf.decode_batch([e.ids for e in encodings], skip_special_tokens=False)
@@ -157,7 +157,7 @@ def measure_ours(tokenizer: LockedTokenizer, docs: list[Doc]) -> Measure:
 
 def measure_sentencepiece(processor: Any, docs: list[Doc]) -> Measure:
     measure = Measure()
-    for start in tqdm(
+    for start in Progress(
         range(0, len(docs), 512), desc="eval sentencepiece", unit="batch", leave=False
     ):
         batch = docs[start : start + 512]

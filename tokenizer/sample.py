@@ -16,8 +16,8 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
+from pretrain.progress import Progress
 from tokenizer.config import SampleConfig
 from tokenizer.shards import read_columns, tag, unit_hash
 
@@ -85,7 +85,7 @@ def _solve_scale(weighted: dict[str, tuple[float, int]], budget: int) -> float:
 def plan_sample(shards: list[Path], config: SampleConfig) -> SamplePlan:
     """Pass 1: bytes per (domain, lang) group of the train split, then the probabilities."""
     available: dict[str, int] = {}
-    for path in tqdm(shards, desc="tokenizer sample: sizes", unit="shard", leave=False):
+    for path in Progress(shards, desc="tokenizer sample: sizes", unit="shard", leave=False):
         has_bytes = "num_bytes" in pq.ParquetFile(path).schema_arrow.names
         size_column = "num_bytes" if has_bytes else "text"
         for table in read_columns(path, (*TAG_COLUMNS, size_column)):
@@ -116,7 +116,7 @@ def stream_sample(
     """Pass 2: yield batches of sampled texts, recording the realised composition in `plan`."""
     plan.realised = {}
     batch: list[str] = []
-    for path in tqdm(shards, desc="tokenizer sample: text", unit="shard", leave=False):
+    for path in Progress(shards, desc="tokenizer sample: text", unit="shard", leave=False):
         for table in read_columns(path, (*TAG_COLUMNS, "text")):
             columns = [table.column(c).to_pylist() for c in (*TAG_COLUMNS, "text")]
             for doc_id, split, domain, lang, text in zip(*columns, strict=True):

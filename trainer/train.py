@@ -109,9 +109,9 @@ def _after_step(trainer: Trainer, result: StepResult, seconds: float) -> dict[st
 
 def train_loop(trainer: Trainer) -> None:
     """Step until total_steps (or the data runs out), with the guard and checkpoints."""
-    from tqdm import tqdm
+    from pretrain.progress import Progress
 
-    bar = tqdm(
+    bar = Progress(
         total=trainer.total_steps,
         initial=trainer.state.step,
         unit="step",

@@ -18,11 +18,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tqdm import tqdm
-
 from data_pipeline.dedup import tasks
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats
+from pretrain.progress import Progress
 
 
 class _Runner:
@@ -85,7 +84,7 @@ def dedup_dataset(dataset: Any, config: DedupConfig, stage: Any) -> tuple[Any, D
         return materialized, DedupStats()
     _wait_for_cpu(ray, config.task_timeout_s)
     run = _Runner(config)
-    steps = tqdm(total=6, desc="dedup", unit="step", leave=False)
+    steps = Progress(total=6, desc="dedup", unit="step", leave=False)
     bands, exact, docs = _map(run, blocks, config, partitions)
     steps.update()
     cands, edges = _buckets(run, bands, exact, config, partitions)

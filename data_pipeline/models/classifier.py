@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import Field, model_validator
-from tqdm import tqdm
 
 from data_pipeline.models.records import RecordSource, field_value, iter_records
 from data_pipeline.models.report import plot_confusion
@@ -26,6 +25,7 @@ from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, sha256_file, write_manifest
+from pretrain.progress import Progress
 
 KIND = "fasttext-model"
 LABEL_PREFIX = "__label__"
@@ -115,7 +115,7 @@ def collect_examples(config: ClassifierConfig) -> tuple[dict[str, list[str]], Co
     skipped: Counter = Counter()
     for source in config.inputs:
         count = 0
-        for record in tqdm(
+        for record in Progress(
             iter_records(source.path),
             desc=f"read {Path(source.path).name}",
             unit="doc",

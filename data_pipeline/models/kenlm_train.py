@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator
-from tqdm import tqdm
 
 from data_pipeline.models.mkn import train_arpa
 from data_pipeline.models.records import RecordSource, field_value, iter_records
@@ -30,6 +29,7 @@ from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, require, sha256_file, write_manifest
+from pretrain.progress import Progress
 
 KIND = "kenlm-model"
 MIN_HELDOUT = 20
@@ -76,7 +76,7 @@ def _is_heldout(text: str, fraction: float) -> bool:
 def _documents(lang: str, spec: LanguageInputs) -> Iterator[str]:
     for source in spec.inputs:
         count = 0
-        for record in tqdm(
+        for record in Progress(
             iter_records(source.path),
             desc=f"{lang}: {Path(source.path).name}",
             unit="doc",
@@ -156,7 +156,7 @@ def train_lm(config: LanguageModelConfig, command: list[str] | None = None) -> P
     languages: dict[str, Any] = {}
     for lang in config.languages:
         sentences, heldout, documents = reference_sentences(lang, config)
-        tqdm.write(
+        Progress.write(
             f"{lang}: {documents} documents, {len(sentences)} sentences -> estimating the "
             f"order-{config.order} model",
             file=sys.stderr,

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 import numpy as np
-from tqdm import tqdm
+
+from pretrain.progress import Progress
 
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)
@@ -216,7 +217,7 @@ def write_arpa(orders: list[Order], vocab: list[str], handle: TextIO) -> list[in
     handle.write("\\data\\\n")
     for n, size in enumerate(sizes, 1):
         handle.write(f"ngram {n}={size}\n")
-    progress = tqdm(total=sum(sizes), desc="write ARPA", unit="ngram", leave=False)
+    progress = Progress(total=sum(sizes), desc="write ARPA", unit="ngram", leave=False)
     for n, (o, words) in enumerate(zip(orders, strings, strict=True), 1):
         handle.write(f"\n\\{n}-grams:\n")
         logprob = np.full(len(o.prob), -99.0)

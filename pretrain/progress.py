@@ -1,0 +1,302 @@
+"""What a command shows on the terminal, and where everything else goes.
+
+- One progress display at a time: a tqdm bar on a terminal; anywhere else (a file, a pipe, CI) a
+  plain line at most every ~10 s (`PRETRAIN_PROGRESS_S`): `[step] done/total unit, rate, ETA`,
+  never `\\r` frames. Step lines (`step(...)`) say what a command is about to do.
+- Everything else - Ray's C++ and Python logs, Megatron/TransformerEngine warnings, child
+  processes' stderr, any library chatter - goes to a log file: `session()` points file
+  descriptor 2 at the log, so output written by C/C++ code lands there too. When the command
+  names its artifact (`attach(dir)`), the log ends in `<artifact>/.logs/` (outside the manifest,
+  which lists no dot-paths); otherwise it stays in the temp directory. `-v` leaves stderr on the
+  terminal; `-q` shows only the summary and errors.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+QUIET, NORMAL, VERBOSE = 0, 1, 2
+VERBOSITY_ENV = "PRETRAIN_VERBOSITY"
+CAPTURED_ENV = "PRETRAIN_STDERR_CAPTURED"
+"""Set for child processes of a session: their stderr is the log, so progress goes to stdout."""
+INTERVAL_ENV = "PRETRAIN_PROGRESS_S"
+LOGS = ".logs"
+
+
+@dataclass
+class _Session:
+    terminal: TextIO | None = None
+    log_path: Path | None = None
+    artifact: Path | None = None
+
+
+_SESSION = _Session()
+
+
+def verbosity() -> int:
+    try:
+        return int(os.environ.get(VERBOSITY_ENV, NORMAL))
+    except ValueError:
+        return NORMAL
+
+
+def terminal() -> TextIO:
+    """Where progress, step lines and the user's messages go."""
+    if _SESSION.terminal is not None:
+        return _SESSION.terminal
+    if os.environ.get(CAPTURED_ENV):
+        return sys.stdout
+    return sys.stderr
+
+
+def step(message: str) -> None:
+    """One line saying what the command does next (hidden by -q)."""
+    if verbosity() >= NORMAL:
+        print(message, file=terminal(), flush=True)
+
+
+def attach(directory: str | os.PathLike | None) -> None:
+    """Name the artifact this command writes: its log ends up in `<directory>/.logs/`."""
+    if directory is not None:
+        _SESSION.artifact = Path(directory)
+
+
+def log_path() -> Path | None:
+    """The current (or, after the session, final) log file of this command."""
+    return _SESSION.log_path
+
+
+def _fd2_stream(stream: TextIO) -> bool:
+    try:
+        return stream.fileno() == 2
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+@contextmanager
+def session(level: int, name: str) -> Iterator[None]:
+    """Run a command with stderr (fd 2, inherited by child processes) in a log file, unless
+    `level` is VERBOSE; the terminal keeps progress, step lines and what the command prints."""
+    previous = os.environ.get(VERBOSITY_ENV)
+    os.environ[VERBOSITY_ENV] = str(level)
+    try:
+        if level >= VERBOSE or _SESSION.terminal is not None:  # -v, or nested in a session
+            outer = _SESSION.artifact
+            yield
+            _SESSION.artifact = outer
+        else:
+            with _captured(name):
+                yield
+    finally:
+        if previous is None:
+            os.environ.pop(VERBOSITY_ENV, None)
+        else:
+            os.environ[VERBOSITY_ENV] = previous
+
+
+@contextmanager
+def _captured(name: str) -> Iterator[None]:
+    logs = Path(tempfile.gettempdir()) / "pretrain-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    path = logs / f"{name.replace(' ', '-')}-{stamp}-{os.getpid()}.log"
+    original = sys.stderr
+    on_fd2 = _fd2_stream(original)
+    original.flush()
+    saved = os.dup(2)
+    term = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    _SESSION.terminal = term if on_fd2 else original
+    _SESSION.log_path, _SESSION.artifact = path, None
+    if not on_fd2:  # stderr was replaced (e.g. by a test's capture): Python output to the log too
+        sys.stderr = open(2, "w", buffering=1, closefd=False, encoding="utf-8", errors="replace")  # noqa: SIM115
+    os.environ[CAPTURED_ENV] = "1"
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        if not on_fd2:
+            sys.stderr.close()
+            sys.stderr = original
+        os.dup2(saved, 2)
+        os.close(saved)
+        term.close()
+        os.environ.pop(CAPTURED_ENV, None)
+        _SESSION.terminal = None
+        _SESSION.log_path = _keep_log(path, _SESSION.artifact)
+
+
+def _keep_log(path: Path, artifact: Path | None) -> Path:
+    """Move the log into the artifact it belongs to (when that exists); drop an empty one."""
+    if path.stat().st_size == 0:
+        path.unlink()
+        return path
+    if artifact is None or not artifact.is_dir():
+        return path
+    target = artifact / LOGS / path.name
+    target.parent.mkdir(exist_ok=True)
+    shutil.move(str(path), target)
+    return target
+
+
+def _interval() -> float:
+    try:
+        return float(os.environ.get(INTERVAL_ENV, 10.0))
+    except ValueError:
+        return 10.0
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+class Progress:
+    """A tqdm-compatible progress display (the subset this project uses): a live bar on a
+    terminal, plain periodic lines elsewhere, nothing with -q or `disable`."""
+
+    def __init__(
+        self,
+        iterable: Iterable[Any] | None = None,
+        total: float | None = None,
+        desc: str = "",
+        unit: str = "it",
+        initial: float = 0,
+        disable: bool = False,
+        leave: bool = True,
+        **_: Any,
+    ) -> None:
+        if total is None and iterable is not None and hasattr(iterable, "__len__"):
+            total = len(iterable)  # type: ignore[arg-type]
+        self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit
+        self._n, self._initial = initial, initial
+        self.postfix: dict[str, Any] = {}
+        self.disabled = disable or verbosity() <= QUIET
+        self._stream = terminal()
+        self._bar: Any = None
+        if not self.disabled and self._stream.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=total, desc=desc, unit=unit, initial=initial, leave=leave, file=self._stream
+            )
+        self._start = self._last = time.monotonic()
+        self._printed = False
+        self._last_n = initial
+
+    @property
+    def n(self) -> float:
+        return self._n
+
+    @n.setter
+    def n(self, value: float) -> None:
+        self._n = value
+        if self._bar is not None:
+            self._bar.n = value
+            self._bar.refresh()
+
+    def __iter__(self) -> Iterator[Any]:
+        assert self.iterable is not None
+        for item in self.iterable:
+            yield item
+            self.update(1)
+        self.close()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def update(self, n: float = 1) -> None:
+        self._n += n
+        if self._bar is not None:
+            self._bar.update(n)
+        elif not self.disabled and self._due():
+            self._line()
+
+    def _due(self) -> bool:
+        """A plain line every interval while work moves, and a heartbeat every 6 intervals."""
+        waited = time.monotonic() - self._last
+        interval = _interval()
+        return waited >= interval and (self._n != self._last_n or waited >= 6 * interval)
+
+    def set_postfix(self, **values: Any) -> None:
+        self.postfix = values
+        if self._bar is not None:
+            self._bar.set_postfix(**values)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        elif self._printed and not self.disabled and self._n != self._last_n:
+            self._line()  # close off a step that reported progress
+        self.disabled = True
+
+    def line(self) -> str:
+        """The plain-text form: `[desc] done/total unit, rate unit/s, ETA m:ss, k=v`."""
+        elapsed = max(time.monotonic() - self._start, 1e-9)
+        rate = (self._n - self._initial) / elapsed
+        done = f"{self._n:g}/{self.total:g}" if self.total else f"{self._n:g}"
+        parts = [f"[{self.desc}] {done} {self.unit}", f"{rate:.3g} {self.unit}/s"]
+        if self.total and rate > 0 and self._n < self.total:
+            parts.append(f"ETA {_duration((self.total - self._n) / rate)}")
+        elif self.total and self._n >= self.total:
+            parts.append(f"done in {_duration(elapsed)}")
+        parts += [f"{key}={value}" for key, value in self.postfix.items()]
+        return ", ".join(parts)
+
+    def _line(self) -> None:
+        print(self.line(), file=self._stream, flush=True)
+        self._last = time.monotonic()
+        self._printed = True
+        self._last_n = self._n
+
+    @staticmethod
+    def write(message: str) -> None:
+        from tqdm import tqdm
+
+        tqdm.write(message, file=terminal())
+
+
+progress = Progress
+
+
+@contextmanager
+def watch(
+    bar: Progress, poll: Callable[[], tuple[float, float | None]], every: float = 1.0
+) -> Iterator[Progress]:
+    """Drive `bar` from `poll() -> (done, total or None)` in a background thread until the block
+    ends or done reaches total (work measured elsewhere, e.g. by Ray workers' counters)."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(every):
+            done, total = poll()
+            bar.total = total
+            bar.update(done - bar.n)
+            if total is not None and done >= total:
+                break
+        bar.close()
+
+    thread = threading.Thread(target=run, name="progress-watch", daemon=True)
+    thread.start()
+    try:
+        yield bar
+    finally:
+        stop.set()
+        thread.join()
