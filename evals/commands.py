@@ -138,7 +138,7 @@ def run_command(args: argparse.Namespace) -> int:
 def _run_command(args: argparse.Namespace) -> int:
     from evals.bpb import load_eval_sets
     from evals.plots import plot_capability
-    from pretrain.progress import Progress
+    from pretrain.progress import Progress, attach
     from tokenizer.lock import load_locked
 
     run_dir, checkpoints = find_checkpoints(args.checkpoint_dir)
@@ -147,6 +147,7 @@ def _run_command(args: argparse.Namespace) -> int:
     tasks = [Path(p) for p in args.tasks] if args.tasks is not None else _listed_tasks(args.sets)
     out = Path(args.out) if args.out else run_dir / "evals"
     out.mkdir(parents=True, exist_ok=True)
+    attach(out)
     identity = {"evalset_sha256": manifest_sha256(args.sets), "tokenizer_sha256": tokenizer.sha256}
     records = []
     for step, checkpoint in Progress(checkpoints, desc="eval", unit="checkpoint"):

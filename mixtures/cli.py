@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from pretrain.cli_utils import add_command, add_config_args, resolve_config
 from pretrain.command import current_command
+from pretrain.progress import warn
 
 
 def register(sub: Any) -> None:
@@ -47,7 +47,7 @@ def _build(args: argparse.Namespace) -> int:
         return 0
     result = build_mixture(config, command=current_command())
     for warning in result.warnings:
-        print(f"pretrain mixture build: warning: {warning}", file=sys.stderr)
+        warn(f"pretrain mixture build: warning: {warning}")
     print(format_summary(result))
     return 0
 

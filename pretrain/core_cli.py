@@ -42,7 +42,9 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from pretrain.demo import run_demo
+    from pretrain.progress import attach
 
+    attach(args.out)
     return run_demo(args.out, force=args.force)
 
 

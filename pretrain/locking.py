@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pretrain.errors import PretrainError
+from pretrain.progress import warn
 
 LOCK_SUFFIX = ".lock"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -103,10 +104,9 @@ def _acquire(path: Path, out: Path, command: Sequence[str] | None) -> int:
         raise _refusal(out, read_holder(out)) from None
     stale = read_holder(out)
     if stale and stale.get("pid") != os.getpid():
-        print(
+        warn(
             f"note: taking over the lock on {out} left by {describe_holder(stale)}, "
-            "which is no longer running",
-            file=sys.stderr,
+            "which is no longer running"
         )
     record = {
         "pid": os.getpid(),

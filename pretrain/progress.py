@@ -65,6 +65,11 @@ def step(message: str) -> None:
         print(message, file=terminal(), flush=True)
 
 
+def warn(message: str) -> None:
+    """A warning the user must see (shown even with -q; library warnings go to the log)."""
+    print(message, file=terminal(), flush=True)
+
+
 def attach(directory: str | os.PathLike | None) -> None:
     """Name the artifact this command writes: its log ends up in `<directory>/.logs/`."""
     if directory is not None:
@@ -267,10 +272,12 @@ class Progress:
         self._last_n = self._n
 
     @staticmethod
-    def write(message: str) -> None:
-        from tqdm import tqdm
+    def write(message: str, file: Any = None) -> None:
+        """A step line printed above any live bar (`file` is ignored: it goes to the terminal)."""
+        if verbosity() >= NORMAL:
+            from tqdm import tqdm
 
-        tqdm.write(message, file=terminal())
+            tqdm.write(message, file=terminal())
 
 
 progress = Progress

@@ -53,8 +53,10 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _encode(args: argparse.Namespace) -> int:
+    from pretrain.progress import attach
     from tokenizer.encode import encode, preflight
 
+    attach(args.out)
     if args.dry_run:
         tokenizer, _, shards = preflight(args.tokenizer_dir, args.data, args.out)
         print(f"checked: tokenizer {tokenizer.info['id']} and {len(shards)} shards verified")

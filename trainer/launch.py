@@ -20,6 +20,7 @@ from pretrain.config import config_dict, config_sha256, dump_resolved, load_conf
 from pretrain.errors import ConfigError, GateRefused, PretrainError
 from pretrain.locking import output_lock
 from pretrain.manifest import atomic_write_json
+from pretrain.progress import attach
 from trainer.config import TrainConfig
 
 
@@ -175,6 +176,7 @@ def launch_command(args: argparse.Namespace) -> int:
     config = load_config(TrainConfig, args.config, args.overrides)
     run = config.run.model_copy(update={"out_dir": str(Path(config.run.out_dir).resolve())})
     config = config.model_copy(update={"run": run})
+    attach(run.out_dir)  # this launch's log (ranks' stderr included) ends in RUN/.logs/
     if args.smoke:
         config = _smoke_config(config)
     nproc, nnodes = _layout(config, args)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -158,8 +157,7 @@ def train_lm(config: LanguageModelConfig, command: list[str] | None = None) -> P
         sentences, heldout, documents = reference_sentences(lang, config)
         Progress.write(
             f"{lang}: {documents} documents, {len(sentences)} sentences -> estimating the "
-            f"order-{config.order} model",
-            file=sys.stderr,
+            f"order-{config.order} model"
         )
         arpa = out / f"{lang}.arpa"
         with open(arpa, "w", encoding="utf-8") as handle:
