@@ -53,8 +53,16 @@ class CriteriaConfig(StrictModel):
     metric: str = "bpb"
     """Target metric (results key, e.g. bpb, bpb/web/en, task/piqa/acc_norm)."""
     min_improvement: float = Field(0.0, ge=0)
+    """The lower bound of the chosen recipe's paired improvement over the base must exceed this."""
+    confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    """With equal recipes the gate passes at most 1 - confidence of the time: the interval of the
+    chosen recipe's improvement is widened for the choice among K recipes (trainer/gate_stats.py)."""
     require_seed_spread: bool = True
-    """The chosen recipe must beat the base by more than the seed spread (needs >= 2 seeds)."""
+    """Seed noise must be measured (>= 2 seeds); off: one seed's document interval suffices."""
+    max_domain_regression: float | None = Field(None, ge=0)
+    """No domain may be worse than the alternative by more than this bpb (upper bound)."""
+    require_scale_agreement: bool = False
+    """With two proxies, the smaller one must reach the same decision as the larger."""
 
 
 class EvalRunConfig(StrictModel):
@@ -84,11 +92,19 @@ class AblationConfig(StrictModel):
     """The full run's token budget: for the epochs-per-component check (None: skipped)."""
     criteria: CriteriaConfig = Field(default_factory=CriteriaConfig)
     eval: EvalRunConfig = Field(default_factory=EvalRunConfig)
-    parallel: Literal["auto", "sequential", "ray"] = "auto"
-    """auto: Ray when the machine has CPUs for >= 2 runs at once (cpus_per_run each)."""
-    cpus_per_run: float = Field(2.0, gt=0)
+    parallel: Literal["auto", "sequential", "pool", "ray"] = "auto"
+    """pool: runs side by side on this machine (each its own process, one torch thread);
+    ray: Ray tasks (a cluster, fractional GPUs); auto: ray with ray_address, else pool when the
+    CPUs fit >= 2 runs (cpus_per_run each), else sequential."""
+    max_parallel: int | None = Field(None, ge=1)
+    """Runs at once (pool); default: CPUs // cpus_per_run."""
+    cpus_per_run: float = Field(1.0, gt=0)
     gpus_per_run: float = Field(0.0, ge=0)
-    """GPUs a Ray task reserves for one proxy run (its launch sees only those)."""
+    """GPUs a Ray task reserves for one proxy run (its launch sees only those); fractions put
+    several proxies on one GPU (0.25: four)."""
+    confirm_predictions: bool = True
+    """When the regression predicts a recipe better than every recipe run, train it (same
+    proxies, seeds) before anything is chosen; the report shows predicted vs measured."""
     ray_address: str | None = None
     launch_args: list[str] = Field(default_factory=list)
     """Extra `pretrain launch` arguments for every proxy run (e.g. --in-process)."""
@@ -152,12 +168,25 @@ def plan_recipes(config: AblationConfig, base_mixture: dict[str, Any]) -> list[d
         if key in seen:
             continue
         seen.add(key)
-        # The base recipe is passed through untouched: its hash must be the user's exactly.
-        components = [{**c, "weight": weights[c["name"]]} for c in recipe["components"]]
-        plans.append(
-            {"name": name, "weights": weights, "recipe": {**recipe, "components": components}}
-        )
+        plans.append(recipe_plan(recipe, name, weights))
     return plans
+
+
+def recipe_plan(recipe: dict[str, Any], name: str, weights: dict[str, float]) -> dict[str, Any]:
+    """{name, weights, recipe}: the base recipe with these component weights (the base itself is
+    passed through untouched: its hash must be the user's exactly)."""
+    components = [{**c, "weight": weights[c["name"]]} for c in recipe["components"]]
+    return {"name": name, "weights": weights, "recipe": {**recipe, "components": components}}
+
+
+def predicted_plan(base_mixture: dict[str, Any], weights: dict[str, float]) -> dict[str, Any]:
+    """The regression's predicted-best weights as a recipe to train (rounded, summing to 1)."""
+    recipe = base_mixture["recipe"]
+    names = [c["name"] for c in recipe["components"]]
+    rounded = _fix_sum(
+        normalise({n: round(weights.get(n, 0.0), 4) for n in names}, names, "predicted")
+    )
+    return recipe_plan(recipe, "predicted", rounded)
 
 
 def run_key(
@@ -190,8 +219,15 @@ def load_inputs(config: AblationConfig) -> tuple[dict[str, Any], dict[str, Any]]
     return mixture, train
 
 
+def parallel_runs(config: AblationConfig) -> int:
+    """Runs at once on this machine (pool)."""
+    cpus = os.cpu_count() or 1
+    return config.max_parallel or max(1, int(cpus // config.cpus_per_run))
+
+
 def choose_parallel(config: AblationConfig) -> str:
     if config.parallel != "auto":
         return config.parallel
-    cpus = os.cpu_count() or 1
-    return "ray" if config.ray_address or cpus >= 2 * config.cpus_per_run else "sequential"
+    if config.ray_address:
+        return "ray"
+    return "pool" if parallel_runs(config) >= 2 else "sequential"

@@ -37,28 +37,75 @@ def _preflight(config: AblationConfig) -> str:
     return f"{len(specs)} proxy runs planned; mixture, train template and eval sets verified"
 
 
-def print_report(report: dict[str, Any], out: str) -> None:
-    """The ranking, agreement, regression, decision and epoch flags, for the terminal."""
+def _print_ranking(report: dict[str, Any]) -> None:
+    """Per proxy: overall metric over seeds, then bpb per domain (± interval half-width);
+    * marks the Pareto front over domains."""
     metric = report["target_metric"]
+    domains = report.get("domains") or {}
     for proxy, rows in report["ranking"].items():
-        print(f"{proxy}: {metric} mean ± std over seeds")
+        table = {row["recipe_sha256"]: row for row in domains.get(proxy, [])}
+        names = sorted({d for row in table.values() for d in row["domains"]})
+        print(f"{proxy}: {metric} mean ± std over seeds | bpb per domain ± interval (* Pareto)")
+        if names:
+            print(f"  {'':<25} {'':<24} " + " ".join(f"{n:>15}" for n in names))
         for row in rows:
             std = f"{row['std']:.4f}" if row["std"] is not None else "n/a"
+            entry = table.get(row["recipe_sha256"], {"domains": {}, "pareto": False})
+            cells = []
+            for name in names:
+                cell = entry["domains"].get(name)
+                half = (cell["upper"] - cell["lower"]) / 2 if cell else 0.0
+                cells.append(f"{cell['effect']:>8.4f}±{half:.3f}" if cell else f"{'-':>15}")
+            mark = "*" if entry["pareto"] else " "
             print(
-                f"  {row['rank']:>2}. {row['recipe_name']:<20} {row['mean']:.4f} ± {std} "
-                f"({row['n_seeds']} seeds)"
+                f"  {row['rank']:>2}.{mark}{row['recipe_name']:<20} {row['mean']:.4f} ± {std} "
+                f"({row['n_seeds']} seeds) " + " ".join(cells)
             )
+
+
+def _print_scales(report: dict[str, Any]) -> None:
     if report["rank_agreement"]:
         print(f"rank agreement (Spearman): {report['rank_agreement'].get('spearman')}")
+    scale = report.get("scale_agreement")
+    if not scale or not scale["pairs"]:
+        return
+    small, large = scale["proxies"]
+    accuracy = scale["accuracy"]
+    print(
+        f"decision accuracy {small} -> {large}: {accuracy:.0%} of {scale['n_pairs']} pairs agree; "
+        f"{scale['n_small_inside_noise']} small-scale margin(s) inside the noise; seed sd "
+        + ", ".join(f"{p} {n['seed_sd_median']}" for p, n in scale["noise"].items())
+    )
+    for pair in scale["pairs"]:
+        if pair["flags"]:
+            print(
+                f"  ! {pair['a_name']} vs {pair['b_name']}: {small} picks "
+                f"{pair['small_winner_name']}, {large} picks {pair['large_winner_name']} "
+                f"({'; '.join(pair['flags'])})"
+            )
+
+
+def _print_regression(report: dict[str, Any]) -> None:
     regression = report["regression"]
-    if regression.get("status") == "fitted":
-        best = regression["predicted_best"]
-        fit = regression["models"][regression["selected_model"]]
-        print(
-            f"regression ({regression['selected_model']}, CV R2 {fit['cv_r2']}): predicted best "
-            f"{best['predicted']:.4f} at "
-            + ", ".join(f"{k} {v:.3f}" for k, v in best["weights"].items())
-        )
+    if regression.get("status") != "fitted":
+        return
+    best = regression["predicted_best"]
+    fit = regression["models"][regression["selected_model"]]
+    print(
+        f"regression ({regression['selected_model']}, CV R2 {fit['cv_r2']}): predicted best "
+        f"{best['predicted']:.4f} at "
+        + ", ".join(f"{k} {v:.3f}" for k, v in best["weights"].items())
+    )
+    for row in report.get("predictions") or []:
+        measured = "not run" if row.get("measured") is None else f"{row['measured']:.4f}"
+        print(f"  predicted {row['predicted']:.4f}, measured {measured} ({row['recipe_name']})")
+
+
+def print_report(report: dict[str, Any], out: str) -> None:
+    """The ranking, trade-offs, agreement, regression, decision and epoch flags."""
+    _print_ranking(report)
+    _print_scales(report)
+    _print_regression(report)
     flags = report["epoch_flags"]
     verdict = "PASSED" if report["passed"] else "NOT PASSED"
     print(

@@ -138,6 +138,24 @@ def _set_metrics(nll_nats: float, tokens: int, num_bytes: int, docs: int) -> dic
     }
 
 
+def _document_records(
+    eval_set: EvalSet, logps: Sequence[np.ndarray], doc_bytes: Sequence[int]
+) -> list[dict[str, Any]]:
+    ids = eval_set.ids or [str(i) for i in range(len(logps))]
+    return [
+        {
+            "set": eval_set.name,
+            "domain": eval_set.domain,
+            "lang": eval_set.lang,
+            "id": str(doc_id),
+            "nll": -float(lp.sum(dtype=np.float64)),
+            "bytes": int(size),
+            "tokens": len(lp),
+        }
+        for doc_id, lp, size in zip(ids, logps, doc_bytes)
+    ]
+
+
 def evaluate(
     model: Scorer,
     eval_sets: Sequence[EvalSet] | str | Path,
@@ -145,12 +163,15 @@ def evaluate(
     seq_length: int | None = None,
     batch_size: int = 8,
     max_docs: int | None = None,
+    documents: list[dict[str, Any]] | None = None,
 ) -> dict[str, float]:
     """Bits per byte, loss (nats/token) and perplexity overall and per set.
 
     Returns a flat dict: `bpb`, `loss`, `ppl`, `tokens`, `bytes`, and `bpb/<domain>/<lang>`,
     `loss/<domain>/<lang>`, ... for each set. `encoder` defaults to `model.tokenizer`;
-    `seq_length` to `model.seq_length` (else 512).
+    `seq_length` to `model.seq_length` (else 512). When `documents` is a list, one record per
+    document is appended to it (`set`, `domain`, `lang`, `id`, `nll` in nats, `bytes`, `tokens`):
+    what a paired comparison of two models on the same documents needs (trainer/gate_stats.py).
     """
     if isinstance(eval_sets, (str, Path)):
         eval_sets = load_eval_sets(eval_sets, max_docs)
@@ -164,7 +185,10 @@ def evaluate(
         logps = score_sequences(model, encoded, seq_length, batch_size, pad_id=encoder.eod_id)
         nll = -float(sum(lp.sum(dtype=np.float64) for lp in logps))
         tokens = sum(len(lp) for lp in logps)
-        num_bytes = sum(len(t.encode("utf-8")) for t in texts)
+        doc_bytes = [len(t.encode("utf-8")) for t in texts]
+        num_bytes = sum(doc_bytes)
+        if documents is not None:
+            documents.extend(_document_records(eval_set, logps, doc_bytes))
         per_set = _set_metrics(nll, tokens, num_bytes, len(texts))
         for key, value in per_set.items():
             metrics[f"{key}/{eval_set.domain}/{eval_set.lang}"] = value

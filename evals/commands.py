@@ -110,11 +110,30 @@ def evaluate_checkpoint(
             "...; pass the tokenizer the run was trained with"
         )
     seq_length = args.seq_length or getattr(model, "seq_length", None) or 512
+    documents: list[dict[str, Any]] = []
     metrics = evaluate(
-        model, sets, encoder=tokenizer, seq_length=seq_length, batch_size=args.batch_size
+        model,
+        sets,
+        encoder=tokenizer,
+        seq_length=seq_length,
+        batch_size=args.batch_size,
+        documents=documents,
     )
     metrics.update(evaluate_tasks(model, tasks, tokenizer, seq_length, args.batch_size))
-    return {"step": int(getattr(model, "step", 0) or 0), "metrics": metrics}
+    step = int(getattr(model, "step", 0) or 0)
+    return {"step": step, "metrics": metrics, "documents": documents}
+
+
+def write_documents(records: list[dict[str, Any]], path: Path) -> None:
+    """documents.parquet: per checkpoint and eval document, its NLL (nats), bytes and tokens."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"step": r["step"], **doc} for r in records for doc in r["documents"]]
+    table = pa.Table.from_pylist(rows) if rows else pa.table({"step": pa.array([], pa.int64())})
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
 
 
 def _listed_tasks(sets_dir: str) -> list[Path]:
@@ -153,13 +172,19 @@ def _run_command(args: argparse.Namespace) -> int:
     for step, checkpoint in Progress(checkpoints, desc="eval", unit="checkpoint"):
         record = evaluate_checkpoint(checkpoint, sets, tokenizer, tasks, args)
         record.update({"step": record["step"] or step, "checkpoint": str(checkpoint), **identity})
+        for doc in record["documents"]:
+            doc["step"] = record["step"]
         records.append(record)
         metrics = record["metrics"]
         print(
             f"step {record['step']:>7}: bpb {metrics['bpb']:.4f} loss {metrics['loss']:.4f} "
             f"ppl {metrics['ppl']:.2f}"
         )
-    lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    write_documents(records, out / "documents.parquet")
+    lines = "".join(
+        json.dumps({k: v for k, v in r.items() if k != "documents"}, sort_keys=True) + "\n"
+        for r in records
+    )
     atomic_write_bytes(out / "results.jsonl", lines.encode())
     plot_capability(records, out / "capability.png")
     write_manifest(
@@ -170,5 +195,5 @@ def _run_command(args: argparse.Namespace) -> int:
         counts={"checkpoints": len(records)},
         extra={**identity, "final": records[-1]["metrics"]},
     )
-    print(f"-> {out / 'results.jsonl'}, {out / 'capability.png'}")
+    print(f"-> {out / 'results.jsonl'}, {out / 'documents.parquet'}, {out / 'capability.png'}")
     return 0

@@ -35,6 +35,28 @@ def load_finished(run_dir: Path, key: str) -> dict[str, Any] | None:
     return result
 
 
+def read_documents(eval_dir: Path, step: int) -> dict[str, Any] | None:
+    """The final checkpoint's per-document NLL (nats) and bytes, as columns (None when the eval
+    wrote no documents.parquet): the paired gate statistic compares runs document by document."""
+    path = eval_dir / "documents.parquet"
+    if not path.is_file():
+        return None
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    if table.num_rows == 0:
+        return None
+    rows = [r for r in table.to_pylist() if r["step"] == step]
+    sets = {r["set"]: {"domain": r["domain"], "lang": r["lang"]} for r in rows}
+    return {
+        "sets": sets,
+        "set": [r["set"] for r in rows],
+        "id": [r["id"] for r in rows],
+        "nll": [r["nll"] for r in rows],
+        "bytes": [r["bytes"] for r in rows],
+    }
+
+
 def _build_mixture(spec: dict[str, Any], out: Path) -> dict[str, Any]:
     from mixtures.build import build_mixture
     from mixtures.recipe import MixtureConfig
@@ -171,6 +193,7 @@ def execute_run(spec: dict[str, Any]) -> dict[str, Any]:
             else None,
             "step": final["step"],
             "metrics": final["metrics"],
+            "documents": read_documents(eval_dir, final["step"]),
             "wall_s": round(time.perf_counter() - start, 2),
         }
     )

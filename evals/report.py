@@ -17,8 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from evals.tradeoffs import domain_table, scale_agreement
 from pretrain.manifest import atomic_write_json, write_manifest
-from trainer.gate import decide, lower_is_better
+from trainer.gate_rule import criteria_from, decide, lower_is_better
+
+__all__ = ["build_report", "decide", "lower_is_better", "summarize", "write_report"]
 
 
 def _std(values: Sequence[float]) -> float | None:
@@ -234,28 +237,32 @@ def build_report(
     runs: Sequence[Mapping[str, Any]],
     *,
     base_sha: str,
-    metric: str,
     identity: Mapping[str, Any],
-    min_improvement: float = 0.0,
-    require_seed_spread: bool = True,
+    criteria: Mapping[str, Any] | None = None,
     proxy_sizes: Mapping[str, float] | None = None,
     recipes: Mapping[str, Mapping[str, Any]] | None = None,
     epochs: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Everything report.json holds (CONTRACTS.md, kind `ablation`)."""
-    ranking = {proxy: rows for proxy, rows in summarize(runs, metric).items()}
+    criteria = criteria_from(criteria or {})
+    metric = criteria["metric"]
+    ranking = summarize(runs, metric)
     primary = primary_proxy(runs, proxy_sizes)
-    decision = decide(ranking[primary], base_sha, metric, min_improvement, require_seed_spread)
+    by_size = sorted(ranking, key=lambda p: ((proxy_sizes or {}).get(p, 0.0), p))
+    scale = scale_agreement(
+        runs, by_size, metric, float(criteria["confidence"]), lower_is_better(metric)
+    )
+    primary_runs = [r for r in runs if r["proxy"] == primary]
+    decision = decide(primary_runs, ranking[primary], base_sha, criteria, scale)
     components = sorted({c for run in runs for c in run["weights"]})
     base_weights = (
         next(r["weights"] for r in runs if r["recipe_sha256"] == base_sha)
         if any(r["recipe_sha256"] == base_sha for r in runs)
         else {}
     )
-    primary_runs = [r for r in runs if r["proxy"] == primary]
     metrics = sorted({m for run in runs for m in run["metrics"]})
     return {
-        "report_version": 1,
+        "report_version": 2,
         **dict(identity),
         "target_metric": metric,
         "primary_proxy": primary,
@@ -267,7 +274,9 @@ def build_report(
         "decision": decision,
         "ranking": ranking,
         "summary": {m: summarize(runs, m) for m in metrics},
+        "domains": domain_table(runs, float(criteria["confidence"])),
         "rank_agreement": rank_agreement(ranking),
+        "scale_agreement": scale,
         "regression": fit_regression(primary_runs, components, metric, base_weights),
         "epochs": list(epochs),
         "epoch_flags": [row["flag"] for row in epochs if row.get("flag")],

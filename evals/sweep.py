@@ -14,7 +14,9 @@ from evals.ablate import (
     ProxyConfig,
     choose_parallel,
     load_inputs,
+    parallel_runs,
     plan_recipes,
+    predicted_plan,
     run_key,
 )
 from evals.proxy import execute_run, load_finished
@@ -23,6 +25,7 @@ from pretrain.config import apply_overrides, config_dict, config_sha256
 from pretrain.errors import ConfigError, PretrainError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_bytes, manifest_sha256, require
+from trainer.gate_rule import lower_is_better
 
 
 def runs_dir(config: AblationConfig) -> Path:
@@ -59,10 +62,11 @@ def _proxy_steps(train: dict[str, Any], proxy: ProxyConfig, budget: int) -> tupl
     return seq, batch, steps
 
 
-def make_specs(config: AblationConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """One spec per (recipe, proxy, seed), with its cache key and run directory."""
-    from mixtures.recipe import Recipe, recipe_sha256
+IDENTITY = ("train_template_sha256", "evalset_sha256", "encoded_manifest_sha256", "eval")
 
+
+def make_specs(config: AblationConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Specs of the planned recipes, and the context (inputs, identity) more specs are made in."""
     mixture, train = load_inputs(config)
     require(config.eval_sets, kind="evalset")
     identity = {
@@ -79,8 +83,20 @@ def make_specs(config: AblationConfig) -> tuple[list[dict[str, Any]], dict[str, 
         "launch_args": config.launch_args,
         "timeout_s": config.timeout_s,
     }
+    context = {"mixture": mixture, "train": train, "common": common, **identity}
+    return specs_for(config, plan_recipes(config, mixture), context), context
+
+
+def specs_for(
+    config: AblationConfig, plans: list[dict[str, Any]], context: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One spec per (recipe plan, proxy, seed), with its cache key and run directory."""
+    from mixtures.recipe import Recipe, recipe_sha256
+
+    mixture, train = context["mixture"], context["train"]
+    identity = {k: context[k] for k in IDENTITY}
     specs = []
-    for plan in plan_recipes(config, mixture):
+    for plan in plans:
         recipe_hash = recipe_sha256(Recipe.model_validate(plan["recipe"]))
         for proxy in config.proxies:
             budget = proxy.token_budget or config.token_budget
@@ -100,7 +116,7 @@ def make_specs(config: AblationConfig) -> tuple[list[dict[str, Any]], dict[str, 
                 }
                 specs.append(
                     {
-                        **common,
+                        **context["common"],
                         "run_key": key,
                         "recipe_name": plan["name"],
                         "recipe_sha256": recipe_hash,
@@ -114,7 +130,7 @@ def make_specs(config: AblationConfig) -> tuple[list[dict[str, Any]], dict[str, 
                         "run_dir": str(runs_dir(config) / key[:20]),
                     }
                 )
-    return specs, {"mixture": mixture, "train": train, **identity}
+    return specs
 
 
 def _call(runner: Callable[[dict[str, Any]], dict[str, Any]], spec: dict[str, Any]) -> dict:
@@ -142,6 +158,22 @@ def _run_ray(
     return results
 
 
+def _run_pool(
+    config: AblationConfig, todo: list[dict[str, Any]], log: Callable, runner: Callable
+) -> list[dict]:
+    """Runs side by side: every run is its own process (one torch thread), so threads suffice."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    results = []
+    with ThreadPoolExecutor(max_workers=parallel_runs(config)) as pool:
+        futures = {pool.submit(runner, spec): spec for spec in todo}
+        for future in as_completed(futures):
+            results.append(future.result())
+            log(futures[future], results[-1])
+    order = {spec["run_key"]: i for i, spec in enumerate(todo)}
+    return sorted(results, key=lambda r: order[r["run_key"]])
+
+
 def execute(
     config: AblationConfig,
     specs: list[dict[str, Any]],
@@ -153,14 +185,17 @@ def execute(
     for spec in specs:
         found = load_finished(Path(spec["run_dir"]), spec["run_key"])
         (cached if found else todo).append(found or spec)
+    mode = choose_parallel(config)
+    shown = f"pool of {parallel_runs(config)}" if mode == "pool" else mode
     lines.append(
         f"{len(specs)} runs: {len(cached)} cached, {len(todo)} to run "
-        f"({choose_parallel(config) if todo else 'nothing to run'})"
+        f"({shown if todo else 'nothing to run'})"
     )
     print(f"[ablate] {lines[-1]}", flush=True)
-    total = len(todo)
+    total, done = len(todo), [0]
 
     def log(spec: dict[str, Any], result: dict[str, Any]) -> None:
+        done[0] += 1
         status = result["status"]
         metric = (result.get("metrics") or {}).get(config.criteria.metric)
         shown = (
@@ -169,14 +204,16 @@ def execute(
             else result.get("error", "")
         )
         print(
-            f"[ablate] {len(fresh)}/{total} {spec['recipe_name']} {spec['proxy']['name']} "
+            f"[ablate] {done[0]}/{total} {spec['recipe_name']} {spec['proxy']['name']} "
             f"seed {spec['seed']}: {status} {shown}",
             flush=True,
         )
 
     fresh: list[dict] = []
-    if todo and choose_parallel(config) == "ray":
+    if todo and mode == "ray":
         fresh = _run_ray(config, todo, log, runner)
+    elif todo and mode == "pool":
+        fresh = _run_pool(config, todo, log, runner)
     else:
         for spec in todo:
             fresh.append(runner(spec))
@@ -239,32 +276,25 @@ def _write_chosen(out: Path, specs: list[dict], mixture: dict, chosen_sha: str) 
     atomic_write_bytes(out / "chosen_mixture.yaml", text.encode())
 
 
-@writes_output("config.out")
-def run_sweep(
-    config: AblationConfig, runner: Callable[[dict[str, Any]], dict[str, Any]] = execute_run
+def _report(
+    config: AblationConfig, specs: list[dict], results: list[dict], context: dict[str, Any]
 ) -> dict[str, Any]:
-    """Run what is not cached, then write the `ablation` report artifact at config.out."""
-    start = time.perf_counter()
-    specs, identity = make_specs(config)
-    results, lines = execute(config, specs, runner)
     _check_bound(results, specs)
     finished = [r for r in results if r["status"] == "finished"]
     failed = [r for r in results if r["status"] != "finished"]
     base = specs[0]["recipe_sha256"]
     tokenizer_sha, data_sha = _shared_identity(finished, failed, base)
-    sizes = {p.name: proxy_parameters(identity["train"], p.overrides) for p in config.proxies}
+    sizes = {p.name: proxy_parameters(context["train"], p.overrides) for p in config.proxies}
     report = build_report(
         finished,
         base_sha=base,
-        metric=config.criteria.metric,
         identity={
             "tokenizer_sha256": tokenizer_sha,
             "data_manifest_sha256": data_sha,
-            "evalset_sha256": identity["evalset_sha256"],
+            "evalset_sha256": context["evalset_sha256"],
             "sweep": config.name,
         },
-        min_improvement=config.criteria.min_improvement,
-        require_seed_spread=config.criteria.require_seed_spread,
+        criteria=config_dict(config.criteria),
         proxy_sizes=sizes,
         recipes={
             s["recipe_sha256"]: {"name": s["recipe_name"], "weights": s["weights"]} for s in specs
@@ -272,14 +302,76 @@ def run_sweep(
         epochs=_epochs(config, finished),
     )
     report["failed_runs"] = failed
+    return report
+
+
+def _prediction_to_confirm(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The regression's predicted best when it is no recipe run and beats every one run."""
+    regression = report["regression"]
+    if regression.get("status") != "fitted" or regression["predicted_best"]["observed"]:
+        return None
+    best = report["ranking"][report["primary_proxy"]][0]["mean"]
+    predicted = regression["predicted_best"]["predicted"]
+    better = predicted < best if lower_is_better(report["target_metric"]) else predicted > best
+    return regression["predicted_best"] if better else None
+
+
+def _confirm(
+    config: AblationConfig,
+    specs: list[dict],
+    results: list[dict],
+    context: dict[str, Any],
+    runner: Callable,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Train the predicted best (same proxies, seeds) before anything can be chosen; the report
+    keeps predicted vs measured."""
+    report = _report(config, specs, results, context)
+    prediction = _prediction_to_confirm(report) if config.confirm_predictions else None
+    if prediction is None:
+        report["predictions"] = []
+        return report, specs
+    plan = predicted_plan(context["mixture"], prediction["weights"])
+    extra = [
+        s
+        for s in specs_for(config, [plan], context)
+        if s["run_key"] not in {t["run_key"] for t in specs}
+    ]
+    specs = specs + extra
+    results = results + execute(config, extra, runner)[0]
+    report = _report(config, specs, results, context)
+    rows = report["ranking"][report["primary_proxy"]]
+    measured = next((r for r in rows if r["recipe_name"] == "predicted"), None)
+    report["predictions"] = [
+        {
+            "recipe_name": "predicted",
+            "weights": plan["weights"],
+            "predicted": prediction["predicted"],
+            "measured": measured["mean"] if measured else None,
+            "measured_rank": measured["rank"] if measured else None,
+            "n_seeds": measured["n_seeds"] if measured else 0,
+        }
+    ]
+    return report, specs
+
+
+@writes_output("config.out")
+def run_sweep(
+    config: AblationConfig, runner: Callable[[dict[str, Any]], dict[str, Any]] = execute_run
+) -> dict[str, Any]:
+    """Run what is not cached (and a predicted best), then write the `ablation` report at
+    config.out."""
+    start = time.perf_counter()
+    specs, context = make_specs(config)
+    results, lines = execute(config, specs, runner)
+    report, specs = _confirm(config, specs, results, context, runner)
     report["sweep_wall_s"] = round(time.perf_counter() - start, 2)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    _write_chosen(out, specs, identity["mixture"], report["chosen_recipe_sha256"])
+    _write_chosen(out, specs, context["mixture"], report["chosen_recipe_sha256"])
     write_report(
         out,
         report,
         config=config_dict(config),
-        inputs=[config.eval_sets, identity["mixture"]["build"]["encoded"]],
+        inputs=[config.eval_sets, context["mixture"]["build"]["encoded"]],
     )
     return {"report": report, "lines": lines}

@@ -249,8 +249,15 @@ class GateConfig(StrictModel):
     metric: str = "bpb"
     """Target metric of the ablation (lower is better)."""
     min_improvement: float = Field(0.0, ge=0)
-    """The chosen recipe must beat the base by more than this plus the seed spread."""
+    """The lower bound of the chosen recipe's paired improvement over the base must exceed this."""
+    confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    """With equal recipes the gate passes at most 1 - confidence of the time (gate_stats.py)."""
     require_seed_spread: bool = True
+    """Seed noise must be measured (>= 2 seeds per recipe)."""
+    max_domain_regression: float | None = Field(None, ge=0)
+    """No eval domain may be worse than the alternative by more than this bpb (upper bound)."""
+    require_scale_agreement: bool = False
+    """The ablation's smaller proxy must reach the same decision as its larger one."""
 
 
 class TrainConfig(StrictModel):

@@ -5,112 +5,22 @@ report (a) used the same tokenizer hash and the same data artifacts as the confi
 (b) chose the recipe hash of the config's mixture, and (c) passes the config's `gate` criteria,
 recomputed from the report's per-seed results (not trusted from its `passed` flag).
 
-`decide` is the decision rule itself: the ablation report (evals/report.py) applies it to choose
-and record a recipe, the gate applies it again here under the launch config's criteria. It lives
-with the launcher so that `pretrain launch` reads the ablation artifact without importing evals.
+`decide` (trainer/gate_rule.py, with the paired statistics of trainer/gate_stats.py) is the
+decision rule itself: the ablation report (evals/report.py) applies it to choose and record a
+recipe, the gate applies it again here under the launch config's criteria. It lives with the
+launcher so that `pretrain launch` reads the ablation artifact without importing evals.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pretrain.errors import ArtifactError, GateRefused
 from pretrain.manifest import manifest_sha256, require
-
-LOWER_IS_BETTER_PREFIXES = ("bpb", "loss", "ppl", "perplexity", "nll")
-
-
-def lower_is_better(metric: str) -> bool:
-    """bpb / loss / perplexity fall as models improve; accuracies rise."""
-    return metric.split("/")[0].lower().startswith(LOWER_IS_BETTER_PREFIXES)
-
-
-def _criterion(
-    improvement: float, spread: float, min_improvement: float, require_seed_spread: bool
-) -> tuple[bool, str]:
-    """Whether the improvement over the base clears min_improvement (+ the seed spread)."""
-    if not (require_seed_spread or min_improvement > 0):
-        return True, "criteria do not require a margin over the alternative"
-    if require_seed_spread and math.isnan(spread):
-        return False, "one seed per recipe: the seed spread is unknown (run >= 2 seeds)"
-    margin = min_improvement + (spread if require_seed_spread else 0.0)
-    passed = improvement > margin
-    return passed, (
-        f"improvement {improvement:.4f} {'>' if passed else '<='} required "
-        f"{margin:.4f} (min_improvement {min_improvement} + seed spread "
-        f"{spread if require_seed_spread else 0.0:.4f})"
-    )
-
-
-def decide(
-    ranking: Sequence[Mapping[str, Any]],
-    base_sha: str,
-    metric: str,
-    min_improvement: float = 0.0,
-    require_seed_spread: bool = True,
-) -> dict[str, Any]:
-    """Choose the best-ranked recipe and test it against the base (the runner-up when the base
-    itself is chosen).
-
-    Passed when the criteria ask for no margin (min_improvement 0, no seed spread required), or
-    when the chosen recipe beats that alternative by more than min_improvement plus the seed spread
-    (the larger sample standard deviation over seeds of the two recipes).
-    """
-    chosen = ranking[0]
-    base = next((row for row in ranking if row["recipe_sha256"] == base_sha), None)
-    criteria = {
-        "metric": metric,
-        "min_improvement": min_improvement,
-        "require_seed_spread": require_seed_spread,
-        "lower_is_better": lower_is_better(metric),
-    }
-    evidence: list[str] = [
-        f"{chosen['recipe_name']} ranks first on {metric}: mean "
-        f"{chosen['mean']:.4f} over {chosen['n_seeds']} seed(s)"
-    ]
-    if base is None:
-        return {
-            "chosen": chosen,
-            "base": None,
-            "criteria": criteria,
-            "passed": False,
-            "improvement": None,
-            "spread": None,
-            "evidence": evidence + ["the base recipe has no finished runs"],
-        }
-    # The chosen recipe must beat its alternative: the base, or (when the base is chosen) the
-    # runner-up, so that keeping the base is also a decision the seeds support.
-    other = base if chosen is not base else (ranking[1] if len(ranking) > 1 else None)
-    if other is None:
-        passed, why, improvement, spread = (
-            False,
-            "only the base recipe ran: nothing to compare",
-            None,
-            float("nan"),
-        )
-    else:
-        improvement = (1.0 if lower_is_better(metric) else -1.0) * (other["mean"] - chosen["mean"])
-        stds = (chosen["std"], other["std"])
-        spread = float("nan") if None in stds else max(stds)
-        passed, why = _criterion(improvement, spread, min_improvement, require_seed_spread)
-        if chosen is base:
-            why = f"base kept over runner-up {other['recipe_name']}: {why}"
-    evidence.append(f"base {base['recipe_name']}: mean {base['mean']:.4f}, rank {base['rank']}")
-    evidence.append(why)
-    return {
-        "chosen": chosen,
-        "base": base,
-        "criteria": criteria,
-        "passed": bool(passed),
-        "improvement": improvement,
-        "spread": None if math.isnan(spread) else spread,
-        "evidence": evidence,
-    }
-
+from trainer.gate_rule import CRITERIA_DEFAULTS, decide
 
 ABLATE_HINT = "run `pretrain ablate configs/ablation.yaml` on this mixture's data"
 
@@ -215,13 +125,22 @@ def _check_criteria(report: Mapping[str, Any], gate: Mapping[str, Any], root: st
             f"for it (it has {', '.join(sorted(report.get('summary') or {}))}); "
             "set gate.metric to one of those or re-run the ablation"
         )
-    ranking = summary[report["primary_proxy"]]
+    primary = report["primary_proxy"]
+    criteria = {
+        **dict(report.get("criteria") or {}),
+        **{k: v for k, v in gate.items() if k in CRITERIA_DEFAULTS},
+    }
+    criteria["metric"] = metric
+    runs = [r for r in report.get("runs", []) if r.get("proxy") == primary]
+    # Agreement is the sign of each pair's effect at both scales (no confidence level in it):
+    # the report's table, hashed by its manifest, is used as recorded.
+    scale = report.get("scale_agreement")
     decision = decide(
-        ranking,
+        runs,
+        summary[primary],
         report["base_recipe_sha256"],
-        metric,
-        float(gate.get("min_improvement", 0.0)),
-        bool(gate.get("require_seed_spread", True)),
+        criteria,
+        scale,
     )
     if decision["chosen"]["recipe_sha256"] != report["chosen_recipe_sha256"]:
         raise GateRefused(
@@ -232,8 +151,9 @@ def _check_criteria(report: Mapping[str, Any], gate: Mapping[str, Any], root: st
     if not decision["passed"]:
         raise GateRefused(
             f"ablation report {root} does not pass the gate criteria: "
-            f"{decision['evidence'][-1]}; run more seeds or recipes, relax "
-            "gate.min_improvement / gate.require_seed_spread, or --override-gate"
+            f"{(decision['failed_constraints'] or decision['evidence'])[-1]}; run more seeds, "
+            "eval documents or recipes, relax gate.min_improvement / gate.confidence / the "
+            "constraints, or --override-gate"
         )
     return decision
 
@@ -259,6 +179,6 @@ def check_gate(train_config_dict: Mapping[str, Any], report_dir: str | Path | No
         "data_manifest_sha256": report["data_manifest_sha256"],
         "criteria": decision["criteria"],
         "improvement": decision["improvement"],
-        "spread": decision["spread"],
+        "interval": decision["interval"],
         "evidence": decision["evidence"],
     }

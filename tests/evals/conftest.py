@@ -66,10 +66,9 @@ def make_report(out: Path, runs: list[dict], **kwargs) -> Path:
     report = build_report(
         runs,
         base_sha=base,
-        metric="bpb",
         identity=identity,
+        criteria={"metric": "bpb", **kwargs},
         proxy_sizes={"p-small": 1e5, "p-large": 1e6},
-        **kwargs,
     )
     write_report(out, report)
     return out

@@ -130,30 +130,83 @@ def test_sweep_caches_by_key_and_writes_a_gateable_report(tmp_path):
     runner = Runner()
     result = run_sweep(config, runner=runner)
     specs, _ = make_specs(config)
-    assert runner.calls == len(specs) == 5 * 2 * 2
+    # 5 planned recipes, then the regression's predicted best (more code than any recipe run),
+    # trained on the same 2 proxies x 2 seeds before it could be chosen
+    assert len(specs) == 5 * 2 * 2 and runner.calls == len(specs) + 4
     report = result["report"]
+    (prediction,) = report["predictions"]
     code_heavy = max(specs, key=lambda s: s["weights"]["code"])
-    assert report["chosen_recipe_sha256"] == code_heavy["recipe_sha256"]
+    assert prediction["weights"]["code"] > code_heavy["weights"]["code"]
+    measured = 2.0 - prediction["weights"]["code"] - 0.1 + 0.0015
+    assert prediction["measured"] == pytest.approx(measured) and prediction["n_seeds"] == 2
+    assert report["chosen_recipe_name"] == "predicted" and prediction["measured_rank"] == 1
     assert report["primary_proxy"] == "small"
     assert report["rank_agreement"]["spearman"] == pytest.approx(1.0)
+    assert report["scale_agreement"]["accuracy"] == 1.0
     assert report["regression"]["status"] == "fitted"
     assert report["passed"] is True
     assert verify(tmp_path / "ablation")["kind"] == "ablation"
     chosen = yaml.safe_load((tmp_path / "ablation" / "chosen_mixture.yaml").read_text())
-    assert chosen["recipe"]["components"][1]["weight"] == code_heavy["weights"]["code"]
+    assert chosen["recipe"]["components"][1]["weight"] == prediction["weights"]["code"]
     # the full run (10**6 tokens) repeats both 10**5-token components: flagged
     assert report["epoch_flags"] and "cannot subsample" in report["epoch_flags"][0]
 
-    # Second invocation: everything cached, nothing re-run.
+    # Second invocation: everything cached (the predicted recipe too), nothing re-run.
     run_sweep(config, runner=runner)
-    assert runner.calls == len(specs)
+    assert runner.calls == len(specs) + 4
     # A run directory holding another run's result is not trusted: that run alone re-runs.
     victim = Path(specs[3]["run_dir"]) / "result.json"
     data = json.loads(victim.read_text())
     data["run_key"] = "0" * 64
     victim.write_text(json.dumps(data))
     run_sweep(config, runner=runner)
-    assert runner.calls == len(specs) + 1
+    assert runner.calls == len(specs) + 5
+
+
+def test_without_confirmation_the_prediction_is_only_reported(tmp_path):
+    config = _setup(tmp_path, confirm_predictions=False)
+    runner = Runner()
+    report = run_sweep(config, runner=runner)["report"]
+    assert runner.calls == 5 * 2 * 2 and report["predictions"] == []
+    assert report["chosen_recipe_name"] == "code-heavy"
+
+
+@pytest.mark.timeout(120)
+def test_pool_runs_side_by_side_with_the_same_report(tmp_path):
+    """parallel: pool (2 at once) gives the same runs and decision as sequential."""
+    import threading
+
+    class Tracking(Runner):
+        def __init__(self) -> None:
+            super().__init__()
+            self.active, self.peak, self.lock = 0, 0, threading.Lock()
+
+        def __call__(self, spec: dict) -> dict:
+            import time
+
+            with self.lock:
+                self.active += 1
+                self.peak = max(self.peak, self.active)
+            time.sleep(0.05)
+            try:
+                return super().__call__(spec)
+            finally:
+                with self.lock:
+                    self.active -= 1
+
+    pooled = Tracking()
+    config = _setup(tmp_path, parallel="pool", max_parallel=2, confirm_predictions=False)
+    report = run_sweep(config, runner=pooled)["report"]
+    assert pooled.peak == 2 and pooled.calls == 20
+    (tmp_path / "seq").mkdir()
+    sequential = _setup(tmp_path / "seq", parallel="sequential", confirm_predictions=False)
+    again = run_sweep(sequential, runner=Runner())["report"]
+    assert again["chosen_recipe_name"] == report["chosen_recipe_name"]
+
+    def rows(rep: dict) -> list:
+        return [(r["recipe_name"], r["proxy"], r["seed"], r["metrics"]) for r in rep["runs"]]
+
+    assert rows(again) == rows(report)
 
 
 def test_run_keys_change_with_seed_budget_and_proxy_not_with_output_dir(tmp_path):

@@ -103,3 +103,21 @@ def test_in_training_hook_appends_every_n_steps(tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "evals.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [2, 4]
     assert lines[1]["metrics"]["bpb"] == pytest.approx(math.log2(257), rel=1e-5)
+
+
+def test_per_document_records_add_up_to_the_set_metrics():
+    """What the paired gate statistic reads: one record per document whose NLL and bytes sum
+    to the reported bits per byte of its set and overall."""
+    documents: list[dict] = []
+    metrics = evaluate(BigramLM(TRAIN), SETS, encoder=byte_encoder(), documents=documents)
+    assert [(d["set"], d["id"]) for d in documents] == [
+        (s.name, str(i)) for s in SETS for i in range(len(s.texts))
+    ]
+    for eval_set in SETS:
+        mine = [d for d in documents if d["set"] == eval_set.name]
+        assert [d["bytes"] for d in mine] == [len(t.encode()) for t in eval_set.texts]
+        bpb = sum(d["nll"] for d in mine) / math.log(2) / sum(d["bytes"] for d in mine)
+        assert bpb == pytest.approx(metrics[f"bpb/{eval_set.domain}/{eval_set.lang}"], rel=1e-9)
+    total = sum(d["nll"] for d in documents) / math.log(2) / sum(d["bytes"] for d in documents)
+    assert total == pytest.approx(metrics["bpb"], rel=1e-9)
+    assert sum(d["tokens"] for d in documents) == metrics["tokens"]

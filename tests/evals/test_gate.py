@@ -29,7 +29,7 @@ def test_matching_report_clears_and_returns_what_to_record(ablation_dir, tmp_pat
     assert result["status"] == "passed"
     assert result["chosen_recipe_sha256"] == _chosen(ablation_dir)
     assert len(result["report_manifest_sha256"]) == 64
-    assert result["improvement"] > result["spread"] > 0
+    assert result["improvement"] > result["interval"]["lower"] > 0
 
 
 def test_missing_report_is_refused(tmp_path):
@@ -72,7 +72,7 @@ def test_a_report_that_failed_its_criteria_is_refused(tmp_path):
     runs = synthetic_runs(recipes=3, seeds=1, proxies=("p",))
     report = make_report(tmp_path / "r", runs)
     mixture = make_mixture(tmp_path / "mix", _chosen(report))
-    with pytest.raises(GateRefused, match="seed spread is unknown"):
+    with pytest.raises(GateRefused, match="seed noise is unknown"):
         check_gate(_config(mixture, report))
     relaxed = check_gate(_config(mixture, report, require_seed_spread=False))
     assert relaxed["status"] == "passed"

@@ -43,7 +43,7 @@ def test_single_seed_fails_the_spread_criterion_and_few_recipes_skip_regression(
     out = make_report(tmp_path / "r", runs)
     report = json.loads((out / "report.json").read_text())
     assert report["passed"] is False
-    assert "seed spread is unknown" in report["decision"]["evidence"][-1]
+    assert "seed noise is unknown" in report["decision"]["evidence"][-1]
     assert "too few" in report["regression"]["status"]
     assert report["rank_agreement"] is None
 
@@ -51,8 +51,10 @@ def test_single_seed_fails_the_spread_criterion_and_few_recipes_skip_regression(
 def test_noise_larger_than_effect_does_not_pass():
     runs = synthetic_runs(recipes=4, seeds=3, noise=0.5, proxies=("p",))
     base = next(r["recipe_sha256"] for r in runs if r["recipe_name"] == "base")
-    report = build_report(runs, base_sha=base, metric="bpb", identity={})
-    assert report["passed"] == (report["decision"]["improvement"] > report["decision"]["spread"])
+    report = build_report(runs, base_sha=base, identity={})
+    interval = report["decision"]["interval"]
+    assert interval["method"] == "seeds (no per-document results)"
+    assert report["passed"] is False and interval["lower"] <= 0 < interval["upper"]
 
 
 def test_accuracy_metric_ranks_higher_first():
@@ -83,10 +85,10 @@ def test_keeping_the_base_needs_a_margin_over_the_runner_up():
     for run in runs:  # make the base clearly best
         if run["recipe_sha256"] == base:
             run["metrics"]["bpb"] -= 1.0
-    report = build_report(runs, base_sha=base, metric="bpb", identity={})
+    report = build_report(runs, base_sha=base, identity={})
     assert report["chosen_recipe_sha256"] == base and report["passed"] is True
     assert "base kept over runner-up" in report["decision"]["evidence"][-1]
     only_base = [r for r in runs if r["recipe_sha256"] == base]
-    report = build_report(only_base, base_sha=base, metric="bpb", identity={})
+    report = build_report(only_base, base_sha=base, identity={})
     assert report["passed"] is False
     assert "nothing to compare" in report["decision"]["evidence"][-1]
