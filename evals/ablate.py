@@ -65,6 +65,14 @@ class CriteriaConfig(StrictModel):
     """With two proxies, the smaller one must reach the same decision as the larger."""
 
 
+class HalvingConfig(StrictModel):
+    """Successive halving: train every recipe at `fraction` of the budget first; recipes the
+    rung's best beats at `confidence` (paired interval above zero) stop there."""
+
+    fraction: float = Field(0.25, gt=0, lt=1)
+    confidence: float = Field(0.9, gt=0.5, lt=1.0)
+
+
 class EvalRunConfig(StrictModel):
     max_docs: int | None = Field(None, ge=1)
     batch_size: int = Field(8, ge=1)
@@ -102,6 +110,8 @@ class AblationConfig(StrictModel):
     gpus_per_run: float = Field(0.0, ge=0)
     """GPUs a Ray task reserves for one proxy run (its launch sees only those); fractions put
     several proxies on one GPU (0.25: four)."""
+    halving: HalvingConfig | None = None
+    """Off by default; e.g. {fraction: 0.25}: clearly-behind recipes stop at a quarter budget."""
     confirm_predictions: bool = True
     """When the regression predicts a recipe better than every recipe run, train it (same
     proxies, seeds) before anything is chosen; the report shows predicted vs measured."""

@@ -19,6 +19,7 @@ from evals.ablate import (
     predicted_plan,
     run_key,
 )
+from evals.halving import run_rung
 from evals.proxy import execute_run, load_finished
 from evals.report import build_report, epoch_table, write_report
 from pretrain.config import apply_overrides, config_dict, config_sha256
@@ -362,8 +363,17 @@ def run_sweep(
     config.out."""
     start = time.perf_counter()
     specs, context = make_specs(config)
+    sizes = {p.name: proxy_parameters(context["train"], p.overrides) for p in config.proxies}
+    specs, halving = run_rung(
+        config,
+        specs,
+        lambda rung, todo: execute(rung, todo, runner)[0],
+        lambda rung: make_specs(rung)[0],
+        max(sizes, key=lambda name: (sizes[name], name)),
+    )
     results, lines = execute(config, specs, runner)
     report, specs = _confirm(config, specs, results, context, runner)
+    report["halving"] = halving
     report["sweep_wall_s"] = round(time.perf_counter() - start, 2)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)

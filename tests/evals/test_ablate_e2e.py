@@ -5,6 +5,7 @@ mixture built from the chosen recipe on the same tokenizer and data."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,15 @@ def test_ablate_real_proxies_then_gate(chain, tmp_path, capsys):
         assert (run_dir / "eval" / "capability.png").is_file()
         metrics = run["metrics"]
         assert 0 < metrics["bpb"] < 8 and {"bpb/code/en", "bpb/prose/en"} <= set(metrics)
+        # per-document results: their NLL and bytes add up to the run's bpb
+        docs = run["documents"]
+        assert len(docs["nll"]) == len(docs["bytes"]) == len(docs["id"]) > 0
+        total = sum(docs["nll"]) / math.log(2) / sum(docs["bytes"])
+        assert total == pytest.approx(metrics["bpb"], rel=1e-6)
+    interval = report["decision"]["interval"]
+    assert interval["method"] == "paired documents + seeds" and interval["n_seeds"] == 2
+    assert interval["n_documents"] == len(report["runs"][0]["documents"]["nll"])
+    assert interval["lower"] < interval["effect"] < interval["upper"]
     assert report["epoch_flags"]  # 10**7 tokens repeat the ~20k-token components
     capsys.readouterr()
 
