@@ -30,7 +30,8 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 lint: $(STAMP)
-	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/lint-imports
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/lint-imports \
+	  && $(BIN)/python tools/typecheck.py
 
 format: $(STAMP)
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .

@@ -1,0 +1,1 @@
+"""tools for developing this repository (not shipped)."""
