@@ -1,5 +1,5 @@
 /* The global-quota sampler's hot loops, in plain C (compiled on first use by
- * mixtures/native.py; mixtures/schedule.py and planner.py hold the numpy reference they must match
+ * mixtures/native.py; mixtures/schedule.py and boundaries.py hold the numpy reference they must match
  * exactly).
  *
  * Notation as in schedule.py: component k has weight a_k / S; y_k(t) = a_k t / S; a batch starts at
@@ -146,7 +146,7 @@ static void sort_keys(int64_t *v, int64_t n, int down)
 }
 
 /* Chain capacity check: sorted descending (or ascending), the j-th value must pass against
- * limit[j-1]; see planner._Slots.fits for its uses. */
+ * limit[j-1]; see boundaries._Slots.fits for its uses. */
 static int chain_ok(int64_t *v, int64_t n, int kind, const int64_t *limit, int64_t W)
 {
     sort_keys(v, n, kind != 1);
@@ -172,10 +172,10 @@ static int chain_ok(int64_t *v, int64_t n, int kind, const int64_t *limit, int64
     return 1;
 }
 
-/* The boundary planner's common case (planner._BoundaryPlanner.choices, first candidate) for
+/* The boundary planner's common case (boundaries._BoundaryPlanner.choices, first candidate) for
  * consecutive batches: ceils to the optional components with the earliest batch deadline (then
- * the soonest catch-up), accepted when planner._Slots.fits would accept them. Rows (per batch,
- * K wide) as planner._BoundaryPlanner._rows (in its order). Updates state, writes count rows,
+ * the soonest catch-up), accepted when boundaries._Slots.fits would accept them. Rows (per batch,
+ * K wide) as boundaries._BoundaryPlanner._rows (in its order). Updates state, writes count rows,
  * and returns how many batches it decided; it stops at the first batch whose first candidate
  * fails (Python then tries the alternatives). Scratch: 4 * K int64. */
 int64_t plan_fast(int64_t K, int64_t W, int64_t extras, const int64_t *quota,
@@ -233,7 +233,7 @@ int64_t plan_fast(int64_t K, int64_t W, int64_t extras, const int64_t *quota,
             else
                 behind[nb++] = optional[i];
         }
-        /* the capacity chains of planner._Slots.fits: members, their values, kind, limits */
+        /* the capacity chains of boundaries._Slots.fits: members, their values, kind, limits */
         const int64_t *member[5] = {ahead, behind, ahead, behind, ahead};
         const int64_t count[5] = {na, nb, na, nb, na};
         const int64_t *source[5] = {tau + o, sigma + o, ahead_for + o, behind_for + o,

@@ -1,5 +1,5 @@
 """The sampler's hot loops in C (`_kernels.c`), compiled on first use, as Megatron compiles its
-dataset helpers. The numpy code in `mixtures.schedule` and `mixtures.planner` is the reference:
+dataset helpers. The numpy code in `mixtures.schedule` and `mixtures.boundaries` is the reference:
 the C loops must give the same index bit for bit (tested), and the numpy code is used whenever no
 C compiler is found, compiling fails, or `PRETRAIN_NATIVE=0` is set.
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mixtures.planner import MAX_BACKTRACK, allocate_batches
+from mixtures.boundaries import MAX_BACKTRACK, allocate_batches
 from mixtures.schedule import (
     COMPONENT_DTYPE,
     WEIGHT_SCALE,

@@ -30,9 +30,9 @@ behind) at every later boundary until its carried fraction catches up, so both c
 checked at those boundaries, and Phi one step after each of them (where such a component is still
 ahead). These are necessary conditions; with them dead ends are rare.
 
-`planner.allocate_batches` walks the batches choosing which components get their ceil (earliest batch
-deadline first) among the choices that pass the checks; when the first choice fails it tries
-others (by cost, one from a bipartite matching of components to capacity slots, then
+`boundaries.allocate_batches` walks the batches choosing which components get their ceil
+(earliest batch deadline first) among the choices that pass the checks; when the first choice
+fails it tries others (by cost, one from a bipartite matching of components to capacity slots, then
 combinations), backtracking up to MAX_BACKTRACK batches on a dead end, and reports a deeper one
 as a ScheduleError rather than weaken a bound (none in property and stress tests). `interleave`
 runs the per-batch EDF. The hot loops have C twins (identical output); the numpy ones are used

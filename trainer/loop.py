@@ -24,8 +24,8 @@ from trainer.cpu_compat import device_context
 from trainer.data import TrainData, check_identity
 from trainer.flops import flops_per_token
 from trainer.guard import SpikeGuard
+from trainer.lr_schedule import lr_at
 from trainer.metrics import MetricsWriter, memory_mb
-from trainer.schedule import lr_at
 from trainer.setup import open_data, resolve_vocab
 
 

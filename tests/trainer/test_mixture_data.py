@@ -14,7 +14,7 @@ from pretrain.manifest import load_manifest
 from tests.mixtures.conftest import TOKENIZER, make_encoded, mixture_config
 from tests.trainer.trainer_testlib import tiny_config
 from trainer.config import OptimConfig, TrainConfig
-from trainer.schedule import lr_at
+from trainer.lr_schedule import lr_at
 from trainer.worker import spawn_ranks
 
 PHASES = [

@@ -11,7 +11,7 @@ from pretrain.errors import ConfigError
 from trainer.checkpoint import list_checkpoints, newest_valid, prune
 from trainer.config import GuardConfig, OptimConfig, TrainConfig
 from trainer.guard import GuardGaveUp, SpikeGuard
-from trainer.schedule import lr_at, warmup_steps
+from trainer.lr_schedule import lr_at, warmup_steps
 
 
 def test_schedule_warms_up_then_decays_to_the_floor():
