@@ -191,7 +191,8 @@ def _run_command(args: argparse.Namespace) -> int:
         out,
         "eval",
         config={"sets": str(args.sets), "tasks": [str(t) for t in tasks]},
-        inputs=[args.sets],
+        # the run evaluated is an ancestor too (when it has a manifest: a finished run)
+        inputs=[args.sets] + ([run_dir] if (run_dir / "manifest.json").is_file() else []),
         counts={"checkpoints": len(records)},
         extra={**identity, "final": records[-1]["metrics"]},
     )

@@ -40,6 +40,29 @@ def _verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pretrain.errors import ArtifactError
+    from pretrain.manifest import MANIFEST
+    from pretrain.show import describe, format_tree, problems
+
+    if not (Path(args.directory) / MANIFEST).is_file():
+        raise ArtifactError(
+            f"{args.directory} is not an artifact (no {MANIFEST}); pass a directory a "
+            "pretrain command wrote"
+        )
+    tree = describe(args.directory)
+    bad = problems(tree)
+    if args.json:
+        print(json.dumps({**tree, "problems": bad}, indent=2, default=str))
+    else:
+        print(format_tree(tree))
+        for line in bad:
+            print(f"NOT OK: {line}")
+    return 1 if bad else 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from pretrain.demo import run_demo
     from pretrain.progress import attach
@@ -61,3 +84,12 @@ def register(sub: Any) -> None:
     )
     verify.add_argument("directory", metavar="DIR")
     verify.add_argument("--json", action="store_true", help="print a JSON summary")
+    show = add_command(
+        sub,
+        ["show"],
+        _show,
+        "what an artifact is: kind, what made it, lineage back to raw inputs (each ancestor "
+        "verified), headline figures; exit 1 when anything in the lineage does not verify",
+    )
+    show.add_argument("directory", metavar="DIR")
+    show.add_argument("--json", action="store_true", help="print the tree as JSON")
