@@ -21,6 +21,7 @@ from pretrain.command import current_command
 from pretrain.errors import ArtifactError
 from pretrain.hashcache import file_sha256
 from pretrain.locking import is_lock_file
+from pretrain.progress import LOGS_DIR
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -90,11 +91,18 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 def _is_scratch(path: Path, root: Path) -> bool:
-    """Files no manifest holds: the manifest itself, writer lock files and in-flight temp files
-    of `atomic_write_bytes`. Dot-files are held like any other (torch DCP's `.metadata`)."""
+    """Files no manifest holds: the manifest itself, writer lock files, in-flight temp files
+    of `atomic_write_bytes` and the commands' own logs (`.logs/`, pretrain.progress: no command
+    reads them and they differ on every run). Dot-files are held like any other (torch DCP's
+    `.metadata`)."""
     rel = path.relative_to(root).as_posix()
     name = path.name
-    return rel == MANIFEST or is_lock_file(path) or (name.startswith(".") and name.endswith(".tmp"))
+    return (
+        rel == MANIFEST
+        or rel.startswith(f"{LOGS_DIR}/")
+        or is_lock_file(path)
+        or (name.startswith(".") and name.endswith(".tmp"))
+    )
 
 
 def _listed_files(root: Path) -> list[str]:

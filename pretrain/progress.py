@@ -30,7 +30,8 @@ VERBOSITY_ENV = "PRETRAIN_VERBOSITY"
 CAPTURED_ENV = "PRETRAIN_STDERR_CAPTURED"
 """Set for child processes of a session: their stderr is the log, so progress goes to stdout."""
 INTERVAL_ENV = "PRETRAIN_PROGRESS_S"
-LOGS = ".logs"
+LOGS_DIR = ".logs"
+"""Where a command's log goes inside its artifact; never listed in a manifest."""
 
 
 @dataclass
@@ -150,7 +151,7 @@ def _keep_log(path: Path, artifact: Path | None) -> Path:
         return path
     if artifact is None or not artifact.is_dir():
         return path
-    target = artifact / LOGS / path.name
+    target = artifact / LOGS_DIR / path.name
     target.parent.mkdir(exist_ok=True)
     shutil.move(str(path), target)
     return target
