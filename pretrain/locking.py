@@ -21,7 +21,6 @@ import inspect
 import json
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pretrain.command import current_command
 from pretrain.errors import PretrainError
 from pretrain.progress import warn
 
@@ -112,7 +112,7 @@ def _acquire(path: Path, out: Path, command: Sequence[str] | None) -> int:
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "started_unix": round(time.time(), 3),
-        "command": list(command) if command is not None else list(sys.argv),
+        "command": list(command) if command is not None else current_command(),
         "output": str(out),
     }
     os.ftruncate(fd, 0)

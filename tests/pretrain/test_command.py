@@ -50,3 +50,11 @@ def test_a_failing_command_does_not_leak_into_the_next(tmp_path, capsys):
     assert main(["verify", str(tmp_path / "missing")]) == 2
     capsys.readouterr()
     assert current_command() == list(sys.argv)
+
+
+def test_the_lock_holder_record_names_the_in_process_command(tmp_path):
+    from pretrain.locking import output_lock, read_holder
+
+    out = tmp_path / "shards"
+    with capture(["data", "run", "pipeline.yaml"]), output_lock(out):
+        assert read_holder(out)["command"] == ["pretrain", "data", "run", "pipeline.yaml"]
