@@ -119,13 +119,19 @@ def measure(layout: dict[str, Any]) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as tmp:
         config_data = layout_config(layout, Path(tmp) / "run")
-        mp.start_processes(
-            _rank,
-            args=(layout["world"], _free_port(), config_data, tmp),
-            nprocs=layout["world"],
-            join=True,
-            start_method="spawn",
-        )
+        for attempt in range(3):  # a shared machine: the free port may be taken before we bind
+            try:
+                mp.start_processes(
+                    _rank,
+                    args=(layout["world"], _free_port(), config_data, tmp),
+                    nprocs=layout["world"],
+                    join=True,
+                    start_method="spawn",
+                )
+                break
+            except mp.ProcessRaisedException:
+                if attempt == 2:
+                    raise
         ranks = [json.loads(p.read_text()) for p in sorted(Path(tmp).glob("rank*.json"))]
         plan = build_plan(parse_config(TrainConfig, config_data))
     memory = plan["memory_per_gpu"]

@@ -92,3 +92,9 @@ def zero_wrapping(config: TrainConfig, device: str) -> dict[str, Any]:
         "use_megatron_fsdp": True,
         "data_parallel_sharding_strategy": strategy,
     }
+
+
+def check_device_support(config: TrainConfig, device: str) -> None:
+    """Refuse, before any process starts, what megatron-core cannot run on `device`."""
+    zero_wrapping(config, device)
+    sequence_parallel_on(config, device)

@@ -87,6 +87,8 @@ def _cpu_config(state: dict[str, Any]) -> TrainConfig:
             "nodes": 1,
             "gpus_per_node": 1,
             "backend": "gloo",
+            "zero": None,
+            "sequence_parallel": None,
         }
     )
     optim = config.optim.model_copy(update={"precision": "fp32", "distributed_optimizer": False})

@@ -27,4 +27,10 @@ def test_gpu_benchmark_dry_run_runs_both_stacks_and_reports_mfu(repo_root):
     assert result["ours_tokens_per_s"] > 0 and result["plain_tokens_per_s"] > 0
     assert result["mfu_formula"].startswith("(6*N + 12*L*S*H*Q)")
     assert result["mfu_ours"] > 0 and result["peak_flops"] == 989e12
+    assert [case["case"] for case in result["cases"]] == ["tiny"]
+    assert result["fast_path"]["sequence_parallel"] is False  # CPU: every fusion off
+    assert not result["fast_path"]["bias_activation_fusion"]
+    zero = result["zero_check"]  # stages 2/3 need CUDA: the dry run checks 0 and 1
+    assert sorted(zero["losses"]) == ["0", "1"]
+    assert zero["max_abs_diff_vs_zero0"]["1"] < 1e-4
     assert not (repo_root / "benchmarks" / "results" / "trainer_gpu_dryrun.json").exists()
