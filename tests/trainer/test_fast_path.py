@@ -117,3 +117,17 @@ def test_cpu_compat_never_patches_a_cuda_run():
         [sys.executable, "-c", _NO_PATCH_ON_CUDA], capture_output=True, text=True, timeout=100
     )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("mode", ["selective", "full"])
+def test_recompute_modes_train_the_same_losses(tmp_path, reference_run, mode):
+    from tests.trainer.trainer_testlib import losses, tiny_config
+    from trainer.worker import spawn_ranks
+
+    _, plain = reference_run
+    spawn_ranks(tiny_config(tmp_path / mode, model={"recompute": mode}), 1, timeout_s=400)
+    recomputed = losses(tmp_path / mode)
+    for step, loss in plain.items():
+        assert recomputed[step] == pytest.approx(loss, rel=1e-5, abs=1e-5), (step, mode)
