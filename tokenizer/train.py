@@ -16,6 +16,7 @@ from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_bytes, load_manifest, sha256_file, write_manifest
+from pretrain.progress import VERBOSE, verbosity
 from tokenizer.config import PreTokenizeConfig, TrainConfig
 from tokenizer.hf import HF_FILES, hf_file_bytes
 from tokenizer.lock import (
@@ -73,7 +74,8 @@ def train_on_texts(texts: Any, config: TrainConfig, show_progress: bool = True) 
         min_frequency=config.min_frequency,
         special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=show_progress,
+        # the library's own bar draws blank lines off a terminal: only with -v
+        show_progress=show_progress and verbosity() >= VERBOSE,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     for expected_id, token in enumerate(specials):
