@@ -1,4 +1,4 @@
-"""`pretrain plan` and `pretrain launch`."""
+"""`pretrain plan`, `pretrain launch` and `pretrain export`."""
 
 from __future__ import annotations
 
@@ -84,3 +84,24 @@ def register(sub: Any) -> None:
         action="store_true",
         help="single-rank runs only: train in this process instead of under torchrun",
     )
+    _register_export(sub)
+
+
+def _register_export(sub: Any) -> None:
+    export = add_command(
+        sub,
+        ["export"],
+        _lazy("trainer.export:export_command"),
+        "export a checkpoint as a Hugging Face transformers model (LlamaForCausalLM)",
+    )
+    export.add_argument("run_dir", metavar="RUN_DIR", help="a run directory or one checkpoint")
+    export.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest)")
+    export.add_argument("--format", choices=["hf"], default="hf", help="output format")
+    export.add_argument("--out", required=True, metavar="DIR", help="export directory")
+    export.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="DIR",
+        help="tokenizer artifact (default: the run's data.tokenizer_dir or mixture lineage)",
+    )
+    export.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")

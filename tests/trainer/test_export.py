@@ -1,0 +1,154 @@
+"""`pretrain export --format hf`: transformers loads the export offline and computes the same
+log-probabilities as our model on real documents, from checkpoints saved at TP=1, TP=2 and PP=2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pretrain.cli import main
+from pretrain.manifest import load_manifest, verify
+from tests.trainer.export_check import real_documents
+from tests.trainer.trainer_testlib import tiny_config
+
+ROOT = Path(__file__).resolve().parents[2]
+VOCAB = 384
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MASTER_", "HF_"))}
+    return {**env, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="module")
+def sample_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A byte-level BPE trained on the real demo sample (English, Chinese, code)."""
+    from tokenizer.config import TrainConfig
+    from tokenizer.synthetic import write_shards
+    from tokenizer.train import train
+
+    root = tmp_path_factory.mktemp("sample_tok")
+    records = [{"text": t, "domain": "web", "lang": "en"} for t in real_documents(200)]
+    shards = write_shards(root / "shards", records, docs_per_shard=100)
+    out = root / "tokenizer"
+    train(TrainConfig(data=str(shards), out=str(out), vocab_size=VOCAB), command=["test"])
+    return out
+
+
+def train_run(run_dir: Path, world: int = 1, **sections: dict) -> Path:
+    from trainer.worker import spawn_ranks
+
+    model = {"vocab_size": VOCAB, **sections.pop("model", {})}
+    config = tiny_config(
+        run_dir,
+        run={"train_steps": 2},
+        checkpoint={"every": 2},
+        model=model,
+        **sections,
+    )
+    spawn_ranks(config, world)
+    return run_dir
+
+
+def export_and_compare(run_dir: Path, tokenizer: Path, out: Path) -> dict:
+    command = [str(Path(sys.executable).parent / "pretrain"), "export", str(run_dir)]
+    command += ["--out", str(out), "--tokenizer", str(tokenizer)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=clean_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "LlamaForCausalLM" in done.stdout
+    checkpoint = run_dir / "checkpoints" / "iter_0000002"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.trainer.export_check",
+            str(out),
+            str(checkpoint),
+            str(tokenizer),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        cwd=ROOT,
+        env=clean_env(),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def assert_equivalent(result: dict) -> None:
+    assert result["hf_class"] == "LlamaForCausalLM"
+    assert result["documents"] >= 4 and result["same_ids"]
+    assert result["max_abs_diff"] < 1e-5, result
+    assert result["hf_generated"] == result["our_generated"]
+    assert result["model_max_length"] == 64 and result["eos"] == 0
+
+
+@pytest.mark.timeout(400)
+def test_export_gqa_tied_loads_in_transformers_with_equal_logprobs(sample_tokenizer, tmp_path):
+    run_dir = train_run(tmp_path / "run")
+    out = tmp_path / "hf"
+    result = export_and_compare(run_dir, sample_tokenizer, out)
+    assert_equivalent(result)
+    assert result["tied"]
+    verify(out, deep=True)
+    manifest = load_manifest(out)
+    kinds = {entry["kind"] for entry in manifest["inputs"]}
+    assert manifest["kind"] == "hf_export" and kinds == {"run", "checkpoint", "tokenizer"}
+    assert manifest["counts"]["step"] == 2
+    assert {
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+    } <= set(os.listdir(out))
+
+
+def test_export_refuses_missing_step_and_missing_tokenizer(tmp_path, capsys, reference_run):
+    run_dir, _ = reference_run
+    assert main(["export", str(run_dir), "--step", "5", "--out", str(tmp_path / "a")]) == 2
+    assert "no checkpoint at step 5" in capsys.readouterr().err
+    assert main(["export", str(run_dir), "--out", str(tmp_path / "b")]) == 2
+    assert "--tokenizer" in capsys.readouterr().err  # synthetic data: no tokenizer lineage
+    assert not (tmp_path / "b" / "manifest.json").exists()
+
+
+def test_non_llama_shape_is_refused_before_loading(tmp_path):
+    from pretrain.errors import ConfigError
+    from trainer.config import ModelConfig
+    from trainer.hf_mapping import check_llama_shape
+
+    check_llama_shape(ModelConfig())
+    with pytest.raises(ConfigError, match="swiglu=false.*LayerNorm"):
+        check_llama_shape(ModelConfig(swiglu=False, normalization="LayerNorm"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_export_untied_from_tensor_parallel_2(sample_tokenizer, tmp_path):
+    run_dir = train_run(
+        tmp_path / "tp2",
+        world=2,
+        model={"untie_embeddings": True},
+        parallel={"tensor": 2, "gpus_per_node": 2},
+    )
+    result = export_and_compare(run_dir, sample_tokenizer, tmp_path / "hf")
+    assert_equivalent(result)
+    assert not result["tied"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_export_from_pipeline_parallel_2(sample_tokenizer, tmp_path):
+    run_dir = train_run(tmp_path / "pp2", world=2, parallel={"pipeline": 2, "gpus_per_node": 2})
+    result = export_and_compare(run_dir, sample_tokenizer, tmp_path / "hf")
+    assert_equivalent(result)
+    assert result["tied"]

@@ -1,0 +1,169 @@
+"""`pretrain export RUN_DIR [--step N] --format hf --out DIR`: a transformers checkpoint.
+
+The export directory is an `hf_export` artifact: `config.json` (LlamaForCausalLM),
+`model.safetensors`, `generation_config.json`, the tokenizer files (`tokenizer.json`,
+`tokenizer_config.json` with the model's seq_length as `model_max_length`,
+`special_tokens_map.json`) and a manifest whose lineage names the run, the checkpoint and the
+tokenizer. `transformers.AutoModelForCausalLM.from_pretrained(DIR)` loads it offline.
+The weights mapping is in trainer/hf_mapping.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pretrain.errors import ArtifactError
+from pretrain.manifest import atomic_write_bytes, load_manifest, write_manifest
+from trainer.checkpoint import checkpoint_dir, list_checkpoints, newest_valid
+
+KIND = "hf_export"
+FORMATS = ("hf",)
+DTYPES = ("float32", "bfloat16", "float16")
+_OUT_FILES = ("config.json", "generation_config.json", "model.safetensors")
+
+
+def pick_checkpoint(run_or_checkpoint: Path, step: int | None) -> Path:
+    """RUN_DIR's checkpoint at `step` (default: the newest that verifies), or a checkpoint dir."""
+    if (run_or_checkpoint / "state.json").is_file():
+        return run_or_checkpoint
+    if step is not None:
+        path = checkpoint_dir(run_or_checkpoint, step)
+        if not path.is_dir():
+            steps = [s for s, _ in list_checkpoints(run_or_checkpoint)]
+            raise ArtifactError(
+                f"{run_or_checkpoint} has no checkpoint at step {step} (it has {steps or 'none'});"
+                " pick one of those with --step"
+            )
+        return path
+    path, _ = newest_valid(run_or_checkpoint)
+    if path is None:
+        raise ArtifactError(
+            f"{run_or_checkpoint} holds no valid checkpoints/iter_NNNNNNN; pass a run "
+            "directory of `pretrain launch` or one of its checkpoints"
+        )
+    return path
+
+
+def resolve_tokenizer(config: Any, state: dict[str, Any], given: str | None) -> Any:
+    """The run's locked tokenizer: --tokenizer, else data.tokenizer_dir / the mixture lineage;
+    refused when it is not the one the checkpoint records, or larger than the embedding.
+    Needs only state.json, so a refusal comes before the checkpoint load."""
+    from tokenizer.lock import check_match, load_locked
+    from trainer.setup import tokenizer_dir
+
+    directory = Path(given) if given else tokenizer_dir(config)
+    if directory is None or not directory.is_dir():
+        raise ArtifactError(
+            "no tokenizer artifact found for this run (synthetic data or no lineage); pass "
+            "--tokenizer TOKENIZER_DIR"
+        )
+    locked = load_locked(directory)
+    if state.get("tokenizer_sha256"):
+        check_match(state["tokenizer_sha256"], locked, "the checkpoint")
+    if locked.vocab_size > int(state["vocab_size"]):
+        raise ArtifactError(
+            f"tokenizer {locked.id} has {locked.vocab_size} tokens but the model's vocabulary "
+            f"has {state['vocab_size']}; pass the tokenizer the run was trained with"
+        )
+    return locked
+
+
+def _prepare_out(out: Path) -> None:
+    if (out / "manifest.json").is_file():
+        kind = load_manifest(out)["kind"]
+        if kind != KIND:
+            raise ArtifactError(f"--out {out} holds a {kind!r} artifact; choose another directory")
+        (out / "manifest.json").unlink()
+    elif out.is_dir() and any(out.iterdir()):
+        raise ArtifactError(f"--out {out} is a non-empty directory that is not an export")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _write_tokenizer(out: Path, locked: Any, seq_length: int) -> None:
+    from tokenizer.hf import hf_file_bytes_for_lock
+    from tokenizer.lock import TOKENIZER_FILE
+
+    shutil.copyfile(locked.directory / TOKENIZER_FILE, out / TOKENIZER_FILE)
+    for name, data in hf_file_bytes_for_lock(locked.lock, seq_length).items():
+        atomic_write_bytes(out / name, data)
+
+
+def _json(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+
+
+def export_hf(
+    run_dir: str | Path,
+    out: str | Path,
+    step: int | None = None,
+    tokenizer: str | None = None,
+    dtype: str = "float32",
+    command: list[str] | None = None,
+) -> dict[str, Any]:
+    """Write the HF export of one checkpoint; return its manifest."""
+    import torch
+    from safetensors.torch import save_file
+
+    from trainer.hf_mapping import check_llama_shape, hf_config, hf_state_dict
+    from trainer.inference import _cpu_config, load_model
+
+    run_dir, out = Path(run_dir), Path(out)
+    checkpoint = pick_checkpoint(run_dir, step)
+    state = json.loads((checkpoint / "state.json").read_text())
+    config = _cpu_config(state)
+    check_llama_shape(config.model)  # refusals come before the checkpoint load
+    locked = resolve_tokenizer(config, state, tokenizer)
+    loaded = load_model(checkpoint)
+    model_config = loaded.config.model
+    padded = int(loaded.model.embedding.word_embeddings.weight.shape[0])
+    tensors = hf_state_dict(loaded.model.state_dict(), model_config, getattr(torch, dtype))
+    _prepare_out(out)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    hf = hf_config(model_config, padded, locked.eod_id, locked.pad_id, dtype)
+    atomic_write_bytes(out / "config.json", _json(hf))
+    generation = {"eos_token_id": locked.eod_id, "pad_token_id": locked.pad_id}
+    generation["transformers_version"] = hf["transformers_version"]
+    atomic_write_bytes(out / "generation_config.json", _json(generation))
+    _write_tokenizer(out, locked, model_config.seq_length)
+    run_root = checkpoint.parent.parent
+    inputs = [
+        p for p in (run_root, checkpoint, locked.directory) if (p / "manifest.json").is_file()
+    ]
+    return write_manifest(
+        out,
+        KIND,
+        config={"format": "hf", "step": loaded.step, "dtype": dtype},
+        inputs=inputs,
+        command=command,
+        counts={"parameters": sum(t.numel() for t in tensors.values()), "step": loaded.step},
+        extra={
+            "tokenizer": locked.info,
+            "architecture": "LlamaForCausalLM",
+            "source": {"checkpoint": str(checkpoint.resolve()), "step": loaded.step},
+        },
+    )
+
+
+def export_command(args: argparse.Namespace) -> int:
+    from pretrain.command import current_command
+    from pretrain.locking import output_lock
+
+    with output_lock(args.out):
+        manifest = export_hf(
+            args.run_dir,
+            args.out,
+            step=args.step,
+            tokenizer=args.tokenizer,
+            dtype=args.dtype,
+            command=current_command(),
+        )
+    counts = manifest["counts"]
+    print(
+        f"exported step {counts['step']} ({counts['parameters']:,} parameters, "
+        f"LlamaForCausalLM, {args.dtype}) -> {args.out}"
+    )
+    return 0
