@@ -68,6 +68,19 @@ def register(sub: Any) -> None:
         metavar="DIR",
         help="where results go (default: CHECKPOINT_DIR/evals)",
     )
+    run.add_argument(
+        "--lm-eval",
+        nargs="+",
+        default=None,
+        metavar="NAME=FILE",
+        help="lm-evaluation-harness tasks on local files: boolq, piqa, hellaswag, arc_easy, "
+        "arc_challenge, lambada_openai (or TASK.yaml) = a .jsonl/.json/.parquet file in the "
+        "task's published format",
+    )
+    run.add_argument("--num-fewshot", type=int, default=None, help="lm-eval few-shot examples")
+    run.add_argument(
+        "--lm-eval-limit", type=int, default=None, help="lm-eval documents per task (cap)"
+    )
     run.add_argument("--max-docs", type=int, default=None, help="documents per set (cap)")
     run.add_argument("--batch-size", type=int, default=8)
     run.add_argument(

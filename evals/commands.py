@@ -55,9 +55,17 @@ def build_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def is_export(path: Path) -> bool:
+    """A `pretrain export --format hf` directory (evaluated through transformers)."""
+    return (path / "manifest.json").is_file() and load_manifest(path)["kind"] == "hf_export"
+
+
 def find_checkpoints(path: str | Path) -> tuple[Path, list[tuple[int, Path]]]:
-    """(run directory, [(step, checkpoint dir)] ascending) for a run or one checkpoint dir."""
+    """(run directory, [(step, checkpoint dir)] ascending) for a run, one checkpoint dir or an
+    HF export (its own directory, at the exported step)."""
     path = Path(path)
+    if is_export(path):
+        return path, [(int(load_manifest(path)["counts"]["step"]), path)]
     match = ITER.match(path.name)
     if match and path.is_dir():
         return path.parent.parent, [(int(match.group(1)), path)]
@@ -94,14 +102,36 @@ def find_tokenizer(run_dir: Path) -> Path:
     )
 
 
-def evaluate_checkpoint(
-    checkpoint: Path, sets: list, tokenizer: Any, tasks: list[Path], args: argparse.Namespace
-) -> dict[str, Any]:
-    from evals.bpb import evaluate
-    from evals.tasks import evaluate_tasks
+def _load(checkpoint: Path, tokenizer: Any, args: argparse.Namespace) -> tuple[Any, Any]:
+    """(scorer for bpb and our tasks, lm-eval LM or None) of a checkpoint or an HF export."""
+    from evals import lm_eval_model
+
+    if is_export(checkpoint):
+        hf, hf_tokenizer = lm_eval_model.load_export(checkpoint)
+        scorer = lm_eval_model.HFScorer(checkpoint, hf)
+        lm = lm_eval_model.hf_lm(hf, hf_tokenizer, args.batch_size) if args.lm_eval else None
+        return scorer, lm
     from trainer.inference import load_model
 
     model = load_model(checkpoint)
+    lm = None
+    if args.lm_eval:
+        lm = lm_eval_model.ProjectLM(model, tokenizer, model.seq_length, args.batch_size)
+    return model, lm
+
+
+def evaluate_checkpoint(
+    checkpoint: Path,
+    sets: list,
+    tokenizer: Any,
+    tasks: list[Path],
+    args: argparse.Namespace,
+    lm_tasks: Any = None,
+) -> dict[str, Any]:
+    from evals.bpb import evaluate
+    from evals.tasks import evaluate_tasks
+
+    model, lm = _load(checkpoint, tokenizer, args)
     recorded = getattr(model, "tokenizer_sha256", None)
     if recorded and recorded != tokenizer.sha256:
         raise LockMismatch(
@@ -120,6 +150,10 @@ def evaluate_checkpoint(
         documents=documents,
     )
     metrics.update(evaluate_tasks(model, tasks, tokenizer, seq_length, args.batch_size))
+    if lm_tasks is not None:
+        from evals.lm_eval_tasks import run_lm_eval
+
+        metrics.update(run_lm_eval(lm, lm_tasks, args.lm_eval_limit))
     step = int(getattr(model, "step", 0) or 0)
     return {"step": step, "metrics": metrics, "documents": documents}
 
@@ -146,11 +180,33 @@ def _listed_tasks(sets_dir: str) -> list[Path]:
     )
 
 
+def out_dir(args: argparse.Namespace, run_dir: Path) -> Path:
+    """--out, else RUN/evals (an export's results go beside it, never into the artifact)."""
+    if args.out:
+        return Path(args.out)
+    if is_export(run_dir):
+        return run_dir.with_name(run_dir.name + "-evals")
+    return run_dir / "evals"
+
+
+def _validated_tasks(tasks: list[Path], args: argparse.Namespace) -> Any:
+    """Check every task file (ours and lm-eval's) loads; return the lm-eval tasks or None."""
+    from evals.tasks import load_task
+
+    for path in tasks:
+        load_task(path)
+    if not args.lm_eval:
+        return None
+    from evals.lm_eval_tasks import load_lm_eval_tasks
+
+    return load_lm_eval_tasks(args.lm_eval, args.num_fewshot)
+
+
 def run_command(args: argparse.Namespace) -> int:
     from pretrain.locking import output_lock
 
     run_dir, _ = find_checkpoints(args.checkpoint_dir)
-    with output_lock(Path(args.out) if args.out else run_dir / "evals"):
+    with output_lock(out_dir(args, run_dir)):
         return _run_command(args)
 
 
@@ -161,16 +217,17 @@ def _run_command(args: argparse.Namespace) -> int:
     from tokenizer.lock import load_locked
 
     run_dir, checkpoints = find_checkpoints(args.checkpoint_dir)
+    tasks = [Path(p) for p in args.tasks] if args.tasks is not None else _listed_tasks(args.sets)
+    lm_tasks = _validated_tasks(tasks, args)  # before the first (slow) checkpoint load
     sets = load_eval_sets(args.sets, args.max_docs)
     tokenizer = load_locked(args.tokenizer or find_tokenizer(run_dir))
-    tasks = [Path(p) for p in args.tasks] if args.tasks is not None else _listed_tasks(args.sets)
-    out = Path(args.out) if args.out else run_dir / "evals"
+    out = out_dir(args, run_dir)
     out.mkdir(parents=True, exist_ok=True)
     attach(out)
     identity = {"evalset_sha256": manifest_sha256(args.sets), "tokenizer_sha256": tokenizer.sha256}
     records = []
     for step, checkpoint in Progress(checkpoints, desc="eval", unit="checkpoint"):
-        record = evaluate_checkpoint(checkpoint, sets, tokenizer, tasks, args)
+        record = evaluate_checkpoint(checkpoint, sets, tokenizer, tasks, args, lm_tasks)
         record.update({"step": record["step"] or step, "checkpoint": str(checkpoint), **identity})
         for doc in record["documents"]:
             doc["step"] = record["step"]
@@ -190,7 +247,12 @@ def _run_command(args: argparse.Namespace) -> int:
     write_manifest(
         out,
         "eval",
-        config={"sets": str(args.sets), "tasks": [str(t) for t in tasks]},
+        config={
+            "sets": str(args.sets),
+            "tasks": [str(t) for t in tasks],
+            "lm_eval": lm_tasks.files if lm_tasks else {},
+            "num_fewshot": args.num_fewshot,
+        },
         # the run evaluated is an ancestor too (when it has a manifest: a finished run)
         inputs=[args.sets] + ([run_dir] if (run_dir / "manifest.json").is_file() else []),
         counts={"checkpoints": len(records)},

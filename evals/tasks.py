@@ -5,13 +5,16 @@ One example per line; a file holds one kind of task, named after the file's stem
 - multiple choice (BoolQ / PIQA / HellaSwag style):
   `{"id": "q1", "context": "Water boils at", "choices": [" 100 C", " 10 C"], "answer": 0}`
   Each choice is scored as the log-probability of its tokens after the context. `acc` picks the
-  highest total log-probability; `acc_norm` the highest per UTF-8 byte of the choice (length
-  normalised, as lm-evaluation-harness does).
+  highest total log-probability; `acc_norm` the highest per character of the choice (length
+  normalised exactly as lm-evaluation-harness does).
 - cloze (LAMBADA style): `{"id": "c1", "context": "The cat sat on the", "continuation": " mat"}`
   Reports the continuation's bits per byte and mean log-probability per token.
 
-Write choices and continuations with their leading space: context and continuation are encoded
-separately and concatenated, so the text is scored exactly as written.
+Write choices and continuations with their leading space. Context and continuation are encoded
+as lm-evaluation-harness encodes a log-likelihood request (`encode_pair`), and the same file run
+through lm-eval (`--lm-eval jsonl_mc=FILE`) gives the same acc / acc_norm
+(tests/evals/test_lm_eval.py): this scorer is kept for our format's cloze bits per byte and for
+models without logits; the standard tasks run in lm-eval itself (evals/lm_eval_tasks.py).
 """
 
 from __future__ import annotations
@@ -89,6 +92,19 @@ def load_task(path: str | Path) -> Task:
     return Task(name=path.stem, kind=kinds.pop(), examples=examples)
 
 
+def encode_pair(encoder: Encoder, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    """(context ids, continuation ids) as lm-eval's HFLM encodes a log-likelihood request:
+    trailing context whitespace moves to the continuation, context + continuation are encoded
+    whole and split at the context's length; an empty context is the end-of-document id."""
+    if not context:
+        return [encoder.eod_id], encoder.encode_batch([continuation])[0]
+    spaces = len(context) - len(context.rstrip())
+    if spaces:
+        context, continuation = context[:-spaces], context[-spaces:] + continuation
+    whole, ctx = encoder.encode_batch([context + continuation, context])
+    return ctx, whole[len(ctx) :]
+
+
 def _continuation_logprobs(
     model: Scorer,
     encoder: Encoder,
@@ -96,12 +112,11 @@ def _continuation_logprobs(
     seq_length: int,
     batch_size: int,
 ) -> list[np.ndarray]:
-    contexts = encoder.encode_batch([c for c, _ in pairs])
-    conts = encoder.encode_batch([x for _, x in pairs])
     sequences, lengths = [], []
-    for ctx, cont in zip(contexts, conts):
+    for context, continuation in pairs:
+        ctx, cont = encode_pair(encoder, context, continuation)
         # Left-truncate the context so context + continuation fits one window.
-        ids = ([encoder.eod_id, *ctx] + cont)[-(seq_length + 1) :]
+        ids = (ctx + cont)[-(seq_length + 1) :]
         sequences.append(ids)
         lengths.append(min(len(cont), len(ids) - 1))
     scored = score_sequences(model, sequences, seq_length, batch_size, pad_id=encoder.eod_id)
@@ -132,10 +147,10 @@ def score_task(
     for example in task.examples:
         count = len(example["choices"])
         totals = [float(lp.sum(dtype=np.float64)) for lp in logps[cursor : cursor + count]]
-        per_byte = [t / max(len(c.encode("utf-8")), 1) for t, c in zip(totals, example["choices"])]
+        per_char = [t / max(len(c), 1) for t, c in zip(totals, example["choices"])]
         cursor += count
         correct += int(int(np.argmax(totals)) == example["answer"])
-        correct_norm += int(int(np.argmax(per_byte)) == example["answer"])
+        correct_norm += int(int(np.argmax(per_char)) == example["answer"])
     n = len(task.examples)
     return {"acc": correct / n, "acc_norm": correct_norm / n, "n": n}
 

@@ -242,6 +242,24 @@ class PlanConfig(StrictModel):
     """Per-GPU one-way bandwidth across nodes: 50 GB/s = one 400 Gb/s InfiniBand NIC per GPU."""
 
 
+class EvalConfig(StrictModel):
+    """Evaluation during training (trainer/periodic_eval.py): bpb on fixed eval sets."""
+
+    every: int | None = Field(None, ge=1)
+    """Evaluate every N steps (and at the last step); None: no evaluation during training."""
+    sets: str | None = None
+    """An `evalset` artifact (`pretrain eval build`)."""
+    max_docs: int | None = Field(50, ge=1)
+    """Documents per eval set (the same cap `pretrain eval run --max-docs` takes)."""
+    batch_size: int = Field(8, ge=1)
+
+    @model_validator(mode="after")
+    def _sets_given(self) -> EvalConfig:
+        if self.every is not None and not self.sets:
+            raise ValueError("eval.every is set but eval.sets is not; point it at an evalset")
+        return self
+
+
 class GateConfig(StrictModel):
     """What the ablation report must show before a `run.kind: full` launch (trainer.gate)."""
 
@@ -274,6 +292,7 @@ class TrainConfig(StrictModel):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     plan: PlanConfig = Field(default_factory=PlanConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
 
     @property
     def zero_stage(self) -> int:

@@ -65,6 +65,10 @@ def demo_overrides(ctx: Any) -> list[str]:
         sets["data.tokenizer_dir"] = str(ctx.artifacts["tokenizer"])
     if "ablation" in ctx.artifacts:
         sets["gate.report_dir"] = str(ctx.artifacts["ablation"])
+    if "evalsets" in ctx.artifacts:  # evaluation during training, every checkpoint interval
+        sets["eval.every"] = TINY_OVERRIDE["checkpoint.every"]
+        sets["eval.sets"] = str(ctx.artifacts["evalsets"])
+        sets["eval.max_docs"] = 20
     return [f"{key}={value}" for key, value in sets.items()]
 
 

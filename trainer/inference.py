@@ -49,6 +49,16 @@ class LoadedModel:
             loss = self.model(inputs, positions, None, labels=labels)
         return -loss.float()
 
+    @torch.no_grad()
+    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Next-token logits at every position: FloatTensor[B, S, padded vocab]."""
+        from trainer.cpu_compat import device_context
+
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        positions = torch.arange(tokens.shape[1]).unsqueeze(0).expand_as(tokens)
+        with device_context():
+            return self.model(tokens, positions, None).float()
+
 
 def _single_process_group() -> None:
     from megatron.core import parallel_state

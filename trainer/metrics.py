@@ -69,7 +69,8 @@ class MetricsWriter:
         if self.tb is not None and "step" in record:
             for key, value in record.items():
                 if isinstance(value, (int, float)) and key != "step":
-                    self.tb.add_scalar(f"train/{key}", value, record["step"])
+                    tag = key if key.startswith("val/") else f"train/{key}"
+                    self.tb.add_scalar(tag, value, record["step"])
 
     def close(self) -> None:
         self.handle.close()
@@ -92,15 +93,22 @@ def plot_loss(metrics_path: Path, out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     per_step: dict[int, float] = {}
+    val: dict[int, float] = {}
     events = []
     for record in read_metrics(metrics_path):
         if record.get("event") == "rollback":
             events.append(record["step"])
+        elif record.get("event") == "eval" and record.get("val/loss") is not None:
+            val[record["step"]] = record["val/loss"]
         elif "loss" in record:
             per_step[record["step"]] = record["loss"]
     steps = sorted(per_step)
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, [per_step[s] for s in steps], label="train loss")
+    if val:
+        ax.plot(
+            sorted(val), [val[s] for s in sorted(val)], marker="o", label="val loss (eval sets)"
+        )
     for index, step in enumerate(events):
         ax.axvline(step, color="red", alpha=0.4, label="rollback" if index == 0 else None)
     ax.set_xlabel("step")

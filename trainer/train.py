@@ -138,12 +138,23 @@ def train_loop(trainer: Trainer) -> None:
                 loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}", refresh=False
             )
         bar.update(1)
+        _periodic_eval(trainer)
         if trainer.config.run.crash_at_step == trainer.state.step:
             os._exit(CRASH_EXIT_CODE)  # testing aid: die like a killed job, no cleanup
     bar.close()
     if trainer.metrics is not None and trainer.state.step:
         losses = [r["loss"] for r in run_metrics.read_metrics(trainer.metrics.path) if "loss" in r]
         _log(trainer, f"{trainer.state.step} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+
+
+def _periodic_eval(trainer: Trainer) -> None:
+    """eval.every: every rank scores the eval sets, rank 0 logs val/* (trainer/periodic_eval.py)."""
+    evaluator = getattr(trainer, "evaluator", None)
+    if evaluator is None or not evaluator.due(trainer.state.step, trainer.total_steps):
+        return
+    record = evaluator.run(trainer.state.step)
+    if trainer.metrics is not None:
+        trainer.metrics.log(record)
 
 
 def _peak(trainer: Trainer) -> None:
@@ -200,6 +211,11 @@ def run_training(
     run_dir = Path(config.run.out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(config, run_dir)
+    if config.eval.every and not smoke:
+        from trainer.model import use_gpu
+        from trainer.periodic_eval import PeriodicEval
+
+        trainer.evaluator = PeriodicEval(config, trainer.chunks[0], use_gpu(config))
     _peak(trainer)
     extra: dict[str, Any] = {}
     if smoke:

@@ -36,6 +36,9 @@ def _synthetic_run(root: Path) -> Path:
     (root / "evals").mkdir(parents=True)
     lines = [{"step": s, "loss": 5.0 / s, "tokens_per_s": 1000 + s} for s in range(1, 6)]
     lines.append({"step": 3, "event": "checkpoint"})
+    lines.append(
+        {"step": 4, "event": "eval", "val/loss": 2.0, "val/bpb": 0.9, "val/bpb/web/en": 0.8}
+    )
     (root / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     results = [
         {
@@ -79,3 +82,4 @@ def test_training_report_notebook_runs_on_a_run(tmp_path, monkeypatch):
     assert "5 steps, final loss 1.0000" in text
     assert "overridden" in text
     assert "step 4: bpb 0.7500" in text
+    assert "val step 4: bpb 0.9000 {'web/en': 0.8}" in text

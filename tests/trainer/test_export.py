@@ -55,6 +55,20 @@ def train_run(run_dir: Path, world: int = 1, **sections: dict) -> Path:
     return run_dir
 
 
+def run_check(module: str, *args: Path) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+        cwd=ROOT,
+        env=clean_env(),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def export_and_compare(run_dir: Path, tokenizer: Path, out: Path) -> dict:
     command = [str(Path(sys.executable).parent / "pretrain"), "export", str(run_dir)]
     command += ["--out", str(out), "--tokenizer", str(tokenizer)]
@@ -62,24 +76,7 @@ def export_and_compare(run_dir: Path, tokenizer: Path, out: Path) -> dict:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "LlamaForCausalLM" in done.stdout
     checkpoint = run_dir / "checkpoints" / "iter_0000002"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.trainer.export_check",
-            str(out),
-            str(checkpoint),
-            str(tokenizer),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-        cwd=ROOT,
-        env=clean_env(),
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_check("tests.trainer.export_check", out, checkpoint, tokenizer)
 
 
 def assert_equivalent(result: dict) -> None:
@@ -90,11 +87,18 @@ def assert_equivalent(result: dict) -> None:
     assert result["model_max_length"] == 64 and result["eos"] == 0
 
 
-@pytest.mark.timeout(400)
-def test_export_gqa_tied_loads_in_transformers_with_equal_logprobs(sample_tokenizer, tmp_path):
-    run_dir = train_run(tmp_path / "run")
-    out = tmp_path / "hf"
-    result = export_and_compare(run_dir, sample_tokenizer, out)
+@pytest.fixture(scope="module")
+def exported(sample_tokenizer, tmp_path_factory) -> tuple[Path, Path, dict]:
+    """A GQA/tied run on the sample tokenizer, its export, and the transformers comparison."""
+    root = tmp_path_factory.mktemp("exported")
+    run_dir = train_run(root / "run")
+    out = root / "hf"
+    return run_dir, out, export_and_compare(run_dir, sample_tokenizer, out)
+
+
+@pytest.mark.timeout(600)
+def test_export_gqa_tied_loads_in_transformers_with_equal_logprobs(exported):
+    run_dir, out, result = exported
     assert_equivalent(result)
     assert result["tied"]
     verify(out, deep=True)
@@ -110,6 +114,29 @@ def test_export_gqa_tied_loads_in_transformers_with_equal_logprobs(sample_tokeni
         "tokenizer_config.json",
         "special_tokens_map.json",
     } <= set(os.listdir(out))
+
+
+@pytest.mark.timeout(600)
+def test_lm_eval_tasks_on_checkpoint_equal_lm_evals_hflm_on_the_export(exported, sample_tokenizer):
+    """BoolQ, PIQA, HellaSwag and ARC-Easy in their published formats, offline: lm-eval through
+    our LM wrapper on the checkpoint gives lm-eval's own HFLM numbers on the export; our JSONL
+    scorer gives lm-eval's numbers on the same file."""
+    run_dir, out, _ = exported
+    checkpoint = run_dir / "checkpoints" / "iter_0000002"
+    result = run_check("tests.trainer.lm_eval_check", out, checkpoint, sample_tokenizer)
+    assert result["documents"] == {
+        "boolq_local": 4,
+        "piqa_local": 4,
+        "hellaswag_local": 3,
+        "arc_easy_local": 3,
+    }
+    ours, theirs = result["checkpoint"], result["export"]
+    assert set(ours) == set(theirs) and "task/hellaswag/acc_norm" in ours
+    for key, value in ours.items():
+        assert value == pytest.approx(theirs[key], abs=1e-9), key
+    lm_eval_mc = result["lm_eval_on_our_file"]
+    assert result["our_scorer"]["acc"] == pytest.approx(lm_eval_mc["task/tiny_mc/acc"])
+    assert result["our_scorer"]["acc_norm"] == pytest.approx(lm_eval_mc["task/tiny_mc/acc_norm"])
 
 
 def test_export_refuses_missing_step_and_missing_tokenizer(tmp_path, capsys, reference_run):

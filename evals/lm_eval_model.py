@@ -1,0 +1,121 @@
+"""Our models as lm-evaluation-harness LMs, and an HF export as a bits-per-byte scorer.
+
+- `ProjectLM(model, tokenizer)`: a checkpoint loaded by `trainer.inference.load_model` (anything
+  with `.logits(tokens)`) as an `lm_eval.api.model.LM`. Requests are encoded as lm-eval's own
+  `HFLM` encodes them (trailing context whitespace moved to the continuation, context +
+  continuation encoded whole and split at the context's length, the end-of-document id as the
+  context of an empty context), so a checkpoint and its HF export score the same.
+- `hf_lm(export_dir)`: lm-eval's own `HFLM` over the `pretrain export` directory.
+- `HFScorer(export_dir)`: the export with `.logprobs(tokens)` for `evals.bpb.evaluate`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from evals.bpb import as_encoder
+from evals.tasks import encode_pair
+
+
+def _lm_base() -> Any:
+    from lm_eval.api.model import LM
+
+    return LM
+
+
+class ProjectLM(_lm_base()):  # type: ignore[misc]
+    """A `.logits(tokens)` model + our tokenizer as an lm-eval LM (log-likelihood tasks)."""
+
+    def __init__(self, model: Any, tokenizer: Any, seq_length: int, batch_size: int = 8) -> None:
+        super().__init__()
+        self.model, self.encoder = model, as_encoder(tokenizer)
+        self.seq_length, self.batch = seq_length, batch_size
+
+    def _score(self, rows: list[tuple[list[int], int]]) -> list[tuple[float, bool]]:
+        """(sum log p, greedy) of the last `n` tokens of each id list (left-truncated)."""
+        results: list[tuple[float, bool]] = [(0.0, True)] * len(rows)
+        order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
+        for start in range(0, len(order), self.batch):
+            chunk = order[start : start + self.batch]
+            ids = [rows[i][0][-(self.seq_length + 1) :] for i in chunk]
+            width = max(len(x) for x in ids)
+            tokens = torch.full((len(ids), width), self.encoder.eod_id, dtype=torch.long)
+            for row, x in enumerate(ids):
+                tokens[row, : len(x)] = torch.tensor(x)
+            logits = self.model.logits(tokens[:, :-1]).float()
+            logp = torch.log_softmax(logits, dim=-1)
+            for row, index in enumerate(chunk):
+                length, n = len(ids[row]), min(rows[index][1], len(ids[row]) - 1)
+                targets = tokens[row, length - n : length]
+                span = logp[row, length - n - 1 : length - 1]
+                total = float(span.gather(-1, targets[:, None]).sum(dtype=torch.float64))
+                greedy = bool((span.argmax(-1) == targets).all())
+                results[index] = (total, greedy)
+        return results
+
+    def loglikelihood(self, requests: list[Any]) -> list[tuple[float, bool]]:
+        rows = []
+        for request in requests:
+            ctx, cont = encode_pair(self.encoder, *request.args)
+            rows.append((ctx + cont, len(cont)))
+        return self._score(rows)
+
+    def loglikelihood_rolling(self, requests: list[Any]) -> list[float]:
+        out = []
+        for request in requests:
+            ids = [self.encoder.eod_id, *self.encoder.encode_batch([request.args[0]])[0]]
+            total = 0.0
+            for start in range(0, len(ids) - 1, self.seq_length):
+                window = ids[start : start + self.seq_length + 1]
+                total += self._score([(window, len(window) - 1)])[0][0]
+            out.append(total)
+        return out
+
+    def generate_until(self, requests: list[Any]) -> list[str]:
+        raise NotImplementedError(
+            "generation tasks need the HF export: `pretrain export`, then `pretrain eval run "
+            "EXPORT_DIR --lm-eval ...`"
+        )
+
+
+def load_export(export_dir: str | Path) -> tuple[Any, Any]:
+    """(LlamaForCausalLM in eval mode, AutoTokenizer) of a `pretrain export` directory, offline."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(export_dir), local_files_only=True, dtype=torch.float32
+    )
+    model.eval()
+    return model, AutoTokenizer.from_pretrained(str(export_dir), local_files_only=True)
+
+
+def hf_lm(model: Any, tokenizer: Any, batch_size: int = 8) -> Any:
+    """lm-eval's own HFLM over an exported model."""
+    from lm_eval.models.huggingface import HFLM
+
+    return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+
+
+class HFScorer:
+    """An HF export with the `.logprobs(tokens)` interface of evals.bpb, plus its identity."""
+
+    def __init__(self, export_dir: str | Path, model: Any) -> None:
+        manifest = json.loads((Path(export_dir) / "manifest.json").read_text())
+        self.model = model
+        self.step = int(manifest["counts"]["step"])
+        self.tokenizer_sha256 = (manifest.get("tokenizer") or {}).get("sha256")
+        self.seq_length = int(model.config.max_position_embeddings)
+
+    @torch.no_grad()
+    def logprobs(self, tokens: torch.Tensor) -> torch.Tensor:
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        logp = torch.log_softmax(self.model(tokens).logits[:, :-1].float(), dim=-1)
+        return logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)
+
+    @torch.no_grad()
+    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model(torch.as_tensor(tokens, dtype=torch.long)).logits.float()

@@ -1,0 +1,61 @@
+"""lm-evaluation-harness tasks from local files in their published formats: loaded offline, every
+row rendered, and a wrong file refused in one line BEFORE any checkpoint is loaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pretrain.cli import main
+from pretrain.errors import InputError
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "evals" / "lm_eval"
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_published_formats_load_offline_through_lm_evals_own_task_configs():
+    from evals.lm_eval_tasks import load_lm_eval_tasks
+
+    tasks = load_lm_eval_tasks(
+        [
+            f"boolq={DATA / 'boolq.jsonl'}",
+            f"piqa={DATA / 'piqa.jsonl'}",
+            f"hellaswag={DATA / 'hellaswag.jsonl'}",
+            f"arc_easy={DATA / 'arc_easy.parquet'}",
+        ]
+    )
+    assert tasks.documents == {
+        "boolq_local": 4,
+        "piqa_local": 4,
+        "hellaswag_local": 3,
+        "arc_easy_local": 3,
+    }
+    hellaswag = tasks.manager.load(["hellaswag_local"])["tasks"]["hellaswag_local"]
+    doc = next(iter(hellaswag.eval_docs))
+    # lm-eval's own process_docs ran: "activity: ctx_a Ctx_b" and the gold index from the string
+    assert hellaswag.doc_to_text(doc) == "Cooking: A man puts a pot of water on the stove. He"
+    assert hellaswag.doc_to_target(doc) == 0
+
+
+def test_a_file_in_another_tasks_format_is_refused_naming_the_row():
+    from evals.lm_eval_tasks import load_lm_eval_tasks
+
+    with pytest.raises(InputError, match=r"boolq: .*piqa.jsonl .*does not fit.*'passage'"):
+        load_lm_eval_tasks([f"boolq={DATA / 'piqa.jsonl'}"])
+    with pytest.raises(InputError, match="unknown task"):
+        load_lm_eval_tasks([f"mmlu_pro={DATA / 'piqa.jsonl'}"])
+    with pytest.raises(InputError, match="NAME=FILE"):
+        load_lm_eval_tasks([str(DATA / "piqa.jsonl")])
+
+
+def test_eval_run_refuses_bad_task_files_before_loading_the_checkpoint(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "checkpoints" / "iter_0000001").mkdir(parents=True)  # not loadable: never reached
+    argv = ["eval", "run", str(run), "--sets", str(tmp_path / "none"), "--tasks"]
+    code = main([*argv, "--lm-eval", f"hellaswag={DATA / 'boolq.jsonl'}"])
+    assert code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # the one-line refusal
+    assert "hellaswag" in last and "does not fit" in last and "KeyError" in last
+    missing = main([*argv, "--lm-eval", f"piqa={tmp_path / 'absent.jsonl'}"])
+    assert missing == 2 and "does not exist" in capsys.readouterr().err

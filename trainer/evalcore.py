@@ -1,0 +1,202 @@
+"""Bits per byte, loss and perplexity of a model on eval sets, per domain and language: the
+scoring core shared by `pretrain eval run` (evals.bpb re-exports it) and evaluation during
+training (trainer/periodic_eval.py).
+
+It lives in the trainer package because the trainer must not import `evals` (package order
+pretrain < data_pipeline < tokenizer < mixtures < trainer < evals) and the in-training hook runs
+inside torchrun workers, which are built from the config alone: a callback registered by the
+CLI process would not reach them. It depends on nothing but numpy, pyarrow and pretrain.manifest.
+
+Bits per byte = total negative log-likelihood in bits / UTF-8 bytes of the text: unlike loss per
+token it does not depend on the tokenizer, so models with different tokenizers compare.
+
+The model is any object with `.logprobs(tokens: LongTensor[B, S]) -> FloatTensor[B, S-1]` (the
+log-probability of each next token), e.g. `trainer.inference.load_model(ckpt)`. Text is encoded
+with the model's tokenizer; each document is prefixed with the end-of-document token as context,
+so every one of its tokens is predicted, and split into windows of `seq_length` predictions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from pretrain.errors import ArtifactError
+from pretrain.manifest import listed_path, require
+
+LN2 = math.log(2.0)
+
+
+class Scorer(Protocol):
+    def logprobs(self, tokens: Any) -> Any:  # pragma: no cover - protocol
+        ...
+
+
+@dataclass
+class Encoder:
+    """Text -> token ids, plus the end-of-document id used as leading context."""
+
+    encode_batch: Callable[[list[str]], list[list[int]]]
+    eod_id: int
+
+
+def as_encoder(tokenizer: Any) -> Encoder:
+    """Adapt a LockedTokenizer (`.tokenizer`, `.eod_id`), an HF `tokenizers.Tokenizer` or an
+    `Encoder` to an Encoder."""
+    if isinstance(tokenizer, Encoder):
+        return tokenizer
+    hf = getattr(tokenizer, "tokenizer", tokenizer)
+    eod = getattr(tokenizer, "eod_id", None)
+    if eod is None:
+        for name in ("<|endoftext|>", "</s>", "<eos>", "<eod>"):
+            eod = hf.token_to_id(name) if hasattr(hf, "token_to_id") else None
+            if eod is not None:
+                break
+    if eod is None:
+        raise ArtifactError("the tokenizer has no end-of-document token; lock it with one")
+
+    def encode_batch(texts: list[str]) -> list[list[int]]:
+        return [enc.ids for enc in hf.encode_batch(texts, add_special_tokens=False)]
+
+    return Encoder(encode_batch=encode_batch, eod_id=int(eod))
+
+
+@dataclass
+class EvalSet:
+    """One domain/language set of held-out documents."""
+
+    name: str
+    domain: str
+    lang: str
+    texts: list[str]
+    ids: list[str] = field(default_factory=list)
+
+
+def load_eval_sets(directory: str | Path, max_docs: int | None = None) -> list[EvalSet]:
+    """The sets of an `evalset` artifact (verified against its manifest)."""
+    manifest = require(directory, kind="evalset")
+    sets = []
+    for entry in manifest.get("sets", []):
+        path = listed_path(directory, manifest, f"sets/{entry['name']}.parquet")
+        table = pq.read_table(path)
+        texts = table.column("text").to_pylist()[:max_docs]
+        ids = table.column("id").to_pylist()[:max_docs]
+        sets.append(EvalSet(entry["name"], entry["domain"], entry["lang"], texts, ids))
+    return sets
+
+
+def _windows(ids: list[int], seq_length: int) -> list[list[int]]:
+    """Chunks of at most seq_length + 1 tokens overlapping by one (each predicts len - 1)."""
+    return [ids[start : start + seq_length + 1] for start in range(0, len(ids) - 1, seq_length)]
+
+
+def score_sequences(
+    model: Scorer,
+    sequences: Sequence[Sequence[int]],
+    seq_length: int,
+    batch_size: int = 8,
+    pad_id: int = 0,
+) -> list[np.ndarray]:
+    """Log-prob of every token after the first, per sequence (windows of seq_length predictions;
+    a window's first token is context only)."""
+    import torch
+
+    pieces: list[tuple[int, int, list[int]]] = []
+    for seq_index, ids in enumerate(sequences):
+        for window_index, window in enumerate(_windows(list(ids), seq_length)):
+            pieces.append((seq_index, window_index, window))
+    order = sorted(range(len(pieces)), key=lambda i: len(pieces[i][2]))
+    out: dict[tuple[int, int], np.ndarray] = {}
+    with torch.no_grad():
+        for start in range(0, len(order), batch_size):
+            chunk = [pieces[i] for i in order[start : start + batch_size]]
+            width = max(len(p[2]) for p in chunk)
+            batch = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+            for row, (_, _, window) in enumerate(chunk):
+                batch[row, : len(window)] = torch.tensor(window, dtype=torch.long)
+            logp = model.logprobs(batch).float().cpu().numpy()
+            for row, (seq_index, window_index, window) in enumerate(chunk):
+                out[(seq_index, window_index)] = logp[row, : len(window) - 1]
+    result = []
+    for seq_index, ids in enumerate(sequences):
+        parts = [out[(seq_index, w)] for w in range(len(_windows(list(ids), seq_length)))]
+        result.append(np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32))
+    return result
+
+
+def _set_metrics(nll_nats: float, tokens: int, num_bytes: int, docs: int) -> dict[str, float]:
+    loss = nll_nats / tokens if tokens else float("nan")
+    return {
+        "bpb": nll_nats / LN2 / num_bytes if num_bytes else float("nan"),
+        "loss": loss,
+        "ppl": math.exp(min(loss, 700.0)),
+        "tokens": tokens,
+        "bytes": num_bytes,
+        "documents": docs,
+    }
+
+
+def _document_records(
+    eval_set: EvalSet, logps: Sequence[np.ndarray], doc_bytes: Sequence[int]
+) -> list[dict[str, Any]]:
+    ids = eval_set.ids or [str(i) for i in range(len(logps))]
+    return [
+        {
+            "set": eval_set.name,
+            "domain": eval_set.domain,
+            "lang": eval_set.lang,
+            "id": str(doc_id),
+            "nll": -float(lp.sum(dtype=np.float64)),
+            "bytes": int(size),
+            "tokens": len(lp),
+        }
+        for doc_id, lp, size in zip(ids, logps, doc_bytes)
+    ]
+
+
+def evaluate(
+    model: Scorer,
+    eval_sets: Sequence[EvalSet] | str | Path,
+    encoder: Any = None,
+    seq_length: int | None = None,
+    batch_size: int = 8,
+    max_docs: int | None = None,
+    documents: list[dict[str, Any]] | None = None,
+) -> dict[str, float]:
+    """Bits per byte, loss (nats/token) and perplexity overall and per set.
+
+    Returns a flat dict: `bpb`, `loss`, `ppl`, `tokens`, `bytes`, and `bpb/<domain>/<lang>`,
+    `loss/<domain>/<lang>`, ... for each set. `encoder` defaults to `model.tokenizer`;
+    `seq_length` to `model.seq_length` (else 512). When `documents` is a list, one record per
+    document is appended to it (`set`, `domain`, `lang`, `id`, `nll` in nats, `bytes`, `tokens`):
+    what a paired comparison of two models on the same documents needs (trainer/gate_stats.py).
+    """
+    if isinstance(eval_sets, (str, Path)):
+        eval_sets = load_eval_sets(eval_sets, max_docs)
+    encoder = as_encoder(encoder if encoder is not None else getattr(model, "tokenizer", None))
+    seq_length = seq_length or getattr(model, "seq_length", None) or 512
+    metrics: dict[str, float] = {}
+    totals = np.zeros(3)
+    for eval_set in eval_sets:
+        texts = eval_set.texts[:max_docs]
+        encoded = [[encoder.eod_id, *ids] for ids in encoder.encode_batch(texts)]
+        logps = score_sequences(model, encoded, seq_length, batch_size, pad_id=encoder.eod_id)
+        nll = -float(sum(lp.sum(dtype=np.float64) for lp in logps))
+        tokens = sum(len(lp) for lp in logps)
+        doc_bytes = [len(t.encode("utf-8")) for t in texts]
+        num_bytes = sum(doc_bytes)
+        if documents is not None:
+            documents.extend(_document_records(eval_set, logps, doc_bytes))
+        per_set = _set_metrics(nll, tokens, num_bytes, len(texts))
+        for key, value in per_set.items():
+            metrics[f"{key}/{eval_set.domain}/{eval_set.lang}"] = value
+        totals += (nll, tokens, num_bytes)
+    overall = _set_metrics(totals[0], int(totals[1]), int(totals[2]), 0)
+    overall.pop("documents")
+    return {**overall, **metrics}
