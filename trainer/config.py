@@ -309,3 +309,12 @@ class TrainConfig(StrictModel):
                 "set parallel.zero: 1 or drop distributed_optimizer"
             )
         return self
+
+    @model_validator(mode="after")
+    def _eval_needs_one_pipeline_stage(self) -> TrainConfig:
+        if self.eval.every and (self.parallel.pipeline > 1 or self.parallel.virtual_pipeline):
+            raise ValueError(
+                "eval.every with parallel.pipeline > 1 is not supported; unset eval.every and "
+                "evaluate the checkpoints with `pretrain eval run`"
+            )
+        return self

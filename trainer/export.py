@@ -39,13 +39,13 @@ def pick_checkpoint(run_or_checkpoint: Path, step: int | None) -> Path:
                 " pick one of those with --step"
             )
         return path
-    path, _ = newest_valid(run_or_checkpoint)
-    if path is None:
+    newest, _ = newest_valid(run_or_checkpoint)
+    if newest is None:
         raise ArtifactError(
             f"{run_or_checkpoint} holds no valid checkpoints/iter_NNNNNNN; pass a run "
             "directory of `pretrain launch` or one of its checkpoints"
         )
-    return path
+    return newest
 
 
 def resolve_tokenizer(config: Any, state: dict[str, Any], given: str | None) -> Any:

@@ -107,8 +107,9 @@ def _after_step(trainer: Trainer, result: StepResult, seconds: float) -> dict[st
     return record
 
 
-def train_loop(trainer: Trainer) -> None:
-    """Step until total_steps (or the data runs out), with the guard and checkpoints."""
+def train_loop(trainer: Trainer, evaluator: Any = None) -> None:
+    """Step until total_steps (or the data runs out), with the guard, checkpoints and, with
+    `evaluator` (trainer.periodic_eval.PeriodicEval), evaluation every eval.every steps."""
     from pretrain.progress import Progress
 
     bar = Progress(
@@ -138,7 +139,7 @@ def train_loop(trainer: Trainer) -> None:
                 loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}", refresh=False
             )
         bar.update(1)
-        _periodic_eval(trainer)
+        _periodic_eval(trainer, evaluator)
         if trainer.config.run.crash_at_step == trainer.state.step:
             os._exit(CRASH_EXIT_CODE)  # testing aid: die like a killed job, no cleanup
     bar.close()
@@ -147,9 +148,8 @@ def train_loop(trainer: Trainer) -> None:
         _log(trainer, f"{trainer.state.step} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}")
 
 
-def _periodic_eval(trainer: Trainer) -> None:
+def _periodic_eval(trainer: Trainer, evaluator: Any) -> None:
     """eval.every: every rank scores the eval sets, rank 0 logs val/* (trainer/periodic_eval.py)."""
-    evaluator = getattr(trainer, "evaluator", None)
     if evaluator is None or not evaluator.due(trainer.state.step, trainer.total_steps):
         return
     record = evaluator.run(trainer.state.step)
@@ -211,11 +211,12 @@ def run_training(
     run_dir = Path(config.run.out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(config, run_dir)
+    evaluator = None
     if config.eval.every and not smoke:
         from trainer.model import use_gpu
         from trainer.periodic_eval import PeriodicEval
 
-        trainer.evaluator = PeriodicEval(config, trainer.chunks[0], use_gpu(config))
+        evaluator = PeriodicEval(config, trainer.chunks[0], use_gpu(config))
     _peak(trainer)
     extra: dict[str, Any] = {}
     if smoke:
@@ -224,7 +225,7 @@ def run_training(
         extra["smoke"] = smoke_checks(trainer)
     else:
         resume(trainer)
-        train_loop(trainer)
+        train_loop(trainer, evaluator)
         if trainer.saver is not None:
             trainer.saver.close()
     torch.distributed.barrier()

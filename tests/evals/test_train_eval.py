@@ -18,9 +18,12 @@ from tests.trainer.trainer_testlib import tiny_config
 from trainer.config import TrainConfig
 
 
-def test_eval_every_needs_sets():
+def test_eval_every_needs_sets_and_one_pipeline_stage():
     with pytest.raises(ConfigError, match="eval.sets is not"):
         parse_config(TrainConfig, {"eval": {"every": 5}}, source="test")
+    with pytest.raises(ConfigError, match="pipeline > 1 is not supported"):
+        data = {"eval": {"every": 5, "sets": "x"}, "parallel": {"pipeline": 2}}
+        parse_config(TrainConfig, data, source="test")
 
 
 @pytest.mark.slow
