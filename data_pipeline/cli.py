@@ -26,9 +26,13 @@ def run(args: argparse.Namespace) -> int:
 def _preflight(config: Any) -> str:
     from data_pipeline.runner import preflight
 
-    stages, inputs = preflight(config)
+    skipped: list[dict[str, str]] = []
+    stages, inputs = preflight(config, skipped)
     names = ", ".join(stage.name for stage in stages)
-    return f"{len(inputs)} input files open; stages {names} configured; models verified"
+    return (
+        f"{len(inputs)} input files open; stages {names} configured; models verified; "
+        f"{len(skipped)} files of directory inputs skipped"
+    )
 
 
 def train_lm(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 
 from data_pipeline.stages.base import STAGE_REGISTRY
 from pretrain.config import StrictModel
@@ -91,8 +91,15 @@ class PipelineConfig(StrictModel):
     """Records per Arrow batch between stages: this, not corpus size, bounds worker memory."""
     eval_fraction: float = Field(EVAL_FRACTION, ge=0, le=1)
     """Share of documents whose stable split tag is `eval`."""
-    text_column: str = "text"
-    """Column holding the text in Parquet inputs."""
+    text_field: str = Field(
+        "text", min_length=1, validation_alias=AliasChoices("text_field", "text_column")
+    )
+    """Field (JSON Lines) or column (Parquet) holding the text; `a.b` reaches into nested objects.
+    `text` for DataTrove, Dolma, RedPajama v1, the Pile and FineWeb; `raw_content` for
+    RedPajama v2. (`text_column`, its old name, is still accepted.)"""
+    id_field: str = Field("id", min_length=1)
+    """Field or column holding the record's id (a record without one is named by its line or
+    row). Ids are namespaced by input: `<input stem>/<id>`."""
     on_unreadable: Literal["error", "reject"] = "error"
     """A file that cannot be opened at all: stop with a one-line error, or count it as a reject."""
     overwrite: bool = False

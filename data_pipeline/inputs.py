@@ -8,14 +8,26 @@ from pathlib import Path
 import pyarrow as pa
 from pyarrow import fs as pafs
 
-from data_pipeline.readers import InputFile, detect_format, filesystem_for
+from data_pipeline.formats import READABLE, InputFile, check_magic, detect_format, filesystem_for
 from pretrain.errors import InputError
 
 
-def _expand(entry: str) -> list[str]:
-    """Files named by one entry: a file, a directory (recursive), a local glob, or a URI."""
+def _skip_reason(name: str) -> str | None:
+    """Why a file found inside a directory input is not read (None: it is read)."""
+    if name.startswith("."):
+        return "hidden file (name starts with '.')"
+    if detect_format(name) is None:
+        suffix = name[name.find(".") :] if "." in name else "(none)"
+        return f"unsupported format: suffix {suffix}; readable: {READABLE}"
+    return None
+
+
+def _expand(entry: str, skipped: list[dict[str, str]]) -> list[str]:
+    """Files named by one entry: a file, a directory (recursive), a local glob, or a URI. Files
+    of a directory or glob that are not read go to `skipped` with their reason."""
     if "://" not in entry and any(ch in entry for ch in "*?["):
-        return sorted(glob.glob(entry, recursive=True))
+        matched = sorted(p for p in glob.glob(entry, recursive=True) if Path(p).is_file())
+        return _keep_readable(matched, skipped)
     filesystem, path = filesystem_for(entry)
     try:
         info = filesystem.get_file_info(path)
@@ -30,33 +42,44 @@ def _expand(entry: str) -> list[str]:
     selector = pafs.FileSelector(path, recursive=True)
     prefix = entry.split("://", 1)[0] + "://" if "://" in entry else ""
     found = [
-        prefix + i.path
-        for i in filesystem.get_file_info(selector)
-        if i.type == pafs.FileType.File
-        and not i.base_name.startswith(".")
-        and detect_format(i.path) is not None
+        prefix + i.path for i in filesystem.get_file_info(selector) if i.type == pafs.FileType.File
     ]
-    return sorted(found)
+    return _keep_readable(sorted(found), skipped, root=path)
 
 
-def plan_inputs(entries: tuple[str, ...] | list[str]) -> list[InputFile]:
-    """Input files in a stable order, each with its format and the stem its shards are named by."""
+def _keep_readable(
+    paths: list[str], skipped: list[dict[str, str]], root: str | None = None
+) -> list[str]:
+    keep = []
+    for path in paths:
+        inside = path.split("://", 1)[-1]
+        relative = inside[len(root) :].lstrip("/") if root and inside.startswith(root) else path
+        hidden = any(part.startswith(".") for part in relative.split("/"))
+        reason = _skip_reason("." if hidden else path.rsplit("/", 1)[-1])
+        if reason is None:
+            keep.append(path)
+        else:
+            skipped.append({"path": path, "reason": reason})
+    return keep
+
+
+def plan_inputs(
+    entries: tuple[str, ...] | list[str], skipped: list[dict[str, str]] | None = None
+) -> list[InputFile]:
+    """Input files in a stable order, each with its format and the stem its shards are named by.
+    Files of directory or glob inputs that are not read are appended to `skipped` (path,
+    reason); a file named directly must be readable."""
+    skipped = [] if skipped is None else skipped
     files: list[InputFile] = []
     stems: dict[str, str] = {}
     for entry in entries:
-        paths = _expand(entry)
+        paths = _expand(entry, skipped)
         if not paths:
-            raise InputError(
-                f"input {entry}: no WARC, HTML, JSONL or Parquet files found; "
-                "fix inputs in the config"
-            )
+            raise InputError(f"input {entry}: no {READABLE} files found; fix inputs in the config")
         for path in paths:
             detected = detect_format(path)
             if detected is None:
-                raise InputError(
-                    f"input {path}: unknown format; expected .warc(.gz), .html, "
-                    ".jsonl(.gz) or .parquet"
-                )
+                raise InputError(f"input {path}: unknown format; expected {READABLE}")
             fmt, stem = detected
             if stem in stems and stems[stem] != path:
                 raise InputError(
@@ -69,7 +92,7 @@ def plan_inputs(entries: tuple[str, ...] | list[str]) -> list[InputFile]:
     return files
 
 
-def check_openable(item: InputFile, text_column: str) -> None:
+def check_openable(item: InputFile, text_field: str) -> None:
     """Fail fast, in the driver, on a file that cannot be read at all (one line naming it)."""
     filesystem, path = filesystem_for(item.path)
     try:
@@ -78,14 +101,14 @@ def check_openable(item: InputFile, text_column: str) -> None:
 
             with filesystem.open_input_file(path) as handle:
                 names = pq.ParquetFile(handle).schema_arrow.names
-            if text_column not in names:
+            if text_field.split(".")[0] not in names:
                 raise InputError(
-                    f"input {item.path}: Parquet file has no {text_column!r} column "
-                    f"(columns: {', '.join(names)}); set text_column or fix the file"
+                    f"input {item.path}: Parquet file has no {text_field!r} column "
+                    f"(columns: {', '.join(names)}); set text_field or fix the file"
                 )
             return
         with filesystem.open_input_stream(path, compression=None) as handle:
-            head = handle.read(2)
+            head = handle.read(4)
     except InputError:
         raise
     except (OSError, ValueError, pa.ArrowException) as exc:
@@ -93,11 +116,7 @@ def check_openable(item: InputFile, text_column: str) -> None:
             f"input {item.path}: cannot be read ({exc}); fix or remove it, or set "
             "on_unreadable=reject"
         ) from None
-    if item.path.lower().endswith(".gz") and head != b"\x1f\x8b":
-        raise InputError(
-            f"input {item.path}: not a gzip file (starts with {head!r}); fix the "
-            "file or its .gz suffix, or set on_unreadable=reject"
-        )
+    check_magic(item.path, head)
 
 
 def input_artifacts(files: list[InputFile]) -> list[str]:

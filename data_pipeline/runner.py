@@ -27,6 +27,7 @@ from typing import Any
 from data_pipeline import ledger, workers
 from data_pipeline.config import PipelineConfig
 from data_pipeline.inputs import check_openable, input_artifacts, plan_inputs
+from data_pipeline.readers import Fields
 from data_pipeline.stages.base import STAGE_REGISTRY, GlobalStage, Stage, stage_class
 from pretrain.config import config_dict, config_sha256, parse_config
 from pretrain.errors import ConfigError, PretrainError
@@ -57,7 +58,9 @@ class RunResult:
             f"{led['documents_in']} docs in, {led['documents_kept']} kept, "
             f"{led['documents_dropped']} dropped (ledger balanced: "
             f"{led['conservation']['balanced']}), {len(self.shards)} shards "
-            f"({self.reused_parts} of {self.parts} parts reused) -> {self.output}"
+            f"({self.reused_parts} of {self.parts} parts reused), "
+            f"{len(led.get('skipped_files', []))} files skipped (ledger.json skipped_files) "
+            f"-> {self.output}"
         )
 
 
@@ -127,17 +130,20 @@ def _output_is_foreign(config: PipelineConfig, out: Path, stages: list[Stage]) -
     return True
 
 
-def preflight(config: PipelineConfig) -> tuple[list[Stage], list[Any]]:
+def preflight(
+    config: PipelineConfig, skipped: list[dict[str, str]] | None = None
+) -> tuple[list[Stage], list[Any]]:
     """Every check a run makes before it works (the real run and `--dry-run` both call this):
     stage sections and types, model artifacts exist and verify, inputs exist and open, and the
-    output is this job's or new. Returns the stages and the planned input files."""
+    output is this job's or new. Returns the stages and the planned input files; files of
+    directory inputs that are not read are appended to `skipped` with their reason."""
     stages = build_stages(config)
     for stage in stages:
         stage.check()
-    inputs = plan_inputs(config.inputs)
+    inputs = plan_inputs(config.inputs, skipped)
     if config.on_unreadable == "error":
         for item in inputs:
-            check_openable(item, config.text_column)
+            check_openable(item, config.text_field)
     _output_is_foreign(config, Path(config.output), stages)
     return stages, inputs
 
@@ -192,7 +198,7 @@ def _build_dataset(
         "shard_rows": config.shard_rows,
         "batch_rows": config.batch_rows,
         "eval_fraction": config.eval_fraction,
-        "text_column": config.text_column,
+        "fields": Fields(text=config.text_field, id=config.id_field),
         "on_unreadable": config.on_unreadable,
     }
     ds = ray.data.from_items(todo, override_num_blocks=len(todo)).map_batches(
@@ -301,7 +307,7 @@ def _execute(dataset: Any, timeout_s: float | None) -> tuple[list[dict[str, Any]
 def _collect(
     config: PipelineConfig, out: Path, stems: list[str], stages: list[Stage]
 ) -> tuple[dict[str, Any], list[str]]:
-    fragments, read_docs, read_bytes = [], 0, 0
+    fragments, read_docs, read_bytes, collisions = [], 0, 0, 0
     for stem in stems:
         stats_path = workers.read_stats_path(out, stem)
         if not stats_path.is_file():
@@ -311,6 +317,7 @@ def _collect(
             )
         stats = workers.load_json(stats_path)
         read_docs, read_bytes = read_docs + stats["records"], read_bytes + stats["bytes"]
+        collisions += stats.get("id_collisions", 0)
         for part in range(stats["parts"]):
             path = workers.fragment_path(out, f"{stem}-{part:05d}")
             if not path.is_file():
@@ -320,6 +327,7 @@ def _collect(
                 )
             fragments.append(workers.load_json(path))
     led = ledger.aggregate(fragments, [s.name for s in stages], read_docs, read_bytes)
+    led["id_collisions"] = collisions
     shards = sorted(p.name for p in (out / "shards").glob("*.parquet"))
     return led, shards
 
@@ -381,7 +389,8 @@ def run_pipeline(
     progress: bool = True,
 ) -> RunResult:
     """Run the data job described by `config`; returns the ledger and manifest it wrote."""
-    stages, inputs = preflight(config)
+    skipped: list[dict[str, str]] = []
+    stages, inputs = preflight(config, skipped)
     out = Path(config.output)
     prepare_output(config, out, stages)
     done = workers.finished_parts(out)
@@ -398,11 +407,13 @@ def run_pipeline(
     reused = sum(len(v) for v in done.values())
     if progress:
         step(
-            f"[data run] {len(inputs)} input files ({len(inputs) - len(todo)} already done, "
+            f"[data run] {len(inputs)} input files, {len(skipped)} skipped "
+            f"({len(inputs) - len(todo)} already done, "
             f"{reused} parts reused); stages: {', '.join(s.name for s in stages)}"
         )
     ray_stats = _run_ray(config, stages, todo, out, done, ray_address, progress) if todo else ""
     led, shards = _collect(config, out, [f.stem for f in inputs], stages)
+    led["skipped_files"] = skipped
     atomic_write_json(out / "ledger.json", led)
     if not led["conservation"]["balanced"]:
         raise RuntimeError(f"ledger does not balance: {led['conservation']}")  # a bug, not input

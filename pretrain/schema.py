@@ -35,6 +35,7 @@ STAGE_COLUMNS: dict[str, tuple[pa.Field, ...]] = {
         pa.field("extract_reason", _STR),
         pa.field("extractor", _STR),
         pa.field("num_bytes", pa.int64()),
+        pa.field("control_chars", _I32),  # control characters cleaning replaced or dropped
     ),
     "langid": (
         pa.field("lang", _STR),

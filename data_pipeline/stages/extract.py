@@ -45,7 +45,7 @@ _CHARSET_ALIASES = {
     "ascii": "cp1252",
     "us-ascii": "cp1252",
 }
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]+")
 _BLANK_LINES = re.compile(r"\n{3,}")
 
 
@@ -94,10 +94,27 @@ def decode_html(payload: bytes, content_type: str | None = None) -> str | None:
 
 
 def clean_text(text: str) -> str:
-    """Drop NUL and other control characters, normalise newlines, trim blank runs and ends."""
+    """`clean_text_counted` without the count."""
+    return clean_text_counted(text)[0]
+
+
+def clean_text_counted(text: str) -> tuple[str, int]:
+    """Normalise newlines, trim blank runs and ends, and replace each run of NUL and other
+    control characters by one space, so words they separated stay apart ("a\x00b" -> "a b");
+    a run next to whitespace or at an end is dropped (no double spaces). Returns the text and
+    the number of control characters replaced or dropped."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    text = _CONTROL.sub("", text)
-    return _BLANK_LINES.sub("\n\n", text).strip()
+    changed = 0
+
+    def replace(match: re.Match[str]) -> str:
+        nonlocal changed
+        changed += match.end() - match.start()
+        before = text[match.start() - 1] if match.start() else " "
+        after = text[match.end()] if match.end() < len(text) else " "
+        return "" if before.isspace() or after.isspace() else " "
+
+    text = _CONTROL.sub(replace, text)
+    return _BLANK_LINES.sub("\n\n", text).strip(), changed
 
 
 def _resiliparse(html: str) -> str:
@@ -135,10 +152,11 @@ def _is_html(content_type: str) -> bool:
 
 
 class ExtractStage(Stage):
-    """Raw record -> `text` (+ `extract_reason`, `extractor`, `num_bytes` of the UTF-8 text)."""
+    """Raw record -> `text` (+ `extract_reason`, `extractor`, `num_bytes` of the UTF-8 text,
+    `control_chars`: control characters cleaning replaced or dropped)."""
 
     name: ClassVar[str] = "extract"
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2  # 2: control characters become a space instead of vanishing
     requires: ClassVar[tuple[str, ...]] = (
         "id",
         "text",
@@ -159,12 +177,13 @@ class ExtractStage(Stage):
     def __call__(self, batch: pa.Table) -> pa.Table:
         if not hasattr(self, "_extract"):
             self.setup()
-        texts, reasons, extractors = [], [], []
+        texts, reasons, extractors, controls = [], [], [], []
         columns = [
             batch.column(n).to_pylist()
             for n in ("text", "_payload", "_content_type", "_read_reason")
         ]
         for text, payload, content_type, read_reason in zip(*columns, strict=True):
+            self._changed = 0
             if read_reason is not None:
                 result, reason, extractor = None, read_reason, None
             elif payload is not None:
@@ -174,6 +193,7 @@ class ExtractStage(Stage):
             texts.append(result)
             reasons.append(reason)
             extractors.append(extractor)
+            controls.append(self._changed if result is not None else 0)
         num_bytes = [len(t.encode("utf-8")) if t is not None else 0 for t in texts]
         keep = [
             n
@@ -183,8 +203,18 @@ class ExtractStage(Stage):
         out = batch.select(keep)
         out = out.add_column(1, pa.field("text", pa.string()), pa.array(texts, pa.string()))
         return self.append(
-            out, {"extract_reason": reasons, "extractor": extractors, "num_bytes": num_bytes}
+            out,
+            {
+                "extract_reason": reasons,
+                "extractor": extractors,
+                "num_bytes": num_bytes,
+                "control_chars": controls,
+            },
         )
+
+    def _clean(self, text: str) -> str:
+        cleaned, self._changed = clean_text_counted(text)
+        return cleaned
 
     def _from_text(self, text: str | None) -> tuple[str | None, str | None, str | None]:
         config: ExtractConfig = self.config  # type: ignore[assignment]
@@ -195,7 +225,7 @@ class ExtractStage(Stage):
             and len(text.encode("utf-8")) > config.max_input_bytes
         ):
             return None, "too_large", "text"
-        cleaned = clean_text(text)
+        cleaned = self._clean(text)
         if len(cleaned) < config.min_chars:
             return None, "empty", "text"
         return cleaned, None, "text"
@@ -223,7 +253,7 @@ class ExtractStage(Stage):
             return None, "timeout", config.extractor
         except Exception:  # any parser failure on one document is that document's reject
             return None, "extraction_failed", config.extractor
-        cleaned = clean_text(text or "")
+        cleaned = self._clean(text or "")
         if len(cleaned) < config.min_chars:
             return None, "empty", config.extractor
         return cleaned, None, config.extractor

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from data_pipeline.inputs import plan_inputs
-from data_pipeline.readers import InputFile, detect_format, read_file
+from data_pipeline.readers import Fields, InputFile, detect_format, read_file
 from pretrain.errors import InputError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
@@ -39,10 +39,10 @@ def test_fixture_records_become_rows_with_reasons() -> None:
         zip(table.column("id").to_pylist(), table.column("_read_reason").to_pylist(), strict=True)
     )
     assert stats["records"] == table.num_rows == 13
-    assert reasons["docs.jsonl:9"] == "malformed_json"
-    assert reasons["docs.jsonl:10"] == "undecodable"
-    assert reasons["no-text"] == "missing_text"
-    assert reasons["prose-00002"] is None  # the record's own id is kept
+    assert reasons["docs/docs.jsonl:9"] == "malformed_json"
+    assert reasons["docs/docs.jsonl:10"] == "undecodable"
+    assert reasons["docs/no-text"] == "missing_text"
+    assert reasons["docs/prose-00002"] is None  # the record's own id, namespaced by its input
     assert table.column("_shard").to_pylist()[:5] == ["docs-00000"] * 4 + ["docs-00001"]
 
 
@@ -54,7 +54,7 @@ def test_ids_and_splits_are_stable(tmp_path: Path) -> None:
     second, _ = _read(copy)
     assert first.column("id").equals(second.column("id"))
     assert first.column("split").equals(second.column("split"))
-    assert all(i.startswith("urn:uuid:") for i in first.column("id").to_pylist())
+    assert all(i.startswith("pages/urn:uuid:") for i in first.column("id").to_pylist())
 
 
 def test_truncated_gzip_keeps_what_was_read_and_records_the_rest(tmp_path: Path) -> None:
@@ -102,7 +102,7 @@ def test_parquet_missing_text_column(tmp_path: Path) -> None:
         _read(path)
     table, _ = _read(path, on_unreadable="reject")
     assert table.column("_read_reason").to_pylist() == ["unreadable_file"]
-    renamed, _ = _read(path, text_column="body")
+    renamed, _ = _read(path, fields=Fields(text="body"))
     assert renamed.column("text").to_pylist() == ["hello"]
 
 

@@ -1,0 +1,129 @@
+"""Raw rows of one input file collected into Arrow tables: row numbers, part names, unique ids.
+
+A document's `id` is namespaced by its input: `<input stem>/<record id>`, where the record id is
+the record's own id (`id_field`) or, when it has none, its place in the file. Input stems are
+unique within a job (the planner refuses two inputs that would share one), so two files whose
+records are both numbered 0..49 give 100 distinct ids. A record id repeated inside one file is a
+collision: the later record's id gets `#<row>` appended and the file's `id_collisions` count (in
+the ledger) goes up, so every document of a job has its own id.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+import xxhash
+
+from data_pipeline.formats import InputFile
+from pretrain.schema import split_for
+
+RAW_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("text", pa.string()),
+        pa.field("url", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("meta", pa.string()),
+        pa.field("split", pa.string(), nullable=False),
+        pa.field("_payload", pa.binary()),
+        pa.field("_content_type", pa.string()),
+        pa.field("_read_reason", pa.string()),
+        pa.field("_raw_bytes", pa.int64()),
+        pa.field("_shard", pa.string()),
+        pa.field("_row", pa.int64()),
+    ]
+)
+"""What readers emit. Columns starting with `_` never reach the shards."""
+
+
+def clean_str(value: str) -> str:
+    """Text Arrow can store: lone surrogates (from JSON escapes) become U+FFFD."""
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "replace").decode("utf-8")
+
+
+class Batcher:
+    """Collects raw rows of one input file into tables, numbering rows and naming parts."""
+
+    def __init__(
+        self,
+        source: InputFile,
+        shard_rows: int,
+        batch_rows: int,
+        eval_fraction: float,
+        skip_parts: frozenset[int],
+    ) -> None:
+        self.source, self.shard_rows, self.batch_rows = source, shard_rows, batch_rows
+        self.eval_fraction, self.skip_parts = eval_fraction, skip_parts
+        self.rows: dict[str, list[Any]] = {name: [] for name in RAW_SCHEMA.names}
+        self.count = 0
+        self.bytes = 0
+        self.collisions = 0
+        self._seen: set[int] = set()  # 64-bit hashes of the ids given so far (8 bytes of key each)
+
+    def unique_id(self, local_id: str, row: int) -> str:
+        """`<stem>/<local_id>`, with `#<row>` appended when this file already gave that id."""
+        doc_id = f"{self.source.stem}/{clean_str(local_id)}"
+        key = xxhash.xxh3_64_intdigest(doc_id)
+        if key in self._seen:
+            self.collisions += 1
+            suffix = 0
+            while key in self._seen:
+                candidate = f"{doc_id}#{row}" + (f".{suffix}" if suffix else "")
+                key, suffix = xxhash.xxh3_64_intdigest(candidate), suffix + 1
+            doc_id = candidate
+        self._seen.add(key)
+        return doc_id
+
+    def add(
+        self,
+        local_id: str,
+        *,
+        text: str | None = None,
+        url: str | None = None,
+        source: str | None = None,
+        meta: dict | None = None,
+        payload: bytes | None = None,
+        content_type: str | None = None,
+        reason: str | None = None,
+        raw_bytes: int = 0,
+    ) -> None:
+        row, self.count = self.count, self.count + 1
+        self.bytes += raw_bytes
+        doc_id = self.unique_id(local_id, row)  # before the skip: a resumed run names rows alike
+        part = row // self.shard_rows
+        if part in self.skip_parts:
+            return
+        values = {
+            "id": doc_id,
+            "text": clean_str(text) if text is not None else None,
+            "url": clean_str(url) if url is not None else None,
+            "source": source or f"{self.source.format}:{self.source.name}",
+            "meta": clean_str(json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str))
+            if meta
+            else None,
+            "split": split_for(doc_id, self.eval_fraction),
+            "_payload": payload,
+            "_content_type": content_type,
+            "_read_reason": reason,
+            "_raw_bytes": raw_bytes,
+            "_shard": f"{self.source.stem}-{part:05d}",
+            "_row": row,
+        }
+        for name, value in values.items():
+            self.rows[name].append(value)
+
+    def full(self) -> bool:
+        return len(self.rows["id"]) >= self.batch_rows
+
+    def flush(self) -> pa.Table | None:
+        if not self.rows["id"]:
+            return None
+        table = pa.Table.from_pydict(self.rows, schema=RAW_SCHEMA)
+        self.rows = {name: [] for name in RAW_SCHEMA.names}
+        return table
