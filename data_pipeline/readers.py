@@ -160,7 +160,6 @@ def read_html(stream: Any, out: Batcher, fields: Fields) -> Iterator[pa.Table]:
 def read_warc(stream: Any, out: Batcher, fields: Fields) -> Iterator[pa.Table]:
     """HTTP response (and resource) records; a truncated record ends the file with a reject row."""
     from warcio.archiveiterator import ArchiveIterator
-    from warcio.exceptions import ArchiveLoadFailed
 
     offset = 0
     try:
@@ -171,7 +170,7 @@ def read_warc(stream: Any, out: Batcher, fields: Fields) -> Iterator[pa.Table]:
             offset = _warc_row(record, iterator, out)
             if out.full():
                 yield out.flush()
-    except (ArchiveLoadFailed, ValueError, IndexError, KeyError, *_IO_ERRORS) as exc:
+    except Exception as exc:  # warcio raises anything (AttributeError, ...) on damaged records
         out.add(
             f"{out.source.name}@{offset}+",
             reason="truncated_record",

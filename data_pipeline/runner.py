@@ -8,9 +8,12 @@
              rejects/<stem>-<part>.parquet, .parts/<stem>-<part>.json (ledger fragment)
     driver: ledger.json (conservation checked), manifest.json (written last)
 
-Resume: parts finished by an earlier run with the same config are reused (their rows are skipped
-at read time), so a re-run after a crash equals an uninterrupted run, byte for byte. With a global
-stage enabled, an unfinished run is recomputed whole (its tags depend on every document).
+Resume: parts finished by an earlier run with the same config, stage versions and models are
+reused if their files still verify (their rows are skipped at read time), so a re-run after a crash
+equals an uninterrupted run, byte for byte; an input whose file changed is read again
+(data_pipeline.fingerprint). With a global stage enabled, an unfinished run is recomputed whole
+(its tags depend on every document). Shards and rejects are written in `.parts/scratch/` and
+renamed into place; each run clears the scratch directory a killed run left.
 Inputs must be readable from every Ray node: local paths on one machine, shared storage or
 object-store URIs on a cluster.
 """
@@ -26,16 +29,15 @@ from typing import Any
 
 from data_pipeline import ledger, workers
 from data_pipeline.config import PipelineConfig
+from data_pipeline.fingerprint import FINGERPRINT, model_hashes, output_is_foreign, prepare_output
 from data_pipeline.inputs import check_openable, input_artifacts, plan_inputs
 from data_pipeline.readers import Fields
 from data_pipeline.stages.base import STAGE_REGISTRY, GlobalStage, Stage, stage_class
-from pretrain.config import config_dict, config_sha256, parse_config
+from pretrain.config import config_dict, parse_config
 from pretrain.errors import ConfigError, PretrainError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_json, manifest_sha256, sha256_file, write_manifest
-from pretrain.progress import VERBOSE, Progress, step, verbosity, watch
-
-FINGERPRINT = "fingerprint.json"
+from pretrain.manifest import atomic_write_json, write_manifest
+from pretrain.progress import VERBOSE, Progress, step, verbosity, warn, watch
 
 
 @dataclass
@@ -89,47 +91,6 @@ def build_stages(config: PipelineConfig) -> list[Stage]:
     return stages
 
 
-def model_hashes(stages: list[Stage]) -> dict[str, str]:
-    """{stage.field: sha256} of every model a stage config points at (artifact dir or file)."""
-    found: dict[str, str] = {}
-    for stage in stages:
-        for key, value in stage.config.model_dump().items():
-            if not isinstance(value, str) or "model" not in key:
-                continue
-            path = Path(value)
-            if (path / "manifest.json").is_file():
-                found[f"{stage.name}.{key}"] = manifest_sha256(path)
-            elif path.is_file():
-                found[f"{stage.name}.{key}"] = sha256_file(path)
-    if any(s.name == "langid" for s in stages):
-        from data_pipeline.stages.langid import model_path
-
-        langid = next(s for s in stages if s.name == "langid")
-        found.setdefault("langid.model", sha256_file(model_path(langid.config)))
-    return found
-
-
-def _fingerprint(config: PipelineConfig, stages: list[Stage]) -> dict[str, Any]:
-    return {
-        "config_sha256": config_sha256(config.fingerprint_dict()),
-        "inputs": list(config.inputs),
-        "stages": {s.name: s.version for s in stages},
-    }
-
-
-def _output_is_foreign(config: PipelineConfig, out: Path, stages: list[Stage]) -> bool:
-    """True when `out` holds parts of a different job; an error unless `overwrite` is set."""
-    path = out / workers.PARTS / FINGERPRINT
-    if not path.is_file() or workers.load_json(path) == _fingerprint(config, stages):
-        return False
-    if not config.overwrite:
-        raise ConfigError(
-            f"output = {str(out)!r} holds shards made with a different config "
-            "or inputs; choose a new output or --set overwrite=true"
-        )
-    return True
-
-
 def preflight(
     config: PipelineConfig, skipped: list[dict[str, str]] | None = None
 ) -> tuple[list[Stage], list[Any]]:
@@ -144,22 +105,8 @@ def preflight(
     if config.on_unreadable == "error":
         for item in inputs:
             check_openable(item, config.text_field)
-    _output_is_foreign(config, Path(config.output), stages)
+    output_is_foreign(config, Path(config.output), stages)
     return stages, inputs
-
-
-def prepare_output(config: PipelineConfig, out: Path, stages: list[Stage]) -> None:
-    """Resume an output written with the same config, inputs and stage versions; refuse (or with
-    overwrite, clear) any other."""
-    fingerprint = _fingerprint(config, stages)
-    path = out / workers.PARTS / FINGERPRINT
-    if _output_is_foreign(config, out, stages):
-        for sub in ("shards", "rejects", workers.PARTS, "manifest.json", "ledger.json"):
-            target = out / sub
-            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
-    workers.ensure_dirs(out)
-    (out / "manifest.json").unlink(missing_ok=True)
-    atomic_write_json(path, fingerprint)
 
 
 def connect_ray(config: PipelineConfig, address: str | None) -> bool:
@@ -392,7 +339,12 @@ def run_pipeline(
     skipped: list[dict[str, str]] = []
     stages, inputs = preflight(config, skipped)
     out = Path(config.output)
-    prepare_output(config, out, stages)
+    changed = prepare_output(config, out, stages, inputs)
+    if changed:
+        warn(
+            f"[data run] {len(changed)} inputs changed since the last run into this output "
+            f"(or left it); their parts are recomputed: {', '.join(changed[:5])}"
+        )
     done = workers.finished_parts(out)
     todo = [
         {"path": f.path, "format": f.format, "stem": f.stem}

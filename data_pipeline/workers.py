@@ -10,9 +10,12 @@ worker dies, or a job re-run after the driver dies, writes byte-identical files 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -25,12 +28,13 @@ import pyarrow.parquet as pq
 from data_pipeline import ledger
 from data_pipeline.readers import InputFile, read_file
 from data_pipeline.stages.base import Stage, stage_class
-from pretrain.manifest import atomic_write_bytes, atomic_write_json
+from pretrain.manifest import atomic_write_bytes, atomic_write_json, sha256_file
 from pretrain.schema import conform
 
 PARTS = ".parts"
 """Hidden work area of an output: per-shard ledger fragments and per-input read counts."""
 PIECES = "pieces"
+SCRATCH = "scratch"
 
 StageSpec = tuple[str, dict[str, Any], dict[str, Any]]
 """(stage name, its config as a dict, context kwargs) - how stages travel to workers."""
@@ -171,7 +175,14 @@ def read_pieces(out: Path, shard: str) -> pa.Table:
     return table
 
 
-def _write_parquet(table: pa.Table, path: Path, level: int) -> None:
+def scratch_dir(out: Path) -> Path:
+    """Where shard and reject files are written before they are renamed into place; cleared at
+    the start of every run, so a killed writer never leaves a temporary file beside shards."""
+    return out / PARTS / SCRATCH
+
+
+def _write_parquet(table: pa.Table, out: Path, relative: str, level: int) -> dict[str, Any]:
+    """Write `out/relative` through the scratch directory; returns its {bytes, sha256, rows}."""
     sink = pa.BufferOutputStream()
     pq.write_table(
         table,
@@ -180,7 +191,16 @@ def _write_parquet(table: pa.Table, path: Path, level: int) -> None:
         compression_level=level,
         row_group_size=max(1, min(table.num_rows, 2048)),
     )
-    atomic_write_bytes(path, sink.getvalue().to_pybytes())
+    data = sink.getvalue().to_pybytes()
+    scratch = scratch_dir(out)
+    scratch.mkdir(parents=True, exist_ok=True)
+    temporary = scratch / f"{relative.replace('/', '__')}.{os.getpid()}.{threading.get_ident()}"
+    with open(temporary, "wb") as handle:  # mode 0666 & ~umask, like any file the user writes
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, out / relative)
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "rows": table.num_rows}
 
 
 def _sample_rejects(rejects: pa.Table, reasons: list[str], per_reason: int) -> pa.Table:
@@ -215,17 +235,19 @@ class ShardWriter:
         group = read_pieces(self.out, shard)
         keep, frag = ledger.fragment(group, self.stages, self.drop)
         kept = conform(group.filter(keep), self.stages)
+        files = {}
         if kept.num_rows:
-            _write_parquet(kept, self.out / "shards" / f"{shard}.parquet", self.level)
-        self._write_rejects(group.filter(pc.invert(keep)), shard)
-        atomic_write_json(fragment_path(self.out, shard), {"shard": shard, **frag})
+            name = f"shards/{shard}.parquet"
+            files[name] = _write_parquet(kept, self.out, name, self.level)
+        files.update(self._write_rejects(group.filter(pc.invert(keep)), shard))
+        atomic_write_json(fragment_path(self.out, shard), {"shard": shard, "files": files, **frag})
         return pa.table(
             {"shard": [shard], "kept": [kept.num_rows], "dropped": [group.num_rows - kept.num_rows]}
         )
 
-    def _write_rejects(self, rejects: pa.Table, shard: str) -> None:
+    def _write_rejects(self, rejects: pa.Table, shard: str) -> dict[str, Any]:
         if self.rejects_mode == "none" or not rejects.num_rows:
-            return
+            return {}
         _, verdicts = ledger.attribute(rejects, self.stages, self.drop)
         reasons = [f"{stage}:{reason}" for stage, reason, _ in verdicts]
         table = conform(rejects, self.stages).append_column(
@@ -233,7 +255,8 @@ class ShardWriter:
         )
         if self.rejects_mode == "sample":
             table = _sample_rejects(table, reasons, self.sample_per_reason)
-        _write_parquet(table, self.out / "rejects" / f"{shard}.parquet", self.level)
+        name = f"rejects/{shard}.parquet"
+        return {name: _write_parquet(table, self.out, name, self.level)}
 
 
 def merge_shards(batch: pa.Table, **options: Any) -> pa.Table:
@@ -246,16 +269,61 @@ def merge_shards(batch: pa.Table, **options: Any) -> pa.Table:
 
 
 def finished_parts(out: Path) -> dict[str, set[int]]:
-    """Stem -> part numbers whose shard (and ledger fragment) an earlier run finished."""
+    """Stem -> part numbers whose shard, rejects and ledger fragment an earlier run finished and
+    that still verify (every file the fragment records has its bytes and sha256). A part that
+    does not verify is forgotten (its files deleted) and computed again."""
     done: dict[str, set[int]] = {}
     parts_dir = out / PARTS
     if not parts_dir.is_dir():
         return done
-    for path in parts_dir.glob("*.json"):
+    for path in sorted(parts_dir.glob("*.json")):
         stem, sep, part = path.stem.rpartition("-")
-        if sep and part.isdigit() and not path.name.endswith(".read.json"):
+        if not sep or not part.isdigit() or path.name.endswith(".read.json"):
+            continue
+        if part_verifies(out, path):
             done.setdefault(stem, set()).add(int(part))
+        else:
+            forget_part(out, path.stem)
     return done
+
+
+def part_verifies(out: Path, fragment: Path) -> bool:
+    """True when the part's fragment is readable and every file it records is intact, and no
+    shard or rejects file it does not record is present."""
+    try:
+        files = load_json(fragment)["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    for sub in ("shards", "rejects"):
+        name = f"{sub}/{fragment.stem}.parquet"
+        if (out / name).exists() and name not in files:
+            return False
+    for name, record in files.items():
+        path = out / name
+        if not path.is_file() or path.stat().st_size != record["bytes"]:
+            return False
+        if sha256_file(path) != record["sha256"]:
+            return False
+    return True
+
+
+def forget_part(out: Path, shard: str) -> None:
+    """Delete everything one part wrote (shard, rejects, ledger fragment, pieces)."""
+    for name in (f"shards/{shard}.parquet", f"rejects/{shard}.parquet", f"{PARTS}/{shard}.json"):
+        (out / name).unlink(missing_ok=True)
+    shutil.rmtree(pieces_dir(out, shard), ignore_errors=True)
+
+
+def forget_input(out: Path, stem: str) -> None:
+    """Delete every part of input `stem` and its read record (its file changed or left)."""
+    pattern = re.compile(re.escape(stem) + r"-\d{5}")
+    for sub in ("shards", "rejects", PARTS, f"{PARTS}/{PIECES}"):
+        folder = out / sub
+        for path in folder.glob("*") if folder.is_dir() else ():
+            name = path.name.removesuffix(".parquet").removesuffix(".json")
+            if pattern.fullmatch(name):
+                forget_part(out, name)
+    read_stats_path(out, stem).unlink(missing_ok=True)
 
 
 def load_json(path: Path) -> dict[str, Any]:
@@ -274,3 +342,4 @@ def file_done(out: Path, stem: str, done: dict[str, set[int]]) -> bool:
 def ensure_dirs(out: Path) -> None:
     for sub in ("shards", "rejects", PARTS):
         os.makedirs(out / sub, exist_ok=True)
+    shutil.rmtree(scratch_dir(out), ignore_errors=True)  # a killed writer's temporary files

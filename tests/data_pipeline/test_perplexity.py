@@ -185,3 +185,13 @@ def test_missing_model_lang_column_and_bad_percentiles_are_user_errors(lm_dir, c
         parse_config(PerplexityStage.Config, {"percentiles": [60, 30]})
     with pytest.raises(ConfigError, match="cutoffs.en"):
         parse_config(PerplexityStage.Config, {"cutoffs": {"en": [50.0, 20.0]}})
+
+
+def test_no_scorable_document_gives_no_cutoffs_and_bucket_none(lm_dir, corpus):
+    """Every document rejected upstream (no text) or none at all: the global step still runs."""
+    stage = _stage(lm_dir)
+    empty = stage.apply_table(corpus.slice(0, 0))
+    assert empty.num_rows == 0 and "ppl_bucket" in empty.column_names
+    nulls = corpus.set_column(1, "text", pa.nulls(len(corpus), pa.string()))
+    tagged = stage.apply_table(nulls)
+    assert set(tagged.column("ppl_bucket").to_pylist()) == {"none"} and stage.cutoffs == {}

@@ -91,8 +91,9 @@ def test_shards_have_the_schema_tags_and_zstd(first_run) -> None:
     rows = [r for t in tables for r in t.to_pylist()]
     gbk = next(r for r in rows if r["url"] == "https://gbk.example.cn/page")
     assert "GBK" in gbk["text"] and gbk["lang"] == "zh"
-    nul = next(r for r in rows if r["id"] == "nul-bytes")
-    assert "\x00" not in nul["text"]
+    nul = next(r for r in rows if r["id"] == "docs/nul-bytes")  # ids are namespaced by input
+    assert "\x00" not in nul["text"] and "a NUL byte in" in " ".join(nul["text"].split())
+    assert nul["control_chars"] == 1
 
 
 def test_rejects_area_names_each_reason(first_run) -> None:

@@ -183,3 +183,45 @@ def test_two_inputs_with_the_same_ids_and_a_mixed_directory(ray_local, tmp_path,
     assert all(r["dup_keep"] and r["dup_cluster_size"] == 1 for r in rows)
     [nul] = [r for r in rows if r["id"].startswith("d/")]
     assert nul["text"].startswith("nul inside text ") and nul["control_chars"] == 2
+
+
+_HOLDER = """
+import sys
+from pretrain.locking import output_lock
+with output_lock(sys.argv[1]):
+    print("locked", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_second_data_run_into_a_held_output_is_refused_in_one_line(tmp_path, capsys) -> None:
+    """Another live `data run` holds the output: this one says who, exits 2, writes nothing."""
+    import os
+    import subprocess
+    import sys
+
+    source = tmp_path / "a.jsonl"
+    source.write_bytes(_lines([{"text": prose(1)}]))
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PRETRAIN_"))}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(out)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        argv = [
+            "data",
+            "run",
+            str(Path(__file__).resolve().parents[2] / "configs" / "pipeline.yaml"),
+        ]
+        argv += ["--set", f"inputs=[{source}]", "--set", f"output={out}"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert str(holder.pid) in err and "\n" not in err
+        assert not (out / "shards").exists()
+    finally:
+        holder.communicate("\n", timeout=30)

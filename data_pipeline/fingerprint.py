@@ -1,0 +1,134 @@
+"""What a resumed data job must match: the job (config, stage versions, stage models) and each
+input file's identity.
+
+An input's identity is its size, its mtime_ns and a content hash: the sha256 of the whole file
+when it is at most `FULL_HASH_BYTES`, else the sha256 of its size, first and last `EDGE_BYTES`.
+Size and mtime catch the usual changes (an appended or rewritten file); the hash catches a file
+replaced by another version whose mtime was carried over (`cp -p`, `rsync -a`, an object store
+that keeps no mtime). Hashing every byte of a multi-terabyte corpus at each run is not affordable,
+so a same-size change in the middle of a large file whose mtime was restored is not detected.
+
+A changed (or removed) input's parts are deleted and it is read again; the others are reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pyarrow import fs as pafs
+
+from data_pipeline import workers
+from data_pipeline.config import PipelineConfig
+from data_pipeline.formats import InputFile, filesystem_for
+from data_pipeline.stages.base import Stage
+from pretrain.config import config_sha256
+from pretrain.errors import ConfigError, InputError
+from pretrain.manifest import atomic_write_json, manifest_sha256, sha256_file
+
+FINGERPRINT = "fingerprint.json"
+
+FULL_HASH_BYTES = 1 << 20
+EDGE_BYTES = 64 << 10
+
+
+def file_identity(item: InputFile) -> dict[str, Any]:
+    """{size, mtime_ns, sha256 | edges_sha256} of one input file (see the module docstring)."""
+    filesystem, path = filesystem_for(item.path)
+    try:
+        info = filesystem.get_file_info(path)
+        if info.type != pafs.FileType.File:
+            raise OSError("not a file")
+        size = int(info.size)
+        with filesystem.open_input_file(path) as handle:
+            if size <= FULL_HASH_BYTES:
+                return {"size": size, "mtime_ns": info.mtime_ns, "sha256": _sha(handle.read())}
+            head = handle.read(EDGE_BYTES)
+            handle.seek(size - EDGE_BYTES)
+            tail = handle.read(EDGE_BYTES)
+    except OSError as exc:
+        raise InputError(
+            f"input {item.path}: cannot be read ({exc}); fix or remove it, or set "
+            "on_unreadable=reject"
+        ) from None
+    edges = _sha(str(size).encode() + b"\0" + head + tail)
+    return {"size": size, "mtime_ns": info.mtime_ns, "edges_sha256": edges}
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def changed_inputs(recorded: dict[str, Any], current: dict[str, dict[str, Any]]) -> list[str]:
+    """Stems whose parts an earlier run wrote but whose file changed or left the inputs."""
+    return sorted(stem for stem, old in recorded.items() if current.get(stem) != old)
+
+
+def model_hashes(stages: list[Stage]) -> dict[str, str]:
+    """{stage.field: sha256} of every model a stage config points at (artifact dir or file)."""
+    found: dict[str, str] = {}
+    for stage in stages:
+        for key, value in stage.config.model_dump().items():
+            if not isinstance(value, str) or "model" not in key:
+                continue
+            path = Path(value)
+            if (path / "manifest.json").is_file():
+                found[f"{stage.name}.{key}"] = manifest_sha256(path)
+            elif path.is_file():
+                found[f"{stage.name}.{key}"] = sha256_file(path)
+    if any(s.name == "langid" for s in stages):
+        from data_pipeline.stages.langid import model_path
+
+        langid = next(s for s in stages if s.name == "langid")
+        found.setdefault("langid.model", sha256_file(model_path(langid.config)))
+    return found
+
+
+def job_fingerprint(config: PipelineConfig, stages: list[Stage]) -> dict[str, Any]:
+    """What every part of an output shares: config, stage versions and the models stages use
+    (each input file's identity is recorded beside it, see `file_identity`)."""
+    return {
+        "config_sha256": config_sha256(config.fingerprint_dict()),
+        "stages": {s.name: s.version for s in stages},
+        "models": model_hashes(stages),
+    }
+
+
+def output_is_foreign(config: PipelineConfig, out: Path, stages: list[Stage]) -> bool:
+    """True when `out` holds parts of a different job; an error unless `overwrite` is set."""
+    path = out / workers.PARTS / FINGERPRINT
+    if not path.is_file():
+        return False
+    job = job_fingerprint(config, stages)
+    if {key: workers.load_json(path).get(key) for key in job} == job:
+        return False
+    if not config.overwrite:
+        raise ConfigError(
+            f"output = {str(out)!r} holds shards made with a different config, stage "
+            "versions or stage models; choose a new output or --set overwrite=true"
+        )
+    return True
+
+
+def prepare_output(
+    config: PipelineConfig, out: Path, stages: list[Stage], inputs: list[InputFile]
+) -> list[str]:
+    """Resume an output written with the same config, stage versions and models; refuse (or with
+    overwrite, clear) any other. Inputs whose file changed since (or that left the inputs) lose
+    their parts and are read again; returns their stems."""
+    path = out / workers.PARTS / FINGERPRINT
+    if output_is_foreign(config, out, stages):
+        for sub in ("shards", "rejects", workers.PARTS, "manifest.json", "ledger.json"):
+            target = out / sub
+            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+    identities = {item.stem: file_identity(item) for item in inputs}
+    recorded = workers.load_json(path).get("inputs", {}) if path.is_file() else {}
+    changed = changed_inputs(recorded if isinstance(recorded, dict) else {}, identities)
+    for stem in changed:
+        workers.forget_input(out, stem)  # before the new identities are recorded
+    workers.ensure_dirs(out)
+    (out / "manifest.json").unlink(missing_ok=True)
+    atomic_write_json(path, {**job_fingerprint(config, stages), "inputs": identities})
+    return changed

@@ -1,0 +1,132 @@
+"""Resume that cannot skip changed input or reuse a damaged part (issue 12 items 5, 6, 9), through
+`pretrain data run` on the shared local Ray."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import stat
+from pathlib import Path
+
+import pytest
+
+from pretrain.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]
+WORDS = [
+    "river",
+    "mill",
+    "water",
+    "wheel",
+    "grain",
+    "door",
+    "market",
+    "bread",
+    "stone",
+    "bridge",
+    "lantern",
+    "orchard",
+]
+
+
+def _docs(path: Path, count: int, seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    lines = [
+        json.dumps({"id": i, "text": " ".join(rng.choice(WORDS) for _ in range(40))})
+        for i in range(count)
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _run(inputs: list[Path], out: Path, capsys, *sets: str) -> tuple[dict, str]:
+    argv = ["data", "run", str(REPO / "configs" / "pipeline.yaml")]
+    listed = ",".join(str(p) for p in inputs)
+    for item in (f"inputs=[{listed}]", f"output={out}", "shard_rows=8", *sets):
+        argv += ["--set", item]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    return json.loads((out / "ledger.json").read_text()), captured.out + captured.err
+
+
+def _texts(out: Path) -> dict[str, str]:
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(out / "shards").to_pylist()
+    return {r["id"]: r["text"] for r in rows}
+
+
+NO_GLOBAL = ("stages.dedup.enabled=false",)
+
+
+def test_grown_input_is_read_again_and_unchanged_ones_reused(ray_local, tmp_path, capsys):
+    keep, grow = _docs(tmp_path / "keep.jsonl", 10, 1), _docs(tmp_path / "grow.jsonl", 10, 2)
+    out = tmp_path / "out"
+    ledger, _ = _run([keep, grow], out, capsys, *NO_GLOBAL)
+    assert ledger["documents_in"] == 20
+    _docs(grow, 40, 2)
+    ledger, said = _run([keep, grow], out, capsys, *NO_GLOBAL)
+    assert ledger["documents_in"] == 50 and ledger["conservation"]["balanced"]
+    assert re.search(r"\(2 of 7 parts reused\)", said)  # keep.jsonl's two parts
+    assert len(_texts(out)) == 50
+
+
+def test_same_size_rewrite_with_the_old_mtime_is_detected(ray_local, tmp_path, capsys):
+    source = _docs(tmp_path / "same.jsonl", 10, 3)
+    out = tmp_path / "out"
+    _run([source], out, capsys, *NO_GLOBAL)
+    before = source.stat()
+    data = bytearray(source.read_bytes())
+    at = data.index(b"river")
+    data[at : at + 5] = b"RIVER"
+    source.write_bytes(bytes(data))
+    os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert source.stat().st_size == before.st_size
+    _run([source], out, capsys, *NO_GLOBAL)
+    assert any("RIVER" in text for text in _texts(out).values())
+
+
+def test_grown_input_with_dedup_on_is_fully_accounted(ray_local, tmp_path, capsys):
+    source = _docs(tmp_path / "g.jsonl", 10, 4)
+    out = tmp_path / "out"
+    _run([source], out, capsys)
+    _docs(source, 40, 4)
+    ledger, _ = _run([source], out, capsys)
+    assert ledger["documents_in"] == 40 and ledger["conservation"]["balanced"]
+    assert len(_texts(out)) == 40
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(out).as_posix(): p.read_bytes()
+        for sub in ("shards", "rejects")
+        for p in sorted((out / sub).iterdir())
+    }
+
+
+def test_damaged_part_is_recomputed_byte_identical(ray_local, tmp_path, capsys):
+    source = _docs(tmp_path / "p.jsonl", 20, 5)
+    with source.open("a") as handle:
+        handle.write('{"id": "bad", "text": 7}\n')  # a reject, so rejects/ has a file too
+    out = tmp_path / "out"
+    _run([source], out, capsys, *NO_GLOBAL)
+    clean = _files(out)
+    assert any(name.startswith("rejects/") for name in clean)
+    shard = out / "shards" / "p-00001.parquet"
+    damaged = bytearray(shard.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF  # same size, one byte flipped
+    shard.write_bytes(bytes(damaged))
+    (out / "rejects" / "p-00002.parquet").unlink()
+    scratch = out / ".parts" / "scratch"
+    scratch.mkdir(exist_ok=True)
+    (scratch / "left-by-a-killed-writer.tmp").write_bytes(b"half a shard")
+    ledger, said = _run([source], out, capsys, *NO_GLOBAL)
+    assert "(1 of 3 parts reused)" in said
+    assert _files(out) == clean and ledger["conservation"]["balanced"]
+    assert not scratch.exists() or not any(scratch.iterdir())
+    for path in (out / "shards").iterdir():
+        assert path.suffix == ".parquet" and not path.name.startswith(".")
+        assert stat.S_IMODE(path.stat().st_mode) & 0o044  # readable by group/others, not 0600
