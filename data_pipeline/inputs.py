@@ -50,16 +50,26 @@ def _expand(entry: str, skipped: list[dict[str, str]]) -> list[str]:
 def _keep_readable(
     paths: list[str], skipped: list[dict[str, str]], root: str | None = None
 ) -> list[str]:
-    keep = []
+    """The readable `paths`; the others go to `skipped` (a hidden directory as one entry)."""
+    keep, hidden_dirs = [], {}
     for path in paths:
         inside = path.split("://", 1)[-1]
-        relative = inside[len(root) :].lstrip("/") if root and inside.startswith(root) else path
-        hidden = any(part.startswith(".") for part in relative.split("/"))
-        reason = _skip_reason("." if hidden else path.rsplit("/", 1)[-1])
+        relative = inside[len(root) :].lstrip("/") if root and inside.startswith(root) else ""
+        parts = relative.split("/")[:-1]
+        hidden = next((i for i, part in enumerate(parts) if part.startswith(".")), None)
+        if hidden is not None:
+            folder = (
+                path[: len(path) - len(relative)].rstrip("/") + "/" + "/".join(parts[: hidden + 1])
+            )
+            hidden_dirs[folder] = hidden_dirs.get(folder, 0) + 1
+            continue
+        reason = _skip_reason(path.rsplit("/", 1)[-1])
         if reason is None:
             keep.append(path)
         else:
             skipped.append({"path": path, "reason": reason})
+    for folder, count in sorted(hidden_dirs.items()):
+        skipped.append({"path": folder, "reason": f"hidden directory ({count} files not read)"})
     return keep
 
 

@@ -26,6 +26,7 @@ def _tagged(rows: list[tuple[str | None, str | None, str | None]]) -> pa.Table:
         "extract_reason": [r[0] for r in rows],
         "extractor": ["text"] * n,
         "num_bytes": [0 if r[0] else 6 for r in rows],
+        "control_chars": [0] * n,
         "lang": [r[1] for r in rows],
         "lang_score": [0.9] * n,
         "langid_reason": [r[2] for r in rows],

@@ -127,9 +127,10 @@ def test_directory_files_are_read_or_listed_with_a_reason(tmp_path: Path) -> Non
     files = plan_inputs([str(tmp_path)], skipped)
     assert [f.name for f in files] == ["a.jsonl", "b.json.gz", "c.jsonl.zst"]
     reasons = {Path(s["path"]).name: s["reason"] for s in skipped}
-    assert set(reasons) == {"notes.txt", "meta.json", ".hidden.jsonl", "x.jsonl"}
+    assert set(reasons) == {"notes.txt", "meta.json", ".hidden.jsonl", ".cache"}
     assert reasons["notes.txt"].startswith("unsupported format: suffix .txt")
-    assert reasons["x.jsonl"].startswith("hidden file")
+    assert reasons[".hidden.jsonl"].startswith("hidden file")
+    assert reasons[".cache"] == "hidden directory (1 files not read)"
 
 
 @pytest.mark.parametrize(
