@@ -28,7 +28,8 @@ import pyarrow.parquet as pq
 from data_pipeline import ledger
 from data_pipeline.readers import InputFile, read_file
 from data_pipeline.stages.base import Stage, stage_class
-from pretrain.manifest import atomic_write_bytes, atomic_write_json, sha256_file
+from pretrain.hashcache import file_sha256
+from pretrain.manifest import atomic_write_bytes, atomic_write_json
 from pretrain.schema import conform
 
 PARTS = ".parts"
@@ -302,7 +303,7 @@ def part_verifies(out: Path, fragment: Path) -> bool:
         path = out / name
         if not path.is_file() or path.stat().st_size != record["bytes"]:
             return False
-        if sha256_file(path) != record["sha256"]:
+        if file_sha256(path) != record["sha256"]:  # re-hashed when the file was touched
             return False
     return True
 

@@ -26,7 +26,7 @@ from data_pipeline.stages.extract import ExtractConfig, ExtractStage
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
 SETTINGS = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None
 )
 EXTRACT = ExtractStage(ExtractConfig(timeout_s=2.0))
 
