@@ -74,6 +74,7 @@ def test_grown_input_is_read_again_and_unchanged_ones_reused(ray_local, tmp_path
     assert len(_texts(out)) == 50
 
 
+@pytest.mark.slow
 def test_same_size_rewrite_with_the_old_mtime_is_detected(ray_local, tmp_path, capsys):
     source = _docs(tmp_path / "same.jsonl", 10, 3)
     out = tmp_path / "out"
@@ -89,6 +90,7 @@ def test_same_size_rewrite_with_the_old_mtime_is_detected(ray_local, tmp_path, c
     assert any("RIVER" in text for text in _texts(out).values())
 
 
+@pytest.mark.slow
 def test_grown_input_with_dedup_on_is_fully_accounted(ray_local, tmp_path, capsys):
     source = _docs(tmp_path / "g.jsonl", 10, 4)
     out = tmp_path / "out"
@@ -130,3 +132,27 @@ def test_damaged_part_is_recomputed_byte_identical(ray_local, tmp_path, capsys):
     for path in (out / "shards").iterdir():
         assert path.suffix == ".parquet" and not path.name.startswith(".")
         assert stat.S_IMODE(path.stat().st_mode) & 0o044  # readable by group/others, not 0600
+
+
+@pytest.mark.slow
+def test_changed_stage_model_is_refused_in_one_line(ray_local, tmp_path, capsys):
+    """Same config text, but the model file it names now holds other bytes: not a resume."""
+    import shutil
+
+    from data_pipeline.stages.langid import default_model_path
+
+    model = tmp_path / "lid.ftz"
+    shutil.copy(default_model_path(), model)
+    source = _docs(tmp_path / "m.jsonl", 6, 6)
+    out = tmp_path / "out"
+    _run([source], out, capsys, *NO_GLOBAL, f"stages.langid.model={model}")
+    data = bytearray(model.read_bytes())
+    data[-1] ^= 0xFF
+    model.write_bytes(bytes(data))
+    argv = ["data", "run", str(REPO / "configs" / "pipeline.yaml")]
+    for item in (f"inputs=[{source}]", f"output={out}", "shard_rows=8", *NO_GLOBAL):
+        argv += ["--set", item]
+    argv += ["--set", f"stages.langid.model={model}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "stage models" in err and "overwrite=true" in err and "\n" not in err
