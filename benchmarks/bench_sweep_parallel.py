@@ -27,7 +27,9 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _sweep(demo_out: Path, work: Path, parallel: str, runs_at_once: int) -> dict[str, Any]:
+def _sweep(
+    demo_out: Path, work: Path, parallel: str, runs_at_once: int, seeds: list[int]
+) -> dict[str, Any]:
     from evals.demo import _sweep_config
     from evals.sweep import run_sweep, runs_dir
     from pretrain.demo import DemoContext
@@ -36,7 +38,12 @@ def _sweep(demo_out: Path, work: Path, parallel: str, runs_at_once: int) -> dict
     ctx.artifacts["tokenizer"] = demo_out / "tokenizer"
     config = _sweep_config(ctx, demo_out / "mixture", demo_out / "evalsets")
     config = config.model_copy(
-        update={"parallel": parallel, "max_parallel": runs_at_once, "confirm_predictions": False}
+        update={
+            "parallel": parallel,
+            "max_parallel": runs_at_once,
+            "confirm_predictions": False,
+            "seeds": seeds,
+        }
     )
     shutil.rmtree(config.out, ignore_errors=True)
     shutil.rmtree(runs_dir(config), ignore_errors=True)
@@ -59,10 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("demo_out", type=Path)
     parser.add_argument("--work", type=Path, default=Path("benchmarks/results/.sweep_parallel"))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     args = parser.parse_args(argv)
     demo_out = args.demo_out.resolve()
-    one = _sweep(demo_out, (args.work / "one").resolve(), "sequential", 1)
-    two = _sweep(demo_out, (args.work / "two").resolve(), "pool", 2)
+    one = _sweep(demo_out, (args.work / "one").resolve(), "sequential", 1, args.seeds)
+    two = _sweep(demo_out, (args.work / "two").resolve(), "pool", 2, args.seeds)
     write_result(
         "sweep_parallel",
         {

@@ -74,7 +74,10 @@ def _print_scales(report: dict[str, Any]) -> None:
     print(
         f"decision accuracy {small} -> {large}: {accuracy:.0%} of {scale['n_pairs']} pairs agree; "
         f"{scale['n_small_inside_noise']} small-scale margin(s) inside the noise; seed sd "
-        + ", ".join(f"{p} {n['seed_sd_median']}" for p, n in scale["noise"].items())
+        + ", ".join(
+            f"{p} {n['seed_sd_median']:.4f}" if n["seed_sd_median"] is not None else f"{p} n/a"
+            for p, n in scale["noise"].items()
+        )
     )
     for pair in scale["pairs"]:
         if pair["flags"]:

@@ -2,8 +2,9 @@
 report of the launched run.
 
 `ablation_step`: eval sets from the demo shards (decontaminated), a sweep of the demo mixture's
-recipe, uniform weights and the components the eval sets measure, x two
-seeds on a tiny CPU proxy, the report,
+recipe against one that trains on its largest component only (a recipe that differs enough that
+the decision and gate verdict are the same on every run and machine, tests/evals/
+test_demo_stable.py) x three seeds on a tiny CPU proxy, two at once, the report,
 and, when a variant wins, the chosen mixture rebuilt from `chosen_mixture.yaml` so the launch step's
 mixture carries the recipe hash the gate checks. Finished proxy runs are cached by key.
 """
@@ -76,7 +77,6 @@ def _sweep_config(ctx: Any, mixture: Path, evalsets: Path) -> Any:
     inputs.mkdir(parents=True, exist_ok=True)
     resolved = load_manifest(mixture)["config"]
     (inputs / "mixture.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-    names = [c["name"] for c in resolved["recipe"]["components"]]
     full_tokens = yaml.safe_load(FULL_CONFIG.read_text())["data"].get("train_tokens")
     data = {
         "name": "demo-sweep",
@@ -85,45 +85,33 @@ def _sweep_config(ctx: Any, mixture: Path, evalsets: Path) -> Any:
         "train": str(TRAIN_TEMPLATE),
         "eval_sets": str(evalsets),
         "tokenizer": str(ctx.artifacts["tokenizer"]),
-        "variants": [
-            {"name": "uniform", "weights": {n: 1.0 for n in names}},
-            *_eval_matched(resolved, evalsets),
-        ],
+        "variants": [_one_component(resolved)],
         "dirichlet": {"count": 0},
         "proxies": [{"name": "tiny", "overrides": PROXY}],
         "token_budget": DEMO_STEPS * 8 * 128,
-        "seeds": [1, 2],
+        "seeds": [1, 2, 3],
         "full_run_tokens": full_tokens,
-        "criteria": {"metric": "bpb", "require_seed_spread": True},
-        "eval": {"max_docs": 20, "batch_size": 8},
+        "criteria": {"metric": "bpb", "confidence": 0.9},
+        "eval": {"max_docs": 40, "batch_size": 8},
         "parallel": "auto",
-        "cpus_per_run": 2,
+        "cpus_per_run": 1,
         "launch_args": ["--in-process"],
         "timeout_s": 900,
     }
     return parse_config(AblationConfig, data, source="evals.demo")
 
 
-def _as_list(value: Any) -> list | None:
-    return None if value is None else ([value] if isinstance(value, str) else list(value))
-
-
-def _eval_matched(resolved: dict[str, Any], evalsets: Path) -> list[dict[str, Any]]:
-    """A variant that trains only on the components the eval sets measure (domain + language):
-    the recipe a team would try first when the target is those sets."""
-    sets = [(s["domain"], s["lang"]) for s in load_manifest(evalsets).get("sets", [])]
-    weights = {}
-    for comp in resolved["recipe"]["components"]:
-        select = comp.get("select") or {}
-        domains, langs = _as_list(select.get("domain")), _as_list(select.get("lang"))
-        hit = any(
-            (domains is None or d in domains) and (langs is None or lang in langs)
-            for d, lang in sets
-        )
-        weights[comp["name"]] = 1.0 if hit else 0.0
-    if 0 < sum(weights.values()) < len(weights):
-        return [{"name": "eval-matched", "weights": weights}]
-    return []
+def _one_component(resolved: dict[str, Any]) -> dict[str, Any]:
+    """All weight on the base's largest component: the other domains go unseen. Recipes closer
+    than this do not separate on the demo's ~25k-token proxies and ~120 eval documents: measured,
+    uniform weights and inverse weights both landed within 0.002 bpb of the base at a 0.014 seed
+    spread, and which of two such recipes ranks first changes between runs and machines."""
+    components = resolved["recipe"]["components"]
+    largest = max(components, key=lambda c: (float(c["weight"]), c["name"]))["name"]
+    return {
+        "name": f"{largest}-only",
+        "weights": {c["name"]: float(c["name"] == largest) for c in components},
+    }
 
 
 def _chosen_mixture(ctx: Any, mixture: Path, report_dir: Path, chosen_sha: str) -> Path:
@@ -144,7 +132,7 @@ def _chosen_mixture(ctx: Any, mixture: Path, report_dir: Path, chosen_sha: str) 
 
 
 def ablation_step(ctx: Any) -> str:
-    """Eval sets, a 3-recipe x 2-seed proxy sweep, the report and decision; sets
+    """Eval sets, a 2-recipe x 3-seed proxy sweep, the report and decision; sets
     ctx.artifacts["ablation"] (and ["mixture"] to the chosen recipe's mixture)."""
     from evals.sweep import run_sweep
 
