@@ -63,6 +63,29 @@ def test_recorded_val_bpb_equals_eval_run_on_the_same_checkpoint(chain, tmp_path
         for key in ("bpb", "loss", "bpb/prose/en", "bpb/code/en"):
             assert record[f"val/{key}"] == pytest.approx(results[step][key], rel=1e-5), key
 
+    # the export of step 10 (tokenizer found through the run's lineage) scores the same in
+    # transformers as the checkpoint through `pretrain eval run EXPORT_DIR`
+    export = tmp_path / "hf"
+    pretrain = str(Path(sys.executable).parent / "pretrain")
+    done = subprocess.run(
+        [pretrain, "export", str(run_dir), "--out", str(export)],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (export / "tokenizer_config.json").is_file()
+    command = [pretrain, "eval", "run", str(export), "--sets", str(chain["evalsets"])]
+    command += ["--max-docs", "20", "--tasks"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=400, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = (tmp_path / "hf-evals" / "results.jsonl").read_text().splitlines()[0]
+    exported = json.loads(line)
+    assert exported["step"] == 10
+    for key in ("bpb", "bpb/prose/en", "bpb/code/en"):
+        assert exported["metrics"][key] == pytest.approx(results[10][key], rel=1e-5), key
+
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run_dir / "tensorboard"))

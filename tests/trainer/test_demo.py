@@ -26,6 +26,11 @@ def test_demo_launch_step_trains_full_config_override_with_gate_recorded(tmp_pat
     ctx = DemoContext(out=tmp_path / "demo")
     ctx.artifacts.update(tokenizer=tokenizer, encoded=tmp_path / "encoded")
     mixtures_demo.step(ctx)
+    from evals.sets import EvalBuildConfig, build_eval_sets
+
+    evalsets = tmp_path / "evalsets"
+    build_eval_sets(EvalBuildConfig(shards=str(shards), out=str(evalsets), min_docs_per_set=1))
+    ctx.artifacts["evalsets"] = evalsets  # as the demo's ablation step leaves it
 
     summary = demo.step(ctx)
 
@@ -42,3 +47,6 @@ def test_demo_launch_step_trains_full_config_override_with_gate_recorded(tmp_pat
     losses = [r["loss"] for r in read_metrics(run_dir / "metrics.jsonl") if "loss" in r]
     assert len(losses) >= 4 and losses[-1] < losses[0]
     assert "gate overridden" in summary
+    evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("event") == "eval"]
+    assert [r["step"] for r in evals] == [6, 12]  # the demo's launch turns eval.every on
+    assert all(r["val/bpb"] > 0 for r in evals) and manifest["config"]["eval"]["every"] == 6
