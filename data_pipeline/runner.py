@@ -20,7 +20,6 @@ object-store URIs on a cluster.
 
 from __future__ import annotations
 
-import os
 import shutil
 import threading
 from dataclasses import dataclass, field
@@ -111,24 +110,13 @@ def preflight(
 
 def connect_ray(config: PipelineConfig, address: str | None) -> bool:
     """Connect to a cluster (argument, config, RAY_ADDRESS) or start a local Ray. True if started."""
-    import ray
+    from pretrain import rayinit
 
-    if ray.is_initialized():
-        return False
-    address = address or config.ray.address or os.environ.get("RAY_ADDRESS") or None
-    if address:
-        ray.init(address=address, log_to_driver=False)
-        return True
-    ray.init(
-        num_cpus=config.ray.num_cpus or os.cpu_count(),
-        include_dashboard=False,
-        dashboard_host="127.0.0.1",
-        log_to_driver=False,
-        object_store_memory=config.ray.object_store_mb * 2**20
-        if config.ray.object_store_mb
-        else None,
+    return rayinit.connect(
+        address or config.ray.address,
+        num_cpus=config.ray.num_cpus,
+        object_store_mb=config.ray.object_store_mb,
     )
-    return True
 
 
 def _build_dataset(
@@ -303,6 +291,8 @@ def _run_ray(
     started = connect_ray(config, ray_address)
     import ray.data
 
+    from pretrain import rayinit
+
     context = ray.data.DataContext.get_current()
     saved = context.enable_progress_bars, context.target_max_block_size
     # Our progress display is the job's; Ray Data's own bars only with -v (they go to the log).
@@ -322,8 +312,7 @@ def _run_ray(
         _, merge_stats = _execute(merge, config.ray.timeout_s)
     finally:
         context.enable_progress_bars, context.target_max_block_size = saved
-        if started:
-            ray.shutdown()
+        rayinit.shutdown(started)
     return f"{stream_stats}\n{merge_stats}"
 
 

@@ -144,8 +144,9 @@ def _run_ray(
     """Each run is a Ray task holding cpus_per_run CPUs (its processes are children of it)."""
     import ray
 
-    if not ray.is_initialized():
-        ray.init(address=config.ray_address, include_dashboard=False, log_to_driver=False)
+    from pretrain import rayinit
+
+    rayinit.connect(config.ray_address)  # local: loopback only, ends with this process
     remote = ray.remote(num_cpus=config.cpus_per_run, num_gpus=config.gpus_per_run, max_retries=0)(
         _call
     )

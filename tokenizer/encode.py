@@ -207,13 +207,9 @@ def _run_ray(
 ) -> list[ShardResult]:
     import ray
 
-    if not ray.is_initialized():
-        ray.init(
-            include_dashboard=False,
-            log_to_driver=False,
-            ignore_reinit_error=True,
-            address=os.environ.get("RAY_ADDRESS"),
-        )
+    from pretrain import rayinit
+
+    rayinit.connect(None)  # RAY_ADDRESS, else a loopback-only local Ray that dies with us
 
     @ray.remote(num_cpus=num_cpus)
     def encode_remote(shard: str, shard_sha: str) -> ShardResult:

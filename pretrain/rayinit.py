@@ -1,0 +1,207 @@
+"""Connecting to Ray the way a user meets it: an existing cluster, or a private local one.
+
+- An existing cluster (`--ray-address`, config, `RAY_ADDRESS`): Ray only turns token
+  authentication on for an explicit address when `RAY_AUTH_MODE=token` is set, although
+  `ray start --head` enables it whenever a token exists (`~/.ray/auth_token`). So when the mode is
+  unset and a token is available here (`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH` or
+  `~/.ray/auth_token`), the driver sends it; a cluster without authentication accepts it too.
+  A refused connection is one line naming what to set.
+- A local Ray (no address): every process binds 127.0.0.1 (Ray maps a loopback node address to
+  the machine's public one unless its cluster mode is off), the dashboard is off, and a watchdog
+  process kills every Ray process the driver started if the driver dies without shutting down
+  (Ray's own agents outlive a SIGKILLed driver for a minute or more, retrying a dead GCS).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pretrain.errors import PretrainError
+
+AUTH_MODE = "RAY_AUTH_MODE"
+LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": node address stays 127.0.0.1
+_REAPER: subprocess.Popen[bytes] | None = None
+
+REFUSED = (
+    "could not connect to the Ray cluster at {address} ({reason}); check it with "
+    "`ray status --address {address}`"
+)
+NO_TOKEN = (
+    "the Ray cluster at {address} refused this driver's token (it uses token authentication, "
+    "as `ray start --head` does once a token exists): copy the head's ~/.ray/auth_token to "
+    "~/.ray/auth_token here (or set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH) and set "
+    "RAY_AUTH_MODE=token"
+)
+
+
+def token_available() -> bool:
+    """True if a Ray auth token can be found here (env var, token path, or ~/.ray/auth_token)."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return True
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    try:
+        return bool(Path(path).read_text().strip())
+    except OSError:
+        return False
+
+
+def _use_token_if_available() -> None:
+    if os.environ.get(AUTH_MODE) is not None or not token_available():
+        return
+    os.environ[AUTH_MODE] = "token"
+    try:  # Ray caches its config in C++; refresh it like `ray.init()` does for a local cluster
+        from ray._raylet import Config
+
+        Config.initialize("")
+    except (ImportError, AttributeError):  # pragma: no cover - a Ray without token auth
+        pass
+
+
+def connect(
+    address: str | None,
+    *,
+    num_cpus: int | None = None,
+    object_store_mb: int | None = None,
+    **init_kwargs: Any,
+) -> bool:
+    """Connect to `address` or start a local loopback-only Ray; True if this call initialised it.
+
+    Already initialised (a test session, `ray job submit`'s driver with RAY_ADDRESS): reuse it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        _connect_existing(ray, address, init_kwargs)
+        return True
+    with _loopback_only():
+        started = time.time()
+        ray.init(
+            num_cpus=num_cpus or os.cpu_count(),
+            include_dashboard=False,
+            dashboard_host="127.0.0.1",
+            _node_ip_address="127.0.0.1",
+            log_to_driver=False,
+            object_store_memory=object_store_mb * 2**20 if object_store_mb else None,
+            **init_kwargs,
+        )
+    _start_reaper(started)
+    return True
+
+
+def _probe(address: str) -> None:
+    """Fail in one line, fast, when nothing accepts connections at host:port (Ray itself retries
+    for minutes); `ray://` and `auto` addresses are left to Ray."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if "://" in address or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+    except OSError as exc:
+        raise PretrainError(
+            REFUSED.format(address=address, reason=f"nothing accepts connections there: {exc}")
+        ) from None
+
+
+def _connect_existing(ray: Any, address: str, init_kwargs: dict[str, Any]) -> None:
+    _probe(address)
+    _use_token_if_available()
+    with _stderr_captured() as captured:
+        try:
+            ray.init(address=address, log_to_driver=False, **init_kwargs)
+            failure = None
+        except Exception as exc:
+            if not isinstance(exc, ConnectionError) and type(exc).__name__ != "AuthenticationError":
+                raise
+            failure = exc
+    said = "".join(captured)
+    if failure is None:
+        sys.stderr.write(said)  # nothing Ray printed on a good connection is lost
+        return
+    if (
+        "Unauthenticated" in said
+        or "InvalidAuthToken" in said
+        or "AuthenticationError" in repr(type(failure))
+    ):
+        raise PretrainError(NO_TOKEN.format(address=address)) from None
+    reason = str(failure).splitlines()[0] if str(failure) else type(failure).__name__
+    raise PretrainError(REFUSED.format(address=address, reason=reason)) from None
+
+
+@contextmanager
+def _stderr_captured() -> Iterator[list[str]]:
+    """Send file descriptor 2 (Ray's C++ client logs there, once a second while it retries) to a
+    temporary file for the duration; the yielded list gets its text at the end."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryDirectory() as tmp:
+        path, text = Path(tmp) / "stderr", []
+        with path.open("wb") as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield text
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                os.close(saved)
+                text.append(path.read_text(errors="replace"))
+
+
+@contextmanager
+def _loopback_only() -> Iterator[None]:
+    """Start Ray with its node address on loopback: its servers then bind 127.0.0.1 only."""
+    import ray._private.ray_constants as constants
+
+    saved_env, saved_flag = os.environ.get(LOCAL_ONLY), constants.ENABLE_RAY_CLUSTER
+    os.environ[LOCAL_ONLY] = "0"  # read by every Ray process started from here (agents, workers)
+    constants.ENABLE_RAY_CLUSTER = False  # this process imported Ray already
+    try:
+        yield
+    finally:
+        constants.ENABLE_RAY_CLUSTER = saved_flag
+        if saved_env is None:
+            os.environ.pop(LOCAL_ONLY, None)
+        else:
+            os.environ[LOCAL_ONLY] = saved_env
+
+
+def shutdown(started: bool) -> None:
+    """Shut down a Ray this process started, then let the watchdog sweep what is left."""
+    global _REAPER
+    if not started:
+        return
+    import ray
+
+    ray.shutdown()
+    reaper, _REAPER = _REAPER, None
+    if reaper is not None:
+        reaper.stdin.close()  # type: ignore[union-attr]
+        try:
+            reaper.wait(30)
+        except subprocess.TimeoutExpired:  # pragma: no cover - the sweep is bounded
+            reaper.kill()
+
+
+def _start_reaper(since: float) -> None:
+    """A process that outlives this one, and kills the Ray processes it started once it is gone."""
+    global _REAPER
+    _REAPER = subprocess.Popen(
+        [sys.executable, "-m", "pretrain.rayreaper", str(os.getpid()), repr(since - 1.0)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a Ctrl-C to the driver's group must not kill it first
+        close_fds=True,
+    )

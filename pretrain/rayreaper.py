@@ -1,0 +1,81 @@
+"""Watchdog for a local Ray: `python -m pretrain.rayreaper DRIVER_PID SINCE`, stdin a pipe.
+
+While the driver lives, it records the Ray processes among the driver's descendants (started
+after SINCE). When its stdin reaches EOF (the driver shut Ray down, or died: the kernel closes the
+pipe either way) it terminates every recorded process that is still the same process, waits a
+moment, and kills what is left. Ray's kernel fate-sharing covers only its direct children; its
+agents otherwise linger for a minute or more after a SIGKILLed driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+
+import psutil
+
+POLL_S = 0.5
+GRACE_S = 3.0
+
+
+def _is_ray(proc: psutil.Process) -> bool:
+    try:
+        name = proc.name()
+        if name in ("gcs_server", "raylet") or name.startswith("ray::"):
+            return True
+        return "/ray/" in " ".join(proc.cmdline()[:3])
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def _record(driver: psutil.Process, since: float, seen: dict[int, psutil.Process]) -> None:
+    try:
+        children = driver.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    for proc in children:
+        try:
+            if proc.pid not in seen and proc.create_time() >= since and _is_ray(proc):
+                seen[proc.pid] = proc
+        except psutil.NoSuchProcess:
+            continue
+
+
+def _sweep(seen: dict[int, psutil.Process]) -> None:
+    alive = []
+    for proc in seen.values():
+        try:
+            if proc.is_running():  # psutil compares create times: a reused pid is not ours
+                alive += [proc, *proc.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, remaining = psutil.wait_procs(alive, timeout=GRACE_S)
+    for proc in remaining:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+
+
+def main(argv: list[str]) -> int:
+    driver, since = psutil.Process(int(argv[0])), float(argv[1])
+    eof = threading.Event()
+
+    def wait_for_eof() -> None:
+        while sys.stdin.buffer.read(1024):
+            pass
+        eof.set()
+
+    threading.Thread(target=wait_for_eof, daemon=True).start()
+    seen: dict[int, psutil.Process] = {}
+    while not eof.is_set():
+        _record(driver, since, seen)
+        eof.wait(POLL_S)
+    _sweep(seen)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,141 @@
+"""Helpers for tests that drive `pretrain data run` as a user would: a subprocess with a clean
+environment (nothing left by an earlier `ray.init()`), real Ray processes, real sockets."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+RAY = Path(sys.executable).with_name("ray")
+DATA = REPO / "tests" / "data" / "data_pipeline"
+
+
+def clean_env(home: Path, **extra: str) -> dict[str, str]:
+    """What a fresh login shell has: no RAY_* variables, its own HOME (so its own ~/.ray)."""
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    home.mkdir(parents=True, exist_ok=True)
+    return {**env, **extra}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def data_run(config: dict, path: Path, *extra: str) -> list[str]:
+    """The command line of `pretrain data run` on `config` written to `path`."""
+    path.write_text(json.dumps(config))
+    return [sys.executable, "-m", "pretrain.cli", "data", "run", str(path), *extra]
+
+
+def ray_processes(root: psutil.Process) -> list[psutil.Process]:
+    """Ray's processes under `root` (gcs_server, raylet, agents, workers, dashboard/monitors)."""
+    found = []
+    try:
+        children = root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    for proc in children:
+        try:
+            name = proc.name()
+            if (
+                name in ("gcs_server", "raylet")
+                or name.startswith("ray::")
+                or "/ray/" in " ".join(proc.cmdline()[:3])
+            ):
+                found.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def listening(procs: list[psutil.Process]) -> set[tuple[str, str, int]]:
+    """(process name, ip, port) of every listening TCP socket of `procs`."""
+    out = set()
+    for proc in procs:
+        try:
+            for conn in proc.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN:
+                    out.add((proc.name(), conn.laddr.ip, conn.laddr.port))
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    out = []
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def wait_gone(procs: list[psutil.Process], bound_s: float) -> list[psutil.Process]:
+    """Wait up to `bound_s` for `procs` to end; returns those still alive (killed afterwards)."""
+    deadline = time.monotonic() + bound_s
+    while alive(procs) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = alive(procs)
+    for proc in left:
+        proc.kill()
+    return left
+
+
+def start_node(
+    temp_dir: Path, env: dict[str, str], cpus: int, *, port: int = 0, head_address: str = ""
+) -> subprocess.Popen[bytes]:
+    """`ray start --head` (or a node joining `head_address`) on loopback, in its own process
+    group so the test can end exactly what it started (never `ray stop`: it kills every Ray
+    process on the machine)."""
+    role = [f"--address={head_address}"] if head_address else ["--head", f"--port={port}"]
+    return subprocess.Popen(
+        [
+            str(RAY),
+            "start",
+            *role,
+            "--block",
+            f"--num-cpus={cpus}",
+            "--node-ip-address=127.0.0.1",
+            *([] if head_address else ["--include-dashboard=false"]),
+            f"--temp-dir={temp_dir}",
+            "--object-store-memory=200000000",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def stop_node(node: subprocess.Popen[bytes]) -> None:
+    """End a node started by `start_node`, its whole process group."""
+    procs = [psutil.Process(node.pid), *ray_processes(psutil.Process(node.pid))]
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(node.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        node.wait(30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(node.pid, signal.SIGKILL)
+    node.wait(30)
+    wait_gone(procs, 10)

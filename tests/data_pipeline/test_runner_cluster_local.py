@@ -1,0 +1,90 @@
+"""The embedded (local) Ray of `pretrain data run`, as a user meets it from a fresh shell: it
+listens on loopback only, and a SIGKILLed driver takes every Ray process it started with it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.data_pipeline.raytools import (
+    DATA,
+    REPO,
+    alive,
+    clean_env,
+    data_run,
+    listening,
+    ray_processes,
+    wait_gone,
+)
+
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+
+
+def _big_jsonl(path: Path, docs: int) -> Path:
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota"]
+    with path.open("w") as f:
+        for i in range(docs):
+            text = " ".join(words[(i * 7 + j * 3) % len(words)] + str(j % 13) for j in range(120))
+            f.write(json.dumps({"id": str(i), "text": f"Document {i}. {text}."}) + "\n")
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_local_ray_listens_on_loopback_only(tmp_path: Path) -> None:
+    config = {"inputs": [str(DATA)], "output": str(tmp_path / "out"), "ray": {"num_cpus": 2}}
+    run = subprocess.Popen(
+        data_run(config, tmp_path / "p.yaml"),
+        cwd=REPO,
+        env=clean_env(tmp_path / "home"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    driver, seen = psutil.Process(run.pid), set()
+    while run.poll() is None:
+        seen |= listening([driver, *ray_processes(driver)])
+        time.sleep(0.2)
+    out, err = run.communicate()
+    assert run.returncode == 0, err[-2000:]
+    assert "docs in" in out
+    names = {name for name, _, _ in seen}
+    assert {"gcs_server", "raylet"} <= names, seen  # the sampling saw Ray's servers
+    exposed = sorted(s for s in seen if s[1] not in LOOPBACK)
+    assert not exposed, f"listening beyond loopback: {exposed}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sigkilled_driver_leaves_no_ray_process(tmp_path: Path) -> None:
+    inputs = _big_jsonl(tmp_path / "docs.jsonl", 40_000)
+    config = {"inputs": [str(inputs)], "output": str(tmp_path / "out"), "ray": {"num_cpus": 2}}
+    run = subprocess.Popen(
+        data_run(config, tmp_path / "p.yaml"),
+        cwd=REPO,
+        env=clean_env(tmp_path / "home"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    driver = psutil.Process(run.pid)
+    procs: dict[int, psutil.Process] = {}
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and run.poll() is None:  # until the stage actors run
+        procs.update({p.pid: p for p in ray_processes(driver)})
+        names = [p.name() for p in alive(list(procs.values()))]
+        if any("MapStagesWorker" in n for n in names) and any("Agent" in n for n in names):
+            break
+        time.sleep(0.2)
+    assert run.poll() is None, "the job ended before it could be killed mid-run"
+    procs.update({p.pid: p for p in ray_processes(driver)})
+    run.send_signal(signal.SIGKILL)
+    run.wait(30)
+    left = wait_gone(list(procs.values()), 20.0)
+    assert not left, f"still alive 20 s after the driver died: {[p.pid for p in left]}"
+    assert not (tmp_path / "out" / "manifest.json").exists()
