@@ -57,9 +57,9 @@ def _use_token_if_available() -> None:
         return
     os.environ[AUTH_MODE] = "token"
     try:  # Ray caches its config in C++; refresh it like `ray.init()` does for a local cluster
-        from ray._raylet import Config
+        import ray._raylet
 
-        Config.initialize("")
+        ray._raylet.Config.initialize("")  # type: ignore[attr-defined]
     except (ImportError, AttributeError):  # pragma: no cover - a Ray without token auth
         pass
 
@@ -147,7 +147,7 @@ def _stderr_captured() -> Iterator[list[str]]:
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryDirectory() as tmp:
-        path, text = Path(tmp) / "stderr", []
+        path, text = Path(tmp) / "stderr", list[str]()
         with path.open("wb") as sink:
             os.dup2(sink.fileno(), 2)
             try:
