@@ -1,58 +1,70 @@
-"""A per-document time limit that works on any thread.
+"""A per-document CPU-time limit that works on any thread and does not depend on machine load.
 
-On the main thread it uses SIGALRM. Ray Data runs actor methods on a worker thread, where signals
-cannot be used, so there a watchdog thread raises `TimeLimitExceeded` in the working thread with
-`PyThreadState_SetAsyncExc`. Both interrupt Python code at the next bytecode boundary: long pure-C
-calls finish first (which is why the extract stage also caps input size before parsing).
+The limit counts the CPU time of the calling thread (its POSIX per-thread CPU clock), not wall
+time: a document waiting for a busy core uses none of its budget, so the same input hits (or
+does not hit) the limit at any worker count and any load, and the shards do not change with
+them. A watchdog thread sleeps until the budget could at the earliest be spent (a thread cannot
+use more CPU time than wall time), re-reads the clock, and when the budget is spent raises
+`TimeLimitExceeded` in the working thread with `PyThreadState_SetAsyncExc`. That interrupts
+Python code at the next bytecode boundary: long pure-C calls finish first (which is why the
+extract stage also caps input size before parsing).
 """
 
 from __future__ import annotations
 
 import ctypes
-import signal
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+
+POLL_FLOOR_S = 0.002
+"""Shortest sleep between two reads of a thread's clock."""
 
 
 class TimeLimitExceeded(BaseException):
-    """Raised inside the code under `time_limit` when its time is up.
+    """Raised inside the code under `time_limit` when its CPU time is up.
 
     A BaseException, like KeyboardInterrupt, so library code that catches `Exception` (Trafilatura
     does, around lxml) cannot swallow it."""
 
 
 class _Watchdog:
-    """One daemon thread per process; each armed thread has a deadline."""
+    """One daemon thread per process; each armed thread has a CPU clock and a CPU deadline."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._deadlines: dict[int, float] = {}
+        self._armed: dict[int, tuple[int, float]] = {}
         self._wake = threading.Event()
-        threading.Thread(target=self._run, name="time-limit-watchdog", daemon=True).start()
+        threading.Thread(target=self._run, name="cpu-time-watchdog", daemon=True).start()
 
     def arm(self, thread_id: int, seconds: float) -> None:
+        clock = time.pthread_getcpuclockid(thread_id)
         with self._lock:
-            self._deadlines[thread_id] = time.monotonic() + seconds
+            self._armed[thread_id] = (clock, time.clock_gettime(clock) + seconds)
         self._wake.set()
 
     def disarm(self, thread_id: int) -> bool:
         """Stop watching; True if the limit already fired (its exception may still be pending)."""
         with self._lock:
-            return self._deadlines.pop(thread_id, None) is None
+            return self._armed.pop(thread_id, None) is None
 
     def _run(self) -> None:
         while True:
+            wait: float | None = None
             with self._lock:
-                now = time.monotonic()
-                for thread_id, deadline in list(self._deadlines.items()):
-                    if deadline <= now:
-                        del self._deadlines[thread_id]
+                for thread_id, (clock, deadline) in list(self._armed.items()):
+                    try:
+                        left = deadline - time.clock_gettime(clock)
+                    except OSError:  # the thread ended without disarming
+                        del self._armed[thread_id]
+                        continue
+                    if left <= 0:
+                        del self._armed[thread_id]
                         _raise_in(thread_id, TimeLimitExceeded)
-                wait = min((d - now for d in self._deadlines.values()), default=None)
-            self._wake.wait(timeout=None if wait is None else max(wait, 0.001))
+                    else:
+                        wait = left if wait is None else min(wait, left)
+            self._wake.wait(timeout=None if wait is None else max(wait, POLL_FLOOR_S))
             self._wake.clear()
 
 
@@ -75,7 +87,8 @@ def _watchdog() -> _Watchdog:
 
 
 @contextmanager
-def _thread_limit(seconds: float) -> Iterator[None]:
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise TimeLimitExceeded in the enclosed code once this thread used `seconds` of CPU."""
     watchdog, thread_id = _watchdog(), threading.get_ident()
     watchdog.arm(thread_id, seconds)
     try:
@@ -83,24 +96,3 @@ def _thread_limit(seconds: float) -> Iterator[None]:
     finally:
         if watchdog.disarm(thread_id):
             _raise_in(thread_id, None)  # cancel an exception that fired but was not delivered
-
-
-@contextmanager
-def _signal_limit(seconds: float) -> Iterator[None]:
-    def _raise(signum: int, frame: Any) -> None:
-        raise TimeLimitExceeded
-
-    previous = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def time_limit(seconds: float) -> Any:
-    """Context manager: raise TimeLimitExceeded in the enclosed code after `seconds`."""
-    if threading.current_thread() is threading.main_thread():
-        return _signal_limit(seconds)
-    return _thread_limit(seconds)

@@ -135,6 +135,8 @@ def _connect_existing(ray: Any, address: str, init_kwargs: dict[str, Any]) -> No
     ):
         raise PretrainError(NO_TOKEN.format(address=address)) from None
     reason = str(failure).splitlines()[0] if str(failure) else type(failure).__name__
+    if failure.__cause__ is not None:  # Ray wraps what went wrong: say it
+        reason += f": {str(failure.__cause__).splitlines()[0][:300]}"
     raise PretrainError(REFUSED.format(address=address, reason=reason)) from None
 
 

@@ -55,7 +55,9 @@ class ExtractConfig(StageConfig):
     max_input_bytes: int = Field(5_000_000, gt=0)
     """Records larger than this (raw HTML or text bytes) are rejected as too_large, unparsed."""
     timeout_s: float = Field(5.0, gt=0)
-    """Per-document extraction time limit; a document that exceeds it is rejected as timeout."""
+    """Per-document extraction limit in CPU-seconds of the extracting thread (not wall time, so
+    machine load and worker count cannot change which documents hit it); a document that uses
+    more is rejected as `timeout` and counted in the ledger."""
     min_chars: int = Field(1, ge=1)
     """Text shorter than this after cleaning is rejected as empty."""
     favor_precision: bool = True

@@ -101,6 +101,7 @@ def test_fresh_shell_reaches_a_token_cluster_or_says_what_to_set(tmp_path, token
     address = f"127.0.0.1:{port}"
     try:
         wait_for_head(address)
+        wait_for_nodes(address, env, 1)
         argv = data_run(
             {**config, "output": str(tmp_path / "cluster")}, tmp_path / "c.yaml", "--ray-address"
         )
