@@ -10,6 +10,7 @@ Several megatron-core code paths assume CUDA: literal `device="cuda"`, `torch.cu
 - `torch.cuda.current_device/synchronize/empty_cache` become CPU no-ops.
 - The RNG tracker keeps CPU generator states (`CpuRNGStatesTracker`).
 - The causal mask is built on CPU once per sequence length.
+- Activation recompute's save/restore of the CUDA RNG state is a no-op (the CPU state is saved).
 
 On a CUDA machine nothing is patched. These are private internals of megatron-core 0.16: another
 minor version is refused (`check_megatron_version`) rather than patched blindly; pyproject.toml
@@ -144,6 +145,10 @@ def apply_cpu_patches(device: str | None = None) -> None:
     torch.cuda.empty_cache = lambda: None
     transformer_utils.get_default_causal_mask = _causal_mask
     fused_softmax.get_default_causal_mask = _causal_mask
+    # Activation recompute saves and restores "the CUDA RNG state"; on CPU the CPU state it also
+    # saves is the only one there is.
+    mp_random._get_cuda_rng_state = lambda *args, **kwargs: torch.empty(0, dtype=torch.uint8)
+    mp_random._set_cuda_rng_state = lambda *args, **kwargs: None
     mp_random._CUDA_RNG_STATE_TRACKER = CpuRNGStatesTracker()
     mp_random._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
     mp_random.CudaRNGStatesTracker = CpuRNGStatesTracker
