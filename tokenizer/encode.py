@@ -245,7 +245,12 @@ def encode(
     out = Path(out)
     _prepare_out(out, {shard.stem for shard in shards})
     jobs = [
-        (shard, shards_manifest["files"][shard.relative_to(Path(data)).as_posix()]["sha256"])
+        (
+            shard,
+            shards_manifest["files"][shard.resolve().relative_to(Path(data).resolve()).as_posix()][
+                "sha256"
+            ],
+        )
         for shard in shards
     ]
     if backend == "ray" and len(jobs) > 1:

@@ -131,3 +131,11 @@ def test_ablate_dry_run(chain, tmp_path, capsys):
     assert _run(capsys, "ablate", config, "--dry-run", "--set", "proxies.0.nme=x")[0] == 2
     line = _same_refusal(capsys, "ablate", config, "--set", f"eval_sets={chain['shards']}")
     assert "this needs a 'evalset'" in line
+
+
+def test_encode_with_relative_paths(chain, monkeypatch, capsys):
+    """The README walkthrough passes relative paths (runs/tokenizer, runs/shards)."""
+    monkeypatch.chdir(chain["shards"].parent)
+    args = ["tokenizer", "encode", "tokenizer", "--data", "shards", "--out", "enc-rel", "--no-ray"]
+    assert main(args) == 0
+    assert "encoded 240 documents" in capsys.readouterr().out
