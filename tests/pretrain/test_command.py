@@ -5,6 +5,8 @@ the CLI (the process's own command line)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -18,17 +20,26 @@ from tests.trainer.trainer_testlib import tiny_config
 
 @pytest.mark.timeout(240)
 def test_in_process_launch_records_its_own_argv(tmp_path):
+    # As evals/proxy_worker.py does: main(argv) inside a process whose own sys.argv is different.
+    # Its own process, so the rank's environment (MASTER_PORT, ...) does not leak into this one.
     run_dir = tmp_path / "run"
     path = tmp_path / "train.yaml"
     path.write_text(yaml.safe_dump(tiny_config(run_dir, run={"train_steps": 2})))
     argv = ["launch", str(path), "--in-process", "--set", "checkpoint.every=1"]
-    assert main(argv) == 0
+    code = f"import sys; from pretrain.cli import main; sys.exit(main({argv!r}))"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MASTER_"))}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
     expected = ["pretrain", *argv]
     assert json.loads((run_dir / "launch.json").read_text())["command"] == expected
     manifest = load_manifest(run_dir)
     assert manifest["command"] == expected
     assert manifest["config"]["checkpoint"]["every"] == 1
-    # Outside main() the process's own command line is what ran (pytest here), not the launch.
+
+
+def test_outside_main_the_process_command_line_is_recorded():
     assert current_command() == list(sys.argv)
 
 
