@@ -4,12 +4,12 @@
     python -m benchmarks.decision_accuracy sweep OUT     # `pretrain ablate` with two proxy scales
     python -m benchmarks.decision_accuracy summary OUT   # the decision-accuracy table (JSON)
 
-`prepare` writes a `shards` artifact from ../shared/corpus's own domain/language labels
+`prepare` writes a `shards` artifact from the corpus's own domain/language labels
 (tokenizer.synthetic.write_shards: the data pipeline's tagging is skipped, it costs ~12 CPU-minutes
 there), trains a small BPE (vocab 4096, so the output layer does not dominate a 1M-parameter proxy),
 encodes, and builds decontaminated eval sets. `sweep` runs one ablation with two proxies over the
-same recipes and seeds; its report's `scale_agreement` is the measurement. The corpus path is an
-argument: nothing in the product reads ../shared.
+same recipes and seeds; its report's `scale_agreement` is the measurement. The corpus is
+`--corpus DIR` (or PRETRAIN_CORPUS; BENCHMARKS.md, "Input").
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
+
+from benchmarks.common import add_corpus_argument, corpus_dir
 
 # (file, domain, lang or None = keep the record's) -> mixture components below.
 SOURCES = (
@@ -177,14 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("step", choices=["prepare", "sweep", "summary"])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--corpus", type=Path, default=Path("../shared/corpus"))
+    add_corpus_argument(parser)
     parser.add_argument("--budget-small", type=int, default=16 * 128 * 100)
     parser.add_argument("--budget-large", type=int, default=16 * 128 * 100)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.step == "prepare":
-        prepare(args.out, args.corpus)
+        prepare(args.out, corpus_dir(args.corpus))
         return 0
     if args.step == "sweep":
         from pretrain.cli import main as pretrain_main

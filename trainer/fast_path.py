@@ -5,7 +5,7 @@ gradient accumulation), fused bias+activation, bias+dropout and masked softmax, 
 whenever TP > 1, the configured recompute (selective recomputes core attention only), overlapped
 grad reduce / param gather (the config's choice), bf16. On CPU every fusion stays off: megatron-core
 0.16.1 implements them with CUDA kernels, and sequence parallelism refuses the torch LayerNorm
-fallback (see /work/shared/notes/megatron-core-on-cpu.md).
+fallback (trainer/cpu_compat.py).
 
 `fast_path_flags` is a pure function of the config, a device string and whether TE is importable,
 so tests check the GPU decision on a machine without a GPU.
