@@ -80,6 +80,13 @@ def register(sub: Any) -> None:
         help="launch a full run without a passing ablation report (recorded)",
     )
     launch.add_argument(
+        "--verify",
+        choices=("cached", "full"),
+        default=None,
+        help="how the launcher checks data bytes: through the hash cache (default) or "
+        "re-hashing every file (full; also PRETRAIN_VERIFY=full)",
+    )
+    launch.add_argument(
         "--in-process",
         action="store_true",
         help="single-rank runs only: train in this process instead of under torchrun",

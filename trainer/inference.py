@@ -68,6 +68,9 @@ def _single_process_group() -> None:
     if not torch.distributed.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ["MASTER_PORT"] = os.environ.get("MASTER_PORT") or str(_free_port())
+        from trainer.local_torchrun import bind_stores_to_loopback
+
+        bind_stores_to_loopback()
         torch.distributed.init_process_group("gloo", rank=0, world_size=1)
         # A gloo group still alive at interpreter teardown can abort the process
         # ("terminate called without an active exception"): close what we opened.

@@ -1,27 +1,38 @@
-"""`pretrain launch CONFIG`: the gate, the run directory, then torchrun.
+"""`pretrain launch CONFIG`: the preflight, the run directory's lock, then torchrun.
 
-Single node by default (`torchrun --standalone`); multi-node through rendezvous flags
+Everything checkable is checked in the launcher before torchrun starts and before anything is
+written (`preflight`: gate, data bytes, tokenizer and build pins, resume identity); `--dry-run`
+runs the same checks. Single node by default: torchrun with a c10d rendezvous whose stores listen
+on 127.0.0.1 only (trainer/local_torchrun.py); multi-node through rendezvous flags
 (`--nnodes 2 --rdzv-endpoint HOST:PORT --rdzv-id ID`, run once per node). Every rank runs
-`python -m trainer.worker RUN/launch/config.json`.
+`python -m trainer.worker RUN/launch/config.json` and dies with the torchrun agent, which dies
+with the launcher (PR_SET_PDEATHSIG, pretrain/lifetime.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from pretrain.command import current_command
 from pretrain.config import config_dict, config_sha256, dump_resolved, load_config
 from pretrain.errors import ConfigError, GateRefused, PretrainError
+from pretrain.lifetime import die_with_parent
 from pretrain.locking import output_lock
 from pretrain.manifest import atomic_write_json
 from pretrain.progress import attach
 from trainer.config import TrainConfig
+
+LOOPBACK = "127.0.0.1"
 
 
 def gate_decision(config: TrainConfig, override_reason: str | None) -> dict[str, Any]:
@@ -51,19 +62,30 @@ def default_threads(nproc: int) -> int:
     return 1
 
 
+def is_local(args: argparse.Namespace, nnodes: str) -> bool:
+    """One node and no rendezvous endpoint given: everything listens on 127.0.0.1 only."""
+    return nnodes == "1" and not args.rdzv_endpoint
+
+
 def torchrun_command(
     args: argparse.Namespace, nproc: int, nnodes: str, config_json: Path
 ) -> list[str]:
+    local = is_local(args, nnodes)
     command = [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "trainer.local_torchrun" if local else "torch.distributed.run",
         f"--nproc-per-node={nproc}",
         f"--nnodes={nnodes}",
         "--max-restarts=0",
     ]
-    if nnodes == "1" and not args.rdzv_endpoint:
-        command.append("--standalone")
+    if local:  # what --standalone does, on loopback (see trainer/local_torchrun.py)
+        command += [
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={LOOPBACK}:0",
+            f"--rdzv-id={uuid.uuid4().hex[:12]}",
+            f"--local-addr={LOOPBACK}",
+        ]
     else:
         if not args.rdzv_endpoint:
             raise ConfigError(
@@ -147,13 +169,55 @@ def _run_in_process(config: TrainConfig, nproc: int, nnodes: str, smoke: bool) -
 
 
 def _print_dry_run(config: TrainConfig, command: list[str], override: str | None) -> int:
-    print(dump_resolved(config), end="")
-    print(f"# torchrun: {' '.join(command)}")
-    try:
-        print(f"# gate: {gate_decision(config, override)['status']}")
-    except GateRefused as exc:
-        print(f"# gate: would refuse: {exc}")
+    """The resolved config and torchrun command, then the launcher's preflight (not the CUDA
+    check: a dry run is often made on a machine without the run's GPUs)."""
+    print(dump_resolved(config), end="", flush=True)
+    print(f"# torchrun: {' '.join(command)}", flush=True)
+    gate = preflight(config, override)
+    print(f"# gate: {gate['status']}")
+    print("# preflight: ok (gate, data and tokenizer hashes, resume identity)")
     return 0
+
+
+@contextmanager
+def _verify_mode(mode: str | None) -> Iterator[None]:
+    """PRETRAIN_VERIFY for the launcher's own checks only: the ranks then find the hash cache
+    fresh (see pretrain/hashcache.py)."""
+    old = os.environ.get("PRETRAIN_VERIFY")
+    if mode:
+        os.environ["PRETRAIN_VERIFY"] = mode
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PRETRAIN_VERIFY", None)
+        else:
+            os.environ["PRETRAIN_VERIFY"] = old
+
+
+def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False) -> dict[str, Any]:
+    """Everything the ranks would check, checked here before torchrun starts or anything is
+    written: the gate; the mixture and its encoded data, byte for byte; the tokenizer pin; the
+    build pin; the identity recorded by the checkpoint a resume would load. Raises the same
+    one-line errors; returns the gate decision. `cuda`: also refuse nccl without GPUs (not in a
+    dry run, which is often made on a machine without the run's GPUs)."""
+    gate = gate_decision(config, override_gate)
+    if cuda:
+        check_backend(config)
+    if config.data.source == "mixture":
+        from trainer.data import check_identity, mixture_data
+
+        check_identity(config, mixture_data(config), _resume_state(config))
+    return gate
+
+
+def _resume_state(config: TrainConfig) -> dict[str, Any] | None:
+    if not config.checkpoint.resume:
+        return None
+    from trainer.checkpoint import newest_valid
+
+    path, _ = newest_valid(Path(config.run.out_dir))
+    return json.loads((path / "state.json").read_text()) if path is not None else None
 
 
 def _write_launch_files(
@@ -175,7 +239,7 @@ def _write_launch_files(
 
 
 def launch_command(args: argparse.Namespace) -> int:
-    """Handler of `pretrain launch`."""
+    """Handler of `pretrain launch`: every check before torchrun, then the lock, then the run."""
     config = load_config(TrainConfig, args.config, args.overrides)
     run = config.run.model_copy(update={"out_dir": str(Path(config.run.out_dir).resolve())})
     config = config.model_copy(update={"run": run})
@@ -184,33 +248,47 @@ def launch_command(args: argparse.Namespace) -> int:
         config = _smoke_config(config)
     nproc, nnodes = _layout(config, args)
     run_dir = Path(config.run.out_dir)
-    config_json = run_dir / "launch" / "config.json"
-    command = torchrun_command(args, nproc, nnodes, config_json)
-    if args.dry_run:
-        return _print_dry_run(config, command, args.override_gate)
+    command = torchrun_command(args, nproc, nnodes, run_dir / "launch" / "config.json")
+    with _verify_mode(getattr(args, "verify", None)):
+        if args.dry_run:
+            return _print_dry_run(config, command, args.override_gate)
+        gate = preflight(config, args.override_gate, cuda=True)
     with output_lock(run_dir):
-        return _launch(config, args, nproc, nnodes, command)
+        return _launch(config, args, (nproc, nnodes), command, gate)
+
+
+def _torchrun_env(nproc: int, local: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PRETRAIN_VERIFY"}
+    env.setdefault("PRETRAIN_TORCH_THREADS", str(default_threads(nproc)))
+    env.setdefault("OMP_NUM_THREADS", env["PRETRAIN_TORCH_THREADS"])
+    if local:  # gloo's and NCCL's own sockets on loopback too
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        env.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    return env
 
 
 def _launch(
-    config: TrainConfig, args: argparse.Namespace, nproc: int, nnodes: str, command: list[str]
+    config: TrainConfig,
+    args: argparse.Namespace,
+    layout: tuple[int, str],
+    command: list[str],
+    gate: dict[str, Any],
 ) -> int:
-    run_dir = Path(config.run.out_dir)
-    config_json = run_dir / "launch" / "config.json"
-    gate = gate_decision(config, args.override_gate)
-    check_backend(config)
-    _write_launch_files(config, gate, command, config_json)
+    (nproc, nnodes), run_dir = layout, Path(config.run.out_dir)
+    _write_launch_files(config, gate, command, run_dir / "launch" / "config.json")
     if getattr(args, "in_process", False):
         return _run_in_process(config, nproc, nnodes, args.smoke)
-    env = dict(os.environ)
-    env.setdefault("PRETRAIN_TORCH_THREADS", str(default_threads(nproc)))
-    env.setdefault("OMP_NUM_THREADS", env["PRETRAIN_TORCH_THREADS"])
     print(
         f"[launch] {nproc} x {nnodes} process(es) -> {run_dir} (gate: {gate['status']})", flush=True
     )
     error_file = run_dir / "launch" / "error.txt"
     error_file.unlink(missing_ok=True)
-    result = subprocess.run(command, env=env, check=False)
+    result = subprocess.run(
+        command,
+        env=_torchrun_env(nproc, is_local(args, nnodes)),
+        check=False,
+        preexec_fn=functools.partial(die_with_parent, os.getpid()),  # agent dies with us
+    )
     if result.returncode != 0 and error_file.is_file():
         raise PretrainError(error_file.read_text())
     if result.returncode != 0:

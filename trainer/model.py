@@ -45,6 +45,8 @@ def init_distributed(config: TrainConfig, timeout_s: int = 600) -> None:
     """Init torch.distributed from torchrun's environment and megatron's parallel groups."""
     from megatron.core import parallel_state
 
+    from trainer.local_torchrun import bind_stores_to_loopback
+
     if not use_gpu(config):
         torch.set_num_threads(int(os.environ.get("PRETRAIN_TORCH_THREADS", "1")))
         apply_cpu_patches()
@@ -55,6 +57,7 @@ def init_distributed(config: TrainConfig, timeout_s: int = 600) -> None:
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
         os.environ.setdefault("RANK", "0")
         os.environ.setdefault("WORLD_SIZE", "1")
+        bind_stores_to_loopback()  # a 127.0.0.1 master store listens on loopback only
         torch.distributed.init_process_group(
             backend=resolve_backend(config), timeout=datetime.timedelta(seconds=timeout_s)
         )

@@ -15,11 +15,14 @@ from typing import Any
 
 from pretrain.config import parse_config
 from pretrain.errors import PretrainError
+from pretrain.lifetime import die_with_parent
 from pretrain.manifest import atomic_write_bytes
 from trainer.config import TrainConfig
 
 
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()  # torchrun starts ranks in their own session: end with the agent
+    os.register_at_fork(after_in_child=die_with_parent)  # and megatron's forked savers with us
     parser = argparse.ArgumentParser(prog="trainer.worker")
     parser.add_argument("config_json")
     parser.add_argument("--smoke", action="store_true")
@@ -45,12 +48,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+if __name__ == "__mp_main__":  # a helper megatron spawned from a rank: end with the rank
+    die_with_parent()
+
 if __name__ == "__main__":
     sys.exit(main())
 
 
 def _rank_main(rank: int, world: int, port: int, config_data: dict[str, Any], smoke: bool) -> None:
     """Body of one spawned rank (torch.multiprocessing), the environment torchrun would set."""
+    die_with_parent()
+    os.register_at_fork(after_in_child=die_with_parent)
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),

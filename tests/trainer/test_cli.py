@@ -14,7 +14,7 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_dry_run_of_full_config_prints_config_torchrun_and_gate(capsys, repo_root, tmp_path):
-    code, out, _ = _run(
+    code, out, err = _run(
         capsys,
         "launch",
         str(repo_root / "configs" / "train_full.yaml"),
@@ -22,16 +22,18 @@ def test_dry_run_of_full_config_prints_config_torchrun_and_gate(capsys, repo_roo
         "--set",
         f"run.out_dir={tmp_path / 'run'}",
     )
-    assert code == 0
+    assert code == 2  # the same preflight as a real launch: the gate refuses, in one line
     assert "num_layers: 16" in out and "# config_sha256:" in out
-    assert "torch.distributed.run --nproc-per-node=8 --nnodes=1" in out
+    assert "trainer.local_torchrun --nproc-per-node=8 --nnodes=1" in out
+    assert "--rdzv-endpoint=127.0.0.1:0" in out and "--local-addr=127.0.0.1" in out
     assert "-m trainer.worker" in out
-    assert "# gate: would refuse:" in out
+    (line,) = err.strip().splitlines()
+    assert line.startswith("pretrain launch: error:") and "ablation" in line
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
 
 
 def test_multi_node_dry_run_uses_rendezvous(capsys, repo_root):
-    code, out, _ = _run(
+    code, out, err = _run(
         capsys,
         "launch",
         str(repo_root / "configs" / "train_7b.yaml"),
@@ -43,7 +45,8 @@ def test_multi_node_dry_run_uses_rendezvous(capsys, repo_root):
         "--rdzv-id",
         "job7",
     )
-    assert code == 0
+    assert code == 2 and len(err.strip().splitlines()) == 1  # preflight: no report, no data here
+    assert "torch.distributed.run" in out and "local_torchrun" not in out
     assert "--nnodes=4 --max-restarts=0 --rdzv-backend=c10d --rdzv-endpoint=10.0.0.1:29500" in out
     assert "--rdzv-id=job7" in out and "--standalone" not in out
 
