@@ -12,6 +12,7 @@ with the launcher (PR_SET_PDEATHSIG, pretrain/lifetime.py).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -253,7 +254,10 @@ def launch_command(args: argparse.Namespace) -> int:
         if args.dry_run:
             return _print_dry_run(config, command, args.override_gate)
         gate = preflight(config, args.override_gate, cuda=True)
-    with output_lock(run_dir):
+    # every node's launcher writes the same run directory: on several nodes only node rank 0
+    # (when given) holds the writer lock
+    single_writer = nnodes == "1" or args.node_rank == 0
+    with output_lock(run_dir) if single_writer else contextlib.nullcontext():
         return _launch(config, args, (nproc, nnodes), command, gate)
 
 
