@@ -1,0 +1,81 @@
+"""Outputs independent of load: the same HTML at 1 and 2 workers, with the machine kept busy by
+extra CPU burners, gives byte-identical shards, rejects and ledger; the documents that exceed the
+extraction limit are the same ones and are counted in the ledger as `extract: timeout`."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from data_pipeline.config import PipelineConfig
+from data_pipeline.runner import run_pipeline
+
+
+def _page(paragraphs: int, topic: int) -> str:
+    body = "".join(
+        f"<div><p>Paragraph {i} of page {topic} has several ordinary words, about subject "
+        f"{(i * topic) % 17}.</p></div>"
+        for i in range(paragraphs)
+    )
+    return f"<html><head><title>Page {topic}</title></head><body>{body}</body></html>"
+
+
+def _burn(seconds: float) -> None:
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def _outputs(out: Path) -> dict[str, bytes]:
+    files = sorted([*out.glob("shards/*.parquet"), *out.glob("rejects/*.parquet")])
+    found = {p.relative_to(out).as_posix(): p.read_bytes() for p in files}
+    found["ledger.json"] = (out / "ledger.json").read_bytes()
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.timeout(900)
+def test_same_bytes_at_one_and_two_workers_under_cpu_load(ray_local, tmp_path) -> None:
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    for topic in range(12):  # ~20-40 ms of CPU each: seconds of wall time on a busy machine
+        (pages / f"p{topic:02d}.html").write_text(_page(150 + 10 * topic, topic + 1))
+    for topic in (90, 91):  # seconds of CPU each: always past the limit
+        (pages / f"huge{topic}.html").write_text(_page(20_000, topic))
+    burners = [multiprocessing.Process(target=_burn, args=(600,)) for _ in range(3)]
+    for proc in burners:
+        proc.start()
+    results = {}
+    try:
+        for workers in (1, 2):
+            config = PipelineConfig.model_validate(
+                {
+                    "inputs": [str(pages)],
+                    "output": str(tmp_path / f"w{workers}"),
+                    "stages": {
+                        "extract": {
+                            "extractor": "trafilatura",
+                            "timeout_s": 0.3,
+                            "max_input_bytes": 50_000_000,
+                        }
+                    },
+                    "shard_rows": 5,
+                    "batch_rows": 2,
+                    "ray": {"workers": workers, "timeout_s": 800},
+                }
+            )
+            results[workers] = run_pipeline(config, progress=False)
+    finally:
+        for proc in burners:
+            proc.kill()
+            proc.join()
+    assert _outputs(tmp_path / "w1") == _outputs(tmp_path / "w2")
+    led = results[1].ledger
+    extract = next(s for s in led["stages"] if s["stage"] == "extract")
+    assert extract["reasons"]["timeout"]["documents"] == 2, extract
+    assert led["documents_in"] == 14 and led["documents_kept"] == 12, led["conservation"]
