@@ -40,7 +40,9 @@ from pretrain.errors import InputError
 __all__ = ["FORMAT_SUFFIXES", "RAW_SCHEMA", "Fields", "InputFile", "detect_format", "read_file"]
 
 _IO_ERRORS = (OSError, EOFError, zlib.error, gzip.BadGzipFile)
-_PARQUET_ERRORS = (OSError, pa.ArrowException)
+# A damaged footer or page can also decode to invalid UTF-8 (UnicodeDecodeError, a ValueError):
+# in a column name when the file opens, or in a string column when a batch is read.
+_PARQUET_ERRORS = (OSError, pa.ArrowException, ValueError)
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,18 @@ def test_mutated_bytes(name: str, edits: list[tuple[int, int]], cut: int | None)
     _read_and_account(name, _mutate(VALID[name], edits, cut))
 
 
+# Parquet mutations found by a seeded search outside hypothesis: each once raised
+# UnicodeDecodeError out of the reader (a column name, then a string value, decoded from damaged
+# bytes). Both are now a reject row and the file is accounted for.
+@pytest.mark.parametrize(
+    "edits", [[(272277, 197)], [(980460, 125), (435838, 196)]], ids=["string-page", "column-name"]
+)
+def test_parquet_damaged_to_invalid_utf8_is_accounted(edits: list[tuple[int, int]]) -> None:
+    mutated = _mutate(VALID["x.parquet"], edits, None)
+    assert mutated != VALID["x.parquet"]
+    _read_and_account("x.parquet", mutated)
+
+
 @pytest.mark.parametrize("name", sorted(VALID))
 @SETTINGS
 @given(data=st.binary(max_size=2048))
