@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import random
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,18 +18,7 @@ from data_pipeline.readers import Fields, InputFile, read_file
 from data_pipeline.stages.extract import ExtractConfig, ExtractStage, clean_text_counted
 from pretrain.cli import main
 from pretrain.errors import InputError
-
-_VOCAB = (
-    "river mill children water wheel miller sacks grain door market bread stone bridge lantern "
-    "orchard harvest winter kettle garden letter window candle valley forest meadow shepherd "
-    "harbour sailor anchor compass tide storm cellar ladder roof chimney parish bell tower clock"
-)
-WORDS = _VOCAB.split(" ")
-
-
-def prose(seed: int, words: int = 60) -> str:
-    rng = random.Random(seed)
-    return " ".join(rng.choice(WORDS) for _ in range(words)) + "."
+from tests.data_pipeline.test_trust_sizes import prose
 
 
 def _lines(docs: list[dict]) -> bytes:
