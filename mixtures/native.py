@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pretrain.hashcache import cache_root
+
 SOURCE = Path(__file__).with_name("_kernels.c")
 FLAGS = ["-O2", "-shared", "-fPIC", "-std=c99"]
 log = logging.getLogger(__name__)
@@ -34,11 +36,7 @@ _INT = ctypes.c_int64
 
 
 def cache_dir() -> Path:
-    explicit = os.environ.get("PRETRAIN_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "pretrain"
+    return cache_root()
 
 
 def _compile(compiler: str, target: Path) -> None:

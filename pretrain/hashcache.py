@@ -26,11 +26,16 @@ _CHUNK = 1 << 20
 MODES = ("cached", "full")
 
 
+def cache_root() -> Path:
+    """The project cache: `$PRETRAIN_CACHE`, else `$XDG_CACHE_HOME/pretrain` or ~/.cache/pretrain."""
+    explicit = os.environ.get("PRETRAIN_CACHE")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "pretrain"
+
+
 def cache_dir() -> Path:
-    root = os.environ.get("PRETRAIN_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pretrain"
-    )
-    return Path(root) / "hashes"
+    return cache_root() / "hashes"
 
 
 def verify_mode() -> str:
@@ -49,7 +54,7 @@ def _entry_path(path: Path) -> Path:
     return cache_dir() / key[:2] / f"{key}.json"
 
 
-def _hash(path: Path) -> str:
+def sha256_file(path: str | os.PathLike) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while chunk := handle.read(_CHUNK):
@@ -95,7 +100,7 @@ def file_sha256(path: str | os.PathLike, *, full: bool | None = None) -> str:
     before = _identity(path)
     if not full and (cached := _lookup(entry, path, before)) is not None:
         return cached
-    sha256 = _hash(path)
+    sha256 = sha256_file(path)
     if _identity(path) == before:
         _store(entry, path, before, sha256)
     return sha256

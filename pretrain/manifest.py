@@ -19,21 +19,12 @@ from typing import Any
 
 from pretrain.command import current_command
 from pretrain.errors import ArtifactError
-from pretrain.hashcache import file_sha256
+from pretrain.hashcache import file_sha256, sha256_file
 from pretrain.locking import is_lock_file
 from pretrain.progress import LOGS_DIR
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
-_CHUNK = 1 << 20
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def sha256_bytes(data: bytes) -> str:

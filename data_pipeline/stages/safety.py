@@ -34,6 +34,7 @@ from pydantic import Field
 from data_pipeline.stages import pii
 from data_pipeline.stages.base import Stage, StageConfig
 from pretrain.errors import ConfigError
+from pretrain.hashcache import cache_root
 
 RESOURCES = Path(__file__).resolve().parents[1] / "resources"
 DEFAULT_WEIGHTS: dict[str, float] = {
@@ -158,8 +159,7 @@ class UrlBlocklist:
 def _domain_cache(archive: Path) -> Path:
     """Where the sorted domain hashes are cached (`PRETRAIN_CACHE`, default ~/.cache/pretrain)."""
     stat = archive.stat()
-    cache = Path(os.environ.get("PRETRAIN_CACHE", Path.home() / ".cache" / "pretrain"))
-    return cache / f"url-domains-{stat.st_size}-{int(stat.st_mtime)}.npy"
+    return cache_root() / f"url-domains-{stat.st_size}-{int(stat.st_mtime)}.npy"
 
 
 def _load_cached(path: Path) -> np.ndarray | None:
