@@ -48,8 +48,27 @@ def _allowed(module: str, name: str, obj: Any) -> bool:
     return False
 
 
+def _enum_member(cls: Any, name: Any) -> Any:
+    """`getattr(EnumClass, "MEMBER")`, the form in which Python pickles some enum members (torch's
+    `_MEM_FORMAT_ENCODING`): admitted only for a member of an enum of the format, nothing else."""
+    if (
+        isinstance(cls, type)
+        and issubclass(cls, enum.Enum)
+        and cls.__module__ in DCP_MODULES
+        and isinstance(name, str)
+        and name in cls.__members__
+    ):
+        return cls[name]
+    raise UnsafePickle(
+        f"refused to unpickle getattr({getattr(cls, '__name__', cls)!r}, {name!r}): only members "
+        "of the torch distributed-checkpoint format's enums"
+    )
+
+
 class _DcpUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("builtins", "getattr"):
+            return _enum_member
         allowed_module = module in DCP_MODULES or module in {"torch", "torch.serialization"}
         obj = super().find_class(module, name) if allowed_module else None
         if allowed_module and _allowed(module, name, obj):
