@@ -123,9 +123,17 @@ def _workers(root: int) -> list[psutil.Process]:
                 proc.parent().cmdline()
             ):
                 found.append(proc)
-        except (psutil.NoSuchProcess, AttributeError):
+        except (psutil.Error, AttributeError):
             pass
     return found
+
+
+def _cmdline(proc: psutil.Process) -> str:
+    """The process's command line, or "" once it has exited (a zombie's is empty)."""
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -177,16 +185,14 @@ def test_ranks_die_with_the_launcher(tmp_path, target):
         assert _wait_for(lambda: len(_workers(launcher.pid)) == 2, 120)
         time.sleep(8)  # let the ranks reach training and start their checkpoint helpers
         # the ranks and every helper they forked or spawned (megatron's checkpoint writers)
-        ranks = [p for p in _descendants(launcher.pid) if "local_torchrun" not in p.cmdline()[2]]
+        ranks = [p for p in _descendants(launcher.pid) if "local_torchrun" not in _cmdline(p)]
         assert len(ranks) >= 2
         if target == "process group":
             os.killpg(launcher.pid, signal.SIGKILL)
         else:
             os.kill(launcher.pid, signal.SIGKILL)
         launcher.wait(timeout=30)
-        assert _wait_for(
-            lambda: not any(r.is_running() and r.status() != "zombie" for r in ranks), 30
-        )
+        assert _wait_for(lambda: not any(_alive(r) for r in ranks), 30)
     finally:
         for rank in locals().get("ranks", []):
             if _alive(rank):
