@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_pipeline import ledger, workers
+from data_pipeline import ledger, throughput, throughput_report, workers
 from data_pipeline.config import PipelineConfig
 from data_pipeline.fingerprint import FINGERPRINT, model_hashes, output_is_foreign, prepare_output
 from data_pipeline.inputs import check_openable, input_artifacts, plan_inputs
@@ -61,7 +62,7 @@ class RunResult:
             f"{led['conservation']['balanced']}), {len(self.shards)} shards "
             f"({self.reused_parts} of {self.parts} parts reused), "
             f"{len(led.get('skipped_files', []))} files skipped (ledger.json skipped_files) "
-            f"-> {self.output}"
+            f"-> {self.output}" + throughput_report.summary(self.manifest.get("throughput"))
         )
 
 
@@ -163,6 +164,7 @@ def _build_dataset(
                     "specs": specs,
                     "pieces_out": str(out) if writes else None,
                     "progress_out": str(out) if first else None,
+                    "cost_out": str(out),
                 },
                 batch_size=config.batch_rows,
                 batch_format="pyarrow",
@@ -286,9 +288,10 @@ def _run_ray(
     done: dict[str, set[int]],
     ray_address: str | None,
     progress: bool,
+    clock: throughput.RunClock,
 ) -> str:
     """Stream the unfinished inputs through the stages into pieces, then merge them into shards."""
-    started = connect_ray(config, ray_address)
+    started = clock.start_ray(lambda: connect_ray(config, ray_address))
     import ray.data
 
     from pretrain import rayinit
@@ -299,7 +302,10 @@ def _run_ray(
     context.enable_progress_bars = progress and verbosity() >= VERBOSE
     # Small blocks, so one big input file still spreads over every stage actor.
     context.target_max_block_size = config.ray.block_mb * 2**20
+    begin = time.perf_counter()
+    clock.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     try:
+        throughput.clear(out)
         shutil.rmtree(out / workers.PARTS / workers.PIECES, ignore_errors=True)
         shutil.rmtree(out / workers.PARTS / workers.PROGRESS, ignore_errors=True)
         stems = [t["stem"] for t in todo]
@@ -312,6 +318,7 @@ def _run_ray(
         _, merge_stats = _execute(merge, config.ray.timeout_s)
     finally:
         context.enable_progress_bars, context.target_max_block_size = saved
+        clock.ray_work_s = time.perf_counter() - begin
         rayinit.shutdown(started)
     return f"{stream_stats}\n{merge_stats}"
 
@@ -352,8 +359,13 @@ def run_pipeline(
             f"({len(inputs) - len(todo)} already done, "
             f"{reused} parts reused); stages: {', '.join(s.name for s in stages)}"
         )
-    ray_stats = _run_ray(config, stages, todo, out, done, ray_address, progress) if todo else ""
+    clock = throughput.RunClock() if todo else None
+    ray_stats = (
+        _run_ray(config, stages, todo, out, done, ray_address, progress, clock) if clock else ""
+    )
     led, shards = _collect(config, out, [f.stem for f in inputs], stages)
+    if clock is not None:
+        throughput.save_global_costs(out, stages, led["documents_in"], led["bytes_in"])
     led["skipped_files"] = skipped
     atomic_write_json(out / "ledger.json", led)
     if not led["conservation"]["balanced"]:
@@ -362,6 +374,14 @@ def run_pipeline(
         "stages": [s.describe() for s in stages],
         "models": model_hashes(stages),
         "ppl_cutoffs": {},
+        "throughput": throughput_report.build(
+            out,
+            [f.stem for f in inputs],
+            [s.name for s in stages],
+            [s.name for s in stages if isinstance(s, GlobalStage)],
+            {f"{stem}-{part:05d}" for stem, parts in done.items() for part in parts},
+            clock,
+        ),
     }
     for stage in stages:
         if isinstance(getattr(stage, "cutoffs", None), dict):  # the perplexity stage's buckets

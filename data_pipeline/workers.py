@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from data_pipeline import ledger
+from data_pipeline import ledger, throughput
 from data_pipeline.readers import InputFile, read_file
 from data_pipeline.stages.base import Stage, stage_class
 from pretrain.hashcache import file_sha256
@@ -62,9 +62,10 @@ def read_files(
     for item in batch.to_pylist():
         source = InputFile(item["path"], item["format"], item["stem"])
         stats: dict[str, int] = {}
-        yield from read_file(
+        batches = read_file(
             source, skip_parts=frozenset(skip.get(source.stem, ())), stats=stats, **options
         )
+        yield from throughput.timed_read(out, batches)
         parts = -(-stats["records"] // options["shard_rows"])
         atomic_write_json(read_stats_path(Path(out), source.stem), {**stats, "parts": parts})
 
@@ -74,6 +75,7 @@ class MapStagesWorker:
 
     With `pieces_out`, it also writes its output as pieces (the last segment of the job) and
     returns only their row counts, so tagged text never travels back through the object store.
+    With `cost_out`, it records each stage's CPU-seconds per batch (data_pipeline.throughput).
     """
 
     def __init__(
@@ -81,17 +83,24 @@ class MapStagesWorker:
         specs: Sequence[StageSpec],
         pieces_out: str | None = None,
         progress_out: str | None = None,
+        cost_out: str | None = None,
     ) -> None:
         self.stages = [build_stage(spec) for spec in specs]
         self.pieces_out = pieces_out
+        self.cost_out = cost_out
         self.counter = ProgressCounter(progress_out) if progress_out else None
-        for stage in self.stages:
-            stage.setup()
+        if cost_out:
+            throughput.record_setup(cost_out, self.stages)
+        else:
+            for stage in self.stages:
+                stage.setup()
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.num_rows
-        for stage in self.stages:
-            batch = stage(batch)
+        before = batch
+        batch, spent = throughput.run_stages(self.stages, batch)
+        if self.cost_out:
+            throughput.record_batch(self.cost_out, f"map-{self.stages[0].name}", before, spent)
         if self.counter is not None:
             self.counter.add(rows)
         return write_pieces(batch, self.pieces_out) if self.pieces_out else batch
@@ -263,7 +272,11 @@ class ShardWriter:
 def merge_shards(batch: pa.Table, **options: Any) -> pa.Table:
     """map_batches function: each row names a shard whose pieces become the shard (ShardWriter)."""
     writer = ShardWriter(**options)
-    tables = [writer(shard) for shard in batch.column("shard").to_pylist()]
+    tables = []
+    for shard in batch.column("shard").to_pylist():
+        start = time.process_time()
+        tables.append(writer(shard))
+        throughput.seal_part(writer.out, shard, time.process_time() - start)
     for shard in batch.column("shard").to_pylist():
         shutil.rmtree(pieces_dir(writer.out, shard), ignore_errors=True)
     return pa.concat_tables(tables)

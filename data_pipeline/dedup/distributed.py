@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from data_pipeline import throughput
 from data_pipeline.dedup import tasks
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats
@@ -35,13 +36,22 @@ class _Runner:
         self.infos: dict[str, list[dict[str, Any]]] = {}
         self.remotes: dict[Any, Any] = {}
         self.isolate = config.isolate_tasks
+        self.costs: list[Any] = []
+        """One ref per task: its CPU-seconds and peak RSS (data_pipeline.throughput)."""
 
     def launch(self, func: Any, num_returns: int, *args: Any) -> list[Any]:
-        if func not in self.remotes:
+        key = (func, num_returns)
+        if key not in self.remotes:
             options = {"max_calls": 1} if self.isolate else {}
-            self.remotes[func] = self.ray.remote(num_cpus=1, max_retries=2, **options)(func)
-        refs = self.remotes[func].options(num_returns=num_returns).remote(*args)
-        return [refs] if num_returns == 1 else list(refs)
+            timed = throughput.timed_task(func, num_returns)
+            self.remotes[key] = self.ray.remote(num_cpus=1, max_retries=2, **options)(timed)
+        *refs, cost = self.remotes[key].options(num_returns=num_returns + 1).remote(*args)
+        self.costs.append(cost)
+        return refs
+
+    def cost(self) -> dict[str, float]:
+        """CPU-seconds and peak RSS of every task launched so far."""
+        return throughput.merge_task_costs(self.ray.get(self.costs, timeout=self.timeout))
 
     def get(self, refs: list[Any], step: str) -> list[Any]:
         try:
@@ -104,6 +114,7 @@ def dedup_dataset(dataset: Any, config: DedupConfig, stage: Any) -> tuple[Any, D
     steps.close()
     result = ray.data.from_arrow_refs(out)
     stats = _stats(run, partitions)
+    stage.cost = run.cost()
     if config.index.save_to:
         from data_pipeline.dedup.index import save_index
 

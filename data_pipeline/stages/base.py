@@ -76,6 +76,10 @@ class GlobalStage(Stage):
     """A stage that needs the whole corpus. The runner calls `apply(dataset)` on a Ray Dataset;
     `apply_table(table)` runs the same logic in-process on one table (tests, tiny inputs)."""
 
+    cost: dict[str, float] | None = None
+    """CPU-seconds (`cpu_s`) and worker `peak_rss_mb` of the last `apply`, measured inside its
+    workers (data_pipeline.throughput); None when the stage does not measure itself."""
+
     @abstractmethod
     def apply(self, dataset: Any) -> Any:
         """ray.data.Dataset -> ray.data.Dataset with this stage's columns added to every row."""

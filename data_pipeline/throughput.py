@@ -1,0 +1,201 @@
+"""What each stage of a data run cost, measured inside the workers, kept per output part.
+
+Workers time their own work with `time.process_time()` (CPU-seconds of that process, so a busy
+machine does not inflate it the way wall time would) and write one small record per batch and
+shard: `OUT/.parts/cost/<shard>/<tag>-<first row>-<last row>.json` (named by its rows, so a
+retried batch overwrites its own record instead of counting twice). A batch holding rows of
+several shards splits its CPU-seconds by their row counts; documents and raw bytes are exact.
+The shard's merge task folds its records, plus the cost of writing it, into
+`OUT/.parts/<shard>.cost.json`, next to its ledger fragment: a resumed run reuses a finished part
+with its cost, so the manifest's totals cover every part whichever run computed it. A global
+stage's cost (`GlobalStage.cost`) is one record for the whole corpus (`<stage>.global-cost.json`).
+
+Stage set-up (model loading in each worker) and Ray start-up are reported apart, for this run:
+they are fixed costs, not per-byte ones (`data_pipeline.estimate` scales only the per-byte ones).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pretrain.manifest import atomic_write_json
+
+COSTS = "cost"
+SETUP = "setup"
+READ = "read"
+WRITE = "write"
+"""Pseudo-stages: decoding the input records, and select + writing the shards and rejects."""
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
+def cost_dir(out: Path) -> Path:
+    return out / ".parts" / COSTS
+
+
+def part_cost_path(out: Path, shard: str) -> Path:
+    return out / ".parts" / f"{shard}.cost.json"
+
+
+def global_cost_path(out: Path, stage: str) -> Path:
+    return out / ".parts" / f"{stage}.global-cost.json"
+
+
+def _add(into: dict[str, Any], cost: dict[str, Any]) -> None:
+    into["cpu_s"] = into.get("cpu_s", 0.0) + cost.get("cpu_s", 0.0)
+    into["docs"] = into.get("docs", 0) + cost.get("docs", 0)
+    into["bytes"] = into.get("bytes", 0) + cost.get("bytes", 0)
+    into["peak_rss_mb"] = max(into.get("peak_rss_mb", 0.0), cost.get("peak_rss_mb", 0.0))
+
+
+def record_batch(out: str | Path, tag: str, batch: pa.Table, cpu_s: dict[str, float]) -> None:
+    """Write the CPU-seconds `cpu_s` (stage -> seconds) spent on `batch`, split by shard."""
+    if not batch.num_rows or "_shard" not in batch.column_names:
+        return
+    rss = peak_rss_mb()
+    shard_column = batch.column("_shard")
+    for shard in sorted(set(shard_column.to_pylist())):
+        rows = batch.filter(pc.equal(shard_column, shard))
+        share = rows.num_rows / batch.num_rows
+        raw = int(pc.sum(rows.column("_raw_bytes")).as_py() or 0)
+        record = {
+            stage: {
+                "cpu_s": seconds * share,
+                "docs": rows.num_rows,
+                "bytes": raw,
+                "peak_rss_mb": rss,
+            }
+            for stage, seconds in cpu_s.items()
+        }
+        first, last = pc.min(rows.column("_row")).as_py(), pc.max(rows.column("_row")).as_py()
+        target = cost_dir(Path(out)) / shard
+        target.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(target / f"{tag}-{first:012d}-{last:012d}.json", record)
+
+
+def timed_read(out: str, batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """Yield `batches`, recording the CPU-seconds spent producing each one as `read`."""
+    while True:
+        start = time.process_time()
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        record_batch(out, READ, batch, {READ: time.process_time() - start})
+        yield batch
+
+
+def run_stages(stages: list[Any], batch: pa.Table) -> tuple[pa.Table, dict[str, float]]:
+    """Run the map stages in order over `batch`; returns it tagged and each stage's CPU-seconds."""
+    spent: dict[str, float] = {}
+    for stage in stages:
+        start = time.process_time()
+        batch = stage(batch)
+        spent[stage.name] = time.process_time() - start
+    return batch, spent
+
+
+def record_setup(out: str, stages: list[Any]) -> None:
+    """Set up the stages (load models), recording this worker's CPU- and wall-seconds for it."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    for stage in stages:
+        stage.setup()
+    target = cost_dir(Path(out)) / SETUP
+    target.mkdir(parents=True, exist_ok=True)
+    name = f"{socket.gethostname()}-{os.getpid()}-{id(stages)}.json"
+    record = {"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}
+    atomic_write_json(target / name, record)
+
+
+def seal_part(out: Path, shard: str, write_cpu_s: float) -> None:
+    """Fold the batch records of `shard` and the cost of writing it (every document the read
+    stage produced for it) into its part cost file."""
+    totals: dict[str, dict[str, Any]] = {}
+    folder = cost_dir(out) / shard
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+        for stage, cost in json.loads(path.read_text(encoding="utf-8")).items():
+            _add(totals.setdefault(stage, {}), cost)
+    read = totals.get(READ, {})
+    totals[WRITE] = {
+        "cpu_s": write_cpu_s,
+        "docs": read.get("docs", 0),
+        "bytes": read.get("bytes", 0),
+        "peak_rss_mb": peak_rss_mb(),
+    }
+    part_cost_path(out, shard).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(part_cost_path(out, shard), totals)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def timed_task(func: Callable[..., Any], num_returns: int) -> Callable[..., Any]:
+    """Wrap a Ray task function so it also returns its own CPU-seconds and peak RSS (one more
+    return value, last)."""
+
+    def timed(*args: Any) -> Any:
+        start = time.process_time()
+        result = func(*args)
+        cost = {"cpu_s": time.process_time() - start, "peak_rss_mb": peak_rss_mb()}
+        return (result, cost) if num_returns == 1 else (*result, cost)
+
+    timed.__name__ = getattr(func, "__name__", "task")
+    timed.__qualname__ = timed.__name__
+    return timed
+
+
+def merge_task_costs(costs: list[dict[str, float]]) -> dict[str, float]:
+    """CPU-seconds summed and peak RSS maxed over the costs `timed_task` returned."""
+    return {
+        "cpu_s": sum(c["cpu_s"] for c in costs),
+        "peak_rss_mb": max((c["peak_rss_mb"] for c in costs), default=0.0),
+    }
+
+
+@dataclass
+class RunClock:
+    """Driver wall-clock of this run: Ray start-up apart from the work it then ran."""
+
+    ray_start_s: float = 0.0
+    """connect / start a local Ray (ray.init)."""
+    ray_work_s: float = 0.0
+    """building and executing the datasets (stages, global stages, merge), after start-up."""
+    cpus: int = 0
+    """CPUs of the Ray cluster the run used."""
+
+    def start_ray(self, connect: Callable[[], bool]) -> bool:
+        begin = time.perf_counter()
+        started = connect()
+        self.ray_start_s = time.perf_counter() - begin
+        return started
+
+
+def clear(out: Path) -> None:
+    """Forget the batch records a killed run left (their parts are computed again)."""
+    shutil.rmtree(cost_dir(out), ignore_errors=True)
+
+
+def save_global_costs(out: Path, stages: list[Any], documents: int, raw_bytes: int) -> None:
+    """Record each global stage's measured cost of this run (it saw every document)."""
+    from data_pipeline.stages.base import GlobalStage
+
+    for stage in stages:
+        cost = stage.cost if isinstance(stage, GlobalStage) else None
+        if cost:
+            record = {**cost, "docs": documents, "bytes": raw_bytes}
+            atomic_write_json(global_cost_path(out, stage.name), record)

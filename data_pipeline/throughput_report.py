@@ -1,0 +1,131 @@
+"""The manifest's `throughput` section and the summary line, from the costs workers recorded.
+
+stages:  per stage (read, each map stage, each global stage, write), over EVERY part of the
+         output whichever run computed it: cpu_s, docs, bytes (raw input bytes of the
+         documents it processed), docs_per_cpu_s, mb_per_cpu_s (= per core), peak_rss_mb
+fixed:   this run's start-up, apart: ray_start_s (driver wall), stage set-up in workers
+run:     this run: cpus, ray_work_s (wall after start-up), the documents it computed and
+         their rate per wall second (steady state: start-up excluded)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from data_pipeline import throughput
+from data_pipeline.throughput import READ, WRITE, RunClock
+
+MB = 1e6
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def part_names(out: Path, stems: list[str]) -> list[str]:
+    """Every part (`<stem>-<part>`) of the inputs, from their read records."""
+    names = []
+    for stem in stems:
+        record = _load(out / ".parts" / f"{stem}.read.json") or {}
+        names += [f"{stem}-{p:05d}" for p in range(int(record.get("parts", 0)))]
+    return names
+
+
+def _rates(name: str, cost: dict[str, Any]) -> dict[str, Any]:
+    cpu = cost.get("cpu_s", 0.0)
+    return {
+        "stage": name,
+        "cpu_s": round(cpu, 4),
+        "docs": cost.get("docs", 0),
+        "bytes": cost.get("bytes", 0),
+        "docs_per_cpu_s": round(cost.get("docs", 0) / cpu, 2) if cpu > 0 else None,
+        "mb_per_cpu_s": round(cost.get("bytes", 0) / MB / cpu, 4) if cpu > 0 else None,
+        "peak_rss_mb": round(cost.get("peak_rss_mb", 0.0), 1),
+    }
+
+
+def _setup(out: Path) -> dict[str, Any]:
+    records = [
+        r
+        for p in sorted((throughput.cost_dir(out) / throughput.SETUP).glob("*.json"))
+        if (r := _load(p)) is not None
+    ]
+    return {
+        "stage_setup_cpu_s": round(sum(r["cpu_s"] for r in records), 4),
+        "stage_setup_wall_s_max": round(max((r["wall_s"] for r in records), default=0.0), 4),
+        "workers_set_up": len(records),
+    }
+
+
+def build(
+    out: Path,
+    stems: list[str],
+    stage_names: list[str],
+    global_names: list[str],
+    reused: set[str],
+    clock: RunClock | None,
+) -> dict[str, Any]:
+    """The `throughput` section of the manifest (see the module docstring)."""
+    totals: dict[str, dict[str, Any]] = {}
+    this_run: dict[str, Any] = {}
+    parts = part_names(out, stems)
+    measured = 0
+    for shard in parts:
+        record = _load(throughput.part_cost_path(out, shard))
+        if record is None:
+            continue
+        measured += 1
+        for stage, cost in record.items():
+            throughput._add(totals.setdefault(stage, {}), cost)
+            if shard not in reused and stage == READ:
+                throughput._add(this_run, cost)
+    for name in global_names:
+        record = _load(throughput.global_cost_path(out, name))
+        if record is not None:
+            totals[name] = record
+    order = [READ, *stage_names, WRITE]
+    stages = [_rates(name, totals[name]) for name in order if name in totals]
+    section: dict[str, Any] = {
+        "stages": stages,
+        "cpu_s_total": round(sum(s["cpu_s"] for s in stages), 4),
+        "parts": len(parts),
+        "parts_measured": measured,
+        "unmeasured_stages": [n for n in stage_names if n not in totals],
+    }
+    if clock is not None:
+        docs, raw = this_run.get("docs", 0), this_run.get("bytes", 0)
+        work = clock.ray_work_s
+        section["fixed"] = {"ray_start_s": round(clock.ray_start_s, 4), **_setup(out)}
+        section["run"] = {
+            "cpus": clock.cpus,
+            "ray_work_s": round(work, 4),
+            "docs_computed": docs,
+            "bytes_computed": raw,
+            "docs_per_s": round(docs / work, 2) if work > 0 else None,
+            "mb_per_s": round(raw / MB / work, 4) if work > 0 else None,
+        }
+    return section
+
+
+def summary(section: dict[str, Any] | None) -> str:
+    """One line: CPU-seconds and docs per CPU-second per stage, start-up apart."""
+    if not section or not section.get("stages"):
+        return ""
+    stages = ", ".join(
+        f"{s['stage']} {s['cpu_s']:.2f}s"
+        + (f" ({s['docs_per_cpu_s']:.0f} docs/s/core)" if s["docs_per_cpu_s"] else "")
+        for s in section["stages"]
+    )
+    line = f"; CPU-seconds: {stages}"
+    fixed = section.get("fixed")
+    if fixed:
+        line += (
+            f"; start-up apart: Ray {fixed['ray_start_s']:.1f}s, "
+            f"stage set-up {fixed['stage_setup_cpu_s']:.1f} CPU-s"
+        )
+    return line

@@ -1,0 +1,150 @@
+"""Per-stage CPU-seconds, documents and bytes measured inside the workers, in the manifest and the
+summary line, consistent with the ledger, and still right after a resume."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from data_pipeline import throughput
+from data_pipeline.config import PipelineConfig
+from data_pipeline.runner import run_pipeline
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
+MAP_STAGES = {"extract": {}, "langid": {}, "rules": {}}
+
+
+def _config(out: Path, stages: dict) -> PipelineConfig:
+    return PipelineConfig.model_validate(
+        {
+            "inputs": [str(DATA)],
+            "output": str(out),
+            "shard_rows": 4,
+            "batch_rows": 3,
+            "stages": stages,
+            "ray": {"timeout_s": 200},
+        }
+    )
+
+
+def _costs(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((out / ".parts").glob("*.cost.json"))}
+
+
+def _check_consistent(manifest: dict, ledger: dict, names: list[str]) -> dict:
+    section = manifest["throughput"]
+    by_stage = {s["stage"]: s for s in section["stages"]}
+    assert list(by_stage) == ["read", *names, "write"]
+    for stage in by_stage.values():
+        # every stage saw every document read (rows are never dropped before the select)
+        assert (stage["docs"], stage["bytes"]) == (ledger["documents_in"], ledger["bytes_in"])
+        assert stage["cpu_s"] > 0
+        assert stage["docs_per_cpu_s"] == pytest.approx(stage["docs"] / stage["cpu_s"], rel=0.01)
+    assert section["parts_measured"] == section["parts"] == ledger["parts"]
+    assert section["unmeasured_stages"] == []
+    return by_stage
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_stage_costs_with_a_global_stage(ray_local, tmp_path) -> None:
+    out = tmp_path / "shards"
+    result = run_pipeline(_config(out, {**MAP_STAGES, "dedup": {}}), progress=False)
+    _check_consistent(result.manifest, result.ledger, ["extract", "langid", "rules", "dedup"])
+    section = result.manifest["throughput"]
+    run = section["run"]
+    cpus = max(run["cpus"], os.cpu_count() or 1)
+    wall = run["ray_work_s"] + section["fixed"]["ray_start_s"]
+    # CPU-seconds are measured in the workers: they cannot exceed what the machine had
+    assert 0 < section["cpu_s_total"] <= wall * cpus
+    assert run["docs_computed"] == result.ledger["documents_in"]
+    assert section["fixed"]["workers_set_up"] >= 1
+    line = result.summary()
+    assert "CPU-seconds: read" in line and "dedup" in line and "start-up apart: Ray" in line
+    assert json.loads((out / "manifest.json").read_text())["throughput"] == section
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_costs_survive_resume_and_ignore_a_killed_runs_records(ray_local, tmp_path) -> None:
+    out = tmp_path / "shards"
+    config = _config(out, MAP_STAGES)
+    first = run_pipeline(config, progress=False)
+    before = _costs(out)
+    first_stages = _check_consistent(first.manifest, first.ledger, list(MAP_STAGES))
+    # Two parts lost as if the driver died before writing them, and a batch record a killed run
+    # left for one of them (a huge CPU cost): only they are recomputed, the record is ignored.
+    lost = ("docs-00002", "pages-00001")
+    for shard in lost:
+        (out / "shards" / f"{shard}.parquet").unlink()
+        (out / ".parts" / f"{shard}.json").unlink()
+    (out / "rejects" / "pages-00001.parquet").unlink(missing_ok=True)
+    stale = throughput.cost_dir(out) / "docs-00002"
+    stale.mkdir(parents=True)
+    (stale / "read-000000000000-000000000003.json").write_text(
+        json.dumps({"read": {"cpu_s": 1e6, "docs": 999, "bytes": 1, "peak_rss_mb": 1.0}})
+    )
+    resumed = run_pipeline(config, progress=False)
+    assert resumed.reused_parts == 5
+    after = _costs(out)
+    assert set(after) == set(before)
+    kept = [n for n in before if n.removesuffix(".cost.json") not in lost]
+    assert all(after[n] == before[n] for n in kept)  # reused parts keep the cost they had
+    stages = _check_consistent(resumed.manifest, resumed.ledger, list(MAP_STAGES))
+    assert stages["read"]["cpu_s"] < 1e5
+    recomputed = sum(json.loads(after[f"{s}.cost.json"])["read"]["docs"] for s in lost)
+    assert resumed.manifest["throughput"]["run"]["docs_computed"] == recomputed > 0
+    assert {k: v["docs"] for k, v in stages.items()} == {
+        k: v["docs"] for k, v in first_stages.items()
+    }
+    # Nothing left to do: the totals are still there, this run measured nothing.
+    again = run_pipeline(config, progress=False)
+    section = again.manifest["throughput"]
+    assert section["stages"] == resumed.manifest["throughput"]["stages"]
+    assert "run" not in section and "CPU-seconds" in again.summary()
+
+
+def _batch(shards: list[str], rows: list[int], raw: list[int]) -> pa.Table:
+    return pa.table(
+        {
+            "_shard": pa.array(shards, pa.string()),
+            "_row": pa.array(rows, pa.int64()),
+            "_raw_bytes": pa.array(raw, pa.int64()),
+        }
+    )
+
+
+def test_a_batch_split_over_shards_and_a_retried_batch(tmp_path) -> None:
+    batch = _batch(["a-00000", "a-00000", "a-00000", "a-00001"], [0, 1, 2, 3], [10, 20, 30, 5])
+    throughput.record_batch(tmp_path, "map-extract", batch, {"extract": 2.0})
+    # A retried task records the same rows again: it replaces its record, it is not added.
+    throughput.record_batch(tmp_path, "map-extract", batch, {"extract": 2.0})
+    throughput.record_batch(tmp_path, "read", batch, {"read": 0.4})
+    for shard in ("a-00000", "a-00001"):
+        throughput.seal_part(tmp_path, shard, write_cpu_s=0.1)
+    first = json.loads(throughput.part_cost_path(tmp_path, "a-00000").read_text())
+    second = json.loads(throughput.part_cost_path(tmp_path, "a-00001").read_text())
+    assert first["extract"]["cpu_s"] == pytest.approx(1.5)  # 3 of the batch's 4 rows
+    assert second["extract"]["cpu_s"] == pytest.approx(0.5)
+    assert (first["extract"]["docs"], first["extract"]["bytes"]) == (3, 60)
+    assert (second["read"]["docs"], second["read"]["bytes"]) == (1, 5)
+    assert (first["write"]["docs"], first["write"]["bytes"], first["write"]["cpu_s"]) == (
+        3,
+        60,
+        0.1,
+    )
+    assert not (throughput.cost_dir(tmp_path) / "a-00000").exists()
+
+
+def test_an_empty_batch_records_nothing(tmp_path) -> None:
+    throughput.record_batch(tmp_path, "read", _batch([], [], []), {"read": 1.0})
+    throughput.seal_part(tmp_path, "a-00000", write_cpu_s=0.0)
+    record = json.loads(throughput.part_cost_path(tmp_path, "a-00000").read_text())
+    assert list(record) == ["write"]
+    assert (record["write"]["docs"], record["write"]["bytes"]) == (0, 0)
