@@ -35,6 +35,77 @@ def _preflight(config: Any) -> str:
     )
 
 
+def estimate(args: argparse.Namespace) -> int:
+    """`pretrain data estimate CONFIG --input-bytes 40TB --nodes N --cpus-per-node C`."""
+    import json
+    from pathlib import Path
+
+    from data_pipeline import estimate as model
+    from data_pipeline.config import PipelineConfig
+    from pretrain.config import load_config
+
+    config = load_config(PipelineConfig, args.config, args.overrides)
+    input_bytes = model.parse_bytes(args.input_bytes)
+    sample = model.load_sample(
+        Path(args.from_manifest or config.output), model.enabled_stages(config)
+    )
+    result = model.project(
+        sample,
+        config,
+        input_bytes,
+        args.nodes,
+        args.cpus_per_node,
+        args.utilisation,
+    )
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(f"pretrain data estimate: {model.format_estimate(result)}")
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be a positive integer")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be in (0, 1]")
+    return value
+
+
+def _add_estimate(dsub: Any) -> None:
+    parser = add_command(
+        dsub,
+        ["data", "estimate"],
+        estimate,
+        "project node-hours, peak memory per node and output size of a data job at scale "
+        "from a sample run's measured per-stage costs",
+    )
+    parser.add_argument("config", metavar="CONFIG", help="the pipeline config to project")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="a.b=VALUE")
+    parser.add_argument("--input-bytes", required=True, help="e.g. 40TB, 500GB, 2PiB")
+    parser.add_argument("--nodes", type=_positive_int, required=True)
+    parser.add_argument("--cpus-per-node", type=_positive_int, required=True)
+    parser.add_argument(
+        "--from-manifest",
+        default=None,
+        metavar="DIR",
+        help="output of a sample `pretrain data run` (default: CONFIG's output)",
+    )
+    parser.add_argument(
+        "--utilisation",
+        type=_fraction,
+        default=None,
+        help="share of the CPUs kept busy (default: the sample's measured one)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the projection as JSON")
+
+
 def train_lm(args: argparse.Namespace) -> int:
     """`pretrain data train-lm CONFIG` (handler lives with the models)."""
     from data_pipeline.models.cli_handlers import train_lm as handler
@@ -65,6 +136,7 @@ def register(sub: Any) -> None:
         default=None,
         help="existing Ray cluster (default: RAY_ADDRESS or a local instance)",
     )
+    _add_estimate(dsub)
     lm = add_command(
         dsub,
         ["data", "train-lm"],

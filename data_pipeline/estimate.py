@@ -1,0 +1,215 @@
+"""A cost model for a data job at scale, from a sample run's measured per-stage costs.
+
+`pretrain data estimate CONFIG --input-bytes 40TB --nodes N --cpus-per-node C` reads the sample's
+manifest (`--from-manifest DIR`, default CONFIG's output), whose `throughput` section holds each
+stage's CPU-seconds over the raw input bytes it processed (measured inside the workers,
+data_pipeline.throughput), and projects:
+
+- CPU-hours: sum over CONFIG's stages of (CPU-seconds per input byte) x input bytes. Every stage,
+  the global ones included, is taken as linear in the input: true of the map stages (per batch)
+  and of the shuffles' data volume; the dedup graph's rounds grow slowly with the corpus and
+  clusters of near-duplicates with its duplication rate, which a sample cannot show.
+- wall-clock and node-hours: CPU-hours / (nodes x cpus x utilisation) + the sample's Ray start-up.
+  Utilisation is the sample's own (stage CPU-seconds / (work wall x CPUs)) unless given; the
+  compute-bound lower bound (utilisation 1) is printed beside it.
+- peak memory per node: the largest of the job's phases, each = processes per node x the peak RSS
+  the sample measured for that phase's processes (map actors: `ray.workers` actors of
+  `ray.cpus_per_worker` spread over the nodes; read tasks in the CPUs they leave; one global-stage
+  task per CPU; one merge task per half CPU). The object store (Ray's default: 30% of memory) is
+  apart. Assumes a global stage keeps its per-task memory as input grows (partitions chosen from
+  input size and a memory budget: issue 13 item 2).
+- output size: the sample's shard (and rejects) bytes per input byte.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from data_pipeline.config import PipelineConfig
+from data_pipeline.stages.base import STAGE_REGISTRY, GlobalStage, stage_class
+from pretrain.errors import ConfigError
+from pretrain.manifest import load_manifest
+
+UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15}
+UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50}
+READ_TASK_CPUS, MERGE_TASK_CPUS, GLOBAL_TASK_CPUS = 0.25, 0.5, 1.0
+"""The CPUs the runner asks for per read task, merge task and global-stage (dedup) task."""
+
+
+def parse_bytes(text: str) -> int:
+    """`40TB`, `5 TB`, `1.5PiB`, `123` -> bytes (decimal units: TB = 10^12)."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).upper() if match else ""
+    if match is None or unit not in UNITS or float(match.group(1)) <= 0:
+        raise ConfigError(
+            f"--input-bytes {text!r}: give a positive size such as 40TB, 500GB or 2PiB"
+        )
+    return int(float(match.group(1)) * UNITS[unit])
+
+
+def enabled_stages(config: PipelineConfig) -> list[str]:
+    """CONFIG's stages in pipeline order (present and not `enabled: false`)."""
+    names = []
+    for name in STAGE_REGISTRY:
+        section = config.stages.get(name)
+        if section is not None and section.get("enabled", True) is not False:
+            names.append(name)
+    return names
+
+
+@dataclass
+class Sample:
+    """What the sample run measured (its manifest's throughput section and counts)."""
+
+    directory: Path
+    stages: dict[str, dict[str, Any]]
+    bytes_in: int
+    docs_in: int
+    shard_bytes: int
+    reject_bytes: int
+    utilisation: float | None
+    ray_start_s: float
+
+
+def _missing(directory: Path, what: str) -> ConfigError:
+    return ConfigError(
+        f"sample manifest {directory} has no measured {what}; run `pretrain data run` on a "
+        "sample with the same stages (this version records per-stage CPU-seconds) and pass "
+        "its output as --from-manifest"
+    )
+
+
+def load_sample(directory: Path, stages: list[str]) -> Sample:
+    """Read the sample's costs; a one-line error when a stage of CONFIG was not measured."""
+    manifest = load_manifest(directory)
+    section = manifest.get("throughput")
+    if not isinstance(section, dict) or not section.get("stages"):
+        raise _missing(directory, "per-stage costs (manifest `throughput` section)")
+    measured = {s["stage"]: s for s in section["stages"] if s.get("cpu_s", 0) > 0 and s["bytes"]}
+    for name in ["read", *stages, "write"]:
+        if name not in measured:
+            raise _missing(directory, f"cost for stage {name!r} (enabled in CONFIG)")
+    files = manifest.get("files", {})
+    run = section.get("run")
+    utilisation = None
+    if run and run.get("ray_work_s") and run.get("cpus"):
+        utilisation = min(1.0, section["cpu_s_total"] / (run["ray_work_s"] * run["cpus"]))
+    return Sample(
+        directory=directory,
+        stages=measured,
+        bytes_in=measured["read"]["bytes"],
+        docs_in=manifest["counts"]["documents_in"],
+        shard_bytes=sum(v["bytes"] for k, v in files.items() if k.startswith("shards/")),
+        reject_bytes=sum(v["bytes"] for k, v in files.items() if k.startswith("rejects/")),
+        utilisation=utilisation,
+        ray_start_s=(section.get("fixed") or {}).get("ray_start_s", 0.0),
+    )
+
+
+def _memory(
+    sample: Sample, config: PipelineConfig, stages: list[str], nodes: int, cpus: int
+) -> dict[str, float]:
+    """Peak RSS per node of each phase, in GB (see the module docstring)."""
+    rss = {name: cost["peak_rss_mb"] / 1e3 for name, cost in sample.stages.items()}
+    workers = config.ray.workers or nodes * cpus
+    per_worker = config.ray.cpus_per_worker
+    actors = min(math.ceil(workers / nodes), math.floor(cpus / per_worker))
+    readers = math.floor(max(0.0, cpus - actors * per_worker) / READ_TASK_CPUS)
+    global_names = [s for s in stages if issubclass(stage_class(s), GlobalStage)]
+    map_names = [s for s in stages if s not in global_names]
+    phases = {
+        "map": actors * max(rss[s] for s in map_names) + readers * rss["read"],
+        "write": math.floor(cpus / MERGE_TASK_CPUS) * rss["write"],
+    }
+    for name in global_names:
+        phases[name] = math.floor(cpus / GLOBAL_TASK_CPUS) * rss[name]
+    return {k: round(v, 2) for k, v in phases.items()}
+
+
+def project(
+    sample: Sample,
+    config: PipelineConfig,
+    input_bytes: int,
+    nodes: int,
+    cpus_per_node: int,
+    utilisation: float | None = None,
+) -> dict[str, Any]:
+    """The projection as a dict (printed by `format_estimate`)."""
+    stages = enabled_stages(config)
+    per_stage = {
+        name: sample.stages[name]["cpu_s"] / sample.stages[name]["bytes"] * input_bytes / 3600
+        for name in ["read", *stages, "write"]
+    }
+    cpu_hours = sum(per_stage.values())
+    used = utilisation or sample.utilisation or 1.0
+    total_cpus = nodes * cpus_per_node
+    wall_h = cpu_hours / (total_cpus * used) + sample.ray_start_s / 3600
+    memory = _memory(sample, config, stages, nodes, cpus_per_node)
+    scale = input_bytes / sample.bytes_in
+    return {
+        "input_bytes": input_bytes,
+        "nodes": nodes,
+        "cpus_per_node": cpus_per_node,
+        "sample": {"directory": str(sample.directory), "bytes": sample.bytes_in},
+        "cpu_hours_by_stage": {k: round(v, 3) for k, v in per_stage.items()},
+        "cpu_hours": round(cpu_hours, 3),
+        "utilisation": round(used, 3),
+        "utilisation_source": "given" if utilisation else "sample" if sample.utilisation else "1",
+        "wall_hours": round(wall_h, 4),
+        "node_hours": round(wall_h * nodes, 3),
+        "node_hours_compute_bound": round(cpu_hours / cpus_per_node, 3),
+        "peak_memory_gb_per_node": max(memory.values()),
+        "memory_gb_by_phase": memory,
+        "output_bytes": int(sample.shard_bytes * scale),
+        "rejects_bytes": int(sample.reject_bytes * scale),
+        "documents": int(sample.docs_in * scale),
+        "warnings": _warnings(sample, used, utilisation),
+    }
+
+
+SMALL_SAMPLE_BYTES = 100 * 10**6
+
+
+def _warnings(sample: Sample, used: float, given: float | None) -> list[str]:
+    """What makes this projection less trustworthy, in words."""
+    notes = []
+    if sample.bytes_in < SMALL_SAMPLE_BYTES and given is None and used < 0.5:
+        notes.append(
+            f"the sample's utilisation {used:.3f} is mostly fixed cost (Ray scheduling, actor "
+            f"set-up) in a {_size(sample.bytes_in)} sample: run a larger sample or pass "
+            "--utilisation; the compute-bound figure assumes every CPU busy"
+        )
+    return notes
+
+
+def _size(value: float) -> str:
+    for unit in ("PB", "TB", "GB", "MB", "KB"):
+        if value >= UNITS[unit]:
+            return f"{value / UNITS[unit]:.2f} {unit}"
+    return f"{value:.0f} B"
+
+
+def format_estimate(result: dict[str, Any]) -> str:
+    """Human-readable lines; the first one is the answer."""
+    stages = ", ".join(f"{k} {v:,.1f}" for k, v in result["cpu_hours_by_stage"].items())
+    memory = ", ".join(f"{k} {v:,.1f}" for k, v in result["memory_gb_by_phase"].items())
+    return "\n".join(
+        [
+            f"{_size(result['input_bytes'])} on {result['nodes']} nodes x "
+            f"{result['cpus_per_node']} CPUs: {result['wall_hours']:,.2f} h wall, "
+            f"{result['node_hours']:,.1f} node-hours, peak "
+            f"{result['peak_memory_gb_per_node']:,.1f} GB/node, output "
+            f"{_size(result['output_bytes'])} of shards",
+            f"  CPU-hours by stage: {stages} (total {result['cpu_hours']:,.1f})",
+            f"  utilisation {result['utilisation']} ({result['utilisation_source']}); "
+            f"compute-bound lower bound {result['node_hours_compute_bound']:,.1f} node-hours",
+            f"  memory GB/node by phase (Ray object store apart): {memory}",
+            f"  rejects {_size(result['rejects_bytes'])}, ~{result['documents']:,} documents; "
+            f"from sample {result['sample']['directory']} ({_size(result['sample']['bytes'])})",
+            *(f"  note: {note}" for note in result["warnings"]),
+        ]
+    )
