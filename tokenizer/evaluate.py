@@ -23,7 +23,7 @@ from pretrain.progress import Progress
 from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.plots import plot_compression, plot_groups
 from tokenizer.sample import SamplePlan, group_key, stream_sample
-from tokenizer.shards import read_columns, require_shards, shards_identity, tag, unit_hash
+from tokenizer.shards import read_columns, require_shards, same_shards, tag, unit_hash
 
 KIND = "tokenizer-eval"
 MIN_EVAL_DOCS = 20
@@ -202,8 +202,7 @@ def evaluate(
         "tokenizer": tokenizer.info,
         "eval_source": source,
         "out": str(out),
-        "same_shards_as_training": shards_identity(data)
-        == tokenizer.lock["inputs"]["shards_manifest_sha256"],
+        "same_shards_as_training": same_shards(tokenizer.lock["inputs"], data),
         "ours": measure_ours(tokenizer, docs).report(tokenizer.vocab_size, specials),
     }
     if baseline:

@@ -1,7 +1,9 @@
 """The tokenizer lock: a tokenizer is known by the sha256 of its `lock.json`.
 
 `lock.json` records the sha256 of `tokenizer.json`, the vocabulary size, the special token ids, the
-training config, the realised sample composition and the input shards' manifest sha256. Every
+training config, the realised sample composition and the content identity of the input shards
+(`tokenizer.shards.shards_identity`: their Parquet files' hashes, not the shards manifest, whose
+created_unix/command change on every rebuild: the same inputs give the same tokenizer id). Every
 artifact made with a tokenizer records `{"name", "sha256", "id"}`; consumers compare that with the
 tokenizer they are given (`check_match`) and refuse a mismatch in one line.
 """
@@ -19,9 +21,11 @@ from pretrain.manifest import canonical_json, load_manifest, require, sha256_byt
 KIND = "tokenizer"
 LOCK_FILE = "lock.json"
 TOKENIZER_FILE = "tokenizer.json"
-LOCK_VERSION = 2
+LOCK_VERSION = 3
 """1: `files` lists tokenizer.json only; 2: also the HF tokenizer_config.json and
-special_tokens_map.json (tokenizer/hf.py). Both verify: every file the lock lists is checked."""
+special_tokens_map.json (tokenizer/hf.py); 3: `inputs.shards_content_sha256` (the shards' content)
+replaces `inputs.shards_manifest_sha256` (the shards manifest's bytes). All verify: every file the
+lock lists is checked."""
 
 
 def tokenizer_id(name: str, sha256: str) -> str:

@@ -15,7 +15,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pretrain.errors import ArtifactError
-from pretrain.manifest import listed_path, manifest_sha256, require
+from pretrain.manifest import (
+    canonical_json,
+    listed_path,
+    load_manifest,
+    manifest_sha256,
+    require,
+    sha256_bytes,
+)
 from pretrain.schema import BASE_FIELDS, STAGE_COLUMNS
 
 SHARDS_KIND = "shards"
@@ -24,15 +31,16 @@ for _fields in STAGE_COLUMNS.values():
     _ALL_FIELDS.update({f.name: f for f in _fields})
 
 
+def _is_shard(rel: str) -> bool:
+    """A data shard of a shards artifact (what readers read; not rejects or the ledger)."""
+    return rel.startswith("shards/") and rel.endswith(".parquet")
+
+
 def require_shards(directory: str | Path, deep: bool = True) -> tuple[dict[str, Any], list[Path]]:
     """Verify a shards artifact and list its Parquet shards (sorted); refuse when it has none."""
     root = Path(directory)
     manifest = require(root, kind=SHARDS_KIND, deep=deep)
-    shards = sorted(
-        listed_path(root, manifest, rel)
-        for rel in manifest["files"]
-        if rel.startswith("shards/") and rel.endswith(".parquet")
-    )
+    shards = sorted(listed_path(root, manifest, rel) for rel in manifest["files"] if _is_shard(rel))
     if not shards:
         raise ArtifactError(
             f"{root} lists no shards/*.parquet files; re-run `pretrain data run` "
@@ -42,7 +50,22 @@ def require_shards(directory: str | Path, deep: bool = True) -> tuple[dict[str, 
 
 
 def shards_identity(directory: str | Path) -> str:
-    return manifest_sha256(directory)
+    """What a shards artifact holds: sha256 of the sorted {path: sha256} of its shards/*.parquet
+    (the files readers read; `require` checks them against these hashes). Unlike the manifest's
+    own sha256 it ignores created_unix, command, git state and the pipeline's ledger, rejects
+    and progress files: the same documents rebuilt give the same identity, a changed byte in a
+    shard another one."""
+    files = load_manifest(directory)["files"]
+    listed = {rel: files[rel]["sha256"] for rel in sorted(files) if _is_shard(rel)}
+    return sha256_bytes(canonical_json({"kind": SHARDS_KIND, "shards": listed}))
+
+
+def same_shards(lock_inputs: dict[str, Any], directory: str | Path) -> bool:
+    """Whether `directory` holds the shards a tokenizer lock's `inputs` records (lock 3: content
+    identity; locks 1-2 recorded the shards manifest's sha256)."""
+    if "shards_content_sha256" in lock_inputs:
+        return shards_identity(directory) == lock_inputs["shards_content_sha256"]
+    return manifest_sha256(directory) == lock_inputs.get("shards_manifest_sha256")
 
 
 def read_columns(path: Path, columns: Sequence[str], batch_size: int = 2048) -> Iterator[pa.Table]:

@@ -135,7 +135,9 @@ def make_lock(
         "token_dtype": "uint16" if vocab_size < 65536 else "int32",
         "config": {k: v for k, v in config_dict(config).items() if k not in PATH_KEYS},
         "sample": composition,
-        "inputs": {"shards_manifest_sha256": shards_sha},
+        # content, not the shards manifest's bytes (created_unix, command): the manifest's sha256
+        # is lineage and stays in manifest.json `inputs`, outside the id
+        "inputs": {"shards_content_sha256": shards_sha},
     }
 
 

@@ -13,9 +13,10 @@ import yaml
 
 from pretrain.cli import main
 from pretrain.errors import LockMismatch
-from pretrain.manifest import load_manifest
+from pretrain.manifest import load_manifest, manifest_sha256
 from tests.tokenizer.tok_helpers import train_config
 from tokenizer.lock import check_match, load_locked
+from tokenizer.shards import shards_identity
 from tokenizer.train import train
 
 pytestmark = pytest.mark.timeout(120)
@@ -40,7 +41,8 @@ def test_artifact_lock_and_identity(tokenizer_dir: Path, shards_dir: Path) -> No
     )
     assert lock["special_tokens"] == {"<|endoftext|>": 0, "<|pad|>": 1, "<|user|>": 2}
     assert lock["vocab_size"] == 768 and lock["token_dtype"] == "uint16"
-    assert lock["inputs"]["shards_manifest_sha256"] == manifest["inputs"][0]["manifest_sha256"]
+    assert lock["inputs"] == {"shards_content_sha256": shards_identity(shards_dir)}
+    assert manifest["inputs"][0]["manifest_sha256"] == manifest_sha256(shards_dir)  # lineage
     # the sample drew every train-split document and no eval one
     realised = {k: g["documents"] for k, g in lock["sample"]["groups"].items()}
     assert realised == _train_docs_by_group(shards_dir)
