@@ -11,9 +11,13 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 
+from data_pipeline.dedup.budget import MIN_WORKER_MEMORY_MB
 from data_pipeline.stages.base import STAGE_REGISTRY
 from pretrain.config import StrictModel
 from pretrain.schema import EVAL_FRACTION
+
+DEFAULT_WORKER_MEMORY_MB = 2048
+"""Per-worker memory budget of the global stages when `ray.worker_memory_mb` is not set."""
 
 
 class RayConfig(StrictModel):
@@ -27,6 +31,10 @@ class RayConfig(StrictModel):
     """Fractional so actors never hold every CPU and starve the read tasks (Ray deadlock note)."""
     object_store_mb: int | None = Field(None, gt=64)
     """Object store size of a local Ray (default: Ray's choice)."""
+    worker_memory_mb: int = Field(DEFAULT_WORKER_MEMORY_MB, ge=MIN_WORKER_MEMORY_MB)
+    """Memory budget of one Ray worker process, in MB. Global stages cut their work (dedup: map
+    slices and shuffle partitions) from the input's size so that no task needs more; a larger
+    corpus gives more partitions, not bigger workers. Output does not depend on it."""
     block_mb: int = Field(4, gt=0)
     """Ray Data block size cap: small blocks let one large input spread over all actors."""
     timeout_s: float | None = Field(None, gt=0)

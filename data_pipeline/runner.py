@@ -87,7 +87,8 @@ def build_stages(config: PipelineConfig) -> list[Stage]:
                 f"available ({exc}); set stages.{name}.enabled=false"
             ) from None
         stage_config = parse_config(cls.Config, section, source=f"stages.{name}")
-        stages.append(cls(stage_config))
+        budget = {"worker_memory_mb": config.ray.worker_memory_mb}
+        stages.append(cls(stage_config, **(budget if issubclass(cls, GlobalStage) else {})))
     return stages
 
 

@@ -49,7 +49,9 @@ class DedupConfig(StageConfig):
     """LSH errors are weighted towards recall (16 x 8 at 0.8: a pair at J = 0.8 collides with
     probability 0.95): candidates are verified, misses are lost."""
     num_partitions: int | None = Field(None, ge=1)
-    """Hash partitions of the Ray shuffles (default: 2 x the cluster's CPUs)."""
+    """Hash partitions of the Ray shuffles. Default: 2 x the cluster's CPUs, or more when the
+    input would not fit `ray.worker_memory_mb` per worker (data_pipeline.dedup.budget); a value
+    set here is raised to what the budget needs."""
     batch_size: int = Field(2048, ge=1)
     """Documents shingled and hashed at once (bounds the memory of a map task)."""
     isolate_tasks: bool = False

@@ -19,7 +19,8 @@ import time
 from typing import Any
 
 from data_pipeline import throughput
-from data_pipeline.dedup import tasks
+from data_pipeline.config import DEFAULT_WORKER_MEMORY_MB
+from data_pipeline.dedup import budget, tasks
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats
 from pretrain.progress import Progress
@@ -65,10 +66,6 @@ class _Runner:
         return values
 
 
-def _default_partitions(ray: Any) -> int:
-    return max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
-
-
 def _wait_for_cpu(ray: Any, timeout: float) -> None:
     deadline = time.monotonic() + min(timeout, 60.0)
     while ray.available_resources().get("CPU", 0) < 1:
@@ -80,22 +77,38 @@ def _wait_for_cpu(ray: Any, timeout: float) -> None:
         time.sleep(0.5)
 
 
-def dedup_dataset(dataset: Any, config: DedupConfig, stage: Any) -> tuple[Any, DedupStats]:
-    """Tag every row of a Ray Dataset; returns (dataset with the dedup columns, stats)."""
+def _blocks(materialized: Any) -> tuple[list[Any], list[tuple[int, int]]]:
+    """Block refs and their (rows, bytes) from the dataset's metadata (nothing is fetched)."""
+    refs, sizes = [], []
+    for bundle in materialized.iter_internal_ref_bundles():
+        for entry in bundle.blocks:
+            ref, meta = (entry.ref, entry.metadata) if hasattr(entry, "ref") else entry
+            refs.append(ref)
+            sizes.append((int(meta.num_rows or 0), int(meta.size_bytes or 0)))
+    return refs, sizes
+
+
+def dedup_dataset(
+    dataset: Any,
+    config: DedupConfig,
+    stage: Any,
+    worker_memory_mb: int = DEFAULT_WORKER_MEMORY_MB,
+) -> tuple[Any, DedupStats]:
+    """Tag every row of a Ray Dataset; returns (dataset with the dedup columns, stats). Slices
+    and partitions come from the input's size and `worker_memory_mb` (data_pipeline.dedup.budget)."""
     import ray
 
     materialized = dataset.materialize()
-    rows = materialized.count()
-    # More partitions than documents only adds empty tasks (P^2 objects per shuffle); the tags do
-    # not depend on the partition count, so it is capped by the number of documents.
-    partitions = min(max(2, config.num_partitions or _default_partitions(ray)), max(2, rows))
-    blocks = materialized.to_arrow_refs()
-    if not blocks or rows == 0:
+    blocks, sizes = _blocks(materialized)
+    if not blocks or sum(rows for rows, _ in sizes) == 0:
         return materialized, DedupStats()
+    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    plan = budget.plan(sizes, worker_memory_mb, cpus, config)
+    partitions = plan.partitions
     _wait_for_cpu(ray, config.task_timeout_s)
     run = _Runner(config)
     steps = Progress(total=6, desc="dedup", unit="step", leave=False)
-    bands, exact, docs = _map(run, blocks, config, partitions)
+    bands, exact, docs = _map(run, blocks, plan.slices, config, partitions)
     steps.update()
     cands, edges = _buckets(run, bands, exact, config, partitions)
     steps.update()
@@ -106,8 +119,8 @@ def dedup_dataset(dataset: Any, config: DedupConfig, stage: Any) -> tuple[Any, D
     tags = _keep(run, roots, docs, partitions)
     steps.update()
     out = [
-        run.launch(tasks.attach, 1, block, i, stage, *tags[i % partitions])[0]
-        for i, block in enumerate(blocks)
+        run.launch(tasks.attach, 1, blocks[b], s, lo, n, stage, *tags[s % partitions])[0]
+        for s, (b, lo, n) in enumerate(plan.slices)
     ]
     run.ray.wait(out, num_returns=len(out), timeout=config.task_timeout_s)
     steps.update()
@@ -115,6 +128,7 @@ def dedup_dataset(dataset: Any, config: DedupConfig, stage: Any) -> tuple[Any, D
     result = ray.data.from_arrow_refs(out)
     stats = _stats(run, partitions)
     stage.cost = run.cost()
+    stats.extra["plan"] = {**plan.describe(), "worker_memory_mb": worker_memory_mb}
     if config.index.save_to:
         from data_pipeline.dedup.index import save_index
 
@@ -122,10 +136,10 @@ def dedup_dataset(dataset: Any, config: DedupConfig, stage: Any) -> tuple[Any, D
     return result, stats
 
 
-def _map(run: _Runner, blocks: list[Any], config: DedupConfig, partitions: int):
+def _map(run: _Runner, blocks: list[Any], slices: tuple, config: DedupConfig, partitions: int):
     outs = [
-        run.launch(tasks.map_block, 3 * partitions + 1, block, i, config, partitions)
-        for i, block in enumerate(blocks)
+        run.launch(tasks.map_block, 3 * partitions + 1, blocks[b], s, lo, n, config, partitions)
+        for s, (b, lo, n) in enumerate(slices)
     ]
     run.get([o[-1] for o in outs], "map")
     pick = [[[o[k * partitions + p] for o in outs] for p in range(partitions)] for k in range(3)]

@@ -62,11 +62,20 @@ def concat(pieces: tuple[pa.Table, ...], schema: pa.Schema | None = None) -> pa.
     return schema.empty_table() if schema is not None else pa.table({})
 
 
-def map_block(block: pa.Table, block_index: int, config: DedupConfig, partitions: int) -> list:
-    """Signatures of one block -> band rows, exact rows and doc rows, each split by partition,
-    plus stats. Doc rows carry (vertex, id, quality, block, row, sig, matched_cluster).
-    The block is hashed `config.batch_size` documents at a time, so a large block does not
-    raise the task's memory beyond one batch's shingles plus the block's signatures."""
+def map_block(
+    block: pa.Table,
+    slice_index: int,
+    first: int,
+    rows: int,
+    config: DedupConfig,
+    partitions: int,
+) -> list:
+    """Signatures of one slice (`rows` rows of `block` from `first`) -> band rows, exact rows and
+    doc rows, each split by partition, plus stats. Doc rows carry (vertex, id, quality, block =
+    the slice index, row in the slice, sig, shingles, matched_cluster). The slice is hashed
+    `config.batch_size` documents at a time; its size is set by the memory budget
+    (data_pipeline.dedup.budget), so a large block never raises the task's memory."""
+    block = block.slice(first, rows)
     sigs, stats = _signatures_in_batches(block, config)
     keys, key_vertices = band_rows(sigs, config) if config.near else (np.zeros(0, np.uint64),) * 2
     bands = pa.table(
@@ -85,7 +94,7 @@ def map_block(block: pa.Table, block_index: int, config: DedupConfig, partitions
             "vertex": vertex,
             "id": sigs.column("id"),
             "quality": sigs.column("quality"),
-            "block": pa.array(np.full(len(block), block_index), pa.int64()),
+            "block": pa.array(np.full(len(block), slice_index), pa.int64()),
             "row": pa.array(np.arange(len(block)), pa.int64()),
             "sig": sigs.column("sig"),
             "shingles": sigs.column("shingles"),
@@ -287,12 +296,15 @@ def _apply_index_matches(cluster: np.ndarray, keep: np.ndarray, matched: pa.Chun
     return cluster, np.where(dropped, False, keep)
 
 
-def attach(block: pa.Table, block_index: int, stage: Any, *pieces: pa.Table) -> pa.Table:
-    """Join the tags of one block back by (block, row) and append the stage's columns."""
+def attach(
+    block: pa.Table, slice_index: int, first: int, rows: int, stage: Any, *pieces: pa.Table
+) -> pa.Table:
+    """Join the tags of one slice back by (slice, row) and append the stage's columns."""
     from data_pipeline.dedup.text import exact_hashes
 
+    block = block.slice(first, rows)
     tags = concat(pieces)
-    tags = tags.filter(pc.equal(tags.column("block"), block_index)).sort_by("row")
+    tags = tags.filter(pc.equal(tags.column("block"), slice_index)).sort_by("row")
     assert tags.num_rows == block.num_rows, (tags.num_rows, block.num_rows)
     columns = {
         "exact_hash": pa.array(exact_hashes(block.column("text")), pa.string()),

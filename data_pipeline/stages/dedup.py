@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
+from data_pipeline.config import DEFAULT_WORKER_MEMORY_MB
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats, dedup_table
 from data_pipeline.stages.base import GlobalStage, StageConfig
@@ -52,7 +53,8 @@ class DedupStage(GlobalStage):
         """Tag a Ray Dataset with the distributed shuffle (band buckets, star components)."""
         from data_pipeline.dedup.distributed import dedup_dataset
 
-        result, self.stats = dedup_dataset(dataset, self.dedup_config, self)
+        budget = self.context.get("worker_memory_mb", DEFAULT_WORKER_MEMORY_MB)
+        result, self.stats = dedup_dataset(dataset, self.dedup_config, self, budget)
         return result
 
     def describe(self) -> dict[str, Any]:

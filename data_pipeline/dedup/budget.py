@@ -1,0 +1,120 @@
+"""How distributed dedup cuts its work so that every Ray task fits a per-worker memory budget.
+
+Two things decide a task's peak memory, and both are chosen here from the input's size (block
+row counts and bytes, known from the materialised dataset's metadata without reading it) and the
+budget (`ray.worker_memory_mb`):
+
+- map and join-back tasks see one SLICE of an input block; a slice holds at most `slice_bytes`
+  of input, so their peak is `WORKER_BASE_MB + MAP_FACTOR * slice_bytes` (shingles, signatures
+  and the scattered copies of one slice);
+- every reduce task (band buckets, verification, star steps, labels, keep) sees one hash
+  PARTITION: about documents / partitions documents with their signature and shingles, so the
+  partition count grows with the input until `REDUCE_FACTOR * partition bytes` fits.
+
+The constants are measured (benchmarks/bench_dedup_memory.py) with a margin. Tags never depend
+on slices or partitions (cluster ids are vertex hashes), so the plan changes memory, not output.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from data_pipeline.dedup.config import DedupConfig
+from pretrain.errors import ConfigError
+
+WORKER_BASE_MB = 260
+"""A Ray worker that has imported pyarrow, numpy and the dedup code, before any work (measured
+~185 MB, plus Ray's per-task buffers)."""
+MAP_FACTOR = 16.0
+"""Peak bytes of a map task per input byte of its slice (text, normalised copies, tokens,
+shingles, 128 x 8-byte hash blocks per batch, signatures, scattered copies)."""
+REDUCE_FACTOR = 4.0
+"""Peak bytes of a reduce task per byte of its partition's document rows (concatenation, lookups
+and the candidates carrying their shingles)."""
+MIN_SLICE_BYTES = 1 << 20
+MIN_WORKER_MEMORY_MB = WORKER_BASE_MB + int(MIN_SLICE_BYTES * MAP_FACTOR) // 2**20
+"""The smallest budget that holds a worker and one map task on a 1 MB slice."""
+MAX_PARTITIONS = 4096
+"""Each shuffle makes partitions x (slices or partitions) objects; beyond this, raise the budget."""
+
+
+class BudgetError(ConfigError):
+    """The memory budget cannot hold even the smallest unit of work."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    partitions: int
+    slices: tuple[tuple[int, int, int], ...]
+    """(block index, first row, rows) of every map / join-back task, in input order."""
+    slice_bytes: int
+    doc_row_bytes: float
+    """Estimated bytes per document in the shuffled document rows (signature + shingles + ids)."""
+
+    def describe(self) -> dict[str, float]:
+        return {
+            "partitions": self.partitions,
+            "slices": len(self.slices),
+            "slice_mb": round(self.slice_bytes / 2**20, 2),
+            "doc_row_bytes": round(self.doc_row_bytes),
+        }
+
+
+def usable_bytes(worker_memory_mb: int) -> int:
+    if worker_memory_mb < MIN_WORKER_MEMORY_MB:
+        raise BudgetError(
+            f"ray.worker_memory_mb={worker_memory_mb} leaves no room for dedup work after a "
+            f"Ray worker's own ~{WORKER_BASE_MB} MB; set it to at least {MIN_WORKER_MEMORY_MB}"
+        )
+    return (worker_memory_mb - WORKER_BASE_MB) * 2**20
+
+
+def doc_row_bytes(mean_doc_bytes: float, config: DedupConfig) -> float:
+    """Signature (4 bytes x num_perm) + shingles (4 bytes per word: ~0.7 x text bytes, a word
+    and its space being ~6 bytes; one per character for CJK is bounded the same way by UTF-8's
+    3 bytes a character) + ids, vertex, quality, position (~100 bytes)."""
+    return 4 * config.num_perm + 0.7 * mean_doc_bytes + 100
+
+
+def choose_partitions(
+    documents: int, input_bytes: int, worker_memory_mb: int, cpus: int, config: DedupConfig
+) -> tuple[int, float]:
+    """(partitions, per-document row bytes): at least 2 x CPUs for parallelism, enough that one
+    partition's rows fit the budget, never more than the documents (empty tasks only)."""
+    usable = usable_bytes(worker_memory_mb)
+    row = doc_row_bytes(input_bytes / max(1, documents), config)
+    needed = math.ceil(REDUCE_FACTOR * row * documents / usable)
+    partitions = max(2, 2 * cpus, needed)
+    if config.num_partitions is not None:
+        partitions = max(config.num_partitions, needed)
+    if needed > MAX_PARTITIONS:
+        raise BudgetError(
+            f"dedup of {documents} documents needs {needed} partitions to fit "
+            f"ray.worker_memory_mb={worker_memory_mb}, more than {MAX_PARTITIONS}; raise the budget"
+        )
+    return min(partitions, max(2, documents)), row
+
+
+def slice_blocks(
+    blocks: list[tuple[int, int]], slice_bytes: int
+) -> tuple[tuple[int, int, int], ...]:
+    """Cut blocks given as (rows, bytes) into (block, first row, rows) slices of at most about
+    `slice_bytes` each (rows split evenly; a block with no rows gives one empty slice)."""
+    slices = []
+    for index, (rows, size) in enumerate(blocks):
+        count = max(1, min(rows, math.ceil(size / slice_bytes)))
+        bounds = [rows * k // count for k in range(count + 1)]
+        slices += [(index, lo, hi - lo) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return tuple(slices)
+
+
+def plan(
+    blocks: list[tuple[int, int]], worker_memory_mb: int, cpus: int, config: DedupConfig
+) -> Plan:
+    """The partitioning of a dedup run over blocks given as (rows, bytes)."""
+    documents = sum(rows for rows, _ in blocks)
+    input_bytes = sum(size for _, size in blocks)
+    partitions, row = choose_partitions(documents, input_bytes, worker_memory_mb, cpus, config)
+    slice_bytes = max(MIN_SLICE_BYTES, int(usable_bytes(worker_memory_mb) / MAP_FACTOR))
+    return Plan(partitions, slice_blocks(blocks, slice_bytes), slice_bytes, row)
