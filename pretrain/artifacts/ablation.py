@@ -1,0 +1,93 @@
+"""`ablation` (`pretrain ablate`): the decision report over proxy runs of mixture recipes.
+
+`report.json`: `chosen_recipe_sha256`, `base_recipe_sha256`, `tokenizer_sha256`,
+`data_manifest_sha256` (the encoded artifact), `criteria`, `passed`, per-run results bound by
+recipe hash, `decision`, `summary`, `scale_agreement`, `predictions`. The launch gate reads the
+report here (`open(dir).report`) and re-applies the decision rule itself (trainer.gate), so the
+trainer needs nothing from evals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cached_property
+from typing import Any, ClassVar
+
+from pydantic import ConfigDict, Field
+
+from pretrain.artifacts import base
+
+KIND = "ablation"
+REPORT_FILE = "report.json"
+MANIFEST_KEYS = (
+    "chosen_recipe_sha256",
+    "base_recipe_sha256",
+    "tokenizer_sha256",
+    "data_manifest_sha256",
+    "passed",
+    "target_metric",
+)
+"""The report fields the manifest repeats (so `pretrain show` needs no report.json)."""
+
+
+class AblationManifest(base.Manifest):
+    KIND: ClassVar[str] = KIND
+    chosen_recipe_sha256: str | None = None
+    base_recipe_sha256: str | None = None
+    tokenizer_sha256: str | None = None
+    data_manifest_sha256: str | None = None
+    passed: bool | None = None
+    target_metric: str | None = None
+
+
+class Report(base._Model):
+    """The parts of report.json the gate binds to; the rest stays in `.raw`."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    chosen_recipe_sha256: str | None = None
+    chosen_recipe_name: str | None = None
+    base_recipe_sha256: str | None = None
+    tokenizer_sha256: str | None = None
+    data_manifest_sha256: str | None = None
+    target_metric: str | None = None
+    primary_proxy: str | None = None
+    passed: bool | None = None
+    criteria: dict[str, Any] = Field(default_factory=dict)
+    summary: dict[str, Any] = Field(default_factory=dict)
+    runs: list[dict[str, Any]] = Field(default_factory=list)
+    scale_agreement: Any = None
+
+
+class Ablation(base.Artifact[AblationManifest]):
+    """A verified ablation artifact; `.report` is its report.json (its bytes hashed by the
+    manifest, so reading it after `open` reads what was verified)."""
+
+    @cached_property
+    def report_json(self) -> dict[str, Any]:
+        """report.json as written (every field, typed or not)."""
+        return dict(json.loads(self.path(REPORT_FILE).read_bytes()))
+
+    @cached_property
+    def report(self) -> Report:
+        return Report.model_validate(self.report_json)
+
+
+def open(directory: str | os.PathLike, *, full: bool | None = None) -> Ablation:
+    root, manifest, raw = base.verified(directory, AblationManifest, full=full)
+    return Ablation(root, manifest, raw)
+
+
+def write(
+    directory: str | os.PathLike,
+    report: dict[str, Any],
+    *,
+    config: dict[str, Any],
+    inputs: list[str | os.PathLike],
+    counts: dict[str, Any],
+) -> dict[str, Any]:
+    """The manifest of an ablation whose report.json is written; it repeats `MANIFEST_KEYS`."""
+    fields = {key: report.get(key) for key in MANIFEST_KEYS}
+    return base.write(
+        directory, AblationManifest, fields, config=config, inputs=inputs, counts=counts
+    )

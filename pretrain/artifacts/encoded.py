@@ -1,0 +1,97 @@
+"""`encoded` (`pretrain tokenizer encode`): Megatron `.bin`/`.idx` pairs with tag sidecars.
+
+Per prefix (shard stem) `DIR/<stem>.bin` / `.idx` (Megatron IndexedDataset; uint16 when the
+vocabulary fits, else int32; EOD after every document) and `DIR/<stem>.docs.parquet`: row i
+describes document i of that `.bin` (`doc_index`, `id`, `num_tokens` incl. EOD, and the tags).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import ConfigDict, Field
+
+from pretrain.artifacts import base
+
+KIND = "encoded"
+SIDECAR_SUFFIX = ".docs.parquet"
+PREFIX_SUFFIXES = (".bin", ".idx", SIDECAR_SUFFIX)
+
+
+class EncodedShard(base._Model):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    documents: int
+    tokens: int
+    source_sha256: str | None = None
+
+
+class EncodedManifest(base.Manifest):
+    KIND: ClassVar[str] = KIND
+    tokenizer: base.TokenizerRef
+    prefixes: list[str] = Field(default_factory=list)
+    token_dtype: str = "uint16"
+    eod_id: int | None = None
+    shards: dict[str, EncodedShard] = Field(default_factory=dict)
+
+
+class Encoded(base.Artifact[EncodedManifest]):
+    """A verified encoded artifact."""
+
+    @property
+    def tokenizer_sha256(self) -> str:
+        return self.manifest.tokenizer.sha256
+
+    def prefix_paths(self) -> list[Path]:
+        """Each prefix as a path (no suffix) whose `.bin`, `.idx` and sidecar are all listed
+        among the artifact's files and confined to it."""
+        paths = []
+        for stem in self.manifest.prefixes:
+            for suffix in PREFIX_SUFFIXES:
+                self.path(f"{stem}{suffix}")
+            paths.append(self.directory / stem)
+        return paths
+
+    def sidecar_path(self, stem: str) -> Path:
+        return self.directory / f"{stem}{SIDECAR_SUFFIX}"
+
+
+def open(
+    directory: str | os.PathLike,
+    *,
+    sha256: str | None = None,
+    deep: bool = True,
+    full: bool | None = None,
+) -> Encoded:
+    """Verify an encoded artifact (and its identity when `sha256` is given); prefixes confined."""
+    root, manifest, raw = base.verified(
+        directory, EncodedManifest, sha256=sha256, deep=deep, full=full
+    )
+    encoded = Encoded(root, manifest, raw)
+    encoded.prefix_paths()
+    return encoded
+
+
+def write(
+    directory: str | os.PathLike,
+    *,
+    config: dict[str, Any],
+    inputs: list[str | os.PathLike],
+    counts: dict[str, Any],
+    tokenizer: dict[str, Any],
+    prefixes: list[str],
+    token_dtype: str,
+    eod_id: int,
+    shards: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    fields = {
+        "tokenizer": tokenizer,
+        "prefixes": prefixes,
+        "token_dtype": token_dtype,
+        "eod_id": eod_id,
+        "shards": shards,
+    }
+    return base.write(
+        directory, EncodedManifest, fields, config=config, inputs=inputs, counts=counts
+    )

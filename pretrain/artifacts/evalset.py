@@ -1,0 +1,76 @@
+"""`evalset` (`pretrain eval build`): held-out eval sets, decontaminated against training data.
+
+`sets/<domain>__<lang>.parquet` (id, text, domain, lang, num_bytes), optional `tasks/*.jsonl`,
+`report.json`, and `contaminated.parquet`: the training ids (`train_id`) found to be near-copies
+of eval documents, which a mixture excludes (`build.decontaminate`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import ConfigDict, Field
+
+from pretrain.artifacts import base
+
+KIND = "evalset"
+CONTAMINATED_FILE = "contaminated.parquet"
+REPORT_FILE = "report.json"
+
+
+class SetEntry(base._Model):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    name: str
+    domain: str
+    lang: str
+    documents: int | None = None
+    bytes: int | None = None
+
+
+class EvalsetManifest(base.Manifest):
+    KIND: ClassVar[str] = KIND
+    sets: list[SetEntry] = Field(default_factory=list)
+    tasks: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Evalset(base.Artifact[EvalsetManifest]):
+    """A verified evalset artifact."""
+
+    def set_path(self, entry: SetEntry) -> Path:
+        return self.path(f"sets/{entry.name}.parquet")
+
+    def contaminated_ids(self) -> set[str]:
+        """Training document ids a mixture must exclude to keep these sets held out."""
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(self.path(CONTAMINATED_FILE), columns=["train_id"])
+        return set(table.column("train_id").to_pylist())
+
+    def task_paths(self) -> list[Path]:
+        return sorted(
+            self.path(rel)
+            for rel in self.raw["files"]
+            if rel.startswith("tasks/") and rel.endswith(".jsonl")
+        )
+
+
+def open(directory: str | os.PathLike, *, full: bool | None = None) -> Evalset:
+    root, manifest, raw = base.verified(directory, EvalsetManifest, full=full)
+    return Evalset(root, manifest, raw)
+
+
+def write(
+    directory: str | os.PathLike,
+    *,
+    config: dict[str, Any],
+    inputs: list[str | os.PathLike],
+    counts: dict[str, Any],
+    sets: list[dict[str, Any]],
+    tasks: list[dict[str, Any]],
+) -> dict[str, Any]:
+    fields = {"sets": sets, "tasks": tasks}
+    return base.write(
+        directory, EvalsetManifest, fields, config=config, inputs=inputs, counts=counts
+    )

@@ -1,0 +1,60 @@
+"""`hf_export` (`pretrain export`): a checkpoint as a Hugging Face transformers model.
+
+`model.safetensors`, `config.json` (LlamaForCausalLM), `generation_config.json` and the tokenizer
+files, loadable with `transformers.AutoModelForCausalLM.from_pretrained(DIR)`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from pretrain.artifacts import base
+
+KIND = "hf_export"
+
+
+class ExportManifest(base.Manifest):
+    KIND: ClassVar[str] = KIND
+    tokenizer: base.TokenizerRef
+    architecture: str = "LlamaForCausalLM"
+    source: dict[str, Any] = Field(default_factory=dict)
+
+
+class Export(base.Artifact[ExportManifest]):
+    """A verified export artifact."""
+
+    @property
+    def step(self) -> int:
+        return int(self.manifest.counts["step"])
+
+
+def open(directory: str | os.PathLike, *, full: bool | None = None) -> Export:
+    root, manifest, raw = base.verified(directory, ExportManifest, full=full)
+    return Export(root, manifest, raw)
+
+
+def is_export(directory: str | os.PathLike) -> bool:
+    """True when `directory` holds a finished export (its manifest says so; not verified)."""
+    from pretrain.manifest import MANIFEST, load_manifest
+
+    path = os.fspath(directory)
+    return os.path.isfile(os.path.join(path, MANIFEST)) and load_manifest(path)["kind"] == KIND
+
+
+def write(
+    directory: str | os.PathLike,
+    *,
+    config: dict[str, Any],
+    inputs: list[str | os.PathLike],
+    counts: dict[str, Any],
+    tokenizer: dict[str, Any],
+    architecture: str,
+    source: dict[str, Any],
+) -> dict[str, Any]:
+    fields = {"tokenizer": tokenizer, "architecture": architecture, "source": source}
+    return base.write(
+        directory, ExportManifest, fields, config=config, inputs=inputs, counts=counts
+    )

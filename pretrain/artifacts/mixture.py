@@ -1,0 +1,95 @@
+"""`mixture` (`pretrain mixture build`): a deterministic sample index over an encoded artifact.
+
+`index/<phase>-<name>.npy` per phase (component int16 and draw per sample), `components/<name>.npy`
+(each component's selected documents), the plan. Sample i is consumed at global step
+i // global_batch. The dataset over it is `mixtures.dataset.MixtureDataset`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import ConfigDict, Field
+
+from pretrain.artifacts import base
+from pretrain.errors import ArtifactError
+
+KIND = "mixture"
+
+
+class Phase(base._Model):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    name: str
+    seq_length: int
+    num_sequences: int
+    index: str
+    weights: dict[str, float] = Field(default_factory=dict)
+
+
+class Component(base._Model):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    name: str
+    weight: float | None = None
+    max_epochs: float | None = None
+    available_tokens: int | None = None
+    documents: int | None = None
+    select_sha256: str | None = None
+
+
+class MixtureManifest(base.Manifest):
+    KIND: ClassVar[str] = KIND
+    recipe_sha256: str
+    build_sha256: str
+    tokenizer: base.TokenizerRef
+    encoded_manifest_sha256: str
+    global_batch: int
+    seed: int = 0
+    recipe_name: str | None = None
+    phases: list[Phase] = Field(default_factory=list)
+    components: list[Component] = Field(default_factory=list)
+    decontaminated: dict[str, Any] = Field(default_factory=dict)
+
+
+class Mixture(base.Artifact[MixtureManifest]):
+    """A verified mixture artifact."""
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """The hashes a run and the launch gate bind to."""
+        m = self.manifest
+        return {
+            "recipe_sha256": m.recipe_sha256,
+            "build_sha256": m.build_sha256,
+            "tokenizer_sha256": m.tokenizer.sha256,
+            "data_manifest_sha256": m.encoded_manifest_sha256,
+        }
+
+    def recorded_encoded(self) -> Path:
+        """The encoded artifact the mixture was built from (its lineage entry)."""
+        entry = self.manifest.input_of("encoded")
+        if entry is None:
+            raise ArtifactError(
+                f"{self.directory} records no encoded input; pass the encoded directory"
+            )
+        return Path(entry.path)
+
+
+def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None = None) -> Mixture:
+    root, manifest, raw = base.verified(directory, MixtureManifest, deep=deep, full=full)
+    return Mixture(root, manifest, raw)
+
+
+def write(
+    directory: str | os.PathLike,
+    fields: dict[str, Any],
+    *,
+    config: dict[str, Any],
+    inputs: list[str | os.PathLike],
+    counts: dict[str, Any],
+) -> dict[str, Any]:
+    """`fields`: the MixtureManifest fields above (checked: an unknown one is refused)."""
+    return base.write(
+        directory, MixtureManifest, fields, config=config, inputs=inputs, counts=counts
+    )

@@ -1,0 +1,73 @@
+"""`run` (`pretrain launch`): a training run.
+
+`RUN/checkpoints/iter_<step:07d>/` (each a `checkpoint` artifact: dist_checkpointing files and
+`state.json`), `RUN/metrics.jsonl`, `RUN/loss.png`. The model behind a checkpoint is loaded by
+`trainer.inference.load_model`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import ConfigDict, Field
+
+from pretrain.artifacts import base
+
+KIND = "run"
+CHECKPOINT_KIND = "checkpoint"
+CHECKPOINTS_DIR = "checkpoints"
+METRICS_FILE = "metrics.jsonl"
+_ITER = re.compile(r"iter_(\d{7})")
+
+
+def checkpoint_name(step: int) -> str:
+    return f"iter_{step:07d}"
+
+
+class MixtureRef(base._Model):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    build_sha256: str | None = None
+    recipe_sha256: str | None = None
+
+
+class RunManifest(base.Manifest):
+    KIND: ClassVar[str] = KIND
+    tokenizer: dict[str, Any] = Field(default_factory=dict)
+    mixture: MixtureRef = Field(default_factory=MixtureRef)
+    gate: dict[str, Any] | None = None
+    mfu: dict[str, Any] = Field(default_factory=dict)
+    world_size: int | None = None
+    guard: dict[str, Any] = Field(default_factory=dict)
+
+
+class Run(base.Artifact[RunManifest]):
+    """A verified run artifact."""
+
+    def checkpoint_dirs(self) -> list[tuple[int, Path]]:
+        """(step, directory) of each finished checkpoint, oldest first."""
+        found = []
+        for path in (self.directory / CHECKPOINTS_DIR).glob("iter_*"):
+            match = _ITER.fullmatch(path.name)
+            if match and (path / "manifest.json").is_file():
+                found.append((int(match.group(1)), path))
+        return sorted(found)
+
+
+def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None = None) -> Run:
+    root, manifest, raw = base.verified(directory, RunManifest, deep=deep, full=full)
+    return Run(root, manifest, raw)
+
+
+def write(
+    directory: str | os.PathLike,
+    fields: dict[str, Any],
+    *,
+    config: dict[str, Any],
+    inputs: list[str | os.PathLike],
+    counts: dict[str, Any],
+) -> dict[str, Any]:
+    """`fields`: the RunManifest fields (checked: an unknown one is refused)."""
+    return base.write(directory, RunManifest, fields, config=config, inputs=inputs, counts=counts)

@@ -1,0 +1,110 @@
+"""`shards` (`pretrain data run`): tagged Parquet shards, the ledger, the rejects.
+
+The one place the shards layout is defined for readers: `DIR/shards/*.parquet` (the kept
+documents, schema `pretrain.schema.schema_for(stages)`), `DIR/ledger.json`, `DIR/rejects/`.
+Columns of later pipeline stages may be absent (stages disabled): `read_columns` takes the
+columns that exist and fills the rest with typed nulls.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import Field
+
+from pretrain.artifacts import base
+from pretrain.errors import ArtifactError
+from pretrain.schema import BASE_FIELDS, STAGE_COLUMNS
+
+KIND = "shards"
+SHARDS_DIR = "shards"
+LEDGER = "ledger.json"
+REJECTS_DIR = "rejects"
+
+_ALL_FIELDS: dict[str, pa.Field] = {f.name: f for f in BASE_FIELDS}
+for _fields in STAGE_COLUMNS.values():
+    _ALL_FIELDS.update({f.name: f for f in _fields})
+
+
+class ShardsManifest(base.Manifest):
+    KIND: ClassVar[str] = KIND
+    stages: list[dict[str, Any]] = Field(default_factory=list)
+    """Each stage's `Stage.describe()` (name, version, config)."""
+    models: dict[str, str] = Field(default_factory=dict)
+    """Model artifacts the stages used: {stage.key: artifact manifest sha256}."""
+    ppl_cutoffs: dict[str, list[float]] = Field(default_factory=dict)
+    """Perplexity bucket cutoffs per language: [p30, p60]."""
+
+
+class Shards(base.Artifact[ShardsManifest]):
+    """A verified shards artifact."""
+
+    @property
+    def shard_paths(self) -> list[Path]:
+        """The Parquet shards the manifest lists (never a file merely present), sorted."""
+        prefix = f"{SHARDS_DIR}/"
+        return sorted(
+            self.path(rel)
+            for rel in self.raw["files"]
+            if rel.startswith(prefix) and rel.endswith(".parquet")
+        )
+
+    def batches(self, columns: Sequence[str], batch_size: int = 2048) -> Iterator[pa.Table]:
+        """Every shard in order, in batches holding exactly `columns`."""
+        for path in self.shard_paths:
+            yield from read_columns(path, columns, batch_size)
+
+
+def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None = None) -> Shards:
+    """Verify a shards artifact; refuse one that lists no shards."""
+    root, manifest, raw = base.verified(directory, ShardsManifest, deep=deep, full=full)
+    shards = Shards(root, manifest, raw)
+    if not shards.shard_paths:
+        raise ArtifactError(
+            f"{root} lists no {SHARDS_DIR}/*.parquet files; re-run `pretrain data run` "
+            "or pass the right directory"
+        )
+    return shards
+
+
+def write(
+    directory: str | os.PathLike,
+    *,
+    config: dict[str, Any],
+    inputs: Sequence[str | os.PathLike],
+    counts: dict[str, Any],
+    stages: list[dict[str, Any]],
+    models: dict[str, str],
+    ppl_cutoffs: dict[str, list[float]],
+) -> dict[str, Any]:
+    fields = {"stages": stages, "models": models, "ppl_cutoffs": ppl_cutoffs}
+    return base.write(
+        directory, ShardsManifest, fields, config=config, inputs=list(inputs), counts=counts
+    )
+
+
+def read_columns(path: Path, columns: Sequence[str], batch_size: int = 2048) -> Iterator[pa.Table]:
+    """Stream shard `path` in batches holding exactly `columns` (absent ones as typed nulls)."""
+    parquet = pq.ParquetFile(path)
+    present = [c for c in columns if c in parquet.schema_arrow.names]
+    for batch in parquet.iter_batches(batch_size=batch_size, columns=present):
+        yield _fill_missing(pa.Table.from_batches([batch]), columns)
+
+
+def _fill_missing(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    arrays = []
+    fields = []
+    for name in columns:
+        field = _ALL_FIELDS.get(name, pa.field(name, pa.string()))
+        if name in table.column_names:
+            arrays.append(table.column(name))
+            fields.append(table.schema.field(name))
+        else:
+            arrays.append(pa.nulls(table.num_rows, type=field.type))
+            fields.append(field.with_nullable(True))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))

@@ -1,0 +1,140 @@
+"""The typed artifact readers: they verify before they type, read what older versions wrote,
+refuse what no version wrote, and their writers refuse fields their kind does not have."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pretrain.artifacts import ablation, base, encoded, model, shards
+from pretrain.command import capture
+from pretrain.errors import ArtifactError
+from pretrain.manifest import MANIFEST, load_manifest, manifest_sha256, write_manifest
+
+
+def _shards(root: Path, rows: int = 3) -> Path:
+    (root / "shards").mkdir(parents=True)
+    table = pa.table(
+        {"id": [f"d{i}" for i in range(rows)], "text": ["x" * (i + 1) for i in range(rows)]}
+    )
+    pq.write_table(table, root / "shards" / "a-00000.parquet")
+    (root / "stray.parquet").write_bytes(b"not listed under shards/")
+    shards.write(
+        root,
+        config={"output": str(root)},
+        inputs=[],
+        counts={"documents_kept": rows},
+        stages=[{"name": "rules", "version": 1, "config": {}}],
+        models={},
+        ppl_cutoffs={"en": [10.0, 20.0]},
+    )
+    return root
+
+
+def test_shards_reader_lists_only_listed_shards_and_fills_absent_columns(tmp_path) -> None:
+    art = shards.open(_shards(tmp_path / "s"))
+    assert [p.name for p in art.shard_paths] == ["a-00000.parquet"]
+    (table,) = list(art.batches(["id", "lang"]))
+    assert table.column("id").to_pylist() == ["d0", "d1", "d2"]
+    assert table.column("lang").null_count == 3  # a column of a stage that did not run
+    assert art.manifest.ppl_cutoffs == {"en": [10.0, 20.0]}
+    assert art.manifest_sha256 == manifest_sha256(tmp_path / "s")
+
+
+def test_a_byte_flipped_at_the_same_size_is_refused(tmp_path) -> None:
+    root = _shards(tmp_path / "s")
+    shard = root / "shards" / "a-00000.parquet"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="does not match its sha256"):
+        shards.open(root, full=True)
+
+
+def test_an_artifact_of_another_kind_is_refused(tmp_path) -> None:
+    root = _shards(tmp_path / "s")
+    with pytest.raises(ArtifactError, match="is a 'shards' artifact, this needs a 'encoded'"):
+        encoded.open(root)
+    with pytest.raises(ArtifactError, match="not a model"):
+        model.open(root)
+
+
+def test_a_shards_artifact_without_shards_is_refused(tmp_path) -> None:
+    root = tmp_path / "empty"
+    root.mkdir()
+    write_manifest(root, "shards")
+    with pytest.raises(ArtifactError, match="lists no shards/"):
+        shards.open(root)
+
+
+def _rewrite_manifest(root: Path, **changes: object) -> None:
+    manifest = load_manifest(root)
+    manifest.update(changes)
+    (root / MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_fields_an_older_or_newer_version_wrote_are_read_and_ignored(tmp_path) -> None:
+    root = _shards(tmp_path / "s")
+    manifest = load_manifest(root)
+    for key in ("ppl_cutoffs", "models"):  # an older writer had neither
+        del manifest[key]
+    manifest["written_by_a_later_version"] = {"anything": 1}
+    (root / MANIFEST).write_text(json.dumps(manifest))
+    art = shards.open(root)
+    assert art.manifest.ppl_cutoffs == {} and art.manifest.models == {}
+    assert art.raw["written_by_a_later_version"] == {"anything": 1}
+
+
+def test_a_field_of_the_wrong_type_is_one_line_refusal(tmp_path) -> None:
+    root = _shards(tmp_path / "s")
+    _rewrite_manifest(root, ppl_cutoffs={"en": "high"})
+    with pytest.raises(ArtifactError, match="manifest field 'ppl_cutoffs.en'.*rebuild") as info:
+        shards.open(root)
+    assert "\n" not in str(info.value)
+
+
+def test_the_writer_refuses_a_field_its_kind_does_not_have(tmp_path) -> None:
+    root = tmp_path / "a"
+    root.mkdir()
+    (root / "report.json").write_text("{}")
+    with pytest.raises(ValueError, match="typo_recipe"):
+        base.write(root, ablation.AblationManifest, {"typo_recipe": "x"})
+    assert not (root / MANIFEST).exists()  # nothing written
+
+
+def test_the_writer_records_the_command_main_captured(tmp_path) -> None:
+    with capture(["data", "run", "pipeline.yaml"]):
+        _shards(tmp_path / "s")
+    assert shards.open(tmp_path / "s").manifest.command == [
+        "pretrain",
+        "data",
+        "run",
+        "pipeline.yaml",
+    ]
+
+
+def test_the_ablation_report_is_read_typed_after_verification(tmp_path) -> None:
+    root = tmp_path / "abl"
+    root.mkdir()
+    report = {
+        "chosen_recipe_sha256": "c" * 64,
+        "base_recipe_sha256": "b" * 64,
+        "tokenizer_sha256": "t" * 64,
+        "data_manifest_sha256": "d" * 64,
+        "passed": True,
+        "target_metric": "bpb",
+        "primary_proxy": "p0",
+        "runs": [{"recipe_sha256": "c" * 64}],
+    }
+    (root / "report.json").write_text(json.dumps(report))
+    ablation.write(root, report, config={}, inputs=[], counts={"runs": 1})
+    art = ablation.open(root)
+    assert art.manifest.chosen_recipe_sha256 == "c" * 64
+    assert art.report.primary_proxy == "p0" and art.report_json["runs"] == report["runs"]
+    (root / "report.json").write_text(json.dumps({**report, "passed": False}))
+    with pytest.raises(ArtifactError, match="report.json"):
+        ablation.open(root)
