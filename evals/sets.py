@@ -24,11 +24,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field
 
-from mixtures.decontaminate import CONTAMINATED_FILE
+from pretrain.artifacts import shards as shards_artifact
+from pretrain.artifacts.evalset import CONTAMINATED_FILE
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_json, listed_path, require, write_manifest
+from pretrain.manifest import atomic_write_json, write_manifest
 
 HIT_SCHEMA = pa.schema(
     [
@@ -85,25 +86,12 @@ class EvalBuildConfig(StrictModel):
 
 def _shard_files(directory: str) -> list[Path]:
     """The shards a `shards` artifact's manifest lists (never a file merely present)."""
-    manifest = require(directory, kind="shards")
-    files = sorted(
-        listed_path(directory, manifest, rel)
-        for rel in manifest["files"]
-        if rel.startswith("shards/") and rel.endswith(".parquet")
-    )
-    if not files:
-        raise InputError(
-            f"shards artifact {directory} holds no shards/*.parquet; re-run `pretrain data run`"
-        )
-    return files
+    return shards_artifact.open(directory).shard_paths
 
 
 def _batches(files: list[Path], columns: list[str], batch_rows: int) -> Iterator[pa.Table]:
     for path in files:
-        parquet = pq.ParquetFile(path)
-        present = [c for c in columns if c in parquet.schema_arrow.names]
-        for batch in parquet.iter_batches(batch_size=batch_rows, columns=present):
-            yield pa.Table.from_batches([batch])
+        yield from shards_artifact.read_columns(path, columns, batch_rows)
 
 
 def _truncate(text: str, max_bytes: int) -> str:

@@ -20,7 +20,9 @@ import numpy as np
 from mixtures import plan as planning
 from mixtures.decontaminate import contaminated_ids
 from mixtures.recipe import MixtureConfig, build_sha256, check_recipe, recipe_sha256
-from mixtures.selection import encoded_prefixes, load_sidecars, select_components, select_sha256
+from mixtures.selection import load_sidecars, select_components, select_sha256
+from pretrain.artifacts import encoded as encoded_artifact
+from pretrain.artifacts import tokenizer as tokenizer_artifact
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.locking import writes_output
@@ -28,8 +30,6 @@ from pretrain.manifest import (
     atomic_write_json,
     load_manifest,
     manifest_sha256,
-    sha256_file,
-    verify,
     write_manifest,
 )
 from pretrain.progress import Progress
@@ -58,15 +58,13 @@ def verify_encoded(encoded_dir: Path) -> dict[str, Any]:
             f"build.encoded: {encoded_dir} does not exist; run `pretrain "
             "tokenizer encode` first or fix the path"
         )
-    manifest = load_manifest(encoded_dir)
-    if manifest["kind"] != "encoded":
+    kind = load_manifest(encoded_dir)["kind"]
+    if kind != encoded_artifact.KIND:
         raise ArtifactError(
-            f"build.encoded: {encoded_dir} is a {manifest['kind']!r} artifact, "
+            f"build.encoded: {encoded_dir} is a {kind!r} artifact, "
             "not 'encoded'; pass the output of `pretrain tokenizer encode`"
         )
-    verify(encoded_dir)
-    encoded_prefixes(encoded_dir, manifest)
-    return manifest
+    return encoded_artifact.open(encoded_dir).raw
 
 
 def check_tokenizer(config: MixtureConfig, encoded_manifest: dict[str, Any]) -> dict[str, Any]:
@@ -89,15 +87,10 @@ def check_tokenizer(config: MixtureConfig, encoded_manifest: dict[str, Any]) -> 
 
 
 def _tokenizer_dir_info(directory: Path) -> dict[str, Any]:
-    manifest = load_manifest(directory)
-    info = dict(manifest.get("tokenizer") or {})
-    lock = directory / "lock.json"
-    if not lock.is_file() or sha256_file(lock) != info.get("sha256"):
-        raise ArtifactError(
-            f"build.tokenizer: {lock} is missing or does not match the sha256 "
-            "its manifest records; restore it or retrain the tokenizer"
-        )
-    return info
+    try:
+        return tokenizer_artifact.open(directory).info
+    except ArtifactError as exc:
+        raise type(exc)(f"build.tokenizer: {exc}") from None
 
 
 def tokens_per_parameter(config: MixtureConfig) -> tuple[float | None, str | None]:

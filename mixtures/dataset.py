@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from mixtures.selection import encoded_prefixes
-from pretrain.errors import ArtifactError, ConfigError
-from pretrain.manifest import listed_path, require
+from pretrain.artifacts import encoded as encoded_artifact
+from pretrain.artifacts import mixture as mixture_artifact
+from pretrain.errors import ConfigError
 
 EPOCH_CACHE = 16
 
@@ -47,7 +47,8 @@ class MixtureDataset:
         verify: bool = True,
     ) -> None:
         self.directory = Path(mixture_dir)
-        manifest = require(self.directory, kind="mixture", deep=verify)
+        mixture = mixture_artifact.open(self.directory, deep=verify)
+        manifest = mixture.raw
         self.phase = _phase_number(manifest, phase, self.directory)
         info = manifest["phases"][self.phase]
         self.phase_name: str = info["name"]
@@ -58,16 +59,14 @@ class MixtureDataset:
         self.tokenizer_sha256: str = manifest["tokenizer"]["sha256"]
         self.component_names: list[str] = [c["name"] for c in manifest["components"]]
         self._seed = int(manifest["seed"])
-        self.encoded_dir = Path(encoded_dir) if encoded_dir else _recorded_encoded(manifest)
-        encoded = require(
-            self.encoded_dir, kind="encoded", sha256=manifest["encoded_manifest_sha256"]
+        self.encoded_dir = Path(encoded_dir) if encoded_dir else mixture.recorded_encoded()
+        encoded = encoded_artifact.open(
+            self.encoded_dir, sha256=mixture.manifest.encoded_manifest_sha256
         )
-        self._prefixes = [str(p) for p in encoded_prefixes(self.encoded_dir, encoded)]
-        self._index_path = listed_path(self.directory, manifest, info["index"])
+        self._prefixes = [str(p) for p in encoded.prefix_paths()]
+        self._index_path = mixture.path(info["index"])
         self._docs = [
-            np.load(
-                listed_path(self.directory, manifest, f"components/{name}.npy"), allow_pickle=False
-            )
+            np.load(mixture.path(f"components/{name}.npy"), allow_pickle=False)
             for name in self.component_names
         ]
         self.sequences_per_epoch = [
@@ -155,10 +154,3 @@ def _phase_number(manifest: dict[str, Any], phase: int | str, directory: Path) -
             f"{len(names)} phase(s) ({', '.join(names)})"
         )
     return phase
-
-
-def _recorded_encoded(manifest: dict[str, Any]) -> Path:
-    for entry in manifest.get("inputs", []):
-        if entry.get("kind") == "encoded":
-            return Path(entry["path"])
-    raise ArtifactError("the mixture's manifest records no encoded input; pass encoded_dir")

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow.parquet as pq
+from pretrain.artifacts import evalset
+from pretrain.artifacts.evalset import CONTAMINATED_FILE
 
-from pretrain.manifest import listed_path, require
-
-CONTAMINATED_FILE = "contaminated.parquet"
+__all__ = ["CONTAMINATED_FILE", "contaminated_ids"]
 
 
 def contaminated_ids(evalset_dir: str | Path) -> set[str]:
     """Training document ids a mixture must exclude to keep this eval set held out."""
-    manifest = require(evalset_dir, kind="evalset")
-    path = listed_path(evalset_dir, manifest, CONTAMINATED_FILE)
-    table = pq.read_table(path, columns=["train_id"])
-    return set(table.column("train_id").to_pylist())
+    return evalset.open(evalset_dir).contaminated_ids()

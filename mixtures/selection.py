@@ -9,7 +9,6 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,10 +16,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mixtures.recipe import Component, Range
+from pretrain.artifacts.encoded import SIDECAR_SUFFIX
 from pretrain.errors import ArtifactError, ConfigError
-from pretrain.manifest import canonical_json, listed_path, sha256_bytes
+from pretrain.manifest import canonical_json, sha256_bytes
 
-SIDECAR_SUFFIX = ".docs.parquet"
 SIDECAR_COLUMNS = (
     "doc_index",
     "id",
@@ -47,17 +46,6 @@ class Sidecars:
     prefixes: list[str]
     table: pa.Table
     prefix_of_row: np.ndarray
-
-
-def encoded_prefixes(encoded_dir: Path, manifest: dict[str, Any]) -> list[Path]:
-    """Each prefix an `encoded` manifest names, as a path confined to the artifact whose
-    `.bin`, `.idx` and sidecar are all listed among its files."""
-    paths = []
-    for stem in manifest.get("prefixes") or []:
-        for suffix in (".bin", ".idx", SIDECAR_SUFFIX):
-            listed_path(encoded_dir, manifest, f"{stem}{suffix}")
-        paths.append(encoded_dir / stem)
-    return paths
 
 
 def load_sidecars(encoded_dir: Path, prefixes: list[str]) -> Sidecars:

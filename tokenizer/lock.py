@@ -10,27 +10,22 @@ tokenizer they are given (`check_match`) and refuse a mismatch in one line.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pretrain.artifacts import tokenizer as tokenizer_artifact
+from pretrain.artifacts.tokenizer import KIND as KIND
+from pretrain.artifacts.tokenizer import LOCK_FILE as LOCK_FILE
+from pretrain.artifacts.tokenizer import TOKENIZER_FILE, tokenizer_id
 from pretrain.errors import ArtifactError, LockMismatch
-from pretrain.manifest import canonical_json, load_manifest, require, sha256_bytes, sha256_file
+from pretrain.manifest import canonical_json, sha256_bytes
 
-KIND = "tokenizer"
-LOCK_FILE = "lock.json"
-TOKENIZER_FILE = "tokenizer.json"
 LOCK_VERSION = 3
 """1: `files` lists tokenizer.json only; 2: also the HF tokenizer_config.json and
 special_tokens_map.json (tokenizer/hf.py); 3: `inputs.shards_content_sha256` (the shards' content)
 replaces `inputs.shards_manifest_sha256` (the shards manifest's bytes). All verify: every file the
 lock lists is checked."""
-
-
-def tokenizer_id(name: str, sha256: str) -> str:
-    """The display identity, e.g. `bpe-32k@1f2e9c`."""
-    return f"{name}@{sha256[:6]}"
 
 
 def lock_bytes(lock: dict[str, Any]) -> bytes:
@@ -121,44 +116,6 @@ def check_match(recorded: Any, given: Any, what: str) -> None:
         )
 
 
-def _verified_lock(root: Path) -> tuple[dict[str, Any], str]:
-    """lock.json and its sha256, after checking every file it lists (tokenizer.json, and the HF
-    side files of lock version 2) against it and it against the manifest (each refusal names the file, both hashes and the fix)."""
-    lock_path, tok_path = root / LOCK_FILE, root / TOKENIZER_FILE
-    for path in (lock_path, tok_path):
-        if not path.is_file():
-            raise ArtifactError(
-                f"{root} has no {path.name}; it is not a tokenizer artifact: "
-                "train one with `pretrain tokenizer train`"
-            )
-    lock = json.loads(lock_path.read_bytes())
-    if TOKENIZER_FILE not in lock.get("files", {}):
-        raise LockMismatch(f"{lock_path} does not lock {TOKENIZER_FILE}; retrain the tokenizer")
-    for name, recorded_sha in lock["files"].items():
-        path = root / name
-        if not path.is_file():
-            raise LockMismatch(
-                f"{path} is missing but lock.json lists it: restore it or retrain with "
-                "`pretrain tokenizer train`"
-            )
-        file_sha = sha256_file(path)
-        if file_sha != recorded_sha:
-            raise LockMismatch(
-                f"{path} has sha256 {file_sha[:12]}..., lock.json records "
-                f"{recorded_sha[:12]}...: the file was edited after locking; "
-                "restore it or retrain with `pretrain tokenizer train`"
-            )
-    sha = sha256_file(lock_path)
-    recorded = load_manifest(root).get("tokenizer", {})
-    if recorded.get("sha256") != sha:
-        raise LockMismatch(
-            f"{lock_path} has sha256 {sha[:12]}..., the manifest records "
-            f"{str(recorded.get('sha256'))[:12]}...: lock.json was edited; "
-            "restore it or retrain with `pretrain tokenizer train`"
-        )
-    return lock, sha
-
-
 def load_locked(directory: str | Path, expect_sha256: str | None = None) -> LockedTokenizer:
     """Load a tokenizer artifact after checking its files against lock.json and its manifest.
 
@@ -175,8 +132,8 @@ def load_locked(directory: str | Path, expect_sha256: str | None = None) -> Lock
             f"tokenizer directory {root} does not exist; train one with "
             "`pretrain tokenizer train` or fix the path"
         )
-    lock, sha = _verified_lock(root)
-    require(root, kind=KIND)
+    art = tokenizer_artifact.open(root)
+    lock, sha = art.lock, art.sha256
     if expect_sha256 is not None:
         check_match(
             expect_sha256,

@@ -1,52 +1,35 @@
-"""Reading tagged shard artifacts (`pretrain data run` output, kind `shards`).
+"""Reading tagged shard artifacts (`pretrain data run` output, kind `shards`) for the tokenizer.
 
-Columns of later pipeline stages may be absent (stages disabled): readers take the columns that
-exist and fill the rest with nulls of the schema's type.
+The layout and the reader are `pretrain.artifacts.shards` (the one place they are defined);
+this module keeps the tokenizer's identity and sampling helpers and the names its modules import.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from pretrain.artifacts import shards as shards_artifact
+from pretrain.artifacts.shards import KIND as SHARDS_KIND
+from pretrain.artifacts.shards import is_shard, read_columns
+from pretrain.manifest import canonical_json, load_manifest, manifest_sha256, sha256_bytes
 
-from pretrain.errors import ArtifactError
-from pretrain.manifest import (
-    canonical_json,
-    listed_path,
-    load_manifest,
-    manifest_sha256,
-    require,
-    sha256_bytes,
-)
-from pretrain.schema import BASE_FIELDS, STAGE_COLUMNS
-
-SHARDS_KIND = "shards"
-_ALL_FIELDS: dict[str, pa.Field] = {f.name: f for f in BASE_FIELDS}
-for _fields in STAGE_COLUMNS.values():
-    _ALL_FIELDS.update({f.name: f for f in _fields})
-
-
-def _is_shard(rel: str) -> bool:
-    """A data shard of a shards artifact (what readers read; not rejects or the ledger)."""
-    return rel.startswith("shards/") and rel.endswith(".parquet")
+__all__ = [
+    "SHARDS_KIND",
+    "read_columns",
+    "require_shards",
+    "same_shards",
+    "shards_identity",
+    "tag",
+    "unit_hash",
+]
 
 
 def require_shards(directory: str | Path, deep: bool = True) -> tuple[dict[str, Any], list[Path]]:
     """Verify a shards artifact and list its Parquet shards (sorted); refuse when it has none."""
-    root = Path(directory)
-    manifest = require(root, kind=SHARDS_KIND, deep=deep)
-    shards = sorted(listed_path(root, manifest, rel) for rel in manifest["files"] if _is_shard(rel))
-    if not shards:
-        raise ArtifactError(
-            f"{root} lists no shards/*.parquet files; re-run `pretrain data run` "
-            "or pass the right directory"
-        )
-    return manifest, shards
+    art = shards_artifact.open(directory, deep=deep)
+    return art.raw, art.shard_paths
 
 
 def shards_identity(directory: str | Path) -> str:
@@ -56,7 +39,7 @@ def shards_identity(directory: str | Path) -> str:
     and progress files: the same documents rebuilt give the same identity, a changed byte in a
     shard another one."""
     files = load_manifest(directory)["files"]
-    listed = {rel: files[rel]["sha256"] for rel in sorted(files) if _is_shard(rel)}
+    listed = {rel: files[rel]["sha256"] for rel in sorted(files) if is_shard(rel)}
     return sha256_bytes(canonical_json({"kind": SHARDS_KIND, "shards": listed}))
 
 
@@ -66,31 +49,6 @@ def same_shards(lock_inputs: dict[str, Any], directory: str | Path) -> bool:
     if "shards_content_sha256" in lock_inputs:
         return shards_identity(directory) == lock_inputs["shards_content_sha256"]
     return manifest_sha256(directory) == lock_inputs.get("shards_manifest_sha256")
-
-
-def read_columns(path: Path, columns: Sequence[str], batch_size: int = 2048) -> Iterator[pa.Table]:
-    """Stream `path` in batches holding exactly `columns` (absent ones as typed nulls)."""
-    parquet = pq.ParquetFile(path)
-    present = [c for c in columns if c in parquet.schema_arrow.names]
-    for batch in parquet.iter_batches(batch_size=batch_size, columns=present):
-        table = pa.Table.from_batches([batch])
-        yield _fill_missing(table, columns)
-    if parquet.metadata.num_rows == 0:
-        return
-
-
-def _fill_missing(table: pa.Table, columns: Sequence[str]) -> pa.Table:
-    arrays = []
-    fields = []
-    for name in columns:
-        field = _ALL_FIELDS.get(name, pa.field(name, pa.string()))
-        if name in table.column_names:
-            arrays.append(table.column(name))
-            fields.append(table.schema.field(name))
-        else:
-            arrays.append(pa.nulls(table.num_rows, type=field.type))
-            fields.append(field.with_nullable(True))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def unit_hash(doc_id: str, seed: int) -> float:

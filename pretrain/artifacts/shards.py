@@ -31,6 +31,11 @@ for _fields in STAGE_COLUMNS.values():
     _ALL_FIELDS.update({f.name: f for f in _fields})
 
 
+def is_shard(rel: str) -> bool:
+    """A data shard of a shards artifact (what readers read; not rejects or the ledger)."""
+    return rel.startswith(f"{SHARDS_DIR}/") and rel.endswith(".parquet")
+
+
 class ShardsManifest(base.Manifest):
     KIND: ClassVar[str] = KIND
     stages: list[dict[str, Any]] = Field(default_factory=list)
@@ -47,12 +52,7 @@ class Shards(base.Artifact[ShardsManifest]):
     @property
     def shard_paths(self) -> list[Path]:
         """The Parquet shards the manifest lists (never a file merely present), sorted."""
-        prefix = f"{SHARDS_DIR}/"
-        return sorted(
-            self.path(rel)
-            for rel in self.raw["files"]
-            if rel.startswith(prefix) and rel.endswith(".parquet")
-        )
+        return sorted(self.path(rel) for rel in self.raw["files"] if is_shard(rel))
 
     def batches(self, columns: Sequence[str], batch_size: int = 2048) -> Iterator[pa.Table]:
         """Every shard in order, in batches holding exactly `columns`."""

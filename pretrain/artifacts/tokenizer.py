@@ -39,9 +39,16 @@ class TokenizerManifest(base.Manifest):
 class Tokenizer(base.Artifact[TokenizerManifest]):
     """A verified tokenizer artifact; `.lock` is its lock.json, `.sha256` its identity."""
 
-    def __init__(self, directory: Path, manifest: TokenizerManifest, raw: dict[str, Any]):
+    def __init__(
+        self,
+        directory: Path,
+        manifest: TokenizerManifest,
+        raw: dict[str, Any],
+        lock: dict[str, Any],
+        sha256: str,
+    ) -> None:
         super().__init__(directory, manifest, raw)
-        self.lock, self.sha256 = verified_lock(directory)
+        self.lock, self.sha256 = lock, sha256
 
     @property
     def info(self) -> dict[str, Any]:
@@ -90,9 +97,9 @@ def open(directory: str | os.PathLike, *, full: bool | None = None) -> Tokenizer
             f"tokenizer directory {root} does not exist; train one with "
             "`pretrain tokenizer train` or fix the path"
         )
-    verified_lock(root)  # the lock's own refusals come first: they name the tokenizer file
+    lock, sha = verified_lock(root)  # the lock's refusals first: they name the edited file
     root, manifest, raw = base.verified(root, TokenizerManifest, full=full)
-    return Tokenizer(root, manifest, raw)
+    return Tokenizer(root, manifest, raw, lock, sha)
 
 
 def write(
