@@ -174,9 +174,11 @@ def mixture_data(config: TrainConfig) -> TrainData:
             f"mixture was built for a global batch of {first.global_batch}; set "
             f"batch.global_batch_size={first.global_batch} or rebuild the mixture"
         )
-    from pretrain.manifest import load_manifest
+    from pretrain.artifacts import mixture as mixture_artifact
 
-    manifest = load_manifest(config.data.mixture_dir)
+    # the bytes were verified by MixtureDataset just above: sizes only here
+    mixture = mixture_artifact.open(config.data.mixture_dir, deep=False)
+    manifest = mixture.raw
     datasets, phases = _open_phases(config, first, manifest, MixtureDataset)
     identity = {
         "build_sha256": first.build_sha256,
@@ -184,7 +186,8 @@ def mixture_data(config: TrainConfig) -> TrainData:
         "tokenizer_sha256": first.tokenizer_sha256,
         "tokenizer": manifest.get("tokenizer"),
     }
-    vocab = _tokenizer_vocab(manifest)
+    tokenizer = mixture.manifest.tokenizer
+    vocab = int(tokenizer.vocab_size or 0) if tokenizer else 0
     return TrainData(
         datasets, phases, first.global_batch, list(first.component_names), identity, vocab
     )
@@ -217,11 +220,6 @@ def _open_phases(
         datasets.append(dataset)
         phases.append(Phase(str(spec.get("name", index)), dataset.seq_length, num_batches))
     return datasets, phases
-
-
-def _tokenizer_vocab(manifest: dict[str, Any]) -> int:
-    tokenizer = manifest.get("tokenizer") or {}
-    return int(tokenizer.get("vocab_size") or 0)
 
 
 def check_identity(config: TrainConfig, data: TrainData, recorded: dict[str, Any] | None) -> None:

@@ -13,13 +13,13 @@ launcher so that `pretrain launch` reads the ablation artifact without importing
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pretrain.artifacts import ablation as ablation_artifact
+from pretrain.artifacts import mixture as mixture_artifact
 from pretrain.errors import ArtifactError, GateRefused
-from pretrain.manifest import manifest_sha256, require
 from trainer.gate_rule import CRITERIA_DEFAULTS, decide
 
 ABLATE_HINT = "run `pretrain ablate configs/ablation.yaml` on this mixture's data"
@@ -34,17 +34,10 @@ def _mixture_identity(config: Mapping[str, Any]) -> dict[str, Any]:
             "artifact the ablation report chose (set data.mixture_dir)"
         )
     try:
-        manifest = require(mixture_dir, kind="mixture")
+        mixture = mixture_artifact.open(mixture_dir)
     except ArtifactError as exc:
         raise GateRefused(f"data.mixture_dir = {mixture_dir}: {exc}") from None
-    tokenizer = manifest.get("tokenizer") or {}
-    identity = {
-        "mixture_dir": str(mixture_dir),
-        "recipe_sha256": manifest.get("recipe_sha256"),
-        "build_sha256": manifest.get("build_sha256"),
-        "tokenizer_sha256": tokenizer.get("sha256"),
-        "data_manifest_sha256": manifest.get("encoded_manifest_sha256"),
-    }
+    identity = {"mixture_dir": str(mixture_dir), **mixture.identity}
     if data.get("tokenizer_dir"):
         lock = Path(data["tokenizer_dir"]) / "lock.json"
         if lock.is_file():
@@ -73,11 +66,10 @@ def _load_report(report_dir: str | Path | None) -> tuple[dict[str, Any], str]:
             f"manifest.json); {ABLATE_HINT}, or pass --override-gate REASON"
         )
     try:
-        require(root, kind="ablation")
+        report = ablation_artifact.open(root)
     except ArtifactError as exc:
         raise GateRefused(f"gate.report_dir = {root}: {exc}") from None
-    report = json.loads((root / "report.json").read_text())
-    return report, manifest_sha256(root)
+    return report.report_json, report.manifest_sha256
 
 
 def _short(sha: str | None) -> str:

@@ -40,11 +40,11 @@ class Component(base._Model):
 
 class MixtureManifest(base.Manifest):
     KIND: ClassVar[str] = KIND
-    recipe_sha256: str
-    build_sha256: str
-    tokenizer: base.TokenizerRef
-    encoded_manifest_sha256: str
-    global_batch: int
+    recipe_sha256: str | None = None
+    build_sha256: str | None = None
+    tokenizer: base.TokenizerRef | None = None
+    encoded_manifest_sha256: str | None = None
+    global_batch: int | None = None
     seed: int = 0
     recipe_name: str | None = None
     phases: list[Phase] = Field(default_factory=list)
@@ -62,7 +62,7 @@ class Mixture(base.Artifact[MixtureManifest]):
         return {
             "recipe_sha256": m.recipe_sha256,
             "build_sha256": m.build_sha256,
-            "tokenizer_sha256": m.tokenizer.sha256,
+            "tokenizer_sha256": m.tokenizer.sha256 if m.tokenizer else None,
             "data_manifest_sha256": m.encoded_manifest_sha256,
         }
 

@@ -89,6 +89,18 @@ def verified_lock(root: Path) -> tuple[dict[str, Any], str]:
     return lock, sha
 
 
+def pinned_info(directory: str | os.PathLike) -> dict[str, Any] | None:
+    """The identity a tokenizer directory's manifest records, when its lock.json still has that
+    sha256 (an identity check only, for pinning: `open` verifies the tokenizer files too);
+    None when lock.json is missing or differs."""
+    root = Path(directory)
+    info = dict(load_manifest(root).get("tokenizer") or {})
+    lock = root / LOCK_FILE
+    if not lock.is_file() or sha256_file(lock) != info.get("sha256"):
+        return None
+    return info
+
+
 def open(directory: str | os.PathLike, *, full: bool | None = None) -> Tokenizer:
     """Verify a tokenizer artifact: its lock, then every byte its manifest lists."""
     root = Path(directory)
