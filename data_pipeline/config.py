@@ -1,15 +1,15 @@
 """The pipeline config (`pretrain data run CONFIG`): inputs, output, stages, the select, Ray.
 
-`stages.<name>` sections are validated by that stage's own `Config` class when the job is built
-(stage modules land independently); a stage runs when its section is present and `enabled` is not
-false, in the order of STAGE_REGISTRY.
+`stages.<name>` sections are validated by that stage's own `Config` class when the job is built;
+a stage runs when its section is present and `enabled` is not false, in the order of
+STAGE_REGISTRY, from which the sections themselves are derived (a new stage adds none here).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, create_model, field_validator
 
 from data_pipeline.dedup.budget import MIN_WORKER_MEMORY_MB
 from data_pipeline.stages.base import STAGE_REGISTRY
@@ -66,21 +66,18 @@ class RejectsConfig(StrictModel):
     """Rows kept per reason and shard when mode is `sample`."""
 
 
-class StagesConfig(StrictModel):
-    """One optional section per registered stage (STAGE_REGISTRY order)."""
-
-    extract: dict[str, Any] | None = None
-    langid: dict[str, Any] | None = None
-    domain: dict[str, Any] | None = None
-    quality: dict[str, Any] | None = None
-    rules: dict[str, Any] | None = None
-    safety: dict[str, Any] | None = None
-    perplexity: dict[str, Any] | None = None
-    dedup: dict[str, Any] | None = None
-
+class _Stages(StrictModel):
     def get(self, name: str) -> dict[str, Any] | None:
         """The section of stage `name` (None when absent)."""
         return getattr(self, name, None)
+
+
+StagesConfig = create_model(
+    "StagesConfig",
+    __base__=_Stages,
+    __doc__="One optional section per registered stage (STAGE_REGISTRY order).",
+    **{name: (dict[str, Any] | None, None) for name in STAGE_REGISTRY},  # type: ignore[call-overload]
+)
 
 
 class PipelineConfig(StrictModel):
@@ -88,7 +85,7 @@ class PipelineConfig(StrictModel):
     """Files, directories (searched recursively) or URIs (s3://, gs://, hdfs://, file://)."""
     output: str
     """Artifact directory: shards/, rejects/, ledger.json, manifest.json."""
-    stages: StagesConfig = StagesConfig(extract={}, langid={})
+    stages: StagesConfig = StagesConfig(extract={}, langid={})  # type: ignore[valid-type]
     """Stage name -> its settings (each stage's Config class validates them); absent = not run."""
     select: SelectConfig = SelectConfig()
     rejects: RejectsConfig = RejectsConfig()

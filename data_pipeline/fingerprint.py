@@ -67,22 +67,15 @@ def changed_inputs(recorded: dict[str, Any], current: dict[str, dict[str, Any]])
 
 
 def model_hashes(stages: list[Stage]) -> dict[str, str]:
-    """{stage.field: sha256} of every model a stage config points at (artifact dir or file)."""
+    """{stage.name: sha256} of every model a stage declares (`Stage.models()`): an artifact
+    directory by its manifest's hash, a plain file by its bytes' hash."""
     found: dict[str, str] = {}
     for stage in stages:
-        for key, value in stage.config.model_dump().items():
-            if not isinstance(value, str) or "model" not in key:
-                continue
-            path = Path(value)
+        for key, path in stage.models().items():
             if (path / "manifest.json").is_file():
                 found[f"{stage.name}.{key}"] = manifest_sha256(path)
             elif path.is_file():
                 found[f"{stage.name}.{key}"] = sha256_file(path)
-    if any(s.name == "langid" for s in stages):
-        from data_pipeline.stages.langid import model_path
-
-        langid = next(s for s in stages if s.name == "langid")
-        found.setdefault("langid.model", sha256_file(model_path(langid.config)))
     return found
 
 

@@ -1,9 +1,11 @@
 """The data job on Ray Data: read -> map stages (actors) -> global stages -> one select -> shards.
 
     inputs --read_files (tasks, streaming)--> raw batches (`_shard`, `_row` name each row's part)
-           --MapStagesWorker (actor pool, fractional CPUs)--> tagged batches
-           --GlobalStage.apply(ds) for each global stage (map -> aggregate -> join back)-->
-           --pieces (written by the last map actor, or a write task after a global stage)
+           --MapStagesWorker (actor pool, fractional CPUs; the map stages before any global
+             stage)--> pieces (written by the map actors)
+    global --for each global stage (data_pipeline.global_parts): map each part (persisted per
+             part) -> aggregate in the driver -> join each part, then the map stages after it
+             --> the next global stage's map, or the job's pieces
     merge  --one task per shard: pieces in row order -> the select -> shards/<stem>-<part>.parquet,
              rejects/<stem>-<part>.parquet, .parts/<stem>-<part>.json (ledger fragment)
     driver: ledger.json (conservation checked), manifest.json (written last)
@@ -11,9 +13,11 @@
 Resume: parts finished by an earlier run with the same config, stage versions and models are
 reused if their files still verify (their rows are skipped at read time), so a re-run after a crash
 equals an uninterrupted run, byte for byte; an input whose file changed is read again
-(data_pipeline.fingerprint). With a global stage enabled, an unfinished run is recomputed whole
-(its tags depend on every document). Shards and rejects are written in `.parts/scratch/` and
-renamed into place; each run clears the scratch directory a killed run left.
+(data_pipeline.fingerprint). With a global stage enabled, an unfinished run writes every shard
+again (its tags depend on every document), but each global stage's map side is persisted per
+part and reused while it verifies, so only unmapped parts are read and mapped again (and a run
+killed during an aggregation maps nothing again). Shards and rejects are written in
+`.parts/scratch/` and renamed into place; each run clears the scratch directory a killed run left.
 Inputs must be readable from every Ray node: local paths on one machine, shared storage or
 object-store URIs on a cluster.
 """
@@ -27,12 +31,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_pipeline import ledger, throughput, throughput_report, workers
+from data_pipeline import global_parts, ledger, resume, throughput, throughput_report, workers
 from data_pipeline.config import PipelineConfig
-from data_pipeline.fingerprint import FINGERPRINT, model_hashes, output_is_foreign, prepare_output
+from data_pipeline.fingerprint import model_hashes, output_is_foreign, prepare_output
 from data_pipeline.inputs import check_openable, input_artifacts, plan_inputs
 from data_pipeline.readers import Fields
-from data_pipeline.stages.base import STAGE_REGISTRY, GlobalStage, Stage, stage_class
+from data_pipeline.stages.base import (
+    MANIFEST_DEFAULTS,
+    STAGE_REGISTRY,
+    GlobalStage,
+    Stage,
+    stage_class,
+)
 from pretrain.config import config_dict, parse_config
 from pretrain.errors import ConfigError, PretrainError
 from pretrain.locking import writes_output
@@ -53,6 +63,8 @@ class RunResult:
     parts: int = 0
     ray_stats: str = ""
     """Ray Data's per-operator timing report (empty when every shard was reused)."""
+    reused_map_parts: dict[str, int] = field(default_factory=dict)
+    """Global stage -> parts whose persisted map output this run reused (global_parts)."""
 
     def summary(self) -> str:
         led = self.ledger
@@ -60,9 +72,16 @@ class RunResult:
             f"{led['documents_in']} docs in, {led['documents_kept']} kept, "
             f"{led['documents_dropped']} dropped (ledger balanced: "
             f"{led['conservation']['balanced']}), {len(self.shards)} shards "
-            f"({self.reused_parts} of {self.parts} parts reused), "
+            f"({self.reused_parts} of {self.parts} parts reused), {self._map_reuse()}"
             f"{len(led.get('skipped_files', []))} files skipped (ledger.json skipped_files) "
             f"-> {self.output}" + throughput_report.summary(self.manifest.get("throughput"))
+        )
+
+    def _map_reuse(self) -> str:
+        """`dedup map output reused for 3 of 4 parts, ` after a resumed run with global stages."""
+        return "".join(
+            f"{stage} map output reused for {count} of {self.parts} parts, "
+            for stage, count in self.reused_map_parts.items()
         )
 
 
@@ -149,41 +168,28 @@ def _build_dataset(
             "options": options,
         },
     )
-    segment: list[Stage] = []
-    last_map = not stages or not isinstance(stages[-1], GlobalStage)
-    for index, stage in enumerate([*stages, None]):
-        if stage is not None and not isinstance(stage, GlobalStage):
-            segment.append(stage)
-            continue
-        if segment:
-            specs = [(s.name, s.config.model_dump(mode="json"), s.context) for s in segment]
-            writes = last_map and index == len(stages)
-            first = index == len(segment)  # the segment that sees every document first counts
-            ds = ds.map_batches(
-                workers.MapStagesWorker,
-                fn_constructor_kwargs={
-                    "specs": specs,
-                    "pieces_out": str(out) if writes else None,
-                    "progress_out": str(out) if first else None,
-                    "cost_out": str(out),
-                },
-                batch_size=config.batch_rows,
-                batch_format="pyarrow",
-                compute=ray.data.ActorPoolStrategy(size=config.ray.workers or cpus),
-                num_cpus=config.ray.cpus_per_worker,
-            )
-            segment = []
-        if stage is not None:
-            ds = stage.apply(ds)
-    if not last_map:
-        ds = ds.map_batches(
+    head, _ = global_parts.plan(stages)
+    if not head:
+        return ds.map_batches(
             workers.write_pieces,
             batch_format="pyarrow",
             batch_size=None,
             num_cpus=0.25,
             fn_kwargs={"out": str(out)},
         )
-    return ds
+    return ds.map_batches(
+        workers.MapStagesWorker,
+        fn_constructor_kwargs={
+            "specs": [s.spec() for s in head],
+            "pieces_out": str(out),
+            "progress_out": str(out),
+            "cost_out": str(out),
+        },
+        batch_size=config.batch_rows,
+        batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=config.ray.workers or cpus),
+        num_cpus=config.ray.cpus_per_worker,
+    )
 
 
 def _merge(
@@ -270,28 +276,18 @@ def _collect(
     return led, shards
 
 
-def _restart(out: Path) -> dict[str, set[int]]:
-    """Forget every part of an unfinished run (shards, rejects, fragments); nothing is reused."""
-    for sub in ("shards", "rejects"):
-        shutil.rmtree(out / sub, ignore_errors=True)
-    for path in (out / workers.PARTS).glob("*.json"):
-        if path.name != FINGERPRINT:
-            path.unlink()
-    workers.ensure_dirs(out)
-    return {}
-
-
 def _run_ray(
     config: PipelineConfig,
     stages: list[Stage],
-    todo: list[dict[str, str]],
+    work: resume.Work,
     out: Path,
     done: dict[str, set[int]],
     ray_address: str | None,
     progress: bool,
     clock: throughput.RunClock,
-) -> str:
-    """Stream the unfinished inputs through the stages into pieces, then merge them into shards."""
+) -> tuple[str, dict[str, int]]:
+    """Stream the inputs to read through the map stages into pieces, run the global stages over
+    every part, then merge the pieces into shards."""
     started = clock.start_ray(lambda: connect_ray(config, ray_address))
     import ray.data
 
@@ -303,25 +299,31 @@ def _run_ray(
     context.enable_progress_bars = progress and verbosity() >= VERBOSE
     # Small blocks, so one big input file still spreads over every stage actor.
     context.target_max_block_size = config.ray.block_mb * 2**20
+    stream_stats, reused = "", {}
     begin = time.perf_counter()
     clock.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     try:
         throughput.clear(out)
         shutil.rmtree(out / workers.PARTS / workers.PIECES, ignore_errors=True)
         shutil.rmtree(out / workers.PARTS / workers.PROGRESS, ignore_errors=True)
-        stems = [t["stem"] for t in todo]
+        stems = [t["stem"] for t in work.read]
         bar = Progress(desc="data run: tag", unit="docs", disable=not progress)
-        # Global stages run part of the job while the dataset is built: watch both.
-        with watch(bar, lambda: (workers.tagged_rows(out), workers.records_to_read(out, stems))):
-            dataset = _build_dataset(config, stages, todo, out, done)
-            _, stream_stats = _execute(dataset, config.ray.timeout_s)
-        merge = _merge(config, stages, out, [t["stem"] for t in todo], done)
+        if work.read:
+            with watch(
+                bar, lambda: (workers.tagged_rows(out), workers.records_to_read(out, stems))
+            ):
+                dataset = _build_dataset(config, stages, work.read, out, work.skip)
+                _, stream_stats = _execute(dataset, config.ray.timeout_s)
+        if work.globals:
+            rows = global_parts.expected_rows(out, work.merge, config.shard_rows)
+            reused = global_parts.run_global_stages(out, stages, rows, config.ray.timeout_s)
+        merge = _merge(config, stages, out, work.merge, done)
         _, merge_stats = _execute(merge, config.ray.timeout_s)
     finally:
         context.enable_progress_bars, context.target_max_block_size = saved
         clock.ray_work_s = time.perf_counter() - begin
         rayinit.shutdown(started)
-    return f"{stream_stats}\n{merge_stats}"
+    return f"{stream_stats}\n{merge_stats}", reused
 
 
 @writes_output("config.output")
@@ -342,17 +344,8 @@ def run_pipeline(
             f"[data run] {len(changed)} inputs changed since the last run into this output "
             f"(or left it); their parts are recomputed: {', '.join(changed[:5])}"
         )
-    done = workers.finished_parts(out)
-    todo = [
-        {"path": f.path, "format": f.format, "stem": f.stem}
-        for f in inputs
-        if not workers.file_done(out, f.stem, done)
-    ]
-    if todo and any(isinstance(s, GlobalStage) for s in stages):
-        # Global tags (duplicate clusters, perplexity cutoffs) depend on every document, so an
-        # interrupted run with a global stage is recomputed whole; a finished one is reused.
-        done = _restart(out)
-        todo = [{"path": f.path, "format": f.format, "stem": f.stem} for f in inputs]
+    work, done = resume.plan_work(config, stages, inputs, out)
+    todo = work.merge
     reused = sum(len(v) for v in done.values())
     if progress:
         step(
@@ -360,10 +353,12 @@ def run_pipeline(
             f"({len(inputs) - len(todo)} already done, "
             f"{reused} parts reused); stages: {', '.join(s.name for s in stages)}"
         )
-    clock = throughput.RunClock() if todo else None
-    ray_stats = (
-        _run_ray(config, stages, todo, out, done, ray_address, progress, clock) if clock else ""
-    )
+    ray_stats, reused_map = "", {}
+    clock = throughput.RunClock() if work else None
+    if clock is not None:
+        ray_stats, reused_map = _run_ray(
+            config, stages, work, out, done, ray_address, progress, clock
+        )
     led, shards = _collect(config, out, [f.stem for f in inputs], stages)
     if clock is not None:
         throughput.save_global_costs(out, stages, led["documents_in"], led["bytes_in"])
@@ -374,7 +369,7 @@ def run_pipeline(
     extra: dict[str, Any] = {
         "stages": [s.describe() for s in stages],
         "models": model_hashes(stages),
-        "ppl_cutoffs": {},
+        **MANIFEST_DEFAULTS,
         "throughput": throughput_report.build(
             out,
             [f.stem for f in inputs],
@@ -385,8 +380,7 @@ def run_pipeline(
         ),
     }
     for stage in stages:
-        if isinstance(getattr(stage, "cutoffs", None), dict):  # the perplexity stage's buckets
-            extra["ppl_cutoffs"] = stage.cutoffs
+        extra.update(stage.manifest_extra())
     manifest = write_manifest(
         out,
         "shards",
@@ -403,5 +397,12 @@ def run_pipeline(
         command=command,
     )
     return RunResult(
-        out, led, manifest, shards, reused_parts=reused, parts=led["parts"], ray_stats=ray_stats
+        out,
+        led,
+        manifest,
+        shards,
+        reused_parts=reused,
+        parts=led["parts"],
+        ray_stats=ray_stats,
+        reused_map_parts=reused_map,
     )

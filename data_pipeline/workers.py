@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from data_pipeline import ledger, throughput
 from data_pipeline.readers import InputFile, read_file
-from data_pipeline.stages.base import Stage, stage_class
+from data_pipeline.stages.base import StageSpec, build_stage
 from pretrain.hashcache import file_sha256
 from pretrain.manifest import atomic_write_bytes, atomic_write_json
 from pretrain.schema import conform
@@ -35,16 +35,11 @@ from pretrain.schema import conform
 PARTS = ".parts"
 """Hidden work area of an output: per-shard ledger fragments and per-input read counts."""
 PIECES = "pieces"
+GLOBAL = "global"
+"""`.parts/global/<stage>/`: the persisted map side of each global stage (global_parts)."""
 SCRATCH = "scratch"
 
-StageSpec = tuple[str, dict[str, Any], dict[str, Any]]
-"""(stage name, its config as a dict, context kwargs) - how stages travel to workers."""
-
-
-def build_stage(spec: StageSpec) -> Stage:
-    name, config, context = spec
-    cls = stage_class(name)
-    return cls(cls.Config.model_validate(config), **context)
+__all__ = ["MapStagesWorker", "StageSpec", "build_stage"]
 
 
 def fragment_path(out: Path, shard: str) -> Path:
@@ -191,13 +186,15 @@ def scratch_dir(out: Path) -> Path:
     return out / PARTS / SCRATCH
 
 
-def _write_parquet(table: pa.Table, out: Path, relative: str, level: int) -> dict[str, Any]:
+def write_parquet(
+    table: pa.Table, out: Path, relative: str, level: int, compression: str = "zstd"
+) -> dict[str, Any]:
     """Write `out/relative` through the scratch directory; returns its {bytes, sha256, rows}."""
     sink = pa.BufferOutputStream()
     pq.write_table(
         table,
         sink,
-        compression="zstd",
+        compression=compression,
         compression_level=level,
         row_group_size=max(1, min(table.num_rows, 2048)),
     )
@@ -248,7 +245,7 @@ class ShardWriter:
         files = {}
         if kept.num_rows:
             name = f"shards/{shard}.parquet"
-            files[name] = _write_parquet(kept, self.out, name, self.level)
+            files[name] = write_parquet(kept, self.out, name, self.level)
         files.update(self._write_rejects(group.filter(pc.invert(keep)), shard))
         atomic_write_json(fragment_path(self.out, shard), {"shard": shard, "files": files, **frag})
         return pa.table(
@@ -266,7 +263,7 @@ class ShardWriter:
         if self.rejects_mode == "sample":
             table = _sample_rejects(table, reasons, self.sample_per_reason)
         name = f"rejects/{shard}.parquet"
-        return {name: _write_parquet(table, self.out, name, self.level)}
+        return {name: write_parquet(table, self.out, name, self.level)}
 
 
 def merge_shards(batch: pa.Table, **options: Any) -> pa.Table:
@@ -337,6 +334,9 @@ def forget_input(out: Path, stem: str) -> None:
             name = path.name.removesuffix(".parquet").removesuffix(".json")
             if pattern.fullmatch(name):
                 forget_part(out, name)
+    for path in (out / PARTS / GLOBAL).glob("*/*"):  # persisted global-stage map output
+        if pattern.fullmatch(path.name.split(".", 1)[0]):
+            path.unlink(missing_ok=True)
     read_stats_path(out, stem).unlink(missing_ok=True)
 
 

@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 
 from data_pipeline.dedup.lsh import lsh_params
 from data_pipeline.dedup.minhash import MinHasher
-from data_pipeline.stages.base import StageConfig
+from data_pipeline.stagekit import StageConfig
 from pretrain.config import StrictModel
 
 

@@ -16,6 +16,8 @@ occur here; every wait has a timeout that fails with a message instead of hangin
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from data_pipeline import throughput
@@ -23,6 +25,7 @@ from data_pipeline.config import DEFAULT_WORKER_MEMORY_MB
 from data_pipeline.dedup import budget, tasks
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats
+from data_pipeline.stagekit import MapOutput
 from pretrain.progress import Progress
 
 
@@ -108,18 +111,13 @@ def dedup_dataset(
     _wait_for_cpu(ray, config.task_timeout_s)
     run = _Runner(config)
     steps = Progress(total=6, desc="dedup", unit="step", leave=False)
-    bands, exact, docs = _map(run, blocks, plan.slices, config, partitions)
-    steps.update()
-    cands, edges = _buckets(run, bands, exact, config, partitions)
-    steps.update()
-    edges += _verify(run, cands, docs, config, partitions)
-    steps.update()
-    roots = _components(run, edges, partitions)
-    steps.update()
-    tags = _keep(run, roots, docs, partitions)
-    steps.update()
+    outs = [
+        run.launch(tasks.map_block, 3 * partitions + 1, blocks[b], s, lo, n, config, partitions)
+        for s, (b, lo, n) in enumerate(plan.slices)
+    ]
+    tags = _aggregate(run, outs, config, partitions, steps)
     out = [
-        run.launch(tasks.attach, 1, blocks[b], s, lo, n, stage, *tags[s % partitions])[0]
+        run.launch(tasks.attach, 1, blocks[b], s, lo, n, *tags[s % partitions])[0]
         for s, (b, lo, n) in enumerate(plan.slices)
     ]
     run.ray.wait(out, num_returns=len(out), timeout=config.task_timeout_s)
@@ -136,14 +134,68 @@ def dedup_dataset(
     return result, stats
 
 
-def _map(run: _Runner, blocks: list[Any], slices: tuple, config: DedupConfig, partitions: int):
-    outs = [
-        run.launch(tasks.map_block, 3 * partitions + 1, blocks[b], s, lo, n, config, partitions)
-        for s, (b, lo, n) in enumerate(slices)
+def dedup_parts(
+    parts: Sequence[MapOutput],
+    config: DedupConfig,
+    stage: Any,
+    worker_memory_mb: int = DEFAULT_WORKER_MEMORY_MB,
+) -> tuple[list[tuple[Any, ...]], DedupStats]:
+    """The aggregate over input parts whose map side (tasks.map_tables) is persisted: for each
+    part, the tag pieces its join (tasks.attach) needs; and the stats. Partitions come from the
+    parts' sizes and `worker_memory_mb` (data_pipeline.dedup.budget)."""
+    import ray
+
+    sizes = [
+        (int(p.info.get("documents", 0)), sum(Path(f).stat().st_size for f in p.files.values()))
+        for p in parts
     ]
+    if not parts:
+        return [], DedupStats()
+    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    plan = budget.plan(sizes, worker_memory_mb, cpus, config)
+    partitions = plan.partitions
+    _wait_for_cpu(ray, config.task_timeout_s)
+    run = _Runner(config)
+    steps = Progress(total=5, desc="dedup", unit="step", leave=False)
+    outs = [
+        run.launch(
+            tasks.load_map_part, 3 * partitions + 1, dict(p.files), dict(p.info), i, partitions
+        )
+        for i, p in enumerate(parts)
+    ]
+    tags = _aggregate(run, outs, config, partitions, steps)
+    steps.close()
+    stats = _stats(run, partitions)
+    stats.extra["plan"] = {"partitions": partitions, "worker_memory_mb": worker_memory_mb}
+    joins = [tuple(tags[i % partitions]) for i in range(len(parts))]
+    if config.index.save_to:
+        from data_pipeline.dedup.index import save_index
+
+        tagged = (
+            ray.get(run.launch(tasks.attach_file, 1, part.rows, i, *joins[i])[0])
+            for i, part in enumerate(parts)
+        )
+        save_index(config.index.save_to, tagged, config, tagged=True)
+    stage.cost = run.cost()
+    return joins, stats
+
+
+def _aggregate(run: _Runner, outs: list, config: DedupConfig, partitions: int, steps: Any) -> list:
+    """Map outputs (3P+1 refs per slice or part) -> per partition, the refs of its tag pieces."""
     run.get([o[-1] for o in outs], "map")
-    pick = [[[o[k * partitions + p] for o in outs] for p in range(partitions)] for k in range(3)]
-    return pick[0], pick[1], pick[2]
+    bands, exact, docs = [
+        [[o[k * partitions + p] for o in outs] for p in range(partitions)] for k in range(3)
+    ]
+    steps.update()
+    cands, edges = _buckets(run, bands, exact, config, partitions)
+    steps.update()
+    edges += _verify(run, cands, docs, config, partitions)
+    steps.update()
+    roots = _components(run, edges, partitions)
+    steps.update()
+    tags = _keep(run, roots, docs, partitions)
+    steps.update()
+    return tags
 
 
 def _buckets(run: _Runner, bands: list, exact: list, config: DedupConfig, partitions: int):

@@ -25,6 +25,7 @@ from data_pipeline.dedup.core import (
     verify_pairs,
 )
 from data_pipeline.dedup.lsh import candidate_edges, unique_edges
+from data_pipeline.stagekit import append_columns
 
 EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
 
@@ -62,20 +63,13 @@ def concat(pieces: tuple[pa.Table, ...], schema: pa.Schema | None = None) -> pa.
     return schema.empty_table() if schema is not None else pa.table({})
 
 
-def map_block(
-    block: pa.Table,
-    slice_index: int,
-    first: int,
-    rows: int,
-    config: DedupConfig,
-    partitions: int,
-) -> list:
-    """Signatures of one slice (`rows` rows of `block` from `first`) -> band rows, exact rows and
-    doc rows, each split by partition, plus stats. Doc rows carry (vertex, id, quality, block =
-    the slice index, row in the slice, sig, shingles, matched_cluster). The slice is hashed
-    `config.batch_size` documents at a time; its size is set by the memory budget
-    (data_pipeline.dedup.budget), so a large block never raises the task's memory."""
-    block = block.slice(first, rows)
+def map_tables(
+    block: pa.Table, config: DedupConfig
+) -> tuple[pa.Table, pa.Table, pa.Table, dict[str, Any]]:
+    """Signatures of one slice or input part -> (band rows, exact rows, doc rows, stats): the map
+    side of dedup, which depends on the rows alone (the runner persists it per input part). Doc
+    rows carry (vertex, id, quality, row, sig, shingles, matched_cluster). The rows are hashed
+    `config.batch_size` documents at a time."""
     sigs, stats = _signatures_in_batches(block, config)
     keys, key_vertices = band_rows(sigs, config) if config.near else (np.zeros(0, np.uint64),) * 2
     bands = pa.table(
@@ -94,24 +88,62 @@ def map_block(
             "vertex": vertex,
             "id": sigs.column("id"),
             "quality": sigs.column("quality"),
-            "block": pa.array(np.full(len(block), slice_index), pa.int64()),
             "row": pa.array(np.arange(len(block)), pa.int64()),
             "sig": sigs.column("sig"),
             "shingles": sigs.column("shingles"),
             "matched_cluster": matched,
         }
     )
-    info = {
-        **stats.as_dict(),
-        "index_matches": int(pc.sum(pc.is_valid(matched)).as_py() or 0),
-        "peak_rss_mb": peak_rss_mb(),
-    }
+    info = {**stats.as_dict(), "index_matches": int(pc.sum(pc.is_valid(matched)).as_py() or 0)}
+    return bands, exact, docs, info
+
+
+def scatter_map(
+    bands: pa.Table,
+    exact: pa.Table,
+    docs: pa.Table,
+    info: dict[str, Any],
+    block_index: int,
+    partitions: int,
+) -> list:
+    """The map output of slice (or part) `block_index`, each table split into `partitions`
+    (band and exact rows by key, doc rows by vertex; doc rows gain `block`), plus stats."""
+    block = pa.array(np.full(docs.num_rows, block_index), pa.int64())
+    docs = docs.add_column(docs.schema.get_field_index("row"), "block", block)
     return [
-        *scatter(bands, keys, partitions),
-        *scatter(exact, exact_key, partitions),
-        *scatter(docs, vertex, partitions),
-        info,
+        *scatter(bands, bands.column("key").to_numpy(), partitions),
+        *scatter(exact, exact.column("key").to_numpy(), partitions),
+        *scatter(docs, docs.column("vertex").to_numpy(), partitions),
+        {**info, "peak_rss_mb": peak_rss_mb()},
     ]
+
+
+def map_block(
+    block: pa.Table,
+    slice_index: int,
+    first: int,
+    rows: int,
+    config: DedupConfig,
+    partitions: int,
+) -> list:
+    """Signatures of one slice (`rows` rows of `block` from `first`) -> band rows, exact rows and
+    doc rows, each split by partition, plus stats (map_tables, scatter_map; `block` = the slice
+    index). The slice's size is set by the memory budget (data_pipeline.dedup.budget), so a
+    large block never raises the task's memory."""
+    bands, exact, docs, info = map_tables(block.slice(first, rows), config)
+    return scatter_map(bands, exact, docs, info, slice_index, partitions)
+
+
+def load_map_part(
+    files: dict[str, str], info: dict[str, Any], block_index: int, partitions: int
+) -> list:
+    """scatter_map of one input part's persisted map output (DedupStage.map_part)."""
+    import pyarrow.parquet as pq
+
+    tables = {name: pq.read_table(path) for name, path in files.items()}
+    return scatter_map(
+        tables["bands"], tables["exact"], tables["docs"], dict(info), block_index, partitions
+    )
 
 
 def _signatures_in_batches(block: pa.Table, config: DedupConfig) -> tuple[pa.Table, DedupStats]:
@@ -296,10 +328,8 @@ def _apply_index_matches(cluster: np.ndarray, keep: np.ndarray, matched: pa.Chun
     return cluster, np.where(dropped, False, keep)
 
 
-def attach(
-    block: pa.Table, slice_index: int, first: int, rows: int, stage: Any, *pieces: pa.Table
-) -> pa.Table:
-    """Join the tags of one slice back by (slice, row) and append the stage's columns."""
+def attach(block: pa.Table, slice_index: int, first: int, rows: int, *pieces: pa.Table) -> pa.Table:
+    """Join the tags of one slice back by (slice, row) and append the dedup columns."""
     from data_pipeline.dedup.text import exact_hashes
 
     block = block.slice(first, rows)
@@ -312,7 +342,15 @@ def attach(
         "dup_keep": tags.column("dup_keep"),
         "dup_cluster_size": tags.column("dup_cluster_size"),
     }
-    return stage.append(block, columns)
+    return append_columns(block, "dedup", columns)
+
+
+def attach_file(path: str, block_index: int, *pieces: pa.Table) -> pa.Table:
+    """attach() on a whole input part persisted at `path`."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    return attach(table, block_index, 0, table.num_rows, *pieces)
 
 
 def merge_info(infos: list[dict[str, Any]]) -> dict[str, Any]:

@@ -57,6 +57,10 @@ class _FastTextStage(Stage):
             )
         return Path(model)
 
+    def models(self) -> dict[str, Path]:
+        model = self.config.model or self.context.get("model")  # type: ignore[attr-defined]
+        return {"model": Path(model)} if model else {}
+
     def setup(self) -> None:
         import fasttext
 

@@ -1,13 +1,19 @@
 """The dedup global stage: exact + MinHash near-duplicate clusters, one document kept per cluster.
 
-`apply(dataset)` runs the distributed version on Ray (data_pipeline.dedup.distributed);
-`apply_table(table)` the in-process one. Both give the same tags for the same documents.
+In the runner: `map_part` (signatures, band keys, exact keys of one input part; persisted per part
+so a re-run hashes only the parts not yet hashed) -> `aggregate` (the distributed shuffle over
+every part: band buckets, verification, star components, the kept document per cluster) ->
+`join_part` (the tags joined back to the part's rows). `apply(dataset)` runs the same distributed
+steps on a Ray Dataset's blocks, `apply_table(table)` the in-process version; all give the same
+tags for the same documents.
 Tags: `exact_hash` (hex of the normalised text), `dup_cluster` (smallest vertex of the cluster;
 a singleton's own vertex), `dup_keep`, `dup_cluster_size`. Rows are never dropped here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -16,7 +22,7 @@ import pyarrow as pa
 from data_pipeline.config import DEFAULT_WORKER_MEMORY_MB
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats, dedup_table
-from data_pipeline.stages.base import GlobalStage, StageConfig
+from data_pipeline.stages.base import GlobalStage, MapOutput, StageConfig
 
 
 class DedupStage(GlobalStage):
@@ -53,9 +59,34 @@ class DedupStage(GlobalStage):
         """Tag a Ray Dataset with the distributed shuffle (band buckets, star components)."""
         from data_pipeline.dedup.distributed import dedup_dataset
 
-        budget = self.context.get("worker_memory_mb", DEFAULT_WORKER_MEMORY_MB)
-        result, self.stats = dedup_dataset(dataset, self.dedup_config, self, budget)
+        result, self.stats = dedup_dataset(dataset, self.dedup_config, self, self._budget())
         return result
+
+    def _budget(self) -> int:
+        return int(self.context.get("worker_memory_mb", DEFAULT_WORKER_MEMORY_MB))
+
+    def models(self) -> dict[str, Path]:
+        against = self.dedup_config.index.against
+        return {"index.against": Path(against)} if against else {}
+
+    def map_part(self, rows: pa.Table) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+        from data_pipeline.dedup.tasks import map_tables
+
+        bands, exact, docs, info = map_tables(rows, self.dedup_config)
+        return {"bands": bands, "exact": exact, "docs": docs}, info
+
+    def aggregate(self, parts: Sequence[MapOutput]) -> list[tuple[Any, ...]]:
+        from data_pipeline.dedup.distributed import dedup_parts
+
+        joins, self.stats = dedup_parts(parts, self.dedup_config, self, self._budget())
+        return joins
+
+    def join_part(
+        self, rows: pa.Table, outputs: dict[str, pa.Table], index: int, *args: Any
+    ) -> pa.Table:
+        from data_pipeline.dedup.tasks import attach
+
+        return attach(rows, index, 0, rows.num_rows, *args)
 
     def describe(self) -> dict[str, Any]:
         described = super().describe()

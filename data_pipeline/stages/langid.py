@@ -67,6 +67,9 @@ class LangIdStage(Stage):
     def check(self) -> None:
         model_path(self.config)  # type: ignore[arg-type]
 
+    def models(self) -> dict[str, Path]:
+        return {"model": model_path(self.config)}  # type: ignore[arg-type]
+
     def setup(self) -> None:
         self._model = load_fasttext(model_path(self.config))  # type: ignore[arg-type]
 

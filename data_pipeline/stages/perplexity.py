@@ -5,10 +5,13 @@
    10^(-sum log10 p / tokens), tokens counting each line's </s>. Languages without a model, and
    documents with no text, get perplexity null and `ppl_bucket` "none" (tagged, not failed).
 2. aggregate: per-language mergeable log-histogram sketches (`models/quantiles.py`), computed per
-   block by the workers and merged in the driver (bounded: languages x bins).
+   part (or block) by the workers and merged in the driver (bounded: languages x bins).
 3. join back: cutoffs at `percentiles` (default 30 / 60, as CCNet) per language; perplexity <= p30
    is `head`, <= p60 `middle`, above `tail`. Cutoffs are in `self.cutoffs` and `describe()` as
-   `ppl_cutoffs` ({lang: [p30, p60]}) for the manifest.
+   `ppl_cutoffs` ({lang: [p30, p60]}), which the stage also adds to the shards manifest.
+
+In the runner, the map side (`map_part`: the perplexity column and the part's sketch) is persisted
+per input part, so a re-run after a crash scores only the parts not yet scored.
 
 Config: `model` is a `kenlm-model` artifact (one ARPA per language); `models` ({lang: artifact})
 adds or overrides languages from separately trained artifacts. `apply` (Ray Dataset) and
@@ -17,18 +20,20 @@ adds or overrides languages from separately trained artifacts. `apply` (Ray Data
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pydantic import Field, field_validator
 
 from data_pipeline.models.kenlm_train import KIND, document_perplexity, load_lm_info
 from data_pipeline.models.quantiles import LogHistogramSketch
 from data_pipeline.models.text import NORMALIZATION
-from data_pipeline.stages.base import GlobalStage, StageConfig
+from data_pipeline.stages.base import GlobalStage, MapOutput, StageConfig, StageSpec, build_stage
 from pretrain.errors import ArtifactError, ConfigError, SchemaError
 from pretrain.manifest import manifest_sha256
 
@@ -79,6 +84,7 @@ class PerplexityStage(GlobalStage):
     version = 1
     requires = ("id", "text", "lang")
     Config = PerplexityConfig
+    join_reads = ("perplexity",)
 
     def __init__(self, config: StageConfig | None = None, **context: Any) -> None:
         super().__init__(config, **context)
@@ -124,6 +130,15 @@ class PerplexityStage(GlobalStage):
 
     def check(self) -> None:
         self.artifacts()
+
+    def models(self) -> dict[str, Path]:
+        found = {"model": Path(self.config.model)} if self.config.model else {}
+        for lang, directory in sorted(self.config.models.items()):
+            found[f"models.{lang}"] = Path(directory)
+        return found
+
+    def manifest_extra(self) -> dict[str, Any]:
+        return {"ppl_cutoffs": self.cutoffs}
 
     def setup(self) -> None:
         import kenlm
@@ -209,6 +224,29 @@ class PerplexityStage(GlobalStage):
             pa.field("ppl_bucket", pa.string()), pa.array(buckets, type=pa.string())
         )
 
+    # --- the runner's parts: map (persisted per part) -> aggregate -> join -------------------
+    def map_part(self, rows: pa.Table) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+        scored = self.score(rows)
+        return {
+            "perplexity": scored.select(["perplexity"]),
+            "sketch": _sparse(self.sketch_of(scored)),
+        }, {}
+
+    def aggregate(self, parts: Sequence[MapOutput]) -> list[tuple[Any, ...]]:
+        sketch = self.new_sketch()
+        for part in parts:
+            _add_sparse(sketch, pq.read_table(part.files["sketch"]))
+        cutoffs = self.set_cutoffs(sketch)
+        return [(cutoffs,)] * len(parts)
+
+    def join_part(
+        self, rows: pa.Table, outputs: dict[str, pa.Table], index: int, *args: Any
+    ) -> pa.Table:
+        (cutoffs,) = args
+        column = outputs["perplexity"].column("perplexity")
+        scored = rows.append_column(pa.field("perplexity", pa.float32()), column)
+        return self.bucket(scored, cutoffs)
+
     def apply_table(self, table: pa.Table) -> pa.Table:
         scored = self.score(table)
         self.set_cutoffs(self.sketch_of(scored))
@@ -217,29 +255,26 @@ class PerplexityStage(GlobalStage):
     def apply(self, dataset: Any) -> Any:
         """Ray Dataset -> Dataset with `perplexity` and `ppl_bucket` (scores once, materialised)."""
         self.artifacts()  # fail fast in the driver on a missing or tampered model
+        spec = self.spec()
         scored = dataset.map_batches(
-            _score_batch, batch_format="pyarrow", num_cpus=SCORE_CPUS, fn_kwargs={"stage": self}
+            _score_batch, batch_format="pyarrow", num_cpus=SCORE_CPUS, fn_kwargs={"spec": spec}
         ).materialize()
         partials = scored.map_batches(
             _sketch_rows,
             batch_format="pyarrow",
             batch_size=None,
             num_cpus=SCORE_CPUS,
-            fn_kwargs={"stage": self},
+            fn_kwargs={"spec": spec},
         )
         sketch = self.new_sketch()
         for batch in partials.iter_batches(batch_format="pyarrow", batch_size=4096):
-            for lang in set(batch.column("lang").to_pylist()):
-                rows = batch.filter(pc.equal(batch.column("lang"), lang))
-                sketch.add_counts(
-                    lang, rows.column("bin").to_numpy(), rows.column("count").to_numpy()
-                )
+            _add_sparse(sketch, batch)
         cutoffs = self.set_cutoffs(sketch)
         return scored.map_batches(
             _bucket_batch,
             batch_format="pyarrow",
             num_cpus=SCORE_CPUS,
-            fn_kwargs={"stage": self, "cutoffs": cutoffs},
+            fn_kwargs={"spec": spec, "cutoffs": cutoffs},
         )
 
     def describe(self) -> dict[str, Any]:
@@ -257,18 +292,19 @@ class PerplexityStage(GlobalStage):
         info["scored_documents"] = self.counts
         return info
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_models", None)  # kenlm models do not pickle; workers load their own
-        return state
+
+def _stage(spec: StageSpec) -> PerplexityStage:
+    stage = build_stage(spec, cached=True)  # models load once per worker process
+    assert isinstance(stage, PerplexityStage)
+    return stage
 
 
-def _score_batch(batch: pa.Table, stage: PerplexityStage) -> pa.Table:
-    return stage.score(batch)
+def _score_batch(batch: pa.Table, spec: StageSpec) -> pa.Table:
+    return _stage(spec).score(batch)
 
 
-def _sketch_rows(batch: pa.Table, stage: PerplexityStage) -> pa.Table:
-    rows = stage.sketch_of(batch).sparse()
+def _sparse(sketch: LogHistogramSketch) -> pa.Table:
+    rows = sketch.sparse()
     return pa.table(
         {
             "lang": pa.array([r[0] for r in rows], type=pa.string()),
@@ -278,7 +314,15 @@ def _sketch_rows(batch: pa.Table, stage: PerplexityStage) -> pa.Table:
     )
 
 
-def _bucket_batch(
-    batch: pa.Table, stage: PerplexityStage, cutoffs: dict[str, list[float]]
-) -> pa.Table:
-    return stage.bucket(batch, cutoffs)
+def _add_sparse(sketch: LogHistogramSketch, table: pa.Table) -> None:
+    for lang in sorted(set(table.column("lang").to_pylist())):
+        rows = table.filter(pc.equal(table.column("lang"), lang))
+        sketch.add_counts(lang, rows.column("bin").to_numpy(), rows.column("count").to_numpy())
+
+
+def _sketch_rows(batch: pa.Table, spec: StageSpec) -> pa.Table:
+    return _sparse(_stage(spec).sketch_of(batch))
+
+
+def _bucket_batch(batch: pa.Table, spec: StageSpec, cutoffs: dict[str, list[float]]) -> pa.Table:
+    return _stage(spec).bucket(batch, cutoffs)

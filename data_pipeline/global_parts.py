@@ -1,0 +1,238 @@
+"""Global stages in the runner, resumable per input part: map -> aggregate -> join.
+
+    stream (Ray Data) --the map stages before the first global stage--> pieces of each part
+    map    one task per part: its rows (in row order) -> G.map_part -> persisted, see below
+    aggregate  in the driver, over every part's persisted map output (G.aggregate, Ray inside)
+    join   one task per part: G.join_part -> the map stages after G -> the next global stage's
+           map (persisted the same way), or the job's pieces (then the usual merge into shards)
+
+What a part's map side persists, in `.parts/global/<stage>/`: `<part>.rows.parquet` (the rows the
+stage received), `<part>.<name>.parquet` for each table `map_part` returned, and `<part>.json`
+(written last) recording every file's bytes and sha256, the part's row count, its counts and what
+the map depended on. A re-run reuses a part's map output only when its record verifies: every
+file has its recorded size and hash, the row count is the part's (from the input's read record),
+and it depends on the same thing: nothing for the first global stage (its rows come from the input
+alone, whose identity the job fingerprint checks), the digest of every part's map output of the
+global stages before it for a later one. Files are written in `.parts/scratch/` and renamed, so a
+killed writer leaves no half file under a recorded name. So a driver killed while the parts are
+mapped re-maps only the parts without a record, one killed during an aggregation re-runs the
+aggregation over records that all verify, and either ends byte-identical to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from data_pipeline import workers
+from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
+from pretrain.errors import PretrainError
+from pretrain.hashcache import file_sha256
+from pretrain.manifest import atomic_write_json
+
+GLOBAL = workers.GLOBAL
+TASK_CPUS = 1.0
+"""The stream is finished when these tasks run, so each may take a whole CPU."""
+
+
+def stage_dir(out: Path, stage: str) -> Path:
+    return out / workers.PARTS / GLOBAL / stage
+
+
+def record_path(out: Path, stage: str, part: str) -> Path:
+    return stage_dir(out, stage) / f"{part}.json"
+
+
+def plan(stages: Sequence[Stage]) -> tuple[list[Stage], list[tuple[GlobalStage, list[Stage]]]]:
+    """(map stages before the first global stage, [(global stage, map stages after it)])."""
+    head: list[Stage] = []
+    rest: list[tuple[GlobalStage, list[Stage]]] = []
+    for stage in stages:
+        if isinstance(stage, GlobalStage):
+            rest.append((stage, []))
+        elif rest:
+            rest[-1][1].append(stage)
+        else:
+            head.append(stage)
+    return head, rest
+
+
+def expected_rows(out: Path, stems: Sequence[str], shard_rows: int) -> dict[str, int]:
+    """Part -> its row count, for every input whose read record exists."""
+    rows: dict[str, int] = {}
+    for stem in stems:
+        path = workers.read_stats_path(out, stem)
+        if not path.is_file():
+            continue
+        records = int(workers.load_json(path)["records"])
+        for part in range(-(-records // shard_rows)):
+            rows[f"{stem}-{part:05d}"] = min(shard_rows, records - part * shard_rows)
+    return rows
+
+
+def persist(
+    out: Path, stage: str, part: str, rows: pa.Table, tables: dict[str, pa.Table], **record: Any
+) -> dict[str, Any]:
+    """Write one part's map output and, last, its record."""
+    files = {}
+    stage_dir(out, stage).mkdir(parents=True, exist_ok=True)
+    for name, table in {"rows": rows, **tables}.items():
+        relative = f"{workers.PARTS}/{GLOBAL}/{stage}/{part}.{name}.parquet"
+        files[name] = workers.write_parquet(table, out, relative, 1, compression="lz4")
+    body = {"part": part, "rows": rows.num_rows, "files": files, **record}
+    atomic_write_json(record_path(out, stage, part), body)
+    return body
+
+
+def load(out: Path, stage: str, part: str, rows: int, depends: str) -> MapOutput | None:
+    """The part's persisted map output when its record verifies (module docstring), else None."""
+    try:
+        record = workers.load_json(record_path(out, stage, part))
+        files = record["files"]
+        if record["rows"] != rows or record.get("depends", "") != depends:
+            return None
+        for name, entry in files.items():
+            path = stage_dir(out, stage) / f"{part}.{name}.parquet"
+            if not path.is_file() or path.stat().st_size != entry["bytes"]:
+                return None
+            if file_sha256(path) != entry["sha256"]:
+                return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    paths = {name: str(stage_dir(out, stage) / f"{part}.{name}.parquet") for name in files}
+    return MapOutput(part, rows=paths.pop("rows"), files=paths, info=record.get("info", {}))
+
+
+def digest(depends: str, outputs: Sequence[MapOutput]) -> str:
+    """What a later global stage's map depends on: this stage's map output of every part."""
+    hasher = hashlib.sha256(depends.encode())
+    for output in outputs:
+        for path in (output.rows, *output.files.values()):
+            hasher.update(f"{Path(path).name}:{file_sha256(Path(path))}\n".encode())
+    return hasher.hexdigest()
+
+
+def reusable(out: Path, stage: GlobalStage, rows: dict[str, int], depends: str = "") -> set[str]:
+    return {part for part, count in rows.items() if load(out, stage.name, part, count, depends)}
+
+
+# --- what runs in the Ray tasks ---------------------------------------------------------------
+_SET_UP: set[int] = set()
+"""ids of the (cached, so never freed) stages this worker process has set up."""
+
+
+def _ready(spec: StageSpec) -> Stage:
+    """The stage of `spec`, built and set up once per worker process."""
+    stage = build_stage(spec, cached=True)
+    if id(stage) not in _SET_UP:
+        stage.setup()
+        _SET_UP.add(id(stage))
+    return stage
+
+
+def _map_and_persist(out: Path, part: str, rows: pa.Table, spec: StageSpec, depends: str) -> None:
+    stage = _ready(spec)
+    assert isinstance(stage, GlobalStage)
+    tables, info = stage.map_part(rows)
+    persist(out, stage.name, part, rows, tables, info=info, depends=depends)
+
+
+def map_task(out: str, part: str, rows: int, spec: StageSpec) -> str:
+    """The first global stage's map of one part, from the pieces the stream wrote."""
+    if load(Path(out), spec[0], part, rows, ""):
+        return part  # a retry of a task that persisted the part before its worker died
+    table = workers.read_pieces(Path(out), part)
+    if table.num_rows != rows:  # a piece is missing: never persist a partial part
+        raise PretrainError(
+            f"part {part}: {table.num_rows} of its {rows} rows were tagged; re-run the command"
+        )
+    _map_and_persist(Path(out), part, table, spec, "")
+    shutil.rmtree(workers.pieces_dir(Path(out), part), ignore_errors=True)
+    return part
+
+
+def join_task(out: str, job: dict[str, Any], part: MapOutput, index: int, *args: Any) -> str:
+    """Join one part, run the map stages after the global stage, then the next global stage's
+    map (persisted) or write the part's rows as the job's pieces."""
+    stage = _ready(job["spec"])
+    assert isinstance(stage, GlobalStage)
+    rows = pq.read_table(part.rows)
+    outputs = {name: pq.read_table(part.files[name]) for name in stage.join_reads}
+    table = stage.join_part(rows, outputs, index, *args)
+    for spec in job["after"]:
+        table = _ready(spec)(table)
+    if job["next"] is not None:
+        _map_and_persist(Path(out), part.part, table, job["next"], job["depends"])
+    else:
+        workers.write_pieces(table, out)
+    return part.part
+
+
+def _wait(ray: Any, refs: list[Any], timeout: float | None) -> None:
+    try:
+        ray.get(refs, timeout=timeout)
+    except ray.exceptions.GetTimeoutError:
+        raise PretrainError(
+            f"ray.timeout_s = {timeout}: a global stage did not finish in time; raise it, or "
+            "check the cluster (`ray status`) for missing CPUs"
+        ) from None
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, PretrainError):
+            raise type(cause)(str(cause)) from None
+        raise
+
+
+def run_global_stages(
+    out: Path, stages: Sequence[Stage], rows: dict[str, int], timeout: float | None
+) -> dict[str, int]:
+    """Map (the parts not persisted yet), aggregate and join every global stage in order; the
+    last join writes the job's pieces. Returns {stage: parts whose map output was reused}."""
+    import ray
+
+    _, globals_ = plan(stages)
+    remote_map = ray.remote(num_cpus=TASK_CPUS, max_retries=2)(map_task)
+    remote_join = ray.remote(num_cpus=TASK_CPUS, max_retries=2)(join_task)
+    parts = sorted(rows)
+    first = globals_[0][0]
+    done = reusable(out, first, rows)
+    _wait(
+        ray,
+        [remote_map.remote(str(out), p, rows[p], first.spec()) for p in parts if p not in done],
+        timeout,
+    )
+    reused, depends = {first.name: len(done)}, ""
+    for k, (stage, after) in enumerate(globals_):
+        outputs = [load(out, stage.name, p, rows[p], depends) for p in parts]
+        missing = [p for p, o in zip(parts, outputs, strict=True) if o is None]
+        if missing:
+            raise PretrainError(
+                f"{stage.name}: the map output of part {missing[0]} does not verify after it was "
+                "written (another writer, or a disk error); re-run the command"
+            )
+        found = [o for o in outputs if o is not None]
+        joins = stage.aggregate(found)
+        following = globals_[k + 1][0] if k + 1 < len(globals_) else None
+        depends = digest(depends, found)
+        job = {
+            "spec": stage.spec(),
+            "after": [s.spec() for s in after],
+            "next": following.spec() if following else None,
+            "depends": depends,
+        }
+        skip = reusable(out, following, rows, depends) if following else set()
+        if following is not None:
+            reused[following.name] = len(skip)
+        refs = [
+            remote_join.remote(str(out), job, output, index, *joins[index])
+            for index, output in enumerate(found)
+            if output.part not in skip
+        ]
+        _wait(ray, refs, timeout)
+    return reused

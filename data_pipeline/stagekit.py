@@ -1,0 +1,46 @@
+"""What the stage contract (data_pipeline.stages.base) and the engines behind the stages
+(data_pipeline.dedup, ...) share, below both so that neither imports the other for it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from pretrain.config import StrictModel
+from pretrain.schema import stage_fields
+
+
+class StageConfig(StrictModel):
+    """Base of each stage's config (in the pipeline YAML under `stages.<name>`)."""
+
+    enabled: bool = True
+
+
+def append_columns(batch: pa.Table, stage: str, columns: dict[str, Any]) -> pa.Table:
+    """Append stage `stage`'s columns (name -> list/array) in the schema's order and types."""
+    for schema_field in stage_fields(stage):
+        values = columns[schema_field.name]
+        array = (
+            values
+            if isinstance(values, pa.Array | pa.ChunkedArray)
+            else pa.array(values, type=schema_field.type)
+        )
+        batch = batch.append_column(schema_field, array.cast(schema_field.type))
+    return batch
+
+
+@dataclass(frozen=True)
+class MapOutput:
+    """One input part's persisted map output, as `aggregate` sees it."""
+
+    part: str
+    """`<input stem>-<part:05d>`; parts reach `aggregate` sorted by this name."""
+    rows: str = ""
+    """Path of the part's rows as the stage received them (Parquet), when persisted."""
+    files: Mapping[str, str] = field(default_factory=dict)
+    """Table name (as `map_part` returned it) -> path of its Parquet file."""
+    info: Mapping[str, Any] = field(default_factory=dict)
+    """The counts `map_part` returned with its tables."""
