@@ -11,13 +11,12 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, create_model, field_validator
 
-from data_pipeline.dedup.budget import MIN_WORKER_MEMORY_MB
+from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB, MIN_WORKER_MEMORY_MB
 from data_pipeline.stages.base import STAGE_REGISTRY
 from pretrain.config import StrictModel
 from pretrain.schema import EVAL_FRACTION
 
-DEFAULT_WORKER_MEMORY_MB = 2048
-"""Per-worker memory budget of the global stages when `ray.worker_memory_mb` is not set."""
+__all__ = ["DEFAULT_WORKER_MEMORY_MB", "PipelineConfig", "StagesConfig"]
 
 
 class RayConfig(StrictModel):

@@ -192,10 +192,8 @@ def clear(out: Path) -> None:
 
 def save_global_costs(out: Path, stages: list[Any], documents: int, raw_bytes: int) -> None:
     """Record each global stage's measured cost of this run (it saw every document)."""
-    from data_pipeline.stages.base import GlobalStage
-
     for stage in stages:
-        cost = stage.cost if isinstance(stage, GlobalStage) else None
+        cost = getattr(stage, "cost", None)  # GlobalStage.cost (no import: stages import us)
         if cost:
             record = {**cost, "docs": documents, "bytes": raw_bytes}
             atomic_write_json(global_cost_path(out, stage.name), record)

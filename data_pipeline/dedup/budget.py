@@ -34,6 +34,8 @@ REDUCE_FACTOR = 4.0
 and the candidates carrying their shingles)."""
 MIN_SLICE_BYTES = 1 << 20
 MIN_WORKER_MEMORY_MB = WORKER_BASE_MB + int(MIN_SLICE_BYTES * MAP_FACTOR) // 2**20
+DEFAULT_WORKER_MEMORY_MB = 2048
+"""Per-worker memory budget of the global stages when `ray.worker_memory_mb` is not set."""
 """The smallest budget that holds a worker and one map task on a 1 MB slice."""
 MAX_PARTITIONS = 4096
 """Each shuffle makes partitions x (slices or partitions) objects; beyond this, raise the budget."""

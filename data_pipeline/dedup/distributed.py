@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from data_pipeline import throughput
-from data_pipeline.config import DEFAULT_WORKER_MEMORY_MB
 from data_pipeline.dedup import budget, tasks
+from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats
 from data_pipeline.stagekit import MapOutput

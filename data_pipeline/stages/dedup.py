@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from data_pipeline.config import DEFAULT_WORKER_MEMORY_MB
+from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats, dedup_table
 from data_pipeline.stages.base import GlobalStage, MapOutput, StageConfig
