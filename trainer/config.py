@@ -24,8 +24,6 @@ class RunConfig(StrictModel):
     train_steps: int | None = Field(None, ge=1)
     """Optimizer steps; None derives them from data.train_tokens / (global batch * seq_length)."""
     log_every: int = Field(1, ge=1)
-    crash_at_step: int | None = Field(None, ge=1)
-    """Testing aid: exit abruptly (no cleanup) right after this step, as a killed job would."""
 
 
 class ModelConfig(StrictModel):
@@ -210,8 +208,6 @@ class GuardConfig(StrictModel):
     max_rollbacks: int = Field(3, ge=0)
     skip_batches: int = Field(1, ge=1)
     """Global batches skipped after a rollback, starting with the offending one."""
-    inject_nan_at_step: int | None = Field(None, ge=1)
-    """Testing aid: make the loss of this step NaN once, to exercise the rollback."""
 
 
 class MetricsConfig(StrictModel):

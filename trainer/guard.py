@@ -1,8 +1,11 @@
 """Loss-spike guard: decide from the loss and grad-norm history whether a step went bad.
 
-Pure Python so it is testable without torch. The loop asks `check(loss, grad_norm)` after every
-step; on a verdict it rolls back to the last good checkpoint, skips the offending batches and
-calls `rolled_back()`, which raises once the config's `max_rollbacks` is exceeded.
+Pure Python so it is testable without torch. A callback of the trainer (trainer/callbacks.py): its
+`check_step` judges every step (`check(loss, grad_norm)`; a good step enters the history); on a
+verdict the trainer rolls back to the last good checkpoint, skips the offending batches and calls
+`rolled_back()`, which raises once the config's `max_rollbacks` is exceeded; `on_rollback` then
+takes the history back to the restored checkpoint's. The trainer saves `state()` in every
+checkpoint and `load_state()`s it on resume.
 """
 
 from __future__ import annotations
@@ -10,27 +13,52 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pretrain.errors import PretrainError
+from trainer.callbacks import Callback
 from trainer.config import GuardConfig
+
+if TYPE_CHECKING:
+    from trainer.callbacks import TrainerView
+    from trainer.step import StepResult
 
 
 class GuardGaveUp(PretrainError):
     """The run kept spiking after the allowed number of rollbacks."""
 
 
-class SpikeGuard:
+class SpikeGuard(Callback):
     """Running window of good steps' loss and grad norm; flags NaN/inf and spikes."""
 
     def __init__(self, config: GuardConfig, state: dict[str, Any] | None = None) -> None:
         self.config = config
+        self.load_state(state)
+
+    def load_state(self, state: dict[str, Any] | None) -> None:
+        """The whole guard as a checkpoint recorded it (None: a fresh run)."""
         state = state or {}
-        self.losses: deque[float] = deque(state.get("losses", []), maxlen=config.window)
-        self.grad_norms: deque[float] = deque(state.get("grad_norms", []), maxlen=config.window)
+        self.restore_history(state)
         self.rollbacks: int = int(state.get("rollbacks", 0))
         self.events: list[dict[str, Any]] = list(state.get("events", []))
-        self.nan_injected: bool = bool(state.get("nan_injected", False))
+
+    def restore_history(self, state: dict[str, Any]) -> None:
+        """The loss / grad-norm windows only (a rollback keeps its own rollback count)."""
+        window = self.config.window
+        self.losses: deque[float] = deque(state.get("losses", []), maxlen=window)
+        self.grad_norms: deque[float] = deque(state.get("grad_norms", []), maxlen=window)
+
+    def check_step(self, trainer: TrainerView, result: StepResult) -> str | None:
+        """The callback event: the reason to roll back, or None (and the step joins the history)."""
+        reason = self.check(result.loss, result.grad_norm)
+        if reason is None:
+            self.record(result.loss, result.grad_norm)
+        return reason
+
+    def on_rollback(
+        self, trainer: TrainerView, event: dict[str, Any], restored: dict[str, Any]
+    ) -> None:
+        self.restore_history(restored.get("guard") or {})
 
     def check(self, loss: float, grad_norm: float) -> str | None:
         """The reason this step is bad (None when it is fine)."""
@@ -60,13 +88,6 @@ class SpikeGuard:
         self.losses.append(float(loss))
         self.grad_norms.append(float(grad_norm))
 
-    def should_inject_nan(self, step: int) -> bool:
-        """Testing aid: True once, at `inject_nan_at_step`."""
-        if self.config.inject_nan_at_step == step and not self.nan_injected:
-            self.nan_injected = True
-            return True
-        return False
-
     def rolled_back(
         self, step: int, reason: str, batches: list[int], samples: list[Any], to_step: int
     ) -> None:
@@ -95,5 +116,4 @@ class SpikeGuard:
             "grad_norms": list(self.grad_norms),
             "rollbacks": self.rollbacks,
             "events": self.events,
-            "nan_injected": self.nan_injected,
         }

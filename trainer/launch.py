@@ -32,6 +32,7 @@ from pretrain.locking import output_lock
 from pretrain.manifest import atomic_write_json
 from pretrain.progress import attach
 from trainer.config import TrainConfig
+from trainer.train import default_threads
 
 LOOPBACK = "127.0.0.1"
 
@@ -48,19 +49,6 @@ def gate_decision(config: TrainConfig, override_reason: str | None) -> dict[str,
         if not override_reason:
             raise
         return {"status": "overridden", "override_reason": override_reason, "refusal": str(exc)}
-
-
-def default_threads(nproc: int) -> int:
-    """Torch threads per CPU rank: PRETRAIN_TORCH_THREADS or OMP_NUM_THREADS when set, else 1.
-
-    One thread per rank by default: on a shared or oversubscribed machine, multi-threaded CPU
-    ranks spin against each other (measured here: 40x slower at 2 threads under load); raise it
-    on a dedicated machine with PRETRAIN_TORCH_THREADS=<cores / nproc>.
-    """
-    for name in ("PRETRAIN_TORCH_THREADS", "OMP_NUM_THREADS"):
-        if os.environ.get(name, "").isdigit():
-            return max(1, int(os.environ[name]))
-    return 1
 
 
 def is_local(args: argparse.Namespace, nnodes: str) -> bool:
@@ -147,24 +135,10 @@ def _run_in_process(config: TrainConfig, nproc: int, nnodes: str, smoke: bool) -
             f"--in-process runs one rank, but the layout asks for {nproc} x "
             f"{nnodes}; drop --in-process or pass --nproc 1"
         )
-    import torch
-
     from trainer.model import _free_port
-    from trainer.train import load_launch_info, run_training
+    from trainer.train import LocalRank, train
 
-    os.environ.update(
-        RANK="0",
-        WORLD_SIZE="1",
-        LOCAL_RANK="0",
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(_free_port()),
-    )
-    os.environ.setdefault("PRETRAIN_TORCH_THREADS", str(default_threads(1)))
-    try:
-        run_training(config, load_launch_info(Path(config.run.out_dir)), smoke=smoke)
-    finally:
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+    train(config, smoke=smoke, local=LocalRank(0, 1, _free_port()))
     print(f"[launch] done: {config.run.out_dir}", flush=True)
     return 0
 

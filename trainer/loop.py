@@ -1,59 +1,55 @@
-"""The training loop, run by every rank (torchrun worker): read top to bottom.
+"""The training loop, run by every rank: `Trainer(config, run_dir).fit()`, read top to bottom.
 
-setup (process groups, data, model, optimizer) -> resume from the newest valid checkpoint ->
-for each step: next non-skipped global batch -> forward/backward through megatron's schedule ->
-optimizer step -> guard (roll back on a spike or NaN) -> metrics -> checkpoint.
+fit(): resume from the newest valid checkpoint -> for each step: the next non-skipped global
+batch -> forward/backward through megatron's schedule -> optimizer step -> the guard's verdict
+(a spike or NaN rolls back to the last good checkpoint and skips the batch) -> checkpoint ->
+`on_step_end` (throughput, metrics log, periodic eval) -> ... -> finish: the run's manifest and
+summary (`pretrain launch --smoke` runs trainer/smoke.py's checks on the same trainer instead).
+
+The Trainer owns the model, optimizer, data, TrainState, the spike guard and the checkpoints;
+what observes the run is a callback with named events (trainer/callbacks.py); the step's
+megatron mechanics are in trainer/step.py. Entered only through trainer/train.py's `train()`.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from pretrain.config import config_dict, config_sha256
 from pretrain.errors import ConfigError, LockMismatch
 from trainer import checkpoint
 from trainer import model as mcore
+from trainer import step as mstep
+from trainer.callbacks import Callback, CallbackList
 from trainer.config import TrainConfig
 from trainer.cpu_compat import device_context
 from trainer.data import TrainData, check_identity
-from trainer.flops import flops_per_token
-from trainer.guard import SpikeGuard
+from trainer.guard import GuardGaveUp, SpikeGuard
 from trainer.lr_schedule import lr_at
-from trainer.metrics import MetricsWriter, memory_mb
+from trainer.metrics import MetricsLog, Throughput
+from trainer.run_outputs import summary, write_outputs
 from trainer.setup import open_data, resolve_vocab
+from trainer.step import StepResult, TrainState
 
-
-@dataclass
-class TrainState:
-    """What a checkpoint must hold besides weights and optimizer state to resume exactly."""
-
-    step: int = 0
-    batch: int = 0
-    tokens_seen: int = 0
-    tokens_per_component: list[int] = field(default_factory=list)
-    sequences_per_component: list[int] = field(default_factory=list)
-    skipped_batches: list[int] = field(default_factory=list)
-
-
-@dataclass
-class StepResult:
-    loss: float
-    grad_norm: float
-    update_norm: float | None
-    timings: dict[str, float]
-    batch: int
+__all__ = ["StepResult", "TrainState", "Trainer"]
 
 
 class Trainer:
-    """One rank's trainer: holds the model chunks, optimizer, data and state."""
+    """One rank's trainer: the model chunks, optimizer, data, state, guard and callbacks."""
 
-    def __init__(self, config: TrainConfig, run_dir: Path) -> None:
+    def __init__(
+        self,
+        config: TrainConfig,
+        run_dir: Path,
+        callbacks: Sequence[Callback] = (),
+        evaluate: bool = True,
+    ) -> None:
         from megatron.core import parallel_state as ps
 
         self.config, self.run_dir = config, run_dir
@@ -75,14 +71,23 @@ class Trainer:
         self.optimizer = mcore.build_optimizer(config, self.model)
         zeros = [0] * len(self.data.component_names)
         self.state = TrainState(tokens_per_component=zeros, sequences_per_component=list(zeros))
-        self.guard = SpikeGuard(config.guard)
-        self.num_params = self._count_params()
-        self.metrics = (
-            MetricsWriter(run_dir, config.metrics.tensorboard) if self.rank == 0 else None
-        )
-        self._inject_nan = False
+        self.num_params = mstep.count_params(self.chunks, self.dp_size)
         self.saver = checkpoint.AsyncSaver() if config.checkpoint.async_save else None
         self.has_checkpoint = bool(checkpoint.list_checkpoints(run_dir))
+        self.callbacks = self._callbacks(callbacks, evaluate)
+
+    def _callbacks(self, extra: Sequence[Callback], evaluate: bool) -> CallbackList:
+        """The guard, throughput and metrics log; periodic eval when eval.every; then `extra`."""
+        self.guard = SpikeGuard(self.config.guard)
+        self.throughput = Throughput(self.config)
+        self.metrics = MetricsLog(self.run_dir, self.rank, self.config.metrics.tensorboard)
+        builtin: list[Callback] = [self.guard, self.throughput, self.metrics]
+        if evaluate and self.config.eval.every:
+            from trainer.model import use_gpu
+            from trainer.periodic_eval import PeriodicEval
+
+            builtin.append(PeriodicEval(self.config, self.chunks[0], use_gpu(self.config)))
+        return CallbackList([*builtin, *extra])
 
     # ----- setup helpers -------------------------------------------------------------------
     def _total_steps(self) -> int:
@@ -106,78 +111,106 @@ class Trainer:
             )
         self.num_microbatches = per_rank // batch.micro_batch_size
 
-    def _count_params(self) -> int:
-        from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
+    # ----- the loop ------------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        """Resume, step until total_steps (or the data runs out), write the run's outputs."""
+        self.callbacks.on_fit_start(self)
+        self.resume()
+        while self.state.step < self.total_steps:
+            batch = self.next_batch()
+            if batch is None:
+                self.metrics.say(f"data exhausted after {self.state.step} steps")
+                break
+            start = time.perf_counter()
+            result = self.train_step(batch)
+            reason = self.callbacks.check_step(self, result)
+            if reason is not None:
+                self.rollback(result, reason)
+                continue
+            seconds = time.perf_counter() - start
+            self._advance(result)
+            self._maybe_checkpoint()
+            self.callbacks.on_step_end(self, self._record(result, seconds))
+        if self.saver is not None:
+            self.saver.close()
+        self.callbacks.on_fit_end(self)
+        return self.finish({})
 
-        local = sum(
-            p.numel()
-            for chunk in self.chunks
-            for p in chunk.parameters()
-            if param_is_not_tensor_parallel_duplicate(p)
+    def _advance(self, result: StepResult) -> None:
+        self.state.step += 1
+        self.state.batch = result.batch + 1
+        self.state.tokens_seen += self.data.global_batch * self.data.seq_length(result.batch)
+
+    def _record(self, result: StepResult, seconds: float) -> dict[str, Any]:
+        config, data, state = self.config, self.data, self.state
+        return mstep.step_record(
+            config, data, state, self.vocab_size, self.total_steps, result, seconds
         )
-        total = torch.tensor([float(local)])
-        torch.distributed.all_reduce(total)
-        return int(total.item() / self.dp_size)
+
+    def _maybe_checkpoint(self) -> None:
+        """Every checkpoint.every steps and at the end; with the guard on, also the first good
+        step, so that a rollback has a good state to go to (not step 0: megatron's distributed
+        optimizer has no state to save before its first step)."""
+        first_good = self.config.guard.enabled and not self.has_checkpoint
+        if self.saver is not None:
+            self.saver.poll()
+        step = self.state.step
+        if step % self.config.checkpoint.every == 0 or step == self.total_steps or first_good:
+            self.save()
+
+    def resume(self) -> int | None:
+        """Load the newest valid checkpoint when resuming is on; its step, or None."""
+        if not self.config.checkpoint.resume:
+            return None
+        path = self.newest_checkpoint()
+        if path is None:
+            check_identity(self.config, self.data, None)
+            return None
+        recorded = self.restore(path)
+        self.guard.load_state(recorded.get("guard"))
+        event = {"event": "resume", "checkpoint": path.name, "step": self.state.step}
+        self.callbacks.on_resume(self, event)
+        return self.state.step
+
+    def rollback(self, result: StepResult, reason: str) -> None:
+        """Go back to the last good checkpoint and skip the offending batches (or give up)."""
+        if self.saver is not None:
+            self.saver.poll(blocking=True)  # a save still in flight may be the good state
+        path = self.newest_checkpoint()
+        if path is None:
+            raise GuardGaveUp(
+                f"step {self.state.step + 1}: {reason}, before any checkpoint existed to roll "
+                "back to; lower optim.lr or raise optim.warmup_fraction, and check the data"
+            )
+        skip = list(range(result.batch, result.batch + self.config.guard.skip_batches))
+        samples = [list(self.data.sample_ids(b)) for b in skip if b < self.data.num_batches]
+        failed_step, to_step = self.state.step + 1, int(path.name.split("_")[1])
+        self.guard.rolled_back(failed_step, reason, skip, samples, to_step)
+        self.state.skipped_batches = sorted(set(self.state.skipped_batches) | set(skip))
+        recorded = self.restore(path, keep_skips=True)
+        event = {
+            "event": "rollback",
+            "step": failed_step,
+            "reason": reason,
+            "to_step": to_step,
+            "skipped_batches": skip,
+            "sample_ids": samples,
+        }
+        self.callbacks.on_rollback(self, event, recorded)
+
+    def finish(self, extra: dict[str, Any]) -> dict[str, Any]:
+        """After fit (or the smoke checks): rank 0 writes loss.png, the run manifest and
+        summary.json; every rank returns the summary."""
+        torch.distributed.barrier()
+        if self.rank == 0:
+            self.metrics.close()
+            write_outputs(self, extra)
+        torch.distributed.barrier()
+        return summary(self, extra)
 
     # ----- one step --------------------------------------------------------------------------
-    def _forward_step(self, iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
-        tokens = next(iterator)
-        inputs, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-        positions = torch.arange(inputs.shape[1]).unsqueeze(0).expand_as(inputs)
-        output = model(inputs, positions, None, labels=labels)
-        inject = self._inject_nan
-
-        def loss_func(output_tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
-            loss = output_tensor.float().mean()
-            if inject:
-                loss = loss * float("nan")
-            return loss, {"loss": loss.detach().clone()}
-
-        return output, loss_func
-
-    def _run_schedule(self, tokens: np.ndarray, forward_only: bool) -> float:
-        from megatron.core.pipeline_parallel import get_forward_backward_func
-
-        mbs = self.config.batch.micro_batch_size
-        batch = torch.from_numpy(tokens)
-        micro_batches = [batch[i : i + mbs] for i in range(0, len(batch), mbs)]
-        # interleaved pipelining takes one iterator per model chunk, each over all micro-batches
-        iterators: Any = [iter(micro_batches) for _ in self.model]
-        if len(self.model) == 1:
-            iterators = iterators[0]
-        losses = get_forward_backward_func()(
-            forward_step_func=self._forward_step,
-            data_iterator=iterators,
-            model=self.model if len(self.model) > 1 else self.model[0],
-            num_microbatches=self.num_microbatches,
-            seq_length=tokens.shape[1] - 1,
-            micro_batch_size=mbs,
-            forward_only=forward_only,
-        )
-        return self._reduce_loss(losses)
-
-    def _reduce_loss(self, losses: list[dict[str, torch.Tensor]]) -> float:
-        """Mean loss over the global batch, identical on every rank."""
-        contributes = (
-            self.ps.is_pipeline_last_stage() and self.ps.get_tensor_model_parallel_rank() == 0
-        )
-        value = (
-            sum(float(x["loss"]) for x in losses) / len(losses) if contributes and losses else 0.0
-        )
-        total = torch.tensor([value], dtype=torch.float64)
-        torch.distributed.all_reduce(total)
-        return float(total.item()) / self.dp_size
-
-    def _count_components(self, components: np.ndarray, seq_length: int) -> None:
-        counts = np.bincount(components, minlength=len(self.data.component_names))
-        first = self.ps.get_tensor_model_parallel_rank() == 0 and self.ps.is_pipeline_first_stage()
-        total = torch.from_numpy((counts if first else np.zeros_like(counts)).astype(np.float64))
-        torch.distributed.all_reduce(total)
-        for index, value in enumerate(total.tolist()):
-            self.state.tokens_per_component[index] += int(value) * seq_length
-            self.state.sequences_per_component[index] += int(value)
-
     def train_step(self, batch_index: int) -> StepResult:
+        """Forward/backward over the global batch `batch_index`, then the optimizer step."""
         timings: dict[str, float] = {}
         start = time.perf_counter()
         tokens, components = self.data.rank_batch(batch_index, self.dp_rank, self.dp_size)
@@ -186,37 +219,43 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         timings["data_s"] = time.perf_counter() - start
+        self.callbacks.on_step_start(self, self.state.step + 1)
         with device_context():
             for chunk in self.model:
                 chunk.zero_grad_buffer()
             self.optimizer.zero_grad()
             start = time.perf_counter()
-            self._inject_nan = self.guard.should_inject_nan(self.state.step + 1)
             loss = self._run_schedule(tokens, forward_only=False)
             timings["fwd_bwd_s"] = time.perf_counter() - start
             start = time.perf_counter()
             log_now = (self.state.step + 1) % self.config.run.log_every == 0
-            before = [p.detach().clone() for p in self._params()] if log_now else None
+            before = [p.detach().clone() for p in mstep.params(self.chunks)] if log_now else None
             _, grad_norm, _ = self.optimizer.step()
-            update = self._update_norm(before) if before is not None else None
+            update = (
+                None if before is None else mstep.update_norm(self.chunks, before, self.dp_size)
+            )
             timings["optimizer_s"] = time.perf_counter() - start
         grad_norm = float("nan") if grad_norm is None else float(grad_norm)
         return StepResult(loss, grad_norm, update, timings, batch_index)
 
-    def _params(self) -> list[torch.Tensor]:
-        return [p for chunk in self.chunks for p in chunk.parameters()]
-
-    def _update_norm(self, before: list[torch.Tensor]) -> float:
-        from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
-
-        square = sum(
-            float((p.detach().float() - b.float()).pow(2).sum())
-            for p, b in zip(self._params(), before, strict=True)
-            if param_is_not_tensor_parallel_duplicate(p)
+    def _run_schedule(self, tokens: Any, forward_only: bool) -> float:
+        """The global batch's mean loss (backward too unless forward_only), same on every rank."""
+        hook = None if forward_only else (lambda loss: self.callbacks.on_loss(self, loss))
+        losses = mstep.run_schedule(
+            self.model,
+            tokens,
+            self.config.batch.micro_batch_size,
+            self.num_microbatches,
+            forward_only,
+            hook,
         )
-        total = torch.tensor([square], dtype=torch.float64)
-        torch.distributed.all_reduce(total)
-        return float((total.item() / self.dp_size) ** 0.5)
+        return mstep.reduce_loss(losses, self.ps, self.dp_size)
+
+    def _count_components(self, components: Any, seq_length: int) -> None:
+        counts = mstep.component_counts(components, len(self.data.component_names), self.ps)
+        for index, value in enumerate(counts):
+            self.state.tokens_per_component[index] += value * seq_length
+            self.state.sequences_per_component[index] += value
 
     # ----- checkpoints ---------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -246,7 +285,9 @@ class Trainer:
             self.run_dir, self.state.step, self.model, self.optimizer, state, keep, saver
         )
         self.has_checkpoint = True
-        return time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        self.callbacks.on_checkpoint(self, self.state.step, seconds)
+        return seconds
 
     def newest_checkpoint(self) -> Path | None:
         """Rank 0 picks the newest valid checkpoint (logging corrupt ones) and tells the others."""
@@ -254,9 +295,7 @@ class Trainer:
         if self.rank == 0:
             path, skipped = checkpoint.newest_valid(self.run_dir)
             for entry in skipped:
-                print(f"[train] {entry['checkpoint']} is corrupt, skipped: {entry['reason']}")
-                if self.metrics is not None:
-                    self.metrics.log({"event": "checkpoint_skipped", **entry})
+                self.callbacks.on_checkpoint_skipped(self, entry)
             chosen = [str(path) if path else ""]
         torch.distributed.broadcast_object_list(chosen, src=0)
         return Path(chosen[0]) if chosen[0] else None
@@ -283,35 +322,3 @@ class Trainer:
         while batch in skipped:
             batch += 1
         return batch if batch < self.data.num_batches else None
-
-    def step_record(self, result: StepResult, seconds: float) -> dict[str, Any]:
-        seq_length = self.data.seq_length(result.batch)
-        tokens = self.data.global_batch * seq_length
-        tokens_per_s = tokens / seconds if seconds > 0 else 0.0
-        flops = flops_per_token(
-            self.config.model, self.vocab_size, seq_length, self.config.parallel.tensor
-        )["model"]
-        world = torch.distributed.get_world_size()
-        per_component = dict(
-            zip(self.data.component_names, self.state.tokens_per_component, strict=True)
-        )
-        return {
-            "step": self.state.step,
-            "loss": result.loss,
-            "grad_norm": result.grad_norm,
-            "update_norm": result.update_norm,
-            "batch": result.batch,
-            "lr": lr_at(self.state.step - 1, self.config.optim, self.total_steps),
-            "seq_length": seq_length,
-            "tokens_seen": self.state.tokens_seen,
-            "tokens_per_s": tokens_per_s,
-            "model_flops_per_token": flops,
-            "achieved_flops_per_device": flops * tokens_per_s / world,
-            "step_s": seconds,
-            **{k: round(v, 6) for k, v in result.timings.items()},
-            **memory_mb(),
-            "tokens_per_component": per_component,
-            "sequences_per_component": dict(
-                zip(self.data.component_names, self.state.sequences_per_component, strict=True)
-            ),
-        }

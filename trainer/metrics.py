@@ -1,5 +1,9 @@
 """Run metrics: one JSONL line per step, TensorBoard events and a loss-curve PNG.
 
+Two trainer callbacks (trainer/callbacks.py) live here: `Throughput` (profiling: MFU against the
+assumed peak, memory, checkpoint time, added to each step's record) and `MetricsLog` (rank 0
+writes every record and event to metrics.jsonl / TensorBoard, the progress bar, `[train]` lines).
+
 MFU = achieved model FLOP/s per device / assumed peak FLOP/s per device, with model FLOPs per token
 from trainer.flops (the same function `pretrain plan` uses): 6 * N + 12 * L * S * H * Q (N: the
 parameters doing matmuls; H heads of size Q = kv_channels; recompute not counted). Formula and
@@ -11,9 +15,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+from trainer.callbacks import Callback
+
+if TYPE_CHECKING:
+    from trainer.callbacks import TrainerView
+    from trainer.config import TrainConfig
 
 MFU_FORMULA = "(6*N + 12*L*S*H*Q) * tokens_per_s / (devices * peak_flops)"
 
@@ -119,3 +129,107 @@ def plot_loss(metrics_path: Path, out: Path) -> Path:
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+class Throughput(Callback):
+    """Profiling of each step: MFU (peak agreed by all ranks at start), memory, checkpoint time."""
+
+    def __init__(self, config: TrainConfig) -> None:
+        from trainer.model import use_gpu
+
+        settings = config.metrics
+        peak, source = assumed_peak(settings.peak_flops, settings.mfu_gpu, use_gpu(config))
+        holder = [peak, source]
+        torch.distributed.broadcast_object_list(holder, src=0)
+        self.peak_flops, self.peak_source = holder
+        self.checkpoint_s = 0.0
+
+    def on_checkpoint(self, trainer: TrainerView, step: int, seconds: float) -> None:
+        self.checkpoint_s = seconds
+
+    def on_step_end(self, trainer: TrainerView, record: dict[str, Any]) -> None:
+        record.update(memory_mb())
+        record["checkpoint_s"] = round(self.checkpoint_s, 6)
+        self.checkpoint_s = 0.0
+        if self.peak_flops:
+            record["mfu"] = record["achieved_flops_per_device"] / self.peak_flops
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "formula": MFU_FORMULA,
+            "peak_flops": self.peak_flops,
+            "peak_source": self.peak_source,
+        }
+
+
+class MetricsLog(Callback):
+    """Rank 0 logs every step, eval and event to metrics.jsonl; every rank keeps the progress bar
+    (shown on rank 0 only)."""
+
+    def __init__(self, run_dir: Path, rank: int, tensorboard: bool) -> None:
+        self.rank = rank
+        self.writer = MetricsWriter(run_dir, tensorboard) if rank == 0 else None
+        self.bar: Any = None
+
+    def say(self, message: str) -> None:
+        if self.rank == 0:
+            print(f"[train] {message}", flush=True)
+
+    def log(self, record: dict[str, Any]) -> None:
+        if self.writer is not None:
+            self.writer.log(record)
+
+    def on_fit_start(self, trainer: TrainerView) -> None:
+        from pretrain.progress import Progress
+
+        self.bar = Progress(
+            total=trainer.total_steps,
+            initial=trainer.state.step,
+            unit="step",
+            desc="train",
+            disable=self.rank != 0,
+            mininterval=1.0,
+        )
+
+    def on_resume(self, trainer: TrainerView, event: dict[str, Any]) -> None:
+        self.say(f"resumed from {event['checkpoint']} (step {event['step']})")
+        self.log(event)
+        if self.bar is not None:
+            self.bar.n = trainer.state.step
+
+    def on_checkpoint_skipped(self, trainer: TrainerView, entry: dict[str, Any]) -> None:
+        print(f"[train] {entry['checkpoint']} is corrupt, skipped: {entry['reason']}")
+        self.log({"event": "checkpoint_skipped", **entry})
+
+    def on_step_end(self, trainer: TrainerView, record: dict[str, Any]) -> None:
+        if self.writer is not None:
+            self.writer.log(record)
+            self.bar.set_postfix(
+                loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}", refresh=False
+            )
+        self.bar.update(1)
+
+    def on_rollback(
+        self, trainer: TrainerView, event: dict[str, Any], restored: dict[str, Any]
+    ) -> None:
+        self.say(
+            f"guard: step {event['step']}: {event['reason']}; rolled back to step "
+            f"{event['to_step']}, skipping batches {event['skipped_batches']} (phase, samples "
+            f"[start, end)): {event['sample_ids']}"
+        )
+        self.log(event)
+        self.bar.n = trainer.state.step
+
+    def on_eval(self, trainer: TrainerView, record: dict[str, Any]) -> None:
+        self.log(record)
+
+    def on_fit_end(self, trainer: TrainerView) -> None:
+        self.bar.close()
+        if self.writer is not None and trainer.state.step:
+            losses = [r["loss"] for r in read_metrics(self.writer.path) if "loss" in r]
+            self.say(f"{trainer.state.step} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+
+    def close(self) -> None:
+        """Rank 0: close the files and draw loss.png."""
+        if self.writer is not None:
+            self.writer.close()

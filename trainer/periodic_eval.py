@@ -7,18 +7,25 @@ must all take part; data-parallel replicas repeat the same small work), rank 0 l
 `{"step", "event": "eval", "val/bpb", "val/loss", "val/bpb/<domain>/<lang>", ...}` to
 metrics.jsonl and TensorBoard. Pipeline parallel runs are refused at start (the eval would need
 its own pipeline schedule): evaluate their checkpoints with `pretrain eval run`.
+
+A trainer callback (trainer/callbacks.py): `on_step_end` runs the evaluation when it is due and
+hands the record to the other callbacks' `on_eval` (the metrics log writes it).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from pretrain.errors import ConfigError
+from trainer.callbacks import Callback
 from trainer.cpu_compat import device_context
 from trainer.evalcore import as_encoder, evaluate, load_eval_sets
+
+if TYPE_CHECKING:
+    from trainer.callbacks import TrainerView
 
 
 class LiveScorer:
@@ -39,7 +46,7 @@ class LiveScorer:
         return -loss.float().cpu()
 
 
-class PeriodicEval:
+class PeriodicEval(Callback):
     """Loads the sets and the run's tokenizer once; `run(step)` returns the metrics record."""
 
     def __init__(self, config: Any, model: Any, on_gpu: bool) -> None:
@@ -64,6 +71,11 @@ class PeriodicEval:
         self.scorer = LiveScorer(model, on_gpu)
         self.seq_length = config.model.seq_length
         self.batch_size = settings.batch_size
+
+    def on_step_end(self, trainer: TrainerView, record: dict[str, Any]) -> None:
+        """Every rank scores the eval sets when due; the callbacks' on_eval gets the record."""
+        if self.due(trainer.state.step, trainer.total_steps):
+            trainer.callbacks.on_eval(trainer, self.run(trainer.state.step))
 
     def due(self, step: int, last: int) -> bool:
         return step % self.every == 0 or step == last

@@ -10,14 +10,18 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pretrain.config import parse_config
 from pretrain.errors import PretrainError
 from pretrain.lifetime import die_with_parent
 from pretrain.manifest import atomic_write_bytes
 from trainer.config import TrainConfig
+
+if TYPE_CHECKING:
+    from trainer.callbacks import Callback
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,21 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     config = parse_config(
         TrainConfig, json.loads(Path(args.config_json).read_text()), source=args.config_json
     )
-    from trainer.train import load_launch_info, run_training
+    from trainer.train import train
 
     try:
-        run_training(config, load_launch_info(Path(config.run.out_dir)), smoke=args.smoke)
+        train(config, smoke=args.smoke)
     except PretrainError as exc:
         print(f"pretrain launch: error: {exc}", file=sys.stderr, flush=True)
         error_file = Path(config.run.out_dir) / "launch" / "error.txt"
         error_file.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(error_file, str(exc).encode())
         return 2
-    finally:
-        import torch
-
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
     return 0
 
 
@@ -55,35 +54,35 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def _rank_main(rank: int, world: int, port: int, config_data: dict[str, Any], smoke: bool) -> None:
-    """Body of one spawned rank (torch.multiprocessing), the environment torchrun would set."""
+def _rank_main(
+    rank: int,
+    world: int,
+    port: int,
+    config_data: dict[str, Any],
+    smoke: bool,
+    callbacks: Sequence[Callback],
+) -> None:
+    """Body of one spawned rank (torch.multiprocessing)."""
     die_with_parent()
     os.register_at_fork(after_in_child=die_with_parent)
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(world),
-    )
-    os.environ.setdefault("PRETRAIN_TORCH_THREADS", "1")
+    from trainer.train import LocalRank, train
+
     config = parse_config(TrainConfig, config_data)
-    from trainer.train import run_training
-
-    try:
-        run_training(config, smoke=smoke)
-    finally:
-        import torch
-
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+    train(config, smoke=smoke, callbacks=callbacks, local=LocalRank(rank, world, port))
 
 
 def spawn_ranks(
-    config_data: dict[str, Any], world: int, smoke: bool = False, timeout_s: float = 240
+    config_data: dict[str, Any],
+    world: int,
+    smoke: bool = False,
+    timeout_s: float = 240,
+    callbacks: Sequence[Callback] = (),
 ) -> None:
     """Run `world` ranks on this machine without torchrun (tests, benchmarks).
+
+    `callbacks` (picklable; their classes importable by the spawned ranks) are added to every
+    rank's trainer after the built-in ones: how tests install fault injection
+    (tests/trainer/faults.py).
 
     Raises torch.multiprocessing's ProcessRaisedException / ProcessExitedException when a rank
     fails, and TimeoutError (after killing the ranks) when they run past `timeout_s`.
@@ -96,7 +95,7 @@ def spawn_ranks(
 
     context = mp.start_processes(
         _rank_main,
-        args=(world, _free_port(), config_data, smoke),
+        args=(world, _free_port(), config_data, smoke, tuple(callbacks)),
         nprocs=world,
         join=False,
         start_method="spawn",

@@ -9,9 +9,9 @@ import pytest
 import torch.multiprocessing as mp
 
 from pretrain.manifest import load_manifest
+from tests.trainer.faults import CRASH_EXIT_CODE, CrashAfterStep, NanLossAtStep, RecordEvents
 from tests.trainer.trainer_testlib import events, losses, tiny_config
 from trainer.checkpoint import list_checkpoints
-from trainer.train import CRASH_EXIT_CODE
 from trainer.worker import spawn_ranks
 
 
@@ -22,7 +22,7 @@ def test_killed_run_resumes_exactly_and_skips_a_corrupt_checkpoint(tmp_path, ref
 
     killed = tmp_path / "killed"
     with pytest.raises(mp.ProcessExitedException) as info:
-        spawn_ranks(tiny_config(killed, run={"crash_at_step": 5}), 1)
+        spawn_ranks(tiny_config(killed), 1, callbacks=[CrashAfterStep(5)])
     assert info.value.exit_code == CRASH_EXIT_CODE
     assert [step for step, _ in list_checkpoints(killed)] == [1, 2, 4]
     # the newest checkpoint (step 4) loses a byte: resume must fall back to step 2
@@ -46,7 +46,8 @@ def test_killed_run_resumes_exactly_and_skips_a_corrupt_checkpoint(tmp_path, ref
 @pytest.mark.timeout(300)
 def test_injected_nan_rolls_back_skips_the_batch_and_finishes(tmp_path):
     run_dir = tmp_path / "nan"
-    spawn_ranks(tiny_config(run_dir, guard={"inject_nan_at_step": 3}), 1)
+    record = tmp_path / "events.jsonl"
+    spawn_ranks(tiny_config(run_dir), 1, callbacks=[NanLossAtStep(3), RecordEvents(str(record))])
     (rollback,) = [e for e in events(run_dir) if e["event"] == "rollback"]
     assert rollback["step"] == 3 and rollback["to_step"] == 2
     assert "loss is nan" in rollback["reason"]
@@ -60,12 +61,24 @@ def test_injected_nan_rolls_back_skips_the_batch_and_finishes(tmp_path):
     manifest = load_manifest(run_dir)
     assert manifest["guard"]["rollbacks"] == 1
     assert (run_dir / "loss.png").stat().st_size > 1000
+    # the named events, in order: checkpoints at the first good step and every 2; step 3's
+    # NaN rolls back to step 2 without a step_end, and its replay ends normally
+    step = [["step_start", n] for n in range(1, 7)]
+    end = [["step_end", n] for n in range(1, 7)]
+    ckpt = {n: ["checkpoint", n] for n in (1, 2, 4, 6)}
+    assert [json.loads(line) for line in record.read_text().splitlines()] == [
+        ["fit_start", 0],
+        *(step[0], ckpt[1], end[0], step[1], ckpt[2], end[1]),
+        *(step[2], ["rollback", 2], step[2], end[2]),
+        *(step[3], ckpt[4], end[3], step[4], end[4], step[5], ckpt[6], end[5]),
+        ["fit_end", 6],
+    ]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_guard_gives_up_after_max_rollbacks(tmp_path):
     run_dir = tmp_path / "gives-up"
-    config = tiny_config(run_dir, guard={"inject_nan_at_step": 2, "max_rollbacks": 0})
+    config = tiny_config(run_dir, guard={"max_rollbacks": 0})
     with pytest.raises(mp.ProcessRaisedException, match="guard.max_rollbacks = 0 exceeded"):
-        spawn_ranks(config, 1)
+        spawn_ranks(config, 1, callbacks=[NanLossAtStep(2)])

@@ -8,6 +8,7 @@ import pytest
 
 from pretrain.config import load_config, parse_config
 from pretrain.errors import ConfigError
+from tests.trainer.faults import NanLossAtStep
 from trainer.checkpoint import list_checkpoints, newest_valid, prune
 from trainer.config import GuardConfig, OptimConfig, TrainConfig
 from trainer.guard import GuardGaveUp, SpikeGuard
@@ -50,15 +51,13 @@ def test_guard_gives_up_after_max_rollbacks_with_a_clear_message():
     assert SpikeGuard(GuardConfig(), guard.state()).rollbacks == 2
 
 
-def test_guard_injects_nan_once():
-    guard = SpikeGuard(GuardConfig(inject_nan_at_step=3))
-    assert [guard.should_inject_nan(s) for s in (1, 2, 3, 3, 4)] == [
-        False,
-        False,
-        True,
-        False,
-        False,
-    ]
+def test_nan_fault_fires_on_every_micro_batch_of_its_step_once():
+    fault = NanLossAtStep(3)
+    seen = []
+    for step in (1, 2, 3, 3, 4):  # step 3 runs twice: the replay after its rollback
+        fault.on_step_start(None, step)
+        seen.append([math.isnan(fault.on_loss(None, 1.0)) for _ in range(2)])
+    assert seen == [[False] * 2, [False] * 2, [True] * 2, [False] * 2, [False] * 2]
 
 
 def _fake_checkpoints(root, steps):

@@ -1,0 +1,172 @@
+"""One optimizer step's mechanics, below the loop: megatron's forward/backward schedule over the
+micro-batches, the loss and counts reduced over the world, the update norm, and the step record.
+
+trainer/loop.py's `Trainer.train_step` calls these; they hold no run state of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainer.config import TrainConfig
+from trainer.flops import flops_per_token
+from trainer.lr_schedule import lr_at
+
+LossHook = Callable[[torch.Tensor], torch.Tensor]
+"""Applied to each micro-batch's loss before backward (the callbacks' `on_loss`)."""
+
+
+@dataclass
+class TrainState:
+    """What a checkpoint must hold besides weights and optimizer state to resume exactly."""
+
+    step: int = 0
+    batch: int = 0
+    tokens_seen: int = 0
+    tokens_per_component: list[int] = field(default_factory=list)
+    sequences_per_component: list[int] = field(default_factory=list)
+    skipped_batches: list[int] = field(default_factory=list)
+
+
+@dataclass
+class StepResult:
+    loss: float
+    grad_norm: float
+    update_norm: float | None
+    timings: dict[str, float]
+    batch: int
+
+
+def _forward_step_func(loss_hook: LossHook | None) -> Callable[[Any, Any], Any]:
+    """Megatron's `forward_step_func`: next micro-batch -> (output, loss function)."""
+
+    def forward_step(iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
+        tokens = next(iterator)
+        inputs, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        positions = torch.arange(inputs.shape[1]).unsqueeze(0).expand_as(inputs)
+        output = model(inputs, positions, None, labels=labels)
+
+        def loss_func(output_tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+            loss = output_tensor.float().mean()
+            if loss_hook is not None:
+                loss = loss_hook(loss)
+            return loss, {"loss": loss.detach().clone()}
+
+        return output, loss_func
+
+    return forward_step
+
+
+def run_schedule(
+    model: list[Any],
+    tokens: np.ndarray,
+    micro_batch_size: int,
+    num_microbatches: int,
+    forward_only: bool,
+    loss_hook: LossHook | None = None,
+) -> list[dict[str, torch.Tensor]]:
+    """Forward (and backward unless forward_only) over the global batch's micro-batches."""
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    batch = torch.from_numpy(tokens)
+    micro_batches = [
+        batch[i : i + micro_batch_size] for i in range(0, len(batch), micro_batch_size)
+    ]
+    # interleaved pipelining takes one iterator per model chunk, each over all micro-batches
+    iterators: Any = [iter(micro_batches) for _ in model]
+    if len(model) == 1:
+        iterators = iterators[0]
+    return get_forward_backward_func()(
+        forward_step_func=_forward_step_func(loss_hook),
+        data_iterator=iterators,
+        model=model if len(model) > 1 else model[0],
+        num_microbatches=num_microbatches,
+        seq_length=tokens.shape[1] - 1,
+        micro_batch_size=micro_batch_size,
+        forward_only=forward_only,
+    )
+
+
+def reduce_loss(losses: list[dict[str, torch.Tensor]], ps: Any, dp_size: int) -> float:
+    """Mean loss over the global batch, identical on every rank."""
+    contributes = ps.is_pipeline_last_stage() and ps.get_tensor_model_parallel_rank() == 0
+    value = sum(float(x["loss"]) for x in losses) / len(losses) if contributes and losses else 0.0
+    total = torch.tensor([value], dtype=torch.float64)
+    torch.distributed.all_reduce(total)
+    return float(total.item()) / dp_size
+
+
+def component_counts(components: np.ndarray, num_components: int, ps: Any) -> list[int]:
+    """Sequences per mixture component in this global batch, summed over the data ranks."""
+    counts = np.bincount(components, minlength=num_components)
+    first = ps.get_tensor_model_parallel_rank() == 0 and ps.is_pipeline_first_stage()
+    total = torch.from_numpy((counts if first else np.zeros_like(counts)).astype(np.float64))
+    torch.distributed.all_reduce(total)
+    return [int(value) for value in total.tolist()]
+
+
+def params(chunks: list[Any]) -> list[torch.Tensor]:
+    return [p for chunk in chunks for p in chunk.parameters()]
+
+
+def update_norm(chunks: list[Any], before: list[torch.Tensor], dp_size: int) -> float:
+    """L2 norm of this step's parameter update over the whole model."""
+    from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
+
+    square = sum(
+        float((p.detach().float() - b.float()).pow(2).sum())
+        for p, b in zip(params(chunks), before, strict=True)
+        if param_is_not_tensor_parallel_duplicate(p)
+    )
+    total = torch.tensor([square], dtype=torch.float64)
+    torch.distributed.all_reduce(total)
+    return float((total.item() / dp_size) ** 0.5)
+
+
+def count_params(chunks: list[Any], dp_size: int) -> int:
+    from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
+
+    local = sum(p.numel() for p in params(chunks) if param_is_not_tensor_parallel_duplicate(p))
+    total = torch.tensor([float(local)])
+    torch.distributed.all_reduce(total)
+    return int(total.item() / dp_size)
+
+
+def step_record(
+    config: TrainConfig,
+    data: Any,
+    state: TrainState,
+    vocab_size: int,
+    total_steps: int,
+    result: StepResult,
+    seconds: float,
+) -> dict[str, Any]:
+    """The metrics.jsonl line of a finished step (callbacks add MFU, memory, checkpoint time)."""
+    seq_length = data.seq_length(result.batch)
+    tokens = data.global_batch * seq_length
+    tokens_per_s = tokens / seconds if seconds > 0 else 0.0
+    flops = flops_per_token(config.model, vocab_size, seq_length, config.parallel.tensor)["model"]
+    world = torch.distributed.get_world_size()
+    names = data.component_names
+    return {
+        "step": state.step,
+        "loss": result.loss,
+        "grad_norm": result.grad_norm,
+        "update_norm": result.update_norm,
+        "batch": result.batch,
+        "lr": lr_at(state.step - 1, config.optim, total_steps),
+        "seq_length": seq_length,
+        "tokens_seen": state.tokens_seen,
+        "tokens_per_s": tokens_per_s,
+        "model_flops_per_token": flops,
+        "achieved_flops_per_device": flops * tokens_per_s / world,
+        "step_s": seconds,
+        **{k: round(v, 6) for k, v in result.timings.items()},
+        "tokens_per_component": dict(zip(names, state.tokens_per_component, strict=True)),
+        "sequences_per_component": dict(zip(names, state.sequences_per_component, strict=True)),
+    }
