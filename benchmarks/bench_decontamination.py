@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     train_docs = [d for d in docs if d["split"] != "eval"]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "shards" / "shards").mkdir(parents=True)
-        train_file = root / "shards" / "shards" / "corpus-00000.parquet"
+        (root / "shards" / "data").mkdir(parents=True)
+        train_file = root / "shards" / "data" / "corpus-00000.parquet"
         pq.write_table(pa.Table.from_pylist(docs), train_file)
         write_manifest(root / "shards", "shards")
         start = time.perf_counter()

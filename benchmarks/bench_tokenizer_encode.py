@@ -109,7 +109,7 @@ def run_datatrove(tokenizer_dir: Path, shards_dir: Path, out: Path) -> int:
     executor = LocalPipelineExecutor(
         pipeline=[
             ParquetReader(
-                str(shards_dir / "shards"), text_key="text", id_key="id", glob_pattern="*.parquet"
+                str(shards_dir / "data"), text_key="text", id_key="id", glob_pattern="*.parquet"
             ),
             MegatronDocumentTokenizer(
                 output_folder=str(out / "tokens"),

@@ -83,7 +83,8 @@ class PipelineConfig(StrictModel):
     inputs: tuple[str, ...] = Field(min_length=1)
     """Files, directories (searched recursively) or URIs (s3://, gs://, hdfs://, file://)."""
     output: str
-    """Artifact directory: shards/, rejects/, ledger.json, manifest.json."""
+    """Artifact directory: data/, rejects/, ledger.json, README.md, manifest.json
+    (pretrain.shards_layout)."""
     stages: StagesConfig = StagesConfig(extract={}, langid={})  # type: ignore[valid-type]
     """Stage name -> its settings (each stage's Config class validates them); absent = not run."""
     select: SelectConfig = SelectConfig()

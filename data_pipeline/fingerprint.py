@@ -24,9 +24,11 @@ from data_pipeline import workers
 from data_pipeline.config import PipelineConfig
 from data_pipeline.formats import InputFile, filesystem_for
 from data_pipeline.stages.base import Stage
+from pretrain import shards_layout as layout
 from pretrain.config import config_sha256
 from pretrain.errors import ConfigError, InputError
 from pretrain.manifest import atomic_write_json, manifest_sha256, sha256_file
+from pretrain.schema import SCHEMA_VERSION
 
 FINGERPRINT = "fingerprint.json"
 
@@ -86,6 +88,8 @@ def job_fingerprint(config: PipelineConfig, stages: list[Stage]) -> dict[str, An
         "config_sha256": config_sha256(config.fingerprint_dict()),
         "stages": {s.name: s.version for s in stages},
         "models": model_hashes(stages),
+        "layout": layout.LAYOUT_VERSION,  # an output of another layout is a different job
+        "schema": SCHEMA_VERSION,
     }
 
 
@@ -113,7 +117,7 @@ def prepare_output(
     their parts and are read again; returns their stems."""
     path = out / workers.PARTS / FINGERPRINT
     if output_is_foreign(config, out, stages):
-        for sub in ("shards", "rejects", workers.PARTS, "manifest.json", "ledger.json"):
+        for sub in (*layout.OUTPUT_ENTRIES, workers.PARTS, "manifest.json"):
             target = out / sub
             shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     identities = {item.stem: file_identity(item) for item in inputs}

@@ -13,13 +13,14 @@ from data_pipeline import global_parts, workers
 from data_pipeline.config import PipelineConfig
 from data_pipeline.fingerprint import FINGERPRINT
 from data_pipeline.stages.base import Stage
+from pretrain import shards_layout as layout
 
 
 def restart(out: Path) -> dict[str, set[int]]:
     """Forget every shard of an unfinished run with a global stage (shards, rejects, ledger
     fragments): their global tags are computed again. The inputs' read records and the global
     stages' persisted map output are kept (each reused while it verifies)."""
-    for sub in ("shards", "rejects"):
+    for sub in (layout.DATA_DIR, layout.REJECTS_DIR):
         shutil.rmtree(out / sub, ignore_errors=True)
     for path in (out / workers.PARTS).glob("*.json"):
         if path.name != FINGERPRINT and not path.name.endswith(".read.json"):

@@ -6,9 +6,10 @@
     global --for each global stage (data_pipeline.global_parts): map each part (persisted per
              part) -> aggregate in the driver -> join each part, then the map stages after it
              --> the next global stage's map, or the job's pieces
-    merge  --one task per shard: pieces in row order -> the select -> shards/<stem>-<part>.parquet,
-             rejects/<stem>-<part>.parquet, .parts/<stem>-<part>.json (ledger fragment)
-    driver: ledger.json (conservation checked), manifest.json (written last)
+    merge  --one task per shard: pieces in row order -> the select -> data/<stem>-<part>.parquet,
+             rejects/<stem>-<part>.pq, .parts/<stem>-<part>.json (ledger fragment)
+    driver: ledger.json (conservation checked), README.md (dataset card), manifest.json (last)
+(the layout: pretrain.shards_layout)
 
 Resume: parts finished by an earlier run with the same config, stage versions and models are
 reused if their files still verify (their rows are skipped at read time), so a re-run after a crash
@@ -43,10 +44,11 @@ from data_pipeline.stages.base import (
     Stage,
     stage_class,
 )
+from pretrain import shards_layout as layout
 from pretrain.config import config_dict, parse_config
 from pretrain.errors import ConfigError, PretrainError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_json, write_manifest
+from pretrain.manifest import atomic_write_bytes, atomic_write_json, write_manifest
 from pretrain.progress import VERBOSE, Progress, step, verbosity, warn, watch
 
 
@@ -272,7 +274,7 @@ def _collect(
             fragments.append(workers.load_json(path))
     led = ledger.aggregate(fragments, [s.name for s in stages], read_docs, read_bytes)
     led["id_collisions"] = collisions
-    shards = sorted(p.name for p in (out / "shards").glob("*.parquet"))
+    shards = sorted(p.name for p in (out / layout.DATA_DIR).glob("*.parquet"))
     return led, shards
 
 
@@ -363,7 +365,8 @@ def run_pipeline(
     if clock is not None:
         throughput.save_global_costs(out, stages, led["documents_in"], led["bytes_in"])
     led["skipped_files"] = skipped
-    atomic_write_json(out / "ledger.json", led)
+    atomic_write_json(out / layout.LEDGER, led)
+    atomic_write_bytes(out / layout.CARD, layout.dataset_card().encode())
     if not led["conservation"]["balanced"]:
         raise RuntimeError(f"ledger does not balance: {led['conservation']}")  # a bug, not input
     extra: dict[str, Any] = {

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from data_pipeline import ledger, throughput
 from data_pipeline.readers import InputFile, read_file
 from data_pipeline.stages.base import StageSpec, build_stage
+from pretrain import shards_layout as layout
 from pretrain.hashcache import file_sha256
 from pretrain.manifest import atomic_write_bytes, atomic_write_json
 from pretrain.schema import conform
@@ -244,7 +245,7 @@ class ShardWriter:
         kept = conform(group.filter(keep), self.stages)
         files = {}
         if kept.num_rows:
-            name = f"shards/{shard}.parquet"
+            name = layout.data_file(shard)
             files[name] = write_parquet(kept, self.out, name, self.level)
         files.update(self._write_rejects(group.filter(pc.invert(keep)), shard))
         atomic_write_json(fragment_path(self.out, shard), {"shard": shard, "files": files, **frag})
@@ -262,7 +263,7 @@ class ShardWriter:
         )
         if self.rejects_mode == "sample":
             table = _sample_rejects(table, reasons, self.sample_per_reason)
-        name = f"rejects/{shard}.parquet"
+        name = layout.rejects_file(shard)
         return {name: write_parquet(table, self.out, name, self.level)}
 
 
@@ -305,8 +306,7 @@ def part_verifies(out: Path, fragment: Path) -> bool:
         files = load_json(fragment)["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    for sub in ("shards", "rejects"):
-        name = f"{sub}/{fragment.stem}.parquet"
+    for name in (layout.data_file(fragment.stem), layout.rejects_file(fragment.stem)):
         if (out / name).exists() and name not in files:
             return False
     for name, record in files.items():
@@ -320,7 +320,7 @@ def part_verifies(out: Path, fragment: Path) -> bool:
 
 def forget_part(out: Path, shard: str) -> None:
     """Delete everything one part wrote (shard, rejects, ledger fragment, pieces)."""
-    for name in (f"shards/{shard}.parquet", f"rejects/{shard}.parquet", f"{PARTS}/{shard}.json"):
+    for name in (layout.data_file(shard), layout.rejects_file(shard), f"{PARTS}/{shard}.json"):
         (out / name).unlink(missing_ok=True)
     shutil.rmtree(pieces_dir(out, shard), ignore_errors=True)
 
@@ -328,10 +328,10 @@ def forget_part(out: Path, shard: str) -> None:
 def forget_input(out: Path, stem: str) -> None:
     """Delete every part of input `stem` and its read record (its file changed or left)."""
     pattern = re.compile(re.escape(stem) + r"-\d{5}")
-    for sub in ("shards", "rejects", PARTS, f"{PARTS}/{PIECES}"):
+    for sub in (layout.DATA_DIR, layout.REJECTS_DIR, PARTS, f"{PARTS}/{PIECES}"):
         folder = out / sub
         for path in folder.glob("*") if folder.is_dir() else ():
-            name = path.name.removesuffix(".parquet").removesuffix(".json")
+            name = layout.shard_name(path.name).removesuffix(".json")
             if pattern.fullmatch(name):
                 forget_part(out, name)
     for path in (out / PARTS / GLOBAL).glob("*/*"):  # persisted global-stage map output
@@ -354,6 +354,6 @@ def file_done(out: Path, stem: str, done: dict[str, set[int]]) -> bool:
 
 
 def ensure_dirs(out: Path) -> None:
-    for sub in ("shards", "rejects", PARTS):
+    for sub in (layout.DATA_DIR, layout.REJECTS_DIR, PARTS):
         os.makedirs(out / sub, exist_ok=True)
     shutil.rmtree(scratch_dir(out), ignore_errors=True)  # a killed writer's temporary files

@@ -33,7 +33,7 @@ def require_shards(directory: str | Path, deep: bool = True) -> tuple[dict[str, 
 
 
 def shards_identity(directory: str | Path) -> str:
-    """What a shards artifact holds: sha256 of the sorted {path: sha256} of its shards/*.parquet
+    """What a shards artifact holds: sha256 of the sorted {path: sha256} of its data/*.parquet
     (the files readers read; `require` checks them against these hashes). Unlike the manifest's
     own sha256 it ignores created_unix, command, git state and the pipeline's ledger, rejects
     and progress files: the same documents rebuilt give the same identity, a changed byte in a

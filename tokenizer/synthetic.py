@@ -1,6 +1,6 @@
 """Small `shards` artifacts from records, following pretrain/CONTRACTS.md (tests, benchmarks).
 
-Real shards come from `pretrain data run`; this writes the same layout (Parquet under `shards/`
+Real shards come from `pretrain data run`; this writes the same layout (Parquet under `data/`, pretrain.shards_layout,
 with `schema_for(stages)`, manifest kind `shards`) from records such as
 `{"text", "domain", "lang", "source"}`, filling the tag columns of the chosen stages.
 """
@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pretrain import shards_layout as layout
 from pretrain.manifest import write_manifest
 from pretrain.schema import schema_for, split_for
 
@@ -69,9 +70,11 @@ def write_shards(
     eval_fraction: float = 0.05,
     stem: str = "synthetic",
 ) -> Path:
-    """Write `out/shards/<stem>-<part:05d>.parquet` and a `shards` manifest; return `out`."""
+    """Write `out/data/<stem>-<part:05d>.parquet`, the dataset card and a `shards` manifest;
+    return `out`."""
     out = Path(out)
-    (out / "shards").mkdir(parents=True, exist_ok=True)
+    (out / layout.DATA_DIR).mkdir(parents=True, exist_ok=True)
+    (out / layout.CARD).write_text(layout.dataset_card(), encoding="utf-8")
     schema = schema_for(stages)
     rows: list[dict[str, Any]] = []
     part = 0
@@ -82,7 +85,7 @@ def write_shards(
         table = pa.Table.from_pylist(
             [{n: r.get(n) for n in schema.names} for r in rows], schema=schema
         )
-        pq.write_table(table, out / "shards" / f"{stem}-{part:05d}.parquet", compression="zstd")
+        pq.write_table(table, out / layout.data_file(f"{stem}-{part:05d}"), compression="zstd")
         part += 1
         rows = []
 

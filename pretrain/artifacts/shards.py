@@ -1,7 +1,8 @@
 """`shards` (`pretrain data run`): tagged Parquet shards, the ledger, the rejects.
 
-The one place the shards layout is defined for readers: `DIR/shards/*.parquet` (the kept
-documents, schema `pretrain.schema.schema_for(stages)`), `DIR/ledger.json`, `DIR/rejects/`.
+The typed reader of the layout `pretrain.shards_layout` defines (the one place for paths):
+`DIR/data/*.parquet` (the kept documents, schema `pretrain.schema.schema_for(stages)`; layout 1's
+`DIR/shards/*.parquet` still read), `DIR/ledger.json`, `DIR/rejects/*.pq`.
 Columns of later pipeline stages may be absent (stages disabled): `read_columns` takes the
 columns that exist and fills the rest with typed nulls.
 """
@@ -17,14 +18,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
+from pretrain import shards_layout as layout
 from pretrain.artifacts import base
 from pretrain.errors import ArtifactError
 from pretrain.schema import BASE_FIELDS, STAGE_COLUMNS
 
 KIND = "shards"
-SHARDS_DIR = "shards"
-LEDGER = "ledger.json"
-REJECTS_DIR = "rejects"
+SHARDS_DIR = layout.DATA_DIR
+LEDGER = layout.LEDGER
+REJECTS_DIR = layout.REJECTS_DIR
 
 _ALL_FIELDS: dict[str, pa.Field] = {f.name: f for f in BASE_FIELDS}
 for _fields in STAGE_COLUMNS.values():
@@ -33,7 +35,7 @@ for _fields in STAGE_COLUMNS.values():
 
 def is_shard(rel: str) -> bool:
     """A data shard of a shards artifact (what readers read; not rejects or the ledger)."""
-    return rel.startswith(f"{SHARDS_DIR}/") and rel.endswith(".parquet")
+    return rel in layout.kept_files([rel])
 
 
 class ShardsManifest(base.Manifest):
@@ -52,7 +54,7 @@ class Shards(base.Artifact[ShardsManifest]):
     @property
     def shard_paths(self) -> list[Path]:
         """The Parquet shards the manifest lists (never a file merely present), sorted."""
-        return sorted(self.path(rel) for rel in self.raw["files"] if is_shard(rel))
+        return [self.path(rel) for rel in layout.kept_files(self.raw["files"])]
 
     def batches(self, columns: Sequence[str], batch_size: int = 2048) -> Iterator[pa.Table]:
         """Every shard in order, in batches holding exactly `columns`."""
@@ -66,7 +68,7 @@ def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None =
     shards = Shards(root, manifest, raw)
     if not shards.shard_paths:
         raise ArtifactError(
-            f"{root} lists no {SHARDS_DIR}/*.parquet files; re-run `pretrain data run` "
+            f"{root} lists no {layout.DATA_GLOB} files; re-run `pretrain data run` "
             "or pass the right directory"
         )
     return shards

@@ -105,7 +105,7 @@ def test_data_run_then_verify_then_tamper(ray_local, tmp_path, capsys) -> None:
     assert manifest["command"][:4] == ["pretrain", "data", "run", str(config)]
     assert manifest["config"]["shard_rows"] == 5
     assert main(["verify", str(out)]) == 0
-    shard = out / "shards" / "docs-00000.parquet"
+    shard = out / "data" / "docs-00000.parquet"
     data = bytearray(shard.read_bytes())
     data[100] ^= 1
     shard.write_bytes(bytes(data))

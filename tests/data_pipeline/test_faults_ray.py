@@ -49,7 +49,7 @@ def _config(inputs: Path, out: Path) -> PipelineConfig:
 
 
 def _shards(out: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted((out / "shards").glob("*.parquet"))}
+    return {p.name: p.read_bytes() for p in sorted((out / "data").glob("*.parquet"))}
 
 
 def _stage_actor_pids() -> list[int]:

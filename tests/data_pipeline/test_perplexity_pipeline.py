@@ -48,7 +48,7 @@ def test_pipeline_records_model_hashes_cutoffs_and_tags(tmp_path, ray_local):
     assert set(manifest["ppl_cutoffs"]) >= {"en", "zh"}
     described = {s["name"]: s for s in manifest["stages"]}
     assert described["perplexity"]["ppl_cutoffs"] == manifest["ppl_cutoffs"]
-    table = pq.read_table(sorted(glob.glob(str(out / "shards" / "*.parquet"))))
+    table = pq.read_table(sorted(glob.glob(str(out / "data" / "*.parquet"))))
     rows = table.select(["lang", "domain", "quality_score", "perplexity", "ppl_bucket"])
     rows = rows.to_pylist()
     assert {r["domain"] for r in rows} >= {"prose", "code", "math"}

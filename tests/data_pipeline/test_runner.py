@@ -56,7 +56,7 @@ def test_shards_ledger_and_manifest(first_run) -> None:
         "pages-00000.parquet",
         "pages-00001.parquet",
     ]
-    assert result.parts == 7 and (out / "rejects" / "docs-00003.parquet").is_file()
+    assert result.parts == 7 and (out / "rejects" / "docs-00003.pq").is_file()
     ledger = json.loads((out / "ledger.json").read_text())
     assert ledger["conservation"]["balanced"]
     assert (ledger["documents_in"], ledger["documents_kept"], ledger["documents_dropped"]) == (
@@ -81,12 +81,12 @@ def test_shards_ledger_and_manifest(first_run) -> None:
 
 def test_shards_have_the_schema_tags_and_zstd(first_run) -> None:
     out, _ = first_run
-    tables = [pq.read_table(p) for p in sorted((out / "shards").glob("*.parquet"))]
+    tables = [pq.read_table(p) for p in sorted((out / "data").glob("*.parquet"))]
     expected = schema_for(["extract", "langid"])
     for table in tables:
         assert table.schema.equals(expected, check_metadata=False)
         assert table.column("extract_reason").null_count == table.num_rows
-    meta = pq.ParquetFile(out / "shards" / "docs-00000.parquet").metadata
+    meta = pq.ParquetFile(out / "data" / "docs-00000.parquet").metadata
     assert meta.row_group(0).column(0).compression == "ZSTD"
     rows = [r for t in tables for r in t.to_pylist()]
     gbk = next(r for r in rows if r["url"] == "https://gbk.example.cn/page")
@@ -99,7 +99,7 @@ def test_shards_have_the_schema_tags_and_zstd(first_run) -> None:
 def test_rejects_area_names_each_reason(first_run) -> None:
     out, _ = first_run
     rejects = [
-        r for p in sorted((out / "rejects").glob("*.parquet")) for r in pq.read_table(p).to_pylist()
+        r for p in sorted((out / "rejects").glob("*.pq")) for r in pq.read_table(p).to_pylist()
     ]
     assert sorted(r["reject_reason"] for r in rejects) == [
         "extract:empty",
@@ -118,9 +118,9 @@ def test_rerun_reuses_finished_shards_byte_identical(first_run) -> None:
     assert again.reused_parts == 7 and _files(out) == before
     # Lose two shards as if the driver died before they were written: only they are recomputed.
     for shard in ("docs-00002", "pages-00001"):
-        (out / "shards" / f"{shard}.parquet").unlink()
+        (out / "data" / f"{shard}.parquet").unlink()
         (out / ".parts" / f"{shard}.json").unlink()
-    (out / "rejects" / "pages-00001.parquet").unlink(missing_ok=True)
+    (out / "rejects" / "pages-00001.pq").unlink(missing_ok=True)
     resumed = run_pipeline(_config(out), progress=False)
     assert resumed.reused_parts == 5
     assert _files(out) == before
@@ -161,9 +161,9 @@ def test_interrupted_run_with_a_global_stage_is_recomputed_whole(ray_local, tmp_
     before = _files(out)
     again = run_pipeline(_config(out, stages=stages), progress=False)
     assert again.reused_parts == first.parts  # a finished run is reused as a whole
-    (out / "shards" / "docs-00001.parquet").unlink()
+    (out / "data" / "docs-00001.parquet").unlink()
     (out / ".parts" / "docs-00001.json").unlink()
     resumed = run_pipeline(_config(out, stages=stages), progress=False)
     assert resumed.reused_parts == 0 and _files(out) == before
-    tables = [pq.read_table(out / "shards" / name) for name in first.shards]
+    tables = [pq.read_table(out / "data" / name) for name in first.shards]
     assert all("dup_keep" in t.column_names for t in tables)

@@ -40,9 +40,7 @@ def s3_server():
 
 def _texts(out: Path) -> list[str]:
     return [
-        t
-        for p in sorted(out.glob("shards/*.parquet"))
-        for t in pq.read_table(p)["text"].to_pylist()
+        t for p in sorted(out.glob("data/*.parquet")) for t in pq.read_table(p)["text"].to_pylist()
     ]
 
 

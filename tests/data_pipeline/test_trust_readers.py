@@ -167,7 +167,7 @@ def test_two_inputs_with_the_same_ids_and_a_mixed_directory(ray_local, tmp_path,
     assert ledger["documents_in"] == 102 and ledger["conservation"]["balanced"]
     assert [Path(s["path"]).name for s in ledger["skipped_files"]] == ["README.txt"]
     assert ledger["id_collisions"] == 0
-    rows = pq.read_table(out / "shards").to_pylist()
+    rows = pq.read_table(out / "data").to_pylist()
     assert len(rows) == 102 and len({r["id"] for r in rows}) == 102
     assert all(r["dup_keep"] and r["dup_cluster_size"] == 1 for r in rows)
     [nul] = [r for r in rows if r["id"].startswith("d/")]
@@ -211,6 +211,6 @@ def test_second_data_run_into_a_held_output_is_refused_in_one_line(tmp_path, cap
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert str(holder.pid) in err and "\n" not in err
-        assert not (out / "shards").exists()
+        assert not (out / "data").exists()
     finally:
         holder.communicate("\n", timeout=30)

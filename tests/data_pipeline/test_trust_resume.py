@@ -55,7 +55,7 @@ def _run(inputs: list[Path], out: Path, capsys, *sets: str) -> tuple[dict, str]:
 def _texts(out: Path) -> dict[str, str]:
     import pyarrow.parquet as pq
 
-    rows = pq.read_table(out / "shards").to_pylist()
+    rows = pq.read_table(out / "data").to_pylist()
     return {r["id"]: r["text"] for r in rows}
 
 
@@ -104,7 +104,7 @@ def test_grown_input_with_dedup_on_is_fully_accounted(ray_local, tmp_path, capsy
 def _files(out: Path) -> dict[str, bytes]:
     return {
         p.relative_to(out).as_posix(): p.read_bytes()
-        for sub in ("shards", "rejects")
+        for sub in ("data", "rejects")
         for p in sorted((out / sub).iterdir())
     }
 
@@ -117,11 +117,11 @@ def test_damaged_part_is_recomputed_byte_identical(ray_local, tmp_path, capsys):
     _run([source], out, capsys, *NO_GLOBAL)
     clean = _files(out)
     assert any(name.startswith("rejects/") for name in clean)
-    shard = out / "shards" / "p-00001.parquet"
+    shard = out / "data" / "p-00001.parquet"
     damaged = bytearray(shard.read_bytes())
     damaged[len(damaged) // 2] ^= 0xFF  # same size, one byte flipped
     shard.write_bytes(bytes(damaged))
-    (out / "rejects" / "p-00002.parquet").unlink()
+    (out / "rejects" / "p-00002.pq").unlink()
     scratch = out / ".parts" / "scratch"
     scratch.mkdir(exist_ok=True)
     (scratch / "left-by-a-killed-writer.tmp").write_bytes(b"half a shard")
@@ -129,7 +129,7 @@ def test_damaged_part_is_recomputed_byte_identical(ray_local, tmp_path, capsys):
     assert "(1 of 3 parts reused)" in said
     assert _files(out) == clean and ledger["conservation"]["balanced"]
     assert not scratch.exists() or not any(scratch.iterdir())
-    for path in (out / "shards").iterdir():
+    for path in (out / "data").iterdir():
         assert path.suffix == ".parquet" and not path.name.startswith(".")
         assert stat.S_IMODE(path.stat().st_mode) & 0o044  # readable by group/others, not 0600
 

@@ -50,7 +50,7 @@ def _run(tmp_path: Path, source: Path, *sets: str) -> tuple[int, dict, list]:
     ledger = json.loads((out / "ledger.json").read_text()) if code == 0 else {}
     rows = [
         row
-        for p in sorted((out / "shards").glob("*.parquet"))
+        for p in sorted((out / "data").glob("*.parquet"))
         for row in pq.read_table(p).to_pylist()
     ]
     return code, ledger, rows

@@ -58,7 +58,7 @@ def test_tokenizer_train_dry_run(chain, tmp_path, capsys):
     )
     code, out, _ = _run(capsys, "tokenizer", "train", config, "--dry-run")
     assert code == 0 and "# checked: 2 shards verified" in out and not (tmp_path / "t").exists()
-    bad = _tampered_copy(chain["shards"], tmp_path / "shards", "shards/*.parquet")
+    bad = _tampered_copy(chain["shards"], tmp_path / "shards", "data/*.parquet")
     line = _same_refusal(capsys, "tokenizer", "train", config, "--set", f"data={bad}")
     assert str(bad) in line
     line = _same_refusal(capsys, "tokenizer", "train", config, "--set", f"out={chain['encoded']}")

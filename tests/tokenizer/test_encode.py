@@ -50,10 +50,10 @@ def test_bin_idx_and_sidecar_match_the_shards(
     assert manifest["prefixes"] == ["synthetic-00000", "synthetic-00001", "synthetic-00002"]
     shards_files = load_manifest(shards_dir)["files"]
     for stem, entry in manifest["shards"].items():  # each output names its source shard's hash
-        assert entry["source_sha256"] == shards_files[f"shards/{stem}.parquet"]["sha256"]
+        assert entry["source_sha256"] == shards_files[f"data/{stem}.parquet"]["sha256"]
     total_docs = total_tokens = 0
     for stem in manifest["prefixes"]:
-        shard = pq.read_table(shards_dir / "shards" / f"{stem}.parquet")
+        shard = pq.read_table(shards_dir / "data" / f"{stem}.parquet")
         sidecar = pq.read_table(encoded_dir / f"{stem}.docs.parquet")
         dataset = IndexedDataset(str(encoded_dir / stem))
         assert len(dataset) == shard.num_rows == sidecar.num_rows
@@ -103,7 +103,7 @@ def test_tampered_shards_are_refused(
 ) -> None:
     copy = tmp_path / "shards"
     shutil.copytree(shards_dir, copy)
-    shard = copy / "shards" / "synthetic-00000.parquet"
+    shard = copy / "data" / "synthetic-00000.parquet"
     data = bytearray(shard.read_bytes())
     data[100] ^= 1
     shard.write_bytes(bytes(data))

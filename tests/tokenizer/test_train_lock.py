@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(120)
 
 def _train_docs_by_group(shards: Path) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for path in sorted((shards / "shards").glob("*.parquet")):
+    for path in sorted((shards / "data").glob("*.parquet")):
         table = pq.read_table(path, columns=["split", "domain", "lang", "text"])
         for split, domain, lang, text in zip(*(c.to_pylist() for c in table.columns), strict=True):
             if split != "eval" and text:

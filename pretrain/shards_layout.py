@@ -1,0 +1,76 @@
+"""Where every file of a shards artifact (`pretrain data run`, kind `shards`) lives: the one place.
+
+Layout 2, chosen so the tools users point at a corpus read exactly the kept documents:
+
+    DIR/manifest.json                 the artifact manifest (lists every file below)
+    DIR/README.md                     a Hugging Face dataset card: `load_dataset(DIR)` reads data/
+    DIR/data/<stem>-<part:05d>.parquet   kept documents, and nothing else ends in .parquet
+    DIR/ledger.json                   per stage and reason: documents and bytes in/kept/dropped
+    DIR/rejects/<stem>-<part:05d>.pq  hard rejects (Parquet; named .pq so no `*.parquet` glob,
+                                      `DIR/**/*.parquet` included, reaches them)
+    DIR/.parts/                       hidden work area (ledger fragments, resume records)
+
+`DIR/data/*.parquet` and `DIR/**/*.parquet` (duckdb, polars), `pyarrow.dataset.dataset(DIR/data)`
+and `datasets.load_dataset(DIR)` all give the kept documents. Layout 1 (`DIR/shards/*.parquet`,
+`DIR/rejects/*.parquet`) still reads through `kept_files`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+LAYOUT_VERSION = 2
+DATA_DIR = "data"
+REJECTS_DIR = "rejects"
+REJECTS_SUFFIX = ".pq"
+LEDGER = "ledger.json"
+CARD = "README.md"
+DATA_GLOB = f"{DATA_DIR}/*.parquet"
+LAYOUT1_DATA_DIR = "shards"
+"""Where layout 1 (before the data/ directory) kept its documents."""
+OUTPUT_ENTRIES = (DATA_DIR, REJECTS_DIR, LEDGER, CARD, LAYOUT1_DATA_DIR)
+"""What a run writes at the top of its output (layout 1's folder too), hidden work area aside."""
+
+
+def data_file(shard: str) -> str:
+    """The kept documents of one shard, relative to the artifact directory."""
+    return f"{DATA_DIR}/{shard}.parquet"
+
+
+def rejects_file(shard: str) -> str:
+    """The hard rejects of one shard, relative to the artifact directory."""
+    return f"{REJECTS_DIR}/{shard}{REJECTS_SUFFIX}"
+
+
+def shard_name(relative: str) -> str:
+    """`data/web-00003.parquet` (or a rejects file) -> `web-00003`."""
+    name = relative.rsplit("/", 1)[-1]
+    return name.removesuffix(".parquet").removesuffix(REJECTS_SUFFIX)
+
+
+def kept_files(listed: Iterable[str]) -> list[str]:
+    """The kept-document files among a manifest's listed files (layout 2, else layout 1), sorted."""
+    names = sorted(listed)
+    for folder in (DATA_DIR, LAYOUT1_DATA_DIR):
+        found = [n for n in names if n.startswith(f"{folder}/") and n.endswith(".parquet")]
+        if found:
+            return found
+    return []
+
+
+def dataset_card() -> str:
+    """README.md of the artifact: a Hugging Face dataset card whose config names the data files."""
+    return (
+        "---\n"
+        "configs:\n"
+        "- config_name: default\n"
+        "  data_files:\n"
+        "  - split: train\n"
+        f"    path: {DATA_GLOB}\n"
+        "---\n"
+        "# Tagged documents (`pretrain data run`, shards layout 2)\n\n"
+        f"- `{DATA_GLOB}`: the kept documents (the per-document `split` column marks the\n"
+        "  held-out `eval` documents; the card's single split is Hugging Face's default name).\n"
+        f"- `{REJECTS_DIR}/*{REJECTS_SUFFIX}`: hard rejects (Parquet), `{LEDGER}`: the accounting,\n"
+        "  `manifest.json`: lineage and the sha256 of every file.\n"
+    )

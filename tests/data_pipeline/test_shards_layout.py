@@ -1,0 +1,104 @@
+"""The shards layout other tools load: pyarrow.dataset, duckdb, polars and Hugging Face datasets,
+pointed at a real `pretrain data run` output, see exactly the kept documents our reader sees;
+the rejects and the ledger stay out of their globs. Layout 1 artifacts still read."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pyarrow.dataset as pads
+import pytest
+
+from data_pipeline.config import PipelineConfig
+from data_pipeline.runner import run_pipeline
+from pretrain import shards_layout as layout
+from pretrain.manifest import load_manifest, write_manifest
+from tokenizer.shards import read_columns, require_shards
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
+
+
+@pytest.fixture(scope="module")
+def artifact(ray_local, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("layout") / "shards"
+    config = {"inputs": [str(DATA)], "output": str(out), "shard_rows": 4, "batch_rows": 3}
+    run_pipeline(
+        PipelineConfig.model_validate({**config, "ray": {"timeout_s": 200}}), progress=False
+    )
+    return out
+
+
+def _ours(directory: Path) -> Counter[str]:
+    _, shards = require_shards(directory)
+    return Counter(
+        i for path in shards for t in read_columns(path, ["id"]) for i in t["id"].to_pylist()
+    )
+
+
+def _rejected(directory: Path) -> set[str]:
+    files = sorted((directory / layout.REJECTS_DIR).glob(f"*{layout.REJECTS_SUFFIX}"))
+    return {
+        row[0]
+        for row in duckdb.sql(f"select id from read_parquet({[str(f) for f in files]})").fetchall()
+    }
+
+
+def test_the_run_keeps_some_and_rejects_some(artifact: Path) -> None:
+    ledger = json.loads((artifact / layout.LEDGER).read_text())
+    kept, rejected = _ours(artifact), _rejected(artifact)
+    assert sum(kept.values()) == ledger["documents_kept"] > 0 and max(kept.values()) == 1
+    assert len(rejected) == ledger["documents_dropped"] > 0 and not rejected & set(kept)
+    assert not list(artifact.glob("**/*.parquet")) or all(
+        p.parent.name == layout.DATA_DIR for p in artifact.glob("**/*.parquet")
+    )
+
+
+@pytest.mark.parametrize("pattern", [layout.DATA_GLOB, "**/*.parquet"])
+def test_duckdb_glob_reads_exactly_the_kept_documents(artifact: Path, pattern: str) -> None:
+    rows = duckdb.sql(f"select id from read_parquet('{artifact}/{pattern}')").fetchall()
+    assert Counter(r[0] for r in rows) == _ours(artifact)
+
+
+@pytest.mark.parametrize("pattern", [layout.DATA_GLOB, "**/*.parquet"])
+def test_polars_glob_reads_exactly_the_kept_documents(artifact: Path, pattern: str) -> None:
+    ids = pl.scan_parquet(f"{artifact}/{pattern}").select("id").collect()["id"].to_list()
+    assert Counter(ids) == _ours(artifact)
+
+
+def test_pyarrow_dataset_reads_exactly_the_kept_documents(artifact: Path) -> None:
+    table = pads.dataset(artifact / layout.DATA_DIR, format="parquet").to_table(columns=["id"])
+    assert Counter(table["id"].to_pylist()) == _ours(artifact)
+
+
+def test_hf_datasets_loads_exactly_the_kept_documents(
+    artifact: Path, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    import datasets
+
+    by_card = datasets.load_dataset(str(artifact), cache_dir=str(tmp_path / "hf"))
+    by_glob = datasets.load_dataset(
+        "parquet", data_files=f"{artifact}/{layout.DATA_GLOB}", cache_dir=str(tmp_path / "hf2")
+    )
+    for loaded in (by_card, by_glob):
+        assert list(loaded) == ["train"]
+        assert Counter(loaded["train"]["id"]) == _ours(artifact)
+
+
+def test_layout_1_artifact_still_reads_the_same_documents(artifact: Path, tmp_path) -> None:
+    """The layout before data/: shards/*.parquet and rejects/*.parquet, no card."""
+    old = tmp_path / "old"
+    (old / "shards").mkdir(parents=True)
+    for path in (artifact / layout.DATA_DIR).glob("*.parquet"):
+        shutil.copy(path, old / "shards" / path.name)
+    shutil.copy(artifact / layout.LEDGER, old / layout.LEDGER)
+    manifest = load_manifest(artifact)
+    write_manifest(old, "shards", config=manifest["config"], counts=manifest["counts"])
+    assert _ours(old) == _ours(artifact)
+    assert [p.name for p in require_shards(old)[1]] == [p.name for p in require_shards(artifact)[1]]
