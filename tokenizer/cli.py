@@ -67,12 +67,13 @@ def _encode(args: argparse.Namespace) -> int:
         args.out,
         backend="inline" if args.no_ray else "ray",
         num_cpus=args.num_cpus,
+        min_prefix_documents=args.min_prefix_documents,
         command=current_command(),
     )
     counts = manifest["counts"]
     print(
         f"encoded {counts['documents']} documents, {counts['tokens']} tokens in "
-        f"{len(manifest['prefixes'])} shard(s) ({counts['shards_skipped']} already done) with "
+        f"{len(manifest['prefixes'])} prefix(es) ({counts['shards_skipped']} already done) with "
         f"{manifest['tokenizer']['id']} -> {args.out}"
     )
     return 0
@@ -124,6 +125,13 @@ def register(sub: Any) -> None:
         type=float,
         default=1.0,
         help="CPUs reserved per Ray shard task (fractional allowed)",
+    )
+    enc.add_argument(
+        "--min-prefix-documents",
+        type=int,
+        default=1000,
+        help="pack consecutive shards into .bin/.idx prefixes of at least this many documents "
+        "(a short tail joins the one before), so no Megatron split (e.g. 98,1,1) is empty",
     )
     enc.add_argument(
         "--dry-run",

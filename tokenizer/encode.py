@@ -1,21 +1,22 @@
 """`pretrain tokenizer encode`: tagged shards -> Megatron .bin/.idx + per-document tag sidecars.
 
-Per shard `<stem>`: `<stem>.bin` / `<stem>.idx` written with megatron.core's
+Per prefix `<stem>` (one or more consecutive shards, tokenizer.prefixes: no near-empty prefix
+that would leave a Megatron split empty): `<stem>.bin` / `<stem>.idx` written with megatron.core's
 IndexedDatasetBuilder (EOD appended to every document; uint16 when the vocabulary fits, else
 int32) and `<stem>.docs.parquet`: row i describes document i of the .bin (id, token count with EOD,
 the tags mixtures select on; null where the pipeline did not produce a tag). Documents keep the
-shard's row order, empty ones included (they hold just the EOD), so row i of a shard is document i.
+shards' row order, empty ones included (they hold just the EOD).
 
 Shards are encoded in batches (`encode_batch_fast`, which runs on all cores inside one process)
-and distributed over Ray tasks across shards. Each finished shard leaves a hidden `.<stem>.done`
-record (source shard sha256 + tokenizer sha256); a re-run skips those shards (resume).
+and distributed over Ray tasks across prefixes. Each finished prefix leaves a hidden
+`.<stem>.done` record (source shards' sha256 + tokenizer sha256); a re-run skips those (resume).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, load_manifest, write_manifest
 from pretrain.progress import Progress
 from tokenizer.lock import LockedTokenizer, load_locked
+from tokenizer.prefixes import MIN_PREFIX_DOCUMENTS, plan_prefixes
 from tokenizer.shards import read_columns, require_shards
 
 KIND = "encoded"
@@ -59,6 +61,14 @@ OUTPUT_SUFFIXES = (".bin", ".idx", ".docs.parquet", ".done")
 
 
 @dataclass(frozen=True)
+class Job:
+    """One prefix to write: its name and its shards (path, sha256), in order."""
+
+    name: str
+    shards: tuple[tuple[Path, str], ...]
+
+
+@dataclass(frozen=True)
 class ShardResult:
     stem: str
     documents: int
@@ -74,13 +84,15 @@ def _done_path(out: Path, stem: str) -> Path:
     return out / f".{stem}.done"
 
 
-def _is_done(out: Path, stem: str, shard_sha: str, tokenizer_sha: str) -> dict[str, Any] | None:
+def _is_done(
+    out: Path, stem: str, sources: dict[str, str], tokenizer_sha: str
+) -> dict[str, Any] | None:
     path = _done_path(out, stem)
     if not path.is_file():
         return None
     record = json.loads(path.read_text())
     files = [out / f"{stem}.bin", out / f"{stem}.idx", sidecar_path(out, stem)]
-    if record.get("shard_sha256") != shard_sha or record.get("tokenizer_sha256") != tokenizer_sha:
+    if record.get("sources") != sources or record.get("tokenizer_sha256") != tokenizer_sha:
         return None
     if not all(f.is_file() for f in files) or (out / f"{stem}.bin").stat().st_size != record.get(
         "bin_bytes"
@@ -90,7 +102,7 @@ def _is_done(out: Path, stem: str, shard_sha: str, tokenizer_sha: str) -> dict[s
 
 
 def _encoded_batches(
-    tokenizer: LockedTokenizer, shard: Path, batch_size: int
+    tokenizer: LockedTokenizer, shards: Sequence[Path], batch_size: int
 ) -> Iterator[tuple[pa.Table, list[Any]]]:
     """(tags + text table, encodings) per batch. The next batch is encoded in a helper thread
     (the Rust encoder releases the GIL and uses every core) while the caller writes this one,
@@ -100,7 +112,12 @@ def _encoded_batches(
     encode = getattr(hf, "encode_batch_fast", hf.encode_batch)
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending: tuple[pa.Table, Future] | None = None
-        for table in read_columns(shard, ("text", *TAG_NAMES), batch_size=batch_size):
+        tables = (
+            table
+            for shard in shards
+            for table in read_columns(shard, ("text", *TAG_NAMES), batch_size=batch_size)
+        )
+        for table in tables:
             texts = [t or "" for t in table.column("text").to_pylist()]
             submitted = (table, pool.submit(encode, texts, add_special_tokens=False))
             if pending is not None:
@@ -110,14 +127,15 @@ def _encoded_batches(
             yield pending[0], pending[1].result()
 
 
-def encode_shard(
-    tokenizer: LockedTokenizer, shard: Path, out: Path, shard_sha: str, batch_size: int = 1024
+def encode_prefix(
+    tokenizer: LockedTokenizer, job: Job, out: Path, batch_size: int = 1024
 ) -> ShardResult:
-    """Encode one shard into `out/<stem>.{bin,idx,docs.parquet}` (skipped when already done)."""
+    """Encode one prefix's shards, in order, into `out/<stem>.{bin,idx,docs.parquet}` (skipped
+    when already done)."""
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-    stem = shard.stem
-    done = _is_done(out, stem, shard_sha, tokenizer.sha256)
+    stem, sources = job.name, {path.stem: sha for path, sha in job.shards}
+    done = _is_done(out, stem, sources, tokenizer.sha256)
     if done is not None:
         return ShardResult(stem, done["documents"], done["tokens"], skipped=True)
     dtype = np.uint16 if tokenizer.token_dtype == "uint16" else np.int32
@@ -125,7 +143,7 @@ def encode_shard(
     builder = IndexedDatasetBuilder(f"{tmp_prefix}.bin", dtype=dtype)
     sidecars: list[pa.Table] = []
     documents = tokens = 0
-    for table, encodings in _encoded_batches(tokenizer, shard, batch_size):
+    for table, encodings in _encoded_batches(tokenizer, [p for p, _ in job.shards], batch_size):
         lengths = []
         for encoding in encodings:
             ids = encoding.ids
@@ -143,7 +161,7 @@ def encode_shard(
     atomic_write_json(
         _done_path(out, stem),
         {
-            "shard_sha256": shard_sha,
+            "sources": sources,
             "tokenizer_sha256": tokenizer.sha256,
             "documents": documents,
             "tokens": tokens,
@@ -189,21 +207,15 @@ def _prepare_out(out: Path, stems: set[str]) -> None:
             path.unlink()
 
 
-def _run_inline(
-    jobs: list[tuple[Path, str]],
-    tokenizer_dir: Path,
-    sha: str,
-    out: Path,
-) -> list[ShardResult]:
+def _run_inline(jobs: list[Job], tokenizer_dir: Path, sha: str, out: Path) -> list[ShardResult]:
     tokenizer = load_locked(tokenizer_dir, expect_sha256=sha)
     return [
-        encode_shard(tokenizer, shard, out, shard_sha)
-        for shard, shard_sha in Progress(jobs, desc="encode", unit="shard")
+        encode_prefix(tokenizer, job, out) for job in Progress(jobs, desc="encode", unit="prefix")
     ]
 
 
 def _run_ray(
-    jobs: list[tuple[Path, str]], tokenizer_dir: Path, sha: str, out: Path, num_cpus: float
+    jobs: list[Job], tokenizer_dir: Path, sha: str, out: Path, num_cpus: float
 ) -> list[ShardResult]:
     import ray
 
@@ -212,18 +224,30 @@ def _run_ray(
     rayinit.connect(None)  # RAY_ADDRESS, else a loopback-only local Ray that dies with us
 
     @ray.remote(num_cpus=num_cpus)
-    def encode_remote(shard: str, shard_sha: str) -> ShardResult:
+    def encode_remote(job: Job) -> ShardResult:
         tokenizer = load_locked(tokenizer_dir, expect_sha256=sha)
-        return encode_shard(tokenizer, Path(shard), out, shard_sha)
+        return encode_prefix(tokenizer, job, out)
 
-    pending = [encode_remote.remote(str(shard), shard_sha) for shard, shard_sha in jobs]
+    pending = [encode_remote.remote(job) for job in jobs]
     results = []
-    with Progress(total=len(pending), desc="encode (ray)", unit="shard") as bar:
+    with Progress(total=len(pending), desc="encode (ray)", unit="prefix") as bar:
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             results.append(ray.get(ready[0]))
             bar.update(1)
     return sorted(results, key=lambda r: r.stem)
+
+
+def plan_jobs(
+    data: str | Path, manifest: dict[str, Any], shards: list[Path], min_prefix_documents: int
+) -> list[Job]:
+    """The prefixes to write (tokenizer.prefixes), each with its shards and their sha256."""
+    root = Path(data).resolve()
+    sha = {s: manifest["files"][s.resolve().relative_to(root).as_posix()]["sha256"] for s in shards}
+    return [
+        Job(prefix.name, tuple((path, sha[path]) for path in prefix.shards))
+        for prefix in plan_prefixes(shards, min_prefix_documents)
+    ]
 
 
 @writes_output("out")
@@ -234,38 +258,34 @@ def encode(
     *,
     backend: str = "ray",
     num_cpus: float = 1.0,
+    min_prefix_documents: int = MIN_PREFIX_DOCUMENTS,
     command: list[str] | None = None,
 ) -> dict[str, Any]:
     """Encode every shard of a verified `shards` artifact; write the `encoded` manifest last.
 
-    backend `ray`: one task per shard on the running Ray cluster (or a local one; RAY_ADDRESS
-    is honoured), `num_cpus` reserved per task; `inline`: shards one after another here.
+    Consecutive shards are packed into prefixes of >= `min_prefix_documents` documents (a short
+    tail joins the one before), so no Megatron split of a prefix is empty. backend `ray`: one
+    task per prefix on the running Ray cluster (or a local one; RAY_ADDRESS is honoured),
+    `num_cpus` reserved per task; `inline`: prefixes one after another here.
     """
     tokenizer, shards_manifest, shards = preflight(tokenizer_dir, data, out)
     out = Path(out)
-    _prepare_out(out, {shard.stem for shard in shards})
-    jobs = [
-        (
-            shard,
-            shards_manifest["files"][shard.resolve().relative_to(Path(data).resolve()).as_posix()][
-                "sha256"
-            ],
-        )
-        for shard in shards
-    ]
+    jobs = plan_jobs(data, shards_manifest, shards, min_prefix_documents)
+    _prepare_out(out, {job.name for job in jobs})
     if backend == "ray" and len(jobs) > 1:
         results = _run_ray(jobs, Path(tokenizer_dir), tokenizer.sha256, out, num_cpus)
     else:
         results = _run_inline(jobs, Path(tokenizer_dir), tokenizer.sha256, out)
-    source_sha = {shard.stem: sha for shard, sha in jobs}
+    sources = {job.name: {path.stem: sha for path, sha in job.shards} for job in jobs}
     shard_counts = {
-        r.stem: {"documents": r.documents, "tokens": r.tokens, "source_sha256": source_sha[r.stem]}
+        r.stem: {"documents": r.documents, "tokens": r.tokens, "sources": sources[r.stem]}
         for r in results
     }
     config = {
         "tokenizer": tokenizer.info,
         "data": str(Path(data).resolve()),
         "token_dtype": tokenizer.token_dtype,
+        "min_prefix_documents": min_prefix_documents,
     }
     counts = {
         "documents": sum(r.documents for r in results),

@@ -31,6 +31,8 @@ def encoded_dir(tokenizer_dir: Path, shards_dir: Path, tmp_path_factory) -> Path
             "--out",
             str(out),
             "--no-ray",
+            "--min-prefix-documents",
+            "200",  # shards of 250, 250 and 104 documents: the 104 join the prefix before
         ]
     )
     assert code == 0
@@ -47,13 +49,19 @@ def test_bin_idx_and_sidecar_match_the_shards(
     hf.encode_special_tokens = True
     manifest = load_manifest(encoded_dir)
     assert manifest["kind"] == "encoded" and manifest["tokenizer"] == locked.info
-    assert manifest["prefixes"] == ["synthetic-00000", "synthetic-00001", "synthetic-00002"]
+    assert manifest["prefixes"] == ["synthetic-00000", "synthetic-00001"]
     shards_files = load_manifest(shards_dir)["files"]
-    for stem, entry in manifest["shards"].items():  # each output names its source shard's hash
-        assert entry["source_sha256"] == shards_files[f"data/{stem}.parquet"]["sha256"]
+    sources = {stem: list(entry["sources"]) for stem, entry in manifest["shards"].items()}
+    assert sources == {
+        "synthetic-00000": ["synthetic-00000"],
+        "synthetic-00001": ["synthetic-00001", "synthetic-00002"],
+    }
+    for entry in manifest["shards"].values():  # each output names its source shards' hashes
+        for stem, sha in entry["sources"].items():
+            assert sha == shards_files[f"data/{stem}.parquet"]["sha256"]
     total_docs = total_tokens = 0
     for stem in manifest["prefixes"]:
-        shard = pq.read_table(shards_dir / "data" / f"{stem}.parquet")
+        shard = pq.read_table([shards_dir / "data" / f"{s}.parquet" for s in sources[stem]])
         sidecar = pq.read_table(encoded_dir / f"{stem}.docs.parquet")
         dataset = IndexedDataset(str(encoded_dir / stem))
         assert len(dataset) == shard.num_rows == sidecar.num_rows
@@ -90,9 +98,11 @@ def test_resume_skips_finished_shards(
         "--out",
         str(out),
         "--no-ray",
+        "--min-prefix-documents",
+        "200",
     ]
     assert main(args) == 0
-    assert load_manifest(out)["counts"]["shards_skipped"] == 2
+    assert load_manifest(out)["counts"]["shards_skipped"] == 1
     assert {p.name: sha256_file(p) for p in out.glob("*.bin")} == before
     assert not list(out.glob("*retired*")) and not list(out.glob(".retired*"))
     assert not any("retired" in name for name in load_manifest(out)["files"])
