@@ -31,6 +31,7 @@ from typing import Any
 
 from data_pipeline.config import PipelineConfig
 from data_pipeline.stages.base import STAGE_REGISTRY, GlobalStage, stage_class
+from pretrain import shards_layout as layout
 from pretrain.errors import ConfigError
 from pretrain.manifest import load_manifest
 
@@ -103,7 +104,7 @@ def load_sample(directory: Path, stages: list[str]) -> Sample:
         stages=measured,
         bytes_in=measured["read"]["bytes"],
         docs_in=manifest["counts"]["documents_in"],
-        shard_bytes=sum(v["bytes"] for k, v in files.items() if k.startswith("shards/")),
+        shard_bytes=sum(files[k]["bytes"] for k in layout.kept_files(files)),
         reject_bytes=sum(v["bytes"] for k, v in files.items() if k.startswith("rejects/")),
         utilisation=utilisation,
         ray_start_s=(section.get("fixed") or {}).get("ray_start_s", 0.0),

@@ -72,7 +72,7 @@ def test_projection_follows_the_sample_costs(sample, tmp_path) -> None:
     start_h = manifest["throughput"]["fixed"]["ray_start_s"] / 3600
     assert many["wall_hours"] - start_h == pytest.approx((one["wall_hours"] - start_h) / 2, 1e-3)
     assert many["node_hours_compute_bound"] == one["node_hours_compute_bound"]
-    shard_bytes = sum(v["bytes"] for k, v in manifest["files"].items() if k.startswith("shards/"))
+    shard_bytes = sum(v["bytes"] for k, v in manifest["files"].items() if k.startswith("data/"))
     assert one["output_bytes"] == pytest.approx(shard_bytes / costs["read"]["bytes"] * 40e12, 1e-6)
     # each map actor of the job holds at least what the sample's largest worker held
     assert one["peak_memory_gb_per_node"] >= max(c["peak_rss_mb"] for c in costs.values()) / 1e3

@@ -82,9 +82,9 @@ def test_costs_survive_resume_and_ignore_a_killed_runs_records(ray_local, tmp_pa
     # left for one of them (a huge CPU cost): only they are recomputed, the record is ignored.
     lost = ("docs-00002", "pages-00001")
     for shard in lost:
-        (out / "shards" / f"{shard}.parquet").unlink()
+        (out / "data" / f"{shard}.parquet").unlink()
         (out / ".parts" / f"{shard}.json").unlink()
-    (out / "rejects" / "pages-00001.parquet").unlink(missing_ok=True)
+    (out / "rejects" / "pages-00001.pq").unlink(missing_ok=True)
     stale = throughput.cost_dir(out) / "docs-00002"
     stale.mkdir(parents=True)
     (stale / "read-000000000000-000000000003.json").write_text(
