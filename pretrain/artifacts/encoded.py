@@ -1,6 +1,7 @@
 """`encoded` (`pretrain tokenizer encode`): Megatron `.bin`/`.idx` pairs with tag sidecars.
 
-Per prefix (shard stem) `DIR/<stem>.bin` / `.idx` (Megatron IndexedDataset; uint16 when the
+Per prefix (one or more consecutive shards, named after the first: tokenizer/prefixes.py)
+`DIR/<stem>.bin` / `.idx` (Megatron IndexedDataset; uint16 when the
 vocabulary fits, else int32; EOD after every document) and `DIR/<stem>.docs.parquet`: row i
 describes document i of that `.bin` (`doc_index`, `id`, `num_tokens` incl. EOD, and the tags).
 """
@@ -25,6 +26,9 @@ class EncodedShard(base._Model):
     documents: int
     tokens: int
     source_sha256: str | None = None
+    """Encoded before prefixes held several shards: the one source shard's sha256."""
+    sources: dict[str, str] = Field(default_factory=dict)
+    """Source shard stem -> its sha256, in order."""
 
 
 class EncodedManifest(base.Manifest):
