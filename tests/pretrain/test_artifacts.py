@@ -67,7 +67,7 @@ def test_a_shards_artifact_without_shards_is_refused(tmp_path) -> None:
     root = tmp_path / "empty"
     root.mkdir()
     write_manifest(root, "shards")
-    with pytest.raises(ArtifactError, match="lists no shards/"):
+    with pytest.raises(ArtifactError, match="lists no data/"):
         shards.open(root)
 
 
