@@ -1,11 +1,15 @@
-"""`pretrain data ...` commands."""
+"""`pretrain data ...`: every data command's handler (a callable taking the parsed arguments and
+returning the exit status) and `register`, which adds them to the `pretrain` parser."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
 
 from pretrain.cli_utils import add_command, add_config_args, resolve_config
+from pretrain.command import current_command
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,7 +20,6 @@ def run(args: argparse.Namespace) -> int:
     if config is None:
         return 0
     from data_pipeline.runner import run_pipeline
-    from pretrain.command import current_command
 
     result = run_pipeline(config, ray_address=args.ray_address, command=current_command())
     print(f"pretrain data run: {result.summary()}")
@@ -106,18 +109,46 @@ def _add_estimate(dsub: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print the projection as JSON")
 
 
-def train_lm(args: argparse.Namespace) -> int:
-    """`pretrain data train-lm CONFIG` (handler lives with the models)."""
-    from data_pipeline.models.cli_handlers import train_lm as handler
-
-    return handler(args)
-
-
 def train_classifier(args: argparse.Namespace) -> int:
-    """`pretrain data train-classifier CONFIG` (handler lives with the models)."""
-    from data_pipeline.models.cli_handlers import train_classifier as handler
+    """`pretrain data train-classifier CONFIG`: a fastText classifier artifact; prints where it is
+    and its held-out accuracy."""
+    from data_pipeline.models.classifier import ClassifierConfig
+    from data_pipeline.models.classifier import train_classifier as run
 
-    return handler(args)
+    config = resolve_config(ClassifierConfig, args)
+    if config is None:
+        return 0
+    out = run(config, command=current_command())
+    info = json.loads((Path(out) / "model.json").read_text(encoding="utf-8"))
+    training = info["training"]
+    accuracy = training.get("accuracy")
+    shown = f"{accuracy:.3f}" if accuracy is not None else "n/a (no held-out records)"
+    print(
+        f"fasttext-model {config.name}: labels {', '.join(info['labels'])}; "
+        f"{training['train_documents']} training documents; held-out accuracy {shown} on "
+        f"{training['heldout_documents']} documents -> {out}"
+    )
+    return 0
+
+
+def train_lm(args: argparse.Namespace) -> int:
+    """`pretrain data train-lm CONFIG`: KenLM n-gram models (one per language) into a
+    `kenlm-model` artifact."""
+    from data_pipeline.models.kenlm_train import LanguageModelConfig
+    from data_pipeline.models.kenlm_train import train_lm as run
+
+    config = resolve_config(LanguageModelConfig, args)
+    if config is None:
+        return 0
+    out = run(config, command=current_command())
+    info = json.loads((Path(out) / "model.json").read_text(encoding="utf-8"))
+    for lang, entry in info["languages"].items():
+        print(
+            f"kenlm-model {lang}: order {info['order']}, {entry['tokens']} tokens, "
+            f"{entry['vocab_size']} words, held-out perplexity "
+            f"{entry['heldout_perplexity']} -> {out / entry['file']}"
+        )
+    return 0
 
 
 def register(sub: Any) -> None:

@@ -1,45 +1,56 @@
-"""`pretrain ablate` and `pretrain eval ...`."""
+"""`pretrain ablate` and `pretrain eval ...`: each command's handler (a callable taking the parsed
+arguments, returning the exit status; heavy imports inside) and `register`."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 from typing import Any
 
 from pretrain.cli_utils import add_command, add_config_args
 
 
-def _lazy(ref: str) -> Any:
-    """A handler importing `module:function` only when the command runs (keeps --help fast)."""
+def ablate(args: argparse.Namespace) -> int:
+    """`pretrain ablate CONFIG`: proxy runs of mixture recipes and the decision report."""
+    from evals.ablate_cli import ablate_command
 
-    def handler(args: argparse.Namespace) -> int:
-        module_name, _, func_name = ref.partition(":")
-        return int(getattr(importlib.import_module(module_name), func_name)(args) or 0)
+    return int(ablate_command(args) or 0)
 
-    return handler
+
+def eval_build(args: argparse.Namespace) -> int:
+    """`pretrain eval build CONFIG`: decontaminated eval sets from the eval split."""
+    from evals.commands import build_command
+
+    return int(build_command(args) or 0)
+
+
+def eval_run(args: argparse.Namespace) -> int:
+    """`pretrain eval run CHECKPOINT_DIR --sets DIR`: bits per byte and tasks of checkpoints."""
+    from evals.commands import run_command
+
+    return int(run_command(args) or 0)
 
 
 def register(sub: Any) -> None:
-    ablate = add_command(
+    ablate_parser = add_command(
         sub,
         ["ablate"],
-        _lazy("evals.ablate_cli:ablate_command"),
+        ablate,
         "sweep mixture recipes on proxy models and write a decision report",
     )
-    add_config_args(ablate)
+    add_config_args(ablate_parser)
     ev = sub.add_parser("eval", help="build eval sets and evaluate checkpoints")
     esub = ev.add_subparsers(dest="eval_command", metavar="EVAL_COMMAND", required=True)
     build = add_command(
         esub,
         ["eval", "build"],
-        _lazy("evals.commands:build_command"),
+        eval_build,
         "build decontaminated eval sets from the eval split",
     )
     add_config_args(build)
     run = add_command(
         esub,
         ["eval", "run"],
-        _lazy("evals.commands:run_command"),
+        eval_run,
         "evaluate a checkpoint on eval sets (bits per byte, tasks)",
     )
     run.add_argument(

@@ -1,30 +1,37 @@
 """The `pretrain` program: one entry point dispatching to each package's `cli.py`.
 
-Each package module exposes `register(subparsers)`, adding its commands with a `handler` default
-`handler(args) -> int`. Package CLIs import heavy engines (Ray, torch) inside handlers only, so
-`pretrain --help` stays fast.
+Each package's `cli.py` is the one place its commands are: a handler per command (`handler(args)
+-> int`, importing heavy engines such as Ray or torch inside, so `pretrain --help` stays fast) and
+`register(subparsers)`, which adds them. `package_clis()` lists those modules. This module is the
+program's composition root: the one module of `pretrain` that imports the packages above it, and
+only their `cli` modules (pyproject's import-linter layers contract names each such import).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 from pretrain.cli_utils import add_verbosity_args
 from pretrain.command import capture
 from pretrain.errors import PretrainError
 from pretrain.progress import NORMAL, session
 
-PACKAGE_CLIS = (
-    "pretrain.core_cli",
-    "data_pipeline.cli",
-    "tokenizer.cli",
-    "mixtures.cli",
-    "trainer.cli",
-    "evals.cli",
-)
+
+def package_clis() -> tuple[ModuleType, ...]:
+    """Each package's command module, in `--help` order. Imported here, when the parser is built
+    (not when this module is), by module so that go-to-definition reaches every command; each
+    defines its handlers and `register(subparsers)`, and imports heavy engines inside handlers."""
+    from data_pipeline import cli as data_cli
+    from evals import cli as evals_cli
+    from mixtures import cli as mixtures_cli
+    from pretrain import core_cli
+    from tokenizer import cli as tokenizer_cli
+    from trainer import cli as trainer_cli
+
+    return (core_cli, data_cli, tokenizer_cli, mixtures_cli, trainer_cli, evals_cli)
 
 
 def version_line() -> str:
@@ -59,8 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_verbosity_args(parser, default=NORMAL)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module_name in PACKAGE_CLIS:
-        importlib.import_module(module_name).register(sub)
+    for module in package_clis():
+        module.register(sub)
     return parser
 
 

@@ -1,92 +1,105 @@
-"""`pretrain plan`, `pretrain launch` and `pretrain export`."""
+"""`pretrain plan`, `pretrain launch` and `pretrain export`: each command's handler (a callable
+taking the parsed arguments, returning the exit status; heavy imports inside) and `register`."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 from typing import Any
 
 from pretrain.cli_utils import add_command, add_config_args
 
 
-def _lazy(ref: str) -> Any:
-    """A handler that imports `module:function` only when the command runs (keeps --help fast)."""
+def plan(args: argparse.Namespace) -> int:
+    """`pretrain plan CONFIG`: model, memory, compute and parallel layout, before launching."""
+    from trainer.plan import plan_command
 
-    def handler(args: argparse.Namespace) -> int:
-        module_name, _, func_name = ref.partition(":")
-        return int(getattr(importlib.import_module(module_name), func_name)(args) or 0)
+    return int(plan_command(args) or 0)
 
-    return handler
+
+def launch(args: argparse.Namespace) -> int:
+    """`pretrain launch CONFIG`: a Megatron-Core pretraining run through torchrun."""
+    from trainer.launch import launch_command
+
+    return int(launch_command(args) or 0)
+
+
+def export(args: argparse.Namespace) -> int:
+    """`pretrain export RUN_DIR --out DIR`: a checkpoint as a Hugging Face model."""
+    from trainer.export import export_command
+
+    return int(export_command(args) or 0)
 
 
 def register(sub: Any) -> None:
-    plan = add_command(
+    plan_parser = add_command(
         sub,
         ["plan"],
-        _lazy("trainer.plan:plan_command"),
+        plan,
         "check model, memory, compute and parallel layout before launching",
     )
-    add_config_args(plan)
-    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
-    plan.add_argument(
+    add_config_args(plan_parser)
+    plan_parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan_parser.add_argument(
         "--gpu", default=None, help="GPU type: h100, h200, a100, b200, ... (plan.gpu)"
     )
-    plan.add_argument(
+    plan_parser.add_argument(
         "--mfu",
         type=float,
         default=None,
         help="achieved fraction of peak on all executed FLOPs, recompute included (plan.mfu)",
     )
-    plan.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak per GPU")
-    plan.add_argument(
+    plan_parser.add_argument(
+        "--peak-tflops", type=float, default=None, help="dense bf16 peak per GPU"
+    )
+    plan_parser.add_argument(
         "--overhead", type=float, default=None, help="wall-time factor on top of training"
     )
-    plan.add_argument(
+    plan_parser.add_argument(
         "--allow-oom",
         action="store_true",
         help="plan a layout that does not fit GPU memory (a warning instead of an error)",
     )
-    launch = add_command(
+    launch_parser = add_command(
         sub,
         ["launch"],
-        _lazy("trainer.launch:launch_command"),
+        launch,
         "launch a Megatron-Core pretraining run through torchrun",
     )
-    add_config_args(launch)
-    launch.add_argument(
+    add_config_args(launch_parser)
+    launch_parser.add_argument(
         "--nproc",
         type=int,
         default=None,
         help="processes per node (default: parallel.gpus_per_node)",
     )
-    launch.add_argument(
+    launch_parser.add_argument(
         "--nnodes",
         default=None,
         help="nodes, or MIN:MAX (torchrun --nnodes; default: parallel.nodes)",
     )
-    launch.add_argument("--node-rank", type=int, default=None, help="static rendezvous rank")
-    launch.add_argument("--rdzv-endpoint", default=None, help="host:port for multi-node")
-    launch.add_argument("--rdzv-id", default=None, help="rendezvous id shared by all nodes")
-    launch.add_argument("--rdzv-backend", default="c10d", help="torchrun rendezvous backend")
-    launch.add_argument(
+    launch_parser.add_argument("--node-rank", type=int, default=None, help="static rendezvous rank")
+    launch_parser.add_argument("--rdzv-endpoint", default=None, help="host:port for multi-node")
+    launch_parser.add_argument("--rdzv-id", default=None, help="rendezvous id shared by all nodes")
+    launch_parser.add_argument("--rdzv-backend", default="c10d", help="torchrun rendezvous backend")
+    launch_parser.add_argument(
         "--smoke",
         action="store_true",
         help="a few steps at the target layout: fwd, bwd, sync, save, reload",
     )
-    launch.add_argument(
+    launch_parser.add_argument(
         "--override-gate",
         default=None,
         metavar="REASON",
         help="launch a full run without a passing ablation report (recorded)",
     )
-    launch.add_argument(
+    launch_parser.add_argument(
         "--verify",
         choices=("cached", "full"),
         default=None,
         help="how the launcher checks data bytes: through the hash cache (default) or "
         "re-hashing every file (full; also PRETRAIN_VERIFY=full)",
     )
-    launch.add_argument(
+    launch_parser.add_argument(
         "--in-process",
         action="store_true",
         help="single-rank runs only: train in this process instead of under torchrun",
@@ -95,20 +108,26 @@ def register(sub: Any) -> None:
 
 
 def _register_export(sub: Any) -> None:
-    export = add_command(
+    export_parser = add_command(
         sub,
         ["export"],
-        _lazy("trainer.export:export_command"),
+        export,
         "export a checkpoint as a Hugging Face transformers model (LlamaForCausalLM)",
     )
-    export.add_argument("run_dir", metavar="RUN_DIR", help="a run directory or one checkpoint")
-    export.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest)")
-    export.add_argument("--format", choices=["hf"], default="hf", help="output format")
-    export.add_argument("--out", required=True, metavar="DIR", help="export directory")
-    export.add_argument(
+    export_parser.add_argument(
+        "run_dir", metavar="RUN_DIR", help="a run directory or one checkpoint"
+    )
+    export_parser.add_argument(
+        "--step", type=int, default=None, help="checkpoint step (default: newest)"
+    )
+    export_parser.add_argument("--format", choices=["hf"], default="hf", help="output format")
+    export_parser.add_argument("--out", required=True, metavar="DIR", help="export directory")
+    export_parser.add_argument(
         "--tokenizer",
         default=None,
         metavar="DIR",
         help="tokenizer artifact (default: the run's data.tokenizer_dir or mixture lineage)",
     )
-    export.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    export_parser.add_argument(
+        "--dtype", choices=["float32", "bfloat16", "float16"], default="float32"
+    )

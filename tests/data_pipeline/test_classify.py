@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from data_pipeline.models.cli_handlers import train_classifier
+from data_pipeline.cli import train_classifier
 from data_pipeline.stages.classify import DomainStage, QualityStage
 from pretrain.config import load_config
 from pretrain.demo import sample_dir

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from data_pipeline.models.cli_handlers import train_lm
+from data_pipeline.cli import train_lm
 from data_pipeline.models.kenlm_train import LanguageModelConfig, document_perplexity
 from data_pipeline.models.mkn import count_orders, discounts, encode, estimate, train_arpa
 from data_pipeline.models.text import lm_sentences, normalize, tokenize

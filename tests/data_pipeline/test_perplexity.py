@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from data_pipeline.models.cli_handlers import train_lm
+from data_pipeline.cli import train_lm
 from data_pipeline.models.quantiles import LogHistogramSketch
 from data_pipeline.stages.perplexity import PerplexityStage
 from pretrain.demo import sample_dir
