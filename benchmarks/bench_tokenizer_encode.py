@@ -48,13 +48,13 @@ _TOKENIZER: Any = None
 def _tokenizer(shards: Path) -> Path:
     """A cached 32k tokenizer trained by us on the benchmark input."""
     from pretrain.manifest import load_manifest
-    from tokenizer.config import TrainConfig
+    from tokenizer.config import TokenizerTrainConfig
     from tokenizer.train import train
 
     out = WORK / f"encode-tokenizer-{shards.name}"
     if not (out / "manifest.json").is_file() or load_manifest(out)["kind"] != "tokenizer":
         train(
-            TrainConfig(
+            TokenizerTrainConfig(
                 data=str(shards), out=str(out), vocab_size=32768, sample={"max_bytes": 50_000_000}
             ),
             command=["bench"],

@@ -82,11 +82,13 @@ def _child(kind: str, shards: str, out: str, vocab: int) -> None:
     """Train one tokenizer in this process; print seconds and peak RSS as JSON."""
     start = time.perf_counter()
     if kind == "ours":
-        from tokenizer.config import TrainConfig
+        from tokenizer.config import TokenizerTrainConfig
         from tokenizer.train import train
 
         train(
-            TrainConfig(data=shards, out=out, vocab_size=vocab, sample={"max_bytes": 10**12}),
+            TokenizerTrainConfig(
+                data=shards, out=out, vocab_size=vocab, sample={"max_bytes": 10**12}
+            ),
             command=["bench"],
         )
     else:

@@ -80,7 +80,7 @@ def corpus_records(corpus: Path) -> Iterator[dict]:
 
 def prepare(out: Path, corpus: Path) -> None:
     from evals.sets import EvalBuildConfig, build_eval_sets
-    from tokenizer.config import TrainConfig
+    from tokenizer.config import TokenizerTrainConfig
     from tokenizer.encode import encode
     from tokenizer.synthetic import write_shards
     from tokenizer.train import train
@@ -92,7 +92,10 @@ def prepare(out: Path, corpus: Path) -> None:
         )
     tokenizer = out / "tokenizer"
     if not (tokenizer / "manifest.json").is_file():
-        train(TrainConfig(data=str(shards), out=str(tokenizer), vocab_size=4096), command=["study"])
+        train(
+            TokenizerTrainConfig(data=str(shards), out=str(tokenizer), vocab_size=4096),
+            command=["study"],
+        )
     encoded = out / "encoded"
     if not (encoded / "manifest.json").is_file():
         encode(tokenizer, shards, encoded, backend="inline", command=["study"])

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from mixtures import plan as planning
+from mixtures import sequence_plan as planning
 from mixtures.decontaminate import contaminated_ids
 from mixtures.recipe import MixtureConfig, build_sha256, check_recipe, recipe_sha256
 from mixtures.selection import load_sidecars, select_components, select_sha256

@@ -3,7 +3,7 @@
 Sample i of a phase's index is (component k, sequence s). With S = the component's sequences per
 epoch and L = the phase's seq_length, s = epoch * S + j: the tokens are window j (L + 1 tokens
 starting at j * L) of the component's documents concatenated in that epoch's seeded order (see
-mixtures.plan). Tokens are read with Megatron-Core's IndexedDataset from the encoded artifact,
+mixtures.sequence_plan). Tokens are read with Megatron-Core's IndexedDataset from the encoded artifact,
 whose manifest sha256 must match the one the mixture recorded.
 """
 

@@ -10,10 +10,10 @@ from pretrain.command import current_command
 
 
 def _train(args: argparse.Namespace) -> int:
-    from tokenizer.config import TrainConfig
+    from tokenizer.config import TokenizerTrainConfig
     from tokenizer.train import train
 
-    config = resolve_config(TrainConfig, args, _train_preflight)
+    config = resolve_config(TokenizerTrainConfig, args, _train_preflight)
     if config is None:
         return 0
     manifest = train(config, command=current_command())

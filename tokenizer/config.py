@@ -50,7 +50,7 @@ class PreTokenizeConfig(StrictModel):
     """Split every digit into its own pre-token (numbers tokenise the same way everywhere)."""
 
 
-class TrainConfig(StrictModel):
+class TokenizerTrainConfig(StrictModel):
     """`pretrain tokenizer train CONFIG`."""
 
     data: str
@@ -72,7 +72,7 @@ class TrainConfig(StrictModel):
     sample: SampleConfig = SampleConfig()
 
     @model_validator(mode="after")
-    def _specials_unique(self) -> TrainConfig:
+    def _specials_unique(self) -> TokenizerTrainConfig:
         names = self.all_special_tokens
         if len(set(names)) != len(names):
             raise ValueError(

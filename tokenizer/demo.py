@@ -14,7 +14,7 @@ DEMO_SAMPLE_BYTES = 3_000_000
 
 def step(ctx: Any) -> str:
     """Train (vocab 4096), evaluate (vs SentencePiece) and encode `ctx.artifacts["shards"]`."""
-    from tokenizer.config import TrainConfig
+    from tokenizer.config import TokenizerTrainConfig
     from tokenizer.encode import encode
     from tokenizer.evaluate import evaluate
     from tokenizer.lock import load_locked
@@ -29,7 +29,7 @@ def step(ctx: Any) -> str:
     tok_dir, enc_dir = ctx.out / "tokenizer", ctx.out / "encoded"
     if not ctx.reuse(tok_dir):
         train(
-            TrainConfig(
+            TokenizerTrainConfig(
                 data=str(shards),
                 out=str(tok_dir),
                 vocab_size=DEMO_VOCAB,

@@ -17,7 +17,7 @@ from pretrain.errors import ArtifactError, ConfigError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_bytes, load_manifest, sha256_file, write_manifest
 from pretrain.progress import VERBOSE, verbosity
-from tokenizer.config import PreTokenizeConfig, TrainConfig
+from tokenizer.config import PreTokenizeConfig, TokenizerTrainConfig
 from tokenizer.hf import HF_FILES, hf_file_bytes
 from tokenizer.lock import (
     KIND,
@@ -58,7 +58,7 @@ def build_tokenizer(pretokenize: PreTokenizeConfig) -> Any:
     return tokenizer
 
 
-def train_on_texts(texts: Any, config: TrainConfig, show_progress: bool = True) -> Any:
+def train_on_texts(texts: Any, config: TokenizerTrainConfig, show_progress: bool = True) -> Any:
     """Train on an iterator of texts (or of lists of texts); check the special token ids."""
     from tokenizers import pre_tokenizers, trainers
 
@@ -83,7 +83,7 @@ def train_on_texts(texts: Any, config: TrainConfig, show_progress: bool = True) 
     return tokenizer
 
 
-def preflight(config: TrainConfig) -> list[Path]:
+def preflight(config: TokenizerTrainConfig) -> list[Path]:
     """What `train` checks before working (`--dry-run` runs it): the shards verify and `out` is
     new or a tokenizer. Returns the shard files."""
     _, shards = require_shards(config.data)
@@ -114,7 +114,7 @@ def _prepare_out(out: Path) -> None:
 
 
 def make_lock(
-    config: TrainConfig,
+    config: TokenizerTrainConfig,
     tokenizer: Any,
     files: dict[str, str],
     composition: dict[str, Any],
@@ -142,7 +142,7 @@ def make_lock(
 
 
 @writes_output("config.out")
-def train(config: TrainConfig, command: list[str] | None = None) -> dict[str, Any]:
+def train(config: TokenizerTrainConfig, command: list[str] | None = None) -> dict[str, Any]:
     """Train, lock and write the tokenizer artifact; return its manifest."""
     import tokenizers
 

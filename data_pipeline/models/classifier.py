@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from data_pipeline.models.normalization import NORMALIZATION, classifier_line
 from data_pipeline.models.records import RecordSource, field_value, iter_records
 from data_pipeline.models.report import plot_confusion
-from data_pipeline.models.text import NORMALIZATION, classifier_line
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output

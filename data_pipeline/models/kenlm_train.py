@@ -1,7 +1,7 @@
 """`pretrain data train-lm`: KenLM n-gram models (one per language) from reference text.
 
 The reference text plays the role Wikipedia plays in CCNet: documents close to it get low
-perplexity (`head`). Text goes through `data_pipeline.models.text.lm_sentences`, the same
+perplexity (`head`). Text goes through `data_pipeline.models.normalization.lm_sentences`, the same
 normalisation and tokenisation the perplexity stage scores with (Chinese: one token per character).
 Models are estimated with our numpy modified Kneser-Ney (`mkn.py`) and written as ARPA, which
 `kenlm.Model` loads (no lmplz / Boost build needed; the kenlm wheel cannot write its binary format).
@@ -22,8 +22,8 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from data_pipeline.models.mkn import train_arpa
+from data_pipeline.models.normalization import NORMALIZATION, lm_sentences
 from data_pipeline.models.records import RecordSource, field_value, iter_records
-from data_pipeline.models.text import NORMALIZATION, lm_sentences
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output

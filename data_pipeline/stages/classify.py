@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from data_pipeline.models.classifier import KIND, LABEL_PREFIX, load_model_info
-from data_pipeline.models.text import NORMALIZATION, classifier_line
+from data_pipeline.models.normalization import NORMALIZATION, classifier_line
 from data_pipeline.stages.base import Stage, StageConfig
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.manifest import manifest_sha256

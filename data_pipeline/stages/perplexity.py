@@ -31,8 +31,8 @@ import pyarrow.parquet as pq
 from pydantic import Field, field_validator
 
 from data_pipeline.models.kenlm_train import KIND, document_perplexity, load_lm_info
+from data_pipeline.models.normalization import NORMALIZATION
 from data_pipeline.models.quantiles import LogHistogramSketch
-from data_pipeline.models.text import NORMALIZATION
 from data_pipeline.stages.base import GlobalStage, MapOutput, StageConfig, StageSpec, build_stage
 from pretrain.errors import ArtifactError, ConfigError, SchemaError
 from pretrain.manifest import manifest_sha256

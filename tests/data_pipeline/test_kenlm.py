@@ -15,7 +15,7 @@ import yaml
 from data_pipeline.cli import train_lm
 from data_pipeline.models.kenlm_train import LanguageModelConfig, document_perplexity
 from data_pipeline.models.mkn import count_orders, discounts, encode, estimate, train_arpa
-from data_pipeline.models.text import lm_sentences, normalize, tokenize
+from data_pipeline.models.normalization import lm_sentences, normalize, tokenize
 from pretrain.config import load_config
 from pretrain.demo import sample_dir
 from pretrain.errors import ArtifactError, ConfigError, InputError

@@ -88,14 +88,16 @@ def records(count: int = 240, seed: int = 0) -> list[dict[str, Any]]:
 
 def build_chain(root: Path) -> dict[str, Path]:
     from evals.sets import EvalBuildConfig, build_eval_sets
-    from tokenizer.config import TrainConfig
+    from tokenizer.config import TokenizerTrainConfig
     from tokenizer.encode import encode
     from tokenizer.synthetic import write_shards
     from tokenizer.train import train
 
     shards = write_shards(root / "shards", records(), docs_per_shard=120, eval_fraction=0.1)
     tokenizer = root / "tokenizer"
-    train(TrainConfig(data=str(shards), out=str(tokenizer), vocab_size=400), command=["test"])
+    train(
+        TokenizerTrainConfig(data=str(shards), out=str(tokenizer), vocab_size=400), command=["test"]
+    )
     encoded = root / "encoded"
     encode(tokenizer, shards, encoded, backend="inline", command=["test"])
     evalsets = root / "evalsets"

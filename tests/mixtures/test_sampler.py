@@ -191,9 +191,9 @@ def test_integer_quotas_are_exact_in_every_batch() -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_planned_mixtures_never_exceed_epoch_caps(data: st.DataObject) -> None:
-    from mixtures.plan import InfeasibleMixture, make_plan
     from mixtures.recipe import MixtureConfig
     from mixtures.selection import DOCS_DTYPE
+    from mixtures.sequence_plan import InfeasibleMixture, make_plan
 
     k = data.draw(st.integers(1, 5))
     raw = data.draw(st.lists(st.integers(0, 100), min_size=k, max_size=k))

@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from tokenizer.config import TrainConfig
+from tokenizer.config import TokenizerTrainConfig
 
 PIECES = Path(__file__).resolve().parents[1] / "data" / "tokenizer" / "pieces.jsonl"
 
@@ -60,7 +60,7 @@ def make_records(num_docs: int, seed: int = 0) -> list[dict[str, Any]]:
     return records + [dict(r, source="edge") for r in EDGE_CASES]
 
 
-def train_config(shards: Path, out: Path, **changes: Any) -> TrainConfig:
+def train_config(shards: Path, out: Path, **changes: Any) -> TokenizerTrainConfig:
     data = {
         "data": str(shards),
         "out": str(out),
@@ -68,4 +68,4 @@ def train_config(shards: Path, out: Path, **changes: Any) -> TrainConfig:
         "special_tokens": ["<|user|>"],
         **changes,
     }
-    return TrainConfig.model_validate(data)
+    return TokenizerTrainConfig.model_validate(data)

@@ -28,7 +28,7 @@ def clean_env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def sample_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A byte-level BPE trained on the real demo sample (English, Chinese, code)."""
-    from tokenizer.config import TrainConfig
+    from tokenizer.config import TokenizerTrainConfig
     from tokenizer.synthetic import write_shards
     from tokenizer.train import train
 
@@ -36,7 +36,7 @@ def sample_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     records = [{"text": t, "domain": "web", "lang": "en"} for t in real_documents(200)]
     shards = write_shards(root / "shards", records, docs_per_shard=100)
     out = root / "tokenizer"
-    train(TrainConfig(data=str(shards), out=str(out), vocab_size=VOCAB), command=["test"])
+    train(TokenizerTrainConfig(data=str(shards), out=str(out), vocab_size=VOCAB), command=["test"])
     return out
 
 
