@@ -5,17 +5,16 @@ Both produce, per sample, the component and its running sample number within the
 (Megatron: dataset_index int16 + dataset_sample_index int64; ours: component int16 + draw int64).
 We also time our full index (with the per-epoch shuffle inside components), which Megatron does
 separately in GPTDataset. Each method runs in its own process so peak memory is its own.
-Speed is compared on CPU time (both single-threaded), wall time is recorded too. Our sampler's hot
-loops are C kernels compiled on first use; `--numpy` measures the numpy fallback instead (a machine
-without a C compiler) and writes `mixture_index_numpy.json`.
-Run: `.venv/bin/python -m benchmarks.bench_mixture_index [--sequences N] [--numpy]`.
+Speed is compared on CPU time (both single-threaded), wall time is recorded too. Our sampler is
+numpy (its C kernels were removed after this benchmark showed they saved ~13 CPU-seconds per
+10^8-sequence build, see BENCHMARKS.md).
+Run: `.venv/bin/python -m benchmarks.bench_mixture_index [--sequences N]`.
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import os
 import resource
 import sys
 import time
@@ -90,10 +89,7 @@ def measure(method: str, sequences: int) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sequences", type=int, default=10**8)
-    parser.add_argument("--numpy", action="store_true", help="our numpy loops, not the C kernels")
     args = parser.parse_args(argv or [])
-    if args.numpy:
-        os.environ["PRETRAIN_NATIVE"] = "0"  # inherited by the measuring processes
     sequences = args.sequences - args.sequences % GLOBAL_BATCH
     methods = (
         "megatron_build_blending_indices",
@@ -112,13 +108,13 @@ def main(argv: list[str] | None = None) -> None:
             "speed (CPU time)"
         )
     write_result(
-        "mixture_index_numpy" if args.numpy else "mixture_index",
+        "mixture_index",
         {
             "sequences": sequences,
             "global_batch": GLOBAL_BATCH,
             "weights": WEIGHTS,
             "results": results,
-            "sampler_loops": "numpy" if args.numpy else "C kernels",
+            "sampler_loops": "numpy",
         },
     )
 

@@ -12,7 +12,6 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from mixtures import native
 from mixtures.schedule import (
     _CHUNK_SAMPLES,
     WEIGHT_SCALE,
@@ -142,30 +141,6 @@ class _BoundaryPlanner:
         first, *arrays = self._rows(batch)
         return tuple(array[batch - first].tolist() for array in arrays)
 
-    def _fast(self, batch: int, state: list[int], counts: np.ndarray) -> int:
-        """Batches the C planner decides from `batch` on (to the end of its chunk); 0 without C."""
-        lib = native.library()
-        if lib is None:
-            return 0
-        first, *arrays = self._rows(batch)
-        i, stop = batch - first, arrays[0].shape[0]
-        levels = len(self.numer)
-        current = np.array(state, dtype=np.int64)
-        done = lib.plan_fast(
-            levels,
-            self.width,
-            self.extras,
-            np.array(self.quota, dtype=np.int64),
-            np.array(self.fractional, dtype=np.int64),
-            stop - i,
-            *(array[i:] for array in arrays),
-            current,
-            counts[batch : batch + stop - i],
-            np.empty(4 * levels, np.int64),
-        )
-        state[:] = current.tolist()
-        return int(done)
-
     def choices(
         self, batch: int, state: list[int], skip_first: bool = False
     ) -> Iterator[list[int]]:
@@ -222,14 +197,6 @@ class _BoundaryPlanner:
             if pending is None and dead and (batch, tuple(state)) in dead:
                 pending = iter(())  # reached again by another path: known to lead nowhere
             if pending is None:
-                done = self._fast(batch, state, counts)
-                if done:
-                    # C-decided batches: their states are rebuilt from `counts` if popped.
-                    trail.extend(
-                        (b, None, None) for b in range(batch, batch + done)[-MAX_BACKTRACK:]
-                    )
-                    batch += done
-                    continue
                 pending = self.choices(batch, state)
             row = next(pending, None)
             if row is None:
@@ -240,8 +207,6 @@ class _BoundaryPlanner:
                         f"(weights {self.key}, W={self.width}); please report this"
                     )
                 batch, state, pending = trail.pop()
-                if state is None:
-                    state = counts[:batch].sum(axis=0).tolist()
                 if pending is None:
                     pending = self.choices(batch, state, skip_first=True)
                 continue

@@ -1,4 +1,4 @@
-"""Which component fills each slot of a phase: numpy, with C twins of the hot loops (`native`).
+"""Which component fills each slot of a phase (numpy).
 
 A phase of a mixture is `num_batches` aligned global batches of `W` sequences; component k has
 weight w_k (quantised to a_k / 10**12, so all quota arithmetic is exact integer arithmetic) and
@@ -45,8 +45,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mixtures import native
-
 WEIGHT_SCALE = 10**12
 """Weights are quantised to integers summing to this; all quota arithmetic is then exact. Decimal,
 so weights written with up to 12 decimals (0.3, 0.125) are held exactly: a quota that is a whole
@@ -88,31 +86,6 @@ def _boundary_state(numer: np.ndarray, boundaries: np.ndarray, width: int) -> tu
 
 
 def _batch_tables(numer: np.ndarray, width: int, phi0: np.ndarray, rem: np.ndarray) -> tuple:
-    """`_batch_tables_numpy`, by the C kernel when it is available (same result)."""
-    lib = native.library()
-    if lib is None:
-        return _batch_tables_numpy(numer, width, phi0, rem)
-    levels, count = numer.size, phi0.size
-    first_drop = np.empty((count, levels), dtype=np.int64)
-    last_short = np.empty((count, levels), dtype=np.int64)
-    lib.batch_tables(
-        levels,
-        np.ascontiguousarray(numer, dtype=np.int64),
-        width,
-        WEIGHT_SCALE,
-        count,
-        np.ascontiguousarray(phi0, dtype=np.int64),
-        np.ascontiguousarray(rem),
-        first_drop,
-        last_short,
-        np.empty(levels, np.int64),
-        np.empty(width, np.int64),
-        np.empty(width, np.int64),
-    )
-    return first_drop, last_short
-
-
-def _batch_tables_numpy(numer: np.ndarray, width: int, phi0: np.ndarray, rem: np.ndarray) -> tuple:
     """For batches starting with Phi = phi0 and remainders rem (one row per batch) and j = 1..K:
     the first step at which Phi drops below j (W + 1 if it stays >= j all batch), and the number
     of leading steps m for which Psi falls below j somewhere in [m, W) (from the step after it
@@ -148,7 +121,6 @@ def interleave(
     weights: Sequence[float] | np.ndarray,
     start: np.ndarray | None = None,
     chunk_samples: int = 1 << 23,
-    use_native: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Order every batch by earliest deadline first; returns (component, draw) per sample.
 
@@ -161,9 +133,6 @@ def interleave(
     if numer.size != num_components:
         raise ValueError(f"{numer.size} weights for {num_components} components")
     start = np.zeros(num_components, np.int64) if start is None else np.asarray(start, np.int64)
-    lib = native.library() if use_native else None
-    if lib is not None and num_batches:
-        return _interleave_native(lib, counts, numer, start, width)
     before = np.cumsum(counts, axis=0, dtype=np.int64) - counts
     component = np.empty(num_batches * width, dtype=COMPONENT_DTYPE)
     draw = np.empty(num_batches * width, dtype=np.int64)
@@ -211,32 +180,4 @@ def interleave(
             ready[flat] = (np.minimum(-(-(nxt * scale - rk) // ak), width + 1) << shift) | pick
         component.reshape(num_batches, width)[lo:hi] = picks.T
         draw.reshape(num_batches, width)[lo:hi] = draws.T
-    return component, draw
-
-
-def _interleave_native(
-    lib: object, counts: np.ndarray, numer: np.ndarray, start: np.ndarray, width: int
-) -> tuple[np.ndarray, np.ndarray]:
-    num_batches, num_components = counts.shape
-    before = np.cumsum(counts, axis=0, dtype=np.int64) - counts
-    floor, rem = _boundary_state(numer, np.arange(num_batches), width)
-    component = np.empty(num_batches * width, dtype=COMPONENT_DTYPE)
-    draw = np.empty(num_batches * width, dtype=np.int64)
-    failed = lib.edf_batches(
-        num_components,
-        np.ascontiguousarray(numer, dtype=np.int64),
-        width,
-        WEIGHT_SCALE,
-        num_batches,
-        np.ascontiguousarray(counts, dtype=np.int64),
-        np.ascontiguousarray(before - floor + 1),
-        np.ascontiguousarray(rem),
-        np.ascontiguousarray(before + start),
-        component,
-        draw,
-        np.empty(7 * num_components, np.int64),
-    )
-    if failed >= 0:
-        batch, pos = divmod(int(failed), width)
-        raise ScheduleError(f"batch {batch} order infeasible at position {pos} (please report)")
     return component, draw
