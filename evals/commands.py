@@ -15,11 +15,12 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from pretrain.artifacts import evalset as evalset_artifact
+from pretrain.artifacts import export as export_artifact
 from pretrain.cli_utils import resolve_config
 from pretrain.errors import ArtifactError, LockMismatch
 from pretrain.manifest import (
     atomic_write_bytes,
-    listed_path,
     load_manifest,
     manifest_sha256,
     write_manifest,
@@ -57,7 +58,7 @@ def build_command(args: argparse.Namespace) -> int:
 
 def is_export(path: Path) -> bool:
     """A `pretrain export --format hf` directory (evaluated through transformers)."""
-    return (path / "manifest.json").is_file() and load_manifest(path)["kind"] == "hf_export"
+    return export_artifact.is_export(path)
 
 
 def find_checkpoints(path: str | Path) -> tuple[Path, list[tuple[int, Path]]]:
@@ -172,12 +173,7 @@ def write_documents(records: list[dict[str, Any]], path: Path) -> None:
 
 def _listed_tasks(sets_dir: str) -> list[Path]:
     """The task files an `evalset` artifact's manifest lists (never a file merely present)."""
-    manifest = load_manifest(sets_dir)
-    return sorted(
-        listed_path(sets_dir, manifest, rel)
-        for rel in manifest["files"]
-        if rel.startswith("tasks/") and rel.endswith(".jsonl")
-    )
+    return evalset_artifact.open(sets_dir).task_paths()
 
 
 def out_dir(args: argparse.Namespace, run_dir: Path) -> Path:

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from evals.tradeoffs import domain_table, scale_agreement
-from pretrain.manifest import atomic_write_json, write_manifest
+from pretrain.artifacts import ablation as ablation_artifact
+from pretrain.manifest import atomic_write_json
 from trainer.gate_rule import criteria_from, decide, lower_is_better
 
 __all__ = ["build_report", "decide", "lower_is_better", "summarize", "write_report"]
@@ -299,22 +300,13 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "report.json", report)
     plot_ablation(report, out)
-    keys = (
-        "chosen_recipe_sha256",
-        "base_recipe_sha256",
-        "tokenizer_sha256",
-        "data_manifest_sha256",
-        "passed",
-        "target_metric",
-    )
-    return write_manifest(
+    return ablation_artifact.write(
         out,
-        "ablation",
+        report,
         config=config,
         inputs=inputs,
         counts={
             "runs": len(report["runs"]),
             "recipes": len({r["recipe_sha256"] for r in report["runs"]}),
         },
-        extra={k: report.get(k) for k in keys},
     )

@@ -24,12 +24,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field
 
+from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.artifacts import shards as shards_artifact
 from pretrain.artifacts.evalset import CONTAMINATED_FILE
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_json, write_manifest
+from pretrain.manifest import atomic_write_json
 
 HIT_SCHEMA = pa.schema(
     [
@@ -305,11 +306,11 @@ def _finish(
         "bytes": sum(s["bytes"] for s in written),
         "contaminated_train_documents": report["contaminated_train_documents"],
     }
-    return write_manifest(
+    return evalset_artifact.write(
         out,
-        "evalset",
         config=config_dict(cfg),
         inputs=[cfg.shards, *cfg.train_shards],
         counts=counts,
-        extra={"sets": written, "tasks": tasks},
+        sets=written,
+        tasks=tasks,
     )

@@ -27,8 +27,8 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow.parquet as pq
 
+from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.errors import ArtifactError
-from pretrain.manifest import listed_path, require
 
 LN2 = math.log(2.0)
 
@@ -80,14 +80,13 @@ class EvalSet:
 
 def load_eval_sets(directory: str | Path, max_docs: int | None = None) -> list[EvalSet]:
     """The sets of an `evalset` artifact (verified against its manifest)."""
-    manifest = require(directory, kind="evalset")
+    evalset = evalset_artifact.open(directory)
     sets = []
-    for entry in manifest.get("sets", []):
-        path = listed_path(directory, manifest, f"sets/{entry['name']}.parquet")
-        table = pq.read_table(path)
+    for entry in evalset.manifest.sets:
+        table = pq.read_table(evalset.set_path(entry))
         texts = table.column("text").to_pylist()[:max_docs]
         ids = table.column("id").to_pylist()[:max_docs]
-        sets.append(EvalSet(entry["name"], entry["domain"], entry["lang"], texts, ids))
+        sets.append(EvalSet(entry.name, entry.domain, entry.lang, texts, ids))
     return sets
 
 

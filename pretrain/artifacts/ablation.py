@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -80,11 +81,11 @@ def open(directory: str | os.PathLike, *, full: bool | None = None) -> Ablation:
 
 def write(
     directory: str | os.PathLike,
-    report: dict[str, Any],
+    report: Mapping[str, Any],
     *,
-    config: dict[str, Any],
-    inputs: list[str | os.PathLike],
-    counts: dict[str, Any],
+    config: Mapping[str, Any] | None,
+    inputs: Sequence[str | os.PathLike],
+    counts: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """The manifest of an ablation whose report.json is written; it repeats `MANIFEST_KEYS`."""
     fields = {key: report.get(key) for key in MANIFEST_KEYS}

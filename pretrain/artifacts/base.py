@@ -12,6 +12,7 @@ kind-specific field the model does not know is refused before anything is writte
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
@@ -141,9 +142,9 @@ def write(
     model: type[Manifest],
     fields: dict[str, Any] | None = None,
     *,
-    config: dict[str, Any] | None = None,
-    inputs: list[str | os.PathLike] | tuple[str | os.PathLike, ...] = (),
-    counts: dict[str, Any] | None = None,
+    config: Mapping[str, Any] | None | None = None,
+    inputs: Sequence[str | os.PathLike] = (),
+    counts: Mapping[str, Any] | None | None = None,
 ) -> dict[str, Any]:
     """Check the kind's `fields` against `model` (unknown or mistyped: refused), then write the
     manifest last, atomically, recording the command `pretrain.cli.main` captured."""

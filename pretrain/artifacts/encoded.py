@@ -9,6 +9,7 @@ describes document i of that `.bin` (`doc_index`, `id`, `num_tokens` incl. EOD, 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -80,9 +81,9 @@ def open(
 def write(
     directory: str | os.PathLike,
     *,
-    config: dict[str, Any],
-    inputs: list[str | os.PathLike],
-    counts: dict[str, Any],
+    config: Mapping[str, Any] | None,
+    inputs: Sequence[str | os.PathLike],
+    counts: Mapping[str, Any] | None,
     tokenizer: dict[str, Any],
     prefixes: list[str],
     token_dtype: str,

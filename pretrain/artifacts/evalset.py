@@ -8,6 +8,7 @@ of eval documents, which a mixture excludes (`build.decontaminate`).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -64,9 +65,9 @@ def open(directory: str | os.PathLike, *, full: bool | None = None) -> Evalset:
 def write(
     directory: str | os.PathLike,
     *,
-    config: dict[str, Any],
-    inputs: list[str | os.PathLike],
-    counts: dict[str, Any],
+    config: Mapping[str, Any] | None,
+    inputs: Sequence[str | os.PathLike],
+    counts: Mapping[str, Any] | None,
     sets: list[dict[str, Any]],
     tasks: list[dict[str, Any]],
 ) -> dict[str, Any]:

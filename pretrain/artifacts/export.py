@@ -7,6 +7,7 @@ files, loadable with `transformers.AutoModelForCausalLM.from_pretrained(DIR)`.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -47,9 +48,9 @@ def is_export(directory: str | os.PathLike) -> bool:
 def write(
     directory: str | os.PathLike,
     *,
-    config: dict[str, Any],
-    inputs: list[str | os.PathLike],
-    counts: dict[str, Any],
+    config: Mapping[str, Any] | None,
+    inputs: Sequence[str | os.PathLike],
+    counts: Mapping[str, Any] | None,
     tokenizer: dict[str, Any],
     architecture: str,
     source: dict[str, Any],

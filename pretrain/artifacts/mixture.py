@@ -8,6 +8,7 @@ i // global_batch. The dataset over it is `mixtures.dataset.MixtureDataset`.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -85,9 +86,9 @@ def write(
     directory: str | os.PathLike,
     fields: dict[str, Any],
     *,
-    config: dict[str, Any],
-    inputs: list[str | os.PathLike],
-    counts: dict[str, Any],
+    config: Mapping[str, Any] | None,
+    inputs: Sequence[str | os.PathLike],
+    counts: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """`fields`: the MixtureManifest fields above (checked: an unknown one is refused)."""
     return base.write(

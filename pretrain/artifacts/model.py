@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -76,7 +77,7 @@ def write(
     kind: str,
     model: dict[str, Any],
     *,
-    config: dict[str, Any],
-    counts: dict[str, Any],
+    config: Mapping[str, Any] | None,
+    counts: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     return base.write(directory, _MODELS[kind], {"model": model}, config=config, counts=counts)

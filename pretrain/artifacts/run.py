@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -65,9 +66,9 @@ def write(
     directory: str | os.PathLike,
     fields: dict[str, Any],
     *,
-    config: dict[str, Any],
-    inputs: list[str | os.PathLike],
-    counts: dict[str, Any],
+    config: Mapping[str, Any] | None,
+    inputs: Sequence[str | os.PathLike],
+    counts: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """`fields`: the RunManifest fields (checked: an unknown one is refused)."""
     return base.write(directory, RunManifest, fields, config=config, inputs=inputs, counts=counts)

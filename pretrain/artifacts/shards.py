@@ -10,7 +10,7 @@ columns that exist and fills the rest with typed nulls.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -77,9 +77,9 @@ def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None =
 def write(
     directory: str | os.PathLike,
     *,
-    config: dict[str, Any],
+    config: Mapping[str, Any] | None,
     inputs: Sequence[str | os.PathLike],
-    counts: dict[str, Any],
+    counts: Mapping[str, Any] | None,
     stages: list[dict[str, Any]],
     models: dict[str, str],
     ppl_cutoffs: dict[str, list[float]],

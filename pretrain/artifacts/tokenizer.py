@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -117,9 +118,9 @@ def open(directory: str | os.PathLike, *, full: bool | None = None) -> Tokenizer
 def write(
     directory: str | os.PathLike,
     *,
-    config: dict[str, Any],
-    inputs: list[str | os.PathLike],
-    counts: dict[str, Any],
+    config: Mapping[str, Any] | None,
+    inputs: Sequence[str | os.PathLike],
+    counts: Mapping[str, Any] | None,
     tokenizer: dict[str, Any],
     library: dict[str, str],
 ) -> dict[str, Any]:
