@@ -85,7 +85,9 @@ class PipelineConfig(StrictModel):
     output: str
     """Artifact directory: data/, rejects/, ledger.json, README.md, manifest.json
     (pretrain.shards_layout)."""
-    stages: StagesConfig = StagesConfig(extract={}, langid={})  # type: ignore[valid-type]
+    stages: StagesConfig = StagesConfig.model_validate(  # type: ignore[valid-type]
+        {"extract": {}, "langid": {}}
+    )
     """Stage name -> its settings (each stage's Config class validates them); absent = not run."""
     select: SelectConfig = SelectConfig()
     rejects: RejectsConfig = RejectsConfig()

@@ -84,6 +84,7 @@ class RunResult:
         return "".join(
             f"{stage} map output reused for {count} of {self.parts} parts, "
             for stage, count in self.reused_map_parts.items()
+            if count
         )
 
 
@@ -355,7 +356,7 @@ def run_pipeline(
             f"({len(inputs) - len(todo)} already done, "
             f"{reused} parts reused); stages: {', '.join(s.name for s in stages)}"
         )
-    ray_stats, reused_map = "", {}
+    ray_stats, reused_map = "", dict[str, int]()
     clock = throughput.RunClock() if work else None
     if clock is not None:
         ray_stats, reused_map = _run_ray(

@@ -132,8 +132,10 @@ class PerplexityStage(GlobalStage):
         self.artifacts()
 
     def models(self) -> dict[str, Path]:
-        found = {"model": Path(self.config.model)} if self.config.model else {}
-        for lang, directory in sorted(self.config.models.items()):
+        config = self.config
+        assert isinstance(config, PerplexityConfig)
+        found = {"model": Path(config.model)} if config.model else {}
+        for lang, directory in sorted(config.models.items()):
             found[f"models.{lang}"] = Path(directory)
         return found
 
