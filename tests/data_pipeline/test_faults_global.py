@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from data_pipeline.workers import GLOBAL, PARTS, PIECES
+from pretrain import shards_layout as layout
 from tests.data_pipeline.raytools import DATA, REPO, clean_env, data_run, ray_processes, wait_gone
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -66,9 +67,10 @@ def _finish(config: dict, tmp: Path, name: str) -> str:
 
 def _output(out: Path) -> dict[str, bytes]:
     files = {"ledger.json": (out / "ledger.json").read_bytes()}
-    for sub in ("shards", "rejects"):
-        for path in sorted((out / sub).glob("*.parquet")):
+    for sub in (layout.DATA_DIR, layout.REJECTS_DIR):
+        for path in sorted((out / sub).glob("*")):
             files[f"{sub}/{path.name}"] = path.read_bytes()
+    assert any(name.startswith(f"{layout.DATA_DIR}/") for name in files)
     return files
 
 
