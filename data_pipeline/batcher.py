@@ -10,13 +10,13 @@ the ledger) goes up, so every document of a job has its own id.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pyarrow as pa
 import xxhash
 
 from data_pipeline.formats import InputFile
+from pretrain.nested import META_TYPE, meta_entries
 from pretrain.schema import split_for
 
 RAW_SCHEMA = pa.schema(
@@ -25,7 +25,7 @@ RAW_SCHEMA = pa.schema(
         pa.field("text", pa.string()),
         pa.field("url", pa.string()),
         pa.field("source", pa.string()),
-        pa.field("meta", pa.string()),
+        pa.field("meta", META_TYPE),
         pa.field("split", pa.string(), nullable=False),
         pa.field("_payload", pa.binary()),
         pa.field("_content_type", pa.string()),
@@ -45,6 +45,12 @@ def clean_str(value: str) -> str:
         return value
     except UnicodeEncodeError:
         return value.encode("utf-8", "replace").decode("utf-8")
+
+
+def _clean_entries(entries: list[dict[str, str]] | None) -> list[dict[str, str]] | None:
+    if entries is None:
+        return None
+    return [{"key": clean_str(e["key"]), "value": clean_str(e["value"])} for e in entries]
 
 
 class Batcher:
@@ -104,9 +110,7 @@ class Batcher:
             "text": clean_str(text) if text is not None else None,
             "url": clean_str(url) if url is not None else None,
             "source": source or f"{self.source.format}:{self.source.name}",
-            "meta": clean_str(json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str))
-            if meta
-            else None,
+            "meta": _clean_entries(meta_entries(meta)),
             "split": split_for(doc_id, self.eval_fraction),
             "_payload": payload,
             "_content_type": content_type,

@@ -12,8 +12,11 @@ from collections.abc import Iterable
 import pyarrow as pa
 
 from pretrain.errors import SchemaError
+from pretrain.nested import CATEGORIES_TYPE, META_TYPE, PII_COUNTS_TYPE, SCHEMA_VERSION_KEY
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: meta, pii_counts and unsafe_categories are Arrow list/struct types (pretrain.nested), were
+JSON / comma-separated strings in 1 (read through pretrain.nested.upgrade)."""
 EVAL_FRACTION = 0.005
 """Default share of documents whose stable split tag is `eval` (held out from every mixture)."""
 
@@ -22,7 +25,7 @@ BASE_FIELDS: tuple[pa.Field, ...] = (
     pa.field("text", pa.string()),
     pa.field("url", pa.string()),
     pa.field("source", pa.string()),
-    pa.field("meta", pa.string()),  # pass-through JSON object from the input record
+    pa.field("meta", META_TYPE),  # the input record's pass-through object, {key, value} entries
     pa.field("split", pa.string(), nullable=False),
 )
 
@@ -73,8 +76,8 @@ STAGE_COLUMNS: dict[str, tuple[pa.Field, ...]] = {
     "safety": (
         pa.field("url_blocked", pa.bool_()),
         pa.field("unsafe_score", _F32),
-        pa.field("unsafe_categories", _STR),  # comma-separated category names, "" when none
-        pa.field("pii_counts", _STR),  # JSON {kind: count} of redactions made in `text`
+        pa.field("unsafe_categories", CATEGORIES_TYPE),  # category names, [] when none
+        pa.field("pii_counts", PII_COUNTS_TYPE),  # redactions made in `text`, per kind
         pa.field("safety_reason", _STR),
     ),
     "perplexity": (
@@ -111,7 +114,7 @@ def schema_for(stages: Iterable[str]) -> pa.Schema:
     fields = list(BASE_FIELDS)
     for stage in stages:
         fields.extend(stage_fields(stage))
-    return pa.schema(fields, metadata={b"pretrain.schema_version": str(SCHEMA_VERSION).encode()})
+    return pa.schema(fields, metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode()})
 
 
 def split_for(doc_id: str, eval_fraction: float = EVAL_FRACTION) -> str:

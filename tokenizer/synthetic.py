@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from pretrain import shards_layout as layout
 from pretrain.manifest import write_manifest
+from pretrain.nested import pii_struct
 from pretrain.schema import schema_for, split_for
 
 DEFAULT_STAGES = ("extract", "langid", "domain", "quality", "perplexity", "safety", "dedup")
@@ -51,8 +52,8 @@ def _row(record: dict[str, Any], index: int, eval_fraction: float) -> dict[str, 
         "ppl_bucket": "head" if perplexity < 350 else "middle" if perplexity < 650 else "tail",
         "url_blocked": False,
         "unsafe_score": round(_unit(doc_id, "unsafe") / 10, 4),
-        "unsafe_categories": "",
-        "pii_counts": "{}",
+        "unsafe_categories": [],
+        "pii_counts": pii_struct({}),
         "safety_reason": None,
         "exact_hash": hashlib.sha1(text.encode()).hexdigest(),
         "dup_cluster": index,

@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from pretrain.nested import PII_KINDS
+
 PLACEHOLDERS: dict[str, str] = {
     "email": "<EMAIL>",
     "cn_id": "<CN_ID>",
@@ -23,6 +25,7 @@ PLACEHOLDERS: dict[str, str] = {
 }
 """PII kind -> the placeholder written into `text`, in priority order."""
 KINDS: tuple[str, ...] = tuple(PLACEHOLDERS)
+assert KINDS == PII_KINDS, "pretrain.nested.PII_KINDS is the schema of pii_counts: add kinds there"
 
 
 @dataclass(frozen=True, order=True)

@@ -35,6 +35,7 @@ from data_pipeline.stages import pii
 from data_pipeline.stages.base import Stage, StageConfig
 from pretrain.errors import ConfigError
 from pretrain.hashcache import cache_root
+from pretrain.nested import pii_struct
 
 RESOURCES = Path(__file__).resolve().parents[1] / "resources"
 DEFAULT_WEIGHTS: dict[str, float] = {
@@ -258,7 +259,7 @@ class SafetyStage(Stage):
     """Tags URL blocklisting and unsafe words, redacts PII in `text` (counts per kind)."""
 
     name: ClassVar[str] = "safety"
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2  # 2: pii_counts a struct, unsafe_categories a list
     requires: ClassVar[tuple[str, ...]] = ("id", "text", "url")
     Config: ClassVar[type[StageConfig]] = SafetyConfig
 
@@ -312,13 +313,13 @@ class SafetyStage(Stage):
             self.setup()
         config: SafetyConfig = self.config  # type: ignore[assignment]
         blocked = self._blocklist.reason(url) is not None
-        score, categories = 0.0, ""
+        score, categories = 0.0, []
         counts: dict[str, int] = {}
         if text:
             if self._words is not None:
                 hits = self._words.hits(text)
                 score = unsafe_score(hits, count_words(text), config.category_weights)
-                categories = ",".join(sorted(hits))
+                categories = sorted(hits)
             if config.redact_pii:
                 text, counts = pii.redact(text, config.pii_kinds)
         reason = (
@@ -331,6 +332,6 @@ class SafetyStage(Stage):
             "url_blocked": blocked,
             "unsafe_score": score,
             "unsafe_categories": categories,
-            "pii_counts": json.dumps(counts, sort_keys=True),
+            "pii_counts": pii_struct(counts, config.pii_kinds if config.redact_pii else ()),
             "safety_reason": reason,
         }

@@ -21,6 +21,7 @@ from pydantic import Field
 from pretrain import shards_layout as layout
 from pretrain.artifacts import base
 from pretrain.errors import ArtifactError
+from pretrain.nested import schema_version, upgrade
 from pretrain.schema import BASE_FIELDS, STAGE_COLUMNS
 
 KIND = "shards"
@@ -94,8 +95,9 @@ def read_columns(path: Path, columns: Sequence[str], batch_size: int = 2048) -> 
     """Stream shard `path` in batches holding exactly `columns` (absent ones as typed nulls)."""
     parquet = pq.ParquetFile(path)
     present = [c for c in columns if c in parquet.schema_arrow.names]
+    version = schema_version(parquet.schema_arrow)  # 1: nested tags as strings, upgraded here
     for batch in parquet.iter_batches(batch_size=batch_size, columns=present):
-        yield _fill_missing(pa.Table.from_batches([batch]), columns)
+        yield _fill_missing(upgrade(pa.Table.from_batches([batch]), version), columns)
 
 
 def _fill_missing(table: pa.Table, columns: Sequence[str]) -> pa.Table:

@@ -62,7 +62,7 @@ def _table(texts: list[str | None]) -> pa.Table:
         "text": texts,
         "url": [None] * n,
         "source": ["test"] * n,
-        "meta": ["{}"] * n,
+        "meta": [None] * n,
         "split": ["train"] * n,
     }
     return pa.Table.from_pydict(columns, schema=schema_for([]))

@@ -42,7 +42,7 @@ def test_demo_models_build_tag_and_are_reused(tmp_path):
             "text": texts,
             "url": [None] * n,
             "source": ["t"] * n,
-            "meta": ["{}"] * n,
+            "meta": [None] * n,
             "split": ["train"] * n,
             "lang": ["en", "en", "zh", "en"],
             "lang_score": [1.0] * n,

@@ -108,7 +108,7 @@ def test_parquet_missing_text_column(tmp_path: Path) -> None:
 
 def test_parquet_rows_keep_extra_columns_as_meta() -> None:
     table, _ = _read(DATA / "code.parquet")
-    assert '"programming_language": "python"' in table.column("meta")[0].as_py()
+    assert {"key": "programming_language", "value": "python"} in table.column("meta")[0].as_py()
 
 
 def test_input_planning(tmp_path: Path) -> None:

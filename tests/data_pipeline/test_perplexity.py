@@ -51,7 +51,7 @@ def corpus() -> pa.Table:
             "text": [r["text"] for r in rows],
             "url": [None] * n,
             "source": [r["source"] for r in rows],
-            "meta": ["{}"] * n,
+            "meta": [None] * n,
             "split": ["train"] * n,
             "lang": [r["meta"].get("lang") for r in rows],
             "lang_score": [0.9] * n,

@@ -67,7 +67,7 @@ def make_batch(
         "text": texts,
         "url": [None] * n,
         "source": ["test"] * n,
-        "meta": ["{}"] * n,
+        "meta": [None] * n,
         "split": ["train"] * n,
     }
     table = pa.Table.from_pydict(columns, schema=pa.schema(BASE_FIELDS))

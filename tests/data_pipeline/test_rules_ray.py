@@ -22,7 +22,7 @@ def make_table() -> pa.Table:
         "text": texts,
         "url": [None] * n,
         "source": ["test"] * n,
-        "meta": ["{}"] * n,
+        "meta": [None] * n,
         "split": ["train"] * n,
     }
     return pa.Table.from_pydict(columns, schema=pa.schema(BASE_FIELDS))

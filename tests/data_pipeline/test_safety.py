@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from data_pipeline.stages.safety import (
     unsafe_score,
 )
 from pretrain.errors import ConfigError
+from pretrain.nested import PII_KINDS, pii_struct
 from pretrain.schema import BASE_FIELDS, validate
 
 CLEAN = (
@@ -33,7 +33,7 @@ def make_batch(texts: list[str | None], urls: list[str | None]) -> pa.Table:
         "text": texts,
         "url": urls,
         "source": ["test"] * n,
-        "meta": ["{}"] * n,
+        "meta": [None] * n,
         "split": ["train"] * n,
     }
     return pa.Table.from_pydict(columns, schema=pa.schema(BASE_FIELDS))
@@ -66,9 +66,10 @@ def test_stage_contract_redacts_text_and_tags_rows(stage):
     assert texts[0] == CLEAN
     assert texts[1] == "Write to <EMAIL> or call <PHONE>."
     assert texts[2] is None
-    counts = [json.loads(c) for c in out.column("pii_counts").to_pylist()]
-    assert counts[1] == {"email": 1, "phone": 1}
-    assert counts[0] == {}
+    counts = out.column("pii_counts").to_pylist()
+    assert counts[1] == pii_struct({"email": 1, "phone": 1})
+    assert counts[1]["email"] == 1 and counts[1]["card"] == 0
+    assert counts[0] == pii_struct({})  # checked, none found: every kind 0
     assert out.column("url_blocked").to_pylist() == [False, False, False, True]
     assert out.column("safety_reason").to_pylist() == [None, None, None, "url_blocklist"]
 
@@ -123,7 +124,7 @@ def test_unsafe_score_is_documented_formula():
 def test_unsafe_words_set_reason_and_categories(stage):
     row = stage.document("You are a fucking bastard and a slut, you shit.", None)
     assert row["safety_reason"] == "unsafe_words"
-    assert row["unsafe_categories"] == "profanity,sexual"
+    assert row["unsafe_categories"] == ["profanity", "sexual"]
     assert row["unsafe_score"] > 0.9
     assert stage.document(CLEAN, None)["unsafe_score"] == 0.0
 
@@ -139,7 +140,7 @@ def test_config_switches_and_errors():
     )
     row = stage.document("mail a@b.io", "http://www.blocked.test/page")
     assert row["text"] == "mail a@b.io"
-    assert row["pii_counts"] == "{}"
+    assert row["pii_counts"] == dict.fromkeys(PII_KINDS)  # not checked: null, not 0
     assert row["url_blocked"] is True
     with pytest.raises(ConfigError, match="pii_kinds"):
         SafetyStage(SafetyConfig(url_blocklist=False, pii_kinds=("ssn",))).setup()

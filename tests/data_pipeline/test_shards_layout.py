@@ -18,6 +18,7 @@ from data_pipeline.config import PipelineConfig
 from data_pipeline.runner import run_pipeline
 from pretrain import shards_layout as layout
 from pretrain.manifest import load_manifest, write_manifest
+from pretrain.nested import CATEGORIES_TYPE, META_TYPE, PII_COUNTS_TYPE
 from tokenizer.shards import read_columns, require_shards
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
@@ -27,7 +28,13 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 @pytest.fixture(scope="module")
 def artifact(ray_local, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("layout") / "shards"
-    config = {"inputs": [str(DATA)], "output": str(out), "shard_rows": 4, "batch_rows": 3}
+    config = {
+        "inputs": [str(DATA)],
+        "output": str(out),
+        "shard_rows": 4,
+        "batch_rows": 3,
+        "stages": {"extract": {}, "langid": {}, "safety": {"url_blocklist": False}},
+    }
     run_pipeline(
         PipelineConfig.model_validate({**config, "ray": {"timeout_s": 200}}), progress=False
     )
@@ -102,3 +109,32 @@ def test_layout_1_artifact_still_reads_the_same_documents(artifact: Path, tmp_pa
     write_manifest(old, "shards", config=manifest["config"], counts=manifest["counts"])
     assert _ours(old) == _ours(artifact)
     assert [p.name for p in require_shards(old)[1]] == [p.name for p in require_shards(artifact)[1]]
+
+
+def test_nested_tags_are_nested_types_in_each_tool(artifact: Path, tmp_path, monkeypatch) -> None:
+    data = pads.dataset(artifact / layout.DATA_DIR, format="parquet").to_table()
+    assert data.schema.field("meta").type == META_TYPE
+    assert data.schema.field("pii_counts").type == PII_COUNTS_TYPE
+    assert data.schema.field("unsafe_categories").type == CATEGORIES_TYPE
+    by_id = {r["id"]: r for r in data.to_pylist()}
+    assert any(r["meta"] for r in by_id.values())  # code.parquet's extra columns
+    glob = f"{artifact}/{layout.DATA_GLOB}"
+    rows = duckdb.sql(
+        "select id, pii_counts.email, len(unsafe_categories), map_from_entries(meta) "
+        f"from read_parquet('{glob}')"
+    ).fetchall()
+    for doc_id, emails, categories, meta in rows:
+        row = by_id[doc_id]
+        assert emails == row["pii_counts"]["email"]
+        assert categories == len(row["unsafe_categories"])
+        assert meta == ({e["key"]: e["value"] for e in row["meta"]} if row["meta"] else None)
+    frame = pl.read_parquet(glob)
+    assert isinstance(frame.schema["pii_counts"], pl.Struct)
+    assert isinstance(frame.schema["unsafe_categories"], pl.List)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    import datasets
+
+    loaded = datasets.load_dataset(str(artifact), cache_dir=str(tmp_path / "hf"))["train"]
+    first = loaded[0]
+    assert first["pii_counts"] == by_id[first["id"]]["pii_counts"]
+    assert first["meta"] == by_id[first["id"]]["meta"]

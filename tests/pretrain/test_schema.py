@@ -13,7 +13,7 @@ def _base_table(n: int = 3) -> pa.Table:
             "text": ["t"] * n,
             "url": [None] * n,
             "source": ["s"] * n,
-            "meta": ["{}"] * n,
+            "meta": [None] * n,
             "split": [split_for(i) for i in ids],
         },
         schema=schema_for([]),
