@@ -111,3 +111,22 @@ def test_full_config_is_a_1b_class_model(repo_root):
 def test_typo_in_config_is_a_one_line_error():
     with pytest.raises(ConfigError, match="unknown key 'model.hiden_size'"):
         parse_config(TrainConfig, {"model": {"hiden_size": 64}})
+
+
+def test_callbacks_run_in_order_and_the_first_veto_wins():
+    from trainer.callbacks import Callback, CallbackList
+
+    class Scale(Callback):
+        def __init__(self, factor, verdict=None):
+            self.factor, self.verdict = factor, verdict
+
+        def on_loss(self, trainer, loss):
+            return loss * self.factor + 1
+
+        def check_step(self, trainer, result):
+            return self.verdict
+
+    chain = CallbackList([Scale(2), Scale(3, "spike"), Scale(5, "later")])
+    assert chain.on_loss(None, 1.0) == ((1.0 * 2 + 1) * 3 + 1) * 5 + 1
+    assert chain.check_step(None, None) == "spike"
+    assert CallbackList([Scale(2)]).check_step(None, None) is None
