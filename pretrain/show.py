@@ -14,6 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pretrain.artifacts.ablation import AblationManifest
+from pretrain.artifacts.encoded import EncodedManifest
+from pretrain.artifacts.kinds import typed
+from pretrain.artifacts.mixture import MixtureManifest
+from pretrain.artifacts.run import METRICS_FILE, RunManifest
+from pretrain.artifacts.shards import ShardsManifest
+from pretrain.artifacts.tokenizer import TokenizerManifest
 from pretrain.errors import ArtifactError
 from pretrain.manifest import MANIFEST, load_manifest, manifest_sha256, verify
 
@@ -45,42 +52,38 @@ def _last_jsonl(path: Path) -> dict[str, Any]:
 
 
 def _figures(manifest: dict[str, Any], root: Path) -> dict[str, Any]:
-    """The headline numbers of one artifact, by kind (missing fields are left out)."""
-    kind, counts = manifest.get("kind"), dict(manifest.get("counts") or {})
-    tokenizer = manifest.get("tokenizer") or {}
-    if kind == "shards":
+    """The headline numbers of one artifact, by kind (missing fields are left out), read through
+    the kind's manifest model; a manifest whose fields no version wrote shows its counts only."""
+    counts = dict(manifest.get("counts") or {})
+    m = typed(manifest, root)
+    if isinstance(m, ShardsManifest):
         keys = ("documents_in", "documents_kept", "documents_dropped", "shards", "text_bytes_kept")
         return {k: counts[k] for k in keys if k in counts}
-    if kind == "tokenizer":
-        return {"tokenizer": tokenizer.get("id"), **counts}
-    if kind == "encoded":
-        figures = {"tokenizer": tokenizer.get("id"), **counts}
-        return figures
-    if kind == "mixture":
-        components = manifest.get("components") or []
-        total = sum(c.get("weight", 0) for c in components) or 1
+    if isinstance(m, TokenizerManifest | EncodedManifest):
+        return {"tokenizer": m.tokenizer.id, **counts}
+    if isinstance(m, MixtureManifest):
+        total = sum(c.weight or 0 for c in m.components) or 1
         return {
-            "recipe": manifest.get("recipe_name"),
-            "recipe_sha256": (manifest.get("recipe_sha256") or "")[:12],
+            "recipe": m.recipe_name,
+            "recipe_sha256": (m.recipe_sha256 or "")[:12],
             **counts,
-            "shares": {c["name"]: round(c["weight"] / total, 4) for c in components},
+            "shares": {c.name: round((c.weight or 0) / total, 4) for c in m.components},
         }
-    if kind == "run":
-        last = _last_jsonl(root / "metrics.jsonl")
-        gate = manifest.get("gate") or {}
+    if isinstance(m, RunManifest):
+        last = _last_jsonl(root / METRICS_FILE)
         figures = {**counts, "final_loss": last.get("loss")}
-        if gate:
-            figures["gate"] = gate.get("decision") or gate.get("status") or gate
+        if m.gate:
+            figures["gate"] = m.gate.get("decision") or m.gate.get("status") or m.gate
         return figures
-    if kind == "eval":
+    if manifest.get("kind") == "eval":
         final = manifest.get("final") or {}
         return {**counts, **{k: final[k] for k in ("bpb", "loss", "ppl") if k in final}}
-    if kind == "ablation":
+    if isinstance(m, AblationManifest):
         return {
             **counts,
-            "passed": manifest.get("passed"),
-            "chosen_recipe_sha256": (manifest.get("chosen_recipe_sha256") or "")[:12],
-            "target_metric": manifest.get("target_metric"),
+            "passed": m.passed,
+            "chosen_recipe_sha256": (m.chosen_recipe_sha256 or "")[:12],
+            "target_metric": m.target_metric,
         }
     return counts
 

@@ -138,3 +138,23 @@ def test_the_ablation_report_is_read_typed_after_verification(tmp_path) -> None:
     (root / "report.json").write_text(json.dumps({**report, "passed": False}))
     with pytest.raises(ArtifactError, match="report.json"):
         ablation.open(root)
+
+
+def test_show_reads_figures_typed_and_survives_a_field_no_version_wrote(tmp_path) -> None:
+    from pretrain.artifacts.kinds import MANIFESTS
+    from pretrain.show import describe
+
+    assert {"shards", "tokenizer", "encoded", "evalset", "mixture", "run", "ablation"} <= set(
+        MANIFESTS
+    )
+    assert {"fasttext-model", "kenlm-model", "hf_export"} <= set(MANIFESTS)
+    root = _shards(tmp_path / "s")
+    assert describe(root)["figures"] == {"documents_kept": 3}
+    abl = tmp_path / "abl"
+    abl.mkdir()
+    (abl / "report.json").write_text("{}")
+    ablation.write(abl, {"passed": True, "target_metric": "bpb"}, config={}, inputs=[], counts={})
+    assert describe(abl)["figures"]["passed"] is True
+    _rewrite_manifest(abl, passed="perhaps")  # no version wrote this: figures fall back to counts
+    node = describe(abl)
+    assert node["status"] == "ok" and node["figures"] == {}

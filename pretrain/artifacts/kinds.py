@@ -1,0 +1,39 @@
+"""Every artifact kind's manifest model, by kind name (for tools that read any artifact, such as
+`pretrain show`; a package reading one kind imports that kind's module instead)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pretrain.artifacts import ablation, encoded, evalset, export, mixture, model, run, shards
+from pretrain.artifacts import tokenizer as tokenizer_kind
+from pretrain.artifacts.base import Manifest
+from pretrain.errors import ArtifactError
+
+MANIFESTS: dict[str, type[Manifest]] = {
+    m.KIND: m
+    for m in (
+        shards.ShardsManifest,
+        model.FasttextManifest,
+        model.KenlmManifest,
+        tokenizer_kind.TokenizerManifest,
+        encoded.EncodedManifest,
+        evalset.EvalsetManifest,
+        mixture.MixtureManifest,
+        run.RunManifest,
+        ablation.AblationManifest,
+        export.ExportManifest,
+    )
+}
+
+
+def typed(raw: dict[str, Any], directory: str | os.PathLike) -> Manifest | None:
+    """`raw` as its kind's model; None for a kind without one or fields no version wrote."""
+    manifest_model = MANIFESTS.get(str(raw.get("kind")))
+    if manifest_model is None:
+        return None
+    try:
+        return manifest_model.parse(raw, directory)  # type: ignore[no-any-return]
+    except ArtifactError:
+        return None
