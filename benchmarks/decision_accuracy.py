@@ -3,12 +3,16 @@
     python -m benchmarks.decision_accuracy prepare OUT   # corpus -> shards -> tokenizer -> encoded
     python -m benchmarks.decision_accuracy sweep OUT     # `pretrain ablate` with two proxy scales
     python -m benchmarks.decision_accuracy summary OUT   # the decision-accuracy table (JSON)
+    python -m benchmarks.decision_accuracy sweep OUT --proxies small --budget-small 1048576
+    python -m benchmarks.decision_budgets OUT            # every (proxy, budget) cell run so far
 
 `prepare` writes a `shards` artifact from the corpus's own domain/language labels
 (tokenizer.synthetic.write_shards: the data pipeline's tagging is skipped, it costs ~12 CPU-minutes
 there), trains a small BPE (vocab 4096, so the output layer does not dominate a 1M-parameter proxy),
 encodes, and builds decontaminated eval sets. `sweep` runs one ablation with two proxies over the
-same recipes and seeds; its report's `scale_agreement` is the measurement. The corpus is
+same recipes and seeds; its report's `scale_agreement` is the measurement. `--proxies` runs one
+proxy at one budget (runs are cached under OUT/ablation-runs, so budgets add up and a later sweep
+with both proxies reuses them); `benchmarks.decision_budgets` compares all cells. The corpus is
 `--corpus DIR` (or PRETRAIN_CORPUS; BENCHMARKS.md, "Input").
 """
 
@@ -113,7 +117,13 @@ def prepare(out: Path, corpus: Path) -> None:
     print(f"prepared {out}")
 
 
-def write_configs(out: Path, budget_small: int, budget_large: int, seeds: list[int]) -> Path:
+def write_configs(
+    out: Path,
+    budget_small: int,
+    budget_large: int,
+    seeds: list[int],
+    proxies: tuple[str, ...] = ("small", "large"),
+) -> Path:
     mixture = {
         "recipe": {
             "name": "study-base",
@@ -161,8 +171,12 @@ def write_configs(out: Path, budget_small: int, budget_large: int, seeds: list[i
         "eval_sets": str(out / "evalsets"),
         "variants": RECIPES,
         "proxies": [
-            {"name": "small", "overrides": {**common, **SMALL}, "token_budget": budget_small},
-            {"name": "large", "overrides": {**common, **LARGE}, "token_budget": budget_large},
+            {"name": name, "overrides": {**common, **shape}, "token_budget": budget}
+            for name, shape, budget in (
+                ("small", SMALL, budget_small),
+                ("large", LARGE, budget_large),
+            )
+            if name in proxies
         ],
         "token_budget": budget_small,
         "seeds": seeds,
@@ -171,7 +185,9 @@ def write_configs(out: Path, budget_small: int, budget_large: int, seeds: list[i
         "parallel": "pool",
         "max_parallel": 2,
         "launch_args": ["--in-process"],
-        "timeout_s": 1800,
+        "timeout_s": 5400,
+        # the study measures the recipes it names; training a predicted optimum is item 4's job
+        "confirm_predictions": False,
     }
     path = out / "ablation.yaml"
     path.write_text(yaml.safe_dump(ablation, sort_keys=False))
@@ -186,6 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-small", type=int, default=16 * 128 * 100)
     parser.add_argument("--budget-large", type=int, default=16 * 128 * 100)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument(
+        "--proxies",
+        nargs="+",
+        choices=["small", "large"],
+        default=["small", "large"],
+        help="run only these proxies (their runs are cached: a later sweep with both reuses them)",
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.step == "prepare":
@@ -194,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.step == "sweep":
         from pretrain.cli import main as pretrain_main
 
-        config = write_configs(args.out, args.budget_small, args.budget_large, args.seeds)
+        config = write_configs(
+            args.out, args.budget_small, args.budget_large, args.seeds, tuple(args.proxies)
+        )
         return pretrain_main(["ablate", str(config)])
     report = json.loads((args.out / "ablation" / "report.json").read_text())
     json.dump(report.get("scale_agreement"), sys.stdout, indent=1)
