@@ -20,14 +20,14 @@ import sys
 from pathlib import Path
 from data_pipeline import demo as pipeline
 from pretrain.demo import DemoContext, sample_step
-from tokenizer.config import TrainConfig
+from tokenizer.config import TokenizerTrainConfig
 from tokenizer.demo import DEMO_SAMPLE_BYTES, DEMO_VOCAB
 from tokenizer.train import train
 
 ctx = DemoContext(out=Path(sys.argv[1]))
 sample_step(ctx)
 pipeline.step(ctx)
-config = TrainConfig(
+config = TokenizerTrainConfig(
     data=str(ctx.artifacts["shards"]),
     out=str(ctx.out / "tokenizer"),
     vocab_size=DEMO_VOCAB,
