@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data_pipeline import workers
+from data_pipeline import throughput, workers
 from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
 from pretrain.errors import PretrainError
 from pretrain.hashcache import file_sha256
@@ -139,8 +140,10 @@ def _ready(spec: StageSpec) -> Stage:
 def _map_and_persist(out: Path, part: str, rows: pa.Table, spec: StageSpec, depends: str) -> None:
     stage = _ready(spec)
     assert isinstance(stage, GlobalStage)
+    start = time.process_time()
     tables, info = stage.map_part(rows)
-    persist(out, stage.name, part, rows, tables, info=info, depends=depends)
+    cost = throughput.table_cost(rows, time.process_time() - start)  # kept with the map output
+    persist(out, stage.name, part, rows, tables, info=info, depends=depends, cost=cost)
 
 
 def map_task(out: str, part: str, rows: int, spec: StageSpec) -> str:
@@ -164,9 +167,11 @@ def join_task(out: str, job: dict[str, Any], part: MapOutput, index: int, *args:
     assert isinstance(stage, GlobalStage)
     rows = pq.read_table(part.rows)
     outputs = {name: pq.read_table(part.files[name]) for name in stage.join_reads}
+    start = time.process_time()
     table = stage.join_part(rows, outputs, index, *args)
-    for spec in job["after"]:
-        table = _ready(spec)(table)
+    spent = {stage.name: time.process_time() - start}
+    table, after = throughput.run_stages([_ready(spec) for spec in job["after"]], table)
+    throughput.record_batch(out, f"join-{stage.name}", rows, {**spent, **after})
     if job["next"] is not None:
         _map_and_persist(Path(out), part.part, table, job["next"], job["depends"])
     else:

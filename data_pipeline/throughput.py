@@ -6,9 +6,11 @@ shard: `OUT/.parts/cost/<shard>/<tag>-<first row>-<last row>.json` (named by its
 retried batch overwrites its own record instead of counting twice). A batch holding rows of
 several shards splits its CPU-seconds by their row counts; documents and raw bytes are exact.
 The shard's merge task folds its records, plus the cost of writing it, into
-`OUT/.parts/<shard>.cost.json`, next to its ledger fragment: a resumed run reuses a finished part
-with its cost, so the manifest's totals cover every part whichever run computed it. A global
-stage's cost (`GlobalStage.cost`) is one record for the whole corpus (`<stage>.global-cost.json`).
+`OUT/.parts/part-costs/<shard>.json`: a resumed run reuses a finished part with its cost, so the
+manifest's totals cover every part whichever run computed it. A global stage's map side records
+its cost per part with its persisted map output (data_pipeline.global_parts), its join per part
+like a map stage, and its aggregate (`GlobalStage.cost`) once for the whole corpus
+(`<stage>.global-cost.json`).
 
 Stage set-up (model loading in each worker) and Ray start-up are reported apart, for this run:
 they are fixed costs, not per-byte ones (`data_pipeline.estimate` scales only the per-byte ones).
@@ -50,8 +52,11 @@ def cost_dir(out: Path) -> Path:
     return out / ".parts" / COSTS
 
 
+PART_COSTS = "part-costs"
+
+
 def part_cost_path(out: Path, shard: str) -> Path:
-    return out / ".parts" / f"{shard}.cost.json"
+    return out / ".parts" / PART_COSTS / f"{shard}.json"
 
 
 def global_cost_path(out: Path, stage: str) -> Path:
@@ -90,6 +95,12 @@ def record_batch(out: str | Path, tag: str, batch: pa.Table, cpu_s: dict[str, fl
         atomic_write_json(target / f"{tag}-{first:012d}-{last:012d}.json", record)
 
 
+def table_cost(rows: pa.Table, cpu_s: float) -> dict[str, Any]:
+    """A cost record for `cpu_s` spent on every row of `rows` (one part)."""
+    raw = int(pc.sum(rows.column("_raw_bytes")).as_py() or 0) if rows.num_rows else 0
+    return {"cpu_s": cpu_s, "docs": rows.num_rows, "bytes": raw, "peak_rss_mb": peak_rss_mb()}
+
+
 def timed_read(out: str, batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
     """Yield `batches`, recording the CPU-seconds spent producing each one as `read`."""
     while True:
@@ -126,12 +137,19 @@ def record_setup(out: str, stages: list[Any]) -> None:
 
 def seal_part(out: Path, shard: str, write_cpu_s: float) -> None:
     """Fold the batch records of `shard` and the cost of writing it (every document the read
-    stage produced for it) into its part cost file."""
+    stage produced for it) into its part cost file. A stage this run did not record for the part
+    keeps its earlier entry: after a resume with a global stage, the map stages before it are
+    not run again (their output is reused with the global stage's persisted map side)."""
     totals: dict[str, dict[str, Any]] = {}
     folder = cost_dir(out) / shard
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
         for stage, cost in json.loads(path.read_text(encoding="utf-8")).items():
             _add(totals.setdefault(stage, {}), cost)
+    try:
+        earlier = json.loads(part_cost_path(out, shard).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        earlier = {}
+    totals = {**earlier, **totals}
     read = totals.get(READ, {})
     totals[WRITE] = {
         "cpu_s": write_cpu_s,
@@ -191,7 +209,8 @@ def clear(out: Path) -> None:
 
 
 def save_global_costs(out: Path, stages: list[Any], documents: int, raw_bytes: int) -> None:
-    """Record each global stage's measured cost of this run (it saw every document)."""
+    """Record each global stage's measured aggregate cost of this run (its map and join sides are
+    recorded per part: with the persisted map output, and in the part's cost file)."""
     for stage in stages:
         cost = getattr(stage, "cost", None)  # GlobalStage.cost (no import: stages import us)
         if cost:

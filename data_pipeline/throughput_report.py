@@ -62,6 +62,25 @@ def _setup(out: Path) -> dict[str, Any]:
     }
 
 
+def _global_cost(out: Path, name: str, parts: list[str], joins: dict[str, Any]) -> dict[str, Any]:
+    """A global stage's cost: its map of each part (recorded with the persisted map output, so
+    a map reused by a resumed run keeps its cost), its joins (per part) and the aggregate."""
+    from data_pipeline.global_parts import record_path
+
+    combined: dict[str, Any] = {}
+    for shard in parts:
+        cost = (_load(record_path(out, name, shard)) or {}).get("cost")
+        if cost:
+            throughput._add(combined, cost)
+    aggregate = _load(throughput.global_cost_path(out, name)) or {}
+    if not combined:
+        return {}  # the map side was not measured: the stage is listed as unmeasured
+    for extra in (joins, aggregate):
+        combined["cpu_s"] += extra.get("cpu_s", 0.0)
+        combined["peak_rss_mb"] = max(combined["peak_rss_mb"], extra.get("peak_rss_mb", 0.0))
+    return combined
+
+
 def build(
     out: Path,
     stems: list[str],
@@ -85,9 +104,9 @@ def build(
             if shard not in reused and stage == READ:
                 throughput._add(this_run, cost)
     for name in global_names:
-        record = _load(throughput.global_cost_path(out, name))
-        if record is not None:
-            totals[name] = record
+        combined = _global_cost(out, name, parts, totals.get(name, {}))
+        if combined:
+            totals[name] = combined
     order = [READ, *stage_names, WRITE]
     stages = [_rates(name, totals[name]) for name in order if name in totals]
     section: dict[str, Any] = {

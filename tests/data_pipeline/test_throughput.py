@@ -32,7 +32,8 @@ def _config(out: Path, stages: dict) -> PipelineConfig:
 
 
 def _costs(out: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted((out / ".parts").glob("*.cost.json"))}
+    folder = out / ".parts" / throughput.PART_COSTS
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("*.json"))}
 
 
 def _check_consistent(manifest: dict, ledger: dict, names: list[str]) -> dict:
@@ -67,6 +68,15 @@ def test_stage_costs_with_a_global_stage(ray_local, tmp_path) -> None:
     line = result.summary()
     assert "CPU-seconds: read" in line and "dedup" in line and "start-up apart: Ray" in line
     assert json.loads((out / "manifest.json").read_text())["throughput"] == section
+    # Resumed after losing a shard: dedup's map side is reused from the first run, and so is its
+    # cost (kept with the persisted map output): dedup still accounts for every document.
+    (out / "data" / "docs-00000.parquet").unlink()
+    (out / ".parts" / "docs-00000.json").unlink()
+    resumed = run_pipeline(_config(out, {**MAP_STAGES, "dedup": {}}), progress=False)
+    assert resumed.reused_map_parts.get("dedup", 0) > 0
+    again = _check_consistent(resumed.manifest, resumed.ledger, [*MAP_STAGES, "dedup"])
+    first = {s["stage"]: s for s in section["stages"]}
+    assert again["dedup"]["docs"] == first["dedup"]["docs"] == result.ledger["documents_in"]
 
 
 @pytest.mark.ray
@@ -94,11 +104,11 @@ def test_costs_survive_resume_and_ignore_a_killed_runs_records(ray_local, tmp_pa
     assert resumed.reused_parts == 5
     after = _costs(out)
     assert set(after) == set(before)
-    kept = [n for n in before if n.removesuffix(".cost.json") not in lost]
+    kept = [n for n in before if n.removesuffix(".json") not in lost]
     assert all(after[n] == before[n] for n in kept)  # reused parts keep the cost they had
     stages = _check_consistent(resumed.manifest, resumed.ledger, list(MAP_STAGES))
     assert stages["read"]["cpu_s"] < 1e5
-    recomputed = sum(json.loads(after[f"{s}.cost.json"])["read"]["docs"] for s in lost)
+    recomputed = sum(json.loads(after[f"{s}.json"])["read"]["docs"] for s in lost)
     assert resumed.manifest["throughput"]["run"]["docs_computed"] == recomputed > 0
     assert {k: v["docs"] for k, v in stages.items()} == {
         k: v["docs"] for k, v in first_stages.items()
