@@ -39,6 +39,7 @@ from data_pipeline.inputs import check_openable, input_artifacts, plan_inputs
 from data_pipeline.readers import Fields
 from data_pipeline.stages.base import (
     MANIFEST_DEFAULTS,
+    REQUIRED_STAGES,
     STAGE_REGISTRY,
     GlobalStage,
     Stage,
@@ -90,12 +91,10 @@ class RunResult:
 
 def build_stages(config: PipelineConfig) -> list[Stage]:
     """The enabled stages in registry order; a missing enabled stage is a one-line error."""
-    extract = config.stages.get("extract")
-    if extract is None or extract.get("enabled", True) is False:
-        raise ConfigError(
-            "stages.extract must be present and enabled: it turns raw records "
-            "into text for every other stage"
-        )
+    for name, why in REQUIRED_STAGES.items():
+        section = config.stages.get(name)
+        if section is None or section.get("enabled", True) is False:
+            raise ConfigError(f"stages.{name} must be present and enabled: {why}")
     stages = []
     for name in STAGE_REGISTRY:
         section = config.stages.get(name)

@@ -145,6 +145,11 @@ STAGE_REGISTRY: dict[str, str] = {
 """Stage name -> class, in pipeline order (the order of pretrain.schema.STAGE_COLUMNS). The
 pipeline config's `stages` sections and the select's clause names are derived from it."""
 
+REQUIRED_STAGES: dict[str, str] = {
+    "extract": "it turns raw records into text for every other stage"
+}
+"""Stages every job runs (a config without them is refused, with this reason)."""
+
 MANIFEST_DEFAULTS: dict[str, Any] = {"ppl_cutoffs": {}}
 """Top-level keys every shards manifest carries, whichever stages ran (a stage's
 `manifest_extra()` overrides its own)."""

@@ -1,0 +1,58 @@
+"""The stage contract: stages declare what the runner needs, so the runner names no stage."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from data_pipeline.config import PipelineConfig, StagesConfig
+from data_pipeline.fingerprint import model_hashes
+from data_pipeline.stages.base import STAGE_REGISTRY, build_stage, stage_class
+from data_pipeline.stages.langid import LangIdStage, model_path
+from pretrain.errors import ConfigError
+from pretrain.manifest import sha256_file
+
+PLUMBING = ("runner.py", "global_parts.py", "resume.py", "fingerprint.py", "workers.py")
+
+
+def test_the_job_plumbing_names_no_stage() -> None:
+    """No string constant in the runner's modules is a stage name or hunts a config key."""
+    root = Path(__file__).resolve().parents[2] / "data_pipeline"
+    for name in PLUMBING:
+        tree = ast.parse((root / name).read_text(encoding="utf-8"))
+        strings = {
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        }
+        assert not strings & set(STAGE_REGISTRY), (name, strings & set(STAGE_REGISTRY))
+        assert "model" not in strings, name
+
+
+def test_config_sections_come_from_the_registry() -> None:
+    assert list(StagesConfig.model_fields) == list(STAGE_REGISTRY)
+    with pytest.raises(ValueError, match="bogus"):
+        PipelineConfig.model_validate({"inputs": ["x"], "output": "o", "stages": {"bogus": {}}})
+
+
+def test_declared_models_are_what_the_fingerprint_hashes(tmp_path) -> None:
+    stage = LangIdStage()
+    assert model_hashes([stage]) == {"langid.model": sha256_file(model_path(stage.config))}
+    other = tmp_path / "lid.bin"
+    other.write_bytes(b"not the default model")
+    custom = LangIdStage(LangIdStage.Config(model=str(other)))
+    assert model_hashes([custom]) == {"langid.model": sha256_file(other)}
+    dedup = stage_class("dedup")(stage_class("dedup").Config(index={"against": str(tmp_path)}))
+    assert dedup.models() == {"index.against": tmp_path}
+
+
+def test_a_spec_rebuilds_the_same_stage_once_per_process() -> None:
+    stage = stage_class("rules")(stage_class("rules").Config(word_tokenizer="fast"), extra=1)
+    rebuilt = build_stage(stage.spec())
+    assert type(rebuilt) is type(stage) and rebuilt.config == stage.config
+    assert rebuilt.context == {"extra": 1}
+    assert build_stage(stage.spec(), cached=True) is build_stage(stage.spec(), cached=True)
+    with pytest.raises(ConfigError):
+        model_path(LangIdStage.Config(model="/no/such/model.bin"))
