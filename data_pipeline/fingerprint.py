@@ -14,8 +14,6 @@ A changed (or removed) input's parts are deleted and it is read again; the other
 from __future__ import annotations
 
 import hashlib
-import shutil
-from pathlib import Path
 from typing import Any
 
 from pyarrow import fs as pafs
@@ -27,7 +25,8 @@ from data_pipeline.stages.base import Stage
 from pretrain import shards_layout as layout
 from pretrain.config import config_sha256
 from pretrain.errors import ConfigError, InputError
-from pretrain.manifest import atomic_write_json, manifest_sha256, sha256_file
+from pretrain.manifest import manifest_sha256, sha256_file
+from pretrain.outstore import OutPath, remove_tree, write_json
 from pretrain.schema import SCHEMA_VERSION
 
 FINGERPRINT = "fingerprint.json"
@@ -93,7 +92,7 @@ def job_fingerprint(config: PipelineConfig, stages: list[Stage]) -> dict[str, An
     }
 
 
-def output_is_foreign(config: PipelineConfig, out: Path, stages: list[Stage]) -> bool:
+def output_is_foreign(config: PipelineConfig, out: OutPath, stages: list[Stage]) -> bool:
     """True when `out` holds parts of a different job; an error unless `overwrite` is set."""
     path = out / workers.PARTS / FINGERPRINT
     if not path.is_file():
@@ -110,7 +109,7 @@ def output_is_foreign(config: PipelineConfig, out: Path, stages: list[Stage]) ->
 
 
 def prepare_output(
-    config: PipelineConfig, out: Path, stages: list[Stage], inputs: list[InputFile]
+    config: PipelineConfig, out: OutPath, stages: list[Stage], inputs: list[InputFile]
 ) -> list[str]:
     """Resume an output written with the same config, stage versions and models; refuse (or with
     overwrite, clear) any other. Inputs whose file changed since (or that left the inputs) lose
@@ -119,7 +118,7 @@ def prepare_output(
     if output_is_foreign(config, out, stages):
         for sub in (*layout.OUTPUT_ENTRIES, workers.PARTS, "manifest.json"):
             target = out / sub
-            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+            remove_tree(target)
     identities = {item.stem: file_identity(item) for item in inputs}
     recorded = workers.load_json(path).get("inputs", {}) if path.is_file() else {}
     changed = changed_inputs(recorded if isinstance(recorded, dict) else {}, identities)
@@ -127,5 +126,5 @@ def prepare_output(
         workers.forget_input(out, stem)  # before the new identities are recorded
     workers.ensure_dirs(out)
     (out / "manifest.json").unlink(missing_ok=True)
-    atomic_write_json(path, {**job_fingerprint(config, stages), "inputs": identities})
+    write_json(path, {**job_fingerprint(config, stages), "inputs": identities})
     return changed

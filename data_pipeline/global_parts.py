@@ -22,10 +22,8 @@ aggregation over records that all verify, and either ends byte-identical to an u
 from __future__ import annotations
 
 import hashlib
-import shutil
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -34,19 +32,19 @@ import pyarrow.parquet as pq
 from data_pipeline import throughput, workers
 from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
 from pretrain.errors import PretrainError
-from pretrain.hashcache import file_sha256
 from pretrain.manifest import atomic_write_json
+from pretrain.outstore import OutPath, output_path, remove_tree, sha256_of
 
 GLOBAL = workers.GLOBAL
 TASK_CPUS = 1.0
 """The stream is finished when these tasks run, so each may take a whole CPU."""
 
 
-def stage_dir(out: Path, stage: str) -> Path:
+def stage_dir(out: OutPath, stage: str) -> OutPath:
     return out / workers.PARTS / GLOBAL / stage
 
 
-def record_path(out: Path, stage: str, part: str) -> Path:
+def record_path(out: OutPath, stage: str, part: str) -> OutPath:
     return stage_dir(out, stage) / f"{part}.json"
 
 
@@ -64,7 +62,7 @@ def plan(stages: Sequence[Stage]) -> tuple[list[Stage], list[tuple[GlobalStage, 
     return head, rest
 
 
-def expected_rows(out: Path, stems: Sequence[str], shard_rows: int) -> dict[str, int]:
+def expected_rows(out: OutPath, stems: Sequence[str], shard_rows: int) -> dict[str, int]:
     """Part -> its row count, for every input whose read record exists."""
     rows: dict[str, int] = {}
     for stem in stems:
@@ -78,7 +76,7 @@ def expected_rows(out: Path, stems: Sequence[str], shard_rows: int) -> dict[str,
 
 
 def persist(
-    out: Path, stage: str, part: str, rows: pa.Table, tables: dict[str, pa.Table], **record: Any
+    out: OutPath, stage: str, part: str, rows: pa.Table, tables: dict[str, pa.Table], **record: Any
 ) -> dict[str, Any]:
     """Write one part's map output and, last, its record."""
     files = {}
@@ -91,7 +89,7 @@ def persist(
     return body
 
 
-def load(out: Path, stage: str, part: str, rows: int, depends: str) -> MapOutput | None:
+def load(out: OutPath, stage: str, part: str, rows: int, depends: str) -> MapOutput | None:
     """The part's persisted map output when its record verifies (module docstring), else None."""
     try:
         record = workers.load_json(record_path(out, stage, part))
@@ -102,7 +100,7 @@ def load(out: Path, stage: str, part: str, rows: int, depends: str) -> MapOutput
             path = stage_dir(out, stage) / f"{part}.{name}.parquet"
             if not path.is_file() or path.stat().st_size != entry["bytes"]:
                 return None
-            if file_sha256(path) != entry["sha256"]:
+            if sha256_of(path) != entry["sha256"]:
                 return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -115,11 +113,11 @@ def digest(depends: str, outputs: Sequence[MapOutput]) -> str:
     hasher = hashlib.sha256(depends.encode())
     for output in outputs:
         for path in (output.rows, *output.files.values()):
-            hasher.update(f"{Path(path).name}:{file_sha256(Path(path))}\n".encode())
+            hasher.update(f"{output_path(path).name}:{sha256_of(output_path(path))}\n".encode())
     return hasher.hexdigest()
 
 
-def reusable(out: Path, stage: GlobalStage, rows: dict[str, int], depends: str = "") -> set[str]:
+def reusable(out: OutPath, stage: GlobalStage, rows: dict[str, int], depends: str = "") -> set[str]:
     return {part for part, count in rows.items() if load(out, stage.name, part, count, depends)}
 
 
@@ -137,7 +135,9 @@ def _ready(spec: StageSpec) -> Stage:
     return stage
 
 
-def _map_and_persist(out: Path, part: str, rows: pa.Table, spec: StageSpec, depends: str) -> None:
+def _map_and_persist(
+    out: OutPath, part: str, rows: pa.Table, spec: StageSpec, depends: str
+) -> None:
     stage = _ready(spec)
     assert isinstance(stage, GlobalStage)
     start = time.process_time()
@@ -148,15 +148,15 @@ def _map_and_persist(out: Path, part: str, rows: pa.Table, spec: StageSpec, depe
 
 def map_task(out: str, part: str, rows: int, spec: StageSpec) -> str:
     """The first global stage's map of one part, from the pieces the stream wrote."""
-    if load(Path(out), spec[0], part, rows, ""):
+    if load(output_path(out), spec[0], part, rows, ""):
         return part  # a retry of a task that persisted the part before its worker died
-    table = workers.read_pieces(Path(out), part)
+    table = workers.read_pieces(output_path(out), part)
     if table.num_rows != rows:  # a piece is missing: never persist a partial part
         raise PretrainError(
             f"part {part}: {table.num_rows} of its {rows} rows were tagged; re-run the command"
         )
-    _map_and_persist(Path(out), part, table, spec, "")
-    shutil.rmtree(workers.pieces_dir(Path(out), part), ignore_errors=True)
+    _map_and_persist(output_path(out), part, table, spec, "")
+    remove_tree(workers.pieces_dir(output_path(out), part))
     return part
 
 
@@ -173,7 +173,7 @@ def join_task(out: str, job: dict[str, Any], part: MapOutput, index: int, *args:
     table, after = throughput.run_stages([_ready(spec) for spec in job["after"]], table)
     throughput.record_batch(out, f"join-{stage.name}", rows, {**spent, **after})
     if job["next"] is not None:
-        _map_and_persist(Path(out), part.part, table, job["next"], job["depends"])
+        _map_and_persist(output_path(out), part.part, table, job["next"], job["depends"])
     else:
         workers.write_pieces(table, out)
     return part.part
@@ -195,7 +195,7 @@ def _wait(ray: Any, refs: list[Any], timeout: float | None) -> None:
 
 
 def run_global_stages(
-    out: Path, stages: Sequence[Stage], rows: dict[str, int], timeout: float | None
+    out: OutPath, stages: Sequence[Stage], rows: dict[str, int], timeout: float | None
 ) -> dict[str, int]:
     """Map (the parts not persisted yet), aggregate and join every global stage in order; the
     last join writes the job's pieces. Returns {stage: parts whose map output was reused}."""

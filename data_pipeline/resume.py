@@ -4,9 +4,7 @@ persisted map output (data_pipeline.global_parts)."""
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from data_pipeline import global_parts, workers
@@ -14,14 +12,15 @@ from data_pipeline.config import PipelineConfig
 from data_pipeline.fingerprint import FINGERPRINT
 from data_pipeline.stages.base import Stage
 from pretrain import shards_layout as layout
+from pretrain.outstore import OutPath, remove_tree
 
 
-def restart(out: Path) -> dict[str, set[int]]:
+def restart(out: OutPath) -> dict[str, set[int]]:
     """Forget every shard of an unfinished run with a global stage (shards, rejects, ledger
     fragments): their global tags are computed again. The inputs' read records and the global
     stages' persisted map output are kept (each reused while it verifies)."""
     for sub in (layout.DATA_DIR, layout.REJECTS_DIR):
-        shutil.rmtree(out / sub, ignore_errors=True)
+        remove_tree(out / sub)
     for path in (out / workers.PARTS).glob("*.json"):
         if path.name != FINGERPRINT and not path.name.endswith(".read.json"):
             path.unlink()
@@ -44,7 +43,7 @@ class Work:
 
 
 def plan_work(
-    config: PipelineConfig, stages: list[Stage], inputs: list[Any], out: Path
+    config: PipelineConfig, stages: list[Stage], inputs: list[Any], out: OutPath
 ) -> tuple[Work, dict[str, set[int]]]:
     done = workers.finished_parts(out)
     unfinished = [f for f in inputs if not workers.file_done(out, f.stem, done)]

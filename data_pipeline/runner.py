@@ -19,17 +19,16 @@ again (its tags depend on every document), but each global stage's map side is p
 part and reused while it verifies, so only unmapped parts are read and mapped again (and a run
 killed during an aggregation maps nothing again). Shards and rejects are written in
 `.parts/scratch/` and renamed into place; each run clears the scratch directory a killed run left.
-Inputs must be readable from every Ray node: local paths on one machine, shared storage or
-object-store URIs on a cluster.
+Inputs and the output must be reachable from every Ray node: local paths on one machine, shared
+storage or object-store URIs on a cluster (`output: s3://bucket/prefix` is written through
+pretrain.outstore: one PUT per object, so no partial object is visible under its final key).
 """
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from data_pipeline import global_parts, ledger, resume, throughput, throughput_report, workers
@@ -49,7 +48,15 @@ from pretrain import shards_layout as layout
 from pretrain.config import config_dict, parse_config
 from pretrain.errors import ConfigError, PretrainError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_bytes, atomic_write_json, write_manifest
+from pretrain.manifest import write_manifest
+from pretrain.outstore import (
+    OutPath,
+    lock_target,
+    output_path,
+    remove_tree,
+    write_atomic,
+    write_json,
+)
 from pretrain.progress import VERBOSE, Progress, step, verbosity, warn, watch
 
 
@@ -57,7 +64,7 @@ from pretrain.progress import VERBOSE, Progress, step, verbosity, warn, watch
 class RunResult:
     """What a finished job produced."""
 
-    output: Path
+    output: OutPath
     ledger: dict[str, Any]
     manifest: dict[str, Any]
     shards: list[str] = field(default_factory=list)
@@ -127,7 +134,7 @@ def preflight(
     if config.on_unreadable == "error":
         for item in inputs:
             check_openable(item, config.text_field)
-    output_is_foreign(config, Path(config.output), stages)
+    output_is_foreign(config, output_path(config.output), stages)
     return stages, inputs
 
 
@@ -146,7 +153,7 @@ def _build_dataset(
     config: PipelineConfig,
     stages: list[Stage],
     todo: list[dict[str, str]],
-    out: Path,
+    out: OutPath,
     done: dict[str, set[int]],
 ) -> Any:
     import ray
@@ -197,7 +204,7 @@ def _build_dataset(
 def _merge(
     config: PipelineConfig,
     stages: list[Stage],
-    out: Path,
+    out: OutPath,
     todo_stems: list[str],
     done: dict[str, set[int]],
 ) -> Any:
@@ -251,7 +258,7 @@ def _execute(dataset: Any, timeout_s: float | None) -> tuple[list[dict[str, Any]
 
 
 def _collect(
-    config: PipelineConfig, out: Path, stems: list[str], stages: list[Stage]
+    config: PipelineConfig, out: OutPath, stems: list[str], stages: list[Stage]
 ) -> tuple[dict[str, Any], list[str]]:
     fragments, read_docs, read_bytes, collisions = [], 0, 0, 0
     for stem in stems:
@@ -282,7 +289,7 @@ def _run_ray(
     config: PipelineConfig,
     stages: list[Stage],
     work: resume.Work,
-    out: Path,
+    out: OutPath,
     done: dict[str, set[int]],
     ray_address: str | None,
     progress: bool,
@@ -306,8 +313,8 @@ def _run_ray(
     clock.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     try:
         throughput.clear(out)
-        shutil.rmtree(out / workers.PARTS / workers.PIECES, ignore_errors=True)
-        shutil.rmtree(out / workers.PARTS / workers.PROGRESS, ignore_errors=True)
+        remove_tree(out / workers.PARTS / workers.PIECES)
+        remove_tree(out / workers.PARTS / workers.PROGRESS)
         stems = [t["stem"] for t in work.read]
         bar = Progress(desc="data run: tag", unit="docs", disable=not progress)
         if work.read:
@@ -328,7 +335,7 @@ def _run_ray(
     return f"{stream_stats}\n{merge_stats}", reused
 
 
-@writes_output("config.output")
+@writes_output(lambda config, **_: lock_target(config.output))
 def run_pipeline(
     config: PipelineConfig,
     *,
@@ -339,7 +346,7 @@ def run_pipeline(
     """Run the data job described by `config`; returns the ledger and manifest it wrote."""
     skipped: list[dict[str, str]] = []
     stages, inputs = preflight(config, skipped)
-    out = Path(config.output)
+    out = output_path(config.output)
     changed = prepare_output(config, out, stages, inputs)
     if changed:
         warn(
@@ -365,8 +372,8 @@ def run_pipeline(
     if clock is not None:
         throughput.save_global_costs(out, stages, led["documents_in"], led["bytes_in"])
     led["skipped_files"] = skipped
-    atomic_write_json(out / layout.LEDGER, led)
-    atomic_write_bytes(out / layout.CARD, layout.dataset_card().encode())
+    write_json(out / layout.LEDGER, led)
+    write_atomic(out / layout.CARD, layout.dataset_card().encode())
     if not led["conservation"]["balanced"]:
         raise RuntimeError(f"ledger does not balance: {led['conservation']}")  # a bug, not input
     extra: dict[str, Any] = {

@@ -21,19 +21,18 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shutil
 import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pretrain.manifest import atomic_write_json
+from pretrain.manifest import atomic_write_json  # an object-store key too (pretrain.outstore)
+from pretrain.outstore import OutPath, output_path, remove_tree
 
 COSTS = "cost"
 SETUP = "setup"
@@ -48,18 +47,18 @@ def peak_rss_mb() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
-def cost_dir(out: Path) -> Path:
+def cost_dir(out: OutPath) -> OutPath:
     return out / ".parts" / COSTS
 
 
 PART_COSTS = "part-costs"
 
 
-def part_cost_path(out: Path, shard: str) -> Path:
+def part_cost_path(out: OutPath, shard: str) -> OutPath:
     return out / ".parts" / PART_COSTS / f"{shard}.json"
 
 
-def global_cost_path(out: Path, stage: str) -> Path:
+def global_cost_path(out: OutPath, stage: str) -> OutPath:
     return out / ".parts" / f"{stage}.global-cost.json"
 
 
@@ -70,7 +69,7 @@ def _add(into: dict[str, Any], cost: dict[str, Any]) -> None:
     into["peak_rss_mb"] = max(into.get("peak_rss_mb", 0.0), cost.get("peak_rss_mb", 0.0))
 
 
-def record_batch(out: str | Path, tag: str, batch: pa.Table, cpu_s: dict[str, float]) -> None:
+def record_batch(out: str | OutPath, tag: str, batch: pa.Table, cpu_s: dict[str, float]) -> None:
     """Write the CPU-seconds `cpu_s` (stage -> seconds) spent on `batch`, split by shard."""
     if not batch.num_rows or "_shard" not in batch.column_names:
         return
@@ -90,7 +89,7 @@ def record_batch(out: str | Path, tag: str, batch: pa.Table, cpu_s: dict[str, fl
             for stage, seconds in cpu_s.items()
         }
         first, last = pc.min(rows.column("_row")).as_py(), pc.max(rows.column("_row")).as_py()
-        target = cost_dir(Path(out)) / shard
+        target = cost_dir(output_path(out)) / shard
         target.mkdir(parents=True, exist_ok=True)
         atomic_write_json(target / f"{tag}-{first:012d}-{last:012d}.json", record)
 
@@ -128,14 +127,14 @@ def record_setup(out: str, stages: list[Any]) -> None:
     cpu, wall = time.process_time(), time.perf_counter()
     for stage in stages:
         stage.setup()
-    target = cost_dir(Path(out)) / SETUP
+    target = cost_dir(output_path(out)) / SETUP
     target.mkdir(parents=True, exist_ok=True)
     name = f"{socket.gethostname()}-{os.getpid()}-{id(stages)}.json"
     record = {"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}
     atomic_write_json(target / name, record)
 
 
-def seal_part(out: Path, shard: str, write_cpu_s: float) -> None:
+def seal_part(out: OutPath, shard: str, write_cpu_s: float) -> None:
     """Fold the batch records of `shard` and the cost of writing it (every document the read
     stage produced for it) into its part cost file. A stage this run did not record for the part
     keeps its earlier entry: after a resume with a global stage, the map stages before it are
@@ -159,7 +158,7 @@ def seal_part(out: Path, shard: str, write_cpu_s: float) -> None:
     }
     part_cost_path(out, shard).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(part_cost_path(out, shard), totals)
-    shutil.rmtree(folder, ignore_errors=True)
+    remove_tree(folder)
 
 
 def timed_task(func: Callable[..., Any], num_returns: int) -> Callable[..., Any]:
@@ -203,12 +202,12 @@ class RunClock:
         return started
 
 
-def clear(out: Path) -> None:
+def clear(out: OutPath) -> None:
     """Forget the batch records a killed run left (their parts are computed again)."""
-    shutil.rmtree(cost_dir(out), ignore_errors=True)
+    remove_tree(cost_dir(out))
 
 
-def save_global_costs(out: Path, stages: list[Any], documents: int, raw_bytes: int) -> None:
+def save_global_costs(out: OutPath, stages: list[Any], documents: int, raw_bytes: int) -> None:
     """Record each global stage's measured aggregate cost of this run (its map and join sides are
     recorded per part: with the persisted map output, and in the part's cost file)."""
     for stage in stages:

@@ -14,11 +14,9 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -29,8 +27,17 @@ from data_pipeline import ledger, throughput
 from data_pipeline.readers import InputFile, read_file
 from data_pipeline.stages.base import StageSpec, build_stage
 from pretrain import shards_layout as layout
-from pretrain.hashcache import file_sha256
-from pretrain.manifest import atomic_write_bytes, atomic_write_json
+from pretrain.outstore import (
+    ObjectPath,
+    OutPath,
+    listed,
+    output_path,
+    read_parquet,
+    remove_tree,
+    sha256_of,
+    write_atomic,
+    write_json,
+)
 from pretrain.schema import conform
 
 PARTS = ".parts"
@@ -43,11 +50,11 @@ SCRATCH = "scratch"
 __all__ = ["MapStagesWorker", "StageSpec", "build_stage"]
 
 
-def fragment_path(out: Path, shard: str) -> Path:
+def fragment_path(out: OutPath, shard: str) -> OutPath:
     return out / PARTS / f"{shard}.json"
 
 
-def read_stats_path(out: Path, stem: str) -> Path:
+def read_stats_path(out: OutPath, stem: str) -> OutPath:
     return out / PARTS / f"{stem}.read.json"
 
 
@@ -63,7 +70,7 @@ def read_files(
         )
         yield from throughput.timed_read(out, batches)
         parts = -(-stats["records"] // options["shard_rows"])
-        atomic_write_json(read_stats_path(Path(out), source.stem), {**stats, "parts": parts})
+        write_json(read_stats_path(output_path(out), source.stem), {**stats, "parts": parts})
 
 
 class MapStagesWorker:
@@ -112,7 +119,9 @@ class ProgressCounter:
     def __init__(self, out: str) -> None:
         import socket
 
-        self.path = Path(out) / PARTS / PROGRESS / f"{socket.gethostname()}-{os.getpid()}.json"
+        self.path = (
+            output_path(out) / PARTS / PROGRESS / f"{socket.gethostname()}-{os.getpid()}.json"
+        )
         self.rows = 0
         self.written = 0.0
 
@@ -121,11 +130,11 @@ class ProgressCounter:
         now = time.monotonic()
         if now - self.written >= 1.0:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(self.path, {"rows": self.rows})
+            write_json(self.path, {"rows": self.rows})
             self.written = now
 
 
-def tagged_rows(out: Path) -> int:
+def tagged_rows(out: OutPath) -> int:
     """Rows tagged so far in this run, summed over the workers' counters."""
     total = 0
     for path in (out / PARTS / PROGRESS).glob("*.json"):
@@ -136,7 +145,7 @@ def tagged_rows(out: Path) -> int:
     return total
 
 
-def records_to_read(out: Path, stems: list[str]) -> int | None:
+def records_to_read(out: OutPath, stems: list[str]) -> int | None:
     """Records of the inputs being read, once every one of them has been read (else None)."""
     total = 0
     for stem in stems:
@@ -147,7 +156,7 @@ def records_to_read(out: Path, stems: list[str]) -> int | None:
     return total
 
 
-def pieces_dir(out: Path, shard: str) -> Path:
+def pieces_dir(out: OutPath, shard: str) -> OutPath:
     return out / PARTS / PIECES / shard
 
 
@@ -158,22 +167,20 @@ def write_pieces(batch: pa.Table, out: str) -> pa.Table:
         piece = batch.filter(pc.equal(batch.column("_shard"), shard))
         rows = piece.column("_row")
         first, last = pc.min(rows).as_py(), pc.max(rows).as_py()
-        target = pieces_dir(Path(out), shard)
+        target = pieces_dir(output_path(out), shard)
         target.mkdir(parents=True, exist_ok=True)
         sink = pa.BufferOutputStream()
         pq.write_table(piece, sink, compression="lz4")
-        atomic_write_bytes(
-            target / f"{first:012d}-{last:012d}.parquet", sink.getvalue().to_pybytes()
-        )
+        write_atomic(target / f"{first:012d}-{last:012d}.parquet", sink.getvalue().to_pybytes())
         shards.append(shard)
         counts.append(piece.num_rows)
     return pa.table({"shard": pa.array(shards, pa.string()), "rows": pa.array(counts, pa.int64())})
 
 
-def read_pieces(out: Path, shard: str) -> pa.Table:
+def read_pieces(out: OutPath, shard: str) -> pa.Table:
     """All rows of one shard in row order, each row once (retries may have written some twice)."""
-    paths = sorted(pieces_dir(out, shard).glob("*.parquet"))
-    table = pa.concat_tables([pq.read_table(p) for p in paths]).sort_by("_row")
+    paths = listed(pieces_dir(out, shard), "*.parquet")
+    table = pa.concat_tables([read_parquet(p) for p in paths]).sort_by("_row")
     rows = table.column("_row").to_numpy()
     if len(rows) > 1 and (rows[1:] == rows[:-1]).any():
         keep = [True, *(rows[1:] != rows[:-1]).tolist()]
@@ -181,14 +188,14 @@ def read_pieces(out: Path, shard: str) -> pa.Table:
     return table
 
 
-def scratch_dir(out: Path) -> Path:
+def scratch_dir(out: OutPath) -> OutPath:
     """Where shard and reject files are written before they are renamed into place; cleared at
     the start of every run, so a killed writer never leaves a temporary file beside shards."""
     return out / PARTS / SCRATCH
 
 
 def write_parquet(
-    table: pa.Table, out: Path, relative: str, level: int, compression: str = "zstd"
+    table: pa.Table, out: OutPath, relative: str, level: int, compression: str = "zstd"
 ) -> dict[str, Any]:
     """Write `out/relative` through the scratch directory; returns its {bytes, sha256, rows}."""
     sink = pa.BufferOutputStream()
@@ -200,7 +207,15 @@ def write_parquet(
         row_group_size=max(1, min(table.num_rows, 2048)),
     )
     data = sink.getvalue().to_pybytes()
-    scratch = scratch_dir(out)
+    record = {
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "rows": table.num_rows,
+    }
+    if isinstance(out, ObjectPath):  # one PUT: visible whole or not at all
+        write_atomic(out / relative, data)
+        return record
+    scratch = out / PARTS / SCRATCH  # scratch_dir(out), for a local `out`
     scratch.mkdir(parents=True, exist_ok=True)
     temporary = scratch / f"{relative.replace('/', '__')}.{os.getpid()}.{threading.get_ident()}"
     with open(temporary, "wb") as handle:  # mode 0666 & ~umask, like any file the user writes
@@ -208,7 +223,7 @@ def write_parquet(
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, out / relative)
-    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "rows": table.num_rows}
+    return record
 
 
 def _sample_rejects(rejects: pa.Table, reasons: list[str], per_reason: int) -> pa.Table:
@@ -232,7 +247,7 @@ class ShardWriter:
         sample_per_reason: int,
         level: int,
     ) -> None:
-        self.out, self.stages, self.drop = Path(out), list(stages), list(drop)
+        self.out, self.stages, self.drop = output_path(out), list(stages), list(drop)
         self.rejects_mode, self.sample_per_reason, self.level = (
             rejects_mode,
             sample_per_reason,
@@ -248,7 +263,7 @@ class ShardWriter:
             name = layout.data_file(shard)
             files[name] = write_parquet(kept, self.out, name, self.level)
         files.update(self._write_rejects(group.filter(pc.invert(keep)), shard))
-        atomic_write_json(fragment_path(self.out, shard), {"shard": shard, "files": files, **frag})
+        write_json(fragment_path(self.out, shard), {"shard": shard, "files": files, **frag})
         return pa.table(
             {"shard": [shard], "kept": [kept.num_rows], "dropped": [group.num_rows - kept.num_rows]}
         )
@@ -276,11 +291,11 @@ def merge_shards(batch: pa.Table, **options: Any) -> pa.Table:
         tables.append(writer(shard))
         throughput.seal_part(writer.out, shard, time.process_time() - start)
     for shard in batch.column("shard").to_pylist():
-        shutil.rmtree(pieces_dir(writer.out, shard), ignore_errors=True)
+        remove_tree(pieces_dir(writer.out, shard))
     return pa.concat_tables(tables)
 
 
-def finished_parts(out: Path) -> dict[str, set[int]]:
+def finished_parts(out: OutPath) -> dict[str, set[int]]:
     """Stem -> part numbers whose shard, rejects and ledger fragment an earlier run finished and
     that still verify (every file the fragment records has its bytes and sha256). A part that
     does not verify is forgotten (its files deleted) and computed again."""
@@ -288,7 +303,7 @@ def finished_parts(out: Path) -> dict[str, set[int]]:
     parts_dir = out / PARTS
     if not parts_dir.is_dir():
         return done
-    for path in sorted(parts_dir.glob("*.json")):
+    for path in listed(parts_dir, "*.json"):
         stem, sep, part = path.stem.rpartition("-")
         if not sep or not part.isdigit() or path.name.endswith(".read.json"):
             continue
@@ -299,7 +314,7 @@ def finished_parts(out: Path) -> dict[str, set[int]]:
     return done
 
 
-def part_verifies(out: Path, fragment: Path) -> bool:
+def part_verifies(out: OutPath, fragment: OutPath) -> bool:
     """True when the part's fragment is readable and every file it records is intact, and no
     shard or rejects file it does not record is present."""
     try:
@@ -313,19 +328,19 @@ def part_verifies(out: Path, fragment: Path) -> bool:
         path = out / name
         if not path.is_file() or path.stat().st_size != record["bytes"]:
             return False
-        if file_sha256(path) != record["sha256"]:  # re-hashed when the file was touched
+        if sha256_of(path) != record["sha256"]:  # re-hashed when the file was touched
             return False
     return True
 
 
-def forget_part(out: Path, shard: str) -> None:
+def forget_part(out: OutPath, shard: str) -> None:
     """Delete everything one part wrote (shard, rejects, ledger fragment, pieces)."""
     for name in (layout.data_file(shard), layout.rejects_file(shard), f"{PARTS}/{shard}.json"):
         (out / name).unlink(missing_ok=True)
-    shutil.rmtree(pieces_dir(out, shard), ignore_errors=True)
+    remove_tree(pieces_dir(out, shard))
 
 
-def forget_input(out: Path, stem: str) -> None:
+def forget_input(out: OutPath, stem: str) -> None:
     """Delete every part of input `stem` and its read record (its file changed or left)."""
     pattern = re.compile(re.escape(stem) + r"-\d{5}")
     for sub in (layout.DATA_DIR, layout.REJECTS_DIR, PARTS, f"{PARTS}/{PIECES}"):
@@ -334,17 +349,18 @@ def forget_input(out: Path, stem: str) -> None:
             name = layout.shard_name(path.name).removesuffix(".json")
             if pattern.fullmatch(name):
                 forget_part(out, name)
-    for path in (out / PARTS / GLOBAL).glob("*/*"):  # persisted global-stage map output
-        if pattern.fullmatch(path.name.split(".", 1)[0]):
-            path.unlink(missing_ok=True)
+    for stage_dir in listed(out / PARTS / GLOBAL, "*"):  # persisted global-stage map output
+        for path in listed(stage_dir, "*") if stage_dir.is_dir() else ():
+            if pattern.fullmatch(path.name.split(".", 1)[0]):
+                path.unlink(missing_ok=True)
     read_stats_path(out, stem).unlink(missing_ok=True)
 
 
-def load_json(path: Path) -> dict[str, Any]:
+def load_json(path: OutPath) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def file_done(out: Path, stem: str, done: dict[str, set[int]]) -> bool:
+def file_done(out: OutPath, stem: str, done: dict[str, set[int]]) -> bool:
     """True when every part of input `stem` was written by an earlier run."""
     path = read_stats_path(out, stem)
     if not path.is_file():
@@ -353,7 +369,7 @@ def file_done(out: Path, stem: str, done: dict[str, set[int]]) -> bool:
     return set(range(parts)) <= done.get(stem, set())
 
 
-def ensure_dirs(out: Path) -> None:
+def ensure_dirs(out: OutPath) -> None:
     for sub in (layout.DATA_DIR, layout.REJECTS_DIR, PARTS):
-        os.makedirs(out / sub, exist_ok=True)
-    shutil.rmtree(scratch_dir(out), ignore_errors=True)  # a killed writer's temporary files
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    remove_tree(scratch_dir(out))  # a killed writer's temporary files

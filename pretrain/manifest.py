@@ -11,12 +11,12 @@ import hashlib
 import json
 import os
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pretrain import outstore
 from pretrain.command import current_command
 from pretrain.errors import ArtifactError
 from pretrain.hashcache import file_sha256, sha256_file
@@ -63,18 +63,7 @@ def git_state() -> dict[str, Any]:
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write to a temporary file in the same directory, fsync, then rename over `path`."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; artifacts are read by other users too
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    outstore.write_atomic(path, data)  # an object-store key: one PUT (pretrain.outstore)
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -96,7 +85,7 @@ def _is_scratch(path: Path, root: Path) -> bool:
     )
 
 
-def _listed_files(root: Path) -> list[str]:
+def _listed_files(root: outstore.OutPath) -> list[str]:
     return [
         path.relative_to(root).as_posix()
         for path in sorted(root.rglob("*"))
@@ -169,10 +158,13 @@ def write_manifest(
     `inputs` are artifact directories this one was made from; their manifest sha256 is recorded.
     `extra` holds kind-specific fields (e.g. `tokenizer`, `recipe_sha256`).
     """
-    root = Path(directory)
+    root = outstore.output_path(directory)  # a local directory, or an object-store prefix
     config = dict(config or {})
     files = {
-        rel: {"bytes": (root / rel).stat().st_size, "sha256": file_sha256(root / rel, full=True)}
+        rel: {
+            "bytes": (root / rel).stat().st_size,
+            "sha256": outstore.sha256_of(root / rel, full=True),
+        }
         for rel in _listed_files(root)
     }
     lineage = []

@@ -1,0 +1,261 @@
+"""Where a data job writes: a local directory, or an object-store prefix (`s3://bucket/prefix`).
+
+`output_path(config.output)` gives a `pathlib.Path` for a local output and an `ObjectPath` for a
+URI. An `ObjectPath` offers the part of `pathlib.Path` the writers use (`/`, `name`, `stem`,
+`parent`, `glob`, `is_file`, `is_dir`, `exists`, `stat().st_size`, `read_bytes`, `read_text`,
+`unlink`, `mkdir`), over a pyarrow filesystem (the one `s3://` inputs are read through), so the
+shard writer, the resume checks and the ledger run unchanged on either. Three helpers take either
+kind: `write_atomic` (local: temporary file, fsync, rename; object store: one PUT, or a multipart
+upload completed on close, so no reader ever sees a partial object under its final key),
+`remove_tree`, and `sha256_of` (the project hash cache locally; every byte read back from the
+store otherwise, so a resumed run trusts an object only after re-hashing it).
+
+An object store has no directories and no rename: a "directory" is a key prefix, `mkdir` is a
+no-op, and writes go straight to their final key (atomic per object, as above).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyarrow import fs as pafs
+
+from pretrain.errors import ConfigError
+from pretrain.hashcache import cache_root, file_sha256
+
+READ_CHUNK = 8 << 20
+
+
+def is_uri(output: str | os.PathLike) -> bool:
+    return "://" in str(output) and not str(output).startswith("file://")
+
+
+def output_path(output: str | os.PathLike | ObjectPath) -> Path | ObjectPath:
+    """A local `Path` (a `file://` URI too), or an `ObjectPath` for `s3://`, `gs://`, ..."""
+    if isinstance(output, ObjectPath):
+        return output
+    text = str(output)
+    if text.startswith("file://"):
+        return Path(text.removeprefix("file://"))
+    if not is_uri(text):
+        return Path(text)
+    try:
+        filesystem, base = _from_uri(text)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise ConfigError(
+            f"output = {text!r}: not a filesystem URI pyarrow can open ({exc})"
+        ) from None
+    scheme = text.split("://", 1)[0]
+    return ObjectPath(filesystem, base.rstrip("/"), f"{scheme}://")
+
+
+def lock_target(output: str | os.PathLike) -> str | os.PathLike:
+    """What `pretrain.locking` locks for `output`: the directory itself, or for a URI a local
+    stand-in under the project cache (an object store has no `flock`; the lock then keeps out a
+    second writer on this machine only)."""
+    if not is_uri(output):
+        return output
+    digest = hashlib.sha256(str(output).rstrip("/").encode()).hexdigest()[:24]
+    return cache_root() / "output-locks" / digest / "output"
+
+
+@functools.lru_cache(maxsize=32)
+def _from_uri(text: str) -> tuple[pafs.FileSystem, str]:
+    """One filesystem per output URI and process: creating an S3 client costs ~0.5 s."""
+    return pafs.FileSystem.from_uri(text)
+
+
+@dataclass(frozen=True)
+class _Stat:
+    st_size: int
+
+
+class ObjectPath:
+    """A key (or key prefix) in an object store, with the `pathlib.Path` subset the writers use."""
+
+    def __init__(self, filesystem: pafs.FileSystem, key: str, scheme: str) -> None:
+        self.fs, self.key, self.scheme = filesystem, key.rstrip("/"), scheme
+
+    def __reduce__(self) -> tuple[Any, ...]:  # travels to Ray workers by URI, credentials not
+        return (output_path, (str(self),))
+
+    def __str__(self) -> str:
+        return f"{self.scheme}{self.key}"
+
+    def __repr__(self) -> str:
+        return f"ObjectPath({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectPath) and str(other) == str(self)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    def __truediv__(self, part: str | os.PathLike) -> ObjectPath:
+        return ObjectPath(self.fs, f"{self.key}/{str(part).strip('/')}", self.scheme)
+
+    @property
+    def name(self) -> str:
+        return PurePosixPath(self.key).name
+
+    @property
+    def stem(self) -> str:
+        return PurePosixPath(self.key).stem
+
+    @property
+    def suffix(self) -> str:
+        return PurePosixPath(self.key).suffix
+
+    @property
+    def parent(self) -> ObjectPath:
+        return ObjectPath(self.fs, str(PurePosixPath(self.key).parent), self.scheme)
+
+    def relative_to(self, other: ObjectPath) -> PurePosixPath:
+        return PurePosixPath(self.key).relative_to(other.key)
+
+    def _info(self) -> pafs.FileInfo:
+        return self.fs.get_file_info(self.key)
+
+    def is_file(self) -> bool:
+        return self._info().type == pafs.FileType.File
+
+    def is_dir(self) -> bool:
+        return self._info().type == pafs.FileType.Directory
+
+    def exists(self) -> bool:
+        return self._info().type != pafs.FileType.NotFound
+
+    def stat(self) -> _Stat:
+        info = self._info()
+        if info.type != pafs.FileType.File:
+            raise FileNotFoundError(str(self))
+        return _Stat(int(info.size))
+
+    def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
+        """Nothing to create: a prefix exists once a key under it does."""
+
+    def read_bytes(self) -> bytes:
+        try:
+            with self.fs.open_input_stream(self.key) as handle:
+                return handle.read()
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            if not self.is_file():
+                raise FileNotFoundError(str(self)) from exc
+            raise
+
+    def read_text(self, encoding: str = "utf-8") -> str:
+        return self.read_bytes().decode(encoding)
+
+    def write_bytes(self, data: bytes) -> int:
+        if self.fs.type_name != "s3":  # S3 has no directories; a local or HDFS store has
+            self.fs.create_dir(str(PurePosixPath(self.key).parent), recursive=True)
+        with self.fs.open_output_stream(self.key) as handle:
+            handle.write(data)
+        return len(data)
+
+    def unlink(self, missing_ok: bool = False) -> None:
+        if not self.is_file():
+            if missing_ok:
+                return
+            raise FileNotFoundError(str(self))
+        self.fs.delete_file(self.key)
+
+    def __lt__(self, other: ObjectPath) -> bool:
+        return str(self) < str(other)
+
+    def _list(self, recursive: bool) -> list[pafs.FileInfo]:
+        selector = pafs.FileSelector(self.key, allow_not_found=True, recursive=recursive)
+        return sorted(self.fs.get_file_info(selector), key=lambda info: info.path)
+
+    def iterdir(self) -> list[ObjectPath]:
+        """Keys and prefixes directly under this prefix."""
+        return [ObjectPath(self.fs, info.path, self.scheme) for info in self._list(False)]
+
+    def files(self) -> list[ObjectPath]:
+        """Every key under this prefix, at any depth."""
+        found = self._list(True)
+        return [
+            ObjectPath(self.fs, i.path, self.scheme) for i in found if i.type == pafs.FileType.File
+        ]
+
+    def glob(self, pattern: str) -> list[ObjectPath]:
+        """Entries directly under this prefix whose name matches `pattern` (no `/`, no `**`)."""
+        if "/" in pattern:
+            raise ValueError(f"ObjectPath.glob takes a name pattern, not {pattern!r}")
+        return [p for p in self.iterdir() if fnmatch.fnmatchcase(p.name, pattern)]
+
+    def rglob(self, pattern: str) -> list[ObjectPath]:
+        return [p for p in self.files() if fnmatch.fnmatchcase(p.name, pattern)]
+
+
+OutPath = Path | ObjectPath
+"""Where a data job's files go: a local directory or an object-store prefix."""
+
+
+def write_atomic(path: OutPath | str | os.PathLike, data: bytes) -> None:
+    """Make `data` visible under `path` all at once (see the module docstring)."""
+    if isinstance(path, ObjectPath):
+        path.write_bytes(data)
+        return
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; artifacts are read by other users too
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def remove_tree(path: OutPath) -> None:
+    """Delete a directory (or key prefix) and everything under it; nothing if it is absent."""
+    if isinstance(path, ObjectPath):
+        kind = path._info().type
+        if kind == pafs.FileType.Directory:
+            path.fs.delete_dir(path.key)
+        elif kind == pafs.FileType.File:
+            path.fs.delete_file(path.key)
+    elif path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def write_json(path: OutPath, obj: Any) -> None:
+    """`pretrain.manifest.atomic_write_json` for either kind of path (same bytes)."""
+    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False).encode())
+
+
+def read_parquet(path: OutPath) -> pa.Table:
+    if isinstance(path, ObjectPath):
+        return pq.read_table(path.key, filesystem=path.fs)
+    return pq.read_table(path)
+
+
+def sha256_of(path: OutPath, full: bool | None = None) -> str:
+    """sha256 of a file's bytes: the hash cache locally (`full` as in `file_sha256`), every byte
+    read back from a store."""
+    if not isinstance(path, ObjectPath):
+        return file_sha256(path, full=full)
+    digest = hashlib.sha256()
+    with path.fs.open_input_stream(path.key) as handle:
+        while chunk := handle.read(READ_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()

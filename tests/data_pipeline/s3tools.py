@@ -1,0 +1,53 @@
+"""A real S3-compatible server for tests: moto in server mode, a separate process on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+from tests.data_pipeline.raytools import free_port
+
+KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[str]:
+    """The endpoint URL of a fresh moto server, stopped on exit."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(120):
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                break
+            time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def s3_env(endpoint: str) -> dict[str, str]:
+    """What a user exports to reach an S3-compatible store."""
+    return {**KEYS, "AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1"}
+
+
+def s3_filesystem(endpoint: str):
+    from pyarrow import fs
+
+    return fs.S3FileSystem(
+        access_key="testing",
+        secret_key="testing",
+        endpoint_override=endpoint,
+        scheme="http",
+        region="us-east-1",
+        allow_bucket_creation=True,
+    )

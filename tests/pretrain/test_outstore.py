@@ -1,0 +1,76 @@
+"""pretrain.outstore: the object-store paths the data job writes through. Here over pyarrow's own
+LocalFileSystem (same calls as S3FileSystem, no rename used); the S3 server tests are in
+tests/data_pipeline/test_runner_cluster_s3_out.py."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from pathlib import Path
+
+import pytest
+from pyarrow import fs as pafs
+
+from pretrain import outstore
+from pretrain.errors import ConfigError
+from pretrain.manifest import load_manifest, write_manifest
+
+
+def _store(root: Path) -> outstore.ObjectPath:
+    return outstore.ObjectPath(pafs.LocalFileSystem(), str(root), "")
+
+
+def test_local_outputs_stay_paths_and_uris_become_object_paths(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("AWS_REGION", "us-east-1")  # else pyarrow asks AWS for the bucket's region
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # never contacted
+    assert outstore.output_path(tmp_path) == tmp_path
+    assert outstore.output_path(f"file://{tmp_path}") == tmp_path
+    s3 = outstore.output_path("s3://bucket/runs/one/")
+    assert isinstance(s3, outstore.ObjectPath) and str(s3) == "s3://bucket/runs/one"
+    assert str(s3 / "shards" / "x.parquet") == "s3://bucket/runs/one/shards/x.parquet"
+    assert (s3 / "shards" / "x.parquet").stem == "x" and s3.name == "one"
+    assert pickle.loads(pickle.dumps(s3)) == s3  # travels to Ray workers by its URI
+    with pytest.raises(ConfigError, match="not a filesystem URI"):
+        outstore.output_path("nosuch://bucket/x")
+
+
+def test_a_uri_output_is_locked_through_a_local_stand_in(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PRETRAIN_CACHE", str(tmp_path / "cache"))
+    target = Path(outstore.lock_target("s3://bucket/runs/one"))
+    assert target.is_relative_to(tmp_path / "cache")
+    assert target != Path(outstore.lock_target("s3://bucket/runs/two"))
+    assert outstore.lock_target(tmp_path / "out") == tmp_path / "out"
+
+
+def test_object_paths_list_write_hash_and_remove(tmp_path) -> None:
+    root = _store(tmp_path / "out")
+    (tmp_path / "out").mkdir()
+    outstore.write_json(root / ".parts" / "a-00000.json", {"x": 1})
+    outstore.write_atomic(root / ".parts" / "pieces" / "a-00000" / "0-3.parquet", b"piece")
+    outstore.write_atomic(root / "shards" / "a-00000.parquet", b"shard")
+    assert [p.name for p in (root / ".parts").glob("*.json")] == ["a-00000.json"]
+    assert [p.name for p in (root / ".parts").iterdir()] == ["a-00000.json", "pieces"]
+    assert (root / ".parts" / "pieces").is_dir() and not (root / "nothing").exists()
+    assert (root / "shards" / "a-00000.parquet").stat().st_size == 5
+    assert (
+        outstore.sha256_of(root / "shards" / "a-00000.parquet")
+        == hashlib.sha256(b"shard").hexdigest()
+    )
+    assert (root / ".parts" / "a-00000.json").read_text() == '{\n  "x": 1\n}'
+    outstore.remove_tree(root / ".parts" / "pieces")
+    assert not (root / ".parts" / "pieces").exists()
+    (root / "shards" / "a-00000.parquet").unlink()
+    (root / "shards" / "a-00000.parquet").unlink(missing_ok=True)
+    with pytest.raises(FileNotFoundError):
+        (root / "shards" / "a-00000.parquet").read_bytes()
+
+
+def test_a_manifest_of_an_object_prefix_lists_every_object(tmp_path) -> None:
+    (tmp_path / "out").mkdir()
+    root = _store(tmp_path / "out")
+    outstore.write_atomic(root / "shards" / "a.parquet", b"rows")
+    outstore.write_json(root / "ledger.json", {"documents_in": 1})
+    manifest = write_manifest(root, "shards", command=["test"])
+    assert set(manifest["files"]) == {"shards/a.parquet", "ledger.json"}
+    assert manifest["files"]["shards/a.parquet"]["sha256"] == hashlib.sha256(b"rows").hexdigest()
+    assert load_manifest(tmp_path / "out")["files"] == manifest["files"]
