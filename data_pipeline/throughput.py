@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pretrain.manifest import atomic_write_json  # an object-store key too (pretrain.outstore)
-from pretrain.outstore import OutPath, output_path, remove_tree
+from pretrain.outstore import OutPath, listed, output_path, remove_tree
 
 COSTS = "cost"
 SETUP = "setup"
@@ -141,7 +141,7 @@ def seal_part(out: OutPath, shard: str, write_cpu_s: float) -> None:
     not run again (their output is reused with the global stage's persisted map side)."""
     totals: dict[str, dict[str, Any]] = {}
     folder = cost_dir(out) / shard
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+    for path in listed(folder, "*.json") if folder.is_dir() else ():
         for stage, cost in json.loads(path.read_text(encoding="utf-8")).items():
             _add(totals.setdefault(stage, {}), cost)
     try:

@@ -11,23 +11,23 @@ run:     this run: cpus, ray_work_s (wall after start-up), the documents it comp
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from data_pipeline import throughput
 from data_pipeline.throughput import READ, WRITE, RunClock
+from pretrain.outstore import OutPath, listed
 
 MB = 1e6
 
 
-def _load(path: Path) -> dict[str, Any] | None:
+def _load(path: OutPath) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 
 
-def part_names(out: Path, stems: list[str]) -> list[str]:
+def part_names(out: OutPath, stems: list[str]) -> list[str]:
     """Every part (`<stem>-<part>`) of the inputs, from their read records."""
     names = []
     for stem in stems:
@@ -49,10 +49,10 @@ def _rates(name: str, cost: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _setup(out: Path) -> dict[str, Any]:
+def _setup(out: OutPath) -> dict[str, Any]:
     records = [
         r
-        for p in sorted((throughput.cost_dir(out) / throughput.SETUP).glob("*.json"))
+        for p in listed(throughput.cost_dir(out) / throughput.SETUP, "*.json")
         if (r := _load(p)) is not None
     ]
     return {
@@ -82,7 +82,7 @@ def _global_cost(out: Path, name: str, parts: list[str], joins: dict[str, Any]) 
 
 
 def build(
-    out: Path,
+    out: OutPath,
     stems: list[str],
     stage_names: list[str],
     global_names: list[str],

@@ -61,16 +61,16 @@ def git_state() -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike | outstore.ObjectPath, data: bytes) -> None:
     """Write to a temporary file in the same directory, fsync, then rename over `path`."""
     outstore.write_atomic(path, data)  # an object-store key: one PUT (pretrain.outstore)
 
 
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+def atomic_write_json(path: str | os.PathLike | outstore.ObjectPath, obj: Any) -> None:
     atomic_write_bytes(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False).encode())
 
 
-def _is_scratch(path: Path, root: Path) -> bool:
+def _is_scratch(path: Any, root: Any) -> bool:  # Path or outstore.ObjectPath, both
     """Files no manifest holds: the manifest itself, writer lock files, in-flight temp files
     of `atomic_write_bytes` and the commands' own logs (`.logs/`, pretrain.progress: no command
     reads them and they differ on every run). Dot-files are held like any other (torch DCP's
@@ -86,9 +86,10 @@ def _is_scratch(path: Path, root: Path) -> bool:
 
 
 def _listed_files(root: outstore.OutPath) -> list[str]:
+    found: list[Any] = list(root.rglob("*"))  # Paths, or ObjectPaths of an object store
     return [
         path.relative_to(root).as_posix()
-        for path in sorted(root.rglob("*"))
+        for path in sorted(found)
         if path.is_file() and not _is_scratch(path, root)
     ]
 
@@ -144,7 +145,7 @@ def listed_path(directory: str | os.PathLike, manifest: Mapping[str, Any], rel: 
 
 
 def write_manifest(
-    directory: str | os.PathLike,
+    directory: str | os.PathLike | outstore.ObjectPath,
     kind: str,
     *,
     config: Mapping[str, Any] | None = None,

@@ -205,6 +205,11 @@ OutPath = Path | ObjectPath
 """Where a data job's files go: a local directory or an object-store prefix."""
 
 
+def listed(path: OutPath, pattern: str) -> list[OutPath]:
+    """`sorted(path.glob(pattern))` for either kind of path (names directly under `path`)."""
+    return sorted(path.glob(pattern), key=str)
+
+
 def write_atomic(path: OutPath | str | os.PathLike, data: bytes) -> None:
     """Make `data` visible under `path` all at once (see the module docstring)."""
     if isinstance(path, ObjectPath):
