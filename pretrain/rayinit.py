@@ -82,19 +82,42 @@ def connect(
     if address:
         _connect_existing(ray, address, init_kwargs)
         return True
-    with _loopback_only():
-        started = time.time()
-        ray.init(
-            num_cpus=num_cpus or os.cpu_count(),
-            include_dashboard=False,
-            dashboard_host="127.0.0.1",
-            _node_ip_address="127.0.0.1",
-            log_to_driver=False,
-            object_store_memory=object_store_mb * 2**20 if object_store_mb else None,
-            **init_kwargs,
-        )
+    started = time.time()
+    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+        try:
+            with _loopback_only():
+                ray.init(
+                    num_cpus=num_cpus or os.cpu_count(),
+                    include_dashboard=False,
+                    dashboard_host="127.0.0.1",
+                    _node_ip_address="127.0.0.1",
+                    log_to_driver=False,
+                    object_store_memory=object_store_mb * 2**20 if object_store_mb else None,
+                    **init_kwargs,
+                )
+            break
+        except Exception as exc:
+            # Ray waits a fixed 30 s for its raylet to register; a busy machine can miss it.
+            if "timed out during startup" not in str(exc) or attempt == LOCAL_START_ATTEMPTS:
+                raise
+            _end_failed_start(ray, started)
     _start_reaper(started)
     return True
+
+
+LOCAL_START_ATTEMPTS = 3
+
+
+def _end_failed_start(ray: Any, since: float) -> None:
+    """Stop what a local start that timed out left running, before trying again."""
+    import psutil
+
+    from pretrain import rayreaper
+
+    seen: dict[int, Any] = {}
+    rayreaper.record(psutil.Process(), since - 1.0, seen)
+    ray.shutdown()
+    rayreaper.sweep(seen)
 
 
 def _probe(address: str) -> None:

@@ -29,7 +29,7 @@ def _is_ray(proc: psutil.Process) -> bool:
         return False
 
 
-def _record(driver: psutil.Process, since: float, seen: dict[int, psutil.Process]) -> None:
+def record(driver: psutil.Process, since: float, seen: dict[int, psutil.Process]) -> None:
     try:
         children = driver.children(recursive=True)
     except psutil.NoSuchProcess:
@@ -42,7 +42,7 @@ def _record(driver: psutil.Process, since: float, seen: dict[int, psutil.Process
             continue
 
 
-def _sweep(seen: dict[int, psutil.Process]) -> None:
+def sweep(seen: dict[int, psutil.Process]) -> None:
     alive = []
     for proc in seen.values():
         try:
@@ -71,9 +71,9 @@ def main(argv: list[str]) -> int:
     threading.Thread(target=wait_for_eof, daemon=True).start()
     seen: dict[int, psutil.Process] = {}
     while not eof.is_set():
-        _record(driver, since, seen)
+        record(driver, since, seen)
         eof.wait(POLL_S)
-    _sweep(seen)
+    sweep(seen)
     return 0
 
 

@@ -39,8 +39,8 @@ def _objects(s3, prefix: str) -> dict[str, bytes]:
 
 
 def _published(files: dict[str, bytes]) -> dict[str, bytes]:
-    """Shards, rejects and ledger: what must not depend on where the output lives."""
-    keep = ("shards/", "rejects/", "ledger.json")
+    """Shards (data/), rejects and ledger: what must not depend on where the output lives."""
+    keep = ("data/", "rejects/", "ledger.json")
     return {k: v for k, v in files.items() if k.startswith(keep)}
 
 
@@ -79,7 +79,7 @@ def test_s3_output_matches_a_local_output_and_resumes_from_verified_parts(
     assert "23 docs in, 17 kept, 6 dropped" in first.stdout
     stored = _objects(s3, f"{BUCKET}/runs/one")
     expected = _published(_local(tmp_path / "local"))
-    assert any(k.startswith("shards/") for k in expected)
+    assert any(k.startswith("data/") for k in expected)
     assert _published(stored) == expected
     manifest = json.loads(stored["manifest.json"])
     assert manifest["kind"] == "shards"
@@ -90,7 +90,7 @@ def test_s3_output_matches_a_local_output_and_resumes_from_verified_parts(
     assert not (REPO / "s3:").exists() and not (tmp_path / "s3:").exists()
 
     # An interrupted run: no manifest, one part's ledger fragment lost, one shard flipped.
-    shards = sorted(k for k in stored if k.startswith("shards/"))
+    shards = sorted(k for k in stored if k.startswith("data/"))
     lost, flipped = shards[0], shards[-1]
     s3.delete_file(f"{BUCKET}/runs/one/manifest.json")
     s3.delete_file(f"{BUCKET}/runs/one/.parts/{Path(lost).stem}.json")
@@ -115,7 +115,7 @@ def test_a_writer_killed_mid_upload_leaves_no_object(tmp_path, s3_server) -> Non
     s3 = s3_filesystem(s3_server)
     s3.create_dir(BUCKET)
     env = clean_env(tmp_path / "home", **s3_env(s3_server))
-    key = "runs/big/shards/x-00000.parquet"
+    key = "runs/big/data/x-00000.parquet"
     writer = subprocess.Popen(
         [
             sys.executable,
