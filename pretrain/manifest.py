@@ -90,7 +90,8 @@ def _listed_files(root: outstore.OutPath) -> list[str]:
     return [
         path.relative_to(root).as_posix()
         for path in sorted(found)
-        if path.is_file() and not _is_scratch(path, root)
+        if (isinstance(path, outstore.ObjectPath) or path.is_file())  # rglob: keys are files
+        and not _is_scratch(path, root)
     ]
 
 
@@ -161,13 +162,10 @@ def write_manifest(
     """
     root = outstore.output_path(directory)  # a local directory, or an object-store prefix
     config = dict(config or {})
-    files = {
-        rel: {
-            "bytes": (root / rel).stat().st_size,
-            "sha256": outstore.sha256_of(root / rel, full=True),
-        }
-        for rel in _listed_files(root)
-    }
+    files = {}
+    for rel in _listed_files(root):
+        size, digest = outstore.size_and_sha256(root / rel, full=True)
+        files[rel] = {"bytes": size, "sha256": digest}
     lineage = []
     for inp in inputs:
         inp_manifest = load_manifest(inp)

@@ -254,13 +254,21 @@ def read_parquet(path: OutPath) -> pa.Table:
     return pq.read_table(path)
 
 
+def size_and_sha256(path: OutPath, full: bool | None = None) -> tuple[int, str]:
+    """(bytes, sha256) of a file; for an object, from one read of it (no extra HEAD request)."""
+    if not isinstance(path, ObjectPath):
+        return path.stat().st_size, file_sha256(path, full=full)
+    digest, size = hashlib.sha256(), 0
+    with path.fs.open_input_stream(path.key) as handle:
+        while chunk := handle.read(READ_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
 def sha256_of(path: OutPath, full: bool | None = None) -> str:
     """sha256 of a file's bytes: the hash cache locally (`full` as in `file_sha256`), every byte
     read back from a store."""
     if not isinstance(path, ObjectPath):
         return file_sha256(path, full=full)
-    digest = hashlib.sha256()
-    with path.fs.open_input_stream(path.key) as handle:
-        while chunk := handle.read(READ_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return size_and_sha256(path)[1]
