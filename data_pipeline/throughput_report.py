@@ -62,7 +62,9 @@ def _setup(out: OutPath) -> dict[str, Any]:
     }
 
 
-def _global_cost(out: Path, name: str, parts: list[str], joins: dict[str, Any]) -> dict[str, Any]:
+def _global_cost(
+    out: OutPath, name: str, parts: list[str], joins: dict[str, Any]
+) -> dict[str, Any]:
     """A global stage's cost: its map of each part (recorded with the persisted map output, so
     a map reused by a resumed run keeps its cost), its joins (per part) and the aggregate."""
     from data_pipeline.global_parts import record_path
