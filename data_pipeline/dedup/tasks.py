@@ -68,7 +68,7 @@ def map_tables(
 ) -> tuple[pa.Table, pa.Table, pa.Table, dict[str, Any]]:
     """Signatures of one slice or input part -> (band rows, exact rows, doc rows, stats): the map
     side of dedup, which depends on the rows alone (the runner persists it per input part). Doc
-    rows carry (vertex, id, quality, row, sig, shingles, matched_cluster). The rows are hashed
+    rows carry (vertex, id, exact_hash, quality, row, sig, shingles, matched_cluster). The rows are hashed
     `config.batch_size` documents at a time."""
     sigs, stats = _signatures_in_batches(block, config)
     keys, key_vertices = band_rows(sigs, config) if config.near else (np.zeros(0, np.uint64),) * 2
@@ -87,6 +87,7 @@ def map_tables(
         {
             "vertex": vertex,
             "id": sigs.column("id"),
+            "exact_hash": sigs.column("exact_hash"),
             "quality": sigs.column("quality"),
             "row": pa.array(np.arange(len(block)), pa.int64()),
             "sig": sigs.column("sig"),
@@ -289,6 +290,7 @@ def keep_clusters(partitions: int, *pieces: pa.Table) -> list:
             {
                 "block": pa.array([], pa.int64()),
                 "row": pa.array([], pa.int64()),
+                "exact_hash": pa.array([], pa.string()),
                 "dup_cluster": pa.array([], pa.int64()),
                 "dup_keep": pa.array([], pa.bool_()),
                 "dup_cluster_size": pa.array([], pa.int32()),
@@ -302,6 +304,7 @@ def keep_clusters(partitions: int, *pieces: pa.Table) -> list:
         {
             "block": docs.column("block"),
             "row": docs.column("row"),
+            "exact_hash": docs.column("exact_hash"),
             "dup_cluster": pa.array(cluster, pa.int64()),
             "dup_keep": keep,
             "dup_cluster_size": pa.array(size, pa.int32()),
@@ -329,15 +332,14 @@ def _apply_index_matches(cluster: np.ndarray, keep: np.ndarray, matched: pa.Chun
 
 
 def attach(block: pa.Table, slice_index: int, first: int, rows: int, *pieces: pa.Table) -> pa.Table:
-    """Join the tags of one slice back by (slice, row) and append the dedup columns."""
-    from data_pipeline.dedup.text import exact_hashes
-
+    """Join the tags of one slice back by (slice, row) and append the dedup columns (the exact
+    hash travels with the tags: the text is normalised and hashed once, in the map step)."""
     block = block.slice(first, rows)
     tags = concat(pieces)
     tags = tags.filter(pc.equal(tags.column("block"), slice_index)).sort_by("row")
     assert tags.num_rows == block.num_rows, (tags.num_rows, block.num_rows)
     columns = {
-        "exact_hash": pa.array(exact_hashes(block.column("text")), pa.string()),
+        "exact_hash": tags.column("exact_hash"),
         "dup_cluster": tags.column("dup_cluster"),
         "dup_keep": tags.column("dup_keep"),
         "dup_cluster_size": tags.column("dup_cluster_size"),

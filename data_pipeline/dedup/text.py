@@ -18,6 +18,11 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
+_FOLD_SPACE = r"[\t\n\f\r ]{2,}|[\t\n\f\r]"
+"""Runs of RE2's whitespace class (tab, newline, form feed, carriage return, space) except a lone
+space, which already is what a run becomes: the same text as replacing the pattern `\\s+`, about
+3x faster (most whitespace is single spaces)."""
+
 CJK_LANGS = ("zh", "ja", "ko", "yue", "wuu", "cmn", "lzh")
 """Languages shingled by characters (no spaces between words)."""
 
@@ -44,7 +49,7 @@ def normalize_exact(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
     """NFKC, lower case, whitespace runs folded to one space, trimmed (nulls become "")."""
     texts = pc.fill_null(_as_string_array(texts).cast(pa.large_string()), "")
     texts = pc.utf8_lower(pc.utf8_normalize(texts, form="NFKC"))
-    texts = pc.replace_substring_regex(texts, pattern=r"\s+", replacement=" ")
+    texts = pc.replace_substring_regex(texts, pattern=_FOLD_SPACE, replacement=" ")
     return pc.utf8_trim_whitespace(texts)
 
 

@@ -112,3 +112,38 @@ def test_too_small_budget_gives_more_partitions_and_identical_output(ray_local) 
     assert tight_plan["partitions"] > 2 and tight_plan["slices"] > 2
     assert roomy.equals(expected) and tight.equals(expected)
     assert roomy_stage.stats.dropped == tight_stage.stats.dropped > 0
+
+
+def test_exact_normalisation_folds_whitespace_as_the_plain_pattern_did() -> None:
+    """The faster whitespace fold gives the same text (hence the same exact_hash) as `\\s+`."""
+    import pyarrow.compute as pc
+
+    from data_pipeline.dedup.text import normalize_exact
+
+    texts = [
+        "",
+        " ",
+        "a",
+        " a ",
+        "a b",
+        "a  b",
+        "a\tb",
+        "a \t\n b",
+        "a\r\nb\n",
+        "\n\na\n\n",
+        "a\vb",
+        "a\fb",
+        "a\u00a0b",
+        "a\u3000b",
+        "a\u2028b",
+        "x \u00a0 y",
+        "é  É\u0301",
+        " leading",
+        "trailing \n",
+        "   ",
+        "a " * 50 + "\n",
+    ]
+    array = pa.array(texts)
+    plain = pc.utf8_lower(pc.utf8_normalize(array.cast(pa.large_string()), form="NFKC"))
+    plain = pc.utf8_trim_whitespace(pc.replace_substring_regex(plain, r"\s+", " "))
+    assert normalize_exact(array).to_pylist() == plain.to_pylist()
