@@ -1,7 +1,8 @@
 """Distributed dedup on Ray: Ray tasks over hash partitions, no actors, nothing global in one
 process.
 
-1. map: per block, signatures -> band rows, exact rows, doc rows, each split into P partitions
+1. map: per slice of a block (data_pipeline.dedup.budget), signatures -> band rows, exact rows,
+   doc rows and signed rows (signature + shingles), each split into P partitions
 2. buckets: per key partition, candidate pairs of each band bucket (+ exact-duplicate edges)
 3. verify: candidates join u's signature (partition of u), then v's (partition of v)
 4. components: alternating large-star / small-star steps over edge partitions until the edge set
@@ -112,7 +113,7 @@ def dedup_dataset(
     run = _Runner(config)
     steps = Progress(total=6, desc="dedup", unit="step", leave=False)
     outs = [
-        run.launch(tasks.map_block, 3 * partitions + 1, blocks[b], s, lo, n, config, partitions)
+        run.launch(tasks.map_block, 4 * partitions + 1, blocks[b], s, lo, n, config, partitions)
         for s, (b, lo, n) in enumerate(plan.slices)
     ]
     tags = _aggregate(run, outs, config, partitions, steps)
@@ -159,7 +160,7 @@ def dedup_parts(
     steps = Progress(total=5, desc="dedup", unit="step", leave=False)
     outs = [
         run.launch(
-            tasks.load_map_part, 3 * partitions + 1, dict(p.files), dict(p.info), i, partitions
+            tasks.load_map_part, 4 * partitions + 1, dict(p.files), dict(p.info), i, partitions
         )
         for i, p in enumerate(parts)
     ]
@@ -181,15 +182,17 @@ def dedup_parts(
 
 
 def _aggregate(run: _Runner, outs: list, config: DedupConfig, partitions: int, steps: Any) -> list:
-    """Map outputs (3P+1 refs per slice or part) -> per partition, the refs of its tag pieces."""
+    """Map outputs (4P+1 refs per slice or part) -> per partition, the refs of its tag pieces."""
     run.get([o[-1] for o in outs], "map")
-    bands, exact, docs = [
-        [[o[k * partitions + p] for o in outs] for p in range(partitions)] for k in range(3)
+    bands, exact, docs, signed = [
+        [[o[k * partitions + p] for o in outs] for p in range(partitions)] for k in range(4)
     ]
+    outs.clear()  # the caller's list too: no ref to a map output outlives its use below
     steps.update()
     cands, edges = _buckets(run, bands, exact, config, partitions)
     steps.update()
-    edges += _verify(run, cands, docs, config, partitions)
+    edges += _verify(run, cands, signed, config, partitions)
+    del bands, exact, cands, signed  # the object store frees them: only edges and docs go on
     steps.update()
     roots = _components(run, edges, partitions)
     steps.update()

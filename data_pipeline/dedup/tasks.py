@@ -108,13 +108,18 @@ def scatter_map(
     partitions: int,
 ) -> list:
     """The map output of slice (or part) `block_index`, each table split into `partitions`
-    (band and exact rows by key, doc rows by vertex; doc rows gain `block`), plus stats."""
+    (band and exact rows by key, doc rows by vertex; doc rows gain `block`), plus stats. The
+    signatures and shingles of the doc rows travel apart (signed rows: vertex, sig, shingles):
+    they are needed only until the candidates are verified, and the driver lets them go then."""
     block = pa.array(np.full(docs.num_rows, block_index), pa.int64())
     docs = docs.add_column(docs.schema.get_field_index("row"), "block", block)
+    vertex = docs.column("vertex").to_numpy()
+    signed = docs.select(["vertex", "sig", "shingles"])
     return [
         *scatter(bands, bands.column("key").to_numpy(), partitions),
         *scatter(exact, exact.column("key").to_numpy(), partitions),
-        *scatter(docs, docs.column("vertex").to_numpy(), partitions),
+        *scatter(docs.drop_columns(["sig", "shingles"]), vertex, partitions),
+        *scatter(signed, vertex, partitions),
         {**info, "peak_rss_mb": peak_rss_mb()},
     ]
 
@@ -271,7 +276,7 @@ def star_reduce(kind: str, *pieces: pa.Table) -> list:
 def label_docs(partitions: int, num_roots: int, *pieces: pa.Table) -> list:
     """Vertex partition q: each document's cluster root (itself when in no edge), split by root."""
     roots = concat(pieces[:num_roots], EDGE_SCHEMA)
-    docs = concat(pieces[num_roots:]).drop_columns(["sig", "shingles"])
+    docs = concat(pieces[num_roots:])
     vertex = np.asarray(docs.column("vertex"))
     root = vertex.copy()
     if roots.num_rows:
