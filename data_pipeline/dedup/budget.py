@@ -23,15 +23,18 @@ from dataclasses import dataclass
 from data_pipeline.dedup.config import DedupConfig
 from pretrain.errors import ConfigError
 
-WORKER_BASE_MB = 260
-"""A Ray worker that has imported pyarrow, numpy and the dedup code, before any work (measured
-~185 MB, plus Ray's per-task buffers)."""
+WORKER_BASE_MB = 330
+"""A Ray worker after its first dedup tasks: ~146 MB idle with the dedup code imported, plus what
+its allocators keep and the object-store pages it maps (fitted: 325 MB, benchmarks/
+bench_dedup_memory.py at 1x/4x/16x; workers are reused, so a worker's RSS is the sum of what each
+kind of task left, not only the largest task)."""
 MAP_FACTOR = 16.0
 """Peak bytes of a map task per input byte of its slice (text, normalised copies, tokens,
-shingles, 128 x 8-byte hash blocks per batch, signatures, scattered copies)."""
-REDUCE_FACTOR = 4.0
-"""Peak bytes of a reduce task per byte of its partition's document rows (concatenation, lookups
-and the candidates carrying their shingles)."""
+shingles, 128 x 8-byte hash blocks per batch, signatures, scattered copies; measured 13 in a fresh
+worker, fitted 3.5 on reused ones: kept at the safe side)."""
+REDUCE_FACTOR = 12.0
+"""Peak bytes of a reduce task per byte of its partition's document rows (concatenation, lookups,
+the candidates carrying their shingles; fitted 11.4 on the same runs)."""
 MIN_SLICE_BYTES = 1 << 20
 MIN_WORKER_MEMORY_MB = WORKER_BASE_MB + int(MIN_SLICE_BYTES * MAP_FACTOR) // 2**20
 DEFAULT_WORKER_MEMORY_MB = 2048
