@@ -37,9 +37,9 @@ REDUCE_FACTOR = 12.0
 the candidates carrying their shingles; fitted 11.4 on the same runs)."""
 MIN_SLICE_BYTES = 1 << 20
 MIN_WORKER_MEMORY_MB = WORKER_BASE_MB + int(MIN_SLICE_BYTES * MAP_FACTOR) // 2**20
+"""The smallest budget that holds a worker and one map task on a 1 MB slice."""
 DEFAULT_WORKER_MEMORY_MB = 2048
 """Per-worker memory budget of the global stages when `ray.worker_memory_mb` is not set."""
-"""The smallest budget that holds a worker and one map task on a 1 MB slice."""
 MAX_PARTITIONS = 4096
 """Each shuffle makes partitions x (slices or partitions) objects; beyond this, raise the budget."""
 
