@@ -102,12 +102,22 @@ def wait_gone(procs: list[psutil.Process], bound_s: float) -> list[psutil.Proces
 
 
 def start_node(
-    temp_dir: Path, env: dict[str, str], cpus: int, *, port: int = 0, head_address: str = ""
+    temp_dir: Path,
+    env: dict[str, str],
+    cpus: int,
+    *,
+    port: int = 0,
+    head_address: str = "",
+    dashboard_port: int = 0,
 ) -> subprocess.Popen[bytes]:
     """`ray start --head` (or a node joining `head_address`) on loopback, in its own process
     group so the test can end exactly what it started (never `ray stop`: it kills every Ray
     process on the machine)."""
     role = [f"--address={head_address}"] if head_address else ["--head", f"--port={port}"]
+    # Ray's Unix sockets live under the temp dir: keep it short (a socket path has 107 bytes)
+    assert len(str(temp_dir)) < 40, f"temp dir {temp_dir} too long for Ray's socket paths"
+    temp_dir.parent.mkdir(parents=True, exist_ok=True)
+    log = open(temp_dir.with_name(temp_dir.name + ".log"), "wb")  # noqa: SIM115 - child holds it
     return subprocess.Popen(
         [
             str(RAY),
@@ -116,16 +126,23 @@ def start_node(
             "--block",
             f"--num-cpus={cpus}",
             "--node-ip-address=127.0.0.1",
-            *([] if head_address else ["--include-dashboard=false"]),
+            *([] if head_address else _dashboard(dashboard_port)),
             f"--temp-dir={temp_dir}",
             "--object-store-memory=200000000",
             "--disable-usage-stats",
         ],
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+
+
+def _dashboard(port: int) -> list[str]:
+    """Head flags: no dashboard, or one (with the job server) on loopback at `port`."""
+    if not port:
+        return ["--include-dashboard=false"]
+    return ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={port}"]
 
 
 def stop_node(node: subprocess.Popen[bytes]) -> None:
@@ -139,3 +156,41 @@ def stop_node(node: subprocess.Popen[bytes]) -> None:
         os.killpg(node.pid, signal.SIGKILL)
     node.wait(30)
     wait_gone(procs, 10)
+
+
+def token_home(home: Path) -> Path:
+    """A HOME holding a Ray auth token, as after `ray get-auth-token --generate`."""
+    subprocess.run(
+        [str(RAY), "get-auth-token", "--generate"], env=clean_env(home), check=True, timeout=60
+    )
+    assert (home / ".ray" / "auth_token").is_file()
+    return home
+
+
+def wait_for_head(address: str, node: subprocess.Popen[bytes] | None = None) -> None:
+    host, _, port = address.rpartition(":")
+    for _ in range(120):
+        if node is not None and node.poll() is not None:
+            raise AssertionError(f"`ray start` for {address} exited with {node.returncode}")
+        with contextlib.suppress(OSError):
+            socket.create_connection((host, int(port)), timeout=5).close()
+            return
+        time.sleep(1)
+    raise AssertionError(f"head at {address} did not come up")
+
+
+def wait_for_nodes(address: str, env: dict[str, str], nodes: int) -> None:
+    """Wait until `ray status` lists `nodes` alive nodes."""
+    status = ""
+    for _ in range(60):
+        status = subprocess.run(
+            [str(RAY), "status", f"--address={address}"],
+            env={**env, "RAY_AUTH_MODE": "token"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+        if status.count(" node_") >= nodes:
+            return
+        time.sleep(2)
+    raise AssertionError(f"cluster at {address} never had {nodes} nodes: {status}")

@@ -6,25 +6,24 @@ set; an address where nothing listens is one line at once.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.data_pipeline.raytools import (
     DATA,
-    RAY,
     REPO,
     clean_env,
     data_run,
     free_port,
     start_node,
     stop_node,
+    wait_for_head,
+    wait_for_nodes,
 )
+from tests.data_pipeline.raytools import token_home as make_token_home
 
 
 def outputs(out: Path) -> dict[str, bytes]:
@@ -41,40 +40,10 @@ def run_cli(
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def wait_for_head(address: str) -> None:
-    host, _, port = address.rpartition(":")
-    for _ in range(120):
-        with contextlib.suppress(OSError):
-            socket.create_connection((host, int(port)), timeout=5).close()
-            return
-        time.sleep(1)
-    raise AssertionError(f"head at {address} did not come up")
-
-
-def wait_for_nodes(address: str, env: dict[str, str], nodes: int) -> None:
-    status = ""
-    for _ in range(60):
-        status = subprocess.run(
-            [str(RAY), "status", f"--address={address}"],
-            env={**env, "RAY_AUTH_MODE": "token"},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        ).stdout
-        if status.count(" node_") >= nodes:
-            return
-        time.sleep(2)
-    raise AssertionError(f"cluster at {address} never had {nodes} nodes: {status}")
-
-
 @pytest.fixture
 def token_home(tmp_path: Path) -> Path:
     """A HOME holding a Ray auth token, as after `ray get-auth-token --generate`."""
-    home = tmp_path / "home"
-    env = clean_env(home)
-    subprocess.run([str(RAY), "get-auth-token", "--generate"], env=env, check=True, timeout=60)
-    assert (home / ".ray" / "auth_token").is_file()
-    return home
+    return make_token_home(tmp_path / "home")
 
 
 @pytest.mark.slow

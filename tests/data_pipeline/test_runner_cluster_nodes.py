@@ -1,0 +1,168 @@
+"""A two-node Ray cluster on loopback (a `ray start --head` node and a second node that joins it
+with `ray start --address`, each with its own temp dir and CPUs), driven by `pretrain data run
+--ray-address` from a fresh shell with every stage enabled (fastText and KenLM models trained here,
+dedup and perplexity included):
+
+- the shards, rejects and ledger are byte-identical to the embedded local run;
+- with the second node's raylet SIGKILLed while its stage actors work, the job still finishes
+  with byte-identical output (Ray Data retries the lost tasks and restarts the lost actors; the
+  dedup tasks retry and lost objects are rebuilt from lineage).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import shutil
+import signal
+import subprocess
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from tests.data_pipeline.raytools import (
+    REPO,
+    alive,
+    clean_env,
+    data_run,
+    free_port,
+    ray_processes,
+    start_node,
+    stop_node,
+    token_home,
+    wait_for_head,
+    wait_for_nodes,
+)
+from tests.data_pipeline.test_runner_cluster import outputs, run_cli
+
+
+@pytest.fixture(scope="module")
+def every_stage(tmp_path_factory) -> dict:
+    """A config enabling every stage, with fastText and KenLM models trained here."""
+    from data_pipeline.demo import demo_config
+    from data_pipeline.models.demo_assets import build_demo_models
+    from pretrain.demo import SAMPLE_FILES, sample_dir
+
+    base = tmp_path_factory.mktemp("every-stage")
+    raw = base / "raw"
+    raw.mkdir()
+    for name in SAMPLE_FILES:
+        shutil.copyfile(sample_dir() / name, raw / name)
+    models = build_demo_models(raw, base / "models")  # trained on the whole sample
+    config = demo_config(_slice(raw, base / "in"), base / "unused", models).model_dump(mode="json")
+    enabled = {k for k, v in config["stages"].items() if v is not None}
+    assert {"dedup", "perplexity", "domain", "quality"} <= enabled
+    config.update(shard_rows=40, batch_rows=16, ray={"timeout_s": 600, "num_cpus": 2})
+    return config
+
+
+def _slice(raw: Path, out: Path) -> Path:
+    """A few hundred documents of every kind in the sample (a loaded 2-core machine runs the job
+    three times): the first WARC records (one gzip member each), JSON lines and Parquet rows."""
+    out.mkdir()
+    data, pos = (raw / "web.warc.gz").read_bytes(), 0
+    for _ in range(60):
+        member = zlib.decompressobj(31)
+        member.decompress(data[pos:])
+        pos = len(data) - len(member.unused_data)
+    (out / "web.warc.gz").write_bytes(data[:pos])
+    with gzip.open(raw / "prose.jsonl.gz", "rb") as lines:
+        prose = b"".join(line for _, line in zip(range(160), lines, strict=False))
+    (out / "prose.jsonl.gz").write_bytes(gzip.compress(prose, mtime=0))
+    pq.write_table(pq.read_table(raw / "code.parquet").slice(0, 60), out / "code.parquet")
+    shutil.copyfile(raw / "bad.jsonl", out / "bad.jsonl")
+    return out
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    return token_home(tmp_path_factory.mktemp("cluster-home") / "home")
+
+
+@pytest.fixture(scope="module")
+def embedded(every_stage, tmp_path_factory, home) -> dict[str, bytes]:
+    base = tmp_path_factory.mktemp("embedded")
+    run = run_cli(
+        data_run({**every_stage, "output": str(base / "out")}, base / "p.yaml"), clean_env(home)
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    return outputs(base / "out")
+
+
+@contextlib.contextmanager
+def two_nodes(env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A head with 1 CPU and a second node with 2 joined to it; yields (address, second node)."""
+    port = free_port()
+    root = Path("/tmp") / f"rn-{port}"  # short: Ray's socket paths live under the temp dirs
+    head = start_node(root / "head", env, 1, port=port)
+    node = None
+    try:
+        address = f"127.0.0.1:{port}"
+        wait_for_head(address, head)
+        # A joining node sends the token only with RAY_AUTH_MODE=token (the head turns it on
+        # by itself once a token exists): what the README tells a user to set there.
+        node = start_node(root / "node", {**env, "RAY_AUTH_MODE": "token"}, 2, head_address=address)
+        wait_for_nodes(address, env, 2)
+        yield address, node
+    finally:
+        if node is not None:
+            stop_node(node)
+        stop_node(head)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_two_node_cluster_matches_embedded_run(tmp_path, home, every_stage, embedded) -> None:
+    env = clean_env(home)
+    with two_nodes(env) as (address, _):
+        argv = data_run({**every_stage, "output": str(tmp_path / "out")}, tmp_path / "p.yaml")
+        run = run_cli([*argv, "--ray-address", address], env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert outputs(tmp_path / "out") == embedded
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_second_node_killed_mid_run_still_gives_the_same_bytes(
+    tmp_path, home, every_stage, embedded
+) -> None:
+    env = clean_env(home)
+    out = tmp_path / "out"
+    with two_nodes(env) as (address, node):
+        argv = data_run({**every_stage, "output": str(out)}, tmp_path / "p.yaml")
+        run = subprocess.Popen(
+            [*argv, "--ray-address", address],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        killed = _kill_raylet_once_it_works(psutil.Process(node.pid), out, run)
+        stdout, stderr = run.communicate(timeout=800)
+    assert killed, "the second node never ran a stage worker before the job ended"
+    assert run.returncode == 0, stderr[-3000:]
+    assert outputs(out) == embedded
+
+
+def _kill_raylet_once_it_works(node: psutil.Process, out: Path, run: subprocess.Popen) -> bool:
+    """SIGKILL the node's raylet once a stage actor on it has tagged rows; False if the job ended
+    first."""
+    deadline = time.monotonic() + 600
+    while run.poll() is None and time.monotonic() < deadline:
+        procs = alive(ray_processes(node))
+        pids = {p.pid for p in procs}
+        counters = (out / ".parts" / "progress").glob("*.json")
+        if any(int(p.stem.rpartition("-")[2]) in pids for p in counters):
+            for proc in procs:
+                if proc.name() == "raylet":
+                    proc.send_signal(signal.SIGKILL)
+                    return True
+        time.sleep(0.2)
+    return False
