@@ -97,31 +97,23 @@ def test_every_dedup_step_accepts_a_partition_without_documents() -> None:
     config = DedupConfig()
     partitions = 4
     block = pa.table({"id": ["only"], "text": [prose(1)]})
-    out = tasks.map_block(block, 0, config, partitions)
-    bands, exact, docs = (out[k * partitions : (k + 1) * partitions] for k in range(3))
+    out = tasks.map_block(block, 0, 0, block.num_rows, config, partitions)
+    bands, exact, docs, signed = (out[k * partitions : (k + 1) * partitions] for k in range(4))
     assert sum(d.num_rows for d in docs) == 1 and any(d.num_rows == 0 for d in docs)
+    assert sum(d.num_rows for d in signed) == 1 and any(d.num_rows == 0 for d in signed)
     edges = []
     for p in range(partitions):
         buckets = tasks.bucket_edges(config, partitions, 1, bands[p], exact[p])
         edges.append(buckets[partitions])
-        attached = tasks.attach_u(config, partitions, 1, buckets[p], docs[p])
-        verified = tasks.verify_v(config, 1, attached[p], docs[p])
+        attached = tasks.attach_u(config, partitions, 1, buckets[p], signed[p])
+        verified = tasks.verify_v(config, 1, attached[p], signed[p])
         edges.append(verified[0])
     labelled = [tasks.label_docs(partitions, 0, docs[q]) for q in range(partitions)]
     kept = [
         tasks.keep_clusters(partitions, *[labelled[q][r] for q in range(partitions)])
         for r in range(partitions)
     ]
-    tagged = tasks.attach(block, 0, _Append(), *[k[0] for k in kept])
+    tagged = tasks.attach(block, 0, 0, block.num_rows, *[k[0] for k in kept])
     assert tagged.column("dup_keep").to_pylist() == [True]
     assert tagged.column("dup_cluster_size").to_pylist() == [1]
     assert all(e.num_rows == 0 for e in edges)
-
-
-class _Append:
-    def append(self, table: pa.Table, columns: dict) -> pa.Table:
-        for name, values in columns.items():
-            table = table.append_column(
-                name, pa.array(values) if isinstance(values, list) else values
-            )
-        return table
