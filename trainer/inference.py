@@ -63,15 +63,11 @@ class LoadedModel:
 def _single_process_group() -> None:
     from megatron.core import parallel_state
 
-    from trainer.model import _free_port
-
     if not torch.distributed.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ["MASTER_PORT"] = os.environ.get("MASTER_PORT") or str(_free_port())
-        from trainer.local_torchrun import bind_stores_to_loopback
-
-        bind_stores_to_loopback()
-        torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+        # One rank needs no rendezvous: an in-memory store, so no port is held for the rest of
+        # the caller's life and no MASTER_PORT is left in its environment for its children.
+        store = torch.distributed.HashStore()
+        torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
         # A gloo group still alive at interpreter teardown can abort the process
         # ("terminate called without an active exception"): close what we opened.
         atexit.register(_close_process_group)

@@ -66,14 +66,30 @@ def train(
     `callbacks` run after the built-in ones (trainer/callbacks.py); `local`: this process is rank
     `local.rank` of a world started without torchrun.
     """
+    warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*")
+    # A rank in the caller's own process (launch --in-process, the ablation's proxies) must not
+    # leave its rendezvous variables behind: a later child would inherit MASTER_PORT and try to
+    # listen on a port this process may still hold (EADDRINUSE).
+    rank_env = {**(local.environ() if local else {}), "PRETRAIN_TORCH_THREADS": ""}
+    saved = {name: os.environ.get(name) for name in rank_env}
+    if local is not None:
+        os.environ.update(local.environ())
+    os.environ.setdefault("PRETRAIN_TORCH_THREADS", str(default_threads(1)))
+    try:
+        return _run(config, smoke, callbacks)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _run(config: TrainConfig, smoke: bool, callbacks: Sequence[Callback]) -> dict[str, Any]:
     import torch
 
     from trainer.loop import Trainer
 
-    warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*")
-    if local is not None:
-        os.environ.update(local.environ())
-    os.environ.setdefault("PRETRAIN_TORCH_THREADS", str(default_threads(1)))
     run_dir = Path(config.run.out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
