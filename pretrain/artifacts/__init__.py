@@ -1,9 +1,10 @@
 """Typed artifacts: the seams between the packages.
 
 One module per artifact kind, each with a pydantic manifest model, `open(dir)` that verifies the
-artifact (pretrain.manifest.require: kind, identity, every byte) and returns a typed reader, and
-`write(...)` that checks the kind's fields and writes the manifest last, recording the command
-`pretrain.cli.main` captured (pretrain.command). A package reads another package's output only
+artifact (pretrain.manifest.require: kind, identity, every byte) and returns a typed reader. The
+shards, evalset and ablation modules also have `write(...)`, which checks the kind's fields and
+writes the manifest last, recording the command `pretrain.cli.main` captured (pretrain.command);
+the other kinds' builders still call pretrain.manifest.write_manifest with that command. A package reads another package's output only
 through these readers:
 
 - `shards`: tagged Parquet shards (`pretrain data run`)

@@ -9,9 +9,8 @@ describes document i of that `.bin` (`doc_index`, `id`, `num_tokens` incl. EOD, 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import ConfigDict, Field
 
@@ -76,27 +75,3 @@ def open(
     encoded = Encoded(root, manifest, raw)
     encoded.prefix_paths()
     return encoded
-
-
-def write(
-    directory: str | os.PathLike,
-    *,
-    config: Mapping[str, Any] | None,
-    inputs: Sequence[str | os.PathLike],
-    counts: Mapping[str, Any] | None,
-    tokenizer: dict[str, Any],
-    prefixes: list[str],
-    token_dtype: str,
-    eod_id: int,
-    shards: dict[str, dict[str, Any]],
-) -> dict[str, Any]:
-    fields = {
-        "tokenizer": tokenizer,
-        "prefixes": prefixes,
-        "token_dtype": token_dtype,
-        "eod_id": eod_id,
-        "shards": shards,
-    }
-    return base.write(
-        directory, EncodedManifest, fields, config=config, inputs=inputs, counts=counts
-    )

@@ -7,7 +7,6 @@ files, loadable with `transformers.AutoModelForCausalLM.from_pretrained(DIR)`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -43,19 +42,3 @@ def is_export(directory: str | os.PathLike) -> bool:
 
     path = os.fspath(directory)
     return os.path.isfile(os.path.join(path, MANIFEST)) and load_manifest(path)["kind"] == KIND
-
-
-def write(
-    directory: str | os.PathLike,
-    *,
-    config: Mapping[str, Any] | None,
-    inputs: Sequence[str | os.PathLike],
-    counts: Mapping[str, Any] | None,
-    tokenizer: dict[str, Any],
-    architecture: str,
-    source: dict[str, Any],
-) -> dict[str, Any]:
-    fields = {"tokenizer": tokenizer, "architecture": architecture, "source": source}
-    return base.write(
-        directory, ExportManifest, fields, config=config, inputs=inputs, counts=counts
-    )

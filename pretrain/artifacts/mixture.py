@@ -8,7 +8,6 @@ i // global_batch. The dataset over it is `mixtures.dataset.MixtureDataset`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -80,17 +79,3 @@ class Mixture(base.Artifact[MixtureManifest]):
 def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None = None) -> Mixture:
     root, manifest, raw = base.verified(directory, MixtureManifest, deep=deep, full=full)
     return Mixture(root, manifest, raw)
-
-
-def write(
-    directory: str | os.PathLike,
-    fields: dict[str, Any],
-    *,
-    config: Mapping[str, Any] | None,
-    inputs: Sequence[str | os.PathLike],
-    counts: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """`fields`: the MixtureManifest fields above (checked: an unknown one is refused)."""
-    return base.write(
-        directory, MixtureManifest, fields, config=config, inputs=inputs, counts=counts
-    )

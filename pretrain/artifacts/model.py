@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -70,14 +69,3 @@ def open(
         )
     root, manifest, raw = base.verified(directory, model, deep=False)
     return Model(root, manifest, raw)
-
-
-def write(
-    directory: str | os.PathLike,
-    kind: str,
-    model: dict[str, Any],
-    *,
-    config: Mapping[str, Any] | None,
-    counts: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    return base.write(directory, _MODELS[kind], {"model": model}, config=config, counts=counts)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -60,15 +59,3 @@ class Run(base.Artifact[RunManifest]):
 def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None = None) -> Run:
     root, manifest, raw = base.verified(directory, RunManifest, deep=deep, full=full)
     return Run(root, manifest, raw)
-
-
-def write(
-    directory: str | os.PathLike,
-    fields: dict[str, Any],
-    *,
-    config: Mapping[str, Any] | None,
-    inputs: Sequence[str | os.PathLike],
-    counts: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """`fields`: the RunManifest fields (checked: an unknown one is refused)."""
-    return base.write(directory, RunManifest, fields, config=config, inputs=inputs, counts=counts)

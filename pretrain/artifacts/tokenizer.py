@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -113,18 +112,3 @@ def open(directory: str | os.PathLike, *, full: bool | None = None) -> Tokenizer
     lock, sha = verified_lock(root)  # the lock's refusals first: they name the edited file
     root, manifest, raw = base.verified(root, TokenizerManifest, full=full)
     return Tokenizer(root, manifest, raw, lock, sha)
-
-
-def write(
-    directory: str | os.PathLike,
-    *,
-    config: Mapping[str, Any] | None,
-    inputs: Sequence[str | os.PathLike],
-    counts: Mapping[str, Any] | None,
-    tokenizer: dict[str, Any],
-    library: dict[str, str],
-) -> dict[str, Any]:
-    fields = {"tokenizer": tokenizer, "library": library}
-    return base.write(
-        directory, TokenizerManifest, fields, config=config, inputs=inputs, counts=counts
-    )
