@@ -74,7 +74,7 @@ def run_sample(inputs: Path, out: Path, stages: dict[str, Any], home: Path) -> d
         "LANG": "C.UTF-8",
         "OMP_NUM_THREADS": "1",
     }
-    cmd = [sys.executable, "-m", "pretrain.cli", "data", "run", str(config), "-q"]
+    cmd = [sys.executable, "-m", "pretrain_app", "data", "run", str(config), "-q"]
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
     if run.returncode != 0:
         raise RuntimeError(run.stderr[-3000:])

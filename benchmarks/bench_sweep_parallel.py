@@ -32,7 +32,7 @@ def _sweep(
 ) -> dict[str, Any]:
     from evals.demo import _sweep_config
     from evals.sweep import run_sweep, runs_dir
-    from pretrain.demo import DemoContext
+    from pretrain_app.demo import DemoContext
 
     ctx = DemoContext(out=work)
     ctx.artifacts["tokenizer"] = demo_out / "tokenizer"

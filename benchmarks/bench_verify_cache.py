@@ -144,7 +144,7 @@ def main() -> None:
         yaml_path = work / "train.yaml"
         yaml_path.write_text(yaml.safe_dump(train_config(mixture, work / "run")))
         start = time.perf_counter()
-        cli = [sys.executable, "-m", "pretrain.cli", "launch", str(yaml_path), "--dry-run"]
+        cli = [sys.executable, "-m", "pretrain_app", "launch", str(yaml_path), "--dry-run"]
         subprocess.run(cli, check=True, capture_output=True, env=dict(os.environ))
         dry_run_wall = time.perf_counter() - start
         write_result(

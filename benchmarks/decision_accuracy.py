@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         prepare(args.out, corpus_dir(args.corpus))
         return 0
     if args.step == "sweep":
-        from pretrain.cli import main as pretrain_main
+        from pretrain_app.cli import main as pretrain_main
 
         config = write_configs(
             args.out, args.budget_small, args.budget_large, args.seeds, tuple(args.proxies)

@@ -161,7 +161,7 @@ def eval_step(ctx: Any) -> str:
     argv = [
         sys.executable,
         "-m",
-        "pretrain.cli",
+        "evals",
         "eval",
         "run",
         str(run_dir),

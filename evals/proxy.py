@@ -108,7 +108,7 @@ def _train_argv(spec: dict[str, Any], mixture_dir: Path, train_dir: Path) -> lis
         "checkpoint.keep_last": 1,
         **spec["proxy"]["overrides"],
     }
-    argv = [sys.executable, "-m", "pretrain.cli", "launch", spec["train_config"]]
+    argv = [sys.executable, "-m", "trainer", "launch", spec["train_config"]]
     for key, value in sets.items():
         argv += ["--set", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
     return argv + list(spec["launch_args"])
@@ -118,7 +118,7 @@ def _eval_argv(spec: dict[str, Any], train_dir: Path, eval_dir: Path) -> list[st
     argv = [
         sys.executable,
         "-m",
-        "pretrain.cli",
+        "evals",
         "eval",
         "run",
         str(train_dir),

@@ -14,9 +14,12 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     commands = json.loads(Path(args[0]).read_text())
-    from pretrain.cli import main as pretrain_main
+    from evals import cli as evals_cli
+    from pretrain.program import run_commands
+    from trainer import cli as trainer_cli
 
-    code = pretrain_main(commands["train"])
+    modules = [trainer_cli, evals_cli]  # `pretrain ARGV` for the two commands run here
+    code = run_commands(modules, commands["train"])
     if code != 0:
         return code
     # The in-process launch destroyed its process group; reset Megatron's parallel state too,
@@ -24,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     from megatron.core import parallel_state
 
     parallel_state.destroy_model_parallel()
-    return pretrain_main(commands["eval"])
+    return run_commands(modules, commands["eval"])
 
 
 if __name__ == "__main__":

@@ -1,9 +1,13 @@
 """The package graph has no upward arrow and no cycle inside a package (pyproject's
-[tool.importlinter] contracts, checked on the real import graph), and planting either breaks it."""
+[tool.importlinter] contracts, checked on the real import graph, with no exception), no module names
+a higher layer's module in a string (importlib, `python -m`), and planting any of these breaks it."""
 
 from __future__ import annotations
 
+import ast
+import re
 import tomllib
+from importlib.util import find_spec
 from pathlib import Path
 
 import grimp
@@ -54,3 +58,64 @@ def test_a_cycle_inside_a_package_breaks_acyclicity(graph) -> None:
         importer="evals.ablate", imported="evals.sweep", line_number=1, line_contents=""
     )
     assert "evals" in _broken(_contract("acyclic"), graph)
+
+
+def test_the_layers_contract_has_no_exception() -> None:
+    (layers,) = [c for c in CONFIG["contracts"] if c["id"] == "layers"]
+    assert layers["layers"][0] == "pretrain_app" and "ignore_imports" not in layers
+    assert set(layers["layers"]) == set(CONFIG["root_packages"])
+
+
+def _layer_of(name: str) -> int | None:
+    (layers,) = [c["layers"] for c in CONFIG["contracts"] if c["id"] == "layers"]
+    top = name.split(".")[0]
+    return len(layers) - layers.index(top) if top in layers else None
+
+
+def upward_strings(package: str, source: str) -> list[str]:
+    """Strings in `source` (a module of `package`) that name a module of a higher layer: an
+    `importlib` reference `pkg.mod` / `pkg.mod:attr`, or a `python -m pkg` argument."""
+    own = _layer_of(package) or 0
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            ref = node.value.split(":")[0]
+            if re.fullmatch(r"[a-z_]+(\.[a-z_]+)+", ref) or ref != node.value:
+                names.append(ref)
+        if isinstance(node, ast.List | ast.Tuple):
+            items = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+            names += [b for a, b in zip(items, items[1:]) if a == "-m" and isinstance(b, str)]
+        found += [n for n in names if (_layer_of(n) or 0) > own and _is_module(n)]
+    return found
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return find_spec(name) is not None
+    except ModuleNotFoundError:  # a file name such as "tokenizer.json"
+        return False
+
+
+def test_no_module_names_a_higher_layer_in_a_string() -> None:
+    found = {}
+    for package in CONFIG["root_packages"]:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            hits = upward_strings(package, path.read_text())
+            if hits:
+                found[str(path.relative_to(ROOT))] = hits
+    assert found == {}
+
+
+@pytest.mark.parametrize(
+    ("package", "source", "expected"),
+    [
+        ("pretrain", 'STEPS = (("eval", "evals.demo:eval_step"),)', ["evals.demo"]),
+        ("data_pipeline", 'importlib.import_module("tokenizer.encode")', ["tokenizer.encode"]),
+        ("trainer", 'argv = [sys.executable, "-m", "pretrain_app", "launch"]', ["pretrain_app"]),
+        ("evals", 'argv = [sys.executable, "-m", "trainer", "launch"]', []),
+        ("pretrain_app", 'STEPS = (("eval", "evals.demo:eval_step"),)', []),
+    ],
+)
+def test_a_planted_upward_string_is_found(package, source, expected) -> None:
+    assert upward_strings(package, source) == expected

@@ -7,7 +7,16 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCANNED = ("pretrain", "data_pipeline", "tokenizer", "mixtures", "trainer", "evals", "benchmarks")
+SCANNED = (
+    "pretrain_app",
+    "pretrain",
+    "data_pipeline",
+    "tokenizer",
+    "mixtures",
+    "trainer",
+    "evals",
+    "benchmarks",
+)
 WORKSPACE_PATH = re.compile(r"\.\./shared\b|/work/shared\b|[\"']shared[\"']\s*/")
 
 

@@ -93,7 +93,7 @@ def step(ctx: Any) -> str:
         import shutil
 
         shutil.rmtree(run_dir, ignore_errors=True)
-        argv = [sys.executable, "-m", "pretrain.cli", "launch", str(FULL_CONFIG), "--nproc", "1"]
+        argv = [sys.executable, "-m", "trainer", "launch", str(FULL_CONFIG), "--nproc", "1"]
         for item in overrides:
             argv += ["--set", item]
         argv += _gate_args(overrides)

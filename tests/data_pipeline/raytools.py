@@ -42,7 +42,7 @@ def free_port() -> int:
 def data_run(config: dict, path: Path, *extra: str) -> list[str]:
     """The command line of `pretrain data run` on `config` written to `path`."""
     path.write_text(json.dumps(config))
-    return [sys.executable, "-m", "pretrain.cli", "data", "run", str(path), *extra]
+    return [sys.executable, "-m", "pretrain_app", "data", "run", str(path), *extra]
 
 
 def ray_processes(root: psutil.Process) -> list[psutil.Process]:

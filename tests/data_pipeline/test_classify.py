@@ -17,9 +17,9 @@ import yaml
 from data_pipeline.cli import train_classifier
 from data_pipeline.stages.classify import DomainStage, QualityStage
 from pretrain.config import load_config
-from pretrain.demo import sample_dir
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.manifest import load_manifest, manifest_sha256, verify
+from pretrain.sample import sample_dir
 from pretrain.schema import schema_for, validate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -238,7 +238,7 @@ def test_quantized_model_is_smaller_and_still_tags(models, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_cli_trains_the_example_config_as_shipped(tmp_path, monkeypatch, capsys):
-    from pretrain.cli import main
+    from pretrain_app.cli import main
 
     monkeypatch.chdir(REPO)  # the example config names the sample by its repository path
     out = tmp_path / "domain"

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from data_pipeline.stages import base
-from pretrain.cli import main
+from pretrain_app.cli import main
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
 REPO = Path(__file__).resolve().parents[2]

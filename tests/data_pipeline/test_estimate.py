@@ -26,7 +26,7 @@ def _write_config(path: Path, output: Path, stages: dict) -> Path:
 
 
 def _estimate(tmp: Path, config: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pretrain.cli", "data", "estimate", str(config), *args]
+    cmd = [sys.executable, "-m", "pretrain_app", "data", "estimate", str(config), *args]
     env = clean_env(tmp / "home")
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
 

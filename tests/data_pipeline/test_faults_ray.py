@@ -133,7 +133,7 @@ def test_driver_killed_then_rerun_reuses_shards(ray_local, tmp_path) -> None:
         [
             sys.executable,
             "-m",
-            "pretrain.cli",
+            "pretrain_app",
             "data",
             "run",
             str(config),

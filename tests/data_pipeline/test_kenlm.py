@@ -17,9 +17,9 @@ from data_pipeline.models.kenlm_train import LanguageModelConfig, document_perpl
 from data_pipeline.models.mkn import count_orders, discounts, encode, estimate, train_arpa
 from data_pipeline.models.normalization import lm_sentences, normalize, tokenize
 from pretrain.config import load_config
-from pretrain.demo import sample_dir
 from pretrain.errors import ArtifactError, ConfigError, InputError
 from pretrain.manifest import require
+from pretrain.sample import sample_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -192,7 +192,7 @@ def test_config_errors_and_refusals(tmp_path, lm_dir, capsys):
 
 @pytest.mark.timeout(120)
 def test_cli_trains_the_example_config_as_shipped(tmp_path, monkeypatch, capsys):
-    from pretrain.cli import main
+    from pretrain_app.cli import main
 
     monkeypatch.chdir(REPO)  # the example config names the sample by its repository path
     out = tmp_path / "lm"

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from data_pipeline.models.demo_assets import build_demo_models
-from pretrain.demo import SAMPLE_FILES, sample_dir
 from pretrain.manifest import manifest_sha256
+from pretrain.sample import SAMPLE_FILES, sample_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_pipeline_records_model_hashes_cutoffs_and_tags(tmp_path, ray_local):
-    from pretrain.cli import main
+    from pretrain_app.cli import main
 
     raw = tmp_path / "raw"
     raw.mkdir()

@@ -41,7 +41,7 @@ def every_stage(tmp_path_factory) -> dict:
     """A config enabling every stage, with fastText and KenLM models trained here."""
     from data_pipeline.demo import demo_config
     from data_pipeline.models.demo_assets import build_demo_models
-    from pretrain.demo import SAMPLE_FILES, sample_dir
+    from pretrain.sample import SAMPLE_FILES, sample_dir
 
     base = tmp_path_factory.mktemp("every-stage")
     raw = base / "raw"

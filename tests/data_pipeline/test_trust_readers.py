@@ -16,8 +16,8 @@ from data_pipeline.formats import detect_format
 from data_pipeline.inputs import plan_inputs
 from data_pipeline.readers import Fields, InputFile, read_file
 from data_pipeline.stages.extract import ExtractConfig, ExtractStage, clean_text_counted
-from pretrain.cli import main
 from pretrain.errors import InputError
+from pretrain_app.cli import main
 from tests.data_pipeline.test_trust_sizes import prose
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.cli import main
+from pretrain_app.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]

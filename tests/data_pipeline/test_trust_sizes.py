@@ -17,7 +17,7 @@ import pytest
 
 from data_pipeline.dedup import tasks
 from data_pipeline.dedup.config import DedupConfig
-from pretrain.cli import main
+from pretrain_app.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.timeout(300)]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pretrain.cli import main
 from pretrain.errors import GateRefused
 from pretrain.manifest import load_manifest, verify
+from pretrain_app.cli import main
 from tests.evals.chain import TINY_PROXY
 from trainer.gate import check_gate
 

@@ -21,7 +21,7 @@ def _clean_env() -> dict[str, str]:
 
 def _demo(out: Path) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "pretrain.cli", "demo", "--out", str(out)],
+        [sys.executable, "-m", "pretrain_app", "demo", "--out", str(out)],
         env=_clean_env(),
         capture_output=True,
         text=True,

@@ -4,8 +4,8 @@ test_ablate_e2e.py, slow)."""
 from __future__ import annotations
 
 from evals.commands import find_checkpoints, find_tokenizer
-from pretrain.cli import main
 from pretrain.manifest import write_manifest
+from pretrain_app.cli import main
 
 
 def test_a_directory_without_checkpoints_is_refused(tmp_path, capsys):

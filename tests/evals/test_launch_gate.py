@@ -8,8 +8,8 @@ import json
 import pytest
 import yaml
 
-from pretrain.cli import main
 from pretrain.manifest import load_manifest
+from pretrain_app.cli import main
 
 TINY_FULL = {
     "run": {"kind": "full", "train_steps": 2, "seed": 3},

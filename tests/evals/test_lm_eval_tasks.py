@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.cli import main
 from pretrain.errors import InputError
+from pretrain_app.cli import main
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "evals" / "lm_eval"
 pytestmark = pytest.mark.timeout(240)

@@ -12,8 +12,8 @@ import yaml
 
 from evals.bpb import load_eval_sets
 from mixtures.decontaminate import contaminated_ids
-from pretrain.cli import main
 from pretrain.manifest import verify, write_manifest
+from pretrain_app.cli import main
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "evals"
 WORDS = [

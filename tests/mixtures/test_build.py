@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from mixtures import sampler
-from pretrain.cli import main
 from pretrain.manifest import load_manifest
+from pretrain_app.cli import main
 from tests.mixtures.conftest import TOKENIZER_SHA, make_encoded, mixture_config
 
 pytestmark = pytest.mark.timeout(120)

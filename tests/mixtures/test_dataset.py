@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from mixtures.dataset import MixtureDataset
-from pretrain.cli import main
 from pretrain.errors import ArtifactError, ConfigError
+from pretrain_app.cli import main
 from tests.mixtures.conftest import EOD, doc_tokens, make_encoded, mixture_config
 
 pytestmark = pytest.mark.timeout(120)

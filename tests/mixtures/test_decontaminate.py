@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from pretrain.cli import main
 from pretrain.manifest import load_manifest, write_manifest
+from pretrain_app.cli import main
 from tests.mixtures.conftest import mixture_config
 
 pytestmark = pytest.mark.timeout(120)

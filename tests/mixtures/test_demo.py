@@ -9,8 +9,8 @@ import pytest
 
 from mixtures.dataset import MixtureDataset
 from mixtures.demo import GLOBAL_BATCH, SEQ_LENGTH, step
-from pretrain.demo import DemoContext
 from pretrain.manifest import sha256_file, write_manifest
+from pretrain_app.demo import DemoContext
 from tests.mixtures.conftest import make_encoded
 
 

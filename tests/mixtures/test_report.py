@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pretrain.cli import main
+from pretrain_app.cli import main
 from tests.mixtures.conftest import mixture_config
 
 pytestmark = pytest.mark.timeout(120)

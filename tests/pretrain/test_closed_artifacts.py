@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from pretrain.cli import main
 from pretrain.errors import ArtifactError
 from pretrain.hashcache import cache_dir, file_sha256
 from pretrain.manifest import atomic_write_json, load_manifest, verify, write_manifest
+from pretrain_app.cli import main
 from tests.evals.test_sets import make_shards
 from tests.mixtures.conftest import make_encoded, mixture_config
 

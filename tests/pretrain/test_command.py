@@ -1,5 +1,5 @@
 """The command behind an artifact is the `pretrain ...` argv that made it, captured once in
-`pretrain.cli.main(argv)`: right for in-process calls (a proxy run), for nested calls, and outside
+`pretrain_app.cli.main(argv)`: right for in-process calls (a proxy run), for nested calls, and outside
 the CLI (the process's own command line)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import sys
 import pytest
 import yaml
 
-from pretrain.cli import main
 from pretrain.command import capture, current_command
 from pretrain.manifest import load_manifest, write_manifest
+from pretrain_app.cli import main
 from tests.trainer.trainer_testlib import tiny_config
 
 
@@ -26,7 +26,7 @@ def test_in_process_launch_records_its_own_argv(tmp_path):
     path = tmp_path / "train.yaml"
     path.write_text(yaml.safe_dump(tiny_config(run_dir, run={"train_steps": 2})))
     argv = ["launch", str(path), "--in-process", "--set", "checkpoint.every=1"]
-    code = f"import sys; from pretrain.cli import main; sys.exit(main({argv!r}))"
+    code = f"import sys; from pretrain_app.cli import main; sys.exit(main({argv!r}))"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MASTER_"))}
     proc = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False

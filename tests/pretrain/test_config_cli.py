@@ -4,9 +4,9 @@ import sys
 import pytest
 from pydantic import Field
 
-from pretrain.cli import build_parser, main
 from pretrain.config import StrictModel, config_sha256, load_config
 from pretrain.errors import ConfigError
+from pretrain_app.cli import build_parser, main
 
 
 class Inner(StrictModel):
@@ -68,7 +68,7 @@ def test_help_lists_every_command_of_the_design():
         "eval",
     } <= commands
     out = subprocess.run(
-        [sys.executable, "-m", "pretrain.cli", "data", "--help"],
+        [sys.executable, "-m", "pretrain_app", "data", "--help"],
         capture_output=True,
         text=True,
         timeout=120,

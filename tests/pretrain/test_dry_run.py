@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pretrain.cli import main
-from pretrain.demo import sample_dir
+from pretrain.sample import sample_dir
+from pretrain_app.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "tests" / "data" / "data_pipeline" / "docs.jsonl"

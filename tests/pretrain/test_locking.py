@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pretrain.cli import main
 from pretrain.locking import OutputLocked, lock_path, output_lock, read_holder
 from pretrain.manifest import load_manifest
+from pretrain_app.cli import main
 from tests.mixtures.conftest import make_encoded, mixture_config
 
 pytestmark = pytest.mark.timeout(120)

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.cli import main
 from pretrain.errors import ArtifactError
 from pretrain.manifest import manifest_sha256, require, verify, write_manifest
+from pretrain_app.cli import main
 
 
 def _artifact(tmp_path: Path) -> Path:

@@ -148,7 +148,7 @@ def test_data_run_piped_prints_a_few_lines(tmp_path):
         "stages: {extract: {}, langid: {}, rules: {}, safety: {}, dedup: {}}\n"
     )
     done = subprocess.run(
-        [sys.executable, "-m", "pretrain.cli", "data", "run", str(config)],
+        [sys.executable, "-m", "pretrain_app", "data", "run", str(config)],
         capture_output=True,
         text=True,
         timeout=380,
@@ -163,7 +163,7 @@ def test_data_run_piped_prints_a_few_lines(tmp_path):
     (log,) = (tmp_path / "out" / ".logs").glob("*.log")
     assert "Started a local Ray instance" in log.read_text()
     verify = subprocess.run(
-        [sys.executable, "-m", "pretrain.cli", "verify", str(tmp_path / "out")],
+        [sys.executable, "-m", "pretrain_app", "verify", str(tmp_path / "out")],
         capture_output=True,
         text=True,
         timeout=120,

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from pretrain.demo import SAMPLE_FILES, sample_dir
+from pretrain.sample import SAMPLE_FILES, sample_dir
 
 
 def test_sample_readme_accounts_for_every_file():

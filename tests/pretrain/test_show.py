@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.cli import main
+from pretrain_app.cli import main
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ SCRIPT = """
 import sys
 from pathlib import Path
 from data_pipeline import demo as pipeline
-from pretrain.demo import DemoContext, sample_step
+from pretrain_app.demo import DemoContext, sample_step
 from tokenizer.config import TokenizerTrainConfig
 from tokenizer.demo import DEMO_SAMPLE_BYTES, DEMO_VOCAB
 from tokenizer.train import train

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pretrain.cli import main
 from pretrain.manifest import load_manifest, sha256_file
+from pretrain_app.cli import main
 from tests.tokenizer.tok_helpers import make_records
 from tokenizer.lock import load_locked
 from tokenizer.synthetic import write_shards

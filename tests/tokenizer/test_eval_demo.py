@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.cli import main
-from pretrain.demo import DemoContext
 from pretrain.manifest import load_manifest, sha256_file, verify
+from pretrain_app.cli import main
+from pretrain_app.demo import DemoContext
 
 
 @pytest.mark.timeout(120)

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from pretrain.cli import main
 from pretrain.errors import LockMismatch
 from pretrain.manifest import load_manifest, manifest_sha256
+from pretrain_app.cli import main
 from tests.tokenizer.tok_helpers import train_config
 from tokenizer.lock import check_match, load_locked
 from tokenizer.shards import shards_identity

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pretrain.cli import main
 from pretrain.manifest import load_manifest, write_manifest
+from pretrain_app.cli import main
 from trainer.checkpoint import list_checkpoints, newest_valid
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pretrain.cli import main
+from pretrain_app.cli import main
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:

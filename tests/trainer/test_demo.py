@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pretrain.demo import DemoContext
 from pretrain.manifest import load_manifest, verify
+from pretrain_app.demo import DemoContext
 from tests.tokenizer.tok_helpers import make_records, train_config
 from trainer.metrics import read_metrics
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.cli import main
 from pretrain.manifest import load_manifest, verify
+from pretrain_app.cli import main
 from tests.trainer.export_check import real_documents
 from tests.trainer.trainer_testlib import tiny_config
 

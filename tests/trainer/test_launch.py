@@ -10,8 +10,8 @@ import sys
 import pytest
 import yaml
 
-from pretrain.cli import main
 from pretrain.manifest import load_manifest
+from pretrain_app.cli import main
 from tests.trainer.trainer_testlib import losses, tiny_config
 
 
@@ -50,7 +50,7 @@ def test_two_torchrun_agents_rendezvous_as_two_nodes(tmp_path):
     argv = [
         sys.executable,
         "-m",
-        "pretrain.cli",
+        "pretrain_app",
         "launch",
         path,
         "--nnodes",

@@ -14,7 +14,7 @@ import psutil
 import pytest
 import yaml
 
-from pretrain.cli import main
+from pretrain_app.cli import main
 from tests.mixtures.conftest import make_encoded, mixture_config
 from tests.trainer.trainer_testlib import tiny_config
 
@@ -99,7 +99,7 @@ def _clean_env() -> dict[str, str]:
 def _start(tmp_path: Path, steps: int) -> subprocess.Popen:
     config = _launch_yaml(tmp_path, tmp_path / "run", run={"train_steps": steps})
     return subprocess.Popen(
-        [sys.executable, "-m", "pretrain.cli", "launch", str(config), "--nproc", "2"],
+        [sys.executable, "-m", "pretrain_app", "launch", str(config), "--nproc", "2"],
         env=_clean_env(),
         stdout=open(tmp_path / "launch.log", "w"),  # noqa: SIM115
         stderr=subprocess.STDOUT,

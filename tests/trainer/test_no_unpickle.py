@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from pretrain.cli import main
 from pretrain.errors import ArtifactError
 from pretrain.manifest import load_manifest, write_manifest
+from pretrain_app.cli import main
 from tests.trainer.trainer_testlib import events, losses, tiny_config
 from trainer.checkpoint import list_checkpoints, newest_valid
 

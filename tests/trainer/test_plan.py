@@ -5,8 +5,8 @@ import textwrap
 
 import pytest
 
-from pretrain.cli import main
 from pretrain.errors import ConfigError
+from pretrain_app.cli import main
 from trainer.config import ModelConfig, TrainConfig
 from trainer.plan import build_plan, narayanan_eq2, parameter_breakdown, zero_model_state_gb
 

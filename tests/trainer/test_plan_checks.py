@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.cli import main
+from pretrain_app.cli import main
 from tests.trainer.trainer_testlib import tiny_config
 from trainer.config import TrainConfig
 from trainer.plan import build_plan

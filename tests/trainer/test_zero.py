@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from pretrain.cli import main
+from pretrain_app.cli import main
 from tests.trainer.trainer_testlib import losses, tiny_config
 from trainer.worker import spawn_ranks
 

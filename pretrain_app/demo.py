@@ -1,32 +1,27 @@
 """`pretrain demo`: the main job end to end on the embedded sample.
 
 Each capability adds one step: a function `step(ctx: DemoContext) -> str` in its package's
-`demo.py`, listed in DEMO_STEPS. A step reads the artifacts earlier steps put in `ctx.artifacts`,
-writes its own under `ctx.out`, and returns a one-line summary.
+`demo.py`, listed in DEMO_STEPS (imported, not named by a string, so go-to-definition works). A
+step reads the artifacts earlier steps put in `ctx.artifacts`, writes its own under `ctx.out`, and
+returns a one-line summary.
 """
 
 from __future__ import annotations
 
-import importlib
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
+from data_pipeline import demo as pipeline_demo
+from evals import demo as evals_demo
+from mixtures import demo as mixtures_demo
 from pretrain.locking import writes_output
 from pretrain.manifest import load_manifest, verify, write_manifest
-
-DEMO_STEPS: tuple[tuple[str, str], ...] = (
-    ("sample", "pretrain.demo:sample_step"),
-    ("pipeline", "data_pipeline.demo:step"),
-    ("tokenizer", "tokenizer.demo:step"),
-    ("mixture", "mixtures.demo:step"),
-    ("ablation", "evals.demo:ablation_step"),
-    ("launch", "trainer.demo:step"),
-    ("eval", "evals.demo:eval_step"),
-)
+from pretrain.sample import SAMPLE_FILES, sample_dir
+from tokenizer import demo as tokenizer_demo
+from trainer import demo as trainer_demo
 
 
 @dataclass
@@ -46,13 +41,6 @@ class DemoContext:
         return True
 
 
-def sample_dir() -> Path:
-    return Path(str(resources.files("pretrain.sample")))
-
-
-SAMPLE_FILES = ("web.warc.gz", "prose.jsonl.gz", "code.parquet", "bad.jsonl")
-
-
 def sample_step(ctx: DemoContext) -> str:
     """Copy the embedded sample into a `raw` artifact so every later artifact has lineage."""
     target = ctx.out / "raw"
@@ -70,9 +58,15 @@ def sample_step(ctx: DemoContext) -> str:
     return f"{len(manifest['files'])} raw input files, {size / 1e6:.1f} MB -> {target}"
 
 
-def _load_step(ref: str) -> Callable[[DemoContext], str]:
-    module_name, _, func_name = ref.partition(":")
-    return getattr(importlib.import_module(module_name), func_name)
+DEMO_STEPS: tuple[tuple[str, Callable[[DemoContext], str]], ...] = (
+    ("sample", sample_step),
+    ("pipeline", pipeline_demo.step),
+    ("tokenizer", tokenizer_demo.step),
+    ("mixture", mixtures_demo.step),
+    ("ablation", evals_demo.ablation_step),
+    ("launch", trainer_demo.step),
+    ("eval", evals_demo.eval_step),
+)
 
 
 @writes_output("out")
@@ -81,8 +75,7 @@ def run_demo(out: str | Path, force: bool = False) -> int:
     ctx.out.mkdir(parents=True, exist_ok=True)
     total_start = time.perf_counter()
     rows = []
-    for name, ref in DEMO_STEPS:
-        step = _load_step(ref)
+    for name, step in DEMO_STEPS:
         print(f"[demo] {name:<10} running ...", flush=True)
         start = time.perf_counter()
         summary = step(ctx)

@@ -10,7 +10,7 @@ from importlib.metadata import version
 
 CHECK = """
 import sys
-from pretrain.cli import main
+from pretrain_app.cli import main
 try:
     main(["--version"])
 except SystemExit as exc:
