@@ -1,7 +1,8 @@
 """The command behind an artifact, captured once where the `pretrain` program parses its argv.
 
-Every manifest records the command that made it. `pretrain.cli.main(argv)` captures `argv` here
-for the length of the call (so an in-process `main([...])`, as a proxy run does, records its own
+Every manifest records the command that made it. `pretrain.program.run` (which
+`pretrain_app.cli.main(argv)` and `python -m trainer|evals` call) captures `argv` here for the
+length of the call (so an in-process `main([...])`, as a proxy run does, records its own
 arguments, not the enclosing process's `sys.argv`); writers read it with `current_command()`.
 """
 
