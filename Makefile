@@ -1,4 +1,5 @@
-# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv on first use.
+# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv on first use,
+# with PY (python3.11 from PATH unless given: `make demo PY=/opt/python3.11/bin/python3`).
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,8 +8,15 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 .PHONY: install demo test test-slow lint format bench clean
 
+# `sh_py_is_311 INTERPRETER, WHAT, REMEDY`: a one-line error (exit 2) unless INTERPRETER is 3.11.
+sh_py_is_311 = v=$$($(1) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) \
+  || v="no interpreter"; test "$$v" = 3.11 \
+  || { echo "make: $(2) must be Python 3.11 (found: $$v); $(3)" >&2; exit 2; }
+
 $(STAMP): pyproject.toml constraints.txt
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@test -x $(BIN)/python || { $(call sh_py_is_311,$(PY),PY=$(PY),run \
+	  make PY=/path/to/python3.11); $(PY) -m venv $(VENV); }
+	@$(call sh_py_is_311,$(BIN)/python,$(BIN)/python,run make clean then make PY=/path/to/python3.11)
 	$(BIN)/pip install -q --upgrade pip wheel setuptools
 	# torch, megatron-core and psutil in one resolver run, or pip pulls a multi-GB CUDA torch.
 	$(BIN)/pip install -q -c constraints.txt torch megatron-core psutil

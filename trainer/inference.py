@@ -63,16 +63,19 @@ class LoadedModel:
 def _single_process_group() -> None:
     from megatron.core import parallel_state
 
-    if not torch.distributed.is_initialized():
-        # One rank needs no rendezvous: an in-memory store, so no port is held for the rest of
-        # the caller's life and no MASTER_PORT is left in its environment for its children.
-        store = torch.distributed.HashStore()
-        torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
-        # A gloo group still alive at interpreter teardown can abort the process
-        # ("terminate called without an active exception"): close what we opened.
-        atexit.register(_close_process_group)
-    if not parallel_state.model_parallel_is_initialized():
-        parallel_state.initialize_model_parallel(1, 1)
+    from trainer.local_torchrun import loopback_gloo
+
+    with loopback_gloo():  # gloo's device listeners on 127.0.0.1, not the host's address
+        if not torch.distributed.is_initialized():
+            # One rank needs no rendezvous: an in-memory store, so no port is held for the rest
+            # of the caller's life and no MASTER_PORT is left in its environment for children.
+            store = torch.distributed.HashStore()
+            torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
+            # A gloo group still alive at interpreter teardown can abort the process
+            # ("terminate called without an active exception"): close what we opened.
+            atexit.register(_close_process_group)
+        if not parallel_state.model_parallel_is_initialized():
+            parallel_state.initialize_model_parallel(1, 1)
 
 
 def _close_process_group() -> None:

@@ -31,7 +31,12 @@ class LocalRank:
     port: int
 
     def environ(self) -> dict[str, str]:
+        """torchrun's variables, and gloo's sockets on loopback unless GLOO_SOCKET_IFNAME is set
+        (the store on 127.0.0.1 binds loopback only: trainer/local_torchrun.py)."""
+        from trainer.local_torchrun import loopback_interface
+
         return {
+            "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME") or loopback_interface(),
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(self.port),
             "RANK": str(self.rank),
@@ -100,5 +105,10 @@ def _run(config: TrainConfig, smoke: bool, callbacks: Sequence[Callback]) -> dic
             return trainer.finish({"smoke": smoke_checks(trainer)})
         return trainer.fit()
     finally:
+        from megatron.core import parallel_state
+
+        # megatron's groups go with the process group: left registered, a later in-process
+        # load_model (same process) would reuse groups of a destroyed world (ValueError)
+        parallel_state.destroy_model_parallel()
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
