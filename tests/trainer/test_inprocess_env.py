@@ -45,10 +45,12 @@ def test_in_process_rank_listens_on_loopback_only(tmp_path):
     from pretrain.config import parse_config
     from tests.trainer.trainer_testlib import tiny_config
     from trainer.config import TrainConfig
+    from trainer.inference import _close_process_group
     from trainer.local_torchrun import loopback_interface
     from trainer.model import _free_port
     from trainer.train import LocalRank, train
 
+    _close_process_group()  # a model loaded in-process by an earlier test keeps its group
     config = parse_config(TrainConfig, tiny_config(tmp_path / "run", run={"train_steps": 1}))
     before, gloo_before = _listening(), os.environ.get("GLOO_SOCKET_IFNAME")
     probe = _ListenProbe()
