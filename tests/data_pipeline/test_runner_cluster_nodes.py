@@ -3,11 +3,10 @@ with `ray start --address`, each with its own temp dir and CPUs), driven by `pre
 --ray-address` from a fresh shell with every stage enabled (fastText and KenLM models trained here,
 dedup and perplexity included):
 
-the shards, rejects and ledger are byte-identical to the embedded local run.
-
-Not here yet: the same job with the second node's raylet SIGKILLed mid-run. It stalls (progress
-stops, the run ends in the ray.timeout_s error); the test that shows it is in this file's git
-history.
+- the shards, rejects and ledger are byte-identical to the embedded local run;
+- with the second node's raylet SIGKILLed while its stage actors work, the job still finishes
+  with byte-identical output (Ray Data retries the lost tasks and restarts the lost actors; the
+  dedup tasks retry and lost objects are rebuilt from lineage).
 """
 
 from __future__ import annotations
@@ -15,18 +14,24 @@ from __future__ import annotations
 import contextlib
 import gzip
 import shutil
+import signal
 import subprocess
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
 
 from tests.data_pipeline.raytools import (
+    REPO,
+    alive,
     clean_env,
     data_run,
     free_port,
+    ray_processes,
     start_node,
     stop_node,
     token_home,
@@ -120,3 +125,44 @@ def test_two_node_cluster_matches_embedded_run(tmp_path, home, every_stage, embe
         run = run_cli([*argv, "--ray-address", address], env)
     assert run.returncode == 0, run.stderr[-3000:]
     assert outputs(tmp_path / "out") == embedded
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_second_node_killed_mid_run_still_gives_the_same_bytes(
+    tmp_path, home, every_stage, embedded
+) -> None:
+    env = clean_env(home)
+    out = tmp_path / "out"
+    with two_nodes(env) as (address, node):
+        argv = data_run({**every_stage, "output": str(out)}, tmp_path / "p.yaml")
+        run = subprocess.Popen(
+            [*argv, "--ray-address", address],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        killed = _kill_raylet_once_it_works(psutil.Process(node.pid), out, run)
+        stdout, stderr = run.communicate(timeout=800)
+    assert killed, "the second node never ran a stage worker before the job ended"
+    assert run.returncode == 0, stderr[-3000:]
+    assert outputs(out) == embedded
+
+
+def _kill_raylet_once_it_works(node: psutil.Process, out: Path, run: subprocess.Popen) -> bool:
+    """SIGKILL the node's raylet once a stage actor on it has tagged rows; False if the job ended
+    first."""
+    deadline = time.monotonic() + 600
+    while run.poll() is None and time.monotonic() < deadline:
+        procs = alive(ray_processes(node))
+        pids = {p.pid for p in procs}
+        counters = (out / ".parts" / "progress").glob("*.json")
+        if any(int(p.stem.rpartition("-")[2]) in pids for p in counters):
+            for proc in procs:
+                if proc.name() == "raylet":
+                    proc.send_signal(signal.SIGKILL)
+                    return True
+        time.sleep(0.2)
+    return False
