@@ -149,6 +149,20 @@ def connect_ray(config: PipelineConfig, address: str | None) -> bool:
     )
 
 
+def _read_resources(actors: bool, cpus: int) -> dict[str, Any]:
+    """Ray options of the read tasks. Beside the stage actor pool they reserve no CPU, at most
+    one task per CPU of the cluster at start: when a node dies, Ray restarts its stage actors on
+    the nodes left and they may take every CPU there (a 1-CPU head holds two 0.5-CPU actors),
+    while the reads that must run again (their node died with their output blocks) would wait for
+    a CPU forever (the job stalled until ray.timeout_s). Without actors, reads and piece writes
+    are one task that keeps a fractional CPU."""
+    import ray.data
+
+    if not actors:
+        return {"num_cpus": 0.25}
+    return {"num_cpus": 0, "compute": ray.data.TaskPoolStrategy(size=cpus)}
+
+
 def _build_dataset(
     config: PipelineConfig,
     stages: list[Stage],
@@ -166,18 +180,18 @@ def _build_dataset(
         "fields": Fields(text=config.text_field, id=config.id_field),
         "on_unreadable": config.on_unreadable,
     }
+    head, _ = global_parts.plan(stages)
     ds = ray.data.from_items(todo, override_num_blocks=len(todo)).map_batches(
         workers.read_files,
         batch_size=1,
         batch_format="pyarrow",
-        num_cpus=0.25,
+        **_read_resources(bool(head), cpus),
         fn_kwargs={
             "out": str(out),
             "skip": {k: sorted(v) for k, v in done.items()},
             "options": options,
         },
     )
-    head, _ = global_parts.plan(stages)
     if not head:
         return ds.map_batches(
             workers.write_pieces,
