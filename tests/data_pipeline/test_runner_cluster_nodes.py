@@ -40,6 +40,10 @@ from tests.data_pipeline.raytools import (
 )
 from tests.data_pipeline.test_runner_cluster import outputs, run_cli
 
+HANG_S = 1800
+"""A hang guard, not a time limit: the module's fixtures (models trained, the embedded run) run
+inside the first test's time, and a loaded 2-core machine runs all of it several times slower."""
+
 
 @pytest.fixture(scope="module")
 def every_stage(tmp_path_factory) -> dict:
@@ -57,7 +61,7 @@ def every_stage(tmp_path_factory) -> dict:
     config = demo_config(_slice(raw, base / "in"), base / "unused", models).model_dump(mode="json")
     enabled = {k for k, v in config["stages"].items() if v is not None}
     assert {"dedup", "perplexity", "domain", "quality"} <= enabled
-    config.update(shard_rows=40, batch_rows=16, ray={"timeout_s": 600, "num_cpus": 2})
+    config.update(shard_rows=40, batch_rows=16, ray={"timeout_s": 1200, "num_cpus": 2})
     return config
 
 
@@ -117,7 +121,7 @@ def two_nodes(env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[bytes
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(HANG_S)
 def test_two_node_cluster_matches_embedded_run(tmp_path, home, every_stage, embedded) -> None:
     env = clean_env(home)
     with two_nodes(env) as (address, _):
@@ -128,41 +132,37 @@ def test_two_node_cluster_matches_embedded_run(tmp_path, home, every_stage, embe
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(HANG_S)
 def test_second_node_killed_mid_run_still_gives_the_same_bytes(
     tmp_path, home, every_stage, embedded
 ) -> None:
     env = clean_env(home)
     out = tmp_path / "out"
-    with two_nodes(env) as (address, node):
+    log = tmp_path / "run.log"  # a file, not a pipe nobody reads while the test waits
+    with two_nodes(env) as (address, node), log.open("w") as sink:
         argv = data_run({**every_stage, "output": str(out)}, tmp_path / "p.yaml")
         run = subprocess.Popen(
-            [*argv, "--ray-address", address],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            [*argv, "--ray-address", address], cwd=REPO, env=env, stdout=sink, stderr=sink
         )
         killed = _kill_raylet_once_it_works(psutil.Process(node.pid), out, run)
-        stdout, stderr = run.communicate(timeout=800)
+        run.wait(timeout=1500)
     assert killed, "the second node never ran a stage worker before the job ended"
-    assert run.returncode == 0, stderr[-3000:]
+    assert run.returncode == 0, log.read_text()[-3000:]
     assert outputs(out) == embedded
 
 
 def _kill_raylet_once_it_works(node: psutil.Process, out: Path, run: subprocess.Popen) -> bool:
-    """SIGKILL the node's raylet once a stage actor on it has tagged rows; False if the job ended
-    first."""
-    deadline = time.monotonic() + 600
-    while run.poll() is None and time.monotonic() < deadline:
+    """SIGKILL the node's raylet once a stage actor on it has tagged rows (its progress counter,
+    named by host and pid, exists); False if the job ended first."""
+    while run.poll() is None:
         procs = alive(ray_processes(node))
         pids = {p.pid for p in procs}
         counters = (out / ".parts" / "progress").glob("*.json")
-        if any(int(p.stem.rpartition("-")[2]) in pids for p in counters):
+        if any(p.stem.rpartition("-")[2] in {str(pid) for pid in pids} for p in counters):
             for proc in procs:
-                if proc.name() == "raylet":
-                    proc.send_signal(signal.SIGKILL)
-                    return True
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    if proc.name() == "raylet":
+                        proc.send_signal(signal.SIGKILL)
+                        return True
         time.sleep(0.2)
     return False
