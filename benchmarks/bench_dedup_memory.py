@@ -7,16 +7,22 @@ words replaced per copy), written as 4 Parquet files per scale (the first 1x, 4x
 Both sides: word 5-grams, 128 permutations, threshold 0.8.
 
 - ours: one local Ray (`--workers` CPUs); its idle cost once started and warmed (Ray's fixed
-  per-process overhead: GCS, raylet, agents, idle workers) is sampled and reported apart, with
-  the start-up time. Timed and sampled per scale (smallest first, workers reused): read Parquet
-  -> DedupStage.apply (exact verification, the default) -> write tagged Parquet, with
-  `ray.worker_memory_mb` = `--budget-mb`.
+  per-process overhead: GCS, raylet, agents, idle workers, and Ray Data's two bookkeeping actors,
+  started by a warm-up job on `WARMUP_DOCS` documents whose cost is the fixed cost of a job) is
+  sampled and reported apart, with the start-up time. Timed and sampled per scale (smallest
+  first, workers reused): read Parquet (one Ray task per file) -> DedupStage.apply (exact
+  verification, the default) -> write tagged Parquet, with `ray.worker_memory_mb` =
+  `--budget-mb`. The input is NOT read with `ray.data.read_parquet`: Ray 2.60's Parquet reader
+  starts 32 `FooterReader` actor processes per read (RAY_DATA_PARQUET_FOOTER_NUM_ACTORS) and
+  kills them after listing; that was the "16-31 worker processes started and reaped per job" of
+  the earlier rows (~1.2 CPU-s of interpreter start-up each), not dedup's own work.
 - datasketch 2.0.0: one process (a child of this one) streams the same Parquet in batches of
   1,024: MinHash.bulk, then per document `query` (a hit = a duplicate) and `insert`.
 
 Every process of the tree is sampled every 0.5 s (benchmarks.proctree): per-process peak RSS,
 the tree's peak total PSS (shared object-store pages counted once), CPU seconds per process.
-Memory per additional document is the slope of the peak total between 1x and 16x.
+Memory per additional document is the slope of the peak total between 1x and 16x; CPU per
+additional document likewise (the steady-state marginal cost, without a job's fixed cost).
 
     .venv/bin/python -m benchmarks.bench_dedup_memory --corpus DIR [--docs 2500] [--budget-mb 512]
 """
@@ -41,6 +47,7 @@ from benchmarks.proctree import MB, TreeSampler, idle_snapshot
 
 SCALES = (1, 4, 16)
 FILES = 4
+WARMUP_DOCS = 64
 NUM_PERM, THRESHOLD = 128, 0.8
 
 
@@ -67,6 +74,16 @@ def _warm(ray, workers: int) -> None:
     ray.get([touch.remote() for _ in range(workers)])
 
 
+def read_input(ray, directory: Path):
+    """A dataset of the input's Parquet files, one Ray task reading each (see the docstring for
+    why not ray.data.read_parquet)."""
+    import ray.data
+
+    read = ray.remote(num_cpus=1)(pq.read_table)
+    files = sorted(str(f) for f in directory.glob("*.parquet"))
+    return ray.data.from_arrow_refs([read.remote(f) for f in files])
+
+
 def start_ray(workers: int, attempts: int = 3) -> tuple[float, TreeSampler]:
     """Start a local Ray (retried: start-up can time out on a loaded machine), warm its workers;
     returns (start-up seconds, one sample of the idle tree: Ray's fixed per-process cost)."""
@@ -85,6 +102,13 @@ def start_ray(workers: int, attempts: int = 3) -> tuple[float, TreeSampler]:
     return time.perf_counter() - start, idle_snapshot()
 
 
+def fixed_cost(directory: Path, docs: list[str], budget_mb: int) -> tuple[dict, TreeSampler]:
+    """A dedup job on WARMUP_DOCS documents (what any job costs before its first document:
+    Ray Data's actors, task submission, the stage's set-up), then the idle tree after it."""
+    job = run_ours(write_input(docs[:WARMUP_DOCS], directory / "in"), directory / "out", budget_mb)
+    return {k: v for k, v in job.items() if k != "dropped"}, idle_snapshot()
+
+
 def run_ours(input_dir: Path, out_dir: Path, budget_mb: int) -> dict:
     """One dedup job on the running Ray, every process of the tree sampled."""
     import ray
@@ -95,14 +119,17 @@ def run_ours(input_dir: Path, out_dir: Path, budget_mb: int) -> dict:
     stage = DedupStage(DedupConfig(), worker_memory_mb=budget_mb)
     with TreeSampler() as sampler:
         wall = time.perf_counter()
-        stage.apply(ray.data.read_parquet(str(input_dir))).write_parquet(str(out_dir))
+        stage.apply(read_input(ray, input_dir)).write_parquet(str(out_dir))
         wall = time.perf_counter() - wall
     keep = pq.read_table(out_dir, columns=["id", "dup_keep"])
     dropped = keep.filter(pa.compute.invert(keep.column("dup_keep"))).column("id").to_pylist()
-    job_roles = ("driver", "worker")
+    job_roles = ("driver", "worker", "ray-data-actor")
     return {
         "wall_s": round(wall, 2),
         "cpu_s_driver_and_workers": round(sampler.cpu_s(job_roles), 2),
+        "cpu_s_in_dedup_tasks": round(stage.cost["cpu_s"], 2),
+        "cpu_s_ray_data_actors": round(sampler.cpu_s(("ray-data-actor",)), 2),
+        "worker_processes_started": sampler.started(("worker", "ray-data-actor")),
         "cpu_s_ray_system": round(sampler.cpu_s() - sampler.cpu_s(job_roles), 2),
         "peak_total_pss_mb": round(sampler.peak_total_pss_mb, 1),
         "peak_total_rss_mb": round(sampler.peak_total_rss_mb, 1),
@@ -177,9 +204,10 @@ def _slope(points: dict[int, float], docs: dict[int, int], unit: float = MB) -> 
     return (points[high] - points[low]) * unit / max(1, docs[high] - docs[low])
 
 
-def summarise(ours: dict, trove: dict, docs: dict[int, int], budget_mb: int) -> dict:
+def summarise(ours: dict, trove: dict, docs: dict[int, int], budget_mb: int, warm: dict) -> dict:
     """The comparison rows: CPU-seconds per document, bytes per additional document, budget."""
     top = max(docs)
+    fixed = warm["cpu_s_driver_and_workers"]
     ours_job = {s: ours[s]["peak_total_pss_mb"] - ours[s]["idle_total_pss_mb"] for s in ours}
     agree = {
         s: len(set(ours[s]["dropped"]) & set(trove[s]["dropped"]))
@@ -191,7 +219,16 @@ def summarise(ours: dict, trove: dict, docs: dict[int, int], budget_mb: int) -> 
         "ours_cpu_s_per_doc_with_ray_system": round(
             (ours[top]["cpu_s_driver_and_workers"] + ours[top]["cpu_s_ray_system"]) / docs[top], 6
         ),
+        "ours_cpu_s_per_doc_less_fixed_job_cost": round(
+            (ours[top]["cpu_s_driver_and_workers"] - fixed) / docs[top], 6
+        ),
+        "ours_cpu_s_per_doc_in_dedup_tasks": round(
+            ours[top]["cpu_s_in_dedup_tasks"] / docs[top], 6
+        ),
         "datasketch_cpu_s_per_doc": round(trove[top]["cpu_s"] / docs[top], 6),
+        "ours_cpu_s_per_additional_doc_in_dedup_tasks": round(
+            _slope({k: v["cpu_s_in_dedup_tasks"] for k, v in ours.items()}, docs, 1), 6
+        ),
         # the slope between the smallest and the largest scale: what one more document costs,
         # without the fixed cost of a job (Ray task and dataset set-up, imports in the child)
         "ours_cpu_s_per_additional_doc": round(
@@ -208,6 +245,10 @@ def summarise(ours: dict, trove: dict, docs: dict[int, int], budget_mb: int) -> 
             _slope({s: trove[s]["peak_pss_mb"] for s in trove}, docs)
         ),
         "worker_peak_rss_mb_by_scale": {s: ours[s]["worker_peak_rss_mb"] for s in ours},
+        "worker_peak_uss_mb_by_scale": {
+            s: ours[s]["by_role"].get("worker", {}).get("max_peak_uss_mb") for s in ours
+        },
+        "worker_processes_started_by_scale": {s: ours[s]["worker_processes_started"] for s in ours},
         "under_budget_at_every_scale": all(ours[s]["worker_peak_rss_mb"] < budget_mb for s in ours),
         "dropped_by_scale": {
             s: {"ours": len(ours[s]["dropped"]), "datasketch": len(trove[s]["dropped"])}
@@ -239,7 +280,8 @@ def main(argv: list[str] | None = None) -> None:
         for s in scales:  # before Ray starts: the tree is this process and the baseline's
             trove[s] = run_datasketch(inputs[s])
             print(f"{s}x: datasketch {trove[s]['wall_s']} s, {trove[s]['cpu_s']} CPU-s")
-        startup_s, idle = start_ray(args.workers)
+        startup_s, _ = start_ray(args.workers)
+        warmup, idle = fixed_cost(Path(tmp) / "warm", all_docs, args.budget_mb)
         for s in scales:  # smallest first: a reused worker starts no larger than the run before
             ours[s] = run_ours(inputs[s], Path(tmp) / f"out-{s}x", args.budget_mb)
             ours[s]["idle_total_pss_mb"] = round(idle.peak_total_pss_mb, 1)
@@ -254,9 +296,10 @@ def main(argv: list[str] | None = None) -> None:
         "workers": args.workers,
         "ray_startup_s": round(startup_s, 2),
         "ray_fixed_cost_idle": {"total_pss_mb": round(idle.peak_total_pss_mb, 1), **idle.by_role()},
+        "fixed_cost_job": {"documents": WARMUP_DOCS, **warmup},
         "cpu_count": os.cpu_count(),
         "machine_shared": "yes: 2 cores shared by 8 engineers; CPU seconds are the fairer measure",
-        **summarise(ours, trove, docs, args.budget_mb),
+        **summarise(ours, trove, docs, args.budget_mb, warmup),
         "ours": {s: {k: v for k, v in r.items() if k != "dropped"} for s, r in ours.items()},
         "datasketch": {s: {k: v for k, v in r.items() if k != "dropped"} for s, r in trove.items()},
     }

@@ -18,19 +18,34 @@ import psutil
 MB = 1024 * 1024
 
 
+RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent", "ray::DashboardHead")
+RAY_DATA_ACTORS = (
+    "ray::_StatsActor",
+    "ray::_AutoscalingCoordinatorActor",
+    "ray::AutoscalingRequester",
+)
+"""Actors Ray Data starts once per driver (its stats and autoscaling bookkeeping): a fixed cost."""
+
+
 def role(proc: psutil.Process, driver: int) -> str:
-    """driver / worker / raylet / gcs / ray-system / other, from the command line."""
+    """driver / worker / ray-data-actor / raylet / gcs / ray-system / other, from the command
+    line. The raylet is named by its executable first: its command line carries the worker
+    command (default_worker.py); Ray's agents are named `ray::...` like workers."""
     if proc.pid == driver:
         return "driver"
     try:
         cmd = " ".join(proc.cmdline())
+        exe = os.path.basename(proc.cmdline()[0]) if proc.cmdline() else ""
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return "gone"
+    if exe in ("raylet", "gcs_server"):
+        return exe.replace("_server", "")
+    if cmd.startswith(RAY_AGENTS):
+        return "ray-system"
+    if cmd.startswith(RAY_DATA_ACTORS):
+        return "ray-data-actor"
     if "default_worker.py" in cmd or cmd.startswith("ray::"):
         return "worker"
-    for name in ("raylet", "gcs_server"):
-        if name in cmd:
-            return name.replace("_server", "")
     return "ray-system" if "ray" in cmd else "other"
 
 
@@ -39,6 +54,8 @@ class ProcStats:
     role: str
     peak_rss_mb: float = 0.0
     peak_pss_mb: float = 0.0
+    peak_uss_mb: float = 0.0
+    """Private memory (no shared pages: not the object store's, not mapped libraries)."""
     cpu_start_s: float | None = None
     cpu_last_s: float = 0.0
 
@@ -82,12 +99,16 @@ class TreeSampler:
             stats = self.procs.get(proc.pid)
             if stats is None:
                 stats = self.procs[proc.pid] = ProcStats(role(proc, self.root))
+            elif stats.role == "worker":  # an idle worker may become an actor later
+                now = role(proc, self.root)
+                stats.role = stats.role if now == "gone" else now
             cpu = times.user + times.system
             if stats.cpu_start_s is None:
                 stats.cpu_start_s = cpu if proc.pid in self.known else 0.0
             stats.cpu_last_s = cpu
             stats.peak_rss_mb = max(stats.peak_rss_mb, info.rss / MB)
             stats.peak_pss_mb = max(stats.peak_pss_mb, info.pss / MB)
+            stats.peak_uss_mb = max(stats.peak_uss_mb, info.uss / MB)
             total_pss += info.pss / MB
             total_rss += info.rss / MB
         self.peak_total_pss_mb = max(self.peak_total_pss_mb, total_pss)
@@ -115,13 +136,24 @@ class TreeSampler:
         out: dict[str, dict[str, float]] = {}
         for stats in self.procs.values():
             entry = out.setdefault(
-                stats.role, {"processes": 0, "max_peak_rss_mb": 0.0, "max_peak_pss_mb": 0.0}
+                stats.role,
+                {
+                    "processes": 0,
+                    "max_peak_rss_mb": 0.0,
+                    "max_peak_pss_mb": 0.0,
+                    "max_peak_uss_mb": 0.0,
+                },
             )
             entry["processes"] += 1
             entry["max_peak_rss_mb"] = round(max(entry["max_peak_rss_mb"], stats.peak_rss_mb), 1)
             entry["max_peak_pss_mb"] = round(max(entry["max_peak_pss_mb"], stats.peak_pss_mb), 1)
+            entry["max_peak_uss_mb"] = round(max(entry["max_peak_uss_mb"], stats.peak_uss_mb), 1)
             entry["cpu_s"] = round(entry.get("cpu_s", 0.0) + stats.cpu_s, 2)
         return out
+
+    def started(self, roles: tuple[str, ...]) -> int:
+        """Processes of these roles that appeared while sampling (absent at `start`)."""
+        return sum(1 for pid, s in self.procs.items() if s.role in roles and pid not in self.known)
 
     def cpu_s(self, roles: tuple[str, ...] | None = None) -> float:
         return sum(s.cpu_s for s in self.procs.values() if roles is None or s.role in roles)
