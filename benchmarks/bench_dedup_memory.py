@@ -13,7 +13,7 @@ Both sides: word 5-grams, 128 permutations, threshold 0.8.
   first, workers reused): read Parquet (one Ray task per file) -> DedupStage.apply (exact
   verification, the default) -> write tagged Parquet, with `ray.worker_memory_mb` =
   `--budget-mb`. The input is NOT read with `ray.data.read_parquet`: Ray 2.60's Parquet reader
-  starts 32 `FooterReader` actor processes per read (RAY_DATA_PARQUET_FOOTER_NUM_ACTORS) and
+  starts up to 32 `FooterReader` actor processes per read (RAY_DATA_PARQUET_FOOTER_NUM_ACTORS) and
   kills them after listing; that was the "16-31 worker processes started and reaped per job" of
   the earlier rows (~1.2 CPU-s of interpreter start-up each), not dedup's own work.
 - datasketch 2.0.0: one process (a child of this one) streams the same Parquet in batches of

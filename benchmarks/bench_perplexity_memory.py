@@ -14,7 +14,7 @@ sketch), merge every part's sketch as the driver's `aggregate` does, then bucket
 sketch's rows and bytes. Documents: benchmarks.bench_minhash.make_docs (the development corpus,
 `--corpus`); model: order 5, trained by our `train-lm` code (benchmarks.bench_perplexity).
 
-    .venv/bin/python -m benchmarks.bench_perplexity_memory --corpus DIR [--docs 2000]
+    .venv/bin/python -m benchmarks.bench_perplexity_memory --corpus DIR [--docs 2500]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from benchmarks import bench_minhash, bench_perplexity
 from benchmarks.common import add_corpus_argument, corpus_dir, write_result
+from data_pipeline.models.quantiles import LogHistogramSketch
 
 SCALES = (1, 4, 16)
 
@@ -70,6 +71,7 @@ def child(lm_dir: str, docs: int, part_docs: int, corpus: str) -> dict:
         "rss_before_model_mb": round(before, 1),
         "rss_after_model_mb": round(after_load, 1),
         "peak_rss_mb": round(peak, 1),
+        "stage_peak_mb": round(peak - before, 1),
         "sketch_rows": merged.num_rows,
         "sketch_bytes": merged.nbytes,
         "cutoffs": cutoffs,
@@ -79,8 +81,10 @@ def child(lm_dir: str, docs: int, part_docs: int, corpus: str) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_corpus_argument(parser)
-    parser.add_argument("--docs", type=int, default=2000, help="documents at 1x")
-    parser.add_argument("--part-docs", type=int, default=500, help="documents per part")
+    parser.add_argument("--docs", type=int, default=2500, help="documents at 1x")
+    parser.add_argument(
+        "--part-docs", type=int, default=5000, help="documents per part (the runner's shard_rows)"
+    )
     parser.add_argument("--max-tokens", type=int, default=300_000, help="LM training tokens")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv if argv is not None else [])
@@ -110,6 +114,9 @@ def main(argv: list[str] | None = None) -> None:
             "model_resident_mb_per_arpa_mb": round(max(load_mb) / arpa_mb, 3),
             "part_docs": args.part_docs,
             "peak_rss_mb_by_scale": {s: r["peak_rss_mb"] for s, r in scales.items()},
+            # what the stage adds to the process (the harness holds the scale's texts before)
+            "stage_peak_mb_by_scale": {s: r["stage_peak_mb"] for s, r in scales.items()},
+            "sketch_rows_bound_per_language": LogHistogramSketch().num_bins,
             "sketch_rows_by_scale": {s: r["sketch_rows"] for s, r in scales.items()},
             "sketch_bytes_by_scale": {s: r["sketch_bytes"] for s, r in scales.items()},
             "scales": scales,

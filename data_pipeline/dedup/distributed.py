@@ -48,7 +48,7 @@ class _Runner:
         key = (func, num_returns)
         if key not in self.remotes:
             options = {"max_calls": 1} if self.isolate else {}
-            timed = throughput.timed_task(tasks.released(func), num_returns)
+            timed = throughput.timed_task(func, num_returns)
             self.remotes[key] = self.ray.remote(num_cpus=1, max_retries=2, **options)(timed)
         *refs, cost = self.remotes[key].options(num_returns=num_returns + 1).remote(*args)
         self.costs.append(cost)

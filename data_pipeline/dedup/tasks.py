@@ -7,10 +7,7 @@ Every step also reports its process's peak RSS so a run can show memory per proc
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import resource
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,27 +32,6 @@ EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def release_memory() -> None:
-    """Hand back to the OS what earlier tasks left in this process's allocators (Arrow's pool,
-    glibc's heap). Ray reuses a worker for many tasks: without this a worker's RSS is the sum of
-    what each kind of task kept, not the largest task's peak (measured: benchmarks/
-    bench_dedup_memory.py)."""
-    pa.default_memory_pool().release_unused()
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-def released(func: Callable[..., Any]) -> Callable[..., Any]:
-    """`func`, run after release_memory(): each task starts from what the worker really holds."""
-
-    def run(*args: Any) -> Any:
-        release_memory()
-        return func(*args)
-
-    run.__name__ = run.__qualname__ = getattr(func, "__name__", "task")
-    return run
 
 
 def part_of(values: np.ndarray, partitions: int) -> np.ndarray:

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field, field_validator
 
+from data_pipeline.dedup.budget import BudgetError
 from data_pipeline.models.kenlm_train import KIND, document_perplexity, load_lm_info
 from data_pipeline.models.normalization import NORMALIZATION
 from data_pipeline.models.quantiles import LogHistogramSketch
@@ -37,6 +38,14 @@ from data_pipeline.stages.base import GlobalStage, MapOutput, StageConfig, Stage
 from pretrain.errors import ArtifactError, ConfigError, SchemaError
 from pretrain.manifest import manifest_sha256
 
+WORKER_BASE_MB = 300
+"""A Ray worker scoring one part, without its models: an idle worker (~146 MB,
+benchmarks/bench_dedup_memory.py) plus one part of the runner's shard_rows=5,000 documents of
+~2.7 KB scored and sketched (118 MB, benchmarks/bench_perplexity_memory.py; the same at 4x and
+16x the input: a worker holds one part at a time)."""
+MODEL_RESIDENT_FACTOR = 1.0
+"""Resident bytes of a loaded kenlm.Model per byte of its ARPA file (measured 0.95 on a 4 MB
+order-5 model: same benchmark)."""
 SCORE_CPUS = 0.5
 """Fractional, so scoring tasks still fit beside a pool of stage actors (Ray deadlock note)."""
 _LOADED: dict[tuple[str, str], Any] = {}
@@ -130,6 +139,28 @@ class PerplexityStage(GlobalStage):
 
     def check(self) -> None:
         self.artifacts()
+        self.check_budget()
+
+    def worker_memory_mb(self) -> float:
+        """What one scoring worker needs: its base plus every model it loads. Neither grows with
+        the corpus: a worker holds one part at a time, and the driver's aggregate is the merged
+        sketch (languages x bins, bounded by `bins_per_decade`)."""
+        arpa = sum(
+            (directory / self._info(directory)["languages"][lang]["file"]).stat().st_size
+            for lang, directory in self.artifacts().items()
+        )
+        return WORKER_BASE_MB + MODEL_RESIDENT_FACTOR * arpa / 2**20
+
+    def check_budget(self) -> None:
+        """Refuse, before any work, a `ray.worker_memory_mb` the models cannot fit."""
+        budget = self.context.get("worker_memory_mb")
+        need = self.worker_memory_mb()
+        if budget is not None and need > budget:
+            raise BudgetError(
+                f"stages.perplexity: its KenLM models need ~{need:.0f} MB per worker, more than "
+                f"ray.worker_memory_mb={budget}; raise the budget to at least {need:.0f} or "
+                "prune the models (`pretrain data train-lm` with prune_singletons_from)"
+            )
 
     def models(self) -> dict[str, Path]:
         config = self.config

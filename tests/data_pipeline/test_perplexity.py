@@ -195,3 +195,35 @@ def test_no_scorable_document_gives_no_cutoffs_and_bucket_none(lm_dir, corpus):
     nulls = corpus.set_column(1, "text", pa.nulls(len(corpus), pa.string()))
     tagged = stage.apply_table(nulls)
     assert set(tagged.column("ppl_bucket").to_pylist()) == {"none"} and stage.cutoffs == {}
+
+
+def test_worker_budget_the_models_cannot_fit_is_refused_before_any_work(lm_dir, monkeypatch):
+    """The stage reads ray.worker_memory_mb: its loaded models count against it (the corpus does
+    not: a worker holds one part, the driver one bounded sketch; bench_perplexity_memory)."""
+    from data_pipeline.runner import preflight
+    from data_pipeline.stages import perplexity
+
+    files = json.loads((lm_dir / "model.json").read_text())["languages"].values()
+    arpa_mb = sum((lm_dir / entry["file"]).stat().st_size for entry in files) / 2**20
+    roomy = PerplexityStage(PerplexityStage.Config(model=str(lm_dir)), worker_memory_mb=2048)
+    need = roomy.worker_memory_mb()
+    assert need == pytest.approx(
+        perplexity.WORKER_BASE_MB + perplexity.MODEL_RESIDENT_FACTOR * arpa_mb
+    )
+    roomy.check()
+    tight = PerplexityStage(PerplexityStage.Config(model=str(lm_dir)), worker_memory_mb=int(need))
+    with pytest.raises(ConfigError, match=f"raise the budget to at least {need:.0f}"):
+        tight.check()
+    # the runner hands the stage the job's budget: a model too big for it stops the preflight
+    from data_pipeline.config import PipelineConfig
+
+    config = PipelineConfig(
+        inputs=[str(sample_dir() / "prose.jsonl.gz")],
+        output=str(lm_dir.parent / "out"),
+        stages={"extract": {}, "perplexity": {"model": str(lm_dir)}},
+        ray={"worker_memory_mb": 2048},
+    )
+    preflight(config)
+    monkeypatch.setattr(perplexity, "MODEL_RESIDENT_FACTOR", 4096 / arpa_mb)
+    with pytest.raises(ConfigError, match="ray.worker_memory_mb=2048"):
+        preflight(config)
