@@ -77,7 +77,7 @@ def train_reference_lm(out: Path, max_tokens: int) -> tuple[Path, float]:
         }
     )
     start = time.perf_counter()
-    train_lm(config, command=["benchmarks/bench_perplexity.py"])
+    train_lm(config)
     return out, time.perf_counter() - start
 
 

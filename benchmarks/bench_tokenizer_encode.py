@@ -57,7 +57,6 @@ def _tokenizer(shards: Path) -> Path:
             TokenizerTrainConfig(
                 data=str(shards), out=str(out), vocab_size=32768, sample={"max_bytes": 50_000_000}
             ),
-            command=["bench"],
         )
     return out
 
@@ -141,9 +140,7 @@ def _child(kind: str, shards_dir: Path, tokenizer_dir: Path, out: Path) -> None:
     out.mkdir(parents=True)
     start, cpu_start = time.perf_counter(), _cpu()
     if kind == "ours":
-        tokens = encode(tokenizer_dir, shards_dir, out, backend="inline", command=["bench"])[
-            "counts"
-        ]["tokens"]
+        tokens = encode(tokenizer_dir, shards_dir, out, backend="inline")["counts"]["tokens"]
     elif kind == "datatrove":
         tokens = run_datatrove(tokenizer_dir, shards_dir, out)
     else:

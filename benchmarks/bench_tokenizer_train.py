@@ -89,7 +89,6 @@ def _child(kind: str, shards: str, out: str, vocab: int) -> None:
             TokenizerTrainConfig(
                 data=shards, out=out, vocab_size=vocab, sample={"max_bytes": 10**12}
             ),
-            command=["bench"],
         )
     else:
         from tokenizer.baseline import train_sentencepiece

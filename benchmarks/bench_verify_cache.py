@@ -92,7 +92,7 @@ def make_mixture(encoded: Path, out: Path) -> Path:
         },
         "out": str(out),
     }
-    build_mixture(parse_config(MixtureConfig, config), command=["bench"])
+    build_mixture(parse_config(MixtureConfig, config))
     return out
 
 

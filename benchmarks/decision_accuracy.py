@@ -98,11 +98,10 @@ def prepare(out: Path, corpus: Path) -> None:
     if not (tokenizer / "manifest.json").is_file():
         train(
             TokenizerTrainConfig(data=str(shards), out=str(tokenizer), vocab_size=4096),
-            command=["study"],
         )
     encoded = out / "encoded"
     if not (encoded / "manifest.json").is_file():
-        encode(tokenizer, shards, encoded, backend="inline", command=["study"])
+        encode(tokenizer, shards, encoded, backend="inline")
     evalsets = out / "evalsets"
     if not (evalsets / "manifest.json").is_file():
         build_eval_sets(

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from pretrain.cli_utils import add_command, add_config_args, resolve_config
-from pretrain.command import current_command
 
 
 def run(args: argparse.Namespace) -> int:
@@ -21,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from data_pipeline.runner import run_pipeline
 
-    result = run_pipeline(config, ray_address=args.ray_address, command=current_command())
+    result = run_pipeline(config, ray_address=args.ray_address)
     print(f"pretrain data run: {result.summary()}")
     return 0
 
@@ -118,7 +117,7 @@ def train_classifier(args: argparse.Namespace) -> int:
     config = resolve_config(ClassifierConfig, args)
     if config is None:
         return 0
-    out = run(config, command=current_command())
+    out = run(config)
     info = json.loads((Path(out) / "model.json").read_text(encoding="utf-8"))
     training = info["training"]
     accuracy = training.get("accuracy")
@@ -140,7 +139,7 @@ def train_lm(args: argparse.Namespace) -> int:
     config = resolve_config(LanguageModelConfig, args)
     if config is None:
         return 0
-    out = run(config, command=current_command())
+    out = run(config)
     info = json.loads((Path(out) / "model.json").read_text(encoding="utf-8"))
     for lang, entry in info["languages"].items():
         print(

@@ -7,6 +7,7 @@ from typing import Any
 
 from data_pipeline.config import PipelineConfig
 from data_pipeline.stages.base import STAGE_REGISTRY
+from pretrain.command import recorded
 
 MODEL_STAGES = {"domain": "domain", "quality": "quality", "lm": "perplexity"}
 """build_demo_models() key -> the stage whose `model` setting takes that model artifact."""
@@ -53,7 +54,8 @@ def step(ctx: Any) -> str:
         return f"reused {target}"
     models = demo_models(raw, ctx.out / "models")
     config = demo_config(raw, target, models)
-    result = run_pipeline(config, command=["pretrain", "demo"])
+    with recorded(["pretrain", "demo"]):
+        result = run_pipeline(config)
     ctx.artifacts["shards"] = target
     return (
         f"{result.ledger['documents_in']} docs in, {result.ledger['documents_kept']} kept, "

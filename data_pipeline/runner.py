@@ -45,10 +45,10 @@ from data_pipeline.stages.base import (
     stage_class,
 )
 from pretrain import shards_layout as layout
+from pretrain.artifacts import shards as shards_kind
 from pretrain.config import config_dict, parse_config
 from pretrain.errors import ConfigError, PretrainError
 from pretrain.locking import writes_output
-from pretrain.manifest import write_manifest
 from pretrain.outstore import (
     OutPath,
     lock_target,
@@ -354,7 +354,6 @@ def run_pipeline(
     config: PipelineConfig,
     *,
     ray_address: str | None = None,
-    command: list[str] | None = None,
     progress: bool = True,
 ) -> RunResult:
     """Run the data job described by `config`; returns the ledger and manifest it wrote."""
@@ -405,9 +404,9 @@ def run_pipeline(
     }
     for stage in stages:
         extra.update(stage.manifest_extra())
-    manifest = write_manifest(
+    manifest = shards_kind.write(
         out,
-        "shards",
+        shards_kind.ShardsFields(**extra),
         config=config_dict(config),
         inputs=input_artifacts(inputs),
         counts={
@@ -417,8 +416,6 @@ def run_pipeline(
             "shards": len(shards),
             "text_bytes_kept": led["text_bytes_kept"],
         },
-        extra=extra,
-        command=command,
     )
     return RunResult(
         out,

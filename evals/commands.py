@@ -15,16 +15,15 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from pretrain.artifacts import base as base_artifact
+from pretrain.artifacts import eval_results as eval_artifact
 from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.artifacts import export as export_artifact
+from pretrain.artifacts import run as run_artifact
+from pretrain.artifacts import tokenizer as tokenizer_artifact
 from pretrain.cli_utils import resolve_config
 from pretrain.errors import ArtifactError, LockMismatch
-from pretrain.manifest import (
-    atomic_write_bytes,
-    load_manifest,
-    manifest_sha256,
-    write_manifest,
-)
+from pretrain.manifest import atomic_write_bytes, manifest_sha256
 
 ITER = re.compile(r"^iter_(\d+)$")
 
@@ -66,7 +65,7 @@ def find_checkpoints(path: str | Path) -> tuple[Path, list[tuple[int, Path]]]:
     HF export (its own directory, at the exported step)."""
     path = Path(path)
     if is_export(path):
-        return path, [(int(load_manifest(path)["counts"]["step"]), path)]
+        return path, [(export_artifact.open(path).step, path)]
     match = ITER.match(path.name)
     if match and path.is_dir():
         return path.parent.parent, [(int(match.group(1)), path)]
@@ -91,12 +90,16 @@ def find_tokenizer(run_dir: Path) -> Path:
         if current in seen or not (current / "manifest.json").is_file():
             continue
         seen.add(current)
-        manifest = load_manifest(current)
-        if manifest["kind"] == "tokenizer":
+        manifest = base_artifact.peek(current)
+        if manifest.kind == tokenizer_artifact.KIND:
             return current
-        queue.extend(Path(entry["path"]) for entry in manifest.get("inputs", []))
-        data = (manifest.get("config") or {}).get("data")
-        if manifest["kind"] == "run" and isinstance(data, dict) and data.get("mixture_dir"):
+        queue.extend(Path(entry.path) for entry in manifest.inputs)
+        data = manifest.config.get("data")
+        if (
+            manifest.kind == run_artifact.KIND
+            and isinstance(data, dict)
+            and data.get("mixture_dir")
+        ):
             queue.append(Path(data["mixture_dir"]))
     raise ArtifactError(
         f"no tokenizer artifact found in the lineage of {run_dir}; pass --tokenizer TOKENIZER_DIR"
@@ -240,9 +243,9 @@ def _run_command(args: argparse.Namespace) -> int:
     )
     atomic_write_bytes(out / "results.jsonl", lines.encode())
     plot_capability(records, out / "capability.png")
-    write_manifest(
+    eval_artifact.write(
         out,
-        "eval",
+        eval_artifact.EvalFields(**identity, final=records[-1]["metrics"]),
         config={
             "sets": str(args.sets),
             "tasks": [str(t) for t in tasks],
@@ -252,7 +255,6 @@ def _run_command(args: argparse.Namespace) -> int:
         # the run evaluated is an ancestor too (when it has a manifest: a finished run)
         inputs=[args.sets] + ([run_dir] if (run_dir / "manifest.json").is_file() else []),
         counts={"checkpoints": len(records)},
-        extra={**identity, "final": records[-1]["metrics"]},
     )
     print(f"-> {out / 'results.jsonl'}, {out / 'documents.parquet'}, {out / 'capability.png'}")
     return 0

@@ -18,9 +18,11 @@ from typing import Any
 
 import yaml
 
+from pretrain.artifacts import eval_results as eval_kind
+from pretrain.artifacts import mixture as mixture_kind
+from pretrain.command import recorded
 from pretrain.config import parse_config
 from pretrain.errors import ArtifactError, PretrainError
-from pretrain.manifest import load_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 TRAIN_TEMPLATE = REPO / "configs" / "train_proxy.yaml"
@@ -75,7 +77,7 @@ def _sweep_config(ctx: Any, mixture: Path, evalsets: Path) -> Any:
 
     inputs = ctx.out / "ablation-inputs"
     inputs.mkdir(parents=True, exist_ok=True)
-    resolved = load_manifest(mixture)["config"]
+    resolved = mixture_kind.open(mixture).manifest.config
     (inputs / "mixture.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
     full_tokens = yaml.safe_load(FULL_CONFIG.read_text())["data"].get("train_tokens")
     data = {
@@ -119,15 +121,16 @@ def _chosen_mixture(ctx: Any, mixture: Path, report_dir: Path, chosen_sha: str) 
     from mixtures.build import build_mixture
     from mixtures.recipe import MixtureConfig
 
-    base = load_manifest(mixture)
-    if base["recipe_sha256"] == chosen_sha and base.get("decontaminated", {}).get("evalsets"):
+    base = mixture_kind.open(mixture).manifest
+    if base.recipe_sha256 == chosen_sha and base.decontaminated.get("evalsets"):
         return mixture
     out = ctx.out / "mixture-chosen"
     data = yaml.safe_load((report_dir / "chosen_mixture.yaml").read_text())
     data["out"] = str(out)
     config = parse_config(MixtureConfig, data, source=str(report_dir / "chosen_mixture.yaml"))
-    if not ctx.reuse(out) or load_manifest(out)["recipe_sha256"] != chosen_sha:
-        build_mixture(config, command=["pretrain", "demo"])
+    if not ctx.reuse(out) or mixture_kind.open(out).manifest.recipe_sha256 != chosen_sha:
+        with recorded(["pretrain", "demo"]):
+            build_mixture(config)
     return out
 
 
@@ -178,7 +181,7 @@ def eval_step(ctx: Any) -> str:
     if proc.returncode != 0:
         raise PretrainError(f"pretrain eval run failed: {proc.stderr.strip()[-400:]}")
     ctx.artifacts["eval"] = out
-    final = load_manifest(out)["final"]
+    final = eval_kind.open(out).manifest.final
     domains = ", ".join(
         f"{k[4:]} {v:.3f}"
         for k, v in sorted(final.items())

@@ -15,8 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pretrain.errors import PretrainError
-from pretrain.manifest import atomic_write_json, load_manifest, manifest_sha256
+from pretrain.artifacts import mixture as mixture_kind
+from pretrain.command import recorded
+from pretrain.errors import ArtifactError, PretrainError
+from pretrain.manifest import atomic_write_json, manifest_sha256
 
 RESULT = "result.json"
 
@@ -65,10 +67,16 @@ def _build_mixture(spec: dict[str, Any], out: Path) -> dict[str, Any]:
     data = {"recipe": spec["recipe"], "build": spec["build"], "out": str(out)}
     config = parse_config(MixtureConfig, data, source=f"ablation run {spec['run_key'][:12]}")
     if (out / "manifest.json").is_file():
-        manifest = load_manifest(out)
-        if manifest.get("config") == json.loads(json.dumps(config.model_dump(mode="json"))):
-            return manifest
-    return build_mixture(config, command=["pretrain", "ablate", "(proxy mixture)"]).manifest
+        try:
+            built = mixture_kind.open(out)
+        except ArtifactError:  # edited or damaged since: build it again
+            built = None
+        if built and built.manifest.config == json.loads(
+            json.dumps(config.model_dump(mode="json"))
+        ):
+            return built.raw
+    with recorded(["pretrain", "ablate", "(proxy mixture)"]):
+        return build_mixture(config).manifest
 
 
 def _subprocess(argv: list[str], log: Path, timeout: int, what: str) -> None:

@@ -302,7 +302,7 @@ def write_report(
     plot_ablation(report, out)
     return ablation_artifact.write(
         out,
-        report,
+        ablation_artifact.fields_of(report),
         config=config,
         inputs=inputs,
         counts={

@@ -308,9 +308,8 @@ def _finish(
     }
     return evalset_artifact.write(
         out,
+        evalset_artifact.EvalsetFields(sets=written, tasks=tasks),
         config=config_dict(cfg),
         inputs=[cfg.shards, *cfg.train_shards],
         counts=counts,
-        sets=written,
-        tasks=tasks,
     )

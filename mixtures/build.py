@@ -22,6 +22,7 @@ from mixtures.decontaminate import contaminated_ids
 from mixtures.recipe import MixtureConfig, build_sha256, check_recipe, recipe_sha256
 from mixtures.selection import load_sidecars, select_components, select_sha256
 from pretrain.artifacts import encoded as encoded_artifact
+from pretrain.artifacts import mixture as mixture_kind
 from pretrain.artifacts import tokenizer as tokenizer_artifact
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
@@ -30,7 +31,6 @@ from pretrain.manifest import (
     atomic_write_json,
     load_manifest,
     manifest_sha256,
-    write_manifest,
 )
 from pretrain.progress import Progress
 from tokenizer.lock import check_match
@@ -139,7 +139,7 @@ def prepare(config: MixtureConfig) -> Prepared:
 
 
 @writes_output("config.out")
-def build_mixture(config: MixtureConfig, command: list[str] | None = None) -> BuildResult:
+def build_mixture(config: MixtureConfig) -> BuildResult:
     """Validate, select, plan, write the artifact; returns its manifest and summary."""
     prepared = prepare(config)
     encoded_dir, tokenizer, exclude = prepared.encoded_dir, prepared.tokenizer, prepared.exclude
@@ -155,21 +155,16 @@ def build_mixture(config: MixtureConfig, command: list[str] | None = None) -> Bu
             encoded_sha256=encoded_sha,
             replan_from=old.build_sha256 if old else None,
         )
-        extra = _manifest_extra(config, tokenizer, encoded_sha, build_hash, docs, plan)
-        extra["decontaminated"] = {
+        decontaminated = {
             "evalsets": [manifest_sha256(d) for d in config.build.decontaminate],
             "excluded_ids": len(exclude),
         }
+        fields = _manifest_fields(config, tokenizer, encoded_sha, build_hash, docs, plan)
+        fields = mixture_kind.MixtureFields(**fields.record(), decontaminated=decontaminated)
         inputs = [encoded_dir] + ([Path(config.replan.mixture)] if config.replan else [])
         inputs += [Path(d) for d in config.build.decontaminate]
-        manifest = write_manifest(
-            staging,
-            KIND,
-            config=config_dict(config),
-            inputs=inputs,
-            counts=plan.counts(),
-            extra=extra,
-            command=command,
+        manifest = mixture_kind.write(
+            staging, fields, config=config_dict(config), inputs=inputs, counts=plan.counts()
         )
         _replace_dir(staging, out)
     finally:
@@ -228,44 +223,44 @@ def _contaminated(evalset_dirs: list[str]) -> frozenset[str]:
     return frozenset().union(*(contaminated_ids(d) for d in evalset_dirs))
 
 
-def _manifest_extra(
+def _manifest_fields(
     config: MixtureConfig,
     tokenizer: dict[str, Any],
     encoded_sha: str,
     build_hash: str,
     docs: list[np.ndarray],
     plan: planning.Plan,
-) -> dict[str, Any]:
-    return {
-        "recipe_sha256": recipe_sha256(config.recipe),
-        "build_sha256": build_hash,
-        "tokenizer": tokenizer,
-        "encoded_manifest_sha256": encoded_sha,
-        "global_batch": config.build.global_batch,
-        "seed": config.build.seed,
-        "recipe_name": config.recipe.name,
-        "phases": [
-            {
-                "name": p.name,
-                "seq_length": p.seq_length,
-                "num_sequences": p.num_sequences,
-                "index": index_name(i, p.name),
-                "weights": p.weights,
-            }
+) -> mixture_kind.MixtureFields:
+    return mixture_kind.MixtureFields(
+        recipe_sha256=recipe_sha256(config.recipe),
+        build_sha256=build_hash,
+        tokenizer=tokenizer,
+        encoded_manifest_sha256=encoded_sha,
+        global_batch=config.build.global_batch,
+        seed=config.build.seed,
+        recipe_name=config.recipe.name,
+        phases=[
+            mixture_kind.Phase(
+                name=p.name,
+                seq_length=p.seq_length,
+                num_sequences=p.num_sequences,
+                index=index_name(i, p.name),
+                weights=p.weights,
+            )
             for i, p in enumerate(plan.phases)
         ],
-        "components": [
-            {
-                "name": c.name,
-                "weight": c.weight,
-                "max_epochs": c.max_epochs,
-                "available_tokens": int(d["tokens"].sum()),
-                "documents": int(d.size),
-                "select_sha256": select_sha256(c),
-            }
+        components=[
+            mixture_kind.Component(
+                name=c.name,
+                weight=c.weight,
+                max_epochs=c.max_epochs,
+                available_tokens=int(d["tokens"].sum()),
+                documents=int(d.size),
+                select_sha256=select_sha256(c),
+            )
             for c, d in zip(config.recipe.components, docs, strict=True)
         ],
-    }
+    )
 
 
 def format_summary(result: BuildResult) -> str:

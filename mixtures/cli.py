@@ -6,7 +6,6 @@ import argparse
 from typing import Any
 
 from pretrain.cli_utils import add_command, add_config_args, resolve_config
-from pretrain.command import current_command
 from pretrain.progress import warn
 
 
@@ -45,7 +44,7 @@ def _build(args: argparse.Namespace) -> int:
     config = resolve_config(MixtureConfig, args, _preflight)
     if config is None:
         return 0
-    result = build_mixture(config, command=current_command())
+    result = build_mixture(config)
     for warning in result.warnings:
         warn(f"pretrain mixture build: warning: {warning}")
     print(format_summary(result))

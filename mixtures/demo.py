@@ -11,9 +11,11 @@ from mixtures.build import build_mixture
 from mixtures.recipe import MixtureConfig, resolved_phases
 from mixtures.report import write_report
 from mixtures.selection import Sidecars, component_mask, load_sidecars, select_components
+from pretrain.artifacts import encoded as encoded_kind
+from pretrain.artifacts import mixture as mixture_kind
+from pretrain.command import recorded
 from pretrain.config import apply_overrides, parse_config, read_yaml
 from pretrain.errors import ConfigError
-from pretrain.manifest import load_manifest
 
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "mixture.yaml"
 SEQ_LENGTH = 128
@@ -103,13 +105,16 @@ def step(ctx: Any) -> str:
     """Build `ctx.out/mixture` from ctx.artifacts["encoded"] and ["tokenizer"], report it."""
     encoded, tokenizer = ctx.artifacts["encoded"], ctx.artifacts["tokenizer"]
     out = ctx.out / "mixture"
-    sidecars = load_sidecars(encoded, list(load_manifest(encoded)["prefixes"]))
+    sidecars = load_sidecars(encoded, encoded_kind.open(encoded).manifest.prefixes)
     recipe = _servable(_config(encoded, tokenizer, out), sidecars)
     config = _config(encoded, tokenizer, out, recipe)
     docs = select_components(list(config.recipe.components), sidecars)
     config = _config(encoded, tokenizer, out, recipe, _budget(config, docs))
-    if not ctx.reuse(out) or load_manifest(out).get("config") != config.model_dump(mode="json"):
-        build_mixture(config, command=["pretrain", "demo"])
+    if not ctx.reuse(out) or mixture_kind.open(out).manifest.config != config.model_dump(
+        mode="json"
+    ):
+        with recorded(["pretrain", "demo"]):
+            build_mixture(config)
     report = write_report(out)
     ctx.artifacts["mixture"] = out
     phases = ", ".join(

@@ -2,7 +2,11 @@
 made it, what it was made from (lineage) and what it holds (every file with bytes and sha256).
 
 Consumers call `require(dir, kind=..., sha256=...)`: it refuses, with a one-line remedy, an artifact
-of the wrong kind, with a different identity, or whose files no longer match their hashes.
+of the wrong kind, with a different identity, whose files no longer match their hashes, or whose
+manifest was edited after it was written. Manifest version 2 holds a `seal`, the sha256 of the
+canonical JSON of its other fields (`seal_of`), so a byte changed anywhere in it (a count, a
+path, a field added) is caught even when the JSON still parses; version 1 manifests (no seal)
+are read as they were.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from pretrain.locking import is_lock_file
 from pretrain.progress import LOGS_DIR
 
 MANIFEST = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+SEAL = "seal"
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -34,6 +39,28 @@ def sha256_bytes(data: bytes) -> str:
 def canonical_json(obj: Any) -> bytes:
     """Deterministic JSON bytes (sorted keys, no spaces): the input of every config/recipe hash."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def seal_of(manifest: Mapping[str, Any]) -> str:
+    """The seal of a manifest: sha256 of the canonical JSON of every field but the seal, as the
+    manifest holds them (JSON round-tripped, so tuples and int keys read back the same)."""
+    body = json.loads(json.dumps({k: v for k, v in manifest.items() if k != SEAL}))
+    return sha256_bytes(canonical_json(body))
+
+
+def check_seal(directory: str | os.PathLike, manifest: Mapping[str, Any]) -> None:
+    """Refuse a manifest of version 2 or later whose seal is missing or does not match."""
+    version = manifest.get("manifest_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ArtifactError(
+            f"{Path(directory) / MANIFEST}: manifest_version {version!r} is not one any "
+            "version wrote; the manifest was edited: rebuild the artifact"
+        )
+    if version >= 2 and manifest.get(SEAL) != seal_of(manifest):
+        raise ArtifactError(
+            f"{Path(directory) / MANIFEST} does not match its seal: the manifest was edited "
+            "after it was written; rebuild the artifact with the command it records"
+        )
 
 
 def git_state() -> dict[str, Any]:
@@ -189,6 +216,7 @@ def write_manifest(
         "counts": dict(counts or {}),
         **dict(extra or {}),
     }
+    manifest[SEAL] = seal_of(manifest)
     atomic_write_json(root / MANIFEST, manifest)
     return manifest
 
@@ -243,6 +271,7 @@ def verify(
                 f"{root}: file {rel} does not match its sha256 in the manifest "
                 f"(modified after it was written); {remedy}"
             )
+    check_seal(root, manifest)
     return manifest
 
 

@@ -6,7 +6,6 @@ import argparse
 from typing import Any
 
 from pretrain.cli_utils import add_command, add_config_args, resolve_config
-from pretrain.command import current_command
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -16,7 +15,7 @@ def _train(args: argparse.Namespace) -> int:
     config = resolve_config(TokenizerTrainConfig, args, _train_preflight)
     if config is None:
         return 0
-    manifest = train(config, command=current_command())
+    manifest = train(config)
     sample = manifest["counts"]
     if sample["vocab_size"] < config.vocab_size:
         print(
@@ -45,7 +44,6 @@ def _eval(args: argparse.Namespace) -> int:
         args.data,
         out=args.out,
         baseline=not args.no_baseline,
-        command=current_command(),
     )
     print(format_table(report))
     print(f"report: {report['out']}/report.json, plot: {report['out']}/compression.png")
@@ -68,7 +66,6 @@ def _encode(args: argparse.Namespace) -> int:
         backend="inline" if args.no_ray else "ray",
         num_cpus=args.num_cpus,
         min_prefix_documents=args.min_prefix_documents,
-        command=current_command(),
     )
     counts = manifest["counts"]
     print(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pretrain.artifacts import encoded as encoded_kind
+from pretrain.artifacts import tokenizer_eval as eval_kind
+from pretrain.command import recorded
 from pretrain.errors import ArtifactError
-from pretrain.manifest import load_manifest
 
 DEMO_VOCAB = 4096
 DEMO_SAMPLE_BYTES = 3_000_000
@@ -14,6 +16,11 @@ DEMO_SAMPLE_BYTES = 3_000_000
 
 def step(ctx: Any) -> str:
     """Train (vocab 4096), evaluate (vs SentencePiece) and encode `ctx.artifacts["shards"]`."""
+    with recorded(["pretrain", "demo"]):
+        return _step(ctx)
+
+
+def _step(ctx: Any) -> str:
     from tokenizer.config import TokenizerTrainConfig
     from tokenizer.encode import encode
     from tokenizer.evaluate import evaluate
@@ -35,16 +42,15 @@ def step(ctx: Any) -> str:
                 vocab_size=DEMO_VOCAB,
                 sample={"max_bytes": DEMO_SAMPLE_BYTES},
             ),
-            command=["pretrain", "demo"],
         )
     tokenizer = load_locked(tok_dir)
     eval_dir = tok_dir / "eval"
     if not ctx.reuse(eval_dir):
-        evaluate(tok_dir, shards, out=eval_dir, command=["pretrain", "demo"])
-    report = load_manifest(eval_dir)["summary"]
-    if not ctx.reuse(enc_dir) or load_manifest(enc_dir)["tokenizer"]["sha256"] != tokenizer.sha256:
-        encode(tok_dir, shards, enc_dir, backend="inline", command=["pretrain", "demo"])
-    counts = load_manifest(enc_dir)["counts"]
+        evaluate(tok_dir, shards, out=eval_dir)
+    report = eval_kind.open(eval_dir).manifest.summary
+    if not ctx.reuse(enc_dir) or encoded_kind.open(enc_dir).tokenizer_sha256 != tokenizer.sha256:
+        encode(tok_dir, shards, enc_dir, backend="inline")
+    counts = encoded_kind.open(enc_dir).manifest.counts
     ctx.artifacts["tokenizer"] = tok_dir
     ctx.artifacts["encoded"] = enc_dir
     return (

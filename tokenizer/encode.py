@@ -26,9 +26,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pretrain.artifacts import encoded as encoded_kind
 from pretrain.errors import ArtifactError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_json, load_manifest, write_manifest
+from pretrain.manifest import atomic_write_json, load_manifest
 from pretrain.progress import Progress
 from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.prefixes import MIN_PREFIX_DOCUMENTS, plan_prefixes
@@ -259,7 +260,6 @@ def encode(
     backend: str = "ray",
     num_cpus: float = 1.0,
     min_prefix_documents: int = MIN_PREFIX_DOCUMENTS,
-    command: list[str] | None = None,
 ) -> dict[str, Any]:
     """Encode every shard of a verified `shards` artifact; write the `encoded` manifest last.
 
@@ -292,19 +292,13 @@ def encode(
         "tokens": sum(r.tokens for r in results),
         "shards_skipped": sum(r.skipped for r in results),
     }
-    extra = {
-        "tokenizer": tokenizer.info,
-        "prefixes": [r.stem for r in results],
-        "token_dtype": tokenizer.token_dtype,
-        "shards": shard_counts,
-        "eod_id": tokenizer.eod_id,
-    }
-    return write_manifest(
-        out,
-        KIND,
-        config=config,
-        inputs=[data, tokenizer_dir],
-        command=command,
-        counts=counts,
-        extra=extra,
+    fields = encoded_kind.EncodedFields(
+        tokenizer=tokenizer.info,
+        prefixes=[r.stem for r in results],
+        token_dtype=tokenizer.token_dtype,
+        shards=shard_counts,
+        eod_id=tokenizer.eod_id,
+    )
+    return encoded_kind.write(
+        out, fields, config=config, inputs=[data, tokenizer_dir], counts=counts
     )

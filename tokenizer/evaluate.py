@@ -17,15 +17,16 @@ from typing import Any
 
 import numpy as np
 
+from pretrain.artifacts import tokenizer_eval as eval_kind
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_json, write_manifest
+from pretrain.manifest import atomic_write_json
 from pretrain.progress import Progress
 from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.plots import plot_compression, plot_groups
 from tokenizer.sample import SamplePlan, group_key, stream_sample
 from tokenizer.shards import read_columns, require_shards, same_shards, tag, unit_hash
 
-KIND = "tokenizer-eval"
+KIND = eval_kind.KIND
 MIN_EVAL_DOCS = 20
 MIN_EVAL_BYTES = 20_000
 MAX_EVAL_BYTES = 50_000_000
@@ -188,7 +189,6 @@ def evaluate(
     data: str | Path,
     out: str | Path | None = None,
     baseline: bool = True,
-    command: list[str] | None = None,
 ) -> dict[str, Any]:
     """Evaluate, write report.json + compression.png + manifest into `out`; return the report."""
     tokenizer = load_locked(tokenizer_dir)
@@ -218,14 +218,12 @@ def evaluate(
     summary = _summary(report)
     atomic_write_json(out / "report.json", report)
     plot_compression(report, out / "compression.png")
-    write_manifest(
+    eval_kind.write(
         out,
-        KIND,
+        eval_kind.TokenizerEvalFields(tokenizer=tokenizer.info, summary=summary),
         config={"baseline": baseline},
         inputs=[data, tokenizer_dir],
-        command=command,
         counts={"documents": len(docs)},
-        extra={"tokenizer": tokenizer.info, "summary": summary},
     )
     return report
 

@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pretrain import shards_layout as layout
-from pretrain.manifest import write_manifest
+from pretrain.artifacts import shards as shards_kind
+from pretrain.command import recorded
 from pretrain.nested import pii_struct
 from pretrain.schema import schema_for, split_for
 
@@ -98,12 +99,11 @@ def write_shards(
     if rows:
         flush()
     stage_info = [{"name": s, "version": 1, "config": {}} for s in stages]
-    write_manifest(
-        out,
-        "shards",
-        config={"synthetic": True, "stages": list(stages)},
-        counts={"documents_in": total, "documents_kept": total},
-        extra={"stages": stage_info, "models": {}, "ppl_cutoffs": {}},
-        command=["tokenizer.synthetic.write_shards"],
-    )
+    with recorded(["tokenizer.synthetic.write_shards"]):
+        shards_kind.write(
+            out,
+            shards_kind.ShardsFields(stages=stage_info, models={}, ppl_cutoffs={}),
+            config={"synthetic": True, "stages": list(stages)},
+            counts={"documents_in": total, "documents_kept": total},
+        )
     return out

@@ -12,10 +12,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from pretrain.artifacts import tokenizer as tokenizer_kind
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_bytes, load_manifest, sha256_file, write_manifest
+from pretrain.manifest import atomic_write_bytes, load_manifest, sha256_file
 from pretrain.progress import VERBOSE, verbosity
 from tokenizer.config import PreTokenizeConfig, TokenizerTrainConfig
 from tokenizer.hf import HF_FILES, hf_file_bytes
@@ -142,7 +143,7 @@ def make_lock(
 
 
 @writes_output("config.out")
-def train(config: TokenizerTrainConfig, command: list[str] | None = None) -> dict[str, Any]:
+def train(config: TokenizerTrainConfig) -> dict[str, Any]:
     """Train, lock and write the tokenizer artifact; return its manifest."""
     import tokenizers
 
@@ -168,22 +169,23 @@ def train(config: TokenizerTrainConfig, command: list[str] | None = None) -> dic
     lock = make_lock(config, tokenizer, files, composition, shards_sha)
     atomic_write_bytes(out / LOCK_FILE, lock_bytes(lock))
     sha = lock_sha256(lock)
-    info = {
-        "name": lock["name"],
-        "sha256": sha,
-        "id": tokenizer_id(lock["name"], sha),
-        "vocab_size": lock["vocab_size"],
-    }
-    return write_manifest(
+    info = tokenizer_kind.TokenizerRef(
+        name=lock["name"],
+        sha256=sha,
+        id=tokenizer_id(lock["name"], sha),
+        vocab_size=lock["vocab_size"],
+    )
+    fields = tokenizer_kind.TokenizerFields(
+        tokenizer=info, library={"tokenizers": tokenizers.__version__}
+    )
+    return tokenizer_kind.write(
         out,
-        KIND,
+        fields,
         config=config_dict(config),
         inputs=[config.data],
-        command=command,
         counts={
             "vocab_size": lock["vocab_size"],
             "sample_documents": composition["documents"],
             "sample_bytes": composition["bytes"],
         },
-        extra={"tokenizer": info, "library": {"tokenizers": tokenizers.__version__}},
     )

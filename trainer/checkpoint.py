@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from pretrain.artifacts import run as run_kind
 from pretrain.errors import ArtifactError, PretrainError
-from pretrain.manifest import atomic_write_json, verify, write_manifest
+from pretrain.manifest import atomic_write_json, verify
 from pretrain.safeload import check_checkpoint, guard_torch_loading, torch_load
 from trainer.cpu_compat import device_context
 
@@ -180,7 +181,9 @@ def _finish(run_dir: Path, step: int, state: dict[str, Any], keep: tuple[int, in
     torch.distributed.barrier()
     if torch.distributed.get_rank() == 0:
         atomic_write_json(tmp / "state.json", state)
-        write_manifest(tmp, "checkpoint", config={"step": step}, counts={"step": step})
+        run_kind.write_checkpoint(
+            tmp, run_kind.CheckpointFields(), config={"step": step}, counts={"step": step}
+        )
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         prune(run_dir, *keep)

@@ -16,8 +16,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from pretrain.artifacts import export as export_kind
 from pretrain.errors import ArtifactError
-from pretrain.manifest import atomic_write_bytes, load_manifest, write_manifest
+from pretrain.manifest import atomic_write_bytes, load_manifest
 from trainer.checkpoint import checkpoint_dir, list_checkpoints, newest_valid
 
 KIND = "hf_export"
@@ -102,7 +103,6 @@ def export_hf(
     step: int | None = None,
     tokenizer: str | None = None,
     dtype: str = "float32",
-    command: list[str] | None = None,
 ) -> dict[str, Any]:
     """Write the HF export of one checkpoint; return its manifest."""
     import torch
@@ -133,23 +133,21 @@ def export_hf(
     inputs = [
         p for p in (run_root, checkpoint, locked.directory) if (p / "manifest.json").is_file()
     ]
-    return write_manifest(
+    fields = export_kind.ExportFields(
+        tokenizer=locked.info,
+        architecture="LlamaForCausalLM",
+        source={"checkpoint": str(checkpoint.resolve()), "step": loaded.step},
+    )
+    return export_kind.write(
         out,
-        KIND,
+        fields,
         config={"format": "hf", "step": loaded.step, "dtype": dtype},
         inputs=inputs,
-        command=command,
         counts={"parameters": sum(t.numel() for t in tensors.values()), "step": loaded.step},
-        extra={
-            "tokenizer": locked.info,
-            "architecture": "LlamaForCausalLM",
-            "source": {"checkpoint": str(checkpoint.resolve()), "step": loaded.step},
-        },
     )
 
 
 def export_command(args: argparse.Namespace) -> int:
-    from pretrain.command import current_command
     from pretrain.locking import output_lock
 
     with output_lock(args.out):
@@ -159,7 +157,6 @@ def export_command(args: argparse.Namespace) -> int:
             step=args.step,
             tokenizer=args.tokenizer,
             dtype=args.dtype,
-            command=current_command(),
         )
     counts = manifest["counts"]
     print(

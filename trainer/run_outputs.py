@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
+from pretrain.artifacts import run as run_kind
+from pretrain.command import recorded
 from pretrain.config import config_dict
-from pretrain.manifest import atomic_write_json, write_manifest
+from pretrain.manifest import atomic_write_json
 from trainer.config import TrainConfig
 from trainer.data import TrainData
 from trainer.guard import SpikeGuard
@@ -44,30 +47,32 @@ def write_run_manifest(trainer: FinishedRun, launch_info: dict[str, Any], extra:
     identity = trainer.data.identity
     data = trainer.config.data
     inputs = [data.mixture_dir] if data.source == "mixture" and data.mixture_dir else []
-    write_manifest(
-        trainer.run_dir,
-        "run",
-        config=config_dict(trainer.config),
-        inputs=inputs,
-        counts={
-            "steps": trainer.state.step,
-            "tokens_seen": trainer.state.tokens_seen,
-            "parameters": trainer.num_params,
-        },
-        extra={
-            "tokenizer": identity.get("tokenizer") or {"sha256": identity.get("tokenizer_sha256")},
-            "mixture": {
-                "build_sha256": identity.get("build_sha256"),
-                "recipe_sha256": identity.get("recipe_sha256"),
-            },
-            "gate": launch_info.get("gate"),
-            "mfu": trainer.throughput.manifest(),
-            "world_size": torch.distributed.get_world_size(),
-            "guard": {"rollbacks": trainer.guard.rollbacks, "events": trainer.guard.events},
-            **extra,
-        },
-        command=launch_info.get("command"),
+    fields = run_kind.RunFields(
+        tokenizer=identity.get("tokenizer") or {"sha256": identity.get("tokenizer_sha256")},
+        mixture=run_kind.MixtureRef(
+            build_sha256=identity.get("build_sha256"),
+            recipe_sha256=identity.get("recipe_sha256"),
+        ),
+        gate=launch_info.get("gate"),
+        mfu=trainer.throughput.manifest(),
+        world_size=torch.distributed.get_world_size(),
+        guard={"rollbacks": trainer.guard.rollbacks, "events": trainer.guard.events},
+        **extra,
     )
+    # a rank the launcher started records the launcher's command (RUN/launch.json)
+    command = launch_info.get("command")
+    with recorded(command) if command else nullcontext():
+        run_kind.write(
+            trainer.run_dir,
+            fields,
+            config=config_dict(trainer.config),
+            inputs=inputs,
+            counts={
+                "steps": trainer.state.step,
+                "tokens_seen": trainer.state.tokens_seen,
+                "parameters": trainer.num_params,
+            },
+        )
 
 
 def summary(trainer: FinishedRun, extra: dict[str, Any]) -> dict[str, Any]:

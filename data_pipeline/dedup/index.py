@@ -31,10 +31,10 @@ from data_pipeline.dedup.core import (
     signatures_of,
     verify_pairs,
 )
+from pretrain.artifacts import dedup_index as index_kind
 from pretrain.errors import ArtifactError
-from pretrain.manifest import require, write_manifest
 
-KIND = "dedup-index"
+KIND = index_kind.KIND
 _SETTINGS = ("num_perm", "seed", "word_ngram", "char_ngram", "verify", "threshold")
 _BUCKET_CAP = 32
 """Old documents considered per shared key: members of one bucket are near-copies of each other."""
@@ -109,21 +109,17 @@ def save_index(
             writer.close()
     bands, rows = config.band_rows
     settings = {name: getattr(config, name) for name in _SETTINGS}
-    return write_manifest(
-        root,
-        KIND,
-        config=config.model_dump(mode="json"),
-        counts={"documents": documents},
-        extra={"dedup": {**settings, "bands": bands, "rows": rows, "partitions": partitions}},
+    fields = index_kind.DedupIndexFields(
+        dedup={**settings, "bands": bands, "rows": rows, "partitions": partitions}
+    )
+    return index_kind.write(
+        root, fields, config=config.model_dump(mode="json"), counts={"documents": documents}
     )
 
 
 def index_config(index_dir: str | os.PathLike) -> tuple[DedupConfig, int]:
     """The settings an index was built with (verified against its manifest) and its partitions."""
-    manifest = require(index_dir, kind=KIND)
-    info = manifest.get("dedup")
-    if not isinstance(info, dict):
-        raise ArtifactError(f"{index_dir}: manifest lacks 'dedup' settings; rebuild the index")
+    info = index_kind.open(index_dir).manifest.dedup
     config = DedupConfig(
         **{name: info[name] for name in _SETTINGS if name in info},
         bands=info["bands"],

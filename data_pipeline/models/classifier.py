@@ -9,7 +9,6 @@ held-out by a hash of their text, so the split is stable run to run.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import tempfile
 from collections import Counter
@@ -21,10 +20,11 @@ from pydantic import Field, model_validator
 from data_pipeline.models.normalization import NORMALIZATION, classifier_line
 from data_pipeline.models.records import RecordSource, field_value, iter_records
 from data_pipeline.models.report import plot_confusion
+from pretrain.artifacts import model as model_kind
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_json, sha256_file, write_manifest
+from pretrain.manifest import atomic_write_json, sha256_file
 from pretrain.progress import Progress
 
 KIND = "fasttext-model"
@@ -257,7 +257,7 @@ def evaluate(model: Any, heldout: list[tuple[str, str]], labels: list[str]) -> d
 
 
 @writes_output("config.out")
-def train_classifier(config: ClassifierConfig, command: list[str] | None = None) -> Path:
+def train_classifier(config: ClassifierConfig) -> Path:
     """Train, evaluate and write the `fasttext-model` artifact; returns its directory."""
     out = Path(config.out)
     if out.exists() and any(out.iterdir()):
@@ -281,13 +281,11 @@ def train_classifier(config: ClassifierConfig, command: list[str] | None = None)
         **metrics,
     }
     plot_confusion(stats, config.labels, out / "heldout.png", f"{config.name} classifier")
-    _write_artifact(config, model_file, stats, command)
+    _write_artifact(config, model_file, stats)
     return out
 
 
-def _write_artifact(
-    config: ClassifierConfig, model_file: Path, stats: dict[str, Any], command: list[str] | None
-) -> None:
+def _write_artifact(config: ClassifierConfig, model_file: Path, stats: dict[str, Any]) -> None:
     """model.json, then the manifest (written last)."""
     out = model_file.parent
     info = {
@@ -303,29 +301,25 @@ def _write_artifact(
         "training": stats,
     }
     atomic_write_json(out / "model.json", info)
-    write_manifest(
+    fields = model_kind.FasttextFields(
+        model={
+            "name": config.name,
+            "labels": config.labels,
+            "sha256": info["model_sha256"],
+            "heldout_accuracy": stats["accuracy"],
+        }
+    )
+    model_kind.write(
         out,
-        KIND,
+        fields,
         config=config_dict(config),
-        command=command,
         counts={
             "train_documents": stats["train_documents"],
             "heldout_documents": stats["heldout_documents"],
-        },
-        extra={
-            "model": {
-                "name": config.name,
-                "labels": config.labels,
-                "sha256": info["model_sha256"],
-                "heldout_accuracy": stats["accuracy"],
-            }
         },
     )
 
 
 def load_model_info(directory: str | Path) -> dict[str, Any]:
     """`model.json` of a verified `fasttext-model` artifact (raises ArtifactError otherwise)."""
-    from pretrain.manifest import require
-
-    require(directory, kind=KIND)
-    return json.loads((Path(directory) / "model.json").read_text(encoding="utf-8"))
+    return model_kind.open(directory, KIND).info

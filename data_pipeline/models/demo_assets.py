@@ -21,9 +21,10 @@ from typing import Any
 
 from data_pipeline.models.classifier import ClassifierConfig, train_classifier
 from data_pipeline.models.kenlm_train import LanguageModelConfig, train_lm
+from pretrain.artifacts import model as model_kind
+from pretrain.command import recorded
 from pretrain.config import parse_config
 from pretrain.errors import ArtifactError
-from pretrain.manifest import require
 
 FASTTEXT = {"dim": 32, "bucket": 50_000, "epoch": 15, "lr": 0.5, "word_ngrams": 2, "thread": 1}
 PROSE, CODE = "prose.jsonl.gz", "code.parquet"
@@ -96,7 +97,7 @@ def _reusable(directory: Path, kind: str) -> bool:
     if not (directory / "manifest.json").is_file():
         return False
     try:
-        require(directory, kind=kind)
+        model_kind.open(directory, kind)
     except ArtifactError:
         return False
     return True
@@ -112,18 +113,14 @@ def build_demo_models(raw_dir: Path, out_dir: Path) -> dict[str, Path]:
         if not _reusable(target, "fasttext-model"):
             shutil.rmtree(target, ignore_errors=True)
             data = _example(key, raw_dir, target)
-            train_classifier(
-                parse_config(ClassifierConfig, data, f"classifier_{key}.yaml"),
-                command=["pretrain", "demo", f"({key} classifier)"],
-            )
+            with recorded(["pretrain", "demo", f"({key} classifier)"]):
+                train_classifier(parse_config(ClassifierConfig, data, f"classifier_{key}.yaml"))
         built[key] = target
     target = out_dir / "kenlm"
     if not _reusable(target, "kenlm-model"):
         shutil.rmtree(target, ignore_errors=True)
         data = _example("lm", raw_dir, target)
-        train_lm(
-            parse_config(LanguageModelConfig, data, "lm.yaml"),
-            command=["pretrain", "demo", "(kenlm)"],
-        )
+        with recorded(["pretrain", "demo", "(kenlm)"]):
+            train_lm(parse_config(LanguageModelConfig, data, "lm.yaml"))
     built["lm"] = target
     return built

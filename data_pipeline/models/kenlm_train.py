@@ -14,7 +14,6 @@ counts, discounts and the perplexity of held-out reference documents.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,11 @@ from pydantic import Field, field_validator
 from data_pipeline.models.mkn import train_arpa
 from data_pipeline.models.normalization import NORMALIZATION, lm_sentences
 from data_pipeline.models.records import RecordSource, field_value, iter_records
+from pretrain.artifacts import model as model_kind
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_json, require, sha256_file, write_manifest
+from pretrain.manifest import atomic_write_json, sha256_file
 from pretrain.progress import Progress
 
 KIND = "kenlm-model"
@@ -143,7 +143,7 @@ def _heldout_perplexity(arpa: Path, heldout: list[str]) -> float | None:
 
 
 @writes_output("config.out")
-def train_lm(config: LanguageModelConfig, command: list[str] | None = None) -> Path:
+def train_lm(config: LanguageModelConfig) -> Path:
     """Train one model per language and write the `kenlm-model` artifact; returns its directory."""
     out = Path(config.out)
     if out.exists() and any(out.iterdir()):
@@ -180,23 +180,21 @@ def train_lm(config: LanguageModelConfig, command: list[str] | None = None) -> P
         "languages": languages,
     }
     atomic_write_json(out / "model.json", info)
-    write_manifest(
+    fields = model_kind.KenlmFields(
+        model={
+            "languages": {lang: entry["sha256"] for lang, entry in languages.items()},
+            "order": config.order,
+        }
+    )
+    model_kind.write(
         out,
-        KIND,
+        fields,
         config=config_dict(config),
-        command=command,
         counts={lang: entry["tokens"] for lang, entry in languages.items()},
-        extra={
-            "model": {
-                "languages": {lang: entry["sha256"] for lang, entry in languages.items()},
-                "order": config.order,
-            }
-        },
     )
     return out
 
 
 def load_lm_info(directory: str | Path) -> dict[str, Any]:
     """`model.json` of a verified `kenlm-model` artifact (raises ArtifactError otherwise)."""
-    require(directory, kind=KIND)
-    return json.loads((Path(directory) / "model.json").read_text(encoding="utf-8"))
+    return model_kind.open(directory, KIND).info

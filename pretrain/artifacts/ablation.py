@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, ClassVar
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from pretrain.artifacts import base
 
@@ -32,7 +32,9 @@ MANIFEST_KEYS = (
 """The report fields the manifest repeats (so `pretrain show` needs no report.json)."""
 
 
-class AblationManifest(base.Manifest):
+class AblationFields(base.Fields):
+    """The report fields the manifest repeats (`fields_of(report)`)."""
+
     KIND: ClassVar[str] = KIND
     chosen_recipe_sha256: str | None = None
     base_recipe_sha256: str | None = None
@@ -42,10 +44,22 @@ class AblationManifest(base.Manifest):
     target_metric: str | None = None
 
 
-class Report(base._Model):
-    """The parts of report.json the gate binds to; the rest stays in `.raw`."""
+class AblationManifest(AblationFields, base.Manifest):
+    """An ablation artifact's manifest, as `open` reads it."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+
+write = base.Writer(AblationFields)
+"""Write an ablation artifact's manifest once its report.json is written (`pretrain ablate`)."""
+
+
+def fields_of(report: Mapping[str, Any]) -> AblationFields:
+    """The manifest fields of an ablation whose report is `report` (it repeats `MANIFEST_KEYS`)."""
+    return AblationFields(**{key: report.get(key) for key in MANIFEST_KEYS})
+
+
+class Report(base._Open):
+    """The parts of report.json the gate binds to (the rest is kept as written)."""
+
     chosen_recipe_sha256: str | None = None
     chosen_recipe_name: str | None = None
     base_recipe_sha256: str | None = None
@@ -77,18 +91,3 @@ class Ablation(base.Artifact[AblationManifest]):
 def open(directory: str | os.PathLike, *, full: bool | None = None) -> Ablation:
     root, manifest, raw = base.verified(directory, AblationManifest, full=full)
     return Ablation(root, manifest, raw)
-
-
-def write(
-    directory: str | os.PathLike,
-    report: Mapping[str, Any],
-    *,
-    config: Mapping[str, Any] | None,
-    inputs: Sequence[str | os.PathLike],
-    counts: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """The manifest of an ablation whose report.json is written; it repeats `MANIFEST_KEYS`."""
-    fields = {key: report.get(key) for key in MANIFEST_KEYS}
-    return base.write(
-        directory, AblationManifest, fields, config=config, inputs=inputs, counts=counts
-    )

@@ -1,12 +1,20 @@
-"""What every artifact kind shares: the manifest's common fields, typed reading, writing.
+"""What every artifact kind shares: the manifest's common fields, typed reading, typed writing.
 
-Each kind module (`pretrain.artifacts.shards`, `.encoded`, ...) declares a `Manifest` subclass
-with the fields that kind writes, an `open(dir)` returning a typed reader, and a `write(...)`.
-Verification is `pretrain.manifest.require` (bytes, kind, identity); nothing here re-checks.
+Each kind module (`pretrain.artifacts.shards`, `.encoded`, ...) declares
+- a `Fields` subclass: the fields that kind records beyond the common ones, typed;
+- its `Manifest` (those fields plus the common ones), which `open(dir)` returns inside a reader;
+- `write = Writer(ItsFields)`: the one writer of that kind.
 
-Reading is tolerant: fields an older or newer version wrote that the model does not name are
-ignored, and fields added later have defaults. Writing is strict (`extra="forbid"`): a
-kind-specific field the model does not know is refused before anything is written.
+`Writer(...)(directory, fields, config=..., inputs=..., counts=...)` is the same call for every
+kind: the kind's own data travels as one typed `Fields` object (a field the kind lacks, or of the
+wrong type, is refused before anything is written), and the command recorded is the one
+`pretrain.cli.main` captured (pretrain.command): no writer takes a command.
+Verification is `pretrain.manifest.require` (bytes, kind, identity, the manifest's seal); nothing
+here re-checks.
+
+Reading is tolerant of versions: fields an older or newer version wrote that the model does not
+name are ignored, fields added later have defaults. A manifest edited after it was written is not a
+version: its seal no longer matches and `require` refuses it.
 """
 
 from __future__ import annotations
@@ -20,7 +28,15 @@ from typing import Any, ClassVar, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pretrain.errors import ArtifactError
-from pretrain.manifest import listed_path, manifest_sha256, require, write_manifest
+from pretrain.manifest import (
+    check_seal,
+    listed_path,
+    load_manifest,
+    manifest_sha256,
+    require,
+    write_manifest,
+)
+from pretrain.outstore import ObjectPath
 
 _COMMON = frozenset(
     {
@@ -34,12 +50,19 @@ _COMMON = frozenset(
         "inputs",
         "files",
         "counts",
+        "seal",
     }
 )
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Open(BaseModel):
+    """A nested record read as written: fields it does not name are kept (and written back)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
 
 class FileEntry(_Model):
@@ -55,14 +78,23 @@ class InputRef(_Model):
     manifest_sha256: str
 
 
-class TokenizerRef(_Model):
+class TokenizerRef(_Open):
     """The tokenizer an artifact was made with (its lock.json sha256 is the identity)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
     sha256: str
     name: str | None = None
     id: str | None = None
     vocab_size: int | None = None
+
+
+class Fields(_Model):
+    """What one kind records beyond the common fields (each kind subclasses it, typed)."""
+
+    KIND: ClassVar[str] = ""
+
+    def record(self) -> dict[str, Any]:
+        """The fields as the manifest holds them (only those the builder set)."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 class Manifest(_Model):
@@ -79,6 +111,8 @@ class Manifest(_Model):
     inputs: list[InputRef] = Field(default_factory=list)
     files: dict[str, FileEntry] = Field(default_factory=dict)
     counts: dict[str, Any] = Field(default_factory=dict)
+    seal: str | None = None
+    """sha256 of the manifest's other fields (manifest version 2; pretrain.manifest.seal_of)."""
 
     @classmethod
     def parse(cls, raw: dict[str, Any], directory: str | os.PathLike) -> Any:
@@ -123,6 +157,14 @@ class Artifact(Generic[M]):
         return rel in self.raw["files"]
 
 
+def peek(directory: str | os.PathLike) -> Manifest:
+    """The common fields of any artifact's manifest, its seal checked but not its files' bytes:
+    for walking lineage (`inputs`) to the artifact a command then opens with its kind's `open`."""
+    raw = load_manifest(directory)
+    check_seal(directory, raw)
+    return Manifest.parse(raw, directory)  # type: ignore[no-any-return]
+
+
 def verified(
     directory: str | os.PathLike,
     model: type[M],
@@ -137,22 +179,37 @@ def verified(
     return root, model.parse(raw, root), raw
 
 
-def write(
-    directory: str | os.PathLike,
-    model: type[Manifest],
-    fields: dict[str, Any] | None = None,
-    *,
-    config: Mapping[str, Any] | None | None = None,
-    inputs: Sequence[str | os.PathLike] = (),
-    counts: Mapping[str, Any] | None | None = None,
-) -> dict[str, Any]:
-    """Check the kind's `fields` against `model` (unknown or mistyped: refused), then write the
-    manifest last, atomically, recording the command `pretrain.cli.main` captured."""
-    fields = dict(fields or {})
-    clash = sorted(_COMMON & fields.keys())
-    if clash:
-        raise ValueError(f"{model.KIND} fields {clash} are common manifest fields; pass them apart")
-    model.model_validate({"kind": model.KIND, **fields})
-    return write_manifest(
-        directory, model.KIND, config=config, inputs=inputs, counts=counts, extra=fields
-    )
+F = TypeVar("F", bound=Fields)
+
+
+class Writer(Generic[F]):
+    """The writer of one kind: `write(directory, fields, config=..., inputs=..., counts=...)`
+    hashes every file under `directory` and writes the manifest last, atomically, with the
+    kind's `fields` and the command `pretrain.cli.main` captured."""
+
+    def __init__(self, fields: type[F]) -> None:
+        self.fields = fields
+
+    def __call__(
+        self,
+        directory: str | os.PathLike | ObjectPath,
+        fields: F,
+        *,
+        config: Mapping[str, Any] | None = None,
+        inputs: Sequence[str | os.PathLike] = (),
+        counts: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        if not isinstance(fields, self.fields) or not type(fields).KIND:
+            raise TypeError(f"{self.fields.__name__} expected, got {type(fields).__name__}")
+        record = fields.record()
+        clash = sorted(_COMMON & record.keys())
+        if clash:
+            raise ValueError(f"{fields.KIND} fields {clash} are common manifest fields")
+        return write_manifest(
+            directory,
+            type(fields).KIND,
+            config=config,
+            inputs=list(inputs),
+            counts=counts,
+            extra=record,
+        )

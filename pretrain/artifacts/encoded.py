@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import ClassVar
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from pretrain.artifacts import base
 
@@ -21,8 +21,7 @@ SIDECAR_SUFFIX = ".docs.parquet"
 PREFIX_SUFFIXES = (".bin", ".idx", SIDECAR_SUFFIX)
 
 
-class EncodedShard(base._Model):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+class EncodedShard(base._Open):
     documents: int
     tokens: int
     source_sha256: str | None = None
@@ -31,13 +30,21 @@ class EncodedShard(base._Model):
     """Source shard stem -> its sha256, in order."""
 
 
-class EncodedManifest(base.Manifest):
+class EncodedFields(base.Fields):
     KIND: ClassVar[str] = KIND
     tokenizer: base.TokenizerRef
     prefixes: list[str] = Field(default_factory=list)
     token_dtype: str = "uint16"
     eod_id: int | None = None
     shards: dict[str, EncodedShard] = Field(default_factory=dict)
+
+
+class EncodedManifest(EncodedFields, base.Manifest):
+    """An encoded artifact's manifest, as `open` reads it."""
+
+
+write = base.Writer(EncodedFields)
+"""Write an encoded artifact's manifest (`pretrain tokenizer encode`)."""
 
 
 class Encoded(base.Artifact[EncodedManifest]):

@@ -8,11 +8,10 @@ of eval documents, which a mixture excludes (`build.decontaminate`).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from pretrain.artifacts import base
 
@@ -21,8 +20,7 @@ CONTAMINATED_FILE = "contaminated.parquet"
 REPORT_FILE = "report.json"
 
 
-class SetEntry(base._Model):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+class SetEntry(base._Open):
     name: str
     domain: str
     lang: str
@@ -30,10 +28,18 @@ class SetEntry(base._Model):
     bytes: int | None = None
 
 
-class EvalsetManifest(base.Manifest):
+class EvalsetFields(base.Fields):
     KIND: ClassVar[str] = KIND
     sets: list[SetEntry] = Field(default_factory=list)
     tasks: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class EvalsetManifest(EvalsetFields, base.Manifest):
+    """An evalset artifact's manifest, as `open` reads it."""
+
+
+write = base.Writer(EvalsetFields)
+"""Write an evalset artifact's manifest (`pretrain eval build`)."""
 
 
 class Evalset(base.Artifact[EvalsetManifest]):
@@ -60,18 +66,3 @@ class Evalset(base.Artifact[EvalsetManifest]):
 def open(directory: str | os.PathLike, *, full: bool | None = None) -> Evalset:
     root, manifest, raw = base.verified(directory, EvalsetManifest, full=full)
     return Evalset(root, manifest, raw)
-
-
-def write(
-    directory: str | os.PathLike,
-    *,
-    config: Mapping[str, Any] | None,
-    inputs: Sequence[str | os.PathLike],
-    counts: Mapping[str, Any] | None,
-    sets: list[dict[str, Any]],
-    tasks: list[dict[str, Any]],
-) -> dict[str, Any]:
-    fields = {"sets": sets, "tasks": tasks}
-    return base.write(
-        directory, EvalsetManifest, fields, config=config, inputs=inputs, counts=counts
-    )

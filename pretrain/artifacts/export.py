@@ -16,11 +16,20 @@ from pretrain.artifacts import base
 KIND = "hf_export"
 
 
-class ExportManifest(base.Manifest):
+class ExportFields(base.Fields):
     KIND: ClassVar[str] = KIND
     tokenizer: base.TokenizerRef
     architecture: str = "LlamaForCausalLM"
     source: dict[str, Any] = Field(default_factory=dict)
+    """The checkpoint exported: its path and step."""
+
+
+class ExportManifest(ExportFields, base.Manifest):
+    """An export's manifest, as `open` reads it."""
+
+
+write = base.Writer(ExportFields)
+"""Write an export's manifest once its files are written (`pretrain export`)."""
 
 
 class Export(base.Artifact[ExportManifest]):

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from pretrain.artifacts import base
 from pretrain.errors import ArtifactError
@@ -19,8 +19,7 @@ from pretrain.errors import ArtifactError
 KIND = "mixture"
 
 
-class Phase(base._Model):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+class Phase(base._Open):
     name: str
     seq_length: int
     num_sequences: int
@@ -28,8 +27,7 @@ class Phase(base._Model):
     weights: dict[str, float] = Field(default_factory=dict)
 
 
-class Component(base._Model):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+class Component(base._Open):
     name: str
     weight: float | None = None
     max_epochs: float | None = None
@@ -38,7 +36,7 @@ class Component(base._Model):
     select_sha256: str | None = None
 
 
-class MixtureManifest(base.Manifest):
+class MixtureFields(base.Fields):
     KIND: ClassVar[str] = KIND
     recipe_sha256: str | None = None
     build_sha256: str | None = None
@@ -50,6 +48,14 @@ class MixtureManifest(base.Manifest):
     phases: list[Phase] = Field(default_factory=list)
     components: list[Component] = Field(default_factory=list)
     decontaminated: dict[str, Any] = Field(default_factory=dict)
+
+
+class MixtureManifest(MixtureFields, base.Manifest):
+    """A mixture artifact's manifest, as `open` reads it."""
+
+
+write = base.Writer(MixtureFields)
+"""Write a mixture artifact's manifest (`pretrain mixture build`)."""
 
 
 class Mixture(base.Artifact[MixtureManifest]):

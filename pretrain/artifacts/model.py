@@ -25,9 +25,29 @@ KINDS = (FASTTEXT_KIND, KENLM_KIND)
 INFO_FILE = "model.json"
 
 
-class ModelManifest(base.Manifest):
+class ModelFields(base.Fields):
+    """What a model manifest records: `model`, the figures `pretrain show` prints (the model
+    file's sha256; fastText: name, labels, held-out accuracy; KenLM: per-language sha256, order)."""
+
     KIND: ClassVar[str] = ""
     model: dict[str, Any] = Field(default_factory=dict)
+
+
+class FasttextFields(ModelFields):
+    KIND: ClassVar[str] = FASTTEXT_KIND
+
+
+class KenlmFields(ModelFields):
+    KIND: ClassVar[str] = KENLM_KIND
+
+
+write = base.Writer(ModelFields)
+"""Write a model artifact's manifest once model.json is written: `FasttextFields`
+(`pretrain data train-classifier`) or `KenlmFields` (`pretrain data train-lm`)."""
+
+
+class ModelManifest(ModelFields, base.Manifest):
+    KIND: ClassVar[str] = ""
 
 
 class FasttextManifest(ModelManifest):

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from pretrain.artifacts import base
 
@@ -27,13 +27,12 @@ def checkpoint_name(step: int) -> str:
     return f"iter_{step:07d}"
 
 
-class MixtureRef(base._Model):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+class MixtureRef(base._Open):
     build_sha256: str | None = None
     recipe_sha256: str | None = None
 
 
-class RunManifest(base.Manifest):
+class RunFields(base.Fields):
     KIND: ClassVar[str] = KIND
     tokenizer: dict[str, Any] = Field(default_factory=dict)
     mixture: MixtureRef = Field(default_factory=MixtureRef)
@@ -41,6 +40,38 @@ class RunManifest(base.Manifest):
     mfu: dict[str, Any] = Field(default_factory=dict)
     world_size: int | None = None
     guard: dict[str, Any] = Field(default_factory=dict)
+    smoke: dict[str, Any] | None = None
+    """The checks a smoke run made (`pretrain launch --smoke`); absent otherwise."""
+
+
+class RunManifest(RunFields, base.Manifest):
+    """A run artifact's manifest, as `open` reads it."""
+
+
+write = base.Writer(RunFields)
+"""Write a run artifact's manifest at the end of training (`pretrain launch`)."""
+
+
+class CheckpointFields(base.Fields):
+    """A checkpoint records only the common fields (config and counts hold its step)."""
+
+    KIND: ClassVar[str] = CHECKPOINT_KIND
+
+
+class CheckpointManifest(CheckpointFields, base.Manifest):
+    """A checkpoint's manifest, as `open_checkpoint` reads it."""
+
+
+write_checkpoint = base.Writer(CheckpointFields)
+"""Write a checkpoint's manifest (trainer.checkpoint.save, rank 0)."""
+
+
+class Checkpoint(base.Artifact[CheckpointManifest]):
+    """A verified checkpoint: `RUN/checkpoints/iter_<step>/`."""
+
+    @property
+    def step(self) -> int:
+        return int(self.manifest.counts["step"])
 
 
 class Run(base.Artifact[RunManifest]):
@@ -54,6 +85,13 @@ class Run(base.Artifact[RunManifest]):
             if match and (path / "manifest.json").is_file():
                 found.append((int(match.group(1)), path))
         return sorted(found)
+
+
+def open_checkpoint(
+    directory: str | os.PathLike, *, deep: bool = True, full: bool | None = None
+) -> Checkpoint:
+    root, manifest, raw = base.verified(directory, CheckpointManifest, deep=deep, full=full)
+    return Checkpoint(root, manifest, raw)
 
 
 def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None = None) -> Run:

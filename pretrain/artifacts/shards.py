@@ -10,7 +10,7 @@ columns that exist and fills the rest with typed nulls.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,7 +39,10 @@ def is_shard(rel: str) -> bool:
     return rel in layout.kept_files([rel])
 
 
-class ShardsManifest(base.Manifest):
+class ShardsFields(base.Fields):
+    """What a shards manifest records beyond the common fields (a stage's `manifest_extra()`
+    keys are among these: a key no field names is refused when written)."""
+
     KIND: ClassVar[str] = KIND
     stages: list[dict[str, Any]] = Field(default_factory=list)
     """Each stage's `Stage.describe()` (name, version, config)."""
@@ -47,6 +50,16 @@ class ShardsManifest(base.Manifest):
     """Model artifacts the stages used: {stage.key: artifact manifest sha256}."""
     ppl_cutoffs: dict[str, list[float]] = Field(default_factory=dict)
     """Perplexity bucket cutoffs per language: [p30, p60]."""
+    throughput: dict[str, Any] | None = None
+    """Per-stage costs of the run that wrote it (data_pipeline.throughput_report)."""
+
+
+class ShardsManifest(ShardsFields, base.Manifest):
+    """A shards artifact's manifest, as `open` reads it."""
+
+
+write = base.Writer(ShardsFields)
+"""Write a shards artifact's manifest (`pretrain data run`, `tokenizer.synthetic`)."""
 
 
 class Shards(base.Artifact[ShardsManifest]):
@@ -73,22 +86,6 @@ def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None =
             "or pass the right directory"
         )
     return shards
-
-
-def write(
-    directory: str | os.PathLike,
-    *,
-    config: Mapping[str, Any] | None,
-    inputs: Sequence[str | os.PathLike],
-    counts: Mapping[str, Any] | None,
-    stages: list[dict[str, Any]],
-    models: dict[str, str],
-    ppl_cutoffs: dict[str, list[float]],
-) -> dict[str, Any]:
-    fields = {"stages": stages, "models": models, "ppl_cutoffs": ppl_cutoffs}
-    return base.write(
-        directory, ShardsManifest, fields, config=config, inputs=list(inputs), counts=counts
-    )
 
 
 def read_columns(path: Path, columns: Sequence[str], batch_size: int = 2048) -> Iterator[pa.Table]:

@@ -23,6 +23,8 @@ KIND = "tokenizer"
 LOCK_FILE = "lock.json"
 TOKENIZER_FILE = "tokenizer.json"
 _RETRAIN = "restore it or retrain with `pretrain tokenizer train`"
+TokenizerRef = base.TokenizerRef
+"""What other artifacts record about a tokenizer (its identity)."""
 
 
 def tokenizer_id(name: str, sha256: str) -> str:
@@ -30,10 +32,20 @@ def tokenizer_id(name: str, sha256: str) -> str:
     return f"{name}@{sha256[:6]}"
 
 
-class TokenizerManifest(base.Manifest):
+class TokenizerFields(base.Fields):
     KIND: ClassVar[str] = KIND
     tokenizer: base.TokenizerRef
+    """Its identity: lock.json's sha256, name, display id, vocabulary size."""
     library: dict[str, str] = Field(default_factory=dict)
+    """Versions of the libraries that trained it."""
+
+
+class TokenizerManifest(TokenizerFields, base.Manifest):
+    """A tokenizer artifact's manifest, as `open` reads it."""
+
+
+write = base.Writer(TokenizerFields)
+"""Write a tokenizer artifact's manifest once lock.json is written (`pretrain tokenizer train`)."""
 
 
 class Tokenizer(base.Artifact[TokenizerManifest]):

@@ -95,11 +95,9 @@ def build_chain(root: Path) -> dict[str, Path]:
 
     shards = write_shards(root / "shards", records(), docs_per_shard=120, eval_fraction=0.1)
     tokenizer = root / "tokenizer"
-    train(
-        TokenizerTrainConfig(data=str(shards), out=str(tokenizer), vocab_size=400), command=["test"]
-    )
+    train(TokenizerTrainConfig(data=str(shards), out=str(tokenizer), vocab_size=400))
     encoded = root / "encoded"
-    encode(tokenizer, shards, encoded, backend="inline", command=["test"])
+    encode(tokenizer, shards, encoded, backend="inline")
     evalsets = root / "evalsets"
     build_eval_sets(EvalBuildConfig(shards=str(shards), out=str(evalsets), min_docs_per_set=2))
     mixture = {

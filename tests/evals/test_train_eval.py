@@ -35,7 +35,7 @@ def test_recorded_val_bpb_equals_eval_run_on_the_same_checkpoint(chain, tmp_path
 
     mixture_cfg = yaml.safe_load(chain["mixture_config"].read_text())
     mixture_cfg["out"] = str(tmp_path / "mixture")
-    build_mixture(parse_config(MixtureConfig, mixture_cfg), command=["tests"])
+    build_mixture(parse_config(MixtureConfig, mixture_cfg))
     run_dir = tmp_path / "run"
     config = tiny_config(
         run_dir,

@@ -19,7 +19,7 @@ def _tokenizer_artifact(root: Path) -> dict:
     (root / "lock.json").write_text(json.dumps({"name": "bpe-demo", "vocab_size": 65000}))
     sha = sha256_file(root / "lock.json")
     info = {"name": "bpe-demo", "sha256": sha, "id": f"bpe-demo@{sha[:6]}"}
-    write_manifest(root, "tokenizer", extra={"tokenizer": info}, command=["tests"])
+    write_manifest(root, "tokenizer", extra={"tokenizer": info})
     return info
 
 

@@ -1,5 +1,6 @@
-"""The typed artifact readers: they verify before they type, read what older versions wrote,
-refuse what no version wrote, and their writers refuse fields their kind does not have."""
+"""The typed artifact readers: they verify before they type, read what older and newer versions
+wrote, refuse what no version wrote (an edited manifest: its seal), and their writers refuse
+fields their kind does not have."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pretrain.artifacts import ablation, base, encoded, model, shards
+from pretrain.artifacts import ablation, encoded, model, shards
 from pretrain.command import capture
 from pretrain.errors import ArtifactError
-from pretrain.manifest import MANIFEST, load_manifest, manifest_sha256, write_manifest
+from pretrain.manifest import MANIFEST, load_manifest, manifest_sha256, seal_of, write_manifest
 
 
 def _shards(root: Path, rows: int = 3) -> Path:
@@ -23,15 +24,12 @@ def _shards(root: Path, rows: int = 3) -> Path:
     )
     pq.write_table(table, root / "shards" / "a-00000.parquet")
     (root / "stray.parquet").write_bytes(b"not listed under shards/")
-    shards.write(
-        root,
-        config={"output": str(root)},
-        inputs=[],
-        counts={"documents_kept": rows},
+    fields = shards.ShardsFields(
         stages=[{"name": "rules", "version": 1, "config": {}}],
         models={},
         ppl_cutoffs={"en": [10.0, 20.0]},
     )
+    shards.write(root, fields, config={"output": str(root)}, counts={"documents_kept": rows})
     return root
 
 
@@ -72,21 +70,31 @@ def test_a_shards_artifact_without_shards_is_refused(tmp_path) -> None:
 
 
 def _rewrite_manifest(root: Path, **changes: object) -> None:
+    """The manifest as a writer that wrote `changes` would have sealed it."""
     manifest = load_manifest(root)
     manifest.update(changes)
+    manifest["seal"] = seal_of(manifest)
     (root / MANIFEST).write_text(json.dumps(manifest))
 
 
-def test_fields_an_older_or_newer_version_wrote_are_read_and_ignored(tmp_path) -> None:
+def test_fields_a_newer_version_wrote_are_read_and_ignored(tmp_path) -> None:
+    root = _shards(tmp_path / "s")
+    _rewrite_manifest(root, written_by_a_later_version={"anything": 1})
+    art = shards.open(root)
+    assert art.manifest.ppl_cutoffs == {"en": [10.0, 20.0]}
+    assert art.raw["written_by_a_later_version"] == {"anything": 1}
+
+
+def test_a_version_1_manifest_without_seal_or_later_fields_is_read(tmp_path) -> None:
     root = _shards(tmp_path / "s")
     manifest = load_manifest(root)
-    for key in ("ppl_cutoffs", "models"):  # an older writer had neither
+    for key in ("ppl_cutoffs", "models", "seal"):  # a version-1 writer had none of these
         del manifest[key]
-    manifest["written_by_a_later_version"] = {"anything": 1}
+    manifest["manifest_version"] = 1
     (root / MANIFEST).write_text(json.dumps(manifest))
     art = shards.open(root)
     assert art.manifest.ppl_cutoffs == {} and art.manifest.models == {}
-    assert art.raw["written_by_a_later_version"] == {"anything": 1}
+    assert art.manifest.seal is None
 
 
 def test_a_field_of_the_wrong_type_is_one_line_refusal(tmp_path) -> None:
@@ -102,7 +110,11 @@ def test_the_writer_refuses_a_field_its_kind_does_not_have(tmp_path) -> None:
     root.mkdir()
     (root / "report.json").write_text("{}")
     with pytest.raises(ValueError, match="typo_recipe"):
-        base.write(root, ablation.AblationManifest, {"typo_recipe": "x"})
+        ablation.write(root, ablation.AblationFields(typo_recipe="x"))  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="passed"):
+        ablation.write(root, ablation.AblationFields(passed="perhaps"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="AblationFields expected"):
+        ablation.write(root, shards.ShardsFields())  # type: ignore[arg-type]
     assert not (root / MANIFEST).exists()  # nothing written
 
 
@@ -131,7 +143,7 @@ def test_the_ablation_report_is_read_typed_after_verification(tmp_path) -> None:
         "runs": [{"recipe_sha256": "c" * 64}],
     }
     (root / "report.json").write_text(json.dumps(report))
-    ablation.write(root, report, config={}, inputs=[], counts={"runs": 1})
+    ablation.write(root, ablation.fields_of(report), counts={"runs": 1})
     art = ablation.open(root)
     assert art.manifest.chosen_recipe_sha256 == "c" * 64
     assert art.report.primary_proxy == "p0" and art.report_json["runs"] == report["runs"]
@@ -153,8 +165,45 @@ def test_show_reads_figures_typed_and_survives_a_field_no_version_wrote(tmp_path
     abl = tmp_path / "abl"
     abl.mkdir()
     (abl / "report.json").write_text("{}")
-    ablation.write(abl, {"passed": True, "target_metric": "bpb"}, config={}, inputs=[], counts={})
+    ablation.write(abl, ablation.fields_of({"passed": True, "target_metric": "bpb"}))
     assert describe(abl)["figures"]["passed"] is True
     _rewrite_manifest(abl, passed="perhaps")  # no version wrote this: figures fall back to counts
     node = describe(abl)
     assert node["status"] == "ok" and node["figures"] == {}
+
+
+def test_an_edited_manifest_is_refused_by_its_seal(tmp_path) -> None:
+    root = _shards(tmp_path / "s")
+    path = root / MANIFEST
+    original = path.read_bytes()
+    text = original.decode()
+    at = text.index('"documents_kept": ') + len('"documents_kept": ')  # the count 3
+    path.write_text(text[:at] + "4" + text[at + 1 :])  # same size, still valid JSON
+    assert path.stat().st_size == len(original) and load_manifest(root)["counts"] == {
+        "documents_kept": 4
+    }
+    with pytest.raises(ArtifactError, match="does not match its seal") as info:
+        shards.open(root)
+    assert "\n" not in str(info.value)
+    path.write_bytes(original)
+    assert shards.open(root).manifest.counts == {"documents_kept": 3}
+    manifest = load_manifest(root)
+    manifest["approved"] = True  # a field added by hand
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="does not match its seal"):
+        shards.open(root)
+
+
+def test_a_pickle_in_place_of_the_manifest_is_refused_and_never_loaded(tmp_path) -> None:
+    import pickle
+
+    class Payload:
+        def __reduce__(self):  # unpickling it would create `marker`
+            return (open, (str(marker), "w"))
+
+    root = _shards(tmp_path / "s")
+    marker = tmp_path / "unpickled"
+    (root / MANIFEST).write_bytes(pickle.dumps(Payload()))
+    with pytest.raises(ArtifactError, match="not valid JSON"):
+        shards.open(root)
+    assert not marker.exists()

@@ -18,7 +18,13 @@ import yaml
 
 from pretrain.errors import ArtifactError
 from pretrain.hashcache import cache_dir, file_sha256
-from pretrain.manifest import atomic_write_json, load_manifest, verify, write_manifest
+from pretrain.manifest import (
+    atomic_write_json,
+    load_manifest,
+    seal_of,
+    verify,
+    write_manifest,
+)
 from pretrain_app.cli import main
 from tests.evals.test_sets import make_shards
 from tests.mixtures.conftest import make_encoded, mixture_config
@@ -89,13 +95,16 @@ def mixture(tmp_path: Path) -> Path:
 
     encoded = make_encoded(tmp_path / "enc")
     config = mixture_config(encoded, tmp_path / "mix")
-    build_mixture(parse_config(MixtureConfig, config), command=["tests"])
+    build_mixture(parse_config(MixtureConfig, config))
     return tmp_path / "mix"
 
 
 def _rewrite(root: Path, **fields: object) -> None:
+    """A crafted manifest, sealed as a writer would (the seal alone is no defence: a crafter can
+    recompute it, so the paths it names must still be confined)."""
     manifest = json.loads((root / "manifest.json").read_text())
     manifest.update(fields)
+    manifest["seal"] = seal_of(manifest)
     atomic_write_json(root / "manifest.json", manifest)
 
 

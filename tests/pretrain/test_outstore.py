@@ -70,7 +70,7 @@ def test_a_manifest_of_an_object_prefix_lists_every_object(tmp_path) -> None:
     root = _store(tmp_path / "out")
     outstore.write_atomic(root / "shards" / "a.parquet", b"rows")
     outstore.write_json(root / "ledger.json", {"documents_in": 1})
-    manifest = write_manifest(root, "shards", command=["test"])
+    manifest = write_manifest(root, "shards")
     assert set(manifest["files"]) == {"shards/a.parquet", "ledger.json"}
     assert manifest["files"]["shards/a.parquet"]["sha256"] == hashlib.sha256(b"rows").hexdigest()
     assert load_manifest(tmp_path / "out")["files"] == manifest["files"]

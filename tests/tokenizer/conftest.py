@@ -22,5 +22,5 @@ def tokenizer_dir(shards_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     from tokenizer.train import train
 
     out = tmp_path_factory.mktemp("tok") / "tokenizer"
-    train(train_config(shards_dir, out), command=["test"])
+    train(train_config(shards_dir, out))
     return out

@@ -33,7 +33,7 @@ config = TokenizerTrainConfig(
     vocab_size=DEMO_VOCAB,
     sample={"max_bytes": DEMO_SAMPLE_BYTES},
 )
-train(config, command=["pretrain", "demo"])
+train(config)
 """
 
 

@@ -63,7 +63,7 @@ def test_98_1_1_builds_every_split_from_our_prefixes(
     tail_shards: Path, tokenizer_dir: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "enc"
-    encode(tokenizer_dir, tail_shards, out, backend="inline", min_prefix_documents=200, command=[])
+    encode(tokenizer_dir, tail_shards, out, backend="inline", min_prefix_documents=200)
     manifest = load_manifest(out)
     assert manifest["prefixes"] == ["synthetic-00000", "synthetic-00002"]
     assert list(manifest["shards"]["synthetic-00002"]["sources"]) == [
@@ -87,7 +87,7 @@ def test_one_prefix_per_shard_leaves_a_split_empty_and_megatron_refuses(
     tail_shards: Path, tokenizer_dir: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "per-shard"
-    encode(tokenizer_dir, tail_shards, out, backend="inline", min_prefix_documents=1, command=["t"])
+    encode(tokenizer_dir, tail_shards, out, backend="inline", min_prefix_documents=1)
     assert load_manifest(out)["shards"]["synthetic-00005"]["documents"] == 4
     with pytest.raises(AssertionError):  # a zero-weight (empty) split of the 4-document prefix
         _build(tokenizer_dir, out, [None, None, None], weighted=False)

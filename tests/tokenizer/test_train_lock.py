@@ -82,7 +82,7 @@ def test_cli_train_with_tag_weights_and_budget(shards_dir: Path, tmp_path: Path)
 def test_same_inputs_same_tokenizer_id(
     tokenizer_dir: Path, shards_dir: Path, tmp_path: Path
 ) -> None:
-    again = train(train_config(shards_dir, tmp_path / "again"), command=["test"])
+    again = train(train_config(shards_dir, tmp_path / "again"))
     assert again["tokenizer"]["sha256"] == load_manifest(tokenizer_dir)["tokenizer"]["sha256"]
 
 

@@ -21,8 +21,8 @@ def test_demo_launch_step_trains_full_config_override_with_gate_recorded(tmp_pat
 
     shards = write_shards(tmp_path / "shards", make_records(300), docs_per_shard=150)
     tokenizer = tmp_path / "tokenizer"
-    train(train_config(shards, tokenizer), command=["test"])
-    encode(tokenizer, shards, tmp_path / "encoded", backend="inline", command=["test"])
+    train(train_config(shards, tokenizer))
+    encode(tokenizer, shards, tmp_path / "encoded", backend="inline")
     ctx = DemoContext(out=tmp_path / "demo")
     ctx.artifacts.update(tokenizer=tokenizer, encoded=tmp_path / "encoded")
     mixtures_demo.step(ctx)

@@ -36,7 +36,7 @@ def sample_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     records = [{"text": t, "domain": "web", "lang": "en"} for t in real_documents(200)]
     shards = write_shards(root / "shards", records, docs_per_shard=100)
     out = root / "tokenizer"
-    train(TokenizerTrainConfig(data=str(shards), out=str(out), vocab_size=VOCAB), command=["test"])
+    train(TokenizerTrainConfig(data=str(shards), out=str(out), vocab_size=VOCAB))
     return out
 
 

@@ -28,7 +28,7 @@ def _mixture(tmp_path: Path) -> Path:
 
     encoded = make_encoded(tmp_path / "enc")
     data = mixture_config(encoded, tmp_path / "mix", total_tokens=16 * 32 * 8)
-    build_mixture(parse_config(MixtureConfig, data), command=["tests"])
+    build_mixture(parse_config(MixtureConfig, data))
     return tmp_path / "mix"
 
 

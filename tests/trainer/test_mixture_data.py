@@ -32,7 +32,7 @@ def _mixture(tmp_path, name: str, tokenizer: dict | None = None):
     data["recipe"]["phases"] = PHASES
     if tokenizer is not None:
         data["build"]["tokenizer_sha256"] = tokenizer["sha256"]
-    build_mixture(parse_config(MixtureConfig, data), command=["tests"])
+    build_mixture(parse_config(MixtureConfig, data))
     return tmp_path / name
 
 

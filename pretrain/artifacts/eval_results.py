@@ -1,0 +1,42 @@
+"""`eval` (`pretrain eval run`): a run's checkpoints scored on an evalset.
+
+`results.jsonl` (one line per checkpoint), `documents.parquet` (per-document scores),
+`capability.png`. The manifest binds the evalset and tokenizer it used and repeats the last
+checkpoint's metrics under `final`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from pretrain.artifacts import base
+
+KIND = "eval"
+RESULTS_FILE = "results.jsonl"
+
+
+class EvalFields(base.Fields):
+    KIND: ClassVar[str] = KIND
+    evalset_sha256: str
+    tokenizer_sha256: str
+    final: dict[str, Any] = Field(default_factory=dict)
+
+
+class EvalManifest(EvalFields, base.Manifest):
+    """An eval artifact's manifest, as `open` reads it."""
+
+
+write = base.Writer(EvalFields)
+"""Write an eval manifest once results.jsonl is written (`pretrain eval run`)."""
+
+
+class EvalResults(base.Artifact[EvalManifest]):
+    """A verified eval artifact."""
+
+
+def open(directory: str | os.PathLike, *, full: bool | None = None) -> EvalResults:
+    root, manifest, raw = base.verified(directory, EvalManifest, full=full)
+    return EvalResults(root, manifest, raw)
