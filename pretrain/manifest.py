@@ -180,12 +180,13 @@ def write_manifest(
     inputs: Iterable[str | os.PathLike] = (),
     counts: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
-    command: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Hash every file under `directory` and write its manifest last, atomically.
+    """Hash every file under `directory` and write its manifest last, atomically, sealed.
 
     `inputs` are artifact directories this one was made from; their manifest sha256 is recorded.
-    `extra` holds kind-specific fields (e.g. `tokenizer`, `recipe_sha256`).
+    `extra` holds kind-specific fields (e.g. `tokenizer`, `recipe_sha256`). The command recorded
+    is `pretrain.command.current_command()`. Builders call their kind's typed writer
+    (`pretrain.artifacts.<kind>.write`), which checks `extra` and calls this.
     """
     root = outstore.output_path(directory)  # a local directory, or an object-store prefix
     config = dict(config or {})
@@ -207,7 +208,7 @@ def write_manifest(
         "manifest_version": MANIFEST_VERSION,
         "kind": kind,
         "created_unix": round(time.time(), 3),
-        "command": command if command is not None else current_command(),
+        "command": current_command(),
         "config": config,
         "config_sha256": sha256_bytes(canonical_json(config)),
         "git": git_state(),

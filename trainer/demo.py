@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pretrain.artifacts import mixture as mixture_kind
+from pretrain.artifacts import run as run_kind
 from pretrain.config import load_config
 from pretrain.errors import GateRefused, PretrainError
-from pretrain.manifest import load_manifest
 from trainer.config import TrainConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,16 +49,21 @@ TINY_OVERRIDE = {
 
 def demo_overrides(ctx: Any) -> list[str]:
     mixture = Path(ctx.artifacts["mixture"])
-    manifest = load_manifest(mixture)
-    seq_length = max(int(p["seq_length"]) for p in manifest["phases"])
-    batches = sum(int(p["num_sequences"]) for p in manifest["phases"]) // manifest["global_batch"]
+    manifest = mixture_kind.open(mixture).manifest
+    seq_length = max(p.seq_length for p in manifest.phases)
+    global_batch = manifest.global_batch
+    if global_batch is None:
+        raise PretrainError(
+            f"{mixture} records no global_batch; rebuild it with `pretrain mixture build`"
+        )
+    batches = sum(p.num_sequences for p in manifest.phases) // global_batch
     sets = {
         **TINY_OVERRIDE,
         "run.out_dir": str(ctx.out / "run"),
         "run.train_steps": min(DEMO_STEPS, batches),
         "model.seq_length": seq_length,
-        "batch.global_batch_size": manifest["global_batch"],
-        "batch.micro_batch_size": max(1, manifest["global_batch"] // 2),
+        "batch.global_batch_size": global_batch,
+        "batch.micro_batch_size": max(1, global_batch // 2),
         "data.mixture_dir": str(mixture),
         "data.train_tokens": "null",
     }
@@ -101,9 +107,9 @@ def step(ctx: Any) -> str:
         if proc.returncode != 0:
             raise PretrainError(f"pretrain launch failed: {proc.stderr.strip()[-600:]}")
     ctx.artifacts["run"] = run_dir
-    manifest = load_manifest(run_dir)
-    summary = manifest["counts"]
-    gate = (manifest.get("gate") or {}).get("status", "?")
+    manifest = run_kind.open(run_dir).manifest
+    summary = manifest.counts
+    gate = (manifest.gate or {}).get("status", "?")
     losses = _loss_range(run_dir)
     return (
         f"{summary['steps']} steps of train_full.yaml (tiny override, "

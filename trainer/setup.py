@@ -7,8 +7,9 @@ from typing import Any
 
 import torch
 
-from pretrain.errors import ConfigError
-from pretrain.manifest import load_manifest
+from pretrain.artifacts import base as base_artifact
+from pretrain.artifacts import tokenizer as tokenizer_artifact
+from pretrain.errors import ArtifactError, ConfigError
 from trainer.config import TrainConfig
 from trainer.data import TrainData, mixture_data, synthetic_data, write_synthetic_corpus
 
@@ -42,14 +43,14 @@ def open_data(config: TrainConfig, run_dir: Path, rank: int) -> TrainData:
 def _lineage_tokenizer(directory: Path, depth: int = 3) -> Path | None:
     """The tokenizer artifact an artifact was (transitively) made from, via manifest lineage."""
     try:
-        manifest = load_manifest(directory)
-    except Exception:
+        manifest = base_artifact.peek(directory)
+    except ArtifactError:
         return None
-    for entry in manifest.get("inputs", []):
-        if entry.get("kind") == "tokenizer":
-            return Path(entry["path"])
+    for entry in manifest.inputs:
+        if entry.kind == tokenizer_artifact.KIND:
+            return Path(entry.path)
         if depth > 0:
-            found = _lineage_tokenizer(Path(entry["path"]), depth - 1)
+            found = _lineage_tokenizer(Path(entry.path), depth - 1)
             if found is not None:
                 return found
     return None

@@ -1,11 +1,10 @@
 """Typed artifacts: the seams between the packages.
 
-One module per artifact kind, each with a pydantic manifest model, `open(dir)` that verifies the
-artifact (pretrain.manifest.require: kind, identity, every byte) and returns a typed reader. The
-shards, evalset and ablation modules also have `write(...)`, which checks the kind's fields and
-writes the manifest last, recording the command `pretrain.cli.main` captured (pretrain.command);
-the other kinds' builders still call pretrain.manifest.write_manifest with that command. A package reads another package's output only
-through these readers:
+One module per artifact kind, each with a typed `Fields` model (what that kind records), its one
+writer `write = base.Writer(Fields)` (every builder writes through it; the command recorded is the
+one `pretrain.cli.main` captured, pretrain.command) and `open(dir)`, which verifies the artifact
+(pretrain.manifest.require: kind, identity, every byte, the manifest's seal) and returns a typed
+reader. A package reads another package's output only through these readers:
 
 - `shards`: tagged Parquet shards (`pretrain data run`)
 - `model`: fastText / KenLM model artifacts (`pretrain data train-classifier` / `train-lm`)
@@ -16,6 +15,11 @@ through these readers:
 - `run`: a training run (`pretrain launch`)
 - `ablation`: the decision report (`pretrain ablate`)
 - `export`: a Hugging Face export (`pretrain export`)
+- `run` also: `checkpoint` (`RUN/checkpoints/iter_*`, written by the trainer)
+- `tokenizer_eval`: a tokenizer's compression report (`pretrain tokenizer eval`)
+- `eval_results`: checkpoints scored on an evalset (`pretrain eval run`)
+- `dedup_index`: a MinHash LSH index (the dedup stage)
+- `raw`: gathered input files (the demo's copy of the sample)
 
 Import the kind module (`from pretrain.artifacts import shards`); this package imports none of
 them itself, so reading one kind does not import pyarrow or the others.

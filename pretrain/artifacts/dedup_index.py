@@ -1,4 +1,4 @@
-"""`dedup-index` (`pretrain data build-index`): a MinHash LSH index of reference documents.
+"""`dedup-index` (the dedup stage's `save_index`): a MinHash LSH index of a corpus's documents.
 
 Partitioned band tables; the manifest records the settings the index was built with under
 `dedup` (the MinHash/LSH settings, `bands`, `rows`, `partitions`), which a pipeline run that

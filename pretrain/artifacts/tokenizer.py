@@ -17,7 +17,7 @@ from pydantic import Field
 
 from pretrain.artifacts import base
 from pretrain.errors import ArtifactError, LockMismatch
-from pretrain.manifest import load_manifest, sha256_file
+from pretrain.manifest import check_seal, load_manifest, sha256_file
 
 KIND = "tokenizer"
 LOCK_FILE = "lock.json"
@@ -106,7 +106,9 @@ def pinned_info(directory: str | os.PathLike) -> dict[str, Any] | None:
     sha256 (an identity check only, for pinning: `open` verifies the tokenizer files too);
     None when lock.json is missing or differs."""
     root = Path(directory)
-    info = dict(load_manifest(root).get("tokenizer") or {})
+    manifest = load_manifest(root)
+    check_seal(root, manifest)
+    info = dict(manifest.get("tokenizer") or {})
     lock = root / LOCK_FILE
     if not lock.is_file() or sha256_file(lock) != info.get("sha256"):
         return None

@@ -211,3 +211,90 @@ def test_a_pickle_planted_in_a_listed_file_at_its_size_is_refused(built, kind, r
     marker.unlink()  # the planted file is a working pickle; open() must never load it
     _one_line_refusal(kind, directory, "does not match its sha256")
     assert not marker.exists()
+
+
+_CHAIN_SCRIPT = """
+import sys
+from pretrain.cli import main
+run_dir, config, hf, evalsets = sys.argv[1:]
+for argv in (
+    ["launch", config, "--in-process"],
+    ["export", run_dir, "--out", hf],
+    ["eval", "run", hf, "--sets", evalsets, "--max-docs", "5", "--tasks"],
+):
+    code = main(argv)
+    if code:
+        sys.exit(f"{argv}: exit {code}")
+"""
+
+
+def test_run_checkpoint_export_and_eval_write_through_their_kinds(built, tmp_path) -> None:
+    """`pretrain launch` (its rank records the launcher's command), `pretrain export` and
+    `pretrain eval run`, in their own process with a clean environment."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.trainer.trainer_testlib import tiny_config
+
+    run_dir, hf = tmp_path / "run", tmp_path / "hf"
+    mixture_dir = built["mixture"][0]
+    config = tiny_config(
+        run_dir,
+        run={"train_steps": 2},
+        data={"source": "mixture", "mixture_dir": str(mixture_dir)},
+        checkpoint={"every": 2},
+    )
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(config))
+    evalsets = built["evalset"][0]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MASTER_", "HF_"))}
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    args = [str(run_dir), str(path), str(hf), str(evalsets)]
+    done = subprocess.run(
+        [sys.executable, "-c", _CHAIN_SCRIPT, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    launch = ["pretrain", "launch", str(path), "--in-process"]
+    art = assert_round_trips("run", run_dir, launch)
+    assert art.manifest.mixture.build_sha256 == mixture.open(mixture_dir).manifest.build_sha256
+    assert art.manifest.inputs[0].manifest_sha256 == mixture.open(mixture_dir).manifest_sha256
+    [(step, checkpoint)] = art.checkpoint_dirs()
+    assert step == 2 and assert_round_trips("checkpoint", checkpoint, launch).step == 2
+    exported = assert_round_trips(
+        "hf_export", hf, ["pretrain", "export", str(run_dir), "--out", str(hf)]
+    )
+    assert exported.step == 2
+    assert exported.manifest.tokenizer.sha256 == tokenizer.open(built["tokenizer"][0]).sha256
+    command = ["pretrain", "eval", "run", str(hf), "--sets", str(evalsets)]
+    results = assert_round_trips(
+        "eval", tmp_path / "hf-evals", [*command, "--max-docs", "5", "--tasks"]
+    )
+    assert results.manifest.evalset_sha256 == evalset.open(evalsets).manifest_sha256
+    assert results.manifest.final["bpb"] > 0
+
+
+def test_the_model_builders_write_through_the_model_kind(tmp_path) -> None:
+    """The fastText and KenLM trainers (as `pretrain demo` runs them on the embedded sample)."""
+    import shutil
+
+    import pretrain.sample
+    from data_pipeline.models.demo_assets import build_demo_models
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name in ("web.warc.gz", "prose.jsonl.gz", "code.parquet", "bad.jsonl"):
+        shutil.copyfile(Path(pretrain.sample.__file__).parent / name, raw / name)
+    built = build_demo_models(raw, tmp_path / "models")
+    for key in ("domain", "quality"):
+        art = assert_round_trips(
+            "fasttext-model", built[key], ["pretrain", "demo", f"({key} classifier)"]
+        )
+        assert art.manifest.model["sha256"] == art.info["model_sha256"]
+    lm = assert_round_trips("kenlm-model", built["lm"], ["pretrain", "demo", "(kenlm)"])
+    assert set(lm.manifest.model["languages"]) == set(lm.info["languages"])
