@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
 from pretrain.artifacts import run as run_kind
-from pretrain.command import recorded
 from pretrain.config import config_dict
 from pretrain.manifest import atomic_write_json
 from trainer.config import TrainConfig
@@ -59,20 +57,17 @@ def write_run_manifest(trainer: FinishedRun, launch_info: dict[str, Any], extra:
         guard={"rollbacks": trainer.guard.rollbacks, "events": trainer.guard.events},
         **extra,
     )
-    # a rank the launcher started records the launcher's command (RUN/launch.json)
-    command = launch_info.get("command")
-    with recorded(command) if command else nullcontext():
-        run_kind.write(
-            trainer.run_dir,
-            fields,
-            config=config_dict(trainer.config),
-            inputs=inputs,
-            counts={
-                "steps": trainer.state.step,
-                "tokens_seen": trainer.state.tokens_seen,
-                "parameters": trainer.num_params,
-            },
-        )
+    run_kind.write(  # the command: the launcher's (trainer.train.train records it)
+        trainer.run_dir,
+        fields,
+        config=config_dict(trainer.config),
+        inputs=inputs,
+        counts={
+            "steps": trainer.state.step,
+            "tokens_seen": trainer.state.tokens_seen,
+            "parameters": trainer.num_params,
+        },
+    )
 
 
 def summary(trainer: FinishedRun, extra: dict[str, Any]) -> dict[str, Any]:

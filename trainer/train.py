@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,8 +81,14 @@ def train(
     if local is not None:
         os.environ.update(local.environ())
     os.environ.setdefault("PRETRAIN_TORCH_THREADS", str(default_threads(1)))
+    from pretrain.command import recorded
+    from trainer.run_outputs import load_launch_info
+
+    # what this rank writes (checkpoints, the run manifest) records the launcher's command
+    command = load_launch_info(Path(config.run.out_dir)).get("command")
     try:
-        return _run(config, smoke, callbacks)
+        with recorded(command) if command else nullcontext():
+            return _run(config, smoke, callbacks)
     finally:
         for name, value in saved.items():
             if value is None:

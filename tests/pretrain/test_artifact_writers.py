@@ -213,24 +213,9 @@ def test_a_pickle_planted_in_a_listed_file_at_its_size_is_refused(built, kind, r
     assert not marker.exists()
 
 
-_CHAIN_SCRIPT = """
-import sys
-from pretrain.cli import main
-run_dir, config, hf, evalsets = sys.argv[1:]
-for argv in (
-    ["launch", config, "--in-process"],
-    ["export", run_dir, "--out", hf],
-    ["eval", "run", hf, "--sets", evalsets, "--max-docs", "5", "--tasks"],
-):
-    code = main(argv)
-    if code:
-        sys.exit(f"{argv}: exit {code}")
-"""
-
-
 def test_run_checkpoint_export_and_eval_write_through_their_kinds(built, tmp_path) -> None:
-    """`pretrain launch` (its rank records the launcher's command), `pretrain export` and
-    `pretrain eval run`, in their own process with a clean environment."""
+    """`pretrain launch` (its torchrun rank records the launcher's command), `pretrain export`
+    and `pretrain eval run`, each its own process with a clean environment."""
     import os
     import subprocess
     import sys
@@ -250,17 +235,16 @@ def test_run_checkpoint_export_and_eval_write_through_their_kinds(built, tmp_pat
     evalsets = built["evalset"][0]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MASTER_", "HF_"))}
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    args = [str(run_dir), str(path), str(hf), str(evalsets)]
-    done = subprocess.run(
-        [sys.executable, "-c", _CHAIN_SCRIPT, *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=540,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    launch = ["pretrain", "launch", str(path), "--in-process"]
+    pretrain = str(Path(sys.executable).parent / "pretrain")
+    launch = ["pretrain", "launch", str(path)]
+    to_hf = ["pretrain", "export", str(run_dir), "--out", str(hf)]
+    score = ["pretrain", "eval", "run", str(hf), "--sets", str(evalsets), "--max-docs", "5"]
+    score.append("--tasks")
+    for argv in (launch, to_hf, score):
+        done = subprocess.run(
+            [pretrain, *argv[1:]], env=env, capture_output=True, text=True, timeout=400
+        )
+        assert done.returncode == 0, (argv, done.stderr[-3000:])
     art = assert_round_trips("run", run_dir, launch)
     assert art.manifest.mixture.build_sha256 == mixture.open(mixture_dir).manifest.build_sha256
     assert art.manifest.inputs[0].manifest_sha256 == mixture.open(mixture_dir).manifest_sha256
