@@ -17,8 +17,9 @@ from pathlib import Path
 from data_pipeline import demo as pipeline_demo
 from evals import demo as evals_demo
 from mixtures import demo as mixtures_demo
+from pretrain.artifacts import raw as raw_kind
 from pretrain.locking import writes_output
-from pretrain.manifest import load_manifest, verify, write_manifest
+from pretrain.manifest import verify
 from pretrain.sample import SAMPLE_FILES, sample_dir
 from tokenizer import demo as tokenizer_demo
 from trainer import demo as trainer_demo
@@ -49,13 +50,16 @@ def sample_step(ctx: DemoContext) -> str:
         target.mkdir(parents=True)
         for name in SAMPLE_FILES:
             shutil.copyfile(sample_dir() / name, target / name)
-        write_manifest(
-            target, "raw", config={"source": "pretrain.sample"}, counts={"files": len(SAMPLE_FILES)}
+        raw_kind.write(
+            target,
+            raw_kind.RawFields(),
+            config={"source": "pretrain.sample"},
+            counts={"files": len(SAMPLE_FILES)},
         )
     ctx.artifacts["raw"] = target
-    manifest = load_manifest(target)
-    size = sum(f["bytes"] for f in manifest["files"].values())
-    return f"{len(manifest['files'])} raw input files, {size / 1e6:.1f} MB -> {target}"
+    raw = raw_kind.open(target)
+    size = raw.total_bytes
+    return f"{len(raw.manifest.files)} raw input files, {size / 1e6:.1f} MB -> {target}"
 
 
 DEMO_STEPS: tuple[tuple[str, Callable[[DemoContext], str]], ...] = (

@@ -2,7 +2,7 @@
 
 One module per artifact kind, each with a typed `Fields` model (what that kind records), its one
 writer `write = base.Writer(Fields)` (every builder writes through it; the command recorded is the
-one `pretrain.cli.main` captured, pretrain.command) and `open(dir)`, which verifies the artifact
+one `pretrain.program.run` captured, pretrain.command) and `open(dir)`, which verifies the artifact
 (pretrain.manifest.require: kind, identity, every byte, the manifest's seal) and returns a typed
 reader. A package reads another package's output only through these readers:
 

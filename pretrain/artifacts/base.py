@@ -8,7 +8,7 @@ Each kind module (`pretrain.artifacts.shards`, `.encoded`, ...) declares
 `Writer(...)(directory, fields, config=..., inputs=..., counts=...)` is the same call for every
 kind: the kind's own data travels as one typed `Fields` object (a field the kind lacks, or of the
 wrong type, is refused before anything is written), and the command recorded is the one
-`pretrain.cli.main` captured (pretrain.command): no writer takes a command.
+`pretrain.program.run` captured (pretrain.command): no writer takes a command.
 Verification is `pretrain.manifest.require` (bytes, kind, identity, the manifest's seal); nothing
 here re-checks.
 
@@ -185,7 +185,7 @@ F = TypeVar("F", bound=Fields)
 class Writer(Generic[F]):
     """The writer of one kind: `write(directory, fields, config=..., inputs=..., counts=...)`
     hashes every file under `directory` and writes the manifest last, atomically, with the
-    kind's `fields` and the command `pretrain.cli.main` captured."""
+    kind's `fields` and the command `pretrain.program.run` captured."""
 
     def __init__(self, fields: type[F]) -> None:
         self.fields = fields

@@ -1,6 +1,6 @@
 """Every artifact kind is written by its builder through `pretrain.artifacts.<kind>.write` and read
 back through that kind's `open()`: the typed manifest holds exactly what the builder wrote, with the
-command `pretrain.cli.main` captured. A tampered manifest (a byte flipped at the same size, a field
+command `pretrain.program.run` captured. A tampered manifest (a byte flipped at the same size, a field
 added, a pickle planted in its place or in a listed file) is refused by `open()`, one line, and no
 pickle is ever loaded."""
 
