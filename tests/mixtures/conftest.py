@@ -85,7 +85,6 @@ def make_encoded(
         config={"synthetic": True},
         counts={"documents": prefixes * docs, "tokens": total_tokens},
         extra={"tokenizer": tokenizer or TOKENIZER, "prefixes": stems},
-        command=["tests"],
     )
     return root
 
