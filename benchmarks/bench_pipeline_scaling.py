@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import add_corpus_argument, corpus_dir, write_result
+from benchmarks.phasecpu import phase_cpu
+from benchmarks.proctree import TreeSampler
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -89,7 +91,8 @@ def child_ours(inputs: str, out: str, workers: int) -> dict[str, Any]:
         }
     )
     start = time.perf_counter()
-    result = run_pipeline(config, progress=False)
+    with TreeSampler(interval=0.5, memory=False, series=True) as sampler:
+        result = run_pipeline(config, progress=False)
     wall = time.perf_counter() - start
     section = result.manifest["throughput"]
     return {
@@ -99,6 +102,10 @@ def child_ours(inputs: str, out: str, workers: int) -> dict[str, Any]:
         "stage_setup_cpu_s": section["fixed"]["stage_setup_cpu_s"],
         "stages": {s["stage"]: s["cpu_s"] for s in section["stages"]},
         "stage_cpu_s": section["cpu_s_total"],
+        "phases_s": section["run"]["phases_s"],
+        "sampled_cpu_s_by_role": {r: v["cpu_s"] for r, v in sampler.by_role().items()},
+        "phase_cpu": phase_cpu(sampler.procs, section["run"]["phase_spans"], os.cpu_count() or 1),
+        "ray_data_stats": result.ray_stats,
         "raw_bytes": result.ledger["bytes_in"],
         "docs_in": result.ledger["documents_in"],
         "docs_kept": result.ledger["documents_kept"],
@@ -140,6 +147,7 @@ def _child(kind: str, inputs: Path, out: Path, workers: int) -> dict[str, Any]:
     env["OMP_NUM_THREADS"] = "1"
     cmd = [sys.executable, "-m", "benchmarks.bench_pipeline_scaling", "--child", kind]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load_before = os.getloadavg()[0]
     run = subprocess.run(
         [*cmd, str(inputs), str(out), str(workers)],
         capture_output=True,
@@ -152,10 +160,12 @@ def _child(kind: str, inputs: Path, out: Path, workers: int) -> dict[str, Any]:
     if run.returncode != 0:
         raise RuntimeError(f"{kind} failed: {run.stderr[-3000:]}")
     result = json.loads(run.stdout.strip().splitlines()[-1])
+    result["load_1m"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
     result["tree_cpu_s"] = round(
         (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 2
     )
-    print(f"{kind} workers={workers}: {json.dumps(result)}", flush=True)
+    shown = {k: v for k, v in result.items() if k != "ray_data_stats"}
+    print(f"{kind} workers={workers}: {json.dumps(shown)}", flush=True)
     return result
 
 
@@ -197,6 +207,14 @@ def summarise(ours: dict[int, Any], theirs: dict[int, Any], mb: float) -> dict[s
     rows["ours_cpu_ratio_2w_over_1w"] = round(ours[2]["stage_cpu_s"] / ours[1]["stage_cpu_s"], 3)
     rows["ours_tree_cpu_ratio_2w_over_1w"] = round(ours[2]["tree_cpu_s"] / ours[1]["tree_cpu_s"], 3)
     rows["ray_start_s"] = {w: round(r["ray_start_s"], 2) for w, r in ours.items()}
+    bound = {w: sum(p["cpu_bound_s"] for p in r["phase_cpu"].values()) for w, r in ours.items()}
+    rows["ours_cpu_bound_s"] = {w: round(b, 2) for w, b in bound.items()}
+    rows["ours_cpu_bound_scaling_efficiency"] = round(bound[1] / bound[2] / 2, 3)
+    rows["ours_phase_wall_s"] = {w: r["phases_s"] for w, r in ours.items()}
+    rows["ours_system_cpu_s"] = {
+        w: round(sum(p["system_cpu_s"] for p in r["phase_cpu"].values()), 2)
+        for w, r in ours.items()
+    }
     rows["ours_tree_mb_per_cpu_s"] = {w: round(mb / r["tree_cpu_s"], 3) for w, r in ours.items()}
     return rows
 

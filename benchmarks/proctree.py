@@ -58,6 +58,8 @@ class ProcStats:
     """Private memory (no shared pages: not the object store's, not mapped libraries)."""
     cpu_start_s: float | None = None
     cpu_last_s: float = 0.0
+    series: list[tuple[float, float]] = field(default_factory=list)
+    """(Unix time, CPU-seconds since the first sample) per sample, with `TreeSampler.series`."""
 
     @property
     def cpu_s(self) -> float:
@@ -75,6 +77,10 @@ class TreeSampler:
     peak_total_rss_mb: float = 0.0
     known: set[int] = field(default_factory=set)
     """pids that existed before `start`: their CPU counts from the first sample on."""
+    memory: bool = True
+    """False: CPU times only (no smaps read per process per sample: far cheaper)."""
+    series: bool = False
+    """Keep every process's CPU time series (benchmarks.phasecpu attributes it to phases)."""
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
@@ -92,7 +98,7 @@ class TreeSampler:
         for proc in self._tree():
             try:
                 with proc.oneshot():
-                    info = proc.memory_full_info()
+                    info = proc.memory_full_info() if self.memory else None
                     times = proc.cpu_times()
             except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
                 continue
@@ -106,6 +112,10 @@ class TreeSampler:
             if stats.cpu_start_s is None:
                 stats.cpu_start_s = cpu if proc.pid in self.known else 0.0
             stats.cpu_last_s = cpu
+            if self.series:
+                stats.series.append((time.time(), stats.cpu_s))
+            if info is None:
+                continue
             stats.peak_rss_mb = max(stats.peak_rss_mb, info.rss / MB)
             stats.peak_pss_mb = max(stats.peak_pss_mb, info.pss / MB)
             stats.peak_uss_mb = max(stats.peak_uss_mb, info.uss / MB)

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import pyarrow as pa
@@ -108,12 +109,15 @@ def load(out: OutPath, stage: str, part: str, rows: int, depends: str) -> MapOut
     return MapOutput(part, rows=paths.pop("rows"), files=paths, info=record.get("info", {}))
 
 
-def digest(depends: str, outputs: Sequence[MapOutput]) -> str:
-    """What a later global stage's map depends on: this stage's map output of every part."""
+def digest(out: OutPath, stage: str, depends: str, outputs: Sequence[MapOutput]) -> str:
+    """What a later global stage's map depends on: this stage's map output of every part, by
+    the sha256 its record holds for each file (`load` has just checked every file against it:
+    the driver does not hash the whole map side a second time)."""
     hasher = hashlib.sha256(depends.encode())
     for output in outputs:
-        for path in (output.rows, *output.files.values()):
-            hasher.update(f"{output_path(path).name}:{sha256_of(output_path(path))}\n".encode())
+        files = workers.load_json(record_path(out, stage, output.part))["files"]
+        for name, entry in files.items():
+            hasher.update(f"{output.part}.{name}.parquet:{entry['sha256']}\n".encode())
     return hasher.hexdigest()
 
 
@@ -195,10 +199,15 @@ def _wait(ray: Any, refs: list[Any], timeout: float | None) -> None:
 
 
 def run_global_stages(
-    out: OutPath, stages: Sequence[Stage], rows: dict[str, int], timeout: float | None
+    out: OutPath,
+    stages: Sequence[Stage],
+    rows: dict[str, int],
+    timeout: float | None,
+    phase: Callable[[str], AbstractContextManager[None]] = lambda _: nullcontext(),
 ) -> dict[str, int]:
     """Map (the parts not persisted yet), aggregate and join every global stage in order; the
-    last join writes the job's pieces. Returns {stage: parts whose map output was reused}."""
+    last join writes the job's pieces. Returns {stage: parts whose map output was reused}.
+    `phase(name)` times each step (`<stage>-map`, `-verify`, `-aggregate`, `-join`: RunClock.phase)."""
     import ray
 
     _, globals_ = plan(stages)
@@ -207,14 +216,13 @@ def run_global_stages(
     parts = sorted(rows)
     first = globals_[0][0]
     done = reusable(out, first, rows)
-    _wait(
-        ray,
-        [remote_map.remote(str(out), p, rows[p], first.spec()) for p in parts if p not in done],
-        timeout,
-    )
+    with phase(f"{first.name}-map"):
+        todo = [p for p in parts if p not in done]
+        _wait(ray, [remote_map.remote(str(out), p, rows[p], first.spec()) for p in todo], timeout)
     reused, depends = {first.name: len(done)}, ""
     for k, (stage, after) in enumerate(globals_):
-        outputs = [load(out, stage.name, p, rows[p], depends) for p in parts]
+        with phase(f"{stage.name}-verify"):  # the driver hashes every part's map output
+            outputs = [load(out, stage.name, p, rows[p], depends) for p in parts]
         missing = [p for p, o in zip(parts, outputs, strict=True) if o is None]
         if missing:
             raise PretrainError(
@@ -222,9 +230,11 @@ def run_global_stages(
                 "written (another writer, or a disk error); re-run the command"
             )
         found = [o for o in outputs if o is not None]
-        joins = stage.aggregate(found)
+        with phase(f"{stage.name}-aggregate"):
+            joins = stage.aggregate(found)
         following = globals_[k + 1][0] if k + 1 < len(globals_) else None
-        depends = digest(depends, found)
+        if following is not None:  # only a later global stage's map depends on it
+            depends = digest(out, stage.name, depends, found)
         job = {
             "spec": stage.spec(),
             "after": [s.spec() for s in after],
@@ -234,10 +244,11 @@ def run_global_stages(
         skip = reusable(out, following, rows, depends) if following else set()
         if following is not None:
             reused[following.name] = len(skip)
-        refs = [
-            remote_join.remote(str(out), job, output, index, *joins[index])
-            for index, output in enumerate(found)
-            if output.part not in skip
-        ]
-        _wait(ray, refs, timeout)
+        with phase(f"{stage.name}-join"):
+            refs = [
+                remote_join.remote(str(out), job, output, index, *joins[index])
+                for index, output in enumerate(found)
+                if output.part not in skip
+            ]
+            _wait(ray, refs, timeout)
     return reused

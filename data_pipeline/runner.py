@@ -207,8 +207,9 @@ def _build_dataset(
             "pieces_out": str(out),
             "progress_out": str(out),
             "cost_out": str(out),
+            "batch_rows": config.batch_rows,
         },
-        batch_size=config.batch_rows,
+        batch_size=None,  # one block per call: blocks, not bundles of them, are dealt to actors
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=config.ray.workers or cpus),
         num_cpus=config.ray.cpus_per_worker,
@@ -332,16 +333,20 @@ def _run_ray(
         stems = [t["stem"] for t in work.read]
         bar = Progress(desc="data run: tag", unit="docs", disable=not progress)
         if work.read:
-            with watch(
-                bar, lambda: (workers.tagged_rows(out), workers.records_to_read(out, stems))
+            with (
+                watch(bar, lambda: (workers.tagged_rows(out), workers.records_to_read(out, stems))),
+                clock.phase("stream"),
             ):
                 dataset = _build_dataset(config, stages, work.read, out, work.skip)
                 _, stream_stats = _execute(dataset, config.ray.timeout_s)
         if work.globals:
             rows = global_parts.expected_rows(out, work.merge, config.shard_rows)
-            reused = global_parts.run_global_stages(out, stages, rows, config.ray.timeout_s)
-        merge = _merge(config, stages, out, work.merge, done)
-        _, merge_stats = _execute(merge, config.ray.timeout_s)
+            reused = global_parts.run_global_stages(
+                out, stages, rows, config.ray.timeout_s, clock.phase
+            )
+        with clock.phase("merge"):
+            merge = _merge(config, stages, out, work.merge, done)
+            _, merge_stats = _execute(merge, config.ray.timeout_s)
     finally:
         context.enable_progress_bars, context.target_max_block_size = saved
         clock.ray_work_s = time.perf_counter() - begin

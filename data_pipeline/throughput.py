@@ -25,7 +25,8 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -194,6 +195,22 @@ class RunClock:
     """building and executing the datasets (stages, global stages, merge), after start-up."""
     cpus: int = 0
     """CPUs of the Ray cluster the run used."""
+    phases: dict[str, float] = field(default_factory=dict)
+    """Driver wall-seconds of each phase of the work (stream, <stage>-map, -verify, -aggregate,
+    -join, merge): where a run waits, which the CPU-seconds per stage do not show."""
+
+    spans: list[tuple[str, float, float]] = field(default_factory=list)
+    """(phase, start, end) in Unix seconds: to line the phases up with other measurements
+    (benchmarks/bench_pipeline_scaling.py attributes each process's CPU to them)."""
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        begin, at = time.perf_counter(), time.time()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - begin
+            self.spans.append((name, at, time.time()))
 
     def start_ray(self, connect: Callable[[], bool]) -> bool:
         begin = time.perf_counter()

@@ -5,7 +5,9 @@ stages:  per stage (read, each map stage, each global stage, write), over EVERY 
          documents it processed), docs_per_cpu_s, mb_per_cpu_s (= per core), peak_rss_mb
 fixed:   this run's start-up, apart: ray_start_s (driver wall), stage set-up in workers
 run:     this run: cpus, ray_work_s (wall after start-up), the documents it computed and
-         their rate per wall second (steady state: start-up excluded)
+         their rate per wall second (steady state: start-up excluded), and phases_s: the
+         driver's wall-seconds per phase (stream, <global>-map/-verify/-aggregate/-join, merge) and
+         phase_spans ([phase, start, end] in Unix seconds)
 """
 
 from __future__ import annotations
@@ -129,6 +131,8 @@ def build(
             "bytes_computed": raw,
             "docs_per_s": round(docs / work, 2) if work > 0 else None,
             "mb_per_s": round(raw / MB / work, 4) if work > 0 else None,
+            "phases_s": {name: round(s, 3) for name, s in clock.phases.items()},
+            "phase_spans": [[name, round(a, 3), round(b, 3)] for name, a, b in clock.spans],
         }
     return section
 

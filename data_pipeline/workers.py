@@ -76,9 +76,13 @@ def read_files(
 class MapStagesWorker:
     """A Ray Data actor: builds the map stages once (setup per worker) and runs them in order.
 
+    It is called once per block the reader produced (so a task is one block: at most
+    `ray.block_mb` of input, and the pool deals blocks, not bundles of them, to its actors: no
+    actor is left with a long last task while another idles), and runs the stages over slices
+    of at most `batch_rows` rows of it.
     With `pieces_out`, it also writes its output as pieces (the last segment of the job) and
     returns only their row counts, so tagged text never travels back through the object store.
-    With `cost_out`, it records each stage's CPU-seconds per batch (data_pipeline.throughput).
+    With `cost_out`, it records each stage's CPU-seconds per block (data_pipeline.throughput).
     """
 
     def __init__(
@@ -87,10 +91,12 @@ class MapStagesWorker:
         pieces_out: str | None = None,
         progress_out: str | None = None,
         cost_out: str | None = None,
+        batch_rows: int | None = None,
     ) -> None:
         self.stages = [build_stage(spec) for spec in specs]
         self.pieces_out = pieces_out
         self.cost_out = cost_out
+        self.batch_rows = batch_rows
         self.counter = ProgressCounter(progress_out) if progress_out else None
         if cost_out:
             throughput.record_setup(cost_out, self.stages)
@@ -98,15 +104,20 @@ class MapStagesWorker:
             for stage in self.stages:
                 stage.setup()
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        rows = batch.num_rows
-        before = batch
-        batch, spent = throughput.run_stages(self.stages, batch)
+    def __call__(self, block: pa.Table) -> pa.Table:
+        rows = block.num_rows
+        step = self.batch_rows or rows or 1
+        outputs, spent = [], dict[str, float]()
+        for start in range(0, max(rows, 1), step):
+            tagged, cost = throughput.run_stages(self.stages, block.slice(start, step))
+            for stage, seconds in cost.items():
+                spent[stage] = spent.get(stage, 0.0) + seconds
+            outputs.append(write_pieces(tagged, self.pieces_out) if self.pieces_out else tagged)
         if self.cost_out:
-            throughput.record_batch(self.cost_out, f"map-{self.stages[0].name}", before, spent)
+            throughput.record_batch(self.cost_out, f"map-{self.stages[0].name}", block, spent)
         if self.counter is not None:
             self.counter.add(rows)
-        return write_pieces(batch, self.pieces_out) if self.pieces_out else batch
+        return pa.concat_tables(outputs, promote_options="default")
 
 
 PROGRESS = "progress"

@@ -65,6 +65,12 @@ def test_stage_costs_with_a_global_stage(ray_local, tmp_path) -> None:
     assert 0 < section["cpu_s_total"] <= wall * cpus
     assert run["docs_computed"] == result.ledger["documents_in"]
     assert section["fixed"]["workers_set_up"] >= 1
+    # where the run waited: each phase's wall, in order, inside the work after Ray's start-up
+    phases = ["stream", "dedup-map", "dedup-verify", "dedup-aggregate", "dedup-join", "merge"]
+    assert [name for name, _, _ in run["phase_spans"]] == phases == list(run["phases_s"])
+    assert all(start <= end for _, start, end in run["phase_spans"])
+    assert all(a[2] <= b[1] for a, b in zip(run["phase_spans"], run["phase_spans"][1:]))
+    assert 0 < sum(run["phases_s"].values()) <= run["ray_work_s"]
     line = result.summary()
     assert "CPU-seconds: read" in line and "dedup" in line and "start-up apart: Ray" in line
     assert json.loads((out / "manifest.json").read_text())["throughput"] == section
