@@ -116,8 +116,8 @@ def digest(out: OutPath, stage: str, depends: str, outputs: Sequence[MapOutput])
     hasher = hashlib.sha256(depends.encode())
     for output in outputs:
         files = workers.load_json(record_path(out, stage, output.part))["files"]
-        for name, entry in files.items():
-            hasher.update(f"{output.part}.{name}.parquet:{entry['sha256']}\n".encode())
+        for name in ("rows", *(n for n in files if n != "rows")):  # the rows file first
+            hasher.update(f"{output.part}.{name}.parquet:{files[name]['sha256']}\n".encode())
     return hasher.hexdigest()
 
 
