@@ -6,7 +6,20 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pretrain.artifacts import ablation, encoded, evalset, export, mixture, model, run, shards
+from pretrain.artifacts import (
+    ablation,
+    dedup_index,
+    encoded,
+    eval_results,
+    evalset,
+    export,
+    mixture,
+    model,
+    raw,
+    run,
+    shards,
+    tokenizer_eval,
+)
 from pretrain.artifacts import tokenizer as tokenizer_kind
 from pretrain.artifacts.base import Manifest
 from pretrain.errors import ArtifactError
@@ -24,6 +37,11 @@ MANIFESTS: dict[str, type[Manifest]] = {
         run.RunManifest,
         ablation.AblationManifest,
         export.ExportManifest,
+        run.CheckpointManifest,
+        tokenizer_eval.TokenizerEvalManifest,
+        eval_results.EvalManifest,
+        dedup_index.DedupIndexManifest,
+        raw.RawManifest,
     )
 }
 

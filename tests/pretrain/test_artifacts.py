@@ -159,7 +159,8 @@ def test_show_reads_figures_typed_and_survives_a_field_no_version_wrote(tmp_path
     assert {"shards", "tokenizer", "encoded", "evalset", "mixture", "run", "ablation"} <= set(
         MANIFESTS
     )
-    assert {"fasttext-model", "kenlm-model", "hf_export"} <= set(MANIFESTS)
+    assert {"fasttext-model", "kenlm-model", "hf_export", "checkpoint", "eval"} <= set(MANIFESTS)
+    assert {"tokenizer-eval", "dedup-index", "raw"} <= set(MANIFESTS)
     root = _shards(tmp_path / "s")
     assert describe(root)["figures"] == {"documents_kept": 3}
     abl = tmp_path / "abl"
