@@ -10,10 +10,11 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from pretrain.artifacts import base as base_artifact
 from pretrain.artifacts import shards as shards_artifact
 from pretrain.artifacts.shards import KIND as SHARDS_KIND
 from pretrain.artifacts.shards import is_shard, read_columns
-from pretrain.manifest import canonical_json, load_manifest, manifest_sha256, sha256_bytes
+from pretrain.manifest import canonical_json, manifest_sha256, sha256_bytes
 
 __all__ = [
     "SHARDS_KIND",
@@ -38,8 +39,8 @@ def shards_identity(directory: str | Path) -> str:
     own sha256 it ignores created_unix, command, git state and the pipeline's ledger, rejects
     and progress files: the same documents rebuilt give the same identity, a changed byte in a
     shard another one."""
-    files = load_manifest(directory)["files"]
-    listed = {rel: files[rel]["sha256"] for rel in sorted(files) if is_shard(rel)}
+    files = base_artifact.peek(directory).files  # the manifest's seal checked
+    listed = {rel: files[rel].sha256 for rel in sorted(files) if is_shard(rel)}
     return sha256_bytes(canonical_json({"kind": SHARDS_KIND, "shards": listed}))
 
 
