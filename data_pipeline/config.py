@@ -1,8 +1,9 @@
 """The pipeline config (`pretrain data run CONFIG`): inputs, output, stages, the select, Ray.
 
 `stages.<name>` sections are validated by that stage's own `Config` class when the job is built;
-a stage runs when its section is present and `enabled` is not false, in the order of
-STAGE_REGISTRY, from which the sections themselves are derived (a new stage adds none here).
+a stage runs when its section is present and `enabled` is not false, in the registry's order
+(data_pipeline.stages.registry), from which the sections themselves are derived (a new stage,
+built in or a plugin, adds none here).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, create_model, field_validator
 
 from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB, MIN_WORKER_MEMORY_MB
-from data_pipeline.stages.base import STAGE_REGISTRY
+from data_pipeline.stages.registry import registry
 from pretrain.config import StrictModel
 from pretrain.schema import EVAL_FRACTION
 
@@ -50,10 +51,10 @@ class SelectConfig(StrictModel):
     def _clauses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for clause in value:
             stage, sep, reason = clause.partition(":")
-            if not sep or stage not in STAGE_REGISTRY or not reason:
+            if not sep or stage not in registry() or not reason:
                 raise ValueError(
                     f"clause {clause!r} must be stage:reason with stage one of "
-                    f"{', '.join(STAGE_REGISTRY)} (reason may be *)"
+                    f"{', '.join(registry())} (reason may be *)"
                 )
         return value
 
@@ -74,8 +75,8 @@ class _Stages(StrictModel):
 StagesConfig = create_model(
     "StagesConfig",
     __base__=_Stages,
-    __doc__="One optional section per registered stage (STAGE_REGISTRY order).",
-    **{name: (dict[str, Any] | None, None) for name in STAGE_REGISTRY},  # type: ignore[call-overload]
+    __doc__="One optional section per registered stage (the registry's order).",
+    **{name: (dict[str, Any] | None, None) for name in registry()},  # type: ignore[call-overload]
 )
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from data_pipeline.config import PipelineConfig
-from data_pipeline.stages.base import STAGE_REGISTRY
+from data_pipeline.stages.registry import registry
 from pretrain.command import recorded
 
 MODEL_STAGES = {"domain": "domain", "quality": "quality", "lm": "perplexity"}
@@ -23,7 +23,7 @@ def demo_models(raw: Path, out: Path) -> dict[str, Path]:
 def demo_config(raw: Path, out: Path, models: dict[str, Path]) -> PipelineConfig:
     """Every stage, with the demo's models, small shards and a bounded runtime."""
     stages: dict[str, dict[str, Any]] = {}
-    for name in STAGE_REGISTRY:
+    for name in registry():
         section: dict[str, Any] = {}
         for key, stage in MODEL_STAGES.items():
             if stage == name and key in models:

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from data_pipeline.config import PipelineConfig
-from data_pipeline.stages.base import STAGE_REGISTRY, GlobalStage, stage_class
+from data_pipeline.stages.base import GlobalStage
+from data_pipeline.stages.registry import registry, stage_class
 from pretrain import shards_layout as layout
 from pretrain.errors import ConfigError
 from pretrain.manifest import load_manifest
@@ -55,7 +56,7 @@ def parse_bytes(text: str) -> int:
 def enabled_stages(config: PipelineConfig) -> list[str]:
     """CONFIG's stages in pipeline order (present and not `enabled: false`)."""
     names = []
-    for name in STAGE_REGISTRY:
+    for name in registry():
         section = config.stages.get(name)
         if section is not None and section.get("enabled", True) is not False:
             names.append(name)

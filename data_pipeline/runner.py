@@ -36,14 +36,8 @@ from data_pipeline.config import PipelineConfig
 from data_pipeline.fingerprint import model_hashes, output_is_foreign, prepare_output
 from data_pipeline.inputs import check_openable, input_artifacts, plan_inputs
 from data_pipeline.readers import Fields
-from data_pipeline.stages.base import (
-    MANIFEST_DEFAULTS,
-    REQUIRED_STAGES,
-    STAGE_REGISTRY,
-    GlobalStage,
-    Stage,
-    stage_class,
-)
+from data_pipeline.stages.base import GlobalStage, Stage
+from data_pipeline.stages.registry import manifest_defaults, registry, required_stages, stage_class
 from pretrain import shards_layout as layout
 from pretrain.artifacts import shards as shards_kind
 from pretrain.config import config_dict, parse_config
@@ -98,22 +92,16 @@ class RunResult:
 
 def build_stages(config: PipelineConfig) -> list[Stage]:
     """The enabled stages in registry order; a missing enabled stage is a one-line error."""
-    for name, why in REQUIRED_STAGES.items():
+    for name, why in required_stages().items():
         section = config.stages.get(name)
         if section is None or section.get("enabled", True) is False:
             raise ConfigError(f"stages.{name} must be present and enabled: {why}")
     stages = []
-    for name in STAGE_REGISTRY:
+    for name in registry():
         section = config.stages.get(name)
         if section is None or section.get("enabled", True) is False:
             continue
-        try:
-            cls = stage_class(name)
-        except (ModuleNotFoundError, AttributeError) as exc:
-            raise ConfigError(
-                f"stages.{name} is enabled but {STAGE_REGISTRY[name]} is not "
-                f"available ({exc}); set stages.{name}.enabled=false"
-            ) from None
+        cls = stage_class(name)
         stage_config = parse_config(cls.Config, section, source=f"stages.{name}")
         budget = {"worker_memory_mb": config.ray.worker_memory_mb}
         stages.append(cls(stage_config, **(budget if issubclass(cls, GlobalStage) else {})))
@@ -397,7 +385,7 @@ def run_pipeline(
     extra: dict[str, Any] = {
         "stages": [s.describe() for s in stages],
         "models": model_hashes(stages),
-        **MANIFEST_DEFAULTS,
+        **manifest_defaults(),
         "throughput": throughput_report.build(
             out,
             [f.stem for f in inputs],

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from pretrain.config import StrictModel
-from pretrain.schema import stage_fields
 
 
 class StageConfig(StrictModel):
@@ -19,9 +18,11 @@ class StageConfig(StrictModel):
     enabled: bool = True
 
 
-def append_columns(batch: pa.Table, stage: str, columns: dict[str, Any]) -> pa.Table:
-    """Append stage `stage`'s columns (name -> list/array) in the schema's order and types."""
-    for schema_field in stage_fields(stage):
+def append_columns(
+    batch: pa.Table, fields: Sequence[pa.Field], columns: dict[str, Any]
+) -> pa.Table:
+    """Append a stage's columns (name -> list/array) in the order and types of its `fields`."""
+    for schema_field in fields:
         values = columns[schema_field.name]
         array = (
             values

@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 
 from data_pipeline import ledger, throughput
 from data_pipeline.readers import InputFile, read_file
-from data_pipeline.stages.base import StageSpec, build_stage
+from data_pipeline.stages.base import StageSpec
+from data_pipeline.stages.registry import build_stage, conform
 from pretrain import shards_layout as layout
 from pretrain.outstore import (
     ObjectPath,
@@ -38,7 +39,6 @@ from pretrain.outstore import (
     write_atomic,
     write_json,
 )
-from pretrain.schema import conform
 
 PARTS = ".parts"
 """Hidden work area of an output: per-shard ledger fragments and per-input read counts."""

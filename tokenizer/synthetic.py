@@ -15,11 +15,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from data_pipeline.stages.registry import schema_for
 from pretrain import shards_layout as layout
 from pretrain.artifacts import shards as shards_kind
 from pretrain.command import recorded
 from pretrain.nested import pii_struct
-from pretrain.schema import schema_for, split_for
+from pretrain.schema import split_for
 
 DEFAULT_STAGES = ("extract", "langid", "domain", "quality", "perplexity", "safety", "dedup")
 

@@ -5,12 +5,21 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Literal
 
+import pyarrow as pa
 from pydantic import Field, model_validator
 
 from data_pipeline.dedup.lsh import lsh_params
 from data_pipeline.dedup.minhash import MinHasher
 from data_pipeline.stagekit import StageConfig
 from pretrain.config import StrictModel
+
+DEDUP_COLUMNS: tuple[pa.Field, ...] = (
+    pa.field("exact_hash", pa.string()),
+    pa.field("dup_cluster", pa.int64()),
+    pa.field("dup_keep", pa.bool_()),
+    pa.field("dup_cluster_size", pa.int32()),
+)
+"""The dedup stage's columns (DedupStage.columns), which its Ray tasks append."""
 
 
 class IndexConfig(StrictModel):

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from data_pipeline.dedup import components
-from data_pipeline.dedup.config import DedupConfig
+from data_pipeline.dedup.config import DEDUP_COLUMNS, DedupConfig
 from data_pipeline.dedup.core import (
     DedupStats,
     band_rows,
@@ -349,7 +349,7 @@ def attach(block: pa.Table, slice_index: int, first: int, rows: int, *pieces: pa
         "dup_keep": tags.column("dup_keep"),
         "dup_cluster_size": tags.column("dup_cluster_size"),
     }
-    return append_columns(block, "dedup", columns)
+    return append_columns(block, DEDUP_COLUMNS, columns)
 
 
 def attach_file(path: str, block_index: int, *pieces: pa.Table) -> pa.Table:

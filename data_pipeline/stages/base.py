@@ -5,20 +5,21 @@ stage needs the whole corpus and is written as three parts the runner schedules:
     aggregate(parts)      in the driver, over every part's persisted map output (Ray tasks inside)
     join_part(rows, ...)  per input part, in a worker: the rows with the stage's columns appended
 
-A stage also declares what the runner must know about it, so the runner names no stage: the
-model artifacts it reads (`models()`, fingerprinted for resume and recorded in the manifest) and
-what it adds to the shards manifest (`manifest_extra()`). A stage travels to Ray workers one way:
-as its `spec()` (name, config, context), rebuilt there by `build_stage` (once per process).
+A stage also declares what the runner must know about it, so the runner names no stage: its
+place in the pipeline (`order`), the typed columns it appends (`columns`), its `Config`, the model
+artifacts it reads (`models()`, fingerprinted for resume and recorded in the manifest) and what it
+adds to the shards manifest (`manifest_extra()`, `manifest_defaults`). A stage travels to Ray
+workers one way: as its `spec()` (name, config, context), rebuilt there by
+`data_pipeline.stages.registry.build_stage` (once per process); pickling a stage ships the same
+spec, so no per-worker state (models, word lists) ever travels.
 
-The same stage object runs in-process in tests (`stage.setup(); stage(table)`); a new stage is one
-entry in STAGE_REGISTRY plus its columns in pretrain.schema.STAGE_COLUMNS (the shards' contract,
-which the packages reading shards share).
+The same stage object runs in-process in tests (`stage.setup(); stage(table)`). A new stage is one
+module: data_pipeline.stages.registry finds it (in this package, or through the `pretrain.stages`
+entry points of an installed plugin) and derives the config sections and the schema from it.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,22 +28,33 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from data_pipeline.stagekit import MapOutput, StageConfig, append_columns
-from pretrain.schema import stage_fields
 
-__all__ = ["STAGE_REGISTRY", "GlobalStage", "MapOutput", "Stage", "StageConfig", "StageSpec"]
+__all__ = ["GlobalStage", "MapOutput", "Stage", "StageConfig", "StageSpec"]
 
 StageSpec = tuple[str, dict[str, Any], dict[str, Any]]
 """(stage name, its config as JSON-able dict, context kwargs): how a stage travels to workers."""
 
 
 class Stage(ABC):
-    """A versioned map stage: appends the typed columns registered for `name` in pretrain.schema."""
+    """A versioned map stage: appends its typed `columns` to every batch, keeps every row."""
 
     name: ClassVar[str]
+    """Set in the class body of every registered stage (config section, columns' owner)."""
+    order: ClassVar[int]
+    """Place in the pipeline (stages run by increasing order; two stages may not share one)."""
+    columns: ClassVar[tuple[pa.Field, ...]] = ()
+    """The columns this stage appends, in order (a `<name>_reason` one, null = passes, when it
+    can reject). The packages reading shards rely on the types in pretrain.schema.TAG_FIELDS."""
     version: ClassVar[int] = 1
     """Bump when the output changes for the same input."""
     requires: ClassVar[tuple[str, ...]] = ("id", "text")
     Config: ClassVar[type[StageConfig]] = StageConfig
+    required: ClassVar[str] = ""
+    """Non-empty: every job must run this stage, and this says why (a config without it is
+    refused with this reason)."""
+    manifest_defaults: ClassVar[dict[str, Any]] = {}
+    """Top-level keys of every shards manifest, also when this stage did not run (its
+    `manifest_extra()` overrides them when it did)."""
 
     def __init__(self, config: StageConfig | None = None, **context: Any) -> None:
         self.config = config if config is not None else self.Config()
@@ -50,11 +62,22 @@ class Stage(ABC):
 
     @property
     def provides(self) -> tuple[str, ...]:
-        return tuple(f.name for f in stage_fields(self.name))
+        return tuple(f.name for f in self.columns)
 
     def spec(self) -> StageSpec:
-        """What a worker needs to rebuild this stage (`build_stage`)."""
+        """What a worker needs to rebuild this stage (`registry.build_stage`)."""
         return self.name, self.config.model_dump(mode="json"), dict(self.context)
+
+    @classmethod
+    def rebuild(cls, config: dict[str, Any], context: dict[str, Any]) -> Stage:
+        """The stage of a spec's config and context (`registry.build_stage` finds the class)."""
+        return cls(cls.Config.model_validate(config), **context)
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any], dict[str, Any]]]:
+        """Pickled (Ray ships objects by pickle) as its spec: rebuilt, not copied, so state
+        loaded by `setup()` stays behind and the config is validated again where it lands."""
+        _, config, context = self.spec()
+        return type(self).rebuild, (config, context)
 
     def setup(self) -> None:
         """Load heavy state (models, word lists) once per worker. Default: nothing."""
@@ -87,7 +110,7 @@ class Stage(ABC):
 
     def append(self, batch: pa.Table, columns: dict[str, Any]) -> pa.Table:
         """Append `columns` (name -> list/array) in the schema's order and types."""
-        return append_columns(batch, self.name, columns)
+        return append_columns(batch, self.columns, columns)
 
 
 class GlobalStage(Stage):
@@ -130,49 +153,3 @@ class GlobalStage(Stage):
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         return self.apply_table(batch)
-
-
-STAGE_REGISTRY: dict[str, str] = {
-    "extract": "data_pipeline.stages.extract:ExtractStage",
-    "langid": "data_pipeline.stages.langid:LangIdStage",
-    "domain": "data_pipeline.stages.classify:DomainStage",
-    "quality": "data_pipeline.stages.classify:QualityStage",
-    "rules": "data_pipeline.stages.rules:RulesStage",
-    "safety": "data_pipeline.stages.safety:SafetyStage",
-    "perplexity": "data_pipeline.stages.perplexity:PerplexityStage",
-    "dedup": "data_pipeline.stages.dedup:DedupStage",
-}
-"""Stage name -> class, in pipeline order (the order of pretrain.schema.STAGE_COLUMNS). The
-pipeline config's `stages` sections and the select's clause names are derived from it."""
-
-REQUIRED_STAGES: dict[str, str] = {
-    "extract": "it turns raw records into text for every other stage"
-}
-"""Stages every job runs (a config without them is refused, with this reason)."""
-
-MANIFEST_DEFAULTS: dict[str, Any] = {"ppl_cutoffs": {}}
-"""Top-level keys every shards manifest carries, whichever stages ran (a stage's
-`manifest_extra()` overrides its own)."""
-
-
-def stage_class(name: str) -> type[Stage]:
-    module_name, _, class_name = STAGE_REGISTRY[name].partition(":")
-    return getattr(importlib.import_module(module_name), class_name)
-
-
-_BUILT: dict[str, Stage] = {}
-"""Stages rebuilt from specs in this process (so a worker sets each up once)."""
-
-
-def build_stage(spec: StageSpec, *, cached: bool = False) -> Stage:
-    """The stage a spec describes (its config validated by the stage's own Config). `cached`
-    returns the same object for the same spec within a process (its `setup()` state is kept)."""
-    key = json.dumps(spec, sort_keys=True, default=str)
-    if cached and key in _BUILT:
-        return _BUILT[key]
-    name, config, context = spec
-    cls = stage_class(name)
-    stage = cls(cls.Config.model_validate(config), **context)
-    if cached:
-        _BUILT[key] = stage
-    return stage

@@ -121,6 +121,8 @@ class DomainStage(_FastTextStage):
     """Tags `domain` (most probable label) and `domain_score` (its probability)."""
 
     name = "domain"
+    order = 30
+    columns = (pa.field("domain", pa.string()), pa.field("domain_score", pa.float32()))
     task = "domain"
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -140,6 +142,8 @@ class QualityStage(_FastTextStage):
     """Tags `quality_score` = P(positive label) in [0, 1]."""
 
     name = "quality"
+    order = 40
+    columns = (pa.field("quality_score", pa.float32()),)
     task = "quality"
 
     def _check_labels(self, directory: Path) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB
-from data_pipeline.dedup.config import DedupConfig
+from data_pipeline.dedup.config import DEDUP_COLUMNS, DedupConfig
 from data_pipeline.dedup.core import DedupStats, dedup_table
 from data_pipeline.stages.base import GlobalStage, MapOutput, StageConfig
 
@@ -29,6 +29,8 @@ class DedupStage(GlobalStage):
     """Exact and near-duplicate tagging (see data_pipeline.dedup)."""
 
     name: ClassVar[str] = "dedup"
+    order: ClassVar[int] = 80
+    columns: ClassVar[tuple[pa.Field, ...]] = DEDUP_COLUMNS
     version: ClassVar[int] = 1
     requires: ClassVar[tuple[str, ...]] = ("id", "text")
     Config: ClassVar[type[StageConfig]] = DedupConfig

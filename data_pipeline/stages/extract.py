@@ -158,6 +158,14 @@ class ExtractStage(Stage):
     `control_chars`: control characters cleaning replaced or dropped)."""
 
     name: ClassVar[str] = "extract"
+    order: ClassVar[int] = 10
+    columns: ClassVar[tuple[pa.Field, ...]] = (
+        pa.field("extract_reason", pa.string()),
+        pa.field("extractor", pa.string()),
+        pa.field("num_bytes", pa.int64()),
+        pa.field("control_chars", pa.int32()),  # control characters cleaning replaced or dropped
+    )
+    required: ClassVar[str] = "it turns raw records into text for every other stage"
     version: ClassVar[int] = 2  # 2: control characters become a space instead of vanishing
     requires: ClassVar[tuple[str, ...]] = (
         "id",

@@ -61,6 +61,12 @@ class LangIdStage(Stage):
     """Tags `lang`, `lang_score` and `langid_reason` (empty | low_confidence; rows are kept)."""
 
     name: ClassVar[str] = "langid"
+    order: ClassVar[int] = 20
+    columns: ClassVar[tuple[pa.Field, ...]] = (
+        pa.field("lang", pa.string()),
+        pa.field("lang_score", pa.float32()),
+        pa.field("langid_reason", pa.string()),
+    )
     version: ClassVar[int] = 1
     Config: ClassVar[type[StageConfig]] = LangIdConfig
 

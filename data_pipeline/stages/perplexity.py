@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +34,7 @@ from data_pipeline.dedup.budget import BudgetError
 from data_pipeline.models.kenlm_train import KIND, document_perplexity, load_lm_info
 from data_pipeline.models.normalization import NORMALIZATION
 from data_pipeline.models.quantiles import LogHistogramSketch
-from data_pipeline.stages.base import GlobalStage, MapOutput, StageConfig, StageSpec, build_stage
+from data_pipeline.stages.base import GlobalStage, MapOutput, StageConfig, StageSpec
 from pretrain.errors import ArtifactError, ConfigError, SchemaError
 from pretrain.manifest import manifest_sha256
 
@@ -90,6 +90,12 @@ class PerplexityStage(GlobalStage):
     """Tags `perplexity` (float, null when not scored) and `ppl_bucket` (head|middle|tail|none)."""
 
     name = "perplexity"
+    order = 70
+    columns = (
+        pa.field("perplexity", pa.float32()),
+        pa.field("ppl_bucket", pa.string()),  # head | middle | tail | none (no model for the lang)
+    )
+    manifest_defaults: ClassVar[dict[str, Any]] = {"ppl_cutoffs": {}}
     version = 1
     requires = ("id", "text", "lang")
     Config = PerplexityConfig
@@ -327,6 +333,8 @@ class PerplexityStage(GlobalStage):
 
 
 def _stage(spec: StageSpec) -> PerplexityStage:
+    from data_pipeline.stages.registry import build_stage
+
     stage = build_stage(spec, cached=True)  # models load once per worker process
     assert isinstance(stage, PerplexityStage)
     return stage

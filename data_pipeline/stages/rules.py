@@ -1,6 +1,6 @@
 """Rule signals: Gopher quality and repetition, C4 and FineWeb line rules, garbled and log-like text.
 
-Every rule is a numeric column (pretrain.schema STAGE_COLUMNS["rules"]); `rules_reason` names the
+Every rule is a numeric column (RULES_COLUMNS); `rules_reason` names the
 first failing clause. It is a SOFT tag: the job keeps the row and mixtures select on the signals.
 
 Clause order (first failing wins): `empty`, `garbled_text`, `log_like`, then datatrove's chain
@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from data_pipeline.stages.base import Stage, StageConfig
 from data_pipeline.stages.rules_config import (  # noqa: F401  (re-exported)
+    RULES_COLUMNS,
     C4Config,
     CodeConfig,
     FineWebConfig,
@@ -45,13 +46,11 @@ class RulesStage(Stage):
     """Appends Gopher / C4 / FineWeb / garbled / log-like signals and `rules_reason`."""
 
     name: ClassVar[str] = "rules"
+    order: ClassVar[int] = 50
+    columns: ClassVar[tuple[pa.Field, ...]] = RULES_COLUMNS
     version: ClassVar[int] = 1
     requires: ClassVar[tuple[str, ...]] = ("id", "text")
     Config: ClassVar[type[StageConfig]] = RulesConfig
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle without per-worker state (Ray ships the stage, each worker runs setup())."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("_tokenizer",)}
 
     def setup(self) -> None:
         self._tokenizer = make_tokenizer(self.config.word_tokenizer)
@@ -71,9 +70,7 @@ class RulesStage(Stage):
         return self.append(batch, columns)
 
     def provided_fields(self) -> tuple[pa.Field, ...]:
-        from pretrain.schema import stage_fields
-
-        return stage_fields(self.name)
+        return self.columns
 
     def signals(
         self, text: str, lang: str | None = None, domain: str | None = None

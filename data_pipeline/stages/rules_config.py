@@ -4,10 +4,36 @@ from __future__ import annotations
 
 from typing import Literal
 
+import pyarrow as pa
 from pydantic import Field
 
 from data_pipeline.stages.base import StageConfig
 from pretrain.config import StrictModel
+
+RULES_COLUMNS: tuple[pa.Field, ...] = (
+    pa.field("num_words", pa.int32()),
+    pa.field("mean_word_length", pa.float32()),
+    pa.field("symbol_ratio", pa.float32()),
+    pa.field("bullet_line_ratio", pa.float32()),
+    pa.field("ellipsis_line_ratio", pa.float32()),
+    pa.field("alpha_word_ratio", pa.float32()),
+    pa.field("stop_word_count", pa.int32()),
+    pa.field("dup_line_frac", pa.float32()),
+    pa.field("dup_para_frac", pa.float32()),
+    pa.field("dup_line_char_frac", pa.float32()),
+    pa.field("dup_para_char_frac", pa.float32()),
+    pa.field("top_ngram_char_frac", pa.float32()),  # max over n = 2..4 (Gopher)
+    pa.field("dup_ngram_char_frac", pa.float32()),  # max over n = 5..10 (Gopher)
+    pa.field("c4_bad_line_frac", pa.float32()),
+    pa.field("line_punct_ratio", pa.float32()),  # FineWeb: lines ending in punctuation
+    pa.field("short_line_ratio", pa.float32()),  # FineWeb
+    pa.field("char_dup_ratio", pa.float32()),  # FineWeb: chars in duplicated lines
+    pa.field("newline_char_ratio", pa.float32()),  # FineWeb: newlines per word (list ratio)
+    pa.field("garbled_ratio", pa.float32()),
+    pa.field("log_like_ratio", pa.float32()),
+    pa.field("rules_reason", pa.string()),
+)
+"""The rules stage's columns (RulesStage.columns): one numeric signal per rule, then the reason."""
 
 
 class GopherRepetitionConfig(StrictModel):

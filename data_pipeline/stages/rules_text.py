@@ -16,6 +16,7 @@ import numpy as np
 from datatrove.utils.text import PUNCTUATION_SET, TERMINAL_PUNCTUATION
 
 from data_pipeline.stages.rules_config import (
+    RULES_COLUMNS,
     C4Config,
     CodeConfig,
     FineWebConfig,
@@ -474,9 +475,7 @@ def code_reason(text: str, cfg: CodeConfig) -> str | None:
 
 
 def _empty_signals() -> Signals:
-    from pretrain.schema import stage_fields
-
-    signals: Signals = {f.name: 0 for f in stage_fields("rules")}
+    signals: Signals = {f.name: 0 for f in RULES_COLUMNS}
     signals["rules_reason"] = "empty"
     return signals
 

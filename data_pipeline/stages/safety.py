@@ -35,7 +35,7 @@ from data_pipeline.stages import pii
 from data_pipeline.stages.base import Stage, StageConfig
 from pretrain.errors import ConfigError
 from pretrain.hashcache import cache_root
-from pretrain.nested import pii_struct
+from pretrain.nested import CATEGORIES_TYPE, PII_COUNTS_TYPE, pii_struct
 
 RESOURCES = Path(__file__).resolve().parents[1] / "resources"
 DEFAULT_WEIGHTS: dict[str, float] = {
@@ -259,13 +259,17 @@ class SafetyStage(Stage):
     """Tags URL blocklisting and unsafe words, redacts PII in `text` (counts per kind)."""
 
     name: ClassVar[str] = "safety"
+    order: ClassVar[int] = 60
+    columns: ClassVar[tuple[pa.Field, ...]] = (
+        pa.field("url_blocked", pa.bool_()),
+        pa.field("unsafe_score", pa.float32()),
+        pa.field("unsafe_categories", CATEGORIES_TYPE),  # category names, [] when none
+        pa.field("pii_counts", PII_COUNTS_TYPE),  # redactions made in `text`, per kind
+        pa.field("safety_reason", pa.string()),
+    )
     version: ClassVar[int] = 2  # 2: pii_counts a struct, unsafe_categories a list
     requires: ClassVar[tuple[str, ...]] = ("id", "text", "url")
     Config: ClassVar[type[StageConfig]] = SafetyConfig
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle without per-worker state (Ray ships the stage, each worker runs setup())."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("_blocklist", "_words")}
 
     def setup(self) -> None:
         config: SafetyConfig = self.config  # type: ignore[assignment]
@@ -303,9 +307,7 @@ class SafetyStage(Stage):
         )
 
     def _fields(self) -> tuple[pa.Field, ...]:
-        from pretrain.schema import stage_fields
-
-        return stage_fields(self.name)
+        return self.columns
 
     def document(self, text: str | None, url: str | None = None) -> dict[str, Any]:
         """Safety tags for one document and its (redacted) text."""

@@ -1,7 +1,7 @@
 """`shards` (`pretrain data run`): tagged Parquet shards, the ledger, the rejects.
 
 The typed reader of the layout `pretrain.shards_layout` defines (the one place for paths):
-`DIR/data/*.parquet` (the kept documents, schema `pretrain.schema.schema_for(stages)`; layout 1's
+`DIR/data/*.parquet` (the kept documents: base columns then each stage's `columns`; layout 1's
 `DIR/shards/*.parquet` still read), `DIR/ledger.json`, `DIR/rejects/*.pq`.
 Columns of later pipeline stages may be absent (stages disabled): `read_columns` takes the
 columns that exist and fills the rest with typed nulls.
@@ -22,16 +22,15 @@ from pretrain import shards_layout as layout
 from pretrain.artifacts import base
 from pretrain.errors import ArtifactError
 from pretrain.nested import schema_version, upgrade
-from pretrain.schema import BASE_FIELDS, STAGE_COLUMNS
+from pretrain.schema import BASE_FIELDS, TAG_FIELDS
 
 KIND = "shards"
 SHARDS_DIR = layout.DATA_DIR
 LEDGER = layout.LEDGER
 REJECTS_DIR = layout.REJECTS_DIR
 
-_ALL_FIELDS: dict[str, pa.Field] = {f.name: f for f in BASE_FIELDS}
-for _fields in STAGE_COLUMNS.values():
-    _ALL_FIELDS.update({f.name: f for f in _fields})
+_ALL_FIELDS: dict[str, pa.Field] = {f.name: f for f in (*BASE_FIELDS, *TAG_FIELDS)}
+"""Types of the columns readers ask for by name (an absent one is filled with typed nulls)."""
 
 
 def is_shard(rel: str) -> bool:

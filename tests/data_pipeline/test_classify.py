@@ -16,11 +16,11 @@ import yaml
 
 from data_pipeline.cli import train_classifier
 from data_pipeline.stages.classify import DomainStage, QualityStage
+from data_pipeline.stages.registry import schema_for, validate
 from pretrain.config import load_config
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.manifest import load_manifest, manifest_sha256, verify
 from pretrain.sample import sample_dir
-from pretrain.schema import schema_for, validate
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["fasttext.dim=16", "fasttext.bucket=20000", "fasttext.epoch=10"]

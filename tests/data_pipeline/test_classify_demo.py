@@ -10,9 +10,9 @@ import pytest
 from data_pipeline.models.demo_assets import build_demo_models
 from data_pipeline.stages.classify import DomainStage, QualityStage
 from data_pipeline.stages.perplexity import PerplexityStage
+from data_pipeline.stages.registry import schema_for, validate
 from pretrain.manifest import manifest_sha256, verify
 from pretrain.sample import SAMPLE_FILES, sample_dir
-from pretrain.schema import schema_for, validate
 
 
 @pytest.mark.timeout(240)

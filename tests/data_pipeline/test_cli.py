@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from data_pipeline.stages import base
+from data_pipeline.stages.registry import Unavailable, registry
 from pretrain_app.cli import main
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
@@ -61,11 +61,11 @@ def test_config_mistakes_are_one_line_errors(tmp_path, capsys, override, message
 
 
 def test_enabled_stage_that_does_not_exist_is_named(tmp_path, capsys, monkeypatch) -> None:
-    monkeypatch.setitem(base.STAGE_REGISTRY, "safety", "data_pipeline.stages.not_built:Nope")
+    broken = Unavailable("not_built:Nope", "ModuleNotFoundError: No module named 'not_built'")
+    monkeypatch.setitem(registry(), "safety", broken)
     assert main(["data", "run", str(_write_config(tmp_path)), "--set", "stages.safety={}"]) == 2
     err = capsys.readouterr().err
     assert "stages.safety is enabled but" in err and "stages.safety.enabled=false" in err
-    monkeypatch.setitem(base.STAGE_REGISTRY, "safety", "data_pipeline.stages.not_built:Nope")
     assert (
         main(
             [

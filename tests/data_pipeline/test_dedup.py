@@ -12,11 +12,10 @@ import pytest
 
 from data_pipeline.dedup import index
 from data_pipeline.dedup.config import DedupConfig
-from data_pipeline.stages.base import stage_class
 from data_pipeline.stages.dedup import DedupStage
+from data_pipeline.stages.registry import stage_class, stage_fields
 from pretrain.config import load_config
 from pretrain.errors import ArtifactError, ConfigError
-from pretrain.schema import stage_fields
 
 pytestmark = pytest.mark.timeout(120)
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "dedup" / "docs.jsonl"

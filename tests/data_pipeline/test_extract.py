@@ -9,7 +9,7 @@ import pytest
 
 from data_pipeline.readers import RAW_SCHEMA
 from data_pipeline.stages.extract import ExtractConfig, ExtractStage, decode_html
-from pretrain.schema import schema_for
+from data_pipeline.stages.registry import schema_for
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
 CHINESE = "这是一个使用中文编写的网页，用来测试字符集检测是否正确。" * 5

@@ -17,10 +17,10 @@ import yaml
 from data_pipeline.cli import train_lm
 from data_pipeline.models.quantiles import LogHistogramSketch
 from data_pipeline.stages.perplexity import PerplexityStage
+from data_pipeline.stages.registry import schema_for, validate
 from pretrain.errors import ArtifactError, ConfigError, SchemaError
 from pretrain.manifest import manifest_sha256
 from pretrain.sample import sample_dir
-from pretrain.schema import schema_for, validate
 
 REPO = Path(__file__).resolve().parents[2]
 

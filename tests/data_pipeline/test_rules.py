@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data_pipeline.stages.base import stage_class
+from data_pipeline.stages.registry import stage_class, validate
 from data_pipeline.stages.rules import (
     NGrams,
     RulesConfig,
@@ -17,7 +17,7 @@ from data_pipeline.stages.rules import (
 )
 from pretrain.config import parse_config
 from pretrain.errors import ConfigError
-from pretrain.schema import BASE_FIELDS, validate
+from pretrain.schema import BASE_FIELDS
 
 PROSE = """The river town wakes slowly in the winter, and the ferry is the first thing to move.
 Its engine coughs twice before it settles into a steady rhythm that carries across the water.

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from data_pipeline.stages.registry import validate
 from data_pipeline.stages.rules import RulesStage
 from data_pipeline.stages.safety import SafetyConfig, SafetyStage
-from pretrain.schema import BASE_FIELDS, validate
+from pretrain.schema import BASE_FIELDS
 from tests.data_pipeline.test_rules import CHINESE, PROSE, PYTHON
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]

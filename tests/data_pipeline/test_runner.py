@@ -11,9 +11,9 @@ import pytest
 
 from data_pipeline.config import PipelineConfig
 from data_pipeline.runner import run_pipeline
+from data_pipeline.stages.registry import schema_for
 from pretrain.errors import ConfigError
 from pretrain.manifest import require
-from pretrain.schema import schema_for
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]

@@ -8,7 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_pipeline import ledger, workers
-from pretrain.schema import BASE_FIELDS, STAGE_COLUMNS
+from data_pipeline.stages.registry import stage_fields
+from pretrain.schema import BASE_FIELDS
 
 STAGES = ["extract", "langid"]
 
@@ -36,8 +37,8 @@ def _tagged(rows: list[tuple[str | None, str | None, str | None]]) -> pa.Table:
     }
     fields = [
         *BASE_FIELDS,
-        *STAGE_COLUMNS["extract"],
-        *STAGE_COLUMNS["langid"],
+        *stage_fields("extract"),
+        *stage_fields("langid"),
         pa.field("_raw_bytes", pa.int64()),
         pa.field("_shard", pa.string()),
         pa.field("_row", pa.int64()),

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from data_pipeline.stages.base import stage_class
+from data_pipeline.stages.registry import stage_class, validate
 from data_pipeline.stages.safety import (
     SafetyConfig,
     SafetyStage,
@@ -18,7 +18,7 @@ from data_pipeline.stages.safety import (
 )
 from pretrain.errors import ConfigError
 from pretrain.nested import PII_KINDS, pii_struct
-from pretrain.schema import BASE_FIELDS, validate
+from pretrain.schema import BASE_FIELDS
 
 CLEAN = (
     "The committee met on Tuesday to review the budget for the new library. Members agreed "

@@ -9,12 +9,24 @@ import pytest
 
 from data_pipeline.config import PipelineConfig, StagesConfig
 from data_pipeline.fingerprint import model_hashes
-from data_pipeline.stages.base import STAGE_REGISTRY, build_stage, stage_class
 from data_pipeline.stages.langid import LangIdStage, model_path
+from data_pipeline.stages.registry import build_stage, registry, stage_class, stage_fields
 from pretrain.errors import ConfigError
 from pretrain.manifest import sha256_file
+from pretrain.schema import TAG_FIELDS
 
-PLUMBING = ("runner.py", "global_parts.py", "resume.py", "fingerprint.py", "workers.py")
+PLUMBING = (
+    "runner.py",
+    "global_parts.py",
+    "resume.py",
+    "fingerprint.py",
+    "workers.py",
+    "stagekit.py",
+    "throughput.py",
+    "stages/base.py",
+    "stages/registry.py",
+)
+STAGE_REGISTRY = list(registry())
 
 
 def test_the_job_plumbing_names_no_stage() -> None:
@@ -29,6 +41,31 @@ def test_the_job_plumbing_names_no_stage() -> None:
         }
         assert not strings & set(STAGE_REGISTRY), (name, strings & set(STAGE_REGISTRY))
         assert "model" not in strings, name
+
+
+def test_the_built_in_stages_are_found_in_their_modules_in_pipeline_order() -> None:
+    assert STAGE_REGISTRY == [
+        "extract",
+        "langid",
+        "domain",
+        "quality",
+        "rules",
+        "safety",
+        "perplexity",
+        "dedup",
+    ]
+
+
+def test_every_rejecting_stage_has_its_reason_column() -> None:
+    for stage in ("extract", "langid", "rules", "safety"):
+        assert f"{stage}_reason" in [f.name for f in stage_fields(stage)]
+
+
+def test_the_tags_other_packages_read_have_the_contract_types() -> None:
+    """Each tag in pretrain.schema.TAG_FIELDS is appended by exactly one stage, with its type."""
+    declared = {f.name: f.type for name in STAGE_REGISTRY for f in stage_fields(name)}
+    for tag in TAG_FIELDS:
+        assert declared[tag.name].equals(tag.type), tag.name
 
 
 def test_config_sections_come_from_the_registry() -> None:

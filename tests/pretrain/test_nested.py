@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from data_pipeline.stages.registry import schema_for
 from pretrain.artifacts.shards import read_columns
 from pretrain.nested import (
     CATEGORIES_TYPE,
@@ -18,7 +19,7 @@ from pretrain.nested import (
     pii_struct,
     schema_version,
 )
-from pretrain.schema import SCHEMA_VERSION, schema_for
+from pretrain.schema import SCHEMA_VERSION
 
 STAGES = ("extract", "safety")
 RECORDS = [

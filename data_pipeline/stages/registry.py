@@ -1,0 +1,216 @@
+"""The stage registry, derived from the stage classes themselves: adding a stage is one module.
+
+A stage is a concrete `Stage` subclass that names itself (`name = ...` in its class body) and
+declares everything the job needs: `order` (its place in the pipeline), `columns` (the typed
+columns it appends), `Config`, `models()`, `manifest_extra()`, and for a global stage its
+map/aggregate/join parts. Two sources are read, once per process:
+
+- every module of the `data_pipeline.stages` package (drop a file there: nothing else to edit);
+- the entry points of group `pretrain.stages` of installed distributions (`toy =
+  my_pkg.toy:ToyStage`), for stages living outside this repository. A plugin must be installed
+  on every Ray node, like the project itself. One whose module fails to import is still listed,
+  under its entry-point name: enabling it is a one-line error naming the import error.
+
+From the registry come the pipeline config's `stages.<name>` sections, the select's clause
+names, the shards' schema after a list of stages, and `build_stage`, which rebuilds a stage in a
+worker from its `spec()` (the one way a stage travels to Ray; pickling a stage goes through it).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import json
+import pkgutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import pyarrow as pa
+
+from data_pipeline.stages.base import Stage, StageSpec
+from pretrain import schema
+from pretrain.errors import ConfigError, SchemaError
+
+ENTRY_POINT_GROUP = "pretrain.stages"
+"""Entry-point group of stages installed from other distributions."""
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "build_stage",
+    "conform",
+    "manifest_defaults",
+    "registry",
+    "required_stages",
+    "schema_for",
+    "stage_class",
+    "stage_fields",
+    "validate",
+]
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A stage whose module could not be imported (an entry point whose plugin is broken)."""
+
+    target: str
+    error: str
+
+
+def _own_stages(module: Any) -> list[type[Stage]]:
+    """The registrable stages a module defines: concrete, named in their own class body."""
+    return [
+        cls
+        for cls in vars(module).values()
+        if inspect.isclass(cls)
+        and issubclass(cls, Stage)
+        and cls.__module__ == module.__name__
+        and "name" in vars(cls)
+        and not inspect.isabstract(cls)
+    ]
+
+
+def _builtin() -> list[type[Stage]]:
+    package = importlib.import_module("data_pipeline.stages")
+    found: list[type[Stage]] = []
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        if info.name not in ("base", "registry"):
+            found += _own_stages(importlib.import_module(f"{package.__name__}.{info.name}"))
+    return found
+
+
+def _plugins() -> dict[str, type[Stage] | Unavailable]:
+    found: dict[str, type[Stage] | Unavailable] = {}
+    for point in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+        try:
+            loaded = point.load()
+        except Exception as exc:  # a broken plugin is reported when a config enables it
+            found[point.name] = Unavailable(point.value, f"{type(exc).__name__}: {exc}")
+            continue
+        if not (inspect.isclass(loaded) and issubclass(loaded, Stage)) or loaded.name != point.name:
+            found[point.name] = Unavailable(
+                point.value, f"it is not a Stage subclass named {point.name!r}"
+            )
+            continue
+        found[point.name] = loaded
+    return found
+
+
+def _check(classes: Iterable[type[Stage]]) -> None:
+    names: dict[str, type[Stage]] = {}
+    orders: dict[int, str] = {}
+    for cls in classes:
+        where = f"{cls.__module__}.{cls.__qualname__}"
+        if cls.name in names:
+            raise ConfigError(f"two stages are named {cls.name!r}: {where} and {names[cls.name]}")
+        if cls.order in orders:
+            raise ConfigError(
+                f"stages {cls.name!r} ({where}) and {orders[cls.order]!r} have the same order "
+                f"{cls.order}; give {cls.name!r} a free `order` (its place in the pipeline)"
+            )
+        names[cls.name], orders[cls.order] = cls, cls.name
+        fields = [f.name for f in cls.columns]
+        clash = set(fields) & {f.name for f in schema.BASE_FIELDS}
+        if clash or len(set(fields)) != len(fields):
+            raise SchemaError(f"stage {cls.name!r} declares base or repeated columns: {fields}")
+
+
+@functools.cache
+def registry() -> dict[str, type[Stage] | Unavailable]:
+    """Stage name -> class, in pipeline order (`order`); broken plugins last."""
+    plugins = _plugins()
+    classes = [*_builtin(), *(c for c in plugins.values() if not isinstance(c, Unavailable))]
+    _check(classes)
+    taken = {c.name for c in classes}
+    columns: dict[str, tuple[str, pa.DataType]] = {}
+    for cls in classes:
+        for field in cls.columns:
+            if field.name in columns:
+                raise SchemaError(
+                    f"column {field.name!r} is declared by stages {columns[field.name][0]!r} "
+                    f"and {cls.name!r}; each column belongs to one stage"
+                )
+            columns[field.name] = (cls.name, field.type)
+    ordered: dict[str, type[Stage] | Unavailable] = {
+        c.name: c for c in sorted(classes, key=lambda c: c.order)
+    }
+    ordered.update({n: u for n, u in plugins.items() if n not in taken})
+    return ordered
+
+
+def stage_class(name: str) -> type[Stage]:
+    """The class of stage `name`; a one-line error for an unknown or broken one."""
+    found = registry().get(name)
+    if found is None:
+        raise ConfigError(f"unknown stage {name!r}; known stages: {', '.join(registry())}")
+    if isinstance(found, Unavailable):
+        raise ConfigError(
+            f"stages.{name} is enabled but {found.target} is not available ({found.error}); "
+            f"set stages.{name}.enabled=false"
+        )
+    return found
+
+
+def required_stages() -> dict[str, str]:
+    """Stages every job runs -> why (a config without one of them is refused with it)."""
+    return {
+        name: cls.required
+        for name, cls in registry().items()
+        if not isinstance(cls, Unavailable) and cls.required
+    }
+
+
+def manifest_defaults() -> dict[str, Any]:
+    """Top-level keys every shards manifest carries, whichever stages ran (a stage's
+    `manifest_extra()` overrides its own)."""
+    merged: dict[str, Any] = {}
+    for cls in registry().values():
+        if not isinstance(cls, Unavailable):
+            merged.update(json.loads(json.dumps(cls.manifest_defaults)))
+    return merged
+
+
+def stage_fields(name: str) -> tuple[pa.Field, ...]:
+    """The columns stage `name` appends, in order."""
+    found = registry().get(name)
+    if found is None or isinstance(found, Unavailable):
+        raise SchemaError(f"unknown stage {name!r}; known stages: {', '.join(registry())}")
+    return found.columns
+
+
+def fields_of(stages: Iterable[str]) -> list[pa.Field]:
+    return [field for name in stages for field in stage_fields(name)]
+
+
+def schema_for(stages: Iterable[str]) -> pa.Schema:
+    """The schema of a table after the given stages have run (base columns first)."""
+    return schema.document_schema(fields_of(stages))
+
+
+def validate(table: pa.Table | pa.Schema, stages: Iterable[str] = ()) -> None:
+    """pretrain.schema.validate against base + the given stages' columns."""
+    schema.validate(table, fields_of(stages))
+
+
+def conform(table: pa.Table, stages: Iterable[str]) -> pa.Table:
+    """Reorder and cast `table` to the schema after `stages` (same column names required)."""
+    return schema.conform(table, fields_of(stages))
+
+
+_BUILT: dict[str, Stage] = {}
+"""Stages rebuilt from specs in this process (so a worker sets each up once)."""
+
+
+def build_stage(spec: StageSpec, *, cached: bool = False) -> Stage:
+    """The stage a spec describes (its config validated by the stage's own Config). `cached`
+    returns the same object for the same spec within a process (its `setup()` state is kept)."""
+    key = json.dumps(spec, sort_keys=True, default=str)
+    if cached and key in _BUILT:
+        return _BUILT[key]
+    name, config, context = spec
+    stage = stage_class(name).rebuild(config, context)
+    if cached:
+        _BUILT[key] = stage
+    return stage
