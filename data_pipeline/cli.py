@@ -66,6 +66,40 @@ def estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def clean(args: argparse.Namespace) -> int:
+    """`pretrain data clean DIR`: delete the global stages' persisted map side of a finished
+    shards artifact; the artifact still verifies, and a run that needs it maps the parts again."""
+    from data_pipeline import global_parts
+    from pretrain import shards_layout as layout
+    from pretrain.artifacts import shards as shards_artifact
+    from pretrain.errors import ArtifactError
+    from pretrain.locking import output_lock
+    from pretrain.manifest import MANIFEST
+    from pretrain.outstore import lock_target, output_path
+
+    directory = args.directory
+    with output_lock(lock_target(directory)):  # no run may be writing it meanwhile
+        if not (Path(directory) / MANIFEST).is_file():
+            raise ArtifactError(
+                f"{directory} has no {MANIFEST}: its run has not finished, and the persisted map "
+                "side is what lets the re-run skip the parts already mapped; finish it with "
+                "`pretrain data run CONFIG` first"
+            )
+        artifact = shards_artifact.open(directory, deep=False)
+        if any(rel.startswith(f"{layout.GLOBAL_MAP_DIR}/") for rel in artifact.raw["files"]):
+            raise ArtifactError(
+                f"{directory}: its manifest (written by an older version) lists "
+                f"{layout.GLOBAL_MAP_DIR}/; re-run `pretrain data run CONFIG` once (every part "
+                "is reused, the new manifest does not list it), then clean"
+            )
+        files, size = global_parts.remove_all(output_path(directory))
+    print(
+        f"pretrain data clean: removed {files} files ({size / 1e6:.1f} MB) of "
+        f"{layout.GLOBAL_MAP_DIR}/ from {directory}; it still verifies (`pretrain verify`)"
+    )
+    return 0
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -167,6 +201,14 @@ def register(sub: Any) -> None:
         help="existing Ray cluster (default: RAY_ADDRESS or a local instance)",
     )
     _add_estimate(dsub)
+    clean_parser = add_command(
+        dsub,
+        ["data", "clean"],
+        clean,
+        "delete the persisted map side of global stages (.parts/global/) of a finished shards "
+        "artifact; it still verifies, a later run maps those parts again",
+    )
+    clean_parser.add_argument("directory", metavar="DIR", help="a `pretrain data run` output")
     lm = add_command(
         dsub,
         ["data", "train-lm"],

@@ -112,12 +112,17 @@ class PipelineConfig(StrictModel):
     """A file that cannot be opened at all: stop with a one-line error, or count it as a reject."""
     overwrite: bool = False
     """Replace an output written with a different config (default: refuse; same config resumes)."""
+    keep_global_parts: bool = True
+    """Keep the global stages' persisted map side (`.parts/global/`, about a second copy of the
+    tagged corpus) after a run that finished. false: deleted once the manifest is written (a
+    killed run keeps it, for its resume); a later run that needs it maps every part again and
+    ends byte-identical, only slower. `pretrain data clean DIR` deletes it afterwards."""
     compression_level: int = Field(3, ge=1, le=22)
     """zstd level of the shards."""
 
     def fingerprint_dict(self) -> dict[str, Any]:
         """What decides the shards' bytes (not where or how fast they are computed)."""
         data = self.model_dump(mode="json")
-        for key in ("ray", "overwrite", "output", "inputs"):
+        for key in ("ray", "overwrite", "keep_global_parts", "output", "inputs"):
             data.pop(key)
         return data

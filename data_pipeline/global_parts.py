@@ -126,6 +126,19 @@ def reusable(out: OutPath, stage: GlobalStage, rows: dict[str, int], depends: st
     return {part for part, count in rows.items() if load(out, stage.name, part, count, depends)}
 
 
+def remove_all(out: OutPath) -> tuple[int, int]:
+    """Delete every global stage's persisted map side; returns (files, bytes) removed. The
+    manifest never lists these files (pretrain.manifest.UNLISTED_DIRS), so the artifact still
+    verifies; a re-run that needs them maps the parts again (same bytes, more time)."""
+    root = out / workers.PARTS / GLOBAL
+    if not root.exists():
+        return 0, 0
+    files = [path for path in root.rglob("*") if path.is_file()]
+    size = sum(path.stat().st_size for path in files)
+    remove_tree(root)
+    return len(files), size
+
+
 # --- what runs in the Ray tasks ---------------------------------------------------------------
 _SET_UP: set[int] = set()
 """ids of the (cached, so never freed) stages this worker process has set up."""

@@ -410,6 +410,8 @@ def run_pipeline(
             "text_bytes_kept": led["text_bytes_kept"],
         },
     )
+    if not config.keep_global_parts:
+        global_parts.remove_all(out)
     return RunResult(
         out,
         led,

@@ -40,11 +40,12 @@ from pretrain.outstore import (
     write_json,
 )
 
-PARTS = ".parts"
+PARTS = layout.PARTS_DIR
 """Hidden work area of an output: per-shard ledger fragments and per-input read counts."""
 PIECES = "pieces"
-GLOBAL = "global"
-"""`.parts/global/<stage>/`: the persisted map side of each global stage (global_parts)."""
+GLOBAL = layout.GLOBAL_MAP_DIR.removeprefix(f"{PARTS}/")
+"""`.parts/global/<stage>/`: the persisted map side of each global stage (global_parts), which
+the manifest does not list (a cache: `pretrain data clean` removes it)."""
 SCRATCH = "scratch"
 
 __all__ = ["MapStagesWorker", "StageSpec", "build_stage"]

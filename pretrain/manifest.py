@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pretrain import outstore
+from pretrain import outstore, shards_layout
 from pretrain.command import current_command
 from pretrain.errors import ArtifactError
 from pretrain.hashcache import file_sha256, sha256_file
@@ -97,16 +97,22 @@ def atomic_write_json(path: str | os.PathLike | outstore.ObjectPath, obj: Any) -
     atomic_write_bytes(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False).encode())
 
 
+UNLISTED_DIRS = (shards_layout.GLOBAL_MAP_DIR,)
+"""Resume caches a command verifies itself and may delete (the data job's global map side):
+never listed, never reported as unlisted, so removing them leaves the artifact verifying."""
+
+
 def _is_scratch(path: Any, root: Any) -> bool:  # Path or outstore.ObjectPath, both
     """Files no manifest holds: the manifest itself, writer lock files, in-flight temp files
-    of `atomic_write_bytes` and the commands' own logs (`.logs/`, pretrain.progress: no command
-    reads them and they differ on every run). Dot-files are held like any other (torch DCP's
+    of `atomic_write_bytes`, the commands' own logs (`.logs/`, pretrain.progress: no command
+    reads them and they differ on every run) and UNLISTED_DIRS. Dot-files are held like any other (torch DCP's
     `.metadata`)."""
     rel = path.relative_to(root).as_posix()
     name = path.name
     return (
         rel == MANIFEST
         or rel.startswith(f"{LOGS_DIR}/")
+        or any(rel.startswith(f"{folder}/") for folder in UNLISTED_DIRS)
         or is_lock_file(path)
         or (name.startswith(".") and name.endswith(".tmp"))
     )

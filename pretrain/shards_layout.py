@@ -9,6 +9,9 @@ Layout 2, chosen so the tools users point at a corpus read exactly the kept docu
     DIR/rejects/<stem>-<part:05d>.pq  hard rejects (Parquet; named .pq so no `*.parquet` glob,
                                       `DIR/**/*.parquet` included, reaches them)
     DIR/.parts/                       hidden work area (ledger fragments, resume records)
+    DIR/.parts/global/<stage>/        a global stage's persisted map side (resume cache, verified
+                                      by its own records, NOT listed by the manifest, so
+                                      `pretrain data clean DIR` removes it and DIR still verifies)
 
 `DIR/data/*.parquet` and `DIR/**/*.parquet` (duckdb, polars), `pyarrow.dataset.dataset(DIR/data)`
 and `datasets.load_dataset(DIR)` all give the kept documents. Layout 1 (`DIR/shards/*.parquet`,
@@ -28,6 +31,10 @@ CARD = "README.md"
 DATA_GLOB = f"{DATA_DIR}/*.parquet"
 LAYOUT1_DATA_DIR = "shards"
 """Where layout 1 (before the data/ directory) kept its documents."""
+PARTS_DIR = ".parts"
+GLOBAL_MAP_DIR = f"{PARTS_DIR}/global"
+"""About a second copy of the tagged corpus while global stages run: a cache no manifest lists
+(pretrain.manifest.UNLISTED_DIRS), removable whenever no run is writing."""
 OUTPUT_ENTRIES = (DATA_DIR, REJECTS_DIR, LEDGER, CARD, LAYOUT1_DATA_DIR)
 """What a run writes at the top of its output (layout 1's folder too), hidden work area aside."""
 

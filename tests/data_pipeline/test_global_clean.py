@@ -1,0 +1,124 @@
+"""The global stages' persisted map side (`.parts/global/`, about a second copy of the tagged
+corpus) can be deleted: by `pretrain data clean DIR` after a run, or by the run itself with
+`keep_global_parts: false`. The artifact still verifies (its manifest never lists that cache), and
+a re-run that needs the map side maps every part again and ends byte-identical."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from data_pipeline.config import PipelineConfig
+from data_pipeline.runner import run_pipeline
+from pretrain import shards_layout as layout
+from pretrain.artifacts import shards as shards_artifact
+from pretrain.cli import main
+from pretrain.manifest import MANIFEST, sha256_file, write_manifest
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
+STAGES = {"extract": {}, "langid": {}, "dedup": {}}
+
+
+def _config(out: Path, **overrides: object) -> PipelineConfig:
+    data = {
+        "inputs": [str(DATA)],
+        "output": str(out),
+        "shard_rows": 4,
+        "batch_rows": 3,
+        "stages": STAGES,
+        "ray": {"timeout_s": 200},
+        **overrides,
+    }
+    return PipelineConfig.model_validate(data)
+
+
+def _output(out: Path) -> dict[str, bytes]:
+    """What users read: shards, rejects, the ledger."""
+    paths = [out / layout.LEDGER, *sorted((out / layout.DATA_DIR).glob("*"))]
+    paths += sorted((out / layout.REJECTS_DIR).glob("*"))
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in paths}
+
+
+def _map_side(out: Path) -> list[Path]:
+    return sorted(p for p in (out / layout.GLOBAL_MAP_DIR).rglob("*") if p.is_file())
+
+
+def test_the_manifest_never_lists_the_map_side(tmp_path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.parquet").write_bytes(b"shard")
+    cache = tmp_path / layout.GLOBAL_MAP_DIR / "dedup"
+    cache.mkdir(parents=True)
+    (cache / "a-00000.bands.parquet").write_bytes(b"cache")
+    manifest = write_manifest(tmp_path, "shards")
+    assert list(manifest["files"]) == ["data/a.parquet"]
+    assert main(["verify", str(tmp_path)]) == 0  # the cache is not reported as unlisted
+
+
+def test_clean_refuses_an_unfinished_run(tmp_path, capsys) -> None:
+    cache = tmp_path / layout.GLOBAL_MAP_DIR / "dedup"
+    cache.mkdir(parents=True)
+    (cache / "a-00000.json").write_text("{}")
+    assert main(["data", "clean", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "has not finished" in err and "\n" not in err
+    assert (cache / "a-00000.json").is_file()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_clean_then_a_rerun_that_needs_the_map_side_is_byte_identical(
+    ray_local, tmp_path, capsys
+) -> None:
+    out = tmp_path / "shards"
+    first = run_pipeline(_config(out), progress=False)
+    before, manifest = _output(out), (out / MANIFEST).read_bytes()
+    cached = _map_side(out)
+    assert cached and all(
+        str(p.relative_to(out)) not in json.loads(manifest)["files"] for p in cached
+    )
+
+    assert main(["data", "clean", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert f"removed {len(cached)} files" in said
+    assert not (out / layout.GLOBAL_MAP_DIR).exists()
+    assert (out / MANIFEST).read_bytes() == manifest
+    assert main(["verify", str(out)]) == 0
+    shards_artifact.open(out, full=True)
+
+    again = run_pipeline(_config(out), progress=False)  # nothing to do: every part is finished
+    assert again.reused_parts == first.parts and _output(out) == before
+    # A lost shard makes the global stage run again: with no map side left, every part is mapped.
+    (out / layout.data_file("docs-00001")).unlink()
+    (out / layout.PARTS_DIR / "docs-00001.json").unlink()
+    resumed = run_pipeline(_config(out), progress=False)
+    assert resumed.reused_parts == 0 and resumed.reused_map_parts == {"dedup": 0}
+    assert _output(out) == before
+    assert len(_map_side(out)) == len(cached)  # kept again (keep_global_parts defaults to true)
+
+    # An older manifest listed the map side: cleaning it would break verification, so it refuses.
+    data = json.loads((out / MANIFEST).read_text())
+    for path in _map_side(out):
+        rel = path.relative_to(out).as_posix()
+        data["files"][rel] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+    (out / MANIFEST).write_text(json.dumps(data))
+    assert main(["data", "clean", str(out)]) == 2
+    assert "written by an older version" in capsys.readouterr().err
+    assert _map_side(out)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_keep_global_parts_false_deletes_the_map_side_after_the_run(ray_local, tmp_path) -> None:
+    kept, dropped = tmp_path / "kept", tmp_path / "dropped"
+    run_pipeline(_config(kept), progress=False)
+    result = run_pipeline(_config(dropped, keep_global_parts=False), progress=False)
+    assert _map_side(kept) and not (dropped / layout.GLOBAL_MAP_DIR).exists()
+    assert _output(dropped) == _output(kept)
+    assert main(["verify", str(dropped)]) == 0
+    # The setting is not part of what the output is: flipping it resumes, it does not refuse.
+    again = run_pipeline(_config(dropped), progress=False)
+    assert again.reused_parts == result.parts
