@@ -31,8 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_pipeline import throughput, workers
-from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec
-from data_pipeline.stages.registry import build_stage
+from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
 from pretrain.errors import PretrainError
 from pretrain.manifest import atomic_write_json
 from pretrain.outstore import OutPath, output_path, remove_tree, sha256_of

@@ -221,6 +221,7 @@ def _merge(
     writer = {
         "out": str(out),
         "stages": [s.name for s in stages],
+        "fields": [field for s in stages for field in s.columns],
         "drop": config.select.drop,
         "rejects_mode": config.rejects.mode,
         "sample_per_reason": config.rejects.sample_per_reason,

@@ -25,8 +25,7 @@ import pyarrow.parquet as pq
 
 from data_pipeline import ledger, throughput
 from data_pipeline.readers import InputFile, read_file
-from data_pipeline.stages.base import StageSpec
-from data_pipeline.stages.registry import build_stage, conform
+from data_pipeline.stages.base import StageSpec, build_stage
 from pretrain import shards_layout as layout
 from pretrain.outstore import (
     ObjectPath,
@@ -39,6 +38,7 @@ from pretrain.outstore import (
     write_atomic,
     write_json,
 )
+from pretrain.schema import conform
 
 PARTS = layout.PARTS_DIR
 """Hidden work area of an output: per-shard ledger fragments and per-input read counts."""
@@ -254,12 +254,15 @@ class ShardWriter:
         self,
         out: str,
         stages: Sequence[str],
+        fields: Sequence[pa.Field],
         drop: Sequence[str],
         rejects_mode: str,
         sample_per_reason: int,
         level: int,
     ) -> None:
         self.out, self.stages, self.drop = output_path(out), list(stages), list(drop)
+        self.fields = list(fields)
+        """The stages' columns, in order (what the shards hold after the base columns)."""
         self.rejects_mode, self.sample_per_reason, self.level = (
             rejects_mode,
             sample_per_reason,
@@ -269,7 +272,7 @@ class ShardWriter:
     def __call__(self, shard: str) -> pa.Table:
         group = read_pieces(self.out, shard)
         keep, frag = ledger.fragment(group, self.stages, self.drop)
-        kept = conform(group.filter(keep), self.stages)
+        kept = conform(group.filter(keep), self.fields)
         files = {}
         if kept.num_rows:
             name = layout.data_file(shard)
@@ -285,7 +288,7 @@ class ShardWriter:
             return {}
         _, verdicts = ledger.attribute(rejects, self.stages, self.drop)
         reasons = [f"{stage}:{reason}" for stage, reason, _ in verdicts]
-        table = conform(rejects, self.stages).append_column(
+        table = conform(rejects, self.fields).append_column(
             "reject_reason", pa.array(reasons, pa.string())
         )
         if self.rejects_mode == "sample":

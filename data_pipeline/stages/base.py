@@ -20,6 +20,8 @@ entry points of an installed plugin) and derives the config sections and the sch
 
 from __future__ import annotations
 
+import importlib
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,11 +30,13 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from data_pipeline.stagekit import MapOutput, StageConfig, append_columns
+from pretrain.errors import ConfigError
 
-__all__ = ["GlobalStage", "MapOutput", "Stage", "StageConfig", "StageSpec"]
+__all__ = ["GlobalStage", "MapOutput", "Stage", "StageConfig", "StageSpec", "build_stage"]
 
-StageSpec = tuple[str, dict[str, Any], dict[str, Any]]
-"""(stage name, its config as JSON-able dict, context kwargs): how a stage travels to workers."""
+StageSpec = tuple[str, str, dict[str, Any], dict[str, Any]]
+"""(stage name, `module:Class`, its config as a JSON-able dict, context kwargs): how a stage
+travels to workers, which import that one module (no registry discovery there)."""
 
 
 class Stage(ABC):
@@ -65,19 +69,14 @@ class Stage(ABC):
         return tuple(f.name for f in self.columns)
 
     def spec(self) -> StageSpec:
-        """What a worker needs to rebuild this stage (`registry.build_stage`)."""
-        return self.name, self.config.model_dump(mode="json"), dict(self.context)
+        """What a worker needs to rebuild this stage (`build_stage`)."""
+        target = f"{type(self).__module__}:{type(self).__qualname__}"
+        return self.name, target, self.config.model_dump(mode="json"), dict(self.context)
 
-    @classmethod
-    def rebuild(cls, config: dict[str, Any], context: dict[str, Any]) -> Stage:
-        """The stage of a spec's config and context (`registry.build_stage` finds the class)."""
-        return cls(cls.Config.model_validate(config), **context)
-
-    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any], dict[str, Any]]]:
+    def __reduce__(self) -> tuple[Any, tuple[StageSpec]]:
         """Pickled (Ray ships objects by pickle) as its spec: rebuilt, not copied, so state
         loaded by `setup()` stays behind and the config is validated again where it lands."""
-        _, config, context = self.spec()
-        return type(self).rebuild, (config, context)
+        return build_stage, (self.spec(),)
 
     def setup(self) -> None:
         """Load heavy state (models, word lists) once per worker. Default: nothing."""
@@ -153,3 +152,24 @@ class GlobalStage(Stage):
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         return self.apply_table(batch)
+
+
+_BUILT: dict[str, Stage] = {}
+"""Stages rebuilt from specs in this process (so a worker sets each up once)."""
+
+
+def build_stage(spec: StageSpec, *, cached: bool = False) -> Stage:
+    """The stage a spec describes (its config validated by the stage's own Config). `cached`
+    returns the same object for the same spec within a process (its `setup()` state is kept)."""
+    key = json.dumps(spec, sort_keys=True, default=str)
+    if cached and key in _BUILT:
+        return _BUILT[key]
+    name, target, config, context = spec
+    module, _, qualname = target.partition(":")
+    cls = getattr(importlib.import_module(module), qualname, None)
+    if not (isinstance(cls, type) and issubclass(cls, Stage) and cls.name == name):
+        raise ConfigError(f"stage spec {name!r}: {target} is not that stage's class")
+    stage = cls(cls.Config.model_validate(config), **context)
+    if cached:
+        _BUILT[key] = stage
+    return stage

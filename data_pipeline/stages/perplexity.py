@@ -34,7 +34,7 @@ from data_pipeline.dedup.budget import BudgetError
 from data_pipeline.models.kenlm_train import KIND, document_perplexity, load_lm_info
 from data_pipeline.models.normalization import NORMALIZATION
 from data_pipeline.models.quantiles import LogHistogramSketch
-from data_pipeline.stages.base import GlobalStage, MapOutput, StageConfig, StageSpec
+from data_pipeline.stages.base import GlobalStage, MapOutput, StageConfig, StageSpec, build_stage
 from pretrain.errors import ArtifactError, ConfigError, SchemaError
 from pretrain.manifest import manifest_sha256
 
@@ -333,8 +333,6 @@ class PerplexityStage(GlobalStage):
 
 
 def _stage(spec: StageSpec) -> PerplexityStage:
-    from data_pipeline.stages.registry import build_stage
-
     stage = build_stage(spec, cached=True)  # models load once per worker process
     assert isinstance(stage, PerplexityStage)
     return stage

@@ -12,8 +12,8 @@ map/aggregate/join parts. Two sources are read, once per process:
   under its entry-point name: enabling it is a one-line error naming the import error.
 
 From the registry come the pipeline config's `stages.<name>` sections, the select's clause
-names, the shards' schema after a list of stages, and `build_stage`, which rebuilds a stage in a
-worker from its `spec()` (the one way a stage travels to Ray; pickling a stage goes through it).
+names and the shards' schema after a list of stages. Workers never run the discovery: a stage
+travels as its `spec()`, which names its class (`base.build_stage`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from data_pipeline.stages.base import Stage, StageSpec
+from data_pipeline.stages.base import Stage
 from pretrain import schema
 from pretrain.errors import ConfigError, SchemaError
 
@@ -39,7 +39,6 @@ ENTRY_POINT_GROUP = "pretrain.stages"
 
 __all__ = [
     "ENTRY_POINT_GROUP",
-    "build_stage",
     "conform",
     "manifest_defaults",
     "registry",
@@ -197,20 +196,3 @@ def validate(table: pa.Table | pa.Schema, stages: Iterable[str] = ()) -> None:
 def conform(table: pa.Table, stages: Iterable[str]) -> pa.Table:
     """Reorder and cast `table` to the schema after `stages` (same column names required)."""
     return schema.conform(table, fields_of(stages))
-
-
-_BUILT: dict[str, Stage] = {}
-"""Stages rebuilt from specs in this process (so a worker sets each up once)."""
-
-
-def build_stage(spec: StageSpec, *, cached: bool = False) -> Stage:
-    """The stage a spec describes (its config validated by the stage's own Config). `cached`
-    returns the same object for the same spec within a process (its `setup()` state is kept)."""
-    key = json.dumps(spec, sort_keys=True, default=str)
-    if cached and key in _BUILT:
-        return _BUILT[key]
-    name, config, context = spec
-    stage = stage_class(name).rebuild(config, context)
-    if cached:
-        _BUILT[key] = stage
-    return stage

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_pipeline import ledger, workers
-from data_pipeline.stages.registry import stage_fields
+from data_pipeline.stages.registry import fields_of, stage_fields
 from pretrain.schema import BASE_FIELDS
 
 STAGES = ["extract", "langid"]
@@ -93,7 +93,9 @@ def test_writer_merges_pieces_once_each_and_samples_rejects(tmp_path: Path) -> N
     workers.ensure_dirs(tmp_path)
     for start, stop in ((0, 12), (8, 20), (0, 12)):  # overlapping and repeated: task retries
         workers.write_pieces(table.slice(start, stop - start), str(tmp_path))
-    writer = workers.ShardWriter(str(tmp_path), STAGES, ["extract:*"], "sample", 2, 3)
+    writer = workers.ShardWriter(
+        str(tmp_path), STAGES, fields_of(STAGES), ["extract:*"], "sample", 2, 3
+    )
     writer("t-00000")
     shard = pq.read_table(tmp_path / "data" / "t-00000.parquet")
     assert shard.num_rows == 12 and "_row" not in shard.column_names

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import pickle
 from pathlib import Path
 
@@ -10,9 +11,9 @@ import pytest
 
 from data_pipeline.config import PipelineConfig, StagesConfig
 from data_pipeline.fingerprint import model_hashes
-from data_pipeline.stages.base import Stage
+from data_pipeline.stages.base import Stage, build_stage
 from data_pipeline.stages.langid import LangIdStage, model_path
-from data_pipeline.stages.registry import build_stage, registry, stage_class, stage_fields
+from data_pipeline.stages.registry import registry, stage_class, stage_fields
 from pretrain.errors import ConfigError
 from pretrain.manifest import sha256_file
 from pretrain.schema import TAG_FIELDS
@@ -109,3 +110,22 @@ def test_every_stage_travels_as_its_spec() -> None:
     rules = stage_class("rules")()
     rules.setup()
     assert not hasattr(pickle.loads(pickle.dumps(rules)), "_tokenizer")
+
+
+def test_a_worker_imports_only_the_stage_it_rebuilds() -> None:
+    """A spec names its class, so a fresh worker process runs no registry discovery."""
+    import subprocess
+    import sys
+
+    spec = stage_class("dedup")().spec()
+    code = (
+        "import json, sys\n"
+        "from data_pipeline.stages.base import build_stage\n"
+        f"stage = build_stage(json.loads({json.dumps(spec)!r}))\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('data_pipeline.stages.'))\n"
+        "print(type(stage).__name__, loaded)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[0] == "DedupStage"
+    assert "rules" not in done.stdout and "registry" not in done.stdout
