@@ -9,9 +9,9 @@ A stage also declares what the runner must know about it, so the runner names no
 place in the pipeline (`order`), the typed columns it appends (`columns`), its `Config`, the model
 artifacts it reads (`models()`, fingerprinted for resume and recorded in the manifest) and what it
 adds to the shards manifest (`manifest_extra()`, `manifest_defaults`). A stage travels to Ray
-workers one way: as its `spec()` (name, config, context), rebuilt there by
-`data_pipeline.stages.registry.build_stage` (once per process); pickling a stage ships the same
-spec, so no per-worker state (models, word lists) ever travels.
+workers one way: as its `spec()` (name, class, config, context), rebuilt there by `build_stage`
+(once per process, importing only that class's module); pickling a stage ships the same spec, so
+no per-worker state (models, word lists) ever travels.
 
 The same stage object runs in-process in tests (`stage.setup(); stage(table)`). A new stage is one
 module: data_pipeline.stages.registry finds it (in this package, or through the `pretrain.stages`
