@@ -14,8 +14,8 @@ from data_pipeline.config import PipelineConfig
 from data_pipeline.runner import run_pipeline
 from pretrain import shards_layout as layout
 from pretrain.artifacts import shards as shards_artifact
-from pretrain.cli import main
 from pretrain.manifest import MANIFEST, sha256_file, write_manifest
+from pretrain_app.cli import main
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
 STAGES = {"extract": {}, "langid": {}, "dedup": {}}
