@@ -58,7 +58,6 @@ class ToyRank(GlobalStage):
     name = "toyrank"
     order = 90
     columns = (pa.field("toy_rank", pa.int64()),)
-    manifest_defaults = {"toy_documents": 0}
 
     def __init__(self, config=None, **context):
         super().__init__(config, **context)
@@ -92,8 +91,8 @@ class ToyRank(GlobalStage):
         table = pa.concat_tables(ray.get(dataset.to_arrow_refs()))
         return ray.data.from_arrow(self.apply_table(table))
 
-    def manifest_extra(self):
-        return {"toy_documents": self.documents}
+    def describe(self):
+        return {**super().describe(), "documents": self.documents}
 '''
 BROKEN = 'raise ImportError("toy_broken needs libtoy, which is not installed")\n'
 ENTRY_POINTS = """[pretrain.stages]
@@ -161,7 +160,7 @@ def test_a_plugin_stage_takes_its_declared_place(plugin_registry) -> None:
         "toy_chars",
         "toylen_reason",
     ]
-    assert stage_registry.manifest_defaults() == {"ppl_cutoffs": {}, "toy_documents": 0}
+    assert stage_registry.manifest_defaults() == {"ppl_cutoffs": {}}
     with pytest.raises(ConfigError, match=r"stages.broken is enabled but .*libtoy"):
         stage_registry.stage_class("broken")
 
@@ -234,7 +233,7 @@ def test_a_plugin_stage_runs_through_the_real_runner(tmp_path) -> None:
     described = {s["name"]: s for s in artifact.manifest.stages}
     assert list(described) == ["extract", "toylen", "toyrank"]
     assert described["toylen"]["config"] == {"enabled": True, "min_chars": MIN_CHARS}
-    assert artifact.raw["toy_documents"] == 90
+    assert described["toyrank"]["documents"] == 90  # what its aggregate saw, in the driver
 
     before = _files(out)
     second = _run(tmp_path, config, "second")
