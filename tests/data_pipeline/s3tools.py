@@ -24,11 +24,15 @@ def moto_server() -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        for _ in range(120):
+        for _ in range(240):
             with contextlib.suppress(OSError):
                 socket.create_connection(("127.0.0.1", port), timeout=2).close()
                 break
+            if server.poll() is not None:
+                raise AssertionError(f"moto server exited with {server.returncode}")
             time.sleep(0.5)
+        else:
+            raise AssertionError(f"moto server on 127.0.0.1:{port} did not come up")
         yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()
