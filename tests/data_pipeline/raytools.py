@@ -114,6 +114,8 @@ def start_node(
     group so the test can end exactly what it started (never `ray stop`: it kills every Ray
     process on the machine)."""
     role = [f"--address={head_address}"] if head_address else ["--head", f"--port={port}"]
+    if not head_address:  # Ray's client server defaults to port 10001: two heads would collide
+        role.append(f"--ray-client-server-port={free_port()}")
     # Ray's Unix sockets live under the temp dir: keep it short (a socket path has 107 bytes)
     assert len(str(temp_dir)) < 40, f"temp dir {temp_dir} too long for Ray's socket paths"
     temp_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -167,11 +169,15 @@ def token_home(home: Path) -> Path:
     return home
 
 
+class HeadExited(AssertionError):
+    """The `ray start --head` process ended while the test waited for its cluster."""
+
+
 def wait_for_head(address: str, node: subprocess.Popen[bytes] | None = None) -> None:
     host, _, port = address.rpartition(":")
     for _ in range(120):
         if node is not None and node.poll() is not None:
-            raise AssertionError(f"`ray start` for {address} exited with {node.returncode}")
+            raise HeadExited(f"`ray start` for {address} exited with {node.returncode}")
         with contextlib.suppress(OSError):
             socket.create_connection((host, int(port)), timeout=5).close()
             return
@@ -179,10 +185,14 @@ def wait_for_head(address: str, node: subprocess.Popen[bytes] | None = None) -> 
     raise AssertionError(f"head at {address} did not come up")
 
 
-def wait_for_nodes(address: str, env: dict[str, str], nodes: int) -> None:
-    """Wait until `ray status` lists `nodes` alive nodes."""
+def wait_for_nodes(
+    address: str, env: dict[str, str], nodes: int, head: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Wait until `ray status` lists `nodes` alive nodes (fail at once if `head` exited)."""
     status = ""
     for _ in range(60):
+        if head is not None and head.poll() is not None:
+            raise HeadExited(f"`ray start` for {address} exited with {head.returncode}")
         status = subprocess.run(
             [str(RAY), "status", f"--address={address}"],
             env={**env, "RAY_AUTH_MODE": "token"},
