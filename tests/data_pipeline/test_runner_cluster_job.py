@@ -1,0 +1,162 @@
+"""`ray job submit -- pretrain data run CONFIG` against a `ray start --head` cluster on loopback
+(dashboard and job server on 127.0.0.1, token authentication on), from a fresh shell, as the
+README's cluster section says:
+
+- the job's driver runs on the cluster, connects through the RAY_ADDRESS the job server gives it
+  with the cluster's token, and writes the same shards, rejects and ledger as an embedded run;
+- a shell holding the token but not `RAY_AUTH_MODE=token` is refused by the job server, and so is
+  one with the wrong token; nothing is run;
+- a job reading `s3://` inputs and writing an `s3://` output on a real S3-compatible server (moto),
+  its config uploaded with `--working-dir`, the store's endpoint given with `--runtime-env-json`
+  and its credentials in the node's environment, writes the objects of the same embedded run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.data_pipeline.raytools import (
+    DATA,
+    RAY,
+    REPO,
+    HeadExited,
+    clean_env,
+    data_run,
+    free_port,
+    start_node,
+    stop_node,
+    token_home,
+    wait_for_head,
+    wait_for_nodes,
+)
+from tests.data_pipeline.s3tools import KEYS, s3_env, s3_filesystem
+from tests.data_pipeline.test_runner_cluster import outputs
+from tests.data_pipeline.test_runner_cluster_s3_out import _objects, _published
+
+CONFIG = {"shard_rows": 4, "batch_rows": 3, "ray": {"timeout_s": 300}}
+SUMMARY = "pretrain data run: 23 docs in, 17 kept, 6 dropped"
+
+
+def _ray(args: list[str], env: dict[str, str], cwd: Path, timeout: int = 120):
+    return subprocess.run(
+        [str(RAY), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _wait_for_job_server(url: str, env: dict[str, str], cwd: Path, head: subprocess.Popen) -> None:
+    listed = None
+    for _ in range(90):
+        if head.poll() is not None:
+            raise HeadExited(f"`ray start --head` exited with {head.returncode}")
+        listed = _ray(["job", "list", "--address", url], env, cwd)
+        if listed.returncode == 0:
+            return
+        time.sleep(2)
+    raise AssertionError(f"job server at {url} never answered: {listed and listed.stderr[-500:]}")
+
+
+@contextlib.contextmanager
+def _cluster(env: dict[str, str], cwd: Path) -> Iterator[str]:
+    """A `ray start --head` with the job server on 127.0.0.1: its URL. On a loaded machine Ray's
+    client server can time out while the head starts, and `ray start` then ends the head: such a
+    head is started again (3 tries); one that dies later fails the test."""
+    for attempt in range(1, 4):
+        port, dashboard = free_port(), free_port()
+        root = Path("/tmp") / f"rj-{port}"  # short: Ray's socket paths live under the temp dir
+        head = start_node(root / "head", env, 2, port=port, dashboard_port=dashboard)
+        url = f"http://127.0.0.1:{dashboard}"
+        try:
+            wait_for_head(f"127.0.0.1:{port}", head)
+            wait_for_nodes(f"127.0.0.1:{port}", env, 1, head)
+            _wait_for_job_server(url, {**env, "RAY_AUTH_MODE": "token"}, cwd, head)
+            break
+        except HeadExited:
+            stop_node(head)
+            shutil.rmtree(root, ignore_errors=True)
+            if attempt == 3:
+                raise
+    try:
+        yield url
+    finally:
+        stop_node(head)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _submit(url: str, env: dict[str, str], cwd: Path, config: Path | str, *opts: str):
+    """What the README tells a user to type."""
+    argv = ["job", "submit", "--address", url, *opts, "--", "pretrain", "data", "run", str(config)]
+    return _ray(argv, env, cwd, timeout=700)
+
+
+def _s3_inputs(endpoint: str) -> None:
+    s3 = s3_filesystem(endpoint)
+    s3.create_dir("crawl")
+    for path in sorted(DATA.iterdir()):
+        if path.suffix in (".gz", ".jsonl", ".parquet"):
+            with s3.open_output_stream(f"crawl/in/{path.name}") as f:
+                f.write(path.read_bytes())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_ray_job_submit_runs_the_data_job_on_the_cluster(tmp_path, s3_server) -> None:
+    home = token_home(tmp_path / "home")
+    env = clean_env(home)
+    local = {**CONFIG, "inputs": [str(DATA)]}
+    on_s3 = {**CONFIG, "inputs": ["s3://crawl/in"]}
+    _s3_inputs(s3_server)
+    for name, config, extra in (("embedded", local, {}), ("embedded-s3", on_s3, s3_env(s3_server))):
+        argv = data_run({**config, "output": str(tmp_path / name)}, tmp_path / f"{name}.yaml")
+        run = subprocess.run(
+            argv, cwd=REPO, env={**env, **extra}, capture_output=True, text=True, timeout=600
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+
+    job_config = tmp_path / "job.yaml"
+    data_run({**local, "output": str(tmp_path / "job")}, job_config)
+    upload = tmp_path / "upload"  # the user's job directory: only the config, uploaded
+    upload.mkdir()
+    data_run({**on_s3, "output": "s3://crawl/out"}, upload / "s3.yaml")
+    user = {**env, "RAY_AUTH_MODE": "token"}  # what the README tells a user to set
+    # credentials in the node's environment, the store's endpoint for the job (as the README says)
+    with _cluster({**env, **KEYS}, tmp_path) as url:
+        unset = _submit(url, env, tmp_path, job_config)  # the token file, no RAY_AUTH_MODE
+        other = token_home(tmp_path / "other-home")  # RAY_AUTH_MODE=token, another token
+        wrong = _submit(url, {**clean_env(other), "RAY_AUTH_MODE": "token"}, tmp_path, job_config)
+        submitted = _submit(url, user, tmp_path, job_config)
+        store = {k: v for k, v in s3_env(s3_server).items() if k not in KEYS}
+        runtime_env = json.dumps({"env_vars": store})
+        s3_job = _submit(
+            url,
+            user,
+            tmp_path,
+            "s3.yaml",
+            "--working-dir",
+            str(upload),
+            "--runtime-env-json",
+            runtime_env,
+        )
+        jobs = _ray(["job", "list", "--address", url], user, tmp_path).stdout
+    for refused, says in ((unset, "RAY_AUTH_MODE is currently 'disabled'"), (wrong, "Invalid")):
+        said = refused.stdout + refused.stderr
+        assert refused.returncode != 0 and "AuthenticationError" in said, said[-2000:]
+        assert says in said, said[-2000:]  # Ray's own message says what to set
+    assert jobs.count("entrypoint='pretrain data run") == 2, jobs  # the refused ones never ran
+    assert s3_server in jobs  # the job server keeps and shows --runtime-env-json values
+    said = submitted.stdout + submitted.stderr
+    assert submitted.returncode == 0, said[-3000:]
+    assert SUMMARY in said and "succeeded" in said, said[-3000:]
+    assert outputs(tmp_path / "job") == outputs(tmp_path / "embedded")
+
+    said = s3_job.stdout + s3_job.stderr
+    assert s3_job.returncode == 0 and SUMMARY in said, said[-3000:]
+    written = _published(_objects(s3_filesystem(s3_server), "crawl/out"))
+    assert written == outputs(tmp_path / "embedded-s3")
