@@ -75,9 +75,15 @@ def clean(args: argparse.Namespace) -> int:
     from pretrain.errors import ArtifactError
     from pretrain.locking import output_lock
     from pretrain.manifest import MANIFEST
-    from pretrain.outstore import lock_target, output_path
+    from pretrain.outstore import is_uri, lock_target, output_path
 
     directory = args.directory
+    if is_uri(directory):
+        raise ArtifactError(
+            f"{directory}: `pretrain data clean` works on local outputs; for an object store, "
+            f"delete the prefix {directory.rstrip('/')}/{layout.GLOBAL_MAP_DIR}/ with its own "
+            "tool (no manifest lists it)"
+        )
     with output_lock(lock_target(directory)):  # no run may be writing it meanwhile
         if not (Path(directory) / MANIFEST).is_file():
             raise ArtifactError(

@@ -64,6 +64,9 @@ def test_clean_refuses_an_unfinished_run(tmp_path, capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert "has not finished" in err and "\n" not in err
     assert (cache / "a-00000.json").is_file()
+    assert main(["data", "clean", "s3://bucket/out"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "works on local outputs" in err and "s3://bucket/out/.parts/global/" in err
 
 
 @pytest.mark.ray
