@@ -116,6 +116,10 @@ def start_node(
     role = [f"--address={head_address}"] if head_address else ["--head", f"--port={port}"]
     if not head_address:  # Ray's client server defaults to port 10001: two heads would collide
         role.append(f"--ray-client-server-port={free_port()}")
+    # So does the dashboard agent's HTTP port (52365): with ray[default] installed, any other Ray
+    # on the machine (the test session's own) holds it, this node's agent cannot bind, and the job
+    # server answers every submission with "No available agent to submit job"
+    role.append(f"--dashboard-agent-listen-port={free_port()}")
     # Ray's Unix sockets live under the temp dir: keep it short (a socket path has 107 bytes)
     assert len(str(temp_dir)) < 40, f"temp dir {temp_dir} too long for Ray's socket paths"
     temp_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -149,10 +149,10 @@ def test_ray_job_submit_runs_the_data_job_on_the_cluster(tmp_path, s3_server) ->
         said = refused.stdout + refused.stderr
         assert refused.returncode != 0 and "AuthenticationError" in said, said[-2000:]
         assert says in said, said[-2000:]  # Ray's own message says what to set
-    assert jobs.count("entrypoint='pretrain data run") == 2, jobs  # the refused ones never ran
-    assert s3_server in jobs  # the job server keeps and shows --runtime-env-json values
     said = submitted.stdout + submitted.stderr
     assert submitted.returncode == 0, said[-3000:]
+    assert jobs.count("entrypoint='pretrain data run") == 2, jobs  # the refused ones never ran
+    assert s3_server in jobs  # the job server keeps and shows --runtime-env-json values
     assert SUMMARY in said and "succeeded" in said, said[-3000:]
     assert outputs(tmp_path / "job") == outputs(tmp_path / "embedded")
 
