@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from tests.data_pipeline.raytools import free_port
+from tests.data_pipeline.raytools import DATA, free_port
 
 KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
@@ -55,3 +55,14 @@ def s3_filesystem(endpoint: str):
         region="us-east-1",
         allow_bucket_creation=True,
     )
+
+
+def upload_inputs(endpoint: str) -> str:
+    """The test corpus's input files under s3://crawl/in (as a user's crawl would be): that URI."""
+    s3 = s3_filesystem(endpoint)
+    s3.create_dir("crawl")
+    for path in sorted(DATA.iterdir()):
+        if path.suffix in (".gz", ".jsonl", ".parquet"):
+            with s3.open_output_stream(f"crawl/in/{path.name}") as f:
+                f.write(path.read_bytes())
+    return "s3://crawl/in"

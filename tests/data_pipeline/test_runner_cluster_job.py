@@ -37,7 +37,7 @@ from tests.data_pipeline.raytools import (
     wait_for_head,
     wait_for_nodes,
 )
-from tests.data_pipeline.s3tools import KEYS, s3_env, s3_filesystem
+from tests.data_pipeline.s3tools import KEYS, s3_env, s3_filesystem, upload_inputs
 from tests.data_pipeline.test_runner_cluster import outputs
 from tests.data_pipeline.test_runner_cluster_s3_out import _objects, _published
 
@@ -96,15 +96,6 @@ def _submit(url: str, env: dict[str, str], cwd: Path, config: Path | str, *opts:
     return _ray(argv, env, cwd, timeout=700)
 
 
-def _s3_inputs(endpoint: str) -> None:
-    s3 = s3_filesystem(endpoint)
-    s3.create_dir("crawl")
-    for path in sorted(DATA.iterdir()):
-        if path.suffix in (".gz", ".jsonl", ".parquet"):
-            with s3.open_output_stream(f"crawl/in/{path.name}") as f:
-                f.write(path.read_bytes())
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_ray_job_submit_runs_the_data_job_on_the_cluster(tmp_path, s3_server) -> None:
@@ -112,7 +103,7 @@ def test_ray_job_submit_runs_the_data_job_on_the_cluster(tmp_path, s3_server) ->
     env = clean_env(home)
     local = {**CONFIG, "inputs": [str(DATA)]}
     on_s3 = {**CONFIG, "inputs": ["s3://crawl/in"]}
-    _s3_inputs(s3_server)
+    upload_inputs(s3_server)
     for name, config, extra in (("embedded", local, {}), ("embedded-s3", on_s3, s3_env(s3_server))):
         argv = data_run({**config, "output": str(tmp_path / name)}, tmp_path / f"{name}.yaml")
         run = subprocess.run(

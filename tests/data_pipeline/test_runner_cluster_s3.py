@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.data_pipeline.raytools import DATA, REPO, clean_env, data_run
-from tests.data_pipeline.s3tools import s3_env, s3_filesystem
+from tests.data_pipeline.s3tools import s3_env, upload_inputs
 
 
 def _texts(out: Path) -> list[str]:
@@ -22,12 +22,7 @@ def _texts(out: Path) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_s3_inputs_give_the_same_documents_as_local_files(tmp_path, s3_server) -> None:
-    s3 = s3_filesystem(s3_server)
-    s3.create_dir("crawl")
-    for path in sorted(DATA.iterdir()):
-        if path.suffix in (".gz", ".jsonl", ".parquet"):
-            with s3.open_output_stream(f"crawl/in/{path.name}") as f:
-                f.write(path.read_bytes())
+    upload_inputs(s3_server)
     env = clean_env(tmp_path / "home", **s3_env(s3_server))
     config = {"shard_rows": 4, "batch_rows": 3, "ray": {"num_cpus": 2, "timeout_s": 300}}
     runs = {}
