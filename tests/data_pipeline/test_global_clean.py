@@ -6,6 +6,8 @@ a re-run that needs the map side maps every part again and ends byte-identical."
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,42 @@ def test_clean_refuses_an_unfinished_run(tmp_path, capsys) -> None:
     assert main(["data", "clean", "s3://bucket/out"]) == 2
     err = capsys.readouterr().err.strip()
     assert "works on local outputs" in err and "s3://bucket/out/.parts/global/" in err
+
+
+HOLD_LOCK = """
+import sys
+from pretrain.locking import output_lock
+with output_lock(sys.argv[1], ["pretrain", "data", "run", "CONFIG"]):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_clean_refuses_while_another_process_writes_the_output(tmp_path, capsys) -> None:
+    """A second writer: a run still holding the output's lock (another process) keeps its map
+    side; clean says who holds it, in one line, and deletes nothing."""
+    cache = tmp_path / layout.GLOBAL_MAP_DIR / "dedup"
+    cache.mkdir(parents=True)
+    (cache / "a-00000.json").write_text("{}")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.parquet").write_bytes(b"shard")
+    write_manifest(tmp_path, "shards")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert main(["data", "clean", str(tmp_path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert str(holder.pid) in err and "\n" not in err, err
+        assert (cache / "a-00000.json").is_file()
+    finally:
+        holder.communicate("", timeout=60)
+    assert main(["data", "clean", str(tmp_path)]) == 0  # once the writer is gone, it cleans
+    assert not (cache / "a-00000.json").exists()
 
 
 @pytest.mark.ray
