@@ -8,6 +8,7 @@ from typing import Any
 from data_pipeline.config import PipelineConfig
 from data_pipeline.stages.registry import registry
 from pretrain.command import recorded
+from pretrain.demostep import DemoContext
 
 MODEL_STAGES = {"domain": "domain", "quality": "quality", "lm": "perplexity"}
 """build_demo_models() key -> the stage whose `model` setting takes that model artifact."""
@@ -43,7 +44,7 @@ def demo_config(raw: Path, out: Path, models: dict[str, Path]) -> PipelineConfig
     )
 
 
-def step(ctx: Any) -> str:
+def step(ctx: DemoContext) -> str:
     """Run the pipeline on ctx.artifacts["raw"] into ctx.out/"shards"; one-line summary."""
     from data_pipeline.runner import run_pipeline
 

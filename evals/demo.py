@@ -22,6 +22,7 @@ from pretrain.artifacts import eval_results as eval_kind
 from pretrain.artifacts import mixture as mixture_kind
 from pretrain.command import recorded
 from pretrain.config import parse_config
+from pretrain.demostep import DemoContext
 from pretrain.errors import ArtifactError, PretrainError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,7 +44,7 @@ PROXY = {
 DEMO_STEPS = 24
 
 
-def _need(ctx: Any, *names: str) -> list[Path]:
+def _need(ctx: DemoContext, *names: str) -> list[Path]:
     missing = [n for n in names if n not in ctx.artifacts]
     if missing:
         raise ArtifactError(
@@ -52,7 +53,7 @@ def _need(ctx: Any, *names: str) -> list[Path]:
     return [Path(ctx.artifacts[n]) for n in names]
 
 
-def build_demo_evalsets(ctx: Any, shards: Path) -> Path:
+def build_demo_evalsets(ctx: DemoContext, shards: Path) -> Path:
     from evals.sets import EvalBuildConfig, build_eval_sets
 
     out = ctx.out / "evalsets"
@@ -72,7 +73,7 @@ def build_demo_evalsets(ctx: Any, shards: Path) -> Path:
     return out
 
 
-def _sweep_config(ctx: Any, mixture: Path, evalsets: Path) -> Any:
+def _sweep_config(ctx: DemoContext, mixture: Path, evalsets: Path) -> Any:
     from evals.ablate import AblationConfig
 
     inputs = ctx.out / "ablation-inputs"
@@ -116,7 +117,7 @@ def _one_component(resolved: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _chosen_mixture(ctx: Any, mixture: Path, report_dir: Path, chosen_sha: str) -> Path:
+def _chosen_mixture(ctx: DemoContext, mixture: Path, report_dir: Path, chosen_sha: str) -> Path:
     """The demo mixture when it is the chosen recipe, else the chosen recipe built alike."""
     from mixtures.build import build_mixture
     from mixtures.recipe import MixtureConfig
@@ -134,7 +135,7 @@ def _chosen_mixture(ctx: Any, mixture: Path, report_dir: Path, chosen_sha: str) 
     return out
 
 
-def ablation_step(ctx: Any) -> str:
+def ablation_step(ctx: DemoContext) -> str:
     """Eval sets, a 2-recipe x 3-seed proxy sweep, the report and decision; sets
     ctx.artifacts["ablation"] (and ["mixture"] to the chosen recipe's mixture)."""
     from evals.sweep import run_sweep
@@ -157,7 +158,7 @@ def ablation_step(ctx: Any) -> str:
     )
 
 
-def eval_step(ctx: Any) -> str:
+def eval_step(ctx: DemoContext) -> str:
     """`pretrain eval run` on the launched run (its own process), with the capability curve."""
     run_dir, evalsets, tokenizer = _need(ctx, "run", "evalsets", "tokenizer")
     out = ctx.out / "eval"

@@ -15,6 +15,7 @@ from pretrain.artifacts import encoded as encoded_kind
 from pretrain.artifacts import mixture as mixture_kind
 from pretrain.command import recorded
 from pretrain.config import apply_overrides, parse_config, read_yaml
+from pretrain.demostep import DemoContext
 from pretrain.errors import ConfigError
 
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "mixture.yaml"
@@ -101,7 +102,7 @@ def _budget(config: MixtureConfig, docs: list[np.ndarray]) -> int:
     return int(min(MAX_TOKENS, BUDGET_FRACTION * min(limits)))
 
 
-def step(ctx: Any) -> str:
+def step(ctx: DemoContext) -> str:
     """Build `ctx.out/mixture` from ctx.artifacts["encoded"] and ["tokenizer"], report it."""
     encoded, tokenizer = ctx.artifacts["encoded"], ctx.artifacts["tokenizer"]
     out = ctx.out / "mixture"

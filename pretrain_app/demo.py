@@ -2,7 +2,9 @@
 
 Each capability adds one step: a function `step(ctx: DemoContext) -> str` in its package's
 `demo.py`, listed in DEMO_STEPS (imported, not named by a string, so go-to-definition works). A
-step reads the artifacts earlier steps put in `ctx.artifacts`, writes its own under `ctx.out`, and
+step is typed against the Protocol pretrain.demostep.DemoContext (which this module's dataclass
+satisfies: mypy checks DEMO_STEPS and `run_demo`), so no package imports this layer. A step
+reads the artifacts earlier steps put in `ctx.artifacts`, writes its own under `ctx.out`, and
 returns a one-line summary.
 """
 
@@ -10,13 +12,13 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_pipeline import demo as pipeline_demo
 from evals import demo as evals_demo
 from mixtures import demo as mixtures_demo
+from pretrain import demostep
 from pretrain.artifacts import raw as raw_kind
 from pretrain.locking import writes_output
 from pretrain.manifest import verify
@@ -27,6 +29,8 @@ from trainer import demo as trainer_demo
 
 @dataclass
 class DemoContext:
+    """The demo's state (what pretrain.demostep.DemoContext, the steps' view of it, names)."""
+
     out: Path
     force: bool = False
     artifacts: dict[str, Path] = field(default_factory=dict)
@@ -42,7 +46,7 @@ class DemoContext:
         return True
 
 
-def sample_step(ctx: DemoContext) -> str:
+def sample_step(ctx: demostep.DemoContext) -> str:
     """Copy the embedded sample into a `raw` artifact so every later artifact has lineage."""
     target = ctx.out / "raw"
     if not ctx.reuse(target):
@@ -62,7 +66,7 @@ def sample_step(ctx: DemoContext) -> str:
     return f"{len(raw.manifest.files)} raw input files, {size / 1e6:.1f} MB -> {target}"
 
 
-DEMO_STEPS: tuple[tuple[str, Callable[[DemoContext], str]], ...] = (
+DEMO_STEPS: tuple[tuple[str, demostep.DemoStep], ...] = (
     ("sample", sample_step),
     ("pipeline", pipeline_demo.step),
     ("tokenizer", tokenizer_demo.step),

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pretrain.artifacts import encoded as encoded_kind
 from pretrain.artifacts import tokenizer_eval as eval_kind
 from pretrain.command import recorded
+from pretrain.demostep import DemoContext
 from pretrain.errors import ArtifactError
 
 DEMO_VOCAB = 4096
@@ -14,13 +13,13 @@ DEMO_SAMPLE_BYTES = 3_000_000
 """The demo's training sample: enough for a 4k vocabulary, small enough for 2 shared cores."""
 
 
-def step(ctx: Any) -> str:
+def step(ctx: DemoContext) -> str:
     """Train (vocab 4096), evaluate (vs SentencePiece) and encode `ctx.artifacts["shards"]`."""
     with recorded(["pretrain", "demo"]):
         return _step(ctx)
 
 
-def _step(ctx: Any) -> str:
+def _step(ctx: DemoContext) -> str:
     from tokenizer.config import TokenizerTrainConfig
     from tokenizer.encode import encode
     from tokenizer.evaluate import evaluate

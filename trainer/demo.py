@@ -11,11 +11,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from pretrain.artifacts import mixture as mixture_kind
 from pretrain.artifacts import run as run_kind
 from pretrain.config import load_config
+from pretrain.demostep import DemoContext
 from pretrain.errors import GateRefused, PretrainError
 from trainer.config import TrainConfig
 
@@ -47,7 +47,7 @@ TINY_OVERRIDE = {
 """The explicit CPU shrink of the 1B config: a 2-layer, 128-wide model on one gloo rank."""
 
 
-def demo_overrides(ctx: Any) -> list[str]:
+def demo_overrides(ctx: DemoContext) -> list[str]:
     mixture = Path(ctx.artifacts["mixture"])
     manifest = mixture_kind.open(mixture).manifest
     seq_length = max(p.seq_length for p in manifest.phases)
@@ -89,7 +89,7 @@ def _gate_args(overrides: list[str]) -> list[str]:
         return ["--override-gate", f"demo: the ablation report did not clear the gate ({exc})"]
 
 
-def step(ctx: Any) -> str:
+def step(ctx: DemoContext) -> str:
     """Launch the full config's tiny override on the chosen mixture; sets ctx.artifacts['run']."""
     if "mixture" not in ctx.artifacts:
         raise PretrainError("the launch step needs ctx.artifacts['mixture']; run the mixture step")
