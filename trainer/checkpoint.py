@@ -60,6 +60,12 @@ def newest_valid(run_dir: Path) -> tuple[Path | None, list[dict[str, Any]]]:
     return None, skipped
 
 
+def read_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's state.json (step, data position, identity, config)."""
+    state: dict[str, Any] = json.loads((path / "state.json").read_text())
+    return state
+
+
 def _model_sharded_state(model: list[Any]) -> dict[str, Any]:
     if len(model) == 1:
         return {"model": model[0].sharded_state_dict()}
@@ -224,4 +230,4 @@ def load(path: Path, model: list[Any], optimizer: Any | None) -> dict[str, Any]:
     rng_file = path / "rng" / f"rank_{rank:05d}.pt"
     if optimizer is not None and rng_file.is_file():
         set_rng_state(torch_load(rng_file))
-    return json.loads((path / "state.json").read_text())
+    return read_state(path)

@@ -248,3 +248,24 @@ def check_identity(config: TrainConfig, data: TrainData, recorded: dict[str, Any
                 f"{str(identity.get(key))[:12]}...; restore the original data or "
                 "start a new run directory"
             )
+
+
+def check_resume_model(
+    config: TrainConfig, recorded: dict[str, Any] | None, vocab_size: int, checkpoint: str
+) -> None:
+    """Refuse a resume whose checkpoint holds another model (architecture or vocabulary), before
+    its shards are loaded: megatron would fail deep in the load on the first tensor's shape."""
+    if not recorded:
+        return
+    from pretrain.config import config_sha256
+
+    what = None
+    if recorded.get("model_sha256") != config_sha256(config.model):
+        what = "a different model architecture (model.*) than the config"
+    elif recorded.get("vocab_size") not in (None, vocab_size):
+        what = f"a vocabulary of {recorded['vocab_size']} tokens, the config's has {vocab_size}"
+    if what:
+        raise LockMismatch(
+            f"resume refused: checkpoint {checkpoint} holds {what}; restore the config it was "
+            "trained with or use a new run.out_dir"
+        )

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import json
 import os
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from pretrain.command import current_command
@@ -179,20 +179,27 @@ def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False
     gate = gate_decision(config, override_gate)
     if cuda:
         check_backend(config)
-    if config.data.source == "mixture":
-        from trainer.data import check_identity, mixture_data
+    from trainer.data import check_identity, check_resume_model, mixture_data
+    from trainer.setup import resolve_vocab
 
-        check_identity(config, mixture_data(config), _resume_state(config))
+    name, recorded = _resume_state(config)
+    if config.data.source == "mixture":
+        data: Any = mixture_data(config)
+        check_identity(config, data, recorded)
+    else:
+        data = SimpleNamespace(vocab_size=config.data.synthetic_vocab)
+    check_resume_model(config, recorded, resolve_vocab(config, data), name)
     return gate
 
 
-def _resume_state(config: TrainConfig) -> dict[str, Any] | None:
+def _resume_state(config: TrainConfig) -> tuple[str, dict[str, Any] | None]:
+    """(name, state.json) of the checkpoint a resume would load, or ("", None)."""
     if not config.checkpoint.resume:
-        return None
-    from trainer.checkpoint import newest_valid
+        return "", None
+    from trainer.checkpoint import newest_valid, read_state
 
     path, _ = newest_valid(Path(config.run.out_dir))
-    return json.loads((path / "state.json").read_text()) if path is not None else None
+    return (path.name, read_state(path)) if path is not None else ("", None)
 
 
 def _write_launch_files(

@@ -22,14 +22,14 @@ from typing import Any
 import torch
 
 from pretrain.config import config_dict, config_sha256
-from pretrain.errors import ConfigError, LockMismatch
+from pretrain.errors import ConfigError
 from trainer import checkpoint
 from trainer import model as mcore
 from trainer import step as mstep
 from trainer.callbacks import Callback, CallbackList
 from trainer.config import TrainConfig
 from trainer.cpu_compat import device_context
-from trainer.data import TrainData, check_identity
+from trainer.data import TrainData, check_identity, check_resume_model
 from trainer.guard import GuardGaveUp, SpikeGuard
 from trainer.lr_schedule import lr_at
 from trainer.metrics import MetricsLog, Throughput
@@ -301,14 +301,11 @@ class Trainer:
         return Path(chosen[0]) if chosen[0] else None
 
     def restore(self, path: Path, keep_skips: bool = False) -> dict[str, Any]:
+        """Load a checkpoint once its recorded data and model match this run's (checked first)."""
+        expected = checkpoint.read_state(path)
+        check_identity(self.config, self.data, expected)
+        check_resume_model(self.config, expected, self.vocab_size, path.name)
         recorded = checkpoint.load(path, self.model, self.optimizer)
-        check_identity(self.config, self.data, recorded)
-        if recorded.get("model_sha256") != self.identity()["model_sha256"]:
-            raise LockMismatch(
-                f"resume refused: checkpoint {path.name} holds a different model "
-                "architecture than the config; restore model.* or use a new "
-                "run.out_dir"
-            )
         skipped = set(self.state.skipped_batches) | set(recorded["skipped_batches"])
         names = TrainState.__dataclass_fields__
         self.state = TrainState(**{k: recorded[k] for k in names if k in recorded})
