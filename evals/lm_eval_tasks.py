@@ -167,7 +167,24 @@ def load_lm_eval_tasks(specs: list[str], num_fewshot: int | None = None) -> LmEv
                 "evals/lm_eval_tasks.py for the fields"
             ) from None
     documents = {n: _render_all(n, task, Path(files[n])) for n, task in loaded.items()}
+    for task_name, task in loaded.items():
+        _check_fewshot(task_name, task, files[task_name], documents[task_name], num_fewshot)
     return LmEvalTasks(names, manager, files, documents, num_fewshot)
+
+
+def _check_fewshot(name: str, task: Any, data: str, rows: int, num_fewshot: int | None) -> None:
+    """The few-shot examples are drawn from the same file, never the document itself: each
+    document needs `num_fewshot` others (lm-eval's sampler raises only once the model runs)."""
+    shots = num_fewshot if num_fewshot is not None else task.get_config("num_fewshot")
+    short = name.removesuffix("_local")
+    if shots is not None and shots < 0:
+        raise InputError(f"--lm-eval {short}: --num-fewshot {shots} must be 0 or more")
+    if shots and rows <= shots:
+        raise InputError(
+            f"--lm-eval {short}: {data} has {rows} rows, --num-fewshot {shots} needs at least "
+            f"{shots + 1} (the examples come from the same file, never the document itself); "
+            "lower --num-fewshot or add rows"
+        )
 
 
 def run_lm_eval(lm: Any, tasks: LmEvalTasks, limit: int | None = None) -> dict[str, float]:

@@ -59,3 +59,30 @@ def test_eval_run_refuses_bad_task_files_before_loading_the_checkpoint(tmp_path,
     assert "hellaswag" in last and "does not fit" in last and "KeyError" in last
     missing = main([*argv, "--lm-eval", f"piqa={tmp_path / 'absent.jsonl'}"])
     assert missing == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_few_shot_beyond_the_files_rows_is_refused_before_loading_the_checkpoint(tmp_path, capsys):
+    """The few-shot examples come from the same file, never the document itself: lm-eval's
+    sampler raised ValueError('Sample larger than population') AFTER the checkpoint was loaded
+    and scored. Refused up front in one line; a file with exactly one spare row still builds."""
+    from evals.lm_eval_tasks import load_lm_eval_tasks
+
+    rows = (DATA / "boolq.jsonl").read_text().splitlines()
+    two = tmp_path / "boolq2.jsonl"
+    two.write_text("\n".join(rows[:2]) + "\n")
+    with pytest.raises(InputError, match=r"boolq: .*boolq2.jsonl has 2 rows.*--num-fewshot 2"):
+        load_lm_eval_tasks([f"boolq={two}"], num_fewshot=2)
+    with pytest.raises(InputError, match="--num-fewshot -1"):
+        load_lm_eval_tasks([f"boolq={two}"], num_fewshot=-1)
+    tasks = load_lm_eval_tasks([f"boolq={two}"], num_fewshot=1)
+    task = tasks.manager.load(["boolq_local"])["tasks"]["boolq_local"]
+    task.set_config(key="num_fewshot", value=1)
+    task.build_all_requests(limit=None, rank=0, world_size=1)  # lm-eval's own few-shot sampler
+    assert len({i.doc_id for i in task.instances}) == 2
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "iter_0000001").mkdir(parents=True)  # not loadable: never reached
+    argv = ["eval", "run", str(run), "--sets", str(tmp_path / "none"), "--tasks"]
+    assert main([*argv, "--lm-eval", f"boolq={two}", "--num-fewshot", "5"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("pretrain eval run: error:") and "--num-fewshot 5" in last
