@@ -37,7 +37,12 @@ from data_pipeline.fingerprint import model_hashes, output_is_foreign, prepare_o
 from data_pipeline.inputs import check_openable, input_artifacts, plan_inputs
 from data_pipeline.readers import Fields
 from data_pipeline.stages.base import GlobalStage, Stage
-from data_pipeline.stages.registry import manifest_defaults, registry, required_stages, stage_class
+from data_pipeline.stages.registry import (
+    manifest_sections,
+    registry,
+    required_stages,
+    stage_class,
+)
 from pretrain import shards_layout as layout
 from pretrain.artifacts import shards as shards_kind
 from pretrain.config import config_dict, parse_config
@@ -383,11 +388,12 @@ def run_pipeline(
     write_atomic(out / layout.CARD, layout.dataset_card().encode())
     if not led["conservation"]["balanced"]:
         raise RuntimeError(f"ledger does not balance: {led['conservation']}")  # a bug, not input
-    extra: dict[str, Any] = {
-        "stages": [s.describe() for s in stages],
-        "models": model_hashes(stages),
-        **manifest_defaults(),
-        "throughput": throughput_report.build(
+    fields = shards_kind.ShardsFields(
+        format=shards_kind.FORMAT,
+        stages=[s.describe() for s in stages],
+        models=model_hashes(stages),
+        sections=manifest_sections(stages),
+        throughput=throughput_report.build(
             out,
             [f.stem for f in inputs],
             [s.name for s in stages],
@@ -395,12 +401,10 @@ def run_pipeline(
             {f"{stem}-{part:05d}" for stem, parts in done.items() for part in parts},
             clock,
         ),
-    }
-    for stage in stages:
-        extra.update(stage.manifest_extra())
+    )
     manifest = shards_kind.write(
         out,
-        shards_kind.ShardsFields(**extra),
+        fields,
         config=config_dict(config),
         inputs=input_artifacts(inputs),
         counts={

@@ -18,6 +18,12 @@ class StageConfig(StrictModel):
     enabled: bool = True
 
 
+class StageSection(StrictModel):
+    """Base of a stage's section of the shards manifest (`Stage.Section`): the typed fields the
+    stage records there as `sections.<stage name>` (pretrain.artifacts.shards, format 2). The
+    defaults are what a reader gets from a manifest where the stage did not run."""
+
+
 def append_columns(
     batch: pa.Table, fields: Sequence[pa.Field], columns: dict[str, Any]
 ) -> pa.Table:

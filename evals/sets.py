@@ -31,6 +31,7 @@ from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json
+from tokenizer.shards import read_columns
 
 HIT_SCHEMA = pa.schema(
     [
@@ -92,7 +93,7 @@ def _shard_files(directory: str) -> list[Path]:
 
 def _batches(files: list[Path], columns: list[str], batch_rows: int) -> Iterator[pa.Table]:
     for path in files:
-        yield from shards_artifact.read_columns(path, columns, batch_rows)
+        yield from read_columns(path, columns, batch_rows)  # absent tags: their stage's type
 
 
 def _truncate(text: str, max_bytes: int) -> str:

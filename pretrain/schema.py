@@ -1,8 +1,10 @@
-"""The versioned Arrow document schema: base columns, the tags other packages read, checks.
+"""The versioned Arrow document schema: base columns, checks.
 
 Base columns exist from extraction on. Every stage appends its typed columns (declared by the
 stage itself, `Stage.columns`; and, when it can reject, a `<stage>_reason` column: null = passes)
-and keeps rows. Mixtures select on these tags. Functions here take a stage's fields; the data
+and keeps rows. Which of them are the tags other packages read by name (mixtures select on them)
+is declared by the stage too (`Stage.tags`; data_pipeline.stages.registry.tag_fields): this
+layer is below the stages and names none, readers above it pass those fields down. Functions here take a stage's fields; the data
 pipeline's registry gives them by stage name (data_pipeline.stages.registry.schema_for).
 """
 
@@ -30,24 +32,6 @@ BASE_FIELDS: tuple[pa.Field, ...] = (
     pa.field("meta", META_TYPE),  # the input record's pass-through object, {key, value} entries
     pa.field("split", pa.string(), nullable=False),
 )
-
-_F32 = pa.float32()
-_STR = pa.string()
-
-TAG_FIELDS: tuple[pa.Field, ...] = (
-    pa.field("lang", _STR),
-    pa.field("domain", _STR),
-    pa.field("quality_score", _F32),
-    pa.field("perplexity", _F32),
-    pa.field("ppl_bucket", _STR),
-    pa.field("unsafe_score", _F32),
-    pa.field("url_blocked", pa.bool_()),
-    pa.field("dup_keep", pa.bool_()),
-)
-"""The tags the packages reading shards (tokenizer, mixtures, evals) read by name, with their
-types: the shards' contract downstream. Which stage appends each is the stages' business
-(`Stage.columns`, data_pipeline.stages.registry); a stage that appends one of these names must give
-it this type (a test checks), and a reader asking for one that no stage wrote gets typed nulls."""
 
 
 def reason_column(stage: str) -> str:

@@ -4,7 +4,8 @@ Per prefix `<stem>` (one or more consecutive shards, tokenizer.prefixes: no near
 that would leave a Megatron split empty): `<stem>.bin` / `<stem>.idx` written with megatron.core's
 IndexedDatasetBuilder (EOD appended to every document; uint16 when the vocabulary fits, else
 int32) and `<stem>.docs.parquet`: row i describes document i of the .bin (id, token count with EOD,
-the tags mixtures select on; null where the pipeline did not produce a tag). Documents keep the
+source, split and the tags mixtures select on: every stage's `tags`, typed as the stage declares
+them, data_pipeline.stages.registry.tag_fields; null where the pipeline did not produce a tag). Documents keep the
 shards' row order, empty ones included (they hold just the EOD).
 
 Shards are encoded in batches (`encode_batch_fast`, which runs on all cores inside one process)
@@ -26,38 +27,56 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from data_pipeline.stages.registry import tag_fields
 from pretrain.artifacts import encoded as encoded_kind
 from pretrain.errors import ArtifactError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, load_manifest
 from pretrain.progress import Progress
+from pretrain.schema import BASE_FIELDS
 from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.prefixes import MIN_PREFIX_DOCUMENTS, plan_prefixes
 from tokenizer.shards import read_columns, require_shards
 
 KIND = "encoded"
-TAG_FIELDS: tuple[pa.Field, ...] = (
-    pa.field("id", pa.string()),
-    pa.field("source", pa.string()),
-    pa.field("split", pa.string()),
-    pa.field("domain", pa.string()),
-    pa.field("lang", pa.string()),
-    pa.field("quality_score", pa.float32()),
-    pa.field("perplexity", pa.float32()),
-    pa.field("ppl_bucket", pa.string()),
-    pa.field("unsafe_score", pa.float32()),
-    pa.field("url_blocked", pa.bool_()),
-    pa.field("dup_keep", pa.bool_()),
+BASE_COLUMNS = ("id", "source", "split")
+"""The shards' base columns every sidecar row carries besides the stages' tags."""
+SIDECAR_ORDER = (
+    "domain",
+    "lang",
+    "quality_score",
+    "perplexity",
+    "ppl_bucket",
+    "unsafe_score",
+    "url_blocked",
+    "dup_keep",
 )
-SIDECAR_SCHEMA = pa.schema(
-    [
-        pa.field("doc_index", pa.int64()),
-        TAG_FIELDS[0],
-        pa.field("num_tokens", pa.int32()),
-        *TAG_FIELDS[1:],
-    ]
-)
-TAG_NAMES = tuple(f.name for f in TAG_FIELDS)
+"""The places of the tags sidecars held before the stages declared them (kept, so the same shards
+still give byte-identical sidecars). Names only, not a declaration: which tags exist and their
+types come from the stages; a tag not named here follows these in pipeline order."""
+
+
+def sidecar_schema() -> pa.Schema:
+    """doc_index, id, num_tokens, source, split, then every stage's tags (`Stage.tags`)."""
+    base = {f.name: f for f in BASE_FIELDS}
+    place = {name: i for i, name in enumerate(SIDECAR_ORDER)}
+    tags = sorted(tag_fields(), key=lambda f: place.get(f.name, len(place)))  # stable
+    return pa.schema(
+        [
+            pa.field("doc_index", pa.int64()),
+            base["id"].with_nullable(True),
+            pa.field("num_tokens", pa.int32()),
+            *(base[name].with_nullable(True) for name in BASE_COLUMNS[1:]),
+            *(tag.with_nullable(True) for tag in tags),
+        ]
+    )
+
+
+def tag_names() -> tuple[str, ...]:
+    """The shard columns a sidecar copies: id, source, split and the stages' tags."""
+    return tuple(name for name in sidecar_schema().names if name not in ("doc_index", "num_tokens"))
+
+
 OUTPUT_SUFFIXES = (".bin", ".idx", ".docs.parquet", ".done")
 
 
@@ -99,6 +118,8 @@ def _is_done(
         "bin_bytes"
     ):
         return None
+    if pq.read_schema(sidecar_path(out, stem)).names != sidecar_schema().names:
+        return None  # a stage's tag added (or removed) since: the sidecar is rewritten
     return record
 
 
@@ -116,7 +137,7 @@ def _encoded_batches(
         tables = (
             table
             for shard in shards
-            for table in read_columns(shard, ("text", *TAG_NAMES), batch_size=batch_size)
+            for table in read_columns(shard, ("text", *tag_names()), batch_size=batch_size)
         )
         for table in tables:
             texts = [t or "" for t in table.column("text").to_pylist()]
@@ -155,7 +176,7 @@ def encode_prefix(
         documents += len(lengths)
         tokens += sum(lengths)
     builder.finalize(f"{tmp_prefix}.idx")
-    sidecar = pa.concat_tables(sidecars) if sidecars else SIDECAR_SCHEMA.empty_table()
+    sidecar = pa.concat_tables(sidecars) if sidecars else sidecar_schema().empty_table()
     pq.write_table(sidecar, f"{tmp_prefix}.docs.parquet", compression="zstd")
     for suffix in (".bin", ".idx", ".docs.parquet"):
         os.replace(f"{tmp_prefix}{suffix}", out / f"{stem}{suffix}")
@@ -177,9 +198,11 @@ def _sidecar_batch(table: pa.Table, start: int, lengths: list[int]) -> pa.Table:
         "doc_index": pa.array(np.arange(start, start + len(lengths), dtype=np.int64)),
         "num_tokens": pa.array(lengths, type=pa.int32()),
     }
-    for field in TAG_FIELDS:
-        columns[field.name] = table.column(field.name).cast(field.type)
-    return pa.table({name: columns[name] for name in SIDECAR_SCHEMA.names}, schema=SIDECAR_SCHEMA)
+    schema = sidecar_schema()
+    for field in schema:
+        if field.name not in columns:
+            columns[field.name] = table.column(field.name).cast(field.type)
+    return pa.table({name: columns[name] for name in schema.names}, schema=schema)
 
 
 def preflight(

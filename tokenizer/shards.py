@@ -2,18 +2,24 @@
 
 The layout and the reader are `pretrain.artifacts.shards` (the one place they are defined);
 this module keeps the tokenizer's identity and sampling helpers and the names its modules import.
+Its `read_columns` is that reader with the stages' tags (data_pipeline.stages.registry.tag_fields)
+typing the columns a shard lacks.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
+from data_pipeline.stages.registry import tag_fields
 from pretrain.artifacts import base as base_artifact
 from pretrain.artifacts import shards as shards_artifact
 from pretrain.artifacts.shards import KIND as SHARDS_KIND
-from pretrain.artifacts.shards import is_shard, read_columns
+from pretrain.artifacts.shards import is_shard
 from pretrain.manifest import canonical_json, manifest_sha256, sha256_bytes
 
 __all__ = [
@@ -25,6 +31,12 @@ __all__ = [
     "tag",
     "unit_hash",
 ]
+
+
+def read_columns(path: Path, columns: Sequence[str], batch_size: int = 2048) -> Iterator[pa.Table]:
+    """Shard `path` in batches holding exactly `columns`; a tag a shard lacks (its stage did not
+    run) is nulls of the type its stage declares."""
+    return shards_artifact.read_columns(path, columns, batch_size, tag_fields())
 
 
 def require_shards(directory: str | Path, deep: bool = True) -> tuple[dict[str, Any], list[Path]]:

@@ -7,8 +7,8 @@ stage needs the whole corpus and is written as three parts the runner schedules:
 
 A stage also declares what the runner must know about it, so the runner names no stage: its
 place in the pipeline (`order`), the typed columns it appends (`columns`), its `Config`, the model
-artifacts it reads (`models()`, fingerprinted for resume and recorded in the manifest) and what it
-adds to the shards manifest (`manifest_extra()`, `manifest_defaults`). A stage travels to Ray
+artifacts it reads (`models()`, fingerprinted for resume and recorded in the manifest) and its
+typed section of the shards manifest (`Section`, filled by `manifest_section()`). A stage travels to Ray
 workers one way: as its `spec()` (name, class, config, context), rebuilt there by `build_stage`
 (once per process, importing only that class's module); pickling a stage ships the same spec, so
 no per-worker state (models, word lists) ever travels.
@@ -29,10 +29,18 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from data_pipeline.stagekit import MapOutput, StageConfig, append_columns
+from data_pipeline.stagekit import MapOutput, StageConfig, StageSection, append_columns
 from pretrain.errors import ConfigError
 
-__all__ = ["GlobalStage", "MapOutput", "Stage", "StageConfig", "StageSpec", "build_stage"]
+__all__ = [
+    "GlobalStage",
+    "MapOutput",
+    "Stage",
+    "StageConfig",
+    "StageSection",
+    "StageSpec",
+    "build_stage",
+]
 
 StageSpec = tuple[str, str, dict[str, Any], dict[str, Any]]
 """(stage name, `module:Class`, its config as a JSON-able dict, context kwargs): how a stage
@@ -48,7 +56,11 @@ class Stage(ABC):
     """Place in the pipeline (stages run by increasing order; two stages may not share one)."""
     columns: ClassVar[tuple[pa.Field, ...]] = ()
     """The columns this stage appends, in order (a `<name>_reason` one, null = passes, when it
-    can reject). The packages reading shards rely on the types in pretrain.schema.TAG_FIELDS."""
+    can reject)."""
+    tags: ClassVar[tuple[str, ...]] = ()
+    """Those of `columns` the packages downstream read by name: the shards' contract with them.
+    Declared here only: the encoder carries each into every document's sidecar, mixtures select
+    on them, shard readers give typed nulls where the stage did not run (registry.tag_fields)."""
     version: ClassVar[int] = 1
     """Bump when the output changes for the same input."""
     requires: ClassVar[tuple[str, ...]] = ("id", "text")
@@ -56,9 +68,10 @@ class Stage(ABC):
     required: ClassVar[str] = ""
     """Non-empty: every job must run this stage, and this says why (a config without it is
     refused with this reason)."""
-    manifest_defaults: ClassVar[dict[str, Any]] = {}
-    """Top-level keys of every shards manifest, also when this stage did not run (its
-    `manifest_extra()` overrides them when it did)."""
+    Section: ClassVar[type[StageSection]] = StageSection
+    """The typed fields this stage records in the shards manifest, as `sections.<name>`
+    (`manifest_section()` fills them; a reader of a manifest where the stage did not run gets
+    the defaults: data_pipeline.stages.registry.section)."""
 
     def __init__(self, config: StageConfig | None = None, **context: Any) -> None:
         self.config = config if config is not None else self.Config()
@@ -91,9 +104,10 @@ class Stage(ABC):
         records their hashes as `<stage>.<name>`. Default: none."""
         return {}
 
-    def manifest_extra(self) -> dict[str, Any]:
-        """Keys this stage adds at the top level of the shards manifest. Default: none."""
-        return {}
+    def manifest_section(self) -> StageSection | None:
+        """This run's section of the shards manifest (a `Section`), read after the stage ran (in
+        the driver: what `aggregate` learnt). Default: None, nothing recorded."""
+        return None
 
     @abstractmethod
     def __call__(self, batch: pa.Table) -> pa.Table:

@@ -123,6 +123,7 @@ class DomainStage(_FastTextStage):
     name = "domain"
     order = 30
     columns = (pa.field("domain", pa.string()), pa.field("domain_score", pa.float32()))
+    tags = ("domain",)
     task = "domain"
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -144,6 +145,7 @@ class QualityStage(_FastTextStage):
     name = "quality"
     order = 40
     columns = (pa.field("quality_score", pa.float32()),)
+    tags = ("quality_score",)
     task = "quality"
 
     def _check_labels(self, directory: Path) -> None:

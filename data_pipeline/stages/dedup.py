@@ -31,6 +31,7 @@ class DedupStage(GlobalStage):
     name: ClassVar[str] = "dedup"
     order: ClassVar[int] = 80
     columns: ClassVar[tuple[pa.Field, ...]] = DEDUP_COLUMNS
+    tags: ClassVar[tuple[str, ...]] = ("dup_keep",)
     version: ClassVar[int] = 1
     requires: ClassVar[tuple[str, ...]] = ("id", "text")
     Config: ClassVar[type[StageConfig]] = DedupConfig

@@ -67,6 +67,7 @@ class LangIdStage(Stage):
         pa.field("lang_score", pa.float32()),
         pa.field("langid_reason", pa.string()),
     )
+    tags: ClassVar[tuple[str, ...]] = ("lang",)
     version: ClassVar[int] = 1
     Config: ClassVar[type[StageConfig]] = LangIdConfig
 

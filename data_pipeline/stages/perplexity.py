@@ -8,7 +8,8 @@
    part (or block) by the workers and merged in the driver (bounded: languages x bins).
 3. join back: cutoffs at `percentiles` (default 30 / 60, as CCNet) per language; perplexity <= p30
    is `head`, <= p60 `middle`, above `tail`. Cutoffs are in `self.cutoffs` and `describe()` as
-   `ppl_cutoffs` ({lang: [p30, p60]}), which the stage also adds to the shards manifest.
+   `ppl_cutoffs` ({lang: [p30, p60]}), and in its section of the shards manifest
+   (`sections.perplexity.ppl_cutoffs`, `PerplexitySection`).
 
 In the runner, the map side (`map_part`: the perplexity column and the part's sketch) is persisted
 per input part, so a re-run after a crash scores only the parts not yet scored.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +35,14 @@ from data_pipeline.dedup.budget import BudgetError
 from data_pipeline.models.kenlm_train import KIND, document_perplexity, load_lm_info
 from data_pipeline.models.normalization import NORMALIZATION
 from data_pipeline.models.quantiles import LogHistogramSketch
-from data_pipeline.stages.base import GlobalStage, MapOutput, StageConfig, StageSpec, build_stage
+from data_pipeline.stages.base import (
+    GlobalStage,
+    MapOutput,
+    StageConfig,
+    StageSection,
+    StageSpec,
+    build_stage,
+)
 from pretrain.errors import ArtifactError, ConfigError, SchemaError
 from pretrain.manifest import manifest_sha256
 
@@ -64,7 +72,8 @@ class PerplexityConfig(StageConfig):
     bins_per_decade: int = Field(1000, ge=10, le=100_000)
     """Sketch resolution: quantiles are exact to within 10^(1/bins) - 1 (0.23% at 1000)."""
     cutoffs: dict[str, tuple[float, float]] = {}
-    """Fixed {lang: [low, high]} perplexity cutoffs, e.g. the `ppl_cutoffs` of an earlier run, so a
+    """Fixed {lang: [low, high]} perplexity cutoffs, e.g. the `sections.perplexity.ppl_cutoffs` of
+    an earlier run's manifest (top-level `ppl_cutoffs` before shards format 2), so a
     new crawl batch is bucketed like the reference corpus (CCNet fixes them once); languages not
     listed are estimated from this corpus."""
 
@@ -86,6 +95,13 @@ class PerplexityConfig(StageConfig):
         return value
 
 
+class PerplexitySection(StageSection):
+    """The stage's section of the shards manifest (`sections.perplexity`)."""
+
+    ppl_cutoffs: dict[str, list[float]] = {}
+    """Per language, the [low, high] cutoffs this run bucketed with (estimated or fixed)."""
+
+
 class PerplexityStage(GlobalStage):
     """Tags `perplexity` (float, null when not scored) and `ppl_bucket` (head|middle|tail|none)."""
 
@@ -95,7 +111,8 @@ class PerplexityStage(GlobalStage):
         pa.field("perplexity", pa.float32()),
         pa.field("ppl_bucket", pa.string()),  # head | middle | tail | none (no model for the lang)
     )
-    manifest_defaults: ClassVar[dict[str, Any]] = {"ppl_cutoffs": {}}
+    tags = ("perplexity", "ppl_bucket")
+    Section = PerplexitySection
     version = 1
     requires = ("id", "text", "lang")
     Config = PerplexityConfig
@@ -176,8 +193,8 @@ class PerplexityStage(GlobalStage):
             found[f"models.{lang}"] = Path(directory)
         return found
 
-    def manifest_extra(self) -> dict[str, Any]:
-        return {"ppl_cutoffs": self.cutoffs}
+    def manifest_section(self) -> PerplexitySection:
+        return PerplexitySection(ppl_cutoffs=self.cutoffs)
 
     def setup(self) -> None:
         import kenlm

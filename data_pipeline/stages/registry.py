@@ -2,8 +2,8 @@
 
 A stage is a concrete `Stage` subclass that names itself (`name = ...` in its class body) and
 declares everything the job needs: `order` (its place in the pipeline), `columns` (the typed
-columns it appends), `Config`, `models()`, `manifest_extra()`, and for a global stage its
-map/aggregate/join parts. Two sources are read, once per process:
+columns it appends), `Config`, `models()`, its manifest `Section` (`manifest_section()`), and
+for a global stage its map/aggregate/join parts. Two sources are read, once per process:
 
 - every module of the `data_pipeline.stages` package (drop a file there: nothing else to edit);
 - the entry points of group `pretrain.stages` of installed distributions (`toy =
@@ -12,7 +12,8 @@ map/aggregate/join parts. Two sources are read, once per process:
   under its entry-point name: enabling it is a one-line error naming the import error.
 
 From the registry come the pipeline config's `stages.<name>` sections, the select's clause
-names and the shards' schema after a list of stages. Workers never run the discovery: a stage
+names, the shards' schema after a list of stages and the typed reading of each stage's section
+of a shards manifest (`section`). Workers never run the discovery: a stage
 travels as its `spec()`, which names its class (`base.build_stage`).
 """
 
@@ -21,7 +22,6 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-import json
 import pkgutil
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,10 +29,12 @@ from importlib import metadata
 from typing import Any
 
 import pyarrow as pa
+from pydantic import ValidationError
 
-from data_pipeline.stages.base import Stage
+from data_pipeline.stages.base import Stage, StageSection
 from pretrain import schema
-from pretrain.errors import ConfigError, SchemaError
+from pretrain.artifacts.shards import Shards
+from pretrain.errors import ArtifactError, ConfigError, SchemaError
 
 ENTRY_POINT_GROUP = "pretrain.stages"
 """Entry-point group of stages installed from other distributions."""
@@ -40,12 +42,14 @@ ENTRY_POINT_GROUP = "pretrain.stages"
 __all__ = [
     "ENTRY_POINT_GROUP",
     "conform",
-    "manifest_defaults",
+    "manifest_sections",
     "registry",
     "required_stages",
     "schema_for",
+    "section",
     "stage_class",
     "stage_fields",
+    "tag_fields",
     "validate",
 ]
 
@@ -110,10 +114,29 @@ def _check(classes: Iterable[type[Stage]]) -> None:
                 f"{cls.order}; give {cls.name!r} a free `order` (its place in the pipeline)"
             )
         names[cls.name], orders[cls.order] = cls, cls.name
+        _check_manifest_api(cls, where)
         fields = [f.name for f in cls.columns]
         clash = set(fields) & {f.name for f in schema.BASE_FIELDS}
         if clash or len(set(fields)) != len(fields):
             raise SchemaError(f"stage {cls.name!r} declares base or repeated columns: {fields}")
+        stray = [tag for tag in cls.tags if tag not in fields]
+        if stray or len(set(cls.tags)) != len(cls.tags):
+            raise SchemaError(
+                f"stage {cls.name!r} ({where}): tags {list(cls.tags)} must be distinct names "
+                f"among its columns {fields}"
+            )
+
+
+def _check_manifest_api(cls: type[Stage], where: str) -> None:
+    old = [name for name in ("manifest_extra", "manifest_defaults") if hasattr(cls, name)]
+    if old:
+        raise ConfigError(
+            f"stage {cls.name!r} ({where}) defines {', '.join(old)}, which shards manifests no "
+            "longer read; declare a `Section` model (data_pipeline.stages.base.StageSection) and "
+            "return it from `manifest_section()`"
+        )
+    if not (isinstance(cls.Section, type) and issubclass(cls.Section, StageSection)):
+        raise ConfigError(f"stage {cls.name!r} ({where}): `Section` must be a StageSection")
 
 
 @functools.cache
@@ -161,14 +184,51 @@ def required_stages() -> dict[str, str]:
     }
 
 
-def manifest_defaults() -> dict[str, Any]:
-    """Top-level keys every shards manifest carries, whichever stages ran (a stage's
-    `manifest_extra()` overrides its own)."""
-    merged: dict[str, Any] = {}
-    for cls in registry().values():
-        if not isinstance(cls, Unavailable):
-            merged.update(json.loads(json.dumps(cls.manifest_defaults)))
-    return merged
+def manifest_sections(stages: Iterable[Stage]) -> dict[str, dict[str, Any]]:
+    """The shards manifest's `sections` after `stages` ran: each stage's `manifest_section()`,
+    checked against its `Section` (stages recording nothing have none)."""
+    sections: dict[str, dict[str, Any]] = {}
+    for stage in stages:
+        record = stage.manifest_section()
+        if record is None:
+            continue
+        if type(record) is not type(stage).Section:
+            raise SchemaError(
+                f"stage {stage.name!r}: manifest_section() returned a {type(record).__name__}, "
+                f"not its Section {type(stage).Section.__name__}"
+            )
+        sections[stage.name] = record.model_dump(mode="json")
+    return sections
+
+
+def section(shards: Shards, name: str) -> StageSection:
+    """Stage `name`'s typed section of a shards artifact's manifest (its `Section` defaults where
+    it did not run; a format-1 manifest's top-level keys of the same names). A section of the
+    wrong type is a one-line refusal."""
+    cls = stage_class(name)
+    record = shards.section_record(name, cls.Section.model_fields)
+    try:
+        return cls.Section.model_validate(record)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in (name, *first["loc"]))
+        raise ArtifactError(
+            f"{shards.directory}: manifest section {where!r} is not what stage {name!r} records "
+            f"({first['msg']}); rebuild the artifact"
+        ) from None
+
+
+def tag_fields() -> tuple[pa.Field, ...]:
+    """The tags the packages downstream read by name (each stage's `tags`, with the type its
+    `columns` give), in pipeline order: the one declaration the shards' readers, the encoder's
+    sidecars and the mixtures' select clauses derive from."""
+    return tuple(
+        field
+        for cls in registry().values()
+        if not isinstance(cls, Unavailable)
+        for field in cls.columns
+        if field.name in cls.tags
+    )
 
 
 def stage_fields(name: str) -> tuple[pa.Field, ...]:

@@ -267,6 +267,7 @@ class SafetyStage(Stage):
         pa.field("pii_counts", PII_COUNTS_TYPE),  # redactions made in `text`, per kind
         pa.field("safety_reason", pa.string()),
     )
+    tags: ClassVar[tuple[str, ...]] = ("url_blocked", "unsafe_score")
     version: ClassVar[int] = 2  # 2: pii_counts a struct, unsafe_categories a list
     requires: ClassVar[tuple[str, ...]] = ("id", "text", "url")
     Config: ClassVar[type[StageConfig]] = SafetyConfig

@@ -4,13 +4,14 @@ The typed reader of the layout `pretrain.shards_layout` defines (the one place f
 `DIR/data/*.parquet` (the kept documents: base columns then each stage's `columns`; layout 1's
 `DIR/shards/*.parquet` still read), `DIR/ledger.json`, `DIR/rejects/*.pq`.
 Columns of later pipeline stages may be absent (stages disabled): `read_columns` takes the
-columns that exist and fills the rest with typed nulls.
+columns that exist and fills the rest with typed nulls, typed by the fields its caller passes
+(the stages' tags, data_pipeline.stages.registry.tag_fields: this layer names no stage's tag).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -22,15 +23,14 @@ from pretrain import shards_layout as layout
 from pretrain.artifacts import base
 from pretrain.errors import ArtifactError
 from pretrain.nested import schema_version, upgrade
-from pretrain.schema import BASE_FIELDS, TAG_FIELDS
+from pretrain.schema import BASE_FIELDS
 
 KIND = "shards"
 SHARDS_DIR = layout.DATA_DIR
 LEDGER = layout.LEDGER
 REJECTS_DIR = layout.REJECTS_DIR
 
-_ALL_FIELDS: dict[str, pa.Field] = {f.name: f for f in (*BASE_FIELDS, *TAG_FIELDS)}
-"""Types of the columns readers ask for by name (an absent one is filled with typed nulls)."""
+_BASE: dict[str, pa.Field] = {f.name: f for f in BASE_FIELDS}
 
 
 def is_shard(rel: str) -> bool:
@@ -38,17 +38,27 @@ def is_shard(rel: str) -> bool:
     return rel in layout.kept_files([rel])
 
 
+FORMAT = 2
+"""The shards manifest's own format (field `format`; a manifest without it is format 1).
+1: a stage's manifest keys sat at the top level (perplexity's `ppl_cutoffs`), each one a field
+here. 2: each stage's record is its section, `sections.<stage>`, typed by the stage's own
+`Section` model (data_pipeline.stages.registry.section reads it, and a format-1 manifest's
+top-level keys the same way): a stage adding a manifest field edits no file here."""
+
+
 class ShardsFields(base.Fields):
-    """What a shards manifest records beyond the common fields (a stage's `manifest_extra()`
-    keys are among these: a key no field names is refused when written)."""
+    """What a shards manifest records beyond the common fields."""
 
     KIND: ClassVar[str] = KIND
+    format: int = 1
+    """FORMAT: 2 from the writer of per-stage sections on; absent (1) before."""
     stages: list[dict[str, Any]] = Field(default_factory=list)
     """Each stage's `Stage.describe()` (name, version, config)."""
     models: dict[str, str] = Field(default_factory=dict)
     """Model artifacts the stages used: {stage.key: artifact manifest sha256}."""
-    ppl_cutoffs: dict[str, list[float]] = Field(default_factory=dict)
-    """Perplexity bucket cutoffs per language: [p30, p60]."""
+    sections: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Stage name -> its section (format 2): what the stage's `manifest_section()` returned, as
+    JSON; its types are the stage's `Section` model's, checked when written and when read."""
     throughput: dict[str, Any] | None = None
     """Per-stage costs of the run that wrote it (data_pipeline.throughput_report)."""
 
@@ -64,15 +74,25 @@ write = base.Writer(ShardsFields)
 class Shards(base.Artifact[ShardsManifest]):
     """A verified shards artifact."""
 
+    def section_record(self, stage: str, legacy_keys: Iterable[str]) -> dict[str, Any]:
+        """Stage `stage`'s section as written (untyped: the stage's `Section` types it): format 2's
+        `sections.<stage>`, or in a format-1 manifest those of `legacy_keys` (the section's field
+        names) that sit at its top level. Empty when the stage recorded nothing."""
+        if self.manifest.format >= 2:
+            return dict(self.manifest.sections.get(stage, {}))
+        return {key: self.raw[key] for key in legacy_keys if key in self.raw}
+
     @property
     def shard_paths(self) -> list[Path]:
         """The Parquet shards the manifest lists (never a file merely present), sorted."""
         return [self.path(rel) for rel in layout.kept_files(self.raw["files"])]
 
-    def batches(self, columns: Sequence[str], batch_size: int = 2048) -> Iterator[pa.Table]:
-        """Every shard in order, in batches holding exactly `columns`."""
+    def batches(
+        self, columns: Sequence[str], batch_size: int = 2048, fields: Iterable[pa.Field] = ()
+    ) -> Iterator[pa.Table]:
+        """Every shard in order, in batches holding exactly `columns` (see `read_columns`)."""
         for path in self.shard_paths:
-            yield from read_columns(path, columns, batch_size)
+            yield from read_columns(path, columns, batch_size, fields)
 
 
 def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None = None) -> Shards:
@@ -87,20 +107,25 @@ def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None =
     return shards
 
 
-def read_columns(path: Path, columns: Sequence[str], batch_size: int = 2048) -> Iterator[pa.Table]:
-    """Stream shard `path` in batches holding exactly `columns` (absent ones as typed nulls)."""
+def read_columns(
+    path: Path, columns: Sequence[str], batch_size: int = 2048, fields: Iterable[pa.Field] = ()
+) -> Iterator[pa.Table]:
+    """Stream shard `path` in batches holding exactly `columns`. An absent one (its stage did not
+    run) is typed nulls: a base column's type, else its type among `fields` (the stages' tags),
+    else string."""
     parquet = pq.ParquetFile(path)
     present = [c for c in columns if c in parquet.schema_arrow.names]
     version = schema_version(parquet.schema_arrow)  # 1: nested tags as strings, upgraded here
+    known = {**{f.name: f for f in fields}, **_BASE}
     for batch in parquet.iter_batches(batch_size=batch_size, columns=present):
-        yield _fill_missing(upgrade(pa.Table.from_batches([batch]), version), columns)
+        yield _fill_missing(upgrade(pa.Table.from_batches([batch]), version), columns, known)
 
 
-def _fill_missing(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+def _fill_missing(table: pa.Table, columns: Sequence[str], known: dict[str, pa.Field]) -> pa.Table:
     arrays = []
     fields = []
     for name in columns:
-        field = _ALL_FIELDS.get(name, pa.field(name, pa.string()))
+        field = known.get(name, pa.field(name, pa.string()))
         if name in table.column_names:
             arrays.append(table.column(name))
             fields.append(table.schema.field(name))

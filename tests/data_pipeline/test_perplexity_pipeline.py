@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from data_pipeline.models.demo_assets import build_demo_models
+from data_pipeline.stages.registry import section
+from pretrain.artifacts import shards as shards_artifact
 from pretrain.manifest import manifest_sha256
 from pretrain.sample import SAMPLE_FILES, sample_dir
 
@@ -45,16 +47,18 @@ def test_pipeline_records_model_hashes_cutoffs_and_tags(tmp_path, ray_local):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["models"]["perplexity.model"] == manifest_sha256(models["lm"])
     assert manifest["models"]["domain.model"] == manifest_sha256(models["domain"])
-    assert set(manifest["ppl_cutoffs"]) >= {"en", "zh"}
+    cutoffs = manifest["sections"]["perplexity"]["ppl_cutoffs"]
+    assert manifest["format"] == 2 and set(cutoffs) >= {"en", "zh"}
     described = {s["name"]: s for s in manifest["stages"]}
-    assert described["perplexity"]["ppl_cutoffs"] == manifest["ppl_cutoffs"]
+    assert described["perplexity"]["ppl_cutoffs"] == cutoffs
+    assert section(shards_artifact.open(out), "perplexity").ppl_cutoffs == cutoffs
     table = pq.read_table(sorted(glob.glob(str(out / "data" / "*.parquet"))))
     rows = table.select(["lang", "domain", "quality_score", "perplexity", "ppl_bucket"])
     rows = rows.to_pylist()
     assert {r["domain"] for r in rows} >= {"prose", "code", "math"}
     assert all(r["quality_score"] is None or 0 <= r["quality_score"] <= 1 for r in rows)
     for lang in ("en", "zh"):
-        low, high = manifest["ppl_cutoffs"][lang]
+        low, high = cutoffs[lang]
         for r in rows:
             if r["lang"] == lang and r["perplexity"] is not None:
                 want = (

@@ -7,16 +7,17 @@ import json
 import pickle
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from data_pipeline.config import PipelineConfig, StagesConfig
 from data_pipeline.fingerprint import model_hashes
+from data_pipeline.stages import registry as stage_registry
 from data_pipeline.stages.base import Stage, build_stage
 from data_pipeline.stages.langid import LangIdStage, model_path
-from data_pipeline.stages.registry import registry, stage_class, stage_fields
-from pretrain.errors import ConfigError
+from data_pipeline.stages.registry import registry, stage_class, stage_fields, tag_fields
+from pretrain.errors import ConfigError, SchemaError
 from pretrain.manifest import sha256_file
-from pretrain.schema import TAG_FIELDS
 
 PLUMBING = (
     "runner.py",
@@ -64,11 +65,39 @@ def test_every_rejecting_stage_has_its_reason_column() -> None:
         assert f"{stage}_reason" in [f.name for f in stage_fields(stage)]
 
 
-def test_the_tags_other_packages_read_have_the_contract_types() -> None:
-    """Each tag in pretrain.schema.TAG_FIELDS is appended by exactly one stage, with its type."""
-    declared = {f.name: f.type for name in STAGE_REGISTRY for f in stage_fields(name)}
-    for tag in TAG_FIELDS:
-        assert declared[tag.name].equals(tag.type), tag.name
+def test_the_built_in_tags_keep_the_types_sidecars_and_mixtures_were_built_with() -> None:
+    """The stages declare their tags (`Stage.tags`); encoded sidecars and recipes made before
+    rely on these names and types, so a stage changing one is caught here."""
+    assert {f.name: str(f.type) for f in tag_fields()} == {
+        "lang": "string",
+        "domain": "string",
+        "quality_score": "float",
+        "url_blocked": "bool",
+        "unsafe_score": "float",
+        "perplexity": "float",
+        "ppl_bucket": "string",
+        "dup_keep": "bool",
+    }
+
+
+def test_a_tag_must_be_one_of_the_stages_columns(monkeypatch) -> None:
+    class Typo(Stage):
+        name = "typo"
+        order = 95
+        columns = (pa.field("typo_score", pa.float32()),)
+        tags = ("typo_scor",)
+
+        def __call__(self, batch: pa.Table) -> pa.Table:
+            return batch
+
+    monkeypatch.setattr(stage_registry, "_plugins", lambda: {"typo": Typo})
+    stage_registry.registry.cache_clear()
+    try:
+        with pytest.raises(SchemaError, match=r"tags \['typo_scor'\] must be .* among its columns"):
+            stage_registry.registry()
+    finally:
+        monkeypatch.undo()
+        stage_registry.registry.cache_clear()
 
 
 def test_config_sections_come_from_the_registry() -> None:

@@ -3,7 +3,8 @@ registered through its distribution's `pretrain.stages` entry points, runs throu
 `pretrain data run` (a subprocess with a clean environment, its own embedded Ray) without any
 project file edited. It holds a map stage that can reject and a global stage (map -> aggregate ->
 join over every part); the config sections, the select's clause names, the shards' columns, the
-ledger, the manifest and resume all come from what the plugin declares."""
+ledger, the manifest (the global stage's own typed section: no field added to
+pretrain.artifacts.shards) and resume all come from what the plugin declares."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data_pipeline.stages.base import GlobalStage, Stage, StageConfig
+from data_pipeline.stages.base import GlobalStage, Stage, StageConfig, StageSection
 
 
 class ToyConfig(StageConfig):
@@ -46,6 +47,7 @@ class ToyLength(Stage):
     name = "toylen"
     order = 55
     columns = (pa.field("toy_chars", pa.int32()), pa.field("toylen_reason", pa.string()))
+    tags = ("toy_chars",)  # read downstream by name (tests/tokenizer/test_stage_tags.py)
     Config = ToyConfig
 
     def __call__(self, batch):
@@ -54,14 +56,24 @@ class ToyLength(Stage):
         return self.append(batch, {"toy_chars": counts, "toylen_reason": reasons})
 
 
+class ToyRankSection(StageSection):
+    documents: int = 0
+    longest: int = -1
+
+
 class ToyRank(GlobalStage):
     name = "toyrank"
     order = 90
     columns = (pa.field("toy_rank", pa.int64()),)
+    Section = ToyRankSection
 
     def __init__(self, config=None, **context):
         super().__init__(config, **context)
         self.documents = 0
+        self.longest = -1
+
+    def manifest_section(self):
+        return ToyRankSection(documents=self.documents, longest=self.longest)
 
     def map_part(self, rows):
         return {"chars": pa.table({"chars": pa.array(chars(rows), pa.int64())})}, {}
@@ -70,6 +82,7 @@ class ToyRank(GlobalStage):
         every = [pq.read_table(p.files["chars"]).column("chars").to_numpy() for p in parts]
         ordered = np.sort(np.concatenate(every)) if every else np.zeros(0, np.int64)
         self.documents = int(len(ordered))
+        self.longest = int(ordered[-1]) if len(ordered) else -1
         return [(ordered.tolist(),)] * len(parts)
 
     def join_part(self, rows, outputs, index, ordered):
@@ -160,7 +173,7 @@ def test_a_plugin_stage_takes_its_declared_place(plugin_registry) -> None:
         "toy_chars",
         "toylen_reason",
     ]
-    assert stage_registry.manifest_defaults() == {"ppl_cutoffs": {}}
+    assert stage_registry.stage_class("toyrank").Section.__name__ == "ToyRankSection"
     with pytest.raises(ConfigError, match=r"stages.broken is enabled but .*libtoy"):
         stage_registry.stage_class("broken")
 
@@ -194,8 +207,7 @@ def _files(out: Path) -> dict[str, bytes]:
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_plugin_stage_runs_through_the_real_runner(tmp_path) -> None:
-    _plugin(tmp_path / "site")
+def test_a_plugin_stage_runs_through_the_real_runner(tmp_path, plugin_registry) -> None:
     out = tmp_path / "out"
     config = {
         "inputs": [str(_inputs(tmp_path / "in"))],
@@ -234,6 +246,9 @@ def test_a_plugin_stage_runs_through_the_real_runner(tmp_path) -> None:
     assert list(described) == ["extract", "toylen", "toyrank"]
     assert described["toylen"]["config"] == {"enabled": True, "min_chars": MIN_CHARS}
     assert described["toyrank"]["documents"] == 90  # what its aggregate saw, in the driver
+    assert artifact.raw["sections"] == {"toyrank": {"documents": 90, "longest": lengths[-1]}}
+    typed = stage_registry.section(artifact, "toyrank")  # the plugin's own model, read back
+    assert type(typed).__name__ == "ToyRankSection" and typed.longest == lengths[-1]
 
     before = _files(out)
     second = _run(tmp_path, config, "second")

@@ -27,7 +27,8 @@ def _shards(root: Path, rows: int = 3) -> Path:
     fields = shards.ShardsFields(
         stages=[{"name": "rules", "version": 1, "config": {}}],
         models={},
-        ppl_cutoffs={"en": [10.0, 20.0]},
+        format=shards.FORMAT,
+        sections={"toy": {"cutoffs": [10.0, 20.0]}},
     )
     shards.write(root, fields, config={"output": str(root)}, counts={"documents_kept": rows})
     return root
@@ -39,7 +40,8 @@ def test_shards_reader_lists_only_listed_shards_and_fills_absent_columns(tmp_pat
     (table,) = list(art.batches(["id", "lang"]))
     assert table.column("id").to_pylist() == ["d0", "d1", "d2"]
     assert table.column("lang").null_count == 3  # a column of a stage that did not run
-    assert art.manifest.ppl_cutoffs == {"en": [10.0, 20.0]}
+    assert art.section_record("toy", ["cutoffs"]) == {"cutoffs": [10.0, 20.0]}
+    assert art.section_record("other", ["cutoffs"]) == {}  # a stage that recorded nothing
     assert art.manifest_sha256 == manifest_sha256(tmp_path / "s")
 
 
@@ -81,26 +83,28 @@ def test_fields_a_newer_version_wrote_are_read_and_ignored(tmp_path) -> None:
     root = _shards(tmp_path / "s")
     _rewrite_manifest(root, written_by_a_later_version={"anything": 1})
     art = shards.open(root)
-    assert art.manifest.ppl_cutoffs == {"en": [10.0, 20.0]}
+    assert art.manifest.sections == {"toy": {"cutoffs": [10.0, 20.0]}}
     assert art.raw["written_by_a_later_version"] == {"anything": 1}
 
 
 def test_a_version_1_manifest_without_seal_or_later_fields_is_read(tmp_path) -> None:
     root = _shards(tmp_path / "s")
     manifest = load_manifest(root)
-    for key in ("ppl_cutoffs", "models", "seal"):  # a version-1 writer had none of these
+    for key in ("format", "sections", "models", "seal"):  # a version-1 writer had none of these
         del manifest[key]
     manifest["manifest_version"] = 1
+    manifest["cutoffs"] = [1.0, 2.0]  # a stage's key at the top level (shards format 1)
     (root / MANIFEST).write_text(json.dumps(manifest))
     art = shards.open(root)
-    assert art.manifest.ppl_cutoffs == {} and art.manifest.models == {}
+    assert art.manifest.format == 1 and art.manifest.models == {}
     assert art.manifest.seal is None
+    assert art.section_record("toy", ["cutoffs", "absent"]) == {"cutoffs": [1.0, 2.0]}
 
 
 def test_a_field_of_the_wrong_type_is_one_line_refusal(tmp_path) -> None:
     root = _shards(tmp_path / "s")
-    _rewrite_manifest(root, ppl_cutoffs={"en": "high"})
-    with pytest.raises(ArtifactError, match="manifest field 'ppl_cutoffs.en'.*rebuild") as info:
+    _rewrite_manifest(root, sections={"toy": "high"})
+    with pytest.raises(ArtifactError, match="manifest field 'sections.toy'.*rebuild") as info:
         shards.open(root)
     assert "\n" not in str(info.value)
 

@@ -1,0 +1,83 @@
+"""A tag is declared once, by the stage that appends it (`Stage.tags`), and every reader derives
+it from there: the shards' schema, the shard reader's typed nulls where the stage did not run, the
+encoder's sidecars (copied and typed), the mixtures' select. The stage here is a plugin installed
+in a temporary directory: no project file names its tag."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from data_pipeline.stages import registry as stage_registry
+from pretrain import shards_layout as layout
+from pretrain.artifacts import shards as shards_artifact
+from tests.data_pipeline.test_stage_plugin import _plugin
+from tokenizer.encode import encode, sidecar_schema
+from tokenizer.shards import read_columns, require_shards
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture()
+def plugin_tag(tmp_path, monkeypatch):
+    """The registry as a process with the toy plugin installed sees it (`toy_chars`, int32)."""
+    monkeypatch.syspath_prepend(str(_plugin(tmp_path / "site")))
+    stage_registry.registry.cache_clear()
+    yield "toy_chars"
+    monkeypatch.undo()
+    sys.modules.pop("toy_stages", None)
+    stage_registry.registry.cache_clear()
+
+
+def _with_tag(shards_dir: Path, root: Path) -> Path:
+    """The synthetic shards with the plugin's column appended (as a run with the stage writes)."""
+    manifest, paths = require_shards(shards_dir)
+    (root / layout.DATA_DIR).mkdir(parents=True)
+    for path in paths:
+        table = pq.read_table(path)
+        chars = pc.utf8_length(pc.fill_null(table.column("text"), "")).cast(pa.int32())
+        table = table.append_column(pa.field("toy_chars", pa.int32()), chars)
+        pq.write_table(table, root / layout.DATA_DIR / path.name)
+    fields = shards_artifact.ShardsFields(format=shards_artifact.FORMAT, stages=manifest["stages"])
+    shards_artifact.write(root, fields, config={"test": "toy tag"}, counts={})
+    return root
+
+
+def test_a_tag_declared_once_by_a_stage_reaches_every_reader(
+    plugin_tag, tokenizer_dir: Path, shards_dir: Path, tmp_path: Path
+) -> None:
+    schema = stage_registry.schema_for(["extract", "toylen"])
+    assert schema.field("toy_chars").type == pa.int32()
+    assert pa.field("toy_chars", pa.int32()) in stage_registry.tag_fields()
+
+    without = require_shards(shards_dir)[1][0]  # written before the stage existed
+    (nulls,) = list(read_columns(without, ["id", "toy_chars"], batch_size=10_000))
+    assert nulls.schema.field("toy_chars").type == pa.int32()
+    assert nulls.column("toy_chars").null_count == nulls.num_rows > 0
+
+    sidecar = sidecar_schema()
+    assert sidecar.names[-2:] == ["dup_keep", "toy_chars"]  # after the tags already there
+    tagged = _with_tag(shards_dir, tmp_path / "tagged")
+    encode(tokenizer_dir, tagged, tmp_path / "enc", backend="inline", min_prefix_documents=200)
+    docs = pa.concat_tables(
+        pq.read_table(p) for p in sorted((tmp_path / "enc").glob("*.docs.parquet"))
+    )
+    assert docs.schema.field("toy_chars").type == pa.int32()
+    source = pa.concat_tables(pq.read_table(p) for p in require_shards(tagged)[1])
+    assert docs.column("id").to_pylist() == source.column("id").to_pylist()
+    assert docs.column("toy_chars").to_pylist() == source.column("toy_chars").to_pylist()
+    assert np.all(docs.column("toy_chars").to_numpy() >= 0)
+
+    shutil.rmtree(tmp_path / "enc")  # and a shards artifact without the column: typed nulls
+    encode(tokenizer_dir, shards_dir, tmp_path / "enc", backend="inline", min_prefix_documents=200)
+    for path in sorted((tmp_path / "enc").glob("*.docs.parquet")):
+        table = pq.read_table(path)
+        assert table.schema.field("toy_chars").type == pa.int32()
+        assert table.column("toy_chars").null_count == table.num_rows
