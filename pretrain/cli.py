@@ -1,5 +1,6 @@
 """The commands of the shared kernel: `verify` and `show` (what any artifact is, and whether every
-byte of it is still what its manifest says). `demo` is the program's own (pretrain_app.cli)."""
+byte of it is still what its manifest says), and `unlock` (the writer lock a dead writer left on
+an `s3://` output). `demo` is the program's own (pretrain_app.cli)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,21 @@ def _show(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def _unlock(args: argparse.Namespace) -> int:
+    from pretrain.errors import ConfigError
+    from pretrain.locking import is_object_output
+    from pretrain.objectlock import describe, unlock
+
+    if not is_object_output(args.output):
+        raise ConfigError(
+            f"{args.output}: only an s3:// output has a lock object to remove; a local output's "
+            "lock is released by the kernel when its holder exits"
+        )
+    seen = unlock(args.output, args.id)
+    print(f"pretrain unlock: removed the writer lock of {args.output} held by {describe(seen)}")
+    return 0
+
+
 def register(sub: Any) -> None:
     verify = add_command(
         sub,
@@ -83,3 +99,12 @@ def register(sub: Any) -> None:
     )
     show.add_argument("directory", metavar="DIR")
     show.add_argument("--json", action="store_true", help="print the tree as JSON")
+    unlock = add_command(
+        sub,
+        ["unlock"],
+        _unlock,
+        "remove the writer lock a dead writer left on an s3:// output (its id is in the "
+        "refusal); without it the next writer waits for the lock's lease to expire",
+    )
+    unlock.add_argument("output", metavar="OUTPUT")
+    unlock.add_argument("--id", required=True, help="the lock id the refusal printed")

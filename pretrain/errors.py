@@ -35,3 +35,8 @@ class InputError(PretrainError):
 
 class GateRefused(PretrainError):
     """A full-size launch was not cleared by an ablation report."""
+
+
+class OutputLocked(PretrainError):
+    """Another live process (on this machine, or for an object store on any) writes the same
+    output (pretrain.locking, pretrain.objectlock)."""

@@ -10,6 +10,10 @@ writer can say who holds it. `flock` is released by the kernel when its holder d
 by a killed process is simply taken over (the stale record is replaced, and the takeover reported
 on stderr). The same process may re-enter a lock it holds (the demo and ablations call builders
 that take their own locks on nested outputs).
+
+`flock` holds on one machine only. An `s3://` output is locked by a lock object in the store
+instead (pretrain.objectlock: a conditional write, a heartbeat, a lease), which keeps out a writer
+on any machine.
 """
 
 from __future__ import annotations
@@ -29,18 +33,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pretrain.command import current_command
-from pretrain.errors import PretrainError
+from pretrain.errors import OutputLocked
 from pretrain.progress import warn
 
 LOCK_SUFFIX = ".lock"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class OutputLocked(PretrainError):
-    """Another live process is writing the same output."""
-
-
 _held: dict[str, tuple[int, int]] = {}  # lock path -> (fd, depth), this process only
+_held_objects: dict[str, tuple[Any, int]] = {}  # s3:// output -> (ObjectLock, depth)
 _guard = threading.Lock()
 
 
@@ -121,12 +122,55 @@ def _acquire(path: Path, out: Path, command: Sequence[str] | None) -> int:
     return fd
 
 
+def is_object_output(out: str | os.PathLike) -> bool:
+    """An `s3://` output: locked by a lock object in the store (pretrain.objectlock)."""
+    return str(out).startswith("s3://")
+
+
 @contextmanager
-def output_lock(out: str | os.PathLike, command: Sequence[str] | None = None) -> Iterator[Path]:
-    """Hold the exclusive writer lock on output directory `out` for the `with` block.
+def _object_lock(uri: str, command: Sequence[str] | None) -> Iterator[str]:
+    from pretrain.objectlock import ObjectLock
+
+    key = uri.rstrip("/")
+    with _guard:
+        if key in _held_objects:
+            lock, depth = _held_objects[key]
+            _held_objects[key] = (lock, depth + 1)
+        else:
+            lock = ObjectLock(uri, command)
+            lock.acquire()
+            _held_objects[key] = (lock, 1)
+    try:
+        yield uri
+    except BaseException as exc:
+        if lock.lost:  # the heartbeat stopped the run: say why, not "KeyboardInterrupt"
+            raise OutputLocked(lock.lost) from exc
+        raise
+    finally:
+        with _guard:
+            lock, depth = _held_objects[key]
+            if depth > 1:
+                _held_objects[key] = (lock, depth - 1)
+            else:
+                del _held_objects[key]
+                lock.release()
+    if lock.lost:
+        raise OutputLocked(lock.lost)
+
+
+@contextmanager
+def output_lock(
+    out: str | os.PathLike, command: Sequence[str] | None = None
+) -> Iterator[Path | str]:
+    """Hold the exclusive writer lock on output directory `out` for the `with` block; for an
+    `s3://` output, a lock object in the store (pretrain.objectlock), which holds across machines.
 
     Raises `OutputLocked` (one line naming the holder) when another live process holds it.
     """
+    if is_object_output(out):
+        with _object_lock(str(out), command) as uri:
+            yield uri
+        return
     out_path = Path(os.path.abspath(out))
     path = lock_path(out_path)
     key = str(path)

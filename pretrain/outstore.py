@@ -61,11 +61,14 @@ def output_path(output: str | os.PathLike | ObjectPath) -> Path | ObjectPath:
 
 
 def lock_target(output: str | os.PathLike) -> str | os.PathLike:
-    """What `pretrain.locking` locks for `output`: the directory itself, or for a URI a local
-    stand-in under the project cache (an object store has no `flock`; the lock then keeps out a
-    second writer on this machine only)."""
+    """What `pretrain.locking` locks for `output`: the directory itself; an `s3://` URI itself (a
+    lock object in the store, pretrain.objectlock, holds across machines); for any other URI
+    (`gs://`, `hdfs://`, ...) a local stand-in under the project cache, which keeps out a second
+    writer on this machine only."""
     if not is_uri(output):
         return output
+    if str(output).startswith("s3://"):
+        return str(output)
     digest = hashlib.sha256(str(output).rstrip("/").encode()).hexdigest()[:24]
     return cache_root() / "output-locks" / digest / "output"
 

@@ -34,11 +34,14 @@ def test_local_outputs_stay_paths_and_uris_become_object_paths(tmp_path, monkeyp
         outstore.output_path("nosuch://bucket/x")
 
 
-def test_a_uri_output_is_locked_through_a_local_stand_in(tmp_path, monkeypatch) -> None:
+def test_an_s3_output_is_locked_in_the_store_other_uris_through_a_local_stand_in(
+    tmp_path, monkeypatch
+) -> None:
     monkeypatch.setenv("PRETRAIN_CACHE", str(tmp_path / "cache"))
-    target = Path(outstore.lock_target("s3://bucket/runs/one"))
+    assert outstore.lock_target("s3://bucket/runs/one") == "s3://bucket/runs/one"
+    target = Path(outstore.lock_target("gs://bucket/runs/one"))
     assert target.is_relative_to(tmp_path / "cache")
-    assert target != Path(outstore.lock_target("s3://bucket/runs/two"))
+    assert target != Path(outstore.lock_target("gs://bucket/runs/two"))
     assert outstore.lock_target(tmp_path / "out") == tmp_path / "out"
 
 

@@ -1,0 +1,356 @@
+"""The writer lock of an `s3://` output: one lock object in the store, so it holds across machines.
+
+A local output is locked with `flock` (pretrain.locking), which the kernel of one machine keeps.
+Two drivers on two machines writing the same `s3://bucket/prefix` share no kernel, so the lock is
+an object beside the output, `s3://bucket/<parent>/.<name>.lock`, created with a conditional
+write (PutObject with `If-None-Match: *`: the store creates it for exactly one writer and answers
+412 to every other). pyarrow's S3FileSystem cannot send that header, so the lock talks to the
+store through botocore, with the same credentials and endpoint (the `AWS_*` variables, or the
+URI's `endpoint_override` / `region` / `scheme` query as pyarrow reads it).
+
+The object holds the holder's host, pid, command, start time and last heartbeat, plus a random
+`id`. While held, a thread renews it every `lease_s / 6` seconds (PutObject with `If-Match` of the
+last ETag), so a lock whose object was not modified for `lease_s` seconds (measured on the store's
+own clock: the `Date` of the answer minus the object's `Last-Modified`) belongs to a writer that
+crashed: the next writer takes it over with a conditional write on the stale ETag (one winner).
+`pretrain unlock OUTPUT --id ID` removes it at once (the refusal prints that line). A holder that
+cannot renew its lock for `lease_s / 2` seconds, or finds it taken, stops its own run (SIGINT to
+itself, reported as `OutputLocked`) before another writer could start. Released on exit (a
+conditional delete on its own ETag). `PRETRAIN_LOCK_LEASE_S` sets the lease (default 120 s).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from pretrain.command import current_command
+from pretrain.errors import ConfigError, OutputLocked, PretrainError
+from pretrain.progress import warn
+
+LEASE_ENV = "PRETRAIN_LOCK_LEASE_S"
+DEFAULT_LEASE_S = 120.0
+KIND = "pretrain-writer-lock"
+_LOST = (412, 404, 409)  # precondition failed, no such key, conflicting conditional write
+
+
+class LockUnsupported(PretrainError):
+    """The store ignores conditional writes, so no lock object can keep a second writer out."""
+
+
+def lease_seconds() -> float:
+    text = os.environ.get(LEASE_ENV, "")
+    if not text:
+        return DEFAULT_LEASE_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 1.0 <= value <= 86400.0:
+        raise ConfigError(f"{LEASE_ENV}={text!r}: the writer lock's lease must be 1-86400 seconds")
+    return value
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the lock object of one output lives, and how to reach its store."""
+
+    output: str
+    bucket: str
+    key: str
+    endpoint: str | None
+    region: str | None
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+
+def target_of(output: str) -> Target:
+    """`s3://bucket/runs/one` -> the lock object `s3://bucket/runs/.one.lock`."""
+    parts = urlsplit(output)
+    if parts.scheme != "s3" or not parts.netloc:
+        raise ConfigError(f"{output!r}: an object-store lock needs an s3://bucket/prefix URI")
+    bucket = parts.netloc.rsplit("@", 1)[-1]
+    prefix = parts.path.strip("/")
+    parent, _, name = prefix.rpartition("/")
+    lock_name = f".{name or bucket}.lock"
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    endpoint = query.get("endpoint_override")
+    if endpoint and "://" not in endpoint:
+        endpoint = f"{query.get('scheme', 'https')}://{endpoint}"
+    region = (
+        query.get("region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    )
+    clean = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+    key = f"{parent}/{lock_name}" if parent else lock_name
+    return Target(clean, bucket, key, endpoint, region)
+
+
+def client_for(target: Target) -> Any:
+    import botocore.session
+    from botocore.config import Config
+
+    config = Config(
+        retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=10, read_timeout=30
+    )
+    return botocore.session.get_session().create_client(
+        "s3", endpoint_url=target.endpoint, region_name=target.region, config=config
+    )
+
+
+def _status(exc: BaseException) -> int | None:
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return None
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return int(status) if status else None
+
+
+def _store_error(target: Target, action: str, exc: BaseException) -> PretrainError:
+    reason = " ".join(str(exc).split())
+    return PretrainError(
+        f"cannot {action} the writer lock {target.uri} of {target.output} ({reason}); check the "
+        "credentials and endpoint (AWS_* variables) and that the bucket exists"
+    )
+
+
+@dataclass(frozen=True)
+class Seen:
+    """The lock object as read: its record (None when unreadable), ETag and age on the store's
+    clock."""
+
+    record: dict[str, Any] | None
+    etag: str
+    age_s: float
+
+
+def read_lock(client: Any, target: Target) -> Seen | None:
+    """The current lock object, or None when there is none."""
+    try:
+        answer = client.get_object(Bucket=target.bucket, Key=target.key)
+    except Exception as exc:
+        if _status(exc) == 404:
+            return None
+        raise _store_error(target, "read", exc) from None
+    body = answer["Body"].read()
+    try:
+        record = json.loads(body)
+    except ValueError:
+        record = None
+    date = answer["ResponseMetadata"].get("HTTPHeaders", {}).get("date")
+    now = email.utils.parsedate_to_datetime(date).timestamp() if date else time.time()
+    age = max(0.0, now - answer["LastModified"].timestamp())
+    return Seen(record if isinstance(record, dict) else None, answer["ETag"], age)
+
+
+def holder_lease(seen: Seen) -> float:
+    lease = (seen.record or {}).get("lease_s")
+    if isinstance(lease, int | float) and not isinstance(lease, bool) and lease > 0:
+        return float(lease)
+    return DEFAULT_LEASE_S
+
+
+def describe(seen: Seen) -> str:
+    record = seen.record or {}
+    if not record:
+        return "an unknown writer (the lock object holds no holder record)"
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(record.get("started_unix", 0)))
+    command = " ".join(record.get("command") or []) or "?"
+    return f"pid {record.get('pid')} on {record.get('host')} since {started} ({command})"
+
+
+def refusal(target: Target, seen: Seen) -> OutputLocked:
+    record = seen.record or {}
+    lease = holder_lease(seen)
+    here = record.get("host") == socket.gethostname()
+    gone = here and isinstance(record.get("pid"), int) and not _pid_alive(record["pid"])
+    state = ", no longer running on this host" if gone else ""
+    ident = record.get("id") or seen.etag.strip('"')
+    return OutputLocked(
+        f"output {target.output} is being written by {describe(seen)}{state} (lock "
+        f"{target.uri}, last heartbeat {seen.age_s:.0f} s ago); wait for it to finish or stop "
+        f"it; if it is dead, its lease expires in {max(0.0, lease - seen.age_s):.0f} s, or run "
+        f"`pretrain unlock {target.output} --id {ident}`"
+    )
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ObjectLock:
+    """One held lock object: acquire (or raise `OutputLocked`), heartbeat, release."""
+
+    def __init__(self, output: str, command: Sequence[str] | None = None) -> None:
+        self.target = target_of(output)
+        self.client = client_for(self.target)
+        self.lease_s = lease_seconds()
+        self.record: dict[str, Any] = {
+            "kind": KIND,
+            "id": uuid.uuid4().hex[:16],
+            "output": self.target.output,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "command": list(command) if command is not None else current_command(),
+            "started_unix": round(time.time(), 3),
+            "lease_s": self.lease_s,
+        }
+        self.etag = ""
+        self.lost: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _body(self) -> bytes:
+        self.record["heartbeat_unix"] = round(time.time(), 3)
+        return json.dumps(self.record, indent=2).encode()
+
+    def _put(self, body: bytes, **condition: str) -> str:
+        answer = self.client.put_object(
+            Bucket=self.target.bucket,
+            Key=self.target.key,
+            Body=body,
+            ContentType="application/json",
+            **condition,
+        )
+        return str(answer["ETag"])
+
+    def acquire(self) -> None:
+        for _ in range(4):
+            try:
+                self.etag = self._put(self._body(), IfNoneMatch="*")
+            except Exception as exc:
+                if _status(exc) not in _LOST:
+                    raise _store_error(self.target, "create", exc) from None
+            else:
+                self._check_conditional()
+                return self._start()
+            seen = read_lock(self.client, self.target)
+            if seen is None:
+                continue  # released between our write and our read: try again
+            if seen.age_s < holder_lease(seen):
+                raise refusal(self.target, seen)
+            if self._take_over(seen):
+                return self._start()
+        raise OutputLocked(
+            f"output {self.target.output}: lost the race for its writer lock {self.target.uri} "
+            "four times; another writer is starting: wait for it, or choose another output"
+        )
+
+    def _take_over(self, seen: Seen) -> bool:
+        try:
+            self.etag = self._put(self._body(), IfMatch=seen.etag)
+        except Exception as exc:
+            if _status(exc) in _LOST:
+                return False  # another writer took it first
+            raise _store_error(self.target, "take over", exc) from None
+        warn(
+            f"note: taking over the writer lock of {self.target.output} left by {describe(seen)}"
+            f", whose lease expired ({seen.age_s:.0f} s without a heartbeat)"
+        )
+        return True
+
+    def _check_conditional(self) -> None:
+        """A store that ignores `If-None-Match` would let every writer in: write again under
+        the same condition; it must be refused."""
+        try:
+            self.etag = self._put(self._body(), IfNoneMatch="*")
+        except Exception as exc:
+            if _status(exc) in _LOST:
+                return
+            self.release()
+            raise _store_error(self.target, "check", exc) from None
+        self.release()
+        raise LockUnsupported(
+            f"the store of {self.target.output} ignores conditional writes (If-None-Match), so a "
+            "writer lock there cannot keep a second writer out; use a store that supports them "
+            "(AWS S3 does since 2024-08), or make sure no other machine writes this output"
+        )
+
+    def _start(self) -> None:
+        self._thread = threading.Thread(target=self._beat, name="pretrain-lock", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        last_ok = time.monotonic()
+        while not self._stop.wait(max(0.2, self.lease_s / 6)):
+            try:
+                self.etag = self._put(self._body(), IfMatch=self.etag)
+                last_ok = time.monotonic()
+                continue
+            except Exception as exc:
+                if _status(exc) in _LOST:
+                    seen = read_lock(self.client, self.target)
+                    holder = describe(seen) if seen else "nobody (the lock object was deleted)"
+                    self._lose(f"it was taken over or unlocked; it is now held by {holder}")
+                    return
+                error = " ".join(str(exc).split())
+            if time.monotonic() - last_ok > self.lease_s / 2:
+                self._lose(f"it could not be renewed for {self.lease_s / 2:.0f} s ({error})")
+                return
+
+    def _lose(self, why: str) -> None:
+        self.lost = (
+            f"stopped writing {self.target.output}: lost its writer lock {self.target.uri}: "
+            f"{why}; another writer may now write it: re-run once that one has finished"
+        )
+        warn(self.lost)
+        os.kill(os.getpid(), signal.SIGINT)  # the run stops before two writers can interleave
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(30)
+        if self.lost:
+            return
+        try:
+            self.client.delete_object(
+                Bucket=self.target.bucket, Key=self.target.key, IfMatch=self.etag
+            )
+        except Exception as exc:
+            if _status(exc) not in _LOST:
+                warn(
+                    f"note: could not remove the writer lock {self.target.uri} "
+                    f"({' '.join(str(exc).split())}); it expires after {self.lease_s:.0f} s"
+                )
+
+
+def unlock(output: str, ident: str) -> Seen:
+    """Remove the lock object of `output` when its id is `ident` (what a refusal printed)."""
+    target = target_of(output)
+    client = client_for(target)
+    seen = read_lock(client, target)
+    if seen is None:
+        raise PretrainError(f"{output} has no writer lock ({target.uri} does not exist)")
+    current = (seen.record or {}).get("id") or seen.etag.strip('"')
+    if current != ident:
+        raise OutputLocked(
+            f"the writer lock of {output} has id {current}, not {ident}: it is held by "
+            f"{describe(seen)}, which took it after the refusal you saw; check that writer first"
+        )
+    try:
+        client.delete_object(Bucket=target.bucket, Key=target.key, IfMatch=seen.etag)
+    except Exception as exc:
+        if _status(exc) in _LOST:
+            raise OutputLocked(
+                f"the writer lock of {output} changed while unlocking: its holder "
+                f"{describe(seen)} is alive (it renewed its heartbeat); leave it"
+            ) from None
+        raise _store_error(target, "remove", exc) from None
+    return seen

@@ -1,0 +1,220 @@
+"""The writer lock of an `s3://` output holds across machines: a lock object in a real
+S3-compatible server (moto in server mode), taken by writers that share no local lock (each has
+its own HOME and project cache, as two machines would).
+
+- a second writer is refused in one line naming the holder and how to unlock, and gets the lock
+  once the holder has exited (the lock object is gone);
+- a SIGKILLed writer's lock is taken over once its lease has expired (never before), and
+  `pretrain unlock OUTPUT --id ID` removes it at once, refusing a wrong id;
+- a writer whose lock is taken from it stops its own run, naming the new holder.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.data_pipeline.raytools import REPO, clean_env
+from tests.data_pipeline.s3tools import moto_server, s3_env, s3_filesystem
+
+pytestmark = pytest.mark.timeout(180)
+
+BUCKET = "corpus"
+OUTPUT = f"s3://{BUCKET}/runs/one"
+HOLDER = """
+import sys, time
+from pretrain.locking import output_lock
+with output_lock(sys.argv[1], command=["pretrain", "data", "run", "holder.yaml"]):
+    print("locked", flush=True)
+    if sys.argv[2] == "stdin":
+        sys.stdin.read()
+    else:
+        while True:
+            time.sleep(0.05)
+"""
+TRY = """
+import sys
+from pretrain.errors import OutputLocked
+from pretrain.locking import output_lock
+try:
+    with output_lock(sys.argv[1]):
+        print("acquired", flush=True)
+except OutputLocked as exc:
+    print(exc)
+    sys.exit(3)
+"""
+
+
+@pytest.fixture(scope="module")
+def store() -> Iterator[str]:
+    with moto_server() as endpoint:
+        s3_filesystem(endpoint).create_dir(BUCKET)
+        yield endpoint
+
+
+def _client(endpoint: str):
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+def _machine(tmp_path: Path, name: str, endpoint: str, lease: float) -> dict[str, str]:
+    """A shell on another "machine": its own HOME, so its own project cache and local locks."""
+    return clean_env(tmp_path / name, **s3_env(endpoint), PRETRAIN_LOCK_LEASE_S=str(lease))
+
+
+def _hold(env: dict[str, str], mode: str = "stdin") -> subprocess.Popen:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, OUTPUT, mode],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+    return holder
+
+
+def _try(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", TRY, OUTPUT],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _record(endpoint: str) -> dict | None:
+    client = _client(endpoint)
+    try:
+        return json.loads(client.get_object(Bucket=BUCKET, Key="runs/.one.lock")["Body"].read())
+    except client.exceptions.NoSuchKey:
+        return None
+
+
+def _unlock(env: dict[str, str], ident: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pretrain_app", "unlock", OUTPUT, "--id", ident],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_writer_on_another_machine_is_refused_naming_the_holder(tmp_path, store) -> None:
+    holder = _hold(_machine(tmp_path, "a", store, 60))
+    try:
+        record = _record(store)
+        assert record is not None
+        assert record["pid"] == holder.pid and record["command"][:3] == ["pretrain", "data", "run"]
+        assert record["host"] and record["heartbeat_unix"] >= record["started_unix"]
+        refused = _try(_machine(tmp_path, "b", store, 60))
+        assert refused.returncode == 3, refused.stderr[-2000:]
+        line = refused.stdout.strip()
+        assert "\n" not in line and f"pid {holder.pid} on {record['host']}" in line
+        assert "pretrain data run holder.yaml" in line
+        assert f"`pretrain unlock {OUTPUT} --id {record['id']}`" in line
+    finally:
+        holder.communicate("", timeout=60)
+    assert holder.returncode == 0, holder.stderr
+    assert _record(store) is None  # released on exit
+    after = _try(_machine(tmp_path, "b", store, 60))
+    assert after.returncode == 0 and after.stdout == "acquired\n", after.stderr[-2000:]
+    assert _record(store) is None
+
+
+def test_a_killed_writers_lock_is_taken_over_only_after_its_lease(tmp_path, store) -> None:
+    lease = 3.0
+    holder = _hold(_machine(tmp_path, "a", store, lease))
+    dead = _record(store)
+    assert dead is not None
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(60)
+    other = _machine(tmp_path, "b", store, lease)
+    deadline = time.monotonic() + 120
+    refusals = 0
+    while True:
+        attempt = _try(other)
+        if attempt.returncode == 0:
+            break
+        assert attempt.returncode == 3, attempt.stderr[-2000:]
+        assert f"pid {dead['pid']}" in attempt.stdout and "lease expires in" in attempt.stdout
+        refusals += 1
+        assert time.monotonic() < deadline, "the dead writer's lock was never taken over"
+        time.sleep(0.5)
+    assert attempt.stdout == "acquired\n"
+    note = [line for line in attempt.stderr.splitlines() if "taking over" in line]
+    assert len(note) == 1 and f"pid {dead['pid']}" in note[0], attempt.stderr[-2000:]
+    silent = float(note[0].rsplit("(", 1)[1].split(" s ")[0])
+    assert silent >= lease  # the store's clock: never taken before the lease ran out
+    assert _record(store) is None
+
+
+@pytest.mark.slow  # five processes: ~20 s under load
+def test_unlock_removes_a_dead_writers_lock_given_its_id(tmp_path, store) -> None:
+    holder = _hold(_machine(tmp_path, "a", store, 600))
+    dead = _record(store)
+    assert dead is not None
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(60)
+    other = _machine(tmp_path, "b", store, 600)
+    refused = _try(other)
+    assert refused.returncode == 3 and f"--id {dead['id']}`" in refused.stdout
+    wrong = _unlock(other, "0" * 16)
+    assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1
+    assert f"has id {dead['id']}" in wrong.stderr and _record(store) == dead
+    local = subprocess.run(
+        [sys.executable, "-m", "pretrain_app", "unlock", str(tmp_path / "out"), "--id", "x"],
+        cwd=REPO,
+        env=other,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert local.returncode == 2 and "released by the kernel" in local.stderr
+    done = _unlock(other, dead["id"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"held by pid {dead['pid']}" in done.stdout and _record(store) is None
+    after = _try(other)
+    assert after.returncode == 0 and "taking over" not in after.stderr, after.stderr[-2000:]
+
+
+def test_a_writer_whose_lock_is_taken_stops_naming_the_new_holder(tmp_path, store) -> None:
+    holder = _hold(_machine(tmp_path, "a", store, 3.0), mode="loop")
+    record = _record(store)
+    assert record is not None
+    intruder = {**record, "id": "f" * 16, "pid": 1, "host": "other-machine"}
+    _client(store).put_object(Bucket=BUCKET, Key="runs/.one.lock", Body=json.dumps(intruder))
+    _, err = holder.communicate(timeout=120)
+    assert holder.returncode != 0
+    assert "lost its writer lock" in err and "pid 1 on other-machine" in err, err[-2000:]
+    assert _record(store)["id"] == "f" * 16  # the new holder's lock is left alone
+    _client(store).delete_object(Bucket=BUCKET, Key="runs/.one.lock")
+
+
+def test_a_bad_lease_setting_is_one_line(monkeypatch) -> None:
+    from pretrain.errors import ConfigError
+    from pretrain.objectlock import lease_seconds
+
+    monkeypatch.setenv("PRETRAIN_LOCK_LEASE_S", "soon")
+    with pytest.raises(ConfigError, match="PRETRAIN_LOCK_LEASE_S='soon'"):
+        lease_seconds()
