@@ -23,7 +23,7 @@ from typing import Any
 from pretrain import outstore, shards_layout
 from pretrain.command import current_command
 from pretrain.errors import ArtifactError
-from pretrain.hashcache import file_sha256, sha256_file
+from pretrain.hashcache import sha256_file
 from pretrain.locking import is_lock_file
 from pretrain.progress import LOGS_DIR
 
@@ -48,17 +48,19 @@ def seal_of(manifest: Mapping[str, Any]) -> str:
     return sha256_bytes(canonical_json(body))
 
 
-def check_seal(directory: str | os.PathLike, manifest: Mapping[str, Any]) -> None:
+def check_seal(
+    directory: str | os.PathLike | outstore.ObjectPath, manifest: Mapping[str, Any]
+) -> None:
     """Refuse a manifest of version 2 or later whose seal is missing or does not match."""
     version = manifest.get("manifest_version", 1)
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ArtifactError(
-            f"{Path(directory) / MANIFEST}: manifest_version {version!r} is not one any "
+            f"{directory}/{MANIFEST}: manifest_version {version!r} is not one any "
             "version wrote; the manifest was edited: rebuild the artifact"
         )
     if version >= 2 and manifest.get(SEAL) != seal_of(manifest):
         raise ArtifactError(
-            f"{Path(directory) / MANIFEST} does not match its seal: the manifest was edited "
+            f"{directory}/{MANIFEST} does not match its seal: the manifest was edited "
             "after it was written; rebuild the artifact with the command it records"
         )
 
@@ -128,9 +130,12 @@ def _listed_files(root: outstore.OutPath) -> list[str]:
     ]
 
 
-def _nested_artifact(path: Path, root: Path) -> bool:
+def _nested_artifact(path: outstore.OutPath, root: outstore.OutPath) -> bool:
     """True when `path` lies in a sub-directory that is an artifact of its own (has a manifest),
-    e.g. TOKENIZER/eval or RUN/evals, written after the enclosing artifact's manifest."""
+    e.g. TOKENIZER/eval or RUN/evals, written after the enclosing artifact's manifest (local
+    artifacts only: a data job's output in an object store holds no nested artifact)."""
+    if not isinstance(path, Path) or not isinstance(root, Path):
+        return False
     return any(
         (parent / MANIFEST).is_file()
         for parent in path.parents
@@ -140,7 +145,7 @@ def _nested_artifact(path: Path, root: Path) -> bool:
 
 def unlisted_files(directory: str | os.PathLike, manifest: Mapping[str, Any]) -> list[str]:
     """Files the artifact holds that its manifest does not list (consumers never read them)."""
-    root = Path(directory)
+    root = outstore.output_path(directory)
     listed = set(manifest["files"])
     return [
         rel
@@ -149,13 +154,15 @@ def unlisted_files(directory: str | os.PathLike, manifest: Mapping[str, Any]) ->
     ]
 
 
-def _safe_path(root: Path, rel: Any) -> Path:
+def _safe_path(root: outstore.OutPath, rel: Any) -> outstore.OutPath:
     """Resolve `rel` inside `root`, refusing absolute paths, `..` and links that escape."""
     if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
         raise ArtifactError(
             f"manifest of {root} lists file path {rel!r}, which leaves the "
             "artifact directory; the artifact is corrupt or crafted: rebuild it"
         )
+    if isinstance(root, outstore.ObjectPath):  # a key under the prefix: no links to follow
+        return root / rel
     resolved = (root / rel).resolve()
     if root.resolve() not in resolved.parents:
         raise ArtifactError(
@@ -170,6 +177,7 @@ def listed_path(directory: str | os.PathLike, manifest: Mapping[str, Any], rel: 
     manifest: every path a manifest field names (index files, prefixes) goes through here."""
     root = Path(directory)
     path = _safe_path(root, rel)
+    assert isinstance(path, Path)  # a local root gives a local path
     if rel not in manifest["files"]:
         raise ArtifactError(
             f"{root}: {rel!r} is named by the manifest but not listed among its files; "
@@ -228,8 +236,8 @@ def write_manifest(
     return manifest
 
 
-def load_manifest(directory: str | os.PathLike) -> dict[str, Any]:
-    path = Path(directory) / MANIFEST
+def load_manifest(directory: str | os.PathLike | outstore.ObjectPath) -> dict[str, Any]:
+    path = outstore.output_path(directory) / MANIFEST  # a local file, or an object-store key
     if not path.is_file():
         raise ArtifactError(
             f"{directory} is not a finished artifact (no {MANIFEST}); "
@@ -246,10 +254,10 @@ def load_manifest(directory: str | os.PathLike) -> dict[str, Any]:
 
 def manifest_sha256(directory: str | os.PathLike) -> str:
     """The artifact's identity: sha256 of its manifest bytes (which hold every file's sha256)."""
-    path = Path(directory) / MANIFEST
+    path = outstore.output_path(directory) / MANIFEST
     if not path.is_file():
         raise ArtifactError(f"{directory} is not a finished artifact (no {MANIFEST})")
-    return sha256_file(path)
+    return sha256_file(path) if isinstance(path, Path) else outstore.sha256_of(path)
 
 
 def verify(
@@ -260,8 +268,9 @@ def verify(
     Hashes come from the project hash cache (pretrain.hashcache) when a file's identity is
     unchanged since it was last hashed; `full=True` (or PRETRAIN_VERIFY=full) re-hashes every
     byte. `deep=False` checks presence and sizes only (for progress displays, never for trust).
+    An `s3://` output is verified in the store: every listed object read back and hashed.
     """
-    root = Path(directory)
+    root = outstore.output_path(directory)
     manifest = load_manifest(root)
     remedy = f"rebuild it with the command in {root / MANIFEST} or restore the file"
     for rel, entry in sorted(manifest["files"].items()):
@@ -273,7 +282,7 @@ def verify(
                 f"{root}: file {rel} has {path.stat().st_size} bytes, the manifest "
                 f"says {entry['bytes']}; {remedy}"
             )
-        if deep and file_sha256(path, full=full) != entry["sha256"]:
+        if deep and outstore.sha256_of(path, full=full) != entry["sha256"]:
             raise ArtifactError(
                 f"{root}: file {rel} does not match its sha256 in the manifest "
                 f"(modified after it was written); {remedy}"

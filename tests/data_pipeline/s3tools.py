@@ -9,17 +9,24 @@ import sys
 import time
 from collections.abc import Iterator
 
-from tests.data_pipeline.raytools import DATA, free_port
+from tests.data_pipeline.raytools import DATA, REPO, free_port
 
 KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
 
 @contextlib.contextmanager
-def moto_server() -> Iterator[str]:
-    """The endpoint URL of a fresh moto server, stopped on exit."""
+def moto_server(serial: bool = False) -> Iterator[str]:
+    """The endpoint URL of a fresh moto server, stopped on exit; `serial`: one request at a time,
+    so conditional writes are atomic as on AWS S3 (tests/data_pipeline/moto_serial.py)."""
     port = free_port()
+    argv = (
+        ["-m", "tests.data_pipeline.moto_serial", "127.0.0.1", str(port)]
+        if serial
+        else ["-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    )
     server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, *argv],
+        cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

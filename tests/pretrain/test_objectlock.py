@@ -6,7 +6,8 @@ its own HOME and project cache, as two machines would).
   once the holder has exited (the lock object is gone);
 - a SIGKILLed writer's lock is taken over once its lease has expired (never before), and
   `pretrain unlock OUTPUT --id ID` removes it at once, refusing a wrong id;
-- a writer whose lock is taken from it stops its own run, naming the new holder.
+- a writer whose lock is taken from it stops its own run, naming the new holder;
+- `pretrain verify` checks an artifact in the store (a flipped byte, an unlisted object).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ except OutputLocked as exc:
 
 @pytest.fixture(scope="module")
 def store() -> Iterator[str]:
-    with moto_server() as endpoint:
+    with moto_server(serial=True) as endpoint:
         s3_filesystem(endpoint).create_dir(BUCKET)
         yield endpoint
 
@@ -218,3 +219,29 @@ def test_a_bad_lease_setting_is_one_line(monkeypatch) -> None:
     monkeypatch.setenv("PRETRAIN_LOCK_LEASE_S", "soon")
     with pytest.raises(ConfigError, match="PRETRAIN_LOCK_LEASE_S='soon'"):
         lease_seconds()
+
+
+def test_verify_checks_an_artifact_in_the_store(store, monkeypatch, capsys) -> None:
+    """`pretrain verify s3://...` re-reads every listed object: a byte flipped at the same size
+    and an object the manifest does not list are refused in one line."""
+    from pretrain.manifest import write_manifest
+    from pretrain.outstore import output_path, write_atomic
+    from pretrain_app.cli import main
+
+    for name, value in s3_env(store).items():
+        monkeypatch.setenv(name, value)
+    uri = f"s3://{BUCKET}/artifacts/verified"
+    root = output_path(uri)
+    write_atomic(root / "data" / "a.bin", b"0123456789")
+    write_atomic(root / "ledger.json", b"{}")
+    write_manifest(root, "shards", counts={"documents_kept": 1})
+    assert main(["verify", uri]) == 0
+    assert capsys.readouterr().out.startswith(f"ok: {uri} (shards, 2 files verified")
+    write_atomic(root / "data" / "a.bin", b"0123456788")  # same size, one byte changed
+    assert main(["verify", uri]) == 2
+    err = capsys.readouterr().err
+    assert "data/a.bin does not match its sha256" in err and len(err.splitlines()) == 1
+    write_atomic(root / "data" / "a.bin", b"0123456789")
+    write_atomic(root / "data" / "planted.bin", b"x")
+    assert main(["verify", uri]) == 2
+    assert "data/planted.bin" in capsys.readouterr().err

@@ -1,0 +1,181 @@
+"""Two `pretrain data run` drivers "on two machines" (each its own HOME, so its own project cache
+and local locks: nothing local can coordinate them) writing one `s3://` output on a real
+S3-compatible server (moto, serving one request at a time so its conditional writes are atomic
+as on AWS S3):
+
+- started at once, exactly one runs; the other is refused in one line naming the holder, and
+  nothing of it is written: the output is byte for byte the winner's job (the loser's job has a
+  different shard size, so any object of it would show);
+- a driver SIGKILLed mid-run leaves its lock: the next run is refused naming the dead holder and
+  the `pretrain unlock` line; after it, the re-run ends byte-identical to an uninterrupted run,
+  and `pretrain verify` checks the output in the store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.data_pipeline.raytools import DATA, REPO, clean_env, data_run, ray_processes, wait_gone
+from tests.data_pipeline.s3tools import moto_server, s3_env, s3_filesystem
+from tests.data_pipeline.test_runner_cluster_s3_out import _local, _objects, _published
+
+BUCKET = "corpus"
+URI = f"s3://{BUCKET}/runs/one"
+CONFIG = {"inputs": [str(DATA)], "batch_rows": 3, "ray": {"num_cpus": 1, "timeout_s": 300}}
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@pytest.fixture
+def store() -> Iterator[str]:
+    with moto_server(serial=True) as endpoint:
+        s3_filesystem(endpoint).create_dir(BUCKET)
+        yield endpoint
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict[int, dict[str, bytes]]:
+    """shard_rows -> the published files of that job run into a local directory (computed once)."""
+    return {}
+
+
+def _expected(reference: dict, shard_rows: int, tmp: Path) -> dict[str, bytes]:
+    if shard_rows not in reference:
+        out = tmp / f"local-{shard_rows}"
+        argv = data_run({**CONFIG, "shard_rows": shard_rows, "output": str(out)}, tmp / "l.yaml")
+        done = subprocess.run(
+            argv, cwd=REPO, env=clean_env(tmp / "local"), capture_output=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        reference[shard_rows] = _published(_local(out))
+    return reference[shard_rows]
+
+
+def _machine(tmp: Path, name: str, endpoint: str) -> dict[str, str]:
+    return clean_env(tmp / name, **s3_env(endpoint), PRETRAIN_LOCK_LEASE_S="600")
+
+
+def _start(env: dict[str, str], shard_rows: int, tmp: Path, name: str) -> subprocess.Popen:
+    argv = data_run({**CONFIG, "shard_rows": shard_rows, "output": URI}, tmp / f"{name}.yaml")
+    return subprocess.Popen(
+        argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _lock_record(s3) -> dict | None:
+    try:
+        with s3.open_input_stream(f"{BUCKET}/runs/.one.lock") as handle:
+            return json.loads(handle.read())
+    except (FileNotFoundError, OSError, ValueError):
+        return None
+
+
+def _wait_for(condition, what: str, procs: list[subprocess.Popen]):
+    """`condition()` once it is true; fails once every one of `procs` has exited without it."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        assert any(p.poll() is None for p in procs), f"the drivers exited before {what}"
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _refusal(stderr: str, holder: dict) -> str:
+    lines = [line for line in stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1, stderr[-2000:]
+    line = lines[0]
+    assert line.startswith("pretrain data run: error: output s3://corpus/runs/one is being")
+    assert f"pid {holder['pid']} on {holder['host']}" in line and "pretrain data run" in line
+    return line
+
+
+def _finished_output(endpoint: str) -> dict[str, bytes]:
+    stored = _objects(s3_filesystem(endpoint), f"{BUCKET}/runs/one")
+    manifest = json.loads(stored["manifest.json"])
+    assert set(manifest["files"]) == set(stored) - {"manifest.json"}  # no object it did not write
+    return stored
+
+
+def test_two_writers_on_two_machines_at_once_exactly_one_writes(tmp_path, store, reference) -> None:
+    runs = {
+        rows: _start(_machine(tmp_path, f"m{rows}", store), rows, tmp_path, f"m{rows}")
+        for rows in (4, 6)
+    }
+    s3 = s3_filesystem(store)
+    holder = _wait_for(lambda: _lock_record(s3), "a lock object", list(runs.values()))
+    winner_rows = next(rows for rows, run in runs.items() if run.pid == holder["pid"])
+    winner, loser = runs[winner_rows], runs[10 - winner_rows]
+    os.kill(winner.pid, signal.SIGSTOP)  # the holder cannot finish before the other one tries
+    try:
+        _, loser_err = loser.communicate(timeout=300)
+    finally:
+        os.kill(winner.pid, signal.SIGCONT)
+    out, err = winner.communicate(timeout=600)
+    assert winner.returncode == 0, err[-2000:]
+    assert loser.returncode == 2, loser_err[-2000:]
+    _refusal(loser_err, holder)
+    assert _lock_record(s3) is None  # released on exit
+    stored = _finished_output(store)
+    assert _published(stored) == _expected(reference, winner_rows, tmp_path)
+
+
+def test_a_killed_writers_lock_names_it_until_unlocked_then_the_rerun_is_byte_identical(
+    tmp_path, store, reference
+) -> None:
+    s3 = s3_filesystem(store)
+    first = _start(_machine(tmp_path, "a", store), 4, tmp_path, "a")
+    driver = psutil.Process(first.pid)
+    procs: dict[int, psutil.Process] = {}
+
+    def parts_written() -> bool:
+        procs.update({p.pid: p for p in ray_processes(driver)})
+        return bool(_objects(s3, f"{BUCKET}/runs/one"))
+
+    _wait_for(parts_written, "a part in the store", [first])
+    holder = _lock_record(s3)
+    assert holder is not None and holder["pid"] == first.pid
+    first.send_signal(signal.SIGKILL)
+    first.wait(60)
+    wait_gone(list(procs.values()), 30.0)  # nothing of the killed job writes after this
+    other = _machine(tmp_path, "b", store)
+    argv = data_run({**CONFIG, "shard_rows": 4, "output": URI}, tmp_path / "b.yaml")
+    refused = subprocess.run(argv, cwd=REPO, env=other, capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    line = _refusal(refused.stderr, holder)
+    unlock = re.search(r"`(pretrain unlock \S+ --id \w+)`", line)
+    assert unlock is not None and unlock.group(1).endswith(holder["id"]), line
+    done = subprocess.run(
+        [sys.executable, "-m", "pretrain_app", *unlock.group(1).split()[1:]],
+        cwd=REPO,
+        env=other,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rerun = subprocess.run(argv, cwd=REPO, env=other, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert _published(_finished_output(store)) == _expected(reference, 4, tmp_path)
+    verify = subprocess.run(
+        [sys.executable, "-m", "pretrain_app", "verify", URI],
+        cwd=REPO,
+        env=other,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert verify.returncode == 0, verify.stderr[-2000:]
+    assert verify.stdout.startswith(f"ok: {URI} (shards, ")
