@@ -81,6 +81,13 @@ def _lock_record(s3) -> dict | None:
         return None
 
 
+def _keys(s3) -> list[str]:
+    from pyarrow import fs
+
+    selector = fs.FileSelector(f"{BUCKET}/runs/one", recursive=True, allow_not_found=True)
+    return [i.path for i in s3.get_file_info(selector) if i.type == fs.FileType.File]
+
+
 def _wait_for(condition, what: str, procs: list[subprocess.Popen]):
     """`condition()` once it is true; fails once every one of `procs` has exited without it."""
     deadline = time.monotonic() + 300
@@ -118,11 +125,18 @@ def test_two_writers_on_two_machines_at_once_exactly_one_writes(tmp_path, store,
     holder = _wait_for(lambda: _lock_record(s3), "a lock object", list(runs.values()))
     winner_rows = next(rows for rows, run in runs.items() if run.pid == holder["pid"])
     winner, loser = runs[winner_rows], runs[10 - winner_rows]
-    os.kill(winner.pid, signal.SIGSTOP)  # the holder cannot finish before the other one tries
+    # The holder must not finish before the other one has tried: once its job is streaming (an
+    # object written; not while Ray starts, whose start-up timeouts count wall time), freeze it
+    # until the other one has exited.
+    _wait_for(lambda: loser.poll() is not None or _keys(s3), "either", [winner, loser])
+    frozen = loser.poll() is None
+    if frozen:
+        os.kill(winner.pid, signal.SIGSTOP)
     try:
         _, loser_err = loser.communicate(timeout=300)
     finally:
-        os.kill(winner.pid, signal.SIGCONT)
+        if frozen:
+            os.kill(winner.pid, signal.SIGCONT)
     out, err = winner.communicate(timeout=600)
     assert winner.returncode == 0, err[-2000:]
     assert loser.returncode == 2, loser_err[-2000:]
@@ -142,7 +156,7 @@ def test_a_killed_writers_lock_names_it_until_unlocked_then_the_rerun_is_byte_id
 
     def parts_written() -> bool:
         procs.update({p.pid: p for p in ray_processes(driver)})
-        return bool(_objects(s3, f"{BUCKET}/runs/one"))
+        return bool(_keys(s3))
 
     _wait_for(parts_written, "a part in the store", [first])
     holder = _lock_record(s3)
