@@ -1,16 +1,19 @@
 """End-to-end near-duplicate dedup: ours on Ray vs datatrove's four-stage MinHash pipeline with
 its LocalPipelineExecutor, same worker count (2), same input, same run.
 
-Input: N documents (default 100,000; benchmarks.bench_minhash.make_docs: corpus documents cycled
-with 3% of words replaced per copy) in 4 Parquet files. Both sides: word 5-grams, 14 bands x 9
-rows, whitespace words (datatrove's fast setting). Timed, ours: read Parquet -> DedupStage.apply
--> write tagged Parquet (every row, with tags); Ray start-up is timed and reported apart.
+Input: N documents (default 100,000; benchmarks.bench_minhash.make_docs over `--corpus`: corpus
+documents cycled with 3% of words replaced per copy) in 4 Parquet files. Both sides: word 5-grams,
+14 bands x 9 rows, whitespace words (datatrove's fast setting). Timed, ours: read Parquet (one Ray
+task per file, as benchmarks.bench_dedup_memory reads: `ray.data.read_parquet` would start Ray
+Data's `FooterReader` actor processes, up to 32 per read, and time their start-ups in our row) ->
+DedupStage.apply -> write tagged Parquet (every row, with tags); Ray start-up is timed and
+reported apart, and so are the Ray workers' own start-ups (warmed before the first timed job).
 Timed, datatrove: signatures -> buckets -> clusters -> filter + write of kept rows.
 Also: the largest peak RSS of any Ray worker at 1/4 of the input and at the full input (4
 partitions), and at the full input with 16 partitions (per-process memory follows input /
 partitions: the map step hashes fixed-size batches, every reducer holds one partition).
 
-    .venv/bin/python -m benchmarks.bench_dedup [--docs 100000]
+    .venv/bin/python -m benchmarks.bench_dedup --corpus DIR [--docs 100000]
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datatrove.utils.word_tokenizers import WordTokenizer
 
-from benchmarks.bench_minhash import make_docs
-from benchmarks.common import peak_rss_mb, timed, write_result
+from benchmarks import bench_minhash
+from benchmarks.bench_dedup_memory import read_input
+from benchmarks.common import add_corpus_argument, corpus_dir, peak_rss_mb, timed, write_result
+from benchmarks.proctree import TreeSampler
 
 WORKERS = 2
 FILES = 4
@@ -56,15 +61,20 @@ def write_input(docs: list[str], directory: Path) -> Path:
     return directory
 
 
-def run_ours(ray, input_dir: Path, out_dir: Path, partitions: int) -> tuple[float, dict]:
+def run_ours(ray, input_dir: Path, out_dir: Path, partitions: int) -> tuple[float, dict, dict]:
+    """(wall seconds, the stage's stats, CPU-seconds of this process tree: the driver and Ray's
+    workers apart from Ray's system processes)."""
     from data_pipeline.dedup.config import DedupConfig
     from data_pipeline.stages.dedup import DedupStage
 
-    start = time.perf_counter()
-    stage = DedupStage(DedupConfig(bands=BANDS, rows=ROWS, num_partitions=partitions))
-    dataset = ray.data.read_parquet(str(input_dir))
-    stage.apply(dataset).write_parquet(str(out_dir))
-    return time.perf_counter() - start, stage.stats.as_dict()
+    with TreeSampler(memory=False) as sampler:
+        start = time.perf_counter()
+        stage = DedupStage(DedupConfig(bands=BANDS, rows=ROWS, num_partitions=partitions))
+        stage.apply(read_input(ray, input_dir)).write_parquet(str(out_dir))
+        wall = time.perf_counter() - start
+    job = ("driver", "worker", "ray-data-actor")
+    cpu = {"job": sampler.cpu_s(job), "ray_system": sampler.cpu_s() - sampler.cpu_s(job)}
+    return wall, stage.stats.as_dict(), {k: round(v, 1) for k, v in cpu.items()}
 
 
 def worker_peak(stats: dict) -> float:
@@ -73,6 +83,8 @@ def worker_peak(stats: dict) -> float:
 
 
 def start_ray():
+    """A local Ray with its WORKERS worker processes started and the dedup code imported in them
+    (start-up, not dedup work: timed apart)."""
     import ray
 
     ray.init(
@@ -81,10 +93,20 @@ def start_ray():
         log_to_driver=False,
         object_store_memory=2 * 1024**3,
     )
+
+    @ray.remote(num_cpus=1)
+    def touch() -> int:
+        import data_pipeline.dedup.tasks  # noqa: F401
+
+        time.sleep(1.0)
+        return os.getpid()
+
+    ray.get([touch.remote() for _ in range(WORKERS)])
     return ray
 
 
-def run_datatrove(input_dir: Path, work: Path) -> float:
+def run_datatrove(input_dir: Path, work: Path) -> tuple[float, float]:
+    """(wall seconds, CPU-seconds of this process and its workers)."""
     from datatrove.executor import LocalPipelineExecutor
     from datatrove.pipeline.dedup import (
         MinhashDedupBuckets,
@@ -117,44 +139,55 @@ def run_datatrove(input_dir: Path, work: Path) -> float:
             FILES,
         ),
     ]
-    start = time.perf_counter()
-    for i, (pipeline, tasks) in enumerate(stages):
-        LocalPipelineExecutor(
-            pipeline=pipeline, tasks=tasks, workers=min(WORKERS, tasks), logging_dir=f"{logs}/{i}"
-        ).run()
-    return time.perf_counter() - start
+    with TreeSampler(memory=False) as sampler:
+        start = time.perf_counter()
+        for i, (pipeline, tasks) in enumerate(stages):
+            LocalPipelineExecutor(
+                pipeline=pipeline,
+                tasks=tasks,
+                workers=min(WORKERS, tasks),
+                logging_dir=f"{logs}/{i}",
+            ).run()
+        wall = time.perf_counter() - start
+    return wall, sampler.cpu_s()
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=100_000)
+    add_corpus_argument(parser)
     args = parser.parse_args(argv if argv is not None else [])
+    bench_minhash.CORPUS = corpus_dir(args.corpus)
     few, many = 2 * WORKERS, 8 * WORKERS
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        docs = make_docs(args.docs)
+        docs = bench_minhash.make_docs(args.docs)
         full = write_input(docs, root / "full")
         quarter = write_input(docs[: args.docs // 4], root / "quarter")
-        t_trove = run_datatrove(full, root / "datatrove")
+        t_trove, cpu_trove = run_datatrove(full, root / "datatrove")
         t_ray_start, ray = timed(start_ray)
         # fresh workers: 1/4 of the input first, then all of it (peaks are running maxima)
-        _, stats_quarter = run_ours(ray, quarter, root / "ours-quarter", few)
-        t_ours, stats = run_ours(ray, full, root / "ours", few)
+        _, stats_quarter, _ = run_ours(ray, quarter, root / "ours-quarter", few)
+        t_ours, stats, cpu_ours = run_ours(ray, full, root / "ours", few)
         ray.shutdown()
         ray = start_ray()
-        _, stats_many = run_ours(ray, full, root / "ours-many", many)
+        _, stats_many, _ = run_ours(ray, full, root / "ours-many", many)
         ray.shutdown()
     result = {
         "documents": args.docs,
         "workers": WORKERS,
         "bands": BANDS,
         "rows": ROWS,
-        "timed": "read Parquet -> dedup -> write Parquet; Ray start-up apart",
+        "timed": "read Parquet (one Ray task per file) -> dedup -> write Parquet; Ray start-up "
+        "and worker warm-up apart",
         "ours_s": round(t_ours, 2),
         "ray_startup_s": round(t_ray_start, 2),
         "datatrove_s": round(t_trove, 2),
         "speedup": round(t_trove / t_ours, 2),
         "ours_docs_per_s": round(args.docs / t_ours),
+        "ours_cpu_s": cpu_ours,
+        "datatrove_cpu_s": round(cpu_trove, 1),
+        "cpu_ratio_datatrove_over_ours_job": round(cpu_trove / max(cpu_ours["job"], 1e-9), 2),
         "datatrove_docs_per_s": round(args.docs / t_trove),
         "target": 2.0,
         "ours_dropped": stats["dropped"],
@@ -166,6 +199,11 @@ def main(argv: list[str] | None = None) -> None:
         },
         "driver_peak_rss_mb": round(peak_rss_mb(), 1),
         "component_rounds": stats["extra"]["component_rounds"],
+        "partitions_used": {
+            "quarter": stats_quarter["extra"]["plan"].get("partitions"),
+            "full": stats["extra"]["plan"].get("partitions"),
+            "full_many": stats_many["extra"]["plan"].get("partitions"),
+        },
         "same_result_with_more_partitions": stats_many["dropped"] == stats["dropped"],
         "cpu_count": os.cpu_count(),
     }

@@ -21,24 +21,38 @@ __all__ = ["DEFAULT_WORKER_MEMORY_MB", "PipelineConfig", "StagesConfig"]
 
 
 class RayConfig(StrictModel):
+    """Where the job runs and what it asks Ray for (data_pipeline.runner, pretrain.rayinit)."""
+
     address: str | None = None
-    """Existing cluster (`ray://...` or `host:port`); default: RAY_ADDRESS, else a local Ray."""
+    """Existing cluster (`host:port`, `ray://...`, `auto`); `--ray-address` wins over this, and
+    this over RAY_ADDRESS (which `ray job submit` sets for its driver); none of them: a local Ray
+    on 127.0.0.1. A process that already called `ray.init()` (a test session) keeps that Ray."""
     num_cpus: int | None = Field(None, gt=0)
-    """CPUs of the local Ray instance (default: the machine's cores)."""
+    """CPUs of a local Ray (default: the machine's cores); ignored on an existing cluster."""
     workers: int | None = Field(None, gt=0)
-    """Stage actors (default: the cluster's CPUs). Each asks for `cpus_per_worker`."""
+    """Stage actors of the map stages before the first global stage (default: the cluster's CPUs
+    when the job starts). Map stages after a global stage run inside its join tasks instead, and
+    the global stages and the merge run as tasks, not on these actors."""
     cpus_per_worker: float = Field(0.5, gt=0, le=64)
-    """Fractional so actors never hold every CPU and starve the read tasks (Ray deadlock note)."""
+    """CPUs each stage actor reserves in Ray's scheduler (a reservation, not a cap: a busy actor
+    uses a whole core). The read tasks beside the pool reserve none and run at most one per CPU
+    (runner._read_resources), so no value here can starve them. The fractional default places the
+    pool (one actor per CPU) on half the cluster's CPUs, so the actors Ray restarts after a node
+    is lost still fit on the nodes left; actors that do not fit wait for a CPU."""
     object_store_mb: int | None = Field(None, gt=64)
-    """Object store size of a local Ray (default: Ray's choice)."""
+    """Object store size of a local Ray (default: Ray's, 30% of memory); ignored on an existing
+    cluster (set it with `ray start --object-store-memory`)."""
     worker_memory_mb: int = Field(DEFAULT_WORKER_MEMORY_MB, ge=MIN_WORKER_MEMORY_MB)
     """Memory budget of one Ray worker process, in MB. Global stages cut their work (dedup: map
     slices and shuffle partitions) from the input's size so that no task needs more; a larger
     corpus gives more partitions, not bigger workers. Output does not depend on it."""
     block_mb: int = Field(4, gt=0)
-    """Ray Data block size cap: small blocks let one large input spread over all actors."""
+    """Ray Data block size cap (`DataContext.target_max_block_size`): small blocks let one large
+    input spread over all actors (the pool is dealt one block per call)."""
     timeout_s: float | None = Field(None, gt=0)
-    """Give up (one-line error) when the Ray part of the job takes longer than this."""
+    """Give up (one-line error) when one phase takes longer than this: the stream, a global
+    stage's map or join tasks, the merge (each phase has the whole limit; default: none). A
+    global stage's aggregate has its own limit (dedup: `stages.dedup.task_timeout_s`)."""
 
 
 class SelectConfig(StrictModel):
