@@ -26,12 +26,19 @@ pretrain.outstore: one PUT per object, so no partial object is visible under its
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from data_pipeline import global_parts, ledger, resume, throughput, throughput_report, workers
+from data_pipeline import (
+    execute,
+    global_parts,
+    ledger,
+    resume,
+    throughput,
+    throughput_report,
+    workers,
+)
 from data_pipeline.config import PipelineConfig
 from data_pipeline.fingerprint import model_hashes, output_is_foreign, prepare_output
 from data_pipeline.inputs import check_openable, input_artifacts, plan_inputs
@@ -198,7 +205,6 @@ def _build_dataset(
         fn_constructor_kwargs={
             "specs": [s.spec() for s in head],
             "pieces_out": str(out),
-            "progress_out": str(out),
             "cost_out": str(out),
             "batch_rows": config.batch_rows,
         },
@@ -237,33 +243,6 @@ def _merge(
     ).map_batches(
         workers.merge_shards, batch_size=1, batch_format="pyarrow", num_cpus=0.5, fn_kwargs=writer
     )
-
-
-def _execute(dataset: Any, timeout_s: float | None) -> tuple[list[dict[str, Any]], str]:
-    """Run the dataset to completion, with a wall-clock guard when a timeout is configured."""
-    result: list[Any] = []
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            result.extend(dataset.take_all())
-        except BaseException as exc:  # re-raised in the driver thread below
-            errors.append(exc)
-
-    thread = threading.Thread(target=target, name="pipeline-execute", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise PretrainError(
-            f"ray.timeout_s = {timeout_s}: the job did not finish in time; raise "
-            "it, or check the cluster (`ray status`) for missing CPUs"
-        )
-    if errors:
-        cause = getattr(errors[0], "cause", None)  # ray.exceptions.RayTaskError wraps the error
-        if isinstance(cause, PretrainError):
-            raise type(cause)(str(cause)) from None
-        raise errors[0]
-    return result, dataset.stats()
 
 
 def _collect(
@@ -324,15 +303,23 @@ def _run_ray(
         throughput.clear(out)
         remove_tree(out / workers.PARTS / workers.PIECES)
         remove_tree(out / workers.PARTS / workers.PROGRESS)
+        clock.marker = workers.phase_path(out)
         stems = [t["stem"] for t in work.read]
         bar = Progress(desc="data run: tag", unit="docs", disable=not progress)
+        tagged = execute.Tally()
         if work.read:
             with (
-                watch(bar, lambda: (workers.tagged_rows(out), workers.records_to_read(out, stems))),
+                watch(
+                    bar,
+                    lambda: (
+                        tagged.rows,
+                        workers.records_to_read(out, stems, work.skip, config.shard_rows),
+                    ),
+                ),
                 clock.phase("stream"),
             ):
                 dataset = _build_dataset(config, stages, work.read, out, work.skip)
-                _, stream_stats = _execute(dataset, config.ray.timeout_s)
+                _, stream_stats = execute.run(dataset, config.ray.timeout_s, tagged.add)
         if work.globals:
             rows = global_parts.expected_rows(out, work.merge, config.shard_rows)
             reused = global_parts.run_global_stages(
@@ -340,7 +327,7 @@ def _run_ray(
             )
         with clock.phase("merge"):
             merge = _merge(config, stages, out, work.merge, done)
-            _, merge_stats = _execute(merge, config.ray.timeout_s)
+            _, merge_stats = execute.run(merge, config.ray.timeout_s)
     finally:
         context.enable_progress_bars, context.target_max_block_size = saved
         clock.ray_work_s = time.perf_counter() - begin

@@ -202,10 +202,17 @@ class RunClock:
     spans: list[tuple[str, float, float]] = field(default_factory=list)
     """(phase, start, end) in Unix seconds: to line the phases up with other measurements
     (benchmarks/bench_pipeline_scaling.py attributes each process's CPU to them)."""
+    marker: OutPath | None = None
+    """Where the phase now running is written when it starts (`OUT/.parts/progress/phase.json`:
+    `{"phase": ..., "done": [...]}`), for a user or a test watching a run from outside."""
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         begin, at = time.perf_counter(), time.time()
+        if self.marker is not None:
+            done = [span[0] for span in self.spans]
+            self.marker.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self.marker, {"phase": name, "started": at, "done": done})
         try:
             yield
         finally:

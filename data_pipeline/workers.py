@@ -27,6 +27,7 @@ from data_pipeline import ledger, throughput
 from data_pipeline.readers import InputFile, read_file
 from data_pipeline.stages.base import StageSpec, build_stage
 from pretrain import shards_layout as layout
+from pretrain.errors import PretrainError
 from pretrain.outstore import (
     ObjectPath,
     OutPath,
@@ -90,7 +91,6 @@ class MapStagesWorker:
         self,
         specs: Sequence[StageSpec],
         pieces_out: str | None = None,
-        progress_out: str | None = None,
         cost_out: str | None = None,
         batch_rows: int | None = None,
     ) -> None:
@@ -98,7 +98,6 @@ class MapStagesWorker:
         self.pieces_out = pieces_out
         self.cost_out = cost_out
         self.batch_rows = batch_rows
-        self.counter = ProgressCounter(progress_out) if progress_out else None
         if cost_out:
             throughput.record_setup(cost_out, self.stages)
         else:
@@ -116,55 +115,30 @@ class MapStagesWorker:
             outputs.append(write_pieces(tagged, self.pieces_out) if self.pieces_out else tagged)
         if self.cost_out:
             throughput.record_batch(self.cost_out, f"map-{self.stages[0].name}", block, spent)
-        if self.counter is not None:
-            self.counter.add(rows)
         return pa.concat_tables(outputs, promote_options="default")
 
 
 PROGRESS = "progress"
 
 
-class ProgressCounter:
-    """Rows this worker has tagged, in `OUT/.parts/progress/<host>-<pid>.json` (rewritten at most
-    once a second), which the driver sums for its progress display."""
-
-    def __init__(self, out: str) -> None:
-        import socket
-
-        self.path = (
-            output_path(out) / PARTS / PROGRESS / f"{socket.gethostname()}-{os.getpid()}.json"
-        )
-        self.rows = 0
-        self.written = 0.0
-
-    def add(self, rows: int) -> None:
-        self.rows += rows
-        now = time.monotonic()
-        if now - self.written >= 1.0:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_json(self.path, {"rows": self.rows})
-            self.written = now
+def phase_path(out: OutPath) -> OutPath:
+    """The phase the run is in (data_pipeline.throughput.RunClock.marker)."""
+    return out / PARTS / PROGRESS / "phase.json"
 
 
-def tagged_rows(out: OutPath) -> int:
-    """Rows tagged so far in this run, summed over the workers' counters."""
-    total = 0
-    for path in (out / PARTS / PROGRESS).glob("*.json"):
-        try:
-            total += int(json.loads(path.read_text(encoding="utf-8"))["rows"])
-        except (OSError, ValueError, KeyError):
-            continue  # being replaced right now: counted on the next look
-    return total
-
-
-def records_to_read(out: OutPath, stems: list[str]) -> int | None:
-    """Records of the inputs being read, once every one of them has been read (else None)."""
+def records_to_read(
+    out: OutPath, stems: list[str], skip: dict[str, set[int]], shard_rows: int
+) -> int | None:
+    """Rows this run tags: the records of the inputs being read less those of their parts an
+    earlier run finished (`skip`), once every input has been read (else None)."""
     total = 0
     for stem in stems:
         path = read_stats_path(out, stem)
         if not path.is_file():
             return None
-        total += int(load_json(path).get("records", 0))
+        records = int(load_json(path).get("records", 0))
+        done = skip.get(stem, set())
+        total += records - sum(min(shard_rows, records - p * shard_rows) for p in done)
     return total
 
 
@@ -270,6 +244,8 @@ class ShardWriter:
         )
 
     def __call__(self, shard: str) -> pa.Table:
+        if not listed(pieces_dir(self.out, shard), "*.parquet"):
+            return self.finished(shard)
         group = read_pieces(self.out, shard)
         keep, frag = ledger.fragment(group, self.stages, self.drop)
         kept = conform(group.filter(keep), self.fields)
@@ -281,6 +257,21 @@ class ShardWriter:
         write_json(fragment_path(self.out, shard), {"shard": shard, "files": files, **frag})
         return pa.table(
             {"shard": [shard], "kept": [kept.num_rows], "dropped": [group.num_rows - kept.num_rows]}
+        )
+
+    def finished(self, shard: str) -> pa.Table:
+        """What the merge of `shard` returned, when it already ran to the end: Ray runs a task
+        again when its node died before Ray heard back, and by then its pieces are gone."""
+        path = fragment_path(self.out, shard)
+        if not path.is_file() or not part_verifies(self.out, path):
+            raise PretrainError(
+                f"shard {shard}: its pieces are gone and it was not written; re-run the command "
+                "(finished shards are reused)"
+            )
+        record = load_json(path)
+        kept = int(record["files"].get(layout.data_file(shard), {}).get("rows", 0))
+        return pa.table(
+            {"shard": [shard], "kept": [kept], "dropped": [int(record["documents"]) - kept]}
         )
 
     def _write_rejects(self, rejects: pa.Table, shard: str) -> dict[str, Any]:
@@ -302,9 +293,11 @@ def merge_shards(batch: pa.Table, **options: Any) -> pa.Table:
     writer = ShardWriter(**options)
     tables = []
     for shard in batch.column("shard").to_pylist():
+        again = not listed(pieces_dir(writer.out, shard), "*.parquet")  # a retry, sealed before
         start = time.process_time()
         tables.append(writer(shard))
-        throughput.seal_part(writer.out, shard, time.process_time() - start)
+        if not again:
+            throughput.seal_part(writer.out, shard, time.process_time() - start)
     for shard in batch.column("shard").to_pylist():
         remove_tree(pieces_dir(writer.out, shard))
     return pa.concat_tables(tables)

@@ -292,13 +292,18 @@ def watch(
     ends or done reaches total (work measured elsewhere, e.g. by Ray workers' counters)."""
     stop = threading.Event()
 
+    def look() -> bool:
+        done, total = poll()
+        bar.total = total
+        bar.update(done - bar.n)
+        return total is not None and done >= total
+
     def run() -> None:
         while not stop.wait(every):
-            done, total = poll()
-            bar.total = total
-            bar.update(done - bar.n)
-            if total is not None and done >= total:
+            if look():
                 break
+        else:
+            look()  # the block ended: its last count, not the one a second before
         bar.close()
 
     thread = threading.Thread(target=run, name="progress-watch", daemon=True)

@@ -153,7 +153,10 @@ def _dashboard(port: int) -> list[str]:
 
 def stop_node(node: subprocess.Popen[bytes]) -> None:
     """End a node started by `start_node`, its whole process group."""
-    procs = [psutil.Process(node.pid), *ray_processes(psutil.Process(node.pid))]
+    try:
+        procs = [psutil.Process(node.pid), *ray_processes(psutil.Process(node.pid))]
+    except psutil.NoSuchProcess:  # `ray start` exited (and was reaped): its group may be left
+        procs = []
     with contextlib.suppress(ProcessLookupError):
         os.killpg(node.pid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -190,13 +193,16 @@ def wait_for_head(address: str, node: subprocess.Popen[bytes] | None = None) -> 
 
 
 def wait_for_nodes(
-    address: str, env: dict[str, str], nodes: int, head: subprocess.Popen[bytes] | None = None
+    address: str, env: dict[str, str], nodes: int, *started: subprocess.Popen[bytes]
 ) -> None:
-    """Wait until `ray status` lists `nodes` alive nodes (fail at once if `head` exited)."""
+    """Wait until `ray status` lists `nodes` alive nodes; fail at once (HeadExited) if one of
+    the `started` `ray start` processes exited (Ray 2.60 ends a node whose raylet took over 30 s
+    to register, a fixed wait: "The current node timed out during startup")."""
     status = ""
     for _ in range(60):
-        if head is not None and head.poll() is not None:
-            raise HeadExited(f"`ray start` for {address} exited with {head.returncode}")
+        for proc in started:
+            if proc.poll() is not None:
+                raise HeadExited(f"`ray start` for {address} exited with {proc.returncode}")
         status = subprocess.run(
             [str(RAY), "status", f"--address={address}"],
             env={**env, "RAY_AUTH_MODE": "token"},

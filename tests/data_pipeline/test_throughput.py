@@ -71,6 +71,8 @@ def test_stage_costs_with_a_global_stage(ray_local, tmp_path) -> None:
     assert all(start <= end for _, start, end in run["phase_spans"])
     assert all(a[2] <= b[1] for a, b in zip(run["phase_spans"], run["phase_spans"][1:]))
     assert 0 < sum(run["phases_s"].values()) <= run["ray_work_s"]
+    marker = json.loads((out / ".parts" / "progress" / "phase.json").read_text())
+    assert (marker["phase"], marker["done"]) == (phases[-1], phases[:-1])  # what ran last
     line = result.summary()
     assert "CPU-seconds: read" in line and "dedup" in line and "start-up apart: Ray" in line
     assert json.loads((out / "manifest.json").read_text())["throughput"] == section
@@ -164,3 +166,12 @@ def test_an_empty_batch_records_nothing(tmp_path) -> None:
     record = json.loads(throughput.part_cost_path(tmp_path, "a-00000").read_text())
     assert list(record) == ["write"]
     assert (record["write"]["docs"], record["write"]["bytes"]) == (0, 0)
+
+
+def test_the_phase_a_run_is_in_is_written_when_it_starts(tmp_path) -> None:
+    clock = throughput.RunClock(marker=tmp_path / "progress" / "phase.json")
+    seen = []
+    for name in ("stream", "merge"):
+        with clock.phase(name):
+            seen.append(json.loads(clock.marker.read_text()))
+    assert [(s["phase"], s["done"]) for s in seen] == [("stream", []), ("merge", ["stream"])]

@@ -170,3 +170,15 @@ def test_data_run_piped_prints_a_few_lines(tmp_path):
         cwd=REPO,
     )
     assert verify.returncode == 0, verify.stderr
+
+
+def test_a_watched_bar_ends_on_the_last_count_not_the_one_polled_before(monkeypatch):
+    """Work measured elsewhere can finish between two polls: the bar's last line is the count
+    when the watched block ended."""
+    stream = io.StringIO()
+    monkeypatch.setattr(progress, "terminal", lambda: stream)
+    monkeypatch.setenv("PRETRAIN_PROGRESS_S", "0")
+    count = [0]
+    with progress.watch(progress.Progress(desc="tag", unit="docs"), lambda: (count[0], 10), 60):
+        count[0] = 10  # done before the first poll (every 60 s)
+    assert stream.getvalue().splitlines()[-1].startswith("[tag] 10/10 docs, ")
