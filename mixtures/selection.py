@@ -19,22 +19,12 @@ from mixtures.recipe import Component, Range
 from pretrain.artifacts.encoded import SIDECAR_SUFFIX
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.manifest import canonical_json, sha256_bytes
+from tokenizer.encode import sidecar_schema
 
-SIDECAR_COLUMNS = (
-    "doc_index",
-    "id",
-    "num_tokens",
-    "source",
-    "split",
-    "domain",
-    "lang",
-    "quality_score",
-    "perplexity",
-    "ppl_bucket",
-    "unsafe_score",
-    "url_blocked",
-    "dup_keep",
-)
+CORE_COLUMNS = ("doc_index", "id", "num_tokens", "source", "split")
+"""Sidecar columns every encoder wrote; the others are the stages' tags (tokenizer.encode)."""
+_WIDE = {pa.float32(): pa.float64(), pa.int32(): pa.int64()}
+"""Tags and counts are read widened (float64 ranges, int64 token sums)."""
 DOCS_DTYPE = np.dtype([("prefix", "<i4"), ("doc", "<i8"), ("tokens", "<i8")])
 """A component's document list: which encoded prefix, which document of it, its token count."""
 
@@ -57,15 +47,7 @@ def load_sidecars(encoded_dir: Path, prefixes: list[str]) -> Sidecars:
                 f"{path} is missing: the encoded artifact lists prefix {stem!r} "
                 "without its sidecar; re-run `pretrain tokenizer encode`"
             )
-        table = pq.read_table(path)
-        missing = [c for c in SIDECAR_COLUMNS if c not in table.column_names]
-        if missing:
-            raise ArtifactError(
-                f"{path} lacks sidecar column(s) {', '.join(missing)}; re-encode "
-                "with a current `pretrain tokenizer encode`"
-            )
-        table = table.select(list(SIDECAR_COLUMNS))
-        table = table.cast(_sidecar_schema(table))
+        table = _read_sidecar(path)
         doc_index = table.column("doc_index").to_numpy()
         if not np.array_equal(doc_index, np.arange(table.num_rows)):
             raise ArtifactError(
@@ -79,17 +61,24 @@ def load_sidecars(encoded_dir: Path, prefixes: list[str]) -> Sidecars:
     return Sidecars(prefixes, pa.concat_tables(tables), np.concatenate(owners))
 
 
-def _sidecar_schema(table: pa.Table) -> pa.Schema:
-    types = {
-        "doc_index": pa.int64(),
-        "num_tokens": pa.int64(),
-        "quality_score": pa.float64(),
-        "perplexity": pa.float64(),
-        "unsafe_score": pa.float64(),
-        "url_blocked": pa.bool_(),
-        "dup_keep": pa.bool_(),
-    }
-    return pa.schema([pa.field(name, types.get(name, pa.string())) for name in table.column_names])
+def _read_sidecar(path: Path) -> pa.Table:
+    """A sidecar with the columns the encoder writes now (tokenizer.encode.sidecar_schema), widened;
+    a stage's tag it lacks (encoded before the stage existed) reads as typed nulls."""
+    table = pq.read_table(path)
+    missing = [c for c in CORE_COLUMNS if c not in table.column_names]
+    if missing:
+        raise ArtifactError(
+            f"{path} lacks sidecar column(s) {', '.join(missing)}; re-encode "
+            "with a current `pretrain tokenizer encode`"
+        )
+    fields = [pa.field(f.name, _WIDE.get(f.type, f.type)) for f in sidecar_schema()]
+    columns = [
+        table.column(f.name).cast(f.type)
+        if f.name in table.column_names
+        else pa.nulls(table.num_rows, f.type)
+        for f in fields
+    ]
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
 def _range_mask(column: pa.ChunkedArray, bounds: Range) -> pa.ChunkedArray:

@@ -1,7 +1,8 @@
 """A tag is declared once, by the stage that appends it (`Stage.tags`), and every reader derives
 it from there: the shards' schema, the shard reader's typed nulls where the stage did not run, the
-encoder's sidecars (copied and typed), the mixtures' select. The stage here is a plugin installed
-in a temporary directory: no project file names its tag."""
+encoder's sidecars (copied and typed), the sidecars as mixtures read them. The stage here is a plugin
+installed in a temporary directory: no project file names its tag (mixtures' recipe `Select`
+clauses are still a fixed model: see the session report)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from data_pipeline.stages import registry as stage_registry
+from mixtures.selection import load_sidecars
 from pretrain import shards_layout as layout
+from pretrain.artifacts import encoded as encoded_kind
 from pretrain.artifacts import shards as shards_artifact
 from tests.data_pipeline.test_stage_plugin import _plugin
 from tokenizer.encode import encode, sidecar_schema
@@ -74,6 +77,17 @@ def test_a_tag_declared_once_by_a_stage_reaches_every_reader(
     assert docs.column("id").to_pylist() == source.column("id").to_pylist()
     assert docs.column("toy_chars").to_pylist() == source.column("toy_chars").to_pylist()
     assert np.all(docs.column("toy_chars").to_numpy() >= 0)
+    prefixes = encoded_kind.open(tmp_path / "enc").manifest.prefixes
+    sidecars = load_sidecars(tmp_path / "enc", prefixes)  # what mixtures select over
+    assert sidecars.table.schema.field("toy_chars").type == pa.int64()  # widened, as counts
+    assert sidecars.table.column("toy_chars").to_pylist() == source.column("toy_chars").to_pylist()
+    older = tmp_path / "older"  # a sidecar encoded before the stage existed: typed nulls
+    older.mkdir()
+    for stem in prefixes:
+        name = f"{stem}.docs.parquet"
+        pq.write_table(pq.read_table(tmp_path / "enc" / name).drop(["toy_chars"]), older / name)
+    column = load_sidecars(older, prefixes).table.column("toy_chars")
+    assert column.type == pa.int64() and column.null_count == len(column)
 
     shutil.rmtree(tmp_path / "enc")  # and a shards artifact without the column: typed nulls
     encode(tokenizer_dir, shards_dir, tmp_path / "enc", backend="inline", min_prefix_documents=200)
