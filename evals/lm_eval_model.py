@@ -19,6 +19,7 @@ import torch
 
 from evals.bpb import as_encoder
 from evals.tasks import encode_pair
+from pretrain.artifacts import export as export_artifact
 
 
 def _lm_base() -> Any:
@@ -86,6 +87,7 @@ def load_export(export_dir: str | Path) -> tuple[Any, Any]:
     """(LlamaForCausalLM in eval mode, AutoTokenizer) of a `pretrain export` directory, offline."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    export_artifact.open(export_dir)  # bytes verified, no unlisted file transformers would read
     model = AutoModelForCausalLM.from_pretrained(
         str(export_dir), local_files_only=True, dtype=torch.float32
     )

@@ -41,7 +41,18 @@ class Export(base.Artifact[ExportManifest]):
 
 
 def open(directory: str | os.PathLike, *, full: bool | None = None) -> Export:
+    """The verified export. transformers reads an export by directory, not by its manifest (an
+    `added_tokens.json` changes the tokenizer), so a file the manifest does not list is refused."""
+    from pretrain.errors import ArtifactError
+    from pretrain.manifest import unlisted_files
+
     root, manifest, raw = base.verified(directory, ExportManifest, full=full)
+    extra = unlisted_files(root, raw)
+    if extra:
+        raise ArtifactError(
+            f"{root} holds {', '.join(extra[:5])}, which its manifest does not list and "
+            "transformers would read; remove it, or export again into an empty directory"
+        )
     return Export(root, manifest, raw)
 
 

@@ -179,3 +179,36 @@ def test_export_from_pipeline_parallel_2(sample_tokenizer, tmp_path):
     result = export_and_compare(run_dir, sample_tokenizer, tmp_path / "hf")
     assert_equivalent(result)
     assert result["tied"]
+
+
+@pytest.mark.timeout(600)
+def test_a_file_planted_in_an_export_is_refused_before_transformers_reads_it(
+    exported, tmp_path, capsys
+):
+    """transformers reads an export by directory, not by its manifest: an unlisted
+    `added_tokens.json` silently re-tokenised every lm-eval request of `eval run EXPORT`."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from evals.lm_eval_model import load_export
+    from pretrain.artifacts import export as export_artifact
+    from pretrain.errors import ArtifactError
+
+    _, out, _ = exported
+    planted = tmp_path / "hf"
+    shutil.copytree(out, planted)
+    (planted / "added_tokens.json").write_text('{"Water": 384}')
+    text = "Water boils"
+    theirs = AutoTokenizer.from_pretrained(str(planted), local_files_only=True)(text)
+    ours = AutoTokenizer.from_pretrained(str(out), local_files_only=True)(text)
+    assert theirs["input_ids"] != ours["input_ids"]  # the plant works on transformers itself
+    for read in (export_artifact.open, load_export):
+        with pytest.raises(ArtifactError, match=r"added_tokens.json.*does not list"):
+            read(planted)
+    argv = ["eval", "run", str(planted), "--sets", str(tmp_path / "none"), "--tasks"]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "added_tokens.json" in err[0], err
+    assert not (tmp_path / "hf-evals").exists()
