@@ -9,6 +9,14 @@ from typing import Any
 from pretrain.cli_utils import add_command, add_config_args
 
 
+def _at_least_one(text: str) -> int:
+    """A count (documents, batch rows, tokens): 0 or less would crash or silently drop data."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be 1 or more")
+    return value
+
+
 def ablate(args: argparse.Namespace) -> int:
     """`pretrain ablate CONFIG`: proxy runs of mixture recipes and the decision report."""
     from evals.ablate_cli import ablate_command
@@ -90,13 +98,13 @@ def register(sub: Any) -> None:
     )
     run.add_argument("--num-fewshot", type=int, default=None, help="lm-eval few-shot examples")
     run.add_argument(
-        "--lm-eval-limit", type=int, default=None, help="lm-eval documents per task (cap)"
+        "--lm-eval-limit", type=_at_least_one, default=None, help="lm-eval documents per task (cap)"
     )
-    run.add_argument("--max-docs", type=int, default=None, help="documents per set (cap)")
-    run.add_argument("--batch-size", type=int, default=8)
+    run.add_argument("--max-docs", type=_at_least_one, default=None, help="documents per set (cap)")
+    run.add_argument("--batch-size", type=_at_least_one, default=8)
     run.add_argument(
         "--seq-length",
-        type=int,
+        type=_at_least_one,
         default=None,
         help="tokens per window (default: the model's sequence length)",
     )

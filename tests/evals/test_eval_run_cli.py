@@ -32,3 +32,26 @@ def test_checkpoints_are_found_in_step_order_and_tokenizer_through_lineage(tmp_p
     write_manifest(mixture, "mixture", inputs=[encoded])
     write_manifest(run, "run", config={"data": {"mixture_dir": str(mixture)}})
     assert find_tokenizer(run) == tokenizer
+
+
+def test_counts_below_one_are_refused_before_any_checkpoint_is_loaded(tmp_path, capsys):
+    """--batch-size 0 / --seq-length 0 crashed in range() after the checkpoint was loaded, and
+    --max-docs -1 silently dropped the last document of every set (texts[:-1])."""
+    import pytest
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "iter_0000001").mkdir(parents=True)  # not loadable: never reached
+    argv = ["eval", "run", str(run), "--sets", str(tmp_path / "none")]
+    for flag, value in [
+        ("--batch-size", "0"),
+        ("--seq-length", "0"),
+        ("--max-docs", "-1"),
+        ("--max-docs", "0"),
+        ("--lm-eval-limit", "0"),
+    ]:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as info:
+            main([*argv, flag, value])
+        assert info.value.code == 2
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert last == f"pretrain eval run: error: argument {flag}: {value}: must be 1 or more"
