@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 
 from benchmarks import bench_minhash
 from benchmarks.common import add_corpus_argument, corpus_dir, write_result
-from benchmarks.proctree import MB, TreeSampler, idle_snapshot
+from benchmarks.proctree import MB, TreeSampler, idle_snapshot, summarise_peak
 
 SCALES = (1, 4, 16)
 FILES = 4
@@ -84,6 +84,23 @@ def read_input(ray, directory: Path):
     return ray.data.from_arrow_refs([read.remote(f) for f in files])
 
 
+def write_output(ray, dataset, directory: Path) -> None:
+    """Write each tagged block to its own file, one Ray task per block (as the input is read;
+    Ray Data's `write_parquet` bundled the blocks of a run into one write task, whose worker then
+    held the whole output: harness cost, not dedup's)."""
+    directory.mkdir(parents=True, exist_ok=True)
+
+    @ray.remote(num_cpus=1)
+    def write(table, path: str) -> int:
+        pq.write_table(table, path)
+        return table.num_rows
+
+    refs = dataset.to_arrow_refs()
+    ray.get(
+        [write.remote(ref, str(directory / f"part-{i:05d}.parquet")) for i, ref in enumerate(refs)]
+    )
+
+
 def start_ray(workers: int, attempts: int = 3) -> tuple[float, TreeSampler]:
     """Start a local Ray (retried: start-up can time out on a loaded machine), warm its workers;
     returns (start-up seconds, one sample of the idle tree: Ray's fixed per-process cost)."""
@@ -117,12 +134,24 @@ def run_ours(input_dir: Path, out_dir: Path, budget_mb: int) -> dict:
     from data_pipeline.stages.dedup import DedupStage
 
     stage = DedupStage(DedupConfig(), worker_memory_mb=budget_mb)
-    with TreeSampler() as sampler:
+    with TreeSampler(breakdown=True) as sampler:
         wall = time.perf_counter()
-        stage.apply(read_input(ray, input_dir)).write_parquet(str(out_dir))
+        write_output(ray, stage.apply(read_input(ray, input_dir)), out_dir)
         wall = time.perf_counter() - wall
     keep = pq.read_table(out_dir, columns=["id", "dup_keep"])
     dropped = keep.filter(pa.compute.invert(keep.column("dup_keep"))).column("id").to_pylist()
+    return {
+        **_job_costs(sampler, stage, wall),
+        "at_peak": {
+            "step": step_at(getattr(stage, "timeline", []), sampler.at_peak.get("unix_time", 0)),
+            "total_pss_mb": round(sampler.at_peak.get("total_pss_mb", 0.0), 1),
+            "by_role": summarise_peak(sampler.at_peak),
+        },
+        "dropped": sorted(dropped),
+    }
+
+
+def _job_costs(sampler: TreeSampler, stage, wall: float) -> dict:
     job_roles = ("driver", "worker", "ray-data-actor")
     return {
         "wall_s": round(wall, 2),
@@ -138,8 +167,73 @@ def run_ours(input_dir: Path, out_dir: Path, budget_mb: int) -> dict:
             (s.peak_rss_mb for s in sampler.procs.values() if s.role == "worker"), default=0.0
         ),
         "plan": stage.stats.extra.get("plan"),
-        "dropped": sorted(dropped),
     }
+
+
+def stage_parts(input_dir: Path, out_dir: Path) -> dict[str, int]:
+    """The input files as the stream phase of `pretrain data run` leaves them: each file one
+    part's pieces (rows numbered in file order); returns {part: rows}."""
+    from data_pipeline import workers
+
+    rows = {}
+    for f, path in enumerate(sorted(input_dir.glob("*.parquet"))):
+        table = pq.read_table(path)
+        part = f"in{f}-00000"
+        table = table.append_column("_shard", pa.array([part] * table.num_rows))
+        table = table.append_column("_row", pa.array(range(table.num_rows), pa.int64()))
+        raw = pa.compute.binary_length(table.column("text")).cast(pa.int64())
+        workers.write_pieces(table.append_column("_raw_bytes", raw), str(out_dir))
+        rows[part] = table.num_rows
+    return rows
+
+
+def run_ours_parts(input_dir: Path, out_dir: Path, budget_mb: int) -> dict:
+    """One dedup job through the runner's own global-stage path (what `pretrain data run` runs
+    after its stream phase: per part map -> persisted map side -> aggregate -> per part join ->
+    the job's pieces), every process of the tree sampled. Parts are read from and written to
+    disk, as datasketch streams its input."""
+    from contextlib import contextmanager
+
+    from data_pipeline import global_parts, workers
+    from data_pipeline.dedup.config import DedupConfig
+    from data_pipeline.stages.dedup import DedupStage
+    from pretrain.outstore import output_path
+
+    rows = stage_parts(input_dir, out_dir)
+    stage = DedupStage(DedupConfig(), worker_memory_mb=budget_mb)
+    phases: list[tuple[str, float]] = []
+
+    @contextmanager
+    def phase(name: str):
+        phases.append((f"{name}-start", time.time()))
+        yield
+        phases.append((name, time.time()))
+
+    with TreeSampler(breakdown=True) as sampler:
+        wall = time.perf_counter()
+        global_parts.run_global_stages(output_path(out_dir), [stage], rows, None, phase)
+        wall = time.perf_counter() - wall
+    tagged = pa.concat_tables(workers.read_pieces(output_path(out_dir), p) for p in rows)
+    dropped = tagged.filter(pa.compute.invert(tagged.column("dup_keep"))).column("id")
+    when = sampler.at_peak.get("unix_time", 0)
+    steps = sorted([*phases, *getattr(stage, "timeline", [])[1:]], key=lambda p: p[1])
+    return {
+        **_job_costs(sampler, stage, wall),
+        "at_peak": {
+            "step": next((name for name, end in steps if end >= when), "after"),
+            "total_pss_mb": round(sampler.at_peak.get("total_pss_mb", 0.0), 1),
+            "by_role": summarise_peak(sampler.at_peak),
+        },
+        "dropped": sorted(dropped.to_pylist()),
+    }
+
+
+def step_at(timeline: list[tuple[str, float]], when: float) -> str:
+    """The dedup step running at Unix time `when` (the first to finish after it): `read` before
+    the dedup's first task, `write` after its last."""
+    if not timeline or when < timeline[0][1]:
+        return "read"
+    return next((step for step, end in timeline[1:] if end >= when), "write")
 
 
 def _shingles(text: str) -> list[bytes]:

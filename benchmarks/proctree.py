@@ -81,6 +81,10 @@ class TreeSampler:
     """False: CPU times only (no smaps read per process per sample: far cheaper)."""
     series: bool = False
     """Keep every process's CPU time series (benchmarks.phasecpu attributes it to phases)."""
+    breakdown: bool = False
+    """Keep, for the sample with the largest total PSS, each process's PSS split into shared
+    memory (/dev/shm mappings: Ray's object store) and the rest (`at_peak`)."""
+    at_peak: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
@@ -95,6 +99,7 @@ class TreeSampler:
 
     def sample(self) -> None:
         total_pss = total_rss = 0.0
+        snapshot: list[dict] = []
         for proc in self._tree():
             try:
                 with proc.oneshot():
@@ -121,6 +126,10 @@ class TreeSampler:
             stats.peak_uss_mb = max(stats.peak_uss_mb, info.uss / MB)
             total_pss += info.pss / MB
             total_rss += info.rss / MB
+            if self.breakdown:
+                snapshot.append(_split(proc, stats.role, info.pss))
+        if self.breakdown and total_pss > self.peak_total_pss_mb:
+            self.at_peak = {"unix_time": time.time(), "total_pss_mb": total_pss, "procs": snapshot}
         self.peak_total_pss_mb = max(self.peak_total_pss_mb, total_pss)
         self.peak_total_rss_mb = max(self.peak_total_rss_mb, total_rss)
 
@@ -167,6 +176,34 @@ class TreeSampler:
 
     def cpu_s(self, roles: tuple[str, ...] | None = None) -> float:
         return sum(s.cpu_s for s in self.procs.values() if roles is None or s.role in roles)
+
+
+def _split(proc: psutil.Process, role: str, pss: int) -> dict:
+    """One process's PSS (MB) split into its /dev/shm mappings (Ray's object store) and the rest."""
+    shm = 0
+    try:
+        for mapping in proc.memory_maps(grouped=True):
+            if mapping.path.startswith("/dev/shm") or "plasma" in mapping.path:
+                shm += mapping.pss
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        pass
+    return {
+        "pid": proc.pid,
+        "role": role,
+        "pss_mb": round(pss / MB, 1),
+        "shm_pss_mb": round(shm / MB, 1),
+    }
+
+
+def summarise_peak(at_peak: dict) -> dict:
+    """Per role at the peak sample: processes, PSS, of which shared memory (object store)."""
+    out: dict[str, dict[str, float]] = {}
+    for proc in at_peak.get("procs", []):
+        entry = out.setdefault(proc["role"], {"processes": 0, "pss_mb": 0.0, "shm_pss_mb": 0.0})
+        entry["processes"] += 1
+        entry["pss_mb"] = round(entry["pss_mb"] + proc["pss_mb"], 1)
+        entry["shm_pss_mb"] = round(entry["shm_pss_mb"] + proc["shm_pss_mb"], 1)
+    return out
 
 
 def idle_snapshot(root: int | None = None, settle_s: float = 1.0) -> TreeSampler:

@@ -11,6 +11,10 @@ budget (`ray.worker_memory_mb`):
   PARTITION: about documents / partitions documents with their signature and shingles, so the
   partition count grows with the input until `REDUCE_FACTOR * partition bytes` fits.
 
+Below those caps the units stay small anyway (TARGET_SLICE_BYTES, TARGET_PARTITION_BYTES): an
+input smaller than the budget gets more tasks as it grows, not larger ones, so its memory does
+not grow up to the budget just because the budget allows it.
+
 The constants are measured (benchmarks/bench_dedup_memory.py) with a margin. Tags never depend
 on slices or partitions (cluster ids are vertex hashes), so the plan changes memory, not output.
 """
@@ -38,12 +42,27 @@ REDUCE_FACTOR = 12.0
 """Peak bytes of a reduce task per byte of its partition's document rows (concatenation, lookups,
 the candidates carrying their shingles; fitted 11.4 on the same runs)."""
 MIN_SLICE_BYTES = 1 << 20
+TARGET_SLICE_BYTES = 2 << 20
+TARGET_PARTITION_BYTES = 4 << 20
+"""Below the budget's caps, a slice holds at most TARGET_SLICE_BYTES of input and a reduce
+partition about TARGET_PARTITION_BYTES of document rows, so a larger input means more tasks,
+not larger workers (without these, an input below the caps filled them: worker memory then grew
+with the input up to the budget; benchmarks/bench_dedup_memory.py). Hashing runs in
+`batch_size` batches either way, so the CPU per document is the same."""
+MAX_TARGET_SLICES = 32
+MAX_TARGET_PARTITIONS = 16
+"""The small units above stop here: past them tasks grow again up to the budget's caps. Every
+(slice, partition) pair is 4 Ray objects of the map's shuffle and every partition pair one per
+star step, each costing the driver CPU and ownership memory, so the small units may add at most
+32 x 16 x 4 = 2,048 objects to the map and 256 to a star step; beyond, only the budget adds."""
 MIN_WORKER_MEMORY_MB = WORKER_BASE_MB + int(MIN_SLICE_BYTES * MAP_FACTOR) // 2**20
 """The smallest budget that holds a worker and one map task on a 1 MB slice."""
 DEFAULT_WORKER_MEMORY_MB = 2048
 """Per-worker memory budget of the global stages when `ray.worker_memory_mb` is not set."""
 MAX_PARTITIONS = 4096
-"""Each shuffle makes partitions x (slices or partitions) objects; beyond this, raise the budget."""
+"""Each shuffle is one all-to-all exchange of Ray objects: the map makes slices x 4 x partitions
+of them and each star step partitions x partitions (16.8 million at 4,096, each a few hundred
+bytes of ownership metadata in the driver); beyond this, raise the budget."""
 
 
 class BudgetError(ConfigError):
@@ -88,17 +107,21 @@ def choose_partitions(
     documents: int, input_bytes: int, worker_memory_mb: int, cpus: int, config: DedupConfig
 ) -> tuple[int, float]:
     """(partitions, per-document row bytes): at least 2 x CPUs for parallelism, enough that one
-    partition's rows fit the budget, never more than the documents (empty tasks only)."""
+    partition's rows fit the budget, about TARGET_PARTITION_BYTES of rows each while that needs
+    at most MAX_TARGET_PARTITIONS, never more than the documents (empty tasks only)."""
     usable = usable_bytes(worker_memory_mb)
     row = doc_row_bytes(input_bytes / max(1, documents), config)
     needed = math.ceil(REDUCE_FACTOR * row * documents / usable)
-    partitions = max(2, 2 * cpus, needed)
+    target = min(MAX_TARGET_PARTITIONS, math.ceil(row * documents / TARGET_PARTITION_BYTES))
+    partitions = max(2, 2 * cpus, needed, target)
     if config.num_partitions is not None:
         partitions = max(config.num_partitions, needed)
     if needed > MAX_PARTITIONS:
         raise BudgetError(
             f"dedup of {documents} documents needs {needed} partitions to fit "
-            f"ray.worker_memory_mb={worker_memory_mb}, more than {MAX_PARTITIONS}; raise the budget"
+            f"ray.worker_memory_mb={worker_memory_mb}, more than one shuffle handles "
+            f"({MAX_PARTITIONS}); raise the budget, or dedup in several jobs, each against the "
+            "index of those before it (stages.dedup.index.against)"
         )
     return min(partitions, max(2, documents)), row
 
@@ -116,6 +139,14 @@ def slice_blocks(
     return tuple(slices)
 
 
+def slice_size(input_bytes: int, worker_memory_mb: int) -> int:
+    """Bytes of input per map task: TARGET_SLICE_BYTES while that gives at most MAX_TARGET_SLICES
+    slices, then larger up to what the budget holds (`MAP_FACTOR` x the slice), at least 1 MB."""
+    cap = int(usable_bytes(worker_memory_mb) / MAP_FACTOR)
+    wanted = max(TARGET_SLICE_BYTES, math.ceil(input_bytes / MAX_TARGET_SLICES))
+    return max(MIN_SLICE_BYTES, min(wanted, cap))
+
+
 def plan(
     blocks: list[tuple[int, int]], worker_memory_mb: int, cpus: int, config: DedupConfig
 ) -> Plan:
@@ -123,5 +154,5 @@ def plan(
     documents = sum(rows for rows, _ in blocks)
     input_bytes = sum(size for _, size in blocks)
     partitions, row = choose_partitions(documents, input_bytes, worker_memory_mb, cpus, config)
-    slice_bytes = max(MIN_SLICE_BYTES, int(usable_bytes(worker_memory_mb) / MAP_FACTOR))
+    slice_bytes = slice_size(input_bytes, worker_memory_mb)
     return Plan(partitions, slice_blocks(blocks, slice_bytes), slice_bytes, row)

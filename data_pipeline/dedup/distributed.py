@@ -43,6 +43,8 @@ class _Runner:
         self.isolate = config.isolate_tasks
         self.costs: list[Any] = []
         """One ref per task: its CPU-seconds and peak RSS (data_pipeline.throughput)."""
+        self.timeline: list[tuple[str, float]] = [("start", time.time())]
+        """(step, Unix time it finished), in order: where a run's time and memory went."""
 
     def launch(self, func: Any, num_returns: int, *args: Any) -> list[Any]:
         key = (func, num_returns)
@@ -67,6 +69,7 @@ class _Runner:
                 "`ray status`: actors may be holding every CPU (see the Ray deadlock note)"
             ) from None
         self.infos.setdefault(step, []).extend(v for v in values if isinstance(v, dict))
+        self.timeline.append((step, time.time()))
         return values
 
 
@@ -124,9 +127,10 @@ def dedup_dataset(
     run.ray.wait(out, num_returns=len(out), timeout=config.task_timeout_s)
     steps.update()
     steps.close()
+    run.timeline.append(("attach", time.time()))
     result = ray.data.from_arrow_refs(out)
     stats = _stats(run, partitions)
-    stage.cost = run.cost()
+    stage.cost, stage.timeline = run.cost(), run.timeline
     stats.extra["plan"] = {**plan.describe(), "worker_memory_mb": worker_memory_mb}
     if config.index.save_to:
         from data_pipeline.dedup.index import save_index
@@ -177,7 +181,7 @@ def dedup_parts(
             for i, part in enumerate(parts)
         )
         save_index(config.index.save_to, tagged, config, tagged=True)
-    stage.cost = run.cost()
+    stage.cost, stage.timeline = run.cost(), run.timeline
     return joins, stats
 
 

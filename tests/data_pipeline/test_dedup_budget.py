@@ -42,9 +42,9 @@ def test_partition_of_any_input_fits_the_budget(memory_mb: int) -> None:
 def test_smaller_budget_more_partitions_and_default_parallelism() -> None:
     sizes = {
         mb: budget.choose_partitions(4_000_000, 24 * 10**9, mb, 8, DedupConfig())[0]
-        for mb in (1024, 4096, 16384)
+        for mb in (512, 1024, 2048, 16384)
     }
-    assert sizes[1024] > sizes[4096] > sizes[16384] >= 16  # 2 x CPUs at least
+    assert sizes[512] > sizes[1024] > sizes[2048] > sizes[16384] >= 16  # 2 x CPUs at least
     assert budget.choose_partitions(1000, 6 * 10**6, 2048, 8, DedupConfig())[0] == 16
     # an explicit num_partitions is honoured when it fits, raised when it does not
     two = DedupConfig(num_partitions=2)
@@ -64,6 +64,36 @@ def test_config_field_is_validated() -> None:
     assert PipelineConfig(**config).ray.worker_memory_mb == 2048
     with pytest.raises(ConfigError, match="worker_memory_mb"):
         parse_config(PipelineConfig, {**config, "ray": {"worker_memory_mb": 100}}, source="t")
+
+
+def test_a_larger_input_below_the_caps_gets_more_tasks_not_larger_ones() -> None:
+    """Worker memory is set by the unit of work, not by how much of the budget an input could
+    fill: 1x -> 16x of an input the budget holds at once gives 16x the slices and partitions of
+    the same small size (until the target counts are reached; then units grow to the caps)."""
+    config = DedupConfig()
+    doc_bytes = 2700  # the benchmark's documents
+    plans = {}
+    for scale in (1, 4, 16):
+        blocks = [(250 * scale, 250 * scale * doc_bytes)] * 4
+        plans[scale] = budget.plan(blocks, 2048, 2, config)
+    for scale, plan in plans.items():
+        documents = 1000 * scale
+        assert plan.slice_bytes == budget.TARGET_SLICE_BYTES
+        slice_rows = max(rows for _, _, rows in plan.slices)
+        assert slice_rows * doc_bytes <= budget.TARGET_SLICE_BYTES * 1.01
+        assert plan.doc_row_bytes * documents / plan.partitions <= budget.TARGET_PARTITION_BYTES
+    assert len(plans[16].slices) >= 16_000 * doc_bytes / budget.TARGET_SLICE_BYTES
+    assert plans[16].partitions > 2 * plans[1].partitions
+    # past the target counts, units grow (a few more tasks than the targets, not 16x more) ...
+    mid = budget.plan([(25_000, 25_000 * doc_bytes)] * 4, 2048, 2, config)
+    assert mid.slice_bytes > budget.TARGET_SLICE_BYTES
+    assert len(mid.slices) <= budget.MAX_TARGET_SLICES + 4
+    assert mid.partitions == budget.MAX_TARGET_PARTITIONS
+    # ... up to the budget's caps, where only the budget sets the counts
+    huge = budget.plan([(10**6, 10**6 * doc_bytes)] * 8, 2048, 2, config)
+    assert huge.slice_bytes == int(budget.usable_bytes(2048) / budget.MAP_FACTOR)
+    needed = budget.REDUCE_FACTOR * huge.doc_row_bytes * 8 * 10**6 / budget.usable_bytes(2048)
+    assert huge.partitions == int(needed) + 1 > budget.MAX_TARGET_PARTITIONS
 
 
 def test_slices_cover_every_row_once_within_the_slice_size() -> None:
@@ -108,8 +138,8 @@ def test_too_small_budget_gives_more_partitions_and_identical_output(ray_local) 
         results[memory_mb] = (pa.concat_tables(ray_local.get(out.to_arrow_refs())), stage)
     (roomy, roomy_stage), (tight, tight_stage) = results.values()
     roomy_plan, tight_plan = roomy_stage.stats.extra["plan"], tight_stage.stats.extra["plan"]
-    assert roomy_plan["partitions"] == 2 and roomy_plan["slices"] == 2
-    assert tight_plan["partitions"] > 2 and tight_plan["slices"] > 2
+    assert roomy_plan["partitions"] == 2  # num_partitions is honoured while it fits
+    assert tight_plan["partitions"] > 2 and tight_plan["slices"] > roomy_plan["slices"] >= 2
     assert roomy.equals(expected) and tight.equals(expected)
     assert roomy_stage.stats.dropped == tight_stage.stats.dropped > 0
 
