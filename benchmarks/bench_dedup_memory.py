@@ -170,64 +170,6 @@ def _job_costs(sampler: TreeSampler, stage, wall: float) -> dict:
     }
 
 
-def stage_parts(input_dir: Path, out_dir: Path) -> dict[str, int]:
-    """The input files as the stream phase of `pretrain data run` leaves them: each file one
-    part's pieces (rows numbered in file order); returns {part: rows}."""
-    from data_pipeline import workers
-
-    rows = {}
-    for f, path in enumerate(sorted(input_dir.glob("*.parquet"))):
-        table = pq.read_table(path)
-        part = f"in{f}-00000"
-        table = table.append_column("_shard", pa.array([part] * table.num_rows))
-        table = table.append_column("_row", pa.array(range(table.num_rows), pa.int64()))
-        raw = pa.compute.binary_length(table.column("text")).cast(pa.int64())
-        workers.write_pieces(table.append_column("_raw_bytes", raw), str(out_dir))
-        rows[part] = table.num_rows
-    return rows
-
-
-def run_ours_parts(input_dir: Path, out_dir: Path, budget_mb: int) -> dict:
-    """One dedup job through the runner's own global-stage path (what `pretrain data run` runs
-    after its stream phase: per part map -> persisted map side -> aggregate -> per part join ->
-    the job's pieces), every process of the tree sampled. Parts are read from and written to
-    disk, as datasketch streams its input."""
-    from contextlib import contextmanager
-
-    from data_pipeline import global_parts, workers
-    from data_pipeline.dedup.config import DedupConfig
-    from data_pipeline.stages.dedup import DedupStage
-    from pretrain.outstore import output_path
-
-    rows = stage_parts(input_dir, out_dir)
-    stage = DedupStage(DedupConfig(), worker_memory_mb=budget_mb)
-    phases: list[tuple[str, float]] = []
-
-    @contextmanager
-    def phase(name: str):
-        phases.append((f"{name}-start", time.time()))
-        yield
-        phases.append((name, time.time()))
-
-    with TreeSampler(breakdown=True) as sampler:
-        wall = time.perf_counter()
-        global_parts.run_global_stages(output_path(out_dir), [stage], rows, None, phase)
-        wall = time.perf_counter() - wall
-    tagged = pa.concat_tables(workers.read_pieces(output_path(out_dir), p) for p in rows)
-    dropped = tagged.filter(pa.compute.invert(tagged.column("dup_keep"))).column("id")
-    when = sampler.at_peak.get("unix_time", 0)
-    steps = sorted([*phases, *getattr(stage, "timeline", [])[1:]], key=lambda p: p[1])
-    return {
-        **_job_costs(sampler, stage, wall),
-        "at_peak": {
-            "step": next((name for name, end in steps if end >= when), "after"),
-            "total_pss_mb": round(sampler.at_peak.get("total_pss_mb", 0.0), 1),
-            "by_role": summarise_peak(sampler.at_peak),
-        },
-        "dropped": sorted(dropped.to_pylist()),
-    }
-
-
 def step_at(timeline: list[tuple[str, float]], when: float) -> str:
     """The dedup step running at Unix time `when` (the first to finish after it): `read` before
     the dedup's first task, `write` after its last."""
