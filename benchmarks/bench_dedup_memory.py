@@ -7,12 +7,14 @@ words replaced per copy), written as 4 Parquet files per scale (the first 1x, 4x
 Both sides: word 5-grams, 128 permutations, threshold 0.8.
 
 - ours: one local Ray (`--workers` CPUs); its idle cost once started and warmed (Ray's fixed
-  per-process overhead: GCS, raylet, agents, idle workers, and Ray Data's two bookkeeping actors,
-  started by a warm-up job on `WARMUP_DOCS` documents whose cost is the fixed cost of a job) is
-  sampled and reported apart, with the start-up time. Timed and sampled per scale (smallest
-  first, workers reused): read Parquet (one Ray task per file) -> DedupStage.apply (exact
-  verification, the default) -> write tagged Parquet, with `ray.worker_memory_mb` =
-  `--budget-mb`. The input is NOT read with `ray.data.read_parquet`: Ray 2.60's Parquet reader
+  per-process overhead: GCS, raylet, agents, idle workers, after a warm-up job on `WARMUP_DOCS`
+  documents whose cost is the fixed cost of a job) is sampled and reported apart, with the
+  start-up time. Timed and sampled per scale (smallest first, workers reused): read Parquet (one
+  Ray task per file) -> DedupStage.apply (exact verification, the default) -> write tagged
+  Parquet (one Ray task per block: Ray Data's `write_parquet` bundled the blocks into one write
+  task and started its two bookkeeping actors), with `ray.worker_memory_mb` = `--budget-mb`.
+  For the sample with the largest total PSS, `at_peak` says which dedup step was running and
+  each role's PSS, with the object store's pages (/dev/shm mappings) apart. The input is NOT read with `ray.data.read_parquet`: Ray 2.60's Parquet reader
   starts up to 32 `FooterReader` actor processes per read (RAY_DATA_PARQUET_FOOTER_NUM_ACTORS) and
   kills them after listing; that was the "16-31 worker processes started and reaped per job" of
   the earlier rows (~1.2 CPU-s of interpreter start-up each), not dedup's own work.
