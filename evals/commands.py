@@ -22,7 +22,7 @@ from pretrain.artifacts import export as export_artifact
 from pretrain.artifacts import run as run_artifact
 from pretrain.artifacts import tokenizer as tokenizer_artifact
 from pretrain.cli_utils import resolve_config
-from pretrain.errors import ArtifactError, LockMismatch
+from pretrain.errors import ArtifactError, InputError, LockMismatch
 from pretrain.manifest import atomic_write_bytes, manifest_sha256
 
 ITER = re.compile(r"^iter_(\d+)$")
@@ -192,8 +192,15 @@ def _validated_tasks(tasks: list[Path], args: argparse.Namespace) -> Any:
     """Check every task file (ours and lm-eval's) loads; return the lm-eval tasks or None."""
     from evals.tasks import load_task
 
+    names: dict[str, Path] = {}
     for path in tasks:
-        load_task(path)
+        name = load_task(path).name
+        if name in names:  # metrics are keyed task/<name>/...: one would overwrite the other
+            raise InputError(
+                f"task name {name!r} comes from both {names[name]} and {path}; rename one file "
+                "(its stem names the task's metrics)"
+            )
+        names[name] = path
     if not args.lm_eval:
         return None
     from evals.lm_eval_tasks import load_lm_eval_tasks

@@ -55,3 +55,21 @@ def test_counts_below_one_are_refused_before_any_checkpoint_is_loaded(tmp_path, 
         assert info.value.code == 2
         last = capsys.readouterr().err.strip().splitlines()[-1]
         assert last == f"pretrain eval run: error: argument {flag}: {value}: must be 1 or more"
+
+
+def test_two_task_files_with_one_name_are_refused(tmp_path, capsys):
+    """Metrics are keyed task/<file stem>/...: a second `mc.jsonl` overwrote the first's."""
+    import shutil
+    from pathlib import Path
+
+    tiny = Path(__file__).resolve().parents[1] / "data" / "evals" / "tiny_mc.jsonl"
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        shutil.copy(tiny, tmp_path / folder / "mc.jsonl")
+    run = tmp_path / "run"
+    (run / "checkpoints" / "iter_0000001").mkdir(parents=True)  # not loadable: never reached
+    argv = ["eval", "run", str(run), "--sets", str(tmp_path / "none"), "--tasks"]
+    capsys.readouterr()
+    assert main([*argv, str(tmp_path / "a" / "mc.jsonl"), str(tmp_path / "b" / "mc.jsonl")]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("pretrain eval run: error:") and "task name 'mc'" in last, last
