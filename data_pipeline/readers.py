@@ -40,6 +40,10 @@ from pretrain.errors import InputError
 __all__ = ["FORMAT_SUFFIXES", "RAW_SCHEMA", "Fields", "InputFile", "detect_format", "read_file"]
 
 _IO_ERRORS = (OSError, EOFError, zlib.error, gzip.BadGzipFile)
+_CHUNK = 1 << 20
+JSONL_LINE_FACTOR = 8
+"""A JSON Lines record may take this many times `max_input_bytes` on its line (JSON escapes
+write one UTF-8 byte as up to 6; other fields ride along) before it is rejected unparsed."""
 # A damaged footer or page can also decode to invalid UTF-8 (UnicodeDecodeError, a ValueError):
 # in a column name when the file opens, or in a string column when a batch is read.
 _PARQUET_ERRORS = (OSError, pa.ArrowException, ValueError)
@@ -75,14 +79,34 @@ def _open_stream(filesystem: pafs.FileSystem, path: str, source: InputFile) -> A
         ) from None
 
 
-def read_jsonl(stream: Any, out: Batcher, fields: Fields) -> Iterator[pa.Table]:
-    """One row per non-blank line; bad lines become rows with a reason."""
+def _drain(stream: Any, *, line: bool = False) -> int:
+    """Read and drop the rest of a record (to the end of the line when `line`): its size."""
+    size = 0
+    while chunk := (stream.readline(_CHUNK) if line else stream.read(_CHUNK)):
+        size += len(chunk)
+        if line and chunk.endswith(b"\n"):
+            break
+    return size
+
+
+def read_jsonl(
+    stream: Any, out: Batcher, fields: Fields, max_bytes: int | None = None
+) -> Iterator[pa.Table]:
+    """One row per non-blank line; bad lines become rows with a reason. A line longer than
+    `JSONL_LINE_FACTOR * max_bytes` is a `too_large` row, skipped without being held."""
+    limit = JSONL_LINE_FACTOR * max_bytes if max_bytes is not None else -1
     line_no = 0
     try:
-        for line_no, raw in enumerate(stream, start=1):
-            if not raw.strip():
+        while raw := stream.readline(limit + 1 if limit >= 0 else -1):
+            line_no += 1
+            fallback_id = f"{out.source.name}:{line_no}"
+            if limit >= 0 and len(raw) > limit and not raw.endswith(b"\n"):
+                size = len(raw) + _drain(stream, line=True)
+                out.add(fallback_id, reason="too_large", raw_bytes=size)
+            elif not raw.strip():
                 continue
-            _jsonl_row(raw, f"{out.source.name}:{line_no}", out, fields)
+            else:
+                _jsonl_row(raw, fallback_id, out, fields)
             if out.full():
                 yield out.flush()
     except _IO_ERRORS as exc:
@@ -148,19 +172,29 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def read_html(stream: Any, out: Batcher, fields: Fields) -> Iterator[pa.Table]:
-    """A whole HTML file is one document."""
+def read_html(
+    stream: Any, out: Batcher, fields: Fields, max_bytes: int | None = None
+) -> Iterator[pa.Table]:
+    """A whole HTML file is one document (`too_large`, not held, past `max_bytes`)."""
     try:
-        payload = stream.read()
+        payload = stream.read(max_bytes + 1 if max_bytes is not None else -1)
+        oversize = max_bytes is not None and len(payload) > max_bytes
+        size = len(payload) + (_drain(stream) if oversize else 0)
     except _IO_ERRORS as exc:
         out.add(out.source.name, reason="truncated_input", meta={"error": str(exc)[:200]})
     else:
-        out.add(out.source.name, payload=payload, content_type="text/html", raw_bytes=len(payload))
+        if oversize:
+            out.add(out.source.name, reason="too_large", raw_bytes=size)
+        else:
+            out.add(out.source.name, payload=payload, content_type="text/html", raw_bytes=size)
     yield out.flush()
 
 
-def read_warc(stream: Any, out: Batcher, fields: Fields) -> Iterator[pa.Table]:
-    """HTTP response (and resource) records; a truncated record ends the file with a reject row."""
+def read_warc(
+    stream: Any, out: Batcher, fields: Fields, max_bytes: int | None = None
+) -> Iterator[pa.Table]:
+    """HTTP response (and resource) records; a truncated record ends the file with a reject row.
+    A payload over `max_bytes` is a `too_large` row, skipped without being held."""
     from warcio.archiveiterator import ArchiveIterator
 
     offset = 0
@@ -169,7 +203,7 @@ def read_warc(stream: Any, out: Batcher, fields: Fields) -> Iterator[pa.Table]:
         for record in iterator:
             if record.rec_type not in ("response", "resource"):
                 continue
-            offset = _warc_row(record, iterator, out)
+            offset = _warc_row(record, iterator, out, max_bytes)
             if out.full():
                 yield out.flush()
     except Exception as exc:  # warcio raises anything (AttributeError, ...) on damaged records
@@ -182,8 +216,11 @@ def read_warc(stream: Any, out: Batcher, fields: Fields) -> Iterator[pa.Table]:
         yield table
 
 
-def _warc_row(record: Any, iterator: Any, out: Batcher) -> int:
-    payload = record.content_stream().read()  # before get_record_offset, which consumes it
+def _warc_row(record: Any, iterator: Any, out: Batcher, max_bytes: int | None) -> int:
+    content = record.content_stream()
+    payload = content.read(max_bytes + 1 if max_bytes is not None else -1)  # before the offset
+    oversize = max_bytes is not None and len(payload) > max_bytes
+    size = len(payload) + (_drain(content) if oversize else 0)
     offset = iterator.get_record_offset()
     headers = record.rec_headers
     doc_id = headers.get_header("WARC-Record-ID") or f"{out.source.name}@{offset}"
@@ -200,9 +237,10 @@ def _warc_row(record: Any, iterator: Any, out: Batcher) -> int:
         doc_id.strip("<>"),
         url=url,
         meta=meta,
-        payload=payload,
+        payload=None if oversize else payload,
         content_type=content_type or "",
-        raw_bytes=len(payload),
+        reason="too_large" if oversize else None,
+        raw_bytes=size,
     )
     return offset
 
@@ -251,21 +289,26 @@ def read_file(
     fields: Fields = Fields(),
     on_unreadable: str = "error",
     stats: dict[str, int] | None = None,
+    max_input_bytes: int | None = None,
 ) -> Iterator[pa.Table]:
     """Stream one input file as RAW_SCHEMA tables of at most `batch_rows` rows.
+
+    `max_input_bytes` (the extract stage's) bounds what one record may make the reader hold: an
+    HTML page or WARC payload over it (a JSON line over `JSONL_LINE_FACTOR` times it) is read
+    past, counted, and becomes a `too_large` row, so a compression bomb costs no memory.
 
     Rows of parts in `skip_parts` (already written by an earlier run) are counted, not emitted.
     When the file is exhausted, `stats` holds the rows (`records`), raw `bytes` and the
     `id_collisions` (ids repeated inside the file, made unique) it produced.
     """
     out = Batcher(source, shard_rows, batch_rows, eval_fraction, skip_parts)
-    yield from _read_into(source, out, fields, on_unreadable)
+    yield from _read_into(source, out, fields, on_unreadable, max_input_bytes)
     if stats is not None:
         stats.update(records=out.count, bytes=out.bytes, id_collisions=out.collisions)
 
 
 def _read_into(
-    source: InputFile, out: Batcher, fields: Fields, on_unreadable: str
+    source: InputFile, out: Batcher, fields: Fields, on_unreadable: str, max_bytes: int | None
 ) -> Iterator[pa.Table]:
     filesystem, path = filesystem_for(source.path)
     try:
@@ -280,7 +323,7 @@ def _read_into(
                 "on_unreadable=reject"
             ) from None
         reader = {"jsonl": read_jsonl, "html": read_html, "warc": read_warc}[source.format]
-        for table in reader(stream, out, fields):
+        for table in reader(stream, out, fields, max_bytes):
             if table is not None:
                 yield table
     except InputError as exc:

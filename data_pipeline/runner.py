@@ -163,6 +163,12 @@ def _read_resources(actors: bool, cpus: int) -> dict[str, Any]:
     return {"num_cpus": 0, "compute": ray.data.TaskPoolStrategy(size=cpus)}
 
 
+def _max_input_bytes(stages: list[Stage]) -> int | None:
+    """The extract stage's record size limit: what one record may make a reader hold."""
+    extract = next((s for s in stages if s.name == "extract"), None)
+    return getattr(extract.config, "max_input_bytes", None) if extract is not None else None
+
+
 def _build_dataset(
     config: PipelineConfig,
     stages: list[Stage],
@@ -179,6 +185,7 @@ def _build_dataset(
         "eval_fraction": config.eval_fraction,
         "fields": Fields(text=config.text_field, id=config.id_field),
         "on_unreadable": config.on_unreadable,
+        "max_input_bytes": _max_input_bytes(stages),
     }
     head, _ = global_parts.plan(stages)
     ds = ray.data.from_items(todo, override_num_blocks=len(todo)).map_batches(

@@ -53,7 +53,9 @@ class ExtractConfig(StageConfig):
     extractor: Literal["resiliparse", "trafilatura"] = "resiliparse"
     """HTML main-text extractor: resiliparse (fast) or Trafilatura (the FineWeb choice)."""
     max_input_bytes: int = Field(5_000_000, gt=0)
-    """Records larger than this (raw HTML or text bytes) are rejected as too_large, unparsed."""
+    """Records larger than this (raw HTML or text bytes) are rejected as too_large, unparsed. The
+    readers apply it too (a JSON line may be 8 times it), so such a record is read past, never
+    held whole: a compression bomb costs a worker no memory."""
     timeout_s: float = Field(5.0, gt=0)
     """Per-document extraction limit in CPU-seconds of the extracting thread (not wall time, so
     machine load and worker count cannot change which documents hit it); a document that uses

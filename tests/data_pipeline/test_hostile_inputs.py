@@ -1,0 +1,135 @@
+"""Hostile inputs no other test had: a compression bomb (a small file that expands to one huge
+record) must cost the reader a bounded amount of memory and become a `too_large` reject, with
+every byte and the records after it accounted for."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tracemalloc
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from data_pipeline.readers import InputFile, detect_format, read_file
+
+CAP = 256 << 10  # the extract stage's max_input_bytes in these tests
+HUGE = 64 << 20  # what the bomb's one record expands to (the file is a few hundred KB)
+
+
+def _read(path: Path, stats: dict) -> pa.Table:
+    fmt, stem = detect_format(str(path))
+    options = {"shard_rows": 100, "batch_rows": 10, "eval_fraction": 0.0, "stats": stats}
+    tables = read_file(InputFile(str(path), fmt, stem), max_input_bytes=CAP, **options)
+    return pa.concat_tables(list(tables))
+
+
+def _read_peak(path: Path) -> tuple[pa.Table, dict, int]:
+    """Every row the reader gives for `path`, its stats and the peak Python memory it used
+    (after a first read of a small file of the same format, so imports are not counted)."""
+    small = path.with_name("small" + path.name[path.name.find(".") :])
+    with (gzip.open if small.suffix == ".gz" else open)(small, "wb") as handle:
+        handle.write(b'{"text": "warm"}\n' if ".jsonl" in small.name else b"<p>warm</p>")
+    _read(small, {})
+    stats: dict = {}
+    tracemalloc.start()
+    try:
+        table = _read(path, stats)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return table, stats, peak
+
+
+def _gzip(path: Path, head: bytes, filler: bytes, tail: bytes) -> int:
+    """Write head + filler repeated to HUGE bytes + tail, gzip'd; return the record's size."""
+    with gzip.open(path, "wb", compresslevel=1) as handle:
+        handle.write(head)
+        chunk = filler * ((1 << 20) // len(filler))
+        for _ in range(HUGE // len(chunk)):
+            handle.write(chunk)
+        handle.write(tail)
+    return len(head) + HUGE // len(chunk) * len(chunk)
+
+
+def _warc_record(payload_size: int, uri: str) -> tuple[bytes, bytes]:
+    """A WARC response record's head (headers) and the HTTP header block of its payload."""
+    http = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n"
+    warc = (
+        "WARC/1.0\r\nWARC-Type: response\r\n"
+        f"WARC-Record-ID: <urn:uuid:{uri}>\r\nWARC-Target-URI: http://{uri}/\r\n"
+        "WARC-Date: 2026-12-01T00:00:00Z\r\nContent-Type: application/http; msgtype=response\r\n"
+        f"Content-Length: {len(http) + payload_size}\r\n\r\n"
+    ).encode()
+    return warc, http
+
+
+def test_jsonl_bomb_is_a_bounded_too_large_reject_and_the_next_line_is_read(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "bomb.jsonl.gz"
+    tail = b'"}\n{"id": "after", "text": "a small document after the bomb"}\n'
+    size = _gzip(path, b'{"id": "bomb", "text": "', b"a", tail) + 3  # the line with `"}\n`
+    table, stats, peak = _read_peak(path)
+    rows = {r["id"]: r for r in table.to_pylist()}
+    bomb = rows["bomb/bomb.jsonl.gz:1"]  # named by its line: its id was never parsed
+    assert bomb["_read_reason"] == "too_large" and bomb["text"] is None
+    assert bomb["_raw_bytes"] == size  # every byte counted in the ledger
+    assert rows["bomb/after"]["text"] == "a small document after the bomb"
+    assert stats["records"] == 2 and stats["bytes"] == size + len(tail) - 3
+    assert peak < HUGE // 4, f"reader held {peak / 1e6:.0f} MB for one {HUGE >> 20} MB record"
+
+
+def test_html_bomb_is_a_bounded_too_large_reject(tmp_path: Path) -> None:
+    path = tmp_path / "page.html.gz"
+    size = _gzip(path, b"<html><body>", b"<p>aaaa</p>", b"</body></html>") + 14
+    table, stats, peak = _read_peak(path)
+    [row] = table.to_pylist()
+    assert row["_read_reason"] == "too_large" and row["_payload"] is None
+    assert row["_raw_bytes"] == size == stats["bytes"]
+    assert peak < HUGE // 4, f"reader held {peak / 1e6:.0f} MB for one {HUGE >> 20} MB page"
+
+
+def test_warc_bomb_record_is_a_bounded_too_large_reject_and_the_next_record_is_read(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "crawl.warc.gz"
+    warc, http = _warc_record(HUGE, "bomb.example")
+    small_body = b"<html><body><p>a small page after the bomb</p></body></html>"
+    warc2, http2 = _warc_record(len(small_body), "small.example")
+    # one gzip member per record, as crawlers write them
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=1) as member:
+        member.write(warc + http)
+        chunk = b"a" * (1 << 20)
+        for _ in range(HUGE >> 20):
+            member.write(chunk)
+        member.write(b"\r\n\r\n")
+    with gzip.GzipFile(fileobj=out, mode="wb") as member:
+        member.write(warc2 + http2 + small_body + b"\r\n\r\n")
+    path.write_bytes(out.getvalue())
+    table, stats, peak = _read_peak(path)
+    rows = {r["url"]: r for r in table.to_pylist()}
+    assert rows["http://bomb.example/"]["_read_reason"] == "too_large"
+    assert rows["http://bomb.example/"]["_raw_bytes"] == HUGE
+    assert rows["http://small.example/"]["_payload"] == small_body
+    assert stats["records"] == 2
+    assert peak < HUGE // 4, f"reader held {peak / 1e6:.0f} MB for one {HUGE >> 20} MB record"
+
+
+@pytest.mark.parametrize("size", [CAP - 40, CAP + 1])
+def test_records_near_the_cap_are_read_whole_or_rejected_like_extract_does(
+    tmp_path: Path, size: int
+) -> None:
+    """A page of exactly the limit is read whole (extract parses it); one byte over is rejected
+    when read, as extract would have rejected it."""
+    path = tmp_path / "page.html"
+    body = b"<html><body>" + b"a" * (size - 26) + b"</body></html>"
+    path.write_bytes(body)
+    table, _, _ = _read_peak(path)
+    [row] = table.to_pylist()
+    if len(body) <= CAP:
+        assert row["_read_reason"] is None and row["_payload"] == body
+    else:
+        assert row["_read_reason"] == "too_large" and row["_raw_bytes"] == len(body)
