@@ -125,3 +125,32 @@ def test_set_on_a_mixture_component_changes_the_recipe(tmp_path):
     assert changed.recipe.components[1] == base.recipe.components[1]
     with pytest.raises(ConfigError, match="recipe.components.3.max_epochs"):
         load_config(MixtureConfig, "configs/mixture.yaml", ["recipe.components.3.max_epochs=x"])
+
+
+def test_duplicate_key_is_refused_naming_key_and_lines(tmp_path):
+    """YAML takes the last of two equal keys silently: `output:` written twice would send the
+    run somewhere the reader of the file did not expect."""
+    path = tmp_path / "c.yaml"
+    path.write_text("name: a\nrules:\n  min_words: 3\n  min_words: 9\n")
+    with pytest.raises(ConfigError, match=r"c.yaml line 4: key 'min_words' appears twice"):
+        load_config(Outer, path)
+    path.write_text("name: a\nname: b\n")
+    with pytest.raises(ConfigError, match="line 2: key 'name' appears twice.*line 1"):
+        load_config(Outer, path)
+    path.write_text("rules: {min_words: 3, min_words: 4}\n")
+    with pytest.raises(ConfigError, match="line 1: key 'min_words' appears twice"):
+        load_config(Outer, path)
+    path.write_text("base: &base {min_words: 3}\nrules:\n  <<: *base\n  min_words: 4\n")
+    with pytest.raises(ConfigError, match="unknown key 'base'"):  # a merge key may be overridden
+        load_config(Outer, path)
+
+
+def test_config_that_is_not_utf8_or_has_a_python_tag_is_a_one_line_error(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"\xff\xfename: a\n")
+    with pytest.raises(ConfigError, match="c.yaml: not UTF-8 text"):
+        load_config(Outer, path)
+    path.write_text("name: !!python/object/apply:os.system ['touch pwned']\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(Outer, path)
+    assert not (tmp_path / "pwned").exists()
