@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -22,12 +23,64 @@ def _skip_reason(name: str) -> str | None:
     return None
 
 
+def _not_read(path: str) -> str:
+    """Why a path found while walking a local directory is not a file to read."""
+    if not os.path.exists(path):
+        return "symbolic link that points to nothing"
+    return "not a regular file (a FIFO, socket or device)"
+
+
+def _walk_local(root: str, skipped: list[dict[str, str]]) -> list[str]:
+    """Regular files under a local directory, following links to directories once each: a link
+    to a directory already walked (a loop, or a second path to it) is listed in `skipped`, as
+    is a path that is not a regular file (reading a FIFO would block)."""
+    found, odd, seen = [], [], set()
+
+    def refuse(exc: OSError) -> None:
+        raise InputError(f"input {root}: cannot list {exc.filename} ({exc.strerror})")
+
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=refuse):
+        info = os.stat(dirpath)
+        if (info.st_dev, info.st_ino) in seen:
+            odd.append({"path": dirpath, "reason": "symbolic link to a directory already read"})
+            dirnames[:] = []
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if os.path.isfile(path):
+                found.append(path)
+            else:
+                odd.append({"path": path, "reason": _not_read(path)})
+    files = _keep_readable(sorted(found), skipped, root=root.rstrip("/") or "/")
+    skipped.extend(sorted(odd, key=lambda item: item["path"]))
+    return files
+
+
+def _glob_local(entry: str, skipped: list[dict[str, str]]) -> list[str]:
+    """A local glob; `**` descends only a tree without symbolic link loops (glob follows
+    them forever), else a one-line error naming the link."""
+    if "**" in entry:
+        static = entry[: min(entry.find(c) for c in "*?[" if c in entry)].rsplit("/", 1)[0]
+        loops: list[dict[str, str]] = []
+        if os.path.isdir(static or "."):
+            _walk_local(static or ".", loops)
+        loop = next((s for s in loops if "already read" in s["reason"]), None)
+        if loop is not None:
+            raise InputError(
+                f"input {entry}: {loop['path']} is a symbolic link loop (to a directory above "
+                "or beside it); `**` would follow it forever: remove the link or name the "
+                "directory itself (a directory input reads each file once)"
+            )
+    matched = sorted(p for p in glob.glob(entry, recursive=True) if Path(p).is_file())
+    return _keep_readable(matched, skipped)
+
+
 def _expand(entry: str, skipped: list[dict[str, str]]) -> list[str]:
     """Files named by one entry: a file, a directory (recursive), a local glob, or a URI. Files
     of a directory or glob that are not read go to `skipped` with their reason."""
     if "://" not in entry and any(ch in entry for ch in "*?["):
-        matched = sorted(p for p in glob.glob(entry, recursive=True) if Path(p).is_file())
-        return _keep_readable(matched, skipped)
+        return _glob_local(entry, skipped)
     filesystem, path = filesystem_for(entry)
     try:
         info = filesystem.get_file_info(path)
@@ -39,6 +92,13 @@ def _expand(entry: str, skipped: list[dict[str, str]]) -> list[str]:
         raise InputError(f"input {entry} does not exist; fix inputs in the config")
     if info.type == pafs.FileType.File:
         return [entry]
+    if info.type != pafs.FileType.Directory:
+        raise InputError(
+            f"input {entry} is not a regular file or directory (a FIFO, socket or device); "
+            "copy its records to a file"
+        )
+    if "://" not in entry:
+        return _walk_local(path, skipped)
     selector = pafs.FileSelector(path, recursive=True)
     prefix = entry.split("://", 1)[0] + "://" if "://" in entry else ""
     found = [

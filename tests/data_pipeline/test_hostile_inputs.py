@@ -1,11 +1,16 @@
-"""Hostile inputs no other test had: a compression bomb (a small file that expands to one huge
+"""Hostile inputs no other test had. A compression bomb (a small file that expands to one huge
 record) must cost the reader a bounded amount of memory and become a `too_large` reject, with
-every byte and the records after it accounted for."""
+every byte and the records after it accounted for. A directory holding a symbolic link loop, a
+FIFO or a link to nothing is planned in bounded time with each of them accounted for."""
 
 from __future__ import annotations
 
 import gzip
 import io
+import json
+import os
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -133,3 +138,71 @@ def test_records_near_the_cap_are_read_whole_or_rejected_like_extract_does(
         assert row["_read_reason"] is None and row["_payload"] == body
     else:
         assert row["_read_reason"] == "too_large" and row["_raw_bytes"] == len(body)
+
+
+def _tree_with_a_loop(tmp_path: Path) -> Path:
+    """root/{a.jsonl, sub/b.jsonl, sub/up -> .., sub/self -> root, pipe.jsonl (a FIFO),
+    dangling.jsonl -> nowhere}."""
+    root = tmp_path / "crawl"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.jsonl").write_text('{"text": "one document"}\n')
+    (root / "sub" / "b.jsonl").write_text('{"text": "another document"}\n')
+    (root / "sub" / "up").symlink_to("..")
+    (root / "sub" / "self").symlink_to(root)
+    os.mkfifo(root / "pipe.jsonl")
+    (root / "dangling.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    return root
+
+
+def _plan_in_child(entries: list[str]) -> tuple[list[str], list[dict], str]:
+    """plan_inputs in a child process with a time limit (a loop would never return)."""
+    code = (
+        "import json, sys\n"
+        "from data_pipeline.inputs import plan_inputs\n"
+        "from pretrain.errors import InputError\n"
+        "skipped = []\n"
+        "try:\n"
+        "    files = [f.path for f in plan_inputs(json.loads(sys.argv[1]), skipped)]\n"
+        "    print(json.dumps([files, skipped, '']))\n"
+        "except InputError as exc:\n"
+        "    print(json.dumps([[], skipped, str(exc)]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(entries)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("RAY_")},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    files, skipped, error = json.loads(done.stdout)
+    return files, skipped, error
+
+
+def test_directory_with_a_symlink_loop_fifo_and_dangling_link_is_planned_and_accounted(
+    tmp_path: Path,
+) -> None:
+    root = _tree_with_a_loop(tmp_path)
+    files, skipped, error = _plan_in_child([str(root)])
+    assert error == ""
+    assert files == [str(root / "a.jsonl"), str(root / "sub" / "b.jsonl")]  # each once
+    reasons = {s["path"]: s["reason"] for s in skipped}
+    assert set(reasons) == {
+        str(root / "pipe.jsonl"),
+        str(root / "dangling.jsonl"),
+        str(root / "sub" / "up"),
+        str(root / "sub" / "self"),
+    }
+    assert "not a regular file" in reasons[str(root / "pipe.jsonl")]
+    assert "points to nothing" in reasons[str(root / "dangling.jsonl")]
+    assert "already read" in reasons[str(root / "sub" / "up")]
+
+
+def test_recursive_glob_over_a_symlink_loop_and_a_fifo_named_directly_are_one_line_errors(
+    tmp_path: Path,
+) -> None:
+    root = _tree_with_a_loop(tmp_path)
+    files, _, error = _plan_in_child([f"{root}/**/*.jsonl"])
+    assert not files and "symbolic link" in error and "loop" in error, error
+    _, _, error = _plan_in_child([str(root / "pipe.jsonl")])
+    assert "not a regular file" in error, error
