@@ -162,6 +162,32 @@ def plan_inputs(
     return files
 
 
+def _inside(path: str, folder: str) -> bool:
+    if "://" in path or "://" in folder:
+        return (path.rstrip("/") + "/").startswith(folder.rstrip("/") + "/")
+    resolved, container = Path(path).resolve(), Path(folder).resolve()
+    return resolved == container or container in resolved.parents
+
+
+def check_output_apart(
+    entries: tuple[str, ...] | list[str], output: str, files: list[InputFile]
+) -> None:
+    """Refuse an output inside a directory input, or an input file inside the output: the next
+    run would read the job's own shards as input documents (a second copy of each)."""
+    for entry in entries:
+        if not any(ch in entry for ch in "*?[") and _inside(output, entry):
+            raise InputError(
+                f"output {output} lies inside the input directory {entry}: a re-run would read "
+                "its own shards as input; write the output outside every input directory"
+            )
+    for item in files:
+        if _inside(item.path, output):
+            raise InputError(
+                f"input {item.path} lies inside the output {output}: the job would read its own "
+                "shards as input; write the output elsewhere or name the inputs apart from it"
+            )
+
+
 def check_openable(item: InputFile, text_field: str) -> None:
     """Fail fast, in the driver, on a file that cannot be read at all (one line naming it)."""
     filesystem, path = filesystem_for(item.path)

@@ -41,7 +41,12 @@ from data_pipeline import (
 )
 from data_pipeline.config import PipelineConfig
 from data_pipeline.fingerprint import model_hashes, output_is_foreign, prepare_output
-from data_pipeline.inputs import check_openable, input_artifacts, plan_inputs
+from data_pipeline.inputs import (
+    check_openable,
+    check_output_apart,
+    input_artifacts,
+    plan_inputs,
+)
 from data_pipeline.readers import Fields
 from data_pipeline.stages.base import GlobalStage, Stage
 from data_pipeline.stages.registry import (
@@ -131,6 +136,7 @@ def preflight(
     for stage in stages:
         stage.check()
     inputs = plan_inputs(config.inputs, skipped)
+    check_output_apart(config.inputs, config.output, inputs)
     if config.on_unreadable == "error":
         for item in inputs:
             check_openable(item, config.text_field)
@@ -164,9 +170,9 @@ def _read_resources(actors: bool, cpus: int) -> dict[str, Any]:
 
 
 def _max_input_bytes(stages: list[Stage]) -> int | None:
-    """The extract stage's record size limit: what one record may make a reader hold."""
-    extract = next((s for s in stages if s.name == "extract"), None)
-    return getattr(extract.config, "max_input_bytes", None) if extract is not None else None
+    """The smallest record size limit of the stages: what one record may make a reader hold."""
+    limits = [limit for s in stages if (limit := s.record_limit()) is not None]
+    return min(limits, default=None)
 
 
 def _build_dataset(

@@ -109,6 +109,11 @@ class Stage(ABC):
         the driver: what `aggregate` learnt). Default: None, nothing recorded."""
         return None
 
+    def record_limit(self) -> int | None:
+        """Bytes past which this stage rejects a raw record unparsed: the readers then read past
+        such a record without holding it (a compression bomb costs no memory). Default: none."""
+        return None
+
     @abstractmethod
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Return `batch` with this stage's columns appended (same rows, same order)."""

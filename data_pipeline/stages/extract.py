@@ -186,6 +186,9 @@ class ExtractStage(Stage):
             else _trafilatura(config.favor_precision)
         )
 
+    def record_limit(self) -> int | None:
+        return self.config.max_input_bytes  # type: ignore[attr-defined]
+
     def __call__(self, batch: pa.Table) -> pa.Table:
         if not hasattr(self, "_extract"):
             self.setup()

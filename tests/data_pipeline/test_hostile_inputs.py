@@ -15,9 +15,11 @@ import tracemalloc
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from data_pipeline.readers import InputFile, detect_format, read_file
+from pretrain_app.cli import main
 
 CAP = 256 << 10  # the extract stage's max_input_bytes in these tests
 HUGE = 64 << 20  # what the bomb's one record expands to (the file is a few hundred KB)
@@ -206,3 +208,47 @@ def test_recursive_glob_over_a_symlink_loop_and_a_fifo_named_directly_are_one_li
     assert not files and "symbolic link" in error and "loop" in error, error
     _, _, error = _plan_in_child([str(root / "pipe.jsonl")])
     assert "not a regular file" in error, error
+
+
+@pytest.mark.ray
+def test_data_run_rejects_a_bomb_unparsed_and_accounts_for_a_fifo(
+    ray_local, tmp_path: Path
+) -> None:
+    """Through the real runner: the extract stage's limit reaches the readers (the bomb's row is
+    rejected when read, never parsed: no extractor), a FIFO in the input directory is in the
+    ledger's skipped_files, and the ledger balances."""
+    crawl = tmp_path / "crawl"
+    crawl.mkdir()
+    _gzip(crawl / "bomb.jsonl.gz", b'{"text": "', b"a", b'"}\n{"text": "after the bomb"}\n')
+    os.mkfifo(crawl / "pipe.jsonl")
+    out, config = tmp_path / "out", tmp_path / "job.yaml"
+    config.write_text(f"inputs: [{crawl}]\noutput: {out}\n")
+    argv = ["data", "run", str(config), "--set", f"stages.extract.max_input_bytes={CAP}", "-q"]
+    assert main(argv) == 0
+    ledger = json.loads((out / "ledger.json").read_text())
+    assert ledger["conservation"]["balanced"] and ledger["documents_in"] == 2
+    [extract] = [s for s in ledger["stages"] if s["stage"] == "extract"]
+    assert {k: v["documents"] for k, v in extract["reasons"].items()} == {"too_large": 1}
+    assert [s["path"] for s in ledger["skipped_files"]] == [str(crawl / "pipe.jsonl")]
+    [reject] = pq.read_table(next((out / "rejects").glob("*.pq"))).to_pylist()
+    assert reject["extract_reason"] == "too_large" and reject["extractor"] is None
+    [kept] = pq.read_table(next((out / "data").glob("*.parquet"))).to_pylist()
+    assert kept["text"] == "after the bomb"
+
+
+def test_output_inside_an_input_directory_is_refused_before_any_work(tmp_path: Path) -> None:
+    """A re-run would read the job's own shards (data/*.parquet) as input documents."""
+    crawl = tmp_path / "crawl"
+    crawl.mkdir()
+    (crawl / "a.jsonl").write_text('{"text": "one document"}\n')
+    for output, inputs in (
+        (crawl / "out", [crawl]),
+        (tmp_path / "o", [tmp_path / "o" / "x.jsonl"]),
+    ):
+        output.mkdir(exist_ok=True)
+        (output / "x.jsonl").write_text('{"text": "one document"}\n')
+        config = tmp_path / "job.yaml"
+        config.write_text(f"inputs: {[str(p) for p in inputs]}\noutput: {output}\n")
+        argv = ["data", "run", str(config), "--dry-run"]
+        assert main(argv) == 2
+    assert not (crawl / "out" / "manifest.json").exists()
