@@ -221,6 +221,12 @@ def _warc_row(record: Any, iterator: Any, out: Batcher, max_bytes: int | None) -
     payload = content.read(max_bytes + 1 if max_bytes is not None else -1)  # before the offset
     oversize = max_bytes is not None and len(payload) > max_bytes
     size = len(payload) + (_drain(content) if oversize else 0)
+    # The file ended before the record's Content-Length (what is left of the record once its
+    # payload is read, e.g. a chunked body's trailer, is read past): part of a page is no document.
+    raw = record.raw_stream
+    if hasattr(raw, "limit"):
+        _drain(raw)
+    truncated = getattr(raw, "limit", 0) > 0
     offset = iterator.get_record_offset()
     headers = record.rec_headers
     doc_id = headers.get_header("WARC-Record-ID") or f"{out.source.name}@{offset}"
@@ -237,9 +243,9 @@ def _warc_row(record: Any, iterator: Any, out: Batcher, max_bytes: int | None) -
         doc_id.strip("<>"),
         url=url,
         meta=meta,
-        payload=None if oversize else payload,
+        payload=None if oversize or truncated else payload,
         content_type=content_type or "",
-        reason="too_large" if oversize else None,
+        reason="truncated_record" if truncated else "too_large" if oversize else None,
         raw_bytes=size,
     )
     return offset

@@ -252,3 +252,24 @@ def test_output_inside_an_input_directory_is_refused_before_any_work(tmp_path: P
         argv = ["data", "run", str(config), "--dry-run"]
         assert main(argv) == 2
     assert not (crawl / "out" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("suffix", [".warc", ".warc.gz"])
+def test_warc_record_cut_short_of_its_content_length_is_a_truncated_record(
+    tmp_path: Path, suffix: str
+) -> None:
+    """A record declaring 10 GB whose file ends after a few bytes: part of a page is not a
+    document (it was kept as one), and the reader never asks for the declared 10 GB."""
+    page = b"<html><body><p>a whole page</p></body></html>"
+    warc, http = _warc_record(len(page), "whole.example")
+    cut, cut_http = _warc_record(10_000_000_000 - 44, "cut.example")
+    data = warc + http + page + b"\r\n\r\n" + cut + cut_http + b"<html><body><p>only the start"
+    path = tmp_path / f"cut{suffix}"
+    path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+    table, stats, peak = _read_peak(path)
+    rows = {r["url"]: r for r in table.to_pylist()}
+    assert rows["http://whole.example/"]["_payload"] == page
+    assert rows["http://whole.example/"]["_read_reason"] is None
+    assert rows["http://cut.example/"]["_read_reason"] == "truncated_record"
+    assert rows["http://cut.example/"]["_payload"] is None and stats["records"] == 2
+    assert peak < HUGE // 4
