@@ -6,7 +6,6 @@ clauses are still a fixed model: see the session report)."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -53,6 +52,7 @@ def _with_tag(shards_dir: Path, root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow  # ~45 s under load: megatron-core's first import, a real encode
 def test_a_tag_declared_once_by_a_stage_reaches_every_reader(
     plugin_tag, tokenizer_dir: Path, shards_dir: Path, tmp_path: Path
 ) -> None:
@@ -88,10 +88,3 @@ def test_a_tag_declared_once_by_a_stage_reaches_every_reader(
         pq.write_table(pq.read_table(tmp_path / "enc" / name).drop(["toy_chars"]), older / name)
     column = load_sidecars(older, prefixes).table.column("toy_chars")
     assert column.type == pa.int64() and column.null_count == len(column)
-
-    shutil.rmtree(tmp_path / "enc")  # and a shards artifact without the column: typed nulls
-    encode(tokenizer_dir, shards_dir, tmp_path / "enc", backend="inline", min_prefix_documents=200)
-    for path in sorted((tmp_path / "enc").glob("*.docs.parquet")):
-        table = pq.read_table(path)
-        assert table.schema.field("toy_chars").type == pa.int32()
-        assert table.column("toy_chars").null_count == table.num_rows
