@@ -228,6 +228,10 @@ def _build_dataset(
     )
 
 
+MERGE_CPUS = 0.5
+"""CPUs one merge task reserves (the stream is done when they run)."""
+
+
 def _merge(
     config: PipelineConfig,
     stages: list[Stage],
@@ -254,7 +258,11 @@ def _merge(
     return ray.data.from_items(
         [{"shard": s} for s in shards], override_num_blocks=max(1, len(shards))
     ).map_batches(
-        workers.merge_shards, batch_size=1, batch_format="pyarrow", num_cpus=0.5, fn_kwargs=writer
+        workers.merge_shards,
+        batch_size=1,
+        batch_format="pyarrow",
+        num_cpus=MERGE_CPUS,
+        fn_kwargs=writer,
     )
 
 

@@ -2,11 +2,18 @@
 
 Ray: one local instance per test session, 2 CPUs, dashboard off, started only by tests that ask
 for the `ray_local` fixture.
+
+`clean_demos`: two `pretrain demo` runs from clean (each its own process, clean environment, own
+output directory), made once per session for the slow tests that compare them (the ablation's
+decision: tests/evals/test_demo_stable.py; the locked tokenizer: tests/tokenizer/
+test_demo_tokenizer_id.py), so the ~2 minutes a demo takes are spent twice, not four times.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -42,3 +49,26 @@ def ray_local():
 @pytest.fixture
 def repo_root() -> Path:
     return REPO
+
+
+def clean_env() -> dict[str, str]:
+    """This environment without what an earlier `ray.init()` or a PRETRAIN_* setting left."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PRETRAIN_"))}
+
+
+@pytest.fixture(scope="session")
+def clean_demos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The output directories of two `pretrain demo` runs from clean (see the module docstring)."""
+    root = tmp_path_factory.mktemp("clean-demos")
+    outs = (root / "a", root / "b")
+    for out in outs:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pretrain_app", "demo", "--out", str(out)],
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=2400,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return outs

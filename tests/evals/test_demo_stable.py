@@ -5,9 +5,6 @@ launch passes the gate on that evidence rather than falling back to --override-g
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,20 +12,7 @@ import pytest
 from pretrain.manifest import load_manifest
 
 
-def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PRETRAIN_"))}
-
-
-def _demo(out: Path) -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pretrain_app", "demo", "--out", str(out)],
-        env=_clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=2400,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+def _decision(out: Path) -> dict:
     report = json.loads((out / "ablation" / "report.json").read_text())
     ranking = report["ranking"][report["primary_proxy"]]
     return {
@@ -42,8 +26,8 @@ def _demo(out: Path) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.timeout(5000)
-def test_demo_decision_is_the_same_twice_from_clean(tmp_path):
-    first, second = _demo(tmp_path / "a"), _demo(tmp_path / "b")
+def test_demo_decision_is_the_same_twice_from_clean(clean_demos: tuple[Path, Path]) -> None:
+    first, second = (_decision(out) for out in clean_demos)  # tests/conftest.py: from clean
     for key in ("chosen", "passed", "order", "gate"):
         assert first[key] == second[key], key
     assert first["passed"] is True and first["gate"] == "passed"
