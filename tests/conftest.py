@@ -31,7 +31,11 @@ DATA = Path(__file__).resolve().parent / "data"
 
 @pytest.fixture(scope="session")
 def ray_local():
-    """A local Ray instance shared by the whole test session (2 CPUs, loopback only)."""
+    """A local Ray instance shared by the whole test session (2 CPUs). A plain `ray.init()`, so
+    NOT loopback-only (its node address is the machine's; tests/data_pipeline/raytools.py's
+    `start_node` says why): tests drive other processes to it by its GCS address, which a
+    loopback-only Ray would need them to reach with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0. A job's
+    own local Ray (pretrain.rayinit.connect) is loopback-only."""
     import ray
 
     if not ray.is_initialized():

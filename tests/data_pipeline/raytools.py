@@ -18,6 +18,8 @@ import psutil
 REPO = Path(__file__).resolve().parents[2]
 RAY = Path(sys.executable).with_name("ray")
 DATA = REPO / "tests" / "data" / "data_pipeline"
+LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+"""In a Ray process's environment: a loopback address stays loopback (see `start_node`)."""
 
 
 def clean_env(home: Path, **extra: str) -> dict[str, str]:
@@ -109,10 +111,26 @@ def start_node(
     port: int = 0,
     head_address: str = "",
     dashboard_port: int = 0,
+    loopback_only: bool = False,
 ) -> subprocess.Popen[bytes]:
     """`ray start --head` (or a node joining `head_address`) on loopback, in its own process
     group so the test can end exactly what it started (never `ray stop`: it kills every Ray
-    process on the machine)."""
+    process on the machine).
+
+    `--node-ip-address=127.0.0.1` alone does not keep a node on loopback: Ray 2.60's `ray start`
+    (and `ray.init(address=...)`, `ray status --address`) pass every loopback address through
+    `services.resolve_ip_for_localhost`, which maps it to the machine's address unless
+    `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` (`ray_constants.ENABLE_RAY_CLUSTER`). Measured on a head
+    with the job server: without it the GCS, raylet, agents and client server listen on `::` /
+    0.0.0.0 / the machine's IP and a job's RAY_ADDRESS is the machine's IP; with it
+    (`loopback_only`) every one listens on 127.0.0.1 and RAY_ADDRESS is 127.0.0.1. It cannot
+    serve a cluster of two nodes: under it `ray start --address` refuses to join ("Multi-node Ray
+    clusters are not supported on Windows and OSX"), and without it the joining node maps the
+    head's 127.0.0.1 to the machine's IP, where a loopback-only head does not listen. A driver that
+    connects by address needs the variable too (`LOOPBACK_ONLY`), so a test of what a user's own
+    shell does (tests/data_pipeline/test_runner_cluster.py) keeps a head that is not."""
+    if loopback_only and not head_address:
+        env = {**env, **LOOPBACK_ONLY}
     role = [f"--address={head_address}"] if head_address else ["--head", f"--port={port}"]
     if not head_address:  # Ray's client server defaults to port 10001: two heads would collide
         role.append(f"--ray-client-server-port={free_port()}")
@@ -205,7 +223,7 @@ def wait_for_nodes(
                 raise HeadExited(f"`ray start` for {address} exited with {proc.returncode}")
         status = subprocess.run(
             [str(RAY), "status", f"--address={address}"],
-            env={**env, "RAY_AUTH_MODE": "token"},
+            env={**env, "RAY_AUTH_MODE": "token", **LOOPBACK_ONLY},  # reaches either kind of head
             capture_output=True,
             text=True,
             timeout=120,

@@ -2,6 +2,8 @@
 (dashboard and job server on 127.0.0.1, token authentication on), from a fresh shell, as the
 README's cluster section says:
 
+- the head listens on loopback only (raytools.start_node's `loopback_only`: every server of it,
+  and the RAY_ADDRESS its job server gives a job, on 127.0.0.1);
 - the job's driver runs on the cluster, connects through the RAY_ADDRESS the job server gives it
   with the cluster's token, and writes the same shards, rejects and ledger as an embedded run;
 - a shell holding the token but not `RAY_AUTH_MODE=token` is refused by the job server, and so is
@@ -21,6 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.data_pipeline.raytools import (
@@ -31,6 +34,8 @@ from tests.data_pipeline.raytools import (
     clean_env,
     data_run,
     free_port,
+    listening,
+    ray_processes,
     start_node,
     stop_node,
     token_home,
@@ -43,6 +48,7 @@ from tests.data_pipeline.test_runner_cluster_s3_out import _objects, _published
 
 CONFIG = {"shard_rows": 4, "batch_rows": 3, "ray": {"timeout_s": 300}}
 SUMMARY = "pretrain data run: 23 docs in, 17 kept, 6 dropped"
+LOOPBACK = ("127.0.0.1", "::ffff:127.0.0.1", "::1")
 
 
 def _ray(args: list[str], env: dict[str, str], cwd: Path, timeout: int = 120):
@@ -71,7 +77,9 @@ def _cluster(env: dict[str, str], cwd: Path) -> Iterator[str]:
     for attempt in range(1, 4):
         port, dashboard = free_port(), free_port()
         root = Path("/tmp") / f"rj-{port}"  # short: Ray's socket paths live under the temp dir
-        head = start_node(root / "head", env, 2, port=port, dashboard_port=dashboard)
+        head = start_node(
+            root / "head", env, 2, port=port, dashboard_port=dashboard, loopback_only=True
+        )
         url = f"http://127.0.0.1:{dashboard}"
         try:
             wait_for_head(f"127.0.0.1:{port}", head)
@@ -85,6 +93,9 @@ def _cluster(env: dict[str, str], cwd: Path) -> Iterator[str]:
                 raise
     try:
         yield url
+        # every server of the head (GCS, raylet, agents, client and job servers): loopback only
+        bound = listening([psutil.Process(head.pid), *ray_processes(psutil.Process(head.pid))])
+        assert bound and all(ip in LOOPBACK for _, ip, _ in bound), sorted(bound)
     finally:
         stop_node(head)
         shutil.rmtree(root, ignore_errors=True)
