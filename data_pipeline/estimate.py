@@ -14,8 +14,8 @@ data_pipeline.throughput), and projects:
   compute-bound lower bound (utilisation 1) is printed beside it.
 - peak memory per node: the largest of the job's phases, each = processes per node x the peak RSS
   the sample measured for that phase's processes (map actors: `ray.workers` actors of
-  `ray.cpus_per_worker` spread over the nodes; read tasks in the CPUs they leave; one global-stage
-  task per CPU; one merge task per half CPU). The object store (Ray's default: 30% of memory) is
+  `ray.cpus_per_worker` spread over the nodes, beside one read task per CPU; one global-stage
+  task per CPU; one merge task per `runner.MERGE_CPUS`). The object store (Ray's default: 30% of memory) is
   apart. Assumes a global stage keeps its per-task memory as input grows (partitions chosen from
   input size and a memory budget: issue 13 item 2).
 - output size: the sample's shard (and rejects) bytes per input byte.
@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from data_pipeline.config import PipelineConfig
+from data_pipeline.global_parts import TASK_CPUS
+from data_pipeline.runner import MERGE_CPUS
 from data_pipeline.stages.base import GlobalStage
 from data_pipeline.stages.registry import registry, stage_class
 from pretrain import shards_layout as layout
@@ -38,8 +40,9 @@ from pretrain.manifest import load_manifest
 
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15}
 UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50}
-READ_TASK_CPUS, MERGE_TASK_CPUS, GLOBAL_TASK_CPUS = 0.25, 0.5, 1.0
-"""The CPUs the runner asks for per read task, merge task and global-stage (dedup) task."""
+READ_TASKS_PER_CPU = 1
+"""Beside the stage actors, read tasks reserve no CPU and run at most one per CPU
+(runner._read_resources); merge and global-stage tasks reserve the runner's own figures."""
 
 
 def parse_bytes(text: str) -> int:
@@ -120,15 +123,15 @@ def _memory(
     workers = config.ray.workers or nodes * cpus
     per_worker = config.ray.cpus_per_worker
     actors = min(math.ceil(workers / nodes), math.floor(cpus / per_worker))
-    readers = math.floor(max(0.0, cpus - actors * per_worker) / READ_TASK_CPUS)
+    readers = READ_TASKS_PER_CPU * cpus
     global_names = [s for s in stages if issubclass(stage_class(s), GlobalStage)]
     map_names = [s for s in stages if s not in global_names]
     phases = {
         "map": actors * max(rss[s] for s in map_names) + readers * rss["read"],
-        "write": math.floor(cpus / MERGE_TASK_CPUS) * rss["write"],
+        "write": math.floor(cpus / MERGE_CPUS) * rss["write"],
     }
     for name in global_names:
-        phases[name] = math.floor(cpus / GLOBAL_TASK_CPUS) * rss[name]
+        phases[name] = math.floor(cpus / TASK_CPUS) * rss[name]
     return {k: round(v, 2) for k, v in phases.items()}
 
 
