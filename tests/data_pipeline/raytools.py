@@ -211,11 +211,17 @@ def wait_for_head(address: str, node: subprocess.Popen[bytes] | None = None) -> 
 
 
 def wait_for_nodes(
-    address: str, env: dict[str, str], nodes: int, *started: subprocess.Popen[bytes]
+    address: str,
+    env: dict[str, str],
+    nodes: int,
+    *started: subprocess.Popen[bytes],
+    loopback_only: bool = False,
 ) -> None:
     """Wait until `ray status` lists `nodes` alive nodes; fail at once (HeadExited) if one of
     the `started` `ray start` processes exited (Ray 2.60 ends a node whose raylet took over 30 s
-    to register, a fixed wait: "The current node timed out during startup")."""
+    to register, a fixed wait: "The current node timed out during startup"). A head started
+    `loopback_only` is reached only by a `ray status` under the same setting."""
+    extra = LOOPBACK_ONLY if loopback_only else {}
     status = ""
     for _ in range(60):
         for proc in started:
@@ -223,7 +229,7 @@ def wait_for_nodes(
                 raise HeadExited(f"`ray start` for {address} exited with {proc.returncode}")
         status = subprocess.run(
             [str(RAY), "status", f"--address={address}"],
-            env={**env, "RAY_AUTH_MODE": "token", **LOOPBACK_ONLY},  # reaches either kind of head
+            env={**env, "RAY_AUTH_MODE": "token", **extra},
             capture_output=True,
             text=True,
             timeout=120,
