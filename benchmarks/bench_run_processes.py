@@ -142,11 +142,12 @@ def main(argv: list[str] | None = None) -> None:
     corpus = corpus_dir(args.corpus)
     with tempfile.TemporaryDirectory() as tmp:
         inputs = write_input(corpus, args.docs, Path(tmp) / "in")
-        runs = []
+        runs: list[dict] = []
         for merge_cpus in args.merge_cpus:
             started = time.perf_counter()
             runs.append(run_once(inputs, Path(tmp) / f"out-{merge_cpus}", args, merge_cpus))
             runs[-1]["wall_s"] = round(time.perf_counter() - started, 1)
+            print(runs[-1], flush=True)
     result = {
         "cpus": args.cpus,
         "documents": 2 * args.docs,
