@@ -8,8 +8,9 @@
 
 What a part's map side persists, in `.parts/global/<stage>/`: `<part>.rows.parquet` (the rows the
 stage received), `<part>.<name>.parquet` for each table `map_part` returned, and `<part>.json`
-(written last) recording every file's bytes and sha256, the part's row count, its counts and what
-the map depended on. A re-run reuses a part's map output only when its record verifies: every
+(written last) recording every file's bytes and sha256, the part's row count, its counts, what
+the map depended on, and how it was mapped (`mapped`: `pieces` when the stream's actors mapped
+its pieces, data_pipeline.piece_maps; `part` when this module mapped the part whole). A re-run reuses a part's map output only when its record verifies: every
 file has its recorded size and hash, the row count is the part's (from the input's read record),
 and it depends on the same thing: nothing for the first global stage (its rows come from the input
 alone, whose identity the job fingerprint checks), the digest of every part's map output of the
@@ -30,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data_pipeline import throughput, workers
+from data_pipeline import piece_maps, throughput, workers
 from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
 from pretrain.errors import PretrainError
 from pretrain.manifest import atomic_write_json
@@ -160,7 +161,9 @@ def _map_and_persist(
     start = time.process_time()
     tables, info = stage.map_part(rows)
     cost = throughput.table_cost(rows, time.process_time() - start)  # kept with the map output
-    persist(out, stage.name, part, rows, tables, info=info, depends=depends, cost=cost)
+    persist(
+        out, stage.name, part, rows, tables, info=info, depends=depends, cost=cost, mapped="part"
+    )
 
 
 def map_task(out: str, part: str, rows: int, spec: StageSpec) -> str:
@@ -172,7 +175,26 @@ def map_task(out: str, part: str, rows: int, spec: StageSpec) -> str:
         raise PretrainError(
             f"part {part}: {table.num_rows} of its {rows} rows were tagged; re-run the command"
         )
-    _map_and_persist(output_path(out), part, table, spec, "")
+    stage = _ready(spec)
+    assert isinstance(stage, GlobalStage)
+    mapped = piece_maps.combined(output_path(out), stage, part, table)
+    if mapped is None:
+        _map_and_persist(output_path(out), part, table, spec, "")
+    else:  # the stream's actors mapped its pieces
+        tables, info, spent = mapped
+        cost = throughput.table_cost(table, spent)
+        target = output_path(out)
+        persist(
+            target,
+            stage.name,
+            part,
+            table,
+            tables,
+            info=info,
+            depends="",
+            cost=cost,
+            mapped="pieces",
+        )
     remove_tree(workers.pieces_dir(output_path(out), part))
     return part
 

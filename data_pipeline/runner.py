@@ -193,7 +193,9 @@ def _build_dataset(
         "on_unreadable": config.on_unreadable,
         "max_input_bytes": _max_input_bytes(stages),
     }
-    head, _ = global_parts.plan(stages)
+    head, globals_ = global_parts.plan(stages)
+    first = globals_[0][0] if globals_ else None
+    map_spec = first.spec() if first is not None and first.maps_in_stream() else None
     ds = ray.data.from_items(todo, override_num_blocks=len(todo)).map_batches(
         workers.read_files,
         batch_size=1,
@@ -220,6 +222,7 @@ def _build_dataset(
             "pieces_out": str(out),
             "cost_out": str(out),
             "batch_rows": config.batch_rows,
+            "map_spec": map_spec,  # the first global stage's map, per piece (piece_maps)
         },
         batch_size=None,  # one block per call: blocks, not bundles of them, are dealt to actors
         batch_format="pyarrow",

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from data_pipeline import ledger, throughput
+from data_pipeline import ledger, piece_maps, throughput
 from data_pipeline.readers import InputFile, read_file
 from data_pipeline.stages.base import StageSpec, build_stage
 from pretrain import shards_layout as layout
@@ -93,15 +93,19 @@ class MapStagesWorker:
         pieces_out: str | None = None,
         cost_out: str | None = None,
         batch_rows: int | None = None,
+        map_spec: StageSpec | None = None,
     ) -> None:
         self.stages = [build_stage(spec) for spec in specs]
+        self.mapped = build_stage(map_spec) if map_spec and pieces_out else None
+        """The first global stage, whose map side this actor computes per piece (piece_maps)."""
         self.pieces_out = pieces_out
         self.cost_out = cost_out
         self.batch_rows = batch_rows
+        set_up = [*self.stages, *([self.mapped] if self.mapped else [])]
         if cost_out:
-            throughput.record_setup(cost_out, self.stages)
+            throughput.record_setup(cost_out, set_up)
         else:
-            for stage in self.stages:
+            for stage in set_up:
                 stage.setup()
 
     def __call__(self, block: pa.Table) -> pa.Table:
@@ -112,7 +116,9 @@ class MapStagesWorker:
             tagged, cost = throughput.run_stages(self.stages, block.slice(start, step))
             for stage, seconds in cost.items():
                 spent[stage] = spent.get(stage, 0.0) + seconds
-            outputs.append(write_pieces(tagged, self.pieces_out) if self.pieces_out else tagged)
+            if self.pieces_out:
+                tagged = write_pieces(tagged, self.pieces_out, self.mapped)
+            outputs.append(tagged)
         if self.cost_out:
             throughput.record_batch(self.cost_out, f"map-{self.stages[0].name}", block, spent)
         return pa.concat_tables(outputs, promote_options="default")
@@ -146,18 +152,22 @@ def pieces_dir(out: OutPath, shard: str) -> OutPath:
     return out / PARTS / PIECES / shard
 
 
-def write_pieces(batch: pa.Table, out: str) -> pa.Table:
-    """Write the rows of each shard present in `batch` as one piece; return {shard, rows}."""
+def write_pieces(batch: pa.Table, out: str, mapped: Any = None) -> pa.Table:
+    """Write the rows of each shard present in `batch` as one piece; return {shard, rows}.
+    With `mapped` (a global stage), each piece's map side first (data_pipeline.piece_maps)."""
     shards, counts = [], []
     for shard in sorted(set(batch.column("_shard").to_pylist())):
         piece = batch.filter(pc.equal(batch.column("_shard"), shard))
         rows = piece.column("_row")
         first, last = pc.min(rows).as_py(), pc.max(rows).as_py()
+        name = f"{first:012d}-{last:012d}"
+        if mapped is not None:  # before the rows: rows without a map record are mapped whole
+            piece_maps.write(mapped, piece, out, shard, name)
         target = pieces_dir(output_path(out), shard)
         target.mkdir(parents=True, exist_ok=True)
         sink = pa.BufferOutputStream()
         pq.write_table(piece, sink, compression="lz4")
-        write_atomic(target / f"{first:012d}-{last:012d}.parquet", sink.getvalue().to_pybytes())
+        write_atomic(target / f"{name}.parquet", sink.getvalue().to_pybytes())
         shards.append(shard)
         counts.append(piece.num_rows)
     return pa.table({"shard": pa.array(shards, pa.string()), "rows": pa.array(counts, pa.int64())})

@@ -22,6 +22,7 @@ from pretrain.manifest import sha256_file
 PLUMBING = (
     "runner.py",
     "global_parts.py",
+    "piece_maps.py",
     "resume.py",
     "fingerprint.py",
     "workers.py",
