@@ -60,6 +60,10 @@ MIN_WORKER_MEMORY_MB = WORKER_BASE_MB + int(MIN_SLICE_BYTES * MAP_FACTOR) // 2**
 """The smallest budget that holds a worker and one map task on a 1 MB slice."""
 DEFAULT_WORKER_MEMORY_MB = 2048
 """Per-worker memory budget of the global stages when `ray.worker_memory_mb` is not set."""
+SMALL_PARTITION_DOCS = 2500
+"""Below this many documents per partition at one partition per CPU, a second partition per
+CPU only adds tasks: a reduce step's fixed cost per task (scheduling, fetching its pieces) is
+then most of its time, so small inputs get one partition per CPU, larger ones two (balance)."""
 MAX_PARTITIONS = 4096
 """Each shuffle is one all-to-all exchange of Ray objects: the map makes slices x 4 x partitions
 of them and each star step partitions x partitions (16.8 million at 4,096, each a few hundred
@@ -107,14 +111,16 @@ def doc_row_bytes(mean_doc_bytes: float, config: DedupConfig) -> float:
 def choose_partitions(
     documents: int, input_bytes: int, worker_memory_mb: int, cpus: int, config: DedupConfig
 ) -> tuple[int, float]:
-    """(partitions, per-document row bytes): at least 2 x CPUs for parallelism, enough that one
-    partition's rows fit the budget, about TARGET_PARTITION_BYTES of rows each while that needs
-    at most MAX_TARGET_PARTITIONS, never more than the documents (empty tasks only)."""
+    """(partitions, per-document row bytes): at least 2 x CPUs for parallelism (1 x CPUs for
+    small inputs: SMALL_PARTITION_DOCS), enough that one partition's rows fit the budget, about
+    TARGET_PARTITION_BYTES of rows each while that needs at most MAX_TARGET_PARTITIONS, never
+    more than the documents (empty tasks only)."""
     usable = usable_bytes(worker_memory_mb)
     row = doc_row_bytes(input_bytes / max(1, documents), config)
     needed = math.ceil(REDUCE_FACTOR * row * documents / usable)
     target = min(MAX_TARGET_PARTITIONS, math.ceil(row * documents / TARGET_PARTITION_BYTES))
-    partitions = max(2, 2 * cpus, needed, target)
+    parallel = min(2 * cpus, max(cpus, math.ceil(documents / SMALL_PARTITION_DOCS)))
+    partitions = max(2, parallel, needed, target)
     if config.num_partitions is not None:
         partitions = max(config.num_partitions, needed)
     if needed > MAX_PARTITIONS:

@@ -45,7 +45,10 @@ def test_smaller_budget_more_partitions_and_default_parallelism() -> None:
         for mb in (512, 1024, 2048, 16384)
     }
     assert sizes[512] > sizes[1024] > sizes[2048] > sizes[16384] >= 16  # 2 x CPUs at least
-    assert budget.choose_partitions(1000, 6 * 10**6, 2048, 8, DedupConfig())[0] == 16
+    assert budget.choose_partitions(40_000, 4 * 10**6, 2048, 8, DedupConfig())[0] == 16
+    # a small input: one partition per CPU (a second one per CPU would only add task overhead)
+    assert budget.choose_partitions(1000, 6 * 10**6, 2048, 8, DedupConfig())[0] == 8
+    assert budget.choose_partitions(5000, 5 * 10**6, 2048, 2, DedupConfig())[0] == 2
     # an explicit num_partitions is honoured when it fits, raised when it does not
     two = DedupConfig(num_partitions=2)
     assert budget.choose_partitions(1000, 6 * 10**6, 2048, 8, two)[0] == 2
