@@ -1,7 +1,9 @@
 """Global stages in the runner, resumable per input part: map -> aggregate -> join.
 
     stream (Ray Data) --the map stages before the first global stage--> pieces of each part
-    map    one task per part: its rows (in row order) -> G.map_part -> persisted, see below
+    map    one task per part: its rows (in row order) -> G.map_part -> persisted, see below (the
+           first global stage's pieces already mapped by the stream's actors are combined
+           instead: data_pipeline.piece_maps)
     aggregate  in the driver, over every part's persisted map output (G.aggregate, Ray inside)
     join   one task per part: G.join_part -> the map stages after G -> the next global stage's
            map (persisted the same way), or the job's pieces (then the usual merge into shards)

@@ -2,7 +2,8 @@
 
     inputs --read_files (tasks, streaming)--> raw batches (`_shard`, `_row` name each row's part)
            --MapStagesWorker (actor pool, fractional CPUs; the map stages before any global
-             stage)--> pieces (written by the map actors)
+             stage, then the first global stage's map side when it is row-wise:
+             data_pipeline.piece_maps)--> pieces (written by the map actors)
     global --for each global stage (data_pipeline.global_parts): map each part (persisted per
              part) -> aggregate in the driver -> join each part, then the map stages after it
              --> the next global stage's map, or the job's pieces
