@@ -179,7 +179,7 @@ def map_task(out: str, part: str, rows: int, spec: StageSpec) -> str:
         )
     stage = _ready(spec)
     assert isinstance(stage, GlobalStage)
-    mapped = piece_maps.combined(output_path(out), stage, part, table)
+    mapped = piece_maps.combined(workers.pieces_dir(output_path(out), part), stage, table)
     if mapped is None:
         _map_and_persist(output_path(out), part, table, spec, "")
     else:  # the stream's actors mapped its pieces

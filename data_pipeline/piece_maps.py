@@ -25,22 +25,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_pipeline.stages.base import GlobalStage
-from pretrain.outstore import OutPath, listed, output_path, read_parquet, write_atomic, write_json
+from pretrain.outstore import OutPath, listed, read_parquet, write_atomic, write_json
 
 
-def piece_dir(out: OutPath, shard: str, stage: str) -> OutPath:
-    from data_pipeline.workers import pieces_dir
-
-    return pieces_dir(out, shard) / stage
-
-
-def write(stage: GlobalStage, piece: pa.Table, out: str, shard: str, name: str) -> None:
-    """Map one piece (`name` = `<first>-<last>`, as its rows file) and write its tables, then
-    its record."""
+def write(stage: GlobalStage, piece: pa.Table, folder: OutPath, name: str) -> None:
+    """Map one piece of the shard whose pieces are in `folder` (`name` = `<first>-<last>`, as
+    its rows file) and write its tables, then its record."""
     start = time.process_time()
     tables, info = stage.map_part(piece)
     spent = time.process_time() - start
-    target = piece_dir(output_path(out), shard, stage.name)
+    target = folder / stage.name
     target.mkdir(parents=True, exist_ok=True)
     for table_name, table in tables.items():
         sink = pa.BufferOutputStream()
@@ -58,18 +52,17 @@ def _ranges(names: list[str]) -> list[tuple[int, int]] | None:
 
 
 def combined(
-    out: OutPath, stage: GlobalStage, shard: str, rows: pa.Table
+    pieces_dir: OutPath, stage: GlobalStage, rows: pa.Table
 ) -> tuple[dict[str, pa.Table], dict[str, Any], float] | None:
-    """The part's map output from its pieces' (tables, counts, CPU-seconds), or None when the
-    pieces do not cover `rows` (the part's rows in row order) exactly once (module docstring)."""
-    from data_pipeline.workers import pieces_dir
-
-    names = [p.name.removesuffix(".parquet") for p in listed(pieces_dir(out, shard), "*.parquet")]
+    """The part's map output from the (tables, counts, CPU-seconds) of its pieces in
+    `pieces_dir`, or None when they do not cover `rows` (the part's rows in row order) exactly
+    once (module docstring)."""
+    names = [p.name.removesuffix(".parquet") for p in listed(pieces_dir, "*.parquet")]
     ranges = _ranges(names)
     if not names or ranges is None:
         return None
     order = sorted(range(len(names)), key=lambda i: ranges[i])
-    folder = piece_dir(out, shard, stage.name)
+    folder = pieces_dir / stage.name
     pieces, spent, covered, last = [], 0.0, 0, -1
     for i in order:
         first, final = ranges[i]

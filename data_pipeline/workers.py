@@ -161,9 +161,9 @@ def write_pieces(batch: pa.Table, out: str, mapped: Any = None) -> pa.Table:
         rows = piece.column("_row")
         first, last = pc.min(rows).as_py(), pc.max(rows).as_py()
         name = f"{first:012d}-{last:012d}"
-        if mapped is not None:  # before the rows: rows without a map record are mapped whole
-            piece_maps.write(mapped, piece, out, shard, name)
         target = pieces_dir(output_path(out), shard)
+        if mapped is not None:  # before the rows: rows without a map record are mapped whole
+            piece_maps.write(mapped, piece, target, name)
         target.mkdir(parents=True, exist_ok=True)
         sink = pa.BufferOutputStream()
         pq.write_table(piece, sink, compression="lz4")

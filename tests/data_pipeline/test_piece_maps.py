@@ -50,7 +50,7 @@ def test_pieces_combine_to_the_map_of_the_whole_part(tmp_path) -> None:
     whole, info = stage.map_part(part)
     _write(tmp_path, part, [1, 7, 8, 20], stage)  # uneven pieces, one of a single row
     rows = workers.read_pieces(tmp_path, SHARD)
-    found = piece_maps.combined(tmp_path, stage, SHARD, rows)
+    found = piece_maps.combined(workers.pieces_dir(tmp_path, SHARD), stage, rows)
     assert found is not None
     tables, counts, _ = found
     assert _same(tables, {k: v.combine_chunks() for k, v in whole.items()}) and counts == info
@@ -69,7 +69,7 @@ def test_pieces_that_overlap_or_were_not_mapped_are_mapped_whole(tmp_path) -> No
         out = tmp_path / case
         rows = workers.read_pieces(out, SHARD)
         assert rows.num_rows == part.num_rows
-        assert piece_maps.combined(out, stage, SHARD, rows) is None
+        assert piece_maps.combined(workers.pieces_dir(out, SHARD), stage, rows) is None
         global_parts.map_task(str(out), SHARD, part.num_rows, stage.spec())
         loaded = global_parts.load(out, "dedup", SHARD, part.num_rows, "")
         assert loaded is not None
