@@ -117,7 +117,7 @@ class MapStagesWorker:
             for stage, seconds in cost.items():
                 spent[stage] = spent.get(stage, 0.0) + seconds
             if self.pieces_out:
-                tagged = write_pieces(tagged, self.pieces_out, self.mapped)
+                tagged = write_mapped_pieces(tagged, self.pieces_out, self.mapped)
             outputs.append(tagged)
         if self.cost_out:
             throughput.record_batch(self.cost_out, f"map-{self.stages[0].name}", block, spent)
@@ -152,9 +152,14 @@ def pieces_dir(out: OutPath, shard: str) -> OutPath:
     return out / PARTS / PIECES / shard
 
 
-def write_pieces(batch: pa.Table, out: str, mapped: Any = None) -> pa.Table:
-    """Write the rows of each shard present in `batch` as one piece; return {shard, rows}.
-    With `mapped` (a global stage), each piece's map side first (data_pipeline.piece_maps)."""
+def write_pieces(batch: pa.Table, out: str) -> pa.Table:
+    """Write the rows of each shard present in `batch` as one piece; return {shard, rows}."""
+    return write_mapped_pieces(batch, out, None)
+
+
+def write_mapped_pieces(batch: pa.Table, out: str, mapped: Any) -> pa.Table:
+    """write_pieces; with `mapped` (a global stage), each piece's map side is written first
+    (data_pipeline.piece_maps)."""
     shards, counts = [], []
     for shard in sorted(set(batch.column("_shard").to_pylist())):
         piece = batch.filter(pc.equal(batch.column("_shard"), shard))

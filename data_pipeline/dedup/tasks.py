@@ -8,6 +8,7 @@ Every step also reports its process's peak RSS so a run can show memory per proc
 from __future__ import annotations
 
 import resource
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -99,7 +100,9 @@ def map_tables(
     return bands, exact, docs, info
 
 
-def combine_maps(pieces: list | tuple) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+def combine_maps(
+    pieces: Sequence[tuple[dict[str, pa.Table], dict[str, Any]]],
+) -> tuple[dict[str, pa.Table], dict[str, Any]]:
     """map_tables of a part from map_tables of its pieces (consecutive rows, in row order): every
     row's values depend on that row alone, so the tables concatenate; a doc row's `row` (its
     place in the part) gains the rows of the pieces before it, and the counts add up."""

@@ -38,7 +38,7 @@ def _part() -> pa.Table:
 
 def _write(out: Path, table: pa.Table, cuts: list[int], stage: DedupStage | None) -> None:
     for lo, hi in zip([0, *cuts], [*cuts, table.num_rows], strict=True):
-        workers.write_pieces(table.slice(lo, hi - lo), str(out), stage)
+        workers.write_mapped_pieces(table.slice(lo, hi - lo), str(out), stage)
 
 
 def _same(a: dict[str, pa.Table], b: dict[str, pa.Table]) -> bool:
