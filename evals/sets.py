@@ -256,7 +256,24 @@ def preflight(cfg: EvalBuildConfig) -> list[Path]:
     files = _shard_files(cfg.shards)
     for directory in cfg.train_shards:
         _shard_files(directory)
+    _check_tasks(cfg.tasks)
     return files
+
+
+def _check_tasks(tasks: list[str]) -> None:
+    """Every task file loads, and no two share the name they are copied to (tasks/<name>)."""
+    from evals.tasks import load_task
+
+    seen: dict[str, str] = {}
+    for task_path in tasks:
+        load_task(task_path)
+        name = Path(task_path).name
+        if name in seen:
+            raise InputError(
+                f"tasks: {seen[name]} and {task_path} would both be copied to tasks/{name}; "
+                "rename one file"
+            )
+        seen[name] = task_path
 
 
 @writes_output("cfg.out")

@@ -125,3 +125,30 @@ def test_eval_build_refuses_shards_without_eval_documents(tmp_path, capsys):
     )
     assert main(["eval", "build", str(tmp_path / "eval.yaml")]) == 2
     assert "no split == eval documents" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+def test_task_files_are_checked_before_the_old_eval_set_is_replaced(tmp_path, capsys):
+    """Two task files named alike were copied to one tasks/<name> (the second overwrote the
+    first), and a bad task file was found only after the existing eval set was deleted."""
+    shards, _ = make_shards(tmp_path / "shards")
+    out = tmp_path / "evalsets"
+    config = {"shards": str(shards), "out": str(out), "min_docs_per_set": 2}
+    (tmp_path / "eval.yaml").write_text(yaml.safe_dump(config))
+    assert main(["eval", "build", str(tmp_path / "eval.yaml")]) == 0
+    before = verify(out)
+    rows = (DATA / "tiny_mc.jsonl").read_text().splitlines()
+    for folder, text in (("a", rows[0]), ("b", rows[1]), ("bad", '{"context": 1}')):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "mc.jsonl").write_text(text + "\n")
+    for tasks, expected in (
+        (["a", "b"], "mc.jsonl"),
+        (["bad"], "string 'context'"),
+    ):
+        config["tasks"] = [str(tmp_path / t / "mc.jsonl") for t in tasks]
+        (tmp_path / "eval.yaml").write_text(yaml.safe_dump(config))
+        capsys.readouterr()
+        assert main(["eval", "build", str(tmp_path / "eval.yaml")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and expected in err[0], err
+        assert verify(out) == before  # the eval set already there is untouched
