@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from pretrain.command import current_command
 from pretrain.errors import OutputLocked
+from pretrain.objectlock import pid_alive
 from pretrain.progress import warn
 
 LOCK_SUFFIX = ".lock"
@@ -73,19 +74,9 @@ def describe_holder(holder: dict[str, Any] | None) -> str:
     return f"pid {holder.get('pid')} on {holder.get('host')} since {started} ({command})"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _refusal(out: Path, holder: dict[str, Any] | None) -> OutputLocked:
     text = describe_holder(holder)
-    if holder and holder.get("host") == socket.gethostname() and not _pid_alive(holder["pid"]):
+    if holder and holder.get("host") == socket.gethostname() and not pid_alive(holder["pid"]):
         text += ", which has exited but left a child process holding the lock"
     return OutputLocked(
         f"output {out} is being written by {text}; wait for it to finish, stop it, "

@@ -174,7 +174,7 @@ def refusal(target: Target, seen: Seen) -> OutputLocked:
     record = seen.record or {}
     lease = holder_lease(seen)
     here = record.get("host") == socket.gethostname()
-    gone = here and isinstance(record.get("pid"), int) and not _pid_alive(record["pid"])
+    gone = here and isinstance(record.get("pid"), int) and not pid_alive(record["pid"])
     state = ", no longer running on this host" if gone else ""
     ident = record.get("id") or seen.etag.strip('"')
     return OutputLocked(
@@ -185,7 +185,8 @@ def refusal(target: Target, seen: Seen) -> OutputLocked:
     )
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this machine (one we may not signal counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
