@@ -18,7 +18,7 @@ from typing import Any
 
 from pyarrow import fs as pafs
 
-from data_pipeline import workers
+from data_pipeline import parts
 from data_pipeline.config import PipelineConfig
 from data_pipeline.formats import InputFile, filesystem_for
 from data_pipeline.stages.base import Stage
@@ -94,11 +94,11 @@ def job_fingerprint(config: PipelineConfig, stages: list[Stage]) -> dict[str, An
 
 def output_is_foreign(config: PipelineConfig, out: OutPath, stages: list[Stage]) -> bool:
     """True when `out` holds parts of a different job; an error unless `overwrite` is set."""
-    path = out / workers.PARTS / FINGERPRINT
+    path = out / parts.PARTS / FINGERPRINT
     if not path.is_file():
         return False
     job = job_fingerprint(config, stages)
-    if {key: workers.load_json(path).get(key) for key in job} == job:
+    if {key: parts.load_json(path).get(key) for key in job} == job:
         return False
     if not config.overwrite:
         raise ConfigError(
@@ -114,17 +114,17 @@ def prepare_output(
     """Resume an output written with the same config, stage versions and models; refuse (or with
     overwrite, clear) any other. Inputs whose file changed since (or that left the inputs) lose
     their parts and are read again; returns their stems."""
-    path = out / workers.PARTS / FINGERPRINT
+    path = out / parts.PARTS / FINGERPRINT
     if output_is_foreign(config, out, stages):
-        for sub in (*layout.OUTPUT_ENTRIES, workers.PARTS, "manifest.json"):
+        for sub in (*layout.OUTPUT_ENTRIES, parts.PARTS, "manifest.json"):
             target = out / sub
             remove_tree(target)
     identities = {item.stem: file_identity(item) for item in inputs}
-    recorded = workers.load_json(path).get("inputs", {}) if path.is_file() else {}
+    recorded = parts.load_json(path).get("inputs", {}) if path.is_file() else {}
     changed = changed_inputs(recorded if isinstance(recorded, dict) else {}, identities)
     for stem in changed:
-        workers.forget_input(out, stem)  # before the new identities are recorded
-    workers.ensure_dirs(out)
+        parts.forget_input(out, stem)  # before the new identities are recorded
+    parts.ensure_dirs(out)
     (out / "manifest.json").unlink(missing_ok=True)
     write_json(path, {**job_fingerprint(config, stages), "inputs": identities})
     return changed

@@ -33,19 +33,19 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data_pipeline import piece_maps, throughput, workers
+from data_pipeline import parts, piece_maps, throughput, workers
 from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
 from pretrain.errors import PretrainError
 from pretrain.manifest import atomic_write_json
 from pretrain.outstore import OutPath, output_path, remove_tree, sha256_of
 
-GLOBAL = workers.GLOBAL
+GLOBAL = parts.GLOBAL
 TASK_CPUS = 1.0
 """The stream is finished when these tasks run, so each may take a whole CPU."""
 
 
 def stage_dir(out: OutPath, stage: str) -> OutPath:
-    return out / workers.PARTS / GLOBAL / stage
+    return out / parts.PARTS / GLOBAL / stage
 
 
 def record_path(out: OutPath, stage: str, part: str) -> OutPath:
@@ -70,10 +70,10 @@ def expected_rows(out: OutPath, stems: Sequence[str], shard_rows: int) -> dict[s
     """Part -> its row count, for every input whose read record exists."""
     rows: dict[str, int] = {}
     for stem in stems:
-        path = workers.read_stats_path(out, stem)
+        path = parts.read_stats_path(out, stem)
         if not path.is_file():
             continue
-        records = int(workers.load_json(path)["records"])
+        records = int(parts.load_json(path)["records"])
         for part in range(-(-records // shard_rows)):
             rows[f"{stem}-{part:05d}"] = min(shard_rows, records - part * shard_rows)
     return rows
@@ -86,8 +86,8 @@ def persist(
     files = {}
     stage_dir(out, stage).mkdir(parents=True, exist_ok=True)
     for name, table in {"rows": rows, **tables}.items():
-        relative = f"{workers.PARTS}/{GLOBAL}/{stage}/{part}.{name}.parquet"
-        files[name] = workers.write_parquet(table, out, relative, 1, compression="lz4")
+        relative = f"{parts.PARTS}/{GLOBAL}/{stage}/{part}.{name}.parquet"
+        files[name] = parts.write_parquet(table, out, relative, 1, compression="lz4")
     body = {"part": part, "rows": rows.num_rows, "files": files, **record}
     atomic_write_json(record_path(out, stage, part), body)
     return body
@@ -96,7 +96,7 @@ def persist(
 def load(out: OutPath, stage: str, part: str, rows: int, depends: str) -> MapOutput | None:
     """The part's persisted map output when its record verifies (module docstring), else None."""
     try:
-        record = workers.load_json(record_path(out, stage, part))
+        record = parts.load_json(record_path(out, stage, part))
         files = record["files"]
         if record["rows"] != rows or record.get("depends", "") != depends:
             return None
@@ -118,7 +118,7 @@ def digest(out: OutPath, stage: str, depends: str, outputs: Sequence[MapOutput])
     the driver does not hash the whole map side a second time)."""
     hasher = hashlib.sha256(depends.encode())
     for output in outputs:
-        files = workers.load_json(record_path(out, stage, output.part))["files"]
+        files = parts.load_json(record_path(out, stage, output.part))["files"]
         for name in ("rows", *(n for n in files if n != "rows")):  # the rows file first
             hasher.update(f"{output.part}.{name}.parquet:{files[name]['sha256']}\n".encode())
     return hasher.hexdigest()
@@ -132,7 +132,7 @@ def remove_all(out: OutPath) -> tuple[int, int]:
     """Delete every global stage's persisted map side; returns (files, bytes) removed. The
     manifest never lists these files (pretrain.manifest.UNLISTED_DIRS), so the artifact still
     verifies; a re-run that needs them maps the parts again (same bytes, more time)."""
-    root = out / workers.PARTS / GLOBAL
+    root = out / parts.PARTS / GLOBAL
     if not root.exists():
         return 0, 0
     files = [path for path in root.rglob("*") if path.is_file()]
@@ -179,7 +179,7 @@ def map_task(out: str, part: str, rows: int, spec: StageSpec) -> str:
         )
     stage = _ready(spec)
     assert isinstance(stage, GlobalStage)
-    mapped = piece_maps.combined(workers.pieces_dir(output_path(out), part), stage, table)
+    mapped = piece_maps.combined(parts.pieces_dir(output_path(out), part), stage, table)
     if mapped is None:
         _map_and_persist(output_path(out), part, table, spec, "")
     else:  # the stream's actors mapped its pieces
@@ -197,7 +197,7 @@ def map_task(out: str, part: str, rows: int, spec: StageSpec) -> str:
             cost=cost,
             mapped="pieces",
         )
-    remove_tree(workers.pieces_dir(output_path(out), part))
+    remove_tree(parts.pieces_dir(output_path(out), part))
     return part
 
 

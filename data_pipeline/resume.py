@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from data_pipeline import global_parts, workers
+from data_pipeline import global_parts, parts
 from data_pipeline.config import PipelineConfig
 from data_pipeline.fingerprint import FINGERPRINT
 from data_pipeline.stages.base import Stage
@@ -21,10 +21,10 @@ def restart(out: OutPath) -> dict[str, set[int]]:
     stages' persisted map output are kept (each reused while it verifies)."""
     for sub in (layout.DATA_DIR, layout.REJECTS_DIR):
         remove_tree(out / sub)
-    for path in (out / workers.PARTS).glob("*.json"):
+    for path in (out / parts.PARTS).glob("*.json"):
         if path.name != FINGERPRINT and not path.name.endswith(".read.json"):
             path.unlink()
-    workers.ensure_dirs(out)
+    parts.ensure_dirs(out)
     return {}
 
 
@@ -45,8 +45,8 @@ class Work:
 def plan_work(
     config: PipelineConfig, stages: list[Stage], inputs: list[Any], out: OutPath
 ) -> tuple[Work, dict[str, set[int]]]:
-    done = workers.finished_parts(out)
-    unfinished = [f for f in inputs if not workers.file_done(out, f.stem, done)]
+    done = parts.finished_parts(out)
+    unfinished = [f for f in inputs if not parts.file_done(out, f.stem, done)]
     items = {f.stem: {"path": f.path, "format": f.format, "stem": f.stem} for f in inputs}
     _, globals_ = global_parts.plan(stages)
     if not unfinished or not globals_:
@@ -60,5 +60,5 @@ def plan_work(
     for part in global_parts.reusable(out, globals_[0][0], rows):
         stem, _, number = part.rpartition("-")
         skip.setdefault(stem, set()).add(int(number))
-    read = [items[f.stem] for f in inputs if not workers.file_done(out, f.stem, skip)]
+    read = [items[f.stem] for f in inputs if not parts.file_done(out, f.stem, skip)]
     return Work(read, skip, list(items), True), done

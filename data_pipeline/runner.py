@@ -35,6 +35,8 @@ from data_pipeline import (
     execute,
     global_parts,
     ledger,
+    merge,
+    parts,
     resume,
     throughput,
     throughput_report,
@@ -243,13 +245,13 @@ def _merge(
     todo_stems: list[str],
     done: dict[str, set[int]],
 ) -> Any:
-    """A dataset of one row per unfinished shard, mapped through workers.merge_shards."""
+    """A dataset of one row per unfinished shard, mapped through merge.merge_shards."""
     import ray
 
     shards = []
     for stem in todo_stems:
-        parts = workers.load_json(workers.read_stats_path(out, stem))["parts"]
-        shards += [f"{stem}-{p:05d}" for p in range(parts) if p not in done.get(stem, set())]
+        count = parts.load_json(parts.read_stats_path(out, stem))["parts"]
+        shards += [f"{stem}-{p:05d}" for p in range(count) if p not in done.get(stem, set())]
     writer = {
         "out": str(out),
         "stages": [s.name for s in stages],
@@ -262,7 +264,7 @@ def _merge(
     return ray.data.from_items(
         [{"shard": s} for s in shards], override_num_blocks=max(1, len(shards))
     ).map_batches(
-        workers.merge_shards,
+        merge.merge_shards,
         batch_size=1,
         batch_format="pyarrow",
         num_cpus=MERGE_CPUS,
@@ -275,23 +277,23 @@ def _collect(
 ) -> tuple[dict[str, Any], list[str]]:
     fragments, read_docs, read_bytes, collisions = [], 0, 0, 0
     for stem in stems:
-        stats_path = workers.read_stats_path(out, stem)
+        stats_path = parts.read_stats_path(out, stem)
         if not stats_path.is_file():
             raise PretrainError(
-                f"input {stem}: no read record in {out / workers.PARTS}; the job "
+                f"input {stem}: no read record in {out / parts.PARTS}; the job "
                 "did not finish reading it; re-run the command"
             )
-        stats = workers.load_json(stats_path)
+        stats = parts.load_json(stats_path)
         read_docs, read_bytes = read_docs + stats["records"], read_bytes + stats["bytes"]
         collisions += stats.get("id_collisions", 0)
         for part in range(stats["parts"]):
-            path = workers.fragment_path(out, f"{stem}-{part:05d}")
+            path = parts.fragment_path(out, f"{stem}-{part:05d}")
             if not path.is_file():
                 raise PretrainError(
                     f"shard {path.stem} was not written; re-run the command "
                     "(finished shards are reused)"
                 )
-            fragments.append(workers.load_json(path))
+            fragments.append(parts.load_json(path))
     led = ledger.aggregate(fragments, [s.name for s in stages], read_docs, read_bytes)
     led["id_collisions"] = collisions
     shards = sorted(p.name for p in (out / layout.DATA_DIR).glob("*.parquet"))
@@ -326,9 +328,9 @@ def _run_ray(
     clock.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     try:
         throughput.clear(out)
-        remove_tree(out / workers.PARTS / workers.PIECES)
-        remove_tree(out / workers.PARTS / workers.PROGRESS)
-        clock.marker = workers.phase_path(out)
+        remove_tree(out / parts.PARTS / parts.PIECES)
+        remove_tree(out / parts.PARTS / parts.PROGRESS)
+        clock.marker = parts.phase_path(out)
         stems = [t["stem"] for t in work.read]
         bar = Progress(desc="data run: tag", unit="docs", disable=not progress)
         tagged = execute.Tally()
@@ -338,7 +340,7 @@ def _run_ray(
                     bar,
                     lambda: (
                         tagged.rows,
-                        workers.records_to_read(out, stems, work.skip, config.shard_rows),
+                        parts.records_to_read(out, stems, work.skip, config.shard_rows),
                     ),
                 ),
                 clock.phase("stream"),

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from data_pipeline.workers import GLOBAL, PARTS, PIECES
+from data_pipeline.parts import GLOBAL, PARTS, PIECES
 from pretrain import shards_layout as layout
 from tests.data_pipeline.raytools import DATA, REPO, clean_env, data_run, ray_processes, wait_gone
 

@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from data_pipeline.config import PipelineConfig
+from data_pipeline.parts import PARTS, PIECES
 from data_pipeline.runner import run_pipeline
-from data_pipeline.workers import PARTS, PIECES
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data_pipeline import global_parts, piece_maps, workers
+from data_pipeline import global_parts, parts, piece_maps, workers
 from data_pipeline.config import PipelineConfig
 from data_pipeline.runner import run_pipeline
 from data_pipeline.stages.dedup import DedupStage
@@ -50,7 +50,7 @@ def test_pieces_combine_to_the_map_of_the_whole_part(tmp_path) -> None:
     whole, info = stage.map_part(part)
     _write(tmp_path, part, [1, 7, 8, 20], stage)  # uneven pieces, one of a single row
     rows = workers.read_pieces(tmp_path, SHARD)
-    found = piece_maps.combined(workers.pieces_dir(tmp_path, SHARD), stage, rows)
+    found = piece_maps.combined(parts.pieces_dir(tmp_path, SHARD), stage, rows)
     assert found is not None
     tables, counts, _ = found
     assert _same(tables, {k: v.combine_chunks() for k, v in whole.items()}) and counts == info
@@ -62,18 +62,18 @@ def test_pieces_that_overlap_or_were_not_mapped_are_mapped_whole(tmp_path) -> No
     _write(tmp_path / "retried", part, [10], stage)
     _write(tmp_path / "retried", part, [4], stage)  # a retry cut the block elsewhere
     _write(tmp_path / "unmapped", part, [10], stage)
-    piece = workers.pieces_dir(tmp_path / "unmapped", SHARD) / "dedup"
+    piece = parts.pieces_dir(tmp_path / "unmapped", SHARD) / "dedup"
     sorted(piece.glob("*.json"))[-1].unlink()  # rows whose map record is missing
     whole, _ = stage.map_part(part)
     for case in ("retried", "unmapped"):
         out = tmp_path / case
         rows = workers.read_pieces(out, SHARD)
         assert rows.num_rows == part.num_rows
-        assert piece_maps.combined(workers.pieces_dir(out, SHARD), stage, rows) is None
+        assert piece_maps.combined(parts.pieces_dir(out, SHARD), stage, rows) is None
         global_parts.map_task(str(out), SHARD, part.num_rows, stage.spec())
         loaded = global_parts.load(out, "dedup", SHARD, part.num_rows, "")
         assert loaded is not None
-        record = workers.load_json(global_parts.record_path(out, "dedup", SHARD))
+        record = parts.load_json(global_parts.record_path(out, "dedup", SHARD))
         assert record["mapped"] == "part"
         tables = {name: pq.read_table(path) for name, path in loaded.files.items()}
         assert _same(tables, {k: v.combine_chunks() for k, v in whole.items()})
@@ -100,8 +100,8 @@ def _outputs(out: Path) -> dict[str, bytes]:
 
 
 def _mapped(out: Path) -> set[str]:
-    folder = out / workers.PARTS / workers.GLOBAL / "dedup"
-    return {workers.load_json(p)["mapped"] for p in folder.glob("*.json")}
+    folder = out / parts.PARTS / parts.GLOBAL / "dedup"
+    return {parts.load_json(p)["mapped"] for p in folder.glob("*.json")}
 
 
 @pytest.mark.ray

@@ -7,9 +7,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data_pipeline import ledger, workers
+from data_pipeline import ledger, merge, parts, workers
 from data_pipeline.stages.registry import fields_of, stage_fields
 from pretrain.errors import PretrainError
+from pretrain.outstore import write_json
 from pretrain.schema import BASE_FIELDS
 
 STAGES = ["extract", "langid"]
@@ -91,10 +92,10 @@ def test_select_clauses_are_configurable() -> None:
 
 def test_writer_merges_pieces_once_each_and_samples_rejects(tmp_path: Path) -> None:
     table = _tagged(ROWS * 4)
-    workers.ensure_dirs(tmp_path)
+    parts.ensure_dirs(tmp_path)
     for start, stop in ((0, 12), (8, 20), (0, 12)):  # overlapping and repeated: task retries
         workers.write_pieces(table.slice(start, stop - start), str(tmp_path))
-    writer = workers.ShardWriter(
+    writer = merge.ShardWriter(
         str(tmp_path), STAGES, fields_of(STAGES), ["extract:*"], "sample", 2, 3
     )
     writer("t-00000")
@@ -106,7 +107,7 @@ def test_writer_merges_pieces_once_each_and_samples_rejects(tmp_path: Path) -> N
         sorted(rejects.column("reject_reason").to_pylist())
         == ["extract:empty"] * 2 + ["extract:not_text"] * 2
     )
-    fragment = workers.load_json(workers.fragment_path(tmp_path, "t-00000"))
+    fragment = parts.load_json(parts.fragment_path(tmp_path, "t-00000"))
     assert fragment["documents"] == 20
 
 
@@ -115,7 +116,7 @@ def test_a_merge_retried_after_it_finished_returns_the_same_and_rewrites_nothing
 ) -> None:
     """A node can die after its merge task wrote the shard and removed the pieces but before Ray
     heard back: Ray runs the task again, on pieces that are gone."""
-    workers.ensure_dirs(tmp_path)
+    parts.ensure_dirs(tmp_path)
     workers.write_pieces(_tagged(ROWS * 4), str(tmp_path))
     options = {
         "out": str(tmp_path),
@@ -127,16 +128,16 @@ def test_a_merge_retried_after_it_finished_returns_the_same_and_rewrites_nothing
         "level": 3,
     }
     batch = pa.table({"shard": ["t-00000"]})
-    first = workers.merge_shards(batch, **options)
+    first = merge.merge_shards(batch, **options)
     written = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    assert not workers.pieces_dir(tmp_path, "t-00000").exists()
-    assert workers.merge_shards(batch, **options) == first
+    assert not parts.pieces_dir(tmp_path, "t-00000").exists()
+    assert merge.merge_shards(batch, **options) == first
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == written
 
 
 def test_a_merge_whose_pieces_are_gone_and_unfinished_says_so_in_one_line(tmp_path: Path) -> None:
-    workers.ensure_dirs(tmp_path)
-    writer = workers.ShardWriter(str(tmp_path), STAGES, fields_of(STAGES), [], "all", 2, 3)
+    parts.ensure_dirs(tmp_path)
+    writer = merge.ShardWriter(str(tmp_path), STAGES, fields_of(STAGES), [], "all", 2, 3)
     try:
         writer("t-00000")
     except PretrainError as exc:
@@ -146,10 +147,10 @@ def test_a_merge_whose_pieces_are_gone_and_unfinished_says_so_in_one_line(tmp_pa
 
 
 def test_the_tag_progress_total_leaves_out_the_parts_a_resumed_run_skips(tmp_path: Path) -> None:
-    workers.ensure_dirs(tmp_path)
-    assert workers.records_to_read(tmp_path, ["a"], {}, 4) is None  # not read yet
-    workers.write_json(workers.read_stats_path(tmp_path, "a"), {"records": 10, "parts": 3})
-    workers.write_json(workers.read_stats_path(tmp_path, "b"), {"records": 3, "parts": 1})
-    assert workers.records_to_read(tmp_path, ["a", "b"], {}, 4) == 13
+    parts.ensure_dirs(tmp_path)
+    assert parts.records_to_read(tmp_path, ["a"], {}, 4) is None  # not read yet
+    write_json(parts.read_stats_path(tmp_path, "a"), {"records": 10, "parts": 3})
+    write_json(parts.read_stats_path(tmp_path, "b"), {"records": 3, "parts": 1})
+    assert parts.records_to_read(tmp_path, ["a", "b"], {}, 4) == 13
     # parts of 4, 4 and 2 rows: the last two were finished by an earlier run
-    assert workers.records_to_read(tmp_path, ["a", "b"], {"a": {1, 2}}, 4) == 4 + 3
+    assert parts.records_to_read(tmp_path, ["a", "b"], {"a": {1, 2}}, 4) == 4 + 3

@@ -26,6 +26,8 @@ PLUMBING = (
     "resume.py",
     "fingerprint.py",
     "workers.py",
+    "merge.py",
+    "parts.py",
     "stagekit.py",
     "throughput.py",
     "stages/base.py",

@@ -1,0 +1,183 @@
+"""The work area of an output, `.parts/`: where a run keeps what it has done, and resume.
+
+Per input, a read record (`<stem>.read.json`: records, parts); per part (shard), a ledger
+fragment (`<shard>.json`: the files it wrote with their bytes and sha256); the stream's pieces
+(`pieces/<shard>/`); the persisted map side of global stages (`global/<stage>/`); the run's phase
+(`progress/`); and `scratch/`, where files are written before they are renamed into place. A
+later run reuses every part whose recorded files still verify and computes the rest again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pretrain import shards_layout as layout
+from pretrain.outstore import ObjectPath, OutPath, listed, remove_tree, sha256_of, write_atomic
+
+PARTS = layout.PARTS_DIR
+"""Hidden work area of an output: per-shard ledger fragments and per-input read counts."""
+PIECES = "pieces"
+GLOBAL = layout.GLOBAL_MAP_DIR.removeprefix(f"{PARTS}/")
+"""`.parts/global/<stage>/`: the persisted map side of each global stage (global_parts), which
+the manifest does not list (a cache: `pretrain data clean` removes it)."""
+SCRATCH = "scratch"
+PROGRESS = "progress"
+
+
+def fragment_path(out: OutPath, shard: str) -> OutPath:
+    return out / PARTS / f"{shard}.json"
+
+
+def read_stats_path(out: OutPath, stem: str) -> OutPath:
+    return out / PARTS / f"{stem}.read.json"
+
+
+def phase_path(out: OutPath) -> OutPath:
+    """The phase the run is in (data_pipeline.throughput.RunClock.marker)."""
+    return out / PARTS / PROGRESS / "phase.json"
+
+
+def pieces_dir(out: OutPath, shard: str) -> OutPath:
+    return out / PARTS / PIECES / shard
+
+
+def scratch_dir(out: OutPath) -> OutPath:
+    """Where shard and reject files are written before they are renamed into place; cleared at
+    the start of every run, so a killed writer never leaves a temporary file beside shards."""
+    return out / PARTS / SCRATCH
+
+
+def write_parquet(
+    table: pa.Table, out: OutPath, relative: str, level: int, compression: str = "zstd"
+) -> dict[str, Any]:
+    """Write `out/relative` through the scratch directory; returns its {bytes, sha256, rows}."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(
+        table,
+        sink,
+        compression=compression,
+        compression_level=level,
+        row_group_size=max(1, min(table.num_rows, 2048)),
+    )
+    data = sink.getvalue().to_pybytes()
+    record = {
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "rows": table.num_rows,
+    }
+    if isinstance(out, ObjectPath):  # one PUT: visible whole or not at all
+        write_atomic(out / relative, data)
+        return record
+    scratch = out / PARTS / SCRATCH  # scratch_dir(out), for a local `out`
+    scratch.mkdir(parents=True, exist_ok=True)
+    temporary = scratch / f"{relative.replace('/', '__')}.{os.getpid()}.{threading.get_ident()}"
+    with open(temporary, "wb") as handle:  # mode 0666 & ~umask, like any file the user writes
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, out / relative)
+    return record
+
+
+def load_json(path: OutPath) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def records_to_read(
+    out: OutPath, stems: list[str], skip: dict[str, set[int]], shard_rows: int
+) -> int | None:
+    """Rows this run tags: the records of the inputs being read less those of their parts an
+    earlier run finished (`skip`), once every input has been read (else None)."""
+    total = 0
+    for stem in stems:
+        path = read_stats_path(out, stem)
+        if not path.is_file():
+            return None
+        records = int(load_json(path).get("records", 0))
+        done = skip.get(stem, set())
+        total += records - sum(min(shard_rows, records - p * shard_rows) for p in done)
+    return total
+
+
+def finished_parts(out: OutPath) -> dict[str, set[int]]:
+    """Stem -> part numbers whose shard, rejects and ledger fragment an earlier run finished and
+    that still verify (every file the fragment records has its bytes and sha256). A part that
+    does not verify is forgotten (its files deleted) and computed again."""
+    done: dict[str, set[int]] = {}
+    parts_dir = out / PARTS
+    if not parts_dir.is_dir():
+        return done
+    for path in listed(parts_dir, "*.json"):
+        stem, sep, part = path.stem.rpartition("-")
+        if not sep or not part.isdigit() or path.name.endswith(".read.json"):
+            continue
+        if part_verifies(out, path):
+            done.setdefault(stem, set()).add(int(part))
+        else:
+            forget_part(out, path.stem)
+    return done
+
+
+def part_verifies(out: OutPath, fragment: OutPath) -> bool:
+    """True when the part's fragment is readable and every file it records is intact, and no
+    shard or rejects file it does not record is present."""
+    try:
+        files = load_json(fragment)["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    for name in (layout.data_file(fragment.stem), layout.rejects_file(fragment.stem)):
+        if (out / name).exists() and name not in files:
+            return False
+    for name, record in files.items():
+        path = out / name
+        if not path.is_file() or path.stat().st_size != record["bytes"]:
+            return False
+        if sha256_of(path) != record["sha256"]:  # re-hashed when the file was touched
+            return False
+    return True
+
+
+def forget_part(out: OutPath, shard: str) -> None:
+    """Delete everything one part wrote (shard, rejects, ledger fragment, pieces)."""
+    for name in (layout.data_file(shard), layout.rejects_file(shard), f"{PARTS}/{shard}.json"):
+        (out / name).unlink(missing_ok=True)
+    remove_tree(pieces_dir(out, shard))
+
+
+def forget_input(out: OutPath, stem: str) -> None:
+    """Delete every part of input `stem` and its read record (its file changed or left)."""
+    pattern = re.compile(re.escape(stem) + r"-\d{5}")
+    for sub in (layout.DATA_DIR, layout.REJECTS_DIR, PARTS, f"{PARTS}/{PIECES}"):
+        folder = out / sub
+        for path in folder.glob("*") if folder.is_dir() else ():
+            name = layout.shard_name(path.name).removesuffix(".json")
+            if pattern.fullmatch(name):
+                forget_part(out, name)
+    for stage_dir in listed(out / PARTS / GLOBAL, "*"):  # persisted global-stage map output
+        for path in listed(stage_dir, "*") if stage_dir.is_dir() else ():
+            if pattern.fullmatch(path.name.split(".", 1)[0]):
+                path.unlink(missing_ok=True)
+    read_stats_path(out, stem).unlink(missing_ok=True)
+
+
+def file_done(out: OutPath, stem: str, done: dict[str, set[int]]) -> bool:
+    """True when every part of input `stem` was written by an earlier run."""
+    path = read_stats_path(out, stem)
+    if not path.is_file():
+        return False
+    parts = load_json(path)["parts"]
+    return set(range(parts)) <= done.get(stem, set())
+
+
+def ensure_dirs(out: OutPath) -> None:
+    for sub in (layout.DATA_DIR, layout.REJECTS_DIR, PARTS):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    remove_tree(scratch_dir(out))  # a killed writer's temporary files
