@@ -179,7 +179,7 @@ def test_second_node_killed_mid_run_still_gives_the_same_bytes(
         )
         killed = _kill_raylet_in(phase, psutil.Process(node.pid), out, run)
         run.wait(timeout=1500)
-    assert killed, f"the second node never worked in phase {phase} before the job ended"
+    assert killed
     assert run.returncode == 0, log.read_text()[-3000:]
     assert outputs(out) == embedded
     # the tag progress counts each row once, whichever worker (dead or restarted) tagged it
@@ -191,29 +191,38 @@ def test_second_node_killed_mid_run_still_gives_the_same_bytes(
 def _kill_raylet_in(phase: str, node: psutil.Process, out: Path, run: subprocess.Popen) -> str:
     """SIGKILL the node's raylet, then its workers busy with a task, once the driver is in
     `phase` and a worker on the node works in it (its process title names what it runs: a stage
-    actor's call in the stream, a task later). Returns those titles; "" if the job ended first."""
+    actor's call in the stream, a task later). Returns those titles; raises if the job ended
+    first, naming the phases seen and what the node ran (for a failure that cannot be re-run)."""
     marker = out / ".parts" / "progress" / "phase.json"
-    entered = None
+    entered, seen, titles = None, list[str](), set[str]()
     while run.poll() is None:
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads(marker.read_text())["phase"] == phase:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            now = json.loads(marker.read_text())["phase"]
+            if not seen or seen[-1] != now:
+                seen.append(now)
+            if now == phase:
                 entered = entered or time.monotonic()
                 procs = alive(ray_processes(node))
+                titles |= {_title(p) for p in procs}
                 working = [p for p in procs if _works_in(phase, _title(p))]
                 raylets = [p for p in procs if _title(p) == "raylet"]
-                # A short phase (a few tasks of a few hundred documents) can end between two
-                # looks; after 0.2 s in it without seeing a busy worker, the node dies anyway
-                # with every worker it has (what it holds and runs is lost all the same).
-                late = phase != "stream" and time.monotonic() - entered > 0.2
+                # A short phase (a few tasks of a few hundred documents: the merge lasts about
+                # a second) can end between two looks; after 50 ms in it without seeing a busy
+                # worker, the node dies anyway with every worker it has (what it holds and runs
+                # is lost all the same).
+                late = phase != "stream" and time.monotonic() - entered > 0.05
                 if late and not working:
                     working = [p for p in procs if _title(p).startswith("ray::")]
-                if working and raylets:
+                if raylets and (working or late):
                     for proc in [*raylets, *working]:
                         with contextlib.suppress(psutil.NoSuchProcess):
                             proc.send_signal(signal.SIGKILL)
-                    return ", ".join(sorted({_title(p) for p in working}))
-        time.sleep(0.05)
-    return ""
+                    return ", ".join(sorted({_title(p) for p in [*raylets, *working]}))
+        time.sleep(0.05 if entered is None else 0.01)
+    raise AssertionError(
+        f"the second node never worked in phase {phase} before the job ended "
+        f"(phases seen: {seen}; the node's processes in it: {sorted(titles)})"
+    )
 
 
 def _works_in(phase: str, title: str) -> bool:
