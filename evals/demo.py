@@ -21,7 +21,7 @@ import yaml
 from pretrain.artifacts import eval_results as eval_kind
 from pretrain.artifacts import mixture as mixture_kind
 from pretrain.command import recorded
-from pretrain.config import parse_config
+from pretrain.config import parse_config, read_yaml
 from pretrain.demostep import DemoContext
 from pretrain.errors import ArtifactError, PretrainError
 
@@ -80,7 +80,7 @@ def _sweep_config(ctx: DemoContext, mixture: Path, evalsets: Path) -> Any:
     inputs.mkdir(parents=True, exist_ok=True)
     resolved = mixture_kind.open(mixture).manifest.config
     (inputs / "mixture.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-    full_tokens = yaml.safe_load(FULL_CONFIG.read_text())["data"].get("train_tokens")
+    full_tokens = read_yaml(FULL_CONFIG)["data"].get("train_tokens")
     data = {
         "name": "demo-sweep",
         "out": str(ctx.out / "ablation"),
@@ -126,7 +126,7 @@ def _chosen_mixture(ctx: DemoContext, mixture: Path, report_dir: Path, chosen_sh
     if base.recipe_sha256 == chosen_sha and base.decontaminated.get("evalsets"):
         return mixture
     out = ctx.out / "mixture-chosen"
-    data = yaml.safe_load((report_dir / "chosen_mixture.yaml").read_text())
+    data = read_yaml(report_dir / "chosen_mixture.yaml")
     data["out"] = str(out)
     config = parse_config(MixtureConfig, data, source=str(report_dir / "chosen_mixture.yaml"))
     if not ctx.reuse(out) or mixture_kind.open(out).manifest.recipe_sha256 != chosen_sha:

@@ -50,6 +50,88 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+MAX_YAML_ALIASES = 100
+"""Aliases (`*name`) one YAML document may hold: configs and recipes need a few `<<: *base`."""
+MAX_YAML_NODES = 100_000
+"""Nodes a YAML document may expand to once every alias is followed (a "billion laughs" document
+is a few hundred bytes that expands to 10^9 nodes in every copy, dump and hash of the config)."""
+
+
+class _AliasBomb(yaml.YAMLError):
+    pass
+
+
+class _BoundedLoader(_UniqueKeyLoader):
+    """The unique-key loader, refusing more than MAX_YAML_ALIASES aliases, a document that would
+    expand to more than MAX_YAML_NODES nodes, and an alias inside its own anchor (a cycle)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_YAML_ALIASES:
+                line = self.peek_event().start_mark.line + 1
+                raise _AliasBomb(
+                    f"line {line}: more than {MAX_YAML_ALIASES} aliases (*name); "
+                    "write the values out"
+                )
+        return super().compose_node(parent, index)
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        if node is not None:
+            _expanded_size(node, {}, set())
+        return node
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_: set[int]) -> int:
+    """Nodes `node` stands for with every alias followed; raises past MAX_YAML_NODES or on a
+    cycle. Shared nodes are counted once per reference, as every copy of the data will."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_:
+        line = node.start_mark.line + 1
+        raise _AliasBomb(f"line {line}: an alias refers to a value that contains it (a cycle)")
+    open_.add(key)
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        total += sum(_expanded_size(child, sizes, open_) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            total += _expanded_size(k, sizes, open_) + _expanded_size(v, sizes, open_)
+    if total > MAX_YAML_NODES:
+        raise _AliasBomb(
+            f"line {node.start_mark.line + 1}: aliases expand the document past {MAX_YAML_NODES:,} values; "
+            "use fewer or smaller anchors"
+        )
+    open_.discard(key)
+    sizes[key] = total
+    return total
+
+
+def load_yaml_text(text: str, source: str) -> Any:
+    """Parse one YAML document with the safe loader, refusing duplicate keys and alias
+    expansion past the bounds above, as a one-line ConfigError naming `source`."""
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 (a SafeLoader)
+    except _DuplicateKey as exc:
+        raise ConfigError(f"{source} {exc}; keep one") from None
+    except _AliasBomb as exc:
+        raise ConfigError(f"{source} {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply to read; flatten it") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" line {where.line + 1}" if where else ""
+        raise ConfigError(
+            f"{source}{line}: not valid YAML ({getattr(exc, 'problem', exc)})"
+        ) from None
+
+
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
@@ -63,16 +145,7 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
         raise ConfigError(
             f"{path}: not UTF-8 text (byte {exc.start}); save the config as UTF-8"
         ) from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
-    except _DuplicateKey as exc:
-        raise ConfigError(f"{path} {exc}; keep one") from None
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" line {where.line + 1}" if where else ""
-        raise ConfigError(
-            f"{path}{line}: not valid YAML ({getattr(exc, 'problem', exc)})"
-        ) from None
+    data = load_yaml_text(text, str(path))
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -94,16 +167,25 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r} is not of the form a.b=value")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else raw
-        except yaml.YAMLError:
-            value = raw
+        value = _override_value(raw, item)
         parts = key.strip().split(".")
         node: Any = result
         for depth, part in enumerate(parts[:-1]):
             node = _child(node, part, parts[depth + 1], item)
         _assign(node, parts[-1], value, item)
     return result
+
+
+def _override_value(raw: str, item: str) -> Any:
+    """An override's value parsed as YAML (bounded like a file), else the raw string."""
+    if not raw.strip():
+        return raw
+    try:
+        return yaml.load(raw, Loader=_BoundedLoader)  # noqa: S506 (a SafeLoader)
+    except _AliasBomb as exc:
+        raise ConfigError(f"--set {item[:60]!r}: {exc}") from None
+    except (yaml.YAMLError, RecursionError):
+        return raw
 
 
 def _list_index(node: list[Any], part: str, item: str) -> int:

@@ -154,3 +154,47 @@ def test_config_that_is_not_utf8_or_has_a_python_tag_is_a_one_line_error(tmp_pat
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(Outer, path)
     assert not (tmp_path / "pwned").exists()
+
+
+LAUGHS = "".join(
+    f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 10)
+)
+
+
+def test_alias_expansion_is_bounded_in_files_and_overrides(tmp_path):
+    """A "billion laughs" config: 9 anchors of 9 aliases each is 900 bytes that every copy,
+    dump and hash of the config expands to 9^9 lists. Refused in one line before any copy."""
+    path = tmp_path / "c.yaml"
+    path.write_text("l0: &l0 [x]\n" + LAUGHS + "name: a\n")
+    with pytest.raises(ConfigError, match=r"c.yaml line \d+: aliases expand the document past"):
+        load_config(Outer, path)
+    many = "".join(f"k{i}: &k{i} {i}\n" for i in range(101))
+    path.write_text(many + "".join(f"r{i}: *k{i}\n" for i in range(101)))
+    with pytest.raises(ConfigError, match="more than 100 aliases"):
+        load_config(Outer, path)
+    path.write_text("name: &a [*a]\n")  # a list that contains itself
+    with pytest.raises(ConfigError, match="line 1: an alias refers to a value that contains it"):
+        load_config(Outer, path)
+    bomb = "[&a [x, x, x, x, x, x, x, x, x], " + ", ".join(
+        f"&{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]" for i in range(8)
+    )
+    path.write_text("name: a\n")
+    with pytest.raises(ConfigError, match="--set .*aliases expand the document past"):
+        load_config(Outer, path, [f"name={bomb}]"])
+
+
+def test_anchors_a_config_needs_still_work(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("x: &r {min_words: 3}\nrules:\n  <<: *r\n  max_symbol_ratio: 0.2\n")
+    with pytest.raises(ConfigError, match="unknown key 'x'"):  # the merge itself was read
+        load_config(Outer, path)
+    path.write_text("name: &n a\nrules: {min_words: 3}\n")
+    assert load_config(Outer, path).name == "a"
+
+
+def test_alias_bomb_exits_2_with_one_line_from_the_cli(tmp_path, capsys):
+    path = tmp_path / "pipeline.yaml"
+    path.write_text("l0: &l0 [x]\n" + LAUGHS)
+    assert main(["data", "run", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "aliases expand the document past" in err and err.count("\n") == 1
