@@ -156,9 +156,7 @@ def test_config_that_is_not_utf8_or_has_a_python_tag_is_a_one_line_error(tmp_pat
     assert not (tmp_path / "pwned").exists()
 
 
-LAUGHS = "".join(
-    f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 10)
-)
+LAUGHS = "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 10))
 
 
 def test_alias_expansion_is_bounded_in_files_and_overrides(tmp_path):
