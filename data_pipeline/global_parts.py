@@ -37,7 +37,7 @@ from data_pipeline import parts, piece_maps, throughput, workers
 from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
 from pretrain.errors import PretrainError
 from pretrain.manifest import atomic_write_json
-from pretrain.outstore import OutPath, output_path, remove_tree, sha256_of
+from pretrain.outstore import OutPath, confined, output_path, remove_tree, sha256_of
 
 GLOBAL = parts.GLOBAL
 TASK_CPUS = 1.0
@@ -95,20 +95,22 @@ def persist(
 
 def load(out: OutPath, stage: str, part: str, rows: int, depends: str) -> MapOutput | None:
     """The part's persisted map output when its record verifies (module docstring), else None."""
+    where = record_path(out, stage, part)
     try:
-        record = parts.load_json(record_path(out, stage, part))
+        record = parts.load_json(where)
         files = record["files"]
         if record["rows"] != rows or record.get("depends", "") != depends:
             return None
+        paths = {}
         for name, entry in files.items():
-            path = stage_dir(out, stage) / f"{part}.{name}.parquet"
+            path = confined(stage_dir(out, stage), f"{part}.{name}.parquet", f"map record {where}")
             if not path.is_file() or path.stat().st_size != entry["bytes"]:
                 return None
             if sha256_of(path) != entry["sha256"]:
                 return None
+            paths[name] = str(path)
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    paths = {name: str(stage_dir(out, stage) / f"{part}.{name}.parquet") for name in files}
     return MapOutput(part, rows=paths.pop("rows"), files=paths, info=record.get("info", {}))
 
 

@@ -20,7 +20,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pretrain import shards_layout as layout
-from pretrain.outstore import ObjectPath, OutPath, listed, remove_tree, sha256_of, write_atomic
+from pretrain.outstore import (
+    ObjectPath,
+    OutPath,
+    confined,
+    listed,
+    remove_tree,
+    sha256_of,
+    write_atomic,
+)
 
 PARTS = layout.PARTS_DIR
 """Hidden work area of an output: per-shard ledger fragments and per-input read counts."""
@@ -137,7 +145,7 @@ def part_verifies(out: OutPath, fragment: OutPath) -> bool:
         if (out / name).exists() and name not in files:
             return False
     for name, record in files.items():
-        path = out / name
+        path = confined(out, name, f"ledger fragment {fragment}")
         if not path.is_file() or path.stat().st_size != record["bytes"]:
             return False
         if sha256_of(path) != record["sha256"]:  # re-hashed when the file was touched

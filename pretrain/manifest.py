@@ -156,20 +156,7 @@ def unlisted_files(directory: str | os.PathLike, manifest: Mapping[str, Any]) ->
 
 def _safe_path(root: outstore.OutPath, rel: Any) -> outstore.OutPath:
     """Resolve `rel` inside `root`, refusing absolute paths, `..` and links that escape."""
-    if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
-        raise ArtifactError(
-            f"manifest of {root} lists file path {rel!r}, which leaves the "
-            "artifact directory; the artifact is corrupt or crafted: rebuild it"
-        )
-    if isinstance(root, outstore.ObjectPath):  # a key under the prefix: no links to follow
-        return root / rel
-    resolved = (root / rel).resolve()
-    if root.resolve() not in resolved.parents:
-        raise ArtifactError(
-            f"manifest of {root} lists file path {rel!r}, which resolves outside "
-            "the artifact directory; rebuild the artifact"
-        )
-    return resolved
+    return outstore.confined(root, rel, f"manifest of {root}")
 
 
 def listed_path(directory: str | os.PathLike, manifest: Mapping[str, Any], rel: Any) -> Path:

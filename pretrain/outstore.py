@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
-from pretrain.errors import ConfigError
+from pretrain.errors import ArtifactError, ConfigError
 from pretrain.hashcache import cache_root, file_sha256
 
 READ_CHUNK = 8 << 20
@@ -230,6 +230,28 @@ def write_atomic(path: OutPath | str | os.PathLike, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def confined(root: OutPath, rel: Any, what: str) -> OutPath:
+    """`root / rel` for a relative file name recorded in `what` (a manifest, a ledger fragment, a
+    map record), refusing in one line a name that is not a non-empty string, is absolute, holds
+    `..`, or (locally) resolves through a link to outside `root`: a record names only its own
+    output's files, so a crafted one cannot make a reader hash or open any other path."""
+    parts = PurePosixPath(rel).parts if isinstance(rel, str) else ()
+    if not parts or rel.startswith("/") or ".." in parts:
+        raise ArtifactError(
+            f"{what} lists file path {rel!r}, which leaves the artifact directory {root}; "
+            "the output is corrupt or crafted: rebuild it"
+        )
+    if isinstance(root, ObjectPath):  # a key under the prefix: no links to follow
+        return root / rel
+    resolved = (root / rel).resolve()
+    if root.resolve() not in resolved.parents:
+        raise ArtifactError(
+            f"{what} lists file path {rel!r}, which resolves outside the artifact directory "
+            f"{root} (a link); the output is corrupt or crafted: rebuild it"
+        )
+    return resolved
 
 
 def remove_tree(path: OutPath) -> None:

@@ -18,6 +18,7 @@ from pydantic import Field
 from pretrain.artifacts import base
 from pretrain.errors import ArtifactError, LockMismatch
 from pretrain.manifest import check_seal, load_manifest, sha256_file
+from pretrain.outstore import confined
 
 KIND = "tokenizer"
 LOCK_FILE = "lock.json"
@@ -82,7 +83,8 @@ def verified_lock(root: Path) -> tuple[dict[str, Any], str]:
     if TOKENIZER_FILE not in lock.get("files", {}):
         raise LockMismatch(f"{lock_path} does not lock {TOKENIZER_FILE}; retrain the tokenizer")
     for name, recorded_sha in lock["files"].items():
-        path = root / name
+        path = confined(root, name, str(lock_path))
+        assert isinstance(path, Path)  # a local root gives a local path
         if not path.is_file():
             raise LockMismatch(f"{path} is missing but lock.json lists it: {_RETRAIN}")
         file_sha = sha256_file(path)

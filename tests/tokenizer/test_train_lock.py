@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from pretrain.errors import LockMismatch
-from pretrain.manifest import load_manifest, manifest_sha256
+from pretrain.errors import ArtifactError, LockMismatch
+from pretrain.manifest import load_manifest, manifest_sha256, sha256_file
 from pretrain_app.cli import main
 from tests.tokenizer.tok_helpers import train_config
 from tokenizer.lock import check_match, load_locked
@@ -123,3 +123,19 @@ def test_mismatch_names_both_hashes_and_the_fix(tokenizer_dir: Path) -> None:
     assert "pretrain tokenizer encode" in message and "\n" not in message
     with pytest.raises(LockMismatch, match=locked.sha256[:12]):
         load_locked(tokenizer_dir, expect_sha256="ab" * 32)
+
+
+def test_a_lock_naming_a_file_outside_the_tokenizer_is_refused_unread(
+    tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    """lock.json is checked file by file before its own hash: a crafted lock naming `../x`
+    (with x's true sha256) is refused for the path, not hashed and then reported as edited."""
+    copy = tmp_path / "tok"
+    shutil.copytree(tokenizer_dir, copy)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the tokenizer's")
+    lock = json.loads((copy / "lock.json").read_bytes())
+    lock["files"] = {"../outside.txt": sha256_file(outside), **lock["files"]}
+    (copy / "lock.json").write_text(json.dumps(lock))
+    with pytest.raises(ArtifactError, match=r"lock.json lists file path '../outside.txt'"):
+        load_locked(copy)
