@@ -103,7 +103,8 @@ def load(out: OutPath, stage: str, part: str, rows: int, depends: str) -> MapOut
             return None
         paths = {}
         for name, entry in files.items():
-            path = confined(stage_dir(out, stage), f"{part}.{name}.parquet", f"map record {where}")
+            path = stage_dir(out, stage) / f"{part}.{name}.parquet"
+            confined(stage_dir(out, stage), f"{part}.{name}.parquet", f"map record {where}")
             if not path.is_file() or path.stat().st_size != entry["bytes"]:
                 return None
             if sha256_of(path) != entry["sha256"]:

@@ -145,7 +145,8 @@ def part_verifies(out: OutPath, fragment: OutPath) -> bool:
         if (out / name).exists() and name not in files:
             return False
     for name, record in files.items():
-        path = confined(out, name, f"ledger fragment {fragment}")
+        confined(out, name, f"ledger fragment {fragment}")  # the output's own file, no other
+        path = out / name
         if not path.is_file() or path.stat().st_size != record["bytes"]:
             return False
         if sha256_of(path) != record["sha256"]:  # re-hashed when the file was touched
