@@ -98,9 +98,10 @@ def clean(args: argparse.Namespace) -> int:
                 f"{layout.GLOBAL_MAP_DIR}/; re-run `pretrain data run CONFIG` once (every part "
                 "is reused, the new manifest does not list it), then clean"
             )
-        files, size = global_parts.remove_all(output_path(directory))
+        files, size, links = global_parts.remove_all(output_path(directory))
+    linked = f" and {links} links (not what they point at)" if links else ""
     print(
-        f"pretrain data clean: removed {files} files ({size / 1e6:.1f} MB) of "
+        f"pretrain data clean: removed {files} files ({size / 1e6:.1f} MB){linked} of "
         f"{layout.GLOBAL_MAP_DIR}/ from {directory}; it still verifies (`pretrain verify`)"
     )
     return 0

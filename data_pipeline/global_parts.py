@@ -28,6 +28,7 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -131,17 +132,28 @@ def reusable(out: OutPath, stage: GlobalStage, rows: dict[str, int], depends: st
     return {part for part, count in rows.items() if load(out, stage.name, part, count, depends)}
 
 
-def remove_all(out: OutPath) -> tuple[int, int]:
-    """Delete every global stage's persisted map side; returns (files, bytes) removed. The
-    manifest never lists these files (pretrain.manifest.UNLISTED_DIRS), so the artifact still
-    verifies; a re-run that needs them maps the parts again (same bytes, more time)."""
+def remove_all(out: OutPath) -> tuple[int, int, int]:
+    """Delete every global stage's persisted map side; returns (files, bytes, links) removed: a
+    link (the whole directory, or one inside it) is removed as a link, its target kept and not
+    counted. The manifest never lists these files (pretrain.manifest.UNLISTED_DIRS), so the
+    artifact still verifies; a re-run that needs them maps the parts again (same bytes)."""
     root = out / parts.PARTS / GLOBAL
+    if isinstance(root, Path) and root.is_symlink():
+        remove_tree(root)
+        return 0, 0, 1
     if not root.exists():
-        return 0, 0
-    files = [path for path in root.rglob("*") if path.is_file()]
+        return 0, 0, 0
+    entries: list[OutPath] = list(root.rglob("*"))  # never descends into a linked directory
+    links = [p for p in entries if isinstance(p, Path) and p.is_symlink()]
+    files = [p for p in entries if p.is_file() and p not in links]
     size = sum(path.stat().st_size for path in files)
     remove_tree(root)
-    return len(files), size
+    if root.exists():
+        raise PretrainError(
+            f"could not remove all of {root} (permissions?); nothing outside it was touched: "
+            "remove it by hand"
+        )
+    return len(files), size, len(links)
 
 
 # --- what runs in the Ray tasks ---------------------------------------------------------------

@@ -255,15 +255,18 @@ def confined(root: OutPath, rel: Any, what: str) -> OutPath:
 
 
 def remove_tree(path: OutPath) -> None:
-    """Delete a directory (or key prefix) and everything under it; nothing if it is absent."""
+    """Delete a directory (or key prefix) and everything under it; nothing if it is absent. A
+    local path that is a symlink is removed as the link: its target is never touched."""
     if isinstance(path, ObjectPath):
         kind = path._info().type
         if kind == pafs.FileType.Directory:
             path.fs.delete_dir(path.key)
         elif kind == pafs.FileType.File:
             path.fs.delete_file(path.key)
+    elif path.is_symlink():  # a link (to a directory or not) goes; never what it points at
+        path.unlink()
     elif path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(path, ignore_errors=True)  # links inside are unlinked, not followed
     else:
         path.unlink(missing_ok=True)
 

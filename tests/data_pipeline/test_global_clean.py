@@ -164,3 +164,44 @@ def test_keep_global_parts_false_deletes_the_map_side_after_the_run(ray_local, t
     # The setting is not part of what the output is: flipping it resumes, it does not refuse.
     again = run_pipeline(_config(dropped), progress=False)
     assert again.reused_parts == result.parts
+
+
+def _finished(out: Path) -> None:
+    (out / "data").mkdir(parents=True)
+    (out / "data" / "a.parquet").write_bytes(b"shard")
+    write_manifest(out, "shards")
+
+
+def test_clean_of_a_map_side_linked_elsewhere_removes_the_link_and_says_so(tmp_path, capsys):
+    """`.parts/global` a link to another disk: clean removes the link, never what it points at,
+    and does not report the target's files as removed (it reported them, and removed nothing)."""
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    (elsewhere / "dedup").mkdir(parents=True)
+    (elsewhere / "dedup" / "a-00000.bands.parquet").write_bytes(b"x" * 1000)
+    _finished(out)
+    (out / layout.GLOBAL_MAP_DIR).parent.mkdir(parents=True)
+    (out / layout.GLOBAL_MAP_DIR).symlink_to(elsewhere)
+    assert main(["data", "clean", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "removed 0 files (0.0 MB)" in said and "link" in said, said
+    assert not (out / layout.GLOBAL_MAP_DIR).is_symlink()
+    assert not (out / layout.GLOBAL_MAP_DIR).exists()
+    assert (elsewhere / "dedup" / "a-00000.bands.parquet").stat().st_size == 1000
+    assert main(["verify", str(out)]) == 0
+
+
+def test_clean_counts_the_files_it_removes_not_what_links_inside_point_at(tmp_path, capsys):
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "big.bin").write_bytes(b"x" * 5_000_000)
+    _finished(out)
+    cache = out / layout.GLOBAL_MAP_DIR / "dedup"
+    cache.mkdir(parents=True)
+    (cache / "a-00000.json").write_bytes(b"{}")
+    (cache / "a-00000.rows.parquet").symlink_to(elsewhere / "big.bin")
+    (cache / "more").symlink_to(elsewhere)
+    assert main(["data", "clean", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "removed 1 files (0.0 MB)" in said and "2 links" in said, said
+    assert not (out / layout.GLOBAL_MAP_DIR).exists()
+    assert (elsewhere / "big.bin").stat().st_size == 5_000_000

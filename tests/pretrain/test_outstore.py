@@ -77,3 +77,22 @@ def test_a_manifest_of_an_object_prefix_lists_every_object(tmp_path) -> None:
     assert set(manifest["files"]) == {"shards/a.parquet", "ledger.json"}
     assert manifest["files"]["shards/a.parquet"]["sha256"] == hashlib.sha256(b"rows").hexdigest()
     assert load_manifest(tmp_path / "out")["files"] == manifest["files"]
+
+
+def test_remove_tree_removes_a_linked_directory_as_a_link_never_its_target(tmp_path) -> None:
+    """A directory of the output that is a link to elsewhere: the link goes, what it points at
+    stays (rmtree refuses a link, and its error was ignored: the link stayed, silently)."""
+    target = tmp_path / "elsewhere"
+    (target / "sub").mkdir(parents=True)
+    (target / "sub" / "keep.bin").write_bytes(b"not the output's")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "cache").symlink_to(target)
+    outstore.remove_tree(out / "cache")
+    assert not (out / "cache").is_symlink() and not (out / "cache").exists()
+    assert (target / "sub" / "keep.bin").read_bytes() == b"not the output's"
+    real = out / "real"
+    (real / "deep").mkdir(parents=True)
+    (real / "deep" / "link").symlink_to(target)  # a link inside: removed, not followed
+    outstore.remove_tree(real)
+    assert not real.exists() and (target / "sub" / "keep.bin").exists()
