@@ -124,6 +124,13 @@ def write_synthetic_corpus(prefix: Path, documents: int, vocab: int, seed: int) 
     builder.finalize(f"{prefix}.idx")
 
 
+def phase_counts(fractions: list[float], total_batches: int) -> list[int]:
+    """Global batches per synthetic phase: each phase's share of the total, the rest last."""
+    counts = [max(1, round(total_batches * f / sum(fractions))) for f in fractions]
+    counts[-1] = max(1, total_batches - sum(counts[:-1]))
+    return counts
+
+
 def synthetic_data(config: TrainConfig, directory: Path, total_batches: int) -> TrainData:
     """Open (the caller writes it first on rank 0) the synthetic corpus as a TrainData."""
     from megatron.core.datasets.indexed_dataset import IndexedDataset
@@ -133,9 +140,7 @@ def synthetic_data(config: TrainConfig, directory: Path, total_batches: int) -> 
         raise ArtifactError(f"{prefix}.idx is missing; the synthetic corpus was not written")
     indexed = IndexedDataset(str(prefix))
     stream = np.concatenate([indexed[i] for i in range(len(indexed))]).astype(np.int64)
-    fractions = [phase.fraction for phase in config.data.phases]
-    counts = [max(1, round(total_batches * f / sum(fractions))) for f in fractions]
-    counts[-1] = max(1, total_batches - sum(counts[:-1]))
+    counts = phase_counts([phase.fraction for phase in config.data.phases], total_batches)
     phases, datasets = [], []
     for index, (spec, count) in enumerate(zip(config.data.phases, counts, strict=True)):
         phases.append(Phase(spec.name, spec.seq_length, count))
@@ -268,4 +273,54 @@ def check_resume_model(
         raise LockMismatch(
             f"resume refused: checkpoint {checkpoint} holds {what}; restore the config it was "
             "trained with or use a new run.out_dir"
+        )
+
+
+LAYOUT = "run.train_steps, guard.max_rollbacks, guard.skip_batches (the synthetic phase lengths)"
+
+
+def _batch_order(config: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a config dict that decide which samples global batch b holds. A mixture's
+    order is its build (compared by hash in check_identity) and its global batch; synthetic data's
+    is its corpus, seed, phases and every phase length but the last (which may grow)."""
+    run, data, guard = config.get("run", {}), config.get("data", {}), config.get("guard", {})
+    source = data.get("source")
+    order: dict[str, Any] = {
+        "data.source": source,
+        "batch.global_batch_size": config.get("batch", {}).get("global_batch_size"),
+    }
+    if source != "synthetic":
+        return order
+    phases = data.get("phases") or []
+    for name in ("synthetic_documents", "synthetic_vocab", "phases"):
+        order[f"data.{name}"] = data.get(name)
+    order["run.seed"] = run.get("seed")
+    if len(phases) > 1 and run.get("train_steps"):
+        rollbacks, skips = guard.get("max_rollbacks", 0), guard.get("skip_batches", 1)
+        total = run["train_steps"] + (rollbacks + 1) * skips
+        order[LAYOUT] = phase_counts([p.get("fraction", 1.0) for p in phases], total)[:-1]
+    return order
+
+
+def resume_order_changes(config: TrainConfig, recorded: dict[str, Any]) -> list[str]:
+    """`name: was -> now` for each batch-order setting the config changes from the recorded
+    config (a checkpoint's state.json `config`); [] when the saved batch index still holds."""
+    from pretrain.config import config_dict
+
+    was, now = _batch_order(recorded), _batch_order(config_dict(config))
+    return [f"{k}: {was.get(k)} -> {now[k]}" for k in now if was.get(k) != now[k]]
+
+
+def check_resume_order(config: TrainConfig, recorded: dict[str, Any] | None, name: str) -> None:
+    """Refuse a resume that would make the saved batch index point at other samples. Settings
+    that only change training from here on (train_steps on one phase, lr and the schedule,
+    logging, checkpoint cadence, micro batch, parallel layout, eval) stay allowed."""
+    if not recorded or not isinstance(recorded.get("config"), dict):
+        return  # a checkpoint without its config (older format): nothing to compare
+    changes = resume_order_changes(config, recorded["config"])
+    if changes:
+        raise LockMismatch(
+            f"resume refused: checkpoint {name} was trained with other batch-order settings "
+            f"({'; '.join(changes)}), so its saved batch index would point at other samples; "
+            "restore them or use a new run.out_dir"
         )

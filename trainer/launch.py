@@ -179,7 +179,7 @@ def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False
     gate = gate_decision(config, override_gate)
     if cuda:
         check_backend(config)
-    from trainer.data import check_identity, check_resume_model, mixture_data
+    from trainer.data import check_identity, check_resume_model, check_resume_order, mixture_data
     from trainer.setup import resolve_vocab
 
     name, recorded = _resume_state(config)
@@ -189,6 +189,7 @@ def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False
     else:
         data = SimpleNamespace(vocab_size=config.data.synthetic_vocab)
     check_resume_model(config, recorded, resolve_vocab(config, data), name)
+    check_resume_order(config, recorded, name)
     return gate
 
 

@@ -29,7 +29,7 @@ from trainer import step as mstep
 from trainer.callbacks import Callback, CallbackList
 from trainer.config import TrainConfig
 from trainer.cpu_compat import device_context
-from trainer.data import TrainData, check_identity, check_resume_model
+from trainer.data import TrainData, check_identity, check_resume_model, check_resume_order
 from trainer.guard import GuardGaveUp, SpikeGuard
 from trainer.lr_schedule import lr_at
 from trainer.metrics import MetricsLog, Throughput
@@ -305,6 +305,7 @@ class Trainer:
         expected = checkpoint.read_state(path)
         check_identity(self.config, self.data, expected)
         check_resume_model(self.config, expected, self.vocab_size, path.name)
+        check_resume_order(self.config, expected, path.name)
         recorded = checkpoint.load(path, self.model, self.optimizer)
         skipped = set(self.state.skipped_batches) | set(recorded["skipped_batches"])
         names = TrainState.__dataclass_fields__
