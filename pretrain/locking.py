@@ -213,3 +213,22 @@ def writes_output(where: str | Callable[..., str | os.PathLike]) -> Callable[[F]
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def check_unlocked(out: str | os.PathLike) -> None:
+    """Raise `OutputLocked` (naming the holder) when a live process holds `out`'s lock, without
+    taking it: a shared `flock` probe, which launchers of one job can make at once (a
+    multi-node launch whose writer rank is only known after rendezvous, trainer/launch.py)."""
+    out_path = Path(os.path.abspath(out))
+    path = lock_path(out_path)
+    if str(path) in _held or not path.exists():
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        raise _refusal(out_path, read_holder(out_path)) from None
+    finally:
+        os.close(fd)  # closing drops the shared probe

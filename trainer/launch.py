@@ -28,13 +28,15 @@ from pretrain.command import current_command
 from pretrain.config import config_dict, config_sha256, dump_resolved, load_config
 from pretrain.errors import ConfigError, GateRefused, PretrainError
 from pretrain.lifetime import die_with_parent
-from pretrain.locking import output_lock
+from pretrain.locking import check_unlocked, output_lock
 from pretrain.manifest import atomic_write_json
 from pretrain.progress import attach
 from trainer.config import TrainConfig
 from trainer.train import default_threads
 
 LOOPBACK = "127.0.0.1"
+ELASTIC_LOCK = "PRETRAIN_RANK0_LOCK"
+"""Set for the ranks of an elastic multi-node launch: global rank 0 holds the run dir's lock."""
 
 
 def gate_decision(config: TrainConfig, override_reason: str | None) -> dict[str, Any]:
@@ -237,14 +239,25 @@ def launch_command(args: argparse.Namespace) -> int:
             return _print_dry_run(config, command, args.override_gate)
         gate = preflight(config, args.override_gate, cuda=True)
     # every node's launcher writes the same run directory: on several nodes only node rank 0
-    # (when given) holds the writer lock
+    # holds the writer lock; without --node-rank (c10d elastic) a node learns its rank only at
+    # the rendezvous, so every launcher refuses a held run directory before writing and global
+    # rank 0 takes the lock for the run (trainer/worker.py, ELASTIC_LOCK)
+    if is_elastic(args, nnodes):
+        check_unlocked(run_dir)
     single_writer = nnodes == "1" or args.node_rank == 0
     with output_lock(run_dir) if single_writer else contextlib.nullcontext():
         return _launch(config, args, (nproc, nnodes), command, gate)
 
 
-def _torchrun_env(nproc: int, local: bool) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "PRETRAIN_VERIFY"}
+def is_elastic(args: argparse.Namespace, nnodes: str) -> bool:
+    """Several nodes and no --node-rank: torchrun's c10d rendezvous assigns the node ranks."""
+    return nnodes != "1" and args.node_rank is None
+
+
+def _torchrun_env(nproc: int, local: bool, elastic: bool = False) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PRETRAIN_VERIFY", ELASTIC_LOCK)}
+    if elastic:
+        env[ELASTIC_LOCK] = "1"
     env.setdefault("PRETRAIN_TORCH_THREADS", str(default_threads(nproc)))
     env.setdefault("OMP_NUM_THREADS", env["PRETRAIN_TORCH_THREADS"])
     if local:  # gloo's and NCCL's own sockets on loopback too
@@ -271,7 +284,7 @@ def _launch(
     error_file.unlink(missing_ok=True)
     result = subprocess.run(
         command,
-        env=_torchrun_env(nproc, is_local(args, nnodes)),
+        env=_torchrun_env(nproc, is_local(args, nnodes), is_elastic(args, nnodes)),
         check=False,
         preexec_fn=functools.partial(die_with_parent, os.getpid()),  # agent dies with us
     )

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.train import train
 
     try:
-        train(config, smoke=args.smoke)
+        with _writer_lock(config):
+            train(config, smoke=args.smoke)
     except PretrainError as exc:
         print(f"pretrain launch: error: {exc}", file=sys.stderr, flush=True)
         error_file = Path(config.run.out_dir) / "launch" / "error.txt"
@@ -45,6 +47,20 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_bytes(error_file, str(exc).encode())
         return 2
     return 0
+
+
+def _writer_lock(config: TrainConfig) -> AbstractContextManager[Any]:
+    """The run directory's writer lock on global rank 0 of an elastic multi-node launch (no
+    launcher knew it would be node rank 0, trainer/launch.py); nothing otherwise."""
+    from trainer.launch import ELASTIC_LOCK
+
+    if os.environ.get(ELASTIC_LOCK) != "1" or os.environ.get("RANK", "0") != "0":
+        return nullcontext()
+    from pretrain.locking import output_lock
+    from trainer.run_outputs import load_launch_info
+
+    run_dir = Path(config.run.out_dir)
+    return output_lock(run_dir, load_launch_info(run_dir).get("command"))
 
 
 if __name__ == "__mp_main__":  # a helper megatron spawned from a rank: end with the rank
