@@ -20,6 +20,7 @@ import torch
 from evals.bpb import as_encoder
 from evals.tasks import encode_pair
 from pretrain.artifacts import export as export_artifact
+from pretrain.errors import InputError
 
 
 def _lm_base() -> Any:
@@ -62,6 +63,8 @@ class ProjectLM(_lm_base()):  # type: ignore[misc]
         rows = []
         for request in requests:
             ctx, cont = encode_pair(self.encoder, *request.args)
+            if len(cont) > self.seq_length:
+                raise InputError(_too_long(len(cont), self.seq_length, request.args[1]))
             rows.append((ctx + cont, len(cont)))
         return self._score(rows)
 
@@ -81,6 +84,17 @@ class ProjectLM(_lm_base()):  # type: ignore[misc]
             "generation tasks need the HF export: `pretrain export`, then `pretrain eval run "
             "EXPORT_DIR --lm-eval ...`"
         )
+
+
+def _too_long(tokens: int, seq_length: int, continuation: str) -> str:
+    """A continuation of more tokens than the window: scoring its tail only would be a wrong
+    log-likelihood, and lm-eval's own HFLM fails on it (its continuation slice is longer than
+    the window's logits)."""
+    return (
+        f"an lm-eval request's continuation has {tokens} tokens, more than the model's "
+        f"seq_length {seq_length} ({continuation[:40]!r}...); it cannot be scored whole: drop "
+        "those documents, or score them as a cloze task file (`--tasks FILE.jsonl`, windowed)"
+    )
 
 
 def load_export(export_dir: str | Path) -> tuple[Any, Any]:

@@ -8,7 +8,9 @@ One example per line; a file holds one kind of task, named after the file's stem
   highest total log-probability; `acc_norm` the highest per character of the choice (length
   normalised exactly as lm-evaluation-harness does).
 - cloze (LAMBADA style): `{"id": "c1", "context": "The cat sat on the", "continuation": " mat"}`
-  Reports the continuation's bits per byte and mean log-probability per token.
+  Reports the continuation's bits per byte and mean log-probability per token. Every
+  continuation token is scored: one longer than the model's window is scored in windows, as
+  lm-eval scores a rolling document (`n_windowed` counts those examples).
 
 Write choices and continuations with their leading space. Context and continuation are encoded
 as lm-evaluation-harness encodes a log-likelihood request (`encode_pair`), and the same file run
@@ -112,13 +114,17 @@ def _continuation_logprobs(
     seq_length: int,
     batch_size: int,
 ) -> list[np.ndarray]:
+    """Log-prob of every continuation token. A continuation that fits one window is scored after
+    the context, left-truncated to fit (as lm-eval's HFLM does); a longer one is scored whole in
+    windows of seq_length predictions after the context's last token, as lm-eval's
+    `loglikelihood_rolling` scores a document (`get_rolling_token_windows`, context_len 1), so
+    every byte a bits-per-byte divides by was scored."""
     sequences, lengths = [], []
     for context, continuation in pairs:
         ctx, cont = encode_pair(encoder, context, continuation)
-        # Left-truncate the context so context + continuation fits one window.
-        ids = (ctx + cont)[-(seq_length + 1) :]
+        ids = (ctx + cont)[-(seq_length + 1) :] if len(cont) <= seq_length else [ctx[-1], *cont]
         sequences.append(ids)
-        lengths.append(min(len(cont), len(ids) - 1))
+        lengths.append(len(cont))
     scored = score_sequences(model, sequences, seq_length, batch_size, pad_id=encoder.eod_id)
     return [lp[len(lp) - n :] if n else lp[:0] for lp, n in zip(scored, lengths)]
 
@@ -141,6 +147,7 @@ def score_task(
             "bpb": nll / LN2 / num_bytes,
             "mean_logprob": -nll / max(tokens, 1),
             "n": len(task.examples),
+            "n_windowed": sum(len(lp) > seq_length for lp in logps),
         }
     correct = correct_norm = 0
     cursor = 0
