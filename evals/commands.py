@@ -3,7 +3,10 @@
 `eval run` evaluates every checkpoint of a run (or one checkpoint) on an `evalset` artifact:
 bits per byte, loss and perplexity per domain and language, and the task files. It writes
 `results.jsonl` (one line per checkpoint), `capability.png` (bpb per domain over steps) and an
-`eval` manifest to `--out` (default `RUN/evals`).
+`eval` manifest to `--out` (default `RUN/evals`). A checkpoint of a run that cannot be loaded
+(corrupt bytes, a planted file, no state) is skipped with one line on stderr and listed in the
+manifest's `skipped_checkpoints`; the others are evaluated. One checkpoint named, a tokenizer
+mismatch, or no loadable checkpoint at all is refused (exit 2).
 """
 
 from __future__ import annotations
@@ -219,7 +222,7 @@ def run_command(args: argparse.Namespace) -> int:
 def _run_command(args: argparse.Namespace) -> int:
     from evals.bpb import load_eval_sets
     from evals.plots import plot_capability
-    from pretrain.progress import Progress, attach
+    from pretrain.progress import Progress, attach, warn
     from tokenizer.lock import load_locked
 
     run_dir, checkpoints = find_checkpoints(args.checkpoint_dir)
@@ -231,9 +234,16 @@ def _run_command(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     attach(out)
     identity = {"evalset_sha256": manifest_sha256(args.sets), "tokenizer_sha256": tokenizer.sha256}
-    records = []
+    records, skipped = [], []
     for step, checkpoint in Progress(checkpoints, desc="eval", unit="checkpoint"):
-        record = evaluate_checkpoint(checkpoint, sets, tokenizer, tasks, args, lm_tasks)
+        try:
+            record = evaluate_checkpoint(checkpoint, sets, tokenizer, tasks, args, lm_tasks)
+        except ArtifactError as exc:
+            if len(checkpoints) == 1 or isinstance(exc, LockMismatch):
+                raise  # one checkpoint named, or a mismatch every checkpoint would hit
+            skipped.append({"step": step, "checkpoint": str(checkpoint), "reason": str(exc)})
+            warn(f"eval: checkpoint {checkpoint.name} skipped (not loadable): {exc}")
+            continue
         record.update({"step": record["step"] or step, "checkpoint": str(checkpoint), **identity})
         for doc in record["documents"]:
             doc["step"] = record["step"]
@@ -242,6 +252,11 @@ def _run_command(args: argparse.Namespace) -> int:
         print(
             f"step {record['step']:>7}: bpb {metrics['bpb']:.4f} loss {metrics['loss']:.4f} "
             f"ppl {metrics['ppl']:.2f}"
+        )
+    if not records:
+        raise ArtifactError(
+            f"none of the {len(checkpoints)} checkpoints of {run_dir} could be loaded (first: "
+            f"{skipped[0]['reason']}); check them with `pretrain verify CHECKPOINT`"
         )
     write_documents(records, out / "documents.parquet")
     lines = "".join(
@@ -252,7 +267,9 @@ def _run_command(args: argparse.Namespace) -> int:
     plot_capability(records, out / "capability.png")
     eval_artifact.write(
         out,
-        eval_artifact.EvalFields(**identity, final=records[-1]["metrics"]),
+        eval_artifact.EvalFields(
+            **identity, final=records[-1]["metrics"], skipped_checkpoints=skipped
+        ),
         config={
             "sets": str(args.sets),
             "tasks": [str(t) for t in tasks],
@@ -261,7 +278,10 @@ def _run_command(args: argparse.Namespace) -> int:
         },
         # the run evaluated is an ancestor too (when it has a manifest: a finished run)
         inputs=[args.sets] + ([run_dir] if (run_dir / "manifest.json").is_file() else []),
-        counts={"checkpoints": len(records)},
+        counts={"checkpoints": len(records), "skipped_checkpoints": len(skipped)},
     )
     print(f"-> {out / 'results.jsonl'}, {out / 'documents.parquet'}, {out / 'capability.png'}")
+    if skipped:
+        names = ", ".join(Path(entry["checkpoint"]).name for entry in skipped)
+        warn(f"eval: {len(skipped)} checkpoint(s) skipped, not loadable: {names}")
     return 0

@@ -23,6 +23,8 @@ class EvalFields(base.Fields):
     evalset_sha256: str
     tokenizer_sha256: str
     final: dict[str, Any] = Field(default_factory=dict)
+    skipped_checkpoints: list[dict[str, Any]] = Field(default_factory=list)
+    """Checkpoints of the run that could not be loaded: step, checkpoint, reason."""
 
 
 class EvalManifest(EvalFields, base.Manifest):
