@@ -2,7 +2,9 @@
 and the build settings (encoded data, pinned tokenizer, token budget, global batch, seed).
 
 The recipe hash is the sha256 of the canonical recipe (what an ablation decides); the build hash
-adds the build settings and the identities of the data and tokenizer (what a run consumes).
+adds the build settings and the identities of the data and tokenizer (what a run consumes). A
+recipe that selects only on the built-in clauses hashes as it always did (version 1); one that
+selects on another declared tag (a plugin stage's) hashes with `recipe_hash_version: 2`.
 """
 
 from __future__ import annotations
@@ -11,8 +13,18 @@ import math
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, field_validator
+import pyarrow as pa
+from pydantic import (
+    BeforeValidator,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from data_pipeline.stages.registry import tag_fields
 from pretrain.config import StrictModel
 from pretrain.errors import ConfigError
 from pretrain.manifest import canonical_json, sha256_bytes
@@ -45,9 +57,19 @@ class Range(StrictModel):
     max: float | None = None
 
 
+Clause = Range | bool | list[str]
+"""What a clause on a declared tag takes, by the tag's type: a range (numbers), true/false
+(booleans), values (strings: a list, or one value)."""
+
+
 class Select(StrictModel):
     """A conjunction of tag clauses over the encoded sidecar; documents with a null tag never
-    match a clause on that tag. `split == eval` is always excluded."""
+    match a clause on that tag. `split == eval` is always excluded.
+
+    The fields below are the built-in stages' tags. Any other tag a stage declares
+    (`Stage.tags`, e.g. a plugin's: data_pipeline.stages.registry.tag_fields) is written beside
+    them (`toy_chars: {min: 60}`) and typed by its declared type; a name no stage declares is
+    refused, naming the tags there are."""
 
     domain: StrList | None = None
     lang: StrList | None = None
@@ -59,6 +81,67 @@ class Select(StrictModel):
     unsafe_score: Range | None = None
     url_blocked: bool | None = None
     dup_keep: bool | None = None
+    tags: dict[str, Clause] = Field(default_factory=dict)
+    """The clauses on declared tags other than the fields above (written flat, never as `tags`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _declared_tags(cls, data: Any) -> Any:
+        """Move every key that is not a built-in clause into `tags`, typed by its declaration."""
+        if not isinstance(data, dict):
+            return data
+        fixed = set(cls.model_fields) - {"tags"}
+        extra = {key: value for key, value in data.items() if key not in fixed}
+        if not extra:
+            return data
+        declared = {field.name: field.type for field in tag_fields()}
+        tags = {key: _typed_clause(key, value, declared) for key, value in extra.items()}
+        return {**{k: v for k, v in data.items() if k in fixed}, "tags": tags}
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Dump the declared tags' clauses beside the built-in ones (and no `tags` key): a recipe
+        without them dumps, and so hashes, exactly as before they could be written."""
+        data = dict(handler(self))
+        tags = data.pop("tags", None) or {}
+        return {**data, **tags}
+
+    def clauses(self) -> dict[str, Clause]:
+        """Every clause written, built-in and declared, by tag name."""
+        fixed = {name: getattr(self, name) for name in type(self).model_fields if name != "tags"}
+        return {**{k: v for k, v in fixed.items() if v is not None}, **self.tags}
+
+
+def _typed_clause(name: str, value: Any, declared: dict[str, pa.DataType]) -> Any:
+    """`value` as the clause a tag of the declared type takes; a validation error naming the tags
+    there are (or the form the tag needs)."""
+    kind = declared.get(name)
+    if kind is None:
+        known = [*(n for n in Select.model_fields if n != "tags"), *declared]
+        known = list(dict.fromkeys(known))
+        raise PydanticCustomError(
+            "unknown_tag",
+            f"unknown tag {name!r}: no stage declares it; the tags are {', '.join(known)} "
+            "(a plugin stage's tag needs the plugin installed)",
+        )
+    if pa.types.is_boolean(kind):
+        if isinstance(value, bool):
+            return value
+        need = "true or false"
+    elif pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        if isinstance(value, dict) and set(value) <= {"min", "max"}:
+            return Range.model_validate(value)
+        need = "a range {min: X, max: Y}"
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        values = _as_list(value)
+        if isinstance(values, list) and values and all(isinstance(v, str) for v in values):
+            return values
+        need = "a value or a list of values"
+    else:
+        raise PydanticCustomError(
+            "tag_type", f"tag {name!r} is of type {kind}, which a select clause cannot compare"
+        )
+    raise PydanticCustomError("tag_clause", f"tag {name!r} is {kind}: its clause takes {need}")
 
 
 class Component(StrictModel):
@@ -131,8 +214,18 @@ class MixtureConfig(StrictModel):
     replan: Replan | None = None
 
 
+RECIPE_HASH_VERSION = 2
+"""Version 2 covers clauses on declared (plugin) tags; a recipe without them hashes as version 1."""
+
+
 def recipe_sha256(recipe: Recipe) -> str:
-    return sha256_bytes(canonical_json(recipe.model_dump(mode="json")))
+    """The sha256 of the canonical recipe. Version 1 (the recipe's dump alone) for a recipe
+    whose selects use only the built-in clauses, so every recipe written before declared tags
+    could be selected, and every mixture locked on one, keeps its hash; version 2 otherwise."""
+    dump = recipe.model_dump(mode="json")
+    if not any(component.select.tags for component in recipe.components):
+        return sha256_bytes(canonical_json(dump))
+    return sha256_bytes(canonical_json({"recipe_hash_version": RECIPE_HASH_VERSION, **dump}))
 
 
 def build_sha256(

@@ -1,7 +1,8 @@
 """Select each component's documents from the encoded sidecars (`<stem>.docs.parquet`).
 
-A component's documents are the rows matching every clause of its `select`; `split == eval` is
-always excluded. Unknown tag values (a domain no document has) and empty components are errors.
+A component's documents are the rows matching every clause of its `select` (the built-in tags
+and any other tag a stage declares, compared by its declared type); `split == eval` is always
+excluded. Unknown tag values (a domain no document has) and empty components are errors.
 """
 
 from __future__ import annotations
@@ -114,8 +115,7 @@ def component_mask(component: Component, sidecars: Sidecars, where: str) -> np.n
     table = sidecars.table
     train = pc.fill_null(pc.not_equal(table.column("split"), "eval"), False)
     mask = train
-    select = component.select
-    for name, value in select.model_dump(exclude_none=True).items():
+    for name, value in component.select.clauses().items():
         column = table.column(name)
         if column.null_count == len(column):
             raise ConfigError(
@@ -128,7 +128,7 @@ def component_mask(component: Component, sidecars: Sidecars, where: str) -> np.n
         elif isinstance(value, bool):
             clause = pc.fill_null(pc.equal(column, value), False)
         else:
-            clause = _range_mask(column, getattr(select, name))
+            clause = _range_mask(column, value)
         mask = pc.and_(mask, clause)
     return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
 

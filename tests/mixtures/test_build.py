@@ -109,7 +109,7 @@ def test_infeasible_recipe_lists_each_short_component(
     [
         ({"weight": 0.6}, "sum to 1.1, not 1"),
         ({"select": {"domain": "wbe"}}, "unknown tag value(s) wbe"),
-        ({"select": {"colour": "red"}}, "unknown key 'recipe.components.0.select.colour'"),
+        ({"select": {"colour": "red"}}, "unknown tag 'colour': no stage declares it; the tags are"),
         (
             {"select": {"domain": "web", "quality_score": {"min": 2.0}}},
             "matches no training document",

@@ -1,8 +1,8 @@
 """A tag is declared once, by the stage that appends it (`Stage.tags`), and every reader derives
 it from there: the shards' schema, the shard reader's typed nulls where the stage did not run, the
-encoder's sidecars (copied and typed), the sidecars as mixtures read them. The stage here is a plugin
-installed in a temporary directory: no project file names its tag (mixtures' recipe `Select`
-clauses are still a fixed model: see the session report)."""
+encoder's sidecars (copied and typed), the sidecars as mixtures read them, a recipe's select
+clause on it (typed by its declaration) through `pretrain mixture build`. The stage here is a
+plugin installed in a temporary directory: no project file names its tag."""
 
 from __future__ import annotations
 
@@ -14,12 +14,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from data_pipeline.stages import registry as stage_registry
+from mixtures.recipe import Recipe, recipe_sha256
 from mixtures.selection import load_sidecars
 from pretrain import shards_layout as layout
 from pretrain.artifacts import encoded as encoded_kind
 from pretrain.artifacts import shards as shards_artifact
+from pretrain.manifest import load_manifest
+from pretrain_app.cli import main
 from tests.data_pipeline.test_stage_plugin import _plugin
 from tokenizer.encode import encode, sidecar_schema
 from tokenizer.shards import read_columns, require_shards
@@ -52,6 +56,27 @@ def _with_tag(shards_dir: Path, root: Path) -> Path:
     return root
 
 
+def _mixture_on_the_tag(tokenizer_dir: Path, encoded: Path, tmp_path: Path, least: int) -> Path:
+    """`pretrain mixture build` with one component selecting `toy_chars >= least`."""
+    select = {"toy_chars": {"min": least}}
+    config = {
+        "recipe": {
+            "components": [{"name": "long", "select": select, "weight": 1, "max_epochs": 50}]
+        },
+        "build": {
+            "encoded": str(encoded),
+            "tokenizer": str(tokenizer_dir),
+            "total_tokens": 4 * 32 * 5,
+            "seq_length": 32,
+            "global_batch": 4,
+        },
+        "out": str(tmp_path / "mix"),
+    }
+    (tmp_path / "mix.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    assert main(["mixture", "build", str(tmp_path / "mix.yaml")]) == 0
+    return tmp_path / "mix"
+
+
 @pytest.mark.slow  # ~45 s under load: megatron-core's first import, a real encode
 def test_a_tag_declared_once_by_a_stage_reaches_every_reader(
     plugin_tag, tokenizer_dir: Path, shards_dir: Path, tmp_path: Path
@@ -81,6 +106,20 @@ def test_a_tag_declared_once_by_a_stage_reaches_every_reader(
     sidecars = load_sidecars(tmp_path / "enc", prefixes)  # what mixtures select over
     assert sidecars.table.schema.field("toy_chars").type == pa.int64()  # widened, as counts
     assert sidecars.table.column("toy_chars").to_pylist() == source.column("toy_chars").to_pylist()
+    least = int(np.median(source.column("toy_chars").to_numpy()))
+    mix = _mixture_on_the_tag(tokenizer_dir, tmp_path / "enc", tmp_path, least)
+    chosen = np.load(mix / "components" / "long.npy")
+    ids = sidecars.table.column("id").to_pylist()
+    starts = np.cumsum([0, *(np.bincount(sidecars.prefix_of_row)[:-1])])
+    got = {ids[starts[p] + d] for p, d in zip(chosen["prefix"], chosen["doc"], strict=True)}
+    want = {
+        row["id"]
+        for row in source.select(["id", "toy_chars", "split"]).to_pylist()
+        if row["toy_chars"] >= least and row["split"] != "eval"
+    }
+    assert got == want and 0 < len(want) < source.num_rows
+    recipe = Recipe.model_validate(load_manifest(mix)["config"]["recipe"])
+    assert load_manifest(mix)["recipe_sha256"] == recipe_sha256(recipe)
     older = tmp_path / "older"  # a sidecar encoded before the stage existed: typed nulls
     older.mkdir()
     for stem in prefixes:
