@@ -161,22 +161,45 @@ def holder_lease(seen: Seen) -> float:
     return DEFAULT_LEASE_S
 
 
+def _started(value: Any) -> str:
+    """A holder's start time as UTC text; '?' when the field is not a time (edited by hand)."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(value)))
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "?"
+
+
+def _pid(record: dict[str, Any]) -> int | None:
+    """The holder's pid, when the record holds one a process could have."""
+    pid = record.get("pid")
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < 2**31 else None
+
+
 def describe(seen: Seen) -> str:
     record = seen.record or {}
     if not record:
         return "an unknown writer (the lock object holds no holder record)"
-    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(record.get("started_unix", 0)))
-    command = " ".join(record.get("command") or []) or "?"
-    return f"pid {record.get('pid')} on {record.get('host')} since {started} ({command})"
+    command = record.get("command")
+    words = command if isinstance(command, list) else [command] if command else []
+    text = " ".join(str(word) for word in words) or "?"
+    started = _started(record.get("started_unix", 0))
+    return f"pid {record.get('pid')} on {record.get('host')} since {started} ({text})"
+
+
+def lock_id(seen: Seen) -> str:
+    """The id `pretrain unlock --id` takes: the holder record's, else the object's ETag."""
+    ident = (seen.record or {}).get("id")
+    return str(ident) if ident not in (None, "") else seen.etag.strip('"')
 
 
 def refusal(target: Target, seen: Seen) -> OutputLocked:
     record = seen.record or {}
     lease = holder_lease(seen)
     here = record.get("host") == socket.gethostname()
-    gone = here and isinstance(record.get("pid"), int) and not pid_alive(record["pid"])
+    pid = _pid(record)
+    gone = here and pid is not None and not pid_alive(pid)
     state = ", no longer running on this host" if gone else ""
-    ident = record.get("id") or seen.etag.strip('"')
+    ident = lock_id(seen)
     return OutputLocked(
         f"output {target.output} is being written by {describe(seen)}{state} (lock "
         f"{target.uri}, last heartbeat {seen.age_s:.0f} s ago); wait for it to finish or stop "
@@ -339,7 +362,7 @@ def unlock(output: str, ident: str) -> Seen:
     seen = read_lock(client, target)
     if seen is None:
         raise PretrainError(f"{output} has no writer lock ({target.uri} does not exist)")
-    current = (seen.record or {}).get("id") or seen.etag.strip('"')
+    current = lock_id(seen)
     if current != ident:
         raise OutputLocked(
             f"the writer lock of {output} has id {current}, not {ident}: it is held by "

@@ -245,3 +245,26 @@ def test_verify_checks_an_artifact_in_the_store(store, monkeypatch, capsys) -> N
     write_atomic(root / "data" / "planted.bin", b"x")
     assert main(["verify", uri]) == 2
     assert "data/planted.bin" in capsys.readouterr().err
+
+
+def test_a_lock_object_edited_by_hand_is_still_refused_and_unlocked_in_one_line(
+    tmp_path, store
+) -> None:
+    """A lock object whose holder fields are not what a writer writes (edited by hand, or made
+    by another tool: a pid in words, a start time out of range, a command that is one string or
+    holds numbers, a numeric id) is refused in one line naming how to unlock it, and
+    `pretrain unlock --id` with the id the refusal printed removes it."""
+    other = _machine(tmp_path, "b", store, 600)
+    odd = [
+        {"id": 12345, "pid": "one", "host": "h", "started_unix": "yesterday", "command": "run x"},
+        {"id": "b" * 16, "pid": 2**80, "started_unix": 1e30, "command": [1, "two"]},
+    ]
+    for record in odd:
+        _client(store).put_object(Bucket=BUCKET, Key="runs/.one.lock", Body=json.dumps(record))
+        refused = _try(other)
+        assert refused.returncode == 3, refused.stderr[-2000:]
+        line = refused.stdout.strip()
+        assert "\n" not in line and f"--id {record['id']}`" in line, line
+        done = _unlock(other, str(record["id"]))
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert _record(store) is None
