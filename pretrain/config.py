@@ -184,6 +184,8 @@ def _override_value(raw: str, item: str) -> Any:
         return yaml.load(raw, Loader=_BoundedLoader)  # noqa: S506 (a SafeLoader)
     except _AliasBomb as exc:
         raise ConfigError(f"--set {item[:60]!r}: {exc}") from None
+    except _DuplicateKey as exc:
+        raise ConfigError(f"--set {item[:60]!r}: {exc}; keep one") from None
     except (yaml.YAMLError, RecursionError):
         return raw
 

@@ -145,6 +145,16 @@ def test_duplicate_key_is_refused_naming_key_and_lines(tmp_path):
         load_config(Outer, path)
 
 
+def test_duplicate_key_in_a_set_override_is_refused(tmp_path):
+    """`--set rules={min_words: 3, min_words: 9}` took the last value silently, as the file
+    did before duplicate keys were refused there."""
+    path = tmp_path / "c.yaml"
+    path.write_text("name: a\n")
+    with pytest.raises(ConfigError, match=r"--set .*key 'min_words' appears twice"):
+        load_config(Outer, path, ["rules={min_words: 3, min_words: 9}"])
+    assert load_config(Outer, path, ["rules={min_words: 9}"]).rules.min_words == 9
+
+
 def test_config_that_is_not_utf8_or_has_a_python_tag_is_a_one_line_error(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_bytes(b"\xff\xfename: a\n")
