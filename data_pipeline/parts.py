@@ -161,6 +161,14 @@ def forget_part(out: OutPath, shard: str) -> None:
     remove_tree(pieces_dir(out, shard))
 
 
+def _global_part(name: str) -> str:
+    """`web-00003.rows.parquet` or `web-00003.json` (global_parts) -> `web-00003`; the part's
+    stem may hold dots (`c4-train.00000-of-01024`), a table name holds none."""
+    if name.endswith(".json"):
+        return name.removesuffix(".json")
+    return name.removesuffix(".parquet").rpartition(".")[0]
+
+
 def forget_input(out: OutPath, stem: str) -> None:
     """Delete every part of input `stem` and its read record (its file changed or left)."""
     pattern = re.compile(re.escape(stem) + r"-\d{5}")
@@ -172,7 +180,7 @@ def forget_input(out: OutPath, stem: str) -> None:
                 forget_part(out, name)
     for stage_dir in listed(out / PARTS / GLOBAL, "*"):  # persisted global-stage map output
         for path in listed(stage_dir, "*") if stage_dir.is_dir() else ():
-            if pattern.fullmatch(path.name.split(".", 1)[0]):
+            if pattern.fullmatch(_global_part(path.name)):
                 path.unlink(missing_ok=True)
     read_stats_path(out, stem).unlink(missing_ok=True)
 

@@ -156,3 +156,22 @@ def test_changed_stage_model_is_refused_in_one_line(ray_local, tmp_path, capsys)
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "stage models" in err and "overwrite=true" in err and "\n" not in err
+
+
+def test_a_changed_input_whose_name_has_a_dot_is_read_again_with_dedup_on(
+    ray_local, tmp_path, capsys
+):
+    """`c4-train.00000-of-01024.json.gz`-like names: the stem holds a dot. A changed input's
+    persisted dedup map side (`.parts/global/dedup/<stem>-00000.rows.parquet`, kept after a
+    finished run) must go with its parts; it was kept (the name was cut at its first dot), so
+    the re-run reused the old rows: the output held the old text of an edited document."""
+    source = _docs(tmp_path / "c4-train.00000-of-00002.jsonl", 10, 6)
+    out = tmp_path / "out"
+    _run([source], out, capsys)
+    data = bytearray(source.read_bytes())
+    at = data.index(b"river")
+    data[at : at + 5] = b"RIVER"  # same rows, same size: the parts' row counts do not change
+    source.write_bytes(bytes(data))
+    ledger, _ = _run([source], out, capsys)
+    assert ledger["documents_in"] == 10 and ledger["conservation"]["balanced"]
+    assert any("RIVER" in text for text in _texts(out).values())
