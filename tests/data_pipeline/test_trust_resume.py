@@ -158,6 +158,7 @@ def test_changed_stage_model_is_refused_in_one_line(ray_local, tmp_path, capsys)
     assert "stage models" in err and "overwrite=true" in err and "\n" not in err
 
 
+@pytest.mark.slow  # two dedup runs: ~60-90 s under load
 def test_a_changed_input_whose_name_has_a_dot_is_read_again_with_dedup_on(
     ray_local, tmp_path, capsys
 ):
