@@ -226,8 +226,11 @@ def _prepare_out(out: Path, stems: set[str]) -> None:
         (out / "manifest.json").unlink()
     out.mkdir(parents=True, exist_ok=True)
     for path in out.iterdir():
-        stem = path.name.removeprefix(".").split(".")[0]
-        if path.is_file() and stem not in stems and path.name.endswith(OUTPUT_SUFFIXES):
+        suffix = next((s for s in OUTPUT_SUFFIXES if path.name.endswith(s)), None)
+        if suffix is None or not path.is_file():
+            continue
+        stem = path.name.removeprefix(".").removesuffix(suffix)  # a stem may hold dots
+        if stem not in stems:
             path.unlink()
 
 

@@ -108,6 +108,28 @@ def test_resume_skips_finished_shards(
     assert not any("retired" in name for name in load_manifest(out)["files"])
 
 
+def test_resume_keeps_finished_prefixes_whose_name_has_a_dot(
+    tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    """Shards of an input named like `c4-train.00000-of-01024.json.gz` are
+    `c4-train.00000-of-01024-00000.parquet`: a re-run deleted their finished outputs as those
+    of shards no longer in the input (the name was cut at its first dot) and encoded them all
+    again."""
+    data = write_shards(tmp_path / "shards", make_records(300), docs_per_shard=150, stem="c4.train")
+    out = tmp_path / "enc"
+    args = ["tokenizer", "encode", str(tokenizer_dir), "--data", str(data), "--out", str(out)]
+    args += ["--no-ray", "--min-prefix-documents", "100"]
+    assert main(args) == 0
+    before = {p.name: sha256_file(p) for p in out.iterdir() if p.is_file()}
+    assert load_manifest(out)["prefixes"] == ["c4.train-00000", "c4.train-00001"]
+    assert main(args) == 0
+    assert load_manifest(out)["counts"]["shards_skipped"] == 2
+    after = {p.name: sha256_file(p) for p in out.iterdir() if p.is_file()}
+    assert {k: v for k, v in after.items() if k != "manifest.json"} == {
+        k: v for k, v in before.items() if k != "manifest.json"
+    }
+
+
 def test_tampered_shards_are_refused(
     tokenizer_dir: Path, shards_dir: Path, tmp_path: Path, capsys
 ) -> None:
