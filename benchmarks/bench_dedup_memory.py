@@ -3,21 +3,32 @@ vs datasketch's MinHashLSH on the same documents; RSS of EVERY process, not only
 
 Input: `--docs` x 16 documents built from the development corpus (`--corpus`;
 benchmarks.bench_minhash.make_docs: its documents of 500-8,000 characters, cycled with 3% of the
-words replaced per copy), written as 4 Parquet files per scale (the first 1x, 4x, 16x of them).
+words replaced per copy), the first 1x, 4x, 16x of them written as Parquet: 4 files per scale
+with `--path dataset`; files of `--docs`/4 documents with `parts` (4 / 16 / 64 files: the
+runner cuts its input into parts of `shard_rows` rows, so a larger input has more parts).
 Both sides: word 5-grams, 128 permutations, threshold 0.8.
 
-- ours: one local Ray (`--workers` CPUs); its idle cost once started and warmed (Ray's fixed
-  per-process overhead: GCS, raylet, agents, idle workers, after a warm-up job on `WARMUP_DOCS`
-  documents whose cost is the fixed cost of a job) is sampled and reported apart, with the
-  start-up time. Timed and sampled per scale (smallest first, workers reused): read Parquet (one
-  Ray task per file) -> DedupStage.apply (exact verification, the default) -> write tagged
-  Parquet (one Ray task per block: Ray Data's `write_parquet` bundled the blocks into one write
-  task and started its two bookkeeping actors), with `ray.worker_memory_mb` = `--budget-mb`.
+- ours: a FRESH local Ray (`--workers` CPUs) per scale, so no scale's peak carries what an
+  earlier scale's workers kept (one shared Ray moved the 1x -> 16x slope by ~3 KB/doc between
+  runs). Per scale: start-up (reported apart), a warm-up job on `WARMUP_DOCS` documents (a job's
+  fixed cost: worker start, imports, task submission), then the idle tree (Ray's fixed
+  per-process cost: GCS, raylet, agents, warm workers) is sampled, then the timed job, with
+  `ray.worker_memory_mb` = `--budget-mb`. Memory per additional document is the slope of (peak
+  total PSS - that scale's idle total) between 1x and 16x. The job (`--path`):
+  `parts` (default): the runner's path (data_pipeline.global_parts): one Ray task per input file
+  maps it (`DedupStage.map_part`) and persists the map tables; the driver runs
+  `DedupStage.aggregate` over the persisted parts; one task per file joins the tags
+  (`join_part`) and writes the tagged file. The corpus never sits in Ray's object store.
+  `dataset`: read Parquet (one Ray task per file) -> `DedupStage.apply` (exact verification, the
+  default) -> write tagged Parquet (one Ray task per block: Ray Data's `write_parquet` bundled
+  the blocks into one write task and started its two bookkeeping actors); the input blocks and
+  the tagged output are held in the object store (the caller's dataset), ~5 KB/doc here.
   For the sample with the largest total PSS, `at_peak` says which dedup step was running and
-  each role's PSS, with the object store's pages (/dev/shm mappings) apart. The input is NOT read with `ray.data.read_parquet`: Ray 2.60's Parquet reader
-  starts up to 32 `FooterReader` actor processes per read (RAY_DATA_PARQUET_FOOTER_NUM_ACTORS) and
-  kills them after listing; that was the "16-31 worker processes started and reaped per job" of
-  the earlier rows (~1.2 CPU-s of interpreter start-up each), not dedup's own work.
+  each role's PSS, with the object store's pages (/dev/shm mappings) apart. The input is NOT
+  read with `ray.data.read_parquet`: Ray 2.60's Parquet reader starts up to 32 `FooterReader`
+  actor processes per read (RAY_DATA_PARQUET_FOOTER_NUM_ACTORS) and kills them after listing;
+  that was the "16-31 worker processes started and reaped per job" of the earlier rows (~1.2
+  CPU-s of interpreter start-up each), not dedup's own work.
 - datasketch 2.0.0: one process (a child of this one) streams the same Parquet in batches of
   1,024: MinHash.bulk, then per document `query` (a hit = a duplicate) and `insert`.
 
@@ -27,14 +38,13 @@ Memory per additional document is the slope of the peak total between 1x and 16x
 additional document likewise (the steady-state marginal cost, without a job's fixed cost).
 
     .venv/bin/python -m benchmarks.bench_dedup_memory --corpus DIR [--docs 2500] [--budget-mb 512]
+        [--path parts|dataset]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,21 +55,23 @@ import pyarrow.parquet as pq
 
 from benchmarks import bench_minhash
 from benchmarks.common import add_corpus_argument, corpus_dir, write_result
+from benchmarks.dedup_baseline import run_datasketch
 from benchmarks.proctree import MB, TreeSampler, idle_snapshot, summarise_peak
 
 SCALES = (1, 4, 16)
 FILES = 4
 WARMUP_DOCS = 64
-NUM_PERM, THRESHOLD = 128, 0.8
 
 
-def write_input(docs: list[str], directory: Path) -> Path:
+def write_input(docs: list[str], directory: Path, per_file: int | None = None) -> Path:
+    """`FILES` Parquet files, or files of `per_file` documents (the runner's parts: a larger
+    input has more parts of `shard_rows` rows, not larger ones)."""
     directory.mkdir(parents=True, exist_ok=True)
-    per_file = (len(docs) + FILES - 1) // FILES
-    for f in range(FILES):
+    per_file = per_file or (len(docs) + FILES - 1) // FILES
+    for f in range((len(docs) + per_file - 1) // per_file):
         part = docs[f * per_file : (f + 1) * per_file]
         ids = [f"doc-{f * per_file + i:08d}" for i in range(len(part))]
-        pq.write_table(pa.table({"id": ids, "text": part}), directory / f"part-{f}.parquet")
+        pq.write_table(pa.table({"id": ids, "text": part}), directory / f"part-{f:05d}.parquet")
     return directory
 
 
@@ -121,24 +133,70 @@ def start_ray(workers: int, attempts: int = 3) -> tuple[float, TreeSampler]:
     return time.perf_counter() - start, idle_snapshot()
 
 
-def fixed_cost(directory: Path, docs: list[str], budget_mb: int) -> tuple[dict, TreeSampler]:
+def fixed_cost(
+    directory: Path, docs: list[str], budget_mb: int, path: str
+) -> tuple[dict, TreeSampler]:
     """A dedup job on WARMUP_DOCS documents (what any job costs before its first document:
     Ray Data's actors, task submission, the stage's set-up), then the idle tree after it."""
-    job = run_ours(write_input(docs[:WARMUP_DOCS], directory / "in"), directory / "out", budget_mb)
+    inputs = write_input(docs[:WARMUP_DOCS], directory / "in")
+    job = run_ours(inputs, directory / "out", budget_mb, path)
     return {k: v for k, v in job.items() if k != "dropped"}, idle_snapshot()
 
 
-def run_ours(input_dir: Path, out_dir: Path, budget_mb: int) -> dict:
-    """One dedup job on the running Ray, every process of the tree sampled."""
-    import ray
-
+def _dedup_stage(budget_mb: int):
     from data_pipeline.dedup.config import DedupConfig
     from data_pipeline.stages.dedup import DedupStage
 
-    stage = DedupStage(DedupConfig(), worker_memory_mb=budget_mb)
+    return DedupStage(DedupConfig(), worker_memory_mb=budget_mb)
+
+
+def run_parts(ray, stage, input_dir: Path, out_dir: Path) -> None:
+    """The runner's path (data_pipeline.global_parts): one task per input file maps it
+    (`map_part`) and persists the tables; the driver aggregates over the persisted parts; one task
+    per file joins its tags (`join_part`) and writes it. No document sits in the object store."""
+    from data_pipeline.stagekit import MapOutput
+
+    maps, out_dir = out_dir / "maps", out_dir / "tagged"
+    maps.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    @ray.remote(num_cpus=1)
+    def map_file(path: str, part: str) -> tuple[dict[str, str], dict]:
+        tables, info = stage.map_part(pq.read_table(path))
+        files = {name: str(maps / f"{part}.{name}.parquet") for name in tables}
+        for name, table in tables.items():
+            pq.write_table(table, files[name], compression="lz4")
+        return files, info
+
+    @ray.remote(num_cpus=1)
+    def join_file(path: str, index: int, *args) -> int:
+        table = stage.join_part(pq.read_table(path), {}, index, *args)
+        pq.write_table(table, out_dir / f"part-{index:05d}.parquet")
+        return table.num_rows
+
+    files = sorted(str(f) for f in input_dir.glob("*.parquet"))
+    mapped = ray.get([map_file.remote(f, f"part-{i:05d}") for i, f in enumerate(files)])
+    parts = [
+        MapOutput(f"part-{i:05d}", rows=f, files=m, info=info)
+        for i, (f, (m, info)) in enumerate(zip(files, mapped))
+    ]
+    joins = stage.aggregate(parts)
+    ray.get([join_file.remote(f, i, *joins[i]) for i, f in enumerate(files)])
+
+
+def run_ours(input_dir: Path, out_dir: Path, budget_mb: int, path: str = "parts") -> dict:
+    """One dedup job on the running Ray, every process of the tree sampled: the runner's path
+    (`parts`, run_parts) or `DedupStage.apply(dataset)` on the input's blocks (`dataset`)."""
+    import ray
+
+    stage = _dedup_stage(budget_mb)
     with TreeSampler(breakdown=True) as sampler:
         wall = time.perf_counter()
-        write_output(ray, stage.apply(read_input(ray, input_dir)), out_dir)
+        if path == "parts":
+            run_parts(ray, stage, input_dir, out_dir)
+            out_dir = out_dir / "tagged"
+        else:
+            write_output(ray, stage.apply(read_input(ray, input_dir)), out_dir)
         wall = time.perf_counter() - wall
     keep = pq.read_table(out_dir, columns=["id", "dup_keep"])
     dropped = keep.filter(pa.compute.invert(keep.column("dup_keep"))).column("id").to_pylist()
@@ -178,62 +236,6 @@ def step_at(timeline: list[tuple[str, float]], when: float) -> str:
     if not timeline or when < timeline[0][1]:
         return "read"
     return next((step for step, end in timeline[1:] if end >= when), "write")
-
-
-def _shingles(text: str) -> list[bytes]:
-    words = bench_minhash._WORD.findall(text.lower())
-    if len(words) < 5:
-        return [" ".join(words).encode()] if words else []
-    return [" ".join(words[i : i + 5]).encode() for i in range(len(words) - 4)]
-
-
-def datasketch_child(input_dir: str) -> None:
-    """The baseline, in its own process: stream, MinHash.bulk, query then insert every doc."""
-    import psutil
-    import pyarrow.dataset as pads
-    from datasketch import MinHash, MinHashLSH
-
-    base_rss = psutil.Process().memory_info().rss / MB
-    cpu = time.process_time()
-    lsh = MinHashLSH(threshold=THRESHOLD, num_perm=NUM_PERM)
-    dropped = []
-    for batch in pads.dataset(input_dir).to_batches(columns=["id", "text"], batch_size=1024):
-        ids, texts = batch.column("id").to_pylist(), batch.column("text").to_pylist()
-        for key, m in zip(ids, MinHash.bulk([_shingles(t) for t in texts], num_perm=NUM_PERM)):
-            if lsh.query(m):
-                dropped.append(key)
-            lsh.insert(key, m, check_duplication=False)
-    print(
-        json.dumps(
-            {
-                "base_rss_mb": round(base_rss, 1),
-                "cpu_s_self": round(time.process_time() - cpu, 2),
-                "bands_rows": [lsh.b, lsh.r],
-                "dropped": sorted(dropped),
-            }
-        )
-    )
-
-
-def run_datasketch(input_dir: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    cmd = [sys.executable, "-m", "benchmarks.bench_dedup_memory", "--datasketch-child"]
-    with TreeSampler() as sampler:
-        wall = time.perf_counter()
-        proc = subprocess.Popen([*cmd, str(input_dir)], stdout=subprocess.PIPE, text=True, env=env)
-        stdout, _ = proc.communicate()
-        wall = time.perf_counter() - wall
-    if proc.returncode:
-        raise SystemExit(f"datasketch baseline failed (exit {proc.returncode})")
-    child = json.loads(stdout.strip().splitlines()[-1])
-    procs = [sampler.procs[proc.pid]] if proc.pid in sampler.procs else []
-    return {
-        "wall_s": round(wall, 2),
-        "cpu_s": round(sum(s.cpu_s for s in procs), 2),
-        "peak_rss_mb": round(max(s.peak_rss_mb for s in procs), 1),
-        "peak_pss_mb": round(max(s.peak_pss_mb for s in procs), 1),
-        **child,
-    }
 
 
 def _slope(points: dict[int, float], docs: dict[int, int], unit: float = MB) -> float:
@@ -303,36 +305,44 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budget-mb", type=int, default=512, help="ray.worker_memory_mb")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--scales", default=",".join(map(str, SCALES)))
-    parser.add_argument("--datasketch-child", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--path",
+        choices=("parts", "dataset"),
+        default="parts",
+        help="parts: the runner's map -> aggregate -> join over files (default); "
+        "dataset: DedupStage.apply on a Ray Dataset of the input's blocks",
+    )
     args = parser.parse_args(argv if argv is not None else [])
-    if args.datasketch_child:
-        datasketch_child(args.datasketch_child)
-        return
     bench_minhash.CORPUS = corpus_dir(args.corpus)
     scales = [int(s) for s in args.scales.split(",")]
     all_docs = bench_minhash.make_docs(args.docs * max(scales))
     docs = {s: args.docs * s for s in scales}
     ours, trove = {}, {}
+    import ray
+
     with tempfile.TemporaryDirectory() as tmp:
-        inputs = {s: write_input(all_docs[: docs[s]], Path(tmp) / f"in-{s}x") for s in scales}
+        per_file = args.docs // FILES if args.path == "parts" else None
+        inputs = {
+            s: write_input(all_docs[: docs[s]], Path(tmp) / f"in-{s}x", per_file) for s in scales
+        }
         for s in scales:  # before Ray starts: the tree is this process and the baseline's
             trove[s] = run_datasketch(inputs[s])
             print(f"{s}x: datasketch {trove[s]['wall_s']} s, {trove[s]['cpu_s']} CPU-s")
-        startup_s, _ = start_ray(args.workers)
-        warmup, idle = fixed_cost(Path(tmp) / "warm", all_docs, args.budget_mb)
-        for s in scales:  # smallest first: a reused worker starts no larger than the run before
-            ours[s] = run_ours(inputs[s], Path(tmp) / f"out-{s}x", args.budget_mb)
+        for s in scales:  # a fresh Ray per scale: no scale sees what an earlier one's workers kept
+            startup_s, _ = start_ray(args.workers)
+            warmup, idle = fixed_cost(Path(tmp) / f"warm-{s}x", all_docs, args.budget_mb, args.path)
+            ours[s] = run_ours(inputs[s], Path(tmp) / f"out-{s}x", args.budget_mb, args.path)
             ours[s]["idle_total_pss_mb"] = round(idle.peak_total_pss_mb, 1)
+            ours[s]["ray_startup_s"] = round(startup_s, 2)
             print(f"{s}x: ours {ours[s]['wall_s']} s, {ours[s]['cpu_s_driver_and_workers']} CPU-s")
-        import ray
-
-        ray.shutdown()
+            ray.shutdown()
     result = {
         "documents_by_scale": docs,
         "text_mb_by_scale": {s: round(sum(map(len, all_docs[: docs[s]])) / 1e6, 1) for s in scales},
         "budget_mb": args.budget_mb,
         "workers": args.workers,
-        "ray_startup_s": round(startup_s, 2),
+        "path": args.path,
+        "ray_startup_s_by_scale": {k: v["ray_startup_s"] for k, v in ours.items()},
         "ray_fixed_cost_idle": {"total_pss_mb": round(idle.peak_total_pss_mb, 1), **idle.by_role()},
         "fixed_cost_job": {"documents": WARMUP_DOCS, **warmup},
         "cpu_count": os.cpu_count(),
