@@ -15,14 +15,18 @@ Both sides: word 5-grams, 128 permutations, threshold 0.8.
   per-process cost: GCS, raylet, agents, warm workers) is sampled, then the timed job, with
   `ray.worker_memory_mb` = `--budget-mb`. Memory per additional document is the slope of (peak
   total PSS - that scale's idle total) between 1x and 16x. The job (`--path`):
-  `parts` (default): the runner's path (data_pipeline.global_parts): one Ray task per input file
-  maps it (`DedupStage.map_part`) and persists the map tables; the driver runs
-  `DedupStage.aggregate` over the persisted parts; one task per file joins the tags
-  (`join_part`) and writes the tagged file. The corpus never sits in Ray's object store.
-  `dataset`: read Parquet (one Ray task per file) -> `DedupStage.apply` (exact verification, the
-  default) -> write tagged Parquet (one Ray task per block: Ray Data's `write_parquet` bundled
-  the blocks into one write task and started its two bookkeeping actors); the input blocks and
-  the tagged output are held in the object store (the caller's dataset), ~5 KB/doc here.
+  `dataset` (default): read Parquet (one Ray task per file) -> `DedupStage.apply` (exact
+  verification, the default) -> write tagged Parquet (one Ray task per block: Ray Data's
+  `write_parquet` bundled the blocks into one write task and started its two bookkeeping
+  actors); the input blocks and the tagged output are held in the object store (the caller's
+  dataset; ~3 KB/doc of text here).
+  `parts`: the runner's path (data_pipeline.global_parts): one Ray task per input file maps it
+  (`DedupStage.map_part`) and persists the map tables; the driver runs `DedupStage.aggregate`
+  over the persisted parts; one task per file joins the tags (`join_part`) and writes the tagged
+  file. No document sits in the object store, but with many small parts (250 rows here, where
+  the runner's default `shard_rows` is 5,000) the driver grew by 83 MB at 16x: most (part,
+  partition) map pieces are then under Ray's 100 KB limit for objects kept in the owner's own
+  in-process store (likely cause, not isolated).
   For the sample with the largest total PSS, `at_peak` says which dedup step was running and
   each role's PSS, with the object store's pages (/dev/shm mappings) apart. The input is NOT
   read with `ray.data.read_parquet`: Ray 2.60's Parquet reader starts up to 32 `FooterReader`
@@ -38,7 +42,7 @@ Memory per additional document is the slope of the peak total between 1x and 16x
 additional document likewise (the steady-state marginal cost, without a job's fixed cost).
 
     .venv/bin/python -m benchmarks.bench_dedup_memory --corpus DIR [--docs 2500] [--budget-mb 512]
-        [--path parts|dataset]
+        [--path dataset|parts]
 """
 
 from __future__ import annotations
@@ -184,9 +188,10 @@ def run_parts(ray, stage, input_dir: Path, out_dir: Path) -> None:
     ray.get([join_file.remote(f, i, *joins[i]) for i, f in enumerate(files)])
 
 
-def run_ours(input_dir: Path, out_dir: Path, budget_mb: int, path: str = "parts") -> dict:
-    """One dedup job on the running Ray, every process of the tree sampled: the runner's path
-    (`parts`, run_parts) or `DedupStage.apply(dataset)` on the input's blocks (`dataset`)."""
+def run_ours(input_dir: Path, out_dir: Path, budget_mb: int, path: str = "dataset") -> dict:
+    """One dedup job on the running Ray, every process of the tree sampled:
+    `DedupStage.apply(dataset)` on the input's blocks (`dataset`) or the runner's path
+    (`parts`, run_parts)."""
     import ray
 
     stage = _dedup_stage(budget_mb)
@@ -307,10 +312,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scales", default=",".join(map(str, SCALES)))
     parser.add_argument(
         "--path",
-        choices=("parts", "dataset"),
-        default="parts",
-        help="parts: the runner's map -> aggregate -> join over files (default); "
-        "dataset: DedupStage.apply on a Ray Dataset of the input's blocks",
+        choices=("dataset", "parts"),
+        default="dataset",
+        help="dataset: DedupStage.apply on a Ray Dataset of the input's blocks (default); "
+        "parts: the runner's map -> aggregate -> join over files of --docs/4 rows",
     )
     args = parser.parse_args(argv if argv is not None else [])
     bench_minhash.CORPUS = corpus_dir(args.corpus)
