@@ -110,7 +110,11 @@ class PipelineConfig(StrictModel):
     shard_rows: int = Field(5000, gt=0)
     """Input records per output shard (shards are `<input-stem>-<part:05d>.parquet`)."""
     batch_rows: int = Field(256, gt=0)
-    """Records per Arrow batch between stages: this, not corpus size, bounds worker memory."""
+    """Records per Arrow batch between stages: this, not corpus size, bounds worker memory. A
+    reader or stage holds one batch: at most `batch_rows` records of at most extract's
+    `max_input_bytes` each (256 x 5 MB = 1.3 GB at the defaults, before the copies Arrow and a
+    stage make of it); lower it for a corpus of large documents. Parquet inputs are decoded
+    `batch_rows` records at a time."""
     eval_fraction: float = Field(EVAL_FRACTION, ge=0, le=1)
     """Share of documents whose stable split tag is `eval`."""
     text_field: str = Field(

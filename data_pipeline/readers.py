@@ -168,6 +168,35 @@ def _record_row(
     )
 
 
+def _record_id(record: dict[str, Any], fields: Fields, fallback_id: str) -> str:
+    doc_id = field_value(record, fields.id)
+    return str(doc_id) if doc_id not in (None, "") else fallback_id
+
+
+def _cell_bytes(value: Any) -> int:
+    """Bytes of the strings and binaries in one (possibly nested) Parquet cell."""
+    if isinstance(value, str):
+        return len(value) if value.isascii() else len(value.encode("utf-8", "replace"))
+    if isinstance(value, bytes):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_cell_bytes(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return sum(_cell_bytes(v) for v in value)
+    return 0
+
+
+def _oversize(record: dict[str, Any], fields: Fields, max_bytes: int | None) -> int | None:
+    """The record's text bytes when it is over the caps (read_parquet's docstring), else None."""
+    if max_bytes is None:
+        return None
+    text_bytes = _cell_bytes(field_value(record, fields.text))
+    total = sum(_cell_bytes(v) for v in record.values())
+    if text_bytes > max_bytes or total > JSONL_LINE_FACTOR * max_bytes:
+        return text_bytes  # what the ledger counts of any Parquet record
+    return None
+
+
 def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -252,9 +281,18 @@ def _warc_row(record: Any, iterator: Any, out: Batcher, max_bytes: int | None) -
 
 
 def read_parquet(
-    source: InputFile, filesystem: pafs.FileSystem, path: str, out: Batcher, fields: Fields
+    source: InputFile,
+    filesystem: pafs.FileSystem,
+    path: str,
+    out: Batcher,
+    fields: Fields,
+    max_bytes: int | None = None,
 ) -> Iterator[pa.Table]:
-    """Rows of a Parquet file; the text field is required, id/url/source used when present."""
+    """Rows of a Parquet file; the text field is required, id/url/source used when present.
+
+    Decoded `batch_rows` records at a time. A record whose text is over `max_bytes`, or whose
+    cells total more than a JSON line may (`JSONL_LINE_FACTOR * max_bytes`), is a `too_large`
+    row carrying none of its cells (Arrow decodes such a cell once: it cannot skip in a page)."""
     try:
         handle = filesystem.open_input_file(path)
         parquet = pq.ParquetFile(handle)
@@ -271,10 +309,16 @@ def read_parquet(
         )
     row = 0
     try:
-        for batch in parquet.iter_batches(batch_size=1024):
+        for batch in parquet.iter_batches(batch_size=max(1, min(1024, out.batch_rows))):
             for record in batch.to_pylist():
                 row += 1
-                _record_row(record, fields, f"{source.name}:{row}", out, None, merge_meta=False)
+                fallback_id = f"{source.name}:{row}"
+                if (size := _oversize(record, fields, max_bytes)) is not None:
+                    out.add(
+                        _record_id(record, fields, fallback_id), reason="too_large", raw_bytes=size
+                    )
+                else:
+                    _record_row(record, fields, fallback_id, out, None, merge_meta=False)
                 if out.full():
                     yield out.flush()
     except _PARQUET_ERRORS as exc:  # a damaged row group: what was read stays, the rest is one row
@@ -319,7 +363,7 @@ def _read_into(
     filesystem, path = filesystem_for(source.path)
     try:
         if source.format == "parquet":
-            yield from read_parquet(source, filesystem, path, out, fields)
+            yield from read_parquet(source, filesystem, path, out, fields, max_bytes)
             return
         try:
             stream = decoded_stream(_open_stream(filesystem, path, source), source)

@@ -55,7 +55,9 @@ class ExtractConfig(StageConfig):
     max_input_bytes: int = Field(5_000_000, gt=0)
     """Records larger than this (raw HTML or text bytes) are rejected as too_large, unparsed. The
     readers apply it too (a JSON line may be 8 times it), so such a record is read past, never
-    held whole: a compression bomb costs a worker no memory."""
+    held whole: a compression bomb costs a worker no memory. A Parquet row whose text is over
+    it, or whose cells total over 8 times it, is a too_large reject too. Times `batch_rows`, it
+    bounds what one batch may hold (PipelineConfig.batch_rows)."""
     timeout_s: float = Field(5.0, gt=0)
     """Per-document extraction limit in CPU-seconds of the extracting thread (not wall time, so
     machine load and worker count cannot change which documents hit it); a document that uses

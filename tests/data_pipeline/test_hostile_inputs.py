@@ -36,8 +36,11 @@ def _read_peak(path: Path) -> tuple[pa.Table, dict, int]:
     """Every row the reader gives for `path`, its stats and the peak Python memory it used
     (after a first read of a small file of the same format, so imports are not counted)."""
     small = path.with_name("small" + path.name[path.name.find(".") :])
-    with (gzip.open if small.suffix == ".gz" else open)(small, "wb") as handle:
-        handle.write(b'{"text": "warm"}\n' if ".jsonl" in small.name else b"<p>warm</p>")
+    if small.suffix == ".parquet":
+        pq.write_table(pa.table({"text": ["warm"]}), small)
+    else:
+        with (gzip.open if small.suffix == ".gz" else open)(small, "wb") as handle:
+            handle.write(b'{"text": "warm"}\n' if ".jsonl" in small.name else b"<p>warm</p>")
     _read(small, {})
     stats: dict = {}
     tracemalloc.start()
@@ -273,3 +276,37 @@ def test_warc_record_cut_short_of_its_content_length_is_a_truncated_record(
     assert rows["http://cut.example/"]["_read_reason"] == "truncated_record"
     assert rows["http://cut.example/"]["_payload"] is None and stats["records"] == 2
     assert peak < HUGE // 4
+
+
+def _parquet(path: Path, texts: list[str], **columns: list) -> None:
+    ids = [f"r{i}" for i in range(len(texts))]
+    pq.write_table(pa.table({"id": ids, "text": texts, **columns}), path, compression="zstd")
+
+
+def test_parquet_cells_over_the_record_cap_are_too_large_rejects_not_held(tmp_path: Path) -> None:
+    """A Parquet cell is capped like a record of the other formats: a text over
+    `max_input_bytes`, or a row whose cells total more than a JSON line may hold, is a
+    `too_large` row that carries none of its cells on (the stages never see them)."""
+    path = tmp_path / "cells.parquet"
+    big = "a" * (CAP + 1)
+    side = "b" * (8 * CAP + 1)
+    texts = ["a small document", big, "fine text, huge side column", "after"]
+    _parquet(path, texts, html=[None, None, side, None])
+    table, stats, _ = _read_peak(path)
+    rows = {r["id"]: r for r in table.to_pylist()}
+    for key, size in (("r1", len(big)), ("r2", len(texts[2]))):
+        assert rows[f"cells/{key}"]["_read_reason"] == "too_large"
+        assert rows[f"cells/{key}"]["text"] is None and not rows[f"cells/{key}"]["meta"]
+        assert rows[f"cells/{key}"]["_raw_bytes"] == size  # its text counted, as for any row
+    assert rows["cells/r0"]["text"] == "a small document" and rows["cells/r3"]["text"] == "after"
+    assert stats["records"] == 4 and table.nbytes < CAP
+
+
+def test_parquet_reader_holds_one_batch_of_batch_rows_records(tmp_path: Path) -> None:
+    """200 records just under the cap (50 MB decoded, a 0.1 MB file): the reader decodes
+    `batch_rows` (10) records at a time, not 1,024 row-group rows into Python at once."""
+    path = tmp_path / "near.parquet"
+    _parquet(path, ["a" * (CAP - 100) + str(i) for i in range(200)])
+    table, stats, peak = _read_peak(path)
+    assert stats["records"] == 200 and table.column("_read_reason").null_count == 200
+    assert peak < 30 * CAP, f"reader held {peak / 1e6:.0f} MB for 10-record batches"
