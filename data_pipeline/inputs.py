@@ -72,8 +72,11 @@ def _glob_local(entry: str, skipped: list[dict[str, str]]) -> list[str]:
                 "or beside it); `**` would follow it forever: remove the link or name the "
                 "directory itself (a directory input reads each file once)"
             )
-    matched = sorted(p for p in glob.glob(entry, recursive=True) if Path(p).is_file())
-    return _keep_readable(matched, skipped)
+    matched = sorted(glob.glob(entry, recursive=True))
+    odd = [p for p in matched if not os.path.isfile(p) and not os.path.isdir(p)]
+    files = _keep_readable([p for p in matched if os.path.isfile(p)], skipped)
+    skipped.extend({"path": path, "reason": _not_read(path)} for path in odd)
+    return files
 
 
 def _expand(entry: str, skipped: list[dict[str, str]]) -> list[str]:

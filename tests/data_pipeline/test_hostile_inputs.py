@@ -213,6 +213,18 @@ def test_recursive_glob_over_a_symlink_loop_and_a_fifo_named_directly_are_one_li
     assert "not a regular file" in error, error
 
 
+def test_a_glob_matching_a_fifo_and_a_dangling_link_lists_them_as_skipped(tmp_path: Path) -> None:
+    """`crawl/*.jsonl` matched a FIFO and a link to nothing: they were dropped with no record
+    (a directory input lists them in skipped_files)."""
+    root = _tree_with_a_loop(tmp_path)
+    files, skipped, error = _plan_in_child([f"{root}/*.jsonl"])
+    assert error == "" and files == [str(root / "a.jsonl")]
+    reasons = {s["path"]: s["reason"] for s in skipped}
+    assert set(reasons) == {str(root / "pipe.jsonl"), str(root / "dangling.jsonl")}
+    assert "not a regular file" in reasons[str(root / "pipe.jsonl")]
+    assert "points to nothing" in reasons[str(root / "dangling.jsonl")]
+
+
 @pytest.mark.ray
 def test_data_run_rejects_a_bomb_unparsed_and_accounts_for_a_fifo(
     ray_local, tmp_path: Path
