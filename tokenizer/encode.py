@@ -10,7 +10,10 @@ shards' row order, empty ones included (they hold just the EOD).
 
 Shards are encoded in batches (`encode_batch_fast`, which runs on all cores inside one process)
 and distributed over Ray tasks across prefixes. Each finished prefix leaves a hidden
-`.<stem>.done` record (source shards' sha256 + tokenizer sha256); a re-run skips those (resume).
+`.<stem>.done` record (source shards' sha256 + tokenizer sha256, the .bin's size, the .idx's and
+the sidecar's sha256); a re-run skips those while they hold (resume). A prefix whose tokens hold
+but whose sidecar does not (damaged, or a stage's tag added, removed or retyped since) gets its
+sidecar written again from its shards' tags, without tokenizing; any other is encoded again.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from data_pipeline.stages.registry import tag_fields
 from pretrain.artifacts import encoded as encoded_kind
 from pretrain.errors import ArtifactError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_json, load_manifest
+from pretrain.manifest import atomic_write_json, load_manifest, sha256_file
 from pretrain.progress import Progress
 from pretrain.schema import BASE_FIELDS
 from tokenizer.lock import LockedTokenizer, load_locked
@@ -78,6 +81,8 @@ def tag_names() -> tuple[str, ...]:
 
 
 OUTPUT_SUFFIXES = (".bin", ".idx", ".docs.parquet", ".done")
+HASHED = ("idx_sha256", "sidecar_sha256")
+"""What a `.done` record holds of the .idx and the sidecar (the .bin, large, by its size)."""
 
 
 @dataclass(frozen=True)
@@ -104,23 +109,31 @@ def _done_path(out: Path, stem: str) -> Path:
     return out / f".{stem}.done"
 
 
-def _is_done(
+def _finished(
     out: Path, stem: str, sources: dict[str, str], tokenizer_sha: str
-) -> dict[str, Any] | None:
+) -> tuple[dict[str, Any], bool] | None:
+    """The prefix's `.done` record while its tokens hold (same sources and tokenizer, the .bin's
+    size, the .idx's sha256), and whether its sidecar holds too (its sha256, and its columns are
+    what the stages declare now: a tag added, removed or retyped since means it is rewritten)."""
     path = _done_path(out, stem)
     if not path.is_file():
         return None
     record = json.loads(path.read_text())
-    files = [out / f"{stem}.bin", out / f"{stem}.idx", sidecar_path(out, stem)]
+    bin_path, idx, sidecar = out / f"{stem}.bin", out / f"{stem}.idx", sidecar_path(out, stem)
     if record.get("sources") != sources or record.get("tokenizer_sha256") != tokenizer_sha:
         return None
-    if not all(f.is_file() for f in files) or (out / f"{stem}.bin").stat().st_size != record.get(
-        "bin_bytes"
-    ):
+    if not (bin_path.is_file() and idx.is_file()):
         return None
-    if pq.read_schema(sidecar_path(out, stem)).names != sidecar_schema().names:
-        return None  # a stage's tag added (or removed) since: the sidecar is rewritten
-    return record
+    if bin_path.stat().st_size != record.get("bin_bytes"):
+        return None
+    if sha256_file(idx) != record.get(HASHED[0]):  # a record from before it was kept: redone
+        return None
+    holds = sidecar.is_file() and sha256_file(sidecar) == record.get(HASHED[1])
+    return record, holds and _columns(pq.read_schema(sidecar)) == _columns(sidecar_schema())
+
+
+def _columns(schema: pa.Schema) -> list[tuple[str, pa.DataType]]:
+    return [(field.name, field.type) for field in schema]
 
 
 def _encoded_batches(
@@ -157,9 +170,12 @@ def encode_prefix(
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
     stem, sources = job.name, {path.stem: sha for path, sha in job.shards}
-    done = _is_done(out, stem, sources, tokenizer.sha256)
-    if done is not None:
-        return ShardResult(stem, done["documents"], done["tokens"], skipped=True)
+    found = _finished(out, stem, sources, tokenizer.sha256)
+    if found is not None:
+        record, holds = found
+        if not holds:  # the tokens hold: only the sidecar is written again
+            _rewrite_sidecar(job, out, record, batch_size)
+        return ShardResult(stem, record["documents"], record["tokens"], skipped=holds)
     dtype = np.uint16 if tokenizer.token_dtype == "uint16" else np.int32
     tmp_prefix = out / f".{stem}.partial"
     builder = IndexedDatasetBuilder(f"{tmp_prefix}.bin", dtype=dtype)
@@ -176,21 +192,52 @@ def encode_prefix(
         documents += len(lengths)
         tokens += sum(lengths)
     builder.finalize(f"{tmp_prefix}.idx")
-    sidecar = pa.concat_tables(sidecars) if sidecars else sidecar_schema().empty_table()
-    pq.write_table(sidecar, f"{tmp_prefix}.docs.parquet", compression="zstd")
+    _write_sidecar(sidecars, Path(f"{tmp_prefix}.docs.parquet"))
     for suffix in (".bin", ".idx", ".docs.parquet"):
         os.replace(f"{tmp_prefix}{suffix}", out / f"{stem}{suffix}")
-    atomic_write_json(
-        _done_path(out, stem),
-        {
-            "sources": sources,
-            "tokenizer_sha256": tokenizer.sha256,
-            "documents": documents,
-            "tokens": tokens,
-            "bin_bytes": (out / f"{stem}.bin").stat().st_size,
-        },
-    )
+    record = {
+        "sources": sources,
+        "tokenizer_sha256": tokenizer.sha256,
+        "documents": documents,
+        "tokens": tokens,
+        "bin_bytes": (out / f"{stem}.bin").stat().st_size,
+        HASHED[0]: sha256_file(out / f"{stem}.idx"),
+        HASHED[1]: sha256_file(sidecar_path(out, stem)),
+    }
+    atomic_write_json(_done_path(out, stem), record)
     return ShardResult(stem, documents, tokens, skipped=False)
+
+
+def _write_sidecar(batches: list[pa.Table], path: Path) -> None:
+    sidecar = pa.concat_tables(batches) if batches else sidecar_schema().empty_table()
+    pq.write_table(sidecar, path, compression="zstd")
+
+
+def _rewrite_sidecar(job: Job, out: Path, record: dict[str, Any], batch_size: int) -> None:
+    """Write a finished prefix's sidecar again from its shards' tags and the token counts its
+    .idx holds, as the encode would (same batches, same bytes), without tokenizing again."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    stem = job.name
+    index = IndexedDataset(str(out / stem))  # alive while read: its arrays map the file
+    lengths = index.sequence_lengths.tolist()
+    del index
+    sidecars, start = [], 0
+    for shard, _ in job.shards:
+        for table in read_columns(shard, tag_names(), batch_size=batch_size):
+            sidecars.append(_sidecar_batch(table, start, lengths[start : start + table.num_rows]))
+            start += table.num_rows
+    if start != len(lengths):
+        raise ArtifactError(
+            f"{out / stem}.idx holds {len(lengths)} documents, its shards {start}: delete "
+            f"{_done_path(out, stem)} and encode again"
+        )
+    temporary = out / f".{stem}.partial.docs.parquet"
+    _write_sidecar(sidecars, temporary)
+    os.replace(temporary, sidecar_path(out, stem))
+    atomic_write_json(
+        _done_path(out, stem), {**record, HASHED[1]: sha256_file(sidecar_path(out, stem))}
+    )
 
 
 def _sidecar_batch(table: pa.Table, start: int, lengths: list[int]) -> pa.Table:
