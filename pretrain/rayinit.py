@@ -98,14 +98,27 @@ def connect(
             break
         except Exception as exc:
             # Ray waits a fixed 30 s for its raylet to register; a busy machine can miss it.
-            if "timed out during startup" not in str(exc) or attempt == LOCAL_START_ATTEMPTS:
-                raise
+            timed_out = "timed out during startup" in str(exc)
+            if not timed_out or attempt == LOCAL_START_ATTEMPTS:
+                _end_failed_start(ray, started)
+                raise _start_failed(exc, attempt) from None
             _end_failed_start(ray, started)
     _start_reaper(started)
     return True
 
 
 LOCAL_START_ATTEMPTS = 3
+
+
+def _start_failed(exc: BaseException, attempts: int) -> PretrainError:
+    """One line for a local Ray that did not start (Ray raises ValueError, Exception, ...)."""
+    reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:400]
+    tries = f" after {attempts} attempts" if attempts > 1 else ""
+    return PretrainError(
+        f"could not start a local Ray{tries} ({reason}); check ray.num_cpus and "
+        "ray.object_store_mb against this machine's CPUs and memory, free memory (/dev/shm) "
+        "or CPU, or start a cluster (`ray start --head`) and set ray.address"
+    )
 
 
 def _end_failed_start(ray: Any, since: float) -> None:

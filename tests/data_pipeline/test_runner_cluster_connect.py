@@ -33,3 +33,35 @@ def test_token_is_found_where_ray_looks(tmp_path, monkeypatch) -> None:
     assert not rayinit.token_available()
     monkeypatch.setenv("RAY_AUTH_TOKEN", "xyz")
     assert rayinit.token_available()
+
+
+def test_a_local_ray_that_cannot_start_is_one_line(tmp_path) -> None:
+    """`ray.object_store_mb` larger than the machine's memory: Ray's ValueError from its resource
+    check came out of `pretrain data run` as a traceback (exit 1)."""
+    import subprocess
+    import sys
+
+    from tests.data_pipeline.raytools import REPO, clean_env
+
+    source = tmp_path / "a.jsonl"
+    source.write_text('{"text": "one short document"}\n')
+    argv = [sys.executable, "-m", "pretrain_app", "data", "run", "configs/pipeline.yaml"]
+    for item in (
+        f"inputs=[{source}]",
+        f"output={tmp_path / 'out'}",
+        "ray.object_store_mb=1000000000",
+    ):
+        argv += ["--set", item]
+    done = subprocess.run(
+        argv,
+        cwd=REPO,
+        env=clean_env(tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "could not start a local Ray" in errors[0], done.stderr[-2000:]
+    assert "ray.object_store_mb" in errors[0]
