@@ -65,9 +65,18 @@ SMALL_PARTITION_DOCS = 2500
 CPU only adds tasks: a reduce step's fixed cost per task (scheduling, fetching its pieces) is
 then most of its time, so small inputs get one partition per CPU, larger ones two (balance)."""
 MAX_PARTITIONS = 4096
-"""Each shuffle is one all-to-all exchange of Ray objects: the map makes slices x 4 x partitions
-of them and each star step partitions x partitions (16.8 million at 4,096, each a few hundred
-bytes of ownership metadata in the driver); beyond this, raise the budget."""
+"""With the exchange through Ray objects (a Ray Dataset's dedup, `DedupStage.apply`), each step
+is one all-to-all exchange of driver-owned objects: the map makes slices x 4 x partitions of them
+and each star step partitions x partitions (16.8 million at 4,096, each a few hundred bytes of
+ownership metadata in the driver); beyond this, raise the budget."""
+MAX_FILE_PARTITIONS = 65536
+"""With the file-based exchange (`pretrain data run`: data_pipeline.dedup.exchange) the driver
+holds O(producers + partitions) small values per step, so driver memory no longer caps the
+partitions; what does is the reads: each reduce task opens one file per producer (65,536 at the
+cap, a footer and one range read each) and a step writes one file per producer, so one step is
+producers x partitions range reads (4.3 billion at the cap: on an object store, requests cost).
+At 6 KB pages and the default 2 GB budget the cap is near 2 billion pages (~12 TB of text); 40
+TB in one job needs ray.worker_memory_mb >= ~6,000 (or several jobs against the index)."""
 
 
 class BudgetError(ConfigError):
@@ -109,7 +118,12 @@ def doc_row_bytes(mean_doc_bytes: float, config: DedupConfig) -> float:
 
 
 def choose_partitions(
-    documents: int, input_bytes: int, worker_memory_mb: int, cpus: int, config: DedupConfig
+    documents: int,
+    input_bytes: int,
+    worker_memory_mb: int,
+    cpus: int,
+    config: DedupConfig,
+    max_partitions: int = MAX_PARTITIONS,
 ) -> tuple[int, float]:
     """(partitions, per-document row bytes): at least 2 x CPUs for parallelism (1 x CPUs for
     small inputs: SMALL_PARTITION_DOCS), enough that one partition's rows fit the budget, about
@@ -123,11 +137,11 @@ def choose_partitions(
     partitions = max(2, parallel, needed, target)
     if config.num_partitions is not None:
         partitions = max(config.num_partitions, needed)
-    if needed > MAX_PARTITIONS:
+    if needed > max_partitions:
         raise BudgetError(
             f"dedup of {documents} documents needs {needed} partitions to fit "
             f"ray.worker_memory_mb={worker_memory_mb}, more than one shuffle handles "
-            f"({MAX_PARTITIONS}); raise the budget, or dedup in several jobs, each against the "
+            f"({max_partitions}); raise the budget, or dedup in several jobs, each against the "
             "index of those before it (stages.dedup.index.against)"
         )
     return min(partitions, max(2, documents)), row
@@ -155,11 +169,18 @@ def slice_size(input_bytes: int, worker_memory_mb: int) -> int:
 
 
 def plan(
-    blocks: list[tuple[int, int]], worker_memory_mb: int, cpus: int, config: DedupConfig
+    blocks: list[tuple[int, int]],
+    worker_memory_mb: int,
+    cpus: int,
+    config: DedupConfig,
+    max_partitions: int = MAX_PARTITIONS,
 ) -> Plan:
-    """The partitioning of a dedup run over blocks given as (rows, bytes)."""
+    """The partitioning of a dedup run over blocks given as (rows, bytes); `max_partitions`:
+    MAX_PARTITIONS for the exchange through Ray objects, MAX_FILE_PARTITIONS through files."""
     documents = sum(rows for rows, _ in blocks)
     input_bytes = sum(size for _, size in blocks)
-    partitions, row = choose_partitions(documents, input_bytes, worker_memory_mb, cpus, config)
+    partitions, row = choose_partitions(
+        documents, input_bytes, worker_memory_mb, cpus, config, max_partitions
+    )
     slice_bytes = slice_size(input_bytes, worker_memory_mb)
     return Plan(partitions, slice_blocks(blocks, slice_bytes), slice_bytes, row)

@@ -17,26 +17,32 @@ occur here; every wait has a timeout that fails with a message instead of hangin
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from data_pipeline import throughput
-from data_pipeline.dedup import budget, tasks
+from data_pipeline.dedup import budget, exchange, tasks
 from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats
 from data_pipeline.stagekit import MapOutput
+from pretrain.outstore import OutPath, output_path, remove_tree
 from pretrain.progress import Progress
 
 
 class _Runner:
     """Launches the step functions as Ray tasks and waits for them with a timeout."""
 
-    def __init__(self, config: DedupConfig) -> None:
+    def __init__(self, config: DedupConfig, exchange: str | None = None) -> None:
         import ray
 
         self.ray = ray
+        self.exchange = exchange
+        """Folder of the file-based exchange (data_pipeline.dedup.exchange); None: Ray objects."""
+        self.producing: list[Any] = []
+        """Cost refs of the file producers whose files a consumer launched next may read."""
+        self.steps = 0
         self.timeout = config.task_timeout_s
         self.infos: dict[str, list[dict[str, Any]]] = {}
         self.remotes: dict[Any, Any] = {}
@@ -47,6 +53,9 @@ class _Runner:
         """(step, Unix time it finished), in order: where a run's time and memory went."""
 
     def launch(self, func: Any, num_returns: int, *args: Any) -> list[Any]:
+        if self.producing and any(isinstance(a, exchange.Gather) for a in args):
+            self.wait(self.producing, "exchange")  # a Gather's files exist once these finish
+            self.producing = []
         key = (func, num_returns)
         if key not in self.remotes:
             options = {"max_calls": 1} if self.isolate else {}
@@ -56,18 +65,56 @@ class _Runner:
         self.costs.append(cost)
         return refs
 
+    def scatter(
+        self, step: str, func: Any, groups: int, extra: int, partitions: int, producers: list
+    ) -> tuple[list[list[list[Any]]], list[list[Any]]]:
+        """Launch one producer task per args tuple in `producers`; `func`'s first `groups` x
+        `partitions` returns are partition pieces, then `extra` values. Returns (columns, rests):
+        columns[g][q] is what a consumer of partition q passes on for group g (one ref per
+        producer, or one exchange.Gather naming their files), rests[i] producer i's extra refs."""
+        if self.exchange is None:
+            outs = [self.launch(func, groups * partitions + extra, *args) for args in producers]
+            columns = [
+                [[o[g * partitions + q] for o in outs] for q in range(partitions)]
+                for g in range(groups)
+            ]
+            return columns, [o[groups * partitions :] for o in outs]
+        self.steps += 1
+        name = f"{self.steps:04d}-{step}"
+        outs = [
+            self.launch(
+                exchange.produce,
+                max(1, extra),
+                func,
+                groups,
+                partitions,
+                (self.exchange, name, i),
+                *args,
+            )
+            for i, args in enumerate(producers)
+        ]
+        self.producing += self.costs[len(self.costs) - len(outs) :]
+        columns = [
+            [[exchange.Gather(self.exchange, name, g, len(outs), q)] for q in range(partitions)]
+            for g in range(groups)
+        ]
+        return columns, [o[:extra] for o in outs]
+
     def cost(self) -> dict[str, float]:
         """CPU-seconds and peak RSS of every task launched so far."""
         return throughput.merge_task_costs(self.ray.get(self.costs, timeout=self.timeout))
 
-    def get(self, refs: list[Any], step: str) -> list[Any]:
+    def wait(self, refs: list[Any], step: str) -> list[Any]:
         try:
-            values = self.ray.get(refs, timeout=self.timeout)
+            return self.ray.get(refs, timeout=self.timeout)
         except self.ray.exceptions.GetTimeoutError:
             raise RuntimeError(
                 f"dedup step {step!r} waited more than task_timeout_s={self.timeout} s; check "
                 "`ray status`: actors may be holding every CPU (see the Ray deadlock note)"
             ) from None
+
+    def get(self, refs: list[Any], step: str) -> list[Any]:
+        values = self.wait(refs, step)
         self.infos.setdefault(step, []).extend(v for v in values if isinstance(v, dict))
         self.timeline.append((step, time.time()))
         return values
@@ -115,11 +162,15 @@ def dedup_dataset(
     _wait_for_cpu(ray, config.task_timeout_s)
     run = _Runner(config)
     steps = Progress(total=6, desc="dedup", unit="step", leave=False)
-    outs = [
-        run.launch(tasks.map_block, 4 * partitions + 1, blocks[b], s, lo, n, config, partitions)
-        for s, (b, lo, n) in enumerate(plan.slices)
-    ]
-    tags = _aggregate(run, outs, config, partitions, steps)
+    maps = run.scatter(
+        "map",
+        tasks.map_block,
+        4,
+        1,
+        partitions,
+        [(blocks[b], s, lo, n, config, partitions) for s, (b, lo, n) in enumerate(plan.slices)],
+    )
+    tags = _aggregate(run, maps, config, partitions, steps)
     out = [
         run.launch(tasks.attach, 1, blocks[b], s, lo, n, *tags[s % partitions])[0]
         for s, (b, lo, n) in enumerate(plan.slices)
@@ -144,32 +195,47 @@ def dedup_parts(
     config: DedupConfig,
     stage: Any,
     worker_memory_mb: int = DEFAULT_WORKER_MEMORY_MB,
+    files: bool = True,
 ) -> tuple[list[tuple[Any, ...]], DedupStats]:
     """The aggregate over input parts whose map side (tasks.map_tables) is persisted: for each
     part, the tag pieces its join (tasks.attach) needs; and the stats. Partitions come from the
-    parts' sizes and `worker_memory_mb` (data_pipeline.dedup.budget)."""
+    parts' sizes and `worker_memory_mb` (data_pipeline.dedup.budget). With `files`, every step
+    exchanges its pieces through files beside the persisted map side (data_pipeline.dedup.
+    exchange; the tags' files stay until the next aggregate, the joins read them); else as Ray
+    objects (the same tags)."""
     import ray
 
     sizes = [
-        (int(p.info.get("documents", 0)), sum(Path(f).stat().st_size for f in p.files.values()))
+        (
+            int(p.info.get("documents", 0)),
+            sum(output_path(f).stat().st_size for f in p.files.values()),
+        )
         for p in parts
     ]
     if not parts:
         return [], DedupStats()
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    plan = budget.plan(sizes, worker_memory_mb, cpus, config)
+    cap = budget.MAX_FILE_PARTITIONS if files else budget.MAX_PARTITIONS
+    plan = budget.plan(sizes, worker_memory_mb, cpus, config, cap)
     partitions = plan.partitions
     _wait_for_cpu(ray, config.task_timeout_s)
-    run = _Runner(config)
+    folder = _exchange_folder(parts) if files else None
+    run = _Runner(config, None if folder is None else str(folder))
     steps = Progress(total=5, desc="dedup", unit="step", leave=False)
-    outs = [
-        run.launch(
-            tasks.load_map_part, 4 * partitions + 1, dict(p.files), dict(p.info), i, partitions
-        )
-        for i, p in enumerate(parts)
-    ]
-    tags = _aggregate(run, outs, config, partitions, steps)
+    maps = run.scatter(
+        "map",
+        tasks.load_map_part,
+        4,
+        1,
+        partitions,
+        [(dict(p.files), dict(p.info), i, partitions) for i, p in enumerate(parts)],
+    )
+    tags = _aggregate(run, maps, config, partitions, steps)
     steps.close()
+    if folder is not None:  # only the tags' files are read after this (by the joins)
+        for step in folder.iterdir():
+            if not step.name.endswith("-keep"):
+                remove_tree(step)
     stats = _stats(run, partitions)
     stats.extra["plan"] = {"partitions": partitions, "worker_memory_mb": worker_memory_mb}
     joins = [tuple(tags[i % partitions]) for i in range(len(parts))]
@@ -185,13 +251,21 @@ def dedup_parts(
     return joins, stats
 
 
-def _aggregate(run: _Runner, outs: list, config: DedupConfig, partitions: int, steps: Any) -> list:
-    """Map outputs (4P+1 refs per slice or part) -> per partition, the refs of its tag pieces."""
-    run.get([o[-1] for o in outs], "map")
-    bands, exact, docs, signed = [
-        [[o[k * partitions + p] for o in outs] for p in range(partitions)] for k in range(4)
-    ]
-    outs.clear()  # the caller's list too: no ref to a map output outlives its use below
+def _exchange_folder(parts: Sequence[MapOutput]) -> OutPath:
+    """A fresh folder for this aggregate's exchange files, beside the persisted map side; the
+    folders of earlier runs (a driver killed mid-aggregate, or the joins' tags of the last run)
+    are removed first. A task of a killed driver still writing writes into its own old folder."""
+    root = output_path(parts[0].rows).parent / "exchange"
+    remove_tree(root)
+    return root / uuid.uuid4().hex
+
+
+def _aggregate(run: _Runner, maps: tuple, config: DedupConfig, partitions: int, steps: Any) -> list:
+    """Map outputs (4 groups of pieces + info per slice or part) -> per partition, what its tag
+    pieces' consumer passes on."""
+    (bands, exact, docs, signed), rests = maps
+    run.get([r[-1] for r in rests], "map")
+    del maps, rests  # no ref to a map output outlives its use below
     steps.update()
     cands, edges = _buckets(run, bands, exact, config, partitions)
     del bands, exact  # band and exact rows (~0.27 KB/doc) are freed before the verify peak
@@ -207,33 +281,22 @@ def _aggregate(run: _Runner, outs: list, config: DedupConfig, partitions: int, s
 
 
 def _buckets(run: _Runner, bands: list, exact: list, config: DedupConfig, partitions: int):
-    outs = [
-        run.launch(
-            tasks.bucket_edges,
-            partitions + 2,
-            config,
-            partitions,
-            len(bands[p]),
-            *bands[p],
-            *exact[p],
-        )
-        for p in range(partitions)
+    producers = [
+        (config, partitions, len(bands[p]), *bands[p], *exact[p]) for p in range(partitions)
     ]
-    run.get([o[-1] for o in outs], "buckets")
-    cands = [[o[q] for o in outs] for q in range(partitions)]
-    return cands, [o[partitions] for o in outs]
+    (cands,), rests = run.scatter("buckets", tasks.bucket_edges, 1, 2, partitions, producers)
+    run.get([r[-1] for r in rests], "buckets")
+    return cands, [r[0] for r in rests]
 
 
 def _verify(run: _Runner, cands: list, docs: list, config: DedupConfig, partitions: int) -> list:
-    outs = [
-        run.launch(
-            tasks.attach_u, partitions + 1, config, partitions, len(cands[q]), *cands[q], *docs[q]
-        )
-        for q in range(partitions)
+    producers = [
+        (config, partitions, len(cands[q]), *cands[q], *docs[q]) for q in range(partitions)
     ]
-    run.get([o[-1] for o in outs], "verify-u")
+    (joined,), rests = run.scatter("verify-u", tasks.attach_u, 1, 1, partitions, producers)
+    run.get([r[-1] for r in rests], "verify-u")
     outs = [
-        run.launch(tasks.verify_v, 2, config, partitions, *[o[q] for o in outs], *docs[q])
+        run.launch(tasks.verify_v, 2, config, len(joined[q]), *joined[q], *docs[q])
         for q in range(partitions)
     ]
     run.get([o[-1] for o in outs], "verify-v")
@@ -241,10 +304,9 @@ def _verify(run: _Runner, cands: list, docs: list, config: DedupConfig, partitio
 
 
 def _star_step(run: _Runner, kind: str, edges: list, partitions: int) -> tuple[list, list]:
-    pieces = [run.launch(tasks.star_scatter, partitions, kind, partitions, e) for e in edges]
-    outs = [
-        run.launch(tasks.star_reduce, 2, kind, *[p[q] for p in pieces]) for q in range(partitions)
-    ]
+    producers = [(kind, partitions, e) for e in edges]
+    (pieces,), _ = run.scatter(f"{kind}-scatter", tasks.star_scatter, 1, 0, partitions, producers)
+    outs = [run.launch(tasks.star_reduce, 2, kind, *pieces[q]) for q in range(partitions)]
     infos = run.get([o[1] for o in outs], f"{kind}-star")
     return [o[0] for o in outs], infos
 
@@ -266,25 +328,15 @@ def _components(run: _Runner, edges: list, partitions: int, max_rounds: int = 20
 
 
 def _keep(run: _Runner, roots: list, docs: list, partitions: int) -> list[list]:
-    pieces = [run.launch(tasks.scatter_edges, partitions, partitions, e) for e in roots]
-    labelled = [
-        run.launch(
-            tasks.label_docs,
-            partitions + 1,
-            partitions,
-            len(pieces),
-            *[p[q] for p in pieces],
-            *docs[q],
-        )
-        for q in range(partitions)
-    ]
-    run.get([o[-1] for o in labelled], "labels")
-    kept = [
-        run.launch(tasks.keep_clusters, partitions + 1, partitions, *[o[r] for o in labelled])
-        for r in range(partitions)
-    ]
-    run.get([o[-1] for o in kept], "keep")
-    return [[o[b] for o in kept] for b in range(partitions)]
+    producers = [(partitions, e) for e in roots]
+    (pieces,), _ = run.scatter("roots", tasks.scatter_edges, 1, 0, partitions, producers)
+    producers = [(partitions, len(pieces[q]), *pieces[q], *docs[q]) for q in range(partitions)]
+    (labelled,), rests = run.scatter("labels", tasks.label_docs, 1, 1, partitions, producers)
+    run.get([r[-1] for r in rests], "labels")
+    producers = [(partitions, *labelled[r]) for r in range(partitions)]
+    (kept,), rests = run.scatter("keep", tasks.keep_clusters, 1, 1, partitions, producers)
+    run.get([r[-1] for r in rests], "keep")
+    return kept
 
 
 def _stats(run: _Runner, partitions: int) -> DedupStats:

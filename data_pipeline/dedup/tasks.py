@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from data_pipeline.dedup import components
+from data_pipeline.dedup import components, exchange
 from data_pipeline.dedup.config import DEDUP_COLUMNS, DedupConfig
 from data_pipeline.dedup.core import (
     DedupStats,
@@ -52,9 +52,10 @@ def edges_table(u: np.ndarray, v: np.ndarray) -> pa.Table:
     return pa.table({"u": pa.array(u, pa.int64()), "v": pa.array(v, pa.int64())})
 
 
-def concat(pieces: tuple[pa.Table, ...], schema: pa.Schema | None = None) -> pa.Table:
+def concat(pieces: Sequence[Any], schema: pa.Schema | None = None) -> pa.Table:
     """The rows of `pieces`; when none has rows, an empty table that keeps their columns (a
     partition that received no document still has the columns the next step reads)."""
+    pieces = tuple(exchange.resolve(pieces))  # an exchange.Gather: the pieces in its files
     filled = tuple(p for p in pieces if p is not None and p.num_rows)
     if filled:
         return pa.concat_tables(filled)

@@ -1,0 +1,145 @@
+"""The file-based dedup exchange (data_pipeline.dedup.exchange): the pieces read back are the
+pieces written, and an aggregate over persisted parts tags exactly as the Ray-object exchange
+and the in-process dedup do, on the byte-identity fixture and on a larger random set with many
+partitions (many of them empty)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from data_pipeline.dedup import exchange, tasks
+from data_pipeline.dedup.config import DedupConfig
+from data_pipeline.dedup.distributed import dedup_parts
+from data_pipeline.stagekit import MapOutput
+from data_pipeline.stages.dedup import DedupStage
+from tests.data_pipeline.test_dedup import load_fixture
+
+
+def _pieces() -> list[pa.Table]:
+    table = pa.table(
+        {
+            "vertex": pa.array([5, -3, 7, 2**62, 11, 0], pa.int64()),
+            "sig": pa.array(
+                [b"abcd", b"\x00\x01\x02\x03", b"wxyz", b"1234", b"5678", b"0000"], pa.binary(4)
+            ),
+            "shingles": pa.array([[1, 2], [], None, [3], [4, 5, 6], [7]], pa.list_(pa.uint32())),
+            "id": ["a", "b", None, "d", "é", "f"],
+        }
+    )
+    # partitions 0 and 3 are empty; partition 2 spans two chunks
+    chunked = pa.concat_tables([table.slice(2, 2), table.slice(4, 1)])
+    return [table.slice(0, 0), table.slice(0, 2), chunked, table.slice(0, 0), table.slice(5)]
+
+
+def test_pieces_read_back_are_the_pieces_written(tmp_path: Path) -> None:
+    pieces = _pieces()
+    path = exchange.piece_file(str(tmp_path), "0001-map", 3, 1)
+    exchange.write_pieces(path, pieces)
+    for q, piece in enumerate(pieces):
+        got = exchange.read_piece(path, q)
+        assert got.schema == piece.schema and got.equals(piece)
+    gather = exchange.Gather(str(tmp_path), "0001-map", 1, 1, 2)
+    gather_file = exchange.piece_file(str(tmp_path), "0001-map", 0, 1)
+    exchange.write_pieces(gather_file, pieces)
+    assert tasks.concat([gather]).equals(pieces[2])
+    assert tasks.concat([exchange.Gather(str(tmp_path), "0001-map", 1, 1, 0)]).num_rows == 0
+
+
+def test_a_missing_producer_file_is_an_error_not_an_empty_partition(tmp_path: Path) -> None:
+    exchange.write_pieces(exchange.piece_file(str(tmp_path), "s", 0, 0), _pieces())
+    gather = exchange.Gather(str(tmp_path), "s", 0, 2, 1)  # producer 1 never wrote its file
+    with pytest.raises(FileNotFoundError):
+        gather.read()
+
+
+def _persist(folder: Path, table: pa.Table, sizes: list[int], config: DedupConfig) -> list:
+    """Input parts of `sizes` rows, each with its map side persisted as `pretrain data run`
+    does (global_parts.persist: rows + bands/exact/docs Parquet files)."""
+    folder.mkdir(parents=True)
+    parts, lo = [], 0
+    for i, n in enumerate(sizes):
+        rows = table.slice(lo, n)
+        lo += n
+        bands, exact, docs, info = tasks.map_tables(rows, config)
+        files = {}
+        for name, part_table in {
+            "rows": rows,
+            "bands": bands,
+            "exact": exact,
+            "docs": docs,
+        }.items():
+            files[name] = str(folder / f"p-{i:05d}.{name}.parquet")
+            pq.write_table(part_table, files[name])
+        parts.append(MapOutput(f"p-{i:05d}", rows=files.pop("rows"), files=files, info=info))
+    assert lo == table.num_rows
+    return parts
+
+
+def _tag(ray, parts: list, config: DedupConfig, files: bool) -> tuple[pa.Table, DedupStage]:
+    stage = DedupStage(config)
+    joins, stage.stats = dedup_parts(parts, config, stage, files=files)
+    attach = ray.remote(tasks.attach_file)
+    tagged = ray.get([attach.remote(p.rows, i, *joins[i]) for i, p in enumerate(parts)])
+    return pa.concat_tables(tagged), stage
+
+
+def _compare(ray, tmp_path: Path, table: pa.Table, sizes: list[int], config: DedupConfig):
+    parts = _persist(tmp_path / ".parts" / "global" / "dedup", table, sizes, config)
+    by_files, file_stage = _tag(ray, parts, config, files=True)
+    by_objects, object_stage = _tag(ray, parts, config, files=False)
+    local = DedupStage(config).apply_table(table)
+    assert by_files.equals(by_objects) and by_files.equals(local)
+    counts = [
+        {k: v for k, v in s.stats.as_dict().items() if k != "extra"}
+        for s in (file_stage, object_stage)
+    ]
+    assert counts[0] == counts[1]  # documents, candidates, verified pairs, clusters, dropped
+    assert (
+        file_stage.stats.extra["component_rounds"] == object_stage.stats.extra["component_rounds"]
+    )
+    steps = sorted(p.name for p in (tmp_path / ".parts/global/dedup/exchange").glob("*/*"))
+    assert len(steps) == 1 and steps[0].endswith("-keep")  # only the joins' tags stay
+    return by_files, file_stage
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+def test_file_exchange_tags_like_the_object_exchange_on_the_fixture(ray_local, tmp_path) -> None:
+    table, _ = load_fixture()
+    tagged, stage = _compare(
+        ray_local, tmp_path, table, [10, 1, 6, table.num_rows - 17], DedupConfig(num_partitions=5)
+    )
+    assert stage.stats.dropped == 9 and tagged.num_rows == table.num_rows
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_file_exchange_tags_like_the_object_exchange_with_many_partitions(
+    ray_local, tmp_path: Path
+) -> None:
+    rng = np.random.default_rng(11)
+    vocab = np.array([f"w{i}" for i in range(2000)])
+    bases = [" ".join(rng.choice(vocab, 80)) for _ in range(90)]
+    texts = []
+    for i in range(400):
+        words = bases[i % 90].split()
+        for pos in rng.choice(len(words), int(rng.integers(0, 6)), replace=False):
+            words[pos] = f"edit{i}"
+        texts.append(" ".join(words))
+    table = pa.table(
+        {
+            "id": [f"doc-{rng.integers(10**9):09d}-{i}" for i in range(400)],
+            "text": texts,
+            "quality_score": pa.array(rng.random(400), pa.float32()),
+        }
+    )
+    config = DedupConfig(num_partitions=61, batch_size=64)
+    tagged, stage = _compare(ray_local, tmp_path, table, [150, 7, 1, 92, 150], config)
+    assert stage.stats.extra["partitions"] == 61
+    assert 0 < sum(tagged.column("dup_keep").to_pylist()) < 400
