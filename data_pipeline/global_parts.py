@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_pipeline import parts, piece_maps, throughput, workers
+from data_pipeline.stagekit import AGGREGATE_SCRATCH
 from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
 from pretrain.errors import PretrainError
 from pretrain.manifest import atomic_write_json
@@ -303,4 +304,5 @@ def run_global_stages(
                 if output.part not in skip
             ]
             _wait(ray, refs, timeout)
+        remove_tree(stage_dir(out, stage.name) / AGGREGATE_SCRATCH)  # what its joins read
     return reused

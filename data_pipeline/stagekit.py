@@ -51,3 +51,9 @@ class MapOutput:
     """Table name (as `map_part` returned it) -> path of its Parquet file."""
     info: Mapping[str, Any] = field(default_factory=dict)
     """The counts `map_part` returned with its tables."""
+
+
+AGGREGATE_SCRATCH = "exchange"
+"""Folder beside a global stage's persisted map side (the parent of `MapOutput.rows`) where its
+`aggregate` may leave files its joins read (dedup's file-based exchange); the runner removes it
+once every join has finished, and an aggregate starts by removing what an earlier run left."""

@@ -26,7 +26,7 @@ from data_pipeline.dedup import budget, exchange, tasks
 from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats
-from data_pipeline.stagekit import MapOutput
+from data_pipeline.stagekit import AGGREGATE_SCRATCH, MapOutput
 from pretrain.outstore import OutPath, output_path, remove_tree
 from pretrain.progress import Progress
 
@@ -255,7 +255,7 @@ def _exchange_folder(parts: Sequence[MapOutput]) -> OutPath:
     """A fresh folder for this aggregate's exchange files, beside the persisted map side; the
     folders of earlier runs (a driver killed mid-aggregate, or the joins' tags of the last run)
     are removed first. A task of a killed driver still writing writes into its own old folder."""
-    root = output_path(parts[0].rows).parent / "exchange"
+    root = output_path(parts[0].rows).parent / AGGREGATE_SCRATCH
     remove_tree(root)
     return root / uuid.uuid4().hex
 

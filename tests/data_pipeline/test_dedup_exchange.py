@@ -5,6 +5,7 @@ partitions (many of them empty)."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +16,11 @@ import pytest
 from data_pipeline.dedup import exchange, tasks
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.distributed import dedup_parts
-from data_pipeline.stagekit import MapOutput
+from data_pipeline.stagekit import AGGREGATE_SCRATCH, MapOutput
 from data_pipeline.stages.dedup import DedupStage
 from tests.data_pipeline.test_dedup import load_fixture
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
 
 
 def _pieces() -> list[pa.Table]:
@@ -127,19 +130,53 @@ def test_file_exchange_tags_like_the_object_exchange_with_many_partitions(
     vocab = np.array([f"w{i}" for i in range(2000)])
     bases = [" ".join(rng.choice(vocab, 80)) for _ in range(90)]
     texts = []
-    for i in range(400):
+    for i in range(300):
         words = bases[i % 90].split()
         for pos in rng.choice(len(words), int(rng.integers(0, 6)), replace=False):
             words[pos] = f"edit{i}"
         texts.append(" ".join(words))
     table = pa.table(
         {
-            "id": [f"doc-{rng.integers(10**9):09d}-{i}" for i in range(400)],
+            "id": [f"doc-{rng.integers(10**9):09d}-{i}" for i in range(300)],
             "text": texts,
-            "quality_score": pa.array(rng.random(400), pa.float32()),
+            "quality_score": pa.array(rng.random(300), pa.float32()),
         }
     )
-    config = DedupConfig(num_partitions=61, batch_size=64)
-    tagged, stage = _compare(ray_local, tmp_path, table, [150, 7, 1, 92, 150], config)
-    assert stage.stats.extra["partitions"] == 61
-    assert 0 < sum(tagged.column("dup_keep").to_pylist()) < 400
+    config = DedupConfig(num_partitions=33, batch_size=64)
+    tagged, stage = _compare(ray_local, tmp_path, table, [110, 7, 1, 92, 90], config)
+    assert stage.stats.extra["partitions"] == 33
+    assert 0 < sum(tagged.column("dup_keep").to_pylist()) < 300
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_data_run_through_the_file_exchange_writes_the_object_exchanges_bytes(
+    ray_local, tmp_path: Path, monkeypatch
+) -> None:
+    from data_pipeline import runner
+    from data_pipeline.config import PipelineConfig
+    from data_pipeline.dedup import distributed
+    from pretrain import shards_layout as layout
+    from pretrain_app.cli import main
+
+    def run(out: Path) -> dict[str, bytes]:
+        config = {
+            "inputs": [str(DATA)],
+            "output": str(out),
+            "shard_rows": 4,
+            "batch_rows": 3,
+            "stages": {"extract": {}, "dedup": {"num_partitions": 9}},
+            "ray": {"timeout_s": 200},
+        }
+        runner.run_pipeline(PipelineConfig.model_validate(config), progress=False)
+        paths = [out / layout.LEDGER, *sorted((out / layout.DATA_DIR).glob("*"))]
+        paths += sorted((out / layout.REJECTS_DIR).glob("*"))
+        return {p.relative_to(out).as_posix(): p.read_bytes() for p in paths}
+
+    by_files = run(tmp_path / "files")
+    assert not list((tmp_path / "files" / layout.GLOBAL_MAP_DIR).rglob(AGGREGATE_SCRATCH))
+    assert main(["verify", str(tmp_path / "files")]) == 0
+    objects = functools.partial(distributed.dedup_parts, files=False)
+    monkeypatch.setattr(distributed, "dedup_parts", objects)
+    assert run(tmp_path / "objects") == by_files
