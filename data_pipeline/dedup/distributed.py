@@ -83,9 +83,8 @@ class _Runner:
         name = f"{self.steps:04d}-{step}"
         outs = [
             self.launch(
-                exchange.produce,
+                exchange.producer(func),
                 max(1, extra),
-                func,
                 groups,
                 partitions,
                 (self.exchange, name, i),

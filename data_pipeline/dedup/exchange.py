@@ -21,6 +21,7 @@ rewrites the same bytes and a retried consumer re-reads the same files.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -106,6 +107,17 @@ def resolve(pieces: Sequence[Any]) -> list[pa.Table]:
         else:
             tables.append(piece)
     return tables
+
+
+@functools.cache
+def producer(func: Callable[..., list[Any]]) -> Callable[..., Any]:
+    """`func` as a file producer (`produce`), named after `func` (the task name Ray shows)."""
+
+    def task(groups: int, partitions: int, target: tuple[str, str, int], *args: Any) -> Any:
+        return produce(func, groups, partitions, target, *args)
+
+    task.__name__ = task.__qualname__ = getattr(func, "__name__", "produce")
+    return task
 
 
 def produce(
