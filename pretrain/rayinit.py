@@ -10,6 +10,11 @@
   the machine's public one unless its cluster mode is off), the dashboard is off, and a watchdog
   process kills every Ray process the driver started if the driver dies without shutting down
   (Ray's own agents outlive a SIGKILLed driver for a minute or more, retrying a dead GCS).
+  With no dashboard nobody reads Ray's own telemetry, so a local Ray records none (`QUIET_LOCAL`):
+  no metrics (every process's recording and export to the agent), no task events (what the
+  dashboard's task list and `ray timeline` show), and the agent's per-node process stats once a
+  minute instead of every 5 s. On 2 cores that telemetry took CPU from the workers. A cluster
+  (`ray start`, an address) keeps all of it; to watch a job, run it on one.
 """
 
 from __future__ import annotations
@@ -28,6 +33,15 @@ from pretrain.errors import PretrainError
 AUTH_MODE = "RAY_AUTH_MODE"
 LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": node address stays 127.0.0.1
 _REAPER: subprocess.Popen[bytes] | None = None
+
+QUIET_LOCAL: dict[str, Any] = {
+    "enable_metrics_collection": False,
+    "task_events_report_interval_ms": 0,
+}
+"""RayConfig of a local Ray (`ray.init(_system_config=...)`; a caller's own entries win); a task
+events interval of 0 turns their recording off."""
+QUIET_LOCAL_ENV = {"REPORTER_UPDATE_INTERVAL_MS": "60000"}
+"""Read by the dashboard agent a local start spawns: its process-stats loop (default 5,000 ms)."""
 
 REFUSED = (
     "could not connect to the Ray cluster at {address} ({reason}); check it with "
@@ -82,10 +96,11 @@ def connect(
     if address:
         _connect_existing(ray, address, init_kwargs)
         return True
+    system_config = {**QUIET_LOCAL, **init_kwargs.pop("_system_config", {})}
     started = time.time()
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
-            with _loopback_only():
+            with _loopback_only(), _env(QUIET_LOCAL_ENV):
                 ray.init(
                     num_cpus=num_cpus or os.cpu_count(),
                     include_dashboard=False,
@@ -93,7 +108,8 @@ def connect(
                     _node_ip_address="127.0.0.1",
                     log_to_driver=False,
                     object_store_memory=object_store_mb * 2**20 if object_store_mb else None,
-                    **init_kwargs,
+                    # a copy per attempt: Ray writes the session's spill directory into it
+                    **{**init_kwargs, "_system_config": dict(system_config)},
                 )
             break
         except Exception as exc:
@@ -195,6 +211,18 @@ def _stderr_captured() -> Iterator[list[str]]:
                 os.dup2(saved, 2)
                 os.close(saved)
                 text.append(path.read_text(errors="replace"))
+
+
+@contextmanager
+def _env(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables (unless already set) for the processes started in the block."""
+    added = {k: v for k, v in values.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
 
 
 @contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -88,3 +89,42 @@ def test_sigkilled_driver_leaves_no_ray_process(tmp_path: Path) -> None:
     left = wait_gone(list(procs.values()), 20.0)
     assert not left, f"still alive 20 s after the driver died: {[p.pid for p in left]}"
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+QUIET_PROBE = """
+import json, sys
+import psutil, ray
+from pretrain import rayinit
+rayinit.connect(None, num_cpus=1)
+config = ray._private.state.state.get_system_config()
+env = []
+for proc in psutil.Process().children(recursive=True):
+    try:
+        if "DashboardAgent" in " ".join(proc.cmdline()):
+            env.append(proc.environ().get("REPORTER_UPDATE_INTERVAL_MS"))
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        pass
+print(json.dumps({"config": config, "agent_env": env, "driver_env": sorted(__import__("os").environ)}))
+rayinit.shutdown(True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_local_ray_records_no_telemetry_nobody_reads(tmp_path: Path) -> None:
+    """No dashboard, so no metrics, task events or 5-second process stats (their CPU competed
+    with the workers on 2 cores); the driver's own environment is left as it was."""
+    run = subprocess.run(
+        [sys.executable, "-c", QUIET_PROBE],
+        cwd=REPO,
+        env=clean_env(tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert seen["config"]["enable_metrics_collection"] is False
+    assert seen["config"]["task_events_report_interval_ms"] == 0
+    assert seen["agent_env"] == ["60000"], seen["agent_env"]
+    assert "REPORTER_UPDATE_INTERVAL_MS" not in seen["driver_env"]
