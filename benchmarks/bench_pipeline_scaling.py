@@ -34,6 +34,8 @@ each phase: how evenly the work is split. The wall efficiency needs a quiet mach
 
     .venv/bin/python -m benchmarks.bench_pipeline_scaling --corpus DIR [--pages 5000]
         [--runs ours datatrove]   (one side per invocation keeps each under ~5 minutes)
+        [--stream-maps off]       (A/B: dedup's map side as its own phase over every part, as
+                                   before it moved into the stream; result file `..._maps_off`)
 """
 
 from __future__ import annotations
@@ -85,11 +87,19 @@ def build_pages(source: Path, target: Path, pages: int, files: int) -> dict[str,
     return {"pages": pages, "distinct_pages": len(raw), "files": files}
 
 
+STREAM_MAPS = "BENCH_STREAM_MAPS"
+"""Environment of a child run: "off" maps dedup's side per part after the stream (the A/B)."""
+
+
 def child_ours(inputs: str, out: str, workers: int) -> dict[str, Any]:
     import yaml
 
     from data_pipeline.config import PipelineConfig
     from data_pipeline.runner import run_pipeline
+    from data_pipeline.stages.dedup import DedupStage
+
+    if os.environ.get(STREAM_MAPS) == "off":  # the driver asks the stage (runner.py) once per run
+        DedupStage.maps_in_stream = lambda self: False  # type: ignore[method-assign]
 
     stages = yaml.safe_load((REPO / "configs" / "pipeline.yaml").read_text())["stages"]
     config = PipelineConfig.model_validate(
@@ -115,6 +125,7 @@ def child_ours(inputs: str, out: str, workers: int) -> dict[str, Any]:
         "phases_s": section["run"]["phases_s"],
         "sampled_cpu_s_by_role": {r: v["cpu_s"] for r, v in sampler.by_role().items()},
         "phase_cpu": phase_cpu(sampler.procs, section["run"]["phase_spans"], os.cpu_count() or 1),
+        "stream_maps": os.environ.get(STREAM_MAPS, "on"),
         "ray_data_stats": result.ray_stats,
         "raw_bytes": result.ledger["bytes_in"],
         "docs_in": result.ledger["documents_in"],
@@ -230,6 +241,8 @@ def summarise(ours: dict[int, Any], theirs: dict[int, Any], mb: float) -> dict[s
         w: round(sum(p["system_cpu_s"] for p in r["phase_cpu"].values()), 2)
         for w, r in ours.items()
     }
+    # Ray's own processes (driver, agents, raylet, GCS, Ray Data's actors) against the workers
+    rows["ours_cpu_s_by_role"] = {w: r["sampled_cpu_s_by_role"] for w, r in ours.items()}
     rows["ours_tree_mb_per_cpu_s"] = {w: round(mb / r["tree_cpu_s"], 3) for w, r in ours.items()}
     return rows
 
@@ -246,6 +259,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default=["ours", "datatrove"],
         help="which side(s) to run (each writes its own result file)",
     )
+    parser.add_argument("--stream-maps", choices=("on", "off"), default="on")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv if argv is not None else [])
     if args.child:
@@ -254,6 +268,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result = run(inputs, out, int(workers))
         print(json.dumps(result))
         return result
+    os.environ[STREAM_MAPS] = args.stream_maps  # read by the child runs
     source = corpus_dir(args.corpus) / "web.warc.gz"
     with tempfile.TemporaryDirectory(prefix="bench_scaling_") as tmp:
         inputs = Path(tmp) / "warc"
@@ -273,7 +288,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "target_scaling_efficiency": 0.85,
     }
     print(json.dumps(result["rows"], indent=1))
-    write_result("bench_pipeline_scaling_" + "_".join(args.runs), result)
+    suffix = "_maps_off" if args.stream_maps == "off" else ""
+    write_result("bench_pipeline_scaling_" + "_".join(args.runs) + suffix, result)
     return result
 
 
