@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import add_corpus_argument, corpus_dir, write_result
-from benchmarks.phasecpu import phase_cpu
+from benchmarks.phasecpu import phase_cpu, phase_roles
 from benchmarks.proctree import TreeSampler
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,6 +125,7 @@ def child_ours(inputs: str, out: str, workers: int) -> dict[str, Any]:
         "phases_s": section["run"]["phases_s"],
         "sampled_cpu_s_by_role": {r: v["cpu_s"] for r, v in sampler.by_role().items()},
         "phase_cpu": phase_cpu(sampler.procs, section["run"]["phase_spans"], os.cpu_count() or 1),
+        "phase_cpu_by_role": phase_roles(sampler.procs, section["run"]["phase_spans"]),
         "stream_maps": os.environ.get(STREAM_MAPS, "on"),
         "ray_data_stats": result.ray_stats,
         "raw_bytes": result.ledger["bytes_in"],
@@ -243,6 +244,9 @@ def summarise(ours: dict[int, Any], theirs: dict[int, Any], mb: float) -> dict[s
     }
     # Ray's own processes (driver, agents, raylet, GCS, Ray Data's actors) against the workers
     rows["ours_cpu_s_by_role"] = {w: r["sampled_cpu_s_by_role"] for w, r in ours.items()}
+    rows["ours_stream_cpu_s_by_role"] = {
+        w: r["phase_cpu_by_role"].get("stream", {}) for w, r in ours.items()
+    }
     rows["ours_tree_mb_per_cpu_s"] = {w: round(mb / r["tree_cpu_s"], 3) for w, r in ours.items()}
     return rows
 

@@ -56,3 +56,15 @@ def phase_cpu(
         entry["max_process_cpu_s"] = max(entry["max_process_cpu_s"], busiest)
         entry["cpu_bound_s"] += max(busiest, total / cores)
     return {n: {k: round(v, 2) for k, v in e.items()} for n, e in phases.items()}
+
+
+def phase_roles(procs: dict[int, ProcStats], spans: list[list[Any]]) -> dict[str, dict[str, float]]:
+    """Per phase (merged when a name recurs), CPU-seconds by process role (proctree.role)."""
+    phases: dict[str, dict[str, float]] = {}
+    for name, start, end in spans:
+        entry = phases.setdefault(name, {})
+        for stats in procs.values():
+            if stats.series:
+                spent = cpu_at(stats.series, end) - cpu_at(stats.series, start)
+                entry[stats.role] = entry.get(stats.role, 0.0) + spent
+    return {n: {r: round(v, 2) for r, v in sorted(e.items())} for n, e in phases.items()}

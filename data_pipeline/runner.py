@@ -148,14 +148,18 @@ def preflight(
 
 
 def connect_ray(config: PipelineConfig, address: str | None) -> bool:
-    """Connect to a cluster (argument, config, RAY_ADDRESS) or start a local Ray. True if started."""
+    """Connect to a cluster (argument, config, RAY_ADDRESS) or start a local Ray. True if started
+    (then Ray Data's per-driver actors are started with it: `rayinit.warm_ray_data`)."""
     from pretrain import rayinit
 
-    return rayinit.connect(
+    started = rayinit.connect(
         address or config.ray.address,
         num_cpus=config.ray.num_cpus,
         object_store_mb=config.ray.object_store_mb,
     )
+    if started:
+        rayinit.warm_ray_data()
+    return started
 
 
 def _read_resources(actors: bool, cpus: int) -> dict[str, Any]:

@@ -97,6 +97,8 @@ import psutil, ray
 from pretrain import rayinit
 rayinit.connect(None, num_cpus=1)
 config = ray._private.state.state.get_system_config()
+rayinit.warm_ray_data()
+named = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))
 env = []
 for proc in psutil.Process().children(recursive=True):
     try:
@@ -104,23 +106,25 @@ for proc in psutil.Process().children(recursive=True):
             env.append(proc.environ().get("REPORTER_UPDATE_INTERVAL_MS"))
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         pass
-print(json.dumps({"config": config, "agent_env": env, "driver_env": sorted(__import__("os").environ)}))
+print(json.dumps({"config": config, "agent_env": env, "named": named,
+                  "driver_env": sorted(__import__("os").environ)}))
 rayinit.shutdown(True)
 """
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_a_local_ray_records_no_telemetry_nobody_reads(tmp_path: Path) -> None:
     """No dashboard, so no metrics, task events or 5-second process stats (their CPU competed
-    with the workers on 2 cores); the driver's own environment is left as it was."""
+    with the workers on 2 cores); the driver's own environment is left as it was. Ray Data's
+    per-driver stats actor is started with Ray (warm_ray_data), before any job's stream."""
     run = subprocess.run(
         [sys.executable, "-c", QUIET_PROBE],
         cwd=REPO,
         env=clean_env(tmp_path / "home"),
         capture_output=True,
         text=True,
-        timeout=170,
+        timeout=290,
     )
     assert run.returncode == 0, run.stderr[-2000:]
     seen = json.loads(run.stdout.strip().splitlines()[-1])
@@ -128,3 +132,4 @@ def test_a_local_ray_records_no_telemetry_nobody_reads(tmp_path: Path) -> None:
     assert seen["config"]["task_events_report_interval_ms"] == 0
     assert seen["agent_env"] == ["60000"], seen["agent_env"]
     assert "REPORTER_UPDATE_INTERVAL_MS" not in seen["driver_env"]
+    assert "datasets_stats_actor" in seen["named"], seen["named"]
