@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -57,8 +60,21 @@ def write_pieces(path: OutPath, pieces: Sequence[pa.Table]) -> None:
         for group in batches:
             for batch in group:
                 writer.write_batch(batch)
+    if isinstance(path, ObjectPath):
+        write_atomic(path, sink.getvalue().to_pybytes())
+        return
+    # Renamed into place (a reader never sees half a file) but not fsynced: a piece file lives
+    # for one aggregate, which a crash re-runs from the persisted map side in a fresh folder
+    # (per file, an fsync cost more wall than the step's work on a busy disk).
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, sink.getvalue().to_pybytes())
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(memoryview(sink.getvalue()))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def read_piece(path: OutPath, partition: int) -> pa.Table:
