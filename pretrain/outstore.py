@@ -227,6 +227,11 @@ def write_atomic(path: OutPath | str | os.PathLike, data: bytes) -> None:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; artifacts are read by other users too
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk: the temporary file goes, the error names `path`
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

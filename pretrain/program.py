@@ -12,6 +12,7 @@ the program, so nothing here imports a package above `pretrain`.
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Iterable, Sequence
 from types import ModuleType
@@ -50,9 +51,39 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> i
     except PretrainError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a disk-full write anywhere, a Ray task's included; else a bug
+        if (full := disk_full(exc)) is None:
+            raise
+        where = f" writing {full.filename}" if full.filename else ""
+        print(
+            f"{prog}: error: {full.strerror or 'no space left'}{where}; free space (or raise the "
+            "quota / file-size limit) and run the same command again: files are written whole "
+            "or not at all, and what was finished is reused",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""A write the disk (space, quota, file-size limit) refused: the user's to fix, not a bug."""
+
+
+def disk_full(exc: BaseException) -> OSError | None:
+    """The disk-full OSError in `exc`'s chain (a Ray task's error holds its cause), else None."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        item = todo.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, OSError) and item.errno in DISK_FULL:
+            return item
+        todo += [item.__cause__, item.__context__, getattr(item, "cause", None)]
+    return None
 
 
 def run_commands(modules: Iterable[ModuleType], argv: Sequence[str] | None = None) -> int:

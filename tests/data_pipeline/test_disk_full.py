@@ -1,0 +1,89 @@
+"""A disk that fills up mid-run (here a file-size limit, RLIMIT_FSIZE, on the driver, which
+refuses a write past it as a full disk does: EFBIG, or ENOSPC on a real disk): one line, exit 2,
+no torn file where a reader looks, and the same command run again with room finishes with the
+bytes of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pretrain import shards_layout as layout
+from pretrain.manifest import MANIFEST
+from tests.conftest import clean_env
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "tests" / "data" / "data_pipeline"
+
+
+def _run(config: Path, address: str, limit: int | None) -> subprocess.CompletedProcess[str]:
+    def limited() -> None:  # in the child only: the test process writes as it likes
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a refused write, not a killed process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run(
+        [sys.executable, "-m", "pretrain_app", "data", "run", str(config)]
+        + ["--ray-address", address],
+        cwd=REPO,
+        env=clean_env(),
+        preexec_fn=limited if limit is not None else None,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+
+
+def _outputs(out: Path) -> dict[str, bytes]:
+    paths = [out / layout.LEDGER, *sorted((out / layout.DATA_DIR).glob("*"))]
+    paths += sorted((out / layout.REJECTS_DIR).glob("*"))
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in paths}
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_disk_full_mid_run_is_one_line_and_the_rerun_finishes(ray_local, tmp_path) -> None:
+    address = ray_local.get_runtime_context().gcs_address
+    stages = {"extract": {}, "langid": {}}
+    configs = {}
+    for name in ("reference", "out"):
+        configs[name] = tmp_path / f"{name}.yaml"
+        body = {"inputs": [str(DATA)], "output": str(tmp_path / name), "shard_rows": 4}
+        configs[name].write_text(json.dumps({**body, "batch_rows": 3, "stages": stages}))
+    done = _run(configs["reference"], address, None)
+    assert done.returncode == 0, done.stderr[-2000:]
+    reference = tmp_path / "reference"
+    ledger = (reference / layout.LEDGER).stat().st_size
+    limit = ledger - 1  # the ledger, written last, cannot fit; an earlier write may fail first
+
+    full = _run(configs["out"], address, limit)
+    out = tmp_path / "out"
+    assert full.returncode == 2, full.stderr[-3000:]
+    assert "Traceback" not in full.stderr, full.stderr[-3000:]
+    err = full.stderr.strip().splitlines()[-1]  # the lines before it are progress
+    assert err.startswith("pretrain data run: error: File too large"), full.stderr[-3000:]
+    assert "run the same command again" in err  # (the first write past the limit may be Ray's)
+    assert not (out / MANIFEST).exists()  # no artifact claims to be finished
+    if (out / layout.LEDGER).exists():  # never torn: an earlier whole ledger or none
+        json.loads((out / layout.LEDGER).read_bytes())
+
+    again = _run(configs["out"], address, None)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert _outputs(out) == _outputs(reference)
+    verify = subprocess.run(
+        [sys.executable, "-m", "pretrain_app", "verify", str(out)],
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert verify.returncode == 0, verify.stderr
