@@ -18,6 +18,7 @@ on any machine.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import functools
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pretrain.command import current_command
-from pretrain.errors import OutputLocked
+from pretrain.errors import OutputLocked, PretrainError
 from pretrain.objectlock import pid_alive
 from pretrain.progress import warn
 
@@ -134,7 +135,10 @@ def _object_lock(uri: str, command: Sequence[str] | None) -> Iterator[str]:
     try:
         yield uri
     except BaseException as exc:
-        if lock.lost:  # the heartbeat stopped the run: say why, not "KeyboardInterrupt"
+        if not lock.lost:  # a worker refused to write (its lock check failed): is it lost?
+            with contextlib.suppress(PretrainError):
+                lock.fence(force=True)
+        if lock.lost:  # the heartbeat or a fence stopped the run: say why
             raise OutputLocked(lock.lost) from exc
         raise
     finally:

@@ -17,6 +17,10 @@ crashed: the next writer takes it over with a conditional write on the stale ETa
 cannot renew its lock for `lease_s / 2` seconds, or finds it taken, stops its own run (SIGINT to
 itself, reported as `OutputLocked`) before another writer could start. Released on exit (a
 conditional delete on its own ETag). `PRETRAIN_LOCK_LEASE_S` sets the lease (default 120 s).
+
+Fencing (a holder frozen past its lease writes no more after a takeover): `fence` renews the lock
+before a write when its last renewal is older than `lease_s / 3`; pretrain.objectfence calls it
+for every write under the output, and checks the lock from worker processes.
 """
 
 from __future__ import annotations
@@ -42,6 +46,11 @@ LEASE_ENV = "PRETRAIN_LOCK_LEASE_S"
 DEFAULT_LEASE_S = 120.0
 KIND = "pretrain-writer-lock"
 _LOST = (412, 404, 409)  # precondition failed, no such key, conflicting conditional write
+
+
+FENCE_ENV = "PRETRAIN_WRITER_LOCK"  # {"output", "id"} of the held lock, for the job's workers
+_held: dict[str, ObjectLock] = {}  # clean output URI -> the lock this process holds on it
+_registry = threading.Lock()
 
 
 class LockUnsupported(PretrainError):
@@ -223,6 +232,7 @@ class ObjectLock:
     """One held lock object: acquire (or raise `OutputLocked`), heartbeat, release."""
 
     def __init__(self, output: str, command: Sequence[str] | None = None) -> None:
+        self.output = output
         self.target = target_of(output)
         self.client = client_for(self.target)
         self.lease_s = lease_seconds()
@@ -240,6 +250,8 @@ class ObjectLock:
         self.lost: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._io = threading.Lock()  # one conditional PUT at a time: heartbeat and fence
+        self._renewed_at = 0.0  # monotonic time the last successful write of the lock was sent
 
     def _body(self) -> bytes:
         self.record["heartbeat_unix"] = round(time.time(), 3)
@@ -257,6 +269,7 @@ class ObjectLock:
 
     def acquire(self) -> None:
         for _ in range(4):
+            self._renewed_at = time.monotonic()
             try:
                 self.etag = self._put(self._body(), IfNoneMatch="*")
             except Exception as exc:
@@ -278,6 +291,7 @@ class ObjectLock:
         )
 
     def _take_over(self, seen: Seen) -> bool:
+        self._renewed_at = time.monotonic()
         try:
             self.etag = self._put(self._body(), IfMatch=seen.etag)
         except Exception as exc:
@@ -308,36 +322,72 @@ class ObjectLock:
         )
 
     def _start(self) -> None:
+        with _registry:
+            _held[self.target.output] = self
+            os.environ[FENCE_ENV] = self._token()  # inherited by the Ray it starts (workers)
         self._thread = threading.Thread(target=self._beat, name="pretrain-lock", daemon=True)
         self._thread.start()
 
-    def _beat(self) -> None:
-        last_ok = time.monotonic()
-        while not self._stop.wait(max(0.2, self.lease_s / 6)):
-            try:
-                self.etag = self._put(self._body(), IfMatch=self.etag)
-                last_ok = time.monotonic()
-                continue
-            except Exception as exc:
-                if _status(exc) in _LOST:
-                    seen = read_lock(self.client, self.target)
-                    holder = describe(seen) if seen else "nobody (the lock object was deleted)"
-                    self._lose(f"it was taken over or unlocked; it is now held by {holder}")
-                    return
-                error = " ".join(str(exc).split())
-            if time.monotonic() - last_ok > self.lease_s / 2:
-                self._lose(f"it could not be renewed for {self.lease_s / 2:.0f} s ({error})")
-                return
+    def _token(self) -> str:
+        return json.dumps({"output": self.output, "id": self.record["id"]})
 
-    def _lose(self, why: str) -> None:
+    def _renew(self) -> str | None:
+        """One conditional renewal (the caller holds `_io`): None when renewed; the store's error
+        otherwise (`lost` is set when the lock was taken over or removed)."""
+        sent = time.monotonic()
+        try:
+            self.etag = self._put(self._body(), IfMatch=self.etag)
+        except Exception as exc:
+            if _status(exc) not in _LOST:
+                return " ".join(str(exc).split())
+            try:
+                seen = read_lock(self.client, self.target)
+            except PretrainError:
+                seen = None
+            holder = describe(seen) if seen else "nobody (the lock object was deleted)"
+            self._mark_lost(f"it was taken over or unlocked; it is now held by {holder}")
+            return self.lost
+        self._renewed_at = sent
+        return None
+
+    def _overdue(self, error: str | None) -> None:
+        if error and not self.lost and time.monotonic() - self._renewed_at > self.lease_s / 2:
+            self._mark_lost(f"it could not be renewed for {self.lease_s / 2:.0f} s ({error})")
+
+    def _beat(self) -> None:
+        while not self._stop.wait(max(0.2, self.lease_s / 6)):
+            with self._io:
+                if self.lost:
+                    return
+                self._overdue(self._renew())
+                if self.lost:
+                    os.kill(os.getpid(), signal.SIGINT)  # stop before two writers interleave
+                    return
+
+    def fence(self, force: bool = False) -> None:
+        """Raise `OutputLocked` unless this process still holds the lock (see the module
+        docstring): called before every write under the output; `force`: renew it now."""
+        with self._io:
+            due = force or time.monotonic() - self._renewed_at >= self.lease_s / 3
+            if not self.lost and due:
+                self._overdue(self._renew())
+            if self.lost:
+                raise OutputLocked(self.lost)
+
+    def _mark_lost(self, why: str) -> None:
         self.lost = (
             f"stopped writing {self.target.output}: lost its writer lock {self.target.uri}: "
             f"{why}; another writer may now write it: re-run once that one has finished"
         )
+        self._stop.set()
         warn(self.lost)
-        os.kill(os.getpid(), signal.SIGINT)  # the run stops before two writers can interleave
 
     def release(self) -> None:
+        with _registry:
+            if _held.get(self.target.output) is self:
+                del _held[self.target.output]
+            if os.environ.get(FENCE_ENV) == self._token():
+                del os.environ[FENCE_ENV]
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(30)

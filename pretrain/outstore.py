@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
+from pretrain import objectfence
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.hashcache import cache_root, file_sha256
 
@@ -91,7 +92,13 @@ class ObjectPath:
         self.fs, self.key, self.scheme = filesystem, key.rstrip("/"), scheme
 
     def __reduce__(self) -> tuple[Any, ...]:  # travels to Ray workers by URI, credentials not
-        return (output_path, (str(self),))
+        token = objectfence.token_for(str(self)) if self.scheme == "s3://" else None
+        return (_restore, (str(self), token))
+
+    def _fence(self) -> None:
+        """Refuse a write or delete from a writer whose `s3://` lock is no longer its own."""
+        if self.scheme == "s3://":
+            objectfence.fence(str(self))
 
     def __str__(self) -> str:
         return f"{self.scheme}{self.key}"
@@ -163,6 +170,7 @@ class ObjectPath:
         return self.read_bytes().decode(encoding)
 
     def write_bytes(self, data: bytes) -> int:
+        self._fence()
         if self.fs.type_name != "s3":  # S3 has no directories; a local or HDFS store has
             self.fs.create_dir(str(PurePosixPath(self.key).parent), recursive=True)
         with self.fs.open_output_stream(self.key) as handle:
@@ -174,6 +182,7 @@ class ObjectPath:
             if missing_ok:
                 return
             raise FileNotFoundError(str(self))
+        self._fence()
         self.fs.delete_file(self.key)
 
     def __lt__(self, other: ObjectPath) -> bool:
@@ -202,6 +211,13 @@ class ObjectPath:
 
     def rglob(self, pattern: str) -> list[ObjectPath]:
         return [p for p in self.files() if fnmatch.fnmatchcase(p.name, pattern)]
+
+
+def _restore(text: str, token: tuple[str, str] | None) -> ObjectPath | Path:
+    """An `ObjectPath` unpickled in a worker: it writes only while the driver's lock holds."""
+    if token is not None:
+        objectfence.adopt(token)
+    return output_path(text)
 
 
 OutPath = Path | ObjectPath
@@ -264,6 +280,8 @@ def remove_tree(path: OutPath) -> None:
     local path that is a symlink is removed as the link: its target is never touched."""
     if isinstance(path, ObjectPath):
         kind = path._info().type
+        if kind != pafs.FileType.NotFound:
+            path._fence()
         if kind == pafs.FileType.Directory:
             path.fs.delete_dir(path.key)
         elif kind == pafs.FileType.File:
