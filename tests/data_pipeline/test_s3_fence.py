@@ -82,10 +82,6 @@ def _frozen_tree(run: subprocess.Popen, s3) -> list[psutil.Process]:
 def test_a_frozen_run_resumed_after_a_takeover_writes_nothing(tmp_path, store, monkeypatch):
     for name, value in s3_env(store).items():
         monkeypatch.setenv(name, value)
-    local = tmp_path / "local"
-    argv = data_run({**FINISHER, "output": str(local)}, tmp_path / "local.yaml")
-    done = subprocess.run(argv, cwd=REPO, env=clean_env(tmp_path / "l"), capture_output=True)
-    assert done.returncode == 0, done.stderr[-2000:]
     s3 = s3_filesystem(store)
     lease = {"PRETRAIN_LOCK_LEASE_S": str(LEASE)}
     frozen = subprocess.Popen(
@@ -97,6 +93,16 @@ def test_a_frozen_run_resumed_after_a_takeover_writes_nothing(tmp_path, store, m
         text=True,
     )
     tree = _frozen_tree(frozen, s3)
+    local = tmp_path / "local"  # the finisher's job run locally, while the frozen lock ages
+    argv = data_run({**FINISHER, "output": str(local)}, tmp_path / "local.yaml")
+    reference = subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env=clean_env(tmp_path / "l"),
+        text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 300
         while (age := _lock_age(store)) is not None and age < LEASE:
@@ -120,6 +126,8 @@ def test_a_frozen_run_resumed_after_a_takeover_writes_nothing(tmp_path, store, m
     assert _lock_age(store) is None  # the new holder released it; the frozen run left it alone
     manifest = json.loads(left["manifest.json"])
     assert set(manifest["files"]) == set(left) - {"manifest.json"}
+    _, reference_err = reference.communicate(timeout=600)
+    assert reference.returncode == 0, reference_err[-2000:]
     assert _published(left) == _published(_local(local))
     verify = subprocess.run(
         [sys.executable, "-m", "pretrain_app", "verify", URI],
