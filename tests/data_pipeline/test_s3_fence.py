@@ -95,13 +95,9 @@ def test_a_frozen_run_resumed_after_a_takeover_writes_nothing(tmp_path, store, m
     tree = _frozen_tree(frozen, s3)
     local = tmp_path / "local"  # the finisher's job run locally, while the frozen lock ages
     argv = data_run({**FINISHER, "output": str(local)}, tmp_path / "local.yaml")
+    reference_log = (tmp_path / "local.log").open("w")
     reference = subprocess.Popen(
-        argv,
-        cwd=REPO,
-        env=clean_env(tmp_path / "l"),
-        text=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        argv, cwd=REPO, env=clean_env(tmp_path / "l"), stdout=reference_log, stderr=reference_log
     )
     try:
         deadline = time.monotonic() + 300
@@ -126,8 +122,9 @@ def test_a_frozen_run_resumed_after_a_takeover_writes_nothing(tmp_path, store, m
     assert _lock_age(store) is None  # the new holder released it; the frozen run left it alone
     manifest = json.loads(left["manifest.json"])
     assert set(manifest["files"]) == set(left) - {"manifest.json"}
-    _, reference_err = reference.communicate(timeout=600)
-    assert reference.returncode == 0, reference_err[-2000:]
+    reference.wait(600)
+    reference_log.close()
+    assert reference.returncode == 0, (tmp_path / "local.log").read_text()[-2000:]
     assert _published(left) == _published(_local(local))
     verify = subprocess.run(
         [sys.executable, "-m", "pretrain_app", "verify", URI],
