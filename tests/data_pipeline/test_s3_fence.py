@@ -104,6 +104,8 @@ def test_a_frozen_run_resumed_after_a_takeover_writes_nothing(tmp_path, store, m
         while (age := _lock_age(store)) is not None and age < LEASE:
             assert time.monotonic() < deadline, "the frozen run's lock never expired"
             time.sleep(0.5)
+        reference.wait(600)  # not while the finisher's Ray starts (its start-up has a timeout)
+        reference_log.close()
         argv = data_run(FINISHER, tmp_path / "b.yaml")
         env_b = clean_env(tmp_path / "b", **s3_env(store), **lease)
         finished = subprocess.run(argv, cwd=REPO, env=env_b, capture_output=True, text=True)
@@ -122,8 +124,6 @@ def test_a_frozen_run_resumed_after_a_takeover_writes_nothing(tmp_path, store, m
     assert _lock_age(store) is None  # the new holder released it; the frozen run left it alone
     manifest = json.loads(left["manifest.json"])
     assert set(manifest["files"]) == set(left) - {"manifest.json"}
-    reference.wait(600)
-    reference_log.close()
     assert reference.returncode == 0, (tmp_path / "local.log").read_text()[-2000:]
     assert _published(left) == _published(_local(local))
     verify = subprocess.run(
