@@ -6,7 +6,8 @@ mapped by the stage actors right after the map stages before it, while the rows 
 memory: the stream's actors scale with the workers, a separate phase over every part would read
 every row again and wait for its slowest part. Beside each piece `pieces/<shard>/<a>-<b>.parquet`
 the actor writes `pieces/<shard>/<stage>/<a>-<b>.<table>.parquet` for each table and, last,
-`<a>-<b>.json` (the piece's rows, counts and CPU-seconds).
+`<a>-<b>.json` (the piece's rows, counts, CPU-seconds and each table's sha256: a table whose
+bytes changed is never combined).
 
 The part's map task (global_parts.map_task) then only combines: when the pieces' records cover
 the part's rows exactly (one record per rows piece, their row ranges disjoint: a retried actor
@@ -17,6 +18,7 @@ way the part's persisted map output holds the same values, so the tags are the s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from typing import Any
@@ -25,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_pipeline.stages.base import GlobalStage
-from pretrain.outstore import OutPath, listed, read_parquet, write_atomic, write_json
+from pretrain.outstore import OutPath, listed, write_atomic, write_json
 
 
 def write(stage: GlobalStage, piece: pa.Table, folder: OutPath, name: str) -> None:
@@ -36,12 +38,29 @@ def write(stage: GlobalStage, piece: pa.Table, folder: OutPath, name: str) -> No
     spent = time.process_time() - start
     target = folder / stage.name
     target.mkdir(parents=True, exist_ok=True)
+    digests = {}
     for table_name, table in tables.items():
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="lz4")
-        write_atomic(target / f"{name}.{table_name}.parquet", sink.getvalue().to_pybytes())
-    record = {"rows": piece.num_rows, "tables": sorted(tables), "info": info, "cpu_s": spent}
+        data = sink.getvalue().to_pybytes()
+        write_atomic(target / f"{name}.{table_name}.parquet", data)
+        digests[table_name] = hashlib.sha256(data).hexdigest()
+    record = {
+        "rows": piece.num_rows,
+        "tables": sorted(tables),
+        "sha256": digests,
+        "info": info,
+        "cpu_s": spent,
+    }
     write_json(target / f"{name}.json", record)
+
+
+def _verified(path: OutPath, record: dict[str, Any], table: str) -> pa.Table | None:
+    """The table `path` holds when its bytes have the sha256 the piece's record holds."""
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != record["sha256"][table]:
+        return None
+    return pq.read_table(pa.BufferReader(data))
 
 
 def _ranges(names: list[str]) -> list[tuple[int, int]] | None:
@@ -70,9 +89,14 @@ def combined(
             return None
         try:
             record = json.loads((folder / f"{names[i]}.json").read_text(encoding="utf-8"))
-            tables = {t: read_parquet(folder / f"{names[i]}.{t}.parquet") for t in record["tables"]}
+            tables = {
+                t: _verified(folder / f"{names[i]}.{t}.parquet", record, t)
+                for t in record["tables"]
+            }
         except (OSError, ValueError, KeyError, TypeError):
             return None  # a piece mapped by no actor (or a worker killed while it wrote)
+        if any(table is None for table in tables.values()):
+            return None  # a table changed since it was written (a flipped byte decodes too)
         pieces.append((tables, record["info"]))
         spent += float(record["cpu_s"])
         covered += int(record["rows"])

@@ -79,6 +79,28 @@ def test_pieces_that_overlap_or_were_not_mapped_are_mapped_whole(tmp_path) -> No
         assert _same(tables, {k: v.combine_chunks() for k, v in whole.items()})
 
 
+def test_a_piece_map_with_a_byte_flipped_at_the_same_size_is_never_combined(tmp_path) -> None:
+    """A piece's map tables live in the output between a killed run and its resume: a byte
+    flipped in one (same size) decoded, at some offsets, to other signatures or keys, which the
+    part's map task combined and persisted as if mapped. Each flip must be caught (the pieces
+    are mapped whole) or change nothing."""
+    stage, part = DedupStage(), _part()
+    whole, _ = stage.map_part(part)
+    clean = {k: v.combine_chunks() for k, v in whole.items()}
+    _write(tmp_path, part, [8], stage)
+    rows = workers.read_pieces(tmp_path, SHARD)
+    folder = parts.pieces_dir(tmp_path, SHARD) / "dedup"
+    for target in sorted(folder.glob("*.parquet")):
+        data = target.read_bytes()
+        for at in [*range(64), *range(64, len(data), max(1, len(data) // 100))]:
+            flipped = bytearray(data)
+            flipped[at] ^= 0x01
+            target.write_bytes(bytes(flipped))
+            found = piece_maps.combined(parts.pieces_dir(tmp_path, SHARD), stage, rows)
+            assert found is None or _same(found[0], clean), f"{target.name} byte {at}"
+        target.write_bytes(data)
+
+
 def _config(out: Path) -> PipelineConfig:
     return PipelineConfig.model_validate(
         {
