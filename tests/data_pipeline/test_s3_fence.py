@@ -7,6 +7,11 @@ S3-compatible server (moto, one request at a time):
   object of the finished output: every object is byte for byte what the new holder left (the
   frozen job has another shard size, so any object of it would show), the published files equal
   a local run of the new holder's job, and `pretrain verify` passes.
+
+With the fence removed (outstore not calling objectfence.fence) this test still passed once
+(2026-12-02): on resuming, the frozen driver's heartbeat found the lock gone and stopped the run
+before any of its processes wrote. It guards the outcome end to end; the fence itself is what
+tests/pretrain/test_objectlock_fence.py breaks (two of its tests fail without it).
 """
 
 from __future__ import annotations
