@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -132,9 +133,13 @@ def _captured(name: str) -> Iterator[None]:
     try:
         yield
     finally:
-        sys.stderr.flush()
+        try:
+            sys.stderr.flush()
+        except OSError:  # a full disk (or a file-size limit) under the log refused it: what the
+            _drop_pending()  # log could not take is dropped, not sent to the terminal after it
         if not on_fd2:
-            sys.stderr.close()
+            with contextlib.suppress(OSError):
+                sys.stderr.close()
             sys.stderr = original
         os.dup2(saved, 2)
         os.close(saved)
@@ -142,6 +147,16 @@ def _captured(name: str) -> Iterator[None]:
         os.environ.pop(CAPTURED_ENV, None)
         _SESSION.terminal = None
         _SESSION.log_path = _keep_log(path, _SESSION.artifact)
+
+
+def _drop_pending() -> None:
+    """Flush stderr's buffer into /dev/null (fd 2 is the log, which refuses it; the terminal
+    comes back next), so the one-line error that follows is the last thing the terminal shows."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
 
 
 def _keep_log(path: Path, artifact: Path | None) -> Path:
