@@ -7,7 +7,7 @@ shards (`--shard-rows`) so the merge has many tasks, on a local Ray of `--cpus` 
 the job itself. The process tree of this process is sampled every 0.2 s (benchmarks.proctree
 roles): Ray workers and Ray Data actors alive at once, their summed RSS, per phase (the phase is
 the one the runner entered last: stream, global stage, merge). Run once per merge reservation
-given (`--merge-cpus`, default the runner's `MERGE_CPUS` and 1.0): the same job, the same output
+given (`--merge-cpus`, default `ray_job.MERGE_CPUS` and 1.0): the same job, the same output
 bytes (checked), the merge's CPU-seconds and wall.
 
     .venv/bin/python -m benchmarks.bench_run_processes --corpus DIR [--docs 400] [--cpus 2]
@@ -90,7 +90,7 @@ def write_input(corpus: Path, docs: int, directory: Path) -> list[str]:
 
 
 def run_once(inputs: list[str], out: Path, args: argparse.Namespace, merge_cpus: float) -> dict:
-    from data_pipeline import global_parts, runner
+    from data_pipeline import global_parts, ray_job, runner
     from data_pipeline.config import PipelineConfig
 
     config = PipelineConfig.model_validate(
@@ -102,17 +102,17 @@ def run_once(inputs: list[str], out: Path, args: argparse.Namespace, merge_cpus:
             "ray": {"num_cpus": args.cpus},
         }
     )
-    saved = runner.MERGE_CPUS, runner._build_dataset, runner._merge
+    saved = ray_job.MERGE_CPUS, ray_job.build_stream, ray_job.build_merge
     saved_global = global_parts.run_global_stages
     with PhaseSampler() as sampler:
-        runner.MERGE_CPUS = merge_cpus
-        runner._build_dataset = _entering(sampler, "stream", saved[1])
+        ray_job.MERGE_CPUS = merge_cpus
+        ray_job.build_stream = _entering(sampler, "stream", saved[1])
         global_parts.run_global_stages = _entering(sampler, "global", saved_global)
-        runner._merge = _entering(sampler, "merge", saved[2])
+        ray_job.build_merge = _entering(sampler, "merge", saved[2])
         try:
             result = runner.run_pipeline(config, progress=False)
         finally:
-            runner.MERGE_CPUS, runner._build_dataset, runner._merge = saved
+            ray_job.MERGE_CPUS, ray_job.build_stream, ray_job.build_merge = saved
             global_parts.run_global_stages = saved_global
     run = result.manifest["throughput"]["run"]
     digest = hashlib.sha256()
@@ -130,14 +130,14 @@ def run_once(inputs: list[str], out: Path, args: argparse.Namespace, merge_cpus:
 def main(argv: list[str] | None = None) -> None:
     import tempfile
 
-    from data_pipeline import runner
+    from data_pipeline import ray_job
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_corpus_argument(parser)
     parser.add_argument("--docs", type=int, default=400)
     parser.add_argument("--shard-rows", type=int, default=25)
     parser.add_argument("--cpus", type=int, default=2)
-    parser.add_argument("--merge-cpus", type=float, nargs="+", default=[runner.MERGE_CPUS, 1.0])
+    parser.add_argument("--merge-cpus", type=float, nargs="+", default=[ray_job.MERGE_CPUS, 1.0])
     args = parser.parse_args(argv if argv is not None else [])
     corpus = corpus_dir(args.corpus)
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,7 +15,7 @@ data_pipeline.throughput), and projects:
 - peak memory per node: the largest of the job's phases, each = processes per node x the peak RSS
   the sample measured for that phase's processes (map actors: `ray.workers` actors of
   `ray.cpus_per_worker` spread over the nodes, beside one read task per CPU; one global-stage
-  task per CPU; one merge task per `runner.MERGE_CPUS`). The object store (Ray's default: 30% of memory) is
+  task per CPU; one merge task per `ray_job.MERGE_CPUS`). The object store (Ray's default: 30% of memory) is
   apart. Assumes a global stage keeps its per-task memory as input grows (partitions chosen from
   input size and a memory budget: issue 13 item 2).
 - output size: the sample's shard (and rejects) bytes per input byte.
@@ -31,7 +31,7 @@ from typing import Any
 
 from data_pipeline.config import PipelineConfig
 from data_pipeline.global_parts import TASK_CPUS
-from data_pipeline.runner import MERGE_CPUS
+from data_pipeline.ray_job import MERGE_CPUS
 from data_pipeline.stages.base import GlobalStage
 from data_pipeline.stages.registry import registry, stage_class
 from pretrain import shards_layout as layout
@@ -42,7 +42,7 @@ UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB
 UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50}
 READ_TASKS_PER_CPU = 1
 """Beside the stage actors, read tasks reserve no CPU and run at most one per CPU
-(runner._read_resources); merge and global-stage tasks reserve the runner's own figures."""
+(ray_job._read_resources); merge and global-stage tasks reserve the runner's own figures."""
 
 
 def parse_bytes(text: str) -> int:

@@ -21,6 +21,7 @@ from pretrain.manifest import sha256_file
 
 PLUMBING = (
     "runner.py",
+    "ray_job.py",
     "global_parts.py",
     "piece_maps.py",
     "resume.py",
