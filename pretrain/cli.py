@@ -68,7 +68,7 @@ def _show(args: argparse.Namespace) -> int:
 def _unlock(args: argparse.Namespace) -> int:
     from pretrain.errors import ConfigError
     from pretrain.locking import is_object_output
-    from pretrain.objectlock import describe, unlock
+    from pretrain.lockobject import describe, unlock
 
     if not is_object_output(args.output):
         raise ConfigError(

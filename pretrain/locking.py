@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 from pretrain.command import current_command
 from pretrain.errors import OutputLocked, PretrainError
-from pretrain.objectlock import pid_alive
+from pretrain.lockobject import pid_alive
 from pretrain.progress import warn
 
 LOCK_SUFFIX = ".lock"

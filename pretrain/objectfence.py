@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pretrain import objectlock
+from pretrain import lockobject, objectlock
 from pretrain.errors import OutputLocked
 
 
@@ -38,7 +38,7 @@ class _Adopted:
 
     output: str
     ident: str
-    target: objectlock.Target
+    target: lockobject.Target
     client: Any
     safe_until: float = 0.0  # monotonic time until which the last check holds
 
@@ -67,12 +67,12 @@ def token_for(uri: str) -> tuple[str, str] | None:
 def adopt(token: tuple[str, str]) -> None:
     """Write under the lock `token` names (a worker unpickling a driver's `ObjectPath`)."""
     output, ident = token
-    target = objectlock.target_of(output)
+    target = lockobject.target_of(output)
     with objectlock._registry:
         known = _adopted.get(target.output)
         if target.output in objectlock._held or (known is not None and known.ident == ident):
             return
-    adopted = _Adopted(output, ident, target, objectlock.client_for(target))
+    adopted = _Adopted(output, ident, target, lockobject.client_for(target))
     with objectlock._registry:
         _adopted[target.output] = adopted
 
@@ -109,15 +109,15 @@ def _check(adopted: _Adopted) -> None:
     sent = time.monotonic()
     if sent < adopted.safe_until:
         return
-    seen = objectlock.read_lock(adopted.client, adopted.target)
+    seen = lockobject.read_lock(adopted.client, adopted.target)
     ident = (seen.record or {}).get("id") if seen is not None else None
-    if seen is None or ident != adopted.ident or seen.age_s >= objectlock.holder_lease(seen):
+    if seen is None or ident != adopted.ident or seen.age_s >= lockobject.holder_lease(seen):
         state = "expired or removed"
         if seen is not None and ident != adopted.ident:
-            state = f"now held by {objectlock.describe(seen)}"
+            state = f"now held by {lockobject.describe(seen)}"
         raise OutputLocked(
             f"stopped writing {adopted.target.output} from a worker: its job's writer lock "
             f"{adopted.target.uri} (id {adopted.ident}) is {state}; another writer may now "
             "write it: re-run once that one has finished"
         )
-    adopted.safe_until = sent + (objectlock.holder_lease(seen) - seen.age_s) / 2
+    adopted.safe_until = sent + (lockobject.holder_lease(seen) - seen.age_s) / 2

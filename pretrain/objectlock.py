@@ -2,11 +2,9 @@
 
 A local output is locked with `flock` (pretrain.locking), which the kernel of one machine keeps.
 Two drivers on two machines writing the same `s3://bucket/prefix` share no kernel, so the lock is
-an object beside the output, `s3://bucket/<parent>/.<name>.lock`, created with a conditional
-write (PutObject with `If-None-Match: *`: the store creates it for exactly one writer and answers
-412 to every other). pyarrow's S3FileSystem cannot send that header, so the lock talks to the
-store through botocore, with the same credentials and endpoint (the `AWS_*` variables, or the
-URI's `endpoint_override` / `region` / `scheme` query as pyarrow reads it).
+an object beside the output (pretrain.lockobject: where it lives, reading it, `pretrain unlock`),
+created with a conditional write (PutObject with `If-None-Match: *`: the store creates it for
+exactly one writer and answers 412 to every other). This module is the holder's side.
 
 The object holds the holder's host, pid, command, start time and last heartbeat, plus a random
 `id`. While held, a thread renews it every `lease_s / 6` seconds (PutObject with `If-Match` of the
@@ -25,7 +23,6 @@ for every write under the output, and checks the lock from worker processes.
 
 from __future__ import annotations
 
-import email.utils
 import json
 import os
 import signal
@@ -34,20 +31,27 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 from pretrain.command import current_command
 from pretrain.errors import ConfigError, OutputLocked, PretrainError
+from pretrain.lockobject import (
+    DEFAULT_LEASE_S,
+    LOST,
+    Seen,
+    client_for,
+    describe,
+    holder_lease,
+    read_lock,
+    refusal,
+    status,
+    store_error,
+    target_of,
+)
 from pretrain.progress import warn
 
 LEASE_ENV = "PRETRAIN_LOCK_LEASE_S"
-DEFAULT_LEASE_S = 120.0
 KIND = "pretrain-writer-lock"
-_LOST = (412, 404, 409)  # precondition failed, no such key, conflicting conditional write
-
-
 FENCE_ENV = "PRETRAIN_WRITER_LOCK"  # {"output", "id"} of the held lock, for the job's workers
 _held: dict[str, ObjectLock] = {}  # clean output URI -> the lock this process holds on it
 _registry = threading.Lock()
@@ -68,164 +72,6 @@ def lease_seconds() -> float:
     if not 1.0 <= value <= 86400.0:
         raise ConfigError(f"{LEASE_ENV}={text!r}: the writer lock's lease must be 1-86400 seconds")
     return value
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where the lock object of one output lives, and how to reach its store."""
-
-    output: str
-    bucket: str
-    key: str
-    endpoint: str | None
-    region: str | None
-
-    @property
-    def uri(self) -> str:
-        return f"s3://{self.bucket}/{self.key}"
-
-
-def target_of(output: str) -> Target:
-    """`s3://bucket/runs/one` -> the lock object `s3://bucket/runs/.one.lock`."""
-    parts = urlsplit(output)
-    if parts.scheme != "s3" or not parts.netloc:
-        raise ConfigError(f"{output!r}: an object-store lock needs an s3://bucket/prefix URI")
-    bucket = parts.netloc.rsplit("@", 1)[-1]
-    prefix = parts.path.strip("/")
-    parent, _, name = prefix.rpartition("/")
-    lock_name = f".{name or bucket}.lock"
-    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    endpoint = query.get("endpoint_override")
-    if endpoint and "://" not in endpoint:
-        endpoint = f"{query.get('scheme', 'https')}://{endpoint}"
-    region = (
-        query.get("region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    )
-    clean = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
-    key = f"{parent}/{lock_name}" if parent else lock_name
-    return Target(clean, bucket, key, endpoint, region)
-
-
-def client_for(target: Target) -> Any:
-    import botocore.session
-    from botocore.config import Config
-
-    config = Config(
-        retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=10, read_timeout=30
-    )
-    return botocore.session.get_session().create_client(
-        "s3", endpoint_url=target.endpoint, region_name=target.region, config=config
-    )
-
-
-def _status(exc: BaseException) -> int | None:
-    response = getattr(exc, "response", None)
-    if not isinstance(response, dict):
-        return None
-    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return int(status) if status else None
-
-
-def _store_error(target: Target, action: str, exc: BaseException) -> PretrainError:
-    reason = " ".join(str(exc).split())
-    return PretrainError(
-        f"cannot {action} the writer lock {target.uri} of {target.output} ({reason}); check the "
-        "credentials and endpoint (AWS_* variables) and that the bucket exists"
-    )
-
-
-@dataclass(frozen=True)
-class Seen:
-    """The lock object as read: its record (None when unreadable), ETag and age on the store's
-    clock."""
-
-    record: dict[str, Any] | None
-    etag: str
-    age_s: float
-
-
-def read_lock(client: Any, target: Target) -> Seen | None:
-    """The current lock object, or None when there is none."""
-    try:
-        answer = client.get_object(Bucket=target.bucket, Key=target.key)
-    except Exception as exc:
-        if _status(exc) == 404:
-            return None
-        raise _store_error(target, "read", exc) from None
-    body = answer["Body"].read()
-    try:
-        record = json.loads(body)
-    except ValueError:
-        record = None
-    date = answer["ResponseMetadata"].get("HTTPHeaders", {}).get("date")
-    now = email.utils.parsedate_to_datetime(date).timestamp() if date else time.time()
-    age = max(0.0, now - answer["LastModified"].timestamp())
-    return Seen(record if isinstance(record, dict) else None, answer["ETag"], age)
-
-
-def holder_lease(seen: Seen) -> float:
-    lease = (seen.record or {}).get("lease_s")
-    if isinstance(lease, int | float) and not isinstance(lease, bool) and lease > 0:
-        return float(lease)
-    return DEFAULT_LEASE_S
-
-
-def _started(value: Any) -> str:
-    """A holder's start time as UTC text; '?' when the field is not a time (edited by hand)."""
-    try:
-        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(value)))
-    except (TypeError, ValueError, OverflowError, OSError):
-        return "?"
-
-
-def _pid(record: dict[str, Any]) -> int | None:
-    """The holder's pid, when the record holds one a process could have."""
-    pid = record.get("pid")
-    return pid if isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < 2**31 else None
-
-
-def describe(seen: Seen) -> str:
-    record = seen.record or {}
-    if not record:
-        return "an unknown writer (the lock object holds no holder record)"
-    command = record.get("command")
-    words = command if isinstance(command, list) else [command] if command else []
-    text = " ".join(str(word) for word in words) or "?"
-    started = _started(record.get("started_unix", 0))
-    return f"pid {record.get('pid')} on {record.get('host')} since {started} ({text})"
-
-
-def lock_id(seen: Seen) -> str:
-    """The id `pretrain unlock --id` takes: the holder record's, else the object's ETag."""
-    ident = (seen.record or {}).get("id")
-    return str(ident) if ident not in (None, "") else seen.etag.strip('"')
-
-
-def refusal(target: Target, seen: Seen) -> OutputLocked:
-    record = seen.record or {}
-    lease = holder_lease(seen)
-    here = record.get("host") == socket.gethostname()
-    pid = _pid(record)
-    gone = here and pid is not None and not pid_alive(pid)
-    state = ", no longer running on this host" if gone else ""
-    ident = lock_id(seen)
-    return OutputLocked(
-        f"output {target.output} is being written by {describe(seen)}{state} (lock "
-        f"{target.uri}, last heartbeat {seen.age_s:.0f} s ago); wait for it to finish or stop "
-        f"it; if it is dead, its lease expires in {max(0.0, lease - seen.age_s):.0f} s, or run "
-        f"`pretrain unlock {target.output} --id {ident}`"
-    )
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists on this machine (one we may not signal counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ObjectLock:
@@ -273,8 +119,8 @@ class ObjectLock:
             try:
                 self.etag = self._put(self._body(), IfNoneMatch="*")
             except Exception as exc:
-                if _status(exc) not in _LOST:
-                    raise _store_error(self.target, "create", exc) from None
+                if status(exc) not in LOST:
+                    raise store_error(self.target, "create", exc) from None
             else:
                 self._check_conditional()
                 return self._start()
@@ -295,9 +141,9 @@ class ObjectLock:
         try:
             self.etag = self._put(self._body(), IfMatch=seen.etag)
         except Exception as exc:
-            if _status(exc) in _LOST:
+            if status(exc) in LOST:
                 return False  # another writer took it first
-            raise _store_error(self.target, "take over", exc) from None
+            raise store_error(self.target, "take over", exc) from None
         warn(
             f"note: taking over the writer lock of {self.target.output} left by {describe(seen)}"
             f", whose lease expired ({seen.age_s:.0f} s without a heartbeat)"
@@ -310,10 +156,10 @@ class ObjectLock:
         try:
             self.etag = self._put(self._body(), IfNoneMatch="*")
         except Exception as exc:
-            if _status(exc) in _LOST:
+            if status(exc) in LOST:
                 return
             self.release()
-            raise _store_error(self.target, "check", exc) from None
+            raise store_error(self.target, "check", exc) from None
         self.release()
         raise LockUnsupported(
             f"the store of {self.target.output} ignores conditional writes (If-None-Match), so a "
@@ -338,7 +184,7 @@ class ObjectLock:
         try:
             self.etag = self._put(self._body(), IfMatch=self.etag)
         except Exception as exc:
-            if _status(exc) not in _LOST:
+            if status(exc) not in LOST:
                 return " ".join(str(exc).split())
             try:
                 seen = read_lock(self.client, self.target)
@@ -398,33 +244,8 @@ class ObjectLock:
                 Bucket=self.target.bucket, Key=self.target.key, IfMatch=self.etag
             )
         except Exception as exc:
-            if _status(exc) not in _LOST:
+            if status(exc) not in LOST:
                 warn(
                     f"note: could not remove the writer lock {self.target.uri} "
                     f"({' '.join(str(exc).split())}); it expires after {self.lease_s:.0f} s"
                 )
-
-
-def unlock(output: str, ident: str) -> Seen:
-    """Remove the lock object of `output` when its id is `ident` (what a refusal printed)."""
-    target = target_of(output)
-    client = client_for(target)
-    seen = read_lock(client, target)
-    if seen is None:
-        raise PretrainError(f"{output} has no writer lock ({target.uri} does not exist)")
-    current = lock_id(seen)
-    if current != ident:
-        raise OutputLocked(
-            f"the writer lock of {output} has id {current}, not {ident}: it is held by "
-            f"{describe(seen)}, which took it after the refusal you saw; check that writer first"
-        )
-    try:
-        client.delete_object(Bucket=target.bucket, Key=target.key, IfMatch=seen.etag)
-    except Exception as exc:
-        if _status(exc) in _LOST:
-            raise OutputLocked(
-                f"the writer lock of {output} changed while unlocking: its holder "
-                f"{describe(seen)} is alive (it renewed its heartbeat); leave it"
-            ) from None
-        raise _store_error(target, "remove", exc) from None
-    return seen

@@ -58,10 +58,10 @@ def _keys(s3) -> list[str]:
 
 def _lock_age(endpoint: str) -> float | None:
     """Seconds since the lock object was last written, on the store's clock (None: no lock)."""
-    from pretrain import objectlock
+    from pretrain import lockobject
 
-    target = objectlock.target_of(URI)
-    seen = objectlock.read_lock(objectlock.client_for(target), target)
+    target = lockobject.target_of(URI)
+    seen = lockobject.read_lock(lockobject.client_for(target), target)
     return None if seen is None else seen.age_s
 
 

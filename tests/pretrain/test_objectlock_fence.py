@@ -78,7 +78,7 @@ def _freeze(lock) -> None:
 
 
 def _wait_expired(lock) -> None:
-    from pretrain.objectlock import read_lock
+    from pretrain.lockobject import read_lock
 
     deadline = time.monotonic() + 60
     while (seen := read_lock(lock.client, lock.target)) is not None and seen.age_s < LEASE:
