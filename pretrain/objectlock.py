@@ -201,14 +201,31 @@ class ObjectLock:
             self._mark_lost(f"it could not be renewed for {self.lease_s / 2:.0f} s ({error})")
 
     def _beat(self) -> None:
-        while not self._stop.wait(max(0.2, self.lease_s / 6)):
-            with self._io:
-                if self.lost:
-                    return
-                self._overdue(self._renew())
-                if self.lost:
-                    os.kill(os.getpid(), signal.SIGINT)  # stop before two writers interleave
-                    return
+        """Renew every `lease_s / 6` s. Whatever one renewal raises (a bug, a reply cut short)
+        counts as a renewal that failed: the next one tries again, and a lock not renewed for
+        `lease_s / 2` stops the run, as a store that stopped answering does. Should even that
+        fail, the run is stopped: a thread that died would leave it writing unrenewed."""
+        try:
+            while not self._stop.wait(max(0.2, self.lease_s / 6)):
+                with self._io:
+                    if self.lost:
+                        return
+                    try:
+                        error = self._renew()
+                    except Exception as exc:
+                        error = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+                    self._overdue(error)
+                    if self.lost:
+                        break
+            else:
+                return
+        except BaseException as exc:
+            if not self.lost:
+                self.lost = (
+                    f"stopped writing {self.target.output}: the heartbeat of its writer lock "
+                    f"{self.target.uri} failed ({type(exc).__name__}: {exc}); re-run it"
+                )
+        os.kill(os.getpid(), signal.SIGINT)  # stop before two writers interleave
 
     def fence(self, force: bool = False) -> None:
         """Raise `OutputLocked` unless this process still holds the lock (see the module

@@ -268,3 +268,92 @@ def test_a_lock_object_edited_by_hand_is_still_refused_and_unlocked_in_one_line(
         done = _unlock(other, str(record["id"]))
         assert done.returncode == 0, done.stderr[-2000:]
         assert _record(store) is None
+
+
+HEARTBEAT_FAULT = """
+import argparse, sys, time
+from pretrain import objectlock
+from pretrain.locking import output_lock
+from pretrain.program import run
+
+real, calls = objectlock.ObjectLock._renew, []
+def renew(self):  # an unexpected exception inside the heartbeat: always, or in its first beat
+    calls.append(1)
+    if sys.argv[2] == "always" or len(calls) == 1:
+        print("raised", flush=True)
+        raise RuntimeError("a bug in the heartbeat")
+    return real(self)
+objectlock.ObjectLock._renew = renew
+
+def hold(args):
+    with output_lock(args.output):
+        print("locked", flush=True)
+        while sys.argv[2] == "always":  # held until something stops this process
+            time.sleep(0.05)
+        sys.stdin.readline()
+    return 0
+
+parser = argparse.ArgumentParser(prog="pretrain")
+parser.add_argument("output")
+parser.add_argument("mode")
+parser.set_defaults(handler=hold, command="hold")
+sys.exit(run(parser, sys.argv[1:]))
+"""
+
+
+@pytest.fixture
+def faulty(store) -> Iterator[list[subprocess.Popen]]:
+    """Holders with a faulty heartbeat; any still running at the end is killed."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def _hold_faulty(env: dict[str, str], mode: str, started: list) -> subprocess.Popen:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HEARTBEAT_FAULT, OUTPUT, mode],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    started.append(holder)
+    return holder
+
+
+def test_a_heartbeat_that_keeps_failing_stops_the_run_in_one_line(tmp_path, store, faulty) -> None:
+    """Whatever a renewal raises counts as a failed renewal: one that keeps failing stops the run
+    (exit 2, one line) once the lock went lease / 2 unrenewed; the thread used to die silently
+    and leave the run writing under a lock nobody renewed."""
+    holder = _hold_faulty(_machine(tmp_path, "a", store, 3.0), "always", faulty)
+    out, err = holder.communicate(timeout=120)  # only the lock's heartbeat can stop it
+    assert "locked" in out and "raised" in out, (out, err[-2000:])
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert holder.returncode == 2 and len(errors) == 1, err[-2000:]
+    assert "lost its writer lock" in errors[0] and "could not be renewed" in errors[0]
+    assert "RuntimeError: a bug in the heartbeat" in errors[0]
+    _client(store).delete_object(Bucket=BUCKET, Key="runs/.one.lock")
+
+
+def test_a_heartbeat_that_fails_once_keeps_renewing(tmp_path, store, faulty) -> None:
+    holder = _hold_faulty(_machine(tmp_path, "a", store, 3.0), "once", faulty)
+    assert holder.stdout is not None
+    assert [holder.stdout.readline() for _ in range(2)] == ["locked\n", "raised\n"]
+    first = _record(store)
+    assert first is not None
+    deadline = time.monotonic() + 60
+    beats = {first["heartbeat_unix"]}
+    while len(beats) < 3:  # renewed twice after the failed beat
+        assert holder.poll() is None and time.monotonic() < deadline, holder.communicate()[1]
+        record = _record(store)
+        assert record is not None and record["id"] == first["id"]
+        beats.add(record["heartbeat_unix"])
+        time.sleep(0.1)
+    _, err = holder.communicate("done\n", timeout=60)
+    assert holder.returncode == 0, err[-2000:]
+    assert _record(store) is None  # released as usual
