@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 from pathlib import Path
@@ -57,11 +58,18 @@ def _walk_local(root: str, skipped: list[dict[str, str]]) -> list[str]:
     return files
 
 
+def _glob_root(entry: str) -> str:
+    """The folder a glob's matches lie under, its part before the first wildcard's component:
+    `documents/*/part-0000.json.gz` -> `documents`, `*.jsonl` -> `` (the working directory)."""
+    head = entry[: min(entry.find(c) for c in "*?[" if c in entry)]
+    return head.rpartition("/")[0] or ("/" if entry.startswith("/") else "")
+
+
 def _glob_local(entry: str, skipped: list[dict[str, str]]) -> list[str]:
     """A local glob; `**` descends only a tree without symbolic link loops (glob follows
     them forever), else a one-line error naming the link."""
     if "**" in entry:
-        static = entry[: min(entry.find(c) for c in "*?[" if c in entry)].rsplit("/", 1)[0]
+        static = _glob_root(entry)
         loops: list[dict[str, str]] = []
         if os.path.isdir(static or "."):
             _walk_local(static or ".", loops)
@@ -79,11 +87,12 @@ def _glob_local(entry: str, skipped: list[dict[str, str]]) -> list[str]:
     return files
 
 
-def _expand(entry: str, skipped: list[dict[str, str]]) -> list[str]:
-    """Files named by one entry: a file, a directory (recursive), a local glob, or a URI. Files
-    of a directory or glob that are not read go to `skipped` with their reason."""
+def _expand(entry: str, skipped: list[dict[str, str]]) -> tuple[list[str], str | None]:
+    """Files named by one entry (a file, a directory (recursive), a local glob, or a URI) and
+    the folder they are named relative to (None for a file named directly). Files of a
+    directory or glob that are not read go to `skipped` with their reason."""
     if "://" not in entry and any(ch in entry for ch in "*?["):
-        return _glob_local(entry, skipped)
+        return _glob_local(entry, skipped), _glob_root(entry)
     filesystem, path = filesystem_for(entry)
     try:
         info = filesystem.get_file_info(path)
@@ -94,20 +103,20 @@ def _expand(entry: str, skipped: list[dict[str, str]]) -> list[str]:
     if info.type == pafs.FileType.NotFound:
         raise InputError(f"input {entry} does not exist; fix inputs in the config")
     if info.type == pafs.FileType.File:
-        return [entry]
+        return [entry], None
     if info.type != pafs.FileType.Directory:
         raise InputError(
             f"input {entry} is not a regular file or directory (a FIFO, socket or device); "
             "copy its records to a file"
         )
     if "://" not in entry:
-        return _walk_local(path, skipped)
+        return _walk_local(path, skipped), path
     selector = pafs.FileSelector(path, recursive=True)
     prefix = entry.split("://", 1)[0] + "://" if "://" in entry else ""
     found = [
         prefix + i.path for i in filesystem.get_file_info(selector) if i.type == pafs.FileType.File
     ]
-    return _keep_readable(sorted(found), skipped, root=path)
+    return _keep_readable(sorted(found), skipped, root=path), path.rstrip("/")
 
 
 def _keep_readable(
@@ -136,40 +145,121 @@ def _keep_readable(
     return keep
 
 
+FOLDER_SEPARATOR = "__"
+"""Joins the folders of a file below its input directory into its stem (`/` cannot be in one)."""
+
+
+def _stem(path: str, root: str | None, name_stem: str) -> str:
+    """The stem a file's shards are named by: its name's stem, after the folders between the
+    input's folder `root` and it, so one name in several folders stays apart and keeps its
+    stem whatever else is listed: `documents/cc/part-0000.json.gz` under `documents` ->
+    `cc__part-0000`; a file named directly, or at the top of its folder, keeps its name's."""
+    if root is None:
+        return name_stem
+    if "://" in path:
+        relative = path.split("://", 1)[1].removeprefix(root.split("://", 1)[-1]).strip("/")
+        folders = relative.split("/")[:-1]
+    else:
+        folders = os.path.relpath(path, root or os.curdir).split(os.sep)[:-1]
+    return FOLDER_SEPARATOR.join([*(f for f in folders if f not in ("", ".")), name_stem])
+
+
+def _file_key(path: str) -> tuple[int, int] | str:
+    """What makes two names one file: a local file's device and inode (links, bind mounts),
+    else its URI."""
+    if "://" in path:
+        return _normal_uri(path)
+    info = os.stat(path)
+    return info.st_dev, info.st_ino
+
+
 def plan_inputs(
     entries: tuple[str, ...] | list[str], skipped: list[dict[str, str]] | None = None
 ) -> list[InputFile]:
-    """Input files in a stable order, each with its format and the stem its shards are named by.
-    Files of directory or glob inputs that are not read are appended to `skipped` (path,
-    reason); a file named directly must be readable."""
+    """Input files in a stable order, each with its format and the stem its shards are named by
+    (`_stem`). A file reached twice (two entries, a link, a bind mount) is read once, the
+    other names listed in `skipped`, as are the files of directory or glob inputs that are not
+    read (path, reason); a file named directly must be readable."""
     skipped = [] if skipped is None else skipped
     files: list[InputFile] = []
     stems: dict[str, str] = {}
+    seen: dict[tuple[int, int] | str, str] = {}
     for entry in entries:
-        paths = _expand(entry, skipped)
+        paths, root = _expand(entry, skipped)
         if not paths:
             raise InputError(f"input {entry}: no {READABLE} files found; fix inputs in the config")
         for path in paths:
             detected = detect_format(path)
             if detected is None:
                 raise InputError(f"input {path}: unknown format; expected {READABLE}")
-            fmt, stem = detected
-            if stem in stems and stems[stem] != path:
+            key = _file_key(path)
+            if key in seen:
+                if seen[key] != path:
+                    skipped.append({"path": path, "reason": f"the same file as {seen[key]}"})
+                continue
+            fmt, stem = detected[0], _stem(path, root, detected[1])
+            if stem in stems:
                 raise InputError(
-                    f"inputs {stems[stem]} and {path} would both write shards "
-                    f"named {stem}-*; rename one of them"
+                    f"inputs {stems[stem]} and {path} would both write shards named {stem}-* "
+                    f"(a file below an input folder is named by its folders joined by "
+                    f"{FOLDER_SEPARATOR!r}); rename one of them or name their common folder"
                 )
-            if stem not in stems:
-                stems[stem] = path
-                files.append(InputFile(path, fmt, stem))
+            seen[key], stems[stem] = path, path
+            files.append(InputFile(path, fmt, stem))
     return files
 
 
-def _inside(path: str, folder: str) -> bool:
-    if "://" in path or "://" in folder:
-        return (path.rstrip("/") + "/").startswith(folder.rstrip("/") + "/")
-    resolved, container = Path(path).resolve(), Path(folder).resolve()
-    return resolved == container or container in resolved.parents
+def _normal_uri(uri: str) -> str:
+    """`S3://b//x/?region=r` -> `s3://b/x`: the scheme lower-cased, the query, empty path
+    components and trailing slashes dropped (pyarrow refuses an empty component in an object
+    key, so `b//x` can only be read or written as `b/x`)."""
+    scheme, _, rest = uri.partition("://")
+    return f"{scheme.lower()}://" + "/".join(p for p in rest.split("?", 1)[0].split("/") if p)
+
+
+def _local_form(path: str) -> str:
+    return path.removeprefix("file://") if path.lower().startswith("file://") else path
+
+
+class _Containment:
+    """Is a path inside `folder`? Locally by resolved path, and by device and inode, so a bind
+    mount or a second mount of the same tree is caught; URIs once normalised (`_normal_uri`)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = _local_form(folder)
+        self.identity: tuple[int, int] | None = None
+        self.known: dict[Path, bool] = {}
+        if "://" not in self.folder and os.path.isdir(self.folder):
+            info = os.stat(self.folder)
+            self.identity = info.st_dev, info.st_ino
+
+    def holds(self, path: str) -> bool:
+        path = _local_form(path)
+        if "://" in path or "://" in self.folder:
+            if "://" not in path or "://" not in self.folder:
+                return False  # one local, one in an object store
+            return (_normal_uri(path) + "/").startswith(_normal_uri(self.folder) + "/")
+        resolved, container = Path(path).resolve(), Path(self.folder).resolve()
+        if resolved == container or container in resolved.parents:
+            return True
+        return self.identity is not None and self._same_tree(resolved)
+
+    def _same_tree(self, resolved: Path) -> bool:
+        """True when `resolved` or a folder above it is the folder itself (same device+inode);
+        what each folder walked gave is kept, so the inputs of one folder cost one walk."""
+        walked, found = [], False
+        for candidate in (resolved, *resolved.parents):
+            if candidate in self.known:
+                found = self.known[candidate]
+                break
+            walked.append(candidate)
+            with contextlib.suppress(OSError):  # a part that does not exist yet
+                info = os.stat(candidate)
+                if (info.st_dev, info.st_ino) == self.identity:
+                    found = True
+                    break
+        self.known.update(dict.fromkeys(walked, found))
+        return found
 
 
 def check_output_apart(
@@ -178,13 +268,15 @@ def check_output_apart(
     """Refuse an output inside a directory input, or an input file inside the output: the next
     run would read the job's own shards as input documents (a second copy of each)."""
     for entry in entries:
-        if not any(ch in entry for ch in "*?[") and _inside(output, entry):
+        is_glob = "://" not in entry and any(ch in entry for ch in "*?[")  # as `_expand`
+        if not is_glob and _Containment(entry).holds(output):
             raise InputError(
                 f"output {output} lies inside the input directory {entry}: a re-run would read "
                 "its own shards as input; write the output outside every input directory"
             )
+    container = _Containment(output)
     for item in files:
-        if _inside(item.path, output):
+        if container.holds(item.path):
             raise InputError(
                 f"input {item.path} lies inside the output {output}: the job would read its own "
                 "shards as input; write the output elsewhere or name the inputs apart from it"

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import gzip
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data_pipeline.inputs import plan_inputs
+from data_pipeline.inputs import check_output_apart, plan_inputs
 from data_pipeline.readers import Fields, InputFile, detect_format, read_file
 from pretrain.errors import InputError
 
@@ -120,8 +124,61 @@ def test_input_planning(tmp_path: Path) -> None:
     assert [(f.stem, f.format) for f in files] == [("a", "jsonl"), ("b", "warc")]
     (tmp_path / "sub").mkdir()
     shutil.copy(DATA / "docs.jsonl", tmp_path / "sub" / "a.jsonl")
-    with pytest.raises(InputError, match="both write shards named a-"):
+    assert [f.stem for f in plan_inputs([str(tmp_path)])] == ["a", "b", "sub__a"]
+    shutil.copy(DATA / "docs.jsonl", tmp_path / "sub__a.jsonl")  # `sub/a` written flat
+    with pytest.raises(InputError, match="both write shards named sub__a-"):
         plan_inputs([str(tmp_path)])
+
+
+def _gz(path: Path, text: str = "one document") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(f'{{"text": "{text}"}}\n'.encode()))
+
+
+def test_one_file_name_in_many_folders_gets_a_stem_per_folder(tmp_path: Path) -> None:
+    """Dolma's `documents/<source>/part-0000.json.gz` and RedPajama-V2's
+    `<snapshot>/<shard>/en_head.json.gz` were refused (one name, one stem): a file below an
+    input folder is named by its folders, so its shards, ids and resume records stay apart."""
+    docs, red = tmp_path / "documents", tmp_path / "rp"
+    for name in ("cc/part-0000.json.gz", "books/part-0000.json.gz"):
+        _gz(docs / name)
+    for name in ("2023-06/0000/en_head.json.gz", "2023-06/0001/en_head.json.gz"):
+        _gz(red / name)
+    expected = ["books__part-0000", "cc__part-0000"]
+    assert [f.stem for f in plan_inputs([str(docs)])] == expected
+    assert [f.stem for f in plan_inputs([f"{docs}/*/part-0000.json.gz"])] == expected
+    assert [f.stem for f in plan_inputs([f"file://{docs}"])] == expected
+    assert [f.stem for f in plan_inputs([str(red)])] == [
+        "2023-06__0000__en_head",
+        "2023-06__0001__en_head",
+    ]
+    # stable: files added beside them rename none of them (a rerun keeps every finished part)
+    _gz(docs / "part-0000.json.gz")
+    _gz(docs / "wiki" / "part-0000.json.gz")
+    assert [f.stem for f in plan_inputs([str(docs)])] == [
+        *expected,
+        "part-0000",
+        "wiki__part-0000",
+    ]
+    ids = [_read_uri(f)[0].column("id")[0].as_py() for f in plan_inputs([str(docs)])]
+    assert len(set(ids)) == 4 and ids[1].startswith("cc__part-0000/"), ids  # ids kept apart
+    [item] = plan_inputs([str(docs / "cc" / "part-0000.json.gz")])  # named directly: its name
+    assert item.stem == "part-0000"
+
+
+def test_a_file_reached_by_two_names_is_read_once_and_the_other_listed(tmp_path: Path) -> None:
+    """A link or a second entry to a file already listed would read its documents twice."""
+    crawl = tmp_path / "crawl"
+    _gz(crawl / "a.json.gz")
+    os.link(crawl / "a.json.gz", crawl / "b.json.gz")  # a hard link: one file, two names
+    (tmp_path / "alias.json.gz").symlink_to(crawl / "a.json.gz")
+    skipped: list[dict[str, str]] = []
+    files = plan_inputs([str(crawl), str(tmp_path / "alias.json.gz")], skipped)
+    assert [f.path for f in files] == [str(crawl / "a.json.gz")]
+    assert {s["path"]: s["reason"] for s in skipped} == {
+        str(crawl / "b.json.gz"): f"the same file as {crawl / 'a.json.gz'}",
+        str(tmp_path / "alias.json.gz"): f"the same file as {crawl / 'a.json.gz'}",
+    }
 
 
 def test_uris_go_through_pyarrow_filesystems(tmp_path: Path) -> None:
@@ -138,3 +195,73 @@ def _read_uri(item) -> tuple[pa.Table, dict]:
     stats: dict = {}
     tables = list(read_file(item, shard_rows=100, batch_rows=50, eval_fraction=0.005, stats=stats))
     return pa.concat_tables(tables), stats
+
+
+@pytest.mark.parametrize(
+    ("entry", "output"),
+    [
+        ("s3://crawl/in", "s3://crawl//in/out"),
+        ("s3://crawl/in/", "s3://crawl/in/out/"),
+        ("S3://crawl/in", "s3://crawl/in/out"),
+        ("s3://crawl/in?region=us-east-1", "s3://crawl/in/out"),
+        ("{tmp}/crawl", "file://{tmp}/crawl/out"),
+        ("file://{tmp}/crawl/", "{tmp}/crawl/sub/../out"),
+    ],
+)
+def test_an_output_inside_an_input_is_caught_however_its_uri_is_written(
+    tmp_path: Path, entry: str, output: str
+) -> None:
+    """The check compared strings: `s3://crawl//in/out` (pyarrow reads `crawl/in/out`), a
+    scheme in capitals, a query or a `file://` form beside a plain path slipped through."""
+    (tmp_path / "crawl").mkdir()
+    entry, output = entry.format(tmp=tmp_path), output.format(tmp=tmp_path)
+    with pytest.raises(InputError, match="lies inside the input directory"):
+        check_output_apart([entry], output, [])
+    inside = output.rstrip("/") + "//x.jsonl"
+    with pytest.raises(InputError, match="lies inside the output"):
+        check_output_apart([inside], output, [InputFile(inside, "jsonl", "x")])
+    check_output_apart(["s3://crawl/input"], "s3://crawl/in", [])  # a prefix, not a folder
+
+
+_BIND_CHILD = """
+import json, subprocess, sys
+from data_pipeline.inputs import check_output_apart, plan_inputs
+from pretrain.errors import InputError
+crawl, view, output = sys.argv[1:4]
+subprocess.run(["mount", "--bind", crawl, view], check=True)
+said = []
+for entries, out in (([crawl], f"{view}/out"), ([f"{view}/a.jsonl"], crawl)):
+    try:
+        check_output_apart(entries, out, plan_inputs(entries))
+        said.append("")
+    except InputError as exc:
+        said.append(str(exc))
+print(json.dumps(said))
+"""
+
+
+def test_an_output_inside_an_input_through_a_bind_mount_is_caught(tmp_path: Path) -> None:
+    """`/data/crawl` bind-mounted at `/mnt/view`: output /mnt/view/out is inside the input
+    /data/crawl (same device and inode), though no path of one is below the other's. Run in a
+    private mount namespace (`unshare`), so no mount outlives the test."""
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        pytest.skip("needs unshare(1) and mount(8) for a private bind mount")
+    crawl, view = tmp_path / "crawl", tmp_path / "view"
+    crawl.mkdir()
+    view.mkdir()
+    (crawl / "a.jsonl").write_text('{"text": "one document"}\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    argv = [sys.executable, "-c", _BIND_CHILD, str(crawl), str(view), "out"]
+    done = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    if done.returncode != 0 and "Operation not permitted" in done.stderr:
+        pytest.skip(f"this machine allows no private mount namespace: {done.stderr[-200:]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, second = json.loads(done.stdout)
+    assert "lies inside the input directory" in first, first
+    assert "lies inside the output" in second, second

@@ -159,20 +159,34 @@ def test_changed_stage_model_is_refused_in_one_line(ray_local, tmp_path, capsys)
 
 
 @pytest.mark.slow  # two dedup runs: ~60-90 s under load
-def test_a_changed_input_whose_name_has_a_dot_is_read_again_with_dedup_on(
+def test_a_changed_input_in_a_folder_layout_with_dotted_names_is_read_again_with_dedup_on(
     ray_local, tmp_path, capsys
 ):
-    """`c4-train.00000-of-01024.json.gz`-like names: the stem holds a dot. A changed input's
-    persisted dedup map side (`.parts/global/dedup/<stem>-00000.rows.parquet`, kept after a
-    finished run) must go with its parts; it was kept (the name was cut at its first dot), so
-    the re-run reused the old rows: the output held the old text of an edited document."""
-    source = _docs(tmp_path / "c4-train.00000-of-00002.jsonl", 10, 6)
+    """Dolma and RedPajama layouts hold one file name in several folders, here a
+    `c4-train.00000-of-01024.json.gz`-like name whose stem holds a dot: each file is its own
+    input, named by its folder (`b__c4-train...`). A changed input's persisted dedup map side
+    (`.parts/global/dedup/<stem>-00000.rows.parquet`, kept after a finished run) must go with its
+    parts: it was kept when the name was cut at its first dot, and the output held the old text
+    of an edited document. The unchanged folder's map side is reused."""
+    crawl, name = tmp_path / "documents", "c4-train.00000-of-00002.jsonl"
+    for folder, seed in (("a", 6), ("b", 7)):
+        (crawl / folder).mkdir(parents=True)
+        _docs(crawl / folder / name, 10, seed)
     out = tmp_path / "out"
-    _run([source], out, capsys)
+    _run([crawl], out, capsys)
+    source = crawl / "b" / name
     data = bytearray(source.read_bytes())
     at = data.index(b"river")
     data[at : at + 5] = b"RIVER"  # same rows, same size: the parts' row counts do not change
     source.write_bytes(bytes(data))
-    ledger, _ = _run([source], out, capsys)
-    assert ledger["documents_in"] == 10 and ledger["conservation"]["balanced"]
-    assert any("RIVER" in text for text in _texts(out).values())
+    ledger, said = _run([crawl], out, capsys)
+    assert ledger["documents_in"] == 20 and ledger["conservation"]["balanced"]
+    assert "dedup map output reused for 2 of 4 parts" in said, said
+    current = {
+        f"{folder}__{name.removesuffix('.jsonl')}/{i}": json.loads(line)["text"]
+        for folder in ("a", "b")
+        for i, line in enumerate((crawl / folder / name).read_text().splitlines())
+    }
+    texts = _texts(out)
+    assert len(texts) >= 18 and all(current[doc] == text for doc, text in texts.items())
+    assert any("RIVER" in text for text in texts.values())
