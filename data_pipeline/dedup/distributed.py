@@ -8,7 +8,8 @@ process.
 4. components: alternating large-star / small-star steps over edge partitions until the edge set
    stops changing (data_pipeline.dedup.components)
 5. labels: per vertex partition, each document's root; keep: per root partition, the kept
-   document and cluster size; attach: per block, tags joined back by (block, row), order kept
+   document and cluster size; attach: per slice, tags joined back by (slice, row), order kept; each input block is
+   freed once its slices are tagged when the input was handed over (dedup_dataset)
 
 Only tasks are used (1 CPU each), so the actor/CPU deadlock of Ray Data on small clusters cannot
 occur here; every wait has a timeout that fails with a message instead of hanging.
@@ -148,13 +149,22 @@ def dedup_dataset(
     worker_memory_mb: int = DEFAULT_WORKER_MEMORY_MB,
 ) -> tuple[Any, DedupStats]:
     """Tag every row of a Ray Dataset; returns (dataset with the dedup columns, stats). Slices
-    and partitions come from the input's size and `worker_memory_mb` (data_pipeline.dedup.budget)."""
+    and partitions come from the input's size and `worker_memory_mb` (data_pipeline.dedup.budget).
+
+    `dataset` may be handed over in a one-item list, which this empties: then nothing here keeps
+    the input's blocks once their slices are tagged (each attach task holds its block until it
+    ends), so when the caller keeps no other reference the object store frees each input block
+    as its tagged blocks appear, not only after the whole output exists. `stats.extra[
+    "input_blocks_held_after_attach"]` counts the input blocks still referenced then (Ray's
+    reference table): 0 when the input was handed over and nothing else held it."""
     import ray
 
-    materialized = dataset.materialize()
+    materialized = (dataset.pop() if isinstance(dataset, list) else dataset).materialize()
+    del dataset
     blocks, sizes = _blocks(materialized)
     if not blocks or sum(rows for rows, _ in sizes) == 0:
         return materialized, DedupStats()
+    del materialized  # from here `blocks` is this function's only hold on the input
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     plan = budget.plan(sizes, worker_memory_mb, cpus, config)
     partitions = plan.partitions
@@ -170,23 +180,43 @@ def dedup_dataset(
         [(blocks[b], s, lo, n, config, partitions) for s, (b, lo, n) in enumerate(plan.slices)],
     )
     tags = _aggregate(run, maps, config, partitions, steps)
-    out = [
-        run.launch(tasks.attach, 1, blocks[b], s, lo, n, *tags[s % partitions])[0]
-        for s, (b, lo, n) in enumerate(plan.slices)
-    ]
-    run.ray.wait(out, num_returns=len(out), timeout=config.task_timeout_s)
+    out, held = _attach_streaming(run, blocks, plan.slices, tags, partitions)
     steps.update()
     steps.close()
-    run.timeline.append(("attach", time.time()))
     result = ray.data.from_arrow_refs(out)
     stats = _stats(run, partitions)
     stage.cost, stage.timeline = run.cost(), run.timeline
     stats.extra["plan"] = {**plan.describe(), "worker_memory_mb": worker_memory_mb}
+    stats.extra["input_blocks_held_after_attach"] = held
     if config.index.save_to:
         from data_pipeline.dedup.index import save_index
 
         save_index(config.index.save_to, (ray.get(ref) for ref in out), config, tagged=True)
     return result, stats
+
+
+def _attach_streaming(
+    run: _Runner, blocks: list[Any], slices: Sequence[tuple[int, int, int]], tags: list, parts: int
+) -> tuple[list[Any], int]:
+    """One attach task per slice, in block order; the driver's refs to the input blocks are
+    dropped (emptying `blocks`) once every task is submitted, so a block lives only until its
+    last slice is tagged. Returns (the tagged slices' refs, input blocks still referenced once
+    all are tagged)."""
+    ids = [ref.hex().encode() for ref in blocks]
+    out = [
+        run.launch(tasks.attach, 1, blocks[b], s, lo, n, *tags[s % parts])[0]
+        for s, (b, lo, n) in enumerate(slices)
+    ]
+    blocks.clear()
+    ready, _ = run.ray.wait(out, num_returns=len(out), timeout=run.timeout, fetch_local=False)
+    if len(ready) < len(out):
+        raise RuntimeError(
+            f"dedup step 'attach' waited more than task_timeout_s={run.timeout} s; check "
+            "`ray status`: actors may be holding every CPU (see the Ray deadlock note)"
+        )
+    run.timeline.append(("attach", time.time()))
+    counts = run.ray._private.worker.global_worker.core_worker.get_all_reference_counts()
+    return out, sum(1 for i in ids if i in counts)
 
 
 def dedup_parts(

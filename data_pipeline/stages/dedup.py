@@ -59,10 +59,15 @@ class DedupStage(GlobalStage):
         return self.append(table, columns)
 
     def apply(self, dataset: Any) -> Any:
-        """Tag a Ray Dataset with the distributed shuffle (band buckets, star components)."""
+        """Tag a Ray Dataset with the distributed shuffle (band buckets, star components). The
+        dataset is handed over: when the caller keeps no reference to it (`stage.apply(read())`,
+        not `ds = ...; stage.apply(ds)`), each input block is freed as its tagged blocks appear,
+        so the input and the whole tagged output are not held in the object store together."""
         from data_pipeline.dedup.distributed import dedup_dataset
 
-        result, self.stats = dedup_dataset(dataset, self.dedup_config, self, self._budget())
+        given = [dataset]
+        del dataset  # dedup_dataset takes the only reference this frame had
+        result, self.stats = dedup_dataset(given, self.dedup_config, self, self._budget())
         return result
 
     def _budget(self) -> int:

@@ -79,3 +79,21 @@ def test_distributed_determinism_on_a_larger_set_with_isolated_tasks(ray_local) 
     )
     assert first.equals(local) and second.equals(local)
     assert 0 < sum(local.column("dup_keep").to_pylist()) < 1500
+
+
+def test_input_blocks_are_freed_as_their_tags_are_attached_when_handed_over(ray_local) -> None:
+    """`stage.apply(read())` keeps no input block once the tagged blocks exist (Ray's reference
+    table, read when the last attach ends), with the same bytes; a caller that keeps the dataset
+    keeps every block."""
+    table, _ = load_fixture()
+    expected = DedupStage().apply_table(table)
+    blocks = [table.slice(0, 10), table.slice(10, 7), table.slice(17)]
+    handed, handed_stage = _run(ray_local, blocks, DedupConfig(num_partitions=2))
+    kept_stage = DedupStage(DedupConfig(num_partitions=2))
+    dataset = ray_local.data.from_arrow(blocks)
+    kept = kept_stage.apply(dataset)
+    assert handed.equals(expected)
+    assert pa.concat_tables(ray_local.get(kept.to_arrow_refs())).equals(expected)
+    assert handed_stage.stats.extra["input_blocks_held_after_attach"] == 0
+    assert kept_stage.stats.extra["input_blocks_held_after_attach"] == len(blocks)
+    assert dataset.count() == table.num_rows  # the caller's dataset is still whole
