@@ -138,20 +138,21 @@ def start_ray(workers: int, attempts: int = 3) -> tuple[float, TreeSampler]:
 
 
 def fixed_cost(
-    directory: Path, docs: list[str], budget_mb: int, path: str
+    directory: Path, docs: list[str], budget_mb: int, path: str, exchange: str = "objects"
 ) -> tuple[dict, TreeSampler]:
     """A dedup job on WARMUP_DOCS documents (what any job costs before its first document:
     Ray Data's actors, task submission, the stage's set-up), then the idle tree after it."""
     inputs = write_input(docs[:WARMUP_DOCS], directory / "in")
-    job = run_ours(inputs, directory / "out", budget_mb, path)
+    job = run_ours(inputs, directory / "out", budget_mb, path, exchange)
     return {k: v for k, v in job.items() if k != "dropped"}, idle_snapshot()
 
 
-def _dedup_stage(budget_mb: int):
+def _dedup_stage(budget_mb: int, exchange_dir: Path | None = None):
     from data_pipeline.dedup.config import DedupConfig
     from data_pipeline.stages.dedup import DedupStage
 
-    return DedupStage(DedupConfig(), worker_memory_mb=budget_mb)
+    context = {} if exchange_dir is None else {"exchange_dir": str(exchange_dir)}
+    return DedupStage(DedupConfig(), worker_memory_mb=budget_mb, **context)
 
 
 def run_parts(ray, stage, input_dir: Path, out_dir: Path) -> None:
@@ -188,13 +189,16 @@ def run_parts(ray, stage, input_dir: Path, out_dir: Path) -> None:
     ray.get([join_file.remote(f, i, *joins[i]) for i, f in enumerate(files)])
 
 
-def run_ours(input_dir: Path, out_dir: Path, budget_mb: int, path: str = "dataset") -> dict:
+def run_ours(
+    input_dir: Path, out_dir: Path, budget_mb: int, path: str = "dataset", exchange: str = "objects"
+) -> dict:
     """One dedup job on the running Ray, every process of the tree sampled:
-    `DedupStage.apply(dataset)` on the input's blocks (`dataset`) or the runner's path
-    (`parts`, run_parts)."""
+    `DedupStage.apply(dataset)` on the input's blocks (`dataset`; with `exchange` = files, its
+    aggregate's pieces go through files beside the output) or the runner's path (`parts`,
+    run_parts)."""
     import ray
 
-    stage = _dedup_stage(budget_mb)
+    stage = _dedup_stage(budget_mb, out_dir.parent / "exchange" if exchange == "files" else None)
     with TreeSampler(breakdown=True) as sampler:
         wall = time.perf_counter()
         if path == "parts":
@@ -317,6 +321,13 @@ def main(argv: list[str] | None = None) -> None:
         help="dataset: DedupStage.apply on a Ray Dataset of the input's blocks (default); "
         "parts: the runner's map -> aggregate -> join over files of --docs/4 rows",
     )
+    parser.add_argument(
+        "--exchange",
+        choices=("objects", "files"),
+        default="objects",
+        help="with --path dataset: the aggregate's pieces as Ray objects (default) or through "
+        "files (DedupStage context exchange_dir; the runner's parts always use files)",
+    )
     args = parser.parse_args(argv if argv is not None else [])
     bench_minhash.CORPUS = corpus_dir(args.corpus)
     scales = [int(s) for s in args.scales.split(",")]
@@ -335,8 +346,11 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{s}x: datasketch {trove[s]['wall_s']} s, {trove[s]['cpu_s']} CPU-s")
         for s in scales:  # a fresh Ray per scale: no scale sees what an earlier one's workers kept
             startup_s, _ = start_ray(args.workers)
-            warmup, idle = fixed_cost(Path(tmp) / f"warm-{s}x", all_docs, args.budget_mb, args.path)
-            ours[s] = run_ours(inputs[s], Path(tmp) / f"out-{s}x", args.budget_mb, args.path)
+            warmup, idle = fixed_cost(
+                Path(tmp) / f"warm-{s}x", all_docs, args.budget_mb, args.path, args.exchange
+            )
+            out = Path(tmp) / f"out-{s}x"
+            ours[s] = run_ours(inputs[s], out, args.budget_mb, args.path, args.exchange)
             ours[s]["idle_total_pss_mb"] = round(idle.peak_total_pss_mb, 1)
             ours[s]["ray_startup_s"] = round(startup_s, 2)
             print(f"{s}x: ours {ours[s]['wall_s']} s, {ours[s]['cpu_s_driver_and_workers']} CPU-s")
@@ -347,6 +361,7 @@ def main(argv: list[str] | None = None) -> None:
         "budget_mb": args.budget_mb,
         "workers": args.workers,
         "path": args.path,
+        "exchange": args.exchange if args.path == "dataset" else "files",
         "ray_startup_s_by_scale": {k: v["ray_startup_s"] for k, v in ours.items()},
         "ray_fixed_cost_idle": {"total_pss_mb": round(idle.peak_total_pss_mb, 1), **idle.by_role()},
         "fixed_cost_job": {"documents": WARMUP_DOCS, **warmup},

@@ -147,9 +147,14 @@ def dedup_dataset(
     config: DedupConfig,
     stage: Any,
     worker_memory_mb: int = DEFAULT_WORKER_MEMORY_MB,
+    exchange_dir: str | None = None,
 ) -> tuple[Any, DedupStats]:
     """Tag every row of a Ray Dataset; returns (dataset with the dedup columns, stats). Slices
     and partitions come from the input's size and `worker_memory_mb` (data_pipeline.dedup.budget).
+    With `exchange_dir` (a folder every worker reads and writes: local disk on one node, a shared
+    file system or s3:// on a cluster), the aggregate's steps exchange their pieces through files
+    in a fresh subfolder, removed at the end (data_pipeline.dedup.exchange), not as Ray objects:
+    the object store then holds only the input and the tagged output (the same tags).
 
     `dataset` may be handed over in a one-item list, which this empties: then nothing here keeps
     the input's blocks once their slices are tagged (each attach task holds its block until it
@@ -169,7 +174,8 @@ def dedup_dataset(
     plan = budget.plan(sizes, worker_memory_mb, cpus, config)
     partitions = plan.partitions
     _wait_for_cpu(ray, config.task_timeout_s)
-    run = _Runner(config)
+    folder = None if exchange_dir is None else output_path(exchange_dir) / uuid.uuid4().hex
+    run = _Runner(config, None if folder is None else str(folder))
     steps = Progress(total=6, desc="dedup", unit="step", leave=False)
     maps = run.scatter(
         "map",
@@ -180,7 +186,9 @@ def dedup_dataset(
         [(blocks[b], s, lo, n, config, partitions) for s, (b, lo, n) in enumerate(plan.slices)],
     )
     tags = _aggregate(run, maps, config, partitions, steps)
+    _remove_steps(folder, keep="-keep")
     out, held = _attach_streaming(run, blocks, plan.slices, tags, partitions)
+    _remove_steps(folder)
     steps.update()
     steps.close()
     result = ray.data.from_arrow_refs(out)
@@ -261,10 +269,7 @@ def dedup_parts(
     )
     tags = _aggregate(run, maps, config, partitions, steps)
     steps.close()
-    if folder is not None:  # only the tags' files are read after this (by the joins)
-        for step in folder.iterdir():
-            if not step.name.endswith("-keep"):
-                remove_tree(step)
+    _remove_steps(folder, keep="-keep")  # only the tags' files are read after this (the joins)
     stats = _stats(run, partitions)
     stats.extra["plan"] = {"partitions": partitions, "worker_memory_mb": worker_memory_mb}
     joins = [tuple(tags[i % partitions]) for i in range(len(parts))]
@@ -278,6 +283,19 @@ def dedup_parts(
         save_index(config.index.save_to, tagged, config, tagged=True)
     stage.cost, stage.timeline = run.cost(), run.timeline
     return joins, stats
+
+
+def _remove_steps(folder: OutPath | None, keep: str | None = None) -> None:
+    """Remove the exchange files of every step but those whose name ends with `keep` (all, and
+    the folder, when `keep` is None)."""
+    if folder is None:
+        return
+    if keep is None:
+        remove_tree(folder)
+        return
+    for step in folder.iterdir():
+        if not step.name.endswith(keep):
+            remove_tree(step)
 
 
 def _exchange_folder(parts: Sequence[MapOutput]) -> OutPath:

@@ -62,12 +62,17 @@ class DedupStage(GlobalStage):
         """Tag a Ray Dataset with the distributed shuffle (band buckets, star components). The
         dataset is handed over: when the caller keeps no reference to it (`stage.apply(read())`,
         not `ds = ...; stage.apply(ds)`), each input block is freed as its tagged blocks appear,
-        so the input and the whole tagged output are not held in the object store together."""
+        so the input and the whole tagged output are not held in the object store together.
+        Context `exchange_dir` (a folder all workers share): the aggregate's pieces go through
+        files there instead of the object store (dedup_dataset)."""
         from data_pipeline.dedup.distributed import dedup_dataset
 
         given = [dataset]
         del dataset  # dedup_dataset takes the only reference this frame had
-        result, self.stats = dedup_dataset(given, self.dedup_config, self, self._budget())
+        exchange_dir = self.context.get("exchange_dir")
+        result, self.stats = dedup_dataset(
+            given, self.dedup_config, self, self._budget(), exchange_dir
+        )
         return result
 
     def _budget(self) -> int:

@@ -97,3 +97,22 @@ def test_input_blocks_are_freed_as_their_tags_are_attached_when_handed_over(ray_
     assert handed_stage.stats.extra["input_blocks_held_after_attach"] == 0
     assert kept_stage.stats.extra["input_blocks_held_after_attach"] == len(blocks)
     assert dataset.count() == table.num_rows  # the caller's dataset is still whole
+
+
+def test_exchange_through_files_gives_the_same_tags_and_leaves_no_files(
+    ray_local, tmp_path: Path
+) -> None:
+    """`exchange_dir`: the aggregate's pieces go through files, not the object store; the same
+    bytes as in-process, with every exchange file removed once the tags are attached."""
+    table, _ = load_fixture()
+    expected = DedupStage().apply_table(table)
+    blocks = [table.slice(0, 10), table.slice(10, 7), table.slice(17)]
+    before = tmp_path.stat().st_mtime_ns
+    stage = DedupStage(DedupConfig(num_partitions=3), exchange_dir=str(tmp_path))
+    out = stage.apply(ray_local.data.from_arrow(blocks))
+    got = pa.concat_tables(ray_local.get(out.to_arrow_refs()))
+    assert got.equals(expected)
+    assert stage.stats.dropped == 9
+    assert "verify-u" in [step for step, _ in stage.timeline]
+    assert tmp_path.stat().st_mtime_ns > before  # the run's folder was made there ...
+    assert list(tmp_path.iterdir()) == []  # ... and removed with its files
