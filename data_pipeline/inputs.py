@@ -24,6 +24,24 @@ def _skip_reason(name: str) -> str | None:
     return None
 
 
+NOT_UTF8 = "file name is not valid UTF-8 (shown escaped); rename it (e.g. with convmv) to read it"
+
+
+def _utf8(path: str) -> bool:
+    """Whether `path` (from the OS: undecodable bytes kept as surrogates) is valid UTF-8: shard
+    names, ids and the ledger must hold it, and pyarrow cannot open any other."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown(path: str) -> str:
+    """`path` as text a JSON file can hold: bytes that are not UTF-8 escaped (`\\xe9`)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace") if "://" not in path else path
+
+
 def _not_read(path: str) -> str:
     """Why a path found while walking a local directory is not a file to read."""
     if not os.path.exists(path):
@@ -43,7 +61,9 @@ def _walk_local(root: str, skipped: list[dict[str, str]]) -> list[str]:
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=refuse):
         info = os.stat(dirpath)
         if (info.st_dev, info.st_ino) in seen:
-            odd.append({"path": dirpath, "reason": "symbolic link to a directory already read"})
+            odd.append(
+                {"path": shown(dirpath), "reason": "symbolic link to a directory already read"}
+            )
             dirnames[:] = []
             continue
         seen.add((info.st_dev, info.st_ino))
@@ -52,7 +72,7 @@ def _walk_local(root: str, skipped: list[dict[str, str]]) -> list[str]:
             if os.path.isfile(path):
                 found.append(path)
             else:
-                odd.append({"path": path, "reason": _not_read(path)})
+                odd.append({"path": shown(path), "reason": _not_read(path)})
     files = _keep_readable(sorted(found), skipped, root=root.rstrip("/") or "/")
     skipped.extend(sorted(odd, key=lambda item: item["path"]))
     return files
@@ -83,7 +103,7 @@ def _glob_local(entry: str, skipped: list[dict[str, str]]) -> list[str]:
     matched = sorted(glob.glob(entry, recursive=True))
     odd = [p for p in matched if not os.path.isfile(p) and not os.path.isdir(p)]
     files = _keep_readable([p for p in matched if os.path.isfile(p)], skipped)
-    skipped.extend({"path": path, "reason": _not_read(path)} for path in odd)
+    skipped.extend({"path": shown(path), "reason": _not_read(path)} for path in odd)
     return files
 
 
@@ -91,6 +111,8 @@ def _expand(entry: str, skipped: list[dict[str, str]]) -> tuple[list[str], str |
     """Files named by one entry (a file, a directory (recursive), a local glob, or a URI) and
     the folder they are named relative to (None for a file named directly). Files of a
     directory or glob that are not read go to `skipped` with their reason."""
+    if not _utf8(entry):
+        raise InputError(f"input {shown(entry)}: {NOT_UTF8}")
     if "://" not in entry and any(ch in entry for ch in "*?["):
         return _glob_local(entry, skipped), _glob_root(entry)
     filesystem, path = filesystem_for(entry)
@@ -135,13 +157,15 @@ def _keep_readable(
             )
             hidden_dirs[folder] = hidden_dirs.get(folder, 0) + 1
             continue
-        reason = _skip_reason(path.rsplit("/", 1)[-1])
+        reason = _skip_reason(path.rsplit("/", 1)[-1]) if _utf8(path) else NOT_UTF8
         if reason is None:
             keep.append(path)
         else:
-            skipped.append({"path": path, "reason": reason})
+            skipped.append({"path": shown(path), "reason": reason})
     for folder, count in sorted(hidden_dirs.items()):
-        skipped.append({"path": folder, "reason": f"hidden directory ({count} files not read)"})
+        skipped.append(
+            {"path": shown(folder), "reason": f"hidden directory ({count} files not read)"}
+        )
     return keep
 
 

@@ -229,6 +229,7 @@ def read_warc(
     offset = 0
     try:
         iterator = ArchiveIterator(stream, no_record_parse=False, arc2warc=True)
+        _without_invented_ids(iterator)
         for record in iterator:
             if record.rec_type not in ("response", "resource"):
                 continue
@@ -243,6 +244,21 @@ def read_warc(
         )
     if (table := out.flush()) is not None:
         yield table
+
+
+def _without_invented_ids(iterator: Any) -> None:
+    """Make `iterator` drop the WARC-Record-ID warcio invents (a random uuid4, new on every read)
+    for each record it parses as ARC (an ARC file, or a WARC record whose header line is damaged),
+    so such a record is named by its offset, the same on every run."""
+    parser = iterator.loader.arc_parser
+    parse = parser.parse
+
+    def parse_keeping_ids_stable(stream: Any, headerline: Any = None) -> Any:
+        headers = parse(stream, headerline)
+        headers.remove_header("WARC-Record-ID")
+        return headers
+
+    parser.parse = parse_keeping_ids_stable
 
 
 def _warc_row(record: Any, iterator: Any, out: Batcher, max_bytes: int | None) -> int:

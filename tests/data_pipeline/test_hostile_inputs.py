@@ -226,29 +226,42 @@ def test_a_glob_matching_a_fifo_and_a_dangling_link_lists_them_as_skipped(tmp_pa
 
 
 @pytest.mark.ray
-def test_data_run_rejects_a_bomb_unparsed_and_accounts_for_a_fifo(
+def test_data_run_rejects_a_bomb_unparsed_and_accounts_for_odd_files(
     ray_local, tmp_path: Path
 ) -> None:
     """Through the real runner: the extract stage's limit reaches the readers (the bomb's row is
-    rejected when read, never parsed: no extractor), a FIFO in the input directory is in the
-    ledger's skipped_files, and the ledger balances."""
+    rejected when read, never parsed: no extractor), a FIFO and a file whose name is not UTF-8
+    in the input directory are in the ledger's skipped_files, an ARC record is kept under its
+    offset (warcio gives it a random id), and the ledger balances."""
     crawl = tmp_path / "crawl"
     crawl.mkdir()
     _gzip(crawl / "bomb.jsonl.gz", b'{"text": "', b"a", b'"}\n{"text": "after the bomb"}\n')
     os.mkfifo(crawl / "pipe.jsonl")
+    with open(os.fsencode(crawl) + b"/caf\xe9.jsonl", "wb") as handle:  # Latin-1, not UTF-8
+        handle.write(b'{"text": "a page whose file name is Latin-1"}\n')
+    body = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<p>An archived page.</p>"
+    with gzip.open(crawl / "old.arc.gz", "wb") as handle:
+        handle.write(b"http://a.example/ 10.0.0.1 20260101000000 text/html %d\n" % len(body))
+        handle.write(body + b"\n")
     out, config = tmp_path / "out", tmp_path / "job.yaml"
     config.write_text(f"inputs: [{crawl}]\noutput: {out}\n")
     argv = ["data", "run", str(config), "--set", f"stages.extract.max_input_bytes={CAP}", "-q"]
     assert main(argv) == 0
     ledger = json.loads((out / "ledger.json").read_text())
-    assert ledger["conservation"]["balanced"] and ledger["documents_in"] == 2
+    assert ledger["conservation"]["balanced"] and ledger["documents_in"] == 3
     [extract] = [s for s in ledger["stages"] if s["stage"] == "extract"]
     assert {k: v["documents"] for k, v in extract["reasons"].items()} == {"too_large": 1}
-    assert [s["path"] for s in ledger["skipped_files"]] == [str(crawl / "pipe.jsonl")]
+    skipped = [s["path"] for s in ledger["skipped_files"]]
+    assert sorted(skipped) == [f"{crawl}/caf\\xe9.jsonl", str(crawl / "pipe.jsonl")]
     [reject] = pq.read_table(next((out / "rejects").glob("*.pq"))).to_pylist()
     assert reject["extract_reason"] == "too_large" and reject["extractor"] is None
-    [kept] = pq.read_table(next((out / "data").glob("*.parquet"))).to_pylist()
-    assert kept["text"] == "after the bomb"
+    kept = [
+        r for p in sorted((out / "data").glob("*.parquet")) for r in pq.read_table(p).to_pylist()
+    ]
+    assert {r["id"]: r["text"] for r in kept} == {
+        "bomb/bomb.jsonl.gz:2": "after the bomb",
+        "old/old.arc.gz@0": "An archived page.",
+    }
 
 
 def test_output_inside_an_input_directory_is_refused_before_any_work(tmp_path: Path) -> None:
