@@ -172,6 +172,11 @@ def _keep_readable(
 FOLDER_SEPARATOR = "__"
 """Joins the folders of a file below its input directory into its stem (`/` cannot be in one)."""
 
+MAX_STEM_BYTES = 180
+"""The longest stem (UTF-8). A file name may have 255 bytes (NAME_MAX); the job's longest are
+about 50 more than the stem (a global stage's map table in scratch:
+`<stem>-00000.perplexity.parquet.<pid>.<thread>`), so a plugin's table name has room."""
+
 
 def _stem(path: str, root: str | None, name_stem: str) -> str:
     """The stem a file's shards are named by: its name's stem, after the folders between the
@@ -222,6 +227,13 @@ def plan_inputs(
                     skipped.append({"path": path, "reason": f"the same file as {seen[key]}"})
                 continue
             fmt, stem = detected[0], _stem(path, root, detected[1])
+            if len(stem.encode("utf-8", "surrogateescape")) > MAX_STEM_BYTES:
+                raise InputError(
+                    f"input {path}: its shards would be named {stem[:40]}...-* "
+                    f"({len(stem.encode('utf-8', 'surrogateescape'))} bytes, at most "
+                    f"{MAX_STEM_BYTES}: a file name has 255); name a folder nearer the file as "
+                    "the input, or shorten its name or folders"
+                )
             if stem in stems:
                 raise InputError(
                     f"inputs {stems[stem]} and {path} would both write shards named {stem}-* "

@@ -86,7 +86,10 @@ def write_parquet(
         return record
     scratch = out / PARTS / SCRATCH  # scratch_dir(out), for a local `out`
     scratch.mkdir(parents=True, exist_ok=True)
-    temporary = scratch / f"{relative.replace('/', '__')}.{os.getpid()}.{threading.get_ident()}"
+    # The file's own name (unique among the job's files; the writer's process and thread keep
+    # two writers apart): its folders joined in would make it longer than a file name may be.
+    name = relative.rsplit("/", 1)[-1]
+    temporary = scratch / f"{name}.{os.getpid()}.{threading.get_ident()}"
     with open(temporary, "wb") as handle:  # mode 0666 & ~umask, like any file the user writes
         handle.write(data)
         handle.flush()

@@ -265,3 +265,22 @@ def test_an_output_inside_an_input_through_a_bind_mount_is_caught(tmp_path: Path
     first, second = json.loads(done.stdout)
     assert "lies inside the input directory" in first, first
     assert "lies inside the output" in second, second
+
+
+def test_a_stem_too_long_for_a_file_name_is_a_one_line_error_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    """Folders joined into a stem (or one long file name) could make shard names longer than a
+    file name may be (255 bytes): the job would fail mid-run writing them."""
+    deep = tmp_path / "in" / ("f" * 100) / ("g" * 100)
+    _gz(deep / "part-0000.json.gz")
+    with pytest.raises(InputError) as caught:
+        plan_inputs([str(tmp_path / "in")])
+    message = str(caught.value)
+    assert str(deep / "part-0000.json.gz") in message and "\n" not in message
+    assert "213 bytes, at most 180" in message  # 100 + 2 + 100 + 2 + len("part-0000")
+    [item] = plan_inputs([str(deep.parent)])  # named from a folder nearer the file: it fits
+    assert item.stem == f"{'g' * 100}__part-0000"
+    _gz(tmp_path / "long" / f"{'x' * 181}.json.gz")
+    with pytest.raises(InputError, match="181 bytes, at most 180"):
+        plan_inputs([str(tmp_path / "long")])

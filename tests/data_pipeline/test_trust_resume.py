@@ -167,14 +167,19 @@ def test_a_changed_input_in_a_folder_layout_with_dotted_names_is_read_again_with
     input, named by its folder (`b__c4-train...`). A changed input's persisted dedup map side
     (`.parts/global/dedup/<stem>-00000.rows.parquet`, kept after a finished run) must go with its
     parts: it was kept when the name was cut at its first dot, and the output held the old text
-    of an edited document. The unchanged folder's map side is reused."""
+    of an edited document. The unchanged folder's map side is reused. The folders make the
+    stems as long as a stem may be (inputs.MAX_STEM_BYTES): every file the job writes fits."""
+    from data_pipeline.inputs import MAX_STEM_BYTES
+
     crawl, name = tmp_path / "documents", "c4-train.00000-of-00002.jsonl"
-    for folder, seed in (("a", 6), ("b", 7)):
+    long = MAX_STEM_BYTES - len("__c4-train.00000-of-00002")
+    folders = ("a" * long, "b" * long)
+    for folder, seed in zip(folders, (6, 7), strict=True):
         (crawl / folder).mkdir(parents=True)
         _docs(crawl / folder / name, 10, seed)
     out = tmp_path / "out"
     _run([crawl], out, capsys)
-    source = crawl / "b" / name
+    source = crawl / folders[1] / name
     data = bytearray(source.read_bytes())
     at = data.index(b"river")
     data[at : at + 5] = b"RIVER"  # same rows, same size: the parts' row counts do not change
@@ -184,7 +189,7 @@ def test_a_changed_input_in_a_folder_layout_with_dotted_names_is_read_again_with
     assert "dedup map output reused for 2 of 4 parts" in said, said
     current = {
         f"{folder}__{name.removesuffix('.jsonl')}/{i}": json.loads(line)["text"]
-        for folder in ("a", "b")
+        for folder in folders
         for i, line in enumerate((crawl / folder / name).read_text().splitlines())
     }
     texts = _texts(out)
