@@ -10,8 +10,8 @@ shards' row order, empty ones included (they hold just the EOD).
 
 Shards are encoded in batches (`encode_batch_fast`, which runs on all cores inside one process)
 and distributed over Ray tasks across prefixes. Each finished prefix leaves a hidden
-`.<stem>.done` record (source shards' sha256 + tokenizer sha256, the .bin's size, the .idx's and
-the sidecar's sha256); a re-run skips those while they hold (resume). A prefix whose tokens hold
+`.<stem>.done` record (source shards' sha256 + tokenizer sha256, the .bin's size and the .bin's,
+the .idx's and the sidecar's sha256); a re-run skips those while they hold (resume). A prefix whose tokens hold
 but whose sidecar does not (damaged, or a stage's tag added, removed or retyped since) gets its
 sidecar written again from its shards' tags, without tokenizing; any other is encoded again.
 """
@@ -81,8 +81,11 @@ def tag_names() -> tuple[str, ...]:
 
 
 OUTPUT_SUFFIXES = (".bin", ".idx", ".docs.parquet", ".done")
-HASHED = ("idx_sha256", "sidecar_sha256")
-"""What a `.done` record holds of the .idx and the sidecar (the .bin, large, by its size)."""
+HASHED = ("idx_sha256", "sidecar_sha256", "bin_sha256")
+"""What a `.done` record holds of the .idx, the sidecar and the .bin (beside its size: a byte
+flipped at the same size is encoded again; a record from before the .bin's hash was kept is
+encoded again once). Hashes go through pretrain.hashcache: a file rewritten in place changes its
+ctime, so it is hashed again."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,7 @@ def _finished(
     out: Path, stem: str, sources: dict[str, str], tokenizer_sha: str
 ) -> tuple[dict[str, Any], bool] | None:
     """The prefix's `.done` record while its tokens hold (same sources and tokenizer, the .bin's
-    size, the .idx's sha256), and whether its sidecar holds too (its sha256, and its columns are
+    size, the .bin's and the .idx's sha256), and whether its sidecar holds too (its sha256, and its columns are
     what the stages declare now: a tag added, removed or retyped since means it is rewritten)."""
     path = _done_path(out, stem)
     if not path.is_file():
@@ -127,6 +130,8 @@ def _finished(
     if bin_path.stat().st_size != record.get("bin_bytes"):
         return None
     if sha256_file(idx) != record.get(HASHED[0]):  # a record from before it was kept: redone
+        return None
+    if sha256_file(bin_path) != record.get(HASHED[2]):  # a byte flipped at the same size
         return None
     holds = sidecar.is_file() and sha256_file(sidecar) == record.get(HASHED[1])
     return record, holds and _columns(pq.read_schema(sidecar)) == _columns(sidecar_schema())
@@ -203,6 +208,7 @@ def encode_prefix(
         "bin_bytes": (out / f"{stem}.bin").stat().st_size,
         HASHED[0]: sha256_file(out / f"{stem}.idx"),
         HASHED[1]: sha256_file(sidecar_path(out, stem)),
+        HASHED[2]: sha256_file(out / f"{stem}.bin"),
     }
     atomic_write_json(_done_path(out, stem), record)
     return ShardResult(stem, documents, tokens, skipped=False)

@@ -226,3 +226,23 @@ def test_tag_subset_reads_exactly_those_documents_through_gptdataset(
     assert len(documents) >= len(chosen) - 1
     assert all(tuple(d.tolist()) in wanted for d in documents)
     assert all(tuple(d.tolist()) not in unwanted for d in documents)
+
+
+def test_resume_re_encodes_a_bin_with_a_byte_flipped_at_the_same_size(
+    encoded_dir: Path, tokenizer_dir: Path, shards_dir: Path, tmp_path: Path
+) -> None:
+    """Between a kill and the resume a token file changed at the same size (a disk error, a
+    stray write): its size still matched the `.done` record, so the resume skipped it and the
+    artifact's manifest hashed the wrong tokens in as good. It must be encoded again."""
+    out = tmp_path / "enc"
+    shutil.copytree(encoded_dir, out)
+    before = {p.name: sha256_file(p) for p in out.glob("*.bin")}
+    target = out / "synthetic-00001.bin"
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    target.write_bytes(bytes(data))
+    args = ["tokenizer", "encode", str(tokenizer_dir), "--data", str(shards_dir)]
+    args += ["--out", str(out), "--no-ray", "--min-prefix-documents", "200"]
+    assert main(args) == 0
+    assert load_manifest(out)["counts"]["shards_skipped"] == 1
+    assert {p.name: sha256_file(p) for p in out.glob("*.bin")} == before
