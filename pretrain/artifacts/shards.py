@@ -43,7 +43,12 @@ FORMAT = 2
 1: a stage's manifest keys sat at the top level (perplexity's `ppl_cutoffs`), each one a field
 here. 2: each stage's record is its section, `sections.<stage>`, typed by the stage's own
 `Section` model (data_pipeline.stages.registry.section reads it, and a format-1 manifest's
-top-level keys the same way): a stage adding a manifest field edits no file here."""
+top-level keys the same way): a stage adding a manifest field edits no file here. A manifest of
+another format (a newer writer's) is refused by `open`: it is never read as this one."""
+
+FORMAT1_KEYS: dict[str, tuple[str, ...]] = {"perplexity": ("ppl_cutoffs",)}
+"""The stage keys format 1 wrote at the top level, per stage: the only ones a section read takes
+from a format-1 manifest (its other top-level keys are the manifest's own: `counts`, `files`...)."""
 
 
 class ShardsFields(base.Fields):
@@ -77,10 +82,12 @@ class Shards(base.Artifact[ShardsManifest]):
     def section_record(self, stage: str, legacy_keys: Iterable[str]) -> dict[str, Any]:
         """Stage `stage`'s section as written (untyped: the stage's `Section` types it): format 2's
         `sections.<stage>`, or in a format-1 manifest those of `legacy_keys` (the section's field
-        names) that sit at its top level. Empty when the stage recorded nothing."""
+        names) that format 1 wrote for that stage (FORMAT1_KEYS) and that sit at its top level.
+        Empty when the stage recorded nothing."""
         if self.manifest.format >= 2:
             return dict(self.manifest.sections.get(stage, {}))
-        return {key: self.raw[key] for key in legacy_keys if key in self.raw}
+        wrote = set(FORMAT1_KEYS.get(stage, ()))
+        return {key: self.raw[key] for key in legacy_keys if key in wrote and key in self.raw}
 
     @property
     def shard_paths(self) -> list[Path]:
@@ -98,6 +105,11 @@ class Shards(base.Artifact[ShardsManifest]):
 def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None = None) -> Shards:
     """Verify a shards artifact; refuse one that lists no shards."""
     root, manifest, raw = base.verified(directory, ShardsManifest, deep=deep, full=full)
+    if not 1 <= manifest.format <= FORMAT:
+        raise ArtifactError(
+            f"{root}: shards format {manifest.format} is not one this version reads (it reads "
+            f"format {FORMAT} and 1); upgrade pretrain, or rebuild the artifact with this one"
+        )
     shards = Shards(root, manifest, raw)
     if not shards.shard_paths:
         raise ArtifactError(

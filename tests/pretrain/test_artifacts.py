@@ -93,12 +93,43 @@ def test_a_version_1_manifest_without_seal_or_later_fields_is_read(tmp_path) -> 
     for key in ("format", "sections", "models", "seal"):  # a version-1 writer had none of these
         del manifest[key]
     manifest["manifest_version"] = 1
-    manifest["cutoffs"] = [1.0, 2.0]  # a stage's key at the top level (shards format 1)
+    manifest["ppl_cutoffs"] = {"en": [1.0, 2.0]}  # perplexity's key at the top level (format 1)
     (root / MANIFEST).write_text(json.dumps(manifest))
     art = shards.open(root)
     assert art.manifest.format == 1 and art.manifest.models == {}
     assert art.manifest.seal is None
-    assert art.section_record("toy", ["cutoffs", "absent"]) == {"cutoffs": [1.0, 2.0]}
+    assert art.section_record("perplexity", ["ppl_cutoffs", "absent"]) == {
+        "ppl_cutoffs": {"en": [1.0, 2.0]}
+    }
+
+
+def test_a_format_1_section_takes_only_the_keys_format_1_writers_wrote(tmp_path) -> None:
+    """Format 1 put a stage's keys at the top level, beside the manifest's own fields: a
+    section read picked top-level keys by the section's field names, so a plugin whose section
+    names a field `counts` (or `files`, `stages`, another stage's key) got the manifest's."""
+    root = _shards(tmp_path / "s")
+    manifest = load_manifest(root)
+    for key in ("format", "sections", "seal"):
+        del manifest[key]
+    manifest["manifest_version"] = 1
+    manifest["ppl_cutoffs"] = {"en": [1.0, 2.0]}
+    (root / MANIFEST).write_text(json.dumps(manifest))
+    art = shards.open(root)
+    assert art.manifest.format == 1
+    assert art.section_record("toy", ["counts", "files", "stages", "ppl_cutoffs"]) == {}
+    assert art.section_record("perplexity", ["counts"]) == {}
+
+
+def test_a_shards_format_newer_than_this_reader_is_refused_in_one_line(tmp_path) -> None:
+    """A format above the one this version reads was read as format 2 without a word."""
+    root = _shards(tmp_path / "s")
+    _rewrite_manifest(root, format=shards.FORMAT + 1)
+    with pytest.raises(ArtifactError, match=rf"format {shards.FORMAT + 1}.*reads format 2") as info:
+        shards.open(root)
+    assert "\n" not in str(info.value)
+    _rewrite_manifest(root, format=0)
+    with pytest.raises(ArtifactError, match="format 0"):
+        shards.open(root)
 
 
 def test_a_field_of_the_wrong_type_is_one_line_refusal(tmp_path) -> None:
