@@ -243,3 +243,44 @@ def test_a_pickle_in_place_of_the_manifest_is_refused_and_never_loaded(tmp_path)
     with pytest.raises(ArtifactError, match="not valid JSON"):
         shards.open(root)
     assert not marker.exists()
+
+
+def _downgraded(root: Path, drop: tuple[str, ...]) -> None:
+    """The sealed manifest at `root` edited to `manifest_version: 1`, less `drop`."""
+    manifest = {k: v for k, v in load_manifest(root).items() if k not in drop}
+    manifest["manifest_version"] = 1
+    manifest["counts"] = {"documents_kept": 10**6}  # the edit the downgrade hides
+    (root / MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_a_sealed_manifest_edited_down_to_version_1_is_refused(tmp_path) -> None:
+    """A version-1 manifest needs no seal, so editing a sealed one to `manifest_version: 1` hid
+    any other edit. What only a sealing writer wrote (the seal; a shards manifest's `format` and
+    `sections`, written since shards format 2, after manifest version 2) gives it away."""
+    for n, drop in enumerate([(), ("seal",), ("seal", "sections"), ("seal", "format")]):
+        root = _shards(tmp_path / f"s{n}")
+        _downgraded(root, drop)
+        with pytest.raises(ArtifactError, match="manifest_version 1.*sealed writer") as info:
+            shards.open(root)
+        assert "\n" not in str(info.value)
+
+
+def test_a_version_1_manifest_is_read_with_a_one_line_warning_and_never_locked(
+    tmp_path, capsys
+) -> None:
+    """What a version-1 manifest may still do: be read (its files are still checked against
+    the hashes it lists) with a one-line warning that an edit to it cannot be seen; a tokenizer
+    lock, which pins its shards for good, refuses it."""
+    from tokenizer.shards import shards_identity
+
+    root = _shards(tmp_path / "s")
+    _downgraded(root, ("seal", "sections", "format"))
+    art = shards.open(root)
+    assert art.manifest.manifest_version == 1
+    shards.open(root)
+    said = capsys.readouterr()
+    warned = [line for line in (said.out + said.err).splitlines() if "version 1" in line]
+    assert len(warned) == 1 and str(root) in warned[0]  # once per artifact and process
+    with pytest.raises(ArtifactError, match="unsealed.*rebuild") as info:
+        shards_identity(root)
+    assert "\n" not in str(info.value)
