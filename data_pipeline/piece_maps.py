@@ -4,7 +4,7 @@ A global stage whose `map_part` is row-wise (each row's map output depends on th
 a part's output is the concatenation of its pieces' outputs: `GlobalStage.combine_maps`) is
 mapped by the stage actors right after the map stages before it, while the rows are still in
 memory: the stream's actors scale with the workers, a separate phase over every part would read
-every row again and wait for its slowest part. Beside each piece `pieces/<shard>/<a>-<b>.parquet`
+every row again and wait for its slowest part. Beside each piece `pieces/<shard>/<a>-<b>.<sha256>.parquet`
 the actor writes `pieces/<shard>/<stage>/<a>-<b>.<table>.parquet` for each table and, last,
 `<a>-<b>.json` (the piece's rows, counts, CPU-seconds and each table's sha256: a table whose
 bytes changed is never combined).
@@ -76,7 +76,7 @@ def combined(
     """The part's map output from the (tables, counts, CPU-seconds) of its pieces in
     `pieces_dir`, or None when they do not cover `rows` (the part's rows in row order) exactly
     once (module docstring)."""
-    names = [p.name.removesuffix(".parquet") for p in listed(pieces_dir, "*.parquet")]
+    names = [p.name.split(".", 1)[0] for p in listed(pieces_dir, "*.parquet")]  # <a>-<b>
     ranges = _ranges(names)
     if not names or ranges is None:
         return None

@@ -1,7 +1,9 @@
 """What runs inside Ray Data's stream: the file reader, the map-stage actor and the pieces.
 
-Tagged rows leave the stages as *pieces*: `.parts/pieces/<shard>/<first>-<last>.parquet`, one per
-shard present in a batch, named by the rows it holds. When the stream is done, one merge task per
+Tagged rows leave the stages as *pieces*: `.parts/pieces/<shard>/<first>-<last>.<sha256>.parquet`,
+one per shard present in a batch, named by the rows it holds and the sha256 of its bytes (so the
+name and the bytes land in one rename, and a piece changed after it was written is an error naming
+it when read, never rows: `read_pieces`). When the stream is done, one merge task per
 shard concatenates its pieces in row order (dropping rows a retried task wrote twice) and writes
 the shard (data_pipeline.merge). No shuffle, no barrier inside the stream, and every output is
 deterministic for the same input: a task retried after a worker dies, or a job re-run after the
@@ -11,6 +13,7 @@ and what resume reads of it, is data_pipeline.parts.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,7 +25,8 @@ from data_pipeline import piece_maps, throughput
 from data_pipeline.parts import pieces_dir, read_stats_path
 from data_pipeline.readers import InputFile, read_file
 from data_pipeline.stages.base import StageSpec, build_stage
-from pretrain.outstore import OutPath, listed, output_path, read_parquet, write_atomic, write_json
+from pretrain.errors import PretrainError
+from pretrain.outstore import OutPath, listed, output_path, write_atomic, write_json
 
 __all__ = ["MapStagesWorker", "StageSpec", "build_stage"]
 
@@ -111,16 +115,31 @@ def write_mapped_pieces(batch: pa.Table, out: str, mapped: Any) -> pa.Table:
         target.mkdir(parents=True, exist_ok=True)
         sink = pa.BufferOutputStream()
         pq.write_table(piece, sink, compression="lz4")
-        write_atomic(target / f"{name}.parquet", sink.getvalue().to_pybytes())
+        data = sink.getvalue().to_pybytes()
+        write_atomic(target / f"{name}.{hashlib.sha256(data).hexdigest()}.parquet", data)
         shards.append(shard)
         counts.append(piece.num_rows)
     return pa.table({"shard": pa.array(shards, pa.string()), "rows": pa.array(counts, pa.int64())})
 
 
+def _read_piece(path: OutPath) -> pa.Table:
+    """The rows of one piece, once its bytes have the sha256 its name records."""
+    name = path.name.removesuffix(".parquet")
+    rows, _, recorded = name.partition(".")
+    data = path.read_bytes()
+    if len(recorded) != 64 or hashlib.sha256(data).hexdigest() != recorded:
+        raise PretrainError(
+            f"row piece {path} does not have the sha256 its name records (changed after it was "
+            "written: a disk error or a second writer); re-run the command (pieces are made again)"
+        )
+    return pq.read_table(pa.BufferReader(data))
+
+
 def read_pieces(out: OutPath, shard: str) -> pa.Table:
-    """All rows of one shard in row order, each row once (retries may have written some twice)."""
+    """All rows of one shard in row order, each row once (retries may have written some twice);
+    a piece whose bytes changed since it was written is an error (`_read_piece`)."""
     paths = listed(pieces_dir(out, shard), "*.parquet")
-    table = pa.concat_tables([read_parquet(p) for p in paths]).sort_by("_row")
+    table = pa.concat_tables([_read_piece(p) for p in paths]).sort_by("_row")
     rows = table.column("_row").to_numpy()
     if len(rows) > 1 and (rows[1:] == rows[:-1]).any():
         keep = [True, *(rows[1:] != rows[:-1]).tolist()]
