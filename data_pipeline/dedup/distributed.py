@@ -171,7 +171,8 @@ def dedup_dataset(
         return materialized, DedupStats()
     del materialized  # from here `blocks` is this function's only hold on the input
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    plan = budget.plan(sizes, worker_memory_mb, cpus, config)
+    cap = budget.MAX_PARTITIONS if exchange_dir is None else budget.MAX_FILE_PARTITIONS
+    plan = budget.plan(sizes, worker_memory_mb, cpus, config, cap)
     partitions = plan.partitions
     _wait_for_cpu(ray, config.task_timeout_s)
     folder = None if exchange_dir is None else output_path(exchange_dir) / uuid.uuid4().hex
