@@ -28,6 +28,7 @@ from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats
 from data_pipeline.stagekit import AGGREGATE_SCRATCH, MapOutput
+from pretrain.errors import PretrainError
 from pretrain.outstore import OutPath, output_path, remove_tree
 from pretrain.progress import Progress
 
@@ -35,12 +36,13 @@ from pretrain.progress import Progress
 class _Runner:
     """Launches the step functions as Ray tasks and waits for them with a timeout."""
 
-    def __init__(self, config: DedupConfig, exchange: str | None = None) -> None:
+    def __init__(self, config: DedupConfig, folder: str | None = None) -> None:
         import ray
 
         self.ray = ray
-        self.exchange = exchange
+        self.exchange = folder
         """Folder of the file-based exchange (data_pipeline.dedup.exchange); None: Ray objects."""
+        self.scratch = None if folder is None else exchange.Scratch(folder)
         self.producing: list[Any] = []
         """Cost refs of the file producers whose files a consumer launched next may read."""
         self.steps = 0
@@ -57,6 +59,7 @@ class _Runner:
         if self.producing and any(isinstance(a, exchange.Gather) for a in args):
             self.wait(self.producing, "exchange")  # a Gather's files exist once these finish
             self.producing = []
+            self.sweep()
         key = (func, num_returns)
         if key not in self.remotes:
             options = {"max_calls": 1} if self.isolate else {}
@@ -64,7 +67,22 @@ class _Runner:
             self.remotes[key] = self.ray.remote(num_cpus=1, max_retries=2, **options)(timed)
         *refs, cost = self.remotes[key].options(num_returns=num_returns + 1).remote(*args)
         self.costs.append(cost)
+        if self.scratch is not None:
+            self.scratch.read_by(args, cost)
         return refs
+
+    def release(self, *columns: Any, lineage: bool) -> None:
+        """No task launched from now on reads these pieces (exchange.Scratch.release)."""
+        if self.scratch is not None:
+            self.scratch.release(columns, lineage)
+
+    def gathers(self, *columns: Any) -> list[Any]:
+        """`columns` with only their exchange.Gathers (no object ref): what `release` needs."""
+        return [[[g for g in c if isinstance(g, exchange.Gather)] for c in col] for col in columns]
+
+    def sweep(self) -> None:
+        if self.scratch is not None:
+            self.scratch.sweep(self.ray)
 
     def scatter(
         self, step: str, func: Any, groups: int, extra: int, partitions: int, producers: list
@@ -94,6 +112,8 @@ class _Runner:
             for i, args in enumerate(producers)
         ]
         self.producing += self.costs[len(self.costs) - len(outs) :]
+        if self.scratch is not None:
+            self.scratch.produced(name, groups, self.costs[len(self.costs) - len(outs) :])
         columns = [
             [[exchange.Gather(self.exchange, name, g, len(outs), q)] for q in range(partitions)]
             for g in range(groups)
@@ -112,9 +132,14 @@ class _Runner:
                 f"dedup step {step!r} waited more than task_timeout_s={self.timeout} s; check "
                 "`ray status`: actors may be holding every CPU (see the Ray deadlock note)"
             ) from None
+        except self.ray.exceptions.RayTaskError as exc:  # e.g. a changed exchange file: 1 line
+            if isinstance(cause := getattr(exc, "cause", None), PretrainError):
+                raise type(cause)(str(cause)) from None
+            raise
 
     def get(self, refs: list[Any], step: str) -> list[Any]:
         values = self.wait(refs, step)
+        self.sweep()
         self.infos.setdefault(step, []).extend(v for v in values if isinstance(v, dict))
         self.timeline.append((step, time.time()))
         return values
@@ -270,9 +295,12 @@ def dedup_parts(
     )
     tags = _aggregate(run, maps, config, partitions, steps)
     steps.close()
+    run.sweep()  # what the steps let go is deleted, and the disk peak recorded
     _remove_steps(folder, keep="-keep")  # only the tags' files are read after this (the joins)
     stats = _stats(run, partitions)
     stats.extra["plan"] = {"partitions": partitions, "worker_memory_mb": worker_memory_mb}
+    if run.scratch is not None:
+        stats.extra["exchange"] = run.scratch.summary()
     joins = [tuple(tags[i % partitions]) for i in range(len(parts))]
     if config.index.save_to:
         from data_pipeline.dedup.index import save_index
@@ -316,9 +344,12 @@ def _aggregate(run: _Runner, maps: tuple, config: DedupConfig, partitions: int, 
     del maps, rests  # no ref to a map output outlives its use below
     steps.update()
     cands, edges = _buckets(run, bands, exact, config, partitions)
+    held = run.gathers(bands, exact)
     del bands, exact  # band and exact rows (~0.27 KB/doc) are freed before the verify peak
     steps.update()
     edges += _verify(run, cands, signed, config, partitions)
+    # bucket_edges' and verify_v's edges go into the first star step: their files go after it
+    run.release(*held, signed, lineage=True)
     del cands, signed  # the object store frees them: only edges and docs go on
     steps.update()
     roots = _components(run, edges, partitions)
@@ -343,11 +374,13 @@ def _verify(run: _Runner, cands: list, docs: list, config: DedupConfig, partitio
     ]
     (joined,), rests = run.scatter("verify-u", tasks.attach_u, 1, 1, partitions, producers)
     run.get([r[-1] for r in rests], "verify-u")
+    run.release(cands, lineage=False)
     outs = [
         run.launch(tasks.verify_v, 2, config, len(joined[q]), *joined[q], *docs[q])
         for q in range(partitions)
     ]
     run.get([o[-1] for o in outs], "verify-v")
+    run.release(joined, lineage=True)
     return [o[0] for o in outs]
 
 
@@ -356,6 +389,7 @@ def _star_step(run: _Runner, kind: str, edges: list, partitions: int) -> tuple[l
     (pieces,), _ = run.scatter(f"{kind}-scatter", tasks.star_scatter, 1, 0, partitions, producers)
     outs = [run.launch(tasks.star_reduce, 2, kind, *pieces[q]) for q in range(partitions)]
     infos = run.get([o[1] for o in outs], f"{kind}-star")
+    run.release(pieces, lineage=True)  # the edges of star_reduce go into the next scatter
     return [o[0] for o in outs], infos
 
 
@@ -381,9 +415,11 @@ def _keep(run: _Runner, roots: list, docs: list, partitions: int) -> list[list]:
     producers = [(partitions, len(pieces[q]), *pieces[q], *docs[q]) for q in range(partitions)]
     (labelled,), rests = run.scatter("labels", tasks.label_docs, 1, 1, partitions, producers)
     run.get([r[-1] for r in rests], "labels")
+    run.release(pieces, docs, lineage=False)
     producers = [(partitions, *labelled[r]) for r in range(partitions)]
     (kept,), rests = run.scatter("keep", tasks.keep_clusters, 1, 1, partitions, producers)
     run.get([r[-1] for r in rests], "keep")
+    run.release(labelled, lineage=False)
     return kept
 
 

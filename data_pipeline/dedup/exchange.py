@@ -5,25 +5,39 @@ their output into P partition pieces, and P consumer tasks that each need partit
 producer. Handed over as Ray objects, that is M x P objects per step, each owned (and tracked) by
 the driver: the reason `budget.MAX_PARTITIONS` caps a job near 4,096 partitions.
 
-Through files, producer i writes its P pieces of one table kind as ONE Arrow IPC file,
-`<folder>/<step>/<i>.<group>.arrow`, the pieces in partition order, and the schema's metadata
-holds the per-partition offset index (`partition q` = record batches `offsets[q]` to
-`offsets[q+1]`). A consumer gets one small `Gather(folder, step, group, producers, q)` in place
-of M object refs and reads only its partition's batches from each producer's file (a random-
-access read of the footer and of those batches, local or through the output's filesystem for
-`s3://`). The driver then holds O(M + P) small values per step instead of M x P objects.
+Through files, producer i writes its P pieces of one table kind (group g) as ONE file,
+`<folder>/<step>/<g>/<i>.arrow`. A consumer gets one small `Gather(folder, step, group,
+producers, q)` in place of M object refs and reads only its partition's bytes from each
+producer's file (a memory map locally, range reads through the output's filesystem for
+`s3://`). The driver then holds O(M + P) small values per step instead of M x P objects; each
+group's folder is deleted once nothing can read it again (distributed.py says when).
+
+A piece file (integers are little-endian uint64):
+
+    head      the schema, one Arrow IPC message
+    body      partition 0's record batches as IPC messages, then partition 1's, ..., P-1's
+    index     P + 1 offsets: where each partition's bytes start, then where the body ends
+    digests   P + 1 sha256: of each partition's bytes, then of the head
+    trailer   P, then MAGIC
+
+A consumer reads the trailer, three index entries, two digests, the head and its partition's
+bytes: O(1) per file, never the other partitions' entries. The head and the partition's bytes
+are checked against their sha256 before they are decoded, and the index against the file's
+size and order, so a byte changed anywhere a consumer reads (at the same size or not) is an
+`ExchangeFileError` naming the file, never another partition's rows.
 
 The pieces read back are the pieces written (same columns, types, values and order), so the
-tags are byte-identical to the object exchange. Files are written atomically (a producer killed
-while writing leaves no file under its name) and are deterministic, so a retried producer
-rewrites the same bytes and a retried consumer re-reads the same files.
+tags are byte-identical to the object exchange. Files are written whole (a producer killed while
+writing leaves no file under its name) and are deterministic, so a retried producer rewrites the
+same bytes and a retried consumer re-reads the same files.
 """
 
 from __future__ import annotations
 
 import functools
-import json
+import hashlib
 import os
+import struct
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,36 +46,68 @@ from typing import Any
 
 import pyarrow as pa
 
-from pretrain.outstore import ObjectPath, OutPath, output_path, write_atomic
+from pretrain.errors import ArtifactError
+from pretrain.outstore import ObjectPath, OutPath, output_path, remove_tree, write_atomic
 
-OFFSETS_KEY = b"pretrain.exchange.offsets"
-"""Schema metadata key of a piece file's per-partition batch offsets (JSON list, P + 1 ints)."""
+MAGIC = b"PTXCHG01"
+"""The last 8 bytes of a piece file (module docstring): its format and version."""
+
+_U64 = struct.Struct("<Q")
+_DIGEST = 32
+_TAIL = _DIGEST + _U64.size + len(MAGIC)  # the head's digest, P, MAGIC
+
+
+class ExchangeFileError(ArtifactError):
+    """A piece file of the dedup exchange is not what its producer wrote."""
+
+
+def _corrupt(path: OutPath, what: str) -> ExchangeFileError:
+    return ExchangeFileError(
+        f"dedup exchange file {path} {what}: it changed after its producer wrote it (a disk "
+        "error or another writer); run the same command again: the aggregate starts over from "
+        "the persisted map side in a fresh exchange folder"
+    )
+
+
+def group_folder(folder: str, step: str, group: int) -> OutPath:
+    """The folder of one step's files of one group (one table kind), deleted as a whole."""
+    return output_path(folder) / step / str(group)
 
 
 def piece_file(folder: str, step: str, producer: int, group: int) -> OutPath:
-    return output_path(folder) / step / f"{producer:07d}.{group}.arrow"
+    return group_folder(folder, step, group) / f"{producer:07d}.arrow"
 
 
-def write_pieces(path: OutPath, pieces: Sequence[pa.Table]) -> None:
-    """Write the partition pieces of one producer (one schema) as one IPC file with its index."""
+def encode_pieces(pieces: Sequence[pa.Table]) -> bytes:
+    """The bytes of one piece file (module docstring) holding `pieces` (one schema), in order."""
     schema = pieces[0].schema
-    batches: list[list[pa.RecordBatch]] = []
+    if any(pa.types.is_dictionary(field.type) for field in schema):
+        raise TypeError(f"exchange pieces hold no dictionary columns: {schema}")
+    head = schema.serialize().to_pybytes()
+    chunks, starts, digests = [head], [len(head)], []
     for piece in pieces:
         if piece.schema != schema:  # a piece is a slice of one table: never other columns
             raise ValueError(f"exchange piece schema {piece.schema} differs from {schema}")
-        batches.append([b for b in piece.combine_chunks().to_batches() if b.num_rows])
-    offsets = [0]
-    for group in batches:
-        offsets.append(offsets[-1] + len(group))
-    metadata = dict(schema.metadata or {})
-    metadata[OFFSETS_KEY] = json.dumps(offsets).encode()
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, schema.with_metadata(metadata)) as writer:
-        for group in batches:
-            for batch in group:
-                writer.write_batch(batch)
+        digest, end = hashlib.sha256(), starts[-1]
+        for batch in piece.combine_chunks().to_batches():
+            if batch.num_rows:
+                data = batch.serialize().to_pybytes()
+                digest.update(data)
+                chunks.append(data)
+                end += len(data)
+        starts.append(end)
+        digests.append(digest.digest())
+    chunks += [_U64.pack(s) for s in starts]
+    chunks += [*digests, hashlib.sha256(head).digest(), _U64.pack(len(pieces)), MAGIC]
+    return b"".join(chunks)
+
+
+def write_pieces(path: OutPath, pieces: Sequence[pa.Table]) -> None:
+    """Write the partition pieces of one producer (one schema) as one piece file. A full disk
+    is the OSError that names `path` (pretrain.program prints it as the disk-full line)."""
+    data = encode_pieces(pieces)
     if isinstance(path, ObjectPath):
-        write_atomic(path, sink.getvalue().to_pybytes())
+        write_atomic(path, data)
         return
     # Renamed into place (a reader never sees half a file) but not fsynced: a piece file lives
     # for one aggregate, which a crash re-runs from the persisted map side in a fresh folder
@@ -70,29 +116,62 @@ def write_pieces(path: OutPath, pieces: Sequence[pa.Table]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(memoryview(sink.getvalue()))
+            handle.write(data)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
 def read_piece(path: OutPath, partition: int) -> pa.Table:
-    """Partition `partition` of the pieces in `path` (write_pieces), with their schema."""
+    """Partition `partition` of the pieces in `path` (write_pieces), with their schema, after
+    its bytes and the schema's were checked against their sha256 (ExchangeFileError)."""
     if isinstance(path, ObjectPath):
         source: Any = path.fs.open_input_file(path.key)
     else:
         source = pa.memory_map(str(path))
     with source:
-        reader = pa.ipc.open_file(source)
-        metadata = dict(reader.schema.metadata or {})
-        offsets = json.loads(metadata.pop(OFFSETS_KEY))
-        schema = (
-            reader.schema.with_metadata(metadata) if metadata else reader.schema.remove_metadata()
-        )
-        first, last = offsets[partition], offsets[partition + 1]
-        batches = [reader.get_batch(k) for k in range(first, last)]
-        return pa.Table.from_batches(batches, schema)
+        head, body = _checked_bytes(path, source, partition)
+    schema = pa.ipc.read_schema(pa.py_buffer(head))
+    reader = pa.ipc.MessageReader.open_stream(pa.BufferReader(pa.py_buffer(body)))
+    batches = []
+    while True:
+        try:
+            message = reader.read_next_message()
+        except StopIteration:
+            break
+        batches.append(pa.ipc.read_record_batch(message, schema))
+    return pa.Table.from_batches(batches, schema)
+
+
+def _checked_bytes(path: OutPath, source: Any, partition: int) -> tuple[bytes, bytes]:
+    """(head, partition's bytes) of an open piece file, each matching its recorded sha256."""
+    size = source.size()
+    if size < _TAIL:
+        raise _corrupt(path, f"is {size} bytes, shorter than a piece file's trailer")
+    tail = source.read_at(_TAIL, size - _TAIL)
+    head_digest, count = tail[:_DIGEST], _U64.unpack_from(tail, _DIGEST)[0]
+    if tail[-len(MAGIC) :] != MAGIC:
+        raise _corrupt(path, "does not end in the exchange's format marker")
+    index = size - _TAIL - count * _DIGEST - (count + 1) * _U64.size
+    if partition >= count or index < 0:
+        raise _corrupt(path, f"records {count} partitions, not partition {partition}")
+    first = _U64.unpack(source.read_at(_U64.size, index))[0]
+    start, end = struct.unpack("<QQ", source.read_at(2 * _U64.size, index + partition * 8))
+    if not 0 < first <= start <= end <= index:
+        raise _corrupt(path, f"has a broken index for partition {partition}")
+    digest = source.read_at(_DIGEST, index + (count + 1) * _U64.size + partition * _DIGEST)
+    head, body = source.read_at(first, 0), source.read_at(end - start, start)
+    if hashlib.sha256(head).digest() != head_digest:
+        raise _corrupt(path, "has a schema that does not match its sha256")
+    if hashlib.sha256(body).digest() != digest:
+        raise _corrupt(path, f"has partition {partition} not matching its sha256")
+    return head, body
 
 
 @dataclass(frozen=True)
@@ -155,3 +234,86 @@ def produce(
     if not rest:
         return None
     return rest[0] if len(rest) == 1 else rest
+
+
+def _tree_bytes(path: OutPath) -> int:
+    """Bytes of the files under a folder (or key prefix)."""
+    if isinstance(path, ObjectPath):
+        return sum(path.fs.get_file_info(p.key).size or 0 for p in path.files())
+    if not path.is_dir():  # a producer that failed: its error comes from the step's wait
+        return 0
+    return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
+
+
+Key = tuple[str, int]
+"""(step, group): one folder of piece files."""
+
+
+class Scratch:
+    """The driver's book of one aggregate's exchange folder: which groups' files exist, which
+    tasks read them, and when they go. A group's folder is deleted once (1) the aggregate said
+    no task launched later reads it (`release`), (2) every task that read it finished, and (3)
+    when its readers returned Ray objects (`lineage`), once the next file step's producers,
+    which consume those objects, finished too: until then Ray may rebuild a lost object (a node
+    died) by running its reader again, which reads these files again. Tracks the bytes written
+    and the most alive at once (`summary`)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self.pending: list[tuple[str, int, list[Any]]] = []
+        """Steps whose producers may still run: (step, groups, the producers' cost refs)."""
+        self.created = self.finished = 0
+        """File steps launched; how many of them (in order) have every producer finished."""
+        self.readers: dict[Key, list[Any]] = {}
+        self.retired: dict[Key, int] = {}
+        """Released groups -> the number of finished file steps their deletion waits for."""
+        self.live: dict[Key, int] = {}
+        self.written = self.peak = 0
+
+    def produced(self, step: str, groups: int, costs: list[Any]) -> None:
+        self.created += 1
+        self.pending.append((step, groups, list(costs)))
+
+    def read_by(self, args: Sequence[Any], cost: Any) -> None:
+        for arg in args:
+            if isinstance(arg, Gather):
+                self.readers.setdefault((arg.step, arg.group), []).append(cost)
+
+    def release(self, columns: Sequence[Sequence[Sequence[Any]]], lineage: bool) -> None:
+        """The groups named by the Gathers in `columns` are read by no task launched from now on
+        (class docstring); `lineage`: their readers returned objects the next file step eats."""
+        for column in columns:
+            for pieces in column:
+                for piece in pieces:
+                    if isinstance(piece, Gather):
+                        key = (piece.step, piece.group)
+                        self.retired[key] = self.created + 1 if lineage else 0
+
+    def sweep(self, ray: Any) -> None:
+        """Measure the groups whose producers finished, then delete what may go (class doc)."""
+        while self.pending and _done(ray, self.pending[0][2]):
+            step, groups, _ = self.pending.pop(0)
+            self.finished += 1
+            for group in range(groups):
+                size = _tree_bytes(group_folder(self.folder, step, group))
+                self.live[(step, group)] = size
+                self.written += size
+            self.peak = max(self.peak, sum(self.live.values()))
+        for key, after in list(self.retired.items()):
+            if self.finished >= after and _done(ray, self.readers.get(key, [])):
+                remove_tree(group_folder(self.folder, *key))
+                self.live.pop(key, None)
+                del self.retired[key]
+
+    def summary(self) -> dict[str, int]:
+        """Bytes of piece files written, and the most of them on disk at once (measured when a
+        step's producers finished, before what that step let go was deleted)."""
+        return {"written_bytes": self.written, "peak_bytes": self.peak}
+
+
+def _done(ray: Any, refs: list[Any]) -> bool:
+    """Every task of these result refs has finished (without waiting)."""
+    if not refs:
+        return True
+    _, waiting = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+    return not waiting

@@ -60,6 +60,93 @@ def test_a_missing_producer_file_is_an_error_not_an_empty_partition(tmp_path: Pa
         gather.read()
 
 
+def test_every_byte_flipped_in_a_piece_file_is_an_error_naming_it_or_unread(tmp_path) -> None:
+    """Flip each byte of a piece file in turn (same size): each partition's read either raises
+    ExchangeFileError naming the file or returns exactly its piece (the byte was not its)."""
+    pieces = _pieces()
+    path = exchange.piece_file(str(tmp_path), "s", 0, 0)
+    exchange.write_pieces(path, pieces)
+    good = path.read_bytes()
+    refused = 0
+    for pos in range(len(good)):
+        flipped = bytearray(good)
+        flipped[pos] ^= 0x10
+        path.write_bytes(bytes(flipped))
+        errors = 0
+        for q, piece in enumerate(pieces):
+            try:
+                got = exchange.read_piece(path, q)
+            except exchange.ExchangeFileError as exc:
+                assert str(path) in str(exc) and "run the same command again" in str(exc)
+                errors += 1
+                continue
+            assert got.schema == piece.schema and got.equals(piece), (pos, q)
+        assert errors, f"byte {pos} of {len(good)} changed and every partition still read"
+        refused += errors
+    assert refused >= len(good)
+    path.write_bytes(good[:-1])  # cut short: the trailer is gone
+    with pytest.raises(exchange.ExchangeFileError, match="format marker"):
+        exchange.read_piece(path, 0)
+
+
+def test_a_full_disk_under_a_piece_file_is_the_one_line_error_naming_it(
+    ray_local, tmp_path, capsys
+) -> None:
+    """A producer task whose write the disk refuses (a file-size limit in the worker: EFBIG, as
+    ENOSPC is on a full disk) fails the job with the one-line disk-full error naming the file."""
+    import argparse
+
+    from pretrain.program import disk_full, run
+
+    def limited_produce(folder: str) -> None:
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a refused write, not a killed worker
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256, 256))
+        exchange.produce(lambda: [*_pieces(), {"info": 1}], 1, 5, (folder, "0001-map", 3))
+
+    task = ray_local.remote(max_calls=1, max_retries=0)(limited_produce)  # the worker then exits
+    with pytest.raises(ray_local.exceptions.RayTaskError) as caught:
+        ray_local.get(task.remote(str(tmp_path)), timeout=120)
+    full = disk_full(caught.value)
+    name = exchange.piece_file(str(tmp_path), "0001-map", 3, 0)
+    assert full is not None and full.filename == str(name)
+    assert not list(Path(name).parent.iterdir())  # no partial file, no temporary left
+
+    def handler(args: argparse.Namespace) -> int:
+        raise caught.value
+
+    parser = argparse.ArgumentParser(prog="pretrain")
+    parser.set_defaults(handler=handler, command="data")
+    assert run(parser, []) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"File too large writing {name}; free space" in err
+
+
+@pytest.mark.ray
+def test_a_changed_piece_file_fails_its_step_with_one_line_naming_it(ray_local, tmp_path) -> None:
+    """A consumer task reading a changed file: the aggregate's wait raises the file's
+    ExchangeFileError itself (no Ray traceback), which the CLI prints as one line."""
+    from data_pipeline.dedup.distributed import _Runner
+
+    edges = tasks.edges_table(np.array([1, 2, 3]), np.array([0, 0, 1]))
+    path = exchange.piece_file(str(tmp_path), "0001-large-scatter", 0, 0)
+    exchange.write_pieces(path, [edges.slice(0, 2), edges.slice(2)])
+    data = bytearray(path.read_bytes())
+    data[len(edges.schema.serialize()) + 60] ^= 0x01  # inside partition 0's record batch
+    path.write_bytes(bytes(data))
+    run = _Runner(DedupConfig(), str(tmp_path))
+    gather = exchange.Gather(str(tmp_path), "0001-large-scatter", 0, 1, 0)
+    refs = run.launch(tasks.star_reduce, 2, "large", gather)
+    with pytest.raises(exchange.ExchangeFileError) as caught:
+        run.get(refs[1:], "large-star")
+    assert type(caught.value) is exchange.ExchangeFileError
+    assert str(caught.value).startswith(f"dedup exchange file {path} has partition 0 not match")
+    assert "\n" not in str(caught.value)
+    assert exchange.read_piece(path, 1).equals(edges.slice(2))  # partition 1's bytes are intact
+
+
 def _persist(folder: Path, table: pa.Table, sizes: list[int], config: DedupConfig) -> list:
     """Input parts of `sizes` rows, each with its map side persisted as `pretrain data run`
     does (global_parts.persist: rows + bands/exact/docs Parquet files)."""
@@ -107,6 +194,8 @@ def _compare(ray, tmp_path: Path, table: pa.Table, sizes: list[int], config: Ded
     )
     steps = sorted(p.name for p in (tmp_path / ".parts/global/dedup/exchange").glob("*/*"))
     assert len(steps) == 1 and steps[0].endswith("-keep")  # only the joins' tags stay
+    disk = file_stage.stats.extra["exchange"]  # each step's files went once it was read
+    assert 0 < disk["peak_bytes"] < disk["written_bytes"], disk
     return by_files, file_stage
 
 
