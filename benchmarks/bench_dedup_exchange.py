@@ -75,6 +75,7 @@ def once(ray: Any, parts: list[MapOutput], config: DedupConfig, files: bool) -> 
         "driver_cpu_s": time.process_time() - driver,
         "task_cpu_s": stage.cost["cpu_s"],
         "rounds": stats.extra["component_rounds"],
+        "disk": stats.extra.get("exchange", {}),  # piece-file bytes written, most alive at once
         "tags": pa.concat_tables(tagged).select(["dup_cluster", "dup_keep", "dup_cluster_size"]),
     }
 
@@ -101,6 +102,8 @@ def side(ray: Any, parts: list, config: DedupConfig, repeat: int) -> dict[str, A
         best["driver_cpu_s"] = round(min(r["driver_cpu_s"] for r in runs[files]), 3)
         rounds = runs[files][0]["rounds"]
         best["handed_over"] = handed_over(len(parts), config.num_partitions or 0, rounds, files)
+        if files:
+            best["disk"] = runs[files][0]["disk"]
         result[name] = best
     for key in ("wall_s", "task_cpu_s", "driver_cpu_s"):
         result[f"{key}_files_over_objects"] = round(
