@@ -5,7 +5,8 @@
   `ray start --head` enables it whenever a token exists (`~/.ray/auth_token`). So when the mode is
   unset and a token is available here (`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH` or
   `~/.ray/auth_token`), the driver sends it; a cluster without authentication accepts it too.
-  A refused connection is one line naming what to set.
+  A refused connection is one line naming what to set. The job's workers get this driver's
+  `DRIVER_ENV` (the writer lock it holds) through the job's runtime_env.
 - A local Ray (no address): every process binds 127.0.0.1 (Ray maps a loopback node address to
   the machine's public one unless its cluster mode is off), the dashboard is off, and a watchdog
   process kills every Ray process the driver started if the driver dies without shutting down
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pretrain.errors import PretrainError
+from pretrain.objectlock import FENCE_ENV
 
 AUTH_MODE = "RAY_AUTH_MODE"
 LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": node address stays 127.0.0.1
@@ -94,7 +96,7 @@ def connect(
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
-        _connect_existing(ray, address, init_kwargs)
+        _connect_existing(ray, address, with_driver_env(init_kwargs))
         return True
     system_config = {**QUIET_LOCAL, **init_kwargs.pop("_system_config", {})}
     started = time.time()
@@ -124,6 +126,24 @@ def connect(
 
 
 LOCAL_START_ATTEMPTS = 3
+
+
+DRIVER_ENV = (FENCE_ENV,)  # the writer lock this driver holds: its workers check it (objectfence)
+"""Variables of this driver its job's workers must see. A local Ray inherits them (its raylet
+starts its workers); an existing cluster's workers were started by its own nodes, so they get
+them through the job's runtime_env."""
+
+
+def with_driver_env(init_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`init_kwargs` with `DRIVER_ENV`'s set variables added to `runtime_env["env_vars"]`. Ray
+    merges `ray.init`'s runtime_env with a `ray job submit` job's per env_vars key, and a task's
+    with the job's, so neither a `--runtime-env-json` nor a task's options drop them."""
+    values = {name: os.environ[name] for name in DRIVER_ENV if os.environ.get(name)}
+    if not values:
+        return init_kwargs
+    runtime_env = dict(init_kwargs.get("runtime_env") or {})
+    runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **values}
+    return {**init_kwargs, "runtime_env": runtime_env}
 
 
 def _start_failed(exc: BaseException, attempts: int) -> PretrainError:
