@@ -10,14 +10,15 @@ writer took its lock over (pretrain.objectlock). Before every write or delete un
   its writer lock") and stops the run;
 - a worker (a Ray task writing parts) holds no lock: it writes under its driver's, which it knows
   by id, from the `ObjectPath`s the driver pickled or from `PRETRAIN_WRITER_LOCK`, which the
-  driver sets while it holds the lock and the Ray it starts inherits. Before writing it reads the
+  driver sets while it holds the lock: a local Ray it starts inherits it, and a job on an existing
+  cluster gets it through the job's runtime_env (`rayinit.with_driver_env`). Before writing it reads the
   lock object and writes only if it still has that id and its lease has not run out; the answer
   holds for half the lease it had left, so a worker reads the lock about once per lease / 2.
 
 What remains: a writer frozen in the instant between its check and the request it guards still
-lands that one request (S3 has no write conditional on another object); workers of a job sent to
-an existing cluster (`--ray-address`, `ray job submit`) do not inherit the variable and are not
-fenced unless they were handed `ObjectPath`s.
+lands that one request (S3 has no write conditional on another object); a driver that joined a
+Ray already initialised in its process (it did not call `ray.init`) cannot hand the variable to
+that Ray's existing job, whose workers are fenced only through the `ObjectPath`s they were handed.
 """
 
 from __future__ import annotations
