@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import sys
 from collections.abc import Iterable, Sequence
 from types import ModuleType
@@ -47,7 +48,7 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> i
     prog = " ".join([PROG, *getattr(args, "command_path", [args.command])])
     try:
         with capture(argv), session(getattr(args, "verbosity", NORMAL), prog.replace(" ", "-")):
-            return int(args.handler(args) or 0)
+            return _handle(args)
     except PretrainError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
@@ -65,6 +66,18 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> i
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+
+
+def _handle(args: argparse.Namespace) -> int:
+    try:
+        return int(args.handler(args) or 0)
+    except Exception as exc:
+        if disk_full(exc) is not None:
+            # Library threads (Ray Data's) log to their own files until the process ends: each
+            # write the disk refuses would print a "--- Logging error ---" traceback around
+            # the one-line error. Python's logging then drops such errors silently.
+            logging.raiseExceptions = False
+        raise
 
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

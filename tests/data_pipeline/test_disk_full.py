@@ -1,7 +1,8 @@
 """A disk that fills up mid-run (here a file-size limit, RLIMIT_FSIZE, on the driver, which
 refuses a write past it as a full disk does: EFBIG, or ENOSPC on a real disk): one line, exit 2,
 no torn file where a reader looks, and the same command run again with room finishes with the
-bytes of an uninterrupted run."""
+bytes of an uninterrupted run. Only the limited run is a process of its own (the limit is its);
+the reference run, the run again and `pretrain verify` run in this process, on its Ray."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ import pytest
 
 from pretrain import shards_layout as layout
 from pretrain.manifest import MANIFEST
+from pretrain_app.cli import main
 from tests.conftest import clean_env
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "data_pipeline"
 
 
-def _run(config: Path, address: str, limit: int | None) -> subprocess.CompletedProcess[str]:
+def _run_limited(config: Path, address: str, limit: int) -> subprocess.CompletedProcess[str]:
     def limited() -> None:  # in the child only: the test process writes as it likes
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a refused write, not a killed process
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
@@ -33,8 +35,8 @@ def _run(config: Path, address: str, limit: int | None) -> subprocess.CompletedP
         cwd=REPO,
         # No bytecode cache under the limit: Python renames a .pyc cut short by it into place
         # (a short write is no error to it), and every later import of that module then fails.
-        env={**clean_env(), "PYTHONDONTWRITEBYTECODE": "1"} if limit is not None else clean_env(),
-        preexec_fn=limited if limit is not None else None,
+        env={**clean_env(), "PYTHONDONTWRITEBYTECODE": "1"},
+        preexec_fn=limited,
         capture_output=True,
         text=True,
         timeout=400,
@@ -59,13 +61,12 @@ def test_a_disk_full_mid_run_is_one_line_and_the_rerun_finishes(ray_local, tmp_p
         configs[name] = tmp_path / f"{name}.yaml"
         body = {"inputs": [str(DATA)], "output": str(tmp_path / name), "shard_rows": 4}
         configs[name].write_text(json.dumps({**body, "batch_rows": 3, "stages": stages}))
-    done = _run(configs["reference"], address, None)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert main(["data", "run", str(configs["reference"]), "-q"]) == 0
     reference = tmp_path / "reference"
     ledger = (reference / layout.LEDGER).stat().st_size
     limit = ledger - 1  # the ledger, written last, cannot fit; an earlier write may fail first
 
-    full = _run(configs["out"], address, limit)
+    full = _run_limited(configs["out"], address, limit)
     out = tmp_path / "out"
     assert full.returncode == 2, full.stderr[-3000:]
     assert "Traceback" not in full.stderr, full.stderr[-3000:]
@@ -81,16 +82,6 @@ def test_a_disk_full_mid_run_is_one_line_and_the_rerun_finishes(ray_local, tmp_p
     if (out / layout.LEDGER).exists():  # never torn: an earlier whole ledger or none
         json.loads((out / layout.LEDGER).read_bytes())
 
-    again = _run(configs["out"], address, None)
-    assert again.returncode == 0, again.stderr[-2000:]
+    assert main(["data", "run", str(configs["out"]), "-q"]) == 0
     assert _outputs(out) == _outputs(reference)
-    verify = subprocess.run(
-        [sys.executable, "-m", "pretrain_app", "verify", str(out)],
-        cwd=REPO,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert verify.returncode == 0, verify.stderr
+    assert main(["verify", str(out)]) == 0
