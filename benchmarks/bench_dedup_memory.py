@@ -127,7 +127,10 @@ def start_ray(workers: int, attempts: int = 3) -> tuple[float, TreeSampler]:
     for attempt in range(attempts):
         start = time.perf_counter()
         try:
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+            # address="local": a Ray already running on this machine (another user's) is never joined
+            ray.init(
+                address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False
+            )
             break
         except Exception:  # noqa: BLE001 - Ray raises a bare Exception on a start-up timeout
             ray.shutdown()
