@@ -104,6 +104,9 @@ def connect(
         try:
             with _loopback_only(), _env(QUIET_LOCAL_ENV):
                 ray.init(
+                    # "local": never the head `ray start` left in /tmp/ray/ray_current_cluster,
+                    # which a plain ray.init() joins (and then refuses num_cpus)
+                    address="local",
                     num_cpus=num_cpus or os.cpu_count(),
                     include_dashboard=False,
                     dashboard_host="127.0.0.1",

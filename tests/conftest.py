@@ -40,6 +40,7 @@ def ray_local():
 
     if not ray.is_initialized():
         ray.init(
+            address="local",  # not a `ray start` head another process left on this machine
             num_cpus=2,
             include_dashboard=False,
             log_to_driver=False,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +67,39 @@ def test_a_local_ray_that_cannot_start_is_one_line(tmp_path) -> None:
     errors = [line for line in done.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "could not start a local Ray" in errors[0], done.stderr[-2000:]
     assert "ray.object_store_mb" in errors[0]
+
+
+def test_a_ray_head_left_on_this_machine_does_not_capture_a_local_run(tmp_path) -> None:
+    """`ray start --head` records its address in <tmp>/ray/ray_current_cluster, and a plain
+    `ray.init()` joins whatever that file names: a local run (no address) on a machine where a
+    head was left running tried to join it and failed ("num_cpus ... must not be provided")."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from tests.data_pipeline.raytools import REPO, clean_env
+
+    short = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))  # Ray's socket paths must stay short
+    try:
+        (short / "ray").mkdir()
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]  # the head that file names is gone: nothing listens
+            (short / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}\n")
+            code = (
+                "import ray\nfrom pretrain import rayinit\n"
+                "assert rayinit.connect(None, num_cpus=1)\n"
+                "print('nodes', len(ray.nodes()))\nray.shutdown()\n"
+            )
+            done = subprocess.run(
+                [sys.executable, "-c", code],
+                cwd=REPO,
+                env=clean_env(tmp_path / "home", RAY_TMPDIR=str(short)),
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "nodes 1" in done.stdout
