@@ -32,10 +32,17 @@ their CPU grows with the wall a loaded machine stretches: it inflates total CPU 
 slower run). `ours_busiest_process_scaling_efficiency` compares only the busiest process of
 each phase: how evenly the work is split. The wall efficiency needs a quiet machine.
 
-    .venv/bin/python -m benchmarks.bench_pipeline_scaling --corpus DIR [--pages 5000]
+    .venv/bin/python -m benchmarks.bench_pipeline_scaling --corpus DIR [--pages 10000]
         [--runs ours datatrove]   (one side per invocation keeps each under ~5 minutes)
         [--stream-maps off]       (A/B: dedup's map side as its own phase over every part, as
                                    before it moved into the stream; result file `..._maps_off`)
+        [--warm off]              (A/B: no Ray Data warm-up after a local start, so Ray Data's
+                                   per-driver actors start in the job's first seconds instead;
+                                   result file `..._warm_off`)
+
+The start-up row (`rows.startup`): Ray's start (`ray_init_s`: ray.init and the watchdog) and
+Ray Data's warm-up (`ray_data_warm_s`) apart, and their share of each run; `rows.target_met`
+says whether efficiency >= 0.85 with start-up under 10% of both runs.
 """
 
 from __future__ import annotations
@@ -58,6 +65,11 @@ from benchmarks.phasecpu import phase_cpu, phase_roles
 from benchmarks.proctree import TreeSampler
 
 REPO = Path(__file__).resolve().parents[1]
+PAGES = 10_000
+"""The issue asks for at least 5,000 pages; at 5,000 the 2-worker run's start-up (Ray's start
+and Ray Data's warm-up, ~8-10 s quiet) was 13-14% of a ~60-s run, over the 10% the scaling
+target is stated for. 10,000 pages doubles the work, not the start-up (~5 min quiet for both
+runs)."""
 
 
 def build_pages(source: Path, target: Path, pages: int, files: int) -> dict[str, int]:
@@ -89,6 +101,25 @@ def build_pages(source: Path, target: Path, pages: int, files: int) -> dict[str,
 
 STREAM_MAPS = "BENCH_STREAM_MAPS"
 """Environment of a child run: "off" maps dedup's side per part after the stream (the A/B)."""
+WARM = "BENCH_WARM"
+"""Environment of a child run: "off" skips `rayinit.warm_ray_data` (the A/B of the warm-up)."""
+
+
+def _time_warm_up(spent: list[float]) -> None:
+    """Time (or, with BENCH_WARM=off, skip) the Ray Data warm-up the runner calls after a local
+    start, so the start-up row splits into Ray's own start and the warm-up."""
+    from pretrain import rayinit
+
+    warm = rayinit.warm_ray_data
+    skip = os.environ.get(WARM) == "off"
+
+    def timed() -> None:
+        begin = time.perf_counter()
+        if not skip:
+            warm()
+        spent.append(time.perf_counter() - begin)
+
+    rayinit.warm_ray_data = timed  # type: ignore[assignment]
 
 
 def child_ours(inputs: str, out: str, workers: int) -> dict[str, Any]:
@@ -101,6 +132,8 @@ def child_ours(inputs: str, out: str, workers: int) -> dict[str, Any]:
     if os.environ.get(STREAM_MAPS) == "off":  # the driver asks the stage (runner.py) once per run
         DedupStage.maps_in_stream = lambda self: False  # type: ignore[method-assign]
 
+    warm_s: list[float] = []
+    _time_warm_up(warm_s)
     stages = yaml.safe_load((REPO / "configs" / "pipeline.yaml").read_text())["stages"]
     config = PipelineConfig.model_validate(
         {
@@ -118,6 +151,9 @@ def child_ours(inputs: str, out: str, workers: int) -> dict[str, Any]:
     return {
         "wall_s": wall,
         "ray_start_s": section["fixed"]["ray_start_s"],
+        "ray_data_warm_s": round(sum(warm_s), 3),
+        "ray_init_s": round(section["fixed"]["ray_start_s"] - sum(warm_s), 3),
+        "warm": os.environ.get(WARM, "on"),
         "work_s": wall - section["fixed"]["ray_start_s"],
         "stage_setup_cpu_s": section["fixed"]["stage_setup_cpu_s"],
         "stages": {s["stage"]: s["cpu_s"] for s in section["stages"]},
@@ -208,6 +244,25 @@ def raw_bytes(inputs: Path) -> int:
     return total
 
 
+TARGET = 0.85
+STARTUP_SHARE_MAX = 0.10
+"""Issue 13.4: efficiency >= TARGET once start-up is under this share of the run."""
+
+
+def startup_row(ours: dict[int, Any]) -> dict[int, dict[str, Any]]:
+    """The start-up cost as its own row: Ray's start (ray.init, the watchdog) and Ray Data's
+    warm-up apart, and their share of the run."""
+    return {
+        w: {
+            "ray_start_s": round(r["ray_start_s"], 2),
+            "ray_init_s": round(r.get("ray_init_s", r["ray_start_s"]), 2),
+            "ray_data_warm_s": round(r.get("ray_data_warm_s", 0.0), 2),
+            "startup_share": round(r["ray_start_s"] / r["wall_s"], 3),
+        }
+        for w, r in ours.items()
+    }
+
+
 def summarise(ours: dict[int, Any], theirs: dict[int, Any], mb: float) -> dict[str, Any]:
     """The rows of BENCHMARKS.md from the runs made (ours and/or datatrove, 1 and 2 workers)."""
     rows: dict[str, Any] = {}
@@ -229,6 +284,11 @@ def summarise(ours: dict[int, Any], theirs: dict[int, Any], mb: float) -> dict[s
     rows["ours_cpu_ratio_2w_over_1w"] = round(ours[2]["stage_cpu_s"] / ours[1]["stage_cpu_s"], 3)
     rows["ours_tree_cpu_ratio_2w_over_1w"] = round(ours[2]["tree_cpu_s"] / ours[1]["tree_cpu_s"], 3)
     rows["ray_start_s"] = {w: round(r["ray_start_s"], 2) for w, r in ours.items()}
+    rows["startup"] = startup_row(ours)
+    rows["target_met"] = bool(
+        rows["ours_scaling_efficiency_startup_excluded"] >= TARGET
+        and all(r["startup_share"] < STARTUP_SHARE_MAX for r in rows["startup"].values())
+    )
     bound = {w: sum(p["cpu_bound_s"] for p in r["phase_cpu"].values()) for w, r in ours.items()}
     rows["ours_cpu_bound_s"] = {w: round(b, 2) for w, b in bound.items()}
     rows["ours_cpu_bound_scaling_efficiency"] = round(bound[1] / bound[2] / 2, 3)
@@ -254,7 +314,7 @@ def summarise(ours: dict[int, Any], theirs: dict[int, Any], mb: float) -> dict[s
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser()
     add_corpus_argument(parser)
-    parser.add_argument("--pages", type=int, default=5000)
+    parser.add_argument("--pages", type=int, default=PAGES)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument(
         "--runs",
@@ -264,6 +324,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="which side(s) to run (each writes its own result file)",
     )
     parser.add_argument("--stream-maps", choices=("on", "off"), default="on")
+    parser.add_argument("--warm", choices=("on", "off"), default="on")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv if argv is not None else [])
     if args.child:
@@ -273,6 +334,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(json.dumps(result))
         return result
     os.environ[STREAM_MAPS] = args.stream_maps  # read by the child runs
+    os.environ[WARM] = args.warm
     source = corpus_dir(args.corpus) / "web.warc.gz"
     with tempfile.TemporaryDirectory(prefix="bench_scaling_") as tmp:
         inputs = Path(tmp) / "warc"
@@ -289,10 +351,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ours": ours,
         "datatrove": theirs,
         "rows": summarise(ours, theirs, mb),
-        "target_scaling_efficiency": 0.85,
+        "target_scaling_efficiency": TARGET,
     }
     print(json.dumps(result["rows"], indent=1))
     suffix = "_maps_off" if args.stream_maps == "off" else ""
+    suffix += "_warm_off" if args.warm == "off" else ""
     write_result("bench_pipeline_scaling_" + "_".join(args.runs) + suffix, result)
     return result
 
