@@ -16,6 +16,10 @@
   dashboard's task list and `ray timeline` show), and the agent's per-node process stats once a
   minute instead of every 5 s. On 2 cores that telemetry took CPU from the workers. A cluster
   (`ray start`, an address) keeps all of it; to watch a job, run it on one.
+  Nor does a local start run two head processes nothing here uses (`LOCAL_SKIPPED`): the
+  dashboard's API server (with the dashboard off it loads only its usage-stats module, and
+  `ray.init` waits for it to come up) and the autoscaler's monitor (a fixed local node never
+  scales; it polls the GCS every second for the whole run).
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ QUIET_LOCAL: dict[str, Any] = {
 events interval of 0 turns their recording off."""
 QUIET_LOCAL_ENV = {"REPORTER_UPDATE_INTERVAL_MS": "60000"}
 """Read by the dashboard agent a local start spawns: its process-stats loop (default 5,000 ms)."""
+
+LOCAL_SKIPPED = ("start_api_server", "start_monitor")
+"""Methods of Ray's head `Node` a local start replaces by nothing (module docstring); a Ray
+without one of them starts it as usual."""
 
 REFUSED = (
     "could not connect to the Ray cluster at {address} ({reason}); check it with "
@@ -102,7 +110,7 @@ def connect(
     started = time.time()
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
-            with _loopback_only(), _env(QUIET_LOCAL_ENV):
+            with _loopback_only(), _env(QUIET_LOCAL_ENV), _head_services_skipped():
                 ray.init(
                     # "local": never the head `ray start` left in /tmp/ray/ray_current_cluster,
                     # which a plain ray.init() joins (and then refuses num_cpus)
@@ -264,6 +272,25 @@ def _loopback_only() -> Iterator[None]:
             os.environ.pop(LOCAL_ONLY, None)
         else:
             os.environ[LOCAL_ONLY] = saved_env
+
+
+def _not_started(*args: Any, **kwargs: Any) -> None:
+    """Stands in for a head process a local Ray does not start."""
+
+
+@contextmanager
+def _head_services_skipped() -> Iterator[None]:
+    """Start a local Ray without the head processes of `LOCAL_SKIPPED`."""
+    from ray._private import node
+
+    saved = {name: node.Node.__dict__[name] for name in LOCAL_SKIPPED if name in node.Node.__dict__}
+    for name in saved:
+        setattr(node.Node, name, _not_started)
+    try:
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(node.Node, name, method)
 
 
 def warm_ray_data() -> None:

@@ -100,13 +100,16 @@ config = ray._private.state.state.get_system_config()
 rayinit.warm_ray_data()
 named = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))
 env = []  # the raylet's: its agents inherit it (theirs is unreadable once they set their title)
+scripts = []  # what each Python process of Ray runs
 for proc in psutil.Process().children(recursive=True):
     try:
-        if proc.cmdline()[0].endswith("raylet"):
+        cmd = proc.cmdline()
+        if cmd[0].endswith("raylet"):
             env.append(proc.environ().get("REPORTER_UPDATE_INTERVAL_MS"))
+        scripts += [arg.split("site-packages/")[-1] for arg in cmd[1:] if arg.endswith(".py")]
     except (psutil.NoSuchProcess, psutil.ZombieProcess, IndexError):
         pass
-print(json.dumps({"config": config, "raylet_env": env, "named": named,
+print(json.dumps({"config": config, "raylet_env": env, "named": named, "scripts": scripts,
                   "driver_env": sorted(__import__("os").environ)}))
 rayinit.shutdown(True)
 """
@@ -117,7 +120,10 @@ rayinit.shutdown(True)
 def test_a_local_ray_records_no_telemetry_nobody_reads(tmp_path: Path) -> None:
     """No dashboard, so no metrics, task events or 5-second process stats (their CPU competed
     with the workers on 2 cores); the driver's own environment is left as it was. Ray Data's
-    per-driver stats actor is started with Ray (warm_ray_data), before any job's stream."""
+    per-driver stats actor is started with Ray (warm_ray_data), before any job's stream. Nor
+    does it start the dashboard's API server (`ray.init` waited for it) or the autoscaler's
+    monitor (polling the GCS every second): nothing of a local run uses them, and Ray Data's
+    job above still ran."""
     run = subprocess.run(
         [sys.executable, "-c", QUIET_PROBE],
         cwd=REPO,
@@ -133,3 +139,6 @@ def test_a_local_ray_records_no_telemetry_nobody_reads(tmp_path: Path) -> None:
     assert seen["raylet_env"] == ["60000"], seen["raylet_env"]
     assert "REPORTER_UPDATE_INTERVAL_MS" not in seen["driver_env"]
     assert "datasets_stats_actor" in seen["named"], seen["named"]
+    assert "ray/_private/log_monitor.py" in seen["scripts"], seen["scripts"]  # the probe sees
+    assert "ray/dashboard/dashboard.py" not in seen["scripts"], seen["scripts"]
+    assert "ray/autoscaler/_private/monitor.py" not in seen["scripts"], seen["scripts"]
