@@ -4,9 +4,11 @@ listens on loopback only, and a SIGKILLed driver takes every Ray process it star
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -109,7 +111,10 @@ for proc in psutil.Process().children(recursive=True):
         scripts += [arg.split("site-packages/")[-1] for arg in cmd[1:] if arg.endswith(".py")]
     except (psutil.NoSuchProcess, psutil.ZombieProcess, IndexError):
         pass
+sessions = [p.name for p in (__import__("pathlib").Path(__import__("tempfile").gettempdir())
+            / "ray").glob("session_2*")]
 print(json.dumps({"config": config, "raylet_env": env, "named": named, "scripts": scripts,
+                  "sessions": sessions,
                   "driver_env": sorted(__import__("os").environ)}))
 rayinit.shutdown(True)
 """
@@ -123,15 +128,23 @@ def test_a_local_ray_records_no_telemetry_nobody_reads(tmp_path: Path) -> None:
     per-driver stats actor is started with Ray (warm_ray_data), before any job's stream. Nor
     does it start the dashboard's API server (`ray.init` waited for it) or the autoscaler's
     monitor (polling the GCS every second): nothing of a local run uses them, and Ray Data's
-    job above still ran."""
-    run = subprocess.run(
-        [sys.executable, "-c", QUIET_PROBE],
-        cwd=REPO,
-        env=clean_env(tmp_path / "home"),
-        capture_output=True,
-        text=True,
-        timeout=290,
-    )
+    job above still ran. A cluster a `ray start` on this machine recorded in Ray's temp dir
+    (`ray_current_cluster`, which a plain `ray.init()` joins) is not joined: a local run's Ray
+    is its own."""
+    temp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # short: Ray's socket paths
+    (temp / "ray").mkdir()
+    (temp / "ray" / "ray_current_cluster").write_text("192.0.2.2:16379")  # TEST-NET: nobody
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", QUIET_PROBE],
+            cwd=REPO,
+            env=clean_env(tmp_path / "home", TMPDIR=str(temp)),
+            capture_output=True,
+            text=True,
+            timeout=290,
+        )
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     assert run.returncode == 0, run.stderr[-2000:]
     seen = json.loads(run.stdout.strip().splitlines()[-1])
     assert seen["config"]["enable_metrics_collection"] is False
@@ -142,3 +155,4 @@ def test_a_local_ray_records_no_telemetry_nobody_reads(tmp_path: Path) -> None:
     assert "ray/_private/log_monitor.py" in seen["scripts"], seen["scripts"]  # the probe sees
     assert "ray/dashboard/dashboard.py" not in seen["scripts"], seen["scripts"]
     assert "ray/autoscaler/_private/monitor.py" not in seen["scripts"], seen["scripts"]
+    assert seen["sessions"], "the probe's Ray did not start in its own temp dir"
