@@ -13,6 +13,7 @@ runs in a fresh worker process, so no worker has a lock check cached from an ear
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -97,7 +98,8 @@ def test_a_cluster_worker_refuses_to_write_after_its_drivers_lock_was_taken(
     port = free_port()
     home = token_home(tmp_path / "home")  # Ray's token auth, as `ray start` turns it on
     node_env = clean_env(home, **s3_env(store))  # the nodes' own credentials
-    head = start_node(Path("/tmp") / f"ray-fc-{port}", node_env, 1, port=port, loopback_only=True)
+    temp = Path("/tmp") / f"ray-fc-{port}"  # short: Ray's socket paths live under it
+    head = start_node(temp, node_env, 1, port=port, loopback_only=True)
     address = f"127.0.0.1:{port}"
     driver = None
     try:
@@ -133,3 +135,5 @@ def test_a_cluster_worker_refuses_to_write_after_its_drivers_lock_was_taken(
             driver.kill()
             driver.communicate()
         stop_node(head)
+        shutil.rmtree(temp, ignore_errors=True)
+        temp.with_name(temp.name + ".log").unlink(missing_ok=True)
