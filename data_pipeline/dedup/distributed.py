@@ -250,7 +250,9 @@ def _attach_streaming(
         )
     run.timeline.append(("attach", time.time()))
     counts = run.ray._private.worker.global_worker.core_worker.get_all_reference_counts()
-    return out, sum(1 for i in ids if i in counts)
+    # held by a reference in this process ("local"); a finished task's hold on its argument
+    # ("submitted") is released asynchronously after ray.wait returns, so it is not counted
+    return out, sum(1 for i in ids if counts.get(i, {}).get("local", 0) > 0)
 
 
 def dedup_parts(
