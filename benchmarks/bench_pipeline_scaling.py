@@ -12,6 +12,8 @@ stage (5 of every 6 documents land in an exact cluster): more duplication than a
                PIIFormatter -> ParquetWriter, LocalPipelineExecutor (no langid: its filter
                downloads a model; no dedup: datatrove's MinHash is a separate 4-step job, see
                bench_dedup), same files, same worker counts
+    plain:     the no-Ray ceiling: the same stream code (reads, map stages, dedup's map side,
+               pieces) in 1 vs 2 plain processes (benchmarks.plain_stream), start-up apart
 
 Each run is its own process. Reported per run: wall, Ray start-up (ray.init, driver) apart from
 the work after it, the CPU-seconds our workers measured per stage (manifest `throughput`), and the
@@ -62,6 +64,7 @@ from typing import Any
 
 from benchmarks.common import add_corpus_argument, corpus_dir, write_result
 from benchmarks.phasecpu import phase_cpu, phase_roles
+from benchmarks.plain_stream import plain_rows, run_plain
 from benchmarks.proctree import TreeSampler
 
 REPO = Path(__file__).resolve().parents[1]
@@ -263,9 +266,12 @@ def startup_row(ours: dict[int, Any]) -> dict[int, dict[str, Any]]:
     }
 
 
-def summarise(ours: dict[int, Any], theirs: dict[int, Any], mb: float) -> dict[str, Any]:
-    """The rows of BENCHMARKS.md from the runs made (ours and/or datatrove, 1 and 2 workers)."""
-    rows: dict[str, Any] = {}
+def summarise(
+    ours: dict[int, Any], theirs: dict[int, Any], mb: float, plain: dict[int, Any] | None = None
+) -> dict[str, Any]:
+    """The rows of BENCHMARKS.md from the runs made (ours, datatrove and/or the no-Ray plain
+    processes, 1 and 2 workers)."""
+    rows: dict[str, Any] = plain_rows(plain, mb) if plain else {}
     if theirs:
         rows["datatrove_scaling_efficiency"] = _scaling(theirs, "wall_s")
         rows["datatrove_tree_mb_per_cpu_s"] = {
@@ -308,6 +314,9 @@ def summarise(ours: dict[int, Any], theirs: dict[int, Any], mb: float) -> dict[s
         w: r["phase_cpu_by_role"].get("stream", {}) for w, r in ours.items()
     }
     rows["ours_tree_mb_per_cpu_s"] = {w: round(mb / r["tree_cpu_s"], 3) for w, r in ours.items()}
+    stream = {w: r["phases_s"].get("stream") for w, r in ours.items()}
+    if all(stream.values()):  # the phase the plain baseline runs: Ray's loss is the gap
+        rows["ours_stream_scaling_efficiency"] = round(stream[1] / stream[2] / 2, 3)
     return rows
 
 
@@ -319,7 +328,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--runs",
         nargs="+",
-        choices=("ours", "datatrove"),
+        choices=("ours", "datatrove", "plain"),
         default=["ours", "datatrove"],
         help="which side(s) to run (each writes its own result file)",
     )
@@ -329,7 +338,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv if argv is not None else [])
     if args.child:
         kind, inputs, out, workers = args.child
-        run = child_ours if kind == "ours" else child_datatrove
+        run = {"ours": child_ours, "datatrove": child_datatrove, "plain": run_plain}[kind]
         result = run(inputs, out, int(workers))
         print(json.dumps(result))
         return result
@@ -350,7 +359,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "machine": {"cpus": os.cpu_count(), "shared": True, "load_1m": os.getloadavg()[0]},
         "ours": ours,
         "datatrove": theirs,
-        "rows": summarise(ours, theirs, mb),
+        "plain": runs.get("plain", {}),
+        "rows": summarise(ours, theirs, mb, runs.get("plain")),
         "target_scaling_efficiency": TARGET,
     }
     print(json.dumps(result["rows"], indent=1))
