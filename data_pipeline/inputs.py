@@ -13,6 +13,11 @@ from pyarrow import fs as pafs
 from data_pipeline.formats import READABLE, InputFile, check_magic, detect_format, filesystem_for
 from pretrain.errors import InputError
 
+BYTECODE_DIR = "__pycache__"
+"""A folder Python writes bytecode into (importing the embedded sample, a package, makes one):
+never data, so a directory input neither reads nor lists it, and `skipped_files` does not depend
+on whether the interpreter had imported the package."""
+
 
 def _skip_reason(name: str) -> str | None:
     """Why a file found inside a directory input is not read (None: it is read)."""
@@ -67,6 +72,7 @@ def _walk_local(root: str, skipped: list[dict[str, str]]) -> list[str]:
             dirnames[:] = []
             continue
         seen.add((info.st_dev, info.st_ino))
+        dirnames[:] = [name for name in dirnames if name != BYTECODE_DIR]
         for name in filenames:
             path = os.path.join(dirpath, name)
             if os.path.isfile(path):
@@ -150,6 +156,8 @@ def _keep_readable(
         inside = path.split("://", 1)[-1]
         relative = inside[len(root) :].lstrip("/") if root and inside.startswith(root) else ""
         parts = relative.split("/")[:-1]
+        if BYTECODE_DIR in parts:
+            continue
         hidden = next((i for i, part in enumerate(parts) if part.startswith(".")), None)
         if hidden is not None:
             folder = (

@@ -70,6 +70,6 @@ def upload_inputs(endpoint: str) -> str:
     s3.create_dir("crawl")
     for path in sorted(DATA.iterdir()):
         if path.suffix in (".gz", ".jsonl", ".parquet"):
-            with s3.open_output_stream(f"crawl/in/{path.name}") as f:
+            with s3.open_output_stream(f"crawl/in/{path.name}", compression=None) as f:
                 f.write(path.read_bytes())
     return "s3://crawl/in"
