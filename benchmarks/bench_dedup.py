@@ -32,6 +32,7 @@ from benchmarks import bench_minhash
 from benchmarks.bench_dedup_memory import read_input
 from benchmarks.common import add_corpus_argument, corpus_dir, peak_rss_mb, timed, write_result
 from benchmarks.proctree import TreeSampler
+from pretrain import rayinit
 
 WORKERS = 2
 FILES = 4
@@ -83,16 +84,12 @@ def worker_peak(stats: dict) -> float:
 
 
 def start_ray():
-    """A local Ray with its WORKERS worker processes started and the dedup code imported in them
-    (start-up, not dedup work: timed apart)."""
+    """A local Ray started the way a job starts it (pretrain.rayinit.connect: address="local",
+    loopback only, its telemetry off) with its WORKERS worker processes started and the dedup
+    code imported in them (start-up, not dedup work: timed apart)."""
     import ray
 
-    ray.init(
-        num_cpus=WORKERS,
-        include_dashboard=False,
-        log_to_driver=False,
-        object_store_memory=2 * 1024**3,
-    )
+    rayinit.connect(None, num_cpus=WORKERS, object_store_mb=2048)
 
     @ray.remote(num_cpus=1)
     def touch() -> int:
@@ -169,10 +166,10 @@ def main(argv: list[str] | None = None) -> None:
         # fresh workers: 1/4 of the input first, then all of it (peaks are running maxima)
         _, stats_quarter, _ = run_ours(ray, quarter, root / "ours-quarter", few)
         t_ours, stats, cpu_ours = run_ours(ray, full, root / "ours", few)
-        ray.shutdown()
+        rayinit.shutdown(True)
         ray = start_ray()
         _, stats_many, _ = run_ours(ray, full, root / "ours-many", many)
-        ray.shutdown()
+        rayinit.shutdown(True)
     result = {
         "documents": args.docs,
         "workers": WORKERS,

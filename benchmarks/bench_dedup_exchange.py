@@ -34,6 +34,7 @@ from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.distributed import dedup_parts
 from data_pipeline.stagekit import MapOutput
 from data_pipeline.stages.dedup import DedupStage
+from pretrain import rayinit
 
 
 def documents(corpus: Path, docs: int, copy_every: int) -> pa.Table:
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import ray
 
     start = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    started = rayinit.connect(None, num_cpus=2)  # address="local", loopback, telemetry off
     ray_start_s = time.perf_counter() - start
     result: dict[str, Any] = {"input": {"docs": table.num_rows, "parts": args.parts}}
     try:
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 config = base.model_copy(update={"num_partitions": partitions})
                 result[f"partitions_{partitions}"] = side(ray, parts, config, args.repeat)
     finally:
-        ray.shutdown()
+        rayinit.shutdown(started)
     result["ray_start_s"] = round(ray_start_s, 2)
     result["machine"] = {"shared": True, "cpus_for_ray": 2}
     write_result("bench_dedup_exchange", result)

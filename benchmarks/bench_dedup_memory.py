@@ -119,23 +119,16 @@ def write_output(ray, dataset, directory: Path) -> None:
     )
 
 
-def start_ray(workers: int, attempts: int = 3) -> tuple[float, TreeSampler]:
-    """Start a local Ray (retried: start-up can time out on a loaded machine), warm its workers;
-    returns (start-up seconds, one sample of the idle tree: Ray's fixed per-process cost)."""
+def start_ray(workers: int) -> tuple[float, TreeSampler]:
+    """Start a local Ray the way a job does (pretrain.rayinit.connect: address="local", loopback
+    only, its telemetry off, start-up retried on a loaded machine), warm its workers; returns
+    (start-up seconds, one sample of the idle tree: Ray's fixed per-process cost)."""
     import ray
 
-    for attempt in range(attempts):
-        start = time.perf_counter()
-        try:
-            # address="local": a Ray already running on this machine (another user's) is never joined
-            ray.init(
-                address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False
-            )
-            break
-        except Exception:  # noqa: BLE001 - Ray raises a bare Exception on a start-up timeout
-            ray.shutdown()
-            if attempt == attempts - 1:
-                raise
+    from pretrain import rayinit
+
+    start = time.perf_counter()
+    rayinit.connect(None, num_cpus=workers)
     _warm(ray, workers)
     return time.perf_counter() - start, idle_snapshot()
 
@@ -337,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     all_docs = bench_minhash.make_docs(args.docs * max(scales))
     docs = {s: args.docs * s for s in scales}
     ours, trove = {}, {}
-    import ray
+    from pretrain import rayinit
 
     with tempfile.TemporaryDirectory() as tmp:
         per_file = args.docs // FILES if args.path == "parts" else None
@@ -357,7 +350,7 @@ def main(argv: list[str] | None = None) -> None:
             ours[s]["idle_total_pss_mb"] = round(idle.peak_total_pss_mb, 1)
             ours[s]["ray_startup_s"] = round(startup_s, 2)
             print(f"{s}x: ours {ours[s]['wall_s']} s, {ours[s]['cpu_s_driver_and_workers']} CPU-s")
-            ray.shutdown()
+            rayinit.shutdown(True)
     result = {
         "documents_by_scale": docs,
         "text_mb_by_scale": {s: round(sum(map(len, all_docs[: docs[s]])) / 1e6, 1) for s in scales},

@@ -5,8 +5,11 @@ CPU-seconds the driver and those processes spent until then (what a test that st
 
 Each interpreter given (`--python`, default this one) runs the same probe in a subprocess with a
 clean environment, `--repeat` times, interleaved; the baseline is an interpreter with plain `ray` (no
-`ray[default]` extras) at the same Ray version. The probe calls `ray.init` with the arguments
-`pretrain.rayinit.connect` uses, so it also runs where this project is not installed.
+`ray[default]` extras) at the same Ray version. The probe starts Ray the way a job does,
+`pretrain.rayinit.connect` (address="local", loopback only, its telemetry off, the head services
+a local run skips, and its watchdog process, counted as `reaper`), imported from this checkout
+through PYTHONPATH: its imports are the standard library's and psutil, so it also runs under an
+interpreter where this project is not installed.
 
     python3.11 -m venv /tmp/raymin && /tmp/raymin/bin/pip install -c constraints.txt ray psutil
     python -m benchmarks.bench_ray_footprint --python /tmp/raymin/bin/python --python .venv/bin/python
@@ -26,14 +29,18 @@ from typing import Any
 
 from benchmarks.common import write_result
 
+REPO = Path(__file__).resolve().parent.parent
+
 PROBE = r"""
 import json, os, sys, time
 import psutil, ray
+from pretrain import rayinit
 
 ROLES = {"dashboard/agent.py": "dashboard_agent", "runtime_env/agent/main.py": "runtime_env_agent",
          "log_monitor.py": "log_monitor", "autoscaler/_private/monitor.py": "monitor",
          "dashboard/dashboard.py": "dashboard", "raylet/raylet": "raylet",
-         "gcs/gcs_server": "gcs_server", "default_worker.py": "worker"}
+         "gcs/gcs_server": "gcs_server", "default_worker.py": "worker",
+         "pretrain.rayreaper": "reaper"}
 
 def role(argv):
     if argv and argv[0].startswith("ray::"):
@@ -47,8 +54,7 @@ try:
 except ImportError:
     extras = False
 started = time.perf_counter()
-ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-         object_store_memory=200 * 2**20)
+rayinit.connect(None, num_cpus=2, object_store_mb=200)
 start_s = time.perf_counter() - started
 
 @ray.remote
@@ -69,7 +75,7 @@ for proc in psutil.Process().children(recursive=True):
     rows.append({"role": role(argv), "rss_mb": mem.rss / 2**20, "pss_mb": mem.pss / 2**20,
                  "cpu_s": cpu.user + cpu.system})
 me = psutil.Process().cpu_times()
-ray.shutdown()
+rayinit.shutdown(True)
 print(json.dumps({"ray": ray.__version__, "extras": extras, "start_s": start_s, "procs": rows,
                   "driver_cpu_s": me.user + me.system}))
 """
@@ -78,7 +84,12 @@ print(json.dumps({"ray": ray.__version__, "extras": extras, "start_s": start_s, 
 def probe(python: str, settle_s: float) -> dict[str, Any]:
     """One embedded start of Ray under `python`, in a clean environment and a fresh HOME."""
     with tempfile.TemporaryDirectory(prefix="rayfp-") as home:
-        env = {"PATH": f"{Path(python).parent}:/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8"}
+        env = {
+            "PATH": f"{Path(python).parent}:/usr/bin:/bin",
+            "HOME": home,
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": str(REPO),  # pretrain.rayinit from this checkout (module docstring)
+        }
         done = subprocess.run(
             [python, "-c", PROBE, str(settle_s)],
             env=env,
