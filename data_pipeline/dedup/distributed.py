@@ -1,18 +1,18 @@
 """Distributed dedup on Ray: Ray tasks over hash partitions, no actors, nothing global in one
-process.
+process. The two entry points, over a Ray Dataset's blocks (`dedup_dataset`, DedupStage.apply)
+and over input parts whose map side is persisted (`dedup_parts`, the runner), share the
+aggregate (data_pipeline.dedup.aggregate: buckets, verification, components, the kept document
+per cluster) and differ in the map step before it and the join back after it:
 
-1. map: per slice of a block (data_pipeline.dedup.budget), signatures -> band rows, exact rows,
-   doc rows and signed rows (signature + shingles), each split into P partitions
-2. buckets: per key partition, candidate pairs of each band bucket (+ exact-duplicate edges)
-3. verify: candidates join u's signature (partition of u), then v's (partition of v)
-4. components: alternating large-star / small-star steps over edge partitions until the edge set
-   stops changing (data_pipeline.dedup.components)
-5. labels: per vertex partition, each document's root; keep: per root partition, the kept
-   document and cluster size; attach: per slice, tags joined back by (slice, row), order kept; each input block is
-   freed once its slices are tagged when the input was handed over (dedup_dataset)
+- map: per slice of a block (data_pipeline.dedup.budget), or per persisted part, signatures ->
+  band rows, exact rows, doc rows and signed rows, each split into P partitions
+- attach: per slice, tags joined back by (slice, row), order kept; each input block is freed once
+  its slices are tagged when the input was handed over (dedup_dataset); the runner joins each
+  part itself (DedupStage.join_part)
 
 Only tasks are used (1 CPU each), so the actor/CPU deadlock of Ray Data on small clusters cannot
-occur here; every wait has a timeout that fails with a message instead of hanging.
+occur here; every wait has a timeout that fails with a message instead of hanging
+(data_pipeline.dedup.launch).
 """
 
 from __future__ import annotations
@@ -22,138 +22,15 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from data_pipeline import throughput
-from data_pipeline.dedup import budget, exchange, tasks
+from data_pipeline.dedup import budget, tasks
+from data_pipeline.dedup.aggregate import aggregate, stats_of
 from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats
+from data_pipeline.dedup.launch import Runner, wait_for_cpu
 from data_pipeline.stagekit import AGGREGATE_SCRATCH, MapOutput
-from pretrain.errors import PretrainError
 from pretrain.outstore import OutPath, output_path, remove_tree
 from pretrain.progress import Progress
-
-
-class _Runner:
-    """Launches the step functions as Ray tasks and waits for them with a timeout."""
-
-    def __init__(self, config: DedupConfig, folder: str | None = None) -> None:
-        import ray
-
-        self.ray = ray
-        self.exchange = folder
-        """Folder of the file-based exchange (data_pipeline.dedup.exchange); None: Ray objects."""
-        self.scratch = None if folder is None else exchange.Scratch(folder)
-        self.producing: list[Any] = []
-        """Cost refs of the file producers whose files a consumer launched next may read."""
-        self.steps = 0
-        self.timeout = config.task_timeout_s
-        self.infos: dict[str, list[dict[str, Any]]] = {}
-        self.remotes: dict[Any, Any] = {}
-        self.isolate = config.isolate_tasks
-        self.costs: list[Any] = []
-        """One ref per task: its CPU-seconds and peak RSS (data_pipeline.throughput)."""
-        self.timeline: list[tuple[str, float]] = [("start", time.time())]
-        """(step, Unix time it finished), in order: where a run's time and memory went."""
-
-    def launch(self, func: Any, num_returns: int, *args: Any) -> list[Any]:
-        if self.producing and any(isinstance(a, exchange.Gather) for a in args):
-            self.wait(self.producing, "exchange")  # a Gather's files exist once these finish
-            self.producing = []
-            self.sweep()
-        key = (func, num_returns)
-        if key not in self.remotes:
-            options = {"max_calls": 1} if self.isolate else {}
-            timed = throughput.timed_task(func, num_returns)
-            self.remotes[key] = self.ray.remote(num_cpus=1, max_retries=2, **options)(timed)
-        *refs, cost = self.remotes[key].options(num_returns=num_returns + 1).remote(*args)
-        self.costs.append(cost)
-        if self.scratch is not None:
-            self.scratch.read_by(args, cost)
-        return refs
-
-    def release(self, *columns: Any, lineage: bool) -> None:
-        """No task launched from now on reads these pieces (exchange.Scratch.release)."""
-        if self.scratch is not None:
-            self.scratch.release(columns, lineage)
-
-    def gathers(self, *columns: Any) -> list[Any]:
-        """`columns` with only their exchange.Gathers (no object ref): what `release` needs."""
-        return [[[g for g in c if isinstance(g, exchange.Gather)] for c in col] for col in columns]
-
-    def sweep(self) -> None:
-        if self.scratch is not None:
-            self.scratch.sweep(self.ray)
-
-    def scatter(
-        self, step: str, func: Any, groups: int, extra: int, partitions: int, producers: list
-    ) -> tuple[list[list[list[Any]]], list[list[Any]]]:
-        """Launch one producer task per args tuple in `producers`; `func`'s first `groups` x
-        `partitions` returns are partition pieces, then `extra` values. Returns (columns, rests):
-        columns[g][q] is what a consumer of partition q passes on for group g (one ref per
-        producer, or one exchange.Gather naming their files), rests[i] producer i's extra refs."""
-        if self.exchange is None:
-            outs = [self.launch(func, groups * partitions + extra, *args) for args in producers]
-            columns = [
-                [[o[g * partitions + q] for o in outs] for q in range(partitions)]
-                for g in range(groups)
-            ]
-            return columns, [o[groups * partitions :] for o in outs]
-        self.steps += 1
-        name = f"{self.steps:04d}-{step}"
-        outs = [
-            self.launch(
-                exchange.producer(func),
-                max(1, extra),
-                groups,
-                partitions,
-                (self.exchange, name, i),
-                *args,
-            )
-            for i, args in enumerate(producers)
-        ]
-        self.producing += self.costs[len(self.costs) - len(outs) :]
-        if self.scratch is not None:
-            self.scratch.produced(name, groups, self.costs[len(self.costs) - len(outs) :])
-        columns = [
-            [[exchange.Gather(self.exchange, name, g, len(outs), q)] for q in range(partitions)]
-            for g in range(groups)
-        ]
-        return columns, [o[:extra] for o in outs]
-
-    def cost(self) -> dict[str, float]:
-        """CPU-seconds and peak RSS of every task launched so far."""
-        return throughput.merge_task_costs(self.ray.get(self.costs, timeout=self.timeout))
-
-    def wait(self, refs: list[Any], step: str) -> list[Any]:
-        try:
-            return self.ray.get(refs, timeout=self.timeout)
-        except self.ray.exceptions.GetTimeoutError:
-            raise RuntimeError(
-                f"dedup step {step!r} waited more than task_timeout_s={self.timeout} s; check "
-                "`ray status`: actors may be holding every CPU (see the Ray deadlock note)"
-            ) from None
-        except self.ray.exceptions.RayTaskError as exc:  # e.g. a changed exchange file: 1 line
-            if isinstance(cause := getattr(exc, "cause", None), PretrainError):
-                raise type(cause)(str(cause)) from None
-            raise
-
-    def get(self, refs: list[Any], step: str) -> list[Any]:
-        values = self.wait(refs, step)
-        self.sweep()
-        self.infos.setdefault(step, []).extend(v for v in values if isinstance(v, dict))
-        self.timeline.append((step, time.time()))
-        return values
-
-
-def _wait_for_cpu(ray: Any, timeout: float) -> None:
-    deadline = time.monotonic() + min(timeout, 60.0)
-    while ray.available_resources().get("CPU", 0) < 1:
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                "dedup: no free CPU on the Ray cluster for 60 s; actors of an "
-                "earlier stage hold them all (use fractional num_cpus there)"
-            )
-        time.sleep(0.5)
 
 
 def _blocks(materialized: Any) -> tuple[list[Any], list[tuple[int, int]]]:
@@ -199,9 +76,9 @@ def dedup_dataset(
     cap = budget.MAX_PARTITIONS if exchange_dir is None else budget.MAX_FILE_PARTITIONS
     plan = budget.plan(sizes, worker_memory_mb, cpus, config, cap)
     partitions = plan.partitions
-    _wait_for_cpu(ray, config.task_timeout_s)
+    wait_for_cpu(ray, config.task_timeout_s)
     folder = None if exchange_dir is None else output_path(exchange_dir) / uuid.uuid4().hex
-    run = _Runner(config, None if folder is None else str(folder))
+    run = Runner(config, None if folder is None else str(folder))
     steps = Progress(total=6, desc="dedup", unit="step", leave=False)
     maps = run.scatter(
         "map",
@@ -211,14 +88,14 @@ def dedup_dataset(
         partitions,
         [(blocks[b], s, lo, n, config, partitions) for s, (b, lo, n) in enumerate(plan.slices)],
     )
-    tags = _aggregate(run, maps, config, partitions, steps)
+    tags = aggregate(run, maps, config, partitions, steps)
     _remove_steps(folder, keep="-keep")
     out, held = _attach_streaming(run, blocks, plan.slices, tags, partitions)
     _remove_steps(folder)
     steps.update()
     steps.close()
     result = ray.data.from_arrow_refs(out)
-    stats = _stats(run, partitions)
+    stats = stats_of(run, partitions)
     stage.cost, stage.timeline = run.cost(), run.timeline
     stats.extra["plan"] = {**plan.describe(), "worker_memory_mb": worker_memory_mb}
     stats.extra["input_blocks_held_after_attach"] = held
@@ -230,7 +107,7 @@ def dedup_dataset(
 
 
 def _attach_streaming(
-    run: _Runner, blocks: list[Any], slices: Sequence[tuple[int, int, int]], tags: list, parts: int
+    run: Runner, blocks: list[Any], slices: Sequence[tuple[int, int, int]], tags: list, parts: int
 ) -> tuple[list[Any], int]:
     """One attach task per slice, in block order; the driver's refs to the input blocks are
     dropped (emptying `blocks`) once every task is submitted, so a block lives only until its
@@ -283,9 +160,9 @@ def dedup_parts(
     cap = budget.MAX_FILE_PARTITIONS if files else budget.MAX_PARTITIONS
     plan = budget.plan(sizes, worker_memory_mb, cpus, config, cap)
     partitions = plan.partitions
-    _wait_for_cpu(ray, config.task_timeout_s)
+    wait_for_cpu(ray, config.task_timeout_s)
     folder = _exchange_folder(parts) if files else None
-    run = _Runner(config, None if folder is None else str(folder))
+    run = Runner(config, None if folder is None else str(folder))
     steps = Progress(total=5, desc="dedup", unit="step", leave=False)
     maps = run.scatter(
         "map",
@@ -295,11 +172,11 @@ def dedup_parts(
         partitions,
         [(dict(p.files), dict(p.info), i, partitions) for i, p in enumerate(parts)],
     )
-    tags = _aggregate(run, maps, config, partitions, steps)
+    tags = aggregate(run, maps, config, partitions, steps)
     steps.close()
     run.sweep()  # what the steps let go is deleted, and the disk peak recorded
     _remove_steps(folder, keep="-keep")  # only the tags' files are read after this (the joins)
-    stats = _stats(run, partitions)
+    stats = stats_of(run, partitions)
     stats.extra["plan"] = {"partitions": partitions, "worker_memory_mb": worker_memory_mb}
     if run.scratch is not None:
         stats.extra["exchange"] = run.scratch.summary()
@@ -336,120 +213,3 @@ def _exchange_folder(parts: Sequence[MapOutput]) -> OutPath:
     root = output_path(parts[0].rows).parent / AGGREGATE_SCRATCH
     remove_tree(root)
     return root / uuid.uuid4().hex
-
-
-def _aggregate(run: _Runner, maps: tuple, config: DedupConfig, partitions: int, steps: Any) -> list:
-    """Map outputs (4 groups of pieces + info per slice or part) -> per partition, what its tag
-    pieces' consumer passes on."""
-    (bands, exact, docs, signed), rests = maps
-    run.get([r[-1] for r in rests], "map")
-    del maps, rests  # no ref to a map output outlives its use below
-    steps.update()
-    cands, edges = _buckets(run, bands, exact, config, partitions)
-    held = run.gathers(bands, exact)
-    del bands, exact  # band and exact rows (~0.27 KB/doc) are freed before the verify peak
-    steps.update()
-    edges += _verify(run, cands, signed, config, partitions)
-    # bucket_edges' and verify_v's edges go into the first star step: their files go after it
-    run.release(*held, signed, lineage=True)
-    del cands, signed  # the object store frees them: only edges and docs go on
-    steps.update()
-    roots = _components(run, edges, partitions)
-    steps.update()
-    tags = _keep(run, roots, docs, partitions)
-    steps.update()
-    return tags
-
-
-def _buckets(run: _Runner, bands: list, exact: list, config: DedupConfig, partitions: int):
-    producers = [
-        (config, partitions, len(bands[p]), *bands[p], *exact[p]) for p in range(partitions)
-    ]
-    (cands,), rests = run.scatter("buckets", tasks.bucket_edges, 1, 2, partitions, producers)
-    run.get([r[-1] for r in rests], "buckets")
-    return cands, [r[0] for r in rests]
-
-
-def _verify(run: _Runner, cands: list, docs: list, config: DedupConfig, partitions: int) -> list:
-    producers = [
-        (config, partitions, len(cands[q]), *cands[q], *docs[q]) for q in range(partitions)
-    ]
-    (joined,), rests = run.scatter("verify-u", tasks.attach_u, 1, 1, partitions, producers)
-    run.get([r[-1] for r in rests], "verify-u")
-    run.release(cands, lineage=False)
-    outs = [
-        run.launch(tasks.verify_v, 2, config, len(joined[q]), *joined[q], *docs[q])
-        for q in range(partitions)
-    ]
-    run.get([o[-1] for o in outs], "verify-v")
-    run.release(joined, lineage=True)
-    return [o[0] for o in outs]
-
-
-def _star_step(run: _Runner, kind: str, edges: list, partitions: int) -> tuple[list, list]:
-    producers = [(kind, partitions, e) for e in edges]
-    (pieces,), _ = run.scatter(f"{kind}-scatter", tasks.star_scatter, 1, 0, partitions, producers)
-    outs = [run.launch(tasks.star_reduce, 2, kind, *pieces[q]) for q in range(partitions)]
-    infos = run.get([o[1] for o in outs], f"{kind}-star")
-    run.release(pieces, lineage=True)  # the edges of star_reduce go into the next scatter
-    return [o[0] for o in outs], infos
-
-
-def _components(run: _Runner, edges: list, partitions: int, max_rounds: int = 200) -> list:
-    previous = None
-    for _ in range(max_rounds):
-        edges, _ = _star_step(run, "large", edges, partitions)
-        edges, infos = _star_step(run, "small", edges, partitions)
-        count = sum(i["fingerprint"][0] for i in infos)
-        digest = sum(i["fingerprint"][1] for i in infos) % 2**64
-        if (count, digest) == previous:
-            break
-        previous = (count, digest)
-    else:
-        raise RuntimeError(f"dedup: connected components did not converge in {max_rounds} rounds")
-    edges, _ = _star_step(run, "large", edges, partitions)
-    return edges
-
-
-def _keep(run: _Runner, roots: list, docs: list, partitions: int) -> list[list]:
-    producers = [(partitions, e) for e in roots]
-    (pieces,), _ = run.scatter("roots", tasks.scatter_edges, 1, 0, partitions, producers)
-    producers = [(partitions, len(pieces[q]), *pieces[q], *docs[q]) for q in range(partitions)]
-    (labelled,), rests = run.scatter("labels", tasks.label_docs, 1, 1, partitions, producers)
-    run.get([r[-1] for r in rests], "labels")
-    run.release(pieces, docs, lineage=False)
-    producers = [(partitions, *labelled[r]) for r in range(partitions)]
-    (kept,), rests = run.scatter("keep", tasks.keep_clusters, 1, 1, partitions, producers)
-    run.get([r[-1] for r in rests], "keep")
-    run.release(labelled, lineage=False)
-    return kept
-
-
-def _stats(run: _Runner, partitions: int) -> DedupStats:
-    merged = {step: tasks.merge_info(infos) for step, infos in run.infos.items()}
-    total = tasks.merge_info(list(merged.values()))
-    names = (
-        "documents",
-        "empty",
-        "tiny",
-        "cjk",
-        "exact_duplicates",
-        "candidate_pairs",
-        "verified_pairs",
-        "clusters",
-        "dropped",
-        "index_matches",
-    )
-    stats = DedupStats(**{name: int(total.get(name, 0)) for name in names})
-    rounds = len(run.infos.get("small-star", [])) // partitions
-    stats.extra = {
-        "partitions": partitions,
-        "component_rounds": rounds,
-        # largest peak RSS of the worker processes that ran each step; workers are reused across
-        # steps (and runs), so this is a running maximum unless isolate_tasks is set
-        "worker_peak_rss_mb_by_step": {
-            step: round(info.get("peak_rss_mb", 0.0), 1) for step, info in merged.items()
-        },
-        "driver_peak_rss_mb": round(tasks.peak_rss_mb(), 1),
-    }
-    return stats

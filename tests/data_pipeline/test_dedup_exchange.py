@@ -128,7 +128,7 @@ def test_a_full_disk_under_a_piece_file_is_the_one_line_error_naming_it(
 def test_a_changed_piece_file_fails_its_step_with_one_line_naming_it(ray_local, tmp_path) -> None:
     """A consumer task reading a changed file: the aggregate's wait raises the file's
     ExchangeFileError itself (no Ray traceback), which the CLI prints as one line."""
-    from data_pipeline.dedup.distributed import _Runner
+    from data_pipeline.dedup.launch import Runner
 
     edges = tasks.edges_table(np.array([1, 2, 3]), np.array([0, 0, 1]))
     path = exchange.piece_file(str(tmp_path), "0001-large-scatter", 0, 0)
@@ -136,7 +136,7 @@ def test_a_changed_piece_file_fails_its_step_with_one_line_naming_it(ray_local, 
     data = bytearray(path.read_bytes())
     data[len(edges.schema.serialize()) + 60] ^= 0x01  # inside partition 0's record batch
     path.write_bytes(bytes(data))
-    run = _Runner(DedupConfig(), str(tmp_path))
+    run = Runner(DedupConfig(), str(tmp_path))
     gather = exchange.Gather(str(tmp_path), "0001-large-scatter", 0, 1, 0)
     refs = run.launch(tasks.star_reduce, 2, "large", gather)
     with pytest.raises(exchange.ExchangeFileError) as caught:
