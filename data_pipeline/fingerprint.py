@@ -122,8 +122,7 @@ def prepare_output(
     identities = {item.stem: file_identity(item) for item in inputs}
     recorded = parts.load_json(path).get("inputs", {}) if path.is_file() else {}
     changed = changed_inputs(recorded if isinstance(recorded, dict) else {}, identities)
-    for stem in changed:
-        parts.forget_input(out, stem)  # before the new identities are recorded
+    parts.forget_inputs(out, changed)  # before the new identities are recorded
     parts.ensure_dirs(out)
     (out / "manifest.json").unlink(missing_ok=True)
     write_json(path, {**job_fingerprint(config, stages), "inputs": identities})

@@ -114,16 +114,30 @@ def _totals(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
     return {"documents": docs, "bytes": bytes_, "text_bytes": text}
 
 
-def _merge_rows(fragments: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    merged: dict[tuple[str, ...], list[int]] = defaultdict(lambda: [0, 0, 0])
-    for frag in fragments:
+class _Fold:
+    """The sums of every fragment folded in so far: one entry per (stage, reason, domain, lang,
+    outcome) and per (stage, soft reason), never the fragments themselves, so the driver's memory
+    is set by the number of distinct reasons, not by the number of parts (millions at 40 TB)."""
+
+    def __init__(self) -> None:
+        self.parts = 0
+        self.rows: dict[tuple[str, ...], list[int]] = defaultdict(lambda: [0, 0, 0])
+        self.flags: dict[str, dict[str, list[int]]] = {}
+
+    def add(self, frag: dict[str, Any]) -> None:
+        self.parts += 1
         for row in frag["rows"]:
             key = (row["stage"], row["reason"], row["domain"], row["lang"], row["outcome"])
-            counts = merged[key]
+            counts = self.rows[key]
             counts[0] += row["documents"]
             counts[1] += row["bytes"]
             counts[2] += row["text_bytes"]
-    return _row_dicts(merged)
+        for stage, reasons in frag["flags"].items():
+            merged = self.flags.setdefault(stage, {})
+            for reason, count in reasons.items():
+                entry = merged.setdefault(reason, [0, 0])
+                entry[0] += count["documents"]
+                entry[1] += count["bytes"]
 
 
 def _row_dicts(counts: dict[tuple[str, ...], Sequence[int]]) -> list[dict[str, Any]]:
@@ -138,7 +152,7 @@ def _row_dicts(counts: dict[tuple[str, ...], Sequence[int]]) -> list[dict[str, A
 
 def _funnel(
     rows: list[dict[str, Any]],
-    fragments: Sequence[dict[str, Any]],
+    flags: dict[str, dict[str, list[int]]],
     stages: Sequence[str],
     total_docs: int,
     total_bytes: int,
@@ -154,12 +168,11 @@ def _funnel(
             )
             entry["documents"] += row["documents"]
             entry["bytes"] += row["bytes"]
-        for frag in fragments:
-            for reason, count in frag["flags"].get(stage, {}).items():
-                entry = reasons.setdefault(reason, {"documents": 0, "bytes": 0, "action": "tagged"})
-                if entry["action"] == "tagged":
-                    entry["documents"] += count["documents"]
-                    entry["bytes"] += count["bytes"]
+        for reason, (documents, size) in flags.get(stage, {}).items():
+            entry = reasons.setdefault(reason, {"documents": 0, "bytes": 0, "action": "tagged"})
+            if entry["action"] == "tagged":
+                entry["documents"] += documents
+                entry["bytes"] += size
         funnel.append(
             {
                 "stage": stage,
@@ -187,10 +200,14 @@ def _mix(rows: list[dict[str, Any]], key: str) -> dict[str, dict[str, int]]:
 
 
 def aggregate(
-    fragments: Sequence[dict[str, Any]], stages: Sequence[str], documents_read: int, bytes_read: int
+    fragments: Iterable[dict[str, Any]], stages: Sequence[str], documents_read: int, bytes_read: int
 ) -> dict[str, Any]:
-    """Sum shard fragments into the ledger and check conservation against what was read."""
-    rows = _merge_rows(fragments)
+    """Sum shard fragments into the ledger and check conservation against what was read. The
+    fragments are folded one at a time (an iterator of them is read once, none is kept)."""
+    fold = _Fold()
+    for frag in fragments:
+        fold.add(frag)
+    rows = _row_dicts(fold.rows)
     kept = _totals(r for r in rows if r["outcome"] == "kept")
     dropped = _totals(r for r in rows if r["outcome"] == "dropped")
     balanced = (
@@ -198,7 +215,7 @@ def aggregate(
         and bytes_read == kept["bytes"] + dropped["bytes"]
     )
     return {
-        "parts": len(fragments),
+        "parts": fold.parts,
         "documents_in": documents_read,
         "bytes_in": bytes_read,
         "documents_kept": kept["documents"],
@@ -212,7 +229,7 @@ def aggregate(
             f"{kept['documents']} kept + {dropped['documents']} dropped",
             "bytes": f"{bytes_read} in = {kept['bytes']} kept + {dropped['bytes']} dropped",
         },
-        "stages": _funnel(rows, fragments, stages, documents_read, bytes_read),
+        "stages": _funnel(rows, fold.flags, stages, documents_read, bytes_read),
         "languages": _mix(rows, "lang"),
         "domains": _mix(rows, "domain"),
         "rows": rows,

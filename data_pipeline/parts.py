@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import threading
+from collections.abc import Collection
 from typing import Any
 
 import pyarrow as pa
@@ -172,20 +172,35 @@ def _global_part(name: str) -> str:
     return name.removesuffix(".parquet").rpartition(".")[0]
 
 
-def forget_input(out: OutPath, stem: str) -> None:
-    """Delete every part of input `stem` and its read record (its file changed or left)."""
-    pattern = re.compile(re.escape(stem) + r"-\d{5}")
+def _part_stem(shard: str) -> str | None:
+    """`c4-train.00000-of-01024-00003` -> `c4-train.00000-of-01024`: the input a part belongs to
+    (its number is the last `-` field, five or more digits); None for a name that is no part."""
+    stem, sep, number = shard.rpartition("-")
+    return stem if sep and len(number) >= 5 and number.isdigit() else None
+
+
+def forget_inputs(out: OutPath, stems: Collection[str]) -> None:
+    """Delete every part of the inputs `stems` and their read records (their files changed or
+    left). Each folder is listed once for all of them: a run whose inputs all changed (an rsync
+    that rewrote every mtime) costs one pass over the output, not one per input."""
+    if not stems:
+        return
+    stems = set(stems)
+    shards: set[str] = set()
     for sub in (layout.DATA_DIR, layout.REJECTS_DIR, PARTS, f"{PARTS}/{PIECES}"):
         folder = out / sub
         for path in folder.glob("*") if folder.is_dir() else ():
             name = layout.shard_name(path.name).removesuffix(".json")
-            if pattern.fullmatch(name):
-                forget_part(out, name)
+            if _part_stem(name) in stems:
+                shards.add(name)
+    for shard in sorted(shards):
+        forget_part(out, shard)
     for stage_dir in listed(out / PARTS / GLOBAL, "*"):  # persisted global-stage map output
         for path in listed(stage_dir, "*") if stage_dir.is_dir() else ():
-            if pattern.fullmatch(_global_part(path.name)):
+            if _part_stem(_global_part(path.name)) in stems:
                 path.unlink(missing_ok=True)
-    read_stats_path(out, stem).unlink(missing_ok=True)
+    for stem in sorted(stems):
+        read_stats_path(out, stem).unlink(missing_ok=True)
 
 
 def file_done(out: OutPath, stem: str, done: dict[str, set[int]]) -> bool:

@@ -17,6 +17,7 @@ pretrain.outstore: one PUT per object, so no partial object is visible under its
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,7 +130,10 @@ def preflight(
 def _collect(
     config: PipelineConfig, out: OutPath, stems: list[str], stages: list[Stage]
 ) -> tuple[dict[str, Any], list[str]]:
-    fragments, read_docs, read_bytes, collisions = [], 0, 0, 0
+    """The ledger from every input's read record and every part's fragment. Fragments are read
+    one at a time and folded (ledger.aggregate): the driver holds per-input part counts, not the
+    fragments (millions of parts at 40 TB)."""
+    read_docs, read_bytes, collisions, counts = 0, 0, 0, []
     for stem in stems:
         stats_path = parts.read_stats_path(out, stem)
         if not stats_path.is_file():
@@ -140,18 +144,24 @@ def _collect(
         stats = parts.load_json(stats_path)
         read_docs, read_bytes = read_docs + stats["records"], read_bytes + stats["bytes"]
         collisions += stats.get("id_collisions", 0)
-        for part in range(stats["parts"]):
+        counts.append((stem, int(stats["parts"])))
+    led = ledger.aggregate(_fragments(out, counts), [s.name for s in stages], read_docs, read_bytes)
+    led["id_collisions"] = collisions
+    shards = sorted(p.name for p in (out / layout.DATA_DIR).glob("*.parquet"))
+    return led, shards
+
+
+def _fragments(out: OutPath, counts: list[tuple[str, int]]) -> Iterator[dict[str, Any]]:
+    """Every part's ledger fragment, in input and part order; a missing one is a one-line error."""
+    for stem, count in counts:
+        for part in range(count):
             path = parts.fragment_path(out, f"{stem}-{part:05d}")
             if not path.is_file():
                 raise PretrainError(
                     f"shard {path.stem} was not written; re-run the command "
                     "(finished shards are reused)"
                 )
-            fragments.append(parts.load_json(path))
-    led = ledger.aggregate(fragments, [s.name for s in stages], read_docs, read_bytes)
-    led["id_collisions"] = collisions
-    shards = sorted(p.name for p in (out / layout.DATA_DIR).glob("*.parquet"))
-    return led, shards
+            yield parts.load_json(path)
 
 
 @writes_output(lambda config, **_: lock_target(config.output))
