@@ -65,8 +65,7 @@ def signature_table(table: pa.Table, config: DedupConfig) -> tuple[pa.Table, Ded
         if "quality_score" in table.column_names
         else pa.nulls(len(table), pa.float32())
     )
-    folded = fold32(shingles)
-    shingle_lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(folded))
+    shingle_lists = _as_lists(shingles, offsets)
     width = signatures.shape[1] * 4
     sig_array = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(width), len(table), [None, pa.py_buffer(signatures.tobytes())]
@@ -85,6 +84,21 @@ def signature_table(table: pa.Table, config: DedupConfig) -> tuple[pa.Table, Ded
     )
     stats = DedupStats(documents=len(table), empty=counts.empty, tiny=counts.tiny, cjk=counts.cjk)
     return result, stats
+
+
+def _as_lists(shingles: np.ndarray, offsets: np.ndarray) -> pa.ListArray:
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(fold32(shingles)))
+
+
+def shingle_lists(table: pa.Table, config: DedupConfig) -> pa.ListArray:
+    """Each row's 32-bit shingle values, as signature_table's `shingles` column holds them (a
+    row's shingles depend on its own text and lang alone, so any subset of rows gives the same
+    lists): exact verification recomputes them from the text for candidate pairs only."""
+    langs = table.column("lang") if "lang" in table.column_names else None
+    shingles, offsets, _ = batch_shingles(
+        table.column("text"), langs, config.word_ngram, config.char_ngram
+    )
+    return _as_lists(shingles, offsets)
 
 
 def signatures_of(sig_column: pa.Array | pa.ChunkedArray, num_perm: int) -> np.ndarray:
@@ -153,6 +167,14 @@ def _tagged_unique(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return tagged[first]  # sort-based: numpy 2's hash-based np.unique is slower here
 
 
+def unsure(similarity: np.ndarray, config: DedupConfig) -> np.ndarray:
+    """Positions of the estimates exact verification checks (within noise of the threshold)."""
+    return np.flatnonzero(
+        (similarity < config.threshold + _SURE_ABOVE)
+        & (similarity > config.threshold - _SURE_BELOW)
+    )
+
+
 def verify_pairs(
     sig_u: np.ndarray,
     sig_v: np.ndarray,
@@ -163,13 +185,10 @@ def verify_pairs(
     """(kept mask, similarity) of candidate pairs, by `config.verify` (see DedupConfig)."""
     similarity = jaccard_estimate(sig_u, sig_v) if len(sig_u) else np.zeros(0)
     if config.verify == "exact" and shingles_u is not None and len(similarity):
-        unsure = np.flatnonzero(
-            (similarity < config.threshold + _SURE_ABOVE)
-            & (similarity > config.threshold - _SURE_BELOW)
-        )
-        if len(unsure):
-            index = pa.array(unsure)
-            similarity[unsure] = exact_jaccard(shingles_u.take(index), shingles_v.take(index))
+        checked = unsure(similarity, config)
+        if len(checked):
+            index = pa.array(checked)
+            similarity[checked] = exact_jaccard(shingles_u.take(index), shingles_v.take(index))
     return similarity >= config.threshold, similarity
 
 

@@ -88,7 +88,7 @@ def dedup_dataset(
         partitions,
         [(blocks[b], s, lo, n, config, partitions) for s, (b, lo, n) in enumerate(plan.slices)],
     )
-    tags = aggregate(run, maps, config, partitions, steps)
+    tags = aggregate(run, maps, config, partitions, steps, (blocks, plan.slices))
     _remove_steps(folder, keep="-keep")
     out, held = _attach_streaming(run, blocks, plan.slices, tags, partitions)
     _remove_steps(folder)

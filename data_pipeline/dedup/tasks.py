@@ -22,10 +22,8 @@ from data_pipeline.dedup.core import (
     band_rows,
     keep_and_size,
     signature_table,
-    signatures_of,
-    verify_pairs,
 )
-from data_pipeline.dedup.lsh import candidate_edges, unique_edges
+from data_pipeline.dedup.lsh import candidate_edges
 from data_pipeline.stagekit import append_columns
 
 EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
@@ -132,15 +130,19 @@ def scatter_map(
     info: dict[str, Any],
     block_index: int,
     partitions: int,
+    shingles: bool = True,
 ) -> list:
     """The map output of slice (or part) `block_index`, each table split into `partitions`
     (band and exact rows by key, doc rows by vertex; doc rows gain `block`), plus stats. The
-    signatures and shingles of the doc rows travel apart (signed rows: vertex, sig, shingles):
-    they are needed only until the candidates are verified, and the driver lets them go then."""
+    signatures of the doc rows travel apart, in signed rows (vertex, sig, and the shingles, or
+    without `shingles` the document's slice and row, from which data_pipeline.dedup.verify
+    recomputes the shingles of the few documents that need them): they are needed only until
+    the candidates are verified, and the driver lets them go then."""
     block = pa.array(np.full(docs.num_rows, block_index), pa.int64())
     docs = docs.add_column(docs.schema.get_field_index("row"), "block", block)
     vertex = docs.column("vertex").to_numpy()
-    signed = docs.select(["vertex", "sig", "shingles"])
+    place = ["shingles"] if shingles else ["block", "row"]
+    signed = docs.select(["vertex", "sig", *place])
     return [
         *scatter(bands, bands.column("key").to_numpy(), partitions),
         *scatter(exact, exact.column("key").to_numpy(), partitions),
@@ -158,12 +160,14 @@ def map_block(
     config: DedupConfig,
     partitions: int,
 ) -> list:
-    """Signatures of one slice (`rows` rows of `block` from `first`) -> band rows, exact rows and
-    doc rows, each split by partition, plus stats (map_tables, scatter_map; `block` = the slice
-    index). The slice's size is set by the memory budget (data_pipeline.dedup.budget), so a
-    large block never raises the task's memory."""
+    """Signatures of one slice (`rows` rows of `block` from `first`) -> band rows, exact rows,
+    doc rows and signed rows without shingles (the input blocks stay in the object store until
+    the tags are attached, so verification recomputes shingles from them), each split by
+    partition, plus stats (map_tables, scatter_map; `block` = the slice index). The slice's size
+    is set by the memory budget (data_pipeline.dedup.budget), so a large block never raises the
+    task's memory."""
     bands, exact, docs, info = map_tables(block.slice(first, rows), config)
-    return scatter_map(bands, exact, docs, info, slice_index, partitions)
+    return scatter_map(bands, exact, docs, info, slice_index, partitions, shingles=False)
 
 
 def load_map_part(
@@ -226,54 +230,11 @@ def bucket_edges(config: DedupConfig, partitions: int, num_bands: int, *pieces: 
     ]
 
 
-def _lookup(docs: pa.Table, vertices: np.ndarray) -> np.ndarray:
+def lookup(docs: pa.Table, vertices: np.ndarray) -> np.ndarray:
     """Row positions in `docs` of `vertices` (all must be present)."""
     doc_vertex = np.asarray(docs.column("vertex"))
     order = np.argsort(doc_vertex, kind="stable")
     return order[np.searchsorted(doc_vertex, vertices, sorter=order)]
-
-
-def attach_u(config: DedupConfig, partitions: int, num_cands: int, *pieces: pa.Table) -> list:
-    """Vertex partition q: give each candidate (u, v) with u in q the signature of u, split by v."""
-    cands = concat(pieces[:num_cands], EDGE_SCHEMA)
-    docs = concat(pieces[num_cands:])
-    if cands.num_rows:  # a pair can collide in several bands that live in different partitions
-        u, v, _ = unique_edges(np.asarray(cands.column("u")), np.asarray(cands.column("v")))
-        cands = edges_table(u, v)
-    u = np.asarray(cands.column("u"))
-    if len(u):
-        at = pa.array(_lookup(docs, u))
-        sig_u, shingles_u = docs.column("sig").take(at), docs.column("shingles").take(at)
-    else:
-        sig_u = pa.array([], pa.binary(config.num_perm * 4))
-        shingles_u = pa.array([], pa.list_(pa.uint32()))
-    table = cands.append_column("sig_u", sig_u).append_column("shingles_u", shingles_u)
-    return [
-        *scatter(table, np.asarray(cands.column("v")), partitions),
-        {"candidate_pairs": len(u), "peak_rss_mb": peak_rss_mb()},
-    ]
-
-
-def verify_v(config: DedupConfig, num_cands: int, *pieces: pa.Table) -> list:
-    """Vertex partition q: verify candidates (u, v) with v in q; returns the kept edges."""
-    cands = concat(pieces[:num_cands])
-    docs = concat(pieces[num_cands:])
-    if not cands.num_rows:
-        return [
-            edges_table(np.zeros(0, np.int64), np.zeros(0, np.int64)),
-            {"verified_pairs": 0, "peak_rss_mb": peak_rss_mb()},
-        ]
-    v = np.asarray(cands.column("v"))
-    at = _lookup(docs, v)
-    sig_v = signatures_of(docs.column("sig"), config.num_perm)[at]
-    sig_u = signatures_of(cands.column("sig_u"), config.num_perm)
-    shingles_v = docs.column("shingles").take(pa.array(at))
-    ok, _ = verify_pairs(sig_u, sig_v, cands.column("shingles_u"), shingles_v, config)
-    u = np.asarray(cands.column("u"))
-    return [
-        edges_table(u[ok], v[ok]),
-        {"verified_pairs": int(ok.sum()), "peak_rss_mb": peak_rss_mb()},
-    ]
 
 
 def scatter_edges(partitions: int, edges: pa.Table) -> list[pa.Table]:
@@ -306,7 +267,7 @@ def label_docs(partitions: int, num_roots: int, *pieces: pa.Table) -> list:
     vertex = np.asarray(docs.column("vertex"))
     root = vertex.copy()
     if roots.num_rows:
-        at = _lookup(docs, np.asarray(roots.column("u")))
+        at = lookup(docs, np.asarray(roots.column("u")))
         np.minimum.at(root, at, np.asarray(roots.column("v")))
     docs = docs.append_column("cluster", pa.array(root, pa.int64()))
     return [*scatter(docs, root, partitions), {"peak_rss_mb": peak_rss_mb()}]

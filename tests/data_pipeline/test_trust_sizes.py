@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data_pipeline.dedup import tasks
+from data_pipeline.dedup import tasks, verify
 from data_pipeline.dedup.config import DedupConfig
 from pretrain_app.cli import main
 
@@ -101,13 +101,19 @@ def test_every_dedup_step_accepts_a_partition_without_documents() -> None:
     bands, exact, docs, signed = (out[k * partitions : (k + 1) * partitions] for k in range(4))
     assert sum(d.num_rows for d in docs) == 1 and any(d.num_rows == 0 for d in docs)
     assert sum(d.num_rows for d in signed) == 1 and any(d.num_rows == 0 for d in signed)
-    edges = []
+    edges, requests, pending = [], [], []
     for p in range(partitions):
         buckets = tasks.bucket_edges(config, partitions, 1, bands[p], exact[p])
         edges.append(buckets[partitions])
-        attached = tasks.attach_u(config, partitions, 1, buckets[p], signed[p])
-        verified = tasks.verify_v(config, 1, attached[p], signed[p])
-        edges.append(verified[0])
+        attached = verify.attach_u(config, partitions, 1, buckets[p], signed[p])
+        *asked, sure, unsure, _ = verify.verify_sure(
+            config, partitions, p, 1, attached[p], signed[p]
+        )
+        requests.append(asked[0])  # the one slice's partition
+        edges.append(sure)
+        pending.append(unsure)
+    shingles = verify.shingle_rows(block, 0, 0, block.num_rows, config, partitions, *requests)
+    edges += [verify.verify_exact(config, pending[q], shingles[q])[0] for q in range(partitions)]
     labelled = [tasks.label_docs(partitions, 0, docs[q]) for q in range(partitions)]
     kept = [
         tasks.keep_clusters(partitions, *[labelled[q][r] for q in range(partitions)])
