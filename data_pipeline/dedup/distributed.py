@@ -17,6 +17,7 @@ occur here; every wait has a timeout that fails with a message instead of hangin
 
 from __future__ import annotations
 
+import atexit
 import time
 import uuid
 from collections.abc import Sequence
@@ -55,8 +56,11 @@ def dedup_dataset(
     and partitions come from the input's size and `worker_memory_mb` (data_pipeline.dedup.budget).
     With `exchange_dir` (a folder every worker reads and writes: local disk on one node, a shared
     file system or s3:// on a cluster), the aggregate's steps exchange their pieces through files
-    in a fresh subfolder, removed at the end (data_pipeline.dedup.exchange), not as Ray objects:
-    the object store then holds only the input and the tagged output (the same tags).
+    in a fresh subfolder (data_pipeline.dedup.exchange), not as Ray objects: the object store
+    then holds only the input and the tagged output (the same tags). Each step's files go once
+    read, but the tags' files (`stats.extra["exchange_tags"]`, ~100 bytes per document) stay
+    until DedupStage.close() or the interpreter's exit: Ray rebuilds a lost tagged block from
+    them (_keep_until_exit).
 
     `dataset` may be handed over in a one-item list, which this empties: then nothing here keeps
     the input's blocks once their slices are tagged (each attach task holds its block until it
@@ -91,7 +95,6 @@ def dedup_dataset(
     tags = aggregate(run, maps, config, partitions, steps, (blocks, plan.slices))
     _remove_steps(folder, keep="-keep")
     out, held = _attach_streaming(run, blocks, plan.slices, tags, partitions)
-    _remove_steps(folder)
     steps.update()
     steps.close()
     result = ray.data.from_arrow_refs(out)
@@ -99,11 +102,38 @@ def dedup_dataset(
     stage.cost, stage.timeline = run.cost(), run.timeline
     stats.extra["plan"] = {**plan.describe(), "worker_memory_mb": worker_memory_mb}
     stats.extra["input_blocks_held_after_attach"] = held
+    if folder is not None:
+        stats.extra["exchange_tags"] = _keep_until_exit(folder)
     if config.index.save_to:
         from data_pipeline.dedup.index import save_index
 
         save_index(config.index.save_to, (ray.get(ref) for ref in out), config, tagged=True)
     return result, stats
+
+
+_KEPT: set[str] = set()
+"""Tag folders of `dedup_dataset` runs in this process not yet released (release_tags)."""
+
+
+def _keep_until_exit(folder: OutPath) -> str:
+    """Keep an apply's tags' files past its return: each tagged block is a Ray object whose
+    lineage is its attach task, so Ray rebuilds a lost block (its node died before the consumer
+    read it) by running that attach again, which reads them. Removed by release_tags
+    (DedupStage.close) or at the interpreter's exit."""
+    _KEPT.add(str(folder))
+    return str(folder)
+
+
+def release_tags(folders: Sequence[str]) -> None:
+    """Remove the folders `dedup_dataset` kept (_keep_until_exit): the tagged output must not
+    need rebuilding from them any more (written, or no longer used)."""
+    for folder in folders:
+        if folder in _KEPT:
+            remove_tree(output_path(folder))
+            _KEPT.discard(folder)
+
+
+atexit.register(lambda: release_tags(sorted(_KEPT)))
 
 
 def _attach_streaming(

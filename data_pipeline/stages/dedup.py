@@ -40,6 +40,8 @@ class DedupStage(GlobalStage):
         super().__init__(config, **context)
         self.stats = DedupStats()
         """Counts of the last apply / apply_table call (documents, empty, tiny, clusters, ...)."""
+        self._kept: list[str] = []
+        """Tag folders `apply` left under `exchange_dir` for Ray's rebuilds (close)."""
 
     @property
     def dedup_config(self) -> DedupConfig:
@@ -64,7 +66,8 @@ class DedupStage(GlobalStage):
         not `ds = ...; stage.apply(ds)`), each input block is freed as its tagged blocks appear,
         so the input and the whole tagged output are not held in the object store together.
         Context `exchange_dir` (a folder all workers share): the aggregate's pieces go through
-        files there instead of the object store (dedup_dataset)."""
+        files there instead of the object store (dedup_dataset); the tags' files stay there
+        until `close()`, so a tagged block lost with its node can be rebuilt."""
         from data_pipeline.dedup.distributed import dedup_dataset
 
         given = [dataset]
@@ -73,7 +76,19 @@ class DedupStage(GlobalStage):
         result, self.stats = dedup_dataset(
             given, self.dedup_config, self, self._budget(), exchange_dir
         )
+        if "exchange_tags" in self.stats.extra:
+            self._kept.append(self.stats.extra["exchange_tags"])
         return result
+
+    def close(self) -> None:
+        """Remove the tags' files `apply` kept under `exchange_dir` (data_pipeline.dedup.
+        distributed.release_tags): call it once the tagged dataset is written or no longer
+        used, since until then Ray may rebuild a lost tagged block from them. Without a call
+        they go at the interpreter's exit."""
+        from data_pipeline.dedup.distributed import release_tags
+
+        release_tags(self._kept)
+        self._kept = []
 
     def _budget(self) -> int:
         return int(self.context.get("worker_memory_mb", DEFAULT_WORKER_MEMORY_MB))

@@ -99,20 +99,33 @@ def test_input_blocks_are_freed_as_their_tags_are_attached_when_handed_over(ray_
     assert dataset.count() == table.num_rows  # the caller's dataset is still whole
 
 
-def test_exchange_through_files_gives_the_same_tags_and_leaves_no_files(
+def test_exchange_through_files_gives_the_same_tags_and_keeps_only_what_rebuilds_them(
     ray_local, tmp_path: Path
 ) -> None:
     """`exchange_dir`: the aggregate's pieces go through files, not the object store; the same
-    bytes as in-process, with every exchange file removed once the tags are attached."""
+    bytes as in-process. After `apply` returns, only the tags' files are left, and they rebuild
+    every tagged block the way Ray's lineage does when a block is lost with its node (its attach
+    task run again on them); `close()` removes them. (They were deleted before `apply`
+    returned: a lost block could not be rebuilt.)"""
+    from data_pipeline.dedup import exchange, tasks
+
     table, _ = load_fixture()
     expected = DedupStage().apply_table(table)
     blocks = [table.slice(0, 10), table.slice(10, 7), table.slice(17)]
     before = tmp_path.stat().st_mtime_ns
     stage = DedupStage(DedupConfig(num_partitions=3), exchange_dir=str(tmp_path))
     out = stage.apply(ray_local.data.from_arrow(blocks))
-    got = pa.concat_tables(ray_local.get(out.to_arrow_refs()))
-    assert got.equals(expected)
+    tagged = ray_local.get(out.to_arrow_refs())
+    assert pa.concat_tables(tagged).equals(expected)
     assert stage.stats.dropped == 9
     assert "verify-u" in [step for step, _ in stage.timeline]
-    assert tmp_path.stat().st_mtime_ns > before  # the run's folder was made there ...
-    assert list(tmp_path.iterdir()) == []  # ... and removed with its files
+    assert tmp_path.stat().st_mtime_ns > before  # the run's folder was made there
+    (run,) = tmp_path.iterdir()
+    (step,) = run.iterdir()  # every other step's files are gone
+    assert step.name.endswith("-keep")
+    assert stage.stats.extra["plan"]["slices"] == len(blocks) == len(tagged)  # a slice a block
+    for s, block in enumerate(blocks):
+        gather = exchange.Gather(str(run), step.name, 0, 3, s % 3)
+        assert tasks.attach(block, s, 0, block.num_rows, gather).equals(tagged[s])
+    stage.close()
+    assert list(tmp_path.iterdir()) == []
