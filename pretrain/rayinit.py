@@ -46,6 +46,13 @@ QUIET_LOCAL: dict[str, Any] = {
 }
 """RayConfig of a local Ray (`ray.init(_system_config=...)`; a caller's own entries win); a task
 events interval of 0 turns their recording off."""
+WARM_LOCAL: dict[str, Any] = {"idle_worker_killing_time_threshold_ms": 600_000}
+"""Also a local Ray's RayConfig: an idle task worker is kept for 10 minutes (Ray's default: 1 s
+once the node has more worker processes than CPUs). A data run's stream holds its stage actors
+AND its read tasks' workers, more processes than CPUs, so by the end of the stream Ray had killed
+the idle read workers, and the dedup map and merge tasks after it each started a fresh process
+(interpreter, Ray and our imports: ~1-2 CPU-s each, 2 of them per phase at 2 CPUs). Kept, those
+phases reuse them; the peak number of processes is the stream's, as before."""
 QUIET_LOCAL_ENV = {"REPORTER_UPDATE_INTERVAL_MS": "60000"}
 """Read by the dashboard agent a local start spawns: its process-stats loop (default 5,000 ms)."""
 
@@ -106,7 +113,7 @@ def connect(
     if address:
         _connect_existing(ray, address, with_driver_env(init_kwargs))
         return True
-    system_config = {**QUIET_LOCAL, **init_kwargs.pop("_system_config", {})}
+    system_config = {**QUIET_LOCAL, **WARM_LOCAL, **init_kwargs.pop("_system_config", {})}
     started = time.time()
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
