@@ -97,7 +97,7 @@ StagesConfig = create_model(
 class PipelineConfig(StrictModel):
     inputs: tuple[str, ...] = Field(min_length=1)
     """Files, directories (searched recursively) or URIs (s3://, gs://, hdfs://, file://)."""
-    output: str
+    output: str = Field(min_length=1)
     """Artifact directory: data/, rejects/, ledger.json, README.md, manifest.json
     (pretrain.shards_layout)."""
     stages: StagesConfig = StagesConfig.model_validate(  # type: ignore[valid-type]

@@ -14,6 +14,7 @@ A changed (or removed) input's parts are deleted and it is read again; the other
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
 from pyarrow import fs as pafs
@@ -25,8 +26,9 @@ from data_pipeline.stages.base import Stage
 from pretrain import shards_layout as layout
 from pretrain.config import config_sha256
 from pretrain.errors import ConfigError, InputError
-from pretrain.manifest import manifest_sha256, sha256_file
+from pretrain.manifest import MANIFEST, manifest_sha256, sha256_file
 from pretrain.outstore import OutPath, remove_tree, write_json
+from pretrain.progress import LOGS_DIR
 from pretrain.schema import SCHEMA_VERSION
 
 FINGERPRINT = "fingerprint.json"
@@ -92,8 +94,37 @@ def job_fingerprint(config: PipelineConfig, stages: list[Stage]) -> dict[str, An
     }
 
 
+def check_output_target(out: OutPath) -> None:
+    """Refuse an output the run would write over someone else's files in: a file (or a path
+    below one), or a non-empty directory that holds no run of ours (no fingerprint, no manifest),
+    e.g. a misspelt `output` naming the user's project folder, where the dataset card would
+    replace their README.md. Only the work area and the logs the command itself creates first
+    may be there; `overwrite` does not extend to files we did not write."""
+    if isinstance(out, Path):
+        for path in (out, *out.parents):
+            if path.exists() and not path.is_dir():
+                what = "is a file" if path == out else f"is below the file {str(path)!r}"
+                raise ConfigError(f"output = {str(out)!r} {what}; choose a directory")
+    elif out.is_file():
+        raise ConfigError(f"output = {str(out)!r} is an object, not a prefix; choose a prefix")
+    if (out / parts.PARTS / FINGERPRINT).is_file() or (out / MANIFEST).is_file():
+        return
+    if not out.is_dir():
+        return
+    ours = {parts.PARTS, LOGS_DIR}
+    strangers = sorted(p.name for p in out.iterdir() if p.name not in ours)
+    if strangers:
+        shown = ", ".join(strangers[:3]) + (", ..." if len(strangers) > 3 else "")
+        raise ConfigError(
+            f"output = {str(out)!r} is not empty ({shown}) and holds no output of `pretrain "
+            "data run`: the run would write over those files; choose a new or empty directory"
+        )
+
+
 def output_is_foreign(config: PipelineConfig, out: OutPath, stages: list[Stage]) -> bool:
-    """True when `out` holds parts of a different job; an error unless `overwrite` is set."""
+    """True when `out` holds parts of a different job; an error unless `overwrite` is set
+    (and always an error when `out` is not a place to write a run, `check_output_target`)."""
+    check_output_target(out)
     path = out / parts.PARTS / FINGERPRINT
     if not path.is_file():
         return False

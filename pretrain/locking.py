@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pretrain.command import current_command
-from pretrain.errors import OutputLocked, PretrainError
+from pretrain.errors import ConfigError, OutputLocked, PretrainError
 from pretrain.lockobject import pid_alive
 from pretrain.progress import warn
 
@@ -86,7 +86,13 @@ def _refusal(out: Path, holder: dict[str, Any] | None) -> OutputLocked:
 
 
 def _acquire(path: Path, out: Path, command: Sequence[str] | None) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file where a folder of the output must be
+        blocker = next(p for p in (path.parent, *path.parent.parents) if p.is_file())
+        raise ConfigError(
+            f"output {out}: {blocker} is a file, not a directory; choose another output"
+        ) from None
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
