@@ -48,9 +48,13 @@ def _wait(run: subprocess.Popen[bytes], log: Path) -> str:
     return log.read_text(errors="replace")
 
 
-def phase(out: Path) -> str:
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        return json.loads(phase_path(out).read_text())["phase"]
+def phase(out: Path, since: float) -> str:
+    """The phase a run started at `since` (Unix seconds) is in; "" before it writes one (the
+    marker an earlier, killed run left names that run's last phase)."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        marker = json.loads(phase_path(out).read_text())
+        if marker["started"] >= since:
+            return marker["phase"]
     return ""
 
 
@@ -62,13 +66,14 @@ def kill_in(
     when the job ended first. `worker(out, procs)`, when given, is called with the driver's Ray
     processes until it returns True (it kills one of them) before the driver may be killed."""
     out = Path(config["output"])
+    since = time.time()
     run = start(config, tmp, name)
     driver = psutil.Process(run.pid)
     procs: dict[int, psutil.Process] = {}
     seen: list[str] = []
     while run.poll() is None:
         procs.update({p.pid: p for p in ray_processes(driver)})
-        now = phase(out)
+        now = phase(out, since)
         if now and (not seen or seen[-1] != now):
             seen.append(now)
         if worker is not None and worker(out, list(procs.values())):
