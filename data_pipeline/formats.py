@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 from pyarrow import fs as pafs
 
+from data_pipeline.gzmembers import GzipMembers
 from pretrain.errors import InputError
 
 FORMAT_SUFFIXES: tuple[tuple[str, str], ...] = (
@@ -106,6 +107,8 @@ def decoded_stream(stream: Any, source: InputFile) -> Any:
     head = stream.read(len(compression[0]))
     check_magic(source.path, head)
     raw = io.BufferedReader(_Prepend(head, stream))
+    if compression[1] == "gzip" and source.format == "warc":
+        return GzipMembers(raw)  # damage ends the stream (`damage`); `resume()` goes on after it
     if compression[1] == "gzip":
         return gzip.GzipFile(fileobj=raw)
     return io.BufferedReader(_Prepend(b"", pa.CompressedInputStream(raw, "zstd")))

@@ -26,6 +26,8 @@ HARD_REASONS: tuple[str, ...] = (
     "text_not_string",
     "truncated_input",
     "truncated_record",
+    "corrupt_gzip",
+    "malformed_record",
     "unreadable_file",
     "not_text",
     "too_large",

@@ -1,0 +1,110 @@
+"""A gzip stream read member by member, that stops at damage instead of losing what came before.
+
+`gzip.GzipFile` decompresses a whole read request at once: a member cut short or corrupt raises
+inside the read, so the records decoded in that same request (up to 16 KB before the damage, a
+whole small file) are lost, and warcio takes the `EOFError` of a cut file for a clean end (a
+silent loss). `GzipMembers` hands out bytes as soon as zlib produces them; at damage it records
+what happened (`damage`) and reads as the end of the stream. `resume()` then looks for the next
+member's magic bytes, so a multi-member file (WARC.gz: one member per record) goes on after a
+corrupt member.
+"""
+
+from __future__ import annotations
+
+import io
+import zlib
+from typing import Any
+
+_MAGIC = b"\x1f\x8b\x08"
+_CHUNK = 64 * 1024
+
+
+class GzipMembers(io.RawIOBase):
+    """Decoded bytes of the gzip members in `raw`; `damage` is set (and reading ends) at damage:
+    "corrupt_gzip" (zlib refused the data) or "truncated" (the file ends inside a member)."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.pending = b""  # compressed bytes read from `raw`, not yet given to zlib
+        self.raw_offset = 0  # offset in the file of pending[0]
+        self.damage: str | None = None
+        self.damage_offset = 0
+        self.produced = 0  # decoded bytes handed out since the last (re)start
+        self._inflater: Any = None
+        self._raw_eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._next(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def _fill(self) -> bool:
+        if self._raw_eof:
+            return False
+        chunk = self.raw.read(_CHUNK)
+        if not chunk:
+            self._raw_eof = True
+            return False
+        self.pending += chunk
+        return True
+
+    def _next(self, size: int) -> bytes:
+        while self.damage is None:
+            if self._inflater is None:
+                if not self.pending and not self._fill():
+                    return b""  # a clean end between members
+                self._inflater = zlib.decompressobj(wbits=31)
+            if self._inflater.unconsumed_tail:
+                data = self._feed(self._inflater.unconsumed_tail, size, tail=True)
+            elif self.pending or self._fill():
+                data = self._feed(self.pending, size, tail=False)
+            else:
+                self._fail("truncated")
+                return b""
+            if data:
+                self.produced += len(data)
+                return data
+        return b""
+
+    def _feed(self, compressed: bytes, size: int, *, tail: bool) -> bytes:
+        before = len(compressed)
+        try:
+            data = self._inflater.decompress(compressed, size)
+        except zlib.error:
+            if tail:  # keep the bytes zlib still held: the next member may start in them
+                self.pending, self.raw_offset = compressed + self.pending, self.raw_offset - before
+            self._fail("corrupt_gzip")
+            return b""
+        if not tail:
+            self.pending = b""
+            self.raw_offset += before
+        if self._inflater.eof:  # the member ended: what follows it is the next member's
+            rest = self._inflater.unused_data
+            self.raw_offset -= len(rest)
+            self.pending = rest + self.pending
+            self._inflater = None
+        return data
+
+    def _fail(self, kind: str) -> None:
+        self.damage, self.damage_offset = kind, self.raw_offset
+        self._inflater = None
+
+    def resume(self) -> bool:
+        """After damage, go on at the next member's magic bytes: False when the file has none."""
+        self.damage, self.produced = None, 0
+        skip = 1  # at least past the damaged member's own magic
+        while True:
+            found = self.pending.find(_MAGIC, skip)
+            if found >= 0:
+                self.raw_offset += found
+                self.pending = self.pending[found:]
+                return True
+            keep = max(len(self.pending) - len(_MAGIC) + 1, skip)
+            self.raw_offset += keep
+            self.pending, skip = self.pending[keep:], 0
+            if not self._fill():
+                self.pending = b""
+                return False
