@@ -14,6 +14,7 @@ A changed (or removed) input's parts are deleted and it is read again; the other
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,24 @@ def file_identity(item: InputFile) -> dict[str, Any]:
         ) from None
     edges = _sha(str(size).encode() + b"\0" + head + tail)
     return {"size": size, "mtime_ns": info.mtime_ns, "edges_sha256": edges}
+
+
+IDENTITY_THREADS = 16
+"""Identity checks in flight at once on an object store, where each is a few round trips of
+waiting (a listing entry, two range reads) rather than CPU; local files are checked in turn."""
+
+
+def input_identities(inputs: list[InputFile]) -> dict[str, dict[str, Any]]:
+    """{stem: file_identity} of every input, in input order. Inputs in an object store are
+    checked IDENTITY_THREADS at a time (at ~17 ms of latency each, a million inputs checked one
+    by one take ~5 h); an unreadable input is the same one-line error as when checked serially
+    (the first in input order)."""
+    remote = [item for item in inputs if "://" in item.path]
+    if len(remote) < 2:
+        return {item.stem: file_identity(item) for item in inputs}
+    with ThreadPoolExecutor(IDENTITY_THREADS, thread_name_prefix="identity") as pool:
+        found = dict(zip((i.stem for i in remote), pool.map(file_identity, remote), strict=True))
+    return {item.stem: found.get(item.stem) or file_identity(item) for item in inputs}
 
 
 def _sha(data: bytes) -> str:
@@ -150,7 +169,7 @@ def prepare_output(
         for sub in (*layout.OUTPUT_ENTRIES, parts.PARTS, "manifest.json"):
             target = out / sub
             remove_tree(target)
-    identities = {item.stem: file_identity(item) for item in inputs}
+    identities = input_identities(inputs)
     recorded = parts.load_json(path).get("inputs", {}) if path.is_file() else {}
     changed = changed_inputs(recorded if isinstance(recorded, dict) else {}, identities)
     parts.forget_inputs(out, changed)  # before the new identities are recorded

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pretrain import shards_layout as layout
+from pretrain.hashcache import remember
 from pretrain.outstore import (
     ObjectPath,
     OutPath,
@@ -95,6 +96,7 @@ def write_parquet(
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, out / relative)
+    remember(out / relative, record["sha256"])  # the hash cache: no check reads it again
     return record
 
 
@@ -126,31 +128,70 @@ def finished_parts(out: OutPath) -> dict[str, set[int]]:
     parts_dir = out / PARTS
     if not parts_dir.is_dir():
         return done
+    listing = Listing(out) if isinstance(out, ObjectPath) else None
     for path in listed(parts_dir, "*.json"):
         stem, sep, part = path.stem.rpartition("-")
         if not sep or not part.isdigit() or path.name.endswith(".read.json"):
             continue
-        if part_verifies(out, path):
+        if part_verifies(out, path, listing):
             done.setdefault(stem, set()).add(int(part))
         else:
             forget_part(out, path.stem)
     return done
 
 
-def part_verifies(out: OutPath, fragment: OutPath) -> bool:
+class Listing:
+    """Size and modification time of every shard, rejects and fragment object of an output in
+    an object store, from three listings: the resume scan of millions of parts then costs no
+    request per object (a HEAD or a GET of every shard's bytes at 40 TB is hours)."""
+
+    def __init__(self, out: ObjectPath) -> None:
+        self.out = out
+        self.entries: dict[str, tuple[int, int | None]] = {}
+        for sub in (layout.DATA_DIR, layout.REJECTS_DIR, PARTS):
+            for info in (out / sub).infos():
+                if info.is_file:
+                    rel = f"{sub}/{info.base_name}"
+                    self.entries[rel] = (int(info.size), info.mtime_ns)
+
+    def exists(self, rel: str) -> bool:
+        return rel in self.entries
+
+    def trusted(self, rel: str, record: dict[str, Any], fragment: str) -> bool | None:
+        """False when `rel` is absent or not the size its fragment records; True when it is
+        and was last written no later than the fragment (the merge writes the fragment after
+        the part's files, so its recorded sha256 is of these bytes); None (hash it) else."""
+        size, mtime = self.entries.get(rel, (-1, None))
+        if size != record["bytes"]:
+            return False
+        written = self.entries.get(fragment, (0, None))[1]
+        return True if mtime is not None and written is not None and mtime <= written else None
+
+
+def part_verifies(out: OutPath, fragment: OutPath, listing: Listing | None = None) -> bool:
     """True when the part's fragment is readable and every file it records is intact, and no
-    shard or rejects file it does not record is present."""
+    shard or rejects file it does not record is present. Locally every file is checked through
+    the hash cache (re-hashed when the file was touched: its ctime changed); in an object store
+    with a `listing`, a file of the recorded size written before its fragment keeps the recorded
+    sha256 (one written after it is read back and hashed)."""
     try:
         files = load_json(fragment)["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
+    exists = listing.exists if listing is not None else lambda rel: (out / rel).exists()
     for name in (layout.data_file(fragment.stem), layout.rejects_file(fragment.stem)):
-        if (out / name).exists() and name not in files:
+        if exists(name) and name not in files:
             return False
     for name, record in files.items():
         confined(out, name, f"ledger fragment {fragment}")  # the output's own file, no other
         path = out / name
-        if not path.is_file() or path.stat().st_size != record["bytes"]:
+        if listing is not None:
+            trusted = listing.trusted(name, record, f"{PARTS}/{fragment.name}")
+            if trusted is not None:
+                if not trusted:
+                    return False
+                continue
+        elif not path.is_file() or path.stat().st_size != record["bytes"]:
             return False
         if sha256_of(path) != record["sha256"]:  # re-hashed when the file was touched
             return False

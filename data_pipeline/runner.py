@@ -17,6 +17,8 @@ pretrain.outstore: one PUT per object, so no partial object is visible under its
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,11 +130,17 @@ def preflight(
 
 
 def _collect(
-    config: PipelineConfig, out: OutPath, stems: list[str], stages: list[Stage]
+    config: PipelineConfig,
+    out: OutPath,
+    stems: list[str],
+    stages: list[Stage],
+    known: dict[str, dict[str, Any]],
 ) -> tuple[dict[str, Any], list[str]]:
     """The ledger from every input's read record and every part's fragment. Fragments are read
     one at a time and folded (ledger.aggregate): the driver holds per-input part counts, not the
-    fragments (millions of parts at 40 TB)."""
+    fragments (millions of parts at 40 TB). `known` gets the digest of every file a fragment
+    records (its writer hashed the bytes it wrote) and of the records read here, for the
+    manifest (pretrain.manifest.write_manifest): no output file is read again to hash it."""
     read_docs, read_bytes, collisions, counts = 0, 0, 0, []
     for stem in stems:
         stats_path = parts.read_stats_path(out, stem)
@@ -141,18 +149,31 @@ def _collect(
                 f"input {stem}: no read record in {out / parts.PARTS}; the job "
                 "did not finish reading it; re-run the command"
             )
-        stats = parts.load_json(stats_path)
+        stats = _read_json(out, stats_path, known)
         read_docs, read_bytes = read_docs + stats["records"], read_bytes + stats["bytes"]
         collisions += stats.get("id_collisions", 0)
         counts.append((stem, int(stats["parts"])))
-    led = ledger.aggregate(_fragments(out, counts), [s.name for s in stages], read_docs, read_bytes)
+    fragments = _fragments(out, counts, known)
+    led = ledger.aggregate(fragments, [s.name for s in stages], read_docs, read_bytes)
     led["id_collisions"] = collisions
     shards = sorted(p.name for p in (out / layout.DATA_DIR).glob("*.parquet"))
     return led, shards
 
 
-def _fragments(out: OutPath, counts: list[tuple[str, int]]) -> Iterator[dict[str, Any]]:
-    """Every part's ledger fragment, in input and part order; a missing one is a one-line error."""
+def _read_json(out: OutPath, path: OutPath, known: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A JSON record of the output, its digest noted in `known` from this one read."""
+    data = path.read_bytes()
+    rel = path.relative_to(out).as_posix()  # type: ignore[arg-type]  # same kind as `out`
+    known[rel] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    loaded: dict[str, Any] = json.loads(data)
+    return loaded
+
+
+def _fragments(
+    out: OutPath, counts: list[tuple[str, int]], known: dict[str, dict[str, Any]]
+) -> Iterator[dict[str, Any]]:
+    """Every part's ledger fragment, in input and part order (a missing one is a one-line
+    error); the digests of it and of the files it records go to `known`."""
     for stem, count in counts:
         for part in range(count):
             path = parts.fragment_path(out, f"{stem}-{part:05d}")
@@ -161,7 +182,10 @@ def _fragments(out: OutPath, counts: list[tuple[str, int]]) -> Iterator[dict[str
                     f"shard {path.stem} was not written; re-run the command "
                     "(finished shards are reused)"
                 )
-            yield parts.load_json(path)
+            fragment = _read_json(out, path, known)
+            for name, record in fragment.get("files", {}).items():
+                known[name] = {"bytes": record.get("bytes"), "sha256": record.get("sha256")}
+            yield fragment
 
 
 @writes_output(lambda config, **_: lock_target(config.output))
@@ -196,7 +220,8 @@ def run_pipeline(
         ray_stats, reused_map = ray_job.run_ray(
             config, stages, work, out, done, ray_address, progress, clock
         )
-    led, shards = _collect(config, out, [f.stem for f in inputs], stages)
+    known: dict[str, dict[str, Any]] = {}
+    led, shards = _collect(config, out, [f.stem for f in inputs], stages, known)
     if clock is not None:
         throughput.save_global_costs(out, stages, led["documents_in"], led["bytes_in"])
     led["skipped_files"] = skipped
@@ -230,6 +255,7 @@ def run_pipeline(
             "shards": len(shards),
             "text_bytes_kept": led["text_bytes_kept"],
         },
+        known=known,
     )
     if not config.keep_global_parts:
         global_parts.remove_all(out)

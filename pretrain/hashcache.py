@@ -87,6 +87,18 @@ def _store(entry: Path, path: Path, identity: list[int], sha256: str) -> None:
             Path(tmp).unlink(missing_ok=True)
 
 
+def remember(path: str | os.PathLike, sha256: str) -> None:
+    """Record the sha256 of a file its writer has just written from bytes it hashed itself, so
+    the next check of the file (a manifest, a resume, a consumer) reads none of it again. The
+    entry holds the file's identity now: any later write to the file changes its ctime."""
+    path = Path(os.path.abspath(path))
+    try:
+        identity = _identity(path)
+    except OSError:
+        return
+    _store(_entry_path(path), path, identity, sha256)
+
+
 def file_sha256(path: str | os.PathLike, *, full: bool | None = None) -> str:
     """sha256 of the file's bytes, from the cache when its identity is unchanged.
 

@@ -160,14 +160,40 @@ def _is_scratch(path: Any, root: Any) -> bool:  # Path or outstore.ObjectPath, b
     )
 
 
-def _listed_files(root: outstore.OutPath) -> list[str]:
-    found: list[Any] = list(root.rglob("*"))  # Paths, or ObjectPaths of an object store
+def _listing(root: outstore.OutPath) -> list[tuple[str, int]]:
+    """(relative name, bytes) of every file a manifest lists, sorted; an object store's sizes
+    come from its listing (no request per object)."""
+    found: list[tuple[Any, int]]  # Paths, or ObjectPaths of an object store
+    if isinstance(root, outstore.ObjectPath):
+        found = list(root.files_and_sizes())
+    else:
+        found = [(path, path.stat().st_size) for path in root.rglob("*") if path.is_file()]
     return [
-        path.relative_to(root).as_posix()
-        for path in sorted(found)
-        if (isinstance(path, outstore.ObjectPath) or path.is_file())  # rglob: keys are files
-        and not _is_scratch(path, root)
+        (path.relative_to(root).as_posix(), size)
+        for path, size in sorted(found, key=lambda item: item[0])
+        if not _is_scratch(path, root)
     ]
+
+
+def _listed_files(root: outstore.OutPath) -> list[str]:
+    return [rel for rel, _ in _listing(root)]
+
+
+def _file_records(
+    root: outstore.OutPath, known: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """{rel: {bytes, sha256}} of every listed file. A file in `known` (taken from it) whose size
+    is the one its writer recorded keeps the writer's sha256: the writer hashed the bytes it
+    wrote, so the driver does not read them again. Every other file is hashed here."""
+    files: dict[str, dict[str, Any]] = {}
+    for rel, size in _listing(root):
+        record = known.pop(rel, None)
+        if record is not None and record.get("bytes") == size and record.get("sha256"):
+            files[rel] = {"bytes": size, "sha256": record["sha256"]}
+            continue
+        size, digest = outstore.size_and_sha256(root / rel, full=True)
+        files[rel] = {"bytes": size, "sha256": digest}
+    return files
 
 
 def _nested_artifact(path: outstore.OutPath, root: outstore.OutPath) -> bool:
@@ -221,8 +247,14 @@ def write_manifest(
     inputs: Iterable[str | os.PathLike] = (),
     counts: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
+    known: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Hash every file under `directory` and write its manifest last, atomically, sealed.
+
+    `known` ({rel: {bytes, sha256}}, consumed) holds the digests the files' writers computed from
+    the bytes they wrote (a data job's workers, in its ledger fragments): a listed file of that
+    size keeps its writer's sha256 instead of being read back. A file rewritten at the same size
+    after its writer recorded it is then caught by `verify`/`require`, not here.
 
     `inputs` are artifact directories this one was made from; their manifest sha256 is recorded.
     `extra` holds kind-specific fields (e.g. `tokenizer`, `recipe_sha256`). The command recorded
@@ -231,10 +263,7 @@ def write_manifest(
     """
     root = outstore.output_path(directory)  # a local directory, or an object-store prefix
     config = dict(config or {})
-    files = {}
-    for rel in _listed_files(root):
-        size, digest = outstore.size_and_sha256(root / rel, full=True)
-        files[rel] = {"bytes": size, "sha256": digest}
+    files = _file_records(root, known if known is not None else {})
     lineage = []
     for inp in inputs:
         inp_manifest = load_manifest(inp)

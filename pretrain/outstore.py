@@ -203,6 +203,19 @@ class ObjectPath:
             ObjectPath(self.fs, i.path, self.scheme) for i in found if i.type == pafs.FileType.File
         ]
 
+    def infos(self, recursive: bool = False) -> list[pafs.FileInfo]:
+        """The listing under this prefix (keys with their size and modification time), sorted:
+        one request per thousand keys, none per object."""
+        return self._list(recursive)
+
+    def files_and_sizes(self) -> list[tuple[ObjectPath, int]]:
+        """Every key under this prefix with its size, from the listing alone."""
+        return [
+            (ObjectPath(self.fs, i.path, self.scheme), int(i.size))
+            for i in self._list(True)
+            if i.type == pafs.FileType.File
+        ]
+
     def glob(self, pattern: str) -> list[ObjectPath]:
         """Entries directly under this prefix whose name matches `pattern` (no `/`, no `**`)."""
         if "/" in pattern:

@@ -184,7 +184,8 @@ F = TypeVar("F", bound=Fields)
 
 class Writer(Generic[F]):
     """The writer of one kind: `write(directory, fields, config=..., inputs=..., counts=...)`
-    hashes every file under `directory` and writes the manifest last, atomically, with the
+    hashes every file under `directory` (but those whose writer's digest is `known`,
+    `pretrain.manifest.write_manifest`) and writes the manifest last, atomically, with the
     kind's `fields` and the command `pretrain.program.run` captured."""
 
     def __init__(self, fields: type[F]) -> None:
@@ -198,6 +199,7 @@ class Writer(Generic[F]):
         config: Mapping[str, Any] | None = None,
         inputs: Sequence[str | os.PathLike] = (),
         counts: Mapping[str, Any] | None = None,
+        known: dict[str, dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         if not isinstance(fields, self.fields) or not type(fields).KIND:
             raise TypeError(f"{self.fields.__name__} expected, got {type(fields).__name__}")
@@ -212,4 +214,5 @@ class Writer(Generic[F]):
             inputs=list(inputs),
             counts=counts,
             extra=record,
+            known=known,
         )

@@ -1,0 +1,195 @@
+"""The data job's driver at the part counts of a 40 TB run: CPU per part and per file of the
+bookkeeping the driver does alone, on synthetic outputs of 1k/10k/100k parts (local, and an
+S3-compatible server: moto), ours beside the way it was done before in the same run.
+
+Each part of the synthetic output is what a finished part leaves: `data/<shard>.parquet` and
+`rejects/<shard>.pq` (random bytes of `--file-kb`), its ledger fragment recording both files'
+bytes and sha256, and per input (`--parts-per-input` parts) a read record. Measured, in the driver
+process (`time.process_time`, so load on the machine counts less than in wall time):
+
+- `manifest`: the end of a run, ledger fragments read + manifest written. Baseline `rehash`: the
+  manifest hashes every listed file again (every byte read back: the driver before 2026-12-02
+  13:00); ours `recorded`: the digests the workers recorded in the fragments are used (read once
+  with the fragments, each checked against the listed size).
+- `resume`: the scan a resumed run makes of every finished part. Baseline `per_object`: each
+  part checked on its own (on an object store: a HEAD per file and every byte read back); ours
+  `parts.finished_parts` (an object store's sizes and times from one listing per folder).
+- `identity`: the input identity checks of a resumed run (size, mtime, content hash), baseline one
+  after another, ours `fingerprint.input_identities` (threads on an object store).
+
+Run: `python -m benchmarks.bench_driver_scale --parts 1000 10000 100000 --s3-parts 1000`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import write_result
+from data_pipeline import fingerprint, parts, runner
+from data_pipeline.formats import InputFile
+from pretrain import outstore
+from pretrain import shards_layout as layout
+from pretrain.manifest import write_manifest
+
+FRAGMENT_ROW = {"stage": "pass", "reason": "pass", "domain": "d", "lang": "en", "outcome": "kept"}
+
+
+def _part(i: int, per_input: int) -> tuple[str, str]:
+    stem = f"in{i // per_input:07d}"
+    return stem, f"{stem}-{i % per_input:05d}"
+
+
+def _write(path: outstore.OutPath, data: bytes) -> None:
+    if isinstance(path, Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def build_output(out: outstore.OutPath, count: int, per_input: int, file_kb: int) -> list[str]:
+    """A finished output of `count` parts; returns the input stems."""
+    stems: list[str] = []
+    for i in range(count):
+        stem, shard = _part(i, per_input)
+        files = {}
+        for rel in (layout.data_file(shard), layout.rejects_file(shard)):
+            data = os.urandom(file_kb << 10)
+            _write(out / rel, data)
+            files[rel] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "rows": 1}
+        row = {**FRAGMENT_ROW, "documents": 1, "bytes": 1, "text_bytes": 1}
+        fragment = {"shard": shard, "files": files, "rows": [row], "flags": {}, "documents": 1}
+        _write(parts.fragment_path(out, shard), json.dumps(fragment).encode())
+        if not stems or stems[-1] != stem:
+            stems.append(stem)
+    for stem in stems:
+        record = {"records": per_input, "bytes": per_input, "parts": per_input}
+        _write(parts.read_stats_path(out, stem), json.dumps(record).encode())
+    return stems
+
+
+def _cpu(func: Callable[[], Any]) -> tuple[float, float]:
+    """(driver CPU-seconds, wall seconds) of one call."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    func()
+    return time.process_time() - cpu, time.perf_counter() - wall
+
+
+def manifest_sides(out: outstore.OutPath, stems: list[str], per_input: int) -> dict[str, Any]:
+    def rehash() -> None:
+        led = runner.ledger.aggregate(
+            (parts.load_json(parts.fragment_path(out, s)) for s in _shards(stems, per_input)),
+            [],
+            0,
+            0,
+        )
+        write_manifest(out, "bench", counts={"parts": led["parts"]})
+
+    def recorded() -> None:
+        known: dict[str, dict[str, Any]] = {}
+        runner.ledger.aggregate(runner._fragments(out, _counts(stems, per_input), known), [], 0, 0)
+        write_manifest(out, "bench", known=known)
+
+    return {"rehash": _cpu(rehash), "recorded": _cpu(recorded)}
+
+
+def _counts(stems: list[str], per_input: int) -> list[tuple[str, int]]:
+    return [(stem, per_input) for stem in stems]
+
+
+def _shards(stems: list[str], per_input: int) -> Iterator[str]:
+    for stem in stems:
+        for part in range(per_input):
+            yield f"{stem}-{part:05d}"
+
+
+def identity_sides(inputs: list[InputFile]) -> dict[str, Any]:
+    return {
+        "serial": _cpu(lambda: [fingerprint.file_identity(item) for item in inputs]),
+        "ours": _cpu(lambda: fingerprint.input_identities(inputs)),
+    }
+
+
+def measure(out: outstore.OutPath, count: int, args: argparse.Namespace) -> dict[str, Any]:
+    start = time.perf_counter()
+    stems = build_output(out, count, args.parts_per_input, args.file_kb)
+    built = time.perf_counter() - start
+    row: dict[str, Any] = {"parts": count, "files": 3 * count + len(stems), "build_s": built}
+    row["manifest"] = manifest_sides(out, stems, args.parts_per_input)
+    fragments = [parts.fragment_path(out, s) for s in _shards(stems, args.parts_per_input)]
+    row["resume"] = {
+        "per_object": _cpu(lambda: [parts.part_verifies(out, f) for f in fragments]),
+        "ours": _cpu(lambda: parts.finished_parts(out)),
+    }
+    sample = [
+        InputFile(str(out / parts.read_stats_path(out, s).relative_to(out)), "jsonl", s)
+        for s in stems[: args.identity_inputs]
+    ]
+    row["identity"] = {"inputs": len(sample), **identity_sides(sample)}
+    return row
+
+
+def _per(row: dict[str, Any], key: str, side: str, unit: int) -> str:
+    cpu, wall = row[key][side]
+    return f"{key}/{side}: {cpu / unit * 1e3:.3f} ms CPU ({wall / unit * 1e3:.3f} ms wall)"
+
+
+def report(store: str, row: dict[str, Any]) -> None:
+    parts_, files, ident = row["parts"], row["files"], row["identity"]["inputs"]
+    print(
+        f"[{store} {parts_} parts, {files} files] "
+        + "; ".join(
+            [
+                _per(row, "manifest", "rehash", files) + " per file",
+                _per(row, "manifest", "recorded", files) + " per file",
+                _per(row, "resume", "per_object", parts_) + " per part",
+                _per(row, "resume", "ours", parts_) + " per part",
+                _per(row, "identity", "serial", ident) + " per input",
+                _per(row, "identity", "ours", ident) + " per input",
+            ]
+        ),
+        flush=True,
+    )
+
+
+def run_s3(counts: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
+    from tests.data_pipeline.s3tools import moto_server, s3_env, s3_filesystem
+
+    rows = []
+    with moto_server() as endpoint:
+        os.environ.update(s3_env(endpoint))
+        s3_filesystem(endpoint).create_dir("bench")
+        for count in counts:
+            out = outstore.output_path(f"s3://bench/out{count}")
+            rows.append(measure(out, count, args))
+            report("s3", rows[-1])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", type=int, nargs="*", default=[1000, 10000])
+    parser.add_argument("--s3-parts", type=int, nargs="*", default=[1000])
+    parser.add_argument("--parts-per-input", type=int, default=2)
+    parser.add_argument("--file-kb", type=int, default=16)
+    parser.add_argument("--identity-inputs", type=int, default=200)
+    args = parser.parse_args()
+    result: dict[str, Any] = {"args": vars(args), "load": os.getloadavg(), "local": [], "s3": []}
+    with tempfile.TemporaryDirectory(prefix="bench-driver-") as tmp:
+        os.environ["PRETRAIN_CACHE"] = str(Path(tmp) / "cache")  # the hash cache, fresh
+        for count in args.parts:
+            result["local"].append(measure(Path(tmp) / f"out{count}", count, args))
+            report("local", result["local"][-1])
+        result["s3"] = run_s3(args.s3_parts, args) if args.s3_parts else []
+    result["load_after"] = os.getloadavg()
+    write_result("driver_scale", result)
+
+
+if __name__ == "__main__":
+    main()
