@@ -5,8 +5,15 @@ An input's identity is its size, its mtime_ns and a content hash: the sha256 of 
 when it is at most `FULL_HASH_BYTES`, else the sha256 of its size, first and last `EDGE_BYTES`.
 Size and mtime catch the usual changes (an appended or rewritten file); the hash catches a file
 replaced by another version whose mtime was carried over (`cp -p`, `rsync -a`, an object store
-that keeps no mtime). Hashing every byte of a multi-terabyte corpus at each run is not affordable,
-so a same-size change in the middle of a large file whose mtime was restored is not detected.
+that keeps no mtime). A local input's identity also holds its inode and st_ctime_ns: any write
+to a file sets its ctime to now and no user call can set it back (`os.utime`, `touch -d`, `cp -p`
+restore mtime only), so a same-size change in the middle of a large file whose mtime was restored
+is detected too, from one stat and without hashing every byte of a multi-terabyte corpus at each
+run. The price: a metadata change (chmod, chown, a hard link, a rename in place) or a restore
+from backup also marks the input changed, and it is read again: never reused when it may differ.
+An object store keeps no ctime; there a same-size change in the middle of an object larger than
+`FULL_HASH_BYTES` whose mtime was restored is not detected (objects are written whole, so
+their mtime is the upload's).
 
 A changed (or removed) input's parts are deleted and it is read again; the others are reused.
 """
@@ -14,6 +21,7 @@ A changed (or removed) input's parts are deleted and it is read again; the other
 from __future__ import annotations
 
 import hashlib
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -39,7 +47,8 @@ EDGE_BYTES = 64 << 10
 
 
 def file_identity(item: InputFile) -> dict[str, Any]:
-    """{size, mtime_ns, sha256 | edges_sha256} of one input file (see the module docstring)."""
+    """{size, mtime_ns, sha256 | edges_sha256[, inode, ctime_ns]} of one input file (see the module
+    docstring)."""
     filesystem, path = filesystem_for(item.path)
     try:
         info = filesystem.get_file_info(path)
@@ -48,7 +57,13 @@ def file_identity(item: InputFile) -> dict[str, Any]:
         size = int(info.size)
         with filesystem.open_input_file(path) as handle:
             if size <= FULL_HASH_BYTES:
-                return {"size": size, "mtime_ns": info.mtime_ns, "sha256": _sha(handle.read())}
+                whole = _sha(handle.read())
+                return {
+                    "size": size,
+                    "mtime_ns": info.mtime_ns,
+                    "sha256": whole,
+                    **_inode(item.path),
+                }
             head = handle.read(EDGE_BYTES)
             handle.seek(size - EDGE_BYTES)
             tail = handle.read(EDGE_BYTES)
@@ -58,7 +73,19 @@ def file_identity(item: InputFile) -> dict[str, Any]:
             "on_unreadable=reject"
         ) from None
     edges = _sha(str(size).encode() + b"\0" + head + tail)
-    return {"size": size, "mtime_ns": info.mtime_ns, "edges_sha256": edges}
+    return {"size": size, "mtime_ns": info.mtime_ns, "edges_sha256": edges, **_inode(item.path)}
+
+
+def _inode(path: str) -> dict[str, int]:
+    """{inode, ctime_ns} of a local input (none for an object store): what no restore of its
+    mtime can undo after a write in place."""
+    if "://" in path:
+        return {}
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return {}
+    return {"inode": stat.st_ino, "ctime_ns": stat.st_ctime_ns}
 
 
 IDENTITY_THREADS = 16
