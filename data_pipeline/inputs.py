@@ -54,10 +54,13 @@ def _not_read(path: str) -> str:
     return "not a regular file (a FIFO, socket or device)"
 
 
-def _walk_local(root: str, skipped: list[dict[str, str]]) -> list[str]:
+def _walk_local(
+    root: str, skipped: list[dict[str, str]], walked: dict[tuple[int, int], str] | None = None
+) -> list[str]:
     """Regular files under a local directory, following links to directories once each: a link
     to a directory already walked (a loop, or a second path to it) is listed in `skipped`, as
-    is a path that is not a regular file (reading a FIFO would block)."""
+    is a path that is not a regular file (reading a FIFO would block). Each directory walked
+    goes into `walked` ((device, inode) -> the path it was reached by)."""
     found, odd, seen = [], [], set()
 
     def refuse(exc: OSError) -> None:
@@ -72,6 +75,8 @@ def _walk_local(root: str, skipped: list[dict[str, str]]) -> list[str]:
             dirnames[:] = []
             continue
         seen.add((info.st_dev, info.st_ino))
+        if walked is not None:
+            walked.setdefault((info.st_dev, info.st_ino), dirpath)
         dirnames[:] = [name for name in dirnames if name != BYTECODE_DIR]
         for name in filenames:
             path = os.path.join(dirpath, name)
@@ -113,7 +118,9 @@ def _glob_local(entry: str, skipped: list[dict[str, str]]) -> list[str]:
     return files
 
 
-def _expand(entry: str, skipped: list[dict[str, str]]) -> tuple[list[str], str | None]:
+def _expand(
+    entry: str, skipped: list[dict[str, str]], walked: dict[tuple[int, int], str] | None = None
+) -> tuple[list[str], str | None]:
     """Files named by one entry (a file, a directory (recursive), a local glob, or a URI) and
     the folder they are named relative to (None for a file named directly). Files of a
     directory or glob that are not read go to `skipped` with their reason."""
@@ -138,7 +145,7 @@ def _expand(entry: str, skipped: list[dict[str, str]]) -> tuple[list[str], str |
             "copy its records to a file"
         )
     if "://" not in entry:
-        return _walk_local(path, skipped), path
+        return _walk_local(path, skipped, walked), path
     selector = pafs.FileSelector(path, recursive=True)
     prefix = entry.split("://", 1)[0] + "://" if "://" in entry else ""
     found = [
@@ -211,18 +218,21 @@ def _file_key(path: str) -> tuple[int, int] | str:
 
 
 def plan_inputs(
-    entries: tuple[str, ...] | list[str], skipped: list[dict[str, str]] | None = None
+    entries: tuple[str, ...] | list[str],
+    skipped: list[dict[str, str]] | None = None,
+    walked: dict[tuple[int, int], str] | None = None,
 ) -> list[InputFile]:
     """Input files in a stable order, each with its format and the stem its shards are named by
     (`_stem`). A file reached twice (two entries, a link, a bind mount) is read once, the
     other names listed in `skipped`, as are the files of directory or glob inputs that are not
-    read (path, reason); a file named directly must be readable."""
+    read (path, reason); a file named directly must be readable. The local directories walked
+    go into `walked` (see `_walk_local`), for `check_output_apart`."""
     skipped = [] if skipped is None else skipped
     files: list[InputFile] = []
     stems: dict[str, str] = {}
     seen: dict[tuple[int, int] | str, str] = {}
     for entry in entries:
-        paths, root = _expand(entry, skipped)
+        paths, root = _expand(entry, skipped, walked)
         if not paths:
             raise InputError(f"input {entry}: no {READABLE} files found; fix inputs in the config")
         for path in paths:
@@ -307,10 +317,15 @@ class _Containment:
 
 
 def check_output_apart(
-    entries: tuple[str, ...] | list[str], output: str, files: list[InputFile]
+    entries: tuple[str, ...] | list[str],
+    output: str,
+    files: list[InputFile],
+    walked: dict[tuple[int, int], str] | None = None,
 ) -> None:
     """Refuse an output inside a directory input, or an input file inside the output: the next
-    run would read the job's own shards as input documents (a second copy of each)."""
+    run would read the job's own shards as input documents (a second copy of each). `walked`
+    (from `plan_inputs`) also catches an output that a link in an input leads to (`in/up -> ..`
+    puts the output's parent in the walk), even before the output exists."""
     for entry in entries:
         is_glob = "://" not in entry and any(ch in entry for ch in "*?[")  # as `_expand`
         if not is_glob and _Containment(entry).holds(output):
@@ -318,6 +333,13 @@ def check_output_apart(
                 f"output {output} lies inside the input directory {entry}: a re-run would read "
                 "its own shards as input; write the output outside every input directory"
             )
+    reached = _walked_above(output, walked or {})
+    if reached is not None:
+        raise InputError(
+            f"output {output} lies inside {reached}, a directory the inputs reach through a "
+            "symbolic link: a re-run would read its own shards as input; remove the link or "
+            "write the output outside every input directory"
+        )
     container = _Containment(output)
     for item in files:
         if container.holds(item.path):
@@ -325,6 +347,19 @@ def check_output_apart(
                 f"input {item.path} lies inside the output {output}: the job would read its own "
                 "shards as input; write the output elsewhere or name the inputs apart from it"
             )
+
+
+def _walked_above(output: str, walked: dict[tuple[int, int], str]) -> str | None:
+    """The walked path of the output folder or of the nearest folder above it that the input
+    walk went through, else None (an object-store output: None)."""
+    if not walked or "://" in _local_form(output):
+        return None
+    for candidate in (folder := Path(_local_form(output)).absolute(), *folder.parents):
+        with contextlib.suppress(OSError):  # the output (or a folder of it) not made yet
+            info = os.stat(candidate)
+            if (info.st_dev, info.st_ino) in walked:
+                return walked[(info.st_dev, info.st_ino)]
+    return None
 
 
 def check_openable(item: InputFile, text_field: str) -> None:

@@ -120,8 +120,9 @@ def preflight(
     stages = build_stages(config)
     for stage in stages:
         stage.check()
-    inputs = plan_inputs(config.inputs, skipped)
-    check_output_apart(config.inputs, config.output, inputs)
+    walked: dict[tuple[int, int], str] = {}
+    inputs = plan_inputs(config.inputs, skipped, walked)
+    check_output_apart(config.inputs, config.output, inputs, walked)
     if config.on_unreadable == "error":
         for item in inputs:
             check_openable(item, config.text_field)

@@ -284,3 +284,33 @@ def test_a_stem_too_long_for_a_file_name_is_a_one_line_error_naming_the_file(
     _gz(tmp_path / "long" / f"{'x' * 181}.json.gz")
     with pytest.raises(InputError, match="181 bytes, at most 180"):
         plan_inputs([str(tmp_path / "long")])
+
+
+@pytest.mark.parametrize("output_exists", [False, True])
+def test_an_output_a_link_in_an_input_leads_to_is_refused_before_any_run(
+    tmp_path: Path, output_exists: bool
+) -> None:
+    """`in/up -> ..` puts the output folder beside `in` inside the input walk: the first run
+    went through (its output did not exist yet) and the next one refused its own shards as
+    input, so the job could not be resumed. Now the first is refused, and so is any later."""
+    work = tmp_path / "work"
+    (work / "in").mkdir(parents=True)
+    (work / "in" / "a.jsonl").write_text('{"text": "one document"}\n')
+    (work / "in" / "up").symlink_to("..")
+    out = work / "out"
+    if output_exists:
+        (out / "data").mkdir(parents=True)
+    walked: dict = {}
+    files = plan_inputs([str(work / "in")], [], walked)
+    with pytest.raises(InputError, match="through a symbolic link") as caught:
+        check_output_apart([str(work / "in")], str(out), files, walked)
+    assert str(work / "in" / "up") in str(caught.value)
+
+
+def test_an_output_beside_an_input_with_no_link_is_accepted(tmp_path: Path) -> None:
+    (tmp_path / "in" / "sub").mkdir(parents=True)
+    (tmp_path / "in" / "sub" / "a.jsonl").write_text('{"text": "one document"}\n')
+    (tmp_path / "in" / "again").symlink_to("sub")  # a link within the input: no loop out
+    walked: dict = {}
+    files = plan_inputs([str(tmp_path / "in")], [], walked)
+    check_output_apart([str(tmp_path / "in")], str(tmp_path / "out"), files, walked)
