@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 from pretrain.command import current_command
 from pretrain.errors import ConfigError, OutputLocked, PretrainError
-from pretrain.lockobject import pid_alive
+from pretrain.lockobject import holder_pid, holder_text, pid_alive
 from pretrain.progress import warn
 
 LOCK_SUFFIX = ".lock"
@@ -70,14 +70,14 @@ def read_holder(out: str | os.PathLike) -> dict[str, Any] | None:
 def describe_holder(holder: dict[str, Any] | None) -> str:
     if not holder:
         return "an unknown process (no holder record)"
-    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder.get("started_unix", 0)))
-    command = " ".join(holder.get("command") or []) or "?"
-    return f"pid {holder.get('pid')} on {holder.get('host')} since {started} ({command})"
+    return holder_text(holder)
 
 
 def _refusal(out: Path, holder: dict[str, Any] | None) -> OutputLocked:
     text = describe_holder(holder)
-    if holder and holder.get("host") == socket.gethostname() and not pid_alive(holder["pid"]):
+    record = holder or {}
+    pid, here = holder_pid(record), record.get("host") == socket.gethostname()
+    if here and pid is not None and not pid_alive(pid):
         text += ", which has exited but left a child process holding the lock"
     return OutputLocked(
         f"output {out} is being written by {text}; wait for it to finish, stop it, "

@@ -129,7 +129,7 @@ def holder_lease(seen: Seen) -> float:
     return DEFAULT_LEASE_S
 
 
-def _started(value: Any) -> str:
+def started_text(value: Any) -> str:
     """A holder's start time as UTC text; '?' when the field is not a time (edited by hand)."""
     try:
         return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(value)))
@@ -137,7 +137,7 @@ def _started(value: Any) -> str:
         return "?"
 
 
-def _pid(record: dict[str, Any]) -> int | None:
+def holder_pid(record: dict[str, Any]) -> int | None:
     """The holder's pid, when the record holds one a process could have."""
     pid = record.get("pid")
     return pid if isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < 2**31 else None
@@ -147,11 +147,17 @@ def describe(seen: Seen) -> str:
     record = seen.record or {}
     if not record:
         return "an unknown writer (the lock object holds no holder record)"
+    return holder_text(record)
+
+
+def holder_text(record: dict[str, Any]) -> str:
+    """'pid P on HOST since TIME (COMMAND)' of a holder record, whatever its fields hold (a
+    record edited or damaged at the same size must not crash the writer that reads it)."""
     command = record.get("command")
     words = command if isinstance(command, list) else [command] if command else []
     text = " ".join(str(word) for word in words) or "?"
-    started = _started(record.get("started_unix", 0))
-    return f"pid {record.get('pid')} on {record.get('host')} since {started} ({text})"
+    started = started_text(record.get("started_unix", 0))
+    return f"pid {record.get('pid')!s:.20} on {record.get('host')!s:.100} since {started} ({text})"
 
 
 def lock_id(seen: Seen) -> str:
@@ -164,7 +170,7 @@ def refusal(target: Target, seen: Seen) -> OutputLocked:
     record = seen.record or {}
     lease = holder_lease(seen)
     here = record.get("host") == socket.gethostname()
-    pid = _pid(record)
+    pid = holder_pid(record)
     gone = here and pid is not None and not pid_alive(pid)
     state = ", no longer running on this host" if gone else ""
     ident = lock_id(seen)
