@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -156,12 +157,44 @@ def with_driver_env(init_kwargs: dict[str, Any]) -> dict[str, Any]:
     """`init_kwargs` with `DRIVER_ENV`'s set variables added to `runtime_env["env_vars"]`. Ray
     merges `ray.init`'s runtime_env with a `ray job submit` job's per env_vars key, and a task's
     with the job's, so neither a `--runtime-env-json` nor a task's options drop them."""
+    _refuse_user_driver_env(init_kwargs)
     values = {name: os.environ[name] for name in DRIVER_ENV if os.environ.get(name)}
     if not values:
         return init_kwargs
     runtime_env = dict(init_kwargs.get("runtime_env") or {})
     runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **values}
     return {**init_kwargs, "runtime_env": runtime_env}
+
+
+JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+"""Where `ray job submit` hands its driver the job's config (its `--runtime-env-json`)."""
+
+
+def _refuse_user_driver_env(init_kwargs: dict[str, Any]) -> None:
+    """One line when a user's runtime_env (`ray job submit --runtime-env-json`, or runtime_env
+    passed to this call) sets a `DRIVER_ENV` variable: a value the user chose would tell the
+    job's workers which writer lock fences them (or, beside ours, make Ray refuse to merge the
+    two runtime_envs with a ValueError about a conflict)."""
+    sources = [("the runtime_env passed to ray.init", init_kwargs.get("runtime_env"))]
+    try:
+        injected = json.loads(os.environ.get(JOB_CONFIG_ENV) or "{}")
+    except ValueError:
+        injected = {}
+    if isinstance(injected, dict):
+        sources.append(
+            (
+                "the job's runtime_env (ray job submit --runtime-env-json)",
+                injected.get("runtime_env"),
+            )
+        )
+    for where, runtime_env in sources:
+        env_vars = runtime_env.get("env_vars") if isinstance(runtime_env, dict) else None
+        taken = sorted(set(env_vars or {}) & set(DRIVER_ENV)) if isinstance(env_vars, dict) else []
+        if taken:
+            raise PretrainError(
+                f"{where} sets {', '.join(taken)}, which pretrain sets itself (the writer lock "
+                "this job holds, for its workers); remove it from the runtime_env's env_vars"
+            )
 
 
 def _start_failed(exc: BaseException, attempts: int) -> PretrainError:
