@@ -78,6 +78,12 @@ def attach(directory: str | os.PathLike | None) -> None:
         _SESSION.artifact = Path(directory)
 
 
+def detach() -> None:
+    """Forget the artifact `attach` named: a command that refused its output (not ours to
+    write in) leaves its log in the temp directory, not a `.logs/` folder there."""
+    _SESSION.artifact = None
+
+
 def log_path() -> Path | None:
     """The current (or, after the session, final) log file of this command."""
     return _SESSION.log_path

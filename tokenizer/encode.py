@@ -35,6 +35,7 @@ from pretrain.artifacts import encoded as encoded_kind
 from pretrain.errors import ArtifactError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, load_manifest, sha256_file
+from pretrain.outtarget import refuse_foreign, refuse_not_a_directory
 from pretrain.progress import Progress
 from pretrain.schema import BASE_FIELDS
 from tokenizer.lock import LockedTokenizer, load_locked
@@ -265,12 +266,38 @@ def preflight(
     verify, and `out` is new or an encoded artifact."""
     tokenizer = load_locked(tokenizer_dir)
     shards_manifest, shards = require_shards(data)
-    out = Path(out)
+    check_out(Path(out))
+    return tokenizer, shards_manifest, shards
+
+
+def check_out(out: Path) -> None:
+    """Refuse an `--out` that is a file, holds a different kind of artifact, or is a non-empty
+    folder no encode of ours wrote (no manifest, no `.done` record: a user's Megatron folder,
+    whose .bin/.idx `_prepare_out` would delete or replace; pretrain.outtarget)."""
+    refuse_not_a_directory(out, "--out")
     if (out / "manifest.json").is_file():
         kind = load_manifest(out)["kind"]
         if kind != KIND:
             raise ArtifactError(f"--out {out} holds a {kind!r} artifact; choose another directory")
-    return tokenizer, shards_manifest, shards
+        return
+    if out.is_dir() and any(_is_done_record(path) for path in out.glob(".*.done")):
+        return  # an encode killed before its manifest: resumed
+    refuse_foreign(out, "--out", "encoded artifact (no manifest.json, no .done record)", _scratch)
+
+
+def _is_done_record(path: Path) -> bool:
+    """A `.done` record `encode_prefix` wrote (not merely a file of that name)."""
+    try:
+        record = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and {"sources", "tokenizer_sha256"} <= record.keys()
+
+
+def _scratch(name: str) -> bool:
+    """What an encode killed inside its first prefix leaves: `.<stem>.partial.*`, and
+    `atomic_write_json`'s temporary files."""
+    return name.startswith(".") and (".partial." in name or name.endswith(".tmp"))
 
 
 def _prepare_out(out: Path, stems: set[str]) -> None:

@@ -17,6 +17,7 @@ from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_bytes, load_manifest, sha256_file
+from pretrain.outtarget import refuse_foreign, refuse_not_a_directory
 from pretrain.progress import VERBOSE, verbosity
 from tokenizer.config import PreTokenizeConfig, TokenizerTrainConfig
 from tokenizer.hf import HF_FILES, hf_file_bytes
@@ -93,7 +94,10 @@ def preflight(config: TokenizerTrainConfig) -> list[Path]:
 
 
 def check_out(out: Path) -> None:
-    """Refuse an `out` that holds a different kind of artifact."""
+    """Refuse an `out` that is a file, holds a different kind of artifact, or is a non-empty
+    folder without a tokenizer manifest (someone else's files: its lock.json, tokenizer.json
+    would be replaced; pretrain.outtarget)."""
+    refuse_not_a_directory(out, "out =")
     if (out / "manifest.json").is_file():
         kind = load_manifest(out)["kind"]
         if kind != KIND:
@@ -101,13 +105,20 @@ def check_out(out: Path) -> None:
                 f"out = {out} holds a {kind!r} artifact; choose another out "
                 "directory for the tokenizer"
             )
+        return
+    refuse_foreign(out, "out =", "tokenizer artifact (no manifest.json)", _scratch)
+
+
+def _scratch(name: str) -> bool:
+    """`atomic_write_bytes`'s temporary files, which a killed train leaves."""
+    return name.startswith(".") and name.endswith(".tmp")
 
 
 def _prepare_out(out: Path) -> None:
-    """Refuse to overwrite a different kind of artifact; drop a stale manifest first."""
+    """Refuse what `check_out` refuses; drop the files a new train replaces. The old manifest
+    stays until the new one replaces it: a train killed meanwhile leaves a folder that still
+    says it is a tokenizer artifact (and fails to verify), so a re-run may write there again."""
     check_out(out)
-    if (out / "manifest.json").is_file():
-        (out / "manifest.json").unlink()
     out.mkdir(parents=True, exist_ok=True)
     for stale in (LOCK_FILE, TOKENIZER_FILE, *HF_FILES):
         (out / stale).unlink(missing_ok=True)

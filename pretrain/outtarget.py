@@ -1,0 +1,46 @@
+"""Refuse an output directory a command would write over someone else's files in.
+
+A command that writes a local folder (`pretrain tokenizer train`, `... encode`) deletes and
+replaces files of its own names there (stale prefixes, an old lock.json). In a folder it did not
+write, those names are the user's files: a misspelt `--out` naming a Megatron data folder lost
+its `.bin`/`.idx`. So an output must be new, empty, or hold what the command wrote before (the
+caller decides that: a manifest of its kind, or its own resume records); anything else is one
+`ConfigError` line before the first write. `pretrain data run` has its own check with the same
+rules (data_pipeline.fingerprint.check_output_target).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pretrain.errors import ConfigError
+from pretrain.progress import LOGS_DIR, detach
+
+
+def refuse_not_a_directory(out: Path, flag: str) -> None:
+    """Refuse an output that is a file or lies below one (a traceback from mkdir otherwise)."""
+    for path in (out, *out.parents):
+        if path.exists() and not path.is_dir():
+            what = "is a file" if path == out else f"is below the file {str(path)!r}"
+            detach()
+            raise ConfigError(f"{flag} {str(out)!r} {what}; choose a directory")
+
+
+def refuse_foreign(
+    out: Path, flag: str, holds: str, scratch: Callable[[str], bool] = lambda name: False
+) -> None:
+    """Refuse a non-empty `out` that the caller found not to be its own output: every entry
+    but the command's logs and what `scratch(name)` accepts (its own temporary files) counts.
+    `holds` names what an own output would be ("a tokenizer artifact (no manifest.json)")."""
+    refuse_not_a_directory(out, flag)
+    if not out.is_dir():
+        return
+    strangers = sorted(p.name for p in out.iterdir() if p.name != LOGS_DIR and not scratch(p.name))
+    if strangers:
+        shown = ", ".join(strangers[:3]) + (", ..." if len(strangers) > 3 else "")
+        detach()  # a refused command leaves no log folder in the user's directory either
+        raise ConfigError(
+            f"{flag} {str(out)!r} is not empty ({shown}) and holds no {holds}: the command "
+            "would replace or delete files there; choose a new or empty directory"
+        )
