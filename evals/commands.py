@@ -27,6 +27,7 @@ from pretrain.artifacts import tokenizer as tokenizer_artifact
 from pretrain.cli_utils import resolve_config
 from pretrain.errors import ArtifactError, InputError, LockMismatch
 from pretrain.manifest import atomic_write_bytes, manifest_sha256
+from pretrain.outtarget import require_own_output
 
 ITER = re.compile(r"^iter_(\d+)$")
 
@@ -215,7 +216,10 @@ def run_command(args: argparse.Namespace) -> int:
     from pretrain.locking import output_lock
 
     run_dir, _ = find_checkpoints(args.checkpoint_dir)
-    with output_lock(out_dir(args, run_dir)):
+    out = out_dir(args, run_dir)
+    # before any set or checkpoint is loaded: never results.jsonl over someone else's files
+    require_own_output(out, "--out", eval_artifact.KIND)
+    with output_lock(out):
         return _run_command(args)
 
 

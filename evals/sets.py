@@ -31,6 +31,7 @@ from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json
+from pretrain.outtarget import refuse_not_a_directory
 from tokenizer.shards import read_columns
 
 HIT_SCHEMA = pa.schema(
@@ -248,6 +249,7 @@ def preflight(cfg: EvalBuildConfig) -> list[Path]:
     """What `build_eval_sets` checks before working (`--dry-run` runs it): `out` is new or an eval
     set, and the shards (and `train_shards`) verify. Returns the shard files."""
     out = Path(cfg.out)
+    refuse_not_a_directory(out, "out =")  # a file: one line, not NotADirectoryError
     is_evalset = (out / "manifest.json").is_file() and (out / "sets").is_dir()
     if out.exists() and any(out.iterdir()) and not is_evalset:
         raise ConfigError(

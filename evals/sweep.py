@@ -22,11 +22,13 @@ from evals.ablate import (
 from evals.halving import run_rung
 from evals.proxy import execute_run, load_finished
 from evals.report import build_report, epoch_table, write_report
+from pretrain.artifacts import ablation as ablation_artifact
 from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.config import apply_overrides, config_dict, config_sha256
 from pretrain.errors import ConfigError, PretrainError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_bytes, manifest_sha256
+from pretrain.outtarget import require_own_output
 from trainer.gate_rule import lower_is_better
 
 
@@ -68,7 +70,9 @@ IDENTITY = ("train_template_sha256", "evalset_sha256", "encoded_manifest_sha256"
 
 
 def make_specs(config: AblationConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Specs of the planned recipes, and the context (inputs, identity) more specs are made in."""
+    """Specs of the planned recipes, and the context (inputs, identity) more specs are made in.
+    First: `out` is new, empty or an ablation report (not a folder of someone else's files)."""
+    require_own_output(Path(config.out), "out =", ablation_artifact.KIND)
     mixture, train = load_inputs(config)
     evalset_artifact.open(config.eval_sets)
     identity = {

@@ -32,6 +32,7 @@ from pretrain.manifest import (
     load_manifest,
     manifest_sha256,
 )
+from pretrain.outtarget import refuse_not_a_directory
 from pretrain.progress import Progress
 from tokenizer.lock import check_match
 
@@ -176,6 +177,7 @@ def build_mixture(config: MixtureConfig) -> BuildResult:
 
 
 def _staging_dir(out: Path) -> Path:
+    refuse_not_a_directory(out, "out:")  # a file: one line, not NotADirectoryError
     is_other = (
         out.exists()
         and any(out.iterdir())

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from pretrain.errors import ConfigError
+from pretrain.errors import ArtifactError, ConfigError
+from pretrain.manifest import MANIFEST, load_manifest
 from pretrain.progress import LOGS_DIR, detach
 
 
@@ -44,3 +45,37 @@ def refuse_foreign(
             f"{flag} {str(out)!r} is not empty ({shown}) and holds no {holds}: the command "
             "would replace or delete files there; choose a new or empty directory"
         )
+
+
+def manifest_kind(out: Path) -> str | None:
+    """The kind of artifact `out` holds, or None: no manifest.json, or one that is not ours (not
+    JSON, no kind: another tool's file of that name, which the refusal then names)."""
+    if not (out / MANIFEST).is_file():
+        return None
+    try:
+        return str(load_manifest(out)["kind"])
+    except ArtifactError:
+        return None
+
+
+def temporary_file(name: str) -> bool:
+    """`atomic_write_bytes`' temporary files (`.NAME.XXXX.tmp`), which a killed command leaves."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def require_own_output(
+    out: Path, flag: str, kind: str, scratch: Callable[[str], bool] = temporary_file
+) -> None:
+    """`out` may be new, empty (but for logs and `scratch` files), or a `kind` artifact, which
+    the command replaces; anything else is refused in one line before the first write."""
+    refuse_not_a_directory(out, flag)
+    found = manifest_kind(out)
+    if found is not None:
+        if found != kind:
+            detach()
+            raise ArtifactError(
+                f"{flag} {str(out)!r} holds a {found!r} artifact, not {kind!r}; choose another "
+                "directory"
+            )
+        return
+    refuse_foreign(out, flag, f"{kind} artifact (no {MANIFEST})", scratch)

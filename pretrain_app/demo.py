@@ -21,7 +21,8 @@ from mixtures import demo as mixtures_demo
 from pretrain import demostep
 from pretrain.artifacts import raw as raw_kind
 from pretrain.locking import writes_output
-from pretrain.manifest import verify
+from pretrain.manifest import MANIFEST, verify
+from pretrain.outtarget import refuse_foreign, refuse_not_a_directory, temporary_file
 from pretrain.sample import SAMPLE_FILES, sample_dir
 from tokenizer import demo as tokenizer_demo
 from trainer import demo as trainer_demo
@@ -77,10 +78,27 @@ DEMO_STEPS: tuple[tuple[str, demostep.DemoStep], ...] = (
 )
 
 
+DEMO_MARK = ".pretrain-demo"
+"""Written first into a new or empty `--out`: the folder is a demo's, whose steps replace their
+sub-folders (`raw/`, `run/`, ...) when those do not verify."""
+
+
+def check_demo_out(out: Path) -> None:
+    """Refuse an `--out` that is a file or a non-empty folder no demo wrote: a step deletes a
+    `raw/` or `run/` there that is not a verified artifact (someone else's). A folder from before
+    DEMO_MARK is a demo's when its `raw/` is the demo's raw artifact."""
+    refuse_not_a_directory(out, "--out")
+    if (out / DEMO_MARK).is_file() or (out / "raw" / MANIFEST).is_file():
+        return
+    refuse_foreign(out, "--out", f"demo output (no {DEMO_MARK})", temporary_file)
+
+
 @writes_output("out")
 def run_demo(out: str | Path, force: bool = False) -> int:
     ctx = DemoContext(out=Path(out).resolve(), force=force)
+    check_demo_out(ctx.out)
     ctx.out.mkdir(parents=True, exist_ok=True)
+    (ctx.out / DEMO_MARK).touch()
     total_start = time.perf_counter()
     rows = []
     for name, step in DEMO_STEPS:

@@ -34,8 +34,8 @@ from data_pipeline.stages.registry import tag_fields
 from pretrain.artifacts import encoded as encoded_kind
 from pretrain.errors import ArtifactError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_json, load_manifest, sha256_file
-from pretrain.outtarget import refuse_foreign, refuse_not_a_directory
+from pretrain.manifest import atomic_write_json, sha256_file
+from pretrain.outtarget import manifest_kind, refuse_foreign, refuse_not_a_directory, temporary_file
 from pretrain.progress import Progress
 from pretrain.schema import BASE_FIELDS
 from tokenizer.lock import LockedTokenizer, load_locked
@@ -275,8 +275,8 @@ def check_out(out: Path) -> None:
     folder no encode of ours wrote (no manifest, no `.done` record: a user's Megatron folder,
     whose .bin/.idx `_prepare_out` would delete or replace; pretrain.outtarget)."""
     refuse_not_a_directory(out, "--out")
-    if (out / "manifest.json").is_file():
-        kind = load_manifest(out)["kind"]
+    kind = manifest_kind(out)
+    if kind is not None:
         if kind != KIND:
             raise ArtifactError(f"--out {out} holds a {kind!r} artifact; choose another directory")
         return
@@ -297,7 +297,7 @@ def _is_done_record(path: Path) -> bool:
 def _scratch(name: str) -> bool:
     """What an encode killed inside its first prefix leaves: `.<stem>.partial.*`, and
     `atomic_write_json`'s temporary files."""
-    return name.startswith(".") and (".partial." in name or name.endswith(".tmp"))
+    return temporary_file(name) or (name.startswith(".") and ".partial." in name)
 
 
 def _prepare_out(out: Path, stems: set[str]) -> None:

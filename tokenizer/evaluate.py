@@ -20,6 +20,7 @@ import numpy as np
 from pretrain.artifacts import tokenizer_eval as eval_kind
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json
+from pretrain.outtarget import require_own_output
 from pretrain.progress import Progress
 from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.plots import plot_compression, plot_groups
@@ -191,9 +192,10 @@ def evaluate(
     baseline: bool = True,
 ) -> dict[str, Any]:
     """Evaluate, write report.json + compression.png + manifest into `out`; return the report."""
+    out = Path(out) if out is not None else Path(tokenizer_dir) / "eval"
+    require_own_output(out, "--out", KIND)  # not a folder of someone else's report.json
     tokenizer = load_locked(tokenizer_dir)
     _, shards = require_shards(data)
-    out = Path(out) if out is not None else Path(tokenizer_dir) / "eval"
     out.mkdir(parents=True, exist_ok=True)
     (out / "manifest.json").unlink(missing_ok=True)
     docs, source = select_eval_docs(shards, tokenizer.lock)

@@ -16,8 +16,8 @@ from pretrain.artifacts import tokenizer as tokenizer_kind
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_bytes, load_manifest, sha256_file
-from pretrain.outtarget import refuse_foreign, refuse_not_a_directory
+from pretrain.manifest import atomic_write_bytes, sha256_file
+from pretrain.outtarget import manifest_kind, refuse_foreign, refuse_not_a_directory, temporary_file
 from pretrain.progress import VERBOSE, verbosity
 from tokenizer.config import PreTokenizeConfig, TokenizerTrainConfig
 from tokenizer.hf import HF_FILES, hf_file_bytes
@@ -98,20 +98,15 @@ def check_out(out: Path) -> None:
     folder without a tokenizer manifest (someone else's files: its lock.json, tokenizer.json
     would be replaced; pretrain.outtarget)."""
     refuse_not_a_directory(out, "out =")
-    if (out / "manifest.json").is_file():
-        kind = load_manifest(out)["kind"]
+    kind = manifest_kind(out)
+    if kind is not None:
         if kind != KIND:
             raise ArtifactError(
                 f"out = {out} holds a {kind!r} artifact; choose another out "
                 "directory for the tokenizer"
             )
         return
-    refuse_foreign(out, "out =", "tokenizer artifact (no manifest.json)", _scratch)
-
-
-def _scratch(name: str) -> bool:
-    """`atomic_write_bytes`'s temporary files, which a killed train leaves."""
-    return name.startswith(".") and name.endswith(".tmp")
+    refuse_foreign(out, "out =", "tokenizer artifact (no manifest.json)", temporary_file)
 
 
 def _prepare_out(out: Path) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 from pretrain.artifacts import export as export_kind
 from pretrain.errors import ArtifactError
 from pretrain.manifest import atomic_write_bytes, load_manifest
+from pretrain.outtarget import refuse_not_a_directory
 from trainer.checkpoint import checkpoint_dir, list_checkpoints, newest_valid
 
 KIND = "hf_export"
@@ -74,6 +75,7 @@ def resolve_tokenizer(config: Any, state: dict[str, Any], given: str | None) -> 
 
 
 def _prepare_out(out: Path) -> None:
+    refuse_not_a_directory(out, "--out")  # a file: one line, not FileExistsError
     if (out / "manifest.json").is_file():
         kind = load_manifest(out)["kind"]
         if kind != KIND:

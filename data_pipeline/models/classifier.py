@@ -25,6 +25,7 @@ from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, sha256_file
+from pretrain.outtarget import refuse_not_a_directory
 from pretrain.progress import Progress
 
 KIND = "fasttext-model"
@@ -260,6 +261,7 @@ def evaluate(model: Any, heldout: list[tuple[str, str]], labels: list[str]) -> d
 def train_classifier(config: ClassifierConfig) -> Path:
     """Train, evaluate and write the `fasttext-model` artifact; returns its directory."""
     out = Path(config.out)
+    refuse_not_a_directory(out, "out =")  # a file: one line, not NotADirectoryError
     if out.exists() and any(out.iterdir()):
         raise ConfigError(
             f"out = {str(out)!r} already exists and is not empty; choose a new "

@@ -28,6 +28,7 @@ from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, sha256_file
+from pretrain.outtarget import refuse_not_a_directory
 from pretrain.progress import Progress
 
 KIND = "kenlm-model"
@@ -146,6 +147,7 @@ def _heldout_perplexity(arpa: Path, heldout: list[str]) -> float | None:
 def train_lm(config: LanguageModelConfig) -> Path:
     """Train one model per language and write the `kenlm-model` artifact; returns its directory."""
     out = Path(config.out)
+    refuse_not_a_directory(out, "out =")  # a file: one line, not NotADirectoryError
     if out.exists() and any(out.iterdir()):
         raise ConfigError(
             f"out = {str(out)!r} already exists and is not empty; choose a new "

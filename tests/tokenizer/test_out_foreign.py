@@ -122,3 +122,17 @@ def test_encode_starts_again_in_a_folder_holding_only_its_partial_files(
     (out / ".synthetic-00000.partial.bin").write_bytes(b"cut short")
     assert main(_encode_args(tokenizer_dir, shards_dir, out)) == 0
     assert load_manifest(out)["counts"]["shards_skipped"] == 0
+
+
+def test_eval_refuses_an_out_it_did_not_write(
+    tokenizer_dir: Path, shards_dir: Path, tmp_path: Path, capsys
+) -> None:
+    """`tokenizer eval --out DIR` unlinked DIR's manifest.json and replaced its report.json."""
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "manifest.json").write_bytes(b'{"not": "ours"}')
+    (user / "report.json").write_bytes(b'{"mine": 1}')
+    before = _snapshot(user)
+    base = ["tokenizer", "eval", str(tokenizer_dir), "--data", str(shards_dir), "--no-baseline"]
+    assert "manifest.json, report.json" in _refused(capsys, [*base, "--out", str(user)])
+    assert _snapshot(user) == before

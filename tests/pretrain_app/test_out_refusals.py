@@ -1,0 +1,91 @@
+"""The other commands that write a folder (audit for `pretrain tokenizer train/encode` deleting
+a user's files, tests/tokenizer/test_out_foreign.py). An output that is a file is one line
+(exit 2), not a NotADirectoryError/FileExistsError traceback; `pretrain demo`, `pretrain eval
+run` and `pretrain ablate`, which had no check, refuse a non-empty folder they did not write
+before any work, and nothing there changes. The demo deleted a `raw/` (or `run/`, `shards/`...)
+that was not a verified artifact, e.g. the user's own raw data under `--out .`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pretrain_app.cli import main
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    """Every file's bytes (dot-files included), but the writer lock beside an output."""
+    files = (p for p in root.rglob("*") if p.is_file() and not p.name.endswith(".lock"))
+    return {str(p.relative_to(root)): p.read_bytes() for p in files}
+
+
+def _user_folder(tmp_path: Path) -> Path:
+    """A folder of someone else's files, named like what our commands write there."""
+    user = tmp_path / "user"
+    (user / "raw").mkdir(parents=True)
+    (user / "raw" / "crawl.warc.gz").write_bytes(b"the user's raw data")
+    (user / "run").mkdir()
+    (user / "run" / "notes.md").write_bytes(b"my run notes")
+    for name in ("results.jsonl", "report.json", "capability.png", "chosen_mixture.yaml"):
+        (user / name).write_bytes(b"mine")
+    return user
+
+
+def _one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "choose" in err and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["data", "train-lm", str(CONFIGS / "lm.yaml")],
+        ["data", "train-classifier", str(CONFIGS / "classifier_quality.yaml")],
+        ["eval", "build", str(CONFIGS / "eval.yaml")],
+        ["demo"],
+    ],
+    ids=lambda command: "-".join(command[:2]).replace("/", ""),
+)
+def test_an_output_that_is_a_file_is_one_line(tmp_path: Path, capsys, command: list[str]) -> None:
+    afile = tmp_path / "afile"
+    afile.write_bytes(b"not a directory\n")
+    flag = ["--out", str(afile)] if command == ["demo"] else ["--set", f"out={afile}"]
+    err = _one_line(capsys, [*command, *flag])
+    assert str(afile) in err and "is a file" in err
+    assert afile.read_bytes() == b"not a directory\n"
+
+
+def test_demo_refuses_a_folder_it_did_not_write(tmp_path: Path, capsys) -> None:
+    user = _user_folder(tmp_path)
+    before = _snapshot(user)
+    err = _one_line(capsys, ["demo", "--out", str(user)])
+    assert "--out" in err and "not empty" in err
+    assert _snapshot(user) == before
+
+
+def test_eval_run_refuses_an_out_it_did_not_write(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    (run / "checkpoints" / "iter_0000001").mkdir(parents=True)  # never loaded: refused first
+    user = _user_folder(tmp_path)
+    before = _snapshot(user)
+    argv = ["eval", "run", str(run), "--sets", str(tmp_path / "sets"), "--out", str(user)]
+    err = _one_line(capsys, argv)
+    assert "--out" in err and str(user) in err
+    assert _snapshot(user) == before
+
+
+def test_ablate_refuses_an_out_it_did_not_write(tmp_path: Path, capsys) -> None:
+    user = _user_folder(tmp_path)
+    before = _snapshot(user)
+    config = yaml.safe_load((CONFIGS / "ablation.yaml").read_text())
+    path = tmp_path / "ablation.yaml"
+    path.write_text(yaml.safe_dump({**config, "out": str(user)}))
+    err = _one_line(capsys, ["ablate", str(path), "--dry-run"])
+    assert "out =" in err and str(user) in err
+    assert _snapshot(user) == before
