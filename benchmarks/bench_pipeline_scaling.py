@@ -151,6 +151,7 @@ def child_ours(inputs: str, out: str, workers: int) -> dict[str, Any]:
         result = run_pipeline(config, progress=False)
     wall = time.perf_counter() - start
     section = result.manifest["throughput"]
+    roles = sampler.by_role()
     return {
         "wall_s": wall,
         "ray_start_s": section["fixed"]["ray_start_s"],
@@ -162,7 +163,8 @@ def child_ours(inputs: str, out: str, workers: int) -> dict[str, Any]:
         "stages": {s["stage"]: s["cpu_s"] for s in section["stages"]},
         "stage_cpu_s": section["cpu_s_total"],
         "phases_s": section["run"]["phases_s"],
-        "sampled_cpu_s_by_role": {r: v["cpu_s"] for r, v in sampler.by_role().items()},
+        "sampled_cpu_s_by_role": {r: v["cpu_s"] for r, v in roles.items()},
+        "other_cpu_s_by_command": roles.get("other", {}).get("commands", {}),
         "phase_cpu": phase_cpu(sampler.procs, section["run"]["phase_spans"], os.cpu_count() or 1),
         "phase_cpu_by_role": phase_roles(sampler.procs, section["run"]["phase_spans"]),
         "stream_maps": os.environ.get(STREAM_MAPS, "on"),

@@ -27,17 +27,25 @@ RAY_DATA_ACTORS = (
 """Actors Ray Data starts once per driver (its stats and autoscaling bookkeeping): a fixed cost."""
 
 
-def role(proc: psutil.Process, driver: int) -> str:
+def command(proc: psutil.Process) -> str | None:
+    """The process's command line as one string; None once it is gone."""
+    try:
+        return " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+
+
+def role(proc: psutil.Process, driver: int, cmd: str | None = None) -> str:
     """driver / worker / ray-data-actor / raylet / gcs / ray-system / other, from the command
-    line. The raylet is named by its executable first: its command line carries the worker
-    command (default_worker.py); Ray's agents are named `ray::...` like workers."""
+    line (`cmd`, read here unless given). The raylet is named by its executable first: its
+    command line carries the worker command (default_worker.py); Ray's agents are named
+    `ray::...` like workers."""
     if proc.pid == driver:
         return "driver"
-    try:
-        cmd = " ".join(proc.cmdline())
-        exe = os.path.basename(proc.cmdline()[0]) if proc.cmdline() else ""
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+    cmd = command(proc) if cmd is None else cmd
+    if cmd is None:
         return "gone"
+    exe = os.path.basename(cmd.split(" ", 1)[0]) if cmd else ""
     if exe in ("raylet", "gcs_server"):
         return exe.replace("_server", "")
     if cmd.startswith(RAY_AGENTS):
@@ -52,6 +60,9 @@ def role(proc: psutil.Process, driver: int) -> str:
 @dataclass
 class ProcStats:
     role: str
+    command: str = ""
+    """The command line at the last sample (a forked child shows its parent's until it execs,
+    and a Ray worker renames itself `ray::...`: the role is re-read from it every sample)."""
     peak_rss_mb: float = 0.0
     peak_pss_mb: float = 0.0
     peak_uss_mb: float = 0.0
@@ -107,12 +118,17 @@ class TreeSampler:
                     times = proc.cpu_times()
             except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
                 continue
+            cmd = command(proc)
             stats = self.procs.get(proc.pid)
             if stats is None:
-                stats = self.procs[proc.pid] = ProcStats(role(proc, self.root))
-            elif stats.role == "worker":  # an idle worker may become an actor later
-                now = role(proc, self.root)
-                stats.role = stats.role if now == "gone" else now
+                stats = self.procs[proc.pid] = ProcStats(role(proc, self.root, cmd))
+            elif cmd is not None:
+                # Re-read every sample, not only at first sight: a child seen between its fork
+                # and its exec carries its parent's command line (the raylet's, or the driver's,
+                # which classed as `other`), and an idle worker may become an actor later.
+                stats.role = role(proc, self.root, cmd)
+            if cmd is not None:
+                stats.command = cmd[:160]
             cpu = times.user + times.system
             if stats.cpu_start_s is None:
                 stats.cpu_start_s = cpu if proc.pid in self.known else 0.0
@@ -168,6 +184,9 @@ class TreeSampler:
             entry["max_peak_pss_mb"] = round(max(entry["max_peak_pss_mb"], stats.peak_pss_mb), 1)
             entry["max_peak_uss_mb"] = round(max(entry["max_peak_uss_mb"], stats.peak_uss_mb), 1)
             entry["cpu_s"] = round(entry.get("cpu_s", 0.0) + stats.cpu_s, 2)
+            if stats.role == "other":  # unexplained CPU: say which processes it was
+                commands = entry.setdefault("commands", {})
+                commands[stats.command] = round(commands.get(stats.command, 0.0) + stats.cpu_s, 2)
         return out
 
     def started(self, roles: tuple[str, ...]) -> int:
