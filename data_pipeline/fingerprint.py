@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from pyarrow import fs as pafs
@@ -37,7 +36,7 @@ from pretrain.config import config_sha256
 from pretrain.errors import ConfigError, InputError
 from pretrain.manifest import MANIFEST, manifest_sha256, sha256_file
 from pretrain.outstore import OutPath, remove_tree, write_json
-from pretrain.progress import LOGS_DIR
+from pretrain.outtarget import refuse_foreign, refuse_not_a_directory
 from pretrain.schema import SCHEMA_VERSION
 
 FINGERPRINT = "fingerprint.json"
@@ -142,35 +141,28 @@ def job_fingerprint(config: PipelineConfig, stages: list[Stage]) -> dict[str, An
 
 def check_output_target(out: OutPath) -> None:
     """Refuse an output the run would write over someone else's files in: a file (or a path
-    below one), or a non-empty directory that holds no run of ours (no fingerprint, no manifest),
-    e.g. a misspelt `output` naming the user's project folder, where the dataset card would
-    replace their README.md. Only the work area and the logs the command itself creates first
-    may be there; `overwrite` does not extend to files we did not write."""
-    if isinstance(out, Path):
-        for path in (out, *out.parents):
-            if path.exists() and not path.is_dir():
-                what = "is a file" if path == out else f"is below the file {str(path)!r}"
-                raise ConfigError(f"output = {str(out)!r} {what}; choose a directory")
-    elif out.is_file():
-        raise ConfigError(f"output = {str(out)!r} is an object, not a prefix; choose a prefix")
+    below one; an object, not a prefix, in a store), or a non-empty directory that holds no run
+    of ours (no fingerprint, no manifest), e.g. a misspelt `output` naming the user's project
+    folder, where the dataset card would replace their README.md. Only the work area and the
+    logs the command itself creates may be there; `overwrite` does not extend to files we did not
+    write. The same rules and words as every other command's (pretrain.outtarget), and the same
+    detach: a refused run leaves no log in that folder."""
+    refuse_not_a_directory(out, OUTPUT_FLAG)
     if (out / parts.PARTS / FINGERPRINT).is_file() or (out / MANIFEST).is_file():
         return
-    if not out.is_dir():
-        return
-    ours = {parts.PARTS, LOGS_DIR}
-    strangers = sorted(p.name for p in out.iterdir() if p.name not in ours)
-    if strangers:
-        shown = ", ".join(strangers[:3]) + (", ..." if len(strangers) > 3 else "")
-        raise ConfigError(
-            f"output = {str(out)!r} is not empty ({shown}) and holds no output of `pretrain "
-            "data run`: the run would write over those files; choose a new or empty directory"
-        )
+    refuse_foreign(out, OUTPUT_FLAG, "output of `pretrain data run`", _work_area)
+
+
+OUTPUT_FLAG = "output ="
+
+
+def _work_area(name: str) -> bool:
+    return name == parts.PARTS
 
 
 def output_is_foreign(config: PipelineConfig, out: OutPath, stages: list[Stage]) -> bool:
-    """True when `out` holds parts of a different job; an error unless `overwrite` is set
-    (and always an error when `out` is not a place to write a run, `check_output_target`)."""
-    check_output_target(out)
+    """True when `out` holds parts of a different job; an error unless `overwrite` is set.
+    `check_output_target(out)` comes first (runner.preflight runs it before any other check)."""
     path = out / parts.PARTS / FINGERPRINT
     if not path.is_file():
         return False

@@ -33,7 +33,12 @@ from data_pipeline import (
     throughput_report,
 )
 from data_pipeline.config import PipelineConfig
-from data_pipeline.fingerprint import model_hashes, output_is_foreign, prepare_output
+from data_pipeline.fingerprint import (
+    check_output_target,
+    model_hashes,
+    output_is_foreign,
+    prepare_output,
+)
 from data_pipeline.inputs import (
     check_openable,
     check_output_apart,
@@ -117,6 +122,8 @@ def preflight(
     stage sections and types, model artifacts exist and verify, inputs exist and open, and the
     output is this job's or new. Returns the stages and the planned input files; files of
     directory inputs that are not read are appended to `skipped` with their reason."""
+    out = output_path(config.output)
+    check_output_target(out)  # first: a refused output gets no log (or anything else) of ours
     stages = build_stages(config)
     for stage in stages:
         stage.check()
@@ -126,7 +133,7 @@ def preflight(
     if config.on_unreadable == "error":
         for item in inputs:
             check_openable(item, config.text_field)
-    output_is_foreign(config, output_path(config.output), stages)
+    output_is_foreign(config, out, stages)
     return stages, inputs
 
 

@@ -6,30 +6,45 @@ write, those names are the user's files: a misspelt `--out` naming a Megatron da
 its `.bin`/`.idx`. So an output must be new, empty, or hold what the command wrote before (the
 caller decides that: a manifest of its kind, or its own resume records); anything else is one
 `ConfigError` line before the first write. `pretrain data run` has its own check with the same
-rules (data_pipeline.fingerprint.check_output_target).
+rules, through the same functions (data_pipeline.fingerprint.check_output_target).
+
+A refused command also forgets the artifact its log was to go to (`progress.detach`): a refusal
+leaves no `.logs/` folder in the user's directory.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.manifest import MANIFEST, load_manifest
+from pretrain.outstore import ObjectPath, OutPath
 from pretrain.progress import LOGS_DIR, detach
 
 
-def refuse_not_a_directory(out: Path, flag: str) -> None:
-    """Refuse an output that is a file or lies below one (a traceback from mkdir otherwise)."""
+def refuse(message: str, error: type[ConfigError | ArtifactError] = ConfigError) -> NoReturn:
+    """Raise the one-line refusal of an output, its log kept out of that output (`detach`)."""
+    detach()
+    raise error(message)
+
+
+def refuse_not_a_directory(out: OutPath, flag: str) -> None:
+    """Refuse an output that is a file or lies below one (a traceback from mkdir otherwise); in
+    an object store, an output that is an object rather than a prefix."""
+    if isinstance(out, ObjectPath):
+        if out.is_file():
+            refuse(f"{flag} {str(out)!r} is an object, not a prefix; choose a prefix")
+        return
     for path in (out, *out.parents):
         if path.exists() and not path.is_dir():
             what = "is a file" if path == out else f"is below the file {str(path)!r}"
-            detach()
-            raise ConfigError(f"{flag} {str(out)!r} {what}; choose a directory")
+            refuse(f"{flag} {str(out)!r} {what}; choose a directory")
 
 
 def refuse_foreign(
-    out: Path, flag: str, holds: str, scratch: Callable[[str], bool] = lambda name: False
+    out: OutPath, flag: str, holds: str, scratch: Callable[[str], bool] = lambda name: False
 ) -> None:
     """Refuse a non-empty `out` that the caller found not to be its own output: every entry
     but the command's logs and what `scratch(name)` accepts (its own temporary files) counts.
@@ -40,8 +55,7 @@ def refuse_foreign(
     strangers = sorted(p.name for p in out.iterdir() if p.name != LOGS_DIR and not scratch(p.name))
     if strangers:
         shown = ", ".join(strangers[:3]) + (", ..." if len(strangers) > 3 else "")
-        detach()  # a refused command leaves no log folder in the user's directory either
-        raise ConfigError(
+        refuse(
             f"{flag} {str(out)!r} is not empty ({shown}) and holds no {holds}: the command "
             "would replace or delete files there; choose a new or empty directory"
         )
@@ -72,10 +86,10 @@ def require_own_output(
     found = manifest_kind(out)
     if found is not None:
         if found != kind:
-            detach()
-            raise ArtifactError(
+            refuse(
                 f"{flag} {str(out)!r} holds a {found!r} artifact, not {kind!r}; choose another "
-                "directory"
+                "directory",
+                ArtifactError,
             )
         return
     refuse_foreign(out, flag, f"{kind} artifact (no {MANIFEST})", scratch)

@@ -7,11 +7,13 @@ that was not a verified artifact, e.g. the user's own raw data under `--out .`."
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from pretrain import progress
 from pretrain_app.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -89,3 +91,36 @@ def test_ablate_refuses_an_out_it_did_not_write(tmp_path: Path, capsys) -> None:
     err = _one_line(capsys, ["ablate", str(path), "--dry-run"])
     assert "out =" in err and str(user) in err
     assert _snapshot(user) == before
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_refused_data_run_leaves_no_log_in_the_folder(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, dry_run: bool
+) -> None:
+    """The log of a refused `pretrain data run` stays in the temp directory: before, it was
+    moved into `<output>/.logs/` of the user's folder whenever anything had written to it (an
+    empty log is dropped, so the chatter is written here, standing in for Ray's or pyarrow's)."""
+    import data_pipeline.runner as runner
+
+    real = runner.output_path
+
+    def chatty(output):  # called by the run's checks, before the refusal, old code and new
+        print("library chatter on stderr", file=sys.stderr)
+        return real(output)
+
+    monkeypatch.setattr(runner, "output_path", chatty)
+    user = _user_folder(tmp_path)
+    output = user
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text('{"text": "one document of a few words"}\n')
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        f"inputs: [{tmp_path / 'in'}]\noutput: '{output}'\nstages: {{extract: {{}}}}\n"
+    )
+    before = _snapshot(user)
+    err = _one_line(capsys, ["data", "run", str(config), *(["--dry-run"] if dry_run else [])])
+    assert "output =" in err and str(output) in err
+    assert _snapshot(user) == before  # no .logs/ folder left in the user's directory
+    log = progress.log_path()
+    assert log is not None and user not in log.parents
+    assert "library chatter" in log.read_text()
