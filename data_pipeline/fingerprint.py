@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -47,22 +48,14 @@ EDGE_BYTES = 64 << 10
 
 def file_identity(item: InputFile) -> dict[str, Any]:
     """{size, mtime_ns, sha256 | edges_sha256[, inode, ctime_ns]} of one input file (see the module
-    docstring)."""
+    docstring). A local input is stat'ed once, for its size and mtime as for its inode and ctime."""
     filesystem, path = filesystem_for(item.path)
     try:
-        info = filesystem.get_file_info(path)
-        if info.type != pafs.FileType.File:
-            raise OSError("not a file")
-        size = int(info.size)
+        size, mtime_ns, local = _stat(item.path, filesystem, path)
         with filesystem.open_input_file(path) as handle:
             if size <= FULL_HASH_BYTES:
                 whole = _sha(handle.read())
-                return {
-                    "size": size,
-                    "mtime_ns": info.mtime_ns,
-                    "sha256": whole,
-                    **_inode(item.path),
-                }
+                return {"size": size, "mtime_ns": mtime_ns, "sha256": whole, **local}
             head = handle.read(EDGE_BYTES)
             handle.seek(size - EDGE_BYTES)
             tail = handle.read(EDGE_BYTES)
@@ -72,19 +65,25 @@ def file_identity(item: InputFile) -> dict[str, Any]:
             "on_unreadable=reject"
         ) from None
     edges = _sha(str(size).encode() + b"\0" + head + tail)
-    return {"size": size, "mtime_ns": info.mtime_ns, "edges_sha256": edges, **_inode(item.path)}
+    return {"size": size, "mtime_ns": mtime_ns, "edges_sha256": edges, **local}
 
 
-def _inode(path: str) -> dict[str, int]:
-    """{inode, ctime_ns} of a local input (none for an object store): what no restore of its
-    mtime can undo after a write in place."""
-    if "://" in path:
-        return {}
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return {}
-    return {"inode": stat.st_ino, "ctime_ns": stat.st_ctime_ns}
+def _stat(
+    original: str, filesystem: pafs.FileSystem, path: str
+) -> tuple[int, int | None, dict[str, int]]:
+    """(size, mtime_ns, {inode, ctime_ns}) of an input: a local one from one os.stat (the inode
+    and ctime are what no restore of its mtime can undo after a write in place), an object from
+    its listing entry (no ctime there: {})."""
+    if "://" not in original:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError("not a file")
+        local = {"inode": info.st_ino, "ctime_ns": info.st_ctime_ns}
+        return info.st_size, info.st_mtime_ns, local
+    entry = filesystem.get_file_info(path)
+    if entry.type != pafs.FileType.File:
+        raise OSError("not a file")
+    return int(entry.size), entry.mtime_ns, {}
 
 
 IDENTITY_THREADS = 16

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from data_pipeline.throughput import PART_COSTS, part_cost_path
 from pretrain import shards_layout as layout
 from pretrain.hashcache import remember
 from pretrain.outstore import (
@@ -199,9 +200,11 @@ def part_verifies(out: OutPath, fragment: OutPath, listing: Listing | None = Non
 
 
 def forget_part(out: OutPath, shard: str) -> None:
-    """Delete everything one part wrote (shard, rejects, ledger fragment, pieces)."""
+    """Delete everything one part wrote (shard, rejects, ledger fragment, its cost record,
+    pieces): a forgotten part's cost must not be folded into the part computed in its place."""
     for name in (layout.data_file(shard), layout.rejects_file(shard), f"{PARTS}/{shard}.json"):
         (out / name).unlink(missing_ok=True)
+    part_cost_path(out, shard).unlink(missing_ok=True)
     remove_tree(pieces_dir(out, shard))
 
 
@@ -228,7 +231,14 @@ def forget_inputs(out: OutPath, stems: Collection[str]) -> None:
         return
     stems = set(stems)
     shards: set[str] = set()
-    for sub in (layout.DATA_DIR, layout.REJECTS_DIR, PARTS, f"{PARTS}/{PIECES}"):
+    folders = (
+        layout.DATA_DIR,
+        layout.REJECTS_DIR,
+        PARTS,
+        f"{PARTS}/{PIECES}",
+        f"{PARTS}/{PART_COSTS}",
+    )
+    for sub in folders:
         folder = out / sub
         for path in folder.glob("*") if folder.is_dir() else ():
             name = layout.shard_name(path.name).removesuffix(".json")

@@ -5,6 +5,7 @@ output once, not once per input (benchmarks/bench_driver_scale.py measures both)
 from __future__ import annotations
 
 import gc
+import json
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from data_pipeline import ledger, parts
+from data_pipeline import ledger, parts, throughput
 from pretrain import shards_layout as layout
 
 
@@ -67,6 +68,7 @@ def _output(root: Path, stems: list[str], per_input: int) -> dict[str, str]:
     """A synthetic output: every file a part leaves, mapped to the input it belongs to."""
     parts.ensure_dirs(root)
     (root / parts.PARTS / parts.GLOBAL / "dedup").mkdir(parents=True)
+    throughput.part_cost_path(root, "x").parent.mkdir(parents=True)
     owner: dict[str, str] = {}
     for stem in stems:
         files = [parts.read_stats_path(root, stem)]
@@ -75,6 +77,7 @@ def _output(root: Path, stems: list[str], per_input: int) -> dict[str, str]:
             parts.pieces_dir(root, shard).mkdir(parents=True)
             files += [root / layout.data_file(shard), root / layout.rejects_file(shard)]
             files += [parts.fragment_path(root, shard), parts.pieces_dir(root, shard) / "0.parquet"]
+            files += [throughput.part_cost_path(root, shard)]
             files += [
                 root / parts.PARTS / parts.GLOBAL / "dedup" / f"{shard}.{table}"
                 for table in ("rows.parquet", "bands.parquet", "json")
@@ -91,7 +94,9 @@ def _files(root: Path) -> set[str]:
 
 def test_forgetting_changed_inputs_removes_exactly_their_parts(tmp_path: Path) -> None:
     """Names that look alike stay apart: input `a` is not input `a-00001` (whose parts are
-    `a-00001-0000N`) nor `a.b`; a stem may hold dots; a part numbered past 99,999 is `a`'s."""
+    `a-00001-0000N`) nor `a.b`; a stem may hold dots; a part numbered past 99,999 is `a`'s.
+    A part's cost record (`.parts/part-costs/`) goes with it (the old code left it: a stage the
+    recomputed part's run did not record kept the forgotten part's cost)."""
     owner = _output(tmp_path, ["a", "a-00001", "a.b", "c4-train.00000-of-01024"], 2)
     (tmp_path / layout.data_file("a-100000")).write_bytes(b"x")
     parts.forget_inputs(tmp_path, ["a", "c4-train.00000-of-01024"])
@@ -116,5 +121,23 @@ def test_forgetting_every_input_lists_each_folder_once(
     monkeypatch.setattr(Path, "glob", counted)
     parts.forget_inputs(tmp_path, stems)
     monkeypatch.undo()
-    assert listings <= 6, listings  # four part folders, the global folder and its one stage
+    assert listings <= 7, listings  # five part folders, the global folder and its one stage
     assert _files(tmp_path) == set()
+
+
+def test_a_part_that_no_longer_verifies_is_forgotten_with_its_cost_record(tmp_path: Path) -> None:
+    """The resume scan forgets a part whose shard changed: its cost record too (fails on the
+    old code, which kept `.parts/part-costs/<shard>.json`)."""
+    table_bytes = b"not the recorded bytes"
+    shard = "web-00000"
+    parts.ensure_dirs(tmp_path)
+    (tmp_path / layout.data_file(shard)).write_bytes(table_bytes)
+    record = {"bytes": len(table_bytes) + 1, "sha256": "0" * 64, "rows": 1}
+    fragment = {"shard": shard, "files": {layout.data_file(shard): record}}
+    parts.fragment_path(tmp_path, shard).write_text(json.dumps(fragment))
+    cost = throughput.part_cost_path(tmp_path, shard)
+    cost.parent.mkdir(parents=True)
+    cost.write_text(json.dumps({"read": {"cpu_s": 1.0, "docs": 1, "bytes": 3}}))
+    assert parts.finished_parts(tmp_path) == {}
+    assert not cost.exists()
+    assert not parts.fragment_path(tmp_path, shard).exists()

@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
+import pytest
+from pyarrow import fs as pafs
+
+from data_pipeline import fingerprint
 from data_pipeline.fingerprint import FULL_HASH_BYTES, changed_inputs, input_identities
 from data_pipeline.formats import InputFile
+from pretrain.errors import InputError
 
 
 def _input(path: Path) -> InputFile:
@@ -56,3 +62,63 @@ def test_reading_an_input_leaves_it_unchanged(tmp_path):
     recorded = input_identities(inputs)
     big.read_bytes(), small.read_bytes()
     assert changed_inputs(recorded, input_identities(inputs)) == []
+
+
+class _CountedLocal:
+    """The local filesystem, counting the stats it is asked for (fingerprint uses two calls)."""
+
+    def __init__(self, counts: list[str]) -> None:
+        self.local, self.counts = pafs.LocalFileSystem(), counts
+
+    def get_file_info(self, path: str) -> pafs.FileInfo:
+        self.counts.append(path)
+        return self.local.get_file_info(path)
+
+    def open_input_file(self, path: str) -> Any:
+        return self.local.open_input_file(path)
+
+
+def _reference(path: Path) -> dict[str, Any]:
+    """The identity as the old code built it: pyarrow's size and mtime, os.stat's inode and ctime."""
+    info, stat = pafs.LocalFileSystem().get_file_info(str(path)), os.stat(path)
+    return {
+        "size": info.size,
+        "mtime_ns": info.mtime_ns,
+        "inode": stat.st_ino,
+        "ctime_ns": stat.st_ctime_ns,
+    }
+
+
+def test_a_local_input_is_stat_once_for_the_same_identity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Size, mtime, inode and ctime from one os.stat, equal to what pyarrow's file info and a
+    second os.stat gave (fails on the old code: two stats per input)."""
+    big, small = _big(tmp_path / "big.jsonl"), tmp_path / "small.jsonl"
+    small.write_text('{"text": "one document"}\n')
+    expected = {p.stem: _reference(p) for p in (big, small)}
+    counts: list[str] = []
+    monkeypatch.setattr(fingerprint, "filesystem_for", lambda path: (_CountedLocal(counts), path))
+    real_stat = os.stat
+
+    def counted_stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        counts.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", counted_stat)
+    found = input_identities([_input(big), _input(small)])
+    monkeypatch.undo()
+    assert sorted(counts) == sorted([str(big), str(small)])
+    for stem, identity in found.items():
+        assert {k: identity[k] for k in expected[stem]} == expected[stem]
+    assert set(found["big"]) == {"size", "mtime_ns", "edges_sha256", "inode", "ctime_ns"}
+    assert set(found["small"]) == {"size", "mtime_ns", "sha256", "inode", "ctime_ns"}
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder"])
+def test_an_input_that_is_no_file_is_one_line(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "in.jsonl"
+    if kind == "folder":
+        path.mkdir()
+    with pytest.raises(InputError, match=r"input .*in\.jsonl: cannot be read"):
+        fingerprint.file_identity(_input(path))
