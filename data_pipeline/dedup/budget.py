@@ -72,11 +72,15 @@ ownership metadata in the driver); beyond this, raise the budget."""
 MAX_FILE_PARTITIONS = 65536
 """With the file-based exchange (`pretrain data run`: data_pipeline.dedup.exchange) the driver
 holds O(producers + partitions) small values per step, so driver memory no longer caps the
-partitions; what does is the reads: each reduce task opens one file per producer (65,536 at the
-cap, a footer and one range read each) and a step writes one file per producer, so one step is
-producers x partitions range reads (4.3 billion at the cap: on an object store, requests cost).
-At 6 KB pages and the default 2 GB budget the cap is near 2 billion pages (~12 TB of text); 40
-TB in one job needs ray.worker_memory_mb >= ~6,000 (or several jobs against the index)."""
+partitions; what does is the reads. A step of M producers writes one file per producer; below
+fanin.FANIN_FROM (64) producers each of the P reduce tasks reads one range of every producer's
+file (M x P reads), from there merge tasks first combine ~sqrt(M) producers' files each (M
+whole-file reads, sqrt(M) writes) and a reduce task reads ~sqrt(M) merged files: M + P x
+sqrt(M) reads (at the cap 65,536 + 65,536 x 256 = 16.8 million per step, against 4.3 billion
+one level; on an object store a consumer's read is several requests:
+benchmarks/bench_exchange_reads.py). A merge task holds its group's files at once (~1 / sqrt(M)
+of a step's pieces; in memory on s3). At 6 KB pages and the default 2 GB budget the cap is near 2 billion pages (~12 TB of
+text); 40 TB in one job needs ray.worker_memory_mb >= ~6,000 (or several jobs against the index)."""
 
 
 class BudgetError(ConfigError):

@@ -26,6 +26,10 @@ are checked against their sha256 before they are decoded, and the index against 
 size and order, so a byte changed anywhere a consumer reads (at the same size or not) is an
 `ExchangeFileError` naming the file, never another partition's rows.
 
+From fanin.FANIN_FROM producers on, merge tasks first combine ~sqrt(M) producers' files each
+into one file of the same format, and consumers read those (data_pipeline.dedup.fanin): M x P
+reads per step become M + P x sqrt(M).
+
 The pieces read back are the pieces written (same columns, types, values and order), so the
 tags are byte-identical to the object exchange. Files are written whole (a producer killed while
 writing leaves no file under its name) and are deterministic, so a retried producer rewrites the
@@ -61,7 +65,7 @@ class ExchangeFileError(ArtifactError):
     """A piece file of the dedup exchange is not what its producer wrote."""
 
 
-def _corrupt(path: OutPath, what: str) -> ExchangeFileError:
+def corrupt(path: OutPath, what: str) -> ExchangeFileError:
     return ExchangeFileError(
         f"dedup exchange file {path} {what}: it changed after its producer wrote it (a disk "
         "error or another writer); run the same command again: the aggregate starts over from "
@@ -78,36 +82,52 @@ def piece_file(folder: str, step: str, producer: int, group: int) -> OutPath:
     return group_folder(folder, step, group) / f"{producer:07d}.arrow"
 
 
+def merged_file(folder: str, step: str, merge: int, group: int) -> OutPath:
+    """The file of merge group `merge` (data_pipeline.dedup.fanin): its producers' pieces."""
+    return group_folder(folder, step, group) / f"m{merge:07d}.arrow"
+
+
 def encode_pieces(pieces: Sequence[pa.Table]) -> bytes:
     """The bytes of one piece file (module docstring) holding `pieces` (one schema), in order."""
     schema = pieces[0].schema
     if any(pa.types.is_dictionary(field.type) for field in schema):
         raise TypeError(f"exchange pieces hold no dictionary columns: {schema}")
-    head = schema.serialize().to_pybytes()
-    chunks, starts, digests = [head], [len(head)], []
+    bodies = []
     for piece in pieces:
         if piece.schema != schema:  # a piece is a slice of one table: never other columns
             raise ValueError(f"exchange piece schema {piece.schema} differs from {schema}")
+        batches = piece.combine_chunks().to_batches()
+        bodies.append([b.serialize().to_pybytes() for b in batches if b.num_rows])
+    return b"".join(frame(schema.serialize().to_pybytes(), bodies))
+
+
+def frame(head: Any, bodies: Sequence[Sequence[Any]]) -> list[Any]:
+    """The chunks of a piece file (module docstring): `head` (the schema's IPC message), then
+    each partition's chunks (whole IPC messages, bytes-like) in order, then index, digests and
+    trailer. data_pipeline.dedup.fanin frames merged files with it from other files' bytes."""
+    chunks, starts, digests = [head], [len(head)], []
+    for parts in bodies:
         digest, end = hashlib.sha256(), starts[-1]
-        for batch in piece.combine_chunks().to_batches():
-            if batch.num_rows:
-                data = batch.serialize().to_pybytes()
-                digest.update(data)
-                chunks.append(data)
-                end += len(data)
+        for data in parts:
+            digest.update(data)
+            chunks.append(data)
+            end += len(data)
         starts.append(end)
         digests.append(digest.digest())
     chunks += [_U64.pack(s) for s in starts]
-    chunks += [*digests, hashlib.sha256(head).digest(), _U64.pack(len(pieces)), MAGIC]
-    return b"".join(chunks)
+    return [*chunks, *digests, hashlib.sha256(head).digest(), _U64.pack(len(bodies)), MAGIC]
 
 
 def write_pieces(path: OutPath, pieces: Sequence[pa.Table]) -> None:
     """Write the partition pieces of one producer (one schema) as one piece file. A full disk
     is the OSError that names `path` (pretrain.program prints it as the disk-full line)."""
-    data = encode_pieces(pieces)
+    write_chunks(path, [encode_pieces(pieces)])
+
+
+def write_chunks(path: OutPath, chunks: Sequence[Any]) -> None:
+    """Write a piece file given as bytes-like chunks (frame) whole under `path`."""
     if isinstance(path, ObjectPath):
-        write_atomic(path, data)
+        write_atomic(path, b"".join(chunks))
         return
     # Renamed into place (a reader never sees half a file) but not fsynced: a piece file lives
     # for one aggregate, which a crash re-runs from the persisted map side in a fresh folder
@@ -116,7 +136,8 @@ def write_pieces(path: OutPath, pieces: Sequence[pa.Table]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            for chunk in chunks:
+                handle.write(chunk)
         os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
@@ -153,44 +174,59 @@ def _checked_bytes(path: OutPath, source: Any, partition: int) -> tuple[bytes, b
     """(head, partition's bytes) of an open piece file, each matching its recorded sha256."""
     size = source.size()
     if size < _TAIL:
-        raise _corrupt(path, f"is {size} bytes, shorter than a piece file's trailer")
+        raise corrupt(path, f"is {size} bytes, shorter than a piece file's trailer")
     tail = source.read_at(_TAIL, size - _TAIL)
     head_digest, count = tail[:_DIGEST], _U64.unpack_from(tail, _DIGEST)[0]
     if tail[-len(MAGIC) :] != MAGIC:
-        raise _corrupt(path, "does not end in the exchange's format marker")
+        raise corrupt(path, "does not end in the exchange's format marker")
     index = size - _TAIL - count * _DIGEST - (count + 1) * _U64.size
     if partition >= count or index < 0:
-        raise _corrupt(path, f"records {count} partitions, not partition {partition}")
+        raise corrupt(path, f"records {count} partitions, not partition {partition}")
     first = _U64.unpack(source.read_at(_U64.size, index))[0]
     start, end = struct.unpack("<QQ", source.read_at(2 * _U64.size, index + partition * 8))
     if not 0 < first <= start <= end <= index:
-        raise _corrupt(path, f"has a broken index for partition {partition}")
+        raise corrupt(path, f"has a broken index for partition {partition}")
     digest = source.read_at(_DIGEST, index + (count + 1) * _U64.size + partition * _DIGEST)
     head, body = source.read_at(first, 0), source.read_at(end - start, start)
     if hashlib.sha256(head).digest() != head_digest:
-        raise _corrupt(path, "has a schema that does not match its sha256")
+        raise corrupt(path, "has a schema that does not match its sha256")
     if hashlib.sha256(body).digest() != digest:
-        raise _corrupt(path, f"has partition {partition} not matching its sha256")
+        raise corrupt(path, f"has partition {partition} not matching its sha256")
     return head, body
 
 
 @dataclass(frozen=True)
 class Gather:
     """Partition `partition` of group `group` of every producer of one step (module docstring):
-    what a consumer receives in place of one object ref per producer."""
+    what a consumer receives in place of one object ref per producer. With `fanin`, the
+    producers' files were merged `fanin` at a time (data_pipeline.dedup.fanin) and the consumer
+    reads one merged file per merge group, but those in `unmerged` producer by producer."""
 
     folder: str
     step: str
     group: int
     producers: int
     partition: int
+    fanin: int = 0
+    unmerged: tuple[int, ...] = ()
 
     def read(self) -> list[pa.Table]:
-        """The producers' pieces of this partition, in producer order."""
-        return [
-            read_piece(piece_file(self.folder, self.step, i, self.group), self.partition)
-            for i in range(self.producers)
-        ]
+        """The producers' pieces of this partition, in producer order (with `fanin`: the same
+        rows and batches in the same order, fewer tables)."""
+        if not self.fanin:
+            return [self._producer(i) for i in range(self.producers)]
+        tables = []
+        for merge, first in enumerate(range(0, self.producers, self.fanin)):
+            if merge in self.unmerged:
+                last = min(first + self.fanin, self.producers)
+                tables += [self._producer(i) for i in range(first, last)]
+            else:
+                path = merged_file(self.folder, self.step, merge, self.group)
+                tables.append(read_piece(path, self.partition))
+        return tables
+
+    def _producer(self, index: int) -> pa.Table:
+        return read_piece(piece_file(self.folder, self.step, index, self.group), self.partition)
 
 
 def resolve(pieces: Sequence[Any]) -> list[pa.Table]:

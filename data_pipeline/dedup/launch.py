@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from data_pipeline import throughput
-from data_pipeline.dedup import exchange
+from data_pipeline.dedup import exchange, fanin
 from data_pipeline.dedup.config import DedupConfig
 from pretrain.errors import PretrainError
 
@@ -94,14 +94,39 @@ class Runner:
             )
             for i, args in enumerate(producers)
         ]
-        self.producing += self.costs[len(self.costs) - len(outs) :]
+        first = len(self.costs) - len(outs)
+        width, unmerged = self._merge(name, groups, partitions, self.costs[first:])
+        costs = self.costs[first:]  # the producers', then the merge tasks'
+        self.producing += costs
         if self.scratch is not None:
-            self.scratch.produced(name, groups, self.costs[len(self.costs) - len(outs) :])
+            self.scratch.produced(name, groups, costs)
         columns = [
-            [[exchange.Gather(self.exchange, name, g, len(outs), q)] for q in range(partitions)]
+            [
+                [exchange.Gather(self.exchange, name, g, len(outs), q, width, unmerged[g])]
+                for q in range(partitions)
+            ]
             for g in range(groups)
         ]
         return columns, [o[:extra] for o in outs]
+
+    def _merge(
+        self, name: str, groups: int, partitions: int, costs: list[Any]
+    ) -> tuple[int, list[tuple[int, ...]]]:
+        """With many producers (data_pipeline.dedup.fanin), launch the merge tasks of step `name`
+        (each runs once its producers finished) and wait for them. Returns (producers per merge
+        group, 0 for none; per group, the merge groups left unmerged)."""
+        width = fanin.fanin(len(costs))
+        if not width:
+            return 0, [()] * groups
+        merges = [
+            self.launch(fanin.merge, 1, self.exchange, name, groups, partitions, k, lo, hi, *ready)
+            for k, lo in enumerate(range(0, len(costs), width))
+            for hi in [min(lo + width, len(costs))]
+            for ready in [costs[lo:hi]]
+        ]
+        left = self.wait([m[0] for m in merges], f"{name}-merge")
+        self.timeline.append((f"{name.split('-', 1)[1]}-merge", time.time()))
+        return width, [tuple(k for k, out in enumerate(left) if g in out) for g in range(groups)]
 
     def cost(self) -> dict[str, float]:
         """CPU-seconds and peak RSS of every task launched so far."""
