@@ -93,3 +93,19 @@ def require_own_output(
             )
         return
     refuse_foreign(out, flag, f"{kind} artifact (no {MANIFEST})", scratch)
+
+
+def require_new_output(
+    out: Path, flag: str, kind: str, scratch: Callable[[str], bool] = temporary_file
+) -> None:
+    """`out` may be new, or empty but for the command's logs and `scratch` files: what an earlier
+    run of it that was refused, failed or was killed before its first output file left there.
+    Anything else is refused in one line, a finished `kind` artifact too (a model is never
+    replaced in place: the stages that use it pin its manifest's hash)."""
+    refuse_not_a_directory(out, flag)
+    if manifest_kind(out) == kind:
+        refuse(
+            f"{flag} {str(out)!r} is not empty: it holds a finished {kind} artifact; choose a "
+            "new directory or delete it"
+        )
+    refuse_foreign(out, flag, f"{kind} artifact (no {MANIFEST})", scratch)

@@ -25,7 +25,7 @@ from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, sha256_file
-from pretrain.outtarget import refuse_not_a_directory
+from pretrain.outtarget import require_new_output, temporary_file
 from pretrain.progress import Progress
 
 KIND = "fasttext-model"
@@ -257,21 +257,32 @@ def evaluate(model: Any, heldout: list[tuple[str, str]], labels: list[str]) -> d
     }
 
 
+TRAIN_SCRATCH = ".train-"
+"""The prefix of the temporary folder training runs in, inside `out` (a killed run leaves it)."""
+
+
+def check_out(config: ClassifierConfig) -> Path:
+    """The output directory, refused in one line unless it is new or holds only what an earlier
+    run of this command left before writing a model (its logs, its training scratch folder);
+    `--dry-run` checks it too."""
+    out = Path(config.out)
+    require_new_output(out, "out =", model_kind.FASTTEXT_KIND, _scratch)
+    return out
+
+
+def _scratch(name: str) -> bool:
+    return name.startswith(TRAIN_SCRATCH) or temporary_file(name)
+
+
 @writes_output("config.out")
 def train_classifier(config: ClassifierConfig) -> Path:
     """Train, evaluate and write the `fasttext-model` artifact; returns its directory."""
-    out = Path(config.out)
-    refuse_not_a_directory(out, "out =")  # a file: one line, not NotADirectoryError
-    if out.exists() and any(out.iterdir()):
-        raise ConfigError(
-            f"out = {str(out)!r} already exists and is not empty; choose a new "
-            "directory or delete it"
-        )
+    out = check_out(config)
     by_label, skipped = collect_examples(config)
     train, heldout = split_examples(config, by_label)
     out.mkdir(parents=True, exist_ok=True)
     model_file = out / ("model.ftz" if config.quantize else "model.bin")
-    with tempfile.TemporaryDirectory(dir=out, prefix=".train-") as tmp:
+    with tempfile.TemporaryDirectory(dir=out, prefix=TRAIN_SCRATCH) as tmp:
         _fit(config, train, Path(tmp), model_file)
     import fasttext
 

@@ -25,10 +25,10 @@ from data_pipeline.models.normalization import NORMALIZATION, lm_sentences
 from data_pipeline.models.records import RecordSource, field_value, iter_records
 from pretrain.artifacts import model as model_kind
 from pretrain.config import StrictModel, config_dict
-from pretrain.errors import ConfigError, InputError
+from pretrain.errors import InputError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, sha256_file
-from pretrain.outtarget import refuse_not_a_directory
+from pretrain.outtarget import require_new_output
 from pretrain.progress import Progress
 
 KIND = "kenlm-model"
@@ -143,16 +143,19 @@ def _heldout_perplexity(arpa: Path, heldout: list[str]) -> float | None:
     return round(10 ** (-total / count), 3) if count else None
 
 
+def check_out(config: LanguageModelConfig) -> Path:
+    """The output directory, refused in one line unless it is new or holds only what an earlier
+    run of this command left before writing a model (its logs, its partial .arpa scratch files);
+    `--dry-run` checks it too."""
+    out = Path(config.out)
+    require_new_output(out, "out =", model_kind.KENLM_KIND)
+    return out
+
+
 @writes_output("config.out")
 def train_lm(config: LanguageModelConfig) -> Path:
     """Train one model per language and write the `kenlm-model` artifact; returns its directory."""
-    out = Path(config.out)
-    refuse_not_a_directory(out, "out =")  # a file: one line, not NotADirectoryError
-    if out.exists() and any(out.iterdir()):
-        raise ConfigError(
-            f"out = {str(out)!r} already exists and is not empty; choose a new "
-            "directory or delete it"
-        )
+    out = check_out(config)
     out.mkdir(parents=True, exist_ok=True)
     languages: dict[str, Any] = {}
     for lang in config.languages:
@@ -161,9 +164,10 @@ def train_lm(config: LanguageModelConfig) -> Path:
             f"{lang}: {documents} documents, {len(sentences)} sentences -> estimating the "
             f"order-{config.order} model"
         )
-        arpa = out / f"{lang}.arpa"
-        with open(arpa, "w", encoding="utf-8") as handle:
+        arpa, partial = out / f"{lang}.arpa", out / f".{lang}.arpa.partial.tmp"
+        with open(partial, "w", encoding="utf-8") as handle:  # a killed run leaves only scratch
             stats = train_arpa(sentences, config.order, handle, config.prune_singletons_from)
+        partial.replace(arpa)
         del sentences
         languages[lang] = {
             "file": arpa.name,

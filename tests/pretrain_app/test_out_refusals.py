@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from pretrain import progress
+from pretrain.manifest import load_manifest, verify
 from pretrain_app.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -124,3 +125,53 @@ def test_a_refused_data_run_leaves_no_log_in_the_folder(
     log = progress.log_path()
     assert log is not None and user not in log.parents
     assert "library chatter" in log.read_text()
+
+
+MODELS = {
+    "train-lm": (["data", "train-lm", str(CONFIGS / "lm.yaml")], ["order=3", "max_tokens=60000"]),
+    "train-classifier": (
+        ["data", "train-classifier", str(CONFIGS / "classifier_quality.yaml")],
+        ["fasttext.dim=16", "fasttext.bucket=20000", "fasttext.epoch=10"],
+    ),
+}
+
+
+def _model_argv(command: str, out: Path, dry_run: bool = False) -> list[str]:
+    argv, small = MODELS[command]
+    sets = [arg for value in [f"out={out}", *small] for arg in ("--set", value)]
+    return [*argv, *sets, *(["--dry-run"] if dry_run else [])]
+
+
+@pytest.mark.parametrize("command", sorted(MODELS))
+def test_a_model_trains_into_a_folder_holding_only_its_own_earlier_logs(
+    tmp_path: Path, command: str
+) -> None:
+    """What an earlier run that was refused, failed or was killed before its first model file
+    left in `out` (its .logs/; a killed train-lm's partial .arpa, a killed train-classifier's
+    .train-* folder) does not refuse the re-run: before, every re-run there was `not empty`."""
+    out = tmp_path / "model"
+    (out / ".logs").mkdir(parents=True)
+    (out / ".logs" / f"pretrain-data-{command}-20261203T000000-1.log").write_text("killed\n")
+    if command == "train-lm":
+        (out / ".en.arpa.partial.tmp").write_text("\\data\\\n")  # cut mid-write
+    else:
+        (out / ".train-k1ll3d").mkdir()
+    assert main(_model_argv(command, out)) == 0
+    kind = "kenlm-model" if command == "train-lm" else "fasttext-model"
+    assert load_manifest(out)["kind"] == kind
+    verify(out)
+    assert not list(out.glob(".*.partial.tmp"))  # train-lm's .arpa scratch became the model
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+@pytest.mark.parametrize("command", sorted(MODELS))
+def test_a_model_refuses_a_folder_it_did_not_write_dry_run_too(
+    tmp_path: Path, capsys, command: str, dry_run: bool
+) -> None:
+    """Still refused, and left alone: a folder of the user's files (before: the dry run passed,
+    only the real run refused)."""
+    user = _user_folder(tmp_path)
+    before = _snapshot(user)
+    err = _one_line(capsys, _model_argv(command, user, dry_run))
+    assert "out =" in err and str(user) in err and "not empty" in err
+    assert _snapshot(user) == before
