@@ -184,7 +184,7 @@ def _map_and_persist(
     )
 
 
-def map_task(out: str, part: str, rows: int, spec: StageSpec) -> str:
+def map_task(out: str | OutPath, part: str, rows: int, spec: StageSpec) -> str:
     """The first global stage's map of one part, from the pieces the stream wrote."""
     if load(output_path(out), spec[0], part, rows, ""):
         return part  # a retry of a task that persisted the part before its worker died
@@ -217,7 +217,9 @@ def map_task(out: str, part: str, rows: int, spec: StageSpec) -> str:
     return part
 
 
-def join_task(out: str, job: dict[str, Any], part: MapOutput, index: int, *args: Any) -> str:
+def join_task(
+    out: str | OutPath, job: dict[str, Any], part: MapOutput, index: int, *args: Any
+) -> str:
     """Join one part, run the map stages after the global stage, then the next global stage's
     map (persisted) or write the part's rows as the job's pieces."""
     stage = _ready(job["spec"])
@@ -271,7 +273,7 @@ def run_global_stages(
     done = reusable(out, first, rows)
     with phase(f"{first.name}-map"):
         todo = [p for p in parts if p not in done]
-        _wait(ray, [remote_map.remote(str(out), p, rows[p], first.spec()) for p in todo], timeout)
+        _wait(ray, [remote_map.remote(out, p, rows[p], first.spec()) for p in todo], timeout)
     reused, depends = {first.name: len(done)}, ""
     for k, (stage, after) in enumerate(globals_):
         with phase(f"{stage.name}-verify"):  # the driver hashes every part's map output
@@ -299,7 +301,7 @@ def run_global_stages(
             reused[following.name] = len(skip)
         with phase(f"{stage.name}-join"):
             refs = [
-                remote_join.remote(str(out), job, output, index, *joins[index])
+                remote_join.remote(out, job, output, index, *joins[index])
                 for index, output in enumerate(found)
                 if output.part not in skip
             ]

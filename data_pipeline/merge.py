@@ -16,7 +16,7 @@ from data_pipeline.parts import fragment_path, load_json, part_verifies, pieces_
 from data_pipeline.workers import read_pieces
 from pretrain import shards_layout as layout
 from pretrain.errors import PretrainError
-from pretrain.outstore import listed, output_path, remove_tree, write_json
+from pretrain.outstore import OutPath, listed, output_path, remove_tree, write_json
 from pretrain.schema import conform
 
 
@@ -34,7 +34,7 @@ class ShardWriter:
 
     def __init__(
         self,
-        out: str,
+        out: str | OutPath,
         stages: Sequence[str],
         fields: Sequence[pa.Field],
         drop: Sequence[str],

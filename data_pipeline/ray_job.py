@@ -88,7 +88,7 @@ def build_stream(
         batch_format="pyarrow",
         **_read_resources(bool(head), cpus),
         fn_kwargs={
-            "out": str(out),
+            "out": out,  # not str(out): an ObjectPath carries the lock's id (pretrain.objectfence)
             "skip": {k: sorted(v) for k, v in done.items()},
             "options": options,
         },
@@ -99,14 +99,14 @@ def build_stream(
             batch_format="pyarrow",
             batch_size=None,
             num_cpus=0.25,
-            fn_kwargs={"out": str(out)},
+            fn_kwargs={"out": out},
         )
     return ds.map_batches(
         workers.MapStagesWorker,
         fn_constructor_kwargs={
             "specs": [s.spec() for s in head],
-            "pieces_out": str(out),
-            "cost_out": str(out),
+            "pieces_out": out,
+            "cost_out": out,
             "batch_rows": config.batch_rows,
             "map_spec": map_spec,  # the first global stage's map, per piece (piece_maps)
         },
@@ -136,7 +136,7 @@ def build_merge(
         count = parts.load_json(parts.read_stats_path(out, stem))["parts"]
         shards += [f"{stem}-{p:05d}" for p in range(count) if p not in done.get(stem, set())]
     writer = {
-        "out": str(out),
+        "out": out,
         "stages": [s.name for s in stages],
         "fields": [field for s in stages for field in s.columns],
         "drop": config.select.drop,

@@ -101,7 +101,7 @@ def table_cost(rows: pa.Table, cpu_s: float) -> dict[str, Any]:
     return {"cpu_s": cpu_s, "docs": rows.num_rows, "bytes": raw, "peak_rss_mb": peak_rss_mb()}
 
 
-def timed_read(out: str, batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
+def timed_read(out: str | OutPath, batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
     """Yield `batches`, recording the CPU-seconds spent producing each one as `read`."""
     while True:
         start = time.process_time()
@@ -123,7 +123,7 @@ def run_stages(stages: list[Any], batch: pa.Table) -> tuple[pa.Table, dict[str, 
     return batch, spent
 
 
-def record_setup(out: str, stages: list[Any]) -> None:
+def record_setup(out: str | OutPath, stages: list[Any]) -> None:
     """Set up the stages (load models), recording this worker's CPU- and wall-seconds for it."""
     cpu, wall = time.process_time(), time.perf_counter()
     for stage in stages:

@@ -32,7 +32,7 @@ __all__ = ["MapStagesWorker", "StageSpec", "build_stage"]
 
 
 def read_files(
-    batch: pa.Table, *, out: str, skip: dict[str, list[int]], options: dict[str, Any]
+    batch: pa.Table, *, out: str | OutPath, skip: dict[str, list[int]], options: dict[str, Any]
 ) -> Iterator[pa.Table]:
     """Map function: each input row names one file; stream its raw records in batches."""
     for item in batch.to_pylist():
@@ -61,8 +61,8 @@ class MapStagesWorker:
     def __init__(
         self,
         specs: Sequence[StageSpec],
-        pieces_out: str | None = None,
-        cost_out: str | None = None,
+        pieces_out: str | OutPath | None = None,
+        cost_out: str | OutPath | None = None,
         batch_rows: int | None = None,
         map_spec: StageSpec | None = None,
     ) -> None:
@@ -95,12 +95,12 @@ class MapStagesWorker:
         return pa.concat_tables(outputs, promote_options="default")
 
 
-def write_pieces(batch: pa.Table, out: str) -> pa.Table:
+def write_pieces(batch: pa.Table, out: str | OutPath) -> pa.Table:
     """Write the rows of each shard present in `batch` as one piece; return {shard, rows}."""
     return write_mapped_pieces(batch, out, None)
 
 
-def write_mapped_pieces(batch: pa.Table, out: str, mapped: Any) -> pa.Table:
+def write_mapped_pieces(batch: pa.Table, out: str | OutPath, mapped: Any) -> pa.Table:
     """write_pieces; with `mapped` (a global stage), each piece's map side is written first
     (data_pipeline.piece_maps)."""
     shards, counts = [], []

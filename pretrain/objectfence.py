@@ -9,16 +9,26 @@ writer took its lock over (pretrain.objectlock). Before every write or delete un
   renewal refused because the lock changed refuses the write in one line (`OutputLocked`, "lost
   its writer lock") and stops the run;
 - a worker (a Ray task writing parts) holds no lock: it writes under its driver's, which it knows
-  by id, from the `ObjectPath`s the driver pickled or from `PRETRAIN_WRITER_LOCK`, which the
-  driver sets while it holds the lock: a local Ray it starts inherits it, and a job on an existing
-  cluster gets it through the job's runtime_env (`rayinit.with_driver_env`). Before writing it reads the
-  lock object and writes only if it still has that id and its lease has not run out; the answer
-  holds for half the lease it had left, so a worker reads the lock about once per lease / 2.
+  by id from the `ObjectPath`s in its task's arguments: pickled by the driver while it holds the
+  lock, each carries the lock's id (`token_for`), and unpickling one adopts it (`adopt`) for
+  every path under that output in the worker process. The data job hands every task that
+  writes or deletes under its output an `ObjectPath`, never the URI's string: the stream's read
+  tasks and map actors, the global stages' map and join tasks, the dedup exchange's producers
+  (`Runner.exchange`), the merge tasks (tests/data_pipeline/test_s3_fence.py). So the fence holds
+  whatever Ray the driver runs on: one it started, a cluster it joined by address, or one
+  already initialised in its process (a notebook's `ray.init()`), whose workers were started
+  before the lock and never see this driver's environment. A second way in, for a worker
+  handed a bare string: `PRETRAIN_WRITER_LOCK`, which the driver sets while it holds the lock
+  (a local Ray it starts inherits it; a job on an existing cluster gets it through the job's
+  runtime_env, `rayinit.with_driver_env`). Before writing, a worker reads the lock object and
+  writes only if it still has that id and its lease has not run out; the answer holds for half
+  the lease it had left, so a worker reads the lock about once per lease / 2.
 
 What remains: a writer frozen in the instant between its check and the request it guards still
-lands that one request (S3 has no write conditional on another object); a driver that joined a
-Ray already initialised in its process (it did not call `ray.init`) cannot hand the variable to
-that Ray's existing job, whose workers are fenced only through the `ObjectPath`s they were handed.
+lands that one request (S3 has no write conditional on another object); a lock removed by hand
+(`pretrain unlock`) before its lease ran out is seen by a worker only once its last answer
+stops holding (at most lease / 2 later); code outside the data job that hands its own tasks a
+URI string is fenced only through the environment variable.
 """
 
 from __future__ import annotations

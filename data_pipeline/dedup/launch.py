@@ -12,18 +12,23 @@ from data_pipeline import throughput
 from data_pipeline.dedup import exchange, fanin
 from data_pipeline.dedup.config import DedupConfig
 from pretrain.errors import PretrainError
+from pretrain.outstore import OutPath, output_path
 
 
 class Runner:
     """Launches the step functions as Ray tasks and waits for them with a timeout."""
 
-    def __init__(self, config: DedupConfig, folder: str | None = None) -> None:
+    def __init__(self, config: DedupConfig, folder: str | OutPath | None = None) -> None:
         import ray
 
         self.ray = ray
-        self.exchange = folder
-        """Folder of the file-based exchange (data_pipeline.dedup.exchange); None: Ray objects."""
-        self.scratch = None if folder is None else exchange.Scratch(folder)
+        self.exchange: Any = _path(folder)
+        """Folder of the file-based exchange (data_pipeline.dedup.exchange); None: Ray objects.
+        A path, not its string: in an object store it is an `ObjectPath`, which carries the
+        writer lock of the output it lies under into every task's args (the producers' `target`,
+        the Gathers), so the tasks that write there are fenced (pretrain.objectfence) also on a
+        Ray whose workers never saw this driver's environment."""
+        self.scratch = None if folder is None else exchange.Scratch(_path(folder))
         self.producing: list[Any] = []
         """Cost refs of the file producers whose files a consumer launched next may read."""
         self.steps = 0
@@ -151,6 +156,12 @@ class Runner:
         self.infos.setdefault(step, []).extend(v for v in values if isinstance(v, dict))
         self.timeline.append((step, time.time()))
         return values
+
+
+def _path(folder: str | OutPath | None) -> Any:
+    """The exchange folder as a path (`Runner.exchange`); exchange.py's names type it `str`,
+    and `output_path` passes a path through."""
+    return None if folder is None else output_path(folder)
 
 
 def wait_for_cpu(ray: Any, timeout: float) -> None:

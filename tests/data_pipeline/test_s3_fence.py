@@ -1,45 +1,132 @@
-"""A `pretrain data run` frozen past its writer lock's lease (SIGSTOP of the driver and every Ray
-process under it, as a paused VM would be) while writing an `s3://` output, on a real
-S3-compatible server (moto, one request at a time):
+"""Every write and delete a data job's Ray workers make under an `s3://` output is fenced by the
+writer lock's id carried in the task's own arguments (the `ObjectPath`s the driver hands them),
+not by the environment: so it holds for a driver that joined a Ray already initialised in its
+process (a notebook or a library caller that ran `ray.init()` first), whose workers were started
+before the driver took its lock and never see `PRETRAIN_WRITER_LOCK`.
 
-- another machine's run (its own HOME) takes the lock over and finishes the output;
-- the frozen run, resumed (SIGCONT), stops in one line ("lost its writer lock") and changes no
-  object of the finished output: every object is byte for byte what the new holder left (the
-  frozen job has another shard size, so any object of it would show), the published files equal
-  a local run of the new holder's job, and `pretrain verify` passes.
+One driver process (clean environment) starts a local Ray first, then runs the data job's own
+launchers (pretrain's code: ray_job.build_stream, global_parts.run_global_stages with the dedup
+stage's file exchange, ray_job.build_merge) against a real S3-compatible server (moto, one
+request at a time), phase by phase. Before each phase is let through, it runs once under a lock
+that was taken away from it (the driver's heartbeat stopped, the lock object replaced by another
+holder's, as `pretrain unlock` and a second writer would): each phase's first worker write must
+be refused ("stopped writing ... from a worker") and the output's objects stay exactly as they
+were. Each phase then runs under a fresh lock of its own, so no worker answers from a check it
+cached under an earlier lock: a worker that reads its lock before writing finds it taken.
 
-With the fence removed (outstore not calling objectfence.fence) this test still passed once
-(2026-12-02): on resuming, the frozen driver's heartbeat found the lock gone and stopped the run
-before any of its processes wrote. It guards the outcome end to end; the fence itself is what
-tests/pretrain/test_objectlock_fence.py breaks (two of its tests fail without it).
+Fails on the old code (tasks handed `str(out)`; the workers, started before the lock, have no id
+to check): every refused phase wrote its objects. Fails too with outstore's fence removed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
-import psutil
 import pytest
 
-from tests.data_pipeline.raytools import DATA, REPO, clean_env, data_run, ray_processes, wait_gone
+from tests.data_pipeline.raytools import DATA, REPO, clean_env
 from tests.data_pipeline.s3tools import moto_server, s3_env, s3_filesystem
-from tests.data_pipeline.test_runner_cluster_s3_out import _local, _objects, _published
 
-BUCKET = "corpus"
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+BUCKET = "fenced"
 URI = f"s3://{BUCKET}/runs/one"
-LEASE = 20.0  # long enough that a loaded machine still renews every lease / 6
-CONFIG = {"inputs": [str(DATA)], "batch_rows": 3, "ray": {"num_cpus": 1, "timeout_s": 300}}
-FROZEN = {**CONFIG, "shard_rows": 6, "output": URI}
-FINISHER = {**CONFIG, "shard_rows": 4, "output": URI, "overwrite": True}
+DRIVER = r"""
+import json, os, sys, time
+import ray
+from data_pipeline import execute, global_parts, ray_job, resume, runner
+from data_pipeline.config import PipelineConfig
+from pretrain import lockobject, objectlock, rayinit
+from pretrain.errors import OutputLocked
+from pretrain.locking import output_lock
+from pretrain.outstore import output_path
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+uri, source = sys.argv[1], sys.argv[2]
+rayinit.connect(None, num_cpus=2)  # Ray first: its workers inherit no writer lock
+
+
+@ray.remote
+def lock_env():
+    return os.environ.get(objectlock.FENCE_ENV)
+
+
+report = {"worker_env": ray.get(lock_env.remote()), "phases": []}
+config = PipelineConfig.model_validate(
+    {
+        "inputs": [source],
+        "output": uri,
+        "shard_rows": 7,
+        "batch_rows": 7,
+        "stages": {"extract": {}, "dedup": {}},
+        "ray": {"num_cpus": 2, "workers": 1, "timeout_s": 120},
+    }
+)
+stages, inputs = runner.preflight(config, [])
+out = output_path(config.output)
+work, done = resume.plan_work(config, stages, inputs, out)
+target = lockobject.target_of(uri)
+client = lockobject.client_for(target)
+
+
+def keys():
+    listed = client.list_objects_v2(Bucket=target.bucket, Prefix="runs/one/")
+    return {o["Key"]: o["ETag"] for o in listed.get("Contents", [])}
+
+
+def stream():
+    execute.run(ray_job.build_stream(config, stages, work.read, out, work.skip), 120)
+
+
+def global_stages():
+    rows = global_parts.expected_rows(out, work.merge, config.shard_rows)
+    global_parts.run_global_stages(out, stages, rows, 120)
+
+
+def merge():
+    execute.run(ray_job.build_merge(config, stages, out, work.merge, done), 120)
+
+
+def taken_away(name, phase):
+    before = keys()
+    with output_lock(uri):
+        lock = objectlock._held[uri]
+        lock._stop.set()  # its heartbeat stops, as a frozen driver's; its last renewal is fresh
+        lock._thread.join(30)
+        other = {**lock.record, "id": "0" * 16, "host": "another-machine", "pid": 1}
+        client.put_object(Bucket=target.bucket, Key=target.key, Body=json.dumps(other).encode())
+        try:
+            phase()
+            refusal = None
+        except Exception as exc:
+            refusal = f"{type(exc).__name__}: {exc}"
+    client.delete_object(Bucket=target.bucket, Key=target.key)
+    after = keys()
+    report["phases"].append(
+        {
+            "phase": name,
+            "refusal": refusal,
+            "added_or_changed": sorted(k for k in after if before.get(k) != after[k]),
+            "removed": sorted(set(before) - set(after)),
+        }
+    )
+
+
+for name, phase in (
+    ("stream", stream),  # read tasks: read records, costs; map actors: setup costs, pieces
+    ("global-map", global_stages),  # map tasks: persisted map side, part records, removals
+    ("exchange", global_stages),  # map reused: the dedup aggregate's piece files
+    ("merge", merge),  # shards, rejects, ledger fragments, part costs, removals
+):
+    taken_away(name, phase)
+    if name in ("stream", "global-map"):  # what the next phase reads (exchange: joins ran)
+        with output_lock(uri):
+            phase()
+print(json.dumps(report))
+ray.shutdown()
+"""
 
 
 @pytest.fixture
@@ -49,95 +136,24 @@ def store() -> Iterator[str]:
         yield endpoint
 
 
-def _keys(s3) -> list[str]:
-    from pyarrow import fs
-
-    selector = fs.FileSelector(f"{BUCKET}/runs/one", recursive=True, allow_not_found=True)
-    return [i.path for i in s3.get_file_info(selector) if i.type == fs.FileType.File]
-
-
-def _lock_age(endpoint: str) -> float | None:
-    """Seconds since the lock object was last written, on the store's clock (None: no lock)."""
-    from pretrain import lockobject
-
-    target = lockobject.target_of(URI)
-    seen = lockobject.read_lock(lockobject.client_for(target), target)
-    return None if seen is None else seen.age_s
-
-
-def _signal_all(procs: list[psutil.Process], sig: int) -> None:
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess):
-            proc.send_signal(sig)
-
-
-def _frozen_tree(run: subprocess.Popen, s3) -> list[psutil.Process]:
-    """Once the run has written a part object: its driver and Ray's processes, all stopped."""
-    driver = psutil.Process(run.pid)
-    deadline = time.monotonic() + 300
-    while not _keys(s3):
-        assert run.poll() is None, run.communicate()[1][-2000:]
-        assert time.monotonic() < deadline, "the run never wrote an object"
-        time.sleep(0.05)
-    tree = [driver, *ray_processes(driver)]
-    _signal_all(tree, signal.SIGSTOP)
-    return tree
-
-
-def test_a_frozen_run_resumed_after_a_takeover_writes_nothing(tmp_path, store, monkeypatch):
-    for name, value in s3_env(store).items():
-        monkeypatch.setenv(name, value)
-    s3 = s3_filesystem(store)
-    lease = {"PRETRAIN_LOCK_LEASE_S": str(LEASE)}
-    frozen = subprocess.Popen(
-        data_run(FROZEN, tmp_path / "a.yaml"),
+def test_workers_of_a_driver_that_joined_a_running_ray_are_fenced(tmp_path, store) -> None:
+    env = clean_env(tmp_path / "home", **s3_env(store), PRETRAIN_LOCK_LEASE_S="300")
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, URI, str(DATA / "docs.jsonl")],
         cwd=REPO,
-        env=clean_env(tmp_path / "a", **s3_env(store), **lease),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    tree = _frozen_tree(frozen, s3)
-    local = tmp_path / "local"  # the finisher's job run locally, while the frozen lock ages
-    argv = data_run({**FINISHER, "output": str(local)}, tmp_path / "local.yaml")
-    reference_log = (tmp_path / "local.log").open("w")
-    reference = subprocess.Popen(
-        argv, cwd=REPO, env=clean_env(tmp_path / "l"), stdout=reference_log, stderr=reference_log
-    )
-    try:
-        deadline = time.monotonic() + 300
-        while (age := _lock_age(store)) is not None and age < LEASE:
-            assert time.monotonic() < deadline, "the frozen run's lock never expired"
-            time.sleep(0.5)
-        reference.wait(600)  # not while the finisher's Ray starts (its start-up has a timeout)
-        reference_log.close()
-        argv = data_run(FINISHER, tmp_path / "b.yaml")
-        env_b = clean_env(tmp_path / "b", **s3_env(store), **lease)
-        finished = subprocess.run(argv, cwd=REPO, env=env_b, capture_output=True, text=True)
-        assert finished.returncode == 0, finished.stderr[-2000:]
-        assert "taking over the writer lock" in finished.stderr
-        left = _objects(s3, f"{BUCKET}/runs/one")
-    finally:
-        _signal_all(tree, signal.SIGCONT)
-    _, err = frozen.communicate(timeout=600)
-    wait_gone(tree[1:], 60.0)  # nothing of the frozen job writes after this
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert frozen.returncode == 2 and len(errors) == 1, err[-3000:]
-    assert errors[0].startswith("pretrain data run: error: stopped writing s3://corpus/runs/one")
-    assert "lost its writer lock" in errors[0]
-    assert _objects(s3, f"{BUCKET}/runs/one") == left  # not one object written or deleted
-    assert _lock_age(store) is None  # the new holder released it; the frozen run left it alone
-    manifest = json.loads(left["manifest.json"])
-    assert set(manifest["files"]) == set(left) - {"manifest.json"}
-    assert reference.returncode == 0, (tmp_path / "local.log").read_text()[-2000:]
-    assert _published(left) == _published(_local(local))
-    verify = subprocess.run(
-        [sys.executable, "-m", "pretrain_app", "verify", URI],
-        cwd=REPO,
-        env=env_b,
+        env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=270,
     )
-    assert verify.returncode == 0, verify.stderr[-2000:]
-    assert os.environ.get("PRETRAIN_WRITER_LOCK") is None
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["worker_env"] is None  # the workers cannot know the lock but from their args
+    phases = report["phases"]
+    assert [p["phase"] for p in phases] == ["stream", "global-map", "exchange", "merge"]
+    unfenced = [p for p in phases if p["added_or_changed"] or p["removed"]]
+    assert unfenced == []  # not one object written or deleted after the lock was taken
+    for phase in phases:
+        refusal = phase["refusal"] or ""  # a worker's refusal, as Ray hands it over
+        assert f"OutputLocked: stopped writing {URI} from a worker" in refusal, phase
+        assert "is now held by pid 1 on another-machine" in refusal, phase
