@@ -14,7 +14,7 @@ from pydantic import AliasChoices, Field, create_model, field_validator
 
 from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB, MIN_WORKER_MEMORY_MB
 from data_pipeline.stages.registry import registry
-from pretrain.config import StrictModel
+from pretrain.config import MAX_TIMEOUT_S, StrictModel
 from pretrain.schema import EVAL_FRACTION
 
 __all__ = ["DEFAULT_WORKER_MEMORY_MB", "PipelineConfig", "StagesConfig"]
@@ -49,7 +49,7 @@ class RayConfig(StrictModel):
     block_mb: int = Field(4, gt=0)
     """Ray Data block size cap (`DataContext.target_max_block_size`): small blocks let one large
     input spread over all actors (the pool is dealt one block per call)."""
-    timeout_s: float | None = Field(None, gt=0)
+    timeout_s: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
     """Give up (one-line error) when one phase takes longer than this: the stream, a global
     stage's map or join tasks, the merge (each phase has the whole limit; default: none). A
     global stage's aggregate has its own limit (dedup: `stages.dedup.task_timeout_s`)."""

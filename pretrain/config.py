@@ -5,6 +5,7 @@ overrides and a stable sha256 of the resolved config.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,9 +18,16 @@ from pretrain.manifest import canonical_json, sha256_bytes
 
 
 class StrictModel(BaseModel):
-    """Base of every config model: unknown keys are errors, values are immutable."""
+    """Base of every config model: unknown keys are errors, values are immutable, and a number
+    must be finite (YAML's `.inf`, `.nan` and `1e999` are refused: a NaN threshold compares
+    false with everything, which silently turns a filter off)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+MAX_TIMEOUT_S = threading.TIMEOUT_MAX
+"""The longest time limit a config may set (about 292 years): Python's lock waits, which the
+guards on Ray phases use, refuse a longer one with OverflowError."""
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 from data_pipeline.dedup.lsh import lsh_params
 from data_pipeline.dedup.minhash import MinHasher
 from data_pipeline.stagekit import StageConfig
-from pretrain.config import StrictModel
+from pretrain.config import MAX_TIMEOUT_S, StrictModel
 
 DEDUP_COLUMNS: tuple[pa.Field, ...] = (
     pa.field("exact_hash", pa.string()),
@@ -66,7 +66,7 @@ class DedupConfig(StageConfig):
     isolate_tasks: bool = False
     """Run every Ray task in a fresh worker process (slower): each task's peak RSS is then its
     own, which is how the memory benchmark measures per-process peaks."""
-    task_timeout_s: float = Field(3600, gt=0)
+    task_timeout_s: float = Field(3600, gt=0, le=MAX_TIMEOUT_S)
     """Give up (with an error, not a hang) when a Ray step waits longer than this."""
     index: IndexConfig = IndexConfig()
 

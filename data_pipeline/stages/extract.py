@@ -18,6 +18,7 @@ from pydantic import Field
 
 from data_pipeline.stages.base import Stage, StageConfig
 from data_pipeline.timelimit import TimeLimitExceeded, time_limit
+from pretrain.config import MAX_TIMEOUT_S
 
 HARD_REASONS: tuple[str, ...] = (
     "undecodable",
@@ -60,7 +61,7 @@ class ExtractConfig(StageConfig):
     held whole: a compression bomb costs a worker no memory. A Parquet row whose text is over
     it, or whose cells total over 8 times it, is a too_large reject too. Times `batch_rows`, it
     bounds what one batch may hold (PipelineConfig.batch_rows)."""
-    timeout_s: float = Field(5.0, gt=0)
+    timeout_s: float = Field(5.0, gt=0, le=MAX_TIMEOUT_S)
     """Per-document extraction limit in CPU-seconds of the extracting thread (not wall time, so
     machine load and worker count cannot change which documents hit it); a document that uses
     more is rejected as `timeout` and counted in the ledger."""
