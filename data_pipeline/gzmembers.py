@@ -30,6 +30,8 @@ class GzipMembers(io.RawIOBase):
         self.damage: str | None = None
         self.damage_offset = 0
         self.produced = 0  # decoded bytes handed out since the last (re)start
+        self.decoded = 0  # decoded bytes handed out in all
+        self._members: list[tuple[int, int]] = []  # (decoded, file offset) where members begin
         self._inflater: Any = None
         self._raw_eof = False
 
@@ -57,6 +59,7 @@ class GzipMembers(io.RawIOBase):
                 if not self.pending and not self._fill():
                     return b""  # a clean end between members
                 self._inflater = zlib.decompressobj(wbits=31)
+                self._members.append((self.decoded, self.raw_offset))
             if self._inflater.unconsumed_tail:
                 data = self._feed(self._inflater.unconsumed_tail, size, tail=True)
             elif self.pending or self._fill():
@@ -66,6 +69,7 @@ class GzipMembers(io.RawIOBase):
                 return b""
             if data:
                 self.produced += len(data)
+                self.decoded += len(data)
                 return data
         return b""
 
@@ -91,6 +95,14 @@ class GzipMembers(io.RawIOBase):
     def _fail(self, kind: str) -> None:
         self.damage, self.damage_offset = kind, self.raw_offset
         self._inflater = None
+
+    def offset_of(self, position: int) -> int:
+        """The file offset of the member that decoded byte `position` (counted over the whole
+        file, across resumes) came from; positions asked for must not go back."""
+        members = self._members
+        while len(members) > 1 and members[1][0] <= position:
+            members.pop(0)
+        return members[0][1] if members else 0
 
     def resume(self) -> bool:
         """After damage, go on at the next member's magic bytes: False when the file has none."""

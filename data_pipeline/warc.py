@@ -7,12 +7,15 @@ itself.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+import io
+import re
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from data_pipeline.batcher import Batcher
+from data_pipeline.warcframe import Frame, Framer
 
 _CHUNK = 1 << 20
 
@@ -25,14 +28,152 @@ def _drain(stream: Any) -> int:
     return size
 
 
+WARC_RECORD_FACTOR = 2
+"""A WARC record (headers and block) may take this many times `max_input_bytes` before it is a
+`record_too_large` reject, read past without being held (64 MiB with no `max_input_bytes`)."""
+_NO_LIMIT_RECORD = 64 << 20
+_FIELD = re.compile(
+    rb"(?im)^(warc-record-id|warc-target-uri|warc-date):[ \t]*([^\r\n]*?)[ \t]*\r?$"
+)
+
+
+def record_limit(max_bytes: int | None) -> int:
+    """The most bytes one WARC record may have (`WARC_RECORD_FACTOR`)."""
+    return _NO_LIMIT_RECORD if max_bytes is None else WARC_RECORD_FACTOR * max_bytes
+
+
 def read_warc(
     stream: Any, out: Batcher, fields: Any, max_bytes: int | None = None
 ) -> Iterator[pa.Table]:
-    """HTTP response (and resource) records; a truncated record ends the file with a reject row.
-    A payload over `max_bytes` is a `too_large` row, skipped without being held. In a WARC.gz a
-    corrupt gzip member is one `corrupt_gzip` row and reading goes on at the next member; a file
-    cut inside a member is a `truncated_record` row (the records before the damage are kept). A
-    record without a WARC-Type (its headers cut or damaged) is a `malformed_record` row."""
+    """HTTP response (and resource) records as rows. A payload over `max_bytes` is a `too_large`
+    row, a record over `record_limit(max_bytes)` a `record_too_large` row, both read past without
+    being held. A record whose Content-Length is not where its block ends is a
+    `bad_content_length` row and reading goes on at the next record (`data_pipeline.warcframe`).
+    In a WARC.gz a corrupt gzip member is one `corrupt_gzip` row and reading goes on at the next
+    member; a file cut inside a record is a `truncated_record` row (the records before the damage
+    are kept). A record without a WARC-Type is a `malformed_record` row. An ARC file is read by
+    warcio alone."""
+    framer = Framer(stream, record_limit(max_bytes))
+    while True:
+        first = framer.peek(1 << 12).lstrip(b"\r\n")
+        if first and not first.startswith(b"WARC/"):  # an ARC file
+            yield from _read_arc(_Rest(framer), out, max_bytes)
+            return
+        cut = yield from _framed_records(framer, out, max_bytes)
+        damage = getattr(stream, "damage", None)
+        if damage is None:
+            break
+        if damage == "corrupt_gzip" or cut is None:
+            offset = stream.damage_offset
+            suffix = "" if damage == "corrupt_gzip" else "+"
+            out.add(f"{out.source.name}@gz{offset}{suffix}", reason=_DAMAGE[damage])
+        else:
+            _reject(cut, out, "truncated_record", _offset(framer, cut.offset))
+        if not stream.resume():
+            break
+        framer.restart()
+    if (table := out.flush()) is not None:
+        yield table
+
+
+_DAMAGE = {"corrupt_gzip": "corrupt_gzip", "truncated": "truncated_record"}
+
+
+def _offset(framer: Framer, position: int) -> int:
+    """The record's offset in the file: in a WARC.gz, that of the gzip member it starts in."""
+    offset_of = getattr(framer.stream, "offset_of", None)
+    return position if offset_of is None else int(offset_of(position))
+
+
+def _framed_records(
+    framer: Framer, out: Batcher, max_bytes: int | None
+) -> Generator[pa.Table, None, Frame | None]:
+    """Rows of the framed records until the stream ends: the last frame when the stream ended
+    inside it (a cut record, which gzip damage reports itself), else None."""
+    damaged = getattr(framer.stream, "damage", None) is not None
+    while (frame := framer.next()) is not None:
+        damaged = getattr(framer.stream, "damage", None) is not None
+        if damaged and framer.eof and not framer.buf and frame.kind != "record":
+            return frame
+        offset = _offset(framer, frame.offset)
+        if frame.kind == "record":
+            _framed_row(frame, offset, out, max_bytes)
+        else:
+            _reject(frame, out, frame.kind, offset)
+        if out.full():
+            yield out.flush()
+    return None
+
+
+def _reject(frame: Frame, out: Batcher, reason: str, offset: int) -> None:
+    found = {m.group(1).lower(): m.group(2) for m in _FIELD.finditer(frame.head)}
+    record_id = found.get(b"warc-record-id", b"").decode("utf-8", "replace").strip("<>")
+    url = found.get(b"warc-target-uri")
+    date = found.get(b"warc-date")
+    out.add(
+        record_id or f"{out.source.name}@{offset}",
+        url=url.decode("utf-8", "replace") if url else None,
+        meta={"warc_date": date.decode("utf-8", "replace") if date else None},
+        reason=reason,
+        raw_bytes=frame.size - len(frame.head),
+    )
+
+
+def _framed_row(frame: Frame, offset: int, out: Batcher, max_bytes: int | None) -> None:
+    """The row of one whole record, parsed by warcio."""
+    from warcio.archiveiterator import ArchiveIterator
+
+    try:
+        iterator = ArchiveIterator(
+            io.BytesIO(frame.data + b"\r\n\r\n"), no_record_parse=False, arc2warc=True
+        )
+        _without_invented_ids(iterator)
+        record = next(iter(iterator))
+        if record.rec_type is None:
+            _reject(frame, out, "malformed_record", offset)
+        elif record.rec_type in ("response", "resource"):
+            _warc_row(record, lambda: offset, out, max_bytes)
+    except Exception as exc:  # warcio raises anything (AttributeError, ...) on damaged records
+        out.add(
+            f"{out.source.name}@{offset}",
+            reason="malformed_record",
+            meta={"error": str(exc)[:200]},
+        )
+
+
+class _Rest(io.RawIOBase):
+    """What a framer has buffered, then the rest of its stream."""
+
+    def __init__(self, framer: Framer) -> None:
+        self.framer = framer
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        held = self.framer.buf
+        if held:
+            data = bytes(held[: len(buffer)])
+            del held[: len(data)]
+        else:
+            data = self.framer.stream.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    @property
+    def damage(self) -> str | None:
+        return getattr(self.framer.stream, "damage", None)
+
+    @property
+    def damage_offset(self) -> int:
+        return int(self.framer.stream.damage_offset)
+
+    def resume(self) -> bool:
+        return bool(self.framer.stream.resume())
+
+
+def _read_arc(stream: Any, out: Batcher, max_bytes: int | None) -> Iterator[pa.Table]:
+    """An ARC file (or one that is no WARC), read by warcio as before the framer."""
     while True:
         truncated = yield from _warc_records(stream, out, max_bytes)
         damage = getattr(stream, "damage", None)
@@ -67,7 +208,8 @@ def _warc_records(
                 continue
             if record.rec_type not in ("response", "resource"):
                 continue
-            offset, truncated = _warc_row(record, iterator, out, max_bytes)
+            truncated = _warc_row(record, iterator.get_record_offset, out, max_bytes)
+            offset = iterator.get_record_offset()
             if out.full():
                 yield out.flush()
     except Exception as exc:  # warcio raises anything (AttributeError, ...) on damaged records
@@ -95,7 +237,9 @@ def _without_invented_ids(iterator: Any) -> None:
     parser.parse = parse_keeping_ids_stable
 
 
-def _warc_row(record: Any, iterator: Any, out: Batcher, max_bytes: int | None) -> tuple[int, bool]:
+def _warc_row(
+    record: Any, offset_of: Callable[[], int], out: Batcher, max_bytes: int | None
+) -> bool:
     content = record.content_stream()
     # Before the offset. warcio's read(-1) reads nothing: no limit is read() with no argument.
     payload = content.read(max_bytes + 1) if max_bytes is not None else content.read()
@@ -107,7 +251,7 @@ def _warc_row(record: Any, iterator: Any, out: Batcher, max_bytes: int | None) -
     if hasattr(raw, "limit"):
         _drain(raw)
     truncated = getattr(raw, "limit", 0) > 0
-    offset = iterator.get_record_offset()
+    offset = offset_of()  # warcio's: only once the payload is read
     headers = record.rec_headers
     doc_id = headers.get_header("WARC-Record-ID") or f"{out.source.name}@{offset}"
     url = headers.get_header("WARC-Target-URI")
@@ -128,4 +272,4 @@ def _warc_row(record: Any, iterator: Any, out: Batcher, max_bytes: int | None) -
         reason="truncated_record" if truncated else "too_large" if oversize else None,
         raw_bytes=size,
     )
-    return offset, truncated
+    return truncated

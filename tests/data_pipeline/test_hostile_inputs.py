@@ -121,8 +121,9 @@ def test_warc_bomb_record_is_a_bounded_too_large_reject_and_the_next_record_is_r
     path.write_bytes(out.getvalue())
     table, stats, peak = _read_peak(path)
     rows = {r["url"]: r for r in table.to_pylist()}
-    assert rows["http://bomb.example/"]["_read_reason"] == "too_large"
-    assert rows["http://bomb.example/"]["_raw_bytes"] == HUGE
+    # over the WARC record limit (2 x max_input_bytes): read past by its Content-Length
+    assert rows["http://bomb.example/"]["_read_reason"] == "record_too_large"
+    assert rows["http://bomb.example/"]["_raw_bytes"] == len(http) + HUGE
     assert rows["http://small.example/"]["_payload"] == small_body
     assert stats["records"] == 2
     assert peak < HUGE // 4, f"reader held {peak / 1e6:.0f} MB for one {HUGE >> 20} MB record"

@@ -1,0 +1,177 @@
+"""WARC records cut out of a byte stream by their Content-Length, checked against what follows.
+
+warcio trusts a record's Content-Length: one too large swallows the records after it (they come
+out as one truncated record, lost), one too small leaves the rest of the block where the next
+record's headers should be (warcio gives up on the file). `Framer` checks that the declared block
+is followed by a blank line and the next `WARC/1.` header line (or the end of the file); when it
+is not, the record is a `bad_content_length` frame and the framer goes on at the next `WARC/1.`
+line that follows a blank line, so the records after it are kept.
+
+A record whose headers and block are over `limit` bytes is never held: it is read past (still
+checked, so a wrong length over the limit resyncs too) and is a `record_too_large` frame.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_CHUNK = 1 << 16
+_HEADER_LIMIT = 1 << 20
+"""WARC headers longer than this (no blank line in the first MiB) are a malformed record."""
+_HEADER_END = re.compile(rb"\r?\n\r?\n")
+_NEXT_RECORD = re.compile(rb"\n\r?\n(?=WARC/1\.[01]\r?\n)")
+"""The blank line before a record's first line: where the framer resyncs after a bad length."""
+_NEXT_KEEP = 12  # bytes kept between scanned chunks, so a boundary split across two is found
+_CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*([0-9]{1,18})[ \t]*\r?$")
+_TAIL = 16  # bytes after a block enough to see the blank line and `WARC/`
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One record's bytes (`kind` "record"), or a reject: "bad_content_length",
+    "record_too_large", "truncated_record" (the stream ends inside it) or "malformed_record"
+    (no header block or no Content-Length). `offset` is its first byte's position in the stream;
+    `size` its bytes; `head` its WARC headers when they were read (`data` holds them too)."""
+
+    kind: str
+    offset: int
+    size: int
+    data: bytes = b""
+    head: bytes = b""
+
+
+class Framer:
+    """Frames of the WARC records in `stream` (a readable byte stream), in order."""
+
+    def __init__(self, stream: Any, limit: int) -> None:
+        self.stream, self.limit = stream, limit
+        self.buf = bytearray()
+        self.pos = 0  # stream position of buf[0]
+        self.eof = False
+
+    def _fill(self, size: int) -> bool:
+        """Read until `size` bytes are buffered: False when the stream ended first."""
+        while len(self.buf) < size and not self.eof:
+            chunk = self.stream.read(max(_CHUNK, size - len(self.buf)))
+            if chunk:
+                self.buf += chunk
+            else:
+                self.eof = True
+        return len(self.buf) >= size
+
+    def _consume(self, count: int) -> None:
+        del self.buf[:count]
+        self.pos += count
+
+    def restart(self) -> None:
+        """Drop what is buffered (a damaged stream's last bytes) and read on after a resume."""
+        self.pos += len(self.buf)
+        self.buf.clear()
+        self.eof = False
+
+    def peek(self, size: int) -> bytes:
+        """The next `size` bytes (fewer at the end), not consumed."""
+        self._fill(size)
+        return bytes(self.buf[:size])
+
+    def next(self) -> Frame | None:
+        """The next frame, or None at the end of the stream."""
+        while self._fill(1) and self.buf[:1] in (b"\r", b"\n"):
+            self._consume(1)
+        if not self.buf:
+            return None
+        offset = self.pos
+        if not self.peek(5).startswith(b"WARC/"):
+            return self._resync("malformed_record", offset, 0, b"")
+        end = self._header_end()
+        if end is None:
+            kind = "truncated_record" if self.eof else "malformed_record"
+            return self._resync(kind, offset, 0, b"")
+        head = bytes(self.buf[: end.end()])
+        length = _CONTENT_LENGTH.search(head)
+        if length is None:
+            return self._resync("malformed_record", offset, len(head), head)
+        total = len(head) + int(length.group(1))
+        if total > self.limit:
+            return self._read_past(offset, head, total)
+        self._fill(total + _TAIL)
+        if self._followed_by_record(total):
+            frame = Frame("record", offset, total, bytes(self.buf[:total]), head)
+            self._consume(total)
+            return frame
+        kind = "bad_content_length" if self._next_record(len(head)) >= 0 else "truncated_record"
+        if len(self.buf) >= total:
+            kind = "bad_content_length"
+        return self._resync(kind, offset, len(head), head)
+
+    def _header_end(self) -> re.Match[bytes] | None:
+        """The blank line that ends the headers at the buffer's start (None: not in the first
+        `_HEADER_LIMIT` bytes, or the stream ends first)."""
+        size = _CHUNK
+        while True:
+            filled = self._fill(size)
+            end = _HEADER_END.search(self.buf, 0, _HEADER_LIMIT)
+            if end is not None or not filled or size >= _HEADER_LIMIT:
+                return end
+            size *= 4
+
+    def _followed_by_record(self, at: int) -> bool:
+        """Whether the block that ends at `at` ends where a record's should: a blank line (what
+        follows it, when it is no record, is a reject of its own), or the end of the stream."""
+        if len(self.buf) < at:
+            return False
+        tail = bytes(self.buf[at : at + _TAIL])
+        rest = tail.lstrip(b"\r\n")
+        newlines = tail[: len(tail) - len(rest)].count(b"\n")
+        return newlines >= 2 or (not rest and self.eof and len(self.buf) - at == len(tail))
+
+    def _next_record(self, start: int) -> int:
+        """Where in the buffer, from `start`, the next record's first line begins (-1: none)."""
+        found = _NEXT_RECORD.search(self.buf, start)
+        return found.end() if found else -1
+
+    def _resync(self, kind: str, offset: int, start: int, head: bytes) -> Frame:
+        """A reject frame for the record at `offset`: consume up to the next record's first line
+        after buffer index `start` (or to the end of the stream), holding at most a chunk."""
+        while (at := self._next_record(start)) < 0 and not self.eof:
+            if (drop := len(self.buf) - _NEXT_KEEP) > 0:
+                self._consume(drop)
+            start = 0
+            self._fill(len(self.buf) + _CHUNK)
+        at = at if at >= 0 else len(self.buf)
+        size = self.pos + at - offset
+        self._consume(at)
+        return Frame(kind, offset, size, head=head)
+
+    def _read_past(self, offset: int, head: bytes, total: int) -> Frame:
+        """A record over the limit: read to its declared end without holding it. A record that
+        starts inside it (after a blank line) is held, up to the limit, until the declared end
+        shows whether the length was right; when it was not, the framer goes on there."""
+        self._consume(len(head))
+        left = total - len(head)  # block bytes still to read past
+        while left > 0:
+            self._fill(min(left, _CHUNK) + _NEXT_KEEP)
+            if not self.buf:
+                return Frame("truncated_record", offset, self.pos - offset, head=head)
+            start = self._next_record(0)
+            if 0 <= start < left:
+                self._consume(start)
+                left -= start
+                if self._fill(min(left + _TAIL, self.limit)) and len(self.buf) < left + _TAIL:
+                    self._consume(1)  # the record seen is too far to hold: look for a later one
+                    left -= 1
+                    continue
+                if self._followed_by_record(left):
+                    break
+                return Frame("bad_content_length", offset, self.pos - offset, head=head)
+            step = min(left, len(self.buf) if self.eof else max(len(self.buf) - _NEXT_KEEP, 1))
+            self._consume(step)
+            left -= step
+        self._fill(left + _TAIL)
+        if self._followed_by_record(left):
+            self._consume(left)
+            return Frame("record_too_large", offset, total, head=head)
+        frame = self._resync("bad_content_length", self.pos, 0, head)
+        return Frame(frame.kind, offset, frame.offset - offset + frame.size, head=head)
