@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data_pipeline import parts, piece_maps, throughput, workers
+from data_pipeline import parts, piece_maps, readahead, throughput, workers
 from data_pipeline.stagekit import AGGREGATE_SCRATCH
 from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
 from pretrain.errors import PretrainError
@@ -71,11 +71,10 @@ def plan(stages: Sequence[Stage]) -> tuple[list[Stage], list[tuple[GlobalStage, 
 def expected_rows(out: OutPath, stems: Sequence[str], shard_rows: int) -> dict[str, int]:
     """Part -> its row count, for every input whose read record exists."""
     rows: dict[str, int] = {}
-    for stem in stems:
-        path = parts.read_stats_path(out, stem)
-        if not path.is_file():
+    for stem, record in zip(stems, parts.read_records(out, stems), strict=True):
+        if record is None:
             continue
-        records = int(parts.load_json(path)["records"])
+        records = int(record["records"])
         for part in range(-(-records // shard_rows)):
             rows[f"{stem}-{part:05d}"] = min(shard_rows, records - part * shard_rows)
     return rows
@@ -130,7 +129,14 @@ def digest(out: OutPath, stage: str, depends: str, outputs: Sequence[MapOutput])
 
 
 def reusable(out: OutPath, stage: GlobalStage, rows: dict[str, int], depends: str = "") -> set[str]:
-    return {part for part, count in rows.items() if load(out, stage.name, part, count, depends)}
+    """The parts whose persisted map output verifies (`load`), checked `readahead.READ_AHEAD` at a
+    time in an object store."""
+    checks = readahead.ordered(
+        lambda item: load(out, stage.name, item[0], item[1], depends),
+        rows.items(),
+        readahead.in_flight_for(out),
+    )
+    return {part for part, found in zip(rows, checks, strict=True) if found}
 
 
 def remove_all(out: OutPath) -> tuple[int, int, int]:

@@ -13,12 +13,13 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from data_pipeline import readahead
 from data_pipeline.throughput import PART_COSTS, part_cost_path
 from pretrain import shards_layout as layout
 from pretrain.hashcache import remember
@@ -124,18 +125,24 @@ def records_to_read(
 def finished_parts(out: OutPath) -> dict[str, set[int]]:
     """Stem -> part numbers whose shard, rejects and ledger fragment an earlier run finished and
     that still verify (every file the fragment records has its bytes and sha256). A part that
-    does not verify is forgotten (its files deleted) and computed again."""
+    does not verify is forgotten (its files deleted) and computed again. In an object store the
+    parts are checked `readahead.READ_AHEAD` at a time, and forgotten in order."""
     done: dict[str, set[int]] = {}
     parts_dir = out / PARTS
     if not parts_dir.is_dir():
         return done
     listing = Listing(out) if isinstance(out, ObjectPath) else None
+    fragments: list[tuple[str, int, OutPath]] = []
     for path in listed(parts_dir, "*.json"):
-        stem, sep, part = path.stem.rpartition("-")
-        if not sep or not part.isdigit() or path.name.endswith(".read.json"):
-            continue
-        if part_verifies(out, path, listing):
-            done.setdefault(stem, set()).add(int(part))
+        stem, sep, number = path.stem.rpartition("-")
+        if sep and number.isdigit() and not path.name.endswith(".read.json"):
+            fragments.append((stem, int(number), path))
+    checks = readahead.ordered(
+        lambda found: part_verifies(out, found[2], listing), fragments, readahead.in_flight_for(out)
+    )
+    for (stem, part, path), verifies in zip(fragments, checks, strict=True):
+        if verifies:
+            done.setdefault(stem, set()).add(part)
         else:
             forget_part(out, path.stem)
     return done
@@ -254,13 +261,22 @@ def forget_inputs(out: OutPath, stems: Collection[str]) -> None:
         read_stats_path(out, stem).unlink(missing_ok=True)
 
 
-def file_done(out: OutPath, stem: str, done: dict[str, set[int]]) -> bool:
-    """True when every part of input `stem` was written by an earlier run."""
-    path = read_stats_path(out, stem)
-    if not path.is_file():
-        return False
-    parts = load_json(path)["parts"]
-    return set(range(parts)) <= done.get(stem, set())
+def read_records(out: OutPath, stems: Iterable[str]) -> Iterator[dict[str, Any] | None]:
+    """The read record of every input in `stems` (None where it has none yet), in order: in an
+    object store `readahead.READ_AHEAD` at a time, one GET each (no HEAD before it)."""
+
+    def load(stem: str) -> dict[str, Any] | None:
+        try:
+            return load_json(read_stats_path(out, stem))
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+
+    return readahead.ordered(load, stems, readahead.in_flight_for(out))
+
+
+def record_done(record: dict[str, Any] | None, stem: str, done: dict[str, set[int]]) -> bool:
+    """True when the read record of input `stem` exists and `done` holds every part it counts."""
+    return record is not None and set(range(record["parts"])) <= done.get(stem, set())
 
 
 def ensure_dirs(out: OutPath) -> None:

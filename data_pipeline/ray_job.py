@@ -132,8 +132,10 @@ def build_merge(
     import ray
 
     shards = []
-    for stem in todo_stems:
-        count = parts.load_json(parts.read_stats_path(out, stem))["parts"]
+    for stem, record in zip(todo_stems, parts.read_records(out, todo_stems), strict=True):
+        if record is None:
+            raise FileNotFoundError(parts.read_stats_path(out, stem))  # the stream wrote it
+        count = record["parts"]
         shards += [f"{stem}-{p:05d}" for p in range(count) if p not in done.get(stem, set())]
     writer = {
         "out": out,

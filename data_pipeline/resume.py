@@ -46,7 +46,9 @@ def plan_work(
     config: PipelineConfig, stages: list[Stage], inputs: list[Any], out: OutPath
 ) -> tuple[Work, dict[str, set[int]]]:
     done = parts.finished_parts(out)
-    unfinished = [f for f in inputs if not parts.file_done(out, f.stem, done)]
+    stems = [f.stem for f in inputs]
+    records = dict(zip(stems, parts.read_records(out, stems), strict=True))  # kept by restart
+    unfinished = [f for f in inputs if not parts.record_done(records[f.stem], f.stem, done)]
     items = {f.stem: {"path": f.path, "format": f.format, "stem": f.stem} for f in inputs}
     _, globals_ = global_parts.plan(stages)
     if not unfinished or not globals_:
@@ -60,5 +62,5 @@ def plan_work(
     for part in global_parts.reusable(out, globals_[0][0], rows):
         stem, _, number = part.rpartition("-")
         skip.setdefault(stem, set()).add(int(number))
-    read = [items[f.stem] for f in inputs if not parts.file_done(out, f.stem, skip)]
+    read = [items[f.stem] for f in inputs if not parts.record_done(records[f.stem], f.stem, skip)]
     return Work(read, skip, list(items), True), done

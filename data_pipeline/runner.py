@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from data_pipeline import (
     ledger,
     parts,
     ray_job,
+    readahead,
     resume,
     throughput,
     throughput_report,
@@ -138,26 +139,27 @@ def preflight(
 
 
 def _collect(
-    config: PipelineConfig,
     out: OutPath,
     stems: list[str],
     stages: list[Stage],
     known: dict[str, dict[str, Any]],
 ) -> tuple[dict[str, Any], list[str]]:
-    """The ledger from every input's read record and every part's fragment. Fragments are read
-    one at a time and folded (ledger.aggregate): the driver holds per-input part counts, not the
-    fragments (millions of parts at 40 TB). `known` gets the digest of every file a fragment
-    records (its writer hashed the bytes it wrote) and of the records read here, for the
-    manifest (pretrain.manifest.write_manifest): no output file is read again to hash it."""
+    """The ledger from every input's read record and every part's fragment. Fragments are folded
+    as they are read (ledger.aggregate): the driver holds per-input part counts, not the
+    fragments (millions of parts at 40 TB). In an object store the records are read
+    `readahead.READ_AHEAD` at a time and consumed in order (the same ledger as read in turn).
+    `known` gets the digest of every file a fragment records (its writer hashed the bytes it
+    wrote) and of the records read here, for the manifest (pretrain.manifest.write_manifest): no
+    output file is read again to hash it."""
     read_docs, read_bytes, collisions, counts = 0, 0, 0, []
-    for stem in stems:
-        stats_path = parts.read_stats_path(out, stem)
-        if not stats_path.is_file():
+    paths = [parts.read_stats_path(out, stem) for stem in stems]
+    for stem, loaded in zip(stems, _records(out, paths), strict=True):
+        if loaded is None:
             raise PretrainError(
                 f"input {stem}: no read record in {out / parts.PARTS}; the job "
                 "did not finish reading it; re-run the command"
             )
-        stats = _read_json(out, stats_path, known)
+        stats = _noted(loaded, known)
         read_docs, read_bytes = read_docs + stats["records"], read_bytes + stats["bytes"]
         collisions += stats.get("id_collisions", 0)
         counts.append((stem, int(stats["parts"])))
@@ -168,13 +170,37 @@ def _collect(
     return led, shards
 
 
-def _read_json(out: OutPath, path: OutPath, known: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """A JSON record of the output, its digest noted in `known` from this one read."""
-    data = path.read_bytes()
+Loaded = tuple[str, dict[str, Any], dict[str, Any]]
+"""A JSON record of the output: its name in the output, its {bytes, sha256} and its content."""
+
+
+def _read_json(out: OutPath, path: OutPath) -> Loaded | None:
+    """A JSON record of the output and its digest, from one read; None when there is none."""
+    try:
+        data = path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError):
+        return None
     rel = path.relative_to(out).as_posix()  # type: ignore[arg-type]  # same kind as `out`
-    known[rel] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    loaded: dict[str, Any] = json.loads(data)
-    return loaded
+    digest = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return rel, digest, json.loads(data)
+
+
+def _records(out: OutPath, paths: Iterable[OutPath]) -> Iterator[Loaded | None]:
+    """`_read_json` of every path, in order, read ahead in an object store."""
+    return readahead.ordered(
+        lambda path: _read_json(out, path), paths, readahead.in_flight_for(out)
+    )
+
+
+def _noted(loaded: Loaded, known: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The record's content, its digest noted in `known`."""
+    rel, digest, content = loaded
+    known[rel] = digest
+    return content
+
+
+def _shards(counts: list[tuple[str, int]]) -> Iterator[str]:
+    return (f"{stem}-{part:05d}" for stem, count in counts for part in range(count))
 
 
 def _fragments(
@@ -182,18 +208,16 @@ def _fragments(
 ) -> Iterator[dict[str, Any]]:
     """Every part's ledger fragment, in input and part order (a missing one is a one-line
     error); the digests of it and of the files it records go to `known`."""
-    for stem, count in counts:
-        for part in range(count):
-            path = parts.fragment_path(out, f"{stem}-{part:05d}")
-            if not path.is_file():
-                raise PretrainError(
-                    f"shard {path.stem} was not written; re-run the command "
-                    "(finished shards are reused)"
-                )
-            fragment = _read_json(out, path, known)
-            for name, record in fragment.get("files", {}).items():
-                known[name] = {"bytes": record.get("bytes"), "sha256": record.get("sha256")}
-            yield fragment
+    paths = (parts.fragment_path(out, shard) for shard in _shards(counts))
+    for shard, loaded in zip(_shards(counts), _records(out, paths), strict=True):
+        if loaded is None:
+            raise PretrainError(
+                f"shard {shard} was not written; re-run the command (finished shards are reused)"
+            )
+        fragment = _noted(loaded, known)
+        for name, record in fragment.get("files", {}).items():
+            known[name] = {"bytes": record.get("bytes"), "sha256": record.get("sha256")}
+        yield fragment
 
 
 @writes_output(lambda config, **_: lock_target(config.output))
@@ -229,7 +253,7 @@ def run_pipeline(
             config, stages, work, out, done, ray_address, progress, clock
         )
     known: dict[str, dict[str, Any]] = {}
-    led, shards = _collect(config, out, [f.stem for f in inputs], stages, known)
+    led, shards = _collect(out, [f.stem for f in inputs], stages, known)
     if clock is not None:
         throughput.save_global_costs(out, stages, led["documents_in"], led["bytes_in"])
     led["skipped_files"] = skipped

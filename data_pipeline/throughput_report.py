@@ -13,9 +13,11 @@ run:     this run: cpus, ray_work_s (wall after start-up), the documents it comp
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from data_pipeline import throughput
+from data_pipeline import readahead, throughput
+from data_pipeline.parts import read_records
 from data_pipeline.throughput import READ, WRITE, RunClock
 from pretrain.outstore import OutPath, listed
 
@@ -32,10 +34,14 @@ def _load(path: OutPath) -> dict[str, Any] | None:
 def part_names(out: OutPath, stems: list[str]) -> list[str]:
     """Every part (`<stem>-<part>`) of the inputs, from their read records."""
     names = []
-    for stem in stems:
-        record = _load(out / ".parts" / f"{stem}.read.json") or {}
-        names += [f"{stem}-{p:05d}" for p in range(int(record.get("parts", 0)))]
+    for stem, record in zip(stems, read_records(out, stems), strict=True):
+        names += [f"{stem}-{p:05d}" for p in range(int((record or {}).get("parts", 0)))]
     return names
+
+
+def _loaded(paths: Iterable[OutPath], out: OutPath) -> Iterator[dict[str, Any] | None]:
+    """`_load` of every path, in order; read ahead in an object store (data_pipeline.readahead)."""
+    return readahead.ordered(_load, paths, readahead.in_flight_for(out))
 
 
 def _rates(name: str, cost: dict[str, Any]) -> dict[str, Any]:
@@ -72,8 +78,8 @@ def _global_cost(
     from data_pipeline.global_parts import record_path
 
     combined: dict[str, Any] = {}
-    for shard in parts:
-        cost = (_load(record_path(out, name, shard)) or {}).get("cost")
+    for record in _loaded((record_path(out, name, shard) for shard in parts), out):
+        cost = (record or {}).get("cost")
         if cost:
             throughput._add(combined, cost)
     aggregate = _load(throughput.global_cost_path(out, name)) or {}
@@ -98,8 +104,8 @@ def build(
     this_run: dict[str, Any] = {}
     parts = part_names(out, stems)
     measured = 0
-    for shard in parts:
-        record = _load(throughput.part_cost_path(out, shard))
+    records = _loaded((throughput.part_cost_path(out, shard) for shard in parts), out)
+    for shard, record in zip(parts, records, strict=True):
         if record is None:
             continue
         measured += 1

@@ -1,0 +1,145 @@
+"""The driver reads an object-store output's per-part records (ledger fragments, read records,
+part costs) several at a time and consumes them in order: the resume scan, the ledger and the
+manifest's throughput come out the same as read one by one, and a missing fragment is the same
+one-line error. The store is moto with a real store's round-trip latency, counting the requests
+it holds at once (tests/data_pipeline/moto_latency.py): read one by one, that is 1.
+benchmarks/bench_driver_scale.py (`--s3-delay-ms`) measures what it saves."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from data_pipeline import parts, readahead, runner, throughput, throughput_report
+from pretrain import outstore
+from pretrain import shards_layout as layout
+from pretrain.errors import PretrainError
+from tests.data_pipeline.moto_latency import in_flight, latency_server
+from tests.data_pipeline.s3tools import s3_env, s3_filesystem
+
+STEMS = ["crawl-a", "crawl-b", "crawl-c"]
+PER_INPUT = 6
+ROW = {"stage": "pass", "reason": "pass", "lang": "en", "outcome": "kept"}
+
+
+@pytest.fixture(scope="module")
+def slow_store() -> Iterator[tuple[str, outstore.ObjectPath]]:
+    """A finished output in a moto server that answers each request after 20 ms, like a store
+    across a network (written without the delay)."""
+    saved = dict(os.environ)
+    try:
+        with latency_server(0) as endpoint:
+            os.environ.update(s3_env(endpoint))
+            s3_filesystem(endpoint).create_dir("readahead")
+            out = outstore.output_path(f"s3://readahead/{os.getpid()}")
+            assert isinstance(out, outstore.ObjectPath)
+            _finished_output(out)
+            in_flight(endpoint, delay_ms=20)
+            yield endpoint, out
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def removed(path: outstore.ObjectPath) -> Iterator[None]:
+    """`path` deleted for the block's duration (the output is the module's)."""
+    data = path.read_bytes()
+    path.unlink()
+    try:
+        yield
+    finally:
+        path.write_bytes(data)
+
+
+def _finished_output(out: outstore.ObjectPath) -> None:
+    """Every input's read record; per part its shard, rejects, fragment and cost record."""
+    for s, stem in enumerate(STEMS):
+        for number in range(PER_INPUT):
+            shard = f"{stem}-{number:05d}"
+            table = pa.table({"text": [f"document {stem} {number} {j}" for j in range(3)]})
+            files = {
+                name: parts.write_parquet(table, out, name, 3)
+                for name in (layout.data_file(shard), layout.rejects_file(shard))
+            }
+            row = {**ROW, "domain": f"d{number % 3}", "documents": 3, "bytes": 30 + s}
+            fragment = {"shard": shard, "files": files, "rows": [{**row, "text_bytes": 20}]}
+            outstore.write_json(parts.fragment_path(out, shard), {**fragment, "flags": {}})
+            cost = {"read": {"cpu_s": 0.01 * number, "docs": 3, "bytes": 30 + s}}
+            outstore.write_json(throughput.part_cost_path(out, shard), cost)
+        record = {"records": 3 * PER_INPUT, "bytes": (30 + s) * PER_INPUT, "parts": PER_INPUT}
+        outstore.write_json(parts.read_stats_path(out, stem), record)
+
+
+def _driver_reads(out: outstore.ObjectPath) -> dict[str, Any]:
+    """What the driver computes from the records: resume scan, ledger (+ digests), throughput."""
+    known: dict[str, dict[str, Any]] = {}
+    done = parts.finished_parts(out)
+    led, shards = runner._collect(out, STEMS, [], known)
+    section = throughput_report.build(out, STEMS, [], [], set(), None)
+    return {"done": done, "ledger": led, "shards": shards, "known": known, "throughput": section}
+
+
+def test_read_ahead_gives_the_driver_the_same_results_as_reading_in_turn(
+    slow_store: tuple[str, outstore.ObjectPath], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fails on the old code: it held one request at a time (max 1)."""
+    endpoint, output = slow_store
+    in_flight(endpoint)
+    ours = _driver_reads(output)
+    counted = in_flight(endpoint)
+    with monkeypatch.context() as serial:
+        serial.setattr(readahead, "READ_AHEAD", 1)
+        in_flight(endpoint)
+        reference = _driver_reads(output)
+        one_by_one = in_flight(endpoint)
+    assert one_by_one["max"] == 1
+    assert counted["max"] > 1, counted
+    assert counted["max"] <= readahead.READ_AHEAD + 1  # bounded (+1: a listing page)
+    assert ours["done"] == {stem: set(range(PER_INPUT)) for stem in STEMS}
+    assert json.dumps(ours, default=sorted) == json.dumps(reference, default=sorted)
+    assert ours["ledger"]["parts"] == len(STEMS) * PER_INPUT
+    assert ours["ledger"]["conservation"]["balanced"]
+
+
+def test_a_missing_fragment_is_the_first_one_in_part_order(
+    slow_store: tuple[str, outstore.ObjectPath],
+) -> None:
+    """Two fragments gone: the error names the earlier part, as read one by one (the ones read
+    ahead of it are dropped)."""
+    _, output = slow_store
+    first, later = (parts.fragment_path(output, s) for s in ("crawl-b-00004", "crawl-c-00001"))
+    missing = pytest.raises(PretrainError, match=r"^shard crawl-b-00004 was not written")
+    with removed(later), removed(first), missing:
+        runner._collect(output, STEMS, [], {})
+
+
+def test_a_missing_read_record_is_a_one_line_error(
+    slow_store: tuple[str, outstore.ObjectPath],
+) -> None:
+    _, output = slow_store
+    missing = pytest.raises(PretrainError, match=r"^input crawl-b: no read record")
+    with removed(parts.read_stats_path(output, "crawl-b")), missing:
+        runner._collect(output, STEMS, [], {})
+
+
+def test_read_ahead_keeps_order_and_the_first_error() -> None:
+    """The helper alone: results in item order whatever order the reads finish in; the first
+    failing item's error, as in turn."""
+    import time
+
+    def read(i: int) -> int:
+        time.sleep(0.001 * (i % 5))  # later items finish first
+        if i in (37, 50):
+            raise ValueError(f"item {i}")
+        return i * i
+
+    assert list(readahead.ordered(read, range(30), 8)) == [i * i for i in range(30)]
+    with pytest.raises(ValueError, match="item 37"):
+        list(readahead.ordered(read, range(100), 8))
