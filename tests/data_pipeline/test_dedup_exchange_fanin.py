@@ -178,3 +178,54 @@ def test_two_level_exchange_tags_like_one_level_and_the_objects(
     assert two.equals(one) and two.schema == one.schema
     merges = [step for step, _ in stage.timeline if step.endswith("-merge")]
     assert "map-merge" in merges and "large-scatter-merge" in merges, merges
+
+
+def test_on_s3_a_consumer_reads_one_object_per_merge_group(tmp_path, monkeypatch) -> None:
+    """Through a real S3 API (moto, recording every request): the merge reads each producer's
+    object once; a consumer then reads 3 merged objects, not 9 producers' (the requests of one
+    partition's read), gets the same batches, and a changed merged object is refused naming it."""
+    import json
+    import urllib.request
+
+    from pretrain import outstore
+    from tests.data_pipeline.s3tools import moto_server, s3_env, s3_filesystem
+
+    log = tmp_path / "requests.jsonl"
+    monkeypatch.setenv("MOTO_RECORDER_FILEPATH", str(log))
+    with moto_server() as endpoint:
+        for key, value in s3_env(endpoint).items():
+            monkeypatch.setenv(key, value)
+        s3 = s3_filesystem(endpoint)
+        s3.create_dir("fanin")
+        folder = str(outstore.output_path(f"s3://fanin/{tmp_path.name}"))
+        _producers(folder, 9)
+        urllib.request.urlopen(f"{endpoint}/moto-api/recorder/start-recording")
+
+        def requests() -> list[str]:
+            lines = log.read_text().splitlines() if log.exists() else []
+            return [json.loads(line)["url"].split("?")[0] for line in lines if line.strip()]
+
+        assert _merge_all(folder, 9, 3) == [[], [], []]
+        merged = requests()
+        for i in range(9):  # each producer's object read once (its size, then one GET)
+            assert sum(u.endswith(f"/0/{i:07d}.arrow") for u in merged) == 2
+        for q in range(PARTITIONS):
+            seen = len(requests())
+            one = _batches(exchange.Gather(folder, "0001-map", 0, 9, q))
+            one_level = requests()[seen:]
+            two = _batches(exchange.Gather(folder, "0001-map", 0, 9, q, fanin=3))
+            two_level = requests()[len(one_level) + seen :]
+            assert one == two and one
+            assert {u.rsplit("/", 1)[1] for u in one_level} == {f"{i:07d}.arrow" for i in range(9)}
+            assert {u.rsplit("/", 1)[1] for u in two_level} == {f"m{k:07d}.arrow" for k in range(3)}
+            # a read is a HEAD and up to 6 range GETs (none for an empty partition's bytes)
+            assert len(two_level) <= 3 * 7 and len(one_level) >= 9 * 6
+        path = exchange.merged_file(folder, "0001-map", 2, 0)
+        with s3.open_input_stream(path.key) as handle:
+            data = bytearray(handle.read())
+        data[len(data) // 3] ^= 0x02
+        with s3.open_output_stream(path.key) as handle:
+            handle.write(bytes(data))
+        with pytest.raises(exchange.ExchangeFileError, match=f"dedup exchange file {path} "):
+            for q in range(PARTITIONS):
+                exchange.Gather(folder, "0001-map", 0, 9, q, fanin=3).read()
