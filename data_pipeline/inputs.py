@@ -387,17 +387,3 @@ def check_openable(item: InputFile, text_field: str) -> None:
             "on_unreadable=reject"
         ) from None
     check_magic(item.path, head)
-
-
-def input_artifacts(files: list[InputFile]) -> list[str]:
-    """Artifact directories (with a manifest.json) that hold input files: the job's lineage."""
-    dirs: list[str] = []
-    for item in files:
-        if "://" in item.path:
-            continue
-        for parent in Path(item.path).resolve().parents:
-            if (parent / "manifest.json").is_file():
-                if str(parent) not in dirs:
-                    dirs.append(str(parent))
-                break
-    return dirs

@@ -40,12 +40,8 @@ from data_pipeline.fingerprint import (
     output_is_foreign,
     prepare_output,
 )
-from data_pipeline.inputs import (
-    check_openable,
-    check_output_apart,
-    input_artifacts,
-    plan_inputs,
-)
+from data_pipeline.inputs import check_openable, check_output_apart, plan_inputs
+from data_pipeline.lineage import input_artifacts
 from data_pipeline.stages.base import GlobalStage, Stage
 from data_pipeline.stages.registry import (
     manifest_sections,
