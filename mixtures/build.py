@@ -32,7 +32,7 @@ from pretrain.manifest import (
     load_manifest,
     manifest_sha256,
 )
-from pretrain.outtarget import refuse_not_a_directory
+from pretrain.outtarget import require_own_output
 from pretrain.progress import Progress
 from tokenizer.lock import check_match
 
@@ -126,7 +126,9 @@ class Prepared:
 
 
 def prepare(config: MixtureConfig) -> Prepared:
-    """Validate the recipe, verify the encoded data and tokenizer, select and plan (feasibility)."""
+    """Check `out` (new, empty, or a mixture: replaced), validate the recipe, verify the encoded
+    data and tokenizer, select and plan (feasibility). `--dry-run` runs this too."""
+    require_own_output(Path(config.out), "out:", KIND)  # before any work, and by the dry run
     check_recipe(config)
     encoded_dir = Path(config.build.encoded)
     encoded_manifest = verify_encoded(encoded_dir)
@@ -177,16 +179,7 @@ def build_mixture(config: MixtureConfig) -> BuildResult:
 
 
 def _staging_dir(out: Path) -> Path:
-    refuse_not_a_directory(out, "out:")  # a file: one line, not NotADirectoryError
-    is_other = (
-        out.exists()
-        and any(out.iterdir())
-        and (not (out / "manifest.json").is_file() or load_manifest(out)["kind"] != KIND)
-    )
-    if is_other:
-        raise ConfigError(
-            f"out: {out} exists and is not a mixture artifact; choose an empty or new directory"
-        )
+    """A new folder beside `out` to build in (`prepare` checked `out`)."""
     staging = out.parent / f".{out.name}.building"
     shutil.rmtree(staging, ignore_errors=True)
     (staging / "index").mkdir(parents=True)

@@ -18,6 +18,7 @@ import numpy as np
 from mixtures import sampler
 from pretrain.errors import ArtifactError
 from pretrain.manifest import atomic_write_json, listed_path, require
+from pretrain.outtarget import refuse_foreign, refuse_not_a_directory, temporary_file
 
 CHUNK_BATCHES = 1 << 14
 MAX_PLOTTED_BATCHES = 2000
@@ -145,9 +146,10 @@ def write_report(
     run_dir: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Write report.json and report.png; returns the report (without plot arrays)."""
+    target = Path(out) if out is not None else Path(directory) / "report"
+    check_report_out(target, "--out" if out is not None else "the report folder")
     report = build_report(directory)
     report["run"] = compare_run(directory, run_dir) if run_dir is not None else None
-    target = Path(out) if out is not None else Path(directory) / "report"
     target.mkdir(parents=True, exist_ok=True)
     plot(report, target / "report.png")
     for phase in report["phases"]:
@@ -155,6 +157,30 @@ def write_report(
     report["files"] = {"json": str(target / "report.json"), "png": str(target / "report.png")}
     atomic_write_json(target / "report.json", report)
     return report
+
+
+REPORT_FILES = ("report.json", "report.png")
+
+
+def check_report_out(target: Path, flag: str) -> None:
+    """`target` may be new, empty, or an earlier report's folder (its two files are replaced);
+    a file or a folder of someone else's files (their own report.json) is one line, before any
+    work, and nothing there changes."""
+    refuse_not_a_directory(target, flag)
+    earlier = _is_report(target / "report.json")
+    ours = set(REPORT_FILES) if earlier else set()
+    refuse_foreign(
+        target, flag, "mixture report", lambda name: name in ours or temporary_file(name)
+    )
+
+
+def _is_report(path: Path) -> bool:
+    """True when `path` is a report.json this command wrote (its own keys), not a user's."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(found, dict) and {"build_sha256", "phases", "files"} <= found.keys()
 
 
 def plot(report: dict[str, Any], path: Path) -> None:

@@ -18,8 +18,8 @@ from typing import Any
 
 from pretrain.artifacts import export as export_kind
 from pretrain.errors import ArtifactError
-from pretrain.manifest import atomic_write_bytes, load_manifest
-from pretrain.outtarget import refuse_not_a_directory
+from pretrain.manifest import atomic_write_bytes
+from pretrain.outtarget import require_own_output
 from trainer.checkpoint import checkpoint_dir, list_checkpoints, newest_valid
 
 KIND = "hf_export"
@@ -75,14 +75,8 @@ def resolve_tokenizer(config: Any, state: dict[str, Any], given: str | None) -> 
 
 
 def _prepare_out(out: Path) -> None:
-    refuse_not_a_directory(out, "--out")  # a file: one line, not FileExistsError
-    if (out / "manifest.json").is_file():
-        kind = load_manifest(out)["kind"]
-        if kind != KIND:
-            raise ArtifactError(f"--out {out} holds a {kind!r} artifact; choose another directory")
-        (out / "manifest.json").unlink()
-    elif out.is_dir() and any(out.iterdir()):
-        raise ArtifactError(f"--out {out} is a non-empty directory that is not an export")
+    """`check_out` passed: an earlier export loses its manifest first (written last again)."""
+    (out / "manifest.json").unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
 
 
@@ -114,6 +108,9 @@ def export_hf(
     from trainer.inference import _cpu_config, load_model
 
     run_dir, out = Path(run_dir), Path(out)
+    # new, empty or an export (replaced); a file or someone else's folder is one line, before
+    # the checkpoint is read
+    require_own_output(out, "--out", KIND)
     checkpoint = pick_checkpoint(run_dir, step)
     state = json.loads((checkpoint / "state.json").read_text())
     config = _cpu_config(state)

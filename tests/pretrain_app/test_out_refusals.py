@@ -175,3 +175,78 @@ def test_a_model_refuses_a_folder_it_did_not_write_dry_run_too(
     err = _one_line(capsys, _model_argv(command, user, dry_run))
     assert "out =" in err and str(user) in err and "not empty" in err
     assert _snapshot(user) == before
+
+
+def _out_case(tmp_path: Path, case: str) -> tuple[Path, Path]:
+    """(the user's folder, the out given): `file`, `below_file` or `foreign` (their folder)."""
+    user = _user_folder(tmp_path)
+    out = {"file": user / "report.json", "below_file": user / "report.json" / "x"}
+    return user, out.get(case, user)
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+@pytest.mark.parametrize("case", ["file", "below_file", "foreign"])
+def test_mixture_build_refuses_a_file_or_a_folder_it_did_not_write(
+    tmp_path: Path, capsys, case: str, dry_run: bool
+) -> None:
+    """One line (exit 2) naming `out:`, before the encoded data is read, and by --dry-run too
+    (before, the dry run passed: it never looked at `out`); the user's files are unchanged."""
+    from tests.mixtures.conftest import make_encoded, mixture_config
+
+    encoded = make_encoded(tmp_path / "enc")
+    user, out = _out_case(tmp_path, case)
+    before = _snapshot(user)
+    config = tmp_path / "mixture.yaml"
+    config.write_text(yaml.safe_dump(mixture_config(encoded, out)))
+    err = _one_line(capsys, ["mixture", "build", str(config), *(["--dry-run"] if dry_run else [])])
+    assert str(out) in err  # below a file the writer lock refuses first (real run), in its words
+    assert ("out: " in err) if case != "below_file" or dry_run else True
+    assert ("is a file" in err) if case == "file" else True
+    assert _snapshot(user) == before
+
+
+@pytest.mark.parametrize("case", ["file", "below_file", "foreign"])
+def test_export_refuses_a_file_or_a_folder_it_did_not_write_before_reading_the_run(
+    tmp_path: Path, capsys, case: str
+) -> None:
+    """One line (exit 2) naming `--out`; the checkpoint is not read first (the run named here
+    does not exist: before, its error came first, after a real run's model load)."""
+    user, out = _out_case(tmp_path, case)
+    before = _snapshot(user)
+    err = _one_line(capsys, ["export", str(tmp_path / "no-run"), "--out", str(out)])
+    assert str(out) in err  # below a file the writer lock refuses first, in its own words
+    assert ("--out" in err) if case != "below_file" else True
+    assert ("is a file" in err) if case == "file" else True
+    assert _snapshot(user) == before
+
+
+@pytest.fixture(scope="module")
+def built_mixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.mixtures.conftest import make_encoded, mixture_config
+
+    root = tmp_path_factory.mktemp("mixture")
+    config = root / "mixture.yaml"
+    config.write_text(yaml.safe_dump(mixture_config(make_encoded(root / "enc"), root / "mix")))
+    assert main(["mixture", "build", str(config)]) == 0
+    return root / "mix"
+
+
+@pytest.mark.parametrize("case", ["file", "foreign", "own_report"])
+def test_mixture_report_refuses_a_file_or_a_folder_it_did_not_write(
+    tmp_path: Path, capsys, built_mixture: Path, case: str
+) -> None:
+    """`pretrain mixture report DIR --out X`: a file was a FileExistsError traceback, a user's
+    folder lost its report.json (replaced) and got a report.png; now one line, nothing changed.
+    An earlier report's folder is still replaced (`own_report`)."""
+    argv = ["mixture", "report", str(built_mixture), "--out"]
+    if case == "own_report":
+        mine = tmp_path / "my-report"
+        for _ in range(2):
+            assert main([*argv, str(mine)]) == 0
+        assert sorted(p.name for p in mine.iterdir()) == ["report.json", "report.png"]
+        return
+    user, out = _out_case(tmp_path, case)
+    before = _snapshot(user)
+    err = _one_line(capsys, [*argv, str(out)])
+    assert "--out" in err and str(out) in err
+    assert _snapshot(user) == before
