@@ -16,10 +16,9 @@ Both sides: word 5-grams, 128 permutations, threshold 0.8.
   `ray.worker_memory_mb` = `--budget-mb`. Memory per additional document is the slope of (peak
   total PSS - that scale's idle total) between 1x and 16x. The job (`--path`):
   `dataset` (default): read Parquet (one Ray task per file) -> `DedupStage.apply` (exact
-  verification, the default) -> write tagged Parquet (one Ray task per block: Ray Data's
-  `write_parquet` bundled the blocks into one write task and started its two bookkeeping
-  actors); the input blocks and the tagged output are held in the object store (the caller's
-  dataset; ~3 KB/doc of text here).
+  verification, the default) -> write tagged Parquet (one Ray Data map task per block,
+  write_output); the input blocks are held in the object store until the job ends (~3 KB/doc
+  of text here), the tagged blocks only while written (apply's output is lazy).
   `parts`: the runner's path (data_pipeline.global_parts): one Ray task per input file maps it
   (`DedupStage.map_part`) and persists the map tables; the driver runs `DedupStage.aggregate`
   over the persisted parts; one task per file joins the tags (`join_part`) and writes the tagged
@@ -103,20 +102,25 @@ def read_input(ray, directory: Path):
 
 
 def write_output(ray, dataset, directory: Path) -> None:
-    """Write each tagged block to its own file, one Ray task per block (as the input is read;
-    Ray Data's `write_parquet` bundled the blocks of a run into one write task, whose worker then
-    held the whole output: harness cost, not dedup's)."""
+    """Write each tagged block to its own file, one Ray Data map task per block
+    (`map_batches(write, batch_size=None)`): a lazily tagged dataset (DedupStage.apply) fuses its
+    read tasks with the write, so a tagged block is written where it is made; an already
+    materialized one gets one task per block, as before. (Ray Data's `write_parquet` bundled the
+    blocks of a run into one write task, whose worker then held the whole output: harness cost,
+    not dedup's; before 2026-12-03 this was one plain Ray task per `to_arrow_refs()` block,
+    which computes and holds every tagged block before the first write.)"""
+    import uuid
+
     directory.mkdir(parents=True, exist_ok=True)
 
-    @ray.remote(num_cpus=1)
-    def write(table, path: str) -> int:
-        pq.write_table(table, path)
-        return table.num_rows
+    def write(table: pa.Table) -> pa.Table:
+        pq.write_table(table, str(directory / f"part-{uuid.uuid4().hex}.parquet"))
+        return pa.table({"rows": [table.num_rows]})
 
-    refs = dataset.to_arrow_refs()
-    ray.get(
-        [write.remote(ref, str(directory / f"part-{i:05d}.parquet")) for i, ref in enumerate(refs)]
-    )
+    written = dataset.map_batches(
+        write, batch_size=None, batch_format="pyarrow", zero_copy_batch=True
+    ).materialize()
+    del written
 
 
 def start_ray(workers: int) -> tuple[float, TreeSampler]:

@@ -6,9 +6,10 @@ per cluster) and differ in the map step before it and the join back after it:
 
 - map: per slice of a block (data_pipeline.dedup.budget), or per persisted part, signatures ->
   band rows, exact rows, doc rows and signed rows, each split into P partitions
-- attach: per slice, tags joined back by (slice, row), order kept; each input block is freed once
-  its slices are tagged when the input was handed over (dedup_dataset); the runner joins each
-  part itself (DedupStage.join_part)
+- attach: per slice, tags joined back by (slice, row), order kept: lazily, as the returned
+  dataset is read (data_pipeline.dedup.lazyattach), or with `index.save_to` before returning,
+  each input block freed once its slices are tagged when the input was handed over
+  (dedup_dataset); the runner joins each part itself (DedupStage.join_part)
 
 Only tasks are used (1 CPU each), so the actor/CPU deadlock of Ray Data on small clusters cannot
 occur here; every wait has a timeout that fails with a message instead of hanging
@@ -29,6 +30,7 @@ from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats
 from data_pipeline.dedup.launch import Runner, wait_for_cpu
+from data_pipeline.dedup.lazyattach import tagged_dataset
 from data_pipeline.stagekit import AGGREGATE_SCRATCH, MapOutput
 from pretrain.outstore import OutPath, output_path, remove_tree
 from pretrain.progress import Progress
@@ -56,18 +58,20 @@ def dedup_dataset(
     and partitions come from the input's size and `worker_memory_mb` (data_pipeline.dedup.budget).
     With `exchange_dir` (a folder every worker reads and writes: local disk on one node, a shared
     file system or s3:// on a cluster), the aggregate's steps exchange their pieces through files
-    in a fresh subfolder (data_pipeline.dedup.exchange), not as Ray objects: the object store
-    then holds only the input and the tagged output (the same tags). Each step's files go once
-    read, but the tags' files (`stats.extra["exchange_tags"]`, ~100 bytes per document) stay
-    until DedupStage.close() or the interpreter's exit: Ray rebuilds a lost tagged block from
-    them (_keep_until_exit).
+    in a fresh subfolder (data_pipeline.dedup.exchange), not as Ray objects (the same tags).
+    Each step's files go once read, but the tags' files (`stats.extra["exchange_tags"]`, ~100
+    bytes per document) stay until DedupStage.close() or the interpreter's exit: reading the
+    lazy result, or Ray rebuilding a lost tagged block, reads them (_keep_until_exit).
 
-    `dataset` may be handed over in a one-item list, which this empties: then nothing here keeps
-    the input's blocks once their slices are tagged (each attach task holds its block until it
-    ends), so when the caller keeps no other reference the object store frees each input block
-    as its tagged blocks appear, not only after the whole output exists. `stats.extra[
-    "input_blocks_held_after_attach"]` counts the input blocks still referenced then (Ray's
-    reference table): 0 when the input was handed over and nothing else held it."""
+    The result is lazy (data_pipeline.dedup.lazyattach.tagged_dataset): the aggregate is done
+    when this returns, the join back of each slice runs when the consumer reads it, so the
+    object store never holds the whole tagged output; the result holds the input blocks until
+    it is dropped. With `config.index.save_to` the tagged blocks are computed here instead
+    (_attach_streaming; the index is saved from them): then, when `dataset` is handed over in a
+    one-item list (which this empties) and the caller keeps no other reference, each input
+    block is freed as its tagged blocks appear; `stats.extra["input_blocks_held_after_attach"]`
+    counts the input blocks still referenced then (Ray's reference table).
+    `stats.extra["attach"]`: "lazy" or "eager"."""
     import ray
 
     materialized = (dataset.pop() if isinstance(dataset, list) else dataset).materialize()
@@ -94,14 +98,22 @@ def dedup_dataset(
     )
     tags = aggregate(run, maps, config, partitions, steps, (blocks, plan.slices))
     _remove_steps(folder, keep="-keep")
-    out, held = _attach_streaming(run, blocks, plan.slices, tags, partitions)
+    if config.index.save_to:  # the index is saved from the tagged blocks: attach them now
+        out, held = _attach_streaming(run, blocks, plan.slices, tags, partitions)
+        result = ray.data.from_arrow_refs(out)
+    else:
+        if run.producing:  # the tags' files exist once their producers end
+            run.wait(run.producing, "exchange")
+        result, held = tagged_dataset(blocks, sizes, plan.slices, tags, partitions), -1
+        blocks.clear()  # from here only the returned dataset holds the input blocks
     steps.update()
     steps.close()
-    result = ray.data.from_arrow_refs(out)
     stats = stats_of(run, partitions)
     stage.cost, stage.timeline = run.cost(), run.timeline
     stats.extra["plan"] = {**plan.describe(), "worker_memory_mb": worker_memory_mb}
-    stats.extra["input_blocks_held_after_attach"] = held
+    stats.extra["attach"] = "eager" if config.index.save_to else "lazy"
+    if held >= 0:
+        stats.extra["input_blocks_held_after_attach"] = held
     if folder is not None:
         stats.extra["exchange_tags"] = _keep_until_exit(folder)
     if config.index.save_to:

@@ -62,12 +62,16 @@ class DedupStage(GlobalStage):
 
     def apply(self, dataset: Any) -> Any:
         """Tag a Ray Dataset with the distributed shuffle (band buckets, star components). The
-        dataset is handed over: when the caller keeps no reference to it (`stage.apply(read())`,
-        not `ds = ...; stage.apply(ds)`), each input block is freed as its tagged blocks appear,
-        so the input and the whole tagged output are not held in the object store together.
+        aggregate runs here; the returned dataset is lazy: each slice's tags are joined back
+        when the consumer reads it (data_pipeline.dedup.lazyattach), in the input's order, so
+        the input and the whole tagged output are never in the object store together. It
+        holds the input blocks until it is dropped. With `index.save_to` the tagged blocks are
+        computed here (the index is saved from them); then a handed-over input (`stage.apply(
+        read())`) has each block freed as its tagged blocks appear.
         Context `exchange_dir` (a folder all workers share): the aggregate's pieces go through
         files there instead of the object store (dedup_dataset); the tags' files stay there
-        until `close()`, so a tagged block lost with its node can be rebuilt."""
+        until `close()`: reading the returned dataset (or Ray rebuilding a lost block) reads
+        them."""
         from data_pipeline.dedup.distributed import dedup_dataset
 
         given = [dataset]
@@ -83,7 +87,7 @@ class DedupStage(GlobalStage):
     def close(self) -> None:
         """Remove the tags' files `apply` kept under `exchange_dir` (data_pipeline.dedup.
         distributed.release_tags): call it once the tagged dataset is written or no longer
-        used, since until then Ray may rebuild a lost tagged block from them. Without a call
+        used, since reading it (it is lazy) or rebuilding a lost block reads them. Without a call
         they go at the interpreter's exit."""
         from data_pipeline.dedup.distributed import release_tags
 
