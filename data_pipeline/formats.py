@@ -7,7 +7,6 @@ match its compression suffix is an `InputError` naming it.
 
 from __future__ import annotations
 
-import gzip
 import io
 from dataclasses import dataclass
 from typing import Any
@@ -109,9 +108,17 @@ def decoded_stream(stream: Any, source: InputFile) -> Any:
     raw = io.BufferedReader(_Prepend(head, stream))
     if compression[1] == "gzip" and source.format == "warc":
         return GzipMembers(raw)  # damage ends the stream (`damage`); `resume()` goes on after it
-    if compression[1] == "gzip":
-        return gzip.GzipFile(fileobj=raw)
+    if compression[1] == "gzip":  # the same, buffered for readline (`gzip_members` finds it)
+        return io.BufferedReader(GzipMembers(raw))
     return io.BufferedReader(_Prepend(b"", pa.CompressedInputStream(raw, "zstd")))
+
+
+def gzip_members(stream: Any) -> GzipMembers | None:
+    """The `GzipMembers` a `decoded_stream` reads from (its damage, its resume), if any."""
+    for candidate in (stream, getattr(stream, "raw", None)):
+        if isinstance(candidate, GzipMembers):
+            return candidate
+    return None
 
 
 class _Prepend(io.RawIOBase):

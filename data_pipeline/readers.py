@@ -34,7 +34,9 @@ from data_pipeline.formats import (
     decoded_stream,
     detect_format,
     filesystem_for,
+    gzip_members,
 )
+from data_pipeline.gzmembers import GzipMembers
 from data_pipeline.warc import read_warc
 from pretrain.errors import InputError
 
@@ -94,30 +96,48 @@ def read_jsonl(
     stream: Any, out: Batcher, fields: Fields, max_bytes: int | None = None
 ) -> Iterator[pa.Table]:
     """One row per non-blank line; bad lines become rows with a reason. A line longer than
-    `JSONL_LINE_FACTOR * max_bytes` is a `too_large` row, skipped without being held."""
+    `JSONL_LINE_FACTOR * max_bytes` is a `too_large` row, skipped without being held. In a
+    .jsonl.gz a corrupt gzip member is one `corrupt_gzip` row (the line it cut with it) and
+    reading goes on at the next member; a file cut inside a member ends with `truncated_input`."""
     limit = JSONL_LINE_FACTOR * max_bytes if max_bytes is not None else -1
+    members = gzip_members(stream)
     line_no = 0
-    try:
-        while raw := stream.readline(limit + 1 if limit >= 0 else -1):
-            line_no += 1
-            fallback_id = f"{out.source.name}:{line_no}"
-            if limit >= 0 and len(raw) > limit and not raw.endswith(b"\n"):
-                size = len(raw) + _drain(stream, line=True)
-                out.add(fallback_id, reason="too_large", raw_bytes=size)
-            elif not raw.strip():
-                continue
-            else:
-                _jsonl_row(raw, fallback_id, out, fields)
-            if out.full():
-                yield out.flush()
-    except _IO_ERRORS as exc:
-        out.add(
-            f"{out.source.name}:{line_no + 1}",
-            reason="truncated_input",
-            meta={"error": str(exc)[:200]},
-        )
+    while True:
+        try:
+            while raw := stream.readline(limit + 1 if limit >= 0 else -1):
+                if members is not None and members.damage and not raw.endswith(b"\n"):
+                    break  # the line the damage cut: counted with the damage below
+                line_no += 1
+                fallback_id = f"{out.source.name}:{line_no}"
+                if limit >= 0 and len(raw) > limit and not raw.endswith(b"\n"):
+                    size = len(raw) + _drain(stream, line=True)
+                    out.add(fallback_id, reason="too_large", raw_bytes=size)
+                elif raw.strip():
+                    _jsonl_row(raw, fallback_id, out, fields)
+                if out.full():
+                    yield out.flush()
+        except _IO_ERRORS as exc:
+            out.add(
+                f"{out.source.name}:{line_no + 1}",
+                reason="truncated_input",
+                meta={"error": str(exc)[:200]},
+            )
+        if not _gzip_damage(members, out, f"{out.source.name}:{line_no + 1}"):
+            break
     if (table := out.flush()) is not None:
         yield table
+
+
+def _gzip_damage(members: GzipMembers | None, out: Batcher, cut_id: str) -> bool:
+    """A row for the damage `members` stopped at, if any: True when reading goes on after it."""
+    if members is None or members.damage is None:
+        return False
+    offset = members.damage_offset
+    if members.damage == "corrupt_gzip":
+        out.add(f"{out.source.name}@gz{offset}", reason="corrupt_gzip")
+    else:
+        out.add(cut_id, reason="truncated_input", meta={"error": f"file ends at {offset}"})
+    return members.resume()
 
 
 def _jsonl_row(raw: bytes, fallback_id: str, out: Batcher, fields: Fields) -> None:
@@ -205,7 +225,9 @@ def _str_or_none(value: Any) -> str | None:
 def read_html(
     stream: Any, out: Batcher, fields: Fields, max_bytes: int | None = None
 ) -> Iterator[pa.Table]:
-    """A whole HTML file is one document (`too_large`, not held, past `max_bytes`)."""
+    """A whole HTML file is one document (`too_large`, not held, past `max_bytes`). A damaged
+    .html.gz is one `corrupt_gzip` (or, cut short, `truncated_input`) row."""
+    members = gzip_members(stream)
     try:
         payload = stream.read(max_bytes + 1 if max_bytes is not None else -1)
         oversize = max_bytes is not None and len(payload) > max_bytes
@@ -213,7 +235,10 @@ def read_html(
     except _IO_ERRORS as exc:
         out.add(out.source.name, reason="truncated_input", meta={"error": str(exc)[:200]})
     else:
-        if oversize:
+        if members is not None and members.damage is not None:
+            reason = "corrupt_gzip" if members.damage == "corrupt_gzip" else "truncated_input"
+            out.add(out.source.name, reason=reason, raw_bytes=size)
+        elif oversize:
             out.add(out.source.name, reason="too_large", raw_bytes=size)
         else:
             out.add(out.source.name, payload=payload, content_type="text/html", raw_bytes=size)

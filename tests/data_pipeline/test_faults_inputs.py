@@ -87,7 +87,8 @@ def test_corrupt_gzip_bytes_mid_stream(tmp_path: Path) -> None:
     path = tmp_path / "corrupt.jsonl.gz"
     path.write_bytes(bytes(data))
     table, _ = _read(path)
-    assert table.column("_read_reason").to_pylist()[-1] == "truncated_input"
+    # read member by member (gzmembers): zlib refuses the member, named as what it is
+    assert table.column("_read_reason").to_pylist()[-1] == "corrupt_gzip"
 
 
 def test_file_that_is_not_gzip_is_a_one_line_error_or_a_reject(tmp_path: Path) -> None:
