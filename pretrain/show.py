@@ -10,6 +10,7 @@ tampered with. An ancestor that moved is looked for by name next to the artifact
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,8 @@ def _made_by(manifest: dict[str, Any]) -> dict[str, Any]:
     git = manifest.get("git") or {}
     created = manifest.get("created_unix")
     return {
-        "command": " ".join(str(part) for part in manifest.get("command") or []),
+        # quoted as a shell would need it, so a path with a space can be pasted back
+        "command": shlex.join(str(part) for part in manifest.get("command") or []),
         "config_sha256": manifest.get("config_sha256"),
         "git_commit": git.get("commit"),
         "git_dirty": git.get("dirty"),

@@ -100,3 +100,24 @@ def test_show_marks_a_replaced_or_missing_ancestor_and_finds_a_moved_one(chain, 
 def test_show_refuses_a_directory_that_is_not_an_artifact(tmp_path, capsys):
     assert main(["show", str(tmp_path)]) == 2
     assert "is not an artifact" in capsys.readouterr().err
+
+
+def test_show_quotes_the_command_so_it_can_be_pasted_back(tmp_path, capsys):
+    """A path with a space (or a shell character) in the command: `made by:` used to join the
+    words with spaces, so the line named a different command than the one that ran."""
+    import shlex
+
+    import yaml
+
+    from tests.evals.chain import records
+    from tokenizer.synthetic import write_shards
+
+    shards = write_shards(tmp_path / "my shards", records(40), docs_per_shard=40)
+    config = tmp_path / "tok.yaml"
+    config.write_text(yaml.safe_dump({"data": str(shards), "vocab_size": 300}))
+    argv = ["-q", "tokenizer", "train", str(config), "--set", f"out={tmp_path}/tok 'ü' $x"]
+    assert main(argv) == 0
+    code, out = _show(capsys, tmp_path / "tok 'ü' $x")
+    assert code == 0, out
+    (line,) = [line for line in out.splitlines() if line.startswith("  made by: ")]
+    assert shlex.split(line.removeprefix("  made by: ")) == ["pretrain", *argv]
