@@ -13,8 +13,15 @@ sides' consumers read only `--s3-sample` partitions (the same ones) and their re
 are scaled by P / sample (every consumer of a side sends the same number of requests; the row
 gives `sampled_consumers`); the merge tasks always run in full.
 
+With `--aggregate P ...`, also a whole dedup aggregate on one local Ray (2 CPUs; the inputs and
+runs of benchmarks/bench_dedup_exchange: `--docs` web documents in 8 persisted parts), through
+the file exchange at each P partitions, one level vs two levels in every step of P producers
+(fanin.FANIN_FROM set to P; the map's 8 producers stay one level), alternating `--repeat` times:
+wall, the tasks' CPU-seconds, piece bytes written; the tags must be equal (checked). This is the
+cost of the merge step's barrier that FANIN_FROM weighs.
+
     .venv/bin/python -m benchmarks.bench_exchange_reads [--partitions 16 64 256]
-        [--s3-partitions 16 64 256] [--rows 4]
+        [--s3-partitions 16 64 256] [--rows 4] [--aggregate 16 32 64 --corpus DIR]
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from benchmarks.common import write_result
+from benchmarks.common import add_corpus_argument, corpus_dir, write_result
 from data_pipeline.dedup import exchange, fanin, tasks
 from pretrain import outstore
 
@@ -142,6 +149,35 @@ def run_s3(partitions: list[int], args: argparse.Namespace, tmp: Path) -> list[d
     return rows
 
 
+def run_aggregate(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
+    import ray
+
+    from benchmarks.bench_dedup_exchange import documents, once, persist
+    from data_pipeline.dedup.config import DedupConfig
+
+    ray.init(num_cpus=2, include_dashboard=False)
+    table = documents(corpus_dir(args.corpus), args.docs, 10)
+    rows = []
+    for count in args.aggregate:
+        config = DedupConfig(num_partitions=count)
+        parts = persist(tmp / f"agg{count}" / ".parts" / "global" / "dedup", table, 8, config)
+        once(ray, parts, config, True)  # warm the workers
+        row: dict[str, Any] = {"partitions": count, "one_level": [], "two_level": []}
+        tags = {}
+        for _ in range(args.repeat):
+            for side, threshold in (("two_level", count), ("one_level", 10**9)):
+                fanin.FANIN_FROM = threshold
+                run = once(ray, parts, config, True)
+                tags[side] = run.pop("tags")
+                row[side].append({k: run[k] for k in ("wall_s", "task_cpu_s", "disk")})
+        assert tags["one_level"].equals(tags["two_level"])
+        row["tags_equal"] = True
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    ray.shutdown()
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, nargs="*", default=[16, 64, 256])
@@ -149,16 +185,23 @@ def main() -> None:
     parser.add_argument("--s3-sample", type=int, default=16)
     parser.add_argument("--s3-sample-from", type=int, default=64)
     parser.add_argument("--rows", type=int, default=4)
+    parser.add_argument("--aggregate", type=int, nargs="*", default=[])
+    parser.add_argument("--docs", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=2)
+    add_corpus_argument(parser)
     args = parser.parse_args()
     pa.memory_map = _counted_memory_map  # exchange and fanin open local files through it
-    result: dict[str, Any] = {"args": vars(args), "load": os.getloadavg(), "local": []}
+    given = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    result: dict[str, Any] = {"args": given, "load": os.getloadavg(), "local": []}
     with tempfile.TemporaryDirectory(prefix="bench-exchange-") as tmp:
         for count in args.partitions:
             folder = str(Path(tmp) / f"x{count}")
             result["local"].append(measure(folder, count, args.rows, count, None))
         result["s3"] = run_s3(args.s3_partitions, args, Path(tmp)) if args.s3_partitions else []
+        result["aggregate"] = run_aggregate(args, Path(tmp)) if args.aggregate else []
     result["load_after"] = os.getloadavg()
-    write_result("exchange_reads", result)
+    reads = args.partitions or args.s3_partitions  # an --aggregate run alone keeps its own file
+    write_result("exchange_reads" if reads else "exchange_reads_aggregate", result)
 
 
 if __name__ == "__main__":
