@@ -28,10 +28,10 @@ from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.artifacts import shards as shards_artifact
 from pretrain.artifacts.evalset import CONTAMINATED_FILE
 from pretrain.config import StrictModel, config_dict
-from pretrain.errors import ConfigError, InputError
+from pretrain.errors import InputError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json
-from pretrain.outtarget import refuse_not_a_directory
+from pretrain.outtarget import require_own_output
 from tokenizer.shards import read_columns
 
 HIT_SCHEMA = pa.schema(
@@ -249,12 +249,9 @@ def preflight(cfg: EvalBuildConfig) -> list[Path]:
     """What `build_eval_sets` checks before working (`--dry-run` runs it): `out` is new or an eval
     set, and the shards (and `train_shards`) verify. Returns the shard files."""
     out = Path(cfg.out)
-    refuse_not_a_directory(out, "out =")  # a file: one line, not NotADirectoryError
-    is_evalset = (out / "manifest.json").is_file() and (out / "sets").is_dir()
-    if out.exists() and any(out.iterdir()) and not is_evalset:
-        raise ConfigError(
-            f"out = {out} exists and is not an eval set artifact; choose an empty or new directory"
-        )
+    # new, empty (but for logs), or an evalset, which the build deletes and writes again: a
+    # folder with someone else's manifest.json and sets/ was deleted whole
+    require_own_output(out, "out =", evalset_artifact.KIND)
     files = _shard_files(cfg.shards)
     for directory in cfg.train_shards:
         _shard_files(directory)

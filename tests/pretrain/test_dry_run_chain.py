@@ -78,7 +78,7 @@ def test_tokenizer_encode_dry_run(chain, tmp_path, capsys):
 def test_eval_build_dry_run(chain, tmp_path, capsys):
     config = _yaml(tmp_path / "eval.yaml", {"shards": str(chain["shards"]), "out": str(tmp_path)})
     line = _same_refusal(capsys, "eval", "build", config)  # out holds other files
-    assert "is not an eval set artifact" in line
+    assert "holds no evalset artifact" in line
     good = ["eval", "build", config, "--set", f"out={tmp_path / 'sets'}"]
     code, out, _ = _run(capsys, *good, "--dry-run")
     assert code == 0 and "shard files verified" in out and not (tmp_path / "sets").exists()

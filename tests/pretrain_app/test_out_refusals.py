@@ -250,3 +250,37 @@ def test_mixture_report_refuses_a_file_or_a_folder_it_did_not_write(
     err = _one_line(capsys, [*argv, str(out)])
     assert "--out" in err and str(out) in err
     assert _snapshot(user) == before
+
+
+@pytest.mark.parametrize("case", ["own_logs", "foreign_manifest"])
+def test_eval_build_out_may_hold_its_logs_but_not_someone_elses_artifact(
+    tmp_path: Path, capsys, case: str
+) -> None:
+    """`pretrain eval build`: an out holding only .logs/ (an earlier refused or failed build)
+    was refused as not empty; one holding another tool's manifest.json and a sets/ folder
+    passed as an eval set and was deleted whole by the build. Now the first builds, the second
+    is one line and nothing there changes."""
+    from tests.tokenizer.tok_helpers import make_records
+    from tokenizer.synthetic import write_shards
+
+    shards = write_shards(tmp_path / "shards", make_records(200), docs_per_shard=100)
+    out = tmp_path / "sets"
+    if case == "own_logs":
+        (out / ".logs").mkdir(parents=True)
+        (out / ".logs" / "pretrain-eval-build-20261203T000000-1.log").write_text("refused\n")
+    else:
+        (out / "sets").mkdir(parents=True)
+        (out / "sets" / "mine.txt").write_bytes(b"the user's eval notes")
+        (out / "manifest.json").write_bytes(b'{"name": "another tool\'s manifest"}')
+    before = _snapshot(out)
+    config = yaml.safe_load((CONFIGS / "eval.yaml").read_text())
+    path = tmp_path / "eval.yaml"
+    path.write_text(yaml.safe_dump({**config, "shards": str(shards), "out": str(out)}))
+    argv = ["eval", "build", str(path), "--set", "min_docs_per_set=1"]
+    if case == "own_logs":
+        assert main(argv) == 0, capsys.readouterr().err
+        assert load_manifest(out)["kind"] == "evalset"
+        return
+    err = _one_line(capsys, argv)
+    assert "out =" in err and str(out) in err
+    assert _snapshot(out) == before
