@@ -118,14 +118,17 @@ class Framer:
             size *= 4
 
     def _followed_by_record(self, at: int) -> bool:
-        """Whether the block that ends at `at` ends where a record's should: a blank line (what
+        """Whether the block that ends at `at` ends where a record's should: the next record
+        (after a blank line, or after fewer line breaks as warcio accepts), a blank line (what
         follows it, when it is no record, is a reject of its own), or the end of the stream."""
         if len(self.buf) < at:
             return False
         tail = bytes(self.buf[at : at + _TAIL])
         rest = tail.lstrip(b"\r\n")
         newlines = tail[: len(tail) - len(rest)].count(b"\n")
-        return newlines >= 2 or (not rest and self.eof and len(self.buf) - at == len(tail))
+        if rest.startswith(b"WARC/") or newlines >= 2:
+            return True
+        return not rest and self.eof and len(self.buf) - at == len(tail)
 
     def _next_record(self, start: int) -> int:
         """Where in the buffer, from `start`, the next record's first line begins (-1: none)."""

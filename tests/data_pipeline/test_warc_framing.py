@@ -144,3 +144,17 @@ def test_records_without_an_id_are_named_by_warcios_offsets_also_after_damage(
     rows = _rows(tmp_path, damaged, gz)
     assert _kept(rows) == [e for n, e in enumerate(expected) if n != 1]
     assert [reason for _, reason in _reasons(rows)] == ["corrupt_gzip"]
+
+
+@pytest.mark.parametrize("separator", [b"\r\n", b"\n", b"\n\n\r\n\r\n\r\n"])
+def test_records_with_loose_separators_read_as_warcio_reads_them(
+    tmp_path: Path, separator: bytes
+) -> None:
+    """Writers that end a record with fewer (or more) line breaks than the standard's blank line:
+    warcio reads them, so the framer must not take them for wrong lengths."""
+    records = [_record(i).removesuffix(b"\r\n\r\n") + separator for i in range(4)]
+    data = b"".join(records)
+    expected = [(r, p) for r, _, p in _warcio(data)]
+    assert len(expected) == 4
+    rows = _rows(tmp_path, data, False)
+    assert _kept(rows) == expected and not _reasons(rows)
