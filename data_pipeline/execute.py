@@ -36,11 +36,30 @@ def run(
             "it, or check the cluster (`ray status`) for missing CPUs"
         )
     if errors:
-        cause = getattr(errors[0], "cause", None)  # ray.exceptions.RayTaskError wraps the error
-        if isinstance(cause, PretrainError):
+        cause = pretrain_cause(errors[0])
+        if cause is not None:  # one line, as the task raised it
             raise type(cause)(str(cause)) from None
         raise errors[0]
     return result, dataset.stats()
+
+
+def pretrain_cause(exc: BaseException) -> PretrainError | None:
+    """The first of our errors in `exc`'s chain (a RayTaskError's `cause`, or what raised it):
+    a worker's fence refusal, a changed piece; the user is owed its one line, not Ray's. The
+    job's datasets raise their map functions' own errors (ray_job._original_errors): Ray Data's
+    UserCodeException, pickled from the worker, no longer holds what it was raised from."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        item = todo.pop(0)
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        cause = getattr(item, "cause", None)  # Ray's RayTaskError(OutputLocked) is one too
+        if isinstance(item, PretrainError) and cause is None:
+            return item
+        todo += [cause, item.__cause__, item.__context__]
+    return None
 
 
 class Tally:

@@ -16,6 +16,8 @@ the work before and writes the ledger and manifest after).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from data_pipeline import execute, global_parts, merge, parts, resume, throughput, workers
@@ -61,6 +63,22 @@ def _max_input_bytes(stages: list[Stage]) -> int | None:
     return min(limits, default=None)
 
 
+@contextmanager
+def _original_errors() -> Iterator[None]:
+    """Datasets built in this block raise their map functions' own errors, not Ray Data's
+    UserCodeException raised from them: a pickled exception loses its `__cause__`, so the
+    driver got Ray's many lines, not a worker's one-line refusal (a fence, a changed piece)."""
+    import ray.data
+
+    context = ray.data.DataContext.get_current()  # each dataset copies it when built
+    saved = context.raise_original_map_exception
+    context.raise_original_map_exception = True
+    try:
+        yield
+    finally:
+        context.raise_original_map_exception = saved
+
+
 def build_stream(
     config: PipelineConfig,
     stages: list[Stage],
@@ -79,6 +97,21 @@ def build_stream(
         "on_unreadable": config.on_unreadable,
         "max_input_bytes": _max_input_bytes(stages),
     }
+    with _original_errors():
+        return _stream(config, stages, todo, out, done, cpus, options)
+
+
+def _stream(
+    config: PipelineConfig,
+    stages: list[Stage],
+    todo: list[dict[str, str]],
+    out: OutPath,
+    done: dict[str, set[int]],
+    cpus: int,
+    options: dict[str, Any],
+) -> Any:
+    import ray
+
     head, globals_ = global_parts.plan(stages)
     first = globals_[0][0] if globals_ else None
     map_spec = first.spec() if first is not None and first.maps_in_stream() else None
@@ -146,15 +179,16 @@ def build_merge(
         "sample_per_reason": config.rejects.sample_per_reason,
         "level": config.compression_level,
     }
-    return ray.data.from_items(
-        [{"shard": s} for s in shards], override_num_blocks=max(1, len(shards))
-    ).map_batches(
-        merge.merge_shards,
-        batch_size=1,
-        batch_format="pyarrow",
-        num_cpus=MERGE_CPUS,
-        fn_kwargs=writer,
-    )
+    with _original_errors():
+        return ray.data.from_items(
+            [{"shard": s} for s in shards], override_num_blocks=max(1, len(shards))
+        ).map_batches(
+            merge.merge_shards,
+            batch_size=1,
+            batch_format="pyarrow",
+            num_cpus=MERGE_CPUS,
+            fn_kwargs=writer,
+        )
 
 
 def run_ray(
