@@ -97,12 +97,16 @@ class GzipMembers(io.RawIOBase):
         self._inflater = None
 
     def offset_of(self, position: int) -> int:
-        """The file offset of the member that decoded byte `position` (counted over the whole
-        file, across resumes) came from; positions asked for must not go back."""
+        """Where decoded byte `position` (counted over the whole file, across resumes) is: the
+        file offset of its gzip member when it is that member's first byte (one member per
+        record, the standard layout: what warcio and a CDX index give), else `position` itself
+        (a member holding many records). Positions asked for must not go back."""
         members = self._members
         while len(members) > 1 and members[1][0] <= position:
             members.pop(0)
-        return members[0][1] if members else 0
+        if members and members[0][0] == position:
+            return members[0][1]
+        return position
 
     def resume(self) -> bool:
         """After damage, go on at the next member's magic bytes: False when the file has none."""

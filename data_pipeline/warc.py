@@ -57,7 +57,7 @@ def read_warc(
     while True:
         first = framer.peek(1 << 12).lstrip(b"\r\n")
         if first and not first.startswith(b"WARC/"):  # an ARC file
-            yield from _read_arc(_Rest(framer), out, max_bytes)
+            yield from _read_arc(framer, out, max_bytes)
             return
         cut = yield from _framed_records(framer, out, max_bytes)
         damage = getattr(stream, "damage", None)
@@ -172,11 +172,18 @@ class _Rest(io.RawIOBase):
         return bool(self.framer.stream.resume())
 
 
-def _read_arc(stream: Any, out: Batcher, max_bytes: int | None) -> Iterator[pa.Table]:
-    """An ARC file (or one that is no WARC), read by warcio as before the framer."""
+def _read_arc(framer: Framer, out: Batcher, max_bytes: int | None) -> Iterator[pa.Table]:
+    """An ARC file (or one that is no WARC), read by warcio as before the framer; offsets are
+    the file's (a gzip member's), also after a resumed member."""
+    stream, base = _Rest(framer), framer.pos
+    offset_of = getattr(framer.stream, "offset_of", None)
     while True:
-        truncated = yield from _warc_records(stream, out, max_bytes)
-        damage = getattr(stream, "damage", None)
+
+        def in_file(offset: int, base: int = base) -> int:
+            return base + offset if offset_of is None else int(offset_of(base + offset))
+
+        truncated = yield from _warc_records(stream, out, max_bytes, in_file)
+        damage = stream.damage
         if damage is None:
             break
         offset = stream.damage_offset
@@ -186,12 +193,13 @@ def _read_arc(stream: Any, out: Batcher, max_bytes: int | None) -> Iterator[pa.T
             out.add(f"{out.source.name}@gz{offset}+", reason="truncated_record")
         if not stream.resume():
             break
+        base = framer.stream.decoded
     if (table := out.flush()) is not None:
         yield table
 
 
 def _warc_records(
-    stream: Any, out: Batcher, max_bytes: int | None
+    stream: Any, out: Batcher, max_bytes: int | None, in_file: Callable[[int], int]
 ) -> Generator[pa.Table, None, bool]:
     """Rows of the records warcio finds in `stream` until its end: True when the last one is a
     `truncated_record` row."""
@@ -203,13 +211,17 @@ def _warc_records(
         _without_invented_ids(iterator)
         for record in iterator:
             if record.rec_type is None:  # no WARC-Type: headers cut short or damaged
-                offset, truncated = iterator.get_record_offset(), False
+                offset, truncated = in_file(iterator.get_record_offset()), False
                 out.add(f"{out.source.name}@{offset}", reason="malformed_record")
                 continue
             if record.rec_type not in ("response", "resource"):
                 continue
-            truncated = _warc_row(record, iterator.get_record_offset, out, max_bytes)
-            offset = iterator.get_record_offset()
+
+            def record_offset() -> int:
+                return in_file(iterator.get_record_offset())
+
+            truncated = _warc_row(record, record_offset, out, max_bytes)
+            offset = record_offset()
             if out.full():
                 yield out.flush()
     except Exception as exc:  # warcio raises anything (AttributeError, ...) on damaged records

@@ -158,3 +158,27 @@ def test_records_with_loose_separators_read_as_warcio_reads_them(
     assert len(expected) == 4
     rows = _rows(tmp_path, data, False)
     assert _kept(rows) == expected and not _reasons(rows)
+
+
+def test_arc_gz_records_are_named_by_warcios_member_offsets_also_after_damage(
+    tmp_path: Path,
+) -> None:
+    """An ARC record has no id: it is named by its offset. One gzip member per record: warcio's
+    offsets; after a corrupt member they went on from 0 (the decoded bytes since the resume)."""
+    body = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<p>An archived page %d.</p>"
+    members = []
+    for i in range(4):
+        page = body % i
+        head = b"http://a.example/%d 10.0.0.1 20260101000000 text/html %d\n" % (i, len(page))
+        members.append(gzip.compress(head + page + b"\n", mtime=0))
+    data = b"".join(members)
+    iterator = ArchiveIterator(io.BytesIO(data), arc2warc=True)
+    offsets = []
+    for record in iterator:
+        record.content_stream().read()
+        offsets.append(iterator.get_record_offset())
+    start = len(members[0]) + 20
+    damaged = data[:start] + bytes(b ^ 0xFF for b in data[start : start + 20]) + data[start + 20 :]
+    for content, kept in ((data, [0, 1, 2, 3]), (damaged, [0, 2, 3])):
+        rows = _rows(tmp_path, content, True)
+        assert [i for i, _ in _kept(rows)] == [f"in.warc.gz@{offsets[n]}" for n in kept]
