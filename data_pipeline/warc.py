@@ -32,6 +32,9 @@ WARC_RECORD_FACTOR = 2
 """A WARC record (headers and block) may take this many times `max_input_bytes` before it is a
 `record_too_large` reject, read past without being held (64 MiB with no `max_input_bytes`)."""
 _NO_LIMIT_RECORD = 64 << 20
+_ARC_LINE = re.compile(rb"[A-Za-z][A-Za-z0-9+.-]*:[^\s]* [^\r\n]* [0-9]+\r?\n")
+"""An ARC header line (`URL IP DATE MIME LENGTH`, or ARC v1's `filedesc://...`): anything else
+is read as WARC, so bytes before the first WARC record are a reject, not a lost file."""
 _FIELD = re.compile(
     rb"(?im)^(warc-record-id|warc-target-uri|warc-date):[ \t]*([^\r\n]*?)[ \t]*\r?$"
 )
@@ -56,7 +59,7 @@ def read_warc(
     framer = Framer(stream, record_limit(max_bytes))
     while True:
         first = framer.peek(1 << 12).lstrip(b"\r\n")
-        if first and not first.startswith(b"WARC/"):  # an ARC file
+        if _ARC_LINE.match(first):  # an ARC file: its first line is a URL and fields
             yield from _read_arc(framer, out, max_bytes)
             return
         cut = yield from _framed_records(framer, out, max_bytes)

@@ -182,3 +182,14 @@ def test_arc_gz_records_are_named_by_warcios_member_offsets_also_after_damage(
     for content, kept in ((data, [0, 1, 2, 3]), (damaged, [0, 2, 3])):
         rows = _rows(tmp_path, content, True)
         assert [i for i, _ in _kept(rows)] == [f"in.warc.gz@{offsets[n]}" for n in kept]
+
+
+@pytest.mark.parametrize("junk", [b"\x00\x01 not a WARC at all\r\n\r\n", b"<html>stray bytes\n\n"])
+def test_bytes_before_the_first_record_are_one_reject(tmp_path: Path, junk: bytes) -> None:
+    """Before, a plain WARC that did not start with `WARC/` went to warcio's ARC reading, which
+    gave up: every record of the file was lost in one truncated_record."""
+    good = [_record(i) for i in range(3)]
+    data = _file(good, False)
+    rows = _rows(tmp_path, junk + data, False)
+    assert _kept(rows) == [(r, p) for r, _, p in _warcio(data)]
+    assert _reasons(rows) == [("in.warc@0", "malformed_record")]
