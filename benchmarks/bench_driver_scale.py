@@ -16,8 +16,15 @@ process (`time.process_time`, so load on the machine counts less than in wall ti
   `parts.finished_parts` (an object store's sizes and times from one listing per folder).
 - `identity`: the input identity checks of a resumed run (size, mtime, content hash), baseline one
   after another, ours `fingerprint.input_identities` (threads on an object store).
+- `readahead` (object store only): the driver's per-part reads, the resume scan
+  (`parts.finished_parts`) and the ledger assembly (`runner._collect`), baseline `serial` (one
+  request at a time: `readahead.READ_AHEAD = 1`, the driver before 2026-12-03 09:30), ours
+  `ahead` (READ_AHEAD in flight, consumed in order). moto on loopback answers in ~1 ms of its own
+  CPU; a real store's round trip is ~10-30 ms of waiting: `--s3-delay-ms N` serves the s3 rows
+  from moto with N ms added to every request (tests/data_pipeline/moto_latency.py).
 
-Run: `python -m benchmarks.bench_driver_scale --parts 1000 10000 100000 --s3-parts 1000`.
+Run: `python -m benchmarks.bench_driver_scale --parts 1000 10000 100000 --s3-parts 1000`;
+read-ahead: `python -m benchmarks.bench_driver_scale --parts --s3-parts 1000 --s3-delay-ms 0 20`.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_result
-from data_pipeline import fingerprint, parts, runner
+from data_pipeline import fingerprint, parts, readahead, runner
 from data_pipeline.formats import InputFile
 from pretrain import outstore
 from pretrain import shards_layout as layout
@@ -116,11 +123,35 @@ def identity_sides(inputs: list[InputFile]) -> dict[str, Any]:
     }
 
 
+def readahead_sides(out: outstore.OutPath, stems: list[str]) -> dict[str, Any]:
+    """Resume scan + ledger assembly read one at a time, then READ_AHEAD at a time."""
+    sides: dict[str, Any] = {}
+    ahead = readahead.READ_AHEAD
+    for side, in_flight in (("serial", 1), ("ahead", ahead)):
+        readahead.READ_AHEAD = in_flight
+        try:
+            sides[side] = {
+                "resume": _cpu(lambda: parts.finished_parts(out)),
+                "ledger": _cpu(lambda: runner._collect(out, stems, [], {})),
+            }
+        finally:
+            readahead.READ_AHEAD = ahead
+    sides["in_flight"] = ahead
+    return sides
+
+
 def measure(out: outstore.OutPath, count: int, args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     stems = build_output(out, count, args.parts_per_input, args.file_kb)
-    built = time.perf_counter() - start
-    row: dict[str, Any] = {"parts": count, "files": 3 * count + len(stems), "build_s": built}
+    row = measure_built(out, count, stems, args)
+    row["build_s"] = time.perf_counter() - start
+    return row
+
+
+def measure_built(
+    out: outstore.OutPath, count: int, stems: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
+    row: dict[str, Any] = {"parts": count, "files": 3 * count + len(stems)}
     row["manifest"] = manifest_sides(out, stems, args.parts_per_input)
     fragments = [parts.fragment_path(out, s) for s in _shards(stems, args.parts_per_input)]
     row["resume"] = {
@@ -141,34 +172,57 @@ def _per(row: dict[str, Any], key: str, side: str, unit: int) -> str:
 
 
 def report(store: str, row: dict[str, Any]) -> None:
-    parts_, files, ident = row["parts"], row["files"], row["identity"]["inputs"]
-    print(
-        f"[{store} {parts_} parts, {files} files] "
-        + "; ".join(
-            [
-                _per(row, "manifest", "rehash", files) + " per file",
-                _per(row, "manifest", "recorded", files) + " per file",
-                _per(row, "resume", "per_object", parts_) + " per part",
-                _per(row, "resume", "ours", parts_) + " per part",
-                _per(row, "identity", "serial", ident) + " per input",
-                _per(row, "identity", "ours", ident) + " per input",
-            ]
-        ),
-        flush=True,
-    )
+    parts_, files = row["parts"], row["files"]
+    if "manifest" in row:
+        ident = row["identity"]["inputs"]
+        sides = [
+            _per(row, "manifest", "rehash", files) + " per file",
+            _per(row, "manifest", "recorded", files) + " per file",
+            _per(row, "resume", "per_object", parts_) + " per part",
+            _per(row, "resume", "ours", parts_) + " per part",
+            _per(row, "identity", "serial", ident) + " per input",
+            _per(row, "identity", "ours", ident) + " per input",
+        ]
+        print(f"[{store} {parts_} parts, {files} files] " + "; ".join(sides), flush=True)
+    if "readahead" in row:
+        ahead = row["readahead"]
+        walls = [
+            f"{what}/{side}: {ahead[side][what][1] / parts_ * 1e3:.3f}"
+            for what in ("resume", "ledger")
+            for side in ("serial", "ahead")
+        ]
+        print(f"[{store} {parts_} parts] readahead, wall ms per part: " + "; ".join(walls))
 
 
 def run_s3(counts: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
-    from tests.data_pipeline.s3tools import moto_server, s3_env, s3_filesystem
+    """The s3 rows, once per `--s3-delay-ms` (plain moto for 0)."""
+    rows = []
+    for delay in args.s3_delay_ms:
+        for row in _run_s3(counts, args, delay):
+            rows.append({**row, "delay_ms": delay})
+    return rows
+
+
+def _run_s3(counts: list[int], args: argparse.Namespace, delay: float) -> list[dict[str, Any]]:
+    from tests.data_pipeline.moto_latency import in_flight, latency_server
+    from tests.data_pipeline.s3tools import s3_env, s3_filesystem
 
     rows = []
-    with moto_server() as endpoint:
+    with latency_server(0) as endpoint:
         os.environ.update(s3_env(endpoint))
         s3_filesystem(endpoint).create_dir("bench")
         for count in counts:
-            out = outstore.output_path(f"s3://bench/out{count}")
-            rows.append(measure(out, count, args))
-            report("s3", rows[-1])
+            out = outstore.output_path(f"s3://bench/out{count}-{delay:g}")
+            in_flight(endpoint, delay_ms=0)  # built at moto's own speed
+            stems = build_output(out, count, args.parts_per_input, args.file_kb)
+            in_flight(endpoint, delay_ms=delay)
+            row = {"parts": count, "files": 3 * count + len(stems)}
+            if delay == 0:
+                row = measure_built(out, count, stems, args)
+            row["readahead"] = readahead_sides(out, stems)
+            row["served"] = in_flight(endpoint)
+            rows.append(row)
+            report(f"s3+{delay:g}ms", rows[-1])
     return rows
 
 
@@ -179,6 +233,7 @@ def main() -> None:
     parser.add_argument("--parts-per-input", type=int, default=2)
     parser.add_argument("--file-kb", type=int, default=16)
     parser.add_argument("--identity-inputs", type=int, default=200)
+    parser.add_argument("--s3-delay-ms", type=float, nargs="*", default=[0.0])
     args = parser.parse_args()
     result: dict[str, Any] = {"args": vars(args), "load": os.getloadavg(), "local": [], "s3": []}
     with tempfile.TemporaryDirectory(prefix="bench-driver-") as tmp:
