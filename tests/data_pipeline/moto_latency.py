@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -31,7 +29,8 @@ from moto.moto_server.werkzeug_app import (
 )
 from werkzeug.serving import run_simple
 
-from tests.data_pipeline.raytools import REPO, free_port
+from tests.data_pipeline.raytools import free_port
+from tests.data_pipeline.s3tools import serve
 
 PROBE = "/__in_flight__"
 
@@ -70,24 +69,9 @@ def main(host: str, port: int, delay_ms: float) -> None:
 def latency_server(delay_ms: float) -> Iterator[str]:
     """The endpoint URL of a fresh delayed moto server (module docstring), stopped on exit."""
     port = free_port()
-    argv = [sys.executable, "-m", "tests.data_pipeline.moto_latency", "127.0.0.1", str(port)]
-    server = subprocess.Popen(
-        [*argv, str(delay_ms)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        for _ in range(240):
-            with contextlib.suppress(OSError):
-                socket.create_connection(("127.0.0.1", port), timeout=2).close()
-                break
-            if server.poll() is not None:
-                raise AssertionError(f"moto server exited with {server.returncode}")
-            time.sleep(0.5)
-        else:
-            raise AssertionError(f"moto server on 127.0.0.1:{port} did not come up")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(30)
+    argv = ["-m", "tests.data_pipeline.moto_latency", "127.0.0.1", str(port), str(delay_ms)]
+    with serve(argv, port) as endpoint:
+        yield endpoint
 
 
 def in_flight(endpoint: str, delay_ms: float | None = None) -> dict[str, int]:

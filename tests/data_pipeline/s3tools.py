@@ -24,6 +24,14 @@ def moto_server(serial: bool = False) -> Iterator[str]:
         if serial
         else ["-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
     )
+    with serve(argv, port) as endpoint:
+        yield endpoint
+
+
+@contextlib.contextmanager
+def serve(argv: list[str], port: int) -> Iterator[str]:
+    """`python ARGV` as a server on 127.0.0.1:`port`: its endpoint URL once it accepts
+    connections, the process stopped on exit."""
     server = subprocess.Popen(
         [sys.executable, *argv],
         cwd=REPO,
