@@ -143,7 +143,9 @@ def _gzip_damage(members: GzipMembers | None, out: Batcher, cut_id: str) -> bool
 def _jsonl_row(raw: bytes, fallback_id: str, out: Batcher, fields: Fields) -> None:
     size = len(raw)
     try:
-        record = json.loads(raw.decode("utf-8"))
+        # utf-8-sig: a byte order mark (a file saved by Windows tools, or several such files
+        # concatenated) is not part of the JSON; json.loads refused the whole line for it
+        record = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
         out.add(fallback_id, reason="undecodable", raw_bytes=size)
         return
