@@ -112,14 +112,24 @@ def compare_run(directory: str | os.PathLike, run_dir: str | os.PathLike) -> dic
     root, metrics = Path(directory), Path(run_dir) / "metrics.jsonl"
     if not metrics.is_file():
         raise ArtifactError(f"--run: {metrics} does not exist; pass a training run directory")
-    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    records = [r for r in records if "tokens_per_component" in r and "batch" in r]
+    records, unreadable = _run_records(metrics)
     if not records:
         raise ArtifactError(f"--run: {metrics} has no step record with tokens_per_component")
-    last = records[-1]
+    line, last = records[-1]
+    batch, tokens = last["batch"], last["tokens_per_component"]
+    if (
+        not _is_count(batch)
+        or not isinstance(tokens, dict)
+        or not all(map(_is_count, tokens.values()))
+    ):
+        raise ArtifactError(
+            f"--run: {metrics} line {line}: `batch` and `tokens_per_component` are not the "
+            "counts the trainer writes (a whole number, and component -> whole number); "
+            "restore the file or pass the run directory it came from"
+        )
     manifest = require(root, kind="mixture")
     names = [c["name"] for c in manifest["components"]]
-    width, remaining = int(manifest["global_batch"]), int(last["batch"]) + 1
+    width, remaining = int(manifest["global_batch"]), batch + 1
     expected = np.zeros(len(names), dtype=np.int64)
     for info in manifest["phases"]:
         take = min(remaining, info["num_sequences"] // width)
@@ -127,17 +137,41 @@ def compare_run(directory: str | os.PathLike, run_dir: str | os.PathLike) -> dic
         counts = np.bincount(index["component"][: take * width], minlength=len(names))
         expected += counts * int(info["seq_length"])
         remaining -= take
-    trained = [int(last["tokens_per_component"].get(name, 0)) for name in names]
+    trained = [int(tokens.get(name, 0)) for name in names]
     rows = [
         {"name": n, "mixture_tokens": int(e), "trained_tokens": t, "difference": t - int(e)}
         for n, e, t in zip(names, expected, trained, strict=True)
     ]
     return {
         "run": str(Path(run_dir).resolve()),
-        "batches": int(last["batch"]) + 1,
+        "batches": batch + 1,
         "match": all(r["difference"] == 0 for r in rows),
         "components": rows,
+        "unreadable_lines": unreadable,
     }
+
+
+def _run_records(metrics: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[int]]:
+    """(line number, record) of every step record with tokens per component, and the numbers of
+    the lines that are not JSON: a run killed (or out of disk) mid-write leaves its last line
+    torn, and a resumed run appends after it; those lines are skipped and reported, not fatal."""
+    records, unreadable = [], []
+    text = metrics.read_text(encoding="utf-8", errors="replace")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            unreadable.append(number)
+            continue
+        if isinstance(record, dict) and "tokens_per_component" in record and "batch" in record:
+            records.append((number, record))
+    return records, unreadable
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def write_report(
@@ -249,6 +283,12 @@ def format_report(report: dict[str, Any]) -> str:
     if run:
         state = "matches" if run["match"] else "DIFFERS FROM"
         lines.append(f"  training run after {run['batches']} batches {state} the mixture:")
+        if run.get("unreadable_lines"):
+            shown = ", ".join(map(str, run["unreadable_lines"][:5]))
+            lines.append(
+                f"    ({len(run['unreadable_lines'])} unreadable line(s) of metrics.jsonl skipped:"
+                f" line {shown}; a write cut short, e.g. a killed run)"
+            )
         for c in run["components"]:
             lines.append(
                 f"    {c['name']:<16} trained {c['trained_tokens']:>14,} mixture "

@@ -102,3 +102,39 @@ def test_report_compares_a_training_runs_tokens_per_component(
     report = json.loads((tmp_path / "mix" / "report" / "report.json").read_text())
     assert report["run"]["match"] is False
     assert {c["name"]: c["difference"] for c in report["run"]["components"]}["code"] == 32
+
+
+def test_report_run_reads_past_a_torn_line_and_refuses_a_bad_record_in_one_line(
+    tmp_path: Path, encoded_dir: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A run killed mid-write leaves its last metrics line torn (and a resumed run appends after
+    it): the report used to end in a JSONDecodeError traceback. Now the torn lines are skipped
+    and named; a record whose counts are not numbers is one line, exit 2."""
+    (tmp_path / "mix.yaml").write_text(
+        yaml.safe_dump(mixture_config(encoded_dir, tmp_path / "mix"))
+    )
+    assert main(["mixture", "build", str(tmp_path / "mix.yaml")]) == 0
+    import numpy as np
+
+    manifest = json.loads((tmp_path / "mix" / "manifest.json").read_text())
+    first = np.load(tmp_path / "mix" / manifest["phases"][0]["index"])["component"][:16]
+    tokens = dict(zip(["web", "code", "books_hq"], (np.bincount(first, minlength=3) * 32).tolist()))
+    good = json.dumps({"step": 1, "batch": 0, "tokens_per_component": tokens})
+    run = tmp_path / "run"
+    run.mkdir()
+    metrics = run / "metrics.jsonl"
+    # killed during step 2's line, resumed (appends step 1 again after the torn text), killed again
+    metrics.write_text(good + "\n" + '{"step": 2, "ba' + good + "\n" + good + "\n" + '{"st')
+    capsys.readouterr()
+    assert main(["mixture", "report", str(tmp_path / "mix"), "--run", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "matches the mixture" in out and "2 unreadable line(s)" in out
+    report = json.loads((tmp_path / "mix" / "report" / "report.json").read_text())
+    assert report["run"]["unreadable_lines"] == [2, 4]
+    assert report["run"]["match"] is True
+    for bad in ({"batch": "0"}, {"batch": True}, {"tokens_per_component": [1]}):
+        record = {"step": 1, "batch": 0, "tokens_per_component": tokens, **bad}
+        metrics.write_text(json.dumps(record) + "\n")
+        assert main(["mixture", "report", str(tmp_path / "mix"), "--run", str(run)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "metrics.jsonl line 1" in err, err
