@@ -108,6 +108,11 @@ class GzipMembers(io.RawIOBase):
             return members[0][1]
         return position
 
+    def member_starts(self, begin: int, end: int) -> list[int]:
+        """The decoded positions in [begin, end) where gzip members begin, in order (positions
+        before the last one `offset_of` was asked for are forgotten)."""
+        return [decoded for decoded, _ in self._members if begin <= decoded < end]
+
     def resume(self) -> bool:
         """After damage, go on at the next member's magic bytes: False when the file has none."""
         self.damage, self.produced = None, 0

@@ -4,8 +4,14 @@ warcio trusts a record's Content-Length: one too large swallows the records afte
 out as one truncated record, lost), one too small leaves the rest of the block where the next
 record's headers should be (warcio gives up on the file). `Framer` checks that the declared block
 is followed by a blank line and the next `WARC/1.` header line (or the end of the file); when it
-is not, the record is a `bad_content_length` frame and the framer goes on at the next `WARC/1.`
-line that follows a blank line, so the records after it are kept.
+is not, the record is a `bad_content_length` frame and the framer goes on at the next record start
+after that record's headers. A record start is a `WARC/1.0` or `WARC/1.1` line (or warcio's
+`WARC/0.17`, `WARC/0.18`) that follows a blank line, or that is followed by a header field line
+(`Name:`) wherever it begins: a record cut short and the next one written right after it (a
+crawler restarted on the same file) have no blank line between them. In a WARC.gz the start of a
+gzip member is one too (the stream's `member_starts`): one member per record is how WARC.gz files
+are written. The framer only looks for record starts after damage, so a `WARC/1.0` line inside a
+payload is never a record start when the lengths are right.
 
 A record whose headers and block are over `limit` bytes is never held: it is read past (still
 checked, so a wrong length over the limit resyncs too) and is a `record_too_large` frame.
@@ -21,9 +27,12 @@ _CHUNK = 1 << 16
 _HEADER_LIMIT = 1 << 20
 """WARC headers longer than this (no blank line in the first MiB) are a malformed record."""
 _HEADER_END = re.compile(rb"\r?\n\r?\n")
-_NEXT_RECORD = re.compile(rb"\n\r?\n(?=WARC/1\.[01]\r?\n)")
-"""The blank line before a record's first line: where the framer resyncs after a bad length."""
-_NEXT_KEEP = 12  # bytes kept between scanned chunks, so a boundary split across two is found
+_VERSION_LINE = re.compile(rb"WARC/(?:1\.[01]|0\.1[78])\r?\n")
+"""A record's first line: where the framer may resync after a bad record (`_is_record_start`)."""
+_FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}[ \t]*:")
+"""A header field line's start (RFC 9110 token, then a colon)."""
+_FIELD_LOOK = 70  # bytes after a version line enough to see a field name and its colon
+_NEXT_KEEP = 16  # bytes kept between scanned chunks, so a boundary split across two is found
 _CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*([0-9]{1,18})[ \t]*\r?$")
 _TAIL = 16  # bytes after a block enough to see the blank line and `WARC/`
 
@@ -90,6 +99,9 @@ class Framer:
             kind = "truncated_record" if self.eof else "malformed_record"
             return self._resync(kind, offset, 0, b"")
         head = bytes(self.buf[: end.end()])
+        if (cut := self._record_start_in(head, offset)) > 0:  # these headers were cut short
+            self._consume(cut)
+            return Frame("malformed_record", offset, cut, head=head[:cut])
         length = _CONTENT_LENGTH.search(head)
         if length is None:
             return self._resync("malformed_record", offset, len(head), head)
@@ -101,10 +113,25 @@ class Framer:
             frame = Frame("record", offset, total, bytes(self.buf[:total]), head)
             self._consume(total)
             return frame
-        kind = "bad_content_length" if self._next_record(len(head)) >= 0 else "truncated_record"
+        found = self._next_record(len(head), offset)
+        kind = "bad_content_length" if found >= 0 else "truncated_record"
         if len(self.buf) >= total:
             kind = "bad_content_length"
         return self._resync(kind, offset, len(head), head)
+
+    def _record_start_in(self, head: bytes, offset: int) -> int:
+        """Where the next record starts inside the header block `head` of the record at stream
+        position `offset` (-1: it does not): a version line at a line start followed by a field
+        line (no header line is one), or a gzip member's start."""
+        for line in _VERSION_LINE.finditer(head, 1):
+            at = line.start()
+            if head[at - 1 : at] == b"\n" and _FIELD_NAME.match(head, line.end()):
+                return at
+        member_starts = getattr(self.stream, "member_starts", None)
+        if member_starts is not None:
+            for position in member_starts(offset + 1, offset + len(head)):
+                return position - offset
+        return -1
 
     def _header_end(self) -> re.Match[bytes] | None:
         """The blank line that ends the headers at the buffer's start (None: not in the first
@@ -130,15 +157,36 @@ class Framer:
             return True
         return not rest and self.eof and len(self.buf) - at == len(tail)
 
-    def _next_record(self, start: int) -> int:
-        """Where in the buffer, from `start`, the next record's first line begins (-1: none)."""
-        found = _NEXT_RECORD.search(self.buf, start)
-        return found.end() if found else -1
+    def _next_record(self, start: int, offset: int) -> int:
+        """Where in the buffer, from `start`, the next record's first line begins (-1: none in
+        what is buffered): a version line that `_is_record_start`, or a gzip member's start, after
+        stream position `offset` (the record being read past)."""
+        start, found = max(start, offset + 1 - self.pos), -1
+        member_starts = getattr(self.stream, "member_starts", None)
+        if member_starts is not None:
+            for position in member_starts(self.pos + start, self.pos + len(self.buf)):
+                found = position - self.pos
+                break
+        end = len(self.buf) if found < 0 else found
+        while (line := _VERSION_LINE.search(self.buf, start, end)) is not None:
+            if self._is_record_start(line):
+                return line.start()
+            start = line.start() + 1
+        return found
+
+    def _is_record_start(self, line: re.Match[bytes]) -> bool:
+        """Whether a version line begins a record: it follows a blank line, or a header field
+        line follows it (a `WARC/1.0` line in a page's text is neither, mostly)."""
+        at = line.start()
+        if self.buf[max(at - 2, 0) : at] == b"\n\n" or self.buf[max(at - 3, 0) : at] == b"\n\r\n":
+            return True
+        self._fill(line.end() + _FIELD_LOOK)
+        return _FIELD_NAME.match(self.buf, line.end()) is not None
 
     def _resync(self, kind: str, offset: int, start: int, head: bytes) -> Frame:
         """A reject frame for the record at `offset`: consume up to the next record's first line
         after buffer index `start` (or to the end of the stream), holding at most a chunk."""
-        while (at := self._next_record(start)) < 0 and not self.eof:
+        while (at := self._next_record(start, offset)) < 0 and not self.eof:
             if (drop := len(self.buf) - _NEXT_KEEP) > 0:
                 self._consume(drop)
             start = 0
@@ -158,7 +206,7 @@ class Framer:
             self._fill(min(left, _CHUNK) + _NEXT_KEEP)
             if not self.buf:
                 return Frame("truncated_record", offset, self.pos - offset, head=head)
-            start = self._next_record(0)
+            start = self._next_record(0, offset)
             if 0 <= start < left:
                 self._consume(start)
                 left -= start
@@ -176,5 +224,4 @@ class Framer:
         if self._followed_by_record(left):
             self._consume(left)
             return Frame("record_too_large", offset, total, head=head)
-        frame = self._resync("bad_content_length", self.pos, 0, head)
-        return Frame(frame.kind, offset, frame.offset - offset + frame.size, head=head)
+        return self._resync("bad_content_length", offset, 0, head)
