@@ -233,6 +233,12 @@ def _run_command(args: argparse.Namespace) -> int:
     tasks = [Path(p) for p in args.tasks] if args.tasks is not None else _listed_tasks(args.sets)
     lm_tasks = _validated_tasks(tasks, args)  # before the first (slow) checkpoint load
     sets = load_eval_sets(args.sets, args.max_docs)
+    if not sets:  # an evalset written before `eval build` refused to write none
+        raise InputError(
+            f"--sets {args.sets} holds no eval set (every domain/language group was below its "
+            "min_docs_per_set): bits per byte would be nan; rebuild it with `pretrain eval "
+            "build` and a lower min_docs_per_set"
+        )
     tokenizer = load_locked(args.tokenizer or find_tokenizer(run_dir))
     out = out_dir(args, run_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.artifacts import shards as shards_artifact
@@ -85,6 +85,16 @@ class EvalBuildConfig(StrictModel):
     decontamination: DecontaminationConfig = Field(default_factory=DecontaminationConfig)
     seed: int = 0
     batch_rows: int = Field(4096, ge=1)
+
+    @model_validator(mode="after")
+    def _min_within_max(self) -> EvalBuildConfig:
+        # groups are sampled down to max_docs_per_set first: a larger minimum leaves out every one
+        if self.min_docs_per_set > self.max_docs_per_set:
+            raise ValueError(
+                f"min_docs_per_set = {self.min_docs_per_set} is above max_docs_per_set = "
+                f"{self.max_docs_per_set}: every set would be left out; lower it or raise the cap"
+            )
+        return self
 
 
 def _shard_files(directory: str) -> list[Path]:
@@ -280,15 +290,11 @@ def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
     """Build the `evalset` artifact at cfg.out; returns its manifest."""
     files = preflight(cfg)
     out = Path(cfg.out)
+    groups = _collect_eval(files, cfg)
+    _check_groups(groups, cfg)  # before `out` is touched: a refused build keeps the old sets
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    groups = _collect_eval(files, cfg)
-    if not groups:
-        raise InputError(
-            f"shards = {cfg.shards} has no split == eval documents with text; "
-            "raise the pipeline's eval fraction or use a larger corpus"
-        )
     written, skipped = _write_sets(out, groups, cfg)
     train_files = files + [f for d in cfg.train_shards for f in _shard_files(d)]
     kept = [doc for row in written for doc in groups[(row["domain"], row["lang"])]]
@@ -300,6 +306,23 @@ def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
         else []
     )
     return _finish(out, cfg, written, skipped, hits)
+
+
+def _check_groups(groups: dict[tuple[str, str], list[dict]], cfg: EvalBuildConfig) -> None:
+    """Refuse, in one line, a build that would write no set: an evalset without sets scores
+    every checkpoint as bpb nan (`eval run`, the ablation and its gate)."""
+    if not groups:
+        raise InputError(
+            f"shards = {cfg.shards} has no split == eval documents with text; "
+            "raise the pipeline's eval fraction or use a larger corpus"
+        )
+    (domain, lang), largest = max(groups.items(), key=lambda item: (len(item[1]), item[0]))
+    if len(largest) < cfg.min_docs_per_set:
+        raise InputError(
+            f"min_docs_per_set = {cfg.min_docs_per_set} leaves out every domain/language group "
+            f"(the largest, {domain}/{lang}, has {len(largest)} eval documents): no set would "
+            f"be written; lower min_docs_per_set to at most {len(largest)}"
+        )
 
 
 def _finish(

@@ -152,3 +152,39 @@ def test_task_files_are_checked_before_the_old_eval_set_is_replaced(tmp_path, ca
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and expected in err[0], err
         assert verify(out) == before  # the eval set already there is untouched
+
+
+@pytest.mark.timeout(120)
+def test_a_build_that_would_write_no_set_is_refused_and_keeps_the_old_sets(tmp_path, capsys):
+    """min_docs_per_set above every group wrote an evalset of 0 sets (exit 0), and `eval run`
+    then scored every checkpoint as bpb nan; min above max_docs_per_set left out every group."""
+    shards, _ = make_shards(tmp_path / "shards")
+    out = tmp_path / "evalsets"
+    config = {"shards": str(shards), "out": str(out), "min_docs_per_set": 2}
+    (tmp_path / "eval.yaml").write_text(yaml.safe_dump(config))
+    assert main(["eval", "build", str(tmp_path / "eval.yaml")]) == 0
+    before = verify(out)
+    capsys.readouterr()
+    errors = []
+    for overrides in (["min_docs_per_set=4"], ["max_docs_per_set=2", "min_docs_per_set=3"]):
+        argv = ["eval", "build", str(tmp_path / "eval.yaml")]
+        assert main([*argv, *(a for o in overrides for a in ("--set", o))]) == 2
+        errors.append(capsys.readouterr().err)
+        assert errors[-1].count("\n") == 1 and "min_docs_per_set" in errors[-1], errors[-1]
+        assert verify(out) == before  # the old sets are still there, unchanged
+    assert "the largest, web/en, has 3 eval documents" in errors[0]
+
+
+def test_eval_run_refuses_an_evalset_without_sets(tmp_path, capsys):
+    """An evalset of 0 sets (written before the build refused one) gave bpb nan, exit 0."""
+    from pretrain.artifacts import evalset as evalset_artifact
+
+    sets = tmp_path / "sets"
+    sets.mkdir()
+    pq.write_table(pa.table({"train_id": pa.array([], pa.string())}), sets / "contaminated.parquet")
+    evalset_artifact.write(sets, evalset_artifact.EvalsetFields(sets=[], tasks=[]), config={})
+    run = tmp_path / "run"
+    (run / "checkpoints" / "iter_0000001").mkdir(parents=True)  # never loaded
+    assert main(["eval", "run", str(run), "--sets", str(sets)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no eval set" in err, err
