@@ -17,7 +17,8 @@ process (`time.process_time`, so load on the machine counts less than in wall ti
 - `identity`: the input identity checks of a resumed run (size, mtime, content hash), baseline one
   after another, ours `fingerprint.input_identities` (threads on an object store).
 - `readahead` (object store only): the driver's per-part reads, the resume scan
-  (`parts.finished_parts`) and the ledger assembly (`runner._collect`), baseline `serial` (one
+  (`parts.finished_parts`), the ledger assembly (`runner._collect`) and the stream's progress
+  count (`parts.records_to_read`, one read record per input), baseline `serial` (one
   request at a time: `readahead.READ_AHEAD = 1`, the driver before 2026-12-03 09:30), ours
   `ahead` (READ_AHEAD in flight, consumed in order). moto on loopback answers in ~1 ms of its own
   CPU; a real store's round trip is ~10-30 ms of waiting: `--s3-delay-ms N` serves the s3 rows
@@ -133,6 +134,7 @@ def readahead_sides(out: outstore.OutPath, stems: list[str]) -> dict[str, Any]:
             sides[side] = {
                 "resume": _cpu(lambda: parts.finished_parts(out)),
                 "ledger": _cpu(lambda: runner._collect(out, stems, [], {})),
+                "progress": _cpu(lambda: parts.records_to_read(out, stems, {}, 5000)),
             }
         finally:
             readahead.READ_AHEAD = ahead
@@ -188,7 +190,7 @@ def report(store: str, row: dict[str, Any]) -> None:
         ahead = row["readahead"]
         walls = [
             f"{what}/{side}: {ahead[side][what][1] / parts_ * 1e3:.3f}"
-            for what in ("resume", "ledger")
+            for what in ("resume", "ledger", "progress")
             for side in ("serial", "ahead")
         ]
         print(f"[{store} {parts_} parts] readahead, wall ms per part: " + "; ".join(walls))

@@ -110,13 +110,14 @@ def records_to_read(
     out: OutPath, stems: list[str], skip: dict[str, set[int]], shard_rows: int
 ) -> int | None:
     """Rows this run tags: the records of the inputs being read less those of their parts an
-    earlier run finished (`skip`), once every input has been read (else None)."""
+    earlier run finished (`skip`), once every input has been read (else None). The read
+    records are read as `read_records` reads them: in an object store `readahead.READ_AHEAD`
+    at a time, one read each (no `is_file` request before it)."""
     total = 0
-    for stem in stems:
-        path = read_stats_path(out, stem)
-        if not path.is_file():
+    for stem, record in zip(stems, read_records(out, stems), strict=True):
+        if record is None:
             return None
-        records = int(load_json(path).get("records", 0))
+        records = int(record.get("records", 0))
         done = skip.get(stem, set())
         total += records - sum(min(shard_rows, records - p * shard_rows) for p in done)
     return total
@@ -263,7 +264,8 @@ def forget_inputs(out: OutPath, stems: Collection[str]) -> None:
 
 def read_records(out: OutPath, stems: Iterable[str]) -> Iterator[dict[str, Any] | None]:
     """The read record of every input in `stems` (None where it has none yet), in order: in an
-    object store `readahead.READ_AHEAD` at a time, one GET each (no HEAD before it)."""
+    object store `readahead.READ_AHEAD` at a time, one read each (no `is_file` HEAD before it;
+    pyarrow's open is a HEAD, then the GET)."""
 
     def load(stem: str) -> dict[str, Any] | None:
         try:

@@ -143,3 +143,23 @@ def test_read_ahead_keeps_order_and_the_first_error() -> None:
     assert list(readahead.ordered(read, range(30), 8)) == [i * i for i in range(30)]
     with pytest.raises(ValueError, match="item 37"):
         list(readahead.ordered(read, range(100), 8))
+
+
+def test_the_progress_count_reads_the_read_records_ahead(
+    slow_store: tuple[str, outstore.ObjectPath],
+) -> None:
+    """`parts.records_to_read` (what the stream's progress bar polls) reads every input's read
+    record several at a time, one read each (pyarrow's HEAD + GET, no `is_file` HEAD first),
+    and counts the same rows as one by one. Fails on the old code: one request at a time (max
+    1) and 3 per input."""
+    endpoint, output = slow_store
+    stems = STEMS * 8  # 24 reads: enough to overlap
+    skip = {"crawl-b": {0, 5}}
+    in_flight(endpoint)
+    rows = parts.records_to_read(output, stems, skip, 3)
+    counted = in_flight(endpoint)
+    assert rows == 8 * (3 * 3 * PER_INPUT - 2 * 3)
+    assert 1 < counted["max"] <= readahead.READ_AHEAD, counted
+    assert counted["served"] == 2 * len(stems), counted
+    with removed(parts.read_stats_path(output, "crawl-c")):
+        assert parts.records_to_read(output, stems, skip, 3) is None  # not every input read yet
