@@ -8,7 +8,8 @@ inside would be deleted with the directory and a second writer could lock a fres
 The lock file holds a JSON record of the holder (pid, host, start time, command), so a refused
 writer can say who holds it. `flock` is released by the kernel when its holder dies, so a lock left
 by a killed process is simply taken over (the stale record is replaced, and the takeover reported
-on stderr). The same process may re-enter a lock it holds (the demo and ablations call builders
+on stderr). A writer that loses a race waits a moment (`SETTLE_S`) for the winner's record, so
+its refusal names the live holder, never nobody or a dead one. The same process may re-enter a lock it holds (the demo and ablations call builders
 that take their own locks on nested outputs).
 
 `flock` holds on one machine only. An `s3://` output is locked by a lock object in the store
@@ -85,6 +86,42 @@ def _refusal(out: Path, holder: dict[str, Any] | None) -> OutputLocked:
     )
 
 
+SETTLE_S = 2.0
+"""How long a refused writer waits for the holder's record to settle. A writer that just won
+the lock writes its record a moment later (and a clean release empties it a moment before the
+lock is free), so a writer that lost the race can read an empty or half-written record, or the
+record a killed holder left, and name nobody, or the dead."""
+
+
+def _locked(fd: int, mode: int) -> bool:
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        return False
+    return True
+
+
+def _settled(holder: dict[str, Any] | None) -> bool:
+    """A whole record, not one left by a holder that has exited on this host."""
+    if holder is None:
+        return False
+    pid = holder_pid(holder)
+    return pid is None or holder.get("host") != socket.gethostname() or pid_alive(pid)
+
+
+def _lock_or_refuse(fd: int, mode: int, out: Path) -> None:
+    """Take `flock` `mode` on `fd`, or raise the refusal naming its holder: while the record
+    is not settled (see SETTLE_S), try the lock again (it may have been released)."""
+    deadline = time.monotonic() + SETTLE_S
+    while not _locked(fd, mode):
+        holder = read_holder(out)
+        if _settled(holder) or time.monotonic() > deadline:
+            raise _refusal(out, holder)
+        time.sleep(0.005)
+
+
 def _acquire(path: Path, out: Path, command: Sequence[str] | None) -> int:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -95,12 +132,10 @@ def _acquire(path: Path, out: Path, command: Sequence[str] | None) -> int:
         ) from None
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
+        _lock_or_refuse(fd, fcntl.LOCK_EX, out)
+    except BaseException:
         os.close(fd)
-        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise
-        raise _refusal(out, read_holder(out)) from None
+        raise
     stale = read_holder(out)
     if stale and stale.get("pid") != os.getpid():
         warn(
@@ -235,10 +270,6 @@ def check_unlocked(out: str | os.PathLike) -> None:
         return
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise
-        raise _refusal(out_path, read_holder(out_path)) from None
+        _lock_or_refuse(fd, fcntl.LOCK_SH, out_path)
     finally:
         os.close(fd)  # closing drops the shared probe

@@ -1,19 +1,30 @@
-"""A holder record damaged or edited at the same size (a byte flipped, a field retyped by hand)
-must not crash the next writer: it is refused in one line while the holder lives, and takes the
-lock over once the holder is dead. Real processes and real `flock`, as test_locking."""
+"""Writers racing for one output's lock, and lock records that are not what a writer wrote.
+
+- Writers started together (a barrier file), local (`flock`) and `s3://` (a lock object on moto):
+  exactly one holds the lock, every other is refused in one line naming that holder (never an
+  empty, torn or earlier holder's record), round after round, over a killed holder's record too.
+- A holder record damaged or edited at the same size (a byte flipped, a field retyped by hand)
+  must not crash the next writer: it is refused in one line while the holder lives, and takes
+  the lock over once the holder is dead. Real processes and real `flock`, as test_locking."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pretrain.locking import OutputLocked, lock_path, output_lock, read_holder
-from tests.pretrain.test_locking import _hold
+from tests.data_pipeline.raytools import clean_env
+from tests.data_pipeline.s3tools import moto_server, s3_env, s3_filesystem
+from tests.pretrain import lockrace
+from tests.pretrain.test_locking import _clean_env, _hold
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -92,3 +103,88 @@ def test_a_damaged_record_of_a_dead_holder_is_taken_over(
         assert read_holder(out)["command"] == ["pretrain", "second"]
     assert "taking over the lock" in capsys.readouterr().err
     assert json.loads(lock_path(out).read_text() or "{}") == {}
+
+
+RACERS = 6
+
+
+def _assert_refusals_name(round_: lockrace.Round, out: Path | str) -> None:
+    """Every refused writer says, on one line, that the winner holds `out`: never an empty,
+    torn or earlier holder's record."""
+    pid = round_.winner.pid
+    for loser, text in round_.refusals.items():
+        line = text.removeprefix("refused ").rstrip("\n")
+        assert "\n" not in line, text
+        assert line.startswith(f"output {out} is being written by pid {pid} on "), (loser, line)
+        assert f"(pretrain race {pid})" in line, line
+
+
+def test_writers_started_together_one_holds_the_lock_the_rest_name_it(tmp_path: Path) -> None:
+    """Rounds of RACERS processes released by one barrier file on one output: exactly one holds
+    the lock, each other is refused in one line naming that holder, and the lock file holds the
+    holder's whole record. Every other round the winner is SIGKILLed, so the next round races
+    over a dead holder's record (the winner takes it over while the others are refused)."""
+    out = tmp_path / "out"
+    env = _clean_env()
+    for number in range(4):
+        round_ = lockrace.start(str(out), tmp_path, RACERS, [env])
+        record = read_holder(out)
+        assert record is not None and record["pid"] == round_.winner.pid
+        assert record["command"] == ["pretrain", "race", str(round_.winner.pid)]
+        _assert_refusals_name(round_, out)
+        if number % 2:
+            lockrace.release(tmp_path, round_.winner)
+            assert lock_path(out).read_text() == ""  # a clean release leaves no record
+        else:
+            lockrace.kill(round_.winner)
+            assert read_holder(out)["pid"] == round_.winner.pid
+
+
+BUCKET = "corpus"
+OUTPUT = f"s3://{BUCKET}/runs/race"
+LOCK_KEY = f"{BUCKET}/runs/.race.lock"
+LEASE_S = 3.0
+S3_RACERS = 4  # each imports botocore: ~1 s of CPU
+
+
+@pytest.fixture(scope="module")
+def store() -> Iterator[str]:
+    with moto_server(serial=True) as endpoint:
+        s3_filesystem(endpoint).create_dir(BUCKET)
+        yield endpoint
+
+
+def _lock_object(endpoint: str) -> dict[str, Any] | None:
+    s3 = s3_filesystem(endpoint)
+    with contextlib.suppress(FileNotFoundError), s3.open_input_stream(LOCK_KEY) as handle:
+        return json.loads(handle.read())
+    return None
+
+
+@pytest.mark.slow  # ~10 s quiet, ~30 s at load 12: 12 processes importing botocore
+def test_writers_on_many_machines_started_together_one_holds_the_s3_lock(
+    tmp_path: Path, store: str
+) -> None:
+    """The same rounds on an `s3://` output, each writer "on its own machine" (its own HOME and
+    project cache): exactly one holds the lock object, each other is refused in one line naming
+    it and the `pretrain unlock` id. After the SIGKILLed round the lock is left to expire, so
+    the next round races to take over a dead writer's lock (one conditional write wins)."""
+    envs = [
+        clean_env(tmp_path / f"m{i}", **s3_env(store), PRETRAIN_LOCK_LEASE_S=str(LEASE_S))
+        for i in range(S3_RACERS)
+    ]
+    for number, end in enumerate(("kill", "release", "release")):
+        round_ = lockrace.start(OUTPUT, tmp_path, S3_RACERS, envs)
+        record = _lock_object(store)
+        assert record is not None and record["pid"] == round_.winner.pid
+        assert record["command"] == ["pretrain", "race", str(round_.winner.pid)]
+        _assert_refusals_name(round_, OUTPUT)
+        for line in round_.refusals.values():
+            assert f"--id {record['id']}`" in line
+        if end == "kill":
+            lockrace.kill(round_.winner)
+            time.sleep(LEASE_S + 2)  # its lease runs out (the store's clock counts whole seconds)
+            continue
+        err = lockrace.release(tmp_path, round_.winner)
+        assert ("taking over" in err) == (number == 1), err[-2000:]
+        assert _lock_object(store) is None
