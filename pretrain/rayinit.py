@@ -16,10 +16,12 @@
   dashboard's task list and `ray timeline` show), and the agent's per-node process stats once a
   minute instead of every 5 s. On 2 cores that telemetry took CPU from the workers. A cluster
   (`ray start`, an address) keeps all of it; to watch a job, run it on one.
-  Nor does a local start run two head processes nothing here uses (`LOCAL_SKIPPED`): the
+  Nor does a local start run three head processes nothing here uses (`LOCAL_SKIPPED`): the
   dashboard's API server (with the dashboard off it loads only its usage-stats module, and
-  `ray.init` waits for it to come up) and the autoscaler's monitor (a fixed local node never
-  scales; it polls the GCS every second for the whole run).
+  `ray.init` waits for it to come up), the autoscaler's monitor (a fixed local node never
+  scales; it polls the GCS every second for the whole run) and the log monitor (it lists and
+  tails every worker's log file ten times a second to send new lines to the driver, which
+  `log_to_driver=False` never prints; the files stay in the session's logs directory).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ phases reuse them; the peak number of processes is the stream's, as before."""
 QUIET_LOCAL_ENV = {"REPORTER_UPDATE_INTERVAL_MS": "60000"}
 """Read by the dashboard agent a local start spawns: its process-stats loop (default 5,000 ms)."""
 
-LOCAL_SKIPPED = ("start_api_server", "start_monitor")
+LOCAL_SKIPPED = ("start_api_server", "start_monitor", "start_log_monitor")
 """Methods of Ray's head `Node` a local start replaces by nothing (module docstring); a Ray
 without one of them starts it as usual."""
 
