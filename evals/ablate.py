@@ -36,7 +36,8 @@ class DirichletConfig(StrictModel):
     """Higher stays closer to the base weights."""
     seed: int = 0
     min_weight: float = Field(0.0, ge=0, lt=1)
-    """Weights below this are set to 0 (then renormalised): sparse recipes, as in RegMix."""
+    """Weights below this are set to 0 (then renormalised): sparse recipes, as in RegMix. A sample
+    with every weight below it keeps its largest one (a one-component recipe)."""
 
 
 class ProxyConfig(StrictModel):
@@ -129,7 +130,7 @@ def normalise(weights: dict[str, float], names: list[str], where: str) -> dict[s
             f"{where}: unknown component(s) {', '.join(unknown)}; the base recipe's "
             f"components are {', '.join(names)}"
         )
-    if any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
+    if not all(w >= 0 for w in weights.values()) or not sum(weights.values()) > 0:  # nan too
         raise ConfigError(f"{where}: weights must be >= 0 with a positive sum")
     total = sum(weights.values())
     return {name: round(weights.get(name, 0.0) / total, 6) for name in names}
@@ -148,8 +149,10 @@ def dirichlet_recipes(base: dict[str, float], cfg: DirichletConfig) -> list[dict
     alpha = np.array([max(base[n], 1e-3) for n in names]) * cfg.concentration
     recipes = []
     for sample in rng.dirichlet(alpha, size=cfg.count):
-        sample = np.where(sample < cfg.min_weight, 0.0, sample)
-        recipes.append(dict(zip(names, (sample / sample.sum()).tolist())))
+        kept = np.where(sample < cfg.min_weight, 0.0, sample)
+        if not kept.any():  # all below min_weight: 0 / 0 made every weight nan
+            kept = np.where(np.arange(sample.size) == np.argmax(sample), sample, 0.0)
+        recipes.append(dict(zip(names, (kept / kept.sum()).tolist())))
     return recipes
 
 

@@ -287,3 +287,16 @@ def test_successive_halving_stops_recipes_clearly_behind(tmp_path):
     assert {r["token_budget"] for r in report["runs"]} == {config.token_budget}
     dropped = {row["recipe_name"] for row in halving["dropped"]}
     assert not dropped & full and "interval" in halving["dropped"][0]["behind_best_by"]
+
+
+def test_dirichlet_samples_with_every_weight_below_min_weight_keep_their_largest(tmp_path):
+    """min_weight zeroed every weight of such a sample: 0 / 0 gave nan weights, and planning
+    (`pretrain ablate`, --dry-run too) ended in a pydantic ValidationError traceback."""
+    cfg = DirichletConfig(count=8, seed=3, min_weight=0.9)
+    recipes = dirichlet_recipes({"web": 0.6, "code": 0.4}, cfg)
+    assert all(sorted(r.values()) == [0.0, 1.0] for r in recipes), recipes
+    config = _setup(tmp_path, dirichlet=cfg.model_dump())
+    specs, _ = make_specs(config)
+    sampled = {s["recipe_name"] for s in specs if s["recipe_name"].startswith("dirichlet-")}
+    assert 1 <= len(sampled) <= 2  # web-only and code-only at most: the same recipe is run once
+    assert all(abs(sum(s["weights"].values()) - 1) < 1e-9 for s in specs)
