@@ -78,7 +78,7 @@ def load_task(path: str | Path) -> Task:
             "evals/tasks.py, example in tests/data/evals/)"
         )
     examples, kinds = [], set()
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(_task_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -92,6 +92,20 @@ def load_task(path: str | Path) -> Task:
     if len(kinds) > 1:
         raise InputError(f"{path} mixes multiple-choice and cloze examples; use one file per kind")
     return Task(name=path.stem, kind=kinds.pop(), examples=examples)
+
+
+def _task_text(path: Path) -> str:
+    """The file as text: UTF-8, a leading byte order mark (Windows editors) dropped; other bytes
+    are one line naming where (a UnicodeDecodeError traceback before)."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        number = data.count(b"\n", 0, exc.start) + 1
+        raise InputError(
+            f"{path}:{number}: not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start}); "
+            "save the task file as UTF-8"
+        ) from None
 
 
 def encode_pair(encoder: Encoder, context: str, continuation: str) -> tuple[list[int], list[int]]:

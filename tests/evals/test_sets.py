@@ -188,3 +188,29 @@ def test_eval_run_refuses_an_evalset_without_sets(tmp_path, capsys):
     assert main(["eval", "run", str(run), "--sets", str(sets)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds no eval set" in err, err
+
+
+def test_task_files_not_utf8_are_one_line_and_a_byte_order_mark_is_read(tmp_path, capsys):
+    """A task file with a non-UTF-8 byte was a UnicodeDecodeError traceback; one saved by a
+    Windows editor (UTF-8 with a byte order mark) was refused as 'not valid JSON'."""
+    shards, _ = make_shards(tmp_path / "shards")
+    good = '{"id": "c1", "context": "The cat sat on the", "continuation": " mat"}\n'
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes(good.encode() + good.replace("cat", "caf\xe9").encode("latin-1"))
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + good.encode())
+    for task, code in ((latin1, 2), (bom, 0)):
+        out = tmp_path / f"sets-{task.stem}"
+        config = {
+            "shards": str(shards),
+            "out": str(out),
+            "min_docs_per_set": 2,
+            "tasks": [str(task)],
+        }
+        (tmp_path / "eval.yaml").write_text(yaml.safe_dump(config))
+        assert main(["eval", "build", str(tmp_path / "eval.yaml")]) == code
+        err = capsys.readouterr().err
+        if code:
+            assert err.count("\n") == 1 and f"{task}:2: not UTF-8 (byte 0xe9" in err, err
+        else:
+            assert verify(out)["tasks"] == [{"name": "bom", "kind": "cloze", "examples": 1}]
