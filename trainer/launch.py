@@ -224,13 +224,18 @@ def _write_launch_files(
 
 
 def launch_command(args: argparse.Namespace) -> int:
-    """Handler of `pretrain launch`: every check before torchrun, then the lock, then the run."""
+    """Handler of `pretrain launch`: every check before torchrun, then the lock, then the run.
+    The run directory is checked first (`check_run_dir`): new, empty, or one of our runs."""
+    from trainer.run_outputs import check_run_dir
+
     config = load_config(TrainConfig, args.config, args.overrides)
     run = config.run.model_copy(update={"out_dir": str(Path(config.run.out_dir).resolve())})
     config = config.model_copy(update={"run": run})
-    attach(run.out_dir)  # this launch's log (ranks' stderr included) ends in RUN/.logs/
+    check_run_dir(Path(run.out_dir))  # a file, or a folder of someone else's: one line
     if args.smoke:
         config = _smoke_config(config)
+        check_run_dir(Path(config.run.out_dir), "run.out_dir's smoke folder")
+    attach(run.out_dir)  # this launch's log (ranks' stderr included) ends in RUN/.logs/
     nproc, nnodes = _layout(config, args)
     run_dir = Path(config.run.out_dir)
     command = torchrun_command(args, nproc, nnodes, run_dir / "launch" / "config.json")

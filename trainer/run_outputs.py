@@ -1,21 +1,36 @@
-"""What a finished run leaves besides checkpoints: the run manifest and summary.json (rank 0)."""
+"""What a run leaves in its run.out_dir, and the check that the folder is one of our runs.
+
+`check_run_dir`: every entry point that writes run.out_dir (`pretrain launch`, `--smoke`,
+`--in-process`, the ranks' `trainer.train.train`) refuses, in one line before anything is written,
+a folder a run would write over someone else's files in. At the end of a run rank 0 writes the
+run manifest and summary.json (`write_outputs`).
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any, Protocol
-
-import torch
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pretrain.artifacts import run as run_kind
 from pretrain.config import config_dict
-from pretrain.manifest import atomic_write_json
+from pretrain.errors import ArtifactError
+from pretrain.manifest import MANIFEST, atomic_write_json
+from pretrain.outtarget import (
+    manifest_kind,
+    refuse,
+    refuse_foreign,
+    refuse_not_a_directory,
+    temporary_file,
+)
 from trainer.config import TrainConfig
-from trainer.data import TrainData
-from trainer.guard import SpikeGuard
-from trainer.metrics import Throughput, read_metrics
-from trainer.step import TrainState
+
+if TYPE_CHECKING:  # torch and megatron: the launcher's out_dir check must not wait for them
+    from trainer.data import TrainData
+    from trainer.guard import SpikeGuard
+    from trainer.metrics import Throughput
+    from trainer.step import TrainState
 
 
 class FinishedRun(Protocol):
@@ -30,6 +45,87 @@ class FinishedRun(Protocol):
     throughput: Throughput
 
 
+SMOKE_DIR = "smoke"
+"""`pretrain launch --smoke` runs in RUN/smoke/ (its writer lock: RUN/.smoke.lock)."""
+OWN_NAMES = ("launch.json", "launch/", "checkpoints/", "metrics.jsonl", "data/", SMOKE_DIR + "/")
+"""What marks a folder as one of our runs (named in the refusal; see `_is_own_entry`). A run also
+writes manifest.json (kind run), summary.json, loss.png, tensorboard/ and .logs/, which do not
+count on their own: another tool's folder may hold files of those names."""
+_CHECKPOINT = re.compile(r"iter_\d{7}(\.tmp)?")
+
+
+def check_run_dir(out_dir: Path, flag: str = "run.out_dir") -> None:
+    """Refuse, in one line, an out_dir a run must not write in: a file or a path below one; a
+    folder holding another kind of artifact (its manifest.json would be replaced); a non-empty
+    folder holding none of a run's own files (`OWN_NAMES`), where a run would append to a
+    metrics.jsonl and replace launch.json and loss.png that are not ours. A new or empty folder
+    (but for logs and temporary files), or one of our runs (a resume), passes."""
+    refuse_not_a_directory(out_dir, flag)
+    if not out_dir.is_dir():
+        return
+    found = manifest_kind(out_dir)
+    if found is not None and found != run_kind.KIND:
+        refuse(
+            f"{flag} {str(out_dir)!r} holds a {found!r} artifact ({MANIFEST}), not a run; "
+            "choose a new or empty directory",
+            ArtifactError,
+        )
+    if not _is_own_run(out_dir):
+        refuse_foreign(
+            out_dir,
+            flag,
+            f"run of ours ({', '.join(OWN_NAMES)})",
+            lambda name: temporary_file(name) or name == f".{SMOKE_DIR}.lock",
+        )
+
+
+def _is_own_run(folder: Path) -> bool:
+    return manifest_kind(folder) == run_kind.KIND or any(
+        _is_own_entry(folder / name.rstrip("/")) for name in OWN_NAMES
+    )
+
+
+def _is_own_entry(path: Path) -> bool:
+    """One of `OWN_NAMES` as a run writes it: a launch.json with the launcher's keys; a
+    metrics.jsonl that is empty (a run killed after opening it) or starts with one of our records
+    (each has a `step` or an `event`); launch/ holding only
+    config.json and error.txt; checkpoints/ holding only iter_NNNNNNN checkpoints (and their
+    .tmp); data/ holding only the synthetic corpus (what rank 0 writes first); smoke/ that is
+    itself one of our runs. Another tool's folder of one of these names marks nothing."""
+    name = path.name
+    if name in ("launch.json", "metrics.jsonl"):
+        record = _json_object(path, whole=name == "launch.json") if path.is_file() else None
+        if name == "launch.json":
+            return record is not None and {"torchrun", "config_sha256"} <= set(record)
+        return record == {} or (record is not None and bool({"step", "event"} & set(record)))
+    if not path.is_dir():
+        return False
+    if name == SMOKE_DIR:
+        return _is_own_run(path)
+    entries = [p.name for p in path.iterdir() if not temporary_file(p.name)]
+    if not entries:  # an empty folder of one of these names marks nothing
+        return False
+    if name == "launch":
+        return set(entries) <= {"config.json", "error.txt"}
+    if name == "checkpoints":
+        return all(_CHECKPOINT.fullmatch(entry) for entry in entries)
+    return name == "data" and all(entry.startswith("synthetic") for entry in entries)
+
+
+def _json_object(path: Path, whole: bool) -> dict[str, Any] | None:
+    """The JSON object in `path` (`whole`) or on its first line ({} for an empty file); None
+    when that is not a JSON object. Reads at most 1 MiB: ours are smaller."""
+    with path.open("rb") as handle:
+        text = handle.read(1 << 20) if whole else handle.readline(1 << 20)
+    if not text.strip():
+        return {}
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def load_launch_info(run_dir: Path) -> dict[str, Any]:
     """RUN/launch.json as the launcher wrote it (gate decision, command); {} without a launcher."""
     path = run_dir / "launch.json"
@@ -42,6 +138,8 @@ def write_outputs(trainer: FinishedRun, extra: dict[str, Any]) -> None:
 
 
 def write_run_manifest(trainer: FinishedRun, launch_info: dict[str, Any], extra: dict) -> None:
+    import torch
+
     identity = trainer.data.identity
     data = trainer.config.data
     inputs = [data.mixture_dir] if data.source == "mixture" and data.mixture_dir else []
@@ -71,6 +169,8 @@ def write_run_manifest(trainer: FinishedRun, launch_info: dict[str, Any], extra:
 
 
 def summary(trainer: FinishedRun, extra: dict[str, Any]) -> dict[str, Any]:
+    from trainer.metrics import read_metrics
+
     last = read_metrics(trainer.run_dir / "metrics.jsonl")
     losses = [r for r in last if "loss" in r]
     return {
