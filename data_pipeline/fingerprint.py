@@ -11,9 +11,12 @@ restore mtime only), so a same-size change in the middle of a large file whose m
 is detected too, from one stat and without hashing every byte of a multi-terabyte corpus at each
 run. The price: a metadata change (chmod, chown, a hard link, a rename in place) or a restore
 from backup also marks the input changed, and it is read again: never reused when it may differ.
-An object store keeps no ctime; there a same-size change in the middle of an object larger than
-`FULL_HASH_BYTES` whose mtime was restored is not detected (objects are written whole, so
-their mtime is the upload's).
+An object store keeps no ctime, and its mtime counts whole seconds: an object rewritten within the
+second of the upload an earlier run recorded, at the same size, with its change between the
+hashed edges, kept size, mtime and hash. Its identity holds its ETag instead, which the store
+changes with every write of other bytes (an outside tool's rewrite too), read from the answer
+the hash's open already gets. Outputs written before the ETag was recorded read every object
+input once again on their first resume.
 
 A changed (or removed) input's parts are deleted and it is read again; the others are reused.
 """
@@ -47,12 +50,14 @@ EDGE_BYTES = 64 << 10
 
 
 def file_identity(item: InputFile) -> dict[str, Any]:
-    """{size, mtime_ns, sha256 | edges_sha256[, inode, ctime_ns]} of one input file (see the module
-    docstring). A local input is stat'ed once, for its size and mtime as for its inode and ctime."""
+    """{size, mtime_ns, sha256 | edges_sha256[, inode, ctime_ns | etag]} of one input (see the
+    module docstring). A local input is stat'ed once, for its size and mtime as for its inode and
+    ctime; an object's ETag comes with the open that reads its bytes."""
     filesystem, path = filesystem_for(item.path)
     try:
-        size, mtime_ns, local = _stat(item.path, filesystem, path)
+        size, mtime_ns, stat_keys = _stat(item.path, filesystem, path)
         with filesystem.open_input_file(path) as handle:
+            local: dict[str, int | str] = {**stat_keys} or _etag(handle)
             if size <= FULL_HASH_BYTES:
                 whole = _sha(handle.read())
                 return {"size": size, "mtime_ns": mtime_ns, "sha256": whole, **local}
@@ -84,6 +89,15 @@ def _stat(
     if entry.type != pafs.FileType.File:
         raise OSError("not a file")
     return int(entry.size), entry.mtime_ns, {}
+
+
+def _etag(handle: pafs.NativeFile) -> dict[str, int | str]:
+    """{etag} of an object, from the answer to its open (no request of its own); {} where the
+    store sends none. The store's mtime counts whole seconds, so a rewrite within the second of
+    the upload an earlier run recorded, at the same size and outside the hashed edges, changes
+    only this: the store gives every write of other bytes another ETag."""
+    etag = handle.metadata().get("ETag")
+    return {"etag": etag.decode("utf-8", "replace")} if etag else {}
 
 
 IDENTITY_THREADS = 16
