@@ -244,3 +244,26 @@ def choose_parallel(config: AblationConfig) -> str:
     if config.ray_address:
         return "ray"
     return "pool" if parallel_runs(config) >= 2 else "sequential"
+
+
+SET_METRICS = ("bpb", "loss", "ppl")
+"""What `pretrain eval run` reports overall and per set (`bpb/<domain>/<lang>`)."""
+TASK_METRICS = {"multiple_choice": ("acc", "acc_norm"), "cloze": ("bpb", "mean_logprob")}
+"""What it reports per task file (`task/<name>/<metric>`, evals/tasks.py)."""
+
+
+def check_metric(config: AblationConfig, evalset: Any) -> None:
+    """Refuse, before any proxy trains, a `criteria.metric` the eval sets cannot give: a typo
+    (`bpx`, a domain with no set) trained every run and then ended in a KeyError traceback."""
+    manifest = evalset.manifest
+    known = list(SET_METRICS)
+    known += [f"{m}/{s.domain}/{s.lang}" for s in manifest.sets for m in SET_METRICS]
+    for task in manifest.tasks:
+        known += [f"task/{task.get('name')}/{m}" for m in TASK_METRICS.get(task.get("kind"), ())]
+    metric = config.criteria.metric
+    if metric not in known:
+        shown = ", ".join(known[:12]) + (f", ... ({len(known)} in all)" if len(known) > 12 else "")
+        raise ConfigError(
+            f"criteria.metric = {metric!r} is not a metric of the eval sets {config.eval_sets}; "
+            f"they give {shown}"
+        )

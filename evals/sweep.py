@@ -12,6 +12,7 @@ import yaml
 from evals.ablate import (
     AblationConfig,
     ProxyConfig,
+    check_metric,
     choose_parallel,
     load_inputs,
     parallel_runs,
@@ -74,7 +75,7 @@ def make_specs(config: AblationConfig) -> tuple[list[dict[str, Any]], dict[str, 
     First: `out` is new, empty or an ablation report (not a folder of someone else's files)."""
     require_own_output(Path(config.out), "out =", ablation_artifact.KIND)
     mixture, train = load_inputs(config)
-    evalset_artifact.open(config.eval_sets)
+    check_metric(config, evalset_artifact.open(config.eval_sets))
     identity = {
         "train_template_sha256": config_sha256(train),
         "evalset_sha256": manifest_sha256(config.eval_sets),

@@ -300,3 +300,26 @@ def test_dirichlet_samples_with_every_weight_below_min_weight_keep_their_largest
     sampled = {s["recipe_name"] for s in specs if s["recipe_name"].startswith("dirichlet-")}
     assert 1 <= len(sampled) <= 2  # web-only and code-only at most: the same recipe is run once
     assert all(abs(sum(s["weights"].values()) - 1) < 1e-9 for s in specs)
+
+
+def test_a_metric_the_eval_sets_do_not_give_is_refused_before_any_run(tmp_path):
+    """criteria.metric `bpx` (or a domain without a set) trained every proxy run, then the
+    report ended in a KeyError traceback (KeyError: 'small')."""
+    evalset = tmp_path / "sets-with-tasks"
+    evalset.mkdir()
+    sets = [{"name": "web__en", "domain": "web", "lang": "en"}]
+    tasks = [{"name": "piqa", "kind": "multiple_choice", "examples": 3}]
+    write_manifest(evalset, "evalset", extra={"sets": sets, "tasks": tasks})
+    for metric in ("bpx", "bpb/web/de", "task/piqa/bpb", "task/hellaswag/acc"):
+        root = tmp_path / metric.replace("/", "_")
+        root.mkdir()
+        config = _setup(root, criteria={"metric": metric})
+        runner = Runner()
+        with pytest.raises(ConfigError, match=f"criteria.metric = '{metric}' is not a metric"):
+            run_sweep(config.model_copy(update={"eval_sets": str(evalset)}), runner=runner)
+        assert runner.calls == 0
+    for metric in ("bpb", "loss/web/en", "task/piqa/acc_norm"):
+        root = tmp_path / metric.replace("/", "_")
+        root.mkdir()
+        config = _setup(root, criteria={"metric": metric})
+        assert make_specs(config.model_copy(update={"eval_sets": str(evalset)}))[0]
