@@ -150,6 +150,32 @@ def _stream(
     )
 
 
+EXECUTOR_WAIT_S = 0.5
+"""How long Ray Data's streaming executor waits for its running tasks before each scheduling
+step (Ray's default: 0.1 s). Its `ray.wait` asks for every running task, so it returns early only
+when all are done: the driver ran a full step (usage, backpressure, dispatch, stats) ten times a
+second whatever happened, ~1.5-3 CPU-s of a 2-core run. Every stage actor holds a second task
+queued (Ray Data's default), so a later step idles none; a dataset's end is seen up to 0.5 s
+later."""
+
+
+@contextmanager
+def _executor_wait(seconds: float) -> Iterator[None]:
+    """Ray Data's streaming executor steps at most every `seconds` in this block (a Ray without
+    that module constant is left as it is)."""
+    from ray.data._internal.execution import streaming_executor_state as state
+
+    name = "WAIT_FOR_TASK_COMPLETION_TIMEOUT_S"
+    saved = getattr(state, name, None)
+    if saved is not None:
+        setattr(state, name, seconds)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            setattr(state, name, saved)
+
+
 MERGE_CPUS = 0.5
 """CPUs one merge task reserves (the stream is done when they run)."""
 
@@ -218,34 +244,35 @@ def run_ray(
     begin = time.perf_counter()
     clock.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     try:
-        throughput.clear(out)
-        remove_tree(out / parts.PARTS / parts.PIECES)
-        remove_tree(out / parts.PARTS / parts.PROGRESS)
-        clock.marker = parts.phase_path(out)
-        stems = [t["stem"] for t in work.read]
-        bar = Progress(desc="data run: tag", unit="docs", disable=not progress)
-        tagged = execute.Tally()
-        if work.read:
-            with (
-                watch(
-                    bar,
-                    lambda: (
-                        tagged.rows,
-                        parts.records_to_read(out, stems, work.skip, config.shard_rows),
+        with _executor_wait(EXECUTOR_WAIT_S):  # the stream and the merge are Ray Data jobs
+            throughput.clear(out)
+            remove_tree(out / parts.PARTS / parts.PIECES)
+            remove_tree(out / parts.PARTS / parts.PROGRESS)
+            clock.marker = parts.phase_path(out)
+            stems = [t["stem"] for t in work.read]
+            bar = Progress(desc="data run: tag", unit="docs", disable=not progress)
+            tagged = execute.Tally()
+            if work.read:
+                with (
+                    watch(
+                        bar,
+                        lambda: (
+                            tagged.rows,
+                            parts.records_to_read(out, stems, work.skip, config.shard_rows),
+                        ),
                     ),
-                ),
-                clock.phase("stream"),
-            ):
-                dataset = build_stream(config, stages, work.read, out, work.skip)
-                _, stream_stats = execute.run(dataset, config.ray.timeout_s, tagged.add)
-        if work.globals:
-            rows = global_parts.expected_rows(out, work.merge, config.shard_rows)
-            reused = global_parts.run_global_stages(
-                out, stages, rows, config.ray.timeout_s, clock.phase
-            )
-        with clock.phase("merge"):
-            merging = build_merge(config, stages, out, work.merge, done)
-            _, merge_stats = execute.run(merging, config.ray.timeout_s)
+                    clock.phase("stream"),
+                ):
+                    dataset = build_stream(config, stages, work.read, out, work.skip)
+                    _, stream_stats = execute.run(dataset, config.ray.timeout_s, tagged.add)
+            if work.globals:
+                rows = global_parts.expected_rows(out, work.merge, config.shard_rows)
+                reused = global_parts.run_global_stages(
+                    out, stages, rows, config.ray.timeout_s, clock.phase
+                )
+            with clock.phase("merge"):
+                merging = build_merge(config, stages, out, work.merge, done)
+                _, merge_stats = execute.run(merging, config.ray.timeout_s)
     finally:
         context.enable_progress_bars, context.target_max_block_size = saved
         clock.ray_work_s = time.perf_counter() - begin
