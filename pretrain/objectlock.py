@@ -14,7 +14,9 @@ crashed: the next writer takes it over with a conditional write on the stale ETa
 `pretrain unlock OUTPUT --id ID` removes it at once (the refusal prints that line). A holder that
 cannot renew its lock for `lease_s / 2` seconds, or finds it taken, stops its own run (SIGINT to
 itself, reported as `OutputLocked`) before another writer could start. Released on exit (a
-conditional delete on its own ETag). `PRETRAIN_LOCK_LEASE_S` sets the lease (default 120 s).
+conditional delete on its own ETag). A conditional write refused because the object already
+holds this writer's own record (the store applied it, its reply was lost, the client's retry was
+refused) counts as done. `PRETRAIN_LOCK_LEASE_S` sets the lease (default 120 s).
 
 Fencing (a holder frozen past its lease writes no more after a takeover): `fence` renews the lock
 before a write when its last renewal is older than `lease_s / 3`; pretrain.objectfence calls it
@@ -127,6 +129,9 @@ class ObjectLock:
             seen = read_lock(self.client, self.target)
             if seen is None:
                 continue  # released between our write and our read: try again
+            if self._mine(seen):  # our write was applied, its reply lost, the retry refused
+                self._check_conditional()
+                return self._start()
             if seen.age_s < holder_lease(seen):
                 raise refusal(self.target, seen)
             if self._take_over(seen):
@@ -141,13 +146,23 @@ class ObjectLock:
         try:
             self.etag = self._put(self._body(), IfMatch=seen.etag)
         except Exception as exc:
-            if status(exc) in LOST:
+            if status(exc) not in LOST:
+                raise store_error(self.target, "take over", exc) from None
+            if not self._mine(read_lock(self.client, self.target)):
                 return False  # another writer took it first
-            raise store_error(self.target, "take over", exc) from None
         warn(
             f"note: taking over the writer lock of {self.target.output} left by {describe(seen)}"
             f", whose lease expired ({seen.age_s:.0f} s without a heartbeat)"
         )
+        return True
+
+    def _mine(self, seen: Seen | None) -> bool:
+        """Whether the lock object holds this writer's record (then its ETag is ours). A write
+        the store applied but whose reply was lost (a 500, a cut connection) is retried by the
+        client and refused, because the object already changed: by our own write."""
+        if seen is None or (seen.record or {}).get("id") != self.record["id"]:
+            return False
+        self.etag = seen.etag
         return True
 
     def _check_conditional(self) -> None:
@@ -190,6 +205,9 @@ class ObjectLock:
                 seen = read_lock(self.client, self.target)
             except PretrainError:
                 seen = None
+            if self._mine(seen):
+                self._renewed_at = sent
+                return None
             holder = describe(seen) if seen else "nobody (the lock object was deleted)"
             self._mark_lost(f"it was taken over or unlocked; it is now held by {holder}")
             return self.lost

@@ -13,6 +13,8 @@ import contextlib
 import json
 import re
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +23,8 @@ from typing import Any
 import pytest
 
 from pretrain.locking import OutputLocked, lock_path, output_lock, read_holder
-from tests.data_pipeline.raytools import clean_env
+from tests.data_pipeline import s3tools
+from tests.data_pipeline.raytools import REPO, clean_env, free_port
 from tests.data_pipeline.s3tools import moto_server, s3_env, s3_filesystem
 from tests.pretrain import lockrace
 from tests.pretrain.test_locking import _clean_env, _hold
@@ -188,3 +191,34 @@ def test_writers_on_many_machines_started_together_one_holds_the_s3_lock(
         err = lockrace.release(tmp_path, round_.winner)
         assert ("taking over" in err) == (number == 1), err[-2000:]
         assert _lock_object(store) is None
+
+
+@pytest.mark.parametrize("kind", ["create", "renew"])
+def test_a_lock_write_whose_reply_was_lost_is_still_the_writers_own(tmp_path: Path, kind) -> None:
+    """The store applied the lock's conditional write but its reply was lost (a 500 after the
+    write); the client's retry is refused (412) because the object already changed. The object
+    holds the writer's own record: it holds the lock. Before, a create refused the writer naming
+    itself, and a heartbeat stopped the run as "taken over ... now held by" itself."""
+    port = free_port()
+    argv = ["-m", "tests.pretrain.moto_lost_reply", "127.0.0.1", str(port), kind]
+    with s3tools.serve(argv, port) as endpoint:
+        s3_filesystem(endpoint).create_dir(BUCKET)
+        env = clean_env(tmp_path / "m", **s3_env(endpoint), PRETRAIN_LOCK_LEASE_S="3")
+        holder = subprocess.Popen(
+            [sys.executable, "-c", lockrace.CONTENDER, OUTPUT, *(str(tmp_path / n) for n in "gr")],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        (tmp_path / "g").touch()
+        first = holder.stdout.readline()
+        if first == "acquired\n":
+            time.sleep(2.5)  # five heartbeats at lease 3 s: the first one's reply is lost
+            (tmp_path / "r").touch()
+        out, err = holder.communicate(timeout=120)
+        assert (first + out, holder.returncode) == ("acquired\n", 0), (first + out, err[-2000:])
+        assert "lost its writer lock" not in err, err[-2000:]
+        assert _lock_object(endpoint) is None  # released on exit
