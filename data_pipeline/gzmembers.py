@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import io
 import zlib
+from collections import deque
 from typing import Any
 
 _MAGIC = b"\x1f\x8b\x08"
 _CHUNK = 64 * 1024
+_RECENT = 8 << 20
+"""Compressed bytes kept from the current member's start: a member cut short can decode the
+members after it as garbage (zlib fails only later, or at the end of the file), and `resume`
+goes back to the first magic after the damaged member's start when its bytes are still held."""
 
 
 class GzipMembers(io.RawIOBase):
@@ -34,6 +39,8 @@ class GzipMembers(io.RawIOBase):
         self._members: list[tuple[int, int]] = []  # (decoded, file offset) where members begin
         self._inflater: Any = None
         self._raw_eof = False
+        self._recent: deque[tuple[int, bytes]] = deque()  # (file offset, chunk) since its start
+        self._recent_size = 0
 
     def readable(self) -> bool:
         return True
@@ -50,8 +57,17 @@ class GzipMembers(io.RawIOBase):
         if not chunk:
             self._raw_eof = True
             return False
+        self._recent.append((self.raw_offset + len(self.pending), chunk))
+        self._recent_size += len(chunk)
+        while self._recent_size > _RECENT and len(self._recent) > 1:
+            self._recent_size -= len(self._recent.popleft()[1])
         self.pending += chunk
         return True
+
+    def _forget_before(self, offset: int) -> None:
+        """Drop the kept chunks that end before file offset `offset` (a member's start)."""
+        while self._recent and self._recent[0][0] + len(self._recent[0][1]) <= offset:
+            self._recent_size -= len(self._recent.popleft()[1])
 
     def _next(self, size: int) -> bytes:
         while self.damage is None:
@@ -60,6 +76,7 @@ class GzipMembers(io.RawIOBase):
                     return b""  # a clean end between members
                 self._inflater = zlib.decompressobj(wbits=31)
                 self._members.append((self.decoded, self.raw_offset))
+                self._forget_before(self.raw_offset)
             if self._inflater.unconsumed_tail:
                 data = self._feed(self._inflater.unconsumed_tail, size, tail=True)
             elif self.pending or self._fill():
@@ -108,6 +125,11 @@ class GzipMembers(io.RawIOBase):
             return members[0][1]
         return position
 
+    @property
+    def member_position(self) -> int:
+        """The decoded position where the member being read (or the damaged one) began."""
+        return self._members[-1][0] if self._members else self.decoded
+
     def member_starts(self, begin: int, end: int) -> list[int]:
         """The decoded positions in [begin, end) where gzip members begin, in order (positions
         before the last one `offset_of` was asked for are forgotten)."""
@@ -116,7 +138,13 @@ class GzipMembers(io.RawIOBase):
     def resume(self) -> bool:
         """After damage, go on at the next member's magic bytes: False when the file has none."""
         self.damage, self.produced = None, 0
-        skip = 1  # at least past the damaged member's own magic
+        # Past the damaged member's own magic only: the next member's may be the first byte left.
+        damaged_start = self._members[-1][1] if self._members else self.raw_offset
+        if self._recent and self._recent[0][0] <= damaged_start < self.raw_offset:
+            held = b"".join(chunk for _, chunk in self._recent)
+            self.pending = held[damaged_start - self._recent[0][0] :]
+            self.raw_offset = damaged_start
+        skip = max(damaged_start + 1 - self.raw_offset, 0)
         while True:
             found = self.pending.find(_MAGIC, skip)
             if found >= 0:

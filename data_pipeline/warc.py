@@ -66,6 +66,10 @@ def read_warc(
         damage = getattr(stream, "damage", None)
         if damage is None:
             break
+        if cut is not None and cut.offset < getattr(stream, "member_position", cut.offset):
+            # The cut record began in an earlier, whole member: a reject of its own.
+            _reject(cut, out, cut.kind, _offset(framer, cut.offset))
+            cut = None
         if damage == "corrupt_gzip" or cut is None:
             offset = stream.damage_offset
             suffix = "" if damage == "corrupt_gzip" else "+"

@@ -19,6 +19,8 @@ checked, so a wrong length over the limit resyncs too) and is a `record_too_larg
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +36,7 @@ _FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}[ \t]*:")
 _FIELD_LOOK = 70  # bytes after a version line enough to see a field name and its colon
 _NEXT_KEEP = 16  # bytes kept between scanned chunks, so a boundary split across two is found
 _CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*([0-9]{1,18})[ \t]*\r?$")
+_BLOCK_DIGEST = re.compile(rb"(?im)^warc-block-digest:[ \t]*sha-?1:([A-Za-z0-9]+)[ \t]*\r?$")
 _TAIL = 16  # bytes after a block enough to see the blank line and `WARC/`
 
 
@@ -109,7 +112,7 @@ class Framer:
         if total > self.limit:
             return self._read_past(offset, head, total)
         self._fill(total + _TAIL)
-        if self._followed_by_record(total):
+        if self._followed_by_record(total) and not self._digest_refutes(head, total):
             frame = Frame("record", offset, total, bytes(self.buf[:total]), head)
             self._consume(total)
             return frame
@@ -121,17 +124,18 @@ class Framer:
 
     def _record_start_in(self, head: bytes, offset: int) -> int:
         """Where the next record starts inside the header block `head` of the record at stream
-        position `offset` (-1: it does not): a version line at a line start followed by a field
-        line (no header line is one), or a gzip member's start."""
-        for line in _VERSION_LINE.finditer(head, 1):
-            at = line.start()
-            if head[at - 1 : at] == b"\n" and _FIELD_NAME.match(head, line.end()):
-                return at
+        position `offset` (-1: it does not): a version line followed by a field line, also at the
+        end of a line cut short (no header line is one; a header value ending in `WARC/1.0` with
+        a field on the next line would be taken for one), or a gzip member's start."""
+        found = [
+            line.start()
+            for line in _VERSION_LINE.finditer(head, 1)
+            if _FIELD_NAME.match(head, line.end())
+        ][:1]
         member_starts = getattr(self.stream, "member_starts", None)
         if member_starts is not None:
-            for position in member_starts(offset + 1, offset + len(head)):
-                return position - offset
-        return -1
+            found += [p - offset for p in member_starts(offset + 1, offset + len(head))][:1]
+        return min(found, default=-1)
 
     def _header_end(self) -> re.Match[bytes] | None:
         """The blank line that ends the headers at the buffer's start (None: not in the first
@@ -156,6 +160,29 @@ class Framer:
         if rest.startswith(b"WARC/") or newlines >= 2:
             return True
         return not rest and self.eof and len(self.buf) - at == len(tail)
+
+    def _digest_refutes(self, head: bytes, total: int) -> bool:
+        """Whether the record's WARC-Block-Digest (sha1, base32 or hex), when it has one and its
+        framing is in doubt, shows its length wrong. In doubt: a blank line but no record follows
+        the block (a wrong length can land on a blank line in a page), or the block holds a record
+        start (a record cut short and the next one written after it can end, by chance, where
+        the cut one's length does)."""
+        declared = _BLOCK_DIGEST.search(head)
+        if declared is None or not self._in_doubt(len(head), total):
+            return False
+        digest = hashlib.sha1(self.buf[len(head) : total]).digest()
+        value = declared.group(1).upper()
+        return value not in (base64.b32encode(digest), digest.hex().upper().encode())
+
+    def _in_doubt(self, start: int, total: int) -> bool:
+        rest = bytes(self.buf[total : total + _TAIL]).lstrip(b"\r\n")
+        if rest and not rest.startswith(b"WARC/"):
+            return True
+        member_starts = getattr(self.stream, "member_starts", None)
+        if member_starts is not None and member_starts(self.pos + start + 1, self.pos + total):
+            return True
+        lines = _VERSION_LINE.finditer(self.buf, start, total)
+        return any(_FIELD_NAME.match(self.buf, line.end()) for line in lines)
 
     def _next_record(self, start: int, offset: int) -> int:
         """Where in the buffer, from `start`, the next record's first line begins (-1: none in
