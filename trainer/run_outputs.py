@@ -70,7 +70,7 @@ def check_run_dir(out_dir: Path, flag: str = "run.out_dir") -> None:
             "choose a new or empty directory",
             ArtifactError,
         )
-    if not _is_own_run(out_dir):
+    if not is_own_run(out_dir):
         refuse_foreign(
             out_dir,
             flag,
@@ -79,7 +79,8 @@ def check_run_dir(out_dir: Path, flag: str = "run.out_dir") -> None:
         )
 
 
-def _is_own_run(folder: Path) -> bool:
+def is_own_run(folder: Path) -> bool:
+    """`folder` holds one of a run's own files (`OWN_NAMES`, `_is_own_entry`) or a run manifest."""
     return manifest_kind(folder) == run_kind.KIND or any(
         _is_own_entry(folder / name.rstrip("/")) for name in OWN_NAMES
     )
@@ -101,7 +102,7 @@ def _is_own_entry(path: Path) -> bool:
     if not path.is_dir():
         return False
     if name == SMOKE_DIR:
-        return _is_own_run(path)
+        return is_own_run(path)
     entries = [p.name for p in path.iterdir() if not temporary_file(p.name)]
     if not entries:  # an empty folder of one of these names marks nothing
         return False

@@ -42,9 +42,11 @@ def main(argv: list[str] | None = None) -> int:
             train(config, smoke=args.smoke)
     except PretrainError as exc:
         print(f"pretrain launch: error: {exc}", file=sys.stderr, flush=True)
-        error_file = Path(config.run.out_dir) / "launch" / "error.txt"
-        error_file.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(error_file, str(exc).encode())
+        from trainer.run_outputs import is_own_run
+
+        run_dir = Path(config.run.out_dir)  # error.txt is for the launcher, which made launch/:
+        if (run_dir / "launch").is_dir() and is_own_run(run_dir):  # never in a refused folder
+            atomic_write_bytes(run_dir / "launch" / "error.txt", str(exc).encode())
         return 2
     return 0
 

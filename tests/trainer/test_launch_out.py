@@ -100,6 +100,29 @@ def test_spawned_ranks_refuse_a_foreign_folder(tmp_path: Path) -> None:
     assert _snapshot(user) == before
 
 
+@pytest.mark.timeout(300)
+def test_a_rank_started_without_the_launcher_writes_nothing_in_a_foreign_folder(tmp_path: Path):
+    """`python -m trainer.worker CONFIG.json` (what torchrun starts): refused in one line, and its
+    launch/error.txt (for the launcher) is not written into the user's own launch/ folder."""
+    user = _user_folder(tmp_path)
+    _write(user / "launch" / "run.sh", "srun train.sh\n")
+    before = _snapshot(user)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(tiny_config(user)))
+    env = {**clean_env(), "PYTHONPATH": str(REPO), "PRETRAIN_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer.worker", str(config)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("pretrain launch: error: run.out_dir")
+    assert _snapshot(user) == before
+
+
 def _write(path: Path, text: str) -> None:
     """A file, or a folder when the name ends in '/'."""
     if str(path).endswith("/") or text == "/":
