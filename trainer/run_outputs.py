@@ -134,8 +134,10 @@ def load_launch_info(run_dir: Path) -> dict[str, Any]:
 
 
 def write_outputs(trainer: FinishedRun, extra: dict[str, Any]) -> None:
-    write_run_manifest(trainer, load_launch_info(trainer.run_dir), extra)
+    # summary.json first: the manifest, written last, lists it (`pretrain verify RUN` refused
+    # every finished run for an unlisted summary.json)
     atomic_write_json(trainer.run_dir / "summary.json", summary(trainer, extra))
+    write_run_manifest(trainer, load_launch_info(trainer.run_dir), extra)
 
 
 def write_run_manifest(trainer: FinishedRun, launch_info: dict[str, Any], extra: dict) -> None:
