@@ -174,10 +174,16 @@ def _verify_mode(mode: str | None) -> Iterator[None]:
 
 def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False) -> dict[str, Any]:
     """Everything the ranks would check, checked here before torchrun starts or anything is
-    written: the gate; the mixture and its encoded data, byte for byte; the tokenizer pin; the
-    build pin; the identity recorded by the checkpoint a resume would load. Raises the same
-    one-line errors; returns the gate decision. `cuda`: also refuse nccl without GPUs (not in a
-    dry run, which is often made on a machine without the run's GPUs)."""
+    written: a layout the ranks cannot run (context parallel); the gate; the mixture and its
+    encoded data, byte for byte; the tokenizer pin; the build pin; the identity recorded by the
+    checkpoint a resume would load. Raises the same one-line errors; returns the gate decision.
+    `cuda`: also refuse nccl without GPUs (not in a dry run, which is often made on a machine
+    without the run's GPUs)."""
+    if config.parallel.context > 1:  # the ranks refuse it too (trainer/loop.py), after torchrun
+        raise ConfigError(
+            "parallel.context > 1 is plan-only until measured on a GPU; set "
+            "parallel.context=1 to launch"
+        )
     gate = gate_decision(config, override_gate)
     if cuda:
         check_backend(config)

@@ -123,6 +123,22 @@ def test_a_rank_started_without_the_launcher_writes_nothing_in_a_foreign_folder(
     assert _snapshot(user) == before
 
 
+@pytest.mark.timeout(300)
+def test_context_parallel_is_refused_before_torchrun(tmp_path: Path, capsys) -> None:
+    """Plan-only: the ranks refused it, but only after torchrun had started and the launcher had
+    written the run folder; now the preflight refuses it (--dry-run too), nothing written."""
+    from pretrain_app.cli import main
+
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump(tiny_config(tmp_path / "run", parallel={"context": 2})))
+    for extra in ([], ["--dry-run"]):
+        capsys.readouterr()
+        assert main(["launch", str(config), "--nproc", "2", *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "parallel.context > 1 is plan-only" in err[0], err
+    assert not (tmp_path / "run").exists()
+
+
 def _write(path: Path, text: str) -> None:
     """A file, or a folder when the name ends in '/'."""
     if str(path).endswith("/") or text == "/":
