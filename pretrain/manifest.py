@@ -139,9 +139,14 @@ def atomic_write_json(path: str | os.PathLike | outstore.ObjectPath, obj: Any) -
     atomic_write_bytes(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False).encode())
 
 
-UNLISTED_DIRS = (shards_layout.GLOBAL_MAP_DIR,)
-"""Resume caches a command verifies itself and may delete (the data job's global map side):
-never listed, never reported as unlisted, so removing them leaves the artifact verifying."""
+STAGING_DIR = ".pretrain-staging"
+"""Where a command builds an artifact before moving it into place (pretrain.staging): what a
+killed write left there is the re-run's to remove, never part of the artifact."""
+
+UNLISTED_DIRS = (shards_layout.GLOBAL_MAP_DIR, STAGING_DIR)
+"""Resume caches a command verifies itself and may delete (the data job's global map side), and
+the staging folder: never listed, never reported as unlisted, so removing them leaves the
+artifact verifying."""
 
 
 def _is_scratch(path: Any, root: Any) -> bool:  # Path or outstore.ObjectPath, both
@@ -295,8 +300,11 @@ def write_manifest(
 def load_manifest(directory: str | os.PathLike | outstore.ObjectPath) -> dict[str, Any]:
     path = outstore.output_path(directory) / MANIFEST  # a local file, or an object-store key
     if not path.is_file():
+        note = ""
+        if isinstance(path, Path) and (path.parent / STAGING_DIR).exists():
+            note = f"; {STAGING_DIR} holds what a stopped command left unfinished"
         raise ArtifactError(
-            f"{directory} is not a finished artifact (no {MANIFEST}); "
+            f"{directory} is not a finished artifact (no {MANIFEST}{note}); "
             "re-run the command that builds it"
         )
     try:

@@ -8,7 +8,9 @@ held-out by a hash of their text, so the split is stable run to run.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import random
 import tempfile
 from collections import Counter
@@ -27,6 +29,7 @@ from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, sha256_file
 from pretrain.outtarget import require_new_output, temporary_file
 from pretrain.progress import Progress
+from pretrain.staging import staged
 
 KIND = "fasttext-model"
 LABEL_PREFIX = "__label__"
@@ -175,6 +178,7 @@ def _train_in_child(
 ) -> None:
     """Runs in a fresh process: fastText 0.9.2 can diverge (NaN) when a second model is trained
     in the same process, so every training gets its own."""
+    _die_with_parent()
     import fasttext
 
     try:
@@ -201,10 +205,13 @@ def _train_in_child(
 def _fit(
     config: ClassifierConfig, train: list[tuple[str, str]], workdir: Path, model_file: Path
 ) -> None:
-    """Train in a spawned process and save the model to `model_file`."""
+    """Train in a spawned process and save the model to `model_file`. The child saves into
+    `workdir` (this run's own), and dies with this process: a killed run's child does not go on
+    writing a model where the re-run writes its own."""
     import multiprocessing
 
     train_file = _train_file(train, workdir)
+    saved = workdir / model_file.name
     context = multiprocessing.get_context("spawn")
     errors = context.Queue()
     child = context.Process(
@@ -213,7 +220,7 @@ def _fit(
             str(train_file),
             config.fasttext.model_dump(),
             config.quantize,
-            str(model_file),
+            str(saved),
             errors,
         ),
     )
@@ -224,8 +231,23 @@ def _fit(
         raise ConfigError(
             f"fasttext.lr = {config.fasttext.lr}: training diverged (NaN); halve the learning rate"
         )
-    if message or child.exitcode != 0 or not model_file.is_file():
+    if message or child.exitcode != 0 or not saved.is_file():
         raise RuntimeError(f"fastText training failed (exit code {child.exitcode}): {message}")
+    saved.replace(model_file)
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process when its parent dies (PR_SET_PDEATHSIG); a parent
+    gone before that call is seen by the parent pid changing."""
+    import ctypes
+    import multiprocessing
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid != os.getppid():
+        os._exit(1)
 
 
 def evaluate(model: Any, heldout: list[tuple[str, str]], labels: list[str]) -> dict[str, Any]:
@@ -258,7 +280,8 @@ def evaluate(model: Any, heldout: list[tuple[str, str]], labels: list[str]) -> d
 
 
 TRAIN_SCRATCH = ".train-"
-"""The prefix of the temporary folder training runs in, inside `out` (a killed run leaves it)."""
+"""The prefix of the temporary folder training runs in, in the staging folder (before: inside
+`out`, where a killed run of an older version left it)."""
 
 
 def check_out(config: ClassifierConfig) -> Path:
@@ -280,21 +303,23 @@ def train_classifier(config: ClassifierConfig) -> Path:
     out = check_out(config)
     by_label, skipped = collect_examples(config)
     train, heldout = split_examples(config, by_label)
-    out.mkdir(parents=True, exist_ok=True)
-    model_file = out / ("model.ftz" if config.quantize else "model.bin")
-    with tempfile.TemporaryDirectory(dir=out, prefix=TRAIN_SCRATCH) as tmp:
-        _fit(config, train, Path(tmp), model_file)
-    import fasttext
+    # built in a staging folder, moved into `out` at the end (pretrain.staging): a killed run
+    # leaves no model there, and its re-run replaces what it left
+    with staged(out, model_kind.FASTTEXT_KIND) as files:
+        model_file = files / ("model.ftz" if config.quantize else "model.bin")
+        with tempfile.TemporaryDirectory(dir=files.parent, prefix=TRAIN_SCRATCH) as tmp:
+            _fit(config, train, Path(tmp), model_file)
+        import fasttext
 
-    metrics = evaluate(fasttext.load_model(str(model_file)), heldout, config.labels)
-    stats = {
-        "train_documents": len(train),
-        "train_per_label": dict(Counter(x for x, _ in train)),
-        "skipped": dict(skipped),
-        **metrics,
-    }
-    plot_confusion(stats, config.labels, out / "heldout.png", f"{config.name} classifier")
-    _write_artifact(config, model_file, stats)
+        metrics = evaluate(fasttext.load_model(str(model_file)), heldout, config.labels)
+        stats = {
+            "train_documents": len(train),
+            "train_per_label": dict(Counter(x for x, _ in train)),
+            "skipped": dict(skipped),
+            **metrics,
+        }
+        plot_confusion(stats, config.labels, files / "heldout.png", f"{config.name} classifier")
+        _write_artifact(config, model_file, stats)
     return out
 
 

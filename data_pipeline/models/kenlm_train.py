@@ -30,6 +30,7 @@ from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, sha256_file
 from pretrain.outtarget import require_new_output
 from pretrain.progress import Progress
+from pretrain.staging import staged
 
 KIND = "kenlm-model"
 MIN_HELDOUT = 20
@@ -145,8 +146,8 @@ def _heldout_perplexity(arpa: Path, heldout: list[str]) -> float | None:
 
 def check_out(config: LanguageModelConfig) -> Path:
     """The output directory, refused in one line unless it is new or holds only what an earlier
-    run of this command left before writing a model (its logs, its partial .arpa scratch files);
-    `--dry-run` checks it too."""
+    run of this command left before finishing a model (its logs, its staging folder, an older
+    version's partial .arpa scratch files); `--dry-run` checks it too."""
     out = Path(config.out)
     require_new_output(out, "out =", model_kind.KENLM_KIND)
     return out
@@ -154,51 +155,57 @@ def check_out(config: LanguageModelConfig) -> Path:
 
 @writes_output("config.out")
 def train_lm(config: LanguageModelConfig) -> Path:
-    """Train one model per language and write the `kenlm-model` artifact; returns its directory."""
+    """Train one model per language and write the `kenlm-model` artifact; returns its directory.
+    The files are built in a staging folder and moved into `out` at the end (pretrain.staging):
+    a killed run leaves no model there, and its re-run replaces what it left."""
     out = check_out(config)
-    out.mkdir(parents=True, exist_ok=True)
-    languages: dict[str, Any] = {}
-    for lang in config.languages:
-        sentences, heldout, documents = reference_sentences(lang, config)
-        Progress.write(
-            f"{lang}: {documents} documents, {len(sentences)} sentences -> estimating the "
-            f"order-{config.order} model"
-        )
-        arpa, partial = out / f"{lang}.arpa", out / f".{lang}.arpa.partial.tmp"
-        with open(partial, "w", encoding="utf-8") as handle:  # a killed run leaves only scratch
-            stats = train_arpa(sentences, config.order, handle, config.prune_singletons_from)
-        partial.replace(arpa)
-        del sentences
-        languages[lang] = {
-            "file": arpa.name,
-            "sha256": sha256_file(arpa),
-            "documents": documents,
-            "heldout_documents": len(heldout),
-            "heldout_perplexity": _heldout_perplexity(arpa, heldout),
-            **stats,
-        }
-    info = {
-        "order": config.order,
-        "format": "arpa",
-        "estimator": "modified-kneser-ney (mkn.py)",
-        "prune_singletons_from": config.prune_singletons_from,
-        "normalization": NORMALIZATION,
-        "languages": languages,
-    }
-    atomic_write_json(out / "model.json", info)
-    fields = model_kind.KenlmFields(
-        model={
-            "languages": {lang: entry["sha256"] for lang, entry in languages.items()},
+    for leftover in out.glob(".*.arpa.partial.tmp"):  # a killed older version's scratch
+        leftover.unlink()
+    with staged(out, model_kind.KENLM_KIND) as files:
+        languages = {lang: _train_language(lang, config, files) for lang in config.languages}
+        info = {
             "order": config.order,
+            "format": "arpa",
+            "estimator": "modified-kneser-ney (mkn.py)",
+            "prune_singletons_from": config.prune_singletons_from,
+            "normalization": NORMALIZATION,
+            "languages": languages,
         }
-    )
-    model_kind.write(
-        out,
-        fields,
-        config=config_dict(config),
-        counts={lang: entry["tokens"] for lang, entry in languages.items()},
-    )
+        atomic_write_json(files / "model.json", info)
+        fields = model_kind.KenlmFields(
+            model={
+                "languages": {lang: entry["sha256"] for lang, entry in languages.items()},
+                "order": config.order,
+            }
+        )
+        model_kind.write(
+            files,
+            fields,
+            config=config_dict(config),
+            counts={lang: entry["tokens"] for lang, entry in languages.items()},
+        )
     return out
+
+
+def _train_language(lang: str, config: LanguageModelConfig, files: Path) -> dict[str, Any]:
+    """Estimate one language's model into `files/<lang>.arpa`; its model.json entry."""
+    sentences, heldout, documents = reference_sentences(lang, config)
+    Progress.write(
+        f"{lang}: {documents} documents, {len(sentences)} sentences -> estimating the "
+        f"order-{config.order} model"
+    )
+    arpa = files / f"{lang}.arpa"
+    with open(arpa, "w", encoding="utf-8") as handle:
+        stats = train_arpa(sentences, config.order, handle, config.prune_singletons_from)
+    del sentences
+    return {
+        "file": arpa.name,
+        "sha256": sha256_file(arpa),
+        "documents": documents,
+        "heldout_documents": len(heldout),
+        "heldout_perplexity": _heldout_perplexity(arpa, heldout),
+        **stats,
+    }
 
 
 def load_lm_info(directory: str | Path) -> dict[str, Any]:
