@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pretrain.command import current_command
+from pretrain.errors import ConfigError
 from pretrain.manifest import MANIFEST, STAGING_DIR, atomic_write_json
 
 OWNER = "owner.json"
@@ -52,9 +53,13 @@ def _owner_kind(staging: Path) -> str | None:
 
 def _staged_listing(staging: Path) -> list[str]:
     """The files the staged manifest lists ([] before it is written, or if it is not JSON)."""
+    return _listing(staging / FILES)
+
+
+def _listing(directory: Path) -> list[str]:
+    """The plain relative names the manifest in `directory` lists ([] without a readable one)."""
     try:
-        manifest = json.loads((staging / FILES / MANIFEST).read_bytes())
-        files = manifest["files"]
+        files = json.loads((directory / MANIFEST).read_bytes())["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
     return [rel for rel in files if isinstance(rel, str) and _plain_relative(rel)]
@@ -85,9 +90,16 @@ def clear_unfinished(out: Path, kind: str) -> None:
         return
     if not (out / MANIFEST).is_file():  # the move had begun: the moved files are ours
         for rel in _staged_listing(staging):
-            with contextlib.suppress(FileNotFoundError):
-                (out / rel).unlink()
+            _unlink_inside(out, rel)
     _remove_staging(staging)
+
+
+def _unlink_inside(out: Path, rel: str) -> None:
+    """Delete `out/rel` unless a link on the way leads out of `out` (a crafted manifest)."""
+    path = out / rel
+    if out.resolve() in path.parent.resolve().parents or path.parent.resolve() == out.resolve():
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def _remove_staging(staging: Path) -> None:
@@ -101,12 +113,16 @@ def _remove_staging(staging: Path) -> None:
 
 
 def _publish(out: Path, staging: Path) -> None:
-    """Move the staged files into `out`, the manifest last; an earlier artifact there (one the
-    command replaces) loses its manifest first, so it is never taken for the new one midway."""
+    """Move the staged files into `out`, the manifest last. An earlier artifact there (one the
+    command replaces) first loses the files the new one does not have, then its manifest, so
+    it is never taken for the new one midway, and what is left is always the re-run's to take
+    back: the earlier artifact (its manifest still there), or files the staged manifest lists."""
     files = staging / FILES
     listed = _staged_listing(staging)
     if not (files / MANIFEST).is_file():
         raise RuntimeError(f"{files} holds no {MANIFEST}: the command did not write one")
+    for rel in sorted(set(_listing(out)) - set(listed)):
+        _unlink_inside(out, rel)
     (out / MANIFEST).unlink(missing_ok=True)
     for rel in sorted(listed):
         target = out / rel
@@ -137,6 +153,11 @@ def staged(out: Path, kind: str) -> Iterator[Path]:
     the re-run: `clear_unfinished`). `out` passed the command's output check."""
     clear_unfinished(out, kind)
     staging = out / STAGING_DIR
+    if staging.exists() or staging.is_symlink():  # beside an earlier artifact, which passed
+        raise ConfigError(
+            f"{out} holds {STAGING_DIR}, which is not this command's unfinished work; move it "
+            "away or choose another output"
+        )
     staging.mkdir(parents=True)
     atomic_write_json(staging / OWNER, {"kind": kind, "command": current_command()})
     (staging / FILES).mkdir()

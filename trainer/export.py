@@ -20,6 +20,7 @@ from pretrain.artifacts import export as export_kind
 from pretrain.errors import ArtifactError
 from pretrain.manifest import atomic_write_bytes
 from pretrain.outtarget import require_own_output
+from pretrain.staging import staged
 from trainer.checkpoint import checkpoint_dir, list_checkpoints, newest_valid
 
 KIND = "hf_export"
@@ -74,12 +75,6 @@ def resolve_tokenizer(config: Any, state: dict[str, Any], given: str | None) -> 
     return locked
 
 
-def _prepare_out(out: Path) -> None:
-    """`check_out` passed: an earlier export loses its manifest first (written last again)."""
-    (out / "manifest.json").unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
-
-
 def _write_tokenizer(out: Path, locked: Any, seq_length: int) -> None:
     from tokenizer.hf import hf_file_bytes_for_lock
     from tokenizer.lock import TOKENIZER_FILE
@@ -120,30 +115,33 @@ def export_hf(
     model_config = loaded.config.model
     padded = int(loaded.model.embedding.word_embeddings.weight.shape[0])
     tensors = hf_state_dict(loaded.model.state_dict(), model_config, getattr(torch, dtype))
-    _prepare_out(out)
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    hf = hf_config(model_config, padded, locked.eod_id, locked.pad_id, dtype)
-    atomic_write_bytes(out / "config.json", _json(hf))
-    generation = {"eos_token_id": locked.eod_id, "pad_token_id": locked.pad_id}
-    generation["transformers_version"] = hf["transformers_version"]
-    atomic_write_bytes(out / "generation_config.json", _json(generation))
-    _write_tokenizer(out, locked, model_config.seq_length)
-    run_root = checkpoint.parent.parent
-    inputs = [
-        p for p in (run_root, checkpoint, locked.directory) if (p / "manifest.json").is_file()
-    ]
-    fields = export_kind.ExportFields(
-        tokenizer=locked.info,
-        architecture="LlamaForCausalLM",
-        source={"checkpoint": str(checkpoint.resolve()), "step": loaded.step},
-    )
-    return export_kind.write(
-        out,
-        fields,
-        config={"format": "hf", "step": loaded.step, "dtype": dtype},
-        inputs=inputs,
-        counts={"parameters": sum(t.numel() for t in tensors.values()), "step": loaded.step},
-    )
+    # built out of sight, then moved in (manifest last): a kill leaves no export that
+    # transformers would load half-written, and the re-run replaces what it left
+    with staged(out, KIND) as files:
+        save_file(tensors, str(files / "model.safetensors"), metadata={"format": "pt"})
+        hf = hf_config(model_config, padded, locked.eod_id, locked.pad_id, dtype)
+        atomic_write_bytes(files / "config.json", _json(hf))
+        generation = {"eos_token_id": locked.eod_id, "pad_token_id": locked.pad_id}
+        generation["transformers_version"] = hf["transformers_version"]
+        atomic_write_bytes(files / "generation_config.json", _json(generation))
+        _write_tokenizer(files, locked, model_config.seq_length)
+        run_root = checkpoint.parent.parent
+        inputs = [
+            p for p in (run_root, checkpoint, locked.directory) if (p / "manifest.json").is_file()
+        ]
+        fields = export_kind.ExportFields(
+            tokenizer=locked.info,
+            architecture="LlamaForCausalLM",
+            source={"checkpoint": str(checkpoint.resolve()), "step": loaded.step},
+        )
+        manifest = export_kind.write(
+            files,
+            fields,
+            config={"format": "hf", "step": loaded.step, "dtype": dtype},
+            inputs=inputs,
+            counts={"parameters": sum(t.numel() for t in tensors.values()), "step": loaded.step},
+        )
+    return manifest
 
 
 def export_command(args: argparse.Namespace) -> int:

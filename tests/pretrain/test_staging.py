@@ -139,3 +139,42 @@ def test_a_staging_folder_that_is_not_ours_is_still_refused(tmp_path: Path, case
         assert len(str(refused.value).splitlines()) == 1
     staging.clear_unfinished(out, KIND)
     assert _contents(out) == before
+
+
+def test_a_strangers_staging_folder_beside_an_earlier_artifact_is_one_line(tmp_path: Path) -> None:
+    """A kind that replaces itself passes the check on the earlier artifact's manifest; a
+    `.pretrain-staging` there that is not its own is still refused in one line, kept."""
+    out = tmp_path / "out"
+    _build(out)
+    (out / STAGING_DIR).mkdir()
+    (out / STAGING_DIR / "notes.md").write_bytes(b"mine")
+    require_own_output(out, "--out", KIND)
+    with pytest.raises(ConfigError, match="not this command's") as refused:
+        _build(out)
+    assert len(str(refused.value).splitlines()) == 1
+    assert (out / STAGING_DIR / "notes.md").read_bytes() == b"mine"
+    verify(out)
+
+
+def test_an_earlier_artifact_stays_whole_until_the_move(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kind that replaces itself (`pretrain export`), killed while building the new one: the
+    earlier artifact still verifies and reads as before (before, export first deleted the old
+    manifest and then wrote over the files in place: a kill left neither)."""
+    out = tmp_path / "out"
+    _build(out)
+    with pytest.raises(Killed), staging.staged(out, KIND) as files:
+        (files / "en.arpa").write_bytes(b"the new model, half written")
+        monkeypatch.setattr(staging, "_remove_staging", lambda path: None)  # no cleanup: a kill
+        raise Killed
+    monkeypatch.undo()
+    verify(out)
+    require(out, kind=KIND)
+    visible = {k: v for k, v in _contents(out).items() if not k.startswith(STAGING_DIR)}
+    assert visible == FILES
+    assert (out / STAGING_DIR / "files" / "en.arpa").is_file()
+    require_own_output(out, "--out", KIND)
+    _build(out, {"en.arpa": b"new"})  # the earlier artifact's other files go with it
+    assert _contents(out) == {"en.arpa": b"new"}
+    verify(out)

@@ -212,3 +212,35 @@ def test_a_file_planted_in_an_export_is_refused_before_transformers_reads_it(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "added_tokens.json" in err[0], err
     assert not (tmp_path / "hf-evals").exists()
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_export_leaves_nothing_transformers_reads_and_the_rerun_replaces_it(
+    exported, sample_tokenizer, tmp_path, capsys
+):
+    """SIGKILL once `model.safetensors` is written (the tokenizer files and manifest not yet).
+    Before, the kill left `model.safetensors` (and maybe config.json) in `--out`: a folder
+    transformers would load as a model, and the re-run refused as not empty. Now nothing of the
+    export is in `--out` (it is built in `.pretrain-staging/`), our reader refuses it in one line,
+    and the re-run ends byte-identical to the uninterrupted export."""
+    from pretrain.artifacts import export as export_artifact
+    from pretrain.errors import ArtifactError
+    from tests.pretrain_app.killtools import contents, kill_when, listing, run
+
+    run_dir, reference, _ = exported
+    out = tmp_path / "hf"
+    argv = ["export", str(run_dir), "--out", str(out), "--tokenizer", str(sample_tokenizer)]
+    assert kill_when(argv, tmp_path, lambda: any(out.rglob("model.safetensors"))) == -9
+    assert {p.name for p in out.iterdir()} <= {".pretrain-staging", ".logs"}
+    with pytest.raises(ArtifactError, match="not a finished artifact") as refused:
+        export_artifact.open(out)
+    assert len(str(refused.value).splitlines()) == 1
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+    again = run(argv, tmp_path, "rerun")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert contents(out) == contents(reference)
+    assert listing(out) == listing(reference)
+    export_artifact.open(out, full=True)
