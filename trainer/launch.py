@@ -235,9 +235,9 @@ def launch_command(args: argparse.Namespace) -> int:
     from trainer.run_outputs import check_run_dir
 
     config = load_config(TrainConfig, args.config, args.overrides)
+    check_run_dir(config.run.out_dir)  # a file, a URL, or a folder of someone else's: one line
     run = config.run.model_copy(update={"out_dir": str(Path(config.run.out_dir).resolve())})
     config = config.model_copy(update={"run": run})
-    check_run_dir(Path(run.out_dir))  # a file, or a folder of someone else's: one line
     if args.smoke:
         config = _smoke_config(config)
         check_run_dir(Path(config.run.out_dir), "run.out_dir's smoke folder")

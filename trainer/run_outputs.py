@@ -54,12 +54,19 @@ count on their own: another tool's folder may hold files of those names."""
 _CHECKPOINT = re.compile(r"iter_\d{7}(\.tmp)?")
 
 
-def check_run_dir(out_dir: Path, flag: str = "run.out_dir") -> None:
+def check_run_dir(out_dir: str | Path, flag: str = "run.out_dir") -> None:
     """Refuse, in one line, an out_dir a run must not write in: a file or a path below one; a
     folder holding another kind of artifact (its manifest.json would be replaced); a non-empty
     folder holding none of a run's own files (`OWN_NAMES`), where a run would append to a
     metrics.jsonl and replace launch.json and loss.png that are not ours. A new or empty folder
-    (but for logs and temporary files), or one of our runs (a resume), passes."""
+    (but for logs and temporary files), or one of our runs (a resume), passes. Also refused: an
+    empty value (the current directory) and a URL (a run writes a local folder: `s3://b/x` was a
+    folder named `s3:` here)."""
+    text = str(out_dir)
+    if not text.strip() or "://" in text:
+        what = "is empty" if not text.strip() else "is a URL"
+        refuse(f"{flag} {text!r} {what}; a run writes a local directory: name one")
+    out_dir = Path(text)
     refuse_not_a_directory(out_dir, flag)
     if not out_dir.is_dir():
         return

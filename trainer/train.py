@@ -103,8 +103,8 @@ def _run(config: TrainConfig, smoke: bool, callbacks: Sequence[Callback]) -> dic
     from trainer.loop import Trainer
     from trainer.run_outputs import check_run_dir
 
+    check_run_dir(config.run.out_dir)  # every rank, before its first write (spawned: no launcher)
     run_dir = Path(config.run.out_dir)
-    check_run_dir(run_dir)  # every rank, before its first write: spawned ranks had no launcher
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
         trainer = Trainer(config, run_dir, callbacks, evaluate=not smoke)

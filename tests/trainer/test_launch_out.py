@@ -46,13 +46,15 @@ def _user_folder(tmp_path: Path) -> Path:
     return user
 
 
-def _launch(tmp_path: Path, out_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    """The real CLI in its own process, in a clean environment."""
+def _launch(tmp_path: Path, out_dir: Path | str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """The real CLI in its own process, in a clean environment, in `tmp_path`."""
     config = tmp_path / "train.yaml"
     config.write_text(yaml.safe_dump(tiny_config(out_dir, run={"train_steps": 2})))
     env = {**clean_env(), "PYTHONPATH": str(REPO), "PRETRAIN_CACHE": str(tmp_path / "cache")}
     argv = [sys.executable, "-m", "pretrain_app", "launch", str(config), "--nproc", "1", *extra]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
@@ -80,6 +82,8 @@ def test_a_file_as_out_dir_is_one_line(tmp_path: Path) -> None:
     assert "is a file" in _one_line(_launch(tmp_path, afile))
     assert "is below the file" in _one_line(_launch(tmp_path, afile / "run", "--dry-run"))
     assert afile.read_bytes() == b"not a directory\n"
+    assert "is a URL" in _one_line(_launch(tmp_path, "s3://bucket/run"))  # was a folder `s3:`
+    assert "is empty" in _one_line(_launch(tmp_path, "", "--dry-run"))  # was the current folder
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "train.yaml"]
 
 
