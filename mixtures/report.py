@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from mixtures import sampler
+from pretrain.artifacts import mixture_report as report_kind
 from pretrain.errors import ArtifactError
-from pretrain.manifest import atomic_write_json, listed_path, require
+from pretrain.manifest import MANIFEST, atomic_write_json, listed_path, require
 from pretrain.outtarget import refuse_foreign, refuse_not_a_directory, temporary_file
 
 CHUNK_BATCHES = 1 << 14
@@ -190,6 +191,14 @@ def write_report(
         phase.pop("_batch_share")
     report["files"] = {"json": str(target / "report.json"), "png": str(target / "report.png")}
     atomic_write_json(target / "report.json", report)
+    # an artifact of its own: inside the mixture (the default) it is not an unlisted file there
+    report_kind.write(
+        target,
+        report_kind.MixtureReportFields(build_sha256=report["build_sha256"]),
+        config={"run": None if run_dir is None else str(run_dir)},
+        inputs=[directory],
+        counts={"phases": len(report["phases"])},
+    )
     return report
 
 
@@ -202,7 +211,7 @@ def check_report_out(target: Path, flag: str) -> None:
     work, and nothing there changes."""
     refuse_not_a_directory(target, flag)
     earlier = _is_report(target / "report.json")
-    ours = set(REPORT_FILES) if earlier else set()
+    ours = {*REPORT_FILES, MANIFEST} if earlier else set()
     refuse_foreign(
         target, flag, "mixture report", lambda name: name in ours or temporary_file(name)
     )

@@ -12,6 +12,7 @@ reader. A package reads another package's output only through these readers:
 - `encoded`: Megatron .bin/.idx with tag sidecars (`pretrain tokenizer encode`)
 - `evalset`: decontaminated eval sets (`pretrain eval build`)
 - `mixture`: a sample index over encoded data (`pretrain mixture build`)
+- `mixture_report`: its target vs realised shares (`pretrain mixture report`)
 - `run`: a training run (`pretrain launch`)
 - `ablation`: the decision report (`pretrain ablate`)
 - `export`: a Hugging Face export (`pretrain export`)

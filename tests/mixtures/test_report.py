@@ -138,3 +138,21 @@ def test_report_run_reads_past_a_torn_line_and_refuses_a_bad_record_in_one_line(
         assert main(["mixture", "report", str(tmp_path / "mix"), "--run", str(run)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "metrics.jsonl line 1" in err, err
+
+
+def test_the_report_inside_a_mixture_keeps_the_mixture_verifying(
+    tmp_path: Path, encoded_dir: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The default report (MIXTURE/report/) was two files the mixture's manifest does not list:
+    `pretrain verify MIXTURE` refused every reported mixture, the demo's too. Now the report is
+    an artifact of its own (kind mixture-report), nested as TOKENIZER/eval is."""
+    (tmp_path / "mix.yaml").write_text(
+        yaml.safe_dump(mixture_config(encoded_dir, tmp_path / "mix"))
+    )
+    assert main(["mixture", "build", str(tmp_path / "mix.yaml")]) == 0
+    for _ in range(2):  # a second report replaces the first
+        assert main(["mixture", "report", str(tmp_path / "mix")]) == 0
+        capsys.readouterr()
+        assert main(["verify", str(tmp_path / "mix")]) == 0, capsys.readouterr().err
+        assert main(["verify", str(tmp_path / "mix" / "report")]) == 0
+    assert "mixture-report" in capsys.readouterr().out

@@ -243,7 +243,11 @@ def test_mixture_report_refuses_a_file_or_a_folder_it_did_not_write(
         mine = tmp_path / "my-report"
         for _ in range(2):
             assert main([*argv, str(mine)]) == 0
-        assert sorted(p.name for p in mine.iterdir()) == ["report.json", "report.png"]
+        assert sorted(p.name for p in mine.iterdir()) == [
+            "manifest.json",
+            "report.json",
+            "report.png",
+        ]
         return
     user, out = _out_case(tmp_path, case)
     before = _snapshot(user)
