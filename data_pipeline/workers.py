@@ -66,6 +66,22 @@ class MapStagesWorker:
         batch_rows: int | None = None,
         map_spec: StageSpec | None = None,
     ) -> None:
+        self.refused: PretrainError | None = None
+        try:
+            self._build(specs, pieces_out, cost_out, batch_rows, map_spec)
+        except PretrainError as exc:
+            # Raised here, Ray reports an actor that died in its creation task (its traceback as
+            # text, the error lost): raised by the first call, it reaches the user as one line.
+            self.refused = exc
+
+    def _build(
+        self,
+        specs: Sequence[StageSpec],
+        pieces_out: str | OutPath | None,
+        cost_out: str | OutPath | None,
+        batch_rows: int | None,
+        map_spec: StageSpec | None,
+    ) -> None:
         self.stages = [build_stage(spec) for spec in specs]
         self.mapped = build_stage(map_spec) if map_spec and pieces_out else None
         """The first global stage, whose map side this actor computes per piece (piece_maps)."""
@@ -80,6 +96,8 @@ class MapStagesWorker:
                 stage.setup()
 
     def __call__(self, block: pa.Table) -> pa.Table:
+        if self.refused is not None:
+            raise self.refused
         rows = block.num_rows
         step = self.batch_rows or rows or 1
         outputs, spent = [], dict[str, float]()

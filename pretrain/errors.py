@@ -5,12 +5,22 @@ Anything that is not a `PretrainError` is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import re
+
+_RAY_RETRY_NOTE = re.compile(
+    r"\s*Failed to [^\n]{1,200}? after \d+/\d+ attempts \(total backoff [0-9.]+s\)\."
+    r".*?if you believe this to be transient\.",
+    re.S,
+)
+"""What Ray Data (2.60) appends to a map task's error, raised in a worker and rebuilt from its
+message in the driver: advice on retrying, which a refusal is not."""
+
 
 class PretrainError(Exception):
     """A user-fixable failure: the CLI prints its message on one line and exits 2."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(" ".join(message.split()))
+        super().__init__(" ".join(_RAY_RETRY_NOTE.sub("", message).split()))
 
 
 class ConfigError(PretrainError):
