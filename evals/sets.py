@@ -12,11 +12,13 @@ set's identity.
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
@@ -208,7 +210,15 @@ def decontaminate(
 
 
 def set_name(domain: str, lang: str) -> str:
-    return f"{domain}__{lang}"
+    """`<domain>__<lang>`, the set's file stem; a tag with a character outside [A-Za-z0-9_.-]
+    (a classifier label `news/sports`) is percent-encoded: a `/` made the write fail with a
+    FileNotFoundError traceback (or, with `..`, write outside sets/)."""
+    return f"{_file_safe(domain)}__{_file_safe(lang)}"
+
+
+def _file_safe(tag: str) -> str:
+    safe = re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", tag) is not None
+    return tag if safe else quote(tag, safe="")
 
 
 def _write_sets(out: Path, groups: dict, cfg: EvalBuildConfig) -> tuple[list[dict], list[dict]]:
@@ -230,6 +240,11 @@ def _write_sets(out: Path, groups: dict, cfg: EvalBuildConfig) -> tuple[list[dic
             schema=SET_SCHEMA,
         )
         name = set_name(domain, lang)
+        if any(entry["name"] == name for entry in written):
+            raise InputError(
+                f"eval sets {domain}/{lang} and another domain/language pair both name the "
+                f"file sets/{name}.parquet; rename one domain label (a '__' inside a label)"
+            )
         pq.write_table(table, out / "sets" / f"{name}.parquet", compression="zstd")
         written.append(
             {

@@ -214,3 +214,28 @@ def test_task_files_not_utf8_are_one_line_and_a_byte_order_mark_is_read(tmp_path
             assert err.count("\n") == 1 and f"{task}:2: not UTF-8 (byte 0xe9" in err, err
         else:
             assert verify(out)["tasks"] == [{"name": "bom", "kind": "cloze", "examples": 1}]
+
+
+def test_a_domain_label_with_a_slash_names_a_set_file_inside_sets(tmp_path, capsys):
+    """A classifier label such as `news/sports` (labels are the user's) made the set's path
+    sets/news/sports__en.parquet: a FileNotFoundError traceback, and `../x` pointed outside."""
+    rows = [(f"e{i}", _doc(i), "eval", "news/sports", "en") for i in range(2)]
+    rows += [(f"x{i}", _doc(20 + i), "eval", "../x", "en") for i in range(2)]
+    rows += [(f"t{i}", _doc(100 + i), "train", "web", "en") for i in range(3)]
+    names = ["id", "text", "split", "domain", "lang"]
+    root = tmp_path / "shards"
+    (root / "shards").mkdir(parents=True)
+    table = pa.table({n: list(column) for n, column in zip(names, zip(*rows), strict=True)})
+    pq.write_table(table, root / "shards" / "a-00000.parquet")
+    write_manifest(root, "shards")
+    out = tmp_path / "evalsets"
+    config = {"shards": str(root), "out": str(out), "min_docs_per_set": 2}
+    (tmp_path / "eval.yaml").write_text(yaml.safe_dump(config))
+    assert main(["eval", "build", str(tmp_path / "eval.yaml")]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in (out / "sets").iterdir()) == [
+        "..%2Fx__en.parquet",
+        "news%2Fsports__en.parquet",
+    ]
+    assert not (tmp_path / "x__en.parquet").exists()
+    loaded = {(s.domain, s.lang): len(s.texts) for s in load_eval_sets(out)}
+    assert loaded == {("news/sports", "en"): 2, ("../x", "en"): 2}
