@@ -223,7 +223,8 @@ def _file_safe(tag: str) -> str:
 
 def _write_sets(out: Path, groups: dict, cfg: EvalBuildConfig) -> tuple[list[dict], list[dict]]:
     (out / "sets").mkdir(parents=True)
-    written, skipped = [], []
+    written: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
     for (domain, lang), docs in sorted(groups.items()):
         if len(docs) < cfg.min_docs_per_set:
             skipped.append({"domain": domain, "lang": lang, "documents": len(docs)})
