@@ -6,7 +6,8 @@ star step's shape: its producers are the previous step's partitions).
 Each producer writes one piece file of P partitions (`--rows` edge rows per partition, as
 tasks.star_scatter writes them). Then, per side, every consumer reads its partition through
 exchange.Gather, in this one process (the requests, not Ray, are measured; the merge tasks run
-here one after another). Counted: local file opens (pyarrow memory maps) and wall; on s3 (a moto
+here one after another). Counted: local file opens (the consumers' memory maps, the merges'
+producer files) and wall; on s3 (a moto
 server started here, `--s3-partitions`) every HTTP request the server records. The two sides'
 consumers must get equal tables (checked). On s3, from `--s3-sample-from` partitions on, both
 sides' consumers read only `--s3-sample` partitions (the same ones) and their requests and wall
@@ -49,6 +50,14 @@ _MEMORY_MAP = pa.memory_map
 def _counted_memory_map(*args: Any, **kwargs: Any) -> Any:
     OPENS["count"] += 1
     return _MEMORY_MAP(*args, **kwargs)
+
+
+class _CountedSource(fanin._Source):
+    """A merge's producer file, counted as an open (fanin reads it with os.pread, no map)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        OPENS["count"] += 1
+        super().__init__(*args, **kwargs)
 
 
 def produce(folder: str, step: str, partitions: int, rows: int) -> None:
@@ -190,7 +199,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     add_corpus_argument(parser)
     args = parser.parse_args()
-    pa.memory_map = _counted_memory_map  # exchange and fanin open local files through it
+    pa.memory_map = _counted_memory_map  # exchange's consumers open local files through it
+    fanin._Source = _CountedSource  # type: ignore[misc]  # and the merge tasks through this
     given = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     result: dict[str, Any] = {"args": given, "load": os.getloadavg(), "local": []}
     with tempfile.TemporaryDirectory(prefix="bench-exchange-") as tmp:

@@ -16,6 +16,7 @@ no-op, and writes go straight to their final key (atomic per object, as above).
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import hashlib
@@ -23,6 +24,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -176,6 +178,28 @@ class ObjectPath:
         with self.fs.open_output_stream(self.key) as handle:
             handle.write(data)
         return len(data)
+
+    def write_chunks(self, chunks: Iterable[Any]) -> int:
+        """Write the bytes-like `chunks` in order as one object without joining them: a
+        multipart upload (pyarrow's stream uploads a part once it holds one, and `flush` after
+        each chunk waits for those in flight, so a writer holds about a part and a chunk). The
+        object appears when the last chunk is written; an error from the chunks (or the store)
+        deletes what the stream completed on close, so no partial object stays under the key."""
+        self._fence()
+        if self.fs.type_name != "s3":
+            self.fs.create_dir(str(PurePosixPath(self.key).parent), recursive=True)
+        written = 0
+        try:
+            with self.fs.open_output_stream(self.key) as handle:
+                for chunk in chunks:
+                    handle.write(chunk)
+                    handle.flush()
+                    written += len(chunk)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the error that stopped the write is raised
+                self.unlink(missing_ok=True)
+            raise
+        return written
 
     def unlink(self, missing_ok: bool = False) -> None:
         if not self.is_file():

@@ -56,8 +56,6 @@ MAX_TARGET_PARTITIONS = 16
 (slice, partition) pair is 4 Ray objects of the map's shuffle and every partition pair one per
 star step, each costing the driver CPU and ownership memory, so the small units may add at most
 32 x 16 x 4 = 2,048 objects to the map and 256 to a star step; beyond, only the budget adds."""
-MIN_WORKER_MEMORY_MB = WORKER_BASE_MB + int(MIN_SLICE_BYTES * MAP_FACTOR) // 2**20
-"""The smallest budget that holds a worker and one map task on a 1 MB slice."""
 DEFAULT_WORKER_MEMORY_MB = 2048
 """Per-worker memory budget of the global stages when `ray.worker_memory_mb` is not set."""
 SMALL_PARTITION_DOCS = 2500
@@ -78,9 +76,38 @@ file (M x P reads), from there merge tasks first combine ~sqrt(M) producers' fil
 whole-file reads, sqrt(M) writes) and a reduce task reads ~sqrt(M) merged files: M + P x
 sqrt(M) reads (at the cap 65,536 + 65,536 x 256 = 16.8 million per step, against 4.3 billion
 one level; on an object store a consumer's read is several requests:
-benchmarks/bench_exchange_reads.py). A merge task holds its group's files at once (~1 / sqrt(M)
-of a step's pieces; in memory on s3). At 6 KB pages and the default 2 GB budget the cap is near 2 billion pages (~12 TB of
+benchmarks/bench_exchange_reads.py). A merge task streams its group's files (`merge_bytes`). At 6 KB pages and the default 2 GB budget the cap is near 2 billion pages (~12 TB of
 text); 40 TB in one job needs ray.worker_memory_mb >= ~6,000 (or several jobs against the index)."""
+
+
+MERGE_CHUNK_BYTES = 4 << 20
+"""The most a fan-in merge task (data_pipeline.dedup.fanin) reads at once from a producer's file
+(and, on s3, per GET of its local copy): a merge streams its group's files, never holds one."""
+MERGE_CURSOR_BYTES = 16 << 10
+"""A merge's read buffer for one producer's index, and one for its digests."""
+MERGE_UPLOAD_BYTES = 32 << 20
+"""What pyarrow's S3 output stream (and the AWS SDK under it) holds while a merged object
+uploads chunk by chunk, whatever the object's size: measured 26-29 MB above the process's RSS
+before the write for 24 to 144 MB objects on moto (pyarrow 26; `ObjectPath.write_chunks`
+flushes after each chunk, so at most the part it fills and the one in flight)."""
+MAX_MERGE_SOURCES = math.isqrt(MAX_FILE_PARTITIONS - 1) + 1
+"""fanin.fanin at MAX_FILE_PARTITIONS producers: the most files one merge task reads."""
+
+
+def merge_bytes(sources: int, partitions: int) -> int:
+    """Peak bytes of a fan-in merge task of `sources` producers' files of `partitions`
+    partitions above the worker's base, whatever the files' sizes: a chunk read and the chunk
+    being written, the upload's parts, two cursors per source, the merged file's index and
+    digests (40 bytes a partition). tests/data_pipeline/test_fanin_memory.py measures it."""
+    chunks = 2 * MERGE_CHUNK_BYTES + MERGE_UPLOAD_BYTES
+    return chunks + 2 * sources * MERGE_CURSOR_BYTES + 40 * (partitions + 1)
+
+
+MIN_WORKER_MEMORY_MB = WORKER_BASE_MB + math.ceil(
+    max(MIN_SLICE_BYTES * MAP_FACTOR, merge_bytes(MAX_MERGE_SOURCES, MAX_FILE_PARTITIONS)) / 2**20
+)
+"""The smallest budget that holds a worker and one map task on a 1 MB slice, or the largest
+fan-in merge task (the dedup exchange through files)."""
 
 
 class BudgetError(ConfigError):

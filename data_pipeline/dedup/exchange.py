@@ -43,7 +43,7 @@ import hashlib
 import os
 import struct
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,7 @@ from typing import Any
 import pyarrow as pa
 
 from pretrain.errors import ArtifactError
-from pretrain.outstore import ObjectPath, OutPath, output_path, remove_tree, write_atomic
+from pretrain.outstore import ObjectPath, OutPath, output_path, remove_tree
 
 MAGIC = b"PTXCHG01"
 """The last 8 bytes of a piece file (module docstring): its format and version."""
@@ -124,10 +124,11 @@ def write_pieces(path: OutPath, pieces: Sequence[pa.Table]) -> None:
     write_chunks(path, [encode_pieces(pieces)])
 
 
-def write_chunks(path: OutPath, chunks: Sequence[Any]) -> None:
-    """Write a piece file given as bytes-like chunks (frame) whole under `path`."""
+def write_chunks(path: OutPath, chunks: Iterable[Any]) -> None:
+    """Write a piece file given as bytes-like chunks (frame, or fanin's stream of them) whole
+    under `path`: chunk by chunk, never joined (an object: one multipart upload)."""
     if isinstance(path, ObjectPath):
-        write_atomic(path, b"".join(chunks))
+        path.write_chunks(chunks)
         return
     # Renamed into place (a reader never sees half a file) but not fsynced: a piece file lives
     # for one aggregate, which a crash re-runs from the persisted map side in a fresh folder
