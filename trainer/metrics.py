@@ -66,7 +66,10 @@ class MetricsWriter:
     def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
         self.run_dir = run_dir
         self.path = run_dir / "metrics.jsonl"
+        torn = _ends_mid_line(self.path)
         self.handle = self.path.open("a", encoding="utf-8")
+        if torn:  # a run killed (or out of disk) mid-write: the next record starts a line
+            self.handle.write("\n")
         self.tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -90,9 +93,27 @@ class MetricsWriter:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Every record of metrics.jsonl; a line that is not a JSON object (the torn last line of a
+    run killed mid-write) is skipped: it crashed the resumed run's close (loss.png, summary)."""
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line) if line.strip() else None
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def _ends_mid_line(path: Path) -> bool:
+    if not path.is_file() or path.stat().st_size == 0:
+        return False
+    with path.open("rb") as handle:
+        handle.seek(-1, 2)
+        return handle.read(1) != b"\n"
 
 
 def plot_loss(metrics_path: Path, out: Path) -> Path:
