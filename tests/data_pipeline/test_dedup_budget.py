@@ -133,7 +133,8 @@ def _corpus(count: int) -> pa.Table:
 def test_too_small_budget_gives_more_partitions_and_identical_output(ray_local) -> None:
     table = _corpus(16_000)
     expected = DedupStage().apply_table(table)
-    blocks = [table.slice(0, 9000), table.slice(9000)]
+    # a 4.0 MB block: one slice at 2 GB (4 MB slices), two at the floor's ~2.6 MB slices
+    blocks = [table.slice(0, 14000), table.slice(14000)]
     results = {}
     for memory_mb in (2048, budget.MIN_WORKER_MEMORY_MB):
         stage = DedupStage(DedupConfig(num_partitions=2), worker_memory_mb=memory_mb)
