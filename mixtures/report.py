@@ -90,7 +90,9 @@ def build_report(directory: str | os.PathLike) -> dict[str, Any]:
     summary = json.loads(listed_path(root, manifest, "summary.json").read_text())
     phases = []
     for info in manifest["phases"]:
-        index = np.load(listed_path(root, manifest, info["index"]), mmap_mode="r")
+        index = np.load(
+            listed_path(root, manifest, info["index"]), mmap_mode="r", allow_pickle=False
+        )
         weights = [info["weights"][n] for n in names]
         entry = phase_report(index, weights, names, width, int(info["seq_length"]))
         phases.append({"name": info["name"], **entry})
@@ -134,7 +136,9 @@ def compare_run(directory: str | os.PathLike, run_dir: str | os.PathLike) -> dic
     expected = np.zeros(len(names), dtype=np.int64)
     for info in manifest["phases"]:
         take = min(remaining, info["num_sequences"] // width)
-        index = np.load(listed_path(root, manifest, info["index"]), mmap_mode="r")
+        index = np.load(
+            listed_path(root, manifest, info["index"]), mmap_mode="r", allow_pickle=False
+        )
         counts = np.bincount(index["component"][: take * width], minlength=len(names))
         expected += counts * int(info["seq_length"])
         remaining -= take

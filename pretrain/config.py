@@ -5,6 +5,7 @@ overrides and a stable sha256 of the resolved config.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -168,7 +169,9 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
 
     A path part indexes a list when the node there is a list: `components.0.weight=0.3`,
     `components.-1.weight=0.3` (from the end); a last part `+` appends:
-    `components.+={name: x, weight: 0.1}`. The result is validated like the file itself.
+    `components.+={name: x, weight: 0.1}`; the bracket form `components[0].weight` means the same
+    (it used to create a key named `components[0]`, refused as unknown without the hint). The
+    result is validated like the file itself.
     """
     result = _deep_copy(data)
     for item in overrides:
@@ -176,12 +179,15 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r} is not of the form a.b=value")
         value = _override_value(raw, item)
-        parts = key.strip().split(".")
+        parts = _BRACKETS.sub(r".\1", key.strip()).split(".")
         node: Any = result
         for depth, part in enumerate(parts[:-1]):
             node = _child(node, part, parts[depth + 1], item)
         _assign(node, parts[-1], value, item)
     return result
+
+
+_BRACKETS = re.compile(r"\[(-?[0-9]+|\+)\]")
 
 
 def _override_value(raw: str, item: str) -> Any:

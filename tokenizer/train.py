@@ -19,7 +19,7 @@ from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_bytes, sha256_file
 from pretrain.outtarget import manifest_kind, refuse_foreign, refuse_not_a_directory, temporary_file
 from pretrain.progress import VERBOSE, verbosity
-from tokenizer.config import PreTokenizeConfig, TokenizerTrainConfig
+from tokenizer.config import PreTokenizeConfig, TokenizerTrainConfig, default_name
 from tokenizer.hf import HF_FILES, hf_file_bytes
 from tokenizer.lock import (
     KIND,
@@ -130,9 +130,12 @@ def make_lock(
     """The lock.json content (no timestamps: the same inputs give the same tokenizer id).
     `files`: {name: sha256} of tokenizer.json and the HF side files."""
     vocab_size = tokenizer.get_vocab_size()
+    # an unnamed tokenizer is named by the vocabulary it holds, not the one asked for: a sample
+    # too small for vocab_size = 1048576 gave `bpe-1024k` to a tokenizer of 49,111 tokens
+    name = config.name or default_name(vocab_size)
     return {
         "lock_version": LOCK_VERSION,
-        "name": config.artifact_name,
+        "name": name,
         "files": dict(sorted(files.items())),
         "vocab_size": vocab_size,
         "vocab_size_requested": config.vocab_size,

@@ -167,7 +167,7 @@ def _load_cached(path: Path) -> np.ndarray | None:
     if not path.is_file():
         return None
     try:
-        return np.load(path)
+        return np.load(path, allow_pickle=False)
     except (OSError, ValueError):
         return None  # a partial or foreign file: rebuild it
 

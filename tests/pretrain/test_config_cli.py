@@ -125,6 +125,15 @@ def test_set_on_a_mixture_component_changes_the_recipe(tmp_path):
     assert changed.recipe.components[1] == base.recipe.components[1]
     with pytest.raises(ConfigError, match="recipe.components.3.max_epochs"):
         load_config(MixtureConfig, "configs/mixture.yaml", ["recipe.components.3.max_epochs=x"])
+    # the bracket form a user types from Python or jq means the same list item (it created a key
+    # named `components[2]` and was refused as unknown, without saying which form works)
+    bracket = ["recipe.components[2].weight=0", "recipe.components[-1].max_epochs=3"]
+    dotted = ["recipe.components.2.weight=0", "recipe.components.-1.max_epochs=3"]
+    assert load_config(MixtureConfig, "configs/mixture.yaml", bracket) == load_config(
+        MixtureConfig, "configs/mixture.yaml", dotted
+    )
+    with pytest.raises(ConfigError, match="out of range for a list of"):
+        load_config(MixtureConfig, "configs/mixture.yaml", ["recipe.components[99].weight=0"])
 
 
 def test_duplicate_key_is_refused_naming_key_and_lines(tmp_path):

@@ -139,3 +139,28 @@ def test_a_lock_naming_a_file_outside_the_tokenizer_is_refused_unread(
     (copy / "lock.json").write_text(json.dumps(lock))
     with pytest.raises(ArtifactError, match=r"lock.json lists file path '../outside.txt'"):
         load_locked(copy)
+
+
+def test_unnamed_tokenizer_is_named_by_the_vocabulary_it_holds(
+    shards_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a sample far too small for the vocab_size asked: the name must not promise 1024k tokens
+    config = tmp_path / "tok.yaml"
+    out = tmp_path / "tok"
+    config.write_text(
+        yaml.safe_dump({"data": str(shards_dir), "out": str(out), "vocab_size": 1048576})
+    )
+    assert main(["tokenizer", "train", str(config)]) == 0
+    lock = json.loads((out / "lock.json").read_bytes())
+    held = lock["vocab_size"]
+    assert held < 65536 and lock["vocab_size_requested"] == 1048576
+    expected = f"bpe-{round(held / 1024)}k" if held >= 16384 else f"bpe-{held}"
+    assert lock["name"] == expected and lock["name"] != "bpe-1024k"
+    assert load_manifest(out)["tokenizer"]["id"].startswith(f"{expected}@")
+    printed = capsys.readouterr().out
+    assert f"supports only {held} tokens" in printed and f"tokenizer {expected}@" in printed
+
+
+def test_a_given_name_is_kept_whatever_the_vocabulary(shards_dir: Path, tmp_path: Path) -> None:
+    manifest = train(train_config(shards_dir, tmp_path / "tok", vocab_size=1048576, name="mine"))
+    assert manifest["tokenizer"]["id"].startswith("mine@")
