@@ -29,6 +29,16 @@ def moto_server(serial: bool = False) -> Iterator[str]:
 
 
 @contextlib.contextmanager
+def moto_server_frozen(bucket: str) -> Iterator[str]:
+    """The endpoint URL of a fresh moto server whose objects in `bucket` all carry one fixed
+    Last-Modified (tests/data_pipeline/moto_clock.py): every rewrite lands in the same second."""
+    port = free_port()
+    argv = ["-m", "tests.data_pipeline.moto_clock", "127.0.0.1", str(port), bucket]
+    with serve(argv, port) as endpoint:
+        yield endpoint
+
+
+@contextlib.contextmanager
 def serve(argv: list[str], port: int) -> Iterator[str]:
     """`python ARGV` as a server on 127.0.0.1:`port`: its endpoint URL once it accepts
     connections, the process stopped on exit."""
