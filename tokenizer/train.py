@@ -8,7 +8,7 @@ one, then GPT-2's byte-level regex. See `tokenizer.config.PreTokenizeConfig`.
 
 from __future__ import annotations
 
-import shutil
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,9 @@ from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_bytes, sha256_file
 from pretrain.outtarget import manifest_kind, refuse_foreign, refuse_not_a_directory, temporary_file
 from pretrain.progress import VERBOSE, verbosity
+from pretrain.staging import staged, unfinished_entries
 from tokenizer.config import PreTokenizeConfig, TokenizerTrainConfig, default_name
-from tokenizer.hf import HF_FILES, hf_file_bytes
+from tokenizer.hf import hf_file_bytes
 from tokenizer.lock import (
     KIND,
     LOCK_FILE,
@@ -96,7 +97,8 @@ def preflight(config: TokenizerTrainConfig) -> list[Path]:
 def check_out(out: Path) -> None:
     """Refuse an `out` that is a file, holds a different kind of artifact, or is a non-empty
     folder without a tokenizer manifest (someone else's files: its lock.json, tokenizer.json
-    would be replaced; pretrain.outtarget)."""
+    would be replaced; pretrain.outtarget). What a killed train left (pretrain.staging: its
+    staging folder, the files it had moved in) is its own, taken back by the re-run."""
     refuse_not_a_directory(out, "out =")
     kind = manifest_kind(out)
     if kind is not None:
@@ -106,18 +108,22 @@ def check_out(out: Path) -> None:
                 "directory for the tokenizer"
             )
         return
-    refuse_foreign(out, "out =", "tokenizer artifact (no manifest.json)", temporary_file)
+    own = unfinished_entries(out, KIND) if out.is_dir() else set()
+    refuse_foreign(
+        out,
+        "out =",
+        "tokenizer artifact (no manifest.json)",
+        lambda name: name in own or temporary_file(name),
+    )
 
 
-def _prepare_out(out: Path) -> None:
-    """Refuse what `check_out` refuses; drop the files a new train replaces. The old manifest
-    stays until the new one replaces it: a train killed meanwhile leaves a folder that still
-    says it is a tokenizer artifact (and fails to verify), so a re-run may write there again."""
-    check_out(out)
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in (LOCK_FILE, TOKENIZER_FILE, *HF_FILES):
-        (out / stale).unlink(missing_ok=True)
-    shutil.rmtree(out / "eval", ignore_errors=True)
+def _drop_old_eval(out: Path, staging: Path) -> None:
+    """The earlier tokenizer's `eval/` (nested artifact, `pretrain tokenizer eval`) measured
+    that tokenizer, not the new one: it goes just before the new files move in, in one rename
+    into the staging folder (which goes when the new tokenizer is in place), so a kill leaves it
+    whole or gone, never a part of it that `pretrain verify` would report."""
+    if (out / "eval").is_dir() and not (out / "eval").is_symlink():
+        os.replace(out / "eval", staging / "replaced-eval")
 
 
 def make_lock(
@@ -154,8 +160,6 @@ def make_lock(
 @writes_output("config.out")
 def train(config: TokenizerTrainConfig) -> dict[str, Any]:
     """Train, lock and write the tokenizer artifact; return its manifest."""
-    import tokenizers
-
     shards = preflight(config)
     shards_sha = shards_identity(config.data)
     plan = plan_sample(shards, config.sample)
@@ -166,17 +170,35 @@ def train(config: TokenizerTrainConfig) -> dict[str, Any]:
             f"sample of {config.data} is empty (no train-split text with non-zero "
             "weight); check sample.domain_weights / sample.lang_weights"
         )
+    # built out of sight and moved in at the end, manifest last (pretrain.staging): a kill
+    # leaves the earlier tokenizer whole, or nothing a reader takes for a tokenizer, and the
+    # re-run takes back what it left
     out = Path(config.out)
-    _prepare_out(out)
-    tokenizer.save(str(out / TOKENIZER_FILE))
-    files = {TOKENIZER_FILE: sha256_file(out / TOKENIZER_FILE)}
+    with staged(out, KIND) as files:
+        manifest = _write_files(files, config, tokenizer, composition, shards_sha)
+        _drop_old_eval(out, files.parent)
+    return manifest
+
+
+def _write_files(
+    files: Path,
+    config: TokenizerTrainConfig,
+    tokenizer: Any,
+    composition: dict[str, Any],
+    shards_sha: str,
+) -> dict[str, Any]:
+    """tokenizer.json, the HF side files, lock.json and, last, the manifest, into `files`."""
+    import tokenizers
+
+    tokenizer.save(str(files / TOKENIZER_FILE))
+    hashes = {TOKENIZER_FILE: sha256_file(files / TOKENIZER_FILE)}
     specials = {t: tokenizer.token_to_id(t) for t in config.all_special_tokens}
     eod, pad = (specials[t] for t in config.all_special_tokens[:2])
     for name, data in hf_file_bytes(specials, eod, pad, config.model_max_length).items():
-        atomic_write_bytes(out / name, data)
-        files[name] = sha256_file(out / name)
-    lock = make_lock(config, tokenizer, files, composition, shards_sha)
-    atomic_write_bytes(out / LOCK_FILE, lock_bytes(lock))
+        atomic_write_bytes(files / name, data)
+        hashes[name] = sha256_file(files / name)
+    lock = make_lock(config, tokenizer, hashes, composition, shards_sha)
+    atomic_write_bytes(files / LOCK_FILE, lock_bytes(lock))
     sha = lock_sha256(lock)
     info = tokenizer_kind.TokenizerRef(
         name=lock["name"],
@@ -188,7 +210,7 @@ def train(config: TokenizerTrainConfig) -> dict[str, Any]:
         tokenizer=info, library={"tokenizers": tokenizers.__version__}
     )
     return tokenizer_kind.write(
-        out,
+        files,
         fields,
         config=config_dict(config),
         inputs=[config.data],
