@@ -41,12 +41,12 @@ def store(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return endpoint
 
 
-def _upload(endpoint: str, data: bytes) -> int:
+def _upload(endpoint: str, data: bytes, uri: str = URI) -> int:
     """Write the object; its Last-Modified (whole seconds) as the store reports it."""
     s3 = s3_filesystem(endpoint)
-    with s3.open_output_stream(URI.removeprefix("s3://")) as handle:
+    with s3.open_output_stream(uri.removeprefix("s3://")) as handle:
         handle.write(data)
-    return s3.get_file_info(URI.removeprefix("s3://")).mtime_ns
+    return s3.get_file_info(uri.removeprefix("s3://")).mtime_ns
 
 
 def _big() -> bytes:
@@ -76,3 +76,46 @@ def test_an_object_left_alone_is_unchanged(store: str) -> None:
     _upload(store, _big())
     recorded = input_identities(_inputs())
     assert changed_inputs(recorded, input_identities(_inputs())) == []
+
+
+def _before_etag(identities: dict[str, dict]) -> dict[str, dict]:
+    """What an output written before the ETag fix (74d0001^) recorded: no `etag` key."""
+    return {stem: {k: v for k, v in i.items() if k != "etag"} for stem, i in identities.items()}
+
+
+def _edited(data: bytes) -> bytes:
+    edited = bytearray(data)
+    edited[len(edited) // 2] ^= 1
+    return bytes(edited)
+
+
+def test_an_output_from_before_the_etag_reads_a_large_object_again_never_reusing_it(
+    store: str,
+) -> None:
+    """Its edges' hash cannot tell a same-second rewrite: the first resume reads the object again,
+    changed or not (correct, one read more), and records the ETag, so the next one reuses it."""
+    _upload(store, _big())
+    old = _before_etag(input_identities(_inputs()))
+    assert "etag" not in old["big"] and "edges_sha256" in old["big"]
+    assert changed_inputs(old, input_identities(_inputs())) == ["big"]  # unchanged: read again
+    _upload(store, _edited(_big()))  # the same second, the same size, the same edges
+    current = input_identities(_inputs())
+    assert {k: current["big"][k] for k in old["big"]} == old["big"]
+    assert changed_inputs(old, current) == ["big"]  # changed: read again, never reused stale
+    assert changed_inputs(current, input_identities(_inputs())) == []  # ETag recorded: reused
+
+
+def test_an_output_from_before_the_etag_keeps_a_small_object_its_whole_hash_matches(
+    store: str,
+) -> None:
+    """An object of at most FULL_HASH_BYTES has the sha256 of all its bytes recorded: a match is
+    the same bytes (reused, no read of its records); a same-second rewrite is caught by it."""
+    uri = "s3://crawl/in/small.jsonl"
+    small = b'{"text": "a small object"}\n' * 100
+    inputs = [InputFile(path=uri, format="jsonl", stem="small")]
+    first = _upload(store, small, uri)
+    old = _before_etag(input_identities(inputs))
+    assert "sha256" in old["small"] and "etag" not in old["small"]
+    assert changed_inputs(old, input_identities(inputs)) == []
+    assert _upload(store, _edited(small), uri) == first  # the same second, the same size
+    assert changed_inputs(old, input_identities(inputs)) == ["small"]
