@@ -34,6 +34,7 @@ from pretrain.manifest import (
 )
 from pretrain.outtarget import require_own_output
 from pretrain.progress import Progress
+from pretrain.replace import new_building_dir, replace_dir
 from tokenizer.lock import check_match
 
 KIND = "mixture"
@@ -169,7 +170,7 @@ def build_mixture(config: MixtureConfig) -> BuildResult:
         manifest = mixture_kind.write(
             staging, fields, config=config_dict(config), inputs=inputs, counts=plan.counts()
         )
-        _replace_dir(staging, out)
+        replace_dir(staging, out)  # at every instant `out` is the old mixture or the new
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     ratio, warning = tokens_per_parameter(config)
@@ -179,18 +180,12 @@ def build_mixture(config: MixtureConfig) -> BuildResult:
 
 
 def _staging_dir(out: Path) -> Path:
-    """A new folder beside `out` to build in (`prepare` checked `out`)."""
-    staging = out.parent / f".{out.name}.building"
-    shutil.rmtree(staging, ignore_errors=True)
-    (staging / "index").mkdir(parents=True)
+    """A new folder beside `out` to build in (`prepare` checked `out`); what a killed build
+    left beside it goes first (pretrain.replace.recover)."""
+    staging = new_building_dir(out)
+    (staging / "index").mkdir()
     (staging / "components").mkdir()
     return staging
-
-
-def _replace_dir(staging: Path, out: Path) -> None:
-    if out.exists():
-        shutil.rmtree(out)
-    staging.rename(out)
 
 
 def _write_body(
