@@ -54,7 +54,8 @@ def read_warc(
     `bad_content_length` row and reading goes on at the next record (`data_pipeline.warcframe`).
     In a WARC.gz a corrupt gzip member is one `corrupt_gzip` row and reading goes on at the next
     member; a file cut inside a record is a `truncated_record` row (the records before the damage
-    are kept). A record without a WARC-Type is a `malformed_record` row. An ARC file is read by
+    are kept). A record without a WARC-Type, or with a value none of WARC's (damaged), is a
+    `malformed_record` row. An ARC file is read by
     warcio alone."""
     framer = Framer(stream, record_limit(max_bytes))
     while True:
@@ -112,7 +113,22 @@ def _framed_records(
     return None
 
 
-def _reject(frame: Frame, out: Batcher, reason: str, offset: int) -> None:
+WARC_TYPES = frozenset(
+    ("warcinfo", "response", "resource", "request", "metadata", "revisit", "conversion")
+    + ("continuation",)
+)
+"""The WARC-Type values of WARC 1.0 and 1.1 (and what warcio makes of ARC records): a record of
+any other type (a damaged or missing value) is a `malformed_record` reject, so it is counted;
+one of these that holds no document (a request, metadata, ...) is read past without a row."""
+
+
+def _type_error(rec_type: str | None) -> dict[str, str]:
+    return {"error": f"WARC-Type {rec_type!r} is none of WARC's"[:200]}
+
+
+def _reject(
+    frame: Frame, out: Batcher, reason: str, offset: int, meta: dict[str, Any] | None = None
+) -> None:
     found = {m.group(1).lower(): m.group(2) for m in _FIELD.finditer(frame.head)}
     record_id = found.get(b"warc-record-id", b"").decode("utf-8", "replace").strip("<>")
     url = found.get(b"warc-target-uri")
@@ -120,7 +136,7 @@ def _reject(frame: Frame, out: Batcher, reason: str, offset: int) -> None:
     out.add(
         record_id or f"{out.source.name}@{offset}",
         url=url.decode("utf-8", "replace") if url else None,
-        meta={"warc_date": date.decode("utf-8", "replace") if date else None},
+        meta={"warc_date": date.decode("utf-8", "replace") if date else None, **(meta or {})},
         reason=reason,
         raw_bytes=frame.size - len(frame.head),
     )
@@ -136,8 +152,8 @@ def _framed_row(frame: Frame, offset: int, out: Batcher, max_bytes: int | None) 
         )
         _without_invented_ids(iterator)
         record = next(iter(iterator))
-        if record.rec_type is None:
-            _reject(frame, out, "malformed_record", offset)
+        if record.rec_type not in WARC_TYPES:
+            _reject(frame, out, "malformed_record", offset, _type_error(record.rec_type))
         elif record.rec_type in ("response", "resource"):
             _warc_row(record, lambda: offset, out, max_bytes)
     except Exception as exc:  # warcio raises anything (AttributeError, ...) on damaged records
@@ -217,9 +233,13 @@ def _warc_records(
         iterator = ArchiveIterator(stream, no_record_parse=False, arc2warc=True)
         _without_invented_ids(iterator)
         for record in iterator:
-            if record.rec_type is None:  # no WARC-Type: headers cut short or damaged
+            if record.rec_type not in WARC_TYPES:  # headers cut short or damaged
                 offset, truncated = in_file(iterator.get_record_offset()), False
-                out.add(f"{out.source.name}@{offset}", reason="malformed_record")
+                out.add(
+                    f"{out.source.name}@{offset}",
+                    reason="malformed_record",
+                    meta=_type_error(record.rec_type),
+                )
                 continue
             if record.rec_type not in ("response", "resource"):
                 continue

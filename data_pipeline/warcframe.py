@@ -37,6 +37,10 @@ _FIELD_LOOK = 70  # bytes after a version line enough to see a field name and it
 _NEXT_KEEP = 16  # bytes kept between scanned chunks, so a boundary split across two is found
 _CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*([0-9]{1,18})[ \t]*\r?$")
 _BLOCK_DIGEST = re.compile(rb"(?im)^warc-block-digest:[ \t]*sha-?1:([A-Za-z0-9]+)[ \t]*\r?$")
+_PAYLOAD_DIGEST = re.compile(rb"(?im)^warc-payload-digest:[ \t]*sha-?1:([A-Za-z0-9]+)[ \t]*\r?$")
+_HTTP_HEAD = re.compile(rb"HTTP/[0-9.]+ [0-9]{3}[^\r\n]*\r?\n")
+_CHUNKED = re.compile(rb"(?im)^transfer-encoding:[^\r\n]*chunked")
+_CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?\r?\n")
 _TAIL = 16  # bytes after a block enough to see the blank line and `WARC/`
 
 
@@ -112,7 +116,7 @@ class Framer:
         if total > self.limit:
             return self._read_past(offset, head, total)
         self._fill(total + _TAIL)
-        if self._followed_by_record(total) and not self._digest_refutes(head, total):
+        if self._followed_by_record(total) and not self._evidence_refutes(head, total):
             frame = Frame("record", offset, total, bytes(self.buf[:total]), head)
             self._consume(total)
             return frame
@@ -161,18 +165,76 @@ class Framer:
             return True
         return not rest and self.eof and len(self.buf) - at == len(tail)
 
-    def _digest_refutes(self, head: bytes, total: int) -> bool:
-        """Whether the record's WARC-Block-Digest (sha1, base32 or hex), when it has one and its
-        framing is in doubt, shows its length wrong. In doubt: a blank line but no record follows
-        the block (a wrong length can land on a blank line in a page), or the block holds a record
-        start (a record cut short and the next one written after it can end, by chance, where
-        the cut one's length does)."""
-        declared = _BLOCK_DIGEST.search(head)
-        if declared is None or not self._in_doubt(len(head), total):
+    def _evidence_refutes(self, head: bytes, total: int) -> bool:
+        """Whether what the record says of itself, when its framing is in doubt, shows its length
+        wrong. In doubt: a blank line but no record follows the block (a wrong length can land on
+        a blank line in a page), or the block holds a record start (a wrong length can land on a
+        later record's start or end: the records between would be read as its page). Evidence,
+        first that there is: its WARC-Block-Digest, its WARC-Payload-Digest (sha1, base32 or hex),
+        the end of its HTTP message (the response's own Content-Length or chunking): right at the
+        block's end, or at a record start elsewhere; then the framing itself: a block that holds
+        a record start is wrong when no blank line follows it (a length landing on a record's
+        start), or when a record starting inside it declares a length that ends where this
+        block does, or that starts right after other bytes on its line and runs past its end
+        (a record cut short and the next one written after it)."""
+        start = len(head)
+        if not self._in_doubt(start, total):
             return False
-        digest = hashlib.sha1(self.buf[len(head) : total]).digest()
-        value = declared.group(1).upper()
-        return value not in (base64.b32encode(digest), digest.hex().upper().encode())
+        block = memoryview(self.buf)[start:total]
+        try:
+            for pattern, payload in ((_BLOCK_DIGEST, 0), (_PAYLOAD_DIGEST, _http_end(block))):
+                if (declared := pattern.search(head)) is not None and payload is not None:
+                    return not _sha1_is(declared.group(1), block[payload:])
+            end = _message_end(block, self.limit)
+        finally:
+            block.release()
+        if self._glued_record_runs_past(start, total):
+            return True
+        if end is not None and end == total - start:
+            return False
+        if end is not None and self._record_at(start + end):
+            return True
+        if not self._holds_record_start(start, total):
+            return False
+        tail = bytes(self.buf[total : total + _TAIL])
+        return tail[: len(tail) - len(tail.lstrip(b"\r\n"))].count(b"\n") < 2 or any(
+            self._declared_end(line.start()) == total
+            for line in _VERSION_LINE.finditer(self.buf, start, total)
+        )
+
+    def _holds_record_start(self, start: int, total: int) -> bool:
+        """Whether buffer[start:total] holds a version line followed by a header field line."""
+        lines = _VERSION_LINE.finditer(self.buf, start, total)
+        return any(_FIELD_NAME.match(self.buf, line.end()) for line in lines)
+
+    def _glued_record_runs_past(self, start: int, total: int) -> bool:
+        """Whether a record starts inside buffer[start:total] right after other bytes on its
+        line (a record cut short and the next written after it) and declares a block that runs
+        past `total`: the cut record's own lengths (its HTTP message's too) can agree with a
+        wrong end, this record's cannot."""
+        for line in _VERSION_LINE.finditer(self.buf, start, total):
+            at = line.start()
+            glued = self.buf[at - 1 : at] not in (b"\n", b"\r")
+            if glued and _FIELD_NAME.match(self.buf, line.end()) and self._declared_end(at) > total:
+                return True
+        return False
+
+    def _record_at(self, at: int) -> bool:
+        """Whether a record starts at buffer index `at`, after at most two line breaks."""
+        if at > self.limit:
+            return False
+        self._fill(at + _TAIL + _FIELD_LOOK)
+        rest = bytes(self.buf[at : at + _TAIL + _FIELD_LOOK])
+        skipped = len(rest) - len(rest.lstrip(b"\r\n"))
+        line = _VERSION_LINE.match(self.buf, at + min(skipped, 4))
+        return line is not None and _FIELD_NAME.match(self.buf, line.end()) is not None
+
+    def _declared_end(self, at: int) -> int:
+        """Where the block of the record whose headers start at buffer index `at` ends by its
+        Content-Length (-1: no whole header block with one in the buffer)."""
+        end = _HEADER_END.search(self.buf, at, at + _HEADER_LIMIT)
+        found = None if end is None else _CONTENT_LENGTH.search(self.buf, at, end.end())
+        return -1 if end is None or found is None else end.end() + int(found.group(1))
 
     def _in_doubt(self, start: int, total: int) -> bool:
         rest = bytes(self.buf[total : total + _TAIL]).lstrip(b"\r\n")
@@ -181,8 +243,7 @@ class Framer:
         member_starts = getattr(self.stream, "member_starts", None)
         if member_starts is not None and member_starts(self.pos + start + 1, self.pos + total):
             return True
-        lines = _VERSION_LINE.finditer(self.buf, start, total)
-        return any(_FIELD_NAME.match(self.buf, line.end()) for line in lines)
+        return self._holds_record_start(start, total)
 
     def _next_record(self, start: int, offset: int) -> int:
         """Where in the buffer, from `start`, the next record's first line begins (-1: none in
@@ -252,3 +313,44 @@ class Framer:
             self._consume(left)
             return Frame("record_too_large", offset, total, head=head)
         return self._resync("bad_content_length", offset, 0, head)
+
+
+def _sha1_is(declared: bytes, data: memoryview) -> bool:
+    """Whether `declared` (base32 or hex) is the sha1 of `data`."""
+    digest = hashlib.sha1(data).digest()
+    return declared.upper() in (base64.b32encode(digest), digest.hex().upper().encode())
+
+
+def _http_end(block: memoryview) -> int | None:
+    """Where an HTTP message's headers end in `block` (None: it holds no HTTP message)."""
+    if _HTTP_HEAD.match(block) is None:
+        return None
+    end = _HEADER_END.search(block, 0, _HEADER_LIMIT)
+    return None if end is None else end.end()
+
+
+def _message_end(block: memoryview, limit: int) -> int | None:
+    """Where the HTTP message in `block` ends by its own framing: its headers' Content-Length,
+    or the last chunk of a chunked body (None: no HTTP message, no length, or past `limit`)."""
+    start = _http_end(block)
+    if start is None:
+        return None
+    headers = bytes(block[:start])
+    if _CHUNKED.search(headers) is None:
+        found = _CONTENT_LENGTH.search(headers)
+        end = None if found is None else start + int(found.group(1))
+        return end if end is not None and end <= limit else None
+    at = start
+    while (line := _CHUNK_LINE.match(block, at)) is not None:
+        size, at = int(line.group(1), 16), line.end()
+        if size == 0:  # the last chunk: then trailer fields, up to a blank line
+            trailer = _HEADER_END.search(b"\r\n" + bytes(block[at : at + 4096]))
+            return None if trailer is None else at + trailer.end() - 2
+        at += size
+        if block[at : at + 2] == b"\r\n":
+            at += 2
+        elif block[at : at + 1] == b"\n":
+            at += 1
+        else:
+            return None
+    return None

@@ -4,8 +4,10 @@ kept byte-equal to warcio's reading, and every record counted: a damaged record 
 or a reject), bytes that are no record one reject, so the rows are the records plus the junk.
 
 Damage, one or two records a file: a record cut short with the next written right after it, a
-wrong Content-Length (off by a little or by a lot), flipped bytes, junk before a record; in a
-WARC.gz also flipped bytes inside a member's deflate data and a member cut short.
+wrong Content-Length (off by a little or by a lot, or landing on a later record's start or end),
+flipped bytes, a damaged WARC-Type value, junk before a record; in a WARC.gz also flipped bytes
+inside a member's deflate data and a member cut short. A file's records keep their digests and
+HTTP lengths, lose their block digests, or lose all three.
 
 Run by hand on other WARC.gz files (e.g. the development corpus): `python -m
 tests.data_pipeline.test_warc_fuzz ../shared/corpus/web.warc.gz` prints rows and equality.
@@ -61,24 +63,63 @@ def _flip(data: bytes, rng: random.Random, start: int = 0) -> bytes:
     return bytes(damaged)
 
 
+def _without(record: bytes, evidence: str) -> bytes:
+    """The record without its block digest ("payload": left with its payload digest and HTTP
+    length), or without any evidence of its length but its own ("none")."""
+    if evidence == "all":
+        return record
+    head, block = record.split(b"\r\n\r\n", 1)
+    head = re.sub(rb"WARC-Block-Digest: [^\r]*\r\n", b"", head)
+    if evidence == "none":
+        head = re.sub(rb"WARC-Payload-Digest: [^\r]*\r\n", b"", head)
+        http, _, body = block.partition(b"\r\n\r\n")
+        block = re.sub(rb"(?i)\r\ncontent-length: [0-9]+", b"", http, count=1) + b"\r\n\r\n" + body
+        size = len(block) - 4
+        head = re.sub(rb"\r\nContent-Length: [0-9]+", b"\r\nContent-Length: %d" % size, head)
+    return head + b"\r\n\r\n" + block
+
+
+def _land(parts: list[bytes], at: int, rng: random.Random) -> bytes:
+    """parts[at] with a Content-Length that ends at a later part's start, or at its end before
+    the blank line that follows it (a length no digest-less check of the blank line alone sees)."""
+    head, block = parts[at].split(b"\r\n\r\n", 1)
+    target = rng.randrange(at + 1, len(parts) + 1)
+    length = len(block) - 4 + 4 + sum(len(p) for p in parts[at + 1 : target])
+    length -= 4 if rng.random() < 0.5 and target > at + 1 else 0
+    head = re.sub(rb"\r\nContent-Length: [0-9]+", b"\r\nContent-Length: %d" % length, head)
+    return head + b"\r\n\r\n" + block
+
+
 def _damaged_file(seed: int, gz: bool) -> tuple[bytes, list[bytes], set[int], range]:
     """(file, its records undamaged, indexes damaged, how many rows it may read as). A damaged
-    record is one row (a member cut in its trailer: two), or none when its damage changed WARC-Type
-    away from `response` (a type that is not read); junk is one row, or none in a plain WARC after a damaged record (inside
-    that record's reject, when its damage shows)."""
+    record is one row (a member cut in its trailer: two); junk is one row, or none in a plain WARC
+    after a damaged record (inside that record's reject, when its damage shows). A file's records
+    keep all their evidence of their lengths, lose their block digests, or lose all of it. The
+    records after one whose length lands on a later record are not damaged: with no evidence
+    left, a second wrong length inside the first one's block hides it (known, README)."""
     rng = random.Random(seed)
-    good = rng.sample(_SMALL, 6)
+    evidence = rng.choice(["all", "payload", "none"])
+    good = [_without(r, evidence) for r in rng.sample(_SMALL, 6)]
     damaged = set(rng.sample(range(6), rng.randint(1, 2)))
-    ops = ["cut", "length", "flip", "junk"] + (["member", "member_cut"] if gz else [])
-    parts, junk, junk_maybe, may_vanish = [], 0, 0, set()
+    ops = ["cut", "length", "flip", "junk", "land", "type"]
+    ops += ["member", "member_cut"] if gz else []
+    parts, junk, junk_maybe, landing, member_ops = [], 0, 0, [], {}
     for i, record in enumerate(good):
         op = rng.choice(ops) if i in damaged else None
+        if op is not None and landing:  # see below
+            damaged.discard(i)
+            op = None
         if op == "cut":
             record = record[: rng.randrange(1, len(record) - 4)]
         elif op == "length":
             record = _length(record, rng)
         elif op == "flip":
             record = _flip(record, rng)
+        elif op == "type":  # the WARC-Type value damaged: any value none of WARC's
+            value = _flip(b"response", rng)
+            record = record.replace(_TYPE, b"WARC-Type: " + value.replace(b"\n", b"") + b"\r\n")
+        elif op == "land":
+            landing.append(len(parts))
         elif op == "junk":
             size = rng.randint(1, 200)
             parts.append(bytes(rng.choice(b"abcdefgh <>/\r\n\t") for _ in range(size)) + b"x")
@@ -89,18 +130,21 @@ def _damaged_file(seed: int, gz: bool) -> tuple[bytes, list[bytes], set[int], ra
             else:
                 junk += 1
             damaged.discard(i)
-        if _TYPE not in record:
-            may_vanish.add(i)
-        member = gzip.compress(record, mtime=0) if gz else record
-        if op == "member":
-            member = _flip(member, rng, start=10)
-        elif op == "member_cut":  # cut in its 8-byte trailer: whole record, then the cut's reject
-            member = member[: rng.randrange(10, len(member) - 1)]
-            junk_maybe += 1
-        parts.append(member)
+        if op in ("member", "member_cut"):
+            member_ops[len(parts)] = op
+            junk_maybe += op == "member_cut"
+        parts.append(record)
+    for at in landing:  # once the parts after it are known
+        parts[at] = _land(parts, at, rng)
     if gz:
-        parts = [p if p.startswith(b"\x1f\x8b") else gzip.compress(p, mtime=0) for p in parts]
-    low = len(good) + junk - len(may_vanish & damaged)
+        members = [gzip.compress(p, mtime=0) for p in parts]
+        for at, op in member_ops.items():
+            if op == "member":
+                members[at] = _flip(members[at], rng, start=10)
+            else:  # cut in its 8-byte trailer: whole record, then the cut's reject
+                members[at] = members[at][: rng.randrange(10, len(members[at]) - 1)]
+        parts = members
+    low = len(good) + junk
     return b"".join(parts), good, damaged, range(low, len(good) + junk + junk_maybe + 1)
 
 

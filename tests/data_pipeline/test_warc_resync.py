@@ -157,7 +157,7 @@ def test_a_cut_record_whose_length_ends_where_the_next_one_ends_is_refuted_by_it
     """Record 1 cut so that its Content-Length ends where record 2 (written right after the cut)
     ends: before, record 1 was kept with record 2's bytes as its page and record 2 was lost. The
     block holds a record start, so its WARC-Block-Digest is checked: it fails, record 1 is a
-    reject and record 2 is kept. (A record with no digest cannot be told apart: kept as one.)"""
+    reject and record 2 is kept. (With no digest: test_warc_evidence.)"""
     good = [_with_digest(_record(i, body_size=size)) for i, size in enumerate([300, 900, 200, 300])]
     damaged = [good[0], good[1][: len(good[1]) - len(good[2])], good[2], good[3]]
     rows = _rows(tmp_path, _file(damaged, gz), gz, **_LIMIT)
