@@ -265,6 +265,7 @@ def run_ray(
                 ):
                     dataset = build_stream(config, stages, work.read, out, work.skip)
                     _, stream_stats = execute.run(dataset, config.ray.timeout_s, tagged.add)
+                    workers.raise_refusal(out)  # a map actor's, when no block reached it
             if work.globals:
                 rows = global_parts.expected_rows(out, work.merge, config.shard_rows)
                 reused = global_parts.run_global_stages(

@@ -14,6 +14,9 @@ and what resume reads of it, is data_pipeline.parts.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import socket
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -72,7 +75,10 @@ class MapStagesWorker:
         except PretrainError as exc:
             # Raised here, Ray reports an actor that died in its creation task (its traceback as
             # text, the error lost): raised by the first call, it reaches the user as one line.
+            # An actor given no block is never called: the driver reads it (raise_refusal).
             self.refused = exc
+            if (out := cost_out or pieces_out) is not None:
+                _record_refusal(out, exc)
 
     def _build(
         self,
@@ -111,6 +117,35 @@ class MapStagesWorker:
         if self.cost_out:
             throughput.record_batch(self.cost_out, f"map-{self.stages[0].name}", block, spent)
         return pa.concat_tables(outputs, promote_options="default")
+
+
+REFUSED = ".refused"
+"""Under the run's cost folder (cleared at each run's start): one record per map actor whose
+stages refused in its constructor."""
+
+
+def _record_refusal(out: str | OutPath, exc: PretrainError) -> None:
+    target = throughput.cost_dir(output_path(out)) / REFUSED
+    target.mkdir(parents=True, exist_ok=True)
+    name = f"{socket.gethostname()}-{os.getpid()}-{id(exc)}.json"
+    write_json(target / name, {"error": type(exc).__name__, "message": str(exc)})
+
+
+def raise_refusal(out: OutPath) -> None:
+    """Raise (one line, its own class) the refusal a map actor recorded in its constructor, if
+    one did: an actor given no block (no documents to read) never raised it itself, and the run
+    would have ended as a success with a stage that could not be set up."""
+    folder = throughput.cost_dir(out) / REFUSED
+    found = listed(folder, "*.json") if folder.is_dir() else []
+    if not found:
+        return
+    record = json.loads(found[0].read_bytes())
+    kinds = {c.__name__: c for c in _subclasses(PretrainError)}
+    raise kinds.get(record.get("error"), PretrainError)(str(record.get("message")))
+
+
+def _subclasses(kind: type[PretrainError]) -> list[type[PretrainError]]:
+    return [kind] + [s for c in kind.__subclasses__() for s in _subclasses(c)]
 
 
 def write_pieces(batch: pa.Table, out: str | OutPath) -> pa.Table:

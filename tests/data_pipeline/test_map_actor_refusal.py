@@ -53,11 +53,14 @@ def _plugin(root: Path) -> Path:
 
 @pytest.mark.ray
 @pytest.mark.timeout(600)
-def test_a_stage_setup_refused_in_a_map_actor_is_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("docs", [20, 0])
+def test_a_stage_setup_refused_in_a_map_actor_is_one_line(tmp_path: Path, docs: int) -> None:
+    """With no documents the actors get no block: before, the refusal was never raised (it
+    waited for the first call) and the run ended as a success, the stage never set up."""
     site = _plugin(tmp_path / "site")
     (tmp_path / "in").mkdir()
     with (tmp_path / "in" / "docs.jsonl").open("w", encoding="utf-8") as handle:
-        for i in range(20):
+        for i in range(docs):
             text = f"document {i} " + "with a few words in it " * 8
             handle.write(json.dumps({"id": f"d{i}", "text": text}) + "\n")
     config = {
