@@ -34,6 +34,7 @@ from pretrain.errors import InputError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json
 from pretrain.outtarget import require_own_output
+from pretrain.replace import new_building_dir, replace_dir
 from tokenizer.shards import read_columns
 
 HIT_SCHEMA = pa.schema(
@@ -308,20 +309,25 @@ def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
     out = Path(cfg.out)
     groups = _collect_eval(files, cfg)
     _check_groups(groups, cfg)  # before `out` is touched: a refused build keeps the old sets
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    written, skipped = _write_sets(out, groups, cfg)
-    train_files = files + [f for d in cfg.train_shards for f in _shard_files(d)]
-    kept = [doc for row in written for doc in groups[(row["domain"], row["lang"])]]
-    hits = (
-        decontaminate(
-            kept, train_files, cfg.decontamination, cfg.batch_rows, out / "decontamination-index"
+    # built beside `out`, then swapped in: a kill leaves the old eval sets or the new ones (it
+    # deleted the old ones and wrote in place, so a kill left a part of the new sets, no
+    # manifest, which the re-run refused as someone else's files)
+    building = new_building_dir(out)
+    try:
+        written, skipped = _write_sets(building, groups, cfg)
+        train_files = files + [f for d in cfg.train_shards for f in _shard_files(d)]
+        kept = [doc for row in written for doc in groups[(row["domain"], row["lang"])]]
+        index = building / "decontamination-index"
+        hits = (
+            decontaminate(kept, train_files, cfg.decontamination, cfg.batch_rows, index)
+            if cfg.decontamination.enabled
+            else []
         )
-        if cfg.decontamination.enabled
-        else []
-    )
-    return _finish(out, cfg, written, skipped, hits)
+        manifest = _finish(building, cfg, written, skipped, hits)
+        replace_dir(building, out)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return manifest
 
 
 def _check_groups(groups: dict[tuple[str, str], list[dict]], cfg: EvalBuildConfig) -> None:

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pretrain.manifest import MANIFEST, verify
+from pretrain.manifest import MANIFEST
 from pretrain.replace import building_dir, retired_dir
 from tests.data_pipeline.raytools import REPO, clean_env
 from tests.mixtures.conftest import make_encoded, mixture_config
-from tests.pretrain_app.killpoints import run_killed
+from tests.pretrain_app.killpoints import finished_state, run_killed
 from tests.pretrain_app.killtools import PRETRAIN, contents, listing, run
 
 pytestmark = pytest.mark.timeout(600)
@@ -45,22 +45,6 @@ def _argv(built: dict[str, Path], out: Path) -> list[str]:
     config = out.parent / "build.yaml"
     config.write_text(yaml.safe_dump(mixture_config(built["encoded"], out, seed=7)))
     return ["mixture", "build", str(config)]
-
-
-def _state(out: Path, old: Path, new: Path) -> str:
-    """Which finished mixture `out` is: "old" or "new" (it verifies, bytes equal); "retired"
-    when `out` is missing and the old mixture waits beside it (the fallback, between its two
-    renames: the next build puts it back); anything else fails."""
-    if not out.exists() and retired_dir(out).is_dir():
-        assert _state(retired_dir(out), old, new) == "old"
-        return "retired"
-    assert (out / MANIFEST).is_file(), f"a kill left {out} without a manifest"
-    verify(out, full=True)
-    found = contents(out)
-    if found == contents(old) and listing(out) == listing(old):
-        return "old"
-    assert found == contents(new) and listing(out) == listing(new), "neither mixture"
-    return "new"
 
 
 def _nothing_beside(out: Path) -> None:
@@ -90,11 +74,11 @@ def _kill_and_rerun(
     argv = _argv(built, out)
     done = run_killed(argv, tmp, building_dir(out) / phase, after, no_exchange=no_exchange)
     if done.returncode == 0:
-        assert _state(out, built["old"], built["new"]) == "new"
+        assert finished_state(out, built["old"], built["new"]) == "new"
         _nothing_beside(out)
         return None
     assert done.returncode == -9, done.stderr[-3000:]
-    state = _state(out, built["old"], built["new"])
+    state = finished_state(out, built["old"], built["new"])
     _rerun_matches(built, out, tmp)
     return state
 
@@ -169,5 +153,5 @@ def test_two_builds_into_one_out_at_once_one_is_refused_naming_the_holder(
     for code, err in results:
         if code == 2:
             assert len(err.strip().splitlines()) == 1 and "pid" in err, err
-    assert _state(out, built["old"], built["new"]) == "new"
+    assert finished_state(out, built["old"], built["new"]) == "new"
     _nothing_beside(out)

@@ -7,19 +7,24 @@ so a test sees each state a kill there can leave (timing-based kills find only s
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+from pretrain.manifest import MANIFEST, verify
+from pretrain.replace import retired_dir
 from tests.data_pipeline.raytools import REPO, clean_env
+from tests.pretrain_app.killtools import contents, listing
 
 BOOT = r"""
 import os, signal, sys
-marker, after = os.environ["KILLPOINT_MARKER"], int(os.environ["KILLPOINT_AFTER"])
+markers = os.environ["KILLPOINT_MARKER"].split(os.pathsep)
+after = int(os.environ["KILLPOINT_AFTER"])
 counted, armed = [0], [False]
 def counting(original):
     def call(*args, **kwargs):
-        armed[0] = armed[0] or os.path.exists(marker)
+        armed[0] = armed[0] or any(os.path.exists(marker) for marker in markers)
         if armed[0]:
             if counted[0] >= after:
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -39,12 +44,14 @@ sys.exit(main(sys.argv[1:]))
 
 
 def run_killed(
-    argv: list[str], tmp: Path, marker: Path, after: int, *, no_exchange: bool = False
+    argv: list[str], tmp: Path, marker: Path | list[Path], after: int, *, no_exchange: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """`pretrain ARGV`, killed before its `after`-th folder change once `marker` exists (rc -9),
+    """`pretrain ARGV`, killed before its `after`-th folder change once `marker` (or one of a
+    list) exists (rc -9),
     or run to its end (the command took fewer steps). `no_exchange`: the two-rename fallback
     of pretrain.replace, as on a system without RENAME_EXCHANGE."""
-    env = clean_env(tmp / "home", KILLPOINT_MARKER=str(marker), KILLPOINT_AFTER=str(after))
+    markers = os.pathsep.join(str(m) for m in (marker if isinstance(marker, list) else [marker]))
+    env = clean_env(tmp / "home", KILLPOINT_MARKER=markers, KILLPOINT_AFTER=str(after))
     if no_exchange:
         env["KILLPOINT_NO_EXCHANGE"] = "1"
     return subprocess.run(
@@ -55,3 +62,29 @@ def run_killed(
         text=True,
         timeout=300,
     )
+
+
+def finished_state(out: Path, old: Path, new: Path) -> str:
+    """Which finished artifact `out` is: "old" or "new" (it verifies, its bytes are theirs);
+    "retired" when `out` is missing and the old one waits beside it (pretrain.replace's
+    fallback, between its two renames: the next build puts it back); anything else fails."""
+    if not out.exists() and retired_dir(out).is_dir():
+        assert finished_state(retired_dir(out), old, new) == "old"
+        return "retired"
+    assert (out / MANIFEST).is_file(), f"a kill left {out} without a manifest"
+    verify(out, full=True)
+    found = contents(out)
+    if found == contents(old) and same_listing(out, old):
+        return "old"
+    assert found == contents(new) and same_listing(out, new), "neither artifact"
+    return "new"
+
+
+def same_listing(first: Path, second: Path) -> bool:
+    """The manifests list the same files with the same bytes, kind and counts; a nested
+    artifact's own manifest (the eval set's decontamination index) is left out: it records
+    when it was made."""
+    found = [listing(first), listing(second)]
+    for entry in found:
+        entry["files"] = {k: v for k, v in entry["files"].items() if Path(k).name != MANIFEST}
+    return found[0] == found[1]
