@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,10 @@ import numpy as np
 from mixtures import sampler
 from pretrain.artifacts import mixture_report as report_kind
 from pretrain.errors import ArtifactError
+from pretrain.locking import output_lock
 from pretrain.manifest import MANIFEST, atomic_write_json, listed_path, require
 from pretrain.outtarget import refuse_foreign, refuse_not_a_directory, temporary_file
+from pretrain.replace import new_building_dir, replace_dir
 
 CHUNK_BATCHES = 1 << 14
 MAX_PLOTTED_BATCHES = 2000
@@ -186,24 +189,42 @@ def write_report(
 ) -> dict[str, Any]:
     """Write report.json and report.png; returns the report (without plot arrays)."""
     target = Path(out) if out is not None else Path(directory) / "report"
-    check_report_out(target, "--out" if out is not None else "the report folder")
-    report = build_report(directory)
-    report["run"] = compare_run(directory, run_dir) if run_dir is not None else None
-    target.mkdir(parents=True, exist_ok=True)
-    plot(report, target / "report.png")
+    with output_lock(target):
+        check_report_out(target, "--out" if out is not None else "the report folder")
+        report = build_report(directory)
+        report["run"] = compare_run(directory, run_dir) if run_dir is not None else None
+        # built beside `target` (inside the mixture: in its unlisted .pretrain-staging/) and
+        # swapped in: a kill left report.png without report.json or a manifest, which the
+        # re-run refused as someone else's file and `pretrain verify MIXTURE` as unlisted
+        building = new_building_dir(target)
+        try:
+            _write_files(building, target, report, directory, run_dir)
+            replace_dir(building, target)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
+    return report
+
+
+def _write_files(
+    building: Path,
+    target: Path,
+    report: dict[str, Any],
+    directory: str | os.PathLike,
+    run_dir: str | os.PathLike | None,
+) -> None:
+    plot(report, building / "report.png")
     for phase in report["phases"]:
         phase.pop("_batch_share")
     report["files"] = {"json": str(target / "report.json"), "png": str(target / "report.png")}
-    atomic_write_json(target / "report.json", report)
+    atomic_write_json(building / "report.json", report)
     # an artifact of its own: inside the mixture (the default) it is not an unlisted file there
     report_kind.write(
-        target,
+        building,
         report_kind.MixtureReportFields(build_sha256=report["build_sha256"]),
         config={"run": None if run_dir is None else str(run_dir)},
         inputs=[directory],
         counts={"phases": len(report["phases"])},
     )
-    return report
 
 
 REPORT_FILES = ("report.json", "report.png")
