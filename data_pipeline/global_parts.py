@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_pipeline import parts, piece_maps, readahead, throughput, workers
+from data_pipeline.parts import pieces_dir
 from data_pipeline.stagekit import AGGREGATE_SCRATCH
 from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
 from pretrain.errors import PretrainError
@@ -190,8 +191,11 @@ def _map_and_persist(
     )
 
 
-def map_task(out: str | OutPath, part: str, rows: int, spec: StageSpec) -> str:
-    """The first global stage's map of one part, from the pieces the stream wrote."""
+def map_task(
+    out: str | OutPath, part: str, rows: int, spec: StageSpec, keep_pieces: bool = False
+) -> str:
+    """The first global stage's map of one part, from the pieces the stream wrote (kept with
+    `keep_pieces`: a map started while the stream runs, data_pipeline.early_maps)."""
     if load(output_path(out), spec[0], part, rows, ""):
         return part  # a retry of a task that persisted the part before its worker died
     table = workers.read_pieces(output_path(out), part)
@@ -219,12 +223,17 @@ def map_task(out: str | OutPath, part: str, rows: int, spec: StageSpec) -> str:
             cost=cost,
             mapped="pieces",
         )
-    remove_tree(parts.pieces_dir(output_path(out), part))
+    if not keep_pieces:
+        remove_tree(parts.pieces_dir(output_path(out), part))
     return part
 
 
 def join_task(
-    out: str | OutPath, job: dict[str, Any], part: MapOutput, index: int, *args: Any
+    out: str | OutPath,
+    job: dict[str, Any],
+    part: MapOutput,
+    index: int,
+    *args: Any,
 ) -> str:
     """Join one part, run the map stages after the global stage, then the next global stage's
     map (persisted) or write the part's rows as the job's pieces."""
@@ -242,6 +251,13 @@ def join_task(
     else:
         workers.write_pieces(table, out)
     return part.part
+
+
+def remote_map_task() -> Any:
+    """map_task as a Ray remote function (one CPU, retried twice)."""
+    import ray
+
+    return ray.remote(num_cpus=TASK_CPUS, max_retries=2)(map_task)
 
 
 def _wait(ray: Any, refs: list[Any], timeout: float | None) -> None:
@@ -265,21 +281,30 @@ def run_global_stages(
     rows: dict[str, int],
     timeout: float | None,
     phase: Callable[[str], AbstractContextManager[None]] = lambda _: nullcontext(),
+    early: dict[str, Any] | None = None,
 ) -> dict[str, int]:
     """Map (the parts not persisted yet), aggregate and join every global stage in order; the
     last join writes the job's pieces. Returns {stage: parts whose map output was reused}.
-    `phase(name)` times each step (`<stage>-map`, `-verify`, `-aggregate`, `-join`: RunClock.phase)."""
+    `phase(name)` times each step (`<stage>-map`, `-verify`, `-aggregate`, `-join`: RunClock.phase).
+    `early`: part -> the ref of its map task started during the stream (data_pipeline.early_maps)."""
     import ray
 
     _, globals_ = plan(stages)
-    remote_map = ray.remote(num_cpus=TASK_CPUS, max_retries=2)(map_task)
+    remote_map = remote_map_task()
     remote_join = ray.remote(num_cpus=TASK_CPUS, max_retries=2)(join_task)
     parts = sorted(rows)
     first = globals_[0][0]
-    done = reusable(out, first, rows)
+    early = {p: ref for p, ref in (early or {}).items() if p in rows}
+    done = reusable(out, first, {p: n for p, n in rows.items() if p not in early})
     with phase(f"{first.name}-map"):
-        todo = [p for p in parts if p not in done]
-        _wait(ray, [remote_map.remote(out, p, rows[p], first.spec()) for p in todo], timeout)
+        todo = [p for p in parts if p not in done and p not in early]
+        refs = [remote_map.remote(out, p, rows[p], first.spec()) for p in todo]
+        _wait(ray, list(early.values()), timeout)
+        for _ in readahead.ordered(  # what those maps kept, while the others run
+            lambda p: remove_tree(pieces_dir(out, p)), early, readahead.in_flight_for(out)
+        ):
+            pass
+        _wait(ray, refs, timeout)
     reused, depends = {first.name: len(done)}, ""
     for k, (stage, after) in enumerate(globals_):
         with phase(f"{stage.name}-verify"):  # the driver hashes every part's map output

@@ -6,8 +6,9 @@ the work before and writes the ledger and manifest after).
              stage, then the first global stage's map side when it is row-wise:
              data_pipeline.piece_maps)--> pieces (written by the map actors)
     global --for each global stage (data_pipeline.global_parts): map each part (persisted per
-             part) -> aggregate in the driver -> join each part, then the map stages after it
-             --> the next global stage's map, or the job's pieces
+             part; the first stage's map of a part starts as soon as the stream has finished it,
+             data_pipeline.early_maps) -> aggregate in the driver -> join each part, then the map
+             stages after it --> the next global stage's map, or the job's pieces
     merge  --one task per shard: pieces in row order -> the select -> data/<stem>-<part>.parquet,
              rejects/<stem>-<part>.pq, .parts/<stem>-<part>.json (ledger fragment)
 (the layout: pretrain.shards_layout)
@@ -20,7 +21,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from data_pipeline import execute, global_parts, merge, parts, resume, throughput, workers
+from data_pipeline import (
+    early_maps,
+    execute,
+    global_parts,
+    merge,
+    parts,
+    resume,
+    throughput,
+    workers,
+)
 from data_pipeline.config import PipelineConfig
 from data_pipeline.readers import Fields
 from data_pipeline.stages.base import Stage
@@ -217,6 +227,30 @@ def build_merge(
         )
 
 
+def _early_maps(config: PipelineConfig, stages: list[Stage], out: OutPath) -> early_maps.EarlyMaps:
+    """The first global stage's map of each part the stream finishes, started at once."""
+    _, globals_ = global_parts.plan(stages)
+    spec = globals_[0][0].spec()
+    remote = global_parts.remote_map_task()
+
+    def submit(part: str, rows: int) -> Any:
+        return remote.remote(out, part, rows, spec, keep_pieces=True)
+
+    return early_maps.EarlyMaps(out, config.shard_rows, submit)
+
+
+def _counting(tagged: execute.Tally, early: early_maps.EarlyMaps | None) -> Any:
+    """What sees each output block of the stream: the tally, and the early maps."""
+    if early is None:
+        return tagged.add
+
+    def on_block(block: Any) -> None:
+        tagged.add(block)
+        early.add(block)
+
+    return on_block
+
+
 def run_ray(
     config: PipelineConfig,
     stages: list[Stage],
@@ -252,6 +286,7 @@ def run_ray(
             stems = [t["stem"] for t in work.read]
             bar = Progress(desc="data run: tag", unit="docs", disable=not progress)
             tagged = execute.Tally()
+            early = _early_maps(config, stages, out) if work.globals else None
             if work.read:
                 with (
                     watch(
@@ -264,12 +299,19 @@ def run_ray(
                     clock.phase("stream"),
                 ):
                     dataset = build_stream(config, stages, work.read, out, work.skip)
-                    _, stream_stats = execute.run(dataset, config.ray.timeout_s, tagged.add)
+                    _, stream_stats = execute.run(
+                        dataset, config.ray.timeout_s, _counting(tagged, early)
+                    )
                     workers.raise_refusal(out)  # a map actor's, when no block reached it
             if work.globals:
                 rows = global_parts.expected_rows(out, work.merge, config.shard_rows)
                 reused = global_parts.run_global_stages(
-                    out, stages, rows, config.ray.timeout_s, clock.phase
+                    out,
+                    stages,
+                    rows,
+                    config.ray.timeout_s,
+                    clock.phase,
+                    early.started if early is not None else None,
                 )
             with clock.phase("merge"):
                 merging = build_merge(config, stages, out, work.merge, done)
