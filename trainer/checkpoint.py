@@ -15,6 +15,7 @@ import json
 import random
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,39 @@ def newest_valid(run_dir: Path) -> tuple[Path | None, list[dict[str, Any]]]:
         except (ArtifactError, OSError, ValueError) as exc:
             skipped.append({"checkpoint": path.name, "step": step, "reason": str(exc)})
     return None, skipped
+
+
+def resume_point(run_dir: Path, note: Callable[[str], None] | None = None) -> Path | None:
+    """The checkpoint a resume loads: the newest that verifies (`newest_valid`), or None for a run
+    without checkpoints. Refused in one line when RUN/checkpoints/ holds checkpoints and none
+    verifies: the run would train again from step 0 beside its old metrics and its first saves
+    would replace the damaged checkpoints (what a user would restore). `note` is told, in one
+    line, of what checkpoints/ holds that no resume reads (Megatron-LM's
+    latest_checkpointed_iteration.txt, a foreign file) and which checkpoint is taken instead."""
+    path, skipped = newest_valid(run_dir)
+    root = run_dir / "checkpoints"
+    if path is None and skipped:
+        raise none_verifies(run_dir, skipped)
+    entries = root.iterdir() if note is not None and root.is_dir() else ()
+    unread = sorted(p.name for p in entries if not _ITER.match(p.name.removesuffix(".tmp")))
+    if note is not None and unread:
+        taken = f"the newest that verifies, {path.name}" if path else "none: there is none"
+        note(
+            f"[launch] note: {root} holds {', '.join(unread)}, which a resume does not read; "
+            f"it resumes from {taken}"
+        )
+    return path
+
+
+def none_verifies(run_dir: Path, skipped: list[dict[str, Any]]) -> ArtifactError:
+    """The one-line refusal of a resume whose every checkpoint is corrupt (`newest_valid`)."""
+    root = run_dir / "checkpoints"
+    reason = skipped[0]["reason"].split("; ")[0]  # the finding, without verify's own remedy
+    return ArtifactError(
+        f"resume refused: none of the {len(skipped)} checkpoint(s) in {root} verifies "
+        f"(newest: {reason}); restore them, or move {root} aside to train this run "
+        "again from step 0"
+    )
 
 
 def read_state(path: Path) -> dict[str, Any]:

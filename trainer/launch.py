@@ -205,10 +205,10 @@ def _resume_state(config: TrainConfig) -> tuple[str, dict[str, Any] | None]:
     """(name, state.json) of the checkpoint a resume would load, or ("", None)."""
     if not config.checkpoint.resume:
         return "", None
-    from trainer.checkpoint import newest_valid, read_state
+    from trainer.checkpoint import read_state, resume_point
 
-    path, _ = newest_valid(Path(config.run.out_dir))
-    return (path.name, read_state(path)) if path is not None else ("", None)
+    path = resume_point(Path(config.run.out_dir), note=print)
+    return (str(path), read_state(path)) if path is not None else ("", None)
 
 
 def _write_launch_files(
@@ -241,22 +241,26 @@ def launch_command(args: argparse.Namespace) -> int:
     if args.smoke:
         config = _smoke_config(config)
         check_run_dir(Path(config.run.out_dir), "run.out_dir's smoke folder")
-    attach(run.out_dir)  # this launch's log (ranks' stderr included) ends in RUN/.logs/
     nproc, nnodes = _layout(config, args)
     run_dir = Path(config.run.out_dir)
     command = torchrun_command(args, nproc, nnodes, run_dir / "launch" / "config.json")
-    with _verify_mode(getattr(args, "verify", None)):
-        if args.dry_run:
-            return _print_dry_run(config, command, args.override_gate)
-        gate = preflight(config, args.override_gate, cuda=True)
     # every node's launcher writes the same run directory: on several nodes only node rank 0
     # holds the writer lock; without --node-rank (c10d elastic) a node learns its rank only at
     # the rendezvous, so every launcher refuses a held run directory before writing and global
     # rank 0 takes the lock for the run (trainer/worker.py, ELASTIC_LOCK)
-    if is_elastic(args, nnodes):
-        check_unlocked(run_dir)
     single_writer = nnodes == "1" or args.node_rank == 0
+    with _verify_mode(getattr(args, "verify", None)):
+        if args.dry_run:
+            return _print_dry_run(config, command, args.override_gate)
+        if single_writer or is_elastic(args, nnodes):
+            # a run being trained is refused naming its holder before the preflight reads its
+            # checkpoints (half-pruned ones, a resume identity the holder is about to replace)
+            check_unlocked(run_dir)
+        gate = preflight(config, args.override_gate, cuda=True)
     with output_lock(run_dir) if single_writer else contextlib.nullcontext():
+        # only now is this launch the run's writer: a refusal before here (the preflight, a
+        # launch that holds the run) leaves the run folder as it was, its log in the temp dir
+        attach(run_dir)  # this launch's log (ranks' stderr included) ends in RUN/.logs/
         return _launch(config, args, (nproc, nnodes), command, gate)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from pretrain.config import config_dict, config_sha256
-from pretrain.errors import ConfigError
+from pretrain.errors import ArtifactError, ConfigError
 from trainer import checkpoint
 from trainer import model as mcore
 from trainer import step as mstep
@@ -162,7 +162,7 @@ class Trainer:
         """Load the newest valid checkpoint when resuming is on; its step, or None."""
         if not self.config.checkpoint.resume:
             return None
-        path = self.newest_checkpoint()
+        path = self.newest_checkpoint(resuming=True)
         if path is None:
             check_identity(self.config, self.data, None)
             return None
@@ -289,15 +289,22 @@ class Trainer:
         self.callbacks.on_checkpoint(self, self.state.step, seconds)
         return seconds
 
-    def newest_checkpoint(self) -> Path | None:
-        """Rank 0 picks the newest valid checkpoint (logging corrupt ones) and tells the others."""
+    def newest_checkpoint(self, resuming: bool = False) -> Path | None:
+        """Rank 0 picks the newest valid checkpoint (logging corrupt ones) and tells the others.
+        `resuming`: every rank refuses a run whose checkpoints are all corrupt (it would train
+        again from step 0 and replace them: `checkpoint.none_verifies`)."""
         chosen: list[Any] = [None]
         if self.rank == 0:
             path, skipped = checkpoint.newest_valid(self.run_dir)
             for entry in skipped:
                 self.callbacks.on_checkpoint_skipped(self, entry)
             chosen = [str(path) if path else ""]
+            if resuming and path is None and skipped:
+                chosen = [str(checkpoint.none_verifies(self.run_dir, skipped)), "refused"]
+        chosen += [None] * (2 - len(chosen))
         torch.distributed.broadcast_object_list(chosen, src=0)
+        if chosen[1] == "refused":
+            raise ArtifactError(chosen[0])
         return Path(chosen[0]) if chosen[0] else None
 
     def restore(self, path: Path, keep_skips: bool = False) -> dict[str, Any]:
