@@ -101,3 +101,24 @@ def test_a_preflight_refusal_leaves_the_run_folder_as_it_was(tmp_path, reference
     assert proc.returncode == 2 and len(lines) == 1, (proc.stdout[-2000:], lines)
     assert "resume refused: checkpoint" in lines[0] and "iter_0000006" in lines[0], lines
     assert _snapshot(run) == before
+
+
+@pytest.mark.timeout(600)
+def test_a_rank_refuses_a_run_whose_every_checkpoint_is_corrupt(tmp_path, reference_run):
+    """Ranks started without the launcher (trainer.worker.spawn_ranks) refuse it too."""
+    import torch.multiprocessing as mp
+
+    from trainer.worker import spawn_ranks
+
+    run = _copy(reference_run, tmp_path)
+    for step in (2, 4, 6):
+        _flip(_shard(run, step))
+    before = _snapshot(run)
+    with pytest.raises(mp.ProcessRaisedException) as info:
+        spawn_ranks(tiny_config(run, run={"train_steps": 8}), 1)
+    assert "ArtifactError: resume refused: none of the 3 checkpoint(s)" in str(info.value)
+    after = _snapshot(run)
+    assert {k: v for k, v in after.items() if k != "metrics.jsonl"} == {
+        k: v for k, v in before.items() if k != "metrics.jsonl"
+    }  # rank 0 logs the skipped checkpoints in metrics.jsonl, nothing else is written
+    assert after["metrics.jsonl"].startswith(before["metrics.jsonl"])
