@@ -119,10 +119,9 @@ def _finished(
     """The prefix's `.done` record while its tokens hold (same sources and tokenizer, the .bin's
     size, the .bin's and the .idx's sha256), and whether its sidecar holds too (its sha256, and its columns are
     what the stages declare now: a tag added, removed or retyped since means it is rewritten)."""
-    path = _done_path(out, stem)
-    if not path.is_file():
+    record = _read_record(_done_path(out, stem))
+    if record is None:
         return None
-    record = json.loads(path.read_text())
     bin_path, idx, sidecar = out / f"{stem}.bin", out / f"{stem}.idx", sidecar_path(out, stem)
     if record.get("sources") != sources or record.get("tokenizer_sha256") != tokenizer_sha:
         return None
@@ -136,6 +135,16 @@ def _finished(
         return None
     holds = sidecar.is_file() and sha256_file(sidecar) == record.get(HASHED[1])
     return record, holds and _columns(pq.read_schema(sidecar)) == _columns(sidecar_schema())
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    """A `.done` record, or None when there is none or it is not one (not JSON, not an object:
+    a damaged disk; the prefix is encoded again rather than the re-run ending in a traceback)."""
+    try:
+        record = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _columns(schema: pa.Schema) -> list[tuple[str, pa.DataType]]:
@@ -198,20 +207,24 @@ def encode_prefix(
         documents += len(lengths)
         tokens += sum(lengths)
     builder.finalize(f"{tmp_prefix}.idx")
-    _write_sidecar(sidecars, Path(f"{tmp_prefix}.docs.parquet"))
-    for suffix in (".bin", ".idx", ".docs.parquet"):
-        os.replace(f"{tmp_prefix}{suffix}", out / f"{stem}{suffix}")
+    partial = {suffix: Path(f"{tmp_prefix}{suffix}") for suffix in OUTPUT_SUFFIXES[:3]}
+    _write_sidecar(sidecars, partial[".docs.parquet"])
     record = {
         "sources": sources,
         "tokenizer_sha256": tokenizer.sha256,
         "documents": documents,
         "tokens": tokens,
-        "bin_bytes": (out / f"{stem}.bin").stat().st_size,
-        HASHED[0]: sha256_file(out / f"{stem}.idx"),
-        HASHED[1]: sha256_file(sidecar_path(out, stem)),
-        HASHED[2]: sha256_file(out / f"{stem}.bin"),
+        "bin_bytes": partial[".bin"].stat().st_size,
+        HASHED[0]: sha256_file(partial[".idx"]),
+        HASHED[1]: sha256_file(partial[".docs.parquet"]),
+        HASHED[2]: sha256_file(partial[".bin"]),
     }
+    # the record first, then the files: a kill between leaves files the output check accepts
+    # (a record is there) and the re-run checks against it (moved in part: done again). Moved
+    # first, a kill before the record left a .bin/.idx the re-run refused as a stranger's.
     atomic_write_json(_done_path(out, stem), record)
+    for suffix, path in partial.items():
+        os.replace(path, out / f"{stem}{suffix}")
     return ShardResult(stem, documents, tokens, skipped=False)
 
 
