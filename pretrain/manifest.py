@@ -160,6 +160,7 @@ def _is_scratch(path: Any, root: Any) -> bool:  # Path or outstore.ObjectPath, b
         rel == MANIFEST
         or rel.startswith(f"{LOGS_DIR}/")
         or any(rel.startswith(f"{folder}/") for folder in UNLISTED_DIRS)
+        or STAGING_DIR in rel.split("/")[:-1]  # a nested artifact's, unfinished
         or is_lock_file(path)
         or (name.startswith(".") and name.endswith(".tmp"))
     )

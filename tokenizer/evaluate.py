@@ -22,6 +22,7 @@ from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json
 from pretrain.outtarget import require_own_output
 from pretrain.progress import Progress
+from pretrain.staging import staged
 from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.plots import plot_compression, plot_groups
 from tokenizer.sample import SamplePlan, group_key, stream_sample
@@ -196,8 +197,6 @@ def evaluate(
     require_own_output(out, "--out", KIND)  # not a folder of someone else's report.json
     tokenizer = load_locked(tokenizer_dir)
     _, shards = require_shards(data)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "manifest.json").unlink(missing_ok=True)
     docs, source = select_eval_docs(shards, tokenizer.lock)
     specials = set(tokenizer.lock["special_tokens"].values())
     report: dict[str, Any] = {
@@ -218,15 +217,20 @@ def evaluate(
             processor.get_piece_size(), special_sp
         )
     summary = _summary(report)
-    atomic_write_json(out / "report.json", report)
-    plot_compression(report, out / "compression.png")
-    eval_kind.write(
-        out,
-        eval_kind.TokenizerEvalFields(tokenizer=tokenizer.info, summary=summary),
-        config={"baseline": baseline},
-        inputs=[data, tokenizer_dir],
-        counts={"documents": len(docs)},
-    )
+    # built out of sight, moved in at the end (pretrain.staging): before, the old manifest went
+    # first and report.json was written in place, so a kill left a folder the re-run refused as
+    # not ours (and `pretrain verify TOKENIZER` reported its files); now an earlier eval stays
+    # whole until the new one replaces it
+    with staged(out, KIND) as files:
+        atomic_write_json(files / "report.json", report)
+        plot_compression(report, files / "compression.png")
+        eval_kind.write(
+            files,
+            eval_kind.TokenizerEvalFields(tokenizer=tokenizer.info, summary=summary),
+            config={"baseline": baseline},
+            inputs=[data, tokenizer_dir],
+            counts={"documents": len(docs)},
+        )
     return report
 
 
