@@ -20,6 +20,8 @@ RAY = Path(sys.executable).with_name("ray")
 DATA = REPO / "tests" / "data" / "data_pipeline"
 LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 """In a Ray process's environment: a loopback address stays loopback (see `start_node`)."""
+EMBEDDED_CONFIG = {"shard_rows": 4, "batch_rows": 3, "ray": {"timeout_s": 300}}
+"""The job on DATA of the cluster, Ray Job and s3 tests; conftest's `embedded_out` runs it once."""
 
 
 def clean_env(home: Path, **extra: str) -> dict[str, str]:

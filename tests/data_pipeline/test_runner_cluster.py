@@ -14,6 +14,7 @@ import pytest
 
 from tests.data_pipeline.raytools import (
     DATA,
+    EMBEDDED_CONFIG,
     REPO,
     clean_env,
     data_run,
@@ -48,13 +49,11 @@ def token_home(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_fresh_shell_reaches_a_token_cluster_or_says_what_to_set(tmp_path, token_home) -> None:
+def test_fresh_shell_reaches_a_token_cluster_or_says_what_to_set(
+    tmp_path, token_home, embedded_out
+) -> None:
     env = clean_env(token_home)
-    config = {"inputs": [str(DATA)], "shard_rows": 4, "batch_rows": 3, "ray": {"timeout_s": 300}}
-    embedded = run_cli(
-        data_run({**config, "output": str(tmp_path / "embedded")}, tmp_path / "e.yaml"), env
-    )
-    assert embedded.returncode == 0, embedded.stderr[-2000:]
+    config = {**EMBEDDED_CONFIG, "inputs": [str(DATA)]}  # embedded_out: the same job, embedded
 
     port = free_port()
     head = start_node(Path("/tmp") / f"ray-tok-{port}", env, 2, port=port)
@@ -81,7 +80,7 @@ def test_fresh_shell_reaches_a_token_cluster_or_says_what_to_set(tmp_path, token
     finally:
         stop_node(head)
         shutil.rmtree(Path("/tmp") / f"ray-tok-{port}", ignore_errors=True)
-    assert outputs(tmp_path / "cluster") == outputs(tmp_path / "embedded")
+    assert outputs(tmp_path / "cluster") == outputs(embedded_out)
     assert refused.returncode == 2, refused.stderr[-2000:]
     error = [line for line in refused.stderr.splitlines() if "error:" in line]
     assert len(error) == 1 and "RAY_AUTH_MODE=token" in error[0], refused.stderr[-2000:]

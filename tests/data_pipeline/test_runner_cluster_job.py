@@ -28,6 +28,7 @@ import pytest
 
 from tests.data_pipeline.raytools import (
     DATA,
+    EMBEDDED_CONFIG,
     RAY,
     REPO,
     HeadExited,
@@ -46,7 +47,7 @@ from tests.data_pipeline.s3tools import KEYS, s3_env, s3_filesystem, upload_inpu
 from tests.data_pipeline.test_runner_cluster import outputs
 from tests.data_pipeline.test_runner_cluster_s3_out import _objects, _published
 
-CONFIG = {"shard_rows": 4, "batch_rows": 3, "ray": {"timeout_s": 300}}
+CONFIG = EMBEDDED_CONFIG
 SUMMARY = "pretrain data run: 23 docs in, 17 kept, 6 dropped"
 LOOPBACK = ("127.0.0.1", "::ffff:127.0.0.1", "::1")
 
@@ -109,18 +110,22 @@ def _submit(url: str, env: dict[str, str], cwd: Path, config: Path | str, *opts:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_ray_job_submit_runs_the_data_job_on_the_cluster(tmp_path, s3_server) -> None:
+def test_ray_job_submit_runs_the_data_job_on_the_cluster(tmp_path, s3_server, embedded_out) -> None:
     home = token_home(tmp_path / "home")
     env = clean_env(home)
-    local = {**CONFIG, "inputs": [str(DATA)]}
+    local = {**CONFIG, "inputs": [str(DATA)]}  # embedded_out: this job, embedded
     on_s3 = {**CONFIG, "inputs": ["s3://crawl/in"]}
     upload_inputs(s3_server)
-    for name, config, extra in (("embedded", local, {}), ("embedded-s3", on_s3, s3_env(s3_server))):
-        argv = data_run({**config, "output": str(tmp_path / name)}, tmp_path / f"{name}.yaml")
-        run = subprocess.run(
-            argv, cwd=REPO, env={**env, **extra}, capture_output=True, text=True, timeout=600
-        )
-        assert run.returncode == 0, run.stderr[-2000:]
+    argv = data_run({**on_s3, "output": str(tmp_path / "embedded-s3")}, tmp_path / "s3.yaml")
+    run = subprocess.run(
+        argv,
+        cwd=REPO,
+        env={**env, **s3_env(s3_server)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
 
     job_config = tmp_path / "job.yaml"
     data_run({**local, "output": str(tmp_path / "job")}, job_config)
@@ -156,7 +161,7 @@ def test_ray_job_submit_runs_the_data_job_on_the_cluster(tmp_path, s3_server) ->
     assert jobs.count("entrypoint='pretrain data run") == 2, jobs  # the refused ones never ran
     assert s3_server in jobs  # the job server keeps and shows --runtime-env-json values
     assert SUMMARY in said and "succeeded" in said, said[-3000:]
-    assert outputs(tmp_path / "job") == outputs(tmp_path / "embedded")
+    assert outputs(tmp_path / "job") == outputs(embedded_out)
 
     said = s3_job.stdout + s3_job.stderr
     assert s3_job.returncode == 0 and SUMMARY in said, said[-3000:]

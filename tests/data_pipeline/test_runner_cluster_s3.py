@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.data_pipeline.raytools import DATA, REPO, clean_env, data_run
+from tests.data_pipeline.raytools import EMBEDDED_CONFIG, REPO, clean_env, data_run
 from tests.data_pipeline.s3tools import s3_env, upload_inputs
 
 
@@ -21,18 +21,20 @@ def _texts(out: Path) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_s3_inputs_give_the_same_documents_as_local_files(tmp_path, s3_server) -> None:
-    upload_inputs(s3_server)
+def test_s3_inputs_give_the_same_documents_as_local_files(
+    tmp_path, s3_server, embedded_out
+) -> None:
+    upload_inputs(s3_server)  # DATA's files; embedded_out: this job on DATA itself
     env = clean_env(tmp_path / "home", **s3_env(s3_server))
-    config = {"shard_rows": 4, "batch_rows": 3, "ray": {"num_cpus": 2, "timeout_s": 300}}
-    runs = {}
-    for name, inputs in (("s3", ["s3://crawl/in"]), ("local", [str(DATA)])):
-        argv = data_run(
-            {**config, "inputs": inputs, "output": str(tmp_path / name)}, tmp_path / f"{name}.yaml"
-        )
-        runs[name] = subprocess.run(
-            argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=500
-        )
-        assert runs[name].returncode == 0, runs[name].stderr[-2000:]
-    assert "23 docs in, 17 kept, 6 dropped" in runs["s3"].stdout
-    assert _texts(tmp_path / "s3") == _texts(tmp_path / "local")
+    config = {**EMBEDDED_CONFIG, "inputs": ["s3://crawl/in"], "output": str(tmp_path / "s3")}
+    run = subprocess.run(
+        data_run(config, tmp_path / "s3.yaml"),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=500,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "23 docs in, 17 kept, 6 dropped" in run.stdout
+    assert _texts(tmp_path / "s3") == _texts(embedded_out)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.data_pipeline.raytools import DATA, REPO, clean_env, data_run
+from tests.data_pipeline.raytools import DATA, EMBEDDED_CONFIG, REPO, clean_env, data_run
 from tests.data_pipeline.s3tools import s3_env, s3_filesystem
 
 BUCKET = "corpus"
@@ -59,26 +59,19 @@ def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_s3_output_matches_a_local_output_and_resumes_from_verified_parts(
-    tmp_path, s3_server
+    tmp_path, s3_server, embedded_out
 ) -> None:
     s3 = s3_filesystem(s3_server)
     s3.create_dir(BUCKET)
     env = clean_env(tmp_path / "home", **s3_env(s3_server))
-    config = {
-        "inputs": [str(DATA)],
-        "shard_rows": 4,
-        "batch_rows": 3,
-        "ray": {"num_cpus": 2, "timeout_s": 300},
-    }
-    local = _run(data_run({**config, "output": str(tmp_path / "local")}, tmp_path / "l.yaml"), env)
-    assert local.returncode == 0, local.stderr[-2000:]
+    config = {**EMBEDDED_CONFIG, "inputs": [str(DATA)]}  # embedded_out: into a local folder
     uri = f"s3://{BUCKET}/runs/one"
     argv = data_run({**config, "output": uri}, tmp_path / "s.yaml")
     first = _run(argv, env)
     assert first.returncode == 0, first.stderr[-2000:]
     assert "23 docs in, 17 kept, 6 dropped" in first.stdout
     stored = _objects(s3, f"{BUCKET}/runs/one")
-    expected = _published(_local(tmp_path / "local"))
+    expected = _published(_local(embedded_out))
     assert any(k.startswith("data/") for k in expected)
     assert _published(stored) == expected
     manifest = json.loads(stored["manifest.json"])
