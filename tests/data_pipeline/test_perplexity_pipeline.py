@@ -5,31 +5,24 @@ from __future__ import annotations
 
 import glob
 import json
-import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from data_pipeline.models.demo_assets import build_demo_models
 from data_pipeline.stages.registry import section
 from pretrain.artifacts import shards as shards_artifact
 from pretrain.manifest import manifest_sha256
-from pretrain.sample import SAMPLE_FILES, sample_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_pipeline_records_model_hashes_cutoffs_and_tags(tmp_path, ray_local):
+def test_pipeline_records_model_hashes_cutoffs_and_tags(tmp_path, ray_local, demo_models):
     from pretrain_app.cli import main
 
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    for name in SAMPLE_FILES:
-        shutil.copyfile(sample_dir() / name, raw / name)
-    models = build_demo_models(raw, tmp_path / "models")
+    raw, models = demo_models  # the sample, and the demo's models trained on it (conftest.py)
     out = tmp_path / "shards"
     sets = [
         f"inputs=[{raw}]",
