@@ -189,6 +189,10 @@ def write_report(
 ) -> dict[str, Any]:
     """Write report.json and report.png; returns the report (without plot arrays)."""
     target = Path(out) if out is not None else Path(directory) / "report"
+    # the mixture is checked before the lock is taken: the lock file sits beside `target`, i.e.
+    # inside the mixture, and a report asked of a missing or unfinished mixture created that
+    # folder with `.report.lock` in it, which a re-run of the killed build then refused as foreign
+    require(directory, kind="mixture", deep=False)
     with output_lock(target):
         check_report_out(target, "--out" if out is not None else "the report folder")
         report = build_report(directory)

@@ -134,6 +134,7 @@ def test_a_first_build_killed_before_its_rename_leaves_nothing_a_reader_takes(
     assert not out.exists()  # nothing a reader could take for the mixture
     refused = run(["mixture", "report", str(out)], tmp_path, "report")
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert not out.exists()  # the refused report created nothing (it left mix/.report.lock)
     _rerun_matches(built, out, tmp_path)
 
 
