@@ -29,6 +29,7 @@ from pretrain.command import current_command
 from pretrain.errors import ArtifactError
 from pretrain.hashcache import sha256_file
 from pretrain.locking import is_lock_file
+from pretrain.manifest_shape import check_shape
 from pretrain.progress import LOGS_DIR, warn
 
 MANIFEST = "manifest.json"
@@ -314,6 +315,7 @@ def load_manifest(directory: str | os.PathLike | outstore.ObjectPath) -> dict[st
         raise ArtifactError(f"{path} is not valid JSON ({exc}); rebuild the artifact") from None
     if not isinstance(manifest, dict) or "kind" not in manifest or "files" not in manifest:
         raise ArtifactError(f"{path} lacks 'kind' or 'files'; rebuild the artifact")
+    check_shape(path, manifest)
     return manifest
 
 
