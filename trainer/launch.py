@@ -32,11 +32,9 @@ from pretrain.locking import check_unlocked, output_lock
 from pretrain.manifest import atomic_write_json
 from pretrain.progress import attach
 from trainer.config import TrainConfig
-from trainer.train import default_threads
+from trainer.train import RUN_LOCKED_BY, default_threads
 
 LOOPBACK = "127.0.0.1"
-ELASTIC_LOCK = "PRETRAIN_RANK0_LOCK"
-"""Set for the ranks of an elastic multi-node launch: global rank 0 holds the run dir's lock."""
 
 
 def gate_decision(config: TrainConfig, override_reason: str | None) -> dict[str, Any]:
@@ -247,8 +245,8 @@ def launch_command(args: argparse.Namespace) -> int:
     # every node's launcher writes the same run directory: on several nodes only node rank 0
     # holds the writer lock; without --node-rank (c10d elastic) a node learns its rank only at
     # the rendezvous, so every launcher refuses a held run directory before writing and global
-    # rank 0 takes the lock for the run (trainer/worker.py, ELASTIC_LOCK)
-    single_writer = nnodes == "1" or args.node_rank == 0
+    # rank 0 takes the lock for the run (trainer/train.py, RUN_LOCKED_BY)
+    single_writer = holds_run_lock(args, nnodes)
     with _verify_mode(getattr(args, "verify", None)):
         if args.dry_run:
             return _print_dry_run(config, command, args.override_gate)
@@ -264,15 +262,20 @@ def launch_command(args: argparse.Namespace) -> int:
         return _launch(config, args, (nproc, nnodes), command, gate)
 
 
+def holds_run_lock(args: argparse.Namespace, nnodes: str) -> bool:
+    """This launcher is the run's writer: one node, or node rank 0 (its ranks are told so)."""
+    return nnodes == "1" or args.node_rank == 0
+
+
 def is_elastic(args: argparse.Namespace, nnodes: str) -> bool:
     """Several nodes and no --node-rank: torchrun's c10d rendezvous assigns the node ranks."""
     return nnodes != "1" and args.node_rank is None
 
 
-def _torchrun_env(nproc: int, local: bool, elastic: bool = False) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PRETRAIN_VERIFY", ELASTIC_LOCK)}
-    if elastic:
-        env[ELASTIC_LOCK] = "1"
+def _torchrun_env(nproc: int, local: bool, holds_lock: bool = False) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PRETRAIN_VERIFY", RUN_LOCKED_BY)}
+    if holds_lock:  # the ranks' rank 0 then takes no lock of its own (trainer/train.py)
+        env[RUN_LOCKED_BY] = str(os.getpid())
     env.setdefault("PRETRAIN_TORCH_THREADS", str(default_threads(nproc)))
     env.setdefault("OMP_NUM_THREADS", env["PRETRAIN_TORCH_THREADS"])
     if local:  # gloo's and NCCL's own sockets on loopback too
@@ -299,7 +302,7 @@ def _launch(
     error_file.unlink(missing_ok=True)
     result = subprocess.run(
         command,
-        env=_torchrun_env(nproc, is_local(args, nnodes), is_elastic(args, nnodes)),
+        env=_torchrun_env(nproc, is_local(args, nnodes), holds_run_lock(args, nnodes)),
         check=False,
         preexec_fn=functools.partial(die_with_parent, os.getpid()),  # agent dies with us
     )

@@ -14,13 +14,17 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Sequence
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trainer.callbacks import Callback
 from trainer.config import TrainConfig
+
+RUN_LOCKED_BY = "PRETRAIN_RUN_LOCKED_BY"
+"""Set by `pretrain launch` for the ranks it starts while it holds the run directory's writer
+lock: its pid (the lock record's holder). A rank 0 without it takes the lock itself."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ def train(
     # what this rank writes (checkpoints, the run manifest) records the launcher's command
     command = load_launch_info(Path(config.run.out_dir)).get("command")
     try:
-        with recorded(command) if command else nullcontext():
+        with recorded(command) if command else nullcontext(), _run_lock(config, command):
             return _run(config, smoke, callbacks)
     finally:
         for name, value in saved.items():
@@ -95,6 +99,27 @@ def train(
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _run_lock(config: TrainConfig, command: list[str] | None) -> AbstractContextManager[Any]:
+    """The run directory's writer lock, taken by global rank 0 unless the launcher that started
+    this rank holds it (RUN_LOCKED_BY names its pid, trainer/launch.py): ranks spawned without
+    torchrun (trainer.worker.spawn_ranks), started by hand, or by an elastic multi-node launch
+    (no launcher knew it would be node 0) keep a second writer out of the run themselves. A
+    launcher in this process (`--in-process`) holds it already: the lock is re-entered."""
+    import socket
+
+    from pretrain.locking import output_lock, read_holder
+
+    run_dir = Path(config.run.out_dir)
+    if os.environ.get("RANK", "0") != "0":
+        return nullcontext()
+    launcher = os.environ.get(RUN_LOCKED_BY)
+    holder = read_holder(run_dir) or {}
+    here = holder.get("host") == socket.gethostname()
+    if here and launcher and launcher.isdigit() and holder.get("pid") == int(launcher):
+        return nullcontext()
+    return output_lock(run_dir, command)
 
 
 def _run(config: TrainConfig, smoke: bool, callbacks: Sequence[Callback]) -> dict[str, Any]:

@@ -11,12 +11,11 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pretrain.config import parse_config
-from pretrain.errors import PretrainError
+from pretrain.errors import OutputLocked, PretrainError
 from pretrain.lifetime import die_with_parent
 from pretrain.manifest import atomic_write_bytes
 from trainer.config import TrainConfig
@@ -38,31 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.train import train
 
     try:
-        with _writer_lock(config):
-            train(config, smoke=args.smoke)
+        train(config, smoke=args.smoke)
     except PretrainError as exc:
         print(f"pretrain launch: error: {exc}", file=sys.stderr, flush=True)
         from trainer.run_outputs import is_own_run
 
         run_dir = Path(config.run.out_dir)  # error.txt is for the launcher, which made launch/:
-        if (run_dir / "launch").is_dir() and is_own_run(run_dir):  # never in a refused folder
+        refused = isinstance(exc, OutputLocked)  # never in a refused folder, or another's run
+        if not refused and (run_dir / "launch").is_dir() and is_own_run(run_dir):
             atomic_write_bytes(run_dir / "launch" / "error.txt", str(exc).encode())
         return 2
     return 0
-
-
-def _writer_lock(config: TrainConfig) -> AbstractContextManager[Any]:
-    """The run directory's writer lock on global rank 0 of an elastic multi-node launch (no
-    launcher knew it would be node rank 0, trainer/launch.py); nothing otherwise."""
-    from trainer.launch import ELASTIC_LOCK
-
-    if os.environ.get(ELASTIC_LOCK) != "1" or os.environ.get("RANK", "0") != "0":
-        return nullcontext()
-    from pretrain.locking import output_lock
-    from trainer.run_outputs import load_launch_info
-
-    run_dir = Path(config.run.out_dir)
-    return output_lock(run_dir, load_launch_info(run_dir).get("command"))
 
 
 if __name__ == "__mp_main__":  # a helper megatron spawned from a rank: end with the rank

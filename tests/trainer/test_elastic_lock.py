@@ -20,7 +20,6 @@ from pretrain.config import config_dict, parse_config
 from pretrain_app.cli import main
 from tests.trainer.trainer_testlib import tiny_config
 from trainer.config import TrainConfig
-from trainer.launch import ELASTIC_LOCK
 
 REPO = Path(__file__).resolve().parents[2]
 HOLD = (
@@ -76,8 +75,9 @@ def test_an_elastic_launch_into_a_held_run_dir_is_refused_before_writing(tmp_pat
     assert not (run_dir / "launch.json").exists() and not (run_dir / "launch").exists()
 
 
-def _worker(config_json: Path, rank: str) -> subprocess.CompletedProcess[str]:
-    env = _clean_env(**{ELASTIC_LOCK: "1", "RANK": rank})
+def _worker(config_json: Path, **env_extra: str) -> subprocess.CompletedProcess[str]:
+    """A rank as torchrun starts it (`RANK` ...) with no launcher holding the run's lock."""
+    env = _clean_env(**env_extra)
     return subprocess.run(
         [sys.executable, "-m", "trainer.worker", str(config_json)],
         cwd=REPO,
@@ -96,7 +96,7 @@ def test_global_rank_zero_of_an_elastic_launch_takes_the_writer_lock(tmp_path):
     config_json = tmp_path / "config.json"
     config_json.write_text(json.dumps(config_dict(config)))
     with _held(run_dir) as pid:
-        result = _worker(config_json, "0")
+        result = _worker(config_json, RANK="0")
     assert result.returncode == 2, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if "pretrain launch: error:" in line]
     assert len(lines) == 1 and f"is being written by pid {pid}" in lines[0], result.stderr[-2000:]
