@@ -175,8 +175,12 @@ class Framer:
         block's end, or at a record start elsewhere; then the framing itself: a block that holds
         a record start is wrong when no blank line follows it (a length landing on a record's
         start), or when a record starting inside it declares a length that ends where this
-        block does, or that starts right after other bytes on its line and runs past its end
-        (a record cut short and the next one written after it)."""
+        block does (not one that is the whole block: a resource archiving one record), or that
+        starts right after other bytes on its line and runs past its end (a record cut short and
+        the next one written after it). Other than by declaring this block's end, a record start
+        (inside the block, or where its HTTP message ends) counts against it only when that
+        record `_frames` (ends by its own length where a record should): a page quoting a record
+        (a `WARC/1.0` line and made-up fields in its text) is no evidence."""
         start = len(head)
         if not self._in_doubt(start, total):
             return False
@@ -192,30 +196,50 @@ class Framer:
             return True
         if end is not None and end == total - start:
             return False
-        if end is not None and self._record_at(start + end):
+        if end is not None and self._record_at(start + end) and self._frames(start + end):
             return True
-        if not self._holds_record_start(start, total):
+        inner = self._record_starts(start, total)
+        if not inner:
             return False
         tail = bytes(self.buf[total : total + _TAIL])
-        return tail[: len(tail) - len(tail.lstrip(b"\r\n"))].count(b"\n") < 2 or any(
-            self._declared_end(line.start()) == total
-            for line in _VERSION_LINE.finditer(self.buf, start, total)
-        )
+        newlines = tail[: len(tail) - len(tail.lstrip(b"\r\n"))].count(b"\n")
+        if newlines < 2 and any(self._frames(at) for at in inner):
+            return True
+        return any(at > start and self._declared_end(at) == total for at in inner)
+
+    def _record_starts(self, start: int, total: int) -> list[int]:
+        """Where in buffer[start:total] a version line followed by a header field line begins."""
+        lines = list(_VERSION_LINE.finditer(self.buf, start, total))
+        return [line.start() for line in lines if _FIELD_NAME.match(self.buf, line.end())]
+
+    def _frames(self, at: int) -> bool:
+        """Whether the record whose headers start at buffer index `at` ends where a record
+        should by its own Content-Length (`_followed_by_record`, within the record limit): a
+        real record inside a block with a wrong length does, a record quoted in a page's text
+        (a `WARC/1.0` line and made-up fields) mostly does not."""
+        self._fill(at + _CHUNK)
+        rest = bytes(self.buf[at : at + _TAIL])
+        end = self._declared_end(at + min(len(rest) - len(rest.lstrip(b"\r\n")), 4))
+        if end < 0 or end > self.limit:
+            return False
+        self._fill(end + _TAIL)
+        return self._followed_by_record(end)
 
     def _holds_record_start(self, start: int, total: int) -> bool:
         """Whether buffer[start:total] holds a version line followed by a header field line."""
-        lines = _VERSION_LINE.finditer(self.buf, start, total)
-        return any(_FIELD_NAME.match(self.buf, line.end()) for line in lines)
+        return bool(self._record_starts(start, total))
 
     def _glued_record_runs_past(self, start: int, total: int) -> bool:
         """Whether a record starts inside buffer[start:total] right after other bytes on its
         line (a record cut short and the next written after it) and declares a block that runs
-        past `total`: the cut record's own lengths (its HTTP message's too) can agree with a
-        wrong end, this record's cannot."""
-        for line in _VERSION_LINE.finditer(self.buf, start, total):
+        past `total` and `_frames` there: the cut record's own lengths (its HTTP message's too)
+        can agree with a wrong end, this record's cannot."""
+        for line in list(_VERSION_LINE.finditer(self.buf, start, total)):
             at = line.start()
             glued = self.buf[at - 1 : at] not in (b"\n", b"\r")
-            if glued and _FIELD_NAME.match(self.buf, line.end()) and self._declared_end(at) > total:
+            if not glued or not _FIELD_NAME.match(self.buf, line.end()):
+                continue
+            if self._declared_end(at) > total and self._frames(at):
                 return True
         return False
 
