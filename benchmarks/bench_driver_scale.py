@@ -24,6 +24,11 @@ process (`time.process_time`, so load on the machine counts less than in wall ti
   CPU; a real store's round trip is ~10-30 ms of waiting: `--s3-delay-ms N` serves the s3 rows
   from moto with N ms added to every request (tests/data_pipeline/moto_latency.py).
 
+- `handover` (object store, `--handover`): the end of a run, ledger assembly + manifest, baseline
+  `read_back` (every part's fragment read back, READ_AHEAD in flight: the driver before
+  2026-12-04), ours `handed` (the fragments the merge handed the driver are folded, none read:
+  data_pipeline.collect).
+
 Run: `python -m benchmarks.bench_driver_scale --parts 1000 10000 100000 --s3-parts 1000`;
 read-ahead: `python -m benchmarks.bench_driver_scale --parts --s3-parts 1000 --s3-delay-ms 0 20`.
 """
@@ -41,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_result
-from data_pipeline import fingerprint, parts, readahead, runner
+from data_pipeline import collect, fingerprint, parts, readahead, runner
 from data_pipeline.formats import InputFile
 from pretrain import outstore
 from pretrain import shards_layout as layout
@@ -124,6 +129,28 @@ def identity_sides(inputs: list[InputFile]) -> dict[str, Any]:
     }
 
 
+def handed_over(out: outstore.OutPath, stems: list[str], per_input: int) -> collect.Merged:
+    """What the merge of a run hands the driver: every part's fragment, as written (read here,
+    untimed, to stand in for the merge's returned rows)."""
+    merged = collect.Merged()
+    for shard in _shards(stems, per_input):
+        merged.add_fragment(shard, parts.fragment_path(out, shard).read_bytes())
+    return merged
+
+
+def handover_sides(out: outstore.OutPath, stems: list[str], per_input: int) -> dict[str, Any]:
+    """The end of a run (ledger assembly + manifest): `read_back` reads every part's fragment
+    (READ_AHEAD in flight: the driver before 2026-12-04), `handed` folds what the merge handed
+    over and reads none (data_pipeline.collect)."""
+    merged = handed_over(out, stems, per_input)
+
+    def end(with_: collect.Merged) -> None:
+        runner._collect(out, stems, [], with_)
+        write_manifest(out, "bench", known=with_.known)
+
+    return {"read_back": _cpu(lambda: end(collect.Merged())), "handed": _cpu(lambda: end(merged))}
+
+
 def readahead_sides(out: outstore.OutPath, stems: list[str]) -> dict[str, Any]:
     """Resume scan + ledger assembly read one at a time, then READ_AHEAD at a time."""
     sides: dict[str, Any] = {}
@@ -133,7 +160,7 @@ def readahead_sides(out: outstore.OutPath, stems: list[str]) -> dict[str, Any]:
         try:
             sides[side] = {
                 "resume": _cpu(lambda: parts.finished_parts(out)),
-                "ledger": _cpu(lambda: runner._collect(out, stems, [], {})),
+                "ledger": _cpu(lambda: runner._collect(out, stems, [], collect.Merged())),
                 "progress": _cpu(lambda: parts.records_to_read(out, stems, {}, 5000)),
             }
         finally:
@@ -194,6 +221,9 @@ def report(store: str, row: dict[str, Any]) -> None:
             for side in ("serial", "ahead")
         ]
         print(f"[{store} {parts_} parts] readahead, wall ms per part: " + "; ".join(walls))
+    if "handover" in row:
+        sides = [_per(row, "handover", side, parts_) for side in ("read_back", "handed")]
+        print(f"[{store} {parts_} parts] end of run, per part: " + "; ".join(sides))
 
 
 def run_s3(counts: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -222,6 +252,8 @@ def _run_s3(counts: list[int], args: argparse.Namespace, delay: float) -> list[d
             if delay == 0:
                 row = measure_built(out, count, stems, args)
             row["readahead"] = readahead_sides(out, stems)
+            if args.handover:
+                row["handover"] = handover_sides(out, stems, args.parts_per_input)
             row["served"] = in_flight(endpoint)
             rows.append(row)
             report(f"s3+{delay:g}ms", rows[-1])
@@ -236,6 +268,9 @@ def main() -> None:
     parser.add_argument("--file-kb", type=int, default=16)
     parser.add_argument("--identity-inputs", type=int, default=200)
     parser.add_argument("--s3-delay-ms", type=float, nargs="*", default=[0.0])
+    parser.add_argument(
+        "--handover", action="store_true", help="the s3 end of a run: read back vs handed over"
+    )
     args = parser.parse_args()
     result: dict[str, Any] = {"args": vars(args), "load": os.getloadavg(), "local": [], "s3": []}
     with tempfile.TemporaryDirectory(prefix="bench-driver-") as tmp:

@@ -11,10 +11,14 @@ from pretrain.errors import PretrainError
 
 
 def run(
-    dataset: Any, timeout_s: float | None, on_block: Callable[[Any], None] | None = None
+    dataset: Any,
+    timeout_s: float | None,
+    on_block: Callable[[Any], None] | None = None,
+    keep: bool = True,
 ) -> tuple[list[dict[str, Any]], str]:
     """Run the dataset to completion, with a wall-clock guard when a timeout is configured;
-    `on_block` sees each output block as it arrives."""
+    `on_block` sees each output block as it arrives. With `keep` false no row is kept (the
+    list returned is empty): the merge's rows carry records the driver folds, not holds."""
     result: list[Any] = []
     errors: list[BaseException] = []
 
@@ -23,7 +27,8 @@ def run(
             for block in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
                 if on_block is not None:
                     on_block(block)
-                result.extend(block.to_pylist())
+                if keep:
+                    result.extend(block.to_pylist())
         except BaseException as exc:  # re-raised in the driver thread below
             errors.append(exc)
 

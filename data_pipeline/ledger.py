@@ -114,7 +114,7 @@ def _totals(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
     return {"documents": docs, "bytes": bytes_, "text_bytes": text}
 
 
-class _Fold:
+class Fold:
     """The sums of every fragment folded in so far: one entry per (stage, reason, domain, lang,
     outcome) and per (stage, soft reason), never the fragments themselves, so the driver's memory
     is set by the number of distinct reasons, not by the number of parts (millions at 40 TB)."""
@@ -200,11 +200,17 @@ def _mix(rows: list[dict[str, Any]], key: str) -> dict[str, dict[str, int]]:
 
 
 def aggregate(
-    fragments: Iterable[dict[str, Any]], stages: Sequence[str], documents_read: int, bytes_read: int
+    fragments: Iterable[dict[str, Any]],
+    stages: Sequence[str],
+    documents_read: int,
+    bytes_read: int,
+    fold: Fold | None = None,
 ) -> dict[str, Any]:
     """Sum shard fragments into the ledger and check conservation against what was read. The
-    fragments are folded one at a time (an iterator of them is read once, none is kept)."""
-    fold = _Fold()
+    fragments are folded one at a time (an iterator of them is read once, none is kept), into
+    `fold` when given (the fragments the merge already handed the driver: data_pipeline.collect).
+    The sums do not depend on the order the fragments are folded in."""
+    fold = fold if fold is not None else Fold()
     for frag in fragments:
         fold.add(frag)
     rows = _row_dicts(fold.rows)

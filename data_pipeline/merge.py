@@ -1,9 +1,12 @@
 """The merge: one task per shard turns the stream's pieces into the shard, its rejects and its
 ledger fragment (select applied, rows in order, each once). A merge retried after its node died
-finds its pieces gone and returns what the finished merge recorded."""
+finds its pieces gone and returns what the finished merge recorded. Each row it returns carries
+the bytes of the part's fragment and cost record, which the driver folds instead of reading them
+back (data_pipeline.collect)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -12,11 +15,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from data_pipeline import ledger, throughput
-from data_pipeline.parts import fragment_path, load_json, part_verifies, pieces_dir, write_parquet
+from data_pipeline.collect import json_bytes
+from data_pipeline.parts import fragment_path, part_verifies, pieces_dir, write_parquet
 from data_pipeline.workers import read_pieces
 from pretrain import shards_layout as layout
 from pretrain.errors import PretrainError
-from pretrain.outstore import OutPath, listed, output_path, remove_tree, write_json
+from pretrain.outstore import OutPath, listed, output_path, remove_tree, write_atomic
 from pretrain.schema import conform
 
 
@@ -62,10 +66,9 @@ class ShardWriter:
             name = layout.data_file(shard)
             files[name] = write_parquet(kept, self.out, name, self.level)
         files.update(self._write_rejects(group.filter(pc.invert(keep)), shard))
-        write_json(fragment_path(self.out, shard), {"shard": shard, "files": files, **frag})
-        return pa.table(
-            {"shard": [shard], "kept": [kept.num_rows], "dropped": [group.num_rows - kept.num_rows]}
-        )
+        data = json_bytes({"shard": shard, "files": files, **frag})
+        write_atomic(fragment_path(self.out, shard), data)
+        return _row(shard, kept.num_rows, group.num_rows - kept.num_rows, data)
 
     def finished(self, shard: str) -> pa.Table:
         """What the merge of `shard` returned, when it already ran to the end: Ray runs a task
@@ -76,11 +79,10 @@ class ShardWriter:
                 f"shard {shard}: its pieces are gone and it was not written; re-run the command "
                 "(finished shards are reused)"
             )
-        record = load_json(path)
+        data = path.read_bytes()
+        record = json.loads(data)
         kept = int(record["files"].get(layout.data_file(shard), {}).get("rows", 0))
-        return pa.table(
-            {"shard": [shard], "kept": [kept], "dropped": [int(record["documents"]) - kept]}
-        )
+        return _row(shard, kept, int(record["documents"]) - kept, data)
 
     def _write_rejects(self, rejects: pa.Table, shard: str) -> dict[str, Any]:
         if self.rejects_mode == "none" or not rejects.num_rows:
@@ -96,16 +98,41 @@ class ShardWriter:
         return {name: write_parquet(table, self.out, name, self.level)}
 
 
+def _row(shard: str, kept: int, dropped: int, fragment: bytes) -> pa.Table:
+    return pa.table(
+        {
+            "shard": [shard],
+            "kept": [kept],
+            "dropped": [dropped],
+            "fragment": [fragment.decode()],
+            "cost": [""],
+        }
+    )
+
+
+def _sealed(out: OutPath, shard: str) -> bytes:
+    """The part's cost record (empty when there is none: the driver then has none either)."""
+    try:
+        return throughput.part_cost_path(out, shard).read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
 def merge_shards(batch: pa.Table, **options: Any) -> pa.Table:
-    """map_batches function: each row names a shard whose pieces become the shard (ShardWriter)."""
+    """map_batches function: each row names a shard whose pieces become the shard (ShardWriter);
+    it returns the shard's fragment and cost record, as written (data_pipeline.collect)."""
     writer = ShardWriter(**options)
     tables = []
     for shard in batch.column("shard").to_pylist():
         again = not listed(pieces_dir(writer.out, shard), "*.parquet")  # a retry, sealed before
         start = time.process_time()
-        tables.append(writer(shard))
-        if not again:
-            throughput.seal_part(writer.out, shard, time.process_time() - start)
+        table = writer(shard)
+        if again:  # sealed by the run that finished it: its record as that run wrote it
+            cost = _sealed(writer.out, shard)
+        else:
+            cost = throughput.seal_part(writer.out, shard, time.process_time() - start)
+        table = table.set_column(4, "cost", pa.array([cost.decode()], pa.string()))
+        tables.append(table)
     for shard in batch.column("shard").to_pylist():
         remove_tree(pieces_dir(writer.out, shard))
     return pa.concat_tables(tables)

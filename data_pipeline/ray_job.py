@@ -17,7 +17,7 @@ the work before and writes the ledger and manifest after).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -260,9 +260,11 @@ def run_ray(
     ray_address: str | None,
     progress: bool,
     clock: throughput.RunClock,
+    on_merged: Callable[[Any], None] | None = None,
 ) -> tuple[str, dict[str, int]]:
     """Stream the inputs to read through the map stages into pieces, run the global stages over
-    every part, then merge the pieces into shards."""
+    every part, then merge the pieces into shards; `on_merged` sees each output block of the
+    merge (each part's fragment and cost record: data_pipeline.collect), none of which is kept."""
     started = clock.start_ray(lambda: connect_ray(config, ray_address))
     import ray.data
 
@@ -315,7 +317,9 @@ def run_ray(
                 )
             with clock.phase("merge"):
                 merging = build_merge(config, stages, out, work.merge, done)
-                _, merge_stats = execute.run(merging, config.ray.timeout_s)
+                _, merge_stats = execute.run(
+                    merging, config.ray.timeout_s, on_merged, keep=on_merged is None
+                )
     finally:
         context.enable_progress_bars, context.target_max_block_size = saved
         clock.ray_work_s = time.perf_counter() - begin

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from data_pipeline import (
+    collect,
     global_parts,
     ledger,
     parts,
@@ -135,18 +136,18 @@ def preflight(
 
 
 def _collect(
-    out: OutPath,
-    stems: list[str],
-    stages: list[Stage],
-    known: dict[str, dict[str, Any]],
+    out: OutPath, stems: list[str], stages: list[Stage], merged: collect.Merged
 ) -> tuple[dict[str, Any], list[str]]:
-    """The ledger from every input's read record and every part's fragment. Fragments are folded
-    as they are read (ledger.aggregate): the driver holds per-input part counts, not the
-    fragments (millions of parts at 40 TB). In an object store the records are read
-    `readahead.READ_AHEAD` at a time and consumed in order (the same ledger as read in turn).
-    `known` gets the digest of every file a fragment records (its writer hashed the bytes it
-    wrote) and of the records read here, for the manifest (pretrain.manifest.write_manifest): no
-    output file is read again to hash it."""
+    """The ledger from every input's read record and every part's fragment: the fragments the
+    merge of this run handed over are already folded in `merged` (data_pipeline.collect); only
+    the others (parts reused from an earlier run) are read, and folded as they are read
+    (ledger.aggregate): the driver holds per-input part counts, not the fragments (millions of
+    parts at 40 TB). In an object store the records are read `readahead.READ_AHEAD` at a time
+    and consumed in order (the same ledger as read in turn). `merged.known` gets the digest of
+    every file a fragment records (its writer hashed the bytes it wrote) and of the records read
+    here, for the manifest (pretrain.manifest.write_manifest): no output file is read again to
+    hash it."""
+    known = merged.known
     read_docs, read_bytes, collisions, counts = 0, 0, 0, []
     paths = [parts.read_stats_path(out, stem) for stem in stems]
     for stem, loaded in zip(stems, _records(out, paths), strict=True):
@@ -159,8 +160,9 @@ def _collect(
         read_docs, read_bytes = read_docs + stats["records"], read_bytes + stats["bytes"]
         collisions += stats.get("id_collisions", 0)
         counts.append((stem, int(stats["parts"])))
-    fragments = _fragments(out, counts, known)
-    led = ledger.aggregate(fragments, [s.name for s in stages], read_docs, read_bytes)
+    fragments = _fragments(out, counts, known, merged.shards)
+    names = [s.name for s in stages]
+    led = ledger.aggregate(fragments, names, read_docs, read_bytes, merged.fold)
     led["id_collisions"] = collisions
     shards = sorted(p.name for p in (out / layout.DATA_DIR).glob("*.parquet"))
     return led, shards
@@ -200,12 +202,18 @@ def _shards(counts: list[tuple[str, int]]) -> Iterator[str]:
 
 
 def _fragments(
-    out: OutPath, counts: list[tuple[str, int]], known: dict[str, dict[str, Any]]
+    out: OutPath,
+    counts: list[tuple[str, int]],
+    known: dict[str, dict[str, Any]],
+    folded: Collection[str] = (),
 ) -> Iterator[dict[str, Any]]:
-    """Every part's ledger fragment, in input and part order (a missing one is a one-line
-    error); the digests of it and of the files it records go to `known`."""
-    paths = (parts.fragment_path(out, shard) for shard in _shards(counts))
-    for shard, loaded in zip(_shards(counts), _records(out, paths), strict=True):
+    """Every part's ledger fragment but those `folded` already, in input and part order (a
+    missing one is a one-line error); the digests of it and of the files it records go to
+    `known`."""
+    folded = set(folded)
+    todo = [shard for shard in _shards(counts) if shard not in folded]
+    paths = (parts.fragment_path(out, shard) for shard in todo)
+    for shard, loaded in zip(todo, _records(out, paths), strict=True):
         if loaded is None:
             raise PretrainError(
                 f"shard {shard} was not written; re-run the command (finished shards are reused)"
@@ -244,12 +252,12 @@ def run_pipeline(
         )
     ray_stats, reused_map = "", dict[str, int]()
     clock = throughput.RunClock() if work else None
+    merged = collect.Merged()  # what the merge hands over: not read back
     if clock is not None:
         ray_stats, reused_map = ray_job.run_ray(
-            config, stages, work, out, done, ray_address, progress, clock
+            config, stages, work, out, done, ray_address, progress, clock, merged.add
         )
-    known: dict[str, dict[str, Any]] = {}
-    led, shards = _collect(out, [f.stem for f in inputs], stages, known)
+    led, shards = _collect(out, [f.stem for f in inputs], stages, merged)
     if clock is not None:
         throughput.save_global_costs(out, stages, led["documents_in"], led["bytes_in"])
     led["skipped_files"] = skipped
@@ -269,6 +277,7 @@ def run_pipeline(
             [s.name for s in stages if isinstance(s, GlobalStage)],
             {f"{stem}-{part:05d}" for stem, parts in done.items() for part in parts},
             clock,
+            merged,
         ),
     )
     manifest = shards_kind.write(
@@ -283,7 +292,7 @@ def run_pipeline(
             "shards": len(shards),
             "text_bytes_kept": led["text_bytes_kept"],
         },
-        known=known,
+        known=merged.known,
     )
     if not config.keep_global_parts:
         global_parts.remove_all(out)

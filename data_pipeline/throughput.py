@@ -32,7 +32,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pretrain.manifest import atomic_write_json  # an object-store key too (pretrain.outstore)
+from pretrain.manifest import (  # an object-store key too (pretrain.outstore)
+    atomic_write_bytes,
+    atomic_write_json,
+)
 from pretrain.outstore import OutPath, listed, output_path, remove_tree
 
 COSTS = "cost"
@@ -135,11 +138,12 @@ def record_setup(out: str | OutPath, stages: list[Any]) -> None:
     atomic_write_json(target / name, record)
 
 
-def seal_part(out: OutPath, shard: str, write_cpu_s: float) -> None:
+def seal_part(out: OutPath, shard: str, write_cpu_s: float) -> bytes:
     """Fold the batch records of `shard` and the cost of writing it (every document the read
-    stage produced for it) into its part cost file. A stage this run did not record for the part
-    keeps its earlier entry: after a resume with a global stage, the map stages before it are
-    not run again (their output is reused with the global stage's persisted map side)."""
+    stage produced for it) into its part cost file; returns the bytes written. A stage this run
+    did not record for the part keeps its earlier entry: after a resume with a global stage, the
+    map stages before it are not run again (their output is reused with the global stage's
+    persisted map side)."""
     totals: dict[str, dict[str, Any]] = {}
     folder = cost_dir(out) / shard
     for path in listed(folder, "*.json") if folder.is_dir() else ():
@@ -158,8 +162,10 @@ def seal_part(out: OutPath, shard: str, write_cpu_s: float) -> None:
         "peak_rss_mb": peak_rss_mb(),
     }
     part_cost_path(out, shard).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(part_cost_path(out, shard), totals)
+    data = json.dumps(totals, indent=2, sort_keys=True, ensure_ascii=False).encode()
+    atomic_write_bytes(part_cost_path(out, shard), data)  # atomic_write_json's bytes
     remove_tree(folder)
+    return data
 
 
 def timed_task(func: Callable[..., Any], num_returns: int) -> Callable[..., Any]:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from data_pipeline import readahead, throughput
+from data_pipeline.collect import Merged
 from data_pipeline.parts import read_records
 from data_pipeline.throughput import READ, WRITE, RunClock
 from pretrain.outstore import OutPath, listed
@@ -37,6 +38,15 @@ def part_names(out: OutPath, stems: list[str]) -> list[str]:
     for stem, record in zip(stems, read_records(out, stems), strict=True):
         names += [f"{stem}-{p:05d}" for p in range(int((record or {}).get("parts", 0)))]
     return names
+
+
+def _read(path: OutPath) -> tuple[OutPath, bytes, dict[str, Any]] | None:
+    """A part's cost record: (path, its bytes, its content); None when unreadable."""
+    try:
+        data = path.read_bytes()
+        return path, data, json.loads(data)
+    except (OSError, ValueError):
+        return None
 
 
 def _loaded(paths: Iterable[OutPath], out: OutPath) -> Iterator[dict[str, Any] | None]:
@@ -98,16 +108,25 @@ def build(
     global_names: list[str],
     reused: set[str],
     clock: RunClock | None,
+    merged: Merged | None = None,
 ) -> dict[str, Any]:
-    """The `throughput` section of the manifest (see the module docstring)."""
-    totals: dict[str, dict[str, Any]] = {}
-    this_run: dict[str, Any] = {}
+    """The `throughput` section of the manifest (see the module docstring). The cost records the
+    merge of this run handed over are folded in `merged` already (data_pipeline.collect: parts
+    it merged, none reused); the others are read, their digests noted in `merged` for the
+    manifest."""
+    merged = merged if merged is not None else Merged()
+    totals = {stage: dict(cost) for stage, cost in merged.costs.items()}
+    this_run: dict[str, Any] = dict(merged.costs.get(READ, {}))
     parts = part_names(out, stems)
-    measured = 0
-    records = _loaded((throughput.part_cost_path(out, shard) for shard in parts), out)
-    for shard, record in zip(parts, records, strict=True):
-        if record is None:
+    measured = len(merged.costed)
+    todo = [shard for shard in parts if shard not in merged.costed]
+    paths = [throughput.part_cost_path(out, shard) for shard in todo]
+    records = readahead.ordered(_read, paths, readahead.in_flight_for(out))
+    for shard, read in zip(todo, records, strict=True):
+        if read is None:
             continue
+        path, data, record = read
+        merged.note_read(out, path, data)  # for the manifest: not read again to hash it
         measured += 1
         for stage, cost in record.items():
             throughput._add(totals.setdefault(stage, {}), cost)

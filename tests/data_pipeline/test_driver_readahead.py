@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from data_pipeline import parts, readahead, runner, throughput, throughput_report
+from data_pipeline import collect, parts, readahead, runner, throughput, throughput_report
 from pretrain import outstore
 from pretrain import shards_layout as layout
 from pretrain.errors import PretrainError
@@ -79,11 +79,17 @@ def _finished_output(out: outstore.ObjectPath) -> None:
 
 def _driver_reads(out: outstore.ObjectPath) -> dict[str, Any]:
     """What the driver computes from the records: resume scan, ledger (+ digests), throughput."""
-    known: dict[str, dict[str, Any]] = {}
+    merged = collect.Merged()  # nothing handed over: every record is read
     done = parts.finished_parts(out)
-    led, shards = runner._collect(out, STEMS, [], known)
-    section = throughput_report.build(out, STEMS, [], [], set(), None)
-    return {"done": done, "ledger": led, "shards": shards, "known": known, "throughput": section}
+    led, shards = runner._collect(out, STEMS, [], merged)
+    section = throughput_report.build(out, STEMS, [], [], set(), None, merged)
+    return {
+        "done": done,
+        "ledger": led,
+        "shards": shards,
+        "known": merged.known,
+        "throughput": section,
+    }
 
 
 def test_read_ahead_gives_the_driver_the_same_results_as_reading_in_turn(
@@ -117,7 +123,7 @@ def test_a_missing_fragment_is_the_first_one_in_part_order(
     first, later = (parts.fragment_path(output, s) for s in ("crawl-b-00004", "crawl-c-00001"))
     missing = pytest.raises(PretrainError, match=r"^shard crawl-b-00004 was not written")
     with removed(later), removed(first), missing:
-        runner._collect(output, STEMS, [], {})
+        runner._collect(output, STEMS, [], collect.Merged())
 
 
 def test_a_missing_read_record_is_a_one_line_error(
@@ -126,7 +132,7 @@ def test_a_missing_read_record_is_a_one_line_error(
     _, output = slow_store
     missing = pytest.raises(PretrainError, match=r"^input crawl-b: no read record")
     with removed(parts.read_stats_path(output, "crawl-b")), missing:
-        runner._collect(output, STEMS, [], {})
+        runner._collect(output, STEMS, [], collect.Merged())
 
 
 def test_read_ahead_keeps_order_and_the_first_error() -> None:

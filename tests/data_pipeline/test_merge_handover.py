@@ -1,0 +1,107 @@
+"""The merge hands each part's ledger fragment and cost record to the driver with its row, and the
+driver folds them (data_pipeline.collect) instead of reading them back: on an object store (moto,
+recording every request) the end of a run sends no GET for a part this run merged, and the
+ledger, manifest digests and throughput totals equal those read back from the output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from data_pipeline import collect, merge, parts, runner, throughput_report, workers
+from data_pipeline.stages.registry import fields_of
+from pretrain import outstore
+from pretrain.manifest import write_manifest
+from tests.data_pipeline.test_driver_reads import _recording, recorded_s3
+from tests.data_pipeline.test_runner_core import ROWS, STAGES, _tagged
+
+__all__ = ["recorded_s3"]  # the fixture, used by name
+SHARDS = [f"t-{i:05d}" for i in range(3)]
+
+
+class _Stage:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _merged_output(out: outstore.OutPath) -> pa.Table:
+    """Three parts of input `t` through the real piece writer and merge; the merge's rows."""
+    parts.ensure_dirs(out)
+    table = _tagged(ROWS * 4)
+    for shard in SHARDS:
+        shard_col = pa.array([shard] * table.num_rows, pa.string())
+        column = table.schema.get_field_index("_shard")
+        workers.write_pieces(table.set_column(column, "_shard", shard_col), out)
+    outstore.write_json(
+        parts.read_stats_path(out, "t"), {"records": 60, "bytes": 600, "parts": len(SHARDS)}
+    )
+    options = {
+        "out": out,
+        "stages": STAGES,
+        "fields": fields_of(STAGES),
+        "drop": ["extract:*"],
+        "rejects_mode": "full",
+        "sample_per_reason": 2,
+        "level": 3,
+    }
+    return merge.merge_shards(pa.table({"shard": SHARDS}), **options)
+
+
+def _end_of_run(out: outstore.OutPath, merged: collect.Merged) -> tuple[Any, ...]:
+    """What the runner does after the merge: ledger, throughput section, manifest."""
+    stages = [_Stage(name) for name in STAGES]
+    led, _ = runner._collect(out, ["t"], stages, merged)  # type: ignore[arg-type]
+    section = throughput_report.build(out, ["t"], STAGES, [], set(), None, merged)
+    files = write_manifest(out, "shards", known=merged.known)["files"]
+    return led, section, files
+
+
+def _part_record_gets(log: Path) -> list[str]:
+    """GETs of a part's ledger fragment or cost record (`.parts/<shard>.json`, part-costs/)."""
+    entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    urls = [e["url"].split("?")[0] for e in entries if e["method"] in ("GET", "HEAD")]
+    return [u for u in urls if any(f"/{shard}.json" in u for shard in SHARDS)]
+
+
+def test_the_merge_returns_the_records_it_wrote(tmp_path: Path) -> None:
+    rows = _merged_output(tmp_path)
+    columns = (rows.column(c).to_pylist() for c in ("shard", "fragment", "cost"))
+    for shard, fragment, cost in zip(*columns, strict=True):
+        assert fragment.encode() == parts.fragment_path(tmp_path, shard).read_bytes()
+        assert cost.encode() == (tmp_path / ".parts" / "part-costs" / f"{shard}.json").read_bytes()
+    assert pc.sum(rows.column("kept")).as_py() == 36
+
+
+def test_the_end_of_a_run_reads_no_record_of_a_part_it_merged(recorded_s3: Any) -> None:
+    """Fails on the old code: the driver read every fragment and cost record back (and the
+    manifest read every cost record again to hash it): 9 GETs here, 2M x 3 at 40 TB."""
+    endpoint, log, out = recorded_s3
+    rows = _merged_output(out)
+    _recording(endpoint, "start-recording")
+    read_back = _end_of_run(out, collect.Merged())  # every record read from the output
+    _recording(endpoint, "stop-recording")
+    assert len(_part_record_gets(log)) >= 2 * len(SHARDS)  # the recorder sees such reads
+    log.unlink()
+    merged = collect.Merged()
+    merged.add(rows)
+    _recording(endpoint, "start-recording")
+    handed = _end_of_run(out, merged)
+    _recording(endpoint, "stop-recording")
+    assert _part_record_gets(log) == []
+    led, section, files = handed
+    assert led == read_back[0] and files == read_back[2]
+    assert section["stages"] == read_back[1]["stages"]
+    assert section["parts_measured"] == len(SHARDS)
+
+
+def test_a_part_handed_over_twice_is_folded_once(tmp_path: Path) -> None:
+    rows = _merged_output(tmp_path)
+    once, twice = collect.Merged(), collect.Merged()
+    once.add(rows)
+    twice.add(rows)
+    twice.add(rows.slice(1, 1))
+    assert _end_of_run(tmp_path, twice)[0] == _end_of_run(tmp_path, once)[0]
