@@ -193,7 +193,10 @@ def write_report(
     # inside the mixture, and a report asked of a missing or unfinished mixture created that
     # folder with `.report.lock` in it, which a re-run of the killed build then refused as foreign
     require(directory, kind="mixture", deep=False)
-    with output_lock(target):
+    # the mixture's own writer lock too: a `mixture build` replacing it while the report reads
+    # it put a report of the old mixture into the new one (report.json naming the old
+    # build_sha256), or mixed the two mixtures' files in one report
+    with output_lock(directory), output_lock(target):
         check_report_out(target, "--out" if out is not None else "the report folder")
         report = build_report(directory)
         report["run"] = compare_run(directory, run_dir) if run_dir is not None else None

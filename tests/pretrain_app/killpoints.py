@@ -3,14 +3,19 @@ runs in a subprocess (clean environment) whose file-system calls that change a f
 (`os.unlink`, `rmdir`, `rename`, `replace`, `mkdir`, and pretrain.replace's folder swap) are counted from the first one made after a marker file exists; the
 process kills itself (SIGKILL, as `kill -9` does) just before call number `after`. Sweeping
 `after` = 0, 1, 2, ... until the command finishes visits every step it takes after the marker,
-so a test sees each state a kill there can leave (timing-based kills find only some)."""
+so a test sees each state a kill there can leave (timing-based kills find only some).
+`start_paused` stops the command there instead (SIGSTOP) and lets it go on later: a rival command
+run meanwhile races it at that exact step."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import psutil
 
 from pretrain.manifest import MANIFEST, verify
 from pretrain.replace import retired_dir
@@ -21,13 +26,14 @@ BOOT = r"""
 import os, signal, sys
 markers = os.environ["KILLPOINT_MARKER"].split(os.pathsep)
 after = int(os.environ["KILLPOINT_AFTER"])
+stop = signal.Signals[os.environ.get("KILLPOINT_SIGNAL", "SIGKILL")]
 counted, armed = [0], [False]
 def counting(original):
     def call(*args, **kwargs):
         armed[0] = armed[0] or any(os.path.exists(marker) for marker in markers)
         if armed[0]:
-            if counted[0] >= after:
-                os.kill(os.getpid(), signal.SIGKILL)
+            if counted[0] == after:
+                os.kill(os.getpid(), stop)  # SIGSTOP: goes on from here once continued
             counted[0] += 1
         return original(*args, **kwargs)
     return call
@@ -62,6 +68,35 @@ def run_killed(
         text=True,
         timeout=300,
     )
+
+
+def start_paused(
+    argv: list[str], tmp: Path, marker: Path | list[Path], after: int
+) -> subprocess.Popen[str]:
+    """`pretrain ARGV`, stopped (SIGSTOP) just before its `after`-th folder change once `marker`
+    exists, as `run_killed` would kill it; returns once it is stopped (it fails if the command
+    ended first). Send SIGCONT to let it go on, then `communicate()`."""
+    markers = os.pathsep.join(str(m) for m in (marker if isinstance(marker, list) else [marker]))
+    env = clean_env(
+        tmp / "home",
+        KILLPOINT_MARKER=markers,
+        KILLPOINT_AFTER=str(after),
+        KILLPOINT_SIGNAL="SIGSTOP",
+    )
+    command = subprocess.Popen(
+        [sys.executable, "-c", BOOT, *argv],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    process, deadline = psutil.Process(command.pid), time.monotonic() + 300
+    while process.status() != psutil.STATUS_STOPPED:
+        assert command.poll() is None, f"it ended before the step: {command.communicate()}"
+        assert time.monotonic() < deadline, "it never reached the step"
+        time.sleep(0.01)
+    return command
 
 
 def finished_state(out: Path, old: Path, new: Path) -> str:
