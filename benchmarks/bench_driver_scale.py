@@ -24,6 +24,11 @@ process (`time.process_time`, so load on the machine counts less than in wall ti
   CPU; a real store's round trip is ~10-30 ms of waiting: `--s3-delay-ms N` serves the s3 rows
   from moto with N ms added to every request (tests/data_pipeline/moto_latency.py).
 
+- `verify` (object store, `--verify`): the driver's check of a global stage's persisted map
+  side before its aggregate (`--s3-parts` parts, a rows file and one table of `--file-kb` each),
+  baseline `per_file` (every file's HEADs and bytes, part after part: the driver before
+  2026-12-04), ours `listed` (global_parts.loaded: sizes and times from one listing, records
+  READ_AHEAD at a time).
 - `handover` (object store, `--handover`): the end of a run, ledger assembly + manifest, baseline
   `read_back` (every part's fragment read back, READ_AHEAD in flight: the driver before
   2026-12-04), ours `handed` (the fragments the merge handed the driver are folded, none read:
@@ -46,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_result
-from data_pipeline import collect, fingerprint, parts, readahead, runner
+from data_pipeline import collect, fingerprint, global_parts, parts, readahead, runner
 from data_pipeline.formats import InputFile
 from pretrain import outstore
 from pretrain import shards_layout as layout
@@ -151,6 +156,37 @@ def handover_sides(out: outstore.OutPath, stems: list[str], per_input: int) -> d
     return {"read_back": _cpu(lambda: end(collect.Merged())), "handed": _cpu(lambda: end(merged))}
 
 
+def build_map_side(out: outstore.OutPath, count: int, file_kb: int) -> dict[str, int]:
+    """A global stage's persisted map side of `count` parts (rows + one table of `file_kb`
+    each, global_parts.persist); returns part -> rows."""
+    import pyarrow as pa
+
+    rows: dict[str, int] = {}
+    for i in range(count):
+        part = f"map{i // 2:07d}-{i % 2:05d}"
+        texts = [os.urandom(file_kb << 9).hex()]
+        table = pa.table({"text": texts, "_raw_bytes": pa.array([len(texts[0])], pa.int64())})
+        keys = pa.table({"key": pa.array(list(range(file_kb << 7)), pa.uint64())})
+        global_parts.persist(out, "bench", part, table, {"keys": keys}, depends="")
+        rows[part] = 1
+    return rows
+
+
+def verify_sides(out: outstore.OutPath, rows: dict[str, int]) -> dict[str, Any]:
+    """The driver's check of the map side before the aggregate: baseline `per_file` (each
+    part's record, then every file's HEADs and bytes, one part after another: the driver before
+    2026-12-04), ours `listed` (global_parts.loaded: one listing, READ_AHEAD records at a
+    time)."""
+
+    def per_file() -> None:
+        assert all(global_parts.load(out, "bench", p, n, "") for p, n in rows.items())
+
+    def listed() -> None:
+        assert all(global_parts.loaded(out, "bench", rows, ""))
+
+    return {"per_file": _cpu(per_file), "listed": _cpu(listed)}
+
+
 def readahead_sides(out: outstore.OutPath, stems: list[str]) -> dict[str, Any]:
     """Resume scan + ledger assembly read one at a time, then READ_AHEAD at a time."""
     sides: dict[str, Any] = {}
@@ -221,6 +257,9 @@ def report(store: str, row: dict[str, Any]) -> None:
             for side in ("serial", "ahead")
         ]
         print(f"[{store} {parts_} parts] readahead, wall ms per part: " + "; ".join(walls))
+    if "verify" in row:
+        sides = [_per(row, "verify", side, parts_) for side in ("per_file", "listed")]
+        print(f"[{store} {parts_} parts] map-side verify, per part: " + "; ".join(sides))
     if "handover" in row:
         sides = [_per(row, "handover", side, parts_) for side in ("read_back", "handed")]
         print(f"[{store} {parts_} parts] end of run, per part: " + "; ".join(sides))
@@ -251,9 +290,15 @@ def _run_s3(counts: list[int], args: argparse.Namespace, delay: float) -> list[d
             row = {"parts": count, "files": 3 * count + len(stems)}
             if delay == 0:
                 row = measure_built(out, count, stems, args)
-            row["readahead"] = readahead_sides(out, stems)
+            if not args.no_readahead:
+                row["readahead"] = readahead_sides(out, stems)
             if args.handover:
                 row["handover"] = handover_sides(out, stems, args.parts_per_input)
+            if args.verify:
+                in_flight(endpoint, delay_ms=0)
+                rows = build_map_side(out / "global", count, args.file_kb)
+                in_flight(endpoint, delay_ms=delay)
+                row["verify"] = verify_sides(out / "global", rows)
             row["served"] = in_flight(endpoint)
             rows.append(row)
             report(f"s3+{delay:g}ms", rows[-1])
@@ -271,6 +316,11 @@ def main() -> None:
     parser.add_argument(
         "--handover", action="store_true", help="the s3 end of a run: read back vs handed over"
     )
+    parser.add_argument(
+        "--verify", action="store_true", help="the s3 map-side verify: per file vs listed"
+    )
+    parser.add_argument("--no-readahead", action="store_true", help="skip the readahead rows")
+    parser.add_argument("--result", default="driver_scale", help="results/<RESULT>.json")
     args = parser.parse_args()
     result: dict[str, Any] = {"args": vars(args), "load": os.getloadavg(), "local": [], "s3": []}
     with tempfile.TemporaryDirectory(prefix="bench-driver-") as tmp:
@@ -280,7 +330,7 @@ def main() -> None:
             report("local", result["local"][-1])
         result["s3"] = run_s3(args.s3_parts, args) if args.s3_parts else []
     result["load_after"] = os.getloadavg()
-    write_result("driver_scale", result)
+    write_result(args.result, result)
 
 
 if __name__ == "__main__":

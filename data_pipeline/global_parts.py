@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,14 @@ from data_pipeline.stagekit import AGGREGATE_SCRATCH
 from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
 from pretrain.errors import PretrainError
 from pretrain.manifest import atomic_write_json
-from pretrain.outstore import OutPath, confined, output_path, remove_tree, sha256_of
+from pretrain.outstore import (
+    ObjectPath,
+    OutPath,
+    confined,
+    output_path,
+    remove_tree,
+    sha256_of,
+)
 
 GLOBAL = parts.GLOBAL
 TASK_CPUS = 1.0
@@ -95,8 +102,28 @@ def persist(
     return body
 
 
-def load(out: OutPath, stage: str, part: str, rows: int, depends: str) -> MapOutput | None:
-    """The part's persisted map output when its record verifies (module docstring), else None."""
+def listing(out: OutPath, stage: str) -> parts.Listing | None:
+    """Sizes and times of a stage's map side in an object store, from its listing (None for a
+    local output: there the hash cache answers without reading a file again)."""
+    if not isinstance(out, ObjectPath):
+        return None
+    return parts.Listing(out, (f"{parts.PARTS}/{GLOBAL}/{stage}",))
+
+
+def load(
+    out: OutPath,
+    stage: str,
+    part: str,
+    rows: int,
+    depends: str,
+    listed: parts.Listing | None = None,
+) -> MapOutput | None:
+    """The part's persisted map output when its record verifies (module docstring), else None.
+    With `listed` (an object store's listing of the stage's folder: `listing`), a file of its
+    recorded size written no later than its record keeps the recorded sha256, as a part's
+    shard does (parts.Listing.trusted): one GET per part (its record), where checking each file
+    was a HEAD, another HEAD and a GET of every byte (the map side is about a second copy of the
+    tagged corpus: 20 TB read back by the driver at 40 TB); any other file is hashed."""
     where = record_path(out, stage, part)
     try:
         record = parts.load_json(where)
@@ -107,14 +134,30 @@ def load(out: OutPath, stage: str, part: str, rows: int, depends: str) -> MapOut
         for name, entry in files.items():
             path = stage_dir(out, stage) / f"{part}.{name}.parquet"
             confined(stage_dir(out, stage), f"{part}.{name}.parquet", f"map record {where}")
-            if not path.is_file() or path.stat().st_size != entry["bytes"]:
-                return None
-            if sha256_of(path) != entry["sha256"]:
+            if not _intact(out, path, entry, where, listed):
                 return None
             paths[name] = str(path)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return MapOutput(part, rows=paths.pop("rows"), files=paths, info=record.get("info", {}))
+
+
+def _intact(
+    out: OutPath,
+    path: OutPath,
+    entry: dict[str, Any],
+    record: OutPath,
+    listed: parts.Listing | None,
+) -> bool:
+    """True when the map file at `path` has the size and sha256 its record holds (`load`)."""
+    if listed is not None:
+        rel = path.relative_to(out).as_posix()  # type: ignore[arg-type]  # same kind as `out`
+        trusted = listed.trusted(rel, entry, record.relative_to(out).as_posix())  # type: ignore[arg-type]
+        if trusted is not None:
+            return trusted
+    elif not path.is_file() or path.stat().st_size != entry["bytes"]:
+        return False
+    return sha256_of(path) == entry["sha256"]
 
 
 def digest(out: OutPath, stage: str, depends: str, outputs: Sequence[MapOutput]) -> str:
@@ -132,12 +175,21 @@ def digest(out: OutPath, stage: str, depends: str, outputs: Sequence[MapOutput])
 def reusable(out: OutPath, stage: GlobalStage, rows: dict[str, int], depends: str = "") -> set[str]:
     """The parts whose persisted map output verifies (`load`), checked `readahead.READ_AHEAD` at a
     time in an object store."""
-    checks = readahead.ordered(
-        lambda item: load(out, stage.name, item[0], item[1], depends),
+    found = loaded(out, stage.name, rows, depends)
+    return {part for part, output in zip(rows, found, strict=True) if output is not None}
+
+
+def loaded(
+    out: OutPath, stage: str, rows: dict[str, int], depends: str
+) -> Iterator[MapOutput | None]:
+    """`load` of every part of `rows`, in order: in an object store from one listing of the
+    stage's folder and `readahead.READ_AHEAD` records at a time."""
+    listed = listing(out, stage)
+    return readahead.ordered(
+        lambda item: load(out, stage, item[0], item[1], depends, listed),
         rows.items(),
         readahead.in_flight_for(out),
     )
-    return {part for part, found in zip(rows, checks, strict=True) if found}
 
 
 def remove_all(out: OutPath) -> tuple[int, int, int]:
@@ -307,8 +359,8 @@ def run_global_stages(
         _wait(ray, refs, timeout)
     reused, depends = {first.name: len(done)}, ""
     for k, (stage, after) in enumerate(globals_):
-        with phase(f"{stage.name}-verify"):  # the driver hashes every part's map output
-            outputs = [load(out, stage.name, p, rows[p], depends) for p in parts]
+        with phase(f"{stage.name}-verify"):  # the driver checks every part's map output
+            outputs = list(loaded(out, stage.name, {p: rows[p] for p in parts}, depends))
         missing = [p for p, o in zip(parts, outputs, strict=True) if o is None]
         if missing:
             raise PretrainError(

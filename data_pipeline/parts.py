@@ -151,13 +151,16 @@ def finished_parts(out: OutPath) -> dict[str, set[int]]:
 
 class Listing:
     """Size and modification time of every shard, rejects and fragment object of an output in
-    an object store, from three listings: the resume scan of millions of parts then costs no
-    request per object (a HEAD or a GET of every shard's bytes at 40 TB is hours)."""
+    an object store, from three listings (or of the folders `subs`): the resume scan of millions
+    of parts then costs no request per object (a HEAD or a GET of every shard's bytes at 40 TB is
+    hours)."""
 
-    def __init__(self, out: ObjectPath) -> None:
+    def __init__(
+        self, out: ObjectPath, subs: Iterable[str] = (layout.DATA_DIR, layout.REJECTS_DIR, PARTS)
+    ) -> None:
         self.out = out
         self.entries: dict[str, tuple[int, int | None]] = {}
-        for sub in (layout.DATA_DIR, layout.REJECTS_DIR, PARTS):
+        for sub in subs:
             for info in (out / sub).infos():
                 if info.is_file:
                     rel = f"{sub}/{info.base_name}"
@@ -169,7 +172,8 @@ class Listing:
     def trusted(self, rel: str, record: dict[str, Any], fragment: str) -> bool | None:
         """False when `rel` is absent or not the size its fragment records; True when it is
         and was last written no later than the fragment (the merge writes the fragment after
-        the part's files, so its recorded sha256 is of these bytes); None (hash it) else."""
+        the part's files, so its recorded sha256 is of these bytes); None (hash it) else. The
+        same holds of a global stage's map record and its files (global_parts.persist)."""
         size, mtime = self.entries.get(rel, (-1, None))
         if size != record["bytes"]:
             return False
