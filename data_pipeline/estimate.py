@@ -19,6 +19,12 @@ data_pipeline.throughput), and projects:
   apart. Assumes a global stage keeps its per-task memory as input grows (partitions chosen from
   input size and a memory budget: issue 13 item 2).
 - output size: the sample's shard (and rejects) bytes per input byte.
+- output files (what an object store's listing, a `pretrain verify` and every consumer's glob
+  pay per object): parts = projected documents / CONFIG's `shard_rows` (a lower bound: each
+  input file's last part is a short one), times the files the sample left per part (its shard,
+  rejects, ledger fragment and cost record), plus one read record per input file (their count
+  is the user's, not the sample's), plus what the global stages' map side holds while it runs
+  (unlisted; counted when the sample kept it).
 """
 
 from __future__ import annotations
@@ -78,6 +84,9 @@ class Sample:
     reject_bytes: int
     utilisation: float | None
     ray_start_s: float
+    files: dict[str, int] | None = None
+    """The sample's files by kind (`files_by_kind`); None when it recorded no part count."""
+    parts: int = 0
 
 
 def _missing(directory: Path, what: str) -> ConfigError:
@@ -103,7 +112,10 @@ def load_sample(directory: Path, stages: list[str]) -> Sample:
     utilisation = None
     if run and run.get("ray_work_s") and run.get("cpus"):
         utilisation = min(1.0, section["cpu_s_total"] / (run["ray_work_s"] * run["cpus"]))
+    parts = int(section.get("parts") or 0)
     return Sample(
+        files=files_by_kind(directory, files) if parts else None,
+        parts=parts,
         directory=directory,
         stages=measured,
         bytes_in=measured["read"]["bytes"],
@@ -113,6 +125,44 @@ def load_sample(directory: Path, stages: list[str]) -> Sample:
         utilisation=utilisation,
         ray_start_s=(section.get("fixed") or {}).get("ray_start_s", 0.0),
     )
+
+
+def files_by_kind(directory: Path, listed: dict[str, Any]) -> dict[str, int]:
+    """The sample's files: `part` (shards, rejects and a part's records: what each part leaves),
+    `input` (a read record per input file), `other` (the manifest's rest: ledger, card, run
+    records) and `map_side` (a global stage's persisted map side, unlisted; 0 when cleaned)."""
+    kinds = {"part": 0, "input": 0, "other": 0}
+    parts_dir = f"{layout.PARTS_DIR}/"
+    for name in listed:
+        folder, _, base = name.rpartition("/")
+        if folder in (layout.DATA_DIR, layout.REJECTS_DIR, f"{parts_dir}part-costs"):
+            kinds["part"] += 1
+        elif folder == layout.PARTS_DIR and base.endswith(".read.json"):
+            kinds["input"] += 1
+        elif folder == layout.PARTS_DIR and re.fullmatch(r".+-\d{5,}\.json", base):
+            kinds["part"] += 1  # a ledger fragment
+        else:
+            kinds["other"] += 1
+    map_side = directory / layout.GLOBAL_MAP_DIR
+    kinds["map_side"] = (
+        sum(1 for p in map_side.rglob("*") if p.is_file()) if map_side.is_dir() else 0
+    )
+    return kinds
+
+
+def _files(sample: Sample, config: PipelineConfig, documents: int) -> dict[str, Any]:
+    """The projected output files (module docstring); {} when the sample has no part count."""
+    if not sample.files or not sample.parts:
+        return {}
+    parts = math.ceil(documents / config.shard_rows)
+    per_part = sample.files["part"] / sample.parts
+    return {
+        "parts": parts,
+        "shard_rows": config.shard_rows,
+        "files_per_part": round(per_part, 2),
+        "listed": int(parts * per_part) + sample.files["other"],
+        "map_side_while_running": int(parts * sample.files["map_side"] / sample.parts),
+    }
 
 
 def _memory(
@@ -172,6 +222,7 @@ def project(
         "output_bytes": int(sample.shard_bytes * scale),
         "rejects_bytes": int(sample.reject_bytes * scale),
         "documents": int(sample.docs_in * scale),
+        "files": _files(sample, config, int(sample.docs_in * scale)),
         "warnings": _warnings(sample, used, utilisation),
     }
 
@@ -198,6 +249,17 @@ def _size(value: float) -> str:
     return f"{value:.0f} B"
 
 
+def _files_line(files: dict[str, Any]) -> list[str]:
+    if not files:
+        return []
+    return [
+        f"  files: ~{files['listed']:,} listed + 1 per input file (~{files['parts']:,} parts of "
+        f"shard_rows {files['shard_rows']:,} x {files['files_per_part']} each); the global map "
+        f"side holds ~{files['map_side_while_running']:,} more while it runs (fewer: raise "
+        "shard_rows)"
+    ]
+
+
 def format_estimate(result: dict[str, Any]) -> str:
     """Human-readable lines; the first one is the answer."""
     stages = ", ".join(f"{k} {v:,.1f}" for k, v in result["cpu_hours_by_stage"].items())
@@ -215,6 +277,7 @@ def format_estimate(result: dict[str, Any]) -> str:
             f"  memory GB/node by phase (Ray object store apart): {memory}",
             f"  rejects {_size(result['rejects_bytes'])}, ~{result['documents']:,} documents; "
             f"from sample {result['sample']['directory']} ({_size(result['sample']['bytes'])})",
+            *_files_line(result.get("files") or {}),
             *(f"  note: {note}" for note in result["warnings"]),
         ]
     )
