@@ -11,6 +11,8 @@ import io
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from pretrain.errors import InputError
+
 MAX_LINE_BYTES = 16384
 
 
@@ -27,6 +29,20 @@ def train_sentencepiece(batches: Iterable[list[str]], vocab_size: int, num_threa
     import sentencepiece as spm
 
     model = io.BytesIO()
+    try:
+        _train(spm, batches, model, vocab_size, num_threads)
+    except RuntimeError as exc:  # SentencePiece refuses a sample it cannot train on
+        reason = " ".join(str(exc).split())
+        raise InputError(
+            f"the SentencePiece baseline cannot be trained at vocab_size {vocab_size} on this "
+            f"sample ({reason}); pass --no-baseline, or train the tokenizer on more text"
+        ) from None
+    return spm.SentencePieceProcessor(model_proto=model.getvalue())
+
+
+def _train(
+    spm: Any, batches: Iterable[list[str]], model: Any, vocab_size: int, num_threads: int
+) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=_lines(batches),
         model_writer=model,
@@ -49,4 +65,3 @@ def train_sentencepiece(batches: Iterable[list[str]], vocab_size: int, num_threa
         minloglevel=2,
         train_extremely_large_corpus=False,
     )
-    return spm.SentencePieceProcessor(model_proto=model.getvalue())

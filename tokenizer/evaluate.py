@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pretrain.artifacts import tokenizer_eval as eval_kind
+from pretrain.errors import InputError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json
 from pretrain.outtarget import require_own_output
@@ -138,10 +139,15 @@ def select_eval_docs(shards: list[Path], lock: dict[str, Any]) -> tuple[list[Doc
             "tokenizer's sample did not draw (held out)"
         )
     seen = _scan(shards, lambda i, split, d, lang: split != "eval" and unit_hash(i, 7919) < 0.1)
+    share = "a 10% hash sample of"
+    if not docs and not seen:  # a handful of documents, none in the 10%: take them all
+        seen, share = _scan(shards, lambda i, split, d, lang: split != "eval"), "all of"
+    if not docs and not seen:
+        raise InputError(f"{shards[0].parent.parent} holds no document with text to evaluate on")
     return docs + seen, (
-        f"{tiny} and the sample drew every train document; added a 10% hash "
-        f"sample of the train split ({len(seen)} documents) that the tokenizer "
-        "SAW IN TRAINING: compression figures are optimistic"
+        f"{tiny} and the sample drew every train document; added {share} the train split "
+        f"({len(seen)} documents) that the tokenizer SAW IN TRAINING: compression figures "
+        "are optimistic"
     )
 
 
