@@ -105,6 +105,10 @@ class RoleSampler:
         """Per child process: (seconds since start, role) at each change of role."""
         self.pids: dict[str, set[int]] = {}
         """Per role group of a child process (`groups`): the processes seen in it."""
+        self.charges: list[tuple[float, int, str, float]] = []
+        """(Unix time of the sample, pid, role, CPU-s): every delta, to split by phase after."""
+        self.first_seen: dict[int, float] = {}
+        """Per child process: the Unix time of the sample that first saw it."""
         self._stop = threading.Event()
 
     def _charge(self, key: tuple[int, int], role: str, cpu: float) -> None:
@@ -112,6 +116,7 @@ class RoleSampler:
         self.last[key] = cpu
         if before is not None and cpu > before:
             self.by_role[role] = self.by_role.get(role, 0.0) + cpu - before
+            self.charges.append((time.time(), key[0], role, cpu - before))
 
     def sample(self) -> None:
         names = {t.native_id: t.name for t in threading.enumerate()}
@@ -141,6 +146,7 @@ class RoleSampler:
             self._charge((proc.pid, 0), role, times.user + times.system)
             self.process_s[role] = self.process_s.get(role, 0.0) + self.interval
             self.pids.setdefault(role.split(":")[0], set()).add(proc.pid)
+            self.first_seen.setdefault(proc.pid, time.time())
             seen = self.history.setdefault(proc.pid, [])
             if not seen or seen[-1][1] != role:
                 seen.append((round(time.time() - self.started, 1), role))
@@ -160,6 +166,50 @@ class RoleSampler:
         self._stop.set()
         self._thread.join()
         self.sample()
+
+
+def phase_of(at: float, spans: list[list[Any]]) -> str:
+    """The manifest phase a Unix time falls in: `before-stream` before the first (Ray start,
+    Ray Data's warm-up, planning), `end` after the last, else the span's name (or the one before
+    a gap between spans)."""
+    if not spans or at < spans[0][1]:
+        return "before-stream"
+    if at > spans[-1][2]:
+        return "end"
+    return [name for name, begin, _ in spans if begin <= at][-1]
+
+
+def by_phase(sampler: RoleSampler, spans: list[list[Any]]) -> dict[str, Any]:
+    """CPU-s by phase and role group; the work's (from the stream on) by fine role; and the worker
+    processes first seen from the stream on (their phase, roles, CPU): Ray's process start-ups
+    that land inside the measured work."""
+    phases: dict[str, dict[str, float]] = {}
+    work: dict[str, float] = {}
+    per_pid: dict[int, float] = {}
+    for at, pid, role, cpu in sampler.charges:
+        phase = phase_of(at, spans)
+        group = phases.setdefault(phase, {})
+        group[role.split(":")[0]] = group.get(role.split(":")[0], 0.0) + cpu
+        per_pid[pid] = per_pid.get(pid, 0.0) + cpu
+        if phase != "before-stream":
+            work[role] = work.get(role, 0.0) + cpu
+    fresh = [
+        {
+            "phase": phase_of(seen, spans),
+            "roles": sorted({role for _, role in sampler.history.get(pid, [])}),
+            "cpu_s": round(per_pid.get(pid, 0.0), 2),
+        }
+        for pid, seen in sorted(sampler.first_seen.items(), key=lambda item: item[1])
+        if phase_of(seen, spans) != "before-stream"
+        and any(role.startswith("worker") for _, role in sampler.history.get(pid, []))
+    ]
+    return {
+        "cpu_s_by_phase": {k: {g: round(c, 2) for g, c in v.items()} for k, v in phases.items()},
+        "work_cpu_s_by_role": {k: round(v, 2) for k, v in sorted(work.items())},
+        "work_cpu_s": round(sum(work.values()), 2),
+        "fresh_workers_in_work": fresh,
+        "fresh_workers_in_work_cpu_s": round(sum(f["cpu_s"] for f in fresh), 2),
+    }
 
 
 def digest(out: Path) -> str:
@@ -204,6 +254,7 @@ def child(inputs: str, out: str, workers: int) -> dict[str, Any]:
         "processes_by_group": {k: len(v) for k, v in sorted(sampler.pids.items())},
         "process_s_by_role": {k: round(v, 1) for k, v in sorted(sampler.process_s.items())},
         "actor_overhead_cpu_s": round(roles.get("worker:stage_actor", 0.0) - stage_cpu, 2),
+        **by_phase(sampler, section["run"]["phase_spans"]),
         "digest": digest(Path(out)),
     }
 
@@ -265,6 +316,11 @@ def summary(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]:
             "non_stage_cpu_s": statistics.median(
                 sum(r["cpu_s_by_role"].values()) - r["stage_cpu_s"] for r in mine
             ),
+            "work_non_stage_cpu_s": statistics.median(
+                r["work_cpu_s"] - r["stage_cpu_s"] for r in mine
+            ),
+            "fresh_workers_in_work": [len(r["fresh_workers_in_work"]) for r in mine],
+            "fresh_workers_in_work_cpu_s": [r["fresh_workers_in_work_cpu_s"] for r in mine],
             "by_group": {
                 k: statistics.median(r["by_group"].get(k, 0.0) for r in mine) for k in gkeys
             },
