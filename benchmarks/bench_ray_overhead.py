@@ -14,6 +14,11 @@ poller, Ray's core worker threads; this sampler's own thread is `sampler`), rayl
 agent, Ray Data's actors, and workers by what they were doing (idle, a task, a stage actor). The
 stage actors' CPU beyond the stages' own CPU (manifest `throughput`) is `actor_overhead_cpu_s`.
 Start-up (ray.init, Ray Data's warm-up) is included in the sampled run; `work_s` excludes it.
+Each delta is also placed in the manifest phase it fell in (`throughput.run.phase_spans`;
+`before-stream` is Ray's start, the warm-up and planning): `work_cpu_s_by_role` is the CPU from
+the stream's start on, and `fresh_workers_in_work` lists the worker processes first seen then,
+with the CPU each spent before its first task or actor (`start_cpu_s`: Ray's process start-up
+inside the measured work).
 Outputs of every run are hashed (data/, rejects/, ledger.json): variants must be byte-identical.
 
     .venv/bin/python -m benchmarks.bench_ray_overhead --corpus DIR [--pages 2000]
@@ -186,11 +191,19 @@ def by_phase(sampler: RoleSampler, spans: list[list[Any]]) -> dict[str, Any]:
     phases: dict[str, dict[str, float]] = {}
     work: dict[str, float] = {}
     per_pid: dict[int, float] = {}
+    starting: dict[int, float] = {}
+    """Per process: CPU-s before its first task or actor (its start: interpreter, Ray, imports,
+    an actor's constructor, charged while it still showed `starting` or `idle`)."""
+    started: set[int] = set()
     for at, pid, role, cpu in sampler.charges:
         phase = phase_of(at, spans)
         group = phases.setdefault(phase, {})
         group[role.split(":")[0]] = group.get(role.split(":")[0], 0.0) + cpu
         per_pid[pid] = per_pid.get(pid, 0.0) + cpu
+        if role not in ("worker:starting", "worker:idle"):
+            started.add(pid)
+        elif pid not in started:
+            starting[pid] = starting.get(pid, 0.0) + cpu
         if phase != "before-stream":
             work[role] = work.get(role, 0.0) + cpu
     fresh = [
@@ -198,6 +211,7 @@ def by_phase(sampler: RoleSampler, spans: list[list[Any]]) -> dict[str, Any]:
             "phase": phase_of(seen, spans),
             "roles": sorted({role for _, role in sampler.history.get(pid, [])}),
             "cpu_s": round(per_pid.get(pid, 0.0), 2),
+            "start_cpu_s": round(starting.get(pid, 0.0), 2),
         }
         for pid, seen in sorted(sampler.first_seen.items(), key=lambda item: item[1])
         if phase_of(seen, spans) != "before-stream"
@@ -209,6 +223,7 @@ def by_phase(sampler: RoleSampler, spans: list[list[Any]]) -> dict[str, Any]:
         "work_cpu_s": round(sum(work.values()), 2),
         "fresh_workers_in_work": fresh,
         "fresh_workers_in_work_cpu_s": round(sum(f["cpu_s"] for f in fresh), 2),
+        "fresh_workers_in_work_start_cpu_s": round(sum(f["start_cpu_s"] for f in fresh), 2),
     }
 
 
@@ -320,7 +335,9 @@ def summary(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]:
                 r["work_cpu_s"] - r["stage_cpu_s"] for r in mine
             ),
             "fresh_workers_in_work": [len(r["fresh_workers_in_work"]) for r in mine],
-            "fresh_workers_in_work_cpu_s": [r["fresh_workers_in_work_cpu_s"] for r in mine],
+            "fresh_workers_in_work_start_cpu_s": [
+                r["fresh_workers_in_work_start_cpu_s"] for r in mine
+            ],
             "by_group": {
                 k: statistics.median(r["by_group"].get(k, 0.0) for r in mine) for k in gkeys
             },
