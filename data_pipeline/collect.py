@@ -44,6 +44,9 @@ class Merged:
         self.costs: dict[str, dict[str, Any]] = {}
         """Stage -> cost totals over the parts whose cost record was folded here."""
         self.costed: set[str] = set()
+        self.map_costs: dict[str, dict[str, Any]] = {}
+        """Global stage -> the map cost of every part, folded from the map records the driver
+        verified before the stage's aggregate (global_parts.run_global_stages)."""
 
     def add(self, block: Any) -> None:
         """Fold one output block of the merge (columns shard, fragment, cost)."""

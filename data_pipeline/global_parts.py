@@ -124,6 +124,19 @@ def load(
     shard does (parts.Listing.trusted): one GET per part (its record), where checking each file
     was a HEAD, another HEAD and a GET of every byte (the map side is about a second copy of the
     tagged corpus: 20 TB read back by the driver at 40 TB); any other file is hashed."""
+    checked = _checked(out, stage, part, rows, depends, listed)
+    return checked[0] if checked is not None else None
+
+
+def _checked(
+    out: OutPath,
+    stage: str,
+    part: str,
+    rows: int,
+    depends: str,
+    listed: parts.Listing | None = None,
+) -> tuple[MapOutput, dict[str, Any]] | None:
+    """`load`, with the part's record."""
     where = record_path(out, stage, part)
     try:
         record = parts.load_json(where)
@@ -139,7 +152,8 @@ def load(
             paths[name] = str(path)
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return MapOutput(part, rows=paths.pop("rows"), files=paths, info=record.get("info", {}))
+    output = MapOutput(part, rows=paths.pop("rows"), files=paths, info=record.get("info", {}))
+    return output, record
 
 
 def _intact(
@@ -180,16 +194,26 @@ def reusable(out: OutPath, stage: GlobalStage, rows: dict[str, int], depends: st
 
 
 def loaded(
-    out: OutPath, stage: str, rows: dict[str, int], depends: str
+    out: OutPath,
+    stage: str,
+    rows: dict[str, int],
+    depends: str,
+    costs: dict[str, Any] | None = None,
 ) -> Iterator[MapOutput | None]:
     """`load` of every part of `rows`, in order: in an object store from one listing of the
-    stage's folder and `readahead.READ_AHEAD` records at a time."""
+    stage's folder and `readahead.READ_AHEAD` records at a time. The map cost each verified
+    record holds is folded into `costs` (the manifest's throughput section then reads no record
+    again: data_pipeline.collect)."""
     listed = listing(out, stage)
-    return readahead.ordered(
-        lambda item: load(out, stage, item[0], item[1], depends, listed),
+    checks = readahead.ordered(
+        lambda item: _checked(out, stage, item[0], item[1], depends, listed),
         rows.items(),
         readahead.in_flight_for(out),
     )
+    for checked in checks:
+        if checked is not None and costs is not None and checked[1].get("cost"):
+            throughput._add(costs, checked[1]["cost"])
+        yield checked[0] if checked is not None else None
 
 
 def remove_all(out: OutPath) -> tuple[int, int, int]:
@@ -334,11 +358,13 @@ def run_global_stages(
     timeout: float | None,
     phase: Callable[[str], AbstractContextManager[None]] = lambda _: nullcontext(),
     early: dict[str, Any] | None = None,
+    map_costs: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, int]:
     """Map (the parts not persisted yet), aggregate and join every global stage in order; the
     last join writes the job's pieces. Returns {stage: parts whose map output was reused}.
     `phase(name)` times each step (`<stage>-map`, `-verify`, `-aggregate`, `-join`: RunClock.phase).
-    `early`: part -> the ref of its map task started during the stream (data_pipeline.early_maps)."""
+    `early`: part -> the ref of its map task started during the stream (data_pipeline.early_maps).
+    `map_costs` gets, per global stage, the map cost of every part, from the records verified."""
     import ray
 
     _, globals_ = plan(stages)
@@ -360,7 +386,8 @@ def run_global_stages(
     reused, depends = {first.name: len(done)}, ""
     for k, (stage, after) in enumerate(globals_):
         with phase(f"{stage.name}-verify"):  # the driver checks every part's map output
-            outputs = list(loaded(out, stage.name, {p: rows[p] for p in parts}, depends))
+            costs = map_costs.setdefault(stage.name, {}) if map_costs is not None else None
+            outputs = list(loaded(out, stage.name, {p: rows[p] for p in parts}, depends, costs))
         missing = [p for p, o in zip(parts, outputs, strict=True) if o is None]
         if missing:
             raise PretrainError(

@@ -17,11 +17,12 @@ the work before and writes the ledger and manifest after).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from data_pipeline import (
+    collect,
     early_maps,
     execute,
     global_parts,
@@ -265,11 +266,12 @@ def run_ray(
     ray_address: str | None,
     progress: bool,
     clock: throughput.RunClock,
-    on_merged: Callable[[Any], None] | None = None,
+    merged: collect.Merged | None = None,
 ) -> tuple[str, dict[str, int]]:
     """Stream the inputs to read through the map stages into pieces, run the global stages over
-    every part, then merge the pieces into shards; `on_merged` sees each output block of the
-    merge (each part's fragment and cost record: data_pipeline.collect), none of which is kept."""
+    every part, then merge the pieces into shards; `merged` folds each output block of the merge
+    (each part's fragment and cost record) and the global stages' map costs, none of which is
+    kept (data_pipeline.collect)."""
     started = clock.start_ray(lambda: connect_ray(config, ray_address))
     import ray.data
 
@@ -319,11 +321,13 @@ def run_ray(
                     config.ray.timeout_s,
                     clock.phase,
                     early.started if early is not None else None,
+                    merged.map_costs if merged is not None else None,
                 )
             with clock.phase("merge"):
                 merging = build_merge(config, stages, out, work.merge, done)
+                on_merged = merged.add if merged is not None else None
                 _, merge_stats = execute.run(
-                    merging, config.ray.timeout_s, on_merged, keep=on_merged is None
+                    merging, config.ray.timeout_s, on_merged, keep=merged is None
                 )
     finally:
         context.enable_progress_bars, context.target_max_block_size = saved

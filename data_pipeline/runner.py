@@ -255,7 +255,7 @@ def run_pipeline(
     merged = collect.Merged()  # what the merge hands over: not read back
     if clock is not None:
         ray_stats, reused_map = ray_job.run_ray(
-            config, stages, work, out, done, ray_address, progress, clock, merged.add
+            config, stages, work, out, done, ray_address, progress, clock, merged
         )
     led, shards = _collect(out, [f.stem for f in inputs], stages, merged)
     if clock is not None:

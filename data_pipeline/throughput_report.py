@@ -81,17 +81,24 @@ def _setup(out: OutPath) -> dict[str, Any]:
 
 
 def _global_cost(
-    out: OutPath, name: str, parts: list[str], joins: dict[str, Any]
+    out: OutPath,
+    name: str,
+    parts: list[str],
+    joins: dict[str, Any],
+    verified: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A global stage's cost: its map of each part (recorded with the persisted map output, so
-    a map reused by a resumed run keeps its cost), its joins (per part) and the aggregate."""
+    a map reused by a resumed run keeps its cost), its joins (per part) and the aggregate. The
+    map costs are `verified` when this run's driver folded them as it verified every part's
+    record (collect.Merged.map_costs); else every record is read."""
     from data_pipeline.global_parts import record_path
 
-    combined: dict[str, Any] = {}
-    for record in _loaded((record_path(out, name, shard) for shard in parts), out):
-        cost = (record or {}).get("cost")
-        if cost:
-            throughput._add(combined, cost)
+    combined: dict[str, Any] = dict(verified or {})
+    if verified is None:
+        for record in _loaded((record_path(out, name, shard) for shard in parts), out):
+            cost = (record or {}).get("cost")
+            if cost:
+                throughput._add(combined, cost)
     aggregate = _load(throughput.global_cost_path(out, name)) or {}
     if not combined:
         return {}  # the map side was not measured: the stage is listed as unmeasured
@@ -133,7 +140,8 @@ def build(
             if shard not in reused and stage == READ:
                 throughput._add(this_run, cost)
     for name in global_names:
-        combined = _global_cost(out, name, parts, totals.get(name, {}))
+        verified = merged.map_costs.get(name)
+        combined = _global_cost(out, name, parts, totals.get(name, {}), verified)
         if combined:
             totals[name] = combined
     order = [READ, *stage_names, WRITE]
