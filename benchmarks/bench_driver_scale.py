@@ -296,9 +296,9 @@ def _run_s3(counts: list[int], args: argparse.Namespace, delay: float) -> list[d
                 row["handover"] = handover_sides(out, stems, args.parts_per_input)
             if args.verify:
                 in_flight(endpoint, delay_ms=0)
-                rows = build_map_side(out / "global", count, args.file_kb)
+                map_rows = build_map_side(out / "global", count, args.file_kb)
                 in_flight(endpoint, delay_ms=delay)
-                row["verify"] = verify_sides(out / "global", rows)
+                row["verify"] = verify_sides(out / "global", map_rows)
             row["served"] = in_flight(endpoint)
             rows.append(row)
             report(f"s3+{delay:g}ms", rows[-1])
