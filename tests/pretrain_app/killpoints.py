@@ -27,11 +27,17 @@ import os, signal, sys
 markers = os.environ["KILLPOINT_MARKER"].split(os.pathsep)
 after = int(os.environ["KILLPOINT_AFTER"])
 stop = signal.Signals[os.environ.get("KILLPOINT_SIGNAL", "SIGKILL")]
+under = os.environ.get("KILLPOINT_UNDER")
 counted, armed = [0], [False]
+def inside(args):
+    if not under:
+        return True
+    path = os.path.abspath(os.fsdecode(args[0])) if args and isinstance(args[0], (str, bytes, os.PathLike)) else ""
+    return path == under or path.startswith(under + os.sep)
 def counting(original):
     def call(*args, **kwargs):
         armed[0] = armed[0] or any(os.path.exists(marker) for marker in markers)
-        if armed[0]:
+        if armed[0] and inside(args):
             if counted[0] == after:
                 os.kill(os.getpid(), stop)  # SIGSTOP: goes on from here once continued
             counted[0] += 1
@@ -50,16 +56,30 @@ sys.exit(main(sys.argv[1:]))
 
 
 def run_killed(
-    argv: list[str], tmp: Path, marker: Path | list[Path], after: int, *, no_exchange: bool = False
+    argv: list[str],
+    tmp: Path,
+    marker: Path | list[Path],
+    after: int,
+    *,
+    no_exchange: bool = False,
+    under: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`pretrain ARGV`, killed before its `after`-th folder change once `marker` (or one of a
-    list) exists (rc -9),
-    or run to its end (the command took fewer steps). `no_exchange`: the two-rename fallback
-    of pretrain.replace, as on a system without RENAME_EXCHANGE."""
+    list) exists (rc -9), or run to its end (the command took fewer steps). `no_exchange`: the
+    two-rename fallback of pretrain.replace, as on a system without RENAME_EXCHANGE. `under`:
+    count only the changes of paths in that folder (not a cache in HOME, which a warm cache
+    skips)."""
+    extra = {"KILLPOINT_NO_EXCHANGE": "1"} if no_exchange else {}
+    if under is not None:
+        extra["KILLPOINT_UNDER"] = os.path.abspath(under)
+    return _run(argv, tmp, marker, after, **extra)
+
+
+def _run(
+    argv: list[str], tmp: Path, marker: Path | list[Path], after: int, **extra: str
+) -> subprocess.CompletedProcess[str]:
     markers = os.pathsep.join(str(m) for m in (marker if isinstance(marker, list) else [marker]))
-    env = clean_env(tmp / "home", KILLPOINT_MARKER=markers, KILLPOINT_AFTER=str(after))
-    if no_exchange:
-        env["KILLPOINT_NO_EXCHANGE"] = "1"
+    env = clean_env(tmp / "home", KILLPOINT_MARKER=markers, KILLPOINT_AFTER=str(after), **extra)
     return subprocess.run(
         [sys.executable, "-c", BOOT, *argv],
         cwd=REPO,
