@@ -1,6 +1,9 @@
 """The first global stage's map of a part starts as soon as the stream has finished that part
 (data_pipeline.early_maps), not after the whole stream: on 2 CPUs it runs beside the stream's
-actors, in the core the stream's last parts leave idle. The shards stay byte-identical."""
+actors, in the core the stream's last parts leave idle. The shards stay byte-identical.
+
+Both runs join the session's local Ray (`ray_local`, 2 CPUs, as the config asks): what is
+compared is when the maps start and the bytes, not Ray's start-up, which each run paid apart."""
 
 from __future__ import annotations
 
@@ -67,7 +70,9 @@ def _output(out: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_maps_start_during_the_stream_and_the_shards_are_the_same(tmp_path, monkeypatch) -> None:
+def test_maps_start_during_the_stream_and_the_shards_are_the_same(
+    ray_local, tmp_path, monkeypatch
+) -> None:
     made: list[early_maps.EarlyMaps] = []
     build = ray_job._early_maps
 
