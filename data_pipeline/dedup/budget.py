@@ -41,6 +41,13 @@ and 523 MB under a 512 MB budget with the former 16), so 20 keeps a margin."""
 REDUCE_FACTOR = 12.0
 """Peak bytes of a reduce task per byte of its partition's document rows (concatenation, lookups,
 the candidates carrying their shingles; fitted 11.4 on the same runs)."""
+HASH_BATCH_BYTES = 512 << 10
+"""Text shingled and hashed at once inside a map task (tasks.hash_batches; also at most
+`batch_size` documents): the batch's temporaries are ~15 x its text, so a map task's peak is
+its slice's outputs plus one batch, not MAP_FACTOR x the slice (a 4.5 MB slice of 1,500
+documents, one process: numpy's traced peak 46.8 MB and Arrow's pool peak 30.8 MB as one
+2,048-document batch, 9.2 and 7.6 MB in 512 KB batches; CPU 0.44 vs 0.45 s, best of 10 at load
+~35; 256 KB batches cost 18% more CPU)."""
 MIN_SLICE_BYTES = 1 << 20
 TARGET_SLICE_BYTES = 4 << 20
 TARGET_PARTITION_BYTES = 8 << 20

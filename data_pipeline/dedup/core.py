@@ -52,9 +52,12 @@ class DedupStats:
         return asdict(self)
 
 
-def signature_table(table: pa.Table, config: DedupConfig) -> tuple[pa.Table, DedupStats]:
+def signature_table(
+    table: pa.Table, config: DedupConfig, shingles_column: bool = True
+) -> tuple[pa.Table, DedupStats]:
     """Per document: vertex, id, quality, exact_hash, exact_key, signature (fixed-size binary),
-    shingled, shingles (the 32-bit shingle values, for exact verification)."""
+    shingled, and with `shingles_column` shingles (the 32-bit shingle values, for exact
+    verification; ~0.7 x the text's bytes)."""
     texts = table.column("text")
     langs = table.column("lang") if "lang" in table.column_names else None
     shingles, offsets, counts = batch_shingles(texts, langs, config.word_ngram, config.char_ngram)
@@ -65,7 +68,6 @@ def signature_table(table: pa.Table, config: DedupConfig) -> tuple[pa.Table, Ded
         if "quality_score" in table.column_names
         else pa.nulls(len(table), pa.float32())
     )
-    shingle_lists = _as_lists(shingles, offsets)
     width = signatures.shape[1] * 4
     sig_array = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(width), len(table), [None, pa.py_buffer(signatures.tobytes())]
@@ -79,9 +81,10 @@ def signature_table(table: pa.Table, config: DedupConfig) -> tuple[pa.Table, Ded
             "exact_key": np.array([int(h[:16], 16) for h in hexes], dtype=np.uint64),
             "sig": sig_array,
             "shingled": has_shingles(signatures),
-            "shingles": shingle_lists,
         }
     )
+    if shingles_column:
+        result = result.append_column("shingles", _as_lists(shingles, offsets))
     stats = DedupStats(documents=len(table), empty=counts.empty, tiny=counts.tiny, cjk=counts.cjk)
     return result, stats
 

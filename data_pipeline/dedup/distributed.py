@@ -104,7 +104,9 @@ def dedup_dataset(
     else:
         if run.producing:  # the tags' files exist once their producers end
             run.wait(run.producing, "exchange")
-        result, held = tagged_dataset(blocks, sizes, plan.slices, tags, partitions), -1
+        cost_key = uuid.uuid4().hex
+        result = tagged_dataset(blocks, sizes, plan.slices, tags, partitions, cost_key)
+        held = -1
         blocks.clear()  # from here only the returned dataset holds the input blocks
     steps.update()
     steps.close()
@@ -114,6 +116,8 @@ def dedup_dataset(
     stats.extra["attach"] = "eager" if config.index.save_to else "lazy"
     if held >= 0:
         stats.extra["input_blocks_held_after_attach"] = held
+    else:  # the lazy attach's reads record their CPU under this key (DedupStage.attach_cost)
+        stats.extra["attach_cost_key"] = cost_key
     if folder is not None:
         stats.extra["exchange_tags"] = _keep_until_exit(folder)
     if config.index.save_to:

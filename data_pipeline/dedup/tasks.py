@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from data_pipeline.dedup import components, exchange
+from data_pipeline.dedup import budget, components, exchange
 from data_pipeline.dedup.config import DEDUP_COLUMNS, DedupConfig
 from data_pipeline.dedup.core import (
     DedupStats,
@@ -64,13 +64,16 @@ def concat(pieces: Sequence[Any], schema: pa.Schema | None = None) -> pa.Table:
 
 
 def map_tables(
-    block: pa.Table, config: DedupConfig
+    block: pa.Table, config: DedupConfig, shingles: bool = True
 ) -> tuple[pa.Table, pa.Table, pa.Table, dict[str, Any]]:
     """Signatures of one slice or input part -> (band rows, exact rows, doc rows, stats): the map
     side of dedup, which depends on the rows alone (the runner persists it per input part). Doc
-    rows carry (vertex, id, exact_hash, quality, row, sig, shingles, matched_cluster). The rows are hashed
-    `config.batch_size` documents at a time."""
-    sigs, stats = _signatures_in_batches(block, config)
+    rows carry (vertex, id, exact_hash, quality, row, sig, shingles, matched_cluster), without
+    `shingles` when not asked (DedupStage.apply recomputes the few it needs from the text). The
+    rows are hashed in batches of at most `config.batch_size` documents and about
+    budget.HASH_BATCH_BYTES of text (hash_batches), so a map task's memory is set by the batch,
+    not by its slice or part."""
+    sigs, stats = _signatures_in_batches(block, config, shingles)
     keys, key_vertices = band_rows(sigs, config) if config.near else (np.zeros(0, np.uint64),) * 2
     bands = pa.table(
         {"key": pa.array(keys, pa.uint64()), "vertex": pa.array(key_vertices, pa.int64())}
@@ -91,7 +94,7 @@ def map_tables(
             "quality": sigs.column("quality"),
             "row": pa.array(np.arange(len(block)), pa.int64()),
             "sig": sigs.column("sig"),
-            "shingles": sigs.column("shingles"),
+            **({"shingles": sigs.column("shingles")} if shingles else {}),
             "matched_cluster": matched,
         }
     )
@@ -143,10 +146,11 @@ def scatter_map(
     vertex = docs.column("vertex").to_numpy()
     place = ["shingles"] if shingles else ["block", "row"]
     signed = docs.select(["vertex", "sig", *place])
+    signed_only = [name for name in ("shingles",) if name in docs.column_names]
     return [
         *scatter(bands, bands.column("key").to_numpy(), partitions),
         *scatter(exact, exact.column("key").to_numpy(), partitions),
-        *scatter(docs.drop_columns(["sig", "shingles"]), vertex, partitions),
+        *scatter(docs.drop_columns(["sig", *signed_only]), vertex, partitions),
         *scatter(signed, vertex, partitions),
         {**info, "peak_rss_mb": peak_rss_mb()},
     ]
@@ -166,7 +170,7 @@ def map_block(
     partition, plus stats (map_tables, scatter_map; `block` = the slice index). The slice's size
     is set by the memory budget (data_pipeline.dedup.budget), so a large block never raises the
     task's memory."""
-    bands, exact, docs, info = map_tables(block.slice(first, rows), config)
+    bands, exact, docs, info = map_tables(block.slice(first, rows), config, shingles=False)
     return scatter_map(bands, exact, docs, info, slice_index, partitions, shingles=False)
 
 
@@ -182,10 +186,30 @@ def load_map_part(
     )
 
 
-def _signatures_in_batches(block: pa.Table, config: DedupConfig) -> tuple[pa.Table, DedupStats]:
+def hash_batches(texts: pa.ChunkedArray | pa.Array, max_docs: int, max_bytes: int) -> list[int]:
+    """Row bounds [0, ..., rows] of batches of at most `max_docs` documents and `max_bytes` of
+    text (a longer document is a batch of its own): shingling and hashing a batch holds ~15
+    times its text in temporaries (tokens, n-gram terms, 2,048 x 128 hash blocks, normalised
+    copies), so bounding the batch by bytes bounds a map task whatever its slice's size."""
+    lengths = pc.fill_null(pc.binary_length(texts), 0)
+    ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
+    total = len(ends)
+    bounds, lo = [0], 0
+    while lo < total:
+        before = int(ends[lo - 1]) if lo else 0
+        fits = int(np.searchsorted(ends, before + max_bytes, side="right"))
+        lo = max(lo + 1, min(lo + max_docs, fits))
+        bounds.append(lo)
+    return bounds if total else [0, 0]
+
+
+def _signatures_in_batches(
+    block: pa.Table, config: DedupConfig, shingles: bool = True
+) -> tuple[pa.Table, DedupStats]:
     tables, stats = [], DedupStats()
-    for lo in range(0, max(1, len(block)), config.batch_size):
-        sigs, batch_stats = signature_table(block.slice(lo, config.batch_size), config)
+    bounds = hash_batches(block.column("text"), config.batch_size, budget.HASH_BATCH_BYTES)
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        sigs, batch_stats = signature_table(block.slice(lo, hi - lo), config, shingles)
         tables.append(sigs)
         stats.add(batch_stats)
     return pa.concat_tables(tables), stats

@@ -42,6 +42,8 @@ class DedupStage(GlobalStage):
         """Counts of the last apply / apply_table call (documents, empty, tiny, clusters, ...)."""
         self._kept: list[str] = []
         """Tag folders `apply` left under `exchange_dir` for Ray's rebuilds (close)."""
+        self._cost_keys: list[str] = []
+        """Keys under which the lazy join back records its reads' costs (attach_cost)."""
 
     @property
     def dedup_config(self) -> DedupConfig:
@@ -82,17 +84,30 @@ class DedupStage(GlobalStage):
         )
         if "exchange_tags" in self.stats.extra:
             self._kept.append(self.stats.extra["exchange_tags"])
+        if "attach_cost_key" in self.stats.extra:
+            self._cost_keys.append(self.stats.extra["attach_cost_key"])
         return result
+
+    def attach_cost(self) -> dict[str, float]:
+        """CPU-seconds and peak RSS of the lazy join back of the datasets `apply` returned, as
+        far as they have been read (it runs in Ray Data's read tasks after `apply` returns, so
+        `cost` cannot hold it), and the reads counted; with `cost` it is the stage's CPU."""
+        from data_pipeline.dedup.lazyattach import attach_cost
+
+        return attach_cost(self._cost_keys)
 
     def close(self) -> None:
         """Remove the tags' files `apply` kept under `exchange_dir` (data_pipeline.dedup.
         distributed.release_tags): call it once the tagged dataset is written or no longer
-        used, since reading it (it is lazy) or rebuilding a lost block reads them. Without a call
-        they go at the interpreter's exit."""
+        used, since reading it (it is lazy) or rebuilding a lost block reads them, and forget the
+        join back's recorded costs (attach_cost). Without a call both go at the interpreter's
+        exit."""
         from data_pipeline.dedup.distributed import release_tags
+        from data_pipeline.dedup.lazyattach import forget_costs
 
         release_tags(self._kept)
-        self._kept = []
+        forget_costs(self._cost_keys)
+        self._kept, self._cost_keys = [], []
 
     def _budget(self) -> int:
         return int(self.context.get("worker_memory_mb", DEFAULT_WORKER_MEMORY_MB))

@@ -146,3 +146,28 @@ def test_exchange_through_files_gives_the_same_tags_and_keeps_only_what_rebuilds
         assert tasks.attach(block, s, 0, block.num_rows, gather).equals(tagged[s])
     stage.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_lazy_join_back_is_counted_in_the_stage_cpu(ray_local) -> None:
+    """The join back of `apply`'s lazy output runs in Ray Data's read tasks after `apply` has
+    returned, so `stage.cost` cannot hold it; each read records its CPU and `attach_cost()`
+    sums them (before: not counted anywhere, no such method): nothing before the output is
+    read, one read per slice after, twice as many when read twice, none after `close()`."""
+    table, _ = load_fixture()
+    blocks = [table.slice(0, 10), table.slice(10, 7), table.slice(17)]
+    stage = DedupStage(DedupConfig(num_partitions=2))
+    out = stage.apply(ray_local.data.from_arrow(blocks))
+    slices = stage.stats.extra["plan"]["slices"]
+    assert stage.attach_cost()["reads"] == 0
+
+    def read() -> pa.Table:  # streamed: each read executes the dataset again
+        return pa.concat_tables(list(out.iter_batches(batch_size=None, batch_format="pyarrow")))
+
+    first = read()
+    once = stage.attach_cost()
+    assert once["reads"] == slices == 3 and once["cpu_s"] > 0 and once["peak_rss_mb"] > 0
+    assert read().equals(first)
+    twice = stage.attach_cost()
+    assert twice["reads"] == 2 * slices and twice["cpu_s"] > once["cpu_s"]
+    stage.close()
+    assert stage.attach_cost()["reads"] == 0
