@@ -96,6 +96,10 @@ class TreeSampler:
     """Keep, for the sample with the largest total PSS, each process's PSS split into shared
     memory (/dev/shm mappings: Ray's object store) and the rest (`at_peak`)."""
     at_peak: dict = field(default_factory=dict)
+    own_cpu_s: float = 0.0
+    """CPU-seconds the sampling itself took in this process (thread CPU time of every `sample`
+    call: reading each process's smaps is not free), so a caller can take it off the role of
+    the process that samples (the driver's, when the tree's root is the driver)."""
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
@@ -109,6 +113,13 @@ class TreeSampler:
             return [top]
 
     def sample(self) -> None:
+        start = time.thread_time()
+        try:
+            self._sample()
+        finally:
+            self.own_cpu_s += time.thread_time() - start
+
+    def _sample(self) -> None:
         total_pss = total_rss = 0.0
         snapshot: list[dict] = []
         for proc in self._tree():

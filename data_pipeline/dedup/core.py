@@ -8,12 +8,14 @@ cluster is the one with the highest `quality_score` (null counts as lowest), the
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from data_pipeline.dedup import budget
 from data_pipeline.dedup.components import connected_components
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.lsh import band_keys, candidate_edges, has_shingles
@@ -93,15 +95,41 @@ def _as_lists(shingles: np.ndarray, offsets: np.ndarray) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(fold32(shingles)))
 
 
+def hash_batches(
+    texts: pa.ChunkedArray | pa.Array, max_docs: int, max_bytes: int | None = None
+) -> list[int]:
+    """Row bounds [0, ..., rows] of batches of at most `max_docs` documents and `max_bytes` of
+    text (a longer document is a batch of its own): shingling and hashing a batch holds ~15
+    times its text in temporaries (tokens, n-gram terms, 2,048 x 128 hash blocks, normalised
+    copies), so bounding the batch by bytes bounds a map task whatever its slice's size.
+    `max_bytes` defaults to budget.HASH_BATCH_BYTES."""
+    max_bytes = budget.HASH_BATCH_BYTES if max_bytes is None else max_bytes
+    lengths = pc.fill_null(pc.binary_length(texts), 0)
+    ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
+    total = len(ends)
+    bounds, lo = [0], 0
+    while lo < total:
+        before = int(ends[lo - 1]) if lo else 0
+        fits = int(np.searchsorted(ends, before + max_bytes, side="right"))
+        lo = max(lo + 1, min(lo + max_docs, fits))
+        bounds.append(lo)
+    return bounds if total else [0, 0]
+
+
 def shingle_lists(table: pa.Table, config: DedupConfig) -> pa.ListArray:
     """Each row's 32-bit shingle values, as signature_table's `shingles` column holds them (a
     row's shingles depend on its own text and lang alone, so any subset of rows gives the same
-    lists): exact verification recomputes them from the text for candidate pairs only."""
-    langs = table.column("lang") if "lang" in table.column_names else None
-    shingles, offsets, _ = batch_shingles(
-        table.column("text"), langs, config.word_ngram, config.char_ngram
-    )
-    return _as_lists(shingles, offsets)
+    lists): exact verification recomputes them from the text for candidate pairs only, in
+    hash_batches (its temporaries are one batch's, not every requested row's)."""
+    lists = []
+    for lo, hi in pairwise(hash_batches(table.column("text"), config.batch_size)):
+        batch = table.slice(lo, hi - lo)
+        langs = batch.column("lang") if "lang" in batch.column_names else None
+        shingles, offsets, _ = batch_shingles(
+            batch.column("text"), langs, config.word_ngram, config.char_ngram
+        )
+        lists.append(_as_lists(shingles, offsets))
+    return pa.concat_arrays(lists)
 
 
 def signatures_of(sig_column: pa.Array | pa.ChunkedArray, num_perm: int) -> np.ndarray:

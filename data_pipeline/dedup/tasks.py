@@ -20,6 +20,7 @@ from data_pipeline.dedup.config import DEDUP_COLUMNS, DedupConfig
 from data_pipeline.dedup.core import (
     DedupStats,
     band_rows,
+    hash_batches,
     keep_and_size,
     signature_table,
 )
@@ -184,23 +185,6 @@ def load_map_part(
     return scatter_map(
         tables["bands"], tables["exact"], tables["docs"], dict(info), block_index, partitions
     )
-
-
-def hash_batches(texts: pa.ChunkedArray | pa.Array, max_docs: int, max_bytes: int) -> list[int]:
-    """Row bounds [0, ..., rows] of batches of at most `max_docs` documents and `max_bytes` of
-    text (a longer document is a batch of its own): shingling and hashing a batch holds ~15
-    times its text in temporaries (tokens, n-gram terms, 2,048 x 128 hash blocks, normalised
-    copies), so bounding the batch by bytes bounds a map task whatever its slice's size."""
-    lengths = pc.fill_null(pc.binary_length(texts), 0)
-    ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
-    total = len(ends)
-    bounds, lo = [0], 0
-    while lo < total:
-        before = int(ends[lo - 1]) if lo else 0
-        fits = int(np.searchsorted(ends, before + max_bytes, side="right"))
-        lo = max(lo + 1, min(lo + max_docs, fits))
-        bounds.append(lo)
-    return bounds if total else [0, 0]
 
 
 def _signatures_in_batches(

@@ -43,3 +43,14 @@ def test_other_names_its_commands() -> None:
         subprocess.run([sys.executable, "-c", "import time; time.sleep(0.5)"], check=True)
     other = sampler.by_role()["other"]
     assert any("time.sleep(0.5)" in cmd for cmd in other["commands"]), other
+
+
+def test_the_sampling_cpu_is_counted_apart() -> None:
+    """The sampler runs in the process it samples (a benchmark's driver): the CPU its smaps reads
+    take is counted in `own_cpu_s` (before: no such count, so it was the driver's), and it is
+    part of this process's CPU as sampled, not more."""
+    with TreeSampler(interval=0.05, breakdown=True) as sampler:
+        time.sleep(0.5)
+    assert 0 < sampler.own_cpu_s
+    ours = next(s for pid, s in sampler.procs.items() if pid == sampler.root)
+    assert sampler.own_cpu_s <= ours.cpu_s + 0.02  # cpu_times' 10 ms ticks

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from data_pipeline.dedup import budget, tasks
+from data_pipeline.dedup import budget, core, tasks
 from data_pipeline.dedup.config import DedupConfig
 
 
@@ -35,10 +35,10 @@ def _table(text_bytes: int, seed: int = 3) -> tuple[pa.Table, int]:
 
 def test_hash_batches_bound_documents_and_bytes() -> None:
     texts = pa.array(["a" * 10, "b" * 10, None, "c" * 50, "d" * 5, "e" * 5, "f" * 5])
-    assert tasks.hash_batches(texts, max_docs=100, max_bytes=20) == [0, 3, 4, 7]
-    assert tasks.hash_batches(texts, max_docs=2, max_bytes=1000) == [0, 2, 4, 6, 7]
-    assert tasks.hash_batches(texts, max_docs=100, max_bytes=1) == list(range(8))  # one each
-    assert tasks.hash_batches(pa.array([], pa.string()), 100, 20) == [0, 0]
+    assert core.hash_batches(texts, max_docs=100, max_bytes=20) == [0, 3, 4, 7]
+    assert core.hash_batches(texts, max_docs=2, max_bytes=1000) == [0, 2, 4, 6, 7]
+    assert core.hash_batches(texts, max_docs=100, max_bytes=1) == list(range(8))  # one each
+    assert core.hash_batches(pa.array([], pa.string()), 100, 20) == [0, 0]
 
 
 def test_map_output_does_not_depend_on_the_hash_batches(monkeypatch) -> None:
@@ -87,3 +87,14 @@ def test_a_map_task_holds_one_hash_batch_not_its_slice() -> None:
         tracemalloc.stop()
     assert out[-1]["documents"] == table.num_rows
     assert peak < 2.5 * text_bytes, (peak, text_bytes)
+
+
+def test_shingle_lists_do_not_depend_on_the_hash_batches(monkeypatch) -> None:
+    """Verification's shingles (core.shingle_lists) come in hash batches too: the same lists."""
+    table, _ = _table(100_000)
+    whole = core.shingle_lists(table, DedupConfig())
+    monkeypatch.setattr(budget, "HASH_BATCH_BYTES", 3_000)
+    assert core.shingle_lists(table, DedupConfig()).equals(whole)
+    assert len(whole) == table.num_rows
+    empty = pa.chunked_array([], pa.string())
+    assert core.hash_batches(empty, 10) == [0, 0]
