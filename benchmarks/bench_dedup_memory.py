@@ -39,6 +39,11 @@ Every process of the tree is sampled every 0.5 s (benchmarks.proctree): per-proc
 the tree's peak total PSS (shared object-store pages counted once), CPU seconds per process.
 Memory per additional document is the slope of the peak total between 1x and 16x; CPU per
 additional document likewise (the steady-state marginal cost, without a job's fixed cost).
+Also: the slope of the job's own processes' PSS at the peak (driver, workers, Ray Data's
+actors; no idle snapshot subtracted, which moved by up to 130 MB between scales), and of the
+largest worker peak RSS beside datasketch's process's. Our CPU leaves out the sampler's own
+(it runs in the driver: `cpu_s_sampler`) and, on the dataset path, counts the lazy join back in
+the dedup's CPU (`cpu_s_in_join_back`, DedupStage.attach_cost).
 
     .venv/bin/python -m benchmarks.bench_dedup_memory --corpus DIR [--docs 2500] [--budget-mb 512]
         [--path dataset|parts]
@@ -207,10 +212,14 @@ def run_ours(
         else:
             write_output(ray, stage.apply(read_input(ray, input_dir)), out_dir)
         wall = time.perf_counter() - wall
+    join = {"cpu_s": 0.0, "reads": 0}
+    if path == "dataset" and hasattr(stage, "attach_cost"):  # (a tree before 2026-12-04: none)
+        join = stage.attach_cost()
+    stage.close()
     keep = pq.read_table(out_dir, columns=["id", "dup_keep"])
     dropped = keep.filter(pa.compute.invert(keep.column("dup_keep"))).column("id").to_pylist()
     return {
-        **_job_costs(sampler, stage, wall),
+        **_job_costs(sampler, stage, wall, join),
         "at_peak": {
             "step": step_at(getattr(stage, "timeline", []), sampler.at_peak.get("unix_time", 0)),
             "total_pss_mb": round(sampler.at_peak.get("total_pss_mb", 0.0), 1),
@@ -220,12 +229,21 @@ def run_ours(
     }
 
 
-def _job_costs(sampler: TreeSampler, stage, wall: float) -> dict:
+def _job_costs(sampler: TreeSampler, stage, wall: float, join: dict) -> dict:
+    """`cpu_s_in_dedup_tasks`: the dedup's own Ray tasks and, on the dataset path, the lazy join
+    back inside Ray Data's read tasks (DedupStage.attach_cost, also `cpu_s_in_join_back`; before
+    2026-12-04 it was not counted: the reads run after `apply` returns).
+    `cpu_s_driver_and_workers` leaves out the sampler's own CPU (`cpu_s_sampler`: it runs in
+    the driver, reading every process's smaps twice a second; before 2026-12-04 it was counted
+    as ours, while datasketch's sampler runs outside the process it measures)."""
     job_roles = ("driver", "worker", "ray-data-actor")
     return {
         "wall_s": round(wall, 2),
-        "cpu_s_driver_and_workers": round(sampler.cpu_s(job_roles), 2),
-        "cpu_s_in_dedup_tasks": round(stage.cost["cpu_s"], 2),
+        "cpu_s_driver_and_workers": round(sampler.cpu_s(job_roles) - sampler.own_cpu_s, 2),
+        "cpu_s_sampler": round(sampler.own_cpu_s, 2),
+        "cpu_s_in_dedup_tasks": round(stage.cost["cpu_s"] + join["cpu_s"], 2),
+        "cpu_s_in_join_back": round(join["cpu_s"], 2),
+        "join_back_reads": join["reads"],
         "cpu_s_ray_data_actors": round(sampler.cpu_s(("ray-data-actor",)), 2),
         "worker_processes_started": sampler.started(("worker", "ray-data-actor")),
         "cpu_s_ray_system": round(sampler.cpu_s() - sampler.cpu_s(job_roles), 2),
@@ -245,6 +263,11 @@ def step_at(timeline: list[tuple[str, float]], when: float) -> str:
     if not timeline or when < timeline[0][1]:
         return "read"
     return next((step for step, end in timeline[1:] if end >= when), "write")
+
+
+def _job_pss_at_peak(run: dict) -> float:
+    roles = run["at_peak"]["by_role"]
+    return sum(roles.get(r, {}).get("pss_mb", 0.0) for r in ("driver", "worker", "ray-data-actor"))
 
 
 def _slope(points: dict[int, float], docs: dict[int, int], unit: float = MB) -> float:
@@ -287,6 +310,18 @@ def summarise(ours: dict, trove: dict, docs: dict[int, int], budget_mb: int, war
             _slope({k: v["cpu_s"] for k, v in trove.items()}, docs, 1), 6
         ),
         "ours_bytes_per_additional_doc": round(_slope(ours_job, docs)),
+        # the job's own processes (driver, workers, Ray Data's actors) at the tree's peak: Ray's
+        # GCS, raylet and agents left out instead of an idle snapshot subtracted (the idle total
+        # moved by up to 130 MB between scales, 9 KB/doc of the slope above)
+        "ours_bytes_per_additional_doc_job_processes": round(
+            _slope({s: _job_pss_at_peak(ours[s]) for s in ours}, docs)
+        ),
+        "ours_worker_peak_rss_bytes_per_additional_doc": round(
+            _slope({s: ours[s]["worker_peak_rss_mb"] for s in ours}, docs)
+        ),
+        "datasketch_peak_rss_bytes_per_additional_doc": round(
+            _slope({s: trove[s]["peak_rss_mb"] for s in trove}, docs)
+        ),
         "ours_bytes_per_additional_doc_total_pss": round(
             _slope({s: ours[s]["peak_total_pss_mb"] for s in ours}, docs)
         ),
