@@ -49,8 +49,7 @@ def test_the_sampling_cpu_is_counted_apart() -> None:
     """The sampler runs in the process it samples (a benchmark's driver): the CPU its smaps reads
     take is counted in `own_cpu_s` (before: no such count, so it was the driver's), and it is
     part of this process's CPU as sampled, not more."""
+    start = time.process_time()
     with TreeSampler(interval=0.05, breakdown=True) as sampler:
         time.sleep(0.5)
-    assert 0 < sampler.own_cpu_s
-    ours = next(s for pid, s in sampler.procs.items() if pid == sampler.root)
-    assert sampler.own_cpu_s <= ours.cpu_s + 0.02  # cpu_times' 10 ms ticks
+    assert 0 < sampler.own_cpu_s <= time.process_time() - start
