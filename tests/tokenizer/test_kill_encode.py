@@ -169,3 +169,28 @@ def test_an_encode_killed_at_any_write_of_a_prefix_is_resumed_byte_identical(
     assert main(_argv(tokenizer_dir, shards, out)) == 0, capsys.readouterr().err
     assert contents(out) == contents(reference)
     assert _listing(out) == _listing(reference)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_an_encode_on_ray_killed_mid_prefix_is_refused_then_resumed_byte_identical(
+    tokenizer_dir: Path, shards: Path, reference: Path, tmp_path: Path, capsys
+) -> None:
+    """The Ray backend (three prefixes, one task each): the driver SIGKILLed while a task writes
+    a prefix. Its local Ray goes with it (`kill_when` fails if any process it started outlives
+    it by a minute), readers refuse what is left in one line, and the re-run (inline: the
+    resume does not depend on the backend) is byte-identical to an uninterrupted encode."""
+    out = tmp_path / "encoded"
+    argv = [*_argv(tokenizer_dir, shards, out), "--num-cpus", "0.5"]
+    argv.remove("--no-ray")
+    _kill(argv, tmp_path, out, lambda o: any(_size(p) > 0 for p in o.glob(".*.partial.bin")))
+    with pytest.raises(ArtifactError) as refused:
+        encoded_kind.open(out)
+    assert len(str(refused.value).splitlines()) == 1
+    _refused_in_one_line(capsys, ["verify", str(out)])
+    capsys.readouterr()
+    assert main(_argv(tokenizer_dir, shards, out)) == 0, capsys.readouterr().err
+    assert contents(out) == contents(reference)
+    assert _listing(out) == _listing(reference)
+    encoded_kind.open(out, full=True)
