@@ -13,9 +13,11 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from torch.multiprocessing import ProcessRaisedException
 
 from pretrain.config import config_dict, parse_config
+from pretrain_app.cli import main
 from tests.trainer.test_elastic_lock import _held, _worker
 from tests.trainer.trainer_testlib import tiny_config
 from trainer.config import TrainConfig
@@ -58,3 +60,19 @@ def test_a_rank_started_by_hand_into_a_held_run_is_refused(tmp_path: Path, claim
     lines = [line for line in result.stderr.splitlines() if "pretrain launch: error:" in line]
     assert len(lines) == 1 and f"is being written by pid {pid}" in lines[0], result.stderr[-2000:]
     _untouched(run_dir)
+
+
+@pytest.mark.timeout(180)
+def test_a_smoke_launch_while_another_smoke_launch_runs_is_refused(tmp_path: Path, capsys) -> None:
+    """`launch --smoke` writes RUN/smoke and locks that (not RUN): a second one is refused in one
+    line naming the first, before anything is written (two real ones at once were tried by hand:
+    one trained, the other refused in this line)."""
+    run_dir = tmp_path / "run"
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump(tiny_config(run_dir)))
+    with _held(run_dir / "smoke") as pid:
+        capsys.readouterr()
+        assert main(["launch", str(config), "--smoke", "--nproc", "1", "--in-process"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{run_dir / 'smoke'} is being written by pid {pid}" in err[0], err
+    assert not (run_dir / "smoke").exists()  # nothing written, not even its log
