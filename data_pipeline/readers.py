@@ -47,6 +47,12 @@ _CHUNK = 1 << 20
 JSONL_LINE_FACTOR = 8
 """A JSON Lines record may take this many times `max_input_bytes` on its line (JSON escapes
 write one UTF-8 byte as up to 6; other fields ride along) before it is rejected unparsed."""
+MAX_JSON_DEPTH = 256
+"""A JSON Lines record nested deeper than this (objects and arrays) is `malformed_json`. Python's
+parser gives up at a depth set by how deep the caller's stack already is, which differs between
+the processes that read one file (a Ray worker, the CLI, a test), so without a cap below it the
+same line could be a document in one run and a reject in another."""
+_TOO_DEEP = object()
 # A damaged footer or page can also decode to invalid UTF-8 (UnicodeDecodeError, a ValueError):
 # in a column name when the file opens, or in a string column when a batch is read.
 _PARQUET_ERRORS = (OSError, pa.ArrowException, ValueError)
@@ -149,13 +155,33 @@ def _jsonl_row(raw: bytes, fallback_id: str, out: Batcher, fields: Fields) -> No
     except UnicodeDecodeError:
         out.add(fallback_id, reason="undecodable", raw_bytes=size)
         return
-    except (ValueError, RecursionError):
+    except RecursionError:  # deeper than the stack allows: deeper than MAX_JSON_DEPTH too
+        record = _TOO_DEEP
+    except ValueError:
         out.add(fallback_id, reason="malformed_json", raw_bytes=size)
+        return
+    if record is _TOO_DEEP or (
+        raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _nested_deeper(record)
+    ):
+        error = {"error": f"nested deeper than {MAX_JSON_DEPTH}"}
+        out.add(fallback_id, reason="malformed_json", meta=error, raw_bytes=size)
         return
     if not isinstance(record, dict):
         out.add(fallback_id, reason="malformed_json", raw_bytes=size)
         return
     _record_row(record, fields, fallback_id, out, size, merge_meta=True)
+
+
+def _nested_deeper(record: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether objects and arrays nest deeper than `limit` in `record` (itself depth 1)."""
+    stack: list[tuple[Any, int]] = [(record, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 def _record_row(
