@@ -19,28 +19,25 @@ checked, so a wrong length over the limit resyncs too) and is a `record_too_larg
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from data_pipeline.warcblock import (
+    CONTENT_LENGTH,
+    HEADER_END,
+    HEADER_LIMIT,
+    digest_verdict,
+    message_end,
+)
+
 _CHUNK = 1 << 16
-_HEADER_LIMIT = 1 << 20
-"""WARC headers longer than this (no blank line in the first MiB) are a malformed record."""
-_HEADER_END = re.compile(rb"\r?\n\r?\n")
 _VERSION_LINE = re.compile(rb"WARC/(?:1\.[01]|0\.1[78])\r?\n")
 """A record's first line: where the framer may resync after a bad record (`_is_record_start`)."""
 _FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}[ \t]*:")
 """A header field line's start (RFC 9110 token, then a colon)."""
 _FIELD_LOOK = 70  # bytes after a version line enough to see a field name and its colon
 _NEXT_KEEP = 16  # bytes kept between scanned chunks, so a boundary split across two is found
-_CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*([0-9]{1,18})[ \t]*\r?$")
-_BLOCK_DIGEST = re.compile(rb"(?im)^warc-block-digest:[ \t]*sha-?1:([A-Za-z0-9]+)[ \t]*\r?$")
-_PAYLOAD_DIGEST = re.compile(rb"(?im)^warc-payload-digest:[ \t]*sha-?1:([A-Za-z0-9]+)[ \t]*\r?$")
-_HTTP_HEAD = re.compile(rb"HTTP/[0-9.]+ [0-9]{3}[^\r\n]*\r?\n")
-_CHUNKED = re.compile(rb"(?im)^transfer-encoding:[^\r\n]*chunked")
-_CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?\r?\n")
 _TAIL = 16  # bytes after a block enough to see the blank line and `WARC/`
 
 
@@ -109,7 +106,7 @@ class Framer:
         if (cut := self._record_start_in(head, offset)) > 0:  # these headers were cut short
             self._consume(cut)
             return Frame("malformed_record", offset, cut, head=head[:cut])
-        length = _CONTENT_LENGTH.search(head)
+        length = CONTENT_LENGTH.search(head)
         if length is None:
             return self._resync("malformed_record", offset, len(head), head)
         total = len(head) + int(length.group(1))
@@ -143,12 +140,12 @@ class Framer:
 
     def _header_end(self) -> re.Match[bytes] | None:
         """The blank line that ends the headers at the buffer's start (None: not in the first
-        `_HEADER_LIMIT` bytes, or the stream ends first)."""
+        `HEADER_LIMIT` bytes, or the stream ends first)."""
         size = _CHUNK
         while True:
             filled = self._fill(size)
-            end = _HEADER_END.search(self.buf, 0, _HEADER_LIMIT)
-            if end is not None or not filled or size >= _HEADER_LIMIT:
+            end = HEADER_END.search(self.buf, 0, HEADER_LIMIT)
+            if end is not None or not filled or size >= HEADER_LIMIT:
                 return end
             size *= 4
 
@@ -172,47 +169,82 @@ class Framer:
         later record's start or end: the records between would be read as its page). Evidence,
         first that there is: its WARC-Block-Digest, its WARC-Payload-Digest (sha1, base32 or hex),
         the end of its HTTP message (the response's own Content-Length or chunking): right at the
-        block's end, or at a record start elsewhere; then the framing itself: a block that holds
-        a record start is wrong when no blank line follows it (a length landing on a record's
-        start), or when a record starting inside it declares a length that ends where this
-        block does (not one that is the whole block: a resource archiving one record), or that
-        starts right after other bytes on its line and runs past its end (a record cut short and
-        the next one written after it). Other than by declaring this block's end, a record start
-        (inside the block, or where its HTTP message ends) counts against it only when that
-        record `_frames` (ends by its own length where a record should): a page quoting a record
-        (a `WARC/1.0` line and made-up fields in its text) is no evidence."""
+        block's end, or at a record start elsewhere; then the framing itself, for a block that
+        holds a record start: it is wrong when no line break follows it (it ends on a record's
+        start), when the file ends right after it inside or after a record starting in it, when a
+        record starting inside it declares a length that ends where this block does (not one that
+        is the whole block: a resource archiving one record) or starts right after other bytes
+        on its line and runs past its end (a record cut short and the next one written after
+        it), or when records inside it follow one another and stop short (`_chain_stops_short`).
+        Otherwise a record start (inside the block, or where its HTTP message ends) counts
+        against it only when that record frames (`_framed_end`: ends by its own length where a
+        record should): a page quoting a record (a `WARC/1.0` line and made-up fields in its
+        text) is no evidence."""
         start = len(head)
         if not self._in_doubt(start, total):
             return False
         block = memoryview(self.buf)[start:total]
         try:
-            for pattern, payload in ((_BLOCK_DIGEST, 0), (_PAYLOAD_DIGEST, _http_end(block))):
-                if (declared := pattern.search(head)) is not None and payload is not None:
-                    return not _sha1_is(declared.group(1), block[payload:])
-            end = _message_end(block, self.limit)
+            if (verdict := digest_verdict(head, block)) is not None:
+                return not verdict
+            end = message_end(block, self.limit)
         finally:
             block.release()
         if self._glued_record_runs_past(start, total):
             return True
         if end is not None and end == total - start:
             return False
-        if end is not None and self._record_at(start + end) and self._frames(start + end):
+        if end is not None and self._record_at(start + end) and self._framed_end(start + end) >= 0:
             return True
         inner = self._record_starts(start, total)
         if not inner:
             return False
         tail = bytes(self.buf[total : total + _TAIL])
         newlines = tail[: len(tail) - len(tail.lstrip(b"\r\n"))].count(b"\n")
-        if newlines < 2 and any(self._frames(at) for at in inner):
+        if newlines == 0 and tail:  # it ends on a record start (or on other bytes)
             return True
-        return any(at > start and self._declared_end(at) == total for at in inner)
+        if not tail:  # the file ends with the block: wrong if it ends inside or after a record
+            return any(self._declared_end(at) > total or self._framed_end(at) >= 0 for at in inner)
+        if newlines < 2 and any(self._framed_end(at) >= 0 for at in inner):
+            return True
+        if any(at > start and self._declared_end(at) == total for at in inner):
+            return True
+        return self._chain_stops_short(inner, total)
+
+    def _chain_stops_short(self, inner: list[int], total: int) -> bool:
+        """Whether records inside the block follow one another as in a WARC file (one ends by
+        its length where the next starts), and the chain stops short of the block's end, or runs
+        past it: a length landing past two records, the later one with a wrong length too. A
+        WARC file archived in a record chains to its end; a record quoted in a page ends where
+        no record starts."""
+        seen: set[int] = set()
+        for first in inner:
+            at, links = first, 0
+            while at not in seen:
+                seen.add(at)
+                end = self._framed_end(at)
+                rest = bytes(self.buf[end : end + _TAIL]) if end >= 0 else b""
+                after = end + len(rest) - len(rest.lstrip(b"\r\n"))
+                if 0 <= end <= total <= after:
+                    break  # the chain ends with the block
+                if end < 0 or end > total or not self._starts_record(after):
+                    if links > 0:  # a record with a wrong length (or none after it) ends it
+                        return True
+                    break
+                at, links = after, links + 1
+        return False
+
+    def _starts_record(self, at: int) -> bool:
+        """Whether a version line followed by a header field line starts at buffer index `at`."""
+        line = _VERSION_LINE.match(self.buf, at)
+        return line is not None and _FIELD_NAME.match(self.buf, line.end()) is not None
 
     def _record_starts(self, start: int, total: int) -> list[int]:
         """Where in buffer[start:total] a version line followed by a header field line begins."""
         lines = list(_VERSION_LINE.finditer(self.buf, start, total))
         return [line.start() for line in lines if _FIELD_NAME.match(self.buf, line.end())]
 
-    def _frames(self, at: int) -> bool:
+    def _framed_end(self, at: int) -> int:
         """Whether the record whose headers start at buffer index `at` ends where a record
         should by its own Content-Length (`_followed_by_record`, within the record limit): a
         real record inside a block with a wrong length does, a record quoted in a page's text
@@ -221,9 +253,9 @@ class Framer:
         rest = bytes(self.buf[at : at + _TAIL])
         end = self._declared_end(at + min(len(rest) - len(rest.lstrip(b"\r\n")), 4))
         if end < 0 or end > self.limit:
-            return False
+            return -1
         self._fill(end + _TAIL)
-        return self._followed_by_record(end)
+        return end if self._followed_by_record(end) else -1
 
     def _holds_record_start(self, start: int, total: int) -> bool:
         """Whether buffer[start:total] holds a version line followed by a header field line."""
@@ -232,14 +264,14 @@ class Framer:
     def _glued_record_runs_past(self, start: int, total: int) -> bool:
         """Whether a record starts inside buffer[start:total] right after other bytes on its
         line (a record cut short and the next written after it) and declares a block that runs
-        past `total` and `_frames` there: the cut record's own lengths (its HTTP message's too)
+        past `total` and `_framed_end` there: the cut record's own lengths (its HTTP message's too)
         can agree with a wrong end, this record's cannot."""
         for line in list(_VERSION_LINE.finditer(self.buf, start, total)):
             at = line.start()
             glued = self.buf[at - 1 : at] not in (b"\n", b"\r")
             if not glued or not _FIELD_NAME.match(self.buf, line.end()):
                 continue
-            if self._declared_end(at) > total and self._frames(at):
+            if self._declared_end(at) > total and self._framed_end(at) >= 0:
                 return True
         return False
 
@@ -256,8 +288,8 @@ class Framer:
     def _declared_end(self, at: int) -> int:
         """Where the block of the record whose headers start at buffer index `at` ends by its
         Content-Length (-1: no whole header block with one in the buffer)."""
-        end = _HEADER_END.search(self.buf, at, at + _HEADER_LIMIT)
-        found = None if end is None else _CONTENT_LENGTH.search(self.buf, at, end.end())
+        end = HEADER_END.search(self.buf, at, at + HEADER_LIMIT)
+        found = None if end is None else CONTENT_LENGTH.search(self.buf, at, end.end())
         return -1 if end is None or found is None else end.end() + int(found.group(1))
 
     def _in_doubt(self, start: int, total: int) -> bool:
@@ -337,44 +369,3 @@ class Framer:
             self._consume(left)
             return Frame("record_too_large", offset, total, head=head)
         return self._resync("bad_content_length", offset, 0, head)
-
-
-def _sha1_is(declared: bytes, data: memoryview) -> bool:
-    """Whether `declared` (base32 or hex) is the sha1 of `data`."""
-    digest = hashlib.sha1(data).digest()
-    return declared.upper() in (base64.b32encode(digest), digest.hex().upper().encode())
-
-
-def _http_end(block: memoryview) -> int | None:
-    """Where an HTTP message's headers end in `block` (None: it holds no HTTP message)."""
-    if _HTTP_HEAD.match(block) is None:
-        return None
-    end = _HEADER_END.search(block, 0, _HEADER_LIMIT)
-    return None if end is None else end.end()
-
-
-def _message_end(block: memoryview, limit: int) -> int | None:
-    """Where the HTTP message in `block` ends by its own framing: its headers' Content-Length,
-    or the last chunk of a chunked body (None: no HTTP message, no length, or past `limit`)."""
-    start = _http_end(block)
-    if start is None:
-        return None
-    headers = bytes(block[:start])
-    if _CHUNKED.search(headers) is None:
-        found = _CONTENT_LENGTH.search(headers)
-        end = None if found is None else start + int(found.group(1))
-        return end if end is not None and end <= limit else None
-    at = start
-    while (line := _CHUNK_LINE.match(block, at)) is not None:
-        size, at = int(line.group(1), 16), line.end()
-        if size == 0:  # the last chunk: then trailer fields, up to a blank line
-            trailer = _HEADER_END.search(b"\r\n" + bytes(block[at : at + 4096]))
-            return None if trailer is None else at + trailer.end() - 2
-        at += size
-        if block[at : at + 2] == b"\r\n":
-            at += 2
-        elif block[at : at + 1] == b"\n":
-            at += 1
-        else:
-            return None
-    return None

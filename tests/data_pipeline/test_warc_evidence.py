@@ -147,3 +147,37 @@ def test_a_request_record_is_still_read_past(tmp_path: Path) -> None:
     good = [_record(0), _record(1).replace(b"WARC-Type: response", b"WARC-Type: request")]
     rows = _rows(tmp_path, _file(good, False), False, **_LIMIT)
     assert [(i, r) for i, _, r in rows] == [(_uuid(0), None)]
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("lands", ["start", "end"])
+def test_a_length_landing_past_two_records_the_later_one_damaged_too_is_found_out(
+    tmp_path: Path, gz: bool, lands: str
+) -> None:
+    """No digest, no HTTP length: record 1's length lands on record 4's start (or record 3's
+    end) and record 3's length is wrong too. Record 2 ends by its length where record 3 starts,
+    as records in a file do, and record 3's does not: before, record 1 was kept with records 2
+    and 3 as its page, and those two lost without a row (in the `end` case)."""
+    good = [_record(i) for i in range(6)]
+    damaged = list(good)
+    damaged[3] = _declare(good[3], _block_length(good[3]) + 700)
+    swallowed = len(damaged[2]) + len(damaged[3]) - (4 if lands == "end" else 0)
+    damaged[1] = _declare(good[1], _block_length(good[1]) + 4 + swallowed)
+    rows = _rows(tmp_path, _file(damaged, gz), gz, **_LIMIT)
+    assert _kept(rows) == _expected(good, gz, {1, 3})
+    assert _reasons(rows) == [(_uuid(1), "bad_content_length"), (_uuid(3), "bad_content_length")]
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_length_landing_on_the_files_end_past_a_cut_record_is_found_out(
+    tmp_path: Path, gz: bool
+) -> None:
+    """The last record is cut short (a crashed writer) and the one before declares a length that
+    ends where the file does, with no line break after it: the file ends inside a record."""
+    good = [_record(i) for i in range(4)]
+    damaged = list(good)
+    damaged[3] = good[3][: len(good[3]) - 120]
+    damaged[2] = _declare(good[2], _block_length(good[2]) + 4 + len(damaged[3]))
+    rows = _rows(tmp_path, _file(damaged, gz), gz, **_LIMIT)
+    assert _kept(rows) == _expected(good, gz, {2, 3})
+    assert _reasons(rows) == [(_uuid(2), "bad_content_length"), (_uuid(3), "truncated_record")]
