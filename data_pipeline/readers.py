@@ -285,7 +285,9 @@ def read_parquet(
 
     Decoded `batch_rows` records at a time. A record whose text is over `max_bytes`, or whose
     cells total more than a JSON line may (`JSONL_LINE_FACTOR * max_bytes`), is a `too_large`
-    row carrying none of its cells (Arrow decodes such a cell once: it cannot skip in a page)."""
+    row carrying none of its cells (Arrow decodes such a cell once: it cannot skip in a page).
+    A record with a string cell that is not UTF-8 is an `undecodable` row; a damaged page is one
+    `truncated_input` row for the rest of its row group, and reading goes on at the next."""
     try:
         handle = filesystem.open_input_file(path)
         parquet = pq.ParquetFile(handle)
@@ -295,31 +297,63 @@ def read_parquet(
             f"input {source.path}: not a readable Parquet file ({exc}); fix or "
             "remove it, or set on_unreadable=reject"
         ) from None
+    batch_size = max(1, min(1024, out.batch_rows))
     if fields.text.split(".")[0] not in names:
         raise InputError(
             f"input {source.path}: Parquet file has no {fields.text!r} column "
             f"(columns: {', '.join(names)}); set text_field or fix the file"
         )
     row = 0
-    try:
-        for batch in parquet.iter_batches(batch_size=max(1, min(1024, out.batch_rows))):
-            for record in batch.to_pylist():
-                row += 1
-                fallback_id = f"{source.name}:{row}"
-                if (size := _oversize(record, fields, max_bytes)) is not None:
-                    out.add(
-                        _record_id(record, fields, fallback_id), reason="too_large", raw_bytes=size
-                    )
-                else:
-                    _record_row(record, fields, fallback_id, out, None, merge_meta=False)
-                if out.full():
-                    yield out.flush()
-    except _PARQUET_ERRORS as exc:  # a damaged row group: what was read stays, the rest is one row
-        out.add(
-            f"{source.name}:{row + 1}+", reason="truncated_input", meta={"error": str(exc)[:200]}
-        )
+    for group in range(parquet.num_row_groups):
+        first = row
+        try:
+            for batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group]):
+                for record in _batch_records(batch):
+                    row += 1
+                    _parquet_row(record, source, row, out, fields, max_bytes)
+                    if out.full():
+                        yield out.flush()
+        except _PARQUET_ERRORS as exc:  # a damaged page: what was read stays, the rest one row
+            out.add(
+                f"{source.name}:{row + 1}+",
+                reason="truncated_input",
+                meta={"error": str(exc)[:200], "row_group": str(group)},
+            )
+            row = max(row, first + parquet.metadata.row_group(group).num_rows)
     if (table := out.flush()) is not None:
         yield table
+
+
+def _batch_records(batch: pa.RecordBatch) -> list[dict[str, Any] | None]:
+    """The records of `batch`; None for one with a string cell that is not UTF-8 (writers such
+    as Spark do not check): the others are still read."""
+    try:
+        return batch.to_pylist()
+    except ValueError:  # UnicodeDecodeError: find the records it is in
+        records: list[dict[str, Any] | None] = []
+        for at in range(batch.num_rows):
+            try:
+                records.append(batch.slice(at, 1).to_pylist()[0])
+            except ValueError:
+                records.append(None)
+        return records
+
+
+def _parquet_row(
+    record: dict[str, Any] | None,
+    source: InputFile,
+    row: int,
+    out: Batcher,
+    fields: Fields,
+    max_bytes: int | None,
+) -> None:
+    fallback_id = f"{source.name}:{row}"
+    if record is None:
+        out.add(fallback_id, reason="undecodable", meta={"error": "a string cell is not UTF-8"})
+    elif (size := _oversize(record, fields, max_bytes)) is not None:
+        out.add(_record_id(record, fields, fallback_id), reason="too_large", raw_bytes=size)
+    else:
+        _record_row(record, fields, fallback_id, out, None, merge_meta=False)
 
 
 def read_file(
