@@ -187,13 +187,8 @@ def _executor_wait(seconds: float) -> Iterator[None]:
             setattr(state, name, saved)
 
 
-MERGE_CPUS = 1.0
-"""CPUs one merge task reserves (the stream is done when they run): one task per CPU, as many
-as the stream's read tasks (`_read_resources`) and the global stages' tasks, so the merge runs on
-the worker processes they leave idle (a local Ray keeps them: `rayinit.WARM_LOCAL`). At 0.5,
-twice as many merge tasks ran at once, and Ray started a fresh worker process for each one over
-the idle ones (interpreter, Ray, Ray Data and our imports: ~1.5-2.5 CPU-s each) at the end of
-the run, for a phase of about a second (tests/data_pipeline/test_runner_cluster_local.py)."""
+MERGE_CPUS = 0.5
+"""CPUs one merge task reserves (the stream is done when they run)."""
 
 
 def build_merge(

@@ -41,17 +41,7 @@ def _big_jsonl(path: Path, docs: int) -> Path:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_local_ray_listens_on_loopback_only(tmp_path: Path) -> None:
-    """Also: the merge (over 8 shards here, more than the CPUs) runs on the worker processes the
-    stream and the dedup tasks left idle; Ray starts none for it (at 0.5 CPU a merge task, 4 ran
-    at once on 2 CPUs and Ray started 2 fresh processes, ~1.5-2.5 CPU-s of imports each, at the
-    end of the run)."""
-    out_dir = tmp_path / "out"
-    config = {
-        "inputs": [str(DATA)],
-        "output": str(out_dir),
-        "shard_rows": 2,
-        "ray": {"num_cpus": 2},
-    }
+    config = {"inputs": [str(DATA)], "output": str(tmp_path / "out"), "ray": {"num_cpus": 2}}
     run = subprocess.Popen(
         data_run(config, tmp_path / "p.yaml"),
         cwd=REPO,
@@ -60,12 +50,9 @@ def test_local_ray_listens_on_loopback_only(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    driver, seen, workers, merge_at = psutil.Process(run.pid), set(), {}, None
+    driver, seen = psutil.Process(run.pid), set()
     while run.poll() is None:
-        found = ray_processes(driver)
-        seen |= listening([driver, *found])
-        workers.update(_worker_starts(found))
-        merge_at = merge_at or _phase_started(out_dir, "merge")
+        seen |= listening([driver, *ray_processes(driver)])
         time.sleep(0.2)
     out, err = run.communicate()
     assert run.returncode == 0, err[-2000:]
@@ -74,33 +61,6 @@ def test_local_ray_listens_on_loopback_only(tmp_path: Path) -> None:
     assert {"gcs_server", "raylet"} <= names, seen  # the sampling saw Ray's servers
     exposed = sorted(s for s in seen if s[1] not in LOOPBACK)
     assert not exposed, f"listening beyond loopback: {exposed}"
-    assert merge_at is not None and len(list((out_dir / ".parts").glob("*-0*.json"))) >= 8
-    assert workers, "the sampling saw no worker process"
-    fresh = sorted(pid for pid, started in workers.items() if started >= merge_at)
-    assert not fresh, f"worker processes started for the merge: {fresh}"
-
-
-def _worker_starts(found: list[psutil.Process]) -> dict[int, float]:
-    """Ray worker processes among `found` (task workers, actors) and when each started."""
-    starts = {}
-    for proc in found:
-        try:
-            name, command = proc.name(), " ".join(proc.cmdline())
-            worker = "default_worker.py" in command or name.startswith("ray::")
-            if worker and "Agent" not in name:
-                starts[proc.pid] = proc.create_time()
-        except psutil.Error:
-            continue
-    return starts
-
-
-def _phase_started(out: Path, phase: str) -> float | None:
-    """When the run's phase marker says `phase` started (None before, or unreadable)."""
-    try:
-        record = json.loads((out / ".parts" / "progress" / "phase.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return record["started"] if record.get("phase") == phase else None
 
 
 @pytest.mark.slow
