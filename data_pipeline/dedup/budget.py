@@ -41,13 +41,14 @@ and 523 MB under a 512 MB budget with the former 16), so 20 keeps a margin."""
 REDUCE_FACTOR = 12.0
 """Peak bytes of a reduce task per byte of its partition's document rows (concatenation, lookups,
 the candidates carrying their shingles; fitted 11.4 on the same runs)."""
-HASH_BATCH_BYTES = 512 << 10
-"""Text shingled and hashed at once inside a map task (tasks.hash_batches; also at most
-`batch_size` documents): the batch's temporaries are ~15 x its text, so a map task's peak is
-its slice's outputs plus one batch, not MAP_FACTOR x the slice (a 4.5 MB slice of 1,500
-documents, one process: numpy's traced peak 46.8 MB and Arrow's pool peak 30.8 MB as one
-2,048-document batch, 9.2 and 7.6 MB in 512 KB batches; CPU 0.44 vs 0.45 s, best of 10 at load
-~35; 256 KB batches cost 18% more CPU)."""
+HASH_BATCH_BYTES = 1 << 20
+"""Text shingled and hashed at once inside a map task (core.hash_batches; also at most
+`batch_size` documents), and in verification's shingle recompute: the batch's temporaries are
+~15 x its text, so a map task's peak is its slice's outputs plus one batch, not MAP_FACTOR x
+the slice. A 4.5 MB slice of 1,500 documents, one process: numpy's traced peak 46.8 MB and
+Arrow's pool peak 30.8 MB as one 2,048-document batch; 16.8 and 11.1 MB in 1 MB batches (9.2
+and 7.6 in 512 KB ones). CPU, best of 8 at load ~30: one batch 0.453 s, 2 MB 0.460, 1 MB
+0.464, 512 KB 0.502 (each batch normalises its own distinct words once)."""
 MIN_SLICE_BYTES = 1 << 20
 TARGET_SLICE_BYTES = 4 << 20
 TARGET_PARTITION_BYTES = 8 << 20
