@@ -24,18 +24,12 @@ FIRST, SECOND = "perplexity", "dedup"
 
 
 @pytest.fixture(scope="module")
-def every_stage(tmp_path_factory) -> dict:
+def every_stage(tmp_path_factory, demo_models) -> dict:
     from data_pipeline.demo import demo_config
-    from data_pipeline.models.demo_assets import build_demo_models
-    from pretrain.sample import SAMPLE_FILES, sample_dir
     from tests.data_pipeline.test_runner_cluster_nodes import _slice
 
     base = tmp_path_factory.mktemp("every-stage")
-    raw = base / "raw"
-    raw.mkdir()
-    for name in SAMPLE_FILES:
-        shutil.copyfile(sample_dir() / name, raw / name)
-    models = build_demo_models(raw, base / "models")
+    raw, models = demo_models  # the session's, trained once (conftest.py)
     config = demo_config(_slice(raw, base / "in"), base / "unused", models).model_dump(mode="json")
     enabled = {name for name, section in config["stages"].items() if section is not None}
     assert {FIRST, SECOND, "domain", "quality"} <= enabled

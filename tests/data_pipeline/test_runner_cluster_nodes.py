@@ -53,18 +53,13 @@ inside the first test's time, and a loaded 2-core machine runs all of it several
 
 
 @pytest.fixture(scope="module")
-def every_stage(tmp_path_factory) -> dict:
-    """A config enabling every stage, with fastText and KenLM models trained here."""
+def every_stage(tmp_path_factory, demo_models) -> dict:
+    """A config enabling every stage, with fastText and KenLM models trained on the whole sample
+    once per session (conftest.py's `demo_models`)."""
     from data_pipeline.demo import demo_config
-    from data_pipeline.models.demo_assets import build_demo_models
-    from pretrain.sample import SAMPLE_FILES, sample_dir
 
     base = tmp_path_factory.mktemp("every-stage")
-    raw = base / "raw"
-    raw.mkdir()
-    for name in SAMPLE_FILES:
-        shutil.copyfile(sample_dir() / name, raw / name)
-    models = build_demo_models(raw, base / "models")  # trained on the whole sample
+    raw, models = demo_models
     config = demo_config(_slice(raw, base / "in"), base / "unused", models).model_dump(mode="json")
     enabled = {k for k, v in config["stages"].items() if v is not None}
     assert {"dedup", "perplexity", "domain", "quality"} <= enabled
