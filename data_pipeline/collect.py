@@ -1,6 +1,7 @@
 """What the driver learns of each part from the merge itself, so it reads back nothing it was told.
 
-A merge task writes a part's shard, rejects, ledger fragment and cost record, and returns the
+The resume scan hands over the fragment of every part it verified the same way (a reused part's
+fragment is read once, not once more at the end). A merge task writes a part's shard, rejects, ledger fragment and cost record, and returns the
 fragment's and the cost record's bytes with its row (`merge.merge_shards`). The driver folds them
 as the merge's output blocks arrive (`Merged.add`): the ledger's sums (ledger.Fold), the digest
 of every file the fragment records and of the two records themselves (for the manifest, which
@@ -61,6 +62,10 @@ class Merged:
             self.add_fragment(shard, fragment.encode())
             if cost:  # none: the report reads what there is
                 self.add_cost(shard, cost.encode())
+
+    def forget_fragments(self) -> None:
+        """Drop the fragments folded so far (the ledger then reads every one back)."""
+        self.fold, self.shards = ledger.Fold(), set()
 
     def add_fragment(self, shard: str, data: bytes) -> None:
         if shard in self.shards:

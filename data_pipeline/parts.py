@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -123,11 +123,15 @@ def records_to_read(
     return total
 
 
-def finished_parts(out: OutPath) -> dict[str, set[int]]:
+def finished_parts(
+    out: OutPath, on_verified: Callable[[str, bytes], None] | None = None
+) -> dict[str, set[int]]:
     """Stem -> part numbers whose shard, rejects and ledger fragment an earlier run finished and
     that still verify (every file the fragment records has its bytes and sha256). A part that
     does not verify is forgotten (its files deleted) and computed again. In an object store the
-    parts are checked `readahead.READ_AHEAD` at a time, and forgotten in order."""
+    parts are checked `readahead.READ_AHEAD` at a time, and forgotten in order. `on_verified`
+    gets each verified part's fragment bytes, in order (the driver folds them, and does not read
+    them again at the end: data_pipeline.collect)."""
     done: dict[str, set[int]] = {}
     parts_dir = out / PARTS
     if not parts_dir.is_dir():
@@ -139,11 +143,13 @@ def finished_parts(out: OutPath) -> dict[str, set[int]]:
         if sep and number.isdigit() and not path.name.endswith(".read.json"):
             fragments.append((stem, int(number), path))
     checks = readahead.ordered(
-        lambda found: part_verifies(out, found[2], listing), fragments, readahead.in_flight_for(out)
+        lambda found: _verified(out, found[2], listing), fragments, readahead.in_flight_for(out)
     )
-    for (stem, part, path), verifies in zip(fragments, checks, strict=True):
-        if verifies:
+    for (stem, part, path), data in zip(fragments, checks, strict=True):
+        if data is not None:
             done.setdefault(stem, set()).add(part)
+            if on_verified is not None:
+                on_verified(path.stem, data)
         else:
             forget_part(out, path.stem)
     return done
@@ -187,10 +193,24 @@ def part_verifies(out: OutPath, fragment: OutPath, listing: Listing | None = Non
     the hash cache (re-hashed when the file was touched: its ctime changed); in an object store
     with a `listing`, a file of the recorded size written before its fragment keeps the recorded
     sha256 (one written after it is read back and hashed)."""
+    return _verified(out, fragment, listing) is not None
+
+
+def _verified(out: OutPath, fragment: OutPath, listing: Listing | None) -> bytes | None:
+    """`part_verifies`: the fragment's bytes when the part verifies, else None."""
     try:
-        files = load_json(fragment)["files"]
+        data = fragment.read_bytes()
+        files = json.loads(data)["files"]
     except (OSError, ValueError, KeyError, TypeError):
-        return False
+        return None
+    return data if _files_intact(out, fragment, files, listing) else None
+
+
+def _files_intact(
+    out: OutPath, fragment: OutPath, files: dict[str, Any], listing: Listing | None
+) -> bool:
+    """Every file the fragment records is intact, and it records the part's shard and rejects
+    where they exist."""
     exists = listing.exists if listing is not None else lambda rel: (out / rel).exists()
     for name in (layout.data_file(fragment.stem), layout.rejects_file(fragment.stem)):
         if exists(name) and name not in files:

@@ -4,6 +4,7 @@ persisted map output (data_pipeline.global_parts)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,9 +44,16 @@ class Work:
 
 
 def plan_work(
-    config: PipelineConfig, stages: list[Stage], inputs: list[Any], out: OutPath
+    config: PipelineConfig,
+    stages: list[Stage],
+    inputs: list[Any],
+    out: OutPath,
+    on_verified: Callable[[str, bytes], None] | None = None,
 ) -> tuple[Work, dict[str, set[int]]]:
-    done = parts.finished_parts(out)
+    """What to compute, and the parts reused (`done`); `on_verified` gets the fragment bytes of
+    every part the scan verified (parts.finished_parts): those of a run with a global stage are
+    then forgotten (`restart`), and `done` is empty."""
+    done = parts.finished_parts(out, on_verified)
     stems = [f.stem for f in inputs]
     records = dict(zip(stems, parts.read_records(out, stems), strict=True))  # kept by restart
     unfinished = [f for f in inputs if not parts.record_done(records[f.stem], f.stem, done)]

@@ -160,6 +160,8 @@ def _collect(
         read_docs, read_bytes = read_docs + stats["records"], read_bytes + stats["bytes"]
         collisions += stats.get("id_collisions", 0)
         counts.append((stem, int(stats["parts"])))
+    if not merged.shards <= set(_shards(counts)):
+        merged.forget_fragments()  # a part of no input of this run's: read them all, as before
     fragments = _fragments(out, counts, known, merged.shards)
     names = [s.name for s in stages]
     led = ledger.aggregate(fragments, names, read_docs, read_bytes, merged.fold)
@@ -241,7 +243,10 @@ def run_pipeline(
             f"[data run] {len(changed)} inputs changed since the last run into this output "
             f"(or left it); their parts are recomputed: {', '.join(changed[:5])}"
         )
-    work, done = resume.plan_work(config, stages, inputs, out)
+    merged = collect.Merged()  # what the resume scan and the merge read: not read back
+    work, done = resume.plan_work(config, stages, inputs, out, merged.add_fragment)
+    if not merged.shards <= {f"{s}-{p:05d}" for s, numbers in done.items() for p in numbers}:
+        merged.forget_fragments()  # a restart forgot the parts the scan verified
     todo = work.merge
     reused = sum(len(v) for v in done.values())
     if progress:
@@ -252,7 +257,6 @@ def run_pipeline(
         )
     ray_stats, reused_map = "", dict[str, int]()
     clock = throughput.RunClock() if work else None
-    merged = collect.Merged()  # what the merge hands over: not read back
     if clock is not None:
         ray_stats, reused_map = ray_job.run_ray(
             config, stages, work, out, done, ray_address, progress, clock, merged

@@ -105,3 +105,29 @@ def test_a_part_handed_over_twice_is_folded_once(tmp_path: Path) -> None:
     twice.add(rows)
     twice.add(rows.slice(1, 1))
     assert _end_of_run(tmp_path, twice)[0] == _end_of_run(tmp_path, once)[0]
+
+
+def test_a_resumed_run_reads_a_reused_parts_fragment_once(recorded_s3: Any) -> None:
+    """The resume scan hands over the fragment of every part it verified: the end of the run
+    reads none of them again (fails on the old code: finished_parts took no receiver, and the
+    ledger read every fragment a second time)."""
+    endpoint, log, out = recorded_s3
+    _merged_output(out)
+    reference = _end_of_run(out, collect.Merged())
+    merged = collect.Merged()
+    assert parts.finished_parts(out, merged.add_fragment) == {"t": {0, 1, 2}}
+    _recording(endpoint, "start-recording")
+    led, _, files = _end_of_run(out, merged)
+    _recording(endpoint, "stop-recording")
+    fragments = [u for u in _part_record_gets(log) if "/part-costs/" not in u]
+    assert fragments == [] and led == reference[0] and files == reference[2]
+
+
+def test_fragments_of_no_input_of_the_run_are_not_folded(tmp_path: Path) -> None:
+    """A part the scan verified that belongs to no input of this run is not in its ledger."""
+    rows = _merged_output(tmp_path)
+    reference = _end_of_run(tmp_path, collect.Merged())[0]
+    merged = collect.Merged()
+    merged.add(rows)
+    merged.add_fragment("gone-00000", rows.column("fragment")[0].as_py().encode())
+    assert _end_of_run(tmp_path, merged)[0] == reference
