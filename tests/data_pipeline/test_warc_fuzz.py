@@ -7,7 +7,8 @@ Damage, one or two records a file: a record cut short with the next written righ
 wrong Content-Length (off by a little or by a lot, or landing on a later record's start or end),
 flipped bytes, a damaged WARC-Type value, junk before a record; in a WARC.gz also flipped bytes
 inside a member's deflate data and a member cut short. A file's records keep their digests and
-HTTP lengths, lose their block digests, or lose all three.
+HTTP lengths, lose their block digests, or lose all three. About a third of the undamaged records
+quote a WARC record in their page (lengths and digests right): they must be kept, not rejected.
 
 Run by hand on other WARC.gz files (e.g. the development corpus): `python -m
 tests.data_pipeline.test_warc_fuzz ../shared/corpus/web.warc.gz` prints rows and equality.
@@ -15,7 +16,9 @@ tests.data_pipeline.test_warc_fuzz ../shared/corpus/web.warc.gz` prints rows and
 
 from __future__ import annotations
 
+import base64
 import gzip
+import hashlib
 import random
 import re
 import sys
@@ -79,6 +82,35 @@ def _without(record: bytes, evidence: str) -> bytes:
     return head + b"\r\n\r\n" + block
 
 
+_QUOTES = [
+    b"<pre>WARC/1.0\r\nWARC-Type: response\r\nContent-Length: %d\r\n\r\nHTTP/1.1 200 OK</pre>",
+    b"<code>WARC/1.0\nWARC-Type: resource\nWARC-Record-ID: <urn:uuid:q>\nContent-Length: %d\n\n",
+    b"\n<pre>\nWARC/1.1\nWARC-Type: response\nContent-Length: %d\n\nHTTP/1.1 200 OK\n\nhi</pre>\n",
+]
+
+
+def _quoting(record: bytes, rng: random.Random) -> bytes:
+    """The record with a WARC record quoted in its page (as a page documenting the format has
+    one), its lengths and digests made right again: still a good record."""
+    head, block = record.split(b"\r\n\r\n", 1)
+    block = block.removesuffix(b"\r\n\r\n")
+    http, body = block.split(b"\r\n\r\n", 1)
+    at = rng.randrange(len(body) + 1)
+    body = body[:at] + rng.choice(_QUOTES) % rng.randint(0, 20_000) + body[at:]
+    http = re.sub(rb"(?i)\r\ncontent-length: [0-9]+", b"\r\nContent-Length: %d" % len(body), http)
+    block = http + b"\r\n\r\n" + body
+    digests = ((b"Block", block), (b"Payload", body))
+    for name, data in digests:
+        value = base64.b32encode(hashlib.sha1(data).digest())
+        head = re.sub(
+            rb"WARC-%s-Digest: sha1:[A-Z0-9]+" % name,
+            b"WARC-%s-Digest: sha1:%s" % (name, value),
+            head,
+        )
+    head = re.sub(rb"\r\nContent-Length: [0-9]+", b"\r\nContent-Length: %d" % len(block), head)
+    return head + b"\r\n\r\n" + block + b"\r\n\r\n"
+
+
 def _land(parts: list[bytes], at: int, rng: random.Random) -> bytes:
     """parts[at] with a Content-Length that ends at a later part's start, or at its end before
     the blank line that follows it (a length no digest-less check of the blank line alone sees)."""
@@ -99,7 +131,9 @@ def _damaged_file(seed: int, gz: bool) -> tuple[bytes, list[bytes], set[int], ra
     left, a second wrong length inside the first one's block hides it (known, README)."""
     rng = random.Random(seed)
     evidence = rng.choice(["all", "payload", "none"])
-    good = [_without(r, evidence) for r in rng.sample(_SMALL, 6)]
+    plain = [_without(r, evidence) for r in rng.sample(_SMALL, 6)]
+    quotes = random.Random(-seed)  # its own, so each seed damages its file as before
+    good = [_quoting(r, quotes) if quotes.random() < 0.3 else r for r in plain]
     damaged = set(rng.sample(range(6), rng.randint(1, 2)))
     ops = ["cut", "length", "flip", "junk", "land", "type"]
     ops += ["member", "member_cut"] if gz else []
@@ -109,6 +143,8 @@ def _damaged_file(seed: int, gz: bool) -> tuple[bytes, list[bytes], set[int], ra
         if op is not None and landing:  # see below
             damaged.discard(i)
             op = None
+        if op not in (None, "junk"):  # a damaged record quotes none: its reject may split there
+            record = plain[i]
         if op == "cut":
             record = record[: rng.randrange(1, len(record) - 4)]
         elif op == "length":
