@@ -191,6 +191,9 @@ def train_baseline(tokenizer: LockedTokenizer, shards: list[Path]) -> Any:
     return train_sentencepiece(stream_sample(shards, plan), tokenizer.vocab_size)
 
 
+# the tokenizer's own writer lock too: a `tokenizer train` replacing it (which moves its eval/
+# out) must not run while an eval reads it and writes into it, nor an eval while it runs
+@writes_output(lambda tokenizer_dir, **_: tokenizer_dir)
 @writes_output(lambda tokenizer_dir, out, **_: out or Path(tokenizer_dir) / "eval")
 def evaluate(
     tokenizer_dir: str | Path,
