@@ -67,9 +67,20 @@ def _load_report(report_dir: str | Path | None) -> tuple[dict[str, Any], str]:
         )
     try:
         report = ablation_artifact.open(root)
+        return report.report_json, report.manifest_sha256
     except ArtifactError as exc:
         raise GateRefused(f"gate.report_dir = {root}: {exc}") from None
-    return report.report_json, report.manifest_sha256
+    except (ValueError, TypeError) as exc:  # report.json not JSON, or not an object
+        raise _edited(root, exc) from None
+
+
+def _edited(report_dir: str | Path, exc: Exception) -> GateRefused:
+    """The refusal of a report whose fields are not what `pretrain ablate` writes (a report
+    edited, its hash and seal redone, or written by something else): never a traceback."""
+    return GateRefused(
+        f"gate.report_dir = {report_dir}: report.json does not hold what `pretrain ablate` "
+        f"writes ({type(exc).__name__}: {exc}); it was edited or damaged: {ABLATE_HINT} again"
+    )
 
 
 def _short(sha: str | None) -> str:
@@ -160,8 +171,11 @@ def check_gate(train_config_dict: Mapping[str, Any], report_dir: str | Path | No
     report_dir = report_dir if report_dir is not None else gate.get("report_dir")
     report, report_sha = _load_report(report_dir)
     identity = _mixture_identity(train_config_dict)
-    _check_match(report, identity, str(report_dir))
-    decision = _check_criteria(report, gate, str(report_dir))
+    try:
+        _check_match(report, identity, str(report_dir))
+        decision = _check_criteria(report, gate, str(report_dir))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise _edited(str(report_dir), exc) from None
     return {
         "status": "passed",
         "report_dir": str(Path(report_dir).resolve()),

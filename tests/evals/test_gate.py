@@ -90,3 +90,51 @@ def test_tampered_report_is_refused(ablation_dir, tmp_path):
     mixture = make_mixture(tmp_path / "mix", _chosen(ablation_dir))
     with pytest.raises(GateRefused, match="file report.json"):
         check_gate(_config(mixture, copy))
+
+
+def _edit_and_reseal(ablation_dir, copy, edit) -> None:
+    """A report.json edited with its manifest entry and seal redone: only its content is off."""
+    import hashlib
+    import shutil
+
+    from pretrain.manifest import SEAL, seal_of
+
+    shutil.copytree(ablation_dir, copy)
+    data = json.loads((copy / "report.json").read_text())
+    raw = json.dumps(edit(data)).encode()
+    (copy / "report.json").write_bytes(raw)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["files"]["report.json"] = {
+        "bytes": len(raw),
+        "sha256": hashlib.sha256(raw).hexdigest(),
+    }
+    manifest.pop(SEAL)
+    manifest[SEAL] = seal_of(manifest)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _set(data: dict, **fields) -> dict:
+    return {**data, **fields}
+
+
+EDITS = {
+    "a run's metrics a number": lambda r: _set(
+        r, runs=[{**run, "metrics": 5} for run in r["runs"]]
+    ),
+    "a run's seed a string": lambda r: _set(r, runs=[{**run, "seed": "x"} for run in r["runs"]]),
+    "summary a number": lambda r: _set(r, summary=5),
+    "a proxy's ranking a list": lambda r: _set(
+        r, summary={**r["summary"], "bpb": {proxy: [] for proxy in r["summary"]["bpb"]}}
+    ),
+    "report.json a list": lambda r: [1, 2],
+}
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_a_resealed_report_with_wrong_types_is_refused_in_one_line(ablation_dir, tmp_path, edit):
+    copy = tmp_path / "report"
+    _edit_and_reseal(ablation_dir, copy, EDITS[edit])
+    mixture = make_mixture(tmp_path / "mix", _chosen(ablation_dir))
+    with pytest.raises(GateRefused, match="edited or damaged") as refused:
+        check_gate(_config(mixture, copy))
+    assert "\n" not in str(refused.value)
