@@ -111,6 +111,13 @@ def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None =
             f"format {FORMAT} and 1); upgrade pretrain, or rebuild the artifact with this one"
         )
     shards = Shards(root, manifest, raw)
+    counts = manifest.counts
+    if not shards.shard_paths and counts.get("documents_kept") == 0:
+        raise ArtifactError(  # a finished run that kept nothing: re-running it gives the same
+            f"{root} holds no documents: its data run kept 0 of {counts.get('documents_in')} "
+            "(ledger.json says why); run `pretrain data run` on inputs with text, or pass "
+            "the right directory"
+        )
     if not shards.shard_paths:
         raise ArtifactError(
             f"{root} lists no {layout.DATA_GLOB} files; re-run `pretrain data run` "

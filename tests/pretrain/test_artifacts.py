@@ -71,6 +71,16 @@ def test_a_shards_artifact_without_shards_is_refused(tmp_path) -> None:
         shards.open(root)
 
 
+def test_a_data_run_that_kept_no_document_is_refused_saying_so(tmp_path) -> None:
+    # an empty input gives a finished run with no shard: "re-run `pretrain data run`" (the
+    # message for an artifact missing its shards) would give the same run again
+    root = tmp_path / "kept-none"
+    root.mkdir()
+    write_manifest(root, "shards", counts={"documents_in": 3, "documents_kept": 0})
+    with pytest.raises(ArtifactError, match="holds no documents: its data run kept 0 of 3"):
+        shards.open(root)
+
+
 def _rewrite_manifest(root: Path, **changes: object) -> None:
     """The manifest as a writer that wrote `changes` would have sealed it."""
     manifest = load_manifest(root)
