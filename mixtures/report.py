@@ -90,7 +90,7 @@ def build_report(directory: str | os.PathLike) -> dict[str, Any]:
     manifest = require(root, kind="mixture")
     names = [c["name"] for c in manifest["components"]]
     width = int(manifest["global_batch"])
-    summary = json.loads(listed_path(root, manifest, "summary.json").read_text())
+    components = _summary_components(root, manifest)
     phases = []
     for info in manifest["phases"]:
         index = np.load(
@@ -99,7 +99,8 @@ def build_report(directory: str | os.PathLike) -> dict[str, Any]:
         weights = [info["weights"][n] for n in names]
         entry = phase_report(index, weights, names, width, int(info["seq_length"]))
         phases.append({"name": info["name"], **entry})
-    replan = root / "replan.json"
+    replan = root / "replan.json"  # read only when listed: never a file planted beside it
+    replan_listed = "replan.json" in manifest["files"]
     return {
         "mixture": str(root.resolve()),
         "recipe": manifest["recipe_name"],
@@ -107,9 +108,44 @@ def build_report(directory: str | os.PathLike) -> dict[str, Any]:
         "build_sha256": manifest["build_sha256"],
         "global_batch": width,
         "phases": phases,
-        "components": summary["components"],
-        "replan": json.loads(replan.read_text()) if replan.is_file() else None,
+        "components": components,
+        "replan": json.loads(listed_path(root, manifest, replan.name).read_text())
+        if replan_listed
+        else None,
     }
+
+
+_COMPONENT_FIELDS: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "tokens": (int,),
+    "available_tokens": (int,),
+    "epochs": (int, float),
+    "max_epochs": (int, float),
+}
+
+
+def _summary_components(root: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """summary.json's components, refused in one line when their fields are not what `mixture
+    build` writes (an edited file whose hash and seal were redone): never a traceback."""
+    try:
+        summary = json.loads(listed_path(root, manifest, "summary.json").read_bytes())
+        components: list[dict[str, Any]] = summary["components"]
+        ok = isinstance(components, list) and all(
+            isinstance(c, dict)
+            and all(
+                isinstance(c.get(key), types) and not isinstance(c.get(key), bool)
+                for key, types in _COMPONENT_FIELDS.items()
+            )
+            for c in components
+        )
+    except (ValueError, TypeError, KeyError):
+        ok = False
+    if not ok:
+        raise ArtifactError(
+            f"{root}/summary.json does not hold what `pretrain mixture build` writes (components "
+            f"with {', '.join(_COMPONENT_FIELDS)}): it was edited or damaged; rebuild the mixture"
+        )
+    return components
 
 
 def compare_run(directory: str | os.PathLike, run_dir: str | os.PathLike) -> dict[str, Any]:

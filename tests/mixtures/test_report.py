@@ -156,3 +156,49 @@ def test_the_report_inside_a_mixture_keeps_the_mixture_verifying(
         assert main(["verify", str(tmp_path / "mix")]) == 0, capsys.readouterr().err
         assert main(["verify", str(tmp_path / "mix" / "report")]) == 0
     assert "mixture-report" in capsys.readouterr().out
+
+
+def _reseal_with(mixture: Path, name: str, raw: bytes) -> None:
+    """`name` rewritten in `mixture` with its manifest entry and seal redone."""
+    import hashlib
+
+    from pretrain.manifest import SEAL, seal_of
+
+    (mixture / name).write_bytes(raw)
+    manifest = json.loads((mixture / "manifest.json").read_text())
+    manifest["files"][name] = {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+    manifest.pop(SEAL)
+    manifest[SEAL] = seal_of(manifest)
+    (mixture / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    "components", [5, "x", [{}], [{"name": "web", "tokens": 1, "available_tokens": "x"}]]
+)
+def test_a_resealed_summary_with_wrong_types_is_one_line(
+    tmp_path: Path, encoded_dir: Path, capsys: pytest.CaptureFixture, components: object
+) -> None:
+    # before: TypeError / KeyError / ValueError tracebacks from format_report
+    config = mixture_config(encoded_dir, tmp_path / "mix", global_batch=10, total_tokens=9600)
+    (tmp_path / "mix.yaml").write_text(yaml.safe_dump(config))
+    assert main(["mixture", "build", str(tmp_path / "mix.yaml")]) == 0
+    summary = json.loads((tmp_path / "mix" / "summary.json").read_text())
+    _reseal_with(
+        tmp_path / "mix", "summary.json", json.dumps({**summary, "components": components}).encode()
+    )
+    capsys.readouterr()
+    assert main(["mixture", "report", str(tmp_path / "mix")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "summary.json does not hold" in err, err
+
+
+def test_a_replan_json_planted_beside_a_mixture_is_not_read(
+    tmp_path: Path, encoded_dir: Path
+) -> None:
+    config = mixture_config(encoded_dir, tmp_path / "mix", global_batch=10, total_tokens=9600)
+    (tmp_path / "mix.yaml").write_text(yaml.safe_dump(config))
+    assert main(["mixture", "build", str(tmp_path / "mix.yaml")]) == 0
+    (tmp_path / "mix" / "replan.json").write_text('{"planted": true}')
+    from mixtures.report import build_report
+
+    assert build_report(tmp_path / "mix")["replan"] is None
