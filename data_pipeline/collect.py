@@ -24,11 +24,6 @@ from data_pipeline.parts import PARTS
 from pretrain.outstore import OutPath
 
 
-def json_bytes(obj: Any) -> bytes:
-    """The bytes `pretrain.outstore.write_json` writes for `obj` (the same serialization)."""
-    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False).encode()
-
-
 def digest(data: bytes) -> dict[str, Any]:
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
@@ -82,7 +77,7 @@ class Merged:
             return
         self.known[f"{PARTS}/{throughput.PART_COSTS}/{shard}.json"] = digest(data)
         for stage, cost in json.loads(data).items():
-            throughput._add(self.costs.setdefault(stage, {}), cost)
+            throughput.add_cost(self.costs.setdefault(stage, {}), cost)
         self.costed.add(shard)
 
     def note_read(self, out: OutPath, path: OutPath, data: bytes) -> None:

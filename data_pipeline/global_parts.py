@@ -212,7 +212,7 @@ def loaded(
     )
     for checked in checks:
         if checked is not None and costs is not None and checked[1].get("cost"):
-            throughput._add(costs, checked[1]["cost"])
+            throughput.add_cost(costs, checked[1]["cost"])
         yield checked[0] if checked is not None else None
 
 

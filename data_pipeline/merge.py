@@ -15,12 +15,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from data_pipeline import ledger, throughput
-from data_pipeline.collect import json_bytes
 from data_pipeline.parts import fragment_path, part_verifies, pieces_dir, write_parquet
 from data_pipeline.workers import read_pieces
 from pretrain import shards_layout as layout
 from pretrain.errors import PretrainError
-from pretrain.outstore import OutPath, listed, output_path, remove_tree, write_atomic
+from pretrain.outstore import (
+    OutPath,
+    json_bytes,
+    listed,
+    output_path,
+    remove_tree,
+    write_atomic,
+)
 from pretrain.schema import conform
 
 

@@ -36,7 +36,7 @@ from pretrain.manifest import (  # an object-store key too (pretrain.outstore)
     atomic_write_bytes,
     atomic_write_json,
 )
-from pretrain.outstore import OutPath, listed, output_path, remove_tree
+from pretrain.outstore import OutPath, json_bytes, listed, output_path, remove_tree
 
 COSTS = "cost"
 SETUP = "setup"
@@ -66,7 +66,8 @@ def global_cost_path(out: OutPath, stage: str) -> OutPath:
     return out / ".parts" / f"{stage}.global-cost.json"
 
 
-def _add(into: dict[str, Any], cost: dict[str, Any]) -> None:
+def add_cost(into: dict[str, Any], cost: dict[str, Any]) -> None:
+    """Add one part's (or stage's) cost to the totals `into`: sums, and the largest peak RSS."""
     into["cpu_s"] = into.get("cpu_s", 0.0) + cost.get("cpu_s", 0.0)
     into["docs"] = into.get("docs", 0) + cost.get("docs", 0)
     into["bytes"] = into.get("bytes", 0) + cost.get("bytes", 0)
@@ -148,7 +149,7 @@ def seal_part(out: OutPath, shard: str, write_cpu_s: float) -> bytes:
     folder = cost_dir(out) / shard
     for path in listed(folder, "*.json") if folder.is_dir() else ():
         for stage, cost in json.loads(path.read_text(encoding="utf-8")).items():
-            _add(totals.setdefault(stage, {}), cost)
+            add_cost(totals.setdefault(stage, {}), cost)
     try:
         earlier = json.loads(part_cost_path(out, shard).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -162,8 +163,8 @@ def seal_part(out: OutPath, shard: str, write_cpu_s: float) -> bytes:
         "peak_rss_mb": peak_rss_mb(),
     }
     part_cost_path(out, shard).parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(totals, indent=2, sort_keys=True, ensure_ascii=False).encode()
-    atomic_write_bytes(part_cost_path(out, shard), data)  # atomic_write_json's bytes
+    data = json_bytes(totals)
+    atomic_write_bytes(part_cost_path(out, shard), data)
     remove_tree(folder)
     return data
 

@@ -98,7 +98,7 @@ def _global_cost(
         for record in _loaded((record_path(out, name, shard) for shard in parts), out):
             cost = (record or {}).get("cost")
             if cost:
-                throughput._add(combined, cost)
+                throughput.add_cost(combined, cost)
     aggregate = _load(throughput.global_cost_path(out, name)) or {}
     if not combined:
         return {}  # the map side was not measured: the stage is listed as unmeasured
@@ -136,9 +136,9 @@ def build(
         merged.note_read(out, path, data)  # for the manifest: not read again to hash it
         measured += 1
         for stage, cost in record.items():
-            throughput._add(totals.setdefault(stage, {}), cost)
+            throughput.add_cost(totals.setdefault(stage, {}), cost)
             if shard not in reused and stage == READ:
-                throughput._add(this_run, cost)
+                throughput.add_cost(this_run, cost)
     for name in global_names:
         verified = merged.map_costs.get(name)
         combined = _global_cost(out, name, parts, totals.get(name, {}), verified)

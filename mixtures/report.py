@@ -99,8 +99,11 @@ def build_report(directory: str | os.PathLike) -> dict[str, Any]:
         weights = [info["weights"][n] for n in names]
         entry = phase_report(index, weights, names, width, int(info["seq_length"]))
         phases.append({"name": info["name"], **entry})
-    replan = root / "replan.json"  # read only when listed: never a file planted beside it
-    replan_listed = "replan.json" in manifest["files"]
+    replan = (  # read only when listed: never a file planted beside it
+        json.loads(listed_path(root, manifest, "replan.json").read_text())
+        if "replan.json" in manifest["files"]
+        else None
+    )
     return {
         "mixture": str(root.resolve()),
         "recipe": manifest["recipe_name"],
@@ -109,9 +112,7 @@ def build_report(directory: str | os.PathLike) -> dict[str, Any]:
         "global_batch": width,
         "phases": phases,
         "components": components,
-        "replan": json.loads(listed_path(root, manifest, replan.name).read_text())
-        if replan_listed
-        else None,
+        "replan": replan,
     }
 
 

@@ -137,7 +137,7 @@ def atomic_write_bytes(path: str | os.PathLike | outstore.ObjectPath, data: byte
 
 
 def atomic_write_json(path: str | os.PathLike | outstore.ObjectPath, obj: Any) -> None:
-    atomic_write_bytes(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False).encode())
+    atomic_write_bytes(path, outstore.json_bytes(obj))
 
 
 STAGING_DIR = ".pretrain-staging"

@@ -331,9 +331,15 @@ def remove_tree(path: OutPath) -> None:
         path.unlink(missing_ok=True)
 
 
+def json_bytes(obj: Any) -> bytes:
+    """The bytes every JSON record and manifest of ours holds for `obj` (one serialization, so a
+    writer can hand over or hash what it wrote without reading it back)."""
+    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False).encode()
+
+
 def write_json(path: OutPath, obj: Any) -> None:
     """`pretrain.manifest.atomic_write_json` for either kind of path (same bytes)."""
-    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False).encode())
+    write_atomic(path, json_bytes(obj))
 
 
 def read_parquet(path: OutPath) -> pa.Table:
