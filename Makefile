@@ -31,8 +31,9 @@ demo: $(STAMP)
 	@start=$$(date +%s); $(BIN)/pretrain demo --out demo_out; \
 	  echo "demo wall time: $$(( $$(date +%s) - start )) s (install excluded)"
 
+# PYTEST_ARGS: more pytest options (CI: --durations=25).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

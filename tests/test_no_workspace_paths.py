@@ -29,13 +29,3 @@ def test_no_package_or_benchmark_points_at_the_workspace() -> None:
         if WORKSPACE_PATH.search(line)
     ]
     assert hits == []
-
-
-def test_the_pattern_catches_each_way_it_was_written() -> None:
-    for line in (
-        'CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"',
-        'default=Path("../shared/corpus")',
-        'Path(os.environ.get("PRETRAIN_CORPUS", "/work/shared/corpus"))',
-    ):
-        assert WORKSPACE_PATH.search(line), line
-    assert not WORKSPACE_PATH.search("on a shared machine, shared storage or object-store URIs")

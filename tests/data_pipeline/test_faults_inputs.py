@@ -15,26 +15,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from data_pipeline.inputs import check_output_apart, plan_inputs
-from data_pipeline.readers import Fields, InputFile, detect_format, read_file
+from data_pipeline.readers import Fields, InputFile, read_file
 from pretrain.errors import InputError
+from tests.data_pipeline.readall import read_all
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
 
 
 def _read(path: Path, **kwargs) -> tuple[pa.Table, dict]:
-    fmt, stem = detect_format(str(path))
-    stats: dict = {}
-    tables = list(
-        read_file(
-            InputFile(str(path), fmt, stem),
-            shard_rows=4,
-            batch_rows=3,
-            eval_fraction=0.005,
-            stats=stats,
-            **kwargs,
-        )
-    )
-    return pa.concat_tables(tables), stats
+    table, stats = read_all(path, shard_rows=4, batch_rows=3, **kwargs)
+    assert table is not None
+    return table, stats
 
 
 def test_fixture_records_become_rows_with_reasons() -> None:

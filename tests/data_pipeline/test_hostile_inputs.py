@@ -18,21 +18,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data_pipeline.readers import InputFile, detect_format, read_file
 from pretrain_app.cli import main
+from tests.data_pipeline.readall import read_all
 
 CAP = 256 << 10  # the extract stage's max_input_bytes in these tests
 HUGE = 64 << 20  # what the bomb's one record expands to (the file is a few hundred KB)
 
 
-def _read(path: Path, stats: dict) -> pa.Table:
-    fmt, stem = detect_format(str(path))
-    options = {"shard_rows": 100, "batch_rows": 10, "eval_fraction": 0.0, "stats": stats}
-    tables = read_file(InputFile(str(path), fmt, stem), max_input_bytes=CAP, **options)
-    return pa.concat_tables(list(tables))
-
-
-def _read_peak(path: Path) -> tuple[pa.Table, dict, int]:
+def _read_peak(path: Path) -> tuple[pa.Table | None, dict, int]:
     """Every row the reader gives for `path`, its stats and the peak Python memory it used
     (after a first read of a small file of the same format, so imports are not counted)."""
     small = path.with_name("small" + path.name[path.name.find(".") :])
@@ -41,11 +34,10 @@ def _read_peak(path: Path) -> tuple[pa.Table, dict, int]:
     else:
         with (gzip.open if small.suffix == ".gz" else open)(small, "wb") as handle:
             handle.write(b'{"text": "warm"}\n' if ".jsonl" in small.name else b"<p>warm</p>")
-    _read(small, {})
-    stats: dict = {}
+    read_all(small, max_input_bytes=CAP)
     tracemalloc.start()
     try:
-        table = _read(path, stats)
+        table, stats = read_all(path, max_input_bytes=CAP)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -7,16 +7,7 @@ from __future__ import annotations
 import codecs
 from pathlib import Path
 
-import pyarrow as pa
-
-from data_pipeline.readers import InputFile, detect_format, read_file
-
-
-def _read(path: Path) -> list[dict]:
-    fmt, stem = detect_format(str(path))
-    options = {"shard_rows": 100, "batch_rows": 10, "eval_fraction": 0.0}
-    tables = read_file(InputFile(str(path), fmt, stem), max_input_bytes=1 << 20, **options)
-    return pa.concat_tables(list(tables)).to_pylist()
+from tests.data_pipeline.readall import read_all
 
 
 def test_a_byte_order_mark_does_not_drop_the_line_it_starts(tmp_path: Path) -> None:
@@ -29,7 +20,8 @@ def test_a_byte_order_mark_does_not_drop_the_line_it_starts(tmp_path: Path) -> N
     ]
     path = tmp_path / "bom.jsonl"
     path.write_bytes(b"\r\n".join(lines) + b"\n")
-    rows = {row["id"]: row for row in _read(path)}
+    table, _ = read_all(path, max_input_bytes=1 << 20)
+    rows = {row["id"]: row for row in table.to_pylist()}
     assert rows["bom/first"]["text"] == "the first document of the first file"
     assert rows["bom/second"]["_read_reason"] is None
     assert rows["bom/third"]["text"] == "the first line of a second file, concatenated"

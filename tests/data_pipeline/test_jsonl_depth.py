@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from data_pipeline.readers import MAX_JSON_DEPTH
-from tests.data_pipeline.test_trust_readers import _read
+from tests.data_pipeline.readall import read_all
 
 
 def _nested(depth: int) -> bytes:
@@ -28,7 +28,7 @@ def _at_stack_depth(frames: int, call: Callable[[], Any]) -> Any:
 
 
 def _rows(path: Path, frames: int) -> list[tuple[str, str | None, str | None]]:
-    table, _ = _at_stack_depth(frames, lambda: _read(path))
+    table, _ = _at_stack_depth(frames, lambda: read_all(path))
     return list(
         zip(
             table.column("id").to_pylist(),

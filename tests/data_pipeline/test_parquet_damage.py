@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.data_pipeline.test_trust_readers import _read
+from tests.data_pipeline.readall import read_all
 
 
 def _strings(values: list[bytes]) -> pa.Array:
@@ -25,7 +25,7 @@ def _strings(values: list[bytes]) -> pa.Array:
 
 
 def _rows(path: Path) -> tuple[list[tuple[str, str | None, str | None]], dict]:
-    table, stats = _read(path, max_input_bytes=10_000)
+    table, stats = read_all(path, max_input_bytes=10_000)
     ids = [i.removeprefix("x/") for i in table.column("id").to_pylist()]
     return list(
         zip(ids, table.column("text").to_pylist(), table.column("_read_reason").to_pylist())

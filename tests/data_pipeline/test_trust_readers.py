@@ -12,12 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data_pipeline.formats import detect_format
 from data_pipeline.inputs import plan_inputs
-from data_pipeline.readers import Fields, InputFile, read_file
+from data_pipeline.readers import Fields
 from data_pipeline.stages.extract import ExtractConfig, ExtractStage, clean_text_counted
 from pretrain.errors import InputError
 from pretrain_app.cli import main
+from tests.data_pipeline.readall import read_all
 from tests.data_pipeline.test_trust_sizes import prose
 
 
@@ -31,22 +31,6 @@ def _zst(path: Path, data: bytes) -> Path:
     return path
 
 
-def _read(path: Path, **kwargs) -> tuple[pa.Table, dict]:
-    fmt, stem = detect_format(str(path))
-    stats: dict = {}
-    tables = list(
-        read_file(
-            InputFile(str(path), fmt, stem),
-            shard_rows=100,
-            batch_rows=7,
-            eval_fraction=0.005,
-            stats=stats,
-            **kwargs,
-        )
-    )
-    return (pa.concat_tables(tables) if tables else None), stats
-
-
 def test_dolma_json_gz_and_pile_jsonl_zst(tmp_path: Path) -> None:
     dolma = tmp_path / "dolma-0000.json.gz"
     dolma.write_bytes(
@@ -56,11 +40,11 @@ def test_dolma_json_gz_and_pile_jsonl_zst(tmp_path: Path) -> None:
         tmp_path / "pile-00.jsonl.zst",
         _lines([{"text": prose(i), "meta": {"pile_set_name": "ArXiv"}} for i in range(12)]),
     )
-    table, stats = _read(dolma)
+    table, stats = read_all(dolma)
     assert stats["records"] == table.num_rows == 9
     assert table.column("id").to_pylist()[:2] == ["dolma-0000/d0", "dolma-0000/d1"]
     assert table.column("text").to_pylist() == [prose(i) for i in range(9)]
-    table, stats = _read(pile)
+    table, stats = read_all(pile)
     assert stats["records"] == table.num_rows == 12
     assert table.column("_read_reason").null_count == 12
     assert {"key": "pile_set_name", "value": "ArXiv"} in table.column("meta")[0].as_py()
@@ -70,13 +54,13 @@ def test_truncated_zst_keeps_what_was_read_and_counts_the_rest(tmp_path: Path) -
     whole = _zst(tmp_path / "w.jsonl.zst", _lines([{"text": prose(i)} for i in range(3000)]))
     cut = tmp_path / "cut.jsonl.zst"
     cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
-    table, stats = _read(cut)
+    table, stats = read_all(cut)
     reasons = table.column("_read_reason").to_pylist()
     assert stats["records"] == table.num_rows and reasons[-1] == "truncated_input"
     assert 0 < reasons.count(None) < 3000
     (tmp_path / "fake.jsonl.zst").write_bytes(b'{"text": "not compressed"}\n')
     with pytest.raises(InputError, match="not a zstd file"):
-        _read(tmp_path / "fake.jsonl.zst")
+        read_all(tmp_path / "fake.jsonl.zst")
 
 
 def test_text_and_id_fields_for_jsonl_and_parquet(tmp_path: Path) -> None:
@@ -84,23 +68,23 @@ def test_text_and_id_fields_for_jsonl_and_parquet(tmp_path: Path) -> None:
     rp2.write_bytes(
         _lines([{"raw_content": prose(i), "meta": {"doc_id": f"x{i}"}} for i in range(3)])
     )
-    table, _ = _read(rp2, fields=Fields(text="raw_content", id="meta.doc_id"))
+    table, _ = read_all(rp2, fields=Fields(text="raw_content", id="meta.doc_id"))
     assert table.column("id").to_pylist() == ["rp2/x0", "rp2/x1", "rp2/x2"]
     assert table.column("text").to_pylist() == [prose(i) for i in range(3)]
     pq.write_table(
         pa.table({"content": [prose(1), prose(2)], "uid": ["a", "b"]}), tmp_path / "fw.parquet"
     )
-    table, _ = _read(tmp_path / "fw.parquet", fields=Fields(text="content", id="uid"))
+    table, _ = read_all(tmp_path / "fw.parquet", fields=Fields(text="content", id="uid"))
     assert table.column("id").to_pylist() == ["fw/a", "fw/b"]
     assert table.column("_read_reason").null_count == 2
-    table, _ = _read(rp2)  # default fields: no `text` -> a reason-coded row each, none lost
+    table, _ = read_all(rp2)  # default fields: no `text` -> a reason-coded row each, none lost
     assert table.column("_read_reason").to_pylist() == ["missing_text"] * 3
 
 
 def test_ids_repeated_inside_a_file_are_made_unique_and_counted(tmp_path: Path) -> None:
     path = tmp_path / "rep.jsonl"
     path.write_bytes(_lines([{"id": str(i % 3), "text": prose(i)} for i in range(7)]))
-    table, stats = _read(path)
+    table, stats = read_all(path)
     ids = table.column("id").to_pylist()
     assert len(set(ids)) == 7 and ids[:3] == ["rep/0", "rep/1", "rep/2"]
     assert stats["id_collisions"] == 4 and ids[3] == "rep/0#3"

@@ -11,7 +11,7 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from tests.data_pipeline.test_trust_readers import _read
+from tests.data_pipeline.readall import read_all
 
 
 def _warc(count: int, gz: bool) -> tuple[bytes, list[int]]:
@@ -41,7 +41,7 @@ def _warcio_records(data: bytes) -> list[tuple[str, bytes]]:
 def _rows(tmp_path: Path, data: bytes, gz: bool) -> list[tuple[str, bytes | None, str | None]]:
     path = tmp_path / ("in.warc.gz" if gz else "in.warc")
     path.write_bytes(data)
-    table, stats = _read(path)
+    table, stats = read_all(path)
     assert stats["records"] == table.num_rows
     return list(
         zip(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from tests.data_pipeline.test_trust_readers import _read
+from tests.data_pipeline.readall import read_all
 
 
 def _record(i: int, *, with_id: bool = True, declared: int = 0, body_size: int = 300) -> bytes:
@@ -48,7 +48,7 @@ def _warcio(data: bytes) -> list[tuple[str, int, bytes]]:
 def _rows(tmp_path: Path, data: bytes, gz: bool, **kwargs) -> list[tuple[str, bytes | None, str]]:
     path = tmp_path / ("in.warc.gz" if gz else "in.warc")
     path.write_bytes(data)
-    table, stats = _read(path, **kwargs)
+    table, stats = read_all(path, **kwargs)
     assert stats["records"] == table.num_rows
     return list(
         zip(
@@ -120,7 +120,7 @@ def test_a_record_over_the_record_limit_is_a_reject_and_the_stream_goes_on(
 def _sizes(tmp_path: Path, data: bytes, gz: bool) -> tuple[list[str], list[int]]:
     path = tmp_path / ("in.warc.gz" if gz else "in.warc")
     path.write_bytes(data)
-    table, _ = _read(path, max_input_bytes=2_000)
+    table, _ = read_all(path, max_input_bytes=2_000)
     ids = [i.removeprefix("in/") for i in table.column("id").to_pylist()]
     return ids, table.column("_raw_bytes").to_pylist()
 

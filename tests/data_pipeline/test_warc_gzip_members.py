@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.data_pipeline.test_trust_readers import _read
+from tests.data_pipeline.readall import read_all
 
 
 def _members(count: int, lines: int) -> tuple[list[bytes], list[list[str]]]:
@@ -29,7 +29,7 @@ def _damage(data: bytes, at: int) -> bytes:
 
 
 def _texts_and_reasons(path: Path) -> tuple[list[str], list[str]]:
-    table, stats = _read(path)
+    table, stats = read_all(path)
     assert stats["records"] == table.num_rows
     reasons = table.column("_read_reason").to_pylist()
     texts = [t for t, r in zip(table.column("text").to_pylist(), reasons) if r is None]
@@ -64,11 +64,11 @@ def test_a_damaged_html_gz_is_one_reject(tmp_path: Path) -> None:
     page = b"<html><body>" + b"<p>a paragraph of the page</p>" * 200 + b"</body></html>"
     whole = gzip.compress(page, mtime=0)
     (tmp_path / "page.html.gz").write_bytes(whole)
-    table, _ = _read(tmp_path / "page.html.gz")
+    table, _ = read_all(tmp_path / "page.html.gz")
     assert table.column("_payload").to_pylist() == [page]
     (tmp_path / "bad.html.gz").write_bytes(_damage(whole, 30))
     (tmp_path / "cut.html.gz").write_bytes(whole[: len(whole) // 2])
     for name, reason in (("bad", "corrupt_gzip"), ("cut", "truncated_input")):
-        table, _ = _read(tmp_path / f"{name}.html.gz")
+        table, _ = read_all(tmp_path / f"{name}.html.gz")
         assert table.column("_read_reason").to_pylist() == [reason]
         assert table.column("_payload").to_pylist() == [None]
