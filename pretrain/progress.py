@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -119,16 +120,13 @@ def session(level: int, name: str) -> Iterator[None]:
 
 @contextmanager
 def _captured(name: str) -> Iterator[None]:
-    logs = Path(tempfile.gettempdir()) / "pretrain-logs"
-    logs.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    path = logs / f"{name.replace(' ', '-')}-{stamp}-{os.getpid()}.log"
+    path, log_fd = _new_log(f"{name.replace(' ', '-')}-{stamp}-{os.getpid()}")
     original = sys.stderr
     on_fd2 = _fd2_stream(original)
     original.flush()
     saved = os.dup(2)
     term = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
-    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log_fd, 2)
     os.close(log_fd)
     _SESSION.terminal = term if on_fd2 else original
@@ -153,6 +151,30 @@ def _captured(name: str) -> Iterator[None]:
         os.environ.pop(CAPTURED_ENV, None)
         _SESSION.terminal = None
         _SESSION.log_path = _keep_log(path, _SESSION.artifact)
+
+
+def _private_dir() -> Path:
+    """`$TMPDIR/pretrain-logs-<uid>`: made 0700 by this user; a path another user made (or a
+    symlink, or a folder others can write) is never used: a fresh private folder is made instead."""
+    logs = Path(tempfile.gettempdir()) / f"pretrain-logs-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        logs.mkdir(mode=0o700)
+    info = os.lstat(logs)
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077:
+        return logs
+    return Path(tempfile.mkdtemp(prefix="pretrain-logs-"))
+
+
+def _new_log(stem: str) -> tuple[Path, int]:
+    """A new log file, opened for writing: never through a symlink, never an existing file."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND
+    logs = _private_dir()
+    try:
+        path = logs / f"{stem}.log"
+        return path, os.open(path, flags, 0o600)
+    except FileExistsError:  # a name taken before us (a planted file or link): a random one
+        fd, name = tempfile.mkstemp(prefix=f"{stem}-", suffix=".log", dir=logs)
+        return Path(name), fd
 
 
 def _drop_pending() -> None:

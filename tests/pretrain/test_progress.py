@@ -182,3 +182,57 @@ def test_a_watched_bar_ends_on_the_last_count_not_the_one_polled_before(monkeypa
     with progress.watch(progress.Progress(desc="tag", unit="docs"), lambda: (count[0], 10), 60):
         count[0] = 10  # done before the first poll (every 60 s)
     assert stream.getvalue().splitlines()[-1].startswith("[tag] 10/10 docs, ")
+
+
+PROBE = r"""
+import os, sys
+from pretrain import progress
+with progress.session(progress.NORMAL, "probe"):
+    os.write(2, b"library chatter\n")
+print(progress.log_path())
+"""
+
+
+def _probe_log(tmpdir: Path) -> Path:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=_clean_env(TMPDIR=str(tmpdir)),
+    )
+    assert done.returncode == 0, done.stderr
+    return Path(done.stdout.strip())
+
+
+@pytest.mark.parametrize("planted", ["symlink", "open_folder"])
+def test_logs_never_go_where_another_user_points_them(tmp_path, planted):
+    """Another local user who made the shared log folder first (a symlink to a folder of their
+    choice, or a folder anyone can write) gets no file of ours there: the log goes to a folder
+    only this user can open, created 0600 without following links."""
+    tmpdir, elsewhere = tmp_path / "tmp", tmp_path / "elsewhere"
+    tmpdir.mkdir()
+    elsewhere.mkdir(mode=0o777)
+    elsewhere.chmod(0o777)
+    for name in ("pretrain-logs", f"pretrain-logs-{os.getuid()}"):
+        if planted == "symlink":
+            (tmpdir / name).symlink_to(elsewhere)
+        else:
+            (tmpdir / name).mkdir()
+            (tmpdir / name).chmod(0o777)
+    log = _probe_log(tmpdir)
+    assert list(elsewhere.iterdir()) == []
+    planted_dirs = [tmpdir / "pretrain-logs", tmpdir / f"pretrain-logs-{os.getuid()}"]
+    assert log.parent not in planted_dirs
+    assert planted == "symlink" or all(not list(p.iterdir()) for p in planted_dirs)
+    assert "library chatter" in log.read_text()
+    assert log.stat().st_mode & 0o777 == 0o600
+    assert log.parent.stat().st_mode & 0o777 == 0o700 and log.parent.stat().st_uid == os.getuid()
+    assert not log.parent.is_symlink() and tmpdir in log.parents
+
+
+def test_the_private_log_folder_is_reused(tmp_path):
+    first, second = _probe_log(tmp_path), _probe_log(tmp_path)
+    assert first.parent == second.parent == tmp_path / f"pretrain-logs-{os.getuid()}"
+    assert first != second
