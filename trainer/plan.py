@@ -302,16 +302,14 @@ def format_plan(plan: dict[str, Any]) -> str:
 def plan_command(args: argparse.Namespace) -> int:
     from pretrain.cli_utils import resolve_config
 
+    # The flags are overrides of the config's fields, checked by the same model (range and type).
+    flags = {"plan.gpu": args.gpu, "plan.mfu": args.mfu, "plan.overhead": args.overhead}
+    if args.peak_tflops is not None:
+        flags["metrics.peak_flops"] = args.peak_tflops * 1e12
+    args.overrides = [*args.overrides, *(f"{k}={v}" for k, v in flags.items() if v is not None)]
     config = resolve_config(TrainConfig, args)
     if config is None:
         return 0
-    plan = build_plan(
-        config,
-        gpu=getattr(args, "gpu", None),
-        mfu=getattr(args, "mfu", None),
-        overhead=getattr(args, "overhead", None),
-        peak_tflops=getattr(args, "peak_tflops", None),
-        allow_oom=getattr(args, "allow_oom", False),
-    )
+    plan = build_plan(config, allow_oom=args.allow_oom)
     print(json.dumps(plan, indent=2) if args.json else format_plan(plan))
     return 0

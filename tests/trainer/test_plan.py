@@ -171,3 +171,33 @@ def test_tokens_per_parameter_warning(repo_root):
     )
     plan = build_plan(config)
     assert any("tokens per parameter" in w for w in plan["warnings"])
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "field"),
+    [
+        ("--mfu", "0", "plan.mfu"),
+        ("--mfu", "nan", "plan.mfu"),
+        ("--mfu", "5", "plan.mfu"),
+        ("--mfu", "-0.5", "plan.mfu"),
+        ("--overhead", "0.5", "plan.overhead"),
+        ("--peak-tflops", "-1", "metrics.peak_flops"),
+        ("--peak-tflops", "0", "metrics.peak_flops"),
+    ],
+)
+def test_plan_flags_out_of_range_are_one_line(capsys, repo_root, flag, value, field):
+    """A flag is a field of the config: checked by the same model, one line, exit 2 (was a
+    ZeroDivisionError traceback for --mfu 0 and a printed plan for the others)."""
+    assert main(["plan", str(repo_root / "configs/train_full.yaml"), flag, value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and field in err, err
+
+
+def test_plan_flags_in_range_change_the_plan(capsys, repo_root):
+    config = str(repo_root / "configs/train_full.yaml")
+    assert main(["plan", config, "--json", "--mfu", "0.2"]) == 0
+    slow = json.loads(capsys.readouterr().out)["compute"]
+    assert main(["plan", config, "--json", "--mfu", "0.4", "--peak-tflops", "500"]) == 0
+    fast = json.loads(capsys.readouterr().out)["compute"]
+    assert slow["hardware_utilization"] == 0.2 and fast["hardware_utilization"] == 0.4
+    assert fast["peak_flops_per_gpu"] == 500e12 and fast["wall_days"] < slow["wall_days"]
