@@ -22,6 +22,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from pretrain.errors import ConfigError
+
 _CHUNK = 1 << 20
 MODES = ("cached", "full")
 
@@ -41,7 +43,11 @@ def cache_dir() -> Path:
 def verify_mode() -> str:
     """`cached` (default) or `full` (PRETRAIN_VERIFY=full: every file re-hashed)."""
     mode = os.environ.get("PRETRAIN_VERIFY", "cached") or "cached"
-    return mode if mode in MODES else "cached"
+    if mode not in MODES:
+        raise ConfigError(
+            f"PRETRAIN_VERIFY={mode!r} is not one of {', '.join(MODES)}; fix or unset it"
+        )
+    return mode
 
 
 def _identity(path: Path) -> list[int]:

@@ -21,6 +21,7 @@ from types import ModuleType
 from pretrain.cli_utils import add_verbosity_args
 from pretrain.command import capture
 from pretrain.errors import PretrainError
+from pretrain.hashcache import verify_mode
 from pretrain.progress import NORMAL, session
 
 PROG = "pretrain"
@@ -47,21 +48,18 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> i
     args = parser.parse_args(argv)
     prog = " ".join([PROG, *getattr(args, "command_path", [args.command])])
     try:
+        verify_mode()  # a mistyped PRETRAIN_VERIFY is refused before anything runs
         with capture(argv), session(getattr(args, "verbosity", NORMAL), prog.replace(" ", "-")):
             return _handle(args)
     except PretrainError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # a disk-full write anywhere, a Ray task's included; else a bug
-        if (full := disk_full(exc)) is None:
+    except Exception as exc:  # what the OS refused anywhere, a Ray task's included; else a bug
+        if (refused := os_refusal(exc)) is None:
             raise
-        where = f" writing {full.filename}" if full.filename else ""
-        print(
-            f"{prog}: error: {full.strerror or 'no space left'}{where}; free space (or raise the "
-            "quota / file-size limit) and run the same command again: files are written whole "
-            "or not at all, and what was finished is reused",
-            file=sys.stderr,
-        )
+        where = f" writing {refused.filename}" if refused.filename else ""
+        remedy = USER_ERRNOS[refused.errno]
+        print(f"{prog}: error: {refused.strerror}{where}; {remedy}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
@@ -72,7 +70,7 @@ def _handle(args: argparse.Namespace) -> int:
     try:
         return int(args.handler(args) or 0)
     except Exception as exc:
-        if disk_full(exc) is not None:
+        if os_refusal(exc) is not None:
             # Library threads (Ray Data's) log to their own files until the process ends: each
             # write the disk refuses would print a "--- Logging error ---" traceback around
             # the one-line error. Python's logging then drops such errors silently.
@@ -80,12 +78,22 @@ def _handle(args: argparse.Namespace) -> int:
         raise
 
 
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-"""A write the disk (space, quota, file-size limit) refused: the user's to fix, not a bug."""
+_FULL = (
+    "free space (or raise the quota / file-size limit) and run the same command again: files "
+    "are written whole or not at all, and what was finished is reused"
+)
+USER_ERRNOS = {
+    errno.ENOSPC: _FULL,
+    errno.EDQUOT: _FULL,
+    errno.EFBIG: _FULL,
+    errno.EROFS: "the file system is read-only: choose an output on a writable one",
+}
+"""What the OS refused that is the user's to fix, not a bug, and what to do about each."""
 
 
-def disk_full(exc: BaseException) -> OSError | None:
-    """The disk-full OSError in `exc`'s chain (a Ray task's error holds its cause), else None."""
+def os_refusal(exc: BaseException) -> OSError | None:
+    """The user-fixable OSError (USER_ERRNOS) in `exc`'s chain (a Ray task's error holds its
+    cause), else None."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [exc]
     while todo:
@@ -93,7 +101,7 @@ def disk_full(exc: BaseException) -> OSError | None:
         if item is None or id(item) in seen:
             continue
         seen.add(id(item))
-        if isinstance(item, OSError) and item.errno in DISK_FULL:
+        if isinstance(item, OSError) and item.errno in USER_ERRNOS:
             return item
         todo += [item.__cause__, item.__context__, getattr(item, "cause", None)]
     return None

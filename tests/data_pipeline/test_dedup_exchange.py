@@ -96,7 +96,7 @@ def test_a_full_disk_under_a_piece_file_is_the_one_line_error_naming_it(
     ENOSPC is on a full disk) fails the job with the one-line disk-full error naming the file."""
     import argparse
 
-    from pretrain.program import disk_full, run
+    from pretrain.program import os_refusal, run
 
     def limited_produce(folder: str) -> None:
         import resource
@@ -109,7 +109,7 @@ def test_a_full_disk_under_a_piece_file_is_the_one_line_error_naming_it(
     task = ray_local.remote(max_calls=1, max_retries=0)(limited_produce)  # the worker then exits
     with pytest.raises(ray_local.exceptions.RayTaskError) as caught:
         ray_local.get(task.remote(str(tmp_path)), timeout=120)
-    full = disk_full(caught.value)
+    full = os_refusal(caught.value)
     name = exchange.piece_file(str(tmp_path), "0001-map", 3, 0)
     assert full is not None and full.filename == str(name)
     assert not list(Path(name).parent.iterdir())  # no partial file, no temporary left
