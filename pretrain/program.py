@@ -58,7 +58,7 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> i
         if (refused := os_refusal(exc)) is None:
             raise
         where = f" writing {refused.filename}" if refused.filename else ""
-        remedy = USER_ERRNOS[refused.errno]
+        remedy = USER_ERRNOS.get(refused.errno or 0, "")
         print(f"{prog}: error: {refused.strerror}{where}; {remedy}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
