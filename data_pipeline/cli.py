@@ -91,13 +91,7 @@ def clean(args: argparse.Namespace) -> int:
                 "side is what lets the re-run skip the parts already mapped; finish it with "
                 "`pretrain data run CONFIG` first"
             )
-        artifact = shards_artifact.open(directory, deep=False)
-        if any(rel.startswith(f"{layout.GLOBAL_MAP_DIR}/") for rel in artifact.raw["files"]):
-            raise ArtifactError(
-                f"{directory}: its manifest (written by an older version) lists "
-                f"{layout.GLOBAL_MAP_DIR}/; re-run `pretrain data run CONFIG` once (every part "
-                "is reused, the new manifest does not list it), then clean"
-            )
+        shards_artifact.open(directory, deep=False)
         files, size, links = global_parts.remove_all(output_path(directory))
     linked = f" and {links} links (not what they point at)" if links else ""
     print(

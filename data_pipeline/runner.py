@@ -270,7 +270,6 @@ def run_pipeline(
     if not led["conservation"]["balanced"]:
         raise RuntimeError(f"ledger does not balance: {led['conservation']}")  # a bug, not input
     fields = shards_kind.ShardsFields(
-        format=shards_kind.FORMAT,
         stages=[s.describe() for s in stages],
         models=model_hashes(stages),
         sections=manifest_sections(stages),

@@ -3,14 +3,11 @@ made it, what it was made from (lineage) and what it holds (every file with byte
 
 Consumers call `require(dir, kind=..., sha256=...)`: it refuses, with a one-line remedy, an artifact
 of the wrong kind, with a different identity, whose files no longer match their hashes, or whose
-manifest was edited after it was written. Manifest version 2 holds a `seal`, the sha256 of the
-canonical JSON of its other fields (`seal_of`), so a byte changed anywhere in it (a count, a
-path, a field added) is caught even when the JSON still parses. A version-1 manifest (no seal,
-written before 2026-12-01) is read with a one-line warning that an edit to it cannot be seen; one
-holding what only a sealing writer wrote (`SEALED_ONLY`: a sealed manifest edited down to
-`manifest_version: 1` to drop the seal) is refused, and `require_sealed` refuses any version 1
-where an identity is pinned for good (a tokenizer lock's shards). The seal is a plain sha256:
-it catches an edit, not a forger who recomputes it.
+manifest was edited after it was written. There is one manifest format (`MANIFEST_VERSION`,
+pretrain/CONTRACTS.md): it holds a `seal`, the sha256 of the canonical JSON of its other fields
+(`seal_of`), so a byte changed anywhere in it (a count, a path, a field added) is caught even when
+the JSON still parses; a manifest of any other version, or without a seal, is refused in one line.
+The seal is a plain sha256: it catches an edit, not a forger who recomputes it.
 """
 
 from __future__ import annotations
@@ -30,15 +27,11 @@ from pretrain.errors import ArtifactError
 from pretrain.hashcache import sha256_file
 from pretrain.locking import is_lock_file
 from pretrain.manifest_shape import check_shape
-from pretrain.progress import LOGS_DIR, warn
+from pretrain.progress import LOGS_DIR
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 2
 SEAL = "seal"
-SEALED_ONLY: dict[str, tuple[str, ...]] = {"": (SEAL,), "shards": ("format", "sections")}
-"""Fields only a sealing writer wrote: in any manifest ("") and per kind (shards format 2 came
-after manifest version 2). A version-1 manifest holding one was edited down from version 2."""
-_WARNED: set[str] = set()
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -60,49 +53,17 @@ def seal_of(manifest: Mapping[str, Any]) -> str:
 def check_seal(
     directory: str | os.PathLike | outstore.ObjectPath, manifest: Mapping[str, Any]
 ) -> None:
-    """Refuse a manifest of version 2 or later whose seal is missing or does not match."""
-    version = manifest.get("manifest_version", 1)
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+    """Refuse a manifest that is not the one format, or whose seal is missing or does not match."""
+    version = manifest.get("manifest_version")
+    if version != MANIFEST_VERSION or isinstance(version, bool):
         raise ArtifactError(
-            f"{directory}/{MANIFEST}: manifest_version {version!r} is not one any "
-            "version wrote; the manifest was edited: rebuild the artifact"
+            f"{directory}/{MANIFEST}: manifest_version {version!r} is not {MANIFEST_VERSION}, "
+            "the one format this version reads; rebuild the artifact with the command it records"
         )
-    if version >= 2 and manifest.get(SEAL) != seal_of(manifest):
+    if manifest.get(SEAL) != seal_of(manifest):
         raise ArtifactError(
             f"{directory}/{MANIFEST} does not match its seal: the manifest was edited "
             "after it was written; rebuild the artifact with the command it records"
-        )
-    if version == 1:
-        _check_version_1(directory, manifest)
-
-
-def _check_version_1(
-    directory: str | os.PathLike | outstore.ObjectPath, manifest: Mapping[str, Any]
-) -> None:
-    marks = (*SEALED_ONLY[""], *SEALED_ONLY.get(str(manifest.get("kind")), ()))
-    found = [key for key in marks if key in manifest]
-    if found:
-        raise ArtifactError(
-            f"{directory}/{MANIFEST}: manifest_version 1 holding {found[0]!r}, which only a "
-            "sealed writer (version 2) wrote: a sealed manifest was edited down to version 1; "
-            "rebuild the artifact with the command it records"
-        )
-    if str(directory) not in _WARNED:
-        _WARNED.add(str(directory))
-        warn(
-            f"[artifact] {directory}/{MANIFEST} is manifest_version 1 (unsealed: an edit to it "
-            "cannot be detected); rebuild it to seal it"
-        )
-
-
-def require_sealed(
-    directory: str | os.PathLike | outstore.ObjectPath, manifest: Mapping[str, Any], why: str
-) -> None:
-    """Refuse a version-1 (unsealed) manifest where its identity is pinned for good (`why`)."""
-    if manifest.get("manifest_version", 1) < 2:
-        raise ArtifactError(
-            f"{directory}/{MANIFEST} is manifest_version 1 (unsealed): {why} only a sealed "
-            "artifact; rebuild it with this version (same command) to seal it"
         )
 
 

@@ -16,11 +16,12 @@ from collections.abc import Iterable
 import pyarrow as pa
 
 from pretrain.errors import SchemaError
-from pretrain.nested import META_TYPE, SCHEMA_VERSION_KEY
+from pretrain.nested import META_TYPE
 
+SCHEMA_VERSION_KEY = b"pretrain.schema_version"
 SCHEMA_VERSION = 2
-"""2: meta, pii_counts and unsafe_categories are Arrow list/struct types (pretrain.nested), were
-JSON / comma-separated strings in 1 (read through pretrain.nested.upgrade)."""
+"""The one document schema (recorded in each shard's Arrow metadata): meta, pii_counts and
+unsafe_categories are Arrow list/struct types (pretrain.nested). No reader of another exists."""
 EVAL_FRACTION = 0.005
 """Default share of documents whose stable split tag is `eval` (held out from every mixture)."""
 

@@ -14,8 +14,7 @@ Layout 2, chosen so the tools users point at a corpus read exactly the kept docu
                                       `pretrain data clean DIR` removes it and DIR still verifies)
 
 `DIR/data/*.parquet` and `DIR/**/*.parquet` (duckdb, polars), `pyarrow.dataset.dataset(DIR/data)`
-and `datasets.load_dataset(DIR)` all give the kept documents. Layout 1 (`DIR/shards/*.parquet`,
-`DIR/rejects/*.parquet`) still reads through `kept_files`.
+and `datasets.load_dataset(DIR)` all give the kept documents. There is no other layout.
 """
 
 from __future__ import annotations
@@ -29,14 +28,12 @@ REJECTS_SUFFIX = ".pq"
 LEDGER = "ledger.json"
 CARD = "README.md"
 DATA_GLOB = f"{DATA_DIR}/*.parquet"
-LAYOUT1_DATA_DIR = "shards"
-"""Where layout 1 (before the data/ directory) kept its documents."""
 PARTS_DIR = ".parts"
 GLOBAL_MAP_DIR = f"{PARTS_DIR}/global"
 """About a second copy of the tagged corpus while global stages run: a cache no manifest lists
 (pretrain.manifest.UNLISTED_DIRS), removable whenever no run is writing."""
-OUTPUT_ENTRIES = (DATA_DIR, REJECTS_DIR, LEDGER, CARD, LAYOUT1_DATA_DIR)
-"""What a run writes at the top of its output (layout 1's folder too), hidden work area aside."""
+OUTPUT_ENTRIES = (DATA_DIR, REJECTS_DIR, LEDGER, CARD)
+"""What a run writes at the top of its output, hidden work area aside."""
 
 
 def data_file(shard: str) -> str:
@@ -56,13 +53,8 @@ def shard_name(relative: str) -> str:
 
 
 def kept_files(listed: Iterable[str]) -> list[str]:
-    """The kept-document files among a manifest's listed files (layout 2, else layout 1), sorted."""
-    names = sorted(listed)
-    for folder in (DATA_DIR, LAYOUT1_DATA_DIR):
-        found = [n for n in names if n.startswith(f"{folder}/") and n.endswith(".parquet")]
-        if found:
-            return found
-    return []
+    """The kept-document files among a manifest's listed files, sorted."""
+    return sorted(n for n in listed if n.startswith(f"{DATA_DIR}/") and n.endswith(".parquet"))
 
 
 def dataset_card() -> str:

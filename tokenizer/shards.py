@@ -20,7 +20,7 @@ from pretrain.artifacts import base as base_artifact
 from pretrain.artifacts import shards as shards_artifact
 from pretrain.artifacts.shards import KIND as SHARDS_KIND
 from pretrain.artifacts.shards import is_shard
-from pretrain.manifest import canonical_json, manifest_sha256, require_sealed, sha256_bytes
+from pretrain.manifest import canonical_json, sha256_bytes
 
 __all__ = [
     "SHARDS_KIND",
@@ -50,20 +50,16 @@ def shards_identity(directory: str | Path) -> str:
     (the files readers read; `require` checks them against these hashes). Unlike the manifest's
     own sha256 it ignores created_unix, command, git state and the pipeline's ledger, rejects
     and progress files: the same documents rebuilt give the same identity, a changed byte in a
-    shard another one. An unsealed (version-1) manifest is refused: an edit to it cannot be seen."""
+    shard another one."""
     peeked = base_artifact.peek(directory)  # the manifest's seal checked
-    require_sealed(directory, peeked.model_dump(), "a tokenizer lock pins")
     files = peeked.files
     listed = {rel: files[rel].sha256 for rel in sorted(files) if is_shard(rel)}
     return sha256_bytes(canonical_json({"kind": SHARDS_KIND, "shards": listed}))
 
 
 def same_shards(lock_inputs: dict[str, Any], directory: str | Path) -> bool:
-    """Whether `directory` holds the shards a tokenizer lock's `inputs` records (lock 3: content
-    identity; locks 1-2 recorded the shards manifest's sha256)."""
-    if "shards_content_sha256" in lock_inputs:
-        return shards_identity(directory) == lock_inputs["shards_content_sha256"]
-    return manifest_sha256(directory) == lock_inputs.get("shards_manifest_sha256")
+    """Whether `directory` holds the shards a tokenizer lock's `inputs` records."""
+    return shards_identity(directory) == lock_inputs.get("shards_content_sha256")
 
 
 def unit_hash(doc_id: str, seed: int) -> float:

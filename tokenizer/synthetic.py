@@ -103,7 +103,7 @@ def write_shards(
     with recorded(["tokenizer.synthetic.write_shards"]):
         shards_kind.write(
             out,
-            shards_kind.ShardsFields(format=shards_kind.FORMAT, stages=stage_info, models={}),
+            shards_kind.ShardsFields(stages=stage_info, models={}),
             config={"synthetic": True, "stages": list(stages)},
             counts={"documents_in": total, "documents_kept": total},
         )

@@ -146,8 +146,8 @@ def _heldout_perplexity(arpa: Path, heldout: list[str]) -> float | None:
 
 def check_out(config: LanguageModelConfig) -> Path:
     """The output directory, refused in one line unless it is new or holds only what an earlier
-    run of this command left before finishing a model (its logs, its staging folder, an older
-    version's partial .arpa scratch files); `--dry-run` checks it too."""
+    run of this command left before finishing a model (its logs, its staging folder);
+    `--dry-run` checks it too."""
     out = Path(config.out)
     require_new_output(out, "out =", model_kind.KENLM_KIND)
     return out
@@ -159,8 +159,6 @@ def train_lm(config: LanguageModelConfig) -> Path:
     The files are built in a staging folder and moved into `out` at the end (pretrain.staging):
     a killed run leaves no model there, and its re-run replaces what it left."""
     out = check_out(config)
-    for leftover in out.glob(".*.arpa.partial.tmp"):  # a killed older version's scratch
-        leftover.unlink()
     with staged(out, model_kind.KENLM_KIND) as files:
         languages = {lang: _train_language(lang, config, files) for lang in config.languages}
         info = {

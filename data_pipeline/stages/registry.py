@@ -203,10 +203,9 @@ def manifest_sections(stages: Iterable[Stage]) -> dict[str, dict[str, Any]]:
 
 def section(shards: Shards, name: str) -> StageSection:
     """Stage `name`'s typed section of a shards artifact's manifest (its `Section` defaults where
-    it did not run; a format-1 manifest's top-level keys of the same names). A section of the
-    wrong type is a one-line refusal."""
+    it did not run). A section of the wrong type is a one-line refusal."""
     cls = stage_class(name)
-    record = shards.section_record(name, cls.Section.model_fields)
+    record = shards.section_record(name)
     try:
         return cls.Section.model_validate(record)
     except ValidationError as exc:

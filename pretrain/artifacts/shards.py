@@ -1,8 +1,8 @@
 """`shards` (`pretrain data run`): tagged Parquet shards, the ledger, the rejects.
 
 The typed reader of the layout `pretrain.shards_layout` defines (the one place for paths):
-`DIR/data/*.parquet` (the kept documents: base columns then each stage's `columns`; layout 1's
-`DIR/shards/*.parquet` still read), `DIR/ledger.json`, `DIR/rejects/*.pq`.
+`DIR/data/*.parquet` (the kept documents: base columns then each stage's `columns`),
+`DIR/ledger.json`, `DIR/rejects/*.pq`.
 Columns of later pipeline stages may be absent (stages disabled): `read_columns` takes the
 columns that exist and fills the rest with typed nulls, typed by the fields its caller passes
 (the stages' tags, data_pipeline.stages.registry.tag_fields: this layer names no stage's tag).
@@ -22,7 +22,6 @@ from pydantic import Field
 from pretrain import shards_layout as layout
 from pretrain.artifacts import base
 from pretrain.errors import ArtifactError
-from pretrain.nested import schema_version, upgrade
 from pretrain.schema import BASE_FIELDS
 
 KIND = "shards"
@@ -38,31 +37,16 @@ def is_shard(rel: str) -> bool:
     return rel in layout.kept_files([rel])
 
 
-FORMAT = 2
-"""The shards manifest's own format (field `format`; a manifest without it is format 1).
-1: a stage's manifest keys sat at the top level (perplexity's `ppl_cutoffs`), each one a field
-here. 2: each stage's record is its section, `sections.<stage>`, typed by the stage's own
-`Section` model (data_pipeline.stages.registry.section reads it, and a format-1 manifest's
-top-level keys the same way): a stage adding a manifest field edits no file here. A manifest of
-another format (a newer writer's) is refused by `open`: it is never read as this one."""
-
-FORMAT1_KEYS: dict[str, tuple[str, ...]] = {"perplexity": ("ppl_cutoffs",)}
-"""The stage keys format 1 wrote at the top level, per stage: the only ones a section read takes
-from a format-1 manifest (its other top-level keys are the manifest's own: `counts`, `files`...)."""
-
-
 class ShardsFields(base.Fields):
     """What a shards manifest records beyond the common fields."""
 
     KIND: ClassVar[str] = KIND
-    format: int = 1
-    """FORMAT: 2 from the writer of per-stage sections on; absent (1) before."""
     stages: list[dict[str, Any]] = Field(default_factory=list)
     """Each stage's `Stage.describe()` (name, version, config)."""
     models: dict[str, str] = Field(default_factory=dict)
     """Model artifacts the stages used: {stage.key: artifact manifest sha256}."""
     sections: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    """Stage name -> its section (format 2): what the stage's `manifest_section()` returned, as
+    """Stage name -> its section: what the stage's `manifest_section()` returned, as
     JSON; its types are the stage's `Section` model's, checked when written and when read."""
     throughput: dict[str, Any] | None = None
     """Per-stage costs of the run that wrote it (data_pipeline.throughput_report)."""
@@ -79,15 +63,10 @@ write = base.Writer(ShardsFields)
 class Shards(base.Artifact[ShardsManifest]):
     """A verified shards artifact."""
 
-    def section_record(self, stage: str, legacy_keys: Iterable[str]) -> dict[str, Any]:
-        """Stage `stage`'s section as written (untyped: the stage's `Section` types it): format 2's
-        `sections.<stage>`, or in a format-1 manifest those of `legacy_keys` (the section's field
-        names) that format 1 wrote for that stage (FORMAT1_KEYS) and that sit at its top level.
-        Empty when the stage recorded nothing."""
-        if self.manifest.format >= 2:
-            return dict(self.manifest.sections.get(stage, {}))
-        wrote = set(FORMAT1_KEYS.get(stage, ()))
-        return {key: self.raw[key] for key in legacy_keys if key in wrote and key in self.raw}
+    def section_record(self, stage: str) -> dict[str, Any]:
+        """Stage `stage`'s section as written (untyped: the stage's `Section` types it); empty
+        when the stage recorded nothing."""
+        return dict(self.manifest.sections.get(stage, {}))
 
     @property
     def shard_paths(self) -> list[Path]:
@@ -105,11 +84,6 @@ class Shards(base.Artifact[ShardsManifest]):
 def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None = None) -> Shards:
     """Verify a shards artifact; refuse one that lists no shards."""
     root, manifest, raw = base.verified(directory, ShardsManifest, deep=deep, full=full)
-    if not 1 <= manifest.format <= FORMAT:
-        raise ArtifactError(
-            f"{root}: shards format {manifest.format} is not one this version reads (it reads "
-            f"format {FORMAT} and 1); upgrade pretrain, or rebuild the artifact with this one"
-        )
     shards = Shards(root, manifest, raw)
     counts = manifest.counts
     if not shards.shard_paths and counts.get("documents_kept") == 0:
@@ -134,10 +108,9 @@ def read_columns(
     else string."""
     parquet = pq.ParquetFile(path)
     present = [c for c in columns if c in parquet.schema_arrow.names]
-    version = schema_version(parquet.schema_arrow)  # 1: nested tags as strings, upgraded here
     known = {**{f.name: f for f in fields}, **_BASE}
     for batch in parquet.iter_batches(batch_size=batch_size, columns=present):
-        yield _fill_missing(upgrade(pa.Table.from_batches([batch]), version), columns, known)
+        yield _fill_missing(pa.Table.from_batches([batch]), columns, known)
 
 
 def _fill_missing(table: pa.Table, columns: Sequence[str], known: dict[str, pa.Field]) -> pa.Table:

@@ -5,7 +5,6 @@ the rejects and the ledger stay out of their globs. Layout 1 artifacts still rea
 from __future__ import annotations
 
 import json
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -17,7 +16,6 @@ import pytest
 from data_pipeline.config import PipelineConfig
 from data_pipeline.runner import run_pipeline
 from pretrain import shards_layout as layout
-from pretrain.manifest import load_manifest, write_manifest
 from pretrain.nested import CATEGORIES_TYPE, META_TYPE, PII_COUNTS_TYPE
 from tokenizer.shards import read_columns, require_shards
 
@@ -96,19 +94,6 @@ def test_hf_datasets_loads_exactly_the_kept_documents(
     for loaded in (by_card, by_glob):
         assert list(loaded) == ["train"]
         assert Counter(loaded["train"]["id"]) == _ours(artifact)
-
-
-def test_layout_1_artifact_still_reads_the_same_documents(artifact: Path, tmp_path) -> None:
-    """The layout before data/: shards/*.parquet and rejects/*.parquet, no card."""
-    old = tmp_path / "old"
-    (old / "shards").mkdir(parents=True)
-    for path in (artifact / layout.DATA_DIR).glob("*.parquet"):
-        shutil.copy(path, old / "shards" / path.name)
-    shutil.copy(artifact / layout.LEDGER, old / layout.LEDGER)
-    manifest = load_manifest(artifact)
-    write_manifest(old, "shards", config=manifest["config"], counts=manifest["counts"])
-    assert _ours(old) == _ours(artifact)
-    assert [p.name for p in require_shards(old)[1]] == [p.name for p in require_shards(artifact)[1]]
 
 
 def test_nested_tags_are_nested_types_in_each_tool(artifact: Path, tmp_path, monkeypatch) -> None:

@@ -1,6 +1,5 @@
-"""A stage's typed section of the shards manifest (`Stage.Section`, `sections.<stage>`, shards
-format 2): written from what the stage returns, sealed with the manifest, read back typed by the
-stage's own model; a format-1 manifest (the stage's keys at the top level) reads the same way."""
+"""A stage's typed section of the shards manifest (`Stage.Section`, `sections.<stage>`): written
+from what the stage returns, sealed with the manifest, read back typed by the stage's own model."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ CUTOFFS = {"en": [120.5, 410.0], "zh": [30.0, 88.25]}
 def _artifact(root: Path, sections: dict) -> Path:
     (root / layout.DATA_DIR).mkdir(parents=True)
     pq.write_table(pa.table({"id": ["d0"], "text": ["x"]}), root / layout.data_file("a-00000"))
-    fields = shards.ShardsFields(format=shards.FORMAT, stages=[], sections=sections)
+    fields = shards.ShardsFields(stages=[], sections=sections)
     shards.write(root, fields, config={"output": str(root)}, counts={"documents_kept": 1})
     return root
 
@@ -49,7 +48,7 @@ def test_a_stage_section_is_written_and_read_back_typed(tmp_path) -> None:
     sections = manifest_sections([_perplexity(), _plain()])
     assert sections == {"perplexity": {"ppl_cutoffs": CUTOFFS}}  # a stage recording nothing: none
     art = shards.open(_artifact(tmp_path / "s", sections))
-    assert art.raw["format"] == 2 and "ppl_cutoffs" not in art.raw  # no top-level stage key
+    assert "ppl_cutoffs" not in art.raw  # no top-level stage key
     read = section(art, "perplexity")
     assert isinstance(read, PerplexitySection) and read.ppl_cutoffs == CUTOFFS
 
@@ -58,15 +57,6 @@ def test_a_stage_that_did_not_run_reads_as_its_section_defaults(tmp_path) -> Non
     art = shards.open(_artifact(tmp_path / "s", {}))
     assert section(art, "perplexity") == PerplexitySection(ppl_cutoffs={})
     assert section(art, "dedup") == StageSection()
-
-
-def test_a_format_1_manifest_reads_through_the_same_section(tmp_path) -> None:
-    """What the writer before sections wrote: the stage's key at the top level, sealed."""
-    root = _artifact(tmp_path / "s", {})
-    _reseal(root, drop=("format", "sections"), ppl_cutoffs=CUTOFFS)
-    art = shards.open(root)
-    assert art.manifest.format == 1
-    assert section(art, "perplexity").ppl_cutoffs == CUTOFFS
 
 
 def test_a_section_of_the_wrong_type_is_a_one_line_refusal(tmp_path) -> None:

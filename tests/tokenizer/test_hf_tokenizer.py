@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from pretrain.errors import LockMismatch
-from pretrain.manifest import atomic_write_bytes, load_manifest, write_manifest
 from tests.tokenizer.tok_helpers import make_records
-from tokenizer.lock import LOCK_FILE, TOKENIZER_FILE, load_locked, lock_bytes, lock_sha256
+from tokenizer.lock import LOCK_FILE, TOKENIZER_FILE, load_locked
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -71,21 +70,3 @@ def test_one_byte_edit_of_tokenizer_config_is_refused(tokenizer_dir: Path, tmp_p
     (copy / "tokenizer_config.json").unlink()
     with pytest.raises(LockMismatch, match=r"missing"):
         load_locked(copy)
-
-
-def test_old_artifact_without_hf_files_still_verifies(tokenizer_dir: Path, tmp_path: Path) -> None:
-    """A lock_version 1 artifact (tokenizer.json only) loads and encodes as before."""
-    old = tmp_path / "old"
-    old.mkdir()
-    shutil.copy(tokenizer_dir / TOKENIZER_FILE, old / TOKENIZER_FILE)
-    lock = json.loads((tokenizer_dir / LOCK_FILE).read_bytes())
-    lock["lock_version"] = 1
-    lock["files"] = {TOKENIZER_FILE: lock["files"][TOKENIZER_FILE]}
-    atomic_write_bytes(old / LOCK_FILE, lock_bytes(lock))
-    info = dict(load_manifest(tokenizer_dir)["tokenizer"], sha256=lock_sha256(lock))
-    write_manifest(old, "tokenizer", extra={"tokenizer": info})
-    locked = load_locked(old)
-    text = "old <|endoftext|> text"
-    expected = load_locked(tokenizer_dir).tokenizer.encode(text, add_special_tokens=False).ids
-    assert locked.tokenizer.encode(text, add_special_tokens=False).ids == expected
-    assert locked.sha256 == lock_sha256(lock) != load_locked(tokenizer_dir).sha256

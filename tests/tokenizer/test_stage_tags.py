@@ -51,7 +51,7 @@ def _with_tag(shards_dir: Path, root: Path) -> Path:
         chars = pc.utf8_length(pc.fill_null(table.column("text"), "")).cast(pa.int32())
         table = table.append_column(pa.field("toy_chars", pa.int32()), chars)
         pq.write_table(table, root / layout.DATA_DIR / path.name)
-    fields = shards_artifact.ShardsFields(format=shards_artifact.FORMAT, stages=manifest["stages"])
+    fields = shards_artifact.ShardsFields(stages=manifest["stages"])
     shards_artifact.write(root, fields, config={"test": "toy tag"}, counts={})
     return root
 
