@@ -89,13 +89,7 @@ def check_tokenizer(config: MixtureConfig, encoded_manifest: dict[str, Any]) -> 
 
 
 def _tokenizer_dir_info(directory: Path) -> dict[str, Any]:
-    info = tokenizer_artifact.pinned_info(directory)
-    if info is None:
-        raise ArtifactError(
-            f"build.tokenizer: {directory / tokenizer_artifact.LOCK_FILE} is missing or does not "
-            "match the sha256 its manifest records; restore it or retrain the tokenizer"
-        )
-    return info
+    return tokenizer_artifact.open(directory).info
 
 
 def tokens_per_parameter(config: MixtureConfig) -> tuple[float | None, str | None]:

@@ -182,9 +182,10 @@ class BuildSettings(StrictModel):
     encoded: str
     """Directory of an `encoded` artifact (`pretrain tokenizer encode`)."""
     tokenizer: str | None = None
-    """Tokenizer artifact directory; its lock hash must match the encoded data."""
+    """Tokenizer artifact directory; its identity must match the encoded data's."""
     tokenizer_sha256: str | None = None
-    """The pinned tokenizer hash (lock.json sha256); refused when the data differs."""
+    """The pinned tokenizer identity (its manifest's `tokenizer.sha256`); refused when the data
+    differs."""
     total_tokens: Annotated[int, BeforeValidator(_as_number)] = Field(gt=0)
     seq_length: int = Field(2048, ge=8)
     global_batch: int = Field(gt=0)
@@ -202,7 +203,9 @@ class BuildSettings(StrictModel):
     @classmethod
     def _hex(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"[0-9a-f]{64}", value):
-            raise ValueError("must be the 64-hex sha256 of the tokenizer's lock.json")
+            raise ValueError(
+                "must be the 64-hex sha256 identity of the tokenizer (`pretrain show TOKENIZER`)"
+            )
         return value
 
 

@@ -164,6 +164,13 @@ def _file_records(
     return files
 
 
+def file_records(directory: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    """{rel: {bytes, sha256}} of every file a manifest written now would list: a builder whose
+    fields hold a digest of its files (a tokenizer's identity) takes them here and passes them to
+    its writer as `known`, so each file is read once."""
+    return _file_records(outstore.output_path(directory), {})
+
+
 def _nested_artifact(path: outstore.OutPath, root: outstore.OutPath) -> bool:
     """True when `path` lies in a sub-directory that is an artifact of its own (has a manifest),
     e.g. TOKENIZER/eval or RUN/evals, written after the enclosing artifact's manifest (local

@@ -1,11 +1,12 @@
-"""The tokenizer lock: a tokenizer is known by the sha256 of its `lock.json`.
+"""The tokenizer lock: a tokenizer is known by the content hash of its files
+(`pretrain.artifacts.tokenizer.identity_of`: their sha256s as its manifest lists them).
 
-`lock.json` records the sha256 of `tokenizer.json`, the vocabulary size, the special token ids, the
-training config, the realised sample composition and the content identity of the input shards
-(`tokenizer.shards.shards_identity`: their Parquet files' hashes, not the shards manifest, whose
-created_unix/command change on every rebuild: the same inputs give the same tokenizer id). Every
-artifact made with a tokenizer records `{"name", "sha256", "id"}`; consumers compare that with the
-tokenizer they are given (`check_match`) and refuse a mismatch in one line.
+`lock.json` records the vocabulary size, the special token ids, the training config, the realised
+sample composition and the content identity of the input shards (`tokenizer.shards.shards_identity`:
+their Parquet files' hashes, not the shards manifest, whose created_unix/command change on every
+rebuild: the same inputs give the same tokenizer id). It lists no file hash: the manifest holds
+them. Every artifact made with a tokenizer records `{"name", "sha256", "id"}`; consumers compare
+that with the tokenizer they are given (`check_match`) and refuse a mismatch in one line.
 """
 
 from __future__ import annotations
@@ -19,13 +20,7 @@ from pretrain.artifacts.tokenizer import KIND as KIND
 from pretrain.artifacts.tokenizer import LOCK_FILE as LOCK_FILE
 from pretrain.artifacts.tokenizer import TOKENIZER_FILE, tokenizer_id
 from pretrain.errors import ArtifactError, LockMismatch
-from pretrain.manifest import canonical_json, sha256_bytes
-
-LOCK_VERSION = 3
-"""1: `files` lists tokenizer.json only; 2: also the HF tokenizer_config.json and
-special_tokens_map.json (tokenizer/hf.py); 3: `inputs.shards_content_sha256` (the shards' content)
-replaces `inputs.shards_manifest_sha256` (the shards manifest's bytes). All verify: every file the
-lock lists is checked."""
+from pretrain.manifest import canonical_json
 
 
 def lock_bytes(lock: dict[str, Any]) -> bytes:
@@ -117,10 +112,10 @@ def check_match(recorded: Any, given: Any, what: str) -> None:
 
 
 def load_locked(directory: str | Path, expect_sha256: str | None = None) -> LockedTokenizer:
-    """Load a tokenizer artifact after checking its files against lock.json and its manifest.
+    """Load a tokenizer artifact after checking its files against its manifest.
 
-    A byte changed in tokenizer.json or lock.json is refused; so is a lock hash other than
-    `expect_sha256` when given. The HF tokenizer comes with `encode_special_tokens = True`:
+    A byte changed in any of its files is refused; so is an identity other than `expect_sha256`
+    when given. The HF tokenizer comes with `encode_special_tokens = True`:
     special-token text inside a document (e.g. a literal "<|endoftext|>") is encoded as text,
     exactly as `encode` wrote the data; special ids are added by id, never parsed from text.
     """
@@ -152,7 +147,3 @@ def load_locked(directory: str | Path, expect_sha256: str | None = None) -> Lock
         directory=root,
         lock=lock,
     )
-
-
-def lock_sha256(lock: dict[str, Any]) -> str:
-    return sha256_bytes(lock_bytes(lock))

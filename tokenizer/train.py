@@ -16,21 +16,13 @@ from pretrain.artifacts import tokenizer as tokenizer_kind
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_bytes, sha256_file
+from pretrain.manifest import atomic_write_bytes, file_records
 from pretrain.outtarget import manifest_kind, refuse_foreign, refuse_not_a_directory, temporary_file
 from pretrain.progress import VERBOSE, verbosity
 from pretrain.staging import staged, unfinished_entries
 from tokenizer.config import PreTokenizeConfig, TokenizerTrainConfig, default_name
 from tokenizer.hf import hf_file_bytes
-from tokenizer.lock import (
-    KIND,
-    LOCK_FILE,
-    LOCK_VERSION,
-    TOKENIZER_FILE,
-    lock_bytes,
-    lock_sha256,
-    tokenizer_id,
-)
+from tokenizer.lock import KIND, LOCK_FILE, TOKENIZER_FILE, lock_bytes, tokenizer_id
 from tokenizer.sample import plan_sample, stream_sample
 from tokenizer.shards import require_shards, shards_identity
 
@@ -40,7 +32,7 @@ CJK_CLASS = r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\u3000-\u303f\uff00-\uff
 
 PATH_KEYS = ("data", "out")
 """Config keys left out of lock.json: where files live is not what the tokenizer is (the input is
-identified by its manifest sha256), so the same training gives the same id anywhere."""
+identified by its content), so the same training gives the same id anywhere."""
 
 
 def build_tokenizer(pretokenize: PreTokenizeConfig) -> Any:
@@ -127,22 +119,15 @@ def _drop_old_eval(out: Path, staging: Path) -> None:
 
 
 def make_lock(
-    config: TokenizerTrainConfig,
-    tokenizer: Any,
-    files: dict[str, str],
-    composition: dict[str, Any],
-    shards_sha: str,
+    config: TokenizerTrainConfig, tokenizer: Any, composition: dict[str, Any], shards_sha: str
 ) -> dict[str, Any]:
-    """The lock.json content (no timestamps: the same inputs give the same tokenizer id).
-    `files`: {name: sha256} of tokenizer.json and the HF side files."""
+    """The lock.json content (no timestamps: the same inputs give the same tokenizer id)."""
     vocab_size = tokenizer.get_vocab_size()
     # an unnamed tokenizer is named by the vocabulary it holds, not the one asked for: a sample
     # too small for vocab_size = 1048576 gave `bpe-1024k` to a tokenizer of 49,111 tokens
     name = config.name or default_name(vocab_size)
     return {
-        "lock_version": LOCK_VERSION,
         "name": name,
-        "files": dict(sorted(files.items())),
         "vocab_size": vocab_size,
         "vocab_size_requested": config.vocab_size,
         "special_tokens": {t: tokenizer.token_to_id(t) for t in config.all_special_tokens},
@@ -191,15 +176,15 @@ def _write_files(
     import tokenizers
 
     tokenizer.save(str(files / TOKENIZER_FILE))
-    hashes = {TOKENIZER_FILE: sha256_file(files / TOKENIZER_FILE)}
     specials = {t: tokenizer.token_to_id(t) for t in config.all_special_tokens}
     eod, pad = (specials[t] for t in config.all_special_tokens[:2])
     for name, data in hf_file_bytes(specials, eod, pad, config.model_max_length).items():
         atomic_write_bytes(files / name, data)
-        hashes[name] = sha256_file(files / name)
-    lock = make_lock(config, tokenizer, hashes, composition, shards_sha)
+    lock = make_lock(config, tokenizer, composition, shards_sha)
     atomic_write_bytes(files / LOCK_FILE, lock_bytes(lock))
-    sha = lock_sha256(lock)
+    # hashed once, here: the manifest lists these digests (`known`) and the identity is theirs
+    known = file_records(files)
+    sha = tokenizer_kind.identity_of({name: entry["sha256"] for name, entry in known.items()})
     info = tokenizer_kind.TokenizerRef(
         name=lock["name"],
         sha256=sha,
@@ -214,6 +199,7 @@ def _write_files(
         fields,
         config=config_dict(config),
         inputs=[config.data],
+        known=known,
         counts={
             "vocab_size": lock["vocab_size"],
             "sample_documents": composition["documents"],

@@ -19,6 +19,7 @@ from typing import Any
 
 from pretrain.artifacts import ablation as ablation_artifact
 from pretrain.artifacts import mixture as mixture_artifact
+from pretrain.artifacts import tokenizer as tokenizer_artifact
 from pretrain.errors import ArtifactError, GateRefused
 from trainer.gate_rule import CRITERIA_DEFAULTS, decide
 
@@ -39,17 +40,16 @@ def _mixture_identity(config: Mapping[str, Any]) -> dict[str, Any]:
         raise GateRefused(f"data.mixture_dir = {mixture_dir}: {exc}") from None
     identity = {"mixture_dir": str(mixture_dir), **mixture.identity}
     if data.get("tokenizer_dir"):
-        lock = Path(data["tokenizer_dir"]) / "lock.json"
-        if lock.is_file():
-            from pretrain.manifest import sha256_file
-
-            pinned = sha256_file(lock)
-            if identity["tokenizer_sha256"] and pinned != identity["tokenizer_sha256"]:
-                raise GateRefused(
-                    f"data.tokenizer_dir = {data['tokenizer_dir']} pins tokenizer "
-                    f"{pinned[:12]}..., the mixture was encoded with "
-                    f"{identity['tokenizer_sha256'][:12]}...; re-encode or fix the pin"
-                )
+        try:
+            pinned = tokenizer_artifact.open(data["tokenizer_dir"]).sha256
+        except ArtifactError as exc:
+            raise GateRefused(f"data.tokenizer_dir = {data['tokenizer_dir']}: {exc}") from None
+        if identity["tokenizer_sha256"] and pinned != identity["tokenizer_sha256"]:
+            raise GateRefused(
+                f"data.tokenizer_dir = {data['tokenizer_dir']} pins tokenizer "
+                f"{pinned[:12]}..., the mixture was encoded with "
+                f"{identity['tokenizer_sha256'][:12]}...; re-encode or fix the pin"
+            )
     return identity
 
 

@@ -79,7 +79,7 @@ class InputRef(_Model):
 
 
 class TokenizerRef(_Open):
-    """The tokenizer an artifact was made with (its lock.json sha256 is the identity)."""
+    """The tokenizer an artifact was made with (`sha256`: its identity, tokenizer.identity_of)."""
 
     sha256: str
     name: str | None = None

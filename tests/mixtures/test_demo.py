@@ -9,7 +9,8 @@ import pytest
 
 from mixtures.dataset import MixtureDataset
 from mixtures.demo import GLOBAL_BATCH, SEQ_LENGTH, step
-from pretrain.manifest import sha256_file, write_manifest
+from pretrain.artifacts.tokenizer import identity_of
+from pretrain.manifest import file_records, write_manifest
 from pretrain_app.demo import DemoContext
 from tests.mixtures.conftest import make_encoded
 
@@ -17,7 +18,8 @@ from tests.mixtures.conftest import make_encoded
 def _tokenizer_artifact(root: Path) -> dict:
     root.mkdir(parents=True)
     (root / "lock.json").write_text(json.dumps({"name": "bpe-demo", "vocab_size": 65000}))
-    sha = sha256_file(root / "lock.json")
+    (root / "tokenizer.json").write_text("{}")
+    sha = identity_of({rel: entry["sha256"] for rel, entry in file_records(root).items()})
     info = {"name": "bpe-demo", "sha256": sha, "id": f"bpe-demo@{sha[:6]}"}
     write_manifest(root, "tokenizer", extra={"tokenizer": info})
     return info

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from pretrain.errors import LockMismatch
+from pretrain.errors import ArtifactError
+from pretrain.manifest import load_manifest
 from tests.tokenizer.tok_helpers import make_records
 from tokenizer.lock import LOCK_FILE, TOKENIZER_FILE, load_locked
 
@@ -55,9 +55,9 @@ def test_auto_tokenizer_gives_our_encoders_ids_also_for_special_token_text(
 def test_one_byte_edit_of_tokenizer_config_is_refused(tokenizer_dir: Path, tmp_path: Path) -> None:
     copy = tmp_path / "tok"
     shutil.copytree(tokenizer_dir, copy)
-    lock = json.loads((copy / LOCK_FILE).read_bytes())
-    assert set(lock["files"]) == {
+    assert set(load_manifest(copy)["files"]) == {
         TOKENIZER_FILE,
+        LOCK_FILE,
         "tokenizer_config.json",
         "special_tokens_map.json",
     }
@@ -65,8 +65,8 @@ def test_one_byte_edit_of_tokenizer_config_is_refused(tokenizer_dir: Path, tmp_p
     data = path.read_bytes()
     path.write_bytes(data.replace(b'"split_special_tokens":true', b'"split_special_tokens":fals'))
     assert path.read_bytes() != data and len(path.read_bytes()) == len(data)
-    with pytest.raises(LockMismatch, match=r"tokenizer_config.json.*edited after locking"):
+    with pytest.raises(ArtifactError, match=r"tokenizer_config.json does not match its sha256"):
         load_locked(copy)
     (copy / "tokenizer_config.json").unlink()
-    with pytest.raises(LockMismatch, match=r"missing"):
+    with pytest.raises(ArtifactError, match=r"tokenizer_config.json is missing"):
         load_locked(copy)

@@ -11,8 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from pretrain.artifacts.tokenizer import identity_of
 from pretrain.errors import ArtifactError, LockMismatch
-from pretrain.manifest import load_manifest, manifest_sha256, sha256_file
+from pretrain.manifest import load_manifest, manifest_sha256, seal_of
 from pretrain_app.cli import main
 from tests.tokenizer.tok_helpers import train_config
 from tokenizer.lock import check_match, load_locked
@@ -94,7 +95,8 @@ def test_one_byte_edit_of_tokenizer_json_is_refused(tokenizer_dir: Path, tmp_pat
     index = data.index(b'"merges"') + 2
     data[index] = ord("N")
     path.write_bytes(bytes(data))
-    with pytest.raises(LockMismatch, match=r"edited after locking.*retrain"):
+    assert len(bytes(data)) == (tokenizer_dir / "tokenizer.json").stat().st_size  # same size
+    with pytest.raises(ArtifactError, match=r"tokenizer.json does not match its sha256"):
         load_locked(copy)
     assert (
         main(
@@ -125,20 +127,39 @@ def test_mismatch_names_both_hashes_and_the_fix(tokenizer_dir: Path) -> None:
         load_locked(tokenizer_dir, expect_sha256="ab" * 32)
 
 
-def test_a_lock_naming_a_file_outside_the_tokenizer_is_refused_unread(
-    tokenizer_dir: Path, tmp_path: Path
+def test_the_identity_is_the_content_hash_the_manifest_holds(tokenizer_dir: Path) -> None:
+    """lock.json lists no file hash (the manifest holds them); the identity is the hash of the
+    manifest's {file: sha256}, so no file is hashed twice and none can change unseen."""
+    lock = json.loads((tokenizer_dir / "lock.json").read_bytes())
+    assert "files" not in lock
+    files = load_manifest(tokenizer_dir)["files"]
+    assert {"tokenizer.json", "lock.json"} <= set(files)
+    recorded = load_manifest(tokenizer_dir)["tokenizer"]["sha256"]
+    assert identity_of({rel: entry["sha256"] for rel, entry in files.items()}) == recorded
+
+
+@pytest.mark.parametrize("target", ["lock.json", "manifest.json"])
+def test_an_edited_lock_or_identity_is_refused(
+    tokenizer_dir: Path, tmp_path: Path, target: str
 ) -> None:
-    """lock.json is checked file by file before its own hash: a crafted lock naming `../x`
-    (with x's true sha256) is refused for the path, not hashed and then reported as edited."""
+    """lock.json edited at the same size: its bytes no longer match the manifest. The manifest's
+    identity edited and resealed (a forger's seal): the files' identity is not the one recorded."""
     copy = tmp_path / "tok"
     shutil.copytree(tokenizer_dir, copy)
-    outside = tmp_path / "outside.txt"
-    outside.write_text("not the tokenizer's")
-    lock = json.loads((copy / "lock.json").read_bytes())
-    lock["files"] = {"../outside.txt": sha256_file(outside), **lock["files"]}
-    (copy / "lock.json").write_text(json.dumps(lock))
-    with pytest.raises(ArtifactError, match=r"lock.json lists file path '../outside.txt'"):
+    if target == "lock.json":
+        data = (copy / "lock.json").read_bytes()
+        (copy / "lock.json").write_bytes(data.replace(b'"eod_id":0', b'"eod_id":9'))
+        assert (copy / "lock.json").read_bytes() != data
+        match = "lock.json does not match its sha256"
+    else:
+        manifest = load_manifest(copy)
+        manifest["tokenizer"]["sha256"] = "ab" * 32
+        manifest["seal"] = seal_of(manifest)
+        (copy / "manifest.json").write_text(json.dumps(manifest))
+        match = "its files have identity"
+    with pytest.raises(ArtifactError, match=match) as info:
         load_locked(copy)
+    assert "\n" not in str(info.value)
 
 
 def test_unnamed_tokenizer_is_named_by_the_vocabulary_it_holds(
