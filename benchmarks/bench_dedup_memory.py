@@ -3,9 +3,9 @@ vs datasketch's MinHashLSH on the same documents; RSS of EVERY process, not only
 
 Input: `--docs` x 16 documents built from the development corpus (`--corpus`;
 benchmarks.bench_minhash.make_docs: its documents of 500-8,000 characters, cycled with 3% of the
-words replaced per copy), the first 1x, 4x, 16x of them written as Parquet: 4 files per scale
-with `--path dataset`; files of `--docs`/4 documents with `parts` (4 / 16 / 64 files: the
-runner cuts its input into parts of `shard_rows` rows, so a larger input has more parts).
+words replaced per copy), the first 1x, 4x, 16x of them written as Parquet files of `--docs`/4
+documents (4 / 16 / 64 files: the runner cuts its input into parts of `shard_rows` rows, so a
+larger input has more parts).
 Both sides: word 5-grams, 128 permutations, threshold 0.8.
 
 - ours: a FRESH local Ray (`--workers` CPUs) per scale, so no scale's peak carries what an
@@ -14,24 +14,13 @@ Both sides: word 5-grams, 128 permutations, threshold 0.8.
   fixed cost: worker start, imports, task submission), then the idle tree (Ray's fixed
   per-process cost: GCS, raylet, agents, warm workers) is sampled, then the timed job, with
   `ray.worker_memory_mb` = `--budget-mb`. Memory per additional document is the slope of (peak
-  total PSS - that scale's idle total) between 1x and 16x. The job (`--path`):
-  `dataset` (default): read Parquet (one Ray task per file) -> `DedupStage.apply` (exact
-  verification, the default) -> write tagged Parquet (one Ray Data map task per block,
-  write_output); the input blocks are held in the object store until the job ends (~3 KB/doc
-  of text here), the tagged blocks only while written (apply's output is lazy).
-  `parts`: the runner's path (data_pipeline.global_parts): one Ray task per input file maps it
+  total PSS - that scale's idle total) between 1x and 16x. The job is dedup's one path, the
+  runner's (data_pipeline.global_parts): one Ray task per input file maps it
   (`DedupStage.map_part`) and persists the map tables; the driver runs `DedupStage.aggregate`
   over the persisted parts; one task per file joins the tags (`join_part`) and writes the tagged
-  file. No document sits in the object store, but with many small parts (250 rows here, where
-  the runner's default `shard_rows` is 5,000) the driver grew by 83 MB at 16x: most (part,
-  partition) map pieces are then under Ray's 100 KB limit for objects kept in the owner's own
-  in-process store (likely cause, not isolated).
+  file. No document sits in the object store; the aggregate's pieces go through files.
   For the sample with the largest total PSS, `at_peak` says which dedup step was running and
-  each role's PSS, with the object store's pages (/dev/shm mappings) apart. The input is NOT
-  read with `ray.data.read_parquet`: Ray 2.60's Parquet reader starts up to 32 `FooterReader`
-  actor processes per read (RAY_DATA_PARQUET_FOOTER_NUM_ACTORS) and kills them after listing;
-  that was the "16-31 worker processes started and reaped per job" of the earlier rows (~1.2
-  CPU-s of interpreter start-up each), not dedup's own work.
+  each role's PSS, with the object store's pages (/dev/shm mappings) apart.
 - datasketch 2.0.0: one process (a child of this one) streams the same Parquet in batches of
   1,024: MinHash.bulk, then per document `query` (a hit = a duplicate) and `insert`.
 
@@ -42,11 +31,9 @@ additional document likewise (the steady-state marginal cost, without a job's fi
 Also: the slope of the job's own processes' PSS at the peak (driver, workers, Ray Data's
 actors; no idle snapshot subtracted, which moved by up to 130 MB between scales), and of the
 largest worker peak RSS beside datasketch's process's. Our CPU leaves out the sampler's own
-(it runs in the driver: `cpu_s_sampler`) and, on the dataset path, counts the lazy join back in
-the dedup's CPU (`cpu_s_in_join_back`, DedupStage.attach_cost).
+(it runs in the driver: `cpu_s_sampler`).
 
     .venv/bin/python -m benchmarks.bench_dedup_memory --corpus DIR [--docs 2500] [--budget-mb 512]
-        [--path dataset|parts]
 """
 
 from __future__ import annotations
@@ -96,38 +83,6 @@ def _warm(ray, workers: int) -> None:
     ray.get([touch.remote() for _ in range(workers)])
 
 
-def read_input(ray, directory: Path):
-    """A dataset of the input's Parquet files, one Ray task reading each (see the docstring for
-    why not ray.data.read_parquet)."""
-    import ray.data
-
-    read = ray.remote(num_cpus=1)(pq.read_table)
-    files = sorted(str(f) for f in directory.glob("*.parquet"))
-    return ray.data.from_arrow_refs([read.remote(f) for f in files])
-
-
-def write_output(ray, dataset, directory: Path) -> None:
-    """Write each tagged block to its own file, one Ray Data map task per block
-    (`map_batches(write, batch_size=None)`): a lazily tagged dataset (DedupStage.apply) fuses its
-    read tasks with the write, so a tagged block is written where it is made; an already
-    materialized one gets one task per block, as before. (Ray Data's `write_parquet` bundled the
-    blocks of a run into one write task, whose worker then held the whole output: harness cost,
-    not dedup's; before 2026-12-03 this was one plain Ray task per `to_arrow_refs()` block,
-    which computes and holds every tagged block before the first write.)"""
-    import uuid
-
-    directory.mkdir(parents=True, exist_ok=True)
-
-    def write(table: pa.Table) -> pa.Table:
-        pq.write_table(table, str(directory / f"part-{uuid.uuid4().hex}.parquet"))
-        return pa.table({"rows": [table.num_rows]})
-
-    written = dataset.map_batches(
-        write, batch_size=None, batch_format="pyarrow", zero_copy_batch=True
-    ).materialize()
-    del written
-
-
 def start_ray(workers: int) -> tuple[float, TreeSampler]:
     """Start a local Ray the way a job does (pretrain.rayinit.connect: address="local", loopback
     only, its telemetry off, start-up retried on a loaded machine), warm its workers; returns
@@ -142,22 +97,19 @@ def start_ray(workers: int) -> tuple[float, TreeSampler]:
     return time.perf_counter() - start, idle_snapshot()
 
 
-def fixed_cost(
-    directory: Path, docs: list[str], budget_mb: int, path: str, exchange: str = "objects"
-) -> tuple[dict, TreeSampler]:
+def fixed_cost(directory: Path, docs: list[str], budget_mb: int) -> tuple[dict, TreeSampler]:
     """A dedup job on WARMUP_DOCS documents (what any job costs before its first document:
     Ray Data's actors, task submission, the stage's set-up), then the idle tree after it."""
     inputs = write_input(docs[:WARMUP_DOCS], directory / "in")
-    job = run_ours(inputs, directory / "out", budget_mb, path, exchange)
+    job = run_ours(inputs, directory / "out", budget_mb)
     return {k: v for k, v in job.items() if k != "dropped"}, idle_snapshot()
 
 
-def _dedup_stage(budget_mb: int, exchange_dir: Path | None = None):
+def _dedup_stage(budget_mb: int):
     from data_pipeline.dedup.config import DedupConfig
     from data_pipeline.stages.dedup import DedupStage
 
-    context = {} if exchange_dir is None else {"exchange_dir": str(exchange_dir)}
-    return DedupStage(DedupConfig(), worker_memory_mb=budget_mb, **context)
+    return DedupStage(DedupConfig(), worker_memory_mb=budget_mb)
 
 
 def run_parts(ray, stage, input_dir: Path, out_dir: Path) -> None:
@@ -194,32 +146,21 @@ def run_parts(ray, stage, input_dir: Path, out_dir: Path) -> None:
     ray.get([join_file.remote(f, i, *joins[i]) for i, f in enumerate(files)])
 
 
-def run_ours(
-    input_dir: Path, out_dir: Path, budget_mb: int, path: str = "dataset", exchange: str = "objects"
-) -> dict:
-    """One dedup job on the running Ray, every process of the tree sampled:
-    `DedupStage.apply(dataset)` on the input's blocks (`dataset`; with `exchange` = files, its
-    aggregate's pieces go through files beside the output) or the runner's path (`parts`,
-    run_parts)."""
+def run_ours(input_dir: Path, out_dir: Path, budget_mb: int) -> dict:
+    """One dedup job on the running Ray (the runner's path, run_parts), every process of the tree
+    sampled."""
     import ray
 
-    stage = _dedup_stage(budget_mb, out_dir.parent / "exchange" if exchange == "files" else None)
+    stage = _dedup_stage(budget_mb)
     with TreeSampler(breakdown=True) as sampler:
         wall = time.perf_counter()
-        if path == "parts":
-            run_parts(ray, stage, input_dir, out_dir)
-            out_dir = out_dir / "tagged"
-        else:
-            write_output(ray, stage.apply(read_input(ray, input_dir)), out_dir)
+        run_parts(ray, stage, input_dir, out_dir)
+        out_dir = out_dir / "tagged"
         wall = time.perf_counter() - wall
-    join = {"cpu_s": 0.0, "reads": 0}
-    if path == "dataset" and hasattr(stage, "attach_cost"):  # (a tree before 2026-12-04: none)
-        join = stage.attach_cost()
-    stage.close()
     keep = pq.read_table(out_dir, columns=["id", "dup_keep"])
     dropped = keep.filter(pa.compute.invert(keep.column("dup_keep"))).column("id").to_pylist()
     return {
-        **_job_costs(sampler, stage, wall, join),
+        **_job_costs(sampler, stage, wall),
         "at_peak": {
             "step": step_at(getattr(stage, "timeline", []), sampler.at_peak.get("unix_time", 0)),
             "total_pss_mb": round(sampler.at_peak.get("total_pss_mb", 0.0), 1),
@@ -229,10 +170,8 @@ def run_ours(
     }
 
 
-def _job_costs(sampler: TreeSampler, stage, wall: float, join: dict) -> dict:
-    """`cpu_s_in_dedup_tasks`: the dedup's own Ray tasks and, on the dataset path, the lazy join
-    back inside Ray Data's read tasks (DedupStage.attach_cost, also `cpu_s_in_join_back`; before
-    2026-12-04 it was not counted: the reads run after `apply` returns).
+def _job_costs(sampler: TreeSampler, stage, wall: float) -> dict:
+    """`cpu_s_in_dedup_tasks`: the dedup aggregate's own Ray tasks (not the map and join tasks).
     `cpu_s_driver_and_workers` leaves out the sampler's own CPU (`cpu_s_sampler`: it runs in
     the driver, reading every process's smaps twice a second; before 2026-12-04 it was counted
     as ours, while datasketch's sampler runs outside the process it measures)."""
@@ -241,9 +180,7 @@ def _job_costs(sampler: TreeSampler, stage, wall: float, join: dict) -> dict:
         "wall_s": round(wall, 2),
         "cpu_s_driver_and_workers": round(sampler.cpu_s(job_roles) - sampler.own_cpu_s, 2),
         "cpu_s_sampler": round(sampler.own_cpu_s, 2),
-        "cpu_s_in_dedup_tasks": round(stage.cost["cpu_s"] + join["cpu_s"], 2),
-        "cpu_s_in_join_back": round(join["cpu_s"], 2),
-        "join_back_reads": join["reads"],
+        "cpu_s_in_dedup_tasks": round(stage.cost["cpu_s"], 2),
         "cpu_s_ray_data_actors": round(sampler.cpu_s(("ray-data-actor",)), 2),
         "worker_processes_started": sampler.started(("worker", "ray-data-actor")),
         "cpu_s_ray_system": round(sampler.cpu_s() - sampler.cpu_s(job_roles), 2),
@@ -349,20 +286,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budget-mb", type=int, default=512, help="ray.worker_memory_mb")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--scales", default=",".join(map(str, SCALES)))
-    parser.add_argument(
-        "--path",
-        choices=("dataset", "parts"),
-        default="dataset",
-        help="dataset: DedupStage.apply on a Ray Dataset of the input's blocks (default); "
-        "parts: the runner's map -> aggregate -> join over files of --docs/4 rows",
-    )
-    parser.add_argument(
-        "--exchange",
-        choices=("objects", "files"),
-        default="objects",
-        help="with --path dataset: the aggregate's pieces as Ray objects (default) or through "
-        "files (DedupStage context exchange_dir; the runner's parts always use files)",
-    )
     args = parser.parse_args(argv if argv is not None else [])
     bench_minhash.CORPUS = corpus_dir(args.corpus)
     scales = [int(s) for s in args.scales.split(",")]
@@ -372,7 +295,7 @@ def main(argv: list[str] | None = None) -> None:
     from pretrain import rayinit
 
     with tempfile.TemporaryDirectory() as tmp:
-        per_file = args.docs // FILES if args.path == "parts" else None
+        per_file = args.docs // FILES
         inputs = {
             s: write_input(all_docs[: docs[s]], Path(tmp) / f"in-{s}x", per_file) for s in scales
         }
@@ -381,11 +304,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{s}x: datasketch {trove[s]['wall_s']} s, {trove[s]['cpu_s']} CPU-s")
         for s in scales:  # a fresh Ray per scale: no scale sees what an earlier one's workers kept
             startup_s, _ = start_ray(args.workers)
-            warmup, idle = fixed_cost(
-                Path(tmp) / f"warm-{s}x", all_docs, args.budget_mb, args.path, args.exchange
-            )
+            warmup, idle = fixed_cost(Path(tmp) / f"warm-{s}x", all_docs, args.budget_mb)
             out = Path(tmp) / f"out-{s}x"
-            ours[s] = run_ours(inputs[s], out, args.budget_mb, args.path, args.exchange)
+            ours[s] = run_ours(inputs[s], out, args.budget_mb)
             ours[s]["idle_total_pss_mb"] = round(idle.peak_total_pss_mb, 1)
             ours[s]["ray_startup_s"] = round(startup_s, 2)
             print(f"{s}x: ours {ours[s]['wall_s']} s, {ours[s]['cpu_s_driver_and_workers']} CPU-s")
@@ -395,8 +316,8 @@ def main(argv: list[str] | None = None) -> None:
         "text_mb_by_scale": {s: round(sum(map(len, all_docs[: docs[s]])) / 1e6, 1) for s in scales},
         "budget_mb": args.budget_mb,
         "workers": args.workers,
-        "path": args.path,
-        "exchange": args.exchange if args.path == "dataset" else "files",
+        "path": "parts",
+        "exchange": "files",
         "ray_startup_s_by_scale": {k: v["ray_startup_s"] for k, v in ours.items()},
         "ray_fixed_cost_idle": {"total_pss_mb": round(idle.peak_total_pss_mb, 1), **idle.by_role()},
         "fixed_cost_job": {"documents": WARMUP_DOCS, **warmup},

@@ -10,7 +10,8 @@ The set (<= 5,000 documents, from the development corpus):
 - background: Python HTML docs (shared navigation), Debian handbook / FAQ (en and zh-CN), more
   kernel docs, man pages.
 Ground truth: exact Jaccard of the shingle sets (word 5-grams; char 5-grams for zh) of every pair,
-by a sparse incidence-matrix product. Writes benchmarks/results/dedup_quality.{json,png}.
+by a sparse incidence-matrix product. Clusters: the stage's one path (map per part -> aggregate on
+a local 2-CPU Ray -> join), as `pretrain data run` runs it. Writes benchmarks/results/dedup_quality.{json,png}.
 
     .venv/bin/python -m benchmarks.dedup_quality
 """
@@ -23,6 +24,7 @@ import json
 import random
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -160,12 +162,43 @@ def verified_pairs(docs: list[dict]) -> dict[tuple[int, int], float]:
     return {(int(a), int(b)): float(e) for a, b, e, k in zip(u, v, estimate, ok) if k}
 
 
+def stage_clusters(table: pa.Table, parts: int = 4) -> np.ndarray:
+    """`dup_cluster` of every row as `pretrain data run` tags it: the dedup stage's map of each
+    of `parts` parts, persisted as the runner does (global_parts.persist), its aggregate on a
+    local Ray (2 CPUs, started the way a job starts it), each part joined back."""
+    import pyarrow.parquet as pq
+
+    from data_pipeline import global_parts
+    from data_pipeline.stages.dedup import DedupStage
+    from pretrain import rayinit
+
+    stage, found = DedupStage(), []
+    bounds = [len(table) * k // parts for k in range(parts + 1)]
+    rayinit.connect(None, num_cpus=2)
+    try:
+        with tempfile.TemporaryDirectory(prefix="dedup-quality-") as tmp:
+            for k, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+                rows, name = table.slice(lo, hi - lo), f"q-{k:05d}"
+                tables, info = stage.map_part(rows)
+                out = Path(tmp)
+                global_parts.persist(out, stage.name, name, rows, tables, info=info, depends="")
+                found.append(global_parts.load(out, stage.name, name, rows.num_rows, ""))
+            joins = stage.aggregate(found)
+            tagged = [
+                stage.join_part(pq.read_table(p.rows), {}, i, *joins[i])
+                for i, p in enumerate(found)
+            ]
+    finally:
+        rayinit.shutdown(True)
+    return np.asarray(pa.concat_tables(tagged).column("dup_cluster"))
+
+
 def cluster_metrics(
     docs: list[dict], truth: set[tuple[int, int]], jaccard: dict[tuple[int, int], float]
 ) -> dict:
     """Purity of the stage's clusters against connected components of the truth graph."""
-    from data_pipeline.dedup.components import connected_components
-    from data_pipeline.stages.dedup import DedupStage
+    from scipy import sparse
+    from scipy.sparse.csgraph import connected_components
 
     table = pa.table(
         {
@@ -174,9 +207,12 @@ def cluster_metrics(
             "lang": [d["lang"] for d in docs],
         }
     )
-    cluster = np.asarray(DedupStage().apply_table(table).column("dup_cluster"))
+    cluster = stage_clusters(table)
     pairs = np.array(sorted(truth), dtype=np.int64).reshape(-1, 2)
-    label = connected_components(len(docs), pairs[:, 0], pairs[:, 1])
+    graph = sparse.coo_matrix(
+        (np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(docs), len(docs))
+    )
+    label = connected_components(graph, directed=False)[1]
     _, cluster_id, sizes = np.unique(cluster, return_inverse=True, return_counts=True)
     multi = sizes[cluster_id] > 1
     majority = 0

@@ -3,14 +3,13 @@ per producer or partition; data_pipeline.dedup.launch runs them, data_pipeline.d
 what each task computes):
 
 1. buckets: per key partition, candidate pairs of each band bucket (+ exact-duplicate edges)
-2. verify: candidates join u's signature (partition of u), then v's (partition of v); without
-   shingles in the signed rows (DedupStage.apply), the pairs too close to the threshold get
-   their documents' shingles recomputed from the input blocks, per slice (data_pipeline.dedup.
-   verify), and are verified in v's partition
+2. verify: candidates join u's signed row (partition of u), then v's (partition of v), where
+   the pairs whose estimate is within noise of the threshold are checked against the shingles
+   (data_pipeline.dedup.verify)
 3. components: alternating large-star / small-star steps over edge partitions until the edge set
    stops changing (data_pipeline.dedup.components)
 4. labels: per vertex partition, each document's root; keep: per root partition, the kept
-   document and cluster size, split by slice (or part) for the join back
+   document and cluster size, split by part for the join back
 
 Each step's inputs are released (launch.Runner.release) as soon as no later step reads them.
 """
@@ -31,11 +30,9 @@ def aggregate(
     config: DedupConfig,
     partitions: int,
     steps: Any,
-    texts: tuple[list[Any], Any] | None = None,
 ) -> list:
-    """Map outputs (4 groups of pieces + info per slice or part) -> per partition, what its tag
-    pieces' consumer passes on. `texts`: (input block refs, the plan's slices), when the signed
-    rows carry each document's slice and row instead of its shingles (tasks.map_block)."""
+    """Map outputs (4 groups of pieces + info per part) -> per partition, what its tag pieces'
+    consumer passes on."""
     (bands, exact, docs, signed), rests = maps
     run.get([r[-1] for r in rests], "map")
     del maps, rests  # no ref to a map output outlives its use below
@@ -44,7 +41,7 @@ def aggregate(
     held = run.gathers(bands, exact)
     del bands, exact  # band and exact rows (~0.27 KB/doc) are freed before the verify peak
     steps.update()
-    edges += _verify(run, cands, signed, config, partitions, texts)
+    edges += _verify(run, cands, signed, config, partitions)
     # bucket_edges' and verify_v's edges go into the first star step: their files go after it
     run.release(*held, signed, lineage=True)
     del cands, signed  # the object store frees them: only edges and docs go on
@@ -65,17 +62,13 @@ def _buckets(run: Runner, bands: list, exact: list, config: DedupConfig, partiti
     return cands, [r[0] for r in rests]
 
 
-def _verify(
-    run: Runner, cands: list, docs: list, config: DedupConfig, partitions: int, texts: Any
-) -> list:
+def _verify(run: Runner, cands: list, docs: list, config: DedupConfig, partitions: int) -> list:
     producers = [
         (config, partitions, len(cands[q]), *cands[q], *docs[q]) for q in range(partitions)
     ]
     (joined,), rests = run.scatter("verify-u", verify.attach_u, 1, 1, partitions, producers)
     run.get([r[-1] for r in rests], "verify-u")
     run.release(cands, lineage=False)
-    if texts is not None and config.verify == "exact":
-        return _verify_from_text(run, joined, docs, config, partitions, texts)
     outs = [
         run.launch(verify.verify_v, 2, config, len(joined[q]), *joined[q], *docs[q])
         for q in range(partitions)
@@ -83,36 +76,6 @@ def _verify(
     run.get([o[-1] for o in outs], "verify-v")
     run.release(joined, lineage=True)
     return [o[0] for o in outs]
-
-
-def _verify_from_text(
-    run: Runner, joined: list, docs: list, config: DedupConfig, partitions: int, texts: Any
-) -> list:
-    """verify-v in three steps, with shingles only for the pairs an estimate cannot decide:
-    verify_sure per vertex partition, shingle_rows per slice (its input block), verify_exact per
-    vertex partition (data_pipeline.dedup.verify)."""
-    producers = [
-        (config, partitions, q, len(joined[q]), *joined[q], *docs[q]) for q in range(partitions)
-    ]
-    (requests,), sure = run.scatter("verify-v", verify.verify_sure, 1, 3, partitions, producers)
-    run.get([r[-1] for r in sure], "verify-v")
-    blocks, slices = texts
-    producers = [
-        (blocks[b], s, lo, n, config, partitions, *requests[s % partitions])
-        for s, (b, lo, n) in enumerate(slices)
-    ]
-    (shingles,), rests = run.scatter("shingles", verify.shingle_rows, 1, 1, partitions, producers)
-    run.get([r[-1] for r in rests], "shingles")
-    run.release(requests, lineage=False)
-    outs = [
-        run.launch(verify.verify_exact, 2, config, sure[q][1], *shingles[q])
-        for q in range(partitions)
-    ]
-    run.get([o[-1] for o in outs], "verify-exact")
-    # verify_sure's and verify_exact's edges go into the first star step: their inputs' files
-    # go after it
-    run.release(joined, shingles, lineage=True)
-    return [r[0] for r in sure] + [o[0] for o in outs]
 
 
 def _star_step(run: Runner, kind: str, edges: list, partitions: int) -> tuple[list, list]:

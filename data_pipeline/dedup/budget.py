@@ -1,28 +1,22 @@
 """How distributed dedup cuts its work so that every Ray task fits a per-worker memory budget.
 
-Two things decide a task's peak memory, and both are chosen here from the input's size (block
-row counts and bytes, known from the materialised dataset's metadata without reading it) and the
-budget (`ray.worker_memory_mb`):
-
-- map and join-back tasks see one SLICE of an input block; a slice holds at most `slice_bytes`
-  of input, so their peak is `WORKER_BASE_MB + MAP_FACTOR * slice_bytes` (shingles, signatures
-  and the scattered copies of one slice);
+- a map task (DedupStage.map_part, one input part of at most `shard_rows` documents) shingles
+  and hashes its part in batches of at most HASH_BATCH_BYTES of text: its temporaries are one
+  batch's (~MAP_FACTOR x the batch's text), whatever the part's size;
 - every reduce task (band buckets, verification, star steps, labels, keep) sees one hash
   PARTITION: about documents / partitions documents with their signature and shingles, so the
-  partition count grows with the input until `REDUCE_FACTOR * partition bytes` fits.
-
-Below those caps the units stay small anyway (TARGET_SLICE_BYTES, TARGET_PARTITION_BYTES): an
-input smaller than the budget gets more tasks as it grows, not larger ones, so its memory does
-not grow up to the budget just because the budget allows it.
+  partition count, chosen here from the parts' documents and bytes and the budget
+  (`ray.worker_memory_mb`), grows with the input until `REDUCE_FACTOR * partition bytes` fits.
+  Below that cap partitions stay small anyway (TARGET_PARTITION_BYTES): a larger input gets
+  more tasks, not larger ones.
 
 The constants are measured (benchmarks/bench_dedup_memory.py) with a margin. Tags never depend
-on slices or partitions (cluster ids are vertex hashes), so the plan changes memory, not output.
+on the partitions (cluster ids are vertex hashes), so the count changes memory, not output.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from data_pipeline.dedup.config import DedupConfig
 from pretrain.errors import ConfigError
@@ -33,11 +27,9 @@ its allocators keep and the object-store pages it maps (fitted: 325 MB, benchmar
 bench_dedup_memory.py at 1x/4x/16x; workers are reused, so a worker's RSS is the sum of what each
 kind of task left, not only the largest task)."""
 MAP_FACTOR = 20.0
-"""Peak bytes of a map task per input byte of its slice (text, normalised copies, tokens,
-shingles, 128 x 8-byte hash blocks per batch, signatures, scattered copies): worker peak RSS
-above the base was 16.8 and 18.0 x the slice's text at the largest scale of the two
-benchmarks/bench_dedup_memory.py runs recorded in BENCHMARKS.md (12.6 and 10.7 MB slices, 542
-and 523 MB under a 512 MB budget with the former 16), so 20 keeps a margin."""
+"""Peak bytes of a map task's hash batch per byte of its text (text, normalised copies, tokens,
+shingles, 128 x 8-byte hash blocks, signatures): ~15 measured (HASH_BATCH_BYTES), 16.8 and 18.0
+per slice byte in the bench_dedup_memory runs recorded in BENCHMARKS.md, so 20 keeps a margin."""
 REDUCE_FACTOR = 12.0
 """Peak bytes of a reduce task per byte of its partition's document rows (concatenation, lookups,
 the candidates carrying their shingles; fitted 11.4 on the same runs)."""
@@ -49,21 +41,14 @@ the slice. A 4.5 MB slice of 1,500 documents, one process: numpy's traced peak 4
 Arrow's pool peak 30.8 MB as one 2,048-document batch; 16.8 and 11.1 MB in 1 MB batches (9.2
 and 7.6 in 512 KB ones). CPU, best of 8 at load ~30: one batch 0.453 s, 2 MB 0.460, 1 MB
 0.464, 512 KB 0.502 (each batch normalises its own distinct words once)."""
-MIN_SLICE_BYTES = 1 << 20
-TARGET_SLICE_BYTES = 4 << 20
 TARGET_PARTITION_BYTES = 8 << 20
-"""Below the budget's caps, a slice holds at most TARGET_SLICE_BYTES of input and a reduce
-partition about TARGET_PARTITION_BYTES of document rows, so a larger input means more tasks,
-not larger workers (without these, an input below the caps filled them: worker memory then grew
-with the input up to the budget; benchmarks/bench_dedup_memory.py). Not smaller: every task
-and shuffle object costs the driver and the workers Ray overhead outside the dedup code (2 / 4 MB
-cost 17% more CPU-seconds at 16,000 documents in an A/B run; 4 / 8 MB the same as none)."""
-MAX_TARGET_SLICES = 32
+"""Below the budget's cap, a reduce partition holds about TARGET_PARTITION_BYTES of document
+rows, so a larger input means more tasks, not larger workers (without it, an input below the cap
+filled it: worker memory then grew with the input up to the budget; benchmarks/
+bench_dedup_memory.py). Not smaller: every task costs Ray overhead outside the dedup code."""
 MAX_TARGET_PARTITIONS = 16
-"""The small units above stop here: past them tasks grow again up to the budget's caps. Every
-(slice, partition) pair is 4 Ray objects of the map's shuffle and every partition pair one per
-star step, each costing the driver CPU and ownership memory, so the small units may add at most
-32 x 16 x 4 = 2,048 objects to the map and 256 to a star step; beyond, only the budget adds."""
+"""The small partitions above stop here: past it partitions grow again up to the budget's cap
+(every partition pair is one piece of each exchange step)."""
 DEFAULT_WORKER_MEMORY_MB = 2048
 """Per-worker memory budget of the global stages when `ray.worker_memory_mb` is not set."""
 SMALL_PARTITION_DOCS = 2500
@@ -112,32 +97,14 @@ def merge_bytes(sources: int, partitions: int) -> int:
 
 
 MIN_WORKER_MEMORY_MB = WORKER_BASE_MB + math.ceil(
-    max(MIN_SLICE_BYTES * MAP_FACTOR, merge_bytes(MAX_MERGE_SOURCES, MAX_FILE_PARTITIONS)) / 2**20
+    max(HASH_BATCH_BYTES * MAP_FACTOR, merge_bytes(MAX_MERGE_SOURCES, MAX_FILE_PARTITIONS)) / 2**20
 )
-"""The smallest budget that holds a worker and one map task on a 1 MB slice, or the largest
-fan-in merge task (the dedup exchange through files)."""
+"""The smallest budget that holds a worker and one map task's hash batch, or the largest fan-in
+merge task (the dedup exchange through files)."""
 
 
 class BudgetError(ConfigError):
     """The memory budget cannot hold even the smallest unit of work."""
-
-
-@dataclass(frozen=True)
-class Plan:
-    partitions: int
-    slices: tuple[tuple[int, int, int], ...]
-    """(block index, first row, rows) of every map / join-back task, in input order."""
-    slice_bytes: int
-    doc_row_bytes: float
-    """Estimated bytes per document in the shuffled document rows (signature + shingles + ids)."""
-
-    def describe(self) -> dict[str, float]:
-        return {
-            "partitions": self.partitions,
-            "slices": len(self.slices),
-            "slice_mb": round(self.slice_bytes / 2**20, 2),
-            "doc_row_bytes": round(self.doc_row_bytes),
-        }
 
 
 def usable_bytes(worker_memory_mb: int) -> int:
@@ -184,42 +151,3 @@ def choose_partitions(
             "index of those before it (stages.dedup.index.against)"
         )
     return min(partitions, max(2, documents)), row
-
-
-def slice_blocks(
-    blocks: list[tuple[int, int]], slice_bytes: int
-) -> tuple[tuple[int, int, int], ...]:
-    """Cut blocks given as (rows, bytes) into (block, first row, rows) slices of at most about
-    `slice_bytes` each (rows split evenly; a block with no rows gives one empty slice)."""
-    slices = []
-    for index, (rows, size) in enumerate(blocks):
-        count = max(1, min(rows, math.ceil(size / slice_bytes)))
-        bounds = [rows * k // count for k in range(count + 1)]
-        slices += [(index, lo, hi - lo) for lo, hi in zip(bounds[:-1], bounds[1:])]
-    return tuple(slices)
-
-
-def slice_size(input_bytes: int, worker_memory_mb: int) -> int:
-    """Bytes of input per map task: TARGET_SLICE_BYTES while that gives at most MAX_TARGET_SLICES
-    slices, then larger up to what the budget holds (`MAP_FACTOR` x the slice), at least 1 MB."""
-    cap = int(usable_bytes(worker_memory_mb) / MAP_FACTOR)
-    wanted = max(TARGET_SLICE_BYTES, math.ceil(input_bytes / MAX_TARGET_SLICES))
-    return max(MIN_SLICE_BYTES, min(wanted, cap))
-
-
-def plan(
-    blocks: list[tuple[int, int]],
-    worker_memory_mb: int,
-    cpus: int,
-    config: DedupConfig,
-    max_partitions: int = MAX_PARTITIONS,
-) -> Plan:
-    """The partitioning of a dedup run over blocks given as (rows, bytes); `max_partitions`:
-    MAX_PARTITIONS for the exchange through Ray objects, MAX_FILE_PARTITIONS through files."""
-    documents = sum(rows for rows, _ in blocks)
-    input_bytes = sum(size for _, size in blocks)
-    partitions, row = choose_partitions(
-        documents, input_bytes, worker_memory_mb, cpus, config, max_partitions
-    )
-    slice_bytes = slice_size(input_bytes, worker_memory_mb)
-    return Plan(partitions, slice_blocks(blocks, slice_bytes), slice_bytes, row)

@@ -1,7 +1,6 @@
 """Connected components of the duplicate graph, in numpy.
 
-`connected_components` labels one in-memory edge list (hooking to the smaller label plus pointer
-jumping). `large_star` / `small_star` are the two steps of the distributed algorithm of Kiveris
+`large_star` / `small_star` are the two steps of the distributed algorithm of Kiveris
 et al., "Connected Components in MapReduce and Beyond" (SoCC 2014): each looks only at the edges
 keyed by one vertex, so a step runs on any hash partition of the edges, and alternating them
 until the edge set stops changing leaves every component as a star around its smallest vertex.
@@ -12,28 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from data_pipeline.dedup.text import splitmix64
-
-
-def connected_components(num_vertices: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """Label of each vertex 0..num_vertices-1: the smallest vertex index in its component."""
-    labels = np.arange(num_vertices, dtype=np.int64)
-    if len(src) == 0:
-        return labels
-    while True:
-        low = np.minimum(labels[src], labels[dst])
-        hooked = labels.copy()
-        np.minimum.at(hooked, labels[src], low)
-        np.minimum.at(hooked, labels[dst], low)
-        np.minimum.at(hooked, src, low)
-        np.minimum.at(hooked, dst, low)
-        while True:  # pointer jumping: follow labels to their roots
-            jumped = hooked[hooked]
-            if np.array_equal(jumped, hooked):
-                break
-            hooked = jumped
-        if np.array_equal(hooked, labels):
-            return labels
-        labels = hooked
 
 
 def _dedup_pairs(key: np.ndarray, nbr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -93,22 +70,3 @@ def edge_fingerprint(key: np.ndarray, nbr: np.ndarray) -> tuple[int, int]:
     key, nbr = _dedup_pairs(*orient_small(key, nbr))
     mixed = splitmix64(key.view(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ nbr.view(np.uint64))
     return len(key), int(mixed.sum(dtype=np.uint64))
-
-
-def star_components(a: np.ndarray, b: np.ndarray, max_rounds: int = 200) -> tuple[np.ndarray, ...]:
-    """In-memory driver of the alternating algorithm: (vertex, root) for every non-root vertex.
-
-    The distributed driver does the same with each step run per hash partition of `key`.
-    """
-    previous = None
-    for _ in range(max_rounds):
-        a, b = large_star(*orient_large(a, b))
-        fingerprint = edge_fingerprint(a, b)
-        a, b = small_star(*orient_small(a, b))
-        if fingerprint == previous:
-            break
-        previous = fingerprint
-    else:
-        raise RuntimeError(f"connected components did not converge in {max_rounds} rounds")
-    a, b = large_star(*orient_large(a, b))
-    return _dedup_pairs(a, b)

@@ -1,4 +1,4 @@
-"""Dedup of one in-memory table, and the per-batch pieces the distributed version shares.
+"""The per-batch pieces of dedup: signatures, band rows, verification, the keep rule.
 
 A document's vertex is a 64-bit hash of its `id`; a cluster is named by its smallest vertex, so
 cluster ids do not depend on batching, partitioning or worker count. The kept document of a
@@ -8,7 +8,6 @@ cluster is the one with the highest `quality_score` (null counts as lowest), the
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -16,9 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from data_pipeline.dedup import budget
-from data_pipeline.dedup.components import connected_components
 from data_pipeline.dedup.config import DedupConfig
-from data_pipeline.dedup.lsh import band_keys, candidate_edges, has_shingles
+from data_pipeline.dedup.lsh import band_keys, has_shingles
 from data_pipeline.dedup.minhash import batch_shingles, fold32, jaccard_estimate
 from data_pipeline.dedup.text import exact_hashes, hash_strings
 
@@ -54,12 +52,10 @@ class DedupStats:
         return asdict(self)
 
 
-def signature_table(
-    table: pa.Table, config: DedupConfig, shingles_column: bool = True
-) -> tuple[pa.Table, DedupStats]:
+def signature_table(table: pa.Table, config: DedupConfig) -> tuple[pa.Table, DedupStats]:
     """Per document: vertex, id, quality, exact_hash, exact_key, signature (fixed-size binary),
-    shingled, and with `shingles_column` shingles (the 32-bit shingle values, for exact
-    verification; ~0.7 x the text's bytes)."""
+    shingled, and shingles (the 32-bit shingle values, for exact verification; ~0.7 x the
+    text's bytes)."""
     texts = table.column("text")
     langs = table.column("lang") if "lang" in table.column_names else None
     shingles, offsets, counts = batch_shingles(texts, langs, config.word_ngram, config.char_ngram)
@@ -83,10 +79,9 @@ def signature_table(
             "exact_key": np.array([int(h[:16], 16) for h in hexes], dtype=np.uint64),
             "sig": sig_array,
             "shingled": has_shingles(signatures),
+            "shingles": _as_lists(shingles, offsets),
         }
     )
-    if shingles_column:
-        result = result.append_column("shingles", _as_lists(shingles, offsets))
     stats = DedupStats(documents=len(table), empty=counts.empty, tiny=counts.tiny, cjk=counts.cjk)
     return result, stats
 
@@ -114,22 +109,6 @@ def hash_batches(
         lo = max(lo + 1, min(lo + max_docs, fits))
         bounds.append(lo)
     return bounds if total else [0, 0]
-
-
-def shingle_lists(table: pa.Table, config: DedupConfig) -> pa.ListArray:
-    """Each row's 32-bit shingle values, as signature_table's `shingles` column holds them (a
-    row's shingles depend on its own text and lang alone, so any subset of rows gives the same
-    lists): exact verification recomputes them from the text for candidate pairs only, in
-    hash_batches (its temporaries are one batch's, not every requested row's)."""
-    lists = []
-    for lo, hi in pairwise(hash_batches(table.column("text"), config.batch_size)):
-        batch = table.slice(lo, hi - lo)
-        langs = batch.column("lang") if "lang" in batch.column_names else None
-        shingles, offsets, _ = batch_shingles(
-            batch.column("text"), langs, config.word_ngram, config.char_ngram
-        )
-        lists.append(_as_lists(shingles, offsets))
-    return pa.concat_arrays(lists)
 
 
 def signatures_of(sig_column: pa.Array | pa.ChunkedArray, num_perm: int) -> np.ndarray:
@@ -238,62 +217,3 @@ def keep_and_size(cluster: np.ndarray, quality: pa.Array, ids: pa.Array) -> tupl
     keep[order] = first
     _, inverse, sizes = np.unique(cluster, return_inverse=True, return_counts=True)
     return keep, sizes[inverse].astype(np.int32)
-
-
-def local_edges(sigs: pa.Table, config: DedupConfig, stats: DedupStats) -> tuple[np.ndarray, ...]:
-    """Verified duplicate edges (u, v vertex ids) of one table: exact and near."""
-    vertices = np.asarray(sigs.column("vertex"))
-    us, vs = [], []
-    if config.exact:
-        u, v = candidate_edges(np.asarray(sigs.column("exact_key")), vertices, small_bucket=1)
-        us.append(u)
-        vs.append(v)
-    if config.near:
-        keys, key_vertices = band_rows(sigs, config)
-        u, v = candidate_edges(keys, key_vertices)
-        stats.candidate_pairs += len(u)
-        signatures = signatures_of(sigs.column("sig"), config.num_perm)
-        order = np.argsort(vertices, kind="stable")
-        pos_u = order[np.searchsorted(vertices, u, sorter=order)]
-        pos_v = order[np.searchsorted(vertices, v, sorter=order)]
-        shingles = sigs.column("shingles")
-        ok, _ = verify_pairs(
-            signatures[pos_u],
-            signatures[pos_v],
-            shingles.take(pa.array(pos_u)),
-            shingles.take(pa.array(pos_v)),
-            config,
-        )
-        stats.verified_pairs += int(ok.sum())
-        us.append(u[ok])
-        vs.append(v[ok])
-    if not us:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(us), np.concatenate(vs)
-
-
-def dedup_table(table: pa.Table, config: DedupConfig) -> tuple[dict[str, Any], DedupStats]:
-    """The dedup columns (exact_hash, dup_cluster, dup_keep, dup_cluster_size) of one table."""
-    sigs, stats = signature_table(table, config)
-    vertices = np.asarray(sigs.column("vertex"))
-    u, v = local_edges(sigs, config, stats)
-    order = np.argsort(vertices, kind="stable")
-    pos_u = order[np.searchsorted(vertices, u, sorter=order)]
-    pos_v = order[np.searchsorted(vertices, v, sorter=order)]
-    component = connected_components(len(table), pos_u, pos_v)
-    cluster_min = vertices.copy()
-    np.minimum.at(cluster_min, component, vertices)
-    cluster = cluster_min[component]
-    keep, size = keep_and_size(cluster, sigs.column("quality"), sigs.column("id"))
-    exact_hash = sigs.column("exact_hash")
-    exact_dups = len(exact_hash) - len(pc.unique(exact_hash))
-    stats.exact_duplicates = exact_dups if config.exact else 0
-    stats.clusters = int(((size > 1) & keep).sum())
-    stats.dropped = int((~keep).sum())
-    columns = {
-        "exact_hash": exact_hash,
-        "dup_cluster": cluster,
-        "dup_keep": keep,
-        "dup_cluster_size": size,
-    }
-    return columns, stats

@@ -23,14 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from data_pipeline.dedup.config import DedupConfig
-from data_pipeline.dedup.core import (
-    DedupStats,
-    band_rows,
-    dedup_table,
-    signature_table,
-    signatures_of,
-    verify_pairs,
-)
+from data_pipeline.dedup.core import band_rows, signature_table, signatures_of, verify_pairs
 from pretrain.artifacts import dedup_index as index_kind
 from pretrain.errors import ArtifactError
 
@@ -75,8 +68,9 @@ def save_index(
 ) -> dict[str, Any]:
     """Write a `dedup-index` artifact for the documents of `tables` (streamed one at a time).
 
-    `tagged=True` takes `dup_cluster` from the tables (already deduplicated); otherwise each
-    table is deduplicated in-process first to name the clusters.
+    `tagged=True` takes `dup_cluster` from the tables (the dedup stage's tags, `index.save_to`);
+    otherwise each document is its own cluster (its vertex): decontamination (evals.sets) reads
+    only the matched id and Jaccard.
     """
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -85,11 +79,7 @@ def save_index(
     try:
         for table in tables:
             sigs, _ = signature_table(table, config)
-            cluster = (
-                table.column("dup_cluster")
-                if tagged
-                else dedup_table(table, config)[0]["dup_cluster"]
-            )
+            cluster = table.column("dup_cluster") if tagged else sigs.column("vertex")
             keys, vertices = band_rows(sigs, config)
             writers["bands"].write(
                 pa.table({"key": keys, "vertex": vertices}), _part(keys, partitions)
@@ -292,35 +282,3 @@ def check_compatible(index_dir: str | os.PathLike, config: DedupConfig) -> None:
             f"index {index_dir} was built with different {', '.join(mismatched)}; "
             "use the same dedup settings or rebuild the index"
         )
-
-
-def mark_against(
-    index_dir: str | os.PathLike,
-    table: pa.Table,
-    columns: dict[str, Any],
-    config: DedupConfig,
-    stats: DedupStats,
-) -> dict[str, Any]:
-    """Drop (dup_keep=false) every batch cluster that has a member matching the index; such a
-    cluster takes the matched old cluster's id (the smallest when several match)."""
-    check_compatible(index_dir, config)
-    matches = query(index_dir, table)
-    stats.index_matches = len(matches)
-    if not len(matches):
-        return columns
-    cluster = np.asarray(columns["dup_cluster"]).copy()
-    ids = table.column("id").cast(pa.string())
-    rows = pc.index_in(matches.column("id"), value_set=ids).to_numpy(zero_copy_only=False)
-    hit_cluster = cluster[rows]
-    old = np.asarray(matches.column("matched_cluster"))
-    order = np.lexsort((old, hit_cluster))
-    hit_cluster, old = hit_cluster[order], old[order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = hit_cluster[1:] != hit_cluster[:-1]
-    target = dict(zip(hit_cluster[first].tolist(), old[first].tolist()))
-    hit = np.isin(cluster, hit_cluster)
-    keep = np.asarray(columns["dup_keep"]).copy()
-    keep[hit] = False
-    cluster[hit] = [target[c] for c in cluster[hit].tolist()]
-    stats.dropped = int((~keep).sum())
-    return {**columns, "dup_cluster": cluster, "dup_keep": keep}

@@ -8,13 +8,12 @@ import functools
 
 import numpy as np
 
-from data_pipeline.dedup.minhash import EMPTY, jaccard_estimate
+from data_pipeline.dedup.minhash import EMPTY
 from data_pipeline.dedup.text import _GOLDEN, splitmix64
 
 _SMALL_BUCKET = 16
 """Buckets up to this size are verified pair by pair; larger ones (mostly exact copies) against
 their first member and their predecessor, which keeps the work linear and still connects them."""
-_VERIFY_CHUNK = 65536
 
 
 def _collision(similarity: np.ndarray, bands: int, rows: int) -> np.ndarray:
@@ -110,15 +109,6 @@ def candidate_edges(
     keep = u != v
     low, high, _ = unique_edges(u[keep], v[keep])
     return low, high
-
-
-def verify(sig_u: np.ndarray, sig_v: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
-    """(mask of pairs whose signature Jaccard estimate is >= threshold, the estimates)."""
-    similarity = np.empty(len(sig_u))
-    for lo in range(0, len(sig_u), _VERIFY_CHUNK):
-        hi = lo + _VERIFY_CHUNK
-        similarity[lo:hi] = jaccard_estimate(sig_u[lo:hi], sig_v[lo:hi])
-    return similarity >= threshold, similarity
 
 
 def unique_edges(

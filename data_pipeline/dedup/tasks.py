@@ -1,7 +1,7 @@
 """The per-partition steps of distributed dedup, as plain functions over Arrow tables / numpy.
 
-Each runs inside one Ray task (data_pipeline.dedup.distributed) and sees one block or one hash
-partition, never the whole corpus. Partition of a 64-bit key: key % partitions (as unsigned).
+Each runs inside one Ray task (data_pipeline.dedup.distributed) and sees one input part or one
+hash partition, never the whole corpus. Partition of a 64-bit key: key % partitions (as unsigned).
 Every step also reports its process's peak RSS so a run can show memory per process.
 """
 
@@ -65,16 +65,15 @@ def concat(pieces: Sequence[Any], schema: pa.Schema | None = None) -> pa.Table:
 
 
 def map_tables(
-    block: pa.Table, config: DedupConfig, shingles: bool = True
+    block: pa.Table, config: DedupConfig
 ) -> tuple[pa.Table, pa.Table, pa.Table, dict[str, Any]]:
-    """Signatures of one slice or input part -> (band rows, exact rows, doc rows, stats): the map
-    side of dedup, which depends on the rows alone (the runner persists it per input part). Doc
-    rows carry (vertex, id, exact_hash, quality, row, sig, shingles, matched_cluster), without
-    `shingles` when not asked (DedupStage.apply recomputes the few it needs from the text). The
-    rows are hashed in batches of at most `config.batch_size` documents and about
-    budget.HASH_BATCH_BYTES of text (hash_batches), so a map task's memory is set by the batch,
-    not by its slice or part."""
-    sigs, stats = _signatures_in_batches(block, config, shingles)
+    """Signatures of one input part -> (band rows, exact rows, doc rows, stats): the map side of
+    dedup, which depends on the rows alone (the runner persists it per input part). Doc rows
+    carry (vertex, id, exact_hash, quality, row, sig, shingles, matched_cluster). The rows are
+    hashed in batches of at most `config.batch_size` documents and about
+    budget.HASH_BATCH_BYTES of text (hash_batches), so a map task's temporaries are set by the
+    batch, not by its part."""
+    sigs, stats = _signatures_in_batches(block, config)
     keys, key_vertices = band_rows(sigs, config) if config.near else (np.zeros(0, np.uint64),) * 2
     bands = pa.table(
         {"key": pa.array(keys, pa.uint64()), "vertex": pa.array(key_vertices, pa.int64())}
@@ -95,7 +94,7 @@ def map_tables(
             "quality": sigs.column("quality"),
             "row": pa.array(np.arange(len(block)), pa.int64()),
             "sig": sigs.column("sig"),
-            **({"shingles": sigs.column("shingles")} if shingles else {}),
+            "shingles": sigs.column("shingles"),
             "matched_cluster": matched,
         }
     )
@@ -134,45 +133,22 @@ def scatter_map(
     info: dict[str, Any],
     block_index: int,
     partitions: int,
-    shingles: bool = True,
 ) -> list:
-    """The map output of slice (or part) `block_index`, each table split into `partitions`
-    (band and exact rows by key, doc rows by vertex; doc rows gain `block`), plus stats. The
-    signatures of the doc rows travel apart, in signed rows (vertex, sig, and the shingles, or
-    without `shingles` the document's slice and row, from which data_pipeline.dedup.verify
-    recomputes the shingles of the few documents that need them): they are needed only until
-    the candidates are verified, and the driver lets them go then."""
+    """The map output of part `block_index`, each table split into `partitions` (band and exact
+    rows by key, doc rows by vertex; doc rows gain `block`), plus stats. The signatures and
+    shingles of the doc rows travel apart, in signed rows (vertex, sig, shingles): they are
+    needed only until the candidates are verified, and the driver lets them go then."""
     block = pa.array(np.full(docs.num_rows, block_index), pa.int64())
     docs = docs.add_column(docs.schema.get_field_index("row"), "block", block)
     vertex = docs.column("vertex").to_numpy()
-    place = ["shingles"] if shingles else ["block", "row"]
-    signed = docs.select(["vertex", "sig", *place])
-    signed_only = [name for name in ("shingles",) if name in docs.column_names]
+    signed = docs.select(["vertex", "sig", "shingles"])
     return [
         *scatter(bands, bands.column("key").to_numpy(), partitions),
         *scatter(exact, exact.column("key").to_numpy(), partitions),
-        *scatter(docs.drop_columns(["sig", *signed_only]), vertex, partitions),
+        *scatter(docs.drop_columns(["sig", "shingles"]), vertex, partitions),
         *scatter(signed, vertex, partitions),
         {**info, "peak_rss_mb": peak_rss_mb()},
     ]
-
-
-def map_block(
-    block: pa.Table,
-    slice_index: int,
-    first: int,
-    rows: int,
-    config: DedupConfig,
-    partitions: int,
-) -> list:
-    """Signatures of one slice (`rows` rows of `block` from `first`) -> band rows, exact rows,
-    doc rows and signed rows without shingles (the input blocks stay in the object store until
-    the tags are attached, so verification recomputes shingles from them), each split by
-    partition, plus stats (map_tables, scatter_map; `block` = the slice index). The slice's size
-    is set by the memory budget (data_pipeline.dedup.budget), so a large block never raises the
-    task's memory."""
-    bands, exact, docs, info = map_tables(block.slice(first, rows), config, shingles=False)
-    return scatter_map(bands, exact, docs, info, slice_index, partitions, shingles=False)
 
 
 def load_map_part(
@@ -187,13 +163,11 @@ def load_map_part(
     )
 
 
-def _signatures_in_batches(
-    block: pa.Table, config: DedupConfig, shingles: bool = True
-) -> tuple[pa.Table, DedupStats]:
+def _signatures_in_batches(block: pa.Table, config: DedupConfig) -> tuple[pa.Table, DedupStats]:
     tables, stats = [], DedupStats()
     bounds = hash_batches(block.column("text"), config.batch_size, budget.HASH_BATCH_BYTES)
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        sigs, batch_stats = signature_table(block.slice(lo, hi - lo), config, shingles)
+        sigs, batch_stats = signature_table(block.slice(lo, hi - lo), config)
         tables.append(sigs)
         stats.add(batch_stats)
     return pa.concat_tables(tables), stats
@@ -331,12 +305,11 @@ def _apply_index_matches(cluster: np.ndarray, keep: np.ndarray, matched: pa.Chun
     return cluster, np.where(dropped, False, keep)
 
 
-def attach(block: pa.Table, slice_index: int, first: int, rows: int, *pieces: pa.Table) -> pa.Table:
-    """Join the tags of one slice back by (slice, row) and append the dedup columns (the exact
+def attach(block: pa.Table, block_index: int, *pieces: pa.Table) -> pa.Table:
+    """Join the tags of part `block_index` back by row and append the dedup columns (the exact
     hash travels with the tags: the text is normalised and hashed once, in the map step)."""
-    block = block.slice(first, rows)
     tags = concat(pieces)
-    tags = tags.filter(pc.equal(tags.column("block"), slice_index)).sort_by("row")
+    tags = tags.filter(pc.equal(tags.column("block"), block_index)).sort_by("row")
     assert tags.num_rows == block.num_rows, (tags.num_rows, block.num_rows)
     columns = {
         "exact_hash": tags.column("exact_hash"),
@@ -352,7 +325,7 @@ def attach_file(path: str, block_index: int, *pieces: pa.Table) -> pa.Table:
     import pyarrow.parquet as pq
 
     table = pq.read_table(path)
-    return attach(table, block_index, 0, table.num_rows, *pieces)
+    return attach(table, block_index, *pieces)
 
 
 def merge_info(infos: list[dict[str, Any]]) -> dict[str, Any]:

@@ -134,8 +134,8 @@ class Stage(ABC):
 class GlobalStage(Stage):
     """A stage that needs the whole corpus: map_part -> aggregate -> join_part (module docstring).
 
-    `apply(dataset)` runs it on a Ray Dataset without persisting anything (tests, notebooks);
-    `apply_table(table)` runs the same logic in-process on one table. All give the same tags."""
+    A stage may also offer `apply(dataset)` (a Ray Dataset, nothing persisted) and
+    `apply_table(table)` (in-process) giving the same tags; dedup offers neither."""
 
     join_reads: ClassVar[tuple[str, ...]] = ()
     """The tables of `map_part` that `join_part` reads back (the others only feed `aggregate`)."""
@@ -171,16 +171,18 @@ class GlobalStage(Stage):
         columns appended, from its map `outputs` and what `aggregate` gave this part."""
 
     cost: dict[str, float] | None = None
-    """CPU-seconds (`cpu_s`) and worker `peak_rss_mb` of the last `apply`, measured inside its
-    workers (data_pipeline.throughput); None when the stage does not measure itself."""
+    """CPU-seconds (`cpu_s`) and worker `peak_rss_mb` of the last `aggregate` (or `apply`),
+    measured inside its workers (data_pipeline.throughput); None when the stage does not measure
+    itself."""
 
-    @abstractmethod
     def apply(self, dataset: Any) -> Any:
-        """ray.data.Dataset -> ray.data.Dataset with this stage's columns added to every row."""
+        """ray.data.Dataset -> ray.data.Dataset with this stage's columns added to every row; a
+        stage that runs only in the runner (dedup) does not define it."""
+        raise NotImplementedError(f"{self.name} runs only in the runner (map -> aggregate -> join)")
 
-    @abstractmethod
     def apply_table(self, table: pa.Table) -> pa.Table:
-        """In-process equivalent of `apply` for one table."""
+        """In-process equivalent of `apply` for one table (not every stage defines it)."""
+        raise NotImplementedError(f"{self.name} runs only in the runner (map -> aggregate -> join)")
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         return self.apply_table(batch)

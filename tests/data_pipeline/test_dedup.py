@@ -1,15 +1,20 @@
-"""The dedup stage in-process: planted duplicates in real text, keep rule, determinism, index."""
+"""The dedup stage through its one path (map_part per part, persisted as the runner does ->
+aggregate on the session's Ray -> join_part): planted duplicates in real text, keep rule,
+determinism across parts and partitions, the index."""
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from data_pipeline import global_parts
 from data_pipeline.dedup import index
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.stages.dedup import DedupStage
@@ -36,6 +41,28 @@ def load_fixture() -> tuple[pa.Table, list[str | None]]:
     return table, [r["group"] for r in rows]
 
 
+def tag(
+    out: Path, table: pa.Table, config: DedupConfig | None = None, parts: int = 1, **context: Any
+) -> tuple[pa.Table, DedupStage]:
+    """`table` tagged the way `pretrain data run` tags it: cut into `parts` parts (consecutive
+    rows), each mapped (DedupStage.map_part) and persisted in `out` (global_parts.persist), the
+    aggregate over them all (Ray tasks, the file exchange under `out`), each part joined back.
+    Needs a Ray (the `ray_local` fixture). Returns (the tagged rows in input order, the stage)."""
+    stage = DedupStage(config, **context)
+    bounds = [len(table) * k // parts for k in range(parts + 1)]
+    found = []
+    for k, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        rows, name = table.slice(lo, hi - lo), f"t-{k:05d}"
+        tables, info = stage.map_part(rows)
+        global_parts.persist(out, stage.name, name, rows, tables, info=info, depends="")
+        found.append(global_parts.load(out, stage.name, name, rows.num_rows, ""))
+    joins = stage.aggregate(found)
+    tagged = [
+        stage.join_part(pq.read_table(part.rows), {}, i, *joins[i]) for i, part in enumerate(found)
+    ]
+    return pa.concat_tables(tagged), stage
+
+
 def clusters_of(table: pa.Table) -> dict[int, set[str]]:
     found: dict[int, set[str]] = defaultdict(set)
     for doc_id, cluster in zip(
@@ -45,10 +72,10 @@ def clusters_of(table: pa.Table) -> dict[int, set[str]]:
     return found
 
 
-def test_planted_duplicates_are_found_and_nothing_else() -> None:
+def test_planted_duplicates_are_found_and_nothing_else(ray_local, tmp_path: Path) -> None:
     table, groups = load_fixture()
-    stage = stage_class("dedup")()
-    out = stage.apply_table(table)
+    assert stage_class("dedup") is DedupStage
+    out, stage = tag(tmp_path, table, parts=2)
     assert out.column_names[-4:] == [f.name for f in stage_fields("dedup")]
     expected: dict[str, set[str]] = defaultdict(set)
     for doc_id, group in zip(table.column("id").to_pylist(), groups):
@@ -62,7 +89,7 @@ def test_planted_duplicates_are_found_and_nothing_else() -> None:
     assert stage.stats.dropped == len(table) - len(expected)
 
 
-def test_keeps_highest_quality_then_smallest_id() -> None:
+def test_keeps_highest_quality_then_smallest_id(ray_local, tmp_path: Path) -> None:
     text = " ".join(f"word{i}" for i in range(50))
     table = pa.table(
         {
@@ -71,10 +98,10 @@ def test_keeps_highest_quality_then_smallest_id() -> None:
             "quality_score": pa.array([0.2, 0.9, 0.9, None], pa.float32()),
         }
     )
-    out = DedupStage().apply_table(table)
+    out, _ = tag(tmp_path / "q", table)
     assert out.column("dup_keep").to_pylist() == [False, False, True, False]
     null_quality = table.set_column(2, "quality_score", pa.nulls(4, pa.float32()))
-    assert DedupStage().apply_table(null_quality).column("dup_keep").to_pylist() == [
+    assert tag(tmp_path / "n", null_quality)[0].column("dup_keep").to_pylist() == [
         False,
         False,
         True,
@@ -82,24 +109,26 @@ def test_keeps_highest_quality_then_smallest_id() -> None:
     ]
 
 
-def test_deterministic_across_runs_and_row_order() -> None:
+def test_deterministic_across_runs_parts_partitions_and_row_order(ray_local, tmp_path) -> None:
+    """The tags depend on the documents alone: not on the run, how the input is cut into parts,
+    the partition count (the memory budget's choice), or the row order."""
     table, _ = load_fixture()
-    first = DedupStage().apply_table(table)
-    again = DedupStage().apply_table(table)
+    first, _ = tag(tmp_path / "a", table)
+    again, _ = tag(tmp_path / "b", table, DedupConfig(num_partitions=7), parts=3)
     assert first.equals(again)
     shuffled = table.take(pa.array(np.random.default_rng(1).permutation(len(table))))
-    out = DedupStage().apply_table(shuffled).sort_by("id")
+    out = tag(tmp_path / "c", shuffled, DedupConfig(num_partitions=3), parts=2)[0].sort_by("id")
     assert out.select(["id", "dup_cluster", "dup_keep", "dup_cluster_size"]).equals(
         first.sort_by("id").select(["id", "dup_cluster", "dup_keep", "dup_cluster_size"])
     )
 
 
-def test_exact_only_and_near_only_switches() -> None:
+def test_exact_only_and_near_only_switches(ray_local, tmp_path: Path) -> None:
     table, _ = load_fixture()
-    exact = DedupStage(DedupConfig(near=False)).apply_table(table)
+    exact, _ = tag(tmp_path / "e", table, DedupConfig(near=False))
     sizes = dict(zip(exact.column("id").to_pylist(), exact.column("dup_cluster_size").to_pylist()))
     assert sizes["en-00-copy"] == 2 and sizes["en-01-near"] == 1
-    near = DedupStage(DedupConfig(exact=False)).apply_table(table)
+    near, _ = tag(tmp_path / "n", table, DedupConfig(exact=False))
     sizes = dict(zip(near.column("id").to_pylist(), near.column("dup_cluster_size").to_pylist()))
     assert sizes["en-01-near"] == 2 and sizes["empty-1"] == 1
 
@@ -113,12 +142,12 @@ def test_example_config_loads_and_rejects_typos(repo_root: Path) -> None:
         load_config(DedupConfig, None, ["bands=20", "rows=10"])
 
 
-def test_incremental_index_matches_new_batch_without_the_old_corpus(tmp_path: Path) -> None:
+def test_incremental_index_matches_new_batch_without_the_old_corpus(ray_local, tmp_path) -> None:
     table, groups = load_fixture()
     old_ids = {"en-00", "en-01", "en-06", "zh-zh-CN", "tiny-1"}
     is_old = pa.array([i in old_ids for i in table.column("id").to_pylist()])
     old, new = table.filter(is_old), table.filter(pa.compute.invert(is_old))
-    DedupStage(DedupConfig(index={"save_to": str(tmp_path / "idx")})).apply_table(old)
+    tag(tmp_path / "old", old, DedupConfig(index={"save_to": str(tmp_path / "idx")}), parts=2)
     matches = index.query(tmp_path / "idx", new)
     got = dict(zip(matches.column("id").to_pylist(), matches.column("matched_id").to_pylist()))
     assert got == {
@@ -129,12 +158,13 @@ def test_incremental_index_matches_new_batch_without_the_old_corpus(tmp_path: Pa
     }
     assert matches.column("jaccard").to_pylist()[0] == 1.0  # en-00-copy: exact
 
-    stage = DedupStage(DedupConfig(index={"against": str(tmp_path / "idx")}))
-    out = stage.apply_table(new)
+    out, stage = tag(
+        tmp_path / "new", new, DedupConfig(index={"against": str(tmp_path / "idx")}), parts=2
+    )
     dropped = {
         i for i, k in zip(out.column("id").to_pylist(), out.column("dup_keep").to_pylist()) if not k
     }
-    alone = DedupStage().apply_table(new)
+    alone, _ = tag(tmp_path / "alone", new)
     dropped_alone = {
         i
         for i, k in zip(alone.column("id").to_pylist(), alone.column("dup_keep").to_pylist())
@@ -149,7 +179,7 @@ def test_index_refuses_tampering_and_other_settings(tmp_path: Path) -> None:
     table, _ = load_fixture()
     index.save_index(tmp_path / "idx", [table.slice(0, 10)], DedupConfig(), partitions=3)
     with pytest.raises(ArtifactError, match="num_perm"):
-        DedupStage(DedupConfig(num_perm=64, index={"against": str(tmp_path / "idx")})).apply_table(
+        DedupStage(DedupConfig(num_perm=64, index={"against": str(tmp_path / "idx")})).map_part(
             table
         )
     part = next((tmp_path / "idx" / "docs").glob("*.parquet"))

@@ -9,9 +9,9 @@ import pytest
 from data_pipeline.config import PipelineConfig
 from data_pipeline.dedup import budget
 from data_pipeline.dedup.config import DedupConfig
-from data_pipeline.stages.dedup import DedupStage
 from pretrain.config import parse_config
 from pretrain.errors import ConfigError
+from tests.data_pipeline.test_dedup import tag
 
 
 def _partition_bytes(documents: int, input_bytes: int, memory_mb: int) -> float:
@@ -69,47 +69,25 @@ def test_config_field_is_validated() -> None:
         parse_config(PipelineConfig, {**config, "ray": {"worker_memory_mb": 100}}, source="t")
 
 
-def test_a_larger_input_below_the_caps_gets_more_tasks_not_larger_ones() -> None:
+def test_a_larger_input_below_the_cap_gets_more_partitions_not_larger_ones() -> None:
     """Worker memory is set by the unit of work, not by how much of the budget an input could
-    fill: 1x -> 16x of an input the budget holds at once gives 16x the slices and partitions of
-    the same small size (until the target counts are reached; then units grow to the caps)."""
-    config = DedupConfig()
-    doc_bytes = 2700  # the benchmark's documents
-    plans = {}
+    fill: 1x -> 16x of an input the budget holds at once gives more partitions of the same small
+    size (until MAX_TARGET_PARTITIONS; then they grow up to the budget's cap)."""
+    config, doc_bytes = DedupConfig(), 2700  # the benchmark's documents
+    counts = {}
     for scale in (1, 4, 16):
-        blocks = [(250 * scale, 250 * scale * doc_bytes)] * 4
-        plans[scale] = budget.plan(blocks, 2048, 2, config)
-    for scale, plan in plans.items():
         documents = 1000 * scale
-        assert plan.slice_bytes == budget.TARGET_SLICE_BYTES
-        slice_rows = max(rows for _, _, rows in plan.slices)
-        assert slice_rows * doc_bytes <= budget.TARGET_SLICE_BYTES * 1.01
-        assert plan.doc_row_bytes * documents / plan.partitions <= budget.TARGET_PARTITION_BYTES
-    assert len(plans[16].slices) >= 16_000 * doc_bytes / budget.TARGET_SLICE_BYTES
-    assert plans[16].partitions > plans[1].partitions
-    # past the target counts, units grow (a few more tasks than the targets, not 16x more) ...
-    mid = budget.plan([(25_000, 25_000 * doc_bytes)] * 4, 2048, 2, config)
-    assert mid.slice_bytes > budget.TARGET_SLICE_BYTES
-    assert len(mid.slices) <= budget.MAX_TARGET_SLICES + 4
-    assert mid.partitions == budget.MAX_TARGET_PARTITIONS
-    # ... up to the budget's caps, where only the budget sets the counts
-    huge = budget.plan([(10**6, 10**6 * doc_bytes)] * 8, 2048, 2, config)
-    assert huge.slice_bytes == int(budget.usable_bytes(2048) / budget.MAP_FACTOR)
-    needed = budget.REDUCE_FACTOR * huge.doc_row_bytes * 8 * 10**6 / budget.usable_bytes(2048)
-    assert huge.partitions == int(needed) + 1 > budget.MAX_TARGET_PARTITIONS
-
-
-def test_slices_cover_every_row_once_within_the_slice_size() -> None:
-    blocks = [(0, 0), (1, 50 << 20), (1000, 10 << 20), (7, 100), (100_000, 64 << 20)]
-    slices = budget.slice_blocks(blocks, 4 << 20)
-    for index, (rows, size) in enumerate(blocks):
-        mine = [(lo, n) for b, lo, n in slices if b == index]
-        assert [lo for lo, _ in mine] == list(np.cumsum([0] + [n for _, n in mine])[:-1])
-        assert sum(n for _, n in mine) == rows
-        if rows > 1:
-            assert max(n for _, n in mine) * size / rows <= (4 << 20) * 1.01
-    assert [b for b, _, _ in slices] == sorted(b for b, _, _ in slices)  # input order kept
-    assert (0, 0, 0) in slices  # an empty block still gets its (empty) join-back task
+        partitions, row = budget.choose_partitions(
+            documents, documents * doc_bytes, 2048, 2, config
+        )
+        assert row * documents / partitions <= budget.TARGET_PARTITION_BYTES
+        counts[scale] = partitions
+    assert counts[16] > counts[1]
+    mid, _ = budget.choose_partitions(100_000, 100_000 * doc_bytes, 2048, 2, config)
+    assert mid == budget.MAX_TARGET_PARTITIONS
+    huge, row = budget.choose_partitions(8 * 10**6, 8 * 10**6 * doc_bytes, 2048, 2, config)
+    needed = budget.REDUCE_FACTOR * row * 8 * 10**6 / budget.usable_bytes(2048)
+    assert huge == int(needed) + 1 > budget.MAX_TARGET_PARTITIONS
 
 
 def _corpus(count: int) -> pa.Table:
@@ -130,21 +108,21 @@ def _corpus(count: int) -> pa.Table:
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_too_small_budget_gives_more_partitions_and_identical_output(ray_local) -> None:
+def test_too_small_budget_gives_more_partitions_and_identical_output(ray_local, tmp_path) -> None:
+    """The budget sets the partitions of the aggregate (each reduce task's memory), never the
+    tags: at the smallest budget the same parts give more partitions and the same bytes."""
     table = _corpus(16_000)
-    expected = DedupStage().apply_table(table)
-    # a 4.0 MB block: one slice at 2 GB (4 MB slices), two at the floor's ~2.6 MB slices
-    blocks = [table.slice(0, 14000), table.slice(14000)]
     results = {}
     for memory_mb in (2048, budget.MIN_WORKER_MEMORY_MB):
-        stage = DedupStage(DedupConfig(num_partitions=2), worker_memory_mb=memory_mb)
-        out = stage.apply(ray_local.data.from_arrow(blocks))
-        results[memory_mb] = (pa.concat_tables(ray_local.get(out.to_arrow_refs())), stage)
+        config = DedupConfig(num_partitions=2)
+        results[memory_mb] = tag(
+            tmp_path / str(memory_mb), table, config, parts=2, worker_memory_mb=memory_mb
+        )
     (roomy, roomy_stage), (tight, tight_stage) = results.values()
     roomy_plan, tight_plan = roomy_stage.stats.extra["plan"], tight_stage.stats.extra["plan"]
     assert roomy_plan["partitions"] == 2  # num_partitions is honoured while it fits
-    assert tight_plan["partitions"] > 2 and tight_plan["slices"] > roomy_plan["slices"] >= 2
-    assert roomy.equals(expected) and tight.equals(expected)
+    assert tight_plan["partitions"] > 2
+    assert roomy.equals(tight)
     assert roomy_stage.stats.dropped == tight_stage.stats.dropped > 0
 
 

@@ -7,7 +7,6 @@ import tracemalloc
 
 import numpy as np
 import pyarrow as pa
-import pytest
 
 from data_pipeline.dedup import budget, core, tasks
 from data_pipeline.dedup.config import DedupConfig
@@ -39,6 +38,7 @@ def test_hash_batches_bound_documents_and_bytes() -> None:
     assert core.hash_batches(texts, max_docs=2, max_bytes=1000) == [0, 2, 4, 6, 7]
     assert core.hash_batches(texts, max_docs=100, max_bytes=1) == list(range(8))  # one each
     assert core.hash_batches(pa.array([], pa.string()), 100, 20) == [0, 0]
+    assert core.hash_batches(pa.chunked_array([], pa.string()), 10) == [0, 0]
 
 
 def test_map_output_does_not_depend_on_the_hash_batches(monkeypatch) -> None:
@@ -51,30 +51,23 @@ def test_map_output_does_not_depend_on_the_hash_batches(monkeypatch) -> None:
         assert got.equals(expected)
     assert cut[3] == whole[3]
     assert whole[0].num_rows > 0 and "shingles" in whole[2].column_names
-    bare = tasks.map_tables(table, config, shingles=False)
-    assert "shingles" not in bare[2].column_names
-    assert bare[2].equals(whole[2].drop_columns(["shingles"]))
 
 
-@pytest.mark.parametrize("shingles", [True, False])
-def test_scatter_map_of_rows_with_or_without_shingles(shingles: bool) -> None:
-    """The map block of DedupStage.apply (no shingles column) scatters like the runner's."""
+def test_scatter_map_splits_doc_rows_from_their_signatures() -> None:
     table, _ = _table(60_000)
-    config = DedupConfig()
-    bands, exact, docs, info = tasks.map_tables(table, config, shingles=shingles)
-    out = tasks.scatter_map(bands, exact, docs, info, 4, 3, shingles=shingles)
+    bands, exact, docs, info = tasks.map_tables(table, DedupConfig())
+    out = tasks.scatter_map(bands, exact, docs, info, 4, 3)
     doc_rows = pa.concat_tables(out[6:9])
     signed = pa.concat_tables(out[9:12])
     assert doc_rows.num_rows == signed.num_rows == table.num_rows
-    assert "shingles" not in doc_rows.column_names
-    assert ("shingles" in signed.column_names) is shingles
+    assert "shingles" not in doc_rows.column_names and "shingles" in signed.column_names
     assert set(doc_rows.column("block").to_pylist()) == {4}
 
 
 def _traced_peak(table: pa.Table, config: DedupConfig) -> int:
     tracemalloc.start()
     try:
-        out = tasks.map_block(table, 0, 0, table.num_rows, config, 4)
+        out = tasks.map_tables(table, config)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -82,26 +75,15 @@ def _traced_peak(table: pa.Table, config: DedupConfig) -> int:
     return peak
 
 
-def test_a_map_task_holds_one_hash_batch_not_its_slice() -> None:
-    """numpy's and Python's peak allocations during `map_block` (tracemalloc) for a 6 MB slice
-    stay within 1.5 x those for a 1 MB slice (one batch each at budget.HASH_BATCH_BYTES = 1 MB,
-    plus the slice's small outputs). Before, a slice's documents were hashed as one batch of
-    up to 2,048 (config.batch_size): the peak grew with the slice (~11 x its text: 47 MB for a
-    4 MB slice), and Arrow's temporaries beside it."""
+def test_a_map_task_holds_one_hash_batch_not_its_part() -> None:
+    """numpy's and Python's peak allocations during the runner's map of one part
+    (`map_tables`, DedupStage.map_part; tracemalloc) for a 6 MB part stay within 1.5 x those
+    for a 1 MB part (one batch each at budget.HASH_BATCH_BYTES = 1 MB; the outputs live in
+    Arrow's memory). Before bd009bc, a part's documents were hashed as one batch of up to
+    2,048 (config.batch_size): the peak grew with the part (~11 x its text: 47 MB for 4 MB)."""
     big, _ = _table(6 << 20)
     small = big.slice(0, big.num_rows // 6)
     config = DedupConfig()
-    tasks.map_block(big, 0, 0, 50, config, 4)  # imports and caches outside the measurement
+    tasks.map_tables(big.slice(0, 50), config)  # imports and caches outside the measurement
     small_peak, big_peak = _traced_peak(small, config), _traced_peak(big, config)
     assert big_peak < 1.5 * small_peak, (big_peak, small_peak)
-
-
-def test_shingle_lists_do_not_depend_on_the_hash_batches(monkeypatch) -> None:
-    """Verification's shingles (core.shingle_lists) come in hash batches too: the same lists."""
-    table, _ = _table(100_000)
-    whole = core.shingle_lists(table, DedupConfig())
-    monkeypatch.setattr(budget, "HASH_BATCH_BYTES", 3_000)
-    assert core.shingle_lists(table, DedupConfig()).equals(whole)
-    assert len(whole) == table.num_rows
-    empty = pa.chunked_array([], pa.string())
-    assert core.hash_batches(empty, 10) == [0, 0]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data_pipeline.dedup.components import connected_components, star_components
+from data_pipeline.dedup import components
 from data_pipeline.dedup.lsh import band_keys, bucket_pairs, lsh_params
 from data_pipeline.dedup.minhash import EMPTY, MinHasher, batch_shingles, jaccard_estimate
 from data_pipeline.dedup.text import exact_hashes, hash_strings, word_tokens
@@ -119,6 +119,37 @@ def test_bucket_pairs_large_buckets_stay_linear_and_connected() -> None:
     assert len(left) == 2 * 99 + 1
     labels = connected_components(103, left, right)
     assert len(set(labels[:100].tolist())) == 1 and labels[102] == 102
+
+
+def connected_components(num_vertices: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Label of each vertex: the smallest vertex of its component (scipy, the reference)."""
+    from scipy import sparse
+    from scipy.sparse import csgraph
+
+    graph = sparse.coo_matrix((np.ones(len(src)), (src, dst)), shape=(num_vertices,) * 2)
+    component = csgraph.connected_components(graph, directed=False)[1]
+    smallest = np.full(component.max() + 1, num_vertices)
+    np.minimum.at(smallest, component, np.arange(num_vertices))
+    return smallest[component]
+
+
+def star_components(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The aggregate's alternating large-star / small-star steps (data_pipeline.dedup.aggregate.
+    _components) on one partition: (vertex, root) for every non-root vertex."""
+    previous = None
+    for _ in range(200):
+        a, b = components.large_star(*components.orient_large(a, b))
+        fingerprint = components.edge_fingerprint(a, b)
+        a, b = components.small_star(*components.orient_small(a, b))
+        if fingerprint == previous:
+            break
+        previous = fingerprint
+    a, b = components.large_star(*components.orient_large(a, b))
+    order = np.lexsort((b, a))
+    a, b = a[order], b[order]
+    first = np.ones(len(a), dtype=bool)
+    first[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    return a[first], b[first]
 
 
 @settings(max_examples=60, deadline=None)

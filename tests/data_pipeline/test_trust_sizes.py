@@ -97,29 +97,22 @@ def test_every_dedup_step_accepts_a_partition_without_documents() -> None:
     config = DedupConfig()
     partitions = 4
     block = pa.table({"id": ["only"], "text": [prose(1)]})
-    out = tasks.map_block(block, 0, 0, block.num_rows, config, partitions)
+    out = tasks.scatter_map(*tasks.map_tables(block, config), 0, partitions)
     bands, exact, docs, signed = (out[k * partitions : (k + 1) * partitions] for k in range(4))
     assert sum(d.num_rows for d in docs) == 1 and any(d.num_rows == 0 for d in docs)
     assert sum(d.num_rows for d in signed) == 1 and any(d.num_rows == 0 for d in signed)
-    edges, requests, pending = [], [], []
+    edges = []
     for p in range(partitions):
         buckets = tasks.bucket_edges(config, partitions, 1, bands[p], exact[p])
         edges.append(buckets[partitions])
         attached = verify.attach_u(config, partitions, 1, buckets[p], signed[p])
-        *asked, sure, unsure, _ = verify.verify_sure(
-            config, partitions, p, 1, attached[p], signed[p]
-        )
-        requests.append(asked[0])  # the one slice's partition
-        edges.append(sure)
-        pending.append(unsure)
-    shingles = verify.shingle_rows(block, 0, 0, block.num_rows, config, partitions, *requests)
-    edges += [verify.verify_exact(config, pending[q], shingles[q])[0] for q in range(partitions)]
+        edges.append(verify.verify_v(config, 1, attached[p], signed[p])[0])
     labelled = [tasks.label_docs(partitions, 0, docs[q]) for q in range(partitions)]
     kept = [
         tasks.keep_clusters(partitions, *[labelled[q][r] for q in range(partitions)])
         for r in range(partitions)
     ]
-    tagged = tasks.attach(block, 0, 0, block.num_rows, *[k[0] for k in kept])
+    tagged = tasks.attach(block, 0, *[k[0] for k in kept])
     assert tagged.column("dup_keep").to_pylist() == [True]
     assert tagged.column("dup_cluster_size").to_pylist() == [1]
     assert all(e.num_rows == 0 for e in edges)
