@@ -200,7 +200,9 @@ class GuardConfig(StrictModel):
 
     enabled: bool = True
     window: int = Field(20, ge=2)
-    min_history: int = Field(5, ge=1)
+    min_history: int = Field(20, ge=1)
+    """Good steps in the history before a spike ratio is judged (a full window, as OLMo-core's
+    spike detector waits for its window; 5 tripped healthy proxies in their first 20 steps)."""
     loss_spike_ratio: float = Field(2.0, gt=1)
     """A loss above ratio * the running median of the window is a spike."""
     grad_norm_spike_ratio: float = Field(10.0, gt=1)

@@ -74,6 +74,8 @@ class Trainer:
         self.num_params = mstep.count_params(self.chunks, self.dp_size)
         self.saver = checkpoint.AsyncSaver() if config.checkpoint.async_save else None
         self.has_checkpoint = bool(checkpoint.list_checkpoints(run_dir))
+        self.ended = "not trained"
+        """How fit ended: `completed` (total_steps) or `data exhausted` (the summary records it)."""
         self.callbacks = self._callbacks(callbacks, evaluate)
 
     def _callbacks(self, extra: Sequence[Callback], evaluate: bool) -> CallbackList:
@@ -116,10 +118,12 @@ class Trainer:
         """Resume, step until total_steps (or the data runs out), write the run's outputs."""
         self.callbacks.on_fit_start(self)
         self.resume()
+        self.ended = "completed"
         while self.state.step < self.total_steps:
             batch = self.next_batch()
             if batch is None:
                 self.metrics.say(f"data exhausted after {self.state.step} steps")
+                self.ended = "data exhausted"
                 break
             start = time.perf_counter()
             result = self.train_step(batch)
@@ -131,6 +135,7 @@ class Trainer:
             self._advance(result)
             self._maybe_checkpoint()
             self.callbacks.on_step_end(self, self._record(result, seconds))
+        self._save_final()
         if self.saver is not None:
             self.saver.close()
         self.callbacks.on_fit_end(self)
@@ -156,6 +161,16 @@ class Trainer:
             self.saver.poll()
         step = self.state.step
         if step % self.config.checkpoint.every == 0 or step == self.total_steps or first_good:
+            self.save()
+
+    def _save_final(self) -> None:
+        """The last trained step is always a checkpoint, however the loop ended: a run whose data
+        ran out (skipped batches after a rollback) had only an earlier checkpoint, and `eval run`
+        scored that one as the run's result."""
+        if self.saver is not None:
+            self.saver.poll(blocking=True)
+        saved = [step for step, _ in checkpoint.list_checkpoints(self.run_dir)]
+        if self.state.step > 0 and (not saved or saved[-1] != self.state.step):
             self.save()
 
     def resume(self) -> int | None:

@@ -43,6 +43,8 @@ class FinishedRun(Protocol):
     num_params: int
     guard: SpikeGuard
     throughput: Throughput
+    total_steps: int
+    ended: str
 
 
 SMOKE_DIR = "smoke"
@@ -185,9 +187,12 @@ def summary(trainer: FinishedRun, extra: dict[str, Any]) -> dict[str, Any]:
     losses = [r for r in last if "loss" in r]
     return {
         "steps": trainer.state.step,
+        "total_steps": trainer.total_steps,
         "tokens_seen": trainer.state.tokens_seen,
         "final_loss": losses[-1]["loss"] if losses else None,
         "rollbacks": trainer.guard.rollbacks,
+        "skipped_batches": list(trainer.state.skipped_batches),
+        "ended": trainer.ended,
         "parameters": trainer.num_params,
         **extra,
     }

@@ -82,3 +82,44 @@ def test_guard_gives_up_after_max_rollbacks(tmp_path):
     config = tiny_config(run_dir, guard={"max_rollbacks": 0})
     with pytest.raises(mp.ProcessRaisedException, match="guard.max_rollbacks = 0 exceeded"):
         spawn_ranks(config, 1, callbacks=[NanLossAtStep(2)])
+
+
+def _exact_mixture(tmp_path, batches: int):
+    """A mixture of exactly `batches` global batches of 16 x 64 tokens (as a proxy's is)."""
+    from mixtures.build import build_mixture
+    from mixtures.recipe import MixtureConfig
+    from pretrain.config import parse_config
+    from tests.mixtures.conftest import make_encoded, mixture_config
+
+    encoded = make_encoded(tmp_path / "enc")
+    data = mixture_config(encoded, tmp_path / "mix", total_tokens=batches * 16 * 64)
+    data["recipe"]["phases"] = [{"name": "main", "share": 1.0, "seq_length": 64}]
+    build_mixture(parse_config(MixtureConfig, data))
+    return tmp_path / "mix"
+
+
+@pytest.mark.timeout(300)
+def test_a_rollback_to_an_early_checkpoint_that_runs_out_of_data_saves_its_last_step(tmp_path):
+    """The sweep's failure: a NaN rolls back to the only checkpoint (step 1), the skipped batches
+    leave too few for the planned steps, the data runs out. The last trained step is saved
+    (before, only step 1 was: `eval run` scored it as the run's result) and summary.json says
+    how the run ended, what it trained and skipped."""
+    run_dir = tmp_path / "short"
+    config = tiny_config(
+        run_dir,
+        run={"train_steps": 8},
+        model={"vocab_size": 60001, "seq_length": 64},
+        batch={"micro_batch_size": 8, "global_batch_size": 16},
+        data={"source": "mixture", "mixture_dir": str(_exact_mixture(tmp_path, 8))},
+        checkpoint={"every": 8, "keep_last": 1},
+        guard={"skip_batches": 2},
+    )
+    spawn_ranks(config, 1, callbacks=[NanLossAtStep(3)])
+    (rollback,) = [e for e in events(run_dir) if e["event"] == "rollback"]
+    assert rollback["to_step"] == 1 and rollback["skipped_batches"] == [2, 3]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["ended"] == "data exhausted"
+    assert (summary["steps"], summary["total_steps"]) == (6, 8)
+    assert summary["skipped_batches"] == [2, 3] and summary["rollbacks"] == 1
+    assert [step for step, _ in list_checkpoints(run_dir)] == [6]
+    assert summary["tokens_seen"] == 6 * 16 * 64

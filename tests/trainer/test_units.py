@@ -130,3 +130,19 @@ def test_callbacks_run_in_order_and_the_first_veto_wins():
     assert chain.on_loss(None, 1.0) == ((1.0 * 2 + 1) * 3 + 1) * 5 + 1
     assert chain.check_step(None, None) == "spike"
     assert CallbackList([Scale(2)]).check_step(None, None) is None
+
+
+def test_guard_defaults_let_a_healthy_proxys_early_grad_norms_pass():
+    """A proxy at a high LR: grad norms fall 30x in its first steps and rebound (step 12 here, as
+    in the 5M / 3e-3 sweep run whose rollback went to step 1). Not a spike under the defaults;
+    NaN still is, during warmup too."""
+    guard = SpikeGuard(GuardConfig())
+    norms = [3.0, 2.1, 1.0, 0.4, 0.2, 0.12, 0.1, 0.1, 0.11, 0.1, 0.1, 1.6, 0.5, 0.3]
+    for step, norm in enumerate(norms, start=1):
+        assert guard.check(6.0 - 0.05 * step, norm, warming_up=step <= 4) is None, step
+        guard.record(6.0 - 0.05 * step, norm)
+    assert guard.check(float("nan"), 1.0, warming_up=True) == "loss is nan"
+    warm = SpikeGuard(GuardConfig(min_history=1))
+    warm.record(4.0, 0.1)
+    assert warm.check(4.0, 5.0, warming_up=True) is None  # the LR still rising
+    assert "grad norm 5" in warm.check(4.0, 5.0, warming_up=False)
