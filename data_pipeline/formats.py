@@ -106,8 +106,8 @@ def decoded_stream(stream: Any, source: InputFile) -> Any:
     head = stream.read(len(compression[0]))
     check_magic(source.path, head)
     raw = io.BufferedReader(_Prepend(head, stream))
-    if compression[1] == "gzip" and source.format == "warc":
-        return GzipMembers(raw)  # damage ends the stream (`damage`); `resume()` goes on after it
+    if source.format == "warc":
+        return raw  # warcio undoes gzip itself, member by member (data_pipeline.warc)
     if compression[1] == "gzip":  # the same, buffered for readline (`gzip_members` finds it)
         return io.BufferedReader(GzipMembers(raw))
     return io.BufferedReader(_Prepend(b"", pa.CompressedInputStream(raw, "zstd")))

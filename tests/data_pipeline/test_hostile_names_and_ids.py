@@ -57,13 +57,15 @@ def test_arc_records_get_the_same_ids_on_every_read(tmp_path: Path) -> None:
 
 
 def test_a_damaged_warc_header_mid_file_gets_a_stable_id(tmp_path: Path) -> None:
+    """warcio goes no further than a line that is no WARC header: the rest of the file is one
+    reject row, named by its offset, the same on every read."""
     path = tmp_path / "pages.warc"
     garbage = b"this line is not a WARC header\r\n\r\n"
-    path.write_bytes(_warc_record("a", "one") + garbage + _warc_record("c", "three"))
+    first_record = _warc_record("a", "one")
+    path.write_bytes(first_record + garbage + _warc_record("c", "three"))
     first = _ids(path)
     assert first == _ids(path)
-    assert first[0] == "pages/urn:uuid:a" and first[-1] == "pages/urn:uuid:c"
-    assert len(first) == 3 and first[1].startswith("pages/pages.warc@"), first
+    assert first == ["pages/urn:uuid:a", f"pages/pages.warc@{len(first_record)}+"], first
 
 
 def _latin1_crawl(tmp_path: Path) -> tuple[Path, bytes]:
