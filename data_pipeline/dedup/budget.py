@@ -55,13 +55,8 @@ SMALL_PARTITION_DOCS = 2500
 """Below this many documents per partition at one partition per CPU, a second partition per
 CPU only adds tasks: a reduce step's fixed cost per task (scheduling, fetching its pieces) is
 then most of its time, so small inputs get one partition per CPU, larger ones two (balance)."""
-MAX_PARTITIONS = 4096
-"""With the exchange through Ray objects (a Ray Dataset's dedup, `DedupStage.apply`), each step
-is one all-to-all exchange of driver-owned objects: the map makes slices x 4 x partitions of them
-and each star step partitions x partitions (16.8 million at 4,096, each a few hundred bytes of
-ownership metadata in the driver); beyond this, raise the budget."""
-MAX_FILE_PARTITIONS = 65536
-"""With the file-based exchange (`pretrain data run`: data_pipeline.dedup.exchange) the driver
+MAX_PARTITIONS = 65536
+"""With the exchange through files (data_pipeline.dedup.exchange) the driver
 holds O(producers + partitions) small values per step, so driver memory no longer caps the
 partitions; what does is the reads. A step of M producers writes one file per producer; below
 fanin.FANIN_FROM (64) producers each of the P reduce tasks reads one range of every producer's
@@ -83,8 +78,8 @@ MERGE_UPLOAD_BYTES = 32 << 20
 uploads chunk by chunk, whatever the object's size: measured 26-29 MB above the process's RSS
 before the write for 24 to 144 MB objects on moto (pyarrow 26; `ObjectPath.write_chunks`
 flushes after each chunk, so at most the part it fills and the one in flight)."""
-MAX_MERGE_SOURCES = math.isqrt(MAX_FILE_PARTITIONS - 1) + 1
-"""fanin.fanin at MAX_FILE_PARTITIONS producers: the most files one merge task reads."""
+MAX_MERGE_SOURCES = math.isqrt(MAX_PARTITIONS - 1) + 1
+"""fanin.fanin at MAX_PARTITIONS producers: the most files one merge task reads."""
 
 
 def merge_bytes(sources: int, partitions: int) -> int:
@@ -97,7 +92,7 @@ def merge_bytes(sources: int, partitions: int) -> int:
 
 
 MIN_WORKER_MEMORY_MB = WORKER_BASE_MB + math.ceil(
-    max(HASH_BATCH_BYTES * MAP_FACTOR, merge_bytes(MAX_MERGE_SOURCES, MAX_FILE_PARTITIONS)) / 2**20
+    max(HASH_BATCH_BYTES * MAP_FACTOR, merge_bytes(MAX_MERGE_SOURCES, MAX_PARTITIONS)) / 2**20
 )
 """The smallest budget that holds a worker and one map task's hash batch, or the largest fan-in
 merge task (the dedup exchange through files)."""
@@ -129,7 +124,6 @@ def choose_partitions(
     worker_memory_mb: int,
     cpus: int,
     config: DedupConfig,
-    max_partitions: int = MAX_PARTITIONS,
 ) -> tuple[int, float]:
     """(partitions, per-document row bytes): at least 2 x CPUs for parallelism (1 x CPUs for
     small inputs: SMALL_PARTITION_DOCS), enough that one partition's rows fit the budget, about
@@ -143,11 +137,11 @@ def choose_partitions(
     partitions = max(2, parallel, needed, target)
     if config.num_partitions is not None:
         partitions = max(config.num_partitions, needed)
-    if needed > max_partitions:
+    if needed > MAX_PARTITIONS:
         raise BudgetError(
             f"dedup of {documents} documents needs {needed} partitions to fit "
             f"ray.worker_memory_mb={worker_memory_mb}, more than one shuffle handles "
-            f"({max_partitions}); raise the budget, or dedup in several jobs, each against the "
+            f"({MAX_PARTITIONS}); raise the budget, or dedup in several jobs, each against the "
             "index of those before it (stages.dedup.index.against)"
         )
     return min(partitions, max(2, documents)), row

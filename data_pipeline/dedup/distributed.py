@@ -35,14 +35,13 @@ def dedup_parts(
     config: DedupConfig,
     stage: Any,
     worker_memory_mb: int = DEFAULT_WORKER_MEMORY_MB,
-    files: bool = True,
 ) -> tuple[list[tuple[Any, ...]], DedupStats]:
     """The aggregate over input parts whose map side (tasks.map_tables) is persisted: for each
     part, the tag pieces its join (tasks.attach) needs; and the stats. Partitions come from the
-    parts' sizes and `worker_memory_mb` (data_pipeline.dedup.budget). With `files`, every step
-    exchanges its pieces through files beside the persisted map side (data_pipeline.dedup.
-    exchange; the tags' files stay until the next aggregate, the joins read them); else as Ray
-    objects (the same tags)."""
+    parts' sizes and `worker_memory_mb` (data_pipeline.dedup.budget). Every step exchanges its
+    pieces through files beside the persisted map side (data_pipeline.dedup.exchange: local
+    disk, or the output's object store on a cluster); the tags' files stay until the next
+    aggregate (the joins read them)."""
     import ray
 
     if not parts:
@@ -50,13 +49,10 @@ def dedup_parts(
     documents = sum(int(p.info.get("documents", 0)) for p in parts)
     input_bytes = sum(output_path(f).stat().st_size for p in parts for f in p.files.values())
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    cap = budget.MAX_FILE_PARTITIONS if files else budget.MAX_PARTITIONS
-    partitions, _ = budget.choose_partitions(
-        documents, input_bytes, worker_memory_mb, cpus, config, cap
-    )
+    partitions, _ = budget.choose_partitions(documents, input_bytes, worker_memory_mb, cpus, config)
     wait_for_cpu(ray, config.task_timeout_s)
-    folder = _exchange_folder(parts) if files else None
-    run = Runner(config, None if folder is None else str(folder))
+    folder = _exchange_folder(parts)
+    run = Runner(config, folder)
     steps = Progress(total=5, desc="dedup", unit="step", leave=False)
     maps = run.scatter(
         "map",
@@ -72,8 +68,7 @@ def dedup_parts(
     _remove_steps(folder, keep="-keep")  # only the tags' files are read after this (the joins)
     stats = stats_of(run, partitions)
     stats.extra["plan"] = {"partitions": partitions, "worker_memory_mb": worker_memory_mb}
-    if run.scratch is not None:
-        stats.extra["exchange"] = run.scratch.summary()
+    stats.extra["exchange"] = run.scratch.summary()
     joins = [tuple(tags[i % partitions]) for i in range(len(parts))]
     if config.index.save_to:
         from data_pipeline.dedup.index import save_index
@@ -87,14 +82,8 @@ def dedup_parts(
     return joins, stats
 
 
-def _remove_steps(folder: OutPath | None, keep: str | None = None) -> None:
-    """Remove the exchange files of every step but those whose name ends with `keep` (all, and
-    the folder, when `keep` is None)."""
-    if folder is None:
-        return
-    if keep is None:
-        remove_tree(folder)
-        return
+def _remove_steps(folder: OutPath, keep: str) -> None:
+    """Remove the exchange files of every step but those whose name ends with `keep`."""
     for step in folder.iterdir():
         if not step.name.endswith(keep):
             remove_tree(step)

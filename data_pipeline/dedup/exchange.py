@@ -1,11 +1,11 @@
-"""The file-based exchange of distributed dedup: every all-to-all step through files.
+"""The one exchange of distributed dedup: every all-to-all step through files.
 
 Each step of the shuffle (data_pipeline.dedup.distributed) has M producer tasks that each cut
 their output into P partition pieces, and P consumer tasks that each need partition q of every
-producer. Handed over as Ray objects, that is M x P objects per step, each owned (and tracked) by
-the driver: the reason `budget.MAX_PARTITIONS` caps a job near 4,096 partitions.
+producer. Handed over as Ray objects, that would be M x P objects per step, each owned (and
+tracked) by the driver, whose memory would then grow with parts x partitions.
 
-Through files, producer i writes its P pieces of one table kind (group g) as ONE file,
+Instead, producer i writes its P pieces of one table kind (group g) as ONE file,
 `<folder>/<step>/<g>/<i>.arrow`. A consumer gets one small `Gather(folder, step, group,
 producers, q)` in place of M object refs and reads only its partition's bytes from each
 producer's file (a memory map locally, range reads through the output's filesystem for
@@ -30,8 +30,10 @@ From fanin.FANIN_FROM producers on, merge tasks first combine ~sqrt(M) producers
 into one file of the same format, and consumers read those (data_pipeline.dedup.fanin): M x P
 reads per step become M + P x sqrt(M).
 
-The pieces read back are the pieces written (same columns, types, values and order), so the
-tags are byte-identical to the object exchange. Files are written whole (a producer killed while
+The pieces read back are the pieces written (same columns, types, values and order). The same
+code runs embedded (the output on local disk) and on a Ray cluster whose output is `s3://` (every
+worker reads and writes the store; the tasks carry the output's writer lock, pretrain.objectfence).
+Files are written whole (a producer killed while
 writing leaves no file under its name) and are deterministic, so a retried producer rewrites the
 same bytes and a retried consumer re-reads the same files.
 """

@@ -1,6 +1,6 @@
 """Launching the distributed dedup's steps as Ray tasks (1 CPU each) and waiting for them with a
-timeout: the one place that knows whether pieces travel as Ray objects or through files
-(data_pipeline.dedup.exchange). data_pipeline.dedup.aggregate says which steps run, in what order.
+timeout; every all-to-all step's pieces go through files (data_pipeline.dedup.exchange).
+data_pipeline.dedup.aggregate says which steps run, in what order.
 """
 
 from __future__ import annotations
@@ -18,17 +18,16 @@ from pretrain.outstore import OutPath, output_path
 class Runner:
     """Launches the step functions as Ray tasks and waits for them with a timeout."""
 
-    def __init__(self, config: DedupConfig, folder: str | OutPath | None = None) -> None:
+    def __init__(self, config: DedupConfig, folder: str | OutPath) -> None:
         import ray
 
         self.ray = ray
-        self.exchange: Any = _path(folder)
-        """Folder of the file-based exchange (data_pipeline.dedup.exchange); None: Ray objects.
-        A path, not its string: in an object store it is an `ObjectPath`, which carries the
+        self.exchange: Any = output_path(folder)
+        """Folder of the exchange's files (data_pipeline.dedup.exchange). A path, not its string: in an object store it is an `ObjectPath`, which carries the
         writer lock of the output it lies under into every task's args (the producers' `target`,
         the Gathers), so the tasks that write there are fenced (pretrain.objectfence) also on a
         Ray whose workers never saw this driver's environment."""
-        self.scratch = None if folder is None else exchange.Scratch(_path(folder))
+        self.scratch = exchange.Scratch(self.exchange)
         self.producing: list[Any] = []
         """Cost refs of the file producers whose files a consumer launched next may read."""
         self.steps = 0
@@ -55,37 +54,27 @@ class Runner:
             self.remotes[key] = self.ray.remote(**options)(timed)
         *refs, cost = self.remotes[key].options(num_returns=num_returns + 1).remote(*args)
         self.costs.append(cost)
-        if self.scratch is not None:
-            self.scratch.read_by(args, cost)
+        self.scratch.read_by(args, cost)
         return refs
 
     def release(self, *columns: Any, lineage: bool) -> None:
         """No task launched from now on reads these pieces (exchange.Scratch.release)."""
-        if self.scratch is not None:
-            self.scratch.release(columns, lineage)
+        self.scratch.release(columns, lineage)
 
     def gathers(self, *columns: Any) -> list[Any]:
         """`columns` with only their exchange.Gathers (no object ref): what `release` needs."""
         return [[[g for g in c if isinstance(g, exchange.Gather)] for c in col] for col in columns]
 
     def sweep(self) -> None:
-        if self.scratch is not None:
-            self.scratch.sweep(self.ray)
+        self.scratch.sweep(self.ray)
 
     def scatter(
         self, step: str, func: Any, groups: int, extra: int, partitions: int, producers: list
     ) -> tuple[list[list[list[Any]]], list[list[Any]]]:
         """Launch one producer task per args tuple in `producers`; `func`'s first `groups` x
         `partitions` returns are partition pieces, then `extra` values. Returns (columns, rests):
-        columns[g][q] is what a consumer of partition q passes on for group g (one ref per
-        producer, or one exchange.Gather naming their files), rests[i] producer i's extra refs."""
-        if self.exchange is None:
-            outs = [self.launch(func, groups * partitions + extra, *args) for args in producers]
-            columns = [
-                [[o[g * partitions + q] for o in outs] for q in range(partitions)]
-                for g in range(groups)
-            ]
-            return columns, [o[groups * partitions :] for o in outs]
+        columns[g][q] is what a consumer of partition q passes on for group g (one exchange.Gather
+        naming the producers' files), rests[i] producer i's extra refs."""
         self.steps += 1
         name = f"{self.steps:04d}-{step}"
         outs = [
@@ -103,8 +92,7 @@ class Runner:
         width, unmerged = self._merge(name, groups, partitions, self.costs[first:])
         costs = self.costs[first:]  # the producers', then the merge tasks'
         self.producing += costs
-        if self.scratch is not None:
-            self.scratch.produced(name, groups, costs)
+        self.scratch.produced(name, groups, costs)
         columns = [
             [
                 [exchange.Gather(self.exchange, name, g, len(outs), q, width, unmerged[g])]
@@ -156,12 +144,6 @@ class Runner:
         self.infos.setdefault(step, []).extend(v for v in values if isinstance(v, dict))
         self.timeline.append((step, time.time()))
         return values
-
-
-def _path(folder: str | OutPath | None) -> Any:
-    """The exchange folder as a path (`Runner.exchange`); exchange.py's names type it `str`,
-    and `output_path` passes a path through."""
-    return None if folder is None else output_path(folder)
 
 
 def wait_for_cpu(ray: Any, timeout: float) -> None:

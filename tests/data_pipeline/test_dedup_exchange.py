@@ -1,11 +1,10 @@
-"""The file-based dedup exchange (data_pipeline.dedup.exchange): the pieces read back are the
-pieces written, and an aggregate over persisted parts tags exactly as the Ray-object exchange
-does, on the byte-identity fixture and on a larger random set with many
-partitions (many of them empty)."""
+"""The dedup exchange through files (data_pipeline.dedup.exchange): the pieces read back are the
+pieces written, and an aggregate over persisted parts tags the same whatever its partition count
+(many partitions, many of them empty, against two), on the byte-identity fixture and on a larger
+random set; only the joins' tags outlive the aggregate."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import numpy as np
@@ -170,37 +169,36 @@ def _persist(folder: Path, table: pa.Table, sizes: list[int], config: DedupConfi
     return parts
 
 
-def _tag(ray, parts: list, config: DedupConfig, files: bool) -> tuple[pa.Table, DedupStage]:
+def _tag(ray, parts: list, config: DedupConfig) -> tuple[pa.Table, DedupStage]:
     stage = DedupStage(config)
-    joins, stage.stats = dedup_parts(parts, config, stage, files=files)
+    joins, stage.stats = dedup_parts(parts, config, stage)
     attach = ray.remote(tasks.attach_file)
     tagged = ray.get([attach.remote(p.rows, i, *joins[i]) for i, p in enumerate(parts)])
     return pa.concat_tables(tagged), stage
 
 
 def _compare(ray, tmp_path: Path, table: pa.Table, sizes: list[int], config: DedupConfig):
-    parts = _persist(tmp_path / ".parts" / "global" / "dedup", table, sizes, config)
-    by_files, file_stage = _tag(ray, parts, config, files=True)
-    by_objects, object_stage = _tag(ray, parts, config, files=False)
-    assert by_files.equals(by_objects)
-    counts = [
-        {k: v for k, v in s.stats.as_dict().items() if k != "extra"}
-        for s in (file_stage, object_stage)
-    ]
+    """The aggregate at `config`'s partitions and at 2 partitions: the same tags and counts."""
+    tagged, runs = {}, {}
+    for name, at in (("many", config), ("two", config.model_copy(update={"num_partitions": 2}))):
+        root = tmp_path / name
+        parts = _persist(root / ".parts" / "global" / "dedup", table, sizes, at)
+        tagged[name], runs[name] = _tag(ray, parts, at)
+        steps = sorted(p.name for p in (root / ".parts/global/dedup/exchange").glob("*/*"))
+        assert len(steps) == 1 and steps[0].endswith("-keep")  # only the joins' tags stay
+        disk = runs[name].stats.extra["exchange"]  # each step's files went once it was read
+        assert 0 < disk["peak_bytes"] < disk["written_bytes"], disk
+    assert tagged["many"].equals(tagged["two"])
+    counts = [{k: v for k, v in s.stats.as_dict().items() if k != "extra"} for s in runs.values()]
     assert counts[0] == counts[1]  # documents, candidates, verified pairs, clusters, dropped
-    assert (
-        file_stage.stats.extra["component_rounds"] == object_stage.stats.extra["component_rounds"]
-    )
-    steps = sorted(p.name for p in (tmp_path / ".parts/global/dedup/exchange").glob("*/*"))
-    assert len(steps) == 1 and steps[0].endswith("-keep")  # only the joins' tags stay
-    disk = file_stage.stats.extra["exchange"]  # each step's files went once it was read
-    assert 0 < disk["peak_bytes"] < disk["written_bytes"], disk
-    return by_files, file_stage
+    return tagged["many"], runs["many"]
 
 
 @pytest.mark.ray
 @pytest.mark.timeout(240)
-def test_file_exchange_tags_like_the_object_exchange_on_the_fixture(ray_local, tmp_path) -> None:
+def test_the_aggregate_tags_alike_at_any_partition_count_on_the_fixture(
+    ray_local, tmp_path
+) -> None:
     table, _ = load_fixture()
     tagged, stage = _compare(
         ray_local, tmp_path, table, [10, 1, 6, table.num_rows - 17], DedupConfig(num_partitions=5)
@@ -211,9 +209,7 @@ def test_file_exchange_tags_like_the_object_exchange_on_the_fixture(ray_local, t
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_file_exchange_tags_like_the_object_exchange_with_many_partitions(
-    ray_local, tmp_path: Path
-) -> None:
+def test_the_aggregate_tags_alike_with_many_partitions(ray_local, tmp_path: Path) -> None:
     rng = np.random.default_rng(11)
     vocab = np.array([f"w{i}" for i in range(2000)])
     bases = [" ".join(rng.choice(vocab, 80)) for _ in range(90)]
@@ -239,22 +235,19 @@ def test_file_exchange_tags_like_the_object_exchange_with_many_partitions(
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_data_run_through_the_file_exchange_writes_the_object_exchanges_bytes(
-    ray_local, tmp_path: Path, monkeypatch
-) -> None:
+def test_a_data_run_writes_the_same_bytes_at_any_partition_count(ray_local, tmp_path) -> None:
     from data_pipeline import runner
     from data_pipeline.config import PipelineConfig
-    from data_pipeline.dedup import distributed
     from pretrain import shards_layout as layout
     from pretrain_app.cli import main
 
-    def run(out: Path) -> dict[str, bytes]:
+    def run(out: Path, partitions: int) -> dict[str, bytes]:
         config = {
             "inputs": [str(DATA)],
             "output": str(out),
             "shard_rows": 4,
             "batch_rows": 3,
-            "stages": {"extract": {}, "dedup": {"num_partitions": 9}},
+            "stages": {"extract": {}, "dedup": {"num_partitions": partitions}},
             "ray": {"timeout_s": 200},
         }
         runner.run_pipeline(PipelineConfig.model_validate(config), progress=False)
@@ -262,9 +255,7 @@ def test_a_data_run_through_the_file_exchange_writes_the_object_exchanges_bytes(
         paths += sorted((out / layout.REJECTS_DIR).glob("*"))
         return {p.relative_to(out).as_posix(): p.read_bytes() for p in paths}
 
-    by_files = run(tmp_path / "files")
-    assert not list((tmp_path / "files" / layout.GLOBAL_MAP_DIR).rglob(AGGREGATE_SCRATCH))
-    assert main(["verify", str(tmp_path / "files")]) == 0
-    objects = functools.partial(distributed.dedup_parts, files=False)
-    monkeypatch.setattr(distributed, "dedup_parts", objects)
-    assert run(tmp_path / "objects") == by_files
+    nine = run(tmp_path / "nine", 9)
+    assert not list((tmp_path / "nine" / layout.GLOBAL_MAP_DIR).rglob(AGGREGATE_SCRATCH))
+    assert main(["verify", str(tmp_path / "nine")]) == 0
+    assert run(tmp_path / "two", 2) == nine
