@@ -4,6 +4,8 @@
 `subprocess`) sets Linux's `PR_SET_PDEATHSIG` to SIGKILL. It survives `exec`, so it covers a
 torchrun agent we start, and each training rank sets it for itself (torchrun starts ranks in a new
 session, out of reach of a signal to the launcher's process group). Elsewhere it does nothing.
+
+A command stops on SIGTERM as on Ctrl-C: `stop_on_sigterm()` makes it raise `Terminated`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import ctypes
 import os
 import signal
 import sys
+import threading
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 
@@ -28,3 +32,20 @@ def die_with_parent(expected_parent: int | None = None) -> bool:
     if parent == 1 or (expected_parent is not None and parent != expected_parent):
         os._exit(1)
     return True
+
+
+class Terminated(BaseException):  # noqa: N818 (like KeyboardInterrupt: not an Exception)
+    """SIGTERM arrived: the command unwinds as on Ctrl-C (its cleanup runs), then exits 143."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one unwind; a second TERM does not cut it
+    raise Terminated
+
+
+def stop_on_sigterm() -> Any:
+    """SIGTERM raises Terminated in the main thread; returns the handler it replaced. `ray.init`
+    installs its own (`sys.exit(15)`, mid-cleanup): call this again after it."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_terminated)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import signal
 import sys
 from collections.abc import Iterable, Sequence
 from types import ModuleType
@@ -22,6 +23,7 @@ from pretrain.cli_utils import add_verbosity_args
 from pretrain.command import capture
 from pretrain.errors import PretrainError
 from pretrain.hashcache import verify_mode
+from pretrain.lifetime import Terminated, stop_on_sigterm
 from pretrain.progress import NORMAL, session
 
 PROG = "pretrain"
@@ -47,10 +49,18 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> i
     argv = list(argv) if argv is not None else sys.argv[1:]
     args = parser.parse_args(argv)
     prog = " ".join([PROG, *getattr(args, "command_path", [args.command])])
+    previous = stop_on_sigterm()
     try:
         verify_mode()  # a mistyped PRETRAIN_VERIFY is refused before anything runs
         with capture(argv), session(getattr(args, "verbosity", NORMAL), prog.replace(" ", "-")):
             return _handle(args)
+    except Terminated:
+        print(
+            f"{prog}: terminated (SIGTERM); run the same command again: what was finished is "
+            "reused",
+            file=sys.stderr,
+        )
+        return 143
     except PretrainError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
@@ -64,6 +74,9 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> i
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _handle(args: argparse.Namespace) -> int:

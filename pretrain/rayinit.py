@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from pretrain.errors import PretrainError
+from pretrain.lifetime import stop_on_sigterm
 from pretrain.objectlock import FENCE_ENV
 
 AUTH_MODE = "RAY_AUTH_MODE"
@@ -134,6 +135,7 @@ def connect(
                     # a copy per attempt: Ray writes the session's spill directory into it
                     **{**init_kwargs, "_system_config": dict(system_config)},
                 )
+            _connected(ray)
             break
         except Exception as exc:
             # Ray waits a fixed 30 s for its raylet to register; a busy machine can miss it.
@@ -147,6 +149,16 @@ def connect(
 
 
 LOCAL_START_ATTEMPTS = 3
+
+
+def _connected(ray: Any) -> None:
+    """After `ray.init`: SIGTERM stops the command again (Ray made it `sys.exit(15)`), and no
+    Ray call after `shutdown` starts a Ray of its own (Ray Data's threads, still stopping after a
+    Ctrl-C or SIGTERM, called `ray.init()` in the background: a second, non-loopback Ray)."""
+    stop_on_sigterm()
+    hook = getattr(ray._private, "auto_init_hook", None)
+    if hook is not None:
+        hook.enable_auto_connect = False
 
 
 DRIVER_ENV = (FENCE_ENV,)  # the writer lock this driver holds: its workers check it (objectfence)
@@ -244,6 +256,7 @@ def _connect_existing(ray: Any, address: str, init_kwargs: dict[str, Any]) -> No
     with _stderr_captured() as captured:
         try:
             ray.init(address=address, log_to_driver=False, **init_kwargs)
+            _connected(ray)
             failure = None
         except Exception as exc:
             if not isinstance(exc, ConnectionError) and type(exc).__name__ != "AuthenticationError":
