@@ -34,7 +34,7 @@ from pretrain.errors import InputError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json
 from pretrain.outtarget import require_own_output
-from pretrain.replace import new_building_dir, replace_dir
+from pretrain.publish import publishing
 from tokenizer.shards import read_columns
 
 HIT_SCHEMA = pa.schema(
@@ -312,8 +312,7 @@ def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
     # built beside `out`, then swapped in: a kill leaves the old eval sets or the new ones (it
     # deleted the old ones and wrote in place, so a kill left a part of the new sets, no
     # manifest, which the re-run refused as someone else's files)
-    building = new_building_dir(out)
-    try:
+    with publishing(out) as building:
         written, skipped = _write_sets(building, groups, cfg)
         train_files = files + [f for d in cfg.train_shards for f in _shard_files(d)]
         kept = [doc for row in written for doc in groups[(row["domain"], row["lang"])]]
@@ -324,9 +323,6 @@ def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
             else []
         )
         manifest = _finish(building, cfg, written, skipped, hits)
-        replace_dir(building, out)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
     return manifest
 
 

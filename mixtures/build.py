@@ -10,7 +10,6 @@ Layout of the artifact:
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from pretrain.manifest import (
 )
 from pretrain.outtarget import require_own_output
 from pretrain.progress import Progress
-from pretrain.replace import new_building_dir, replace_dir
+from pretrain.publish import publishing
 from tokenizer.lock import check_match
 
 KIND = "mixture"
@@ -143,8 +142,9 @@ def build_mixture(config: MixtureConfig) -> BuildResult:
     encoded_dir, tokenizer, exclude = prepared.encoded_dir, prepared.tokenizer, prepared.exclude
     docs, old, plan = prepared.docs, prepared.old, prepared.plan
     out = Path(config.out)
-    staging = _staging_dir(out)
-    try:
+    with publishing(out) as staging:  # at every instant `out` is the old mixture or the new
+        (staging / "index").mkdir()
+        (staging / "components").mkdir()
         _write_body(staging, config, docs, plan)
         encoded_sha = manifest_sha256(encoded_dir)
         build_hash = build_sha256(
@@ -164,22 +164,10 @@ def build_mixture(config: MixtureConfig) -> BuildResult:
         manifest = mixture_kind.write(
             staging, fields, config=config_dict(config), inputs=inputs, counts=plan.counts()
         )
-        replace_dir(staging, out)  # at every instant `out` is the old mixture or the new
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     ratio, warning = tokens_per_parameter(config)
     summary = plan.summary
     summary["tokens_per_parameter"] = ratio
     return BuildResult(out, manifest, summary, [warning] if warning else [])
-
-
-def _staging_dir(out: Path) -> Path:
-    """A new folder beside `out` to build in (`prepare` checked `out`); what a killed build
-    left beside it goes first (pretrain.replace.recover)."""
-    staging = new_building_dir(out)
-    (staging / "index").mkdir()
-    (staging / "components").mkdir()
-    return staging
 
 
 def _write_body(

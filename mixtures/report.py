@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from pretrain.errors import ArtifactError
 from pretrain.locking import output_lock
 from pretrain.manifest import MANIFEST, atomic_write_json, listed_path, require
 from pretrain.outtarget import refuse_foreign, refuse_not_a_directory, temporary_file
-from pretrain.replace import new_building_dir, replace_dir
+from pretrain.publish import publishing
 
 CHUNK_BATCHES = 1 << 14
 MAX_PLOTTED_BATCHES = 2000
@@ -237,15 +236,9 @@ def write_report(
         check_report_out(target, "--out" if out is not None else "the report folder")
         report = build_report(directory)
         report["run"] = compare_run(directory, run_dir) if run_dir is not None else None
-        # built beside `target` (inside the mixture: in its unlisted .pretrain-staging/) and
-        # swapped in: a kill left report.png without report.json or a manifest, which the
-        # re-run refused as someone else's file and `pretrain verify MIXTURE` as unlisted
-        building = new_building_dir(target)
-        try:
+        # built in the mixture's unlisted .pretrain-staging/ and published in one rename
+        with publishing(target) as building:
             _write_files(building, target, report, directory, run_dir)
-            replace_dir(building, target)
-        finally:
-            shutil.rmtree(building, ignore_errors=True)
     return report
 
 

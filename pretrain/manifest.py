@@ -102,8 +102,8 @@ def atomic_write_json(path: str | os.PathLike | outstore.ObjectPath, obj: Any) -
 
 
 STAGING_DIR = ".pretrain-staging"
-"""Where a command builds an artifact before moving it into place (pretrain.staging): what a
-killed write left there is the re-run's to remove, never part of the artifact."""
+"""Inside an artifact, where a nested one (a mixture's report/) is built before it is published
+(pretrain.publish): what a killed write left there is the re-run's to remove, never listed."""
 
 UNLISTED_DIRS = (shards_layout.GLOBAL_MAP_DIR, STAGING_DIR)
 """Resume caches a command verifies itself and may delete (the data job's global map side), and
@@ -270,11 +270,8 @@ def write_manifest(
 def load_manifest(directory: str | os.PathLike | outstore.ObjectPath) -> dict[str, Any]:
     path = outstore.output_path(directory) / MANIFEST  # a local file, or an object-store key
     if not path.is_file():
-        note = ""
-        if isinstance(path, Path) and (path.parent / STAGING_DIR).exists():
-            note = f"; {STAGING_DIR} holds what a stopped command left unfinished"
         raise ArtifactError(
-            f"{directory} is not a finished artifact (no {MANIFEST}{note}); "
+            f"{directory} is not a finished artifact (no {MANIFEST}); "
             "re-run the command that builds it"
         )
     try:

@@ -22,7 +22,6 @@ from pretrain.errors import ArtifactError, ConfigError
 from pretrain.manifest import MANIFEST, load_manifest
 from pretrain.outstore import ObjectPath, OutPath
 from pretrain.progress import LOGS_DIR, detach
-from pretrain.staging import unfinished_entries
 
 
 def refuse(message: str, error: type[ConfigError | ArtifactError] = ConfigError) -> NoReturn:
@@ -78,21 +77,12 @@ def temporary_file(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
-def _with_unfinished(out: Path, kind: str, scratch: Callable[[str], bool]) -> Callable[[str], bool]:
-    """`scratch`, and what a killed `kind` write through `pretrain.staging` left in `out` (its
-    staging folder, the files it had moved out): the re-run's own work, which it replaces."""
-    own = unfinished_entries(out, kind) if out.is_dir() else set()
-    return lambda name: name in own or scratch(name)
-
-
 def require_own_output(
     out: Path, flag: str, kind: str, scratch: Callable[[str], bool] = temporary_file
 ) -> None:
-    """`out` may be new, empty (but for logs, `scratch` files and what a killed run of the
-    command left), or a `kind` artifact, which the command replaces; anything else is refused in
-    one line before the first write."""
+    """`out` may be new, empty (but for logs and `scratch` files), or a `kind` artifact, which
+    the command replaces; anything else is refused in one line before the first write."""
     refuse_not_a_directory(out, flag)
-    scratch = _with_unfinished(out, kind, scratch)
     found = manifest_kind(out)
     if found is not None:
         if found != kind:
@@ -111,10 +101,8 @@ def require_new_output(
     """`out` may be new, or empty but for the command's logs and `scratch` files: what an earlier
     run of it that was refused, failed or was killed before its first output file left there.
     Anything else is refused in one line, a finished `kind` artifact too (a model is never
-    replaced in place: the stages that use it pin its manifest's hash). What a killed run left
-    through `pretrain.staging` counts as its scratch."""
+    replaced in place: the stages that use it pin its manifest's hash)."""
     refuse_not_a_directory(out, flag)
-    scratch = _with_unfinished(out, kind, scratch)
     if manifest_kind(out) == kind:
         refuse(
             f"{flag} {str(out)!r} is not empty: it holds a finished {kind} artifact; choose a "

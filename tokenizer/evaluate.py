@@ -23,7 +23,7 @@ from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json
 from pretrain.outtarget import require_own_output
 from pretrain.progress import Progress
-from pretrain.staging import staged
+from pretrain.publish import publishing
 from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.plots import plot_compression, plot_groups
 from tokenizer.sample import SamplePlan, group_key, stream_sample
@@ -226,11 +226,9 @@ def evaluate(
             processor.get_piece_size(), special_sp
         )
     summary = _summary(report)
-    # built out of sight, moved in at the end (pretrain.staging): before, the old manifest went
-    # first and report.json was written in place, so a kill left a folder the re-run refused as
-    # not ours (and `pretrain verify TOKENIZER` reported its files); now an earlier eval stays
+    # built out of sight, published in one rename (pretrain.publish): an earlier eval stays
     # whole until the new one replaces it
-    with staged(out, KIND) as files:
+    with publishing(out) as files:
         atomic_write_json(files / "report.json", report)
         plot_compression(report, files / "compression.png")
         eval_kind.write(

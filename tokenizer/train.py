@@ -8,7 +8,6 @@ one, then GPT-2's byte-level regex. See `tokenizer.config.PreTokenizeConfig`.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_bytes, file_records
 from pretrain.outtarget import manifest_kind, refuse_foreign, refuse_not_a_directory, temporary_file
 from pretrain.progress import VERBOSE, verbosity
-from pretrain.staging import staged, unfinished_entries
+from pretrain.publish import publishing
 from tokenizer.config import PreTokenizeConfig, TokenizerTrainConfig, default_name
 from tokenizer.hf import hf_file_bytes
 from tokenizer.lock import KIND, LOCK_FILE, TOKENIZER_FILE, lock_bytes, tokenizer_id
@@ -89,8 +88,8 @@ def preflight(config: TokenizerTrainConfig) -> list[Path]:
 def check_out(out: Path) -> None:
     """Refuse an `out` that is a file, holds a different kind of artifact, or is a non-empty
     folder without a tokenizer manifest (someone else's files: its lock.json, tokenizer.json
-    would be replaced; pretrain.outtarget). What a killed train left (pretrain.staging: its
-    staging folder, the files it had moved in) is its own, taken back by the re-run."""
+    would be replaced; pretrain.outtarget). A killed train leaves only its scratch folder beside
+    `out` (pretrain.publish), which the re-run deletes."""
     refuse_not_a_directory(out, "out =")
     kind = manifest_kind(out)
     if kind is not None:
@@ -100,22 +99,7 @@ def check_out(out: Path) -> None:
                 "directory for the tokenizer"
             )
         return
-    own = unfinished_entries(out, KIND) if out.is_dir() else set()
-    refuse_foreign(
-        out,
-        "out =",
-        "tokenizer artifact (no manifest.json)",
-        lambda name: name in own or temporary_file(name),
-    )
-
-
-def _drop_old_eval(out: Path, staging: Path) -> None:
-    """The earlier tokenizer's `eval/` (nested artifact, `pretrain tokenizer eval`) measured
-    that tokenizer, not the new one: it goes just before the new files move in, in one rename
-    into the staging folder (which goes when the new tokenizer is in place), so a kill leaves it
-    whole or gone, never a part of it that `pretrain verify` would report."""
-    if (out / "eval").is_dir() and not (out / "eval").is_symlink():
-        os.replace(out / "eval", staging / "replaced-eval")
+    refuse_foreign(out, "out =", "tokenizer artifact (no manifest.json)", temporary_file)
 
 
 def make_lock(
@@ -155,13 +139,11 @@ def train(config: TokenizerTrainConfig) -> dict[str, Any]:
             f"sample of {config.data} is empty (no train-split text with non-zero "
             "weight); check sample.domain_weights / sample.lang_weights"
         )
-    # built out of sight and moved in at the end, manifest last (pretrain.staging): a kill
-    # leaves the earlier tokenizer whole, or nothing a reader takes for a tokenizer, and the
-    # re-run takes back what it left
+    # built out of sight, manifest last, then published in one rename (pretrain.publish): a kill
+    # leaves the earlier tokenizer whole (its eval/ too, which the new one replaces), or nothing
     out = Path(config.out)
-    with staged(out, KIND) as files:
+    with publishing(out) as files:
         manifest = _write_files(files, config, tokenizer, composition, shards_sha)
-        _drop_old_eval(out, files.parent)
     return manifest
 
 

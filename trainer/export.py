@@ -20,7 +20,7 @@ from pretrain.artifacts import export as export_kind
 from pretrain.errors import ArtifactError
 from pretrain.manifest import atomic_write_bytes
 from pretrain.outtarget import require_own_output
-from pretrain.staging import staged
+from pretrain.publish import publishing
 from trainer.checkpoint import checkpoint_dir, list_checkpoints, newest_valid
 
 KIND = "hf_export"
@@ -117,7 +117,7 @@ def export_hf(
     tensors = hf_state_dict(loaded.model.state_dict(), model_config, getattr(torch, dtype))
     # built out of sight, then moved in (manifest last): a kill leaves no export that
     # transformers would load half-written, and the re-run replaces what it left
-    with staged(out, KIND) as files:
+    with publishing(out) as files:
         save_file(tensors, str(files / "model.safetensors"), metadata={"format": "pt"})
         hf = hf_config(model_config, padded, locked.eod_id, locked.pad_id, dtype)
         atomic_write_bytes(files / "config.json", _json(hf))

@@ -29,7 +29,7 @@ from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, sha256_file
 from pretrain.outtarget import require_new_output, temporary_file
 from pretrain.progress import Progress
-from pretrain.staging import staged
+from pretrain.publish import publishing
 
 KIND = "fasttext-model"
 LABEL_PREFIX = "__label__"
@@ -280,8 +280,7 @@ def evaluate(model: Any, heldout: list[tuple[str, str]], labels: list[str]) -> d
 
 
 TRAIN_SCRATCH = ".train-"
-"""The prefix of the temporary folder training runs in, in the staging folder (before: inside
-`out`, where a killed run of an older version left it)."""
+"""The prefix of the temporary folder training runs in, inside the scratch folder."""
 
 
 def check_out(config: ClassifierConfig) -> Path:
@@ -303,11 +302,11 @@ def train_classifier(config: ClassifierConfig) -> Path:
     out = check_out(config)
     by_label, skipped = collect_examples(config)
     train, heldout = split_examples(config, by_label)
-    # built in a staging folder, moved into `out` at the end (pretrain.staging): a killed run
-    # leaves no model there, and its re-run replaces what it left
-    with staged(out, model_kind.FASTTEXT_KIND) as files:
+    # built in a scratch folder, published at the end (pretrain.publish): a killed run leaves
+    # no model in `out`
+    with publishing(out) as files:
         model_file = files / ("model.ftz" if config.quantize else "model.bin")
-        with tempfile.TemporaryDirectory(dir=files.parent, prefix=TRAIN_SCRATCH) as tmp:
+        with tempfile.TemporaryDirectory(dir=files, prefix=TRAIN_SCRATCH) as tmp:
             _fit(config, train, Path(tmp), model_file)
         import fasttext
 

@@ -30,7 +30,7 @@ from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, sha256_file
 from pretrain.outtarget import require_new_output
 from pretrain.progress import Progress
-from pretrain.staging import staged
+from pretrain.publish import publishing
 
 KIND = "kenlm-model"
 MIN_HELDOUT = 20
@@ -146,8 +146,7 @@ def _heldout_perplexity(arpa: Path, heldout: list[str]) -> float | None:
 
 def check_out(config: LanguageModelConfig) -> Path:
     """The output directory, refused in one line unless it is new or holds only what an earlier
-    run of this command left before finishing a model (its logs, its staging folder);
-    `--dry-run` checks it too."""
+    run of this command left before finishing a model (its logs); `--dry-run` checks it too."""
     out = Path(config.out)
     require_new_output(out, "out =", model_kind.KENLM_KIND)
     return out
@@ -156,10 +155,10 @@ def check_out(config: LanguageModelConfig) -> Path:
 @writes_output("config.out")
 def train_lm(config: LanguageModelConfig) -> Path:
     """Train one model per language and write the `kenlm-model` artifact; returns its directory.
-    The files are built in a staging folder and moved into `out` at the end (pretrain.staging):
-    a killed run leaves no model there, and its re-run replaces what it left."""
+    The files are built in a scratch folder and published at the end (pretrain.publish): a
+    killed run leaves no model in `out`."""
     out = check_out(config)
-    with staged(out, model_kind.KENLM_KIND) as files:
+    with publishing(out) as files:
         languages = {lang: _train_language(lang, config, files) for lang in config.languages}
         info = {
             "order": config.order,

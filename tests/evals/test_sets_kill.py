@@ -3,7 +3,7 @@ again. Before, the build deleted the old eval sets and wrote the new ones in pla
 writing left `sets/` without a manifest (the old eval sets gone, nothing finished), which every
 reader refused, and the re-run refused too (`out = ... is not empty ... holds no evalset
 artifact`): the user had to delete it by hand. Now the sets are built beside `out` and swapped
-in (pretrain.replace): `out` is the old finished eval set or the new one at every kill point,
+in (pretrain.publish): `out` is the old finished eval set or the new one at every kill point,
 readers refuse a missing one in one line, and the re-run is byte-identical to an uninterrupted
 build."""
 
@@ -19,7 +19,7 @@ from evals.bpb import load_eval_sets
 from mixtures.decontaminate import contaminated_ids
 from pretrain.errors import PretrainError
 from pretrain.manifest import MANIFEST
-from pretrain.replace import building_dir, retired_dir
+from pretrain.publish import retired_dir, scratch_dir
 from tests.evals.test_sets import DATA, make_shards
 from tests.pretrain_app.killpoints import finished_state, run_killed, same_listing
 from tests.pretrain_app.killtools import contents, run
@@ -59,14 +59,14 @@ def _argv(built: dict[str, Path], out: Path) -> list[str]:
 def _markers(out: Path, name: str) -> list[Path]:
     """`name` in the building folder, or in `out` itself (where the old code wrote; not the
     manifest, which the old eval set there holds)."""
-    return [building_dir(out) / name] + ([out / name] if name != MANIFEST else [])
+    return [scratch_dir(out) / name] + ([out / name] if name != MANIFEST else [])
 
 
 def _rerun_matches(built: dict[str, Path], out: Path, tmp: Path) -> None:
     again = run(_argv(built, out), tmp, "rerun")
     assert again.returncode == 0, again.stderr[-3000:]
     assert contents(out) == contents(built["new"]) and same_listing(out, built["new"])
-    assert not building_dir(out).exists() and not retired_dir(out).exists()
+    assert not scratch_dir(out).exists() and not retired_dir(out).exists()
 
 
 def _refused_in_one_line(out: Path, tmp: Path) -> None:

@@ -4,7 +4,7 @@ its staging folder into place: a kill inside the delete left a part of the old m
 manifest still there, components/code.npy gone: every reader refused it, the old finished
 mixture was lost) while the new one sat finished beside it, to be deleted by the re-run; the
 old code fails the kill points 1 and 4 and the fallback's. Now the folders are swapped in one
-step (pretrain.replace): at every kill point `out` is the old finished mixture or the new one,
+step (pretrain.publish): at every kill point `out` is the old finished mixture or the new one,
 and the re-run ends byte-identical to an uninterrupted build, with nothing left beside `out`."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from pretrain.manifest import MANIFEST
-from pretrain.replace import building_dir, retired_dir
+from pretrain.publish import retired_dir, scratch_dir
 from tests.data_pipeline.raytools import REPO, clean_env
 from tests.mixtures.conftest import make_encoded, mixture_config
 from tests.pretrain_app.killpoints import finished_state, run_killed
@@ -48,7 +48,7 @@ def _argv(built: dict[str, Path], out: Path) -> list[str]:
 
 
 def _nothing_beside(out: Path) -> None:
-    assert not building_dir(out).exists() and not retired_dir(out).exists()
+    assert not scratch_dir(out).exists() and not retired_dir(out).exists()
 
 
 def _rerun_matches(built: dict[str, Path], out: Path, tmp: Path) -> None:
@@ -73,7 +73,7 @@ def _kill_and_rerun(
     out = tmp / "mix"
     shutil.copytree(built["old"], out)
     argv = _argv(built, out)
-    done = run_killed(argv, tmp, building_dir(out) / phase, after, no_exchange=no_exchange)
+    done = run_killed(argv, tmp, scratch_dir(out) / phase, after, no_exchange=no_exchange)
     if done.returncode == 0:
         assert finished_state(out, built["old"], built["new"]) == "new"
         _nothing_beside(out)
@@ -129,7 +129,7 @@ def test_a_first_build_killed_before_its_rename_leaves_nothing_a_reader_takes(
     built: dict[str, Path], tmp_path: Path
 ) -> None:
     out = tmp_path / "mix"
-    done = run_killed(_argv(built, out), tmp_path, building_dir(out) / MANIFEST, 0)
+    done = run_killed(_argv(built, out), tmp_path, scratch_dir(out) / MANIFEST, 0)
     assert done.returncode == -9, done.stderr[-3000:]
     assert not out.exists()  # nothing a reader could take for the mixture
     refused = run(["mixture", "report", str(out)], tmp_path, "report")

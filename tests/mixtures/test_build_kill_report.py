@@ -3,7 +3,7 @@ then run again. Before, the report was written in place (MIXTURE/report/): a fir
 there left report.png without report.json or a manifest, which the re-run refused as someone
 else's file ('the report folder ... is not empty (report.png)') and `pretrain verify MIXTURE`
 refused as a file its manifest does not list. Now it is built in the mixture's unlisted
-.pretrain-staging/ and swapped in (pretrain.replace): the mixture still verifies, the killed
+.pretrain-staging/ and swapped in (pretrain.publish): the mixture still verifies, the killed
 report is refused in one line, the re-run is byte-identical to an uninterrupted report."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from pretrain.manifest import MANIFEST
-from pretrain.replace import building_dir
+from pretrain.publish import scratch_dir
 from tests.mixtures.conftest import make_encoded, mixture_config
 from tests.pretrain_app.killpoints import finished_state, run_killed
 from tests.pretrain_app.killtools import contents, run
@@ -38,7 +38,7 @@ def test_a_killed_report_leaves_the_mixture_verifying_and_the_rerun_matches(
     expected = tmp_path / "expected-report"
 
     report = mixture / "report"
-    markers = [building_dir(report) / "report.png", report / "report.png"]
+    markers = [scratch_dir(report) / "report.png", report / "report.png"]
     killed = run_killed(["mixture", "report", str(mixture)], tmp_path, markers, 0)
     assert killed.returncode == -9, killed.stderr[-3000:]
     verified = run(["verify", str(mixture)], tmp_path, "verify")
@@ -50,6 +50,6 @@ def test_a_killed_report_leaves_the_mixture_verifying_and_the_rerun_matches(
     assert again.returncode == 0, again.stderr[-3000:]
     assert finished_state(report, expected, expected) == "old"  # the same bytes
     assert contents(report) == contents(expected)
-    assert not building_dir(report).exists() and not (mixture / ".pretrain-staging").exists()
+    assert not scratch_dir(report).exists() and not (mixture / ".pretrain-staging").exists()
     assert run(["verify", str(mixture)], tmp_path, "verify-again").returncode == 0
     assert (report / MANIFEST).is_file()

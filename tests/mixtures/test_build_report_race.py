@@ -22,7 +22,7 @@ import yaml
 
 from pretrain.locking import is_lock_file, lock_path
 from pretrain.manifest import load_manifest
-from pretrain.replace import building_dir
+from pretrain.publish import scratch_dir
 from tests.mixtures.conftest import make_encoded, mixture_config
 from tests.pretrain_app.killpoints import start_paused
 from tests.pretrain_app.killtools import contents, run
@@ -78,7 +78,7 @@ def test_a_report_while_a_build_replaces_the_mixture_is_refused(
     reference = tmp_path / "reference"
     assert run(_build_argv(encoded, reference, 7), tmp_path, "reference").returncode == 0
     # stopped once its new mixture is being built beside the old one (the lock is held)
-    paused = start_paused(_build_argv(encoded, mixture, 7), tmp_path, building_dir(mixture), 0)
+    paused = start_paused(_build_argv(encoded, mixture, 7), tmp_path, scratch_dir(mixture), 0)
     rival = run(["mixture", "report", str(mixture)], tmp_path, "report")
     _refused_naming(rival, paused.pid, "mixture build")  # old code: rc 0
     _go_on(paused)

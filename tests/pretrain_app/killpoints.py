@@ -1,6 +1,6 @@
 """SIGKILL a real `pretrain` command at an exact step instead of a moment in time: the command
 runs in a subprocess (clean environment) whose file-system calls that change a folder
-(`os.unlink`, `rmdir`, `rename`, `replace`, `mkdir`, and pretrain.replace's folder swap) are counted from the first one made after a marker file exists; the
+(`os.unlink`, `rmdir`, `rename`, `replace`, `mkdir`, and pretrain.publish's folder swap) are counted from the first one made after a marker file exists; the
 process kills itself (SIGKILL, as `kill -9` does) just before call number `after`. Sweeping
 `after` = 0, 1, 2, ... until the command finishes visits every step it takes after the marker,
 so a test sees each state a kill there can leave (timing-based kills find only some).
@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 
 from pretrain.manifest import MANIFEST, verify
-from pretrain.replace import retired_dir
+from pretrain.publish import retired_dir
 from tests.data_pipeline.raytools import REPO, clean_env
 from tests.pretrain_app.killtools import contents, listing
 
@@ -45,11 +45,11 @@ def counting(original):
     return call
 for name in ("unlink", "remove", "rmdir", "rename", "replace", "mkdir"):
     setattr(os, name, counting(getattr(os, name)))
-import pretrain.replace
+import pretrain.publish
 if os.environ.get("KILLPOINT_NO_EXCHANGE"):
-    pretrain.replace._exchange = lambda first, second: False
+    pretrain.publish._exchange = lambda first, second: False
 else:  # the swap is one step too
-    pretrain.replace._exchange = counting(pretrain.replace._exchange)
+    pretrain.publish._exchange = counting(pretrain.publish._exchange)
 from pretrain_app.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -66,7 +66,7 @@ def run_killed(
 ) -> subprocess.CompletedProcess[str]:
     """`pretrain ARGV`, killed before its `after`-th folder change once `marker` (or one of a
     list) exists (rc -9), or run to its end (the command took fewer steps). `no_exchange`: the
-    two-rename fallback of pretrain.replace, as on a system without RENAME_EXCHANGE. `under`:
+    two-rename fallback of pretrain.publish, as on a system without RENAME_EXCHANGE. `under`:
     count only the changes of paths in that folder (not a cache in HOME, which a warm cache
     skips)."""
     extra = {"KILLPOINT_NO_EXCHANGE": "1"} if no_exchange else {}
@@ -121,7 +121,7 @@ def start_paused(
 
 def finished_state(out: Path, old: Path, new: Path) -> str:
     """Which finished artifact `out` is: "old" or "new" (it verifies, its bytes are theirs);
-    "retired" when `out` is missing and the old one waits beside it (pretrain.replace's
+    "retired" when `out` is missing and the old one waits beside it (pretrain.publish's
     fallback, between its two renames: the next build puts it back); anything else fails."""
     if not out.exists() and retired_dir(out).is_dir():
         assert finished_state(retired_dir(out), old, new) == "old"

@@ -2,8 +2,8 @@
 kill left a part of the model in `out` (train-lm: the first language's `en.arpa` while `zh` was
 estimated; train-classifier: `model.bin` while it was evaluated and plotted), no manifest, and
 the re-run refused the folder as not empty (the user had to delete it by hand, not knowing it
-was partial). Now the files are built in `out/.pretrain-staging/` and moved in at the end
-(pretrain.staging): the killed output is refused by every reader in one line, and the re-run
+was partial). Now the files are built in a scratch folder beside `out` and published in one
+rename (pretrain.publish): the killed output is refused by every reader in one line, and the re-run
 takes it back and ends byte-identical to an uninterrupted run. `pretrain export`: in
 tests/trainer/test_export.py (it needs a trained run)."""
 
@@ -17,6 +17,7 @@ import pytest
 from pretrain.artifacts import model as model_kind
 from pretrain.errors import ArtifactError
 from pretrain.manifest import MANIFEST
+from pretrain.publish import scratch_dir
 from pretrain_app.cli import main
 from tests.pretrain_app.killtools import contents, kill_when, listing, run
 
@@ -24,8 +25,8 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def _started(pattern: str) -> Callable[[Path], bool]:
-    """True once a file named like `pattern` exists anywhere under the output (staged or not)."""
-    return lambda out: any(out.rglob(pattern))
+    """True once a file named like `pattern` exists in the output's scratch folder."""
+    return lambda out: any(scratch_dir(out).rglob(pattern))
 
 
 COMMANDS = {
@@ -64,7 +65,7 @@ def test_a_killed_model_is_refused_by_readers_and_replaced_by_the_rerun(
     assert not (out / MANIFEST).exists()
     # a half-written model is never taken for a finished one: one line, from the loader the
     # stages use and from `pretrain verify`
-    with pytest.raises(ArtifactError, match="not a finished artifact") as refused:
+    with pytest.raises(ArtifactError, match="not a finished artifact|does not exist") as refused:
         model_kind.open(out)
     assert len(str(refused.value).splitlines()) == 1
     capsys.readouterr()
@@ -76,3 +77,4 @@ def test_a_killed_model_is_refused_by_readers_and_replaced_by_the_rerun(
     assert contents(out) == contents(reference)  # nothing of the killed run is left
     assert listing(out) == listing(reference)
     model_kind.open(out, full=True)
+    assert not scratch_dir(out).exists()

@@ -3,7 +3,7 @@ clean environment) while it writes, then run again. Before, it deleted an earlie
 first and wrote report.json in place: a kill left `eval/report.json` with no manifest, the re-run
 refused the folder as not ours ("not empty (report.json) ..."), and `pretrain verify TOKENIZER`
 refused the finished tokenizer for the unlisted files. Now the eval is built in
-`eval/.pretrain-staging/` (pretrain.staging), which the tokenizer's verify skips: the tokenizer
+`TOKENIZER/.pretrain-staging/` (pretrain.publish), which the tokenizer's verify skips: the tokenizer
 stays verifying, an earlier eval stays whole, the eval reader refuses the unfinished one in one
 line, and the re-run is byte-identical to an uninterrupted eval."""
 
@@ -17,7 +17,8 @@ import pytest
 
 from pretrain.artifacts import tokenizer_eval as eval_kind
 from pretrain.errors import ArtifactError
-from pretrain.manifest import MANIFEST, STAGING_DIR
+from pretrain.manifest import MANIFEST
+from pretrain.publish import scratch_dir
 from pretrain_app.cli import main
 from tests.pretrain_app.killtools import contents, kill_when
 
@@ -30,7 +31,7 @@ def _report_written(evals: Path, earlier_inode: int | None) -> Callable[[], bool
     """True once this eval wrote report.json: staged, or in place (the old code) as a new file."""
 
     def ready() -> bool:
-        if (evals / STAGING_DIR / "files" / "report.json").is_file():
+        if (scratch_dir(evals) / "report.json").is_file():
             return True
         try:
             return (evals / "report.json").stat().st_ino != earlier_inode
@@ -63,7 +64,7 @@ def test_a_killed_eval_leaves_the_tokenizer_verifying_and_the_rerun_finishes_it(
             shutil.rmtree(evals)
         inode = (evals / "report.json").stat().st_ino if earlier else None
         status = kill_when(_argv(tokenizer, shards_dir), tmp_path, _report_written(evals, inode))
-        if status == -9 and (not (evals / MANIFEST).exists() or (evals / STAGING_DIR).exists()):
+        if status == -9 and (not (evals / MANIFEST).exists() or scratch_dir(evals).exists()):
             break
     else:
         pytest.fail("the eval finished before the kill three times")
@@ -71,7 +72,7 @@ def test_a_killed_eval_leaves_the_tokenizer_verifying_and_the_rerun_finishes_it(
     assert _verifies(capsys, tokenizer)  # old code: "holds 1 file(s) its manifest does not list"
     if earlier:  # the earlier eval, whole (old code: its manifest was deleted first)
         eval_kind.open(evals, full=True)
-        assert contents(evals) == {**reference, **_staged(evals)}
+        assert contents(evals) == reference
     else:
         with pytest.raises(ArtifactError) as refused:
             eval_kind.open(evals)
@@ -83,8 +84,4 @@ def test_a_killed_eval_leaves_the_tokenizer_verifying_and_the_rerun_finishes_it(
     assert contents(evals) == reference
     eval_kind.open(evals, full=True)
     assert _verifies(capsys, tokenizer)
-
-
-def _staged(evals: Path) -> dict[str, bytes]:
-    """What the killed eval left staged (the earlier eval's files are the rest)."""
-    return {k: v for k, v in contents(evals).items() if k.startswith(f"{STAGING_DIR}/")}
+    assert not scratch_dir(evals).exists()

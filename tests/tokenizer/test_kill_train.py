@@ -5,8 +5,8 @@ kill left is never taken for a finished tokenizer: the tokenizer loader, encode'
 lock.json into `out` and the manifest last: a first train killed after tokenizer.json left them
 there with no manifest, and its re-run refused the folder as someone else's ("not empty ...
 holds no tokenizer artifact"), so the user had to delete by hand files they could not tell were
-partial. Now they are built in `out/.pretrain-staging/` and moved in at the end
-(pretrain.staging); a retrain killed midway leaves the earlier tokenizer whole."""
+partial. Now they are built in a scratch folder beside `out` and published in one rename
+(pretrain.publish); a retrain killed midway leaves the earlier tokenizer whole."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import yaml
 from pretrain.artifacts import tokenizer as tokenizer_kind
 from pretrain.errors import ArtifactError
 from pretrain.locking import is_lock_file, read_holder
-from pretrain.manifest import MANIFEST, STAGING_DIR, load_manifest
+from pretrain.manifest import MANIFEST, load_manifest
+from pretrain.publish import scratch_dir
 from pretrain_app.cli import main
 from tests.pretrain_app.killtools import contents, kill_when, listing, run
 from tokenizer.lock import load_locked
@@ -39,11 +40,11 @@ def _argv(config: Path) -> list[str]:
 
 
 def _written(name: str, earlier: dict[str, int] | None = None) -> Callable[[Path], bool]:
-    """True once the train wrote `name`, staged or in `out` (any file there other than the
-    `earlier` one, by inode: the old code replaced it in place)."""
+    """True once the train wrote `name`, in its scratch folder or in `out` (any file there
+    other than the `earlier` one, by inode: the old code replaced it in place)."""
 
     def ready(out: Path) -> bool:
-        if (out / STAGING_DIR / "files" / name).is_file():
+        if (scratch_dir(out) / name).is_file():
             return True
         try:
             inode = (out / name).stat().st_ino
@@ -121,8 +122,9 @@ def test_a_killed_first_train_is_refused_by_readers_and_finished_by_the_rerun(
 
     again = run(_argv(config), tmp_path, "rerun")
     assert again.returncode == 0, again.stderr[-3000:]  # old code: "not empty (lock.json, ...)"
-    assert set(in_sight) <= {STAGING_DIR}  # nothing of the killed train was in sight
-    assert contents(out) == contents(reference)  # no staging folder, no part of the kill left
+    assert in_sight == []  # nothing of the killed train was in sight
+    assert contents(out) == contents(reference)  # no part of the kill left
+    assert not scratch_dir(out).exists()
     assert listing(out) == listing(reference)
     tokenizer_kind.open(out, full=True)
 
