@@ -99,7 +99,8 @@ def filesystem_for(path: str) -> tuple[pafs.FileSystem, str]:
 
 
 def decoded_stream(stream: Any, source: InputFile) -> Any:
-    """A buffered reader of the file's bytes with gzip / zstd undone (checked by magic bytes)."""
+    """A buffered reader of the file's bytes with gzip / zstd undone (checked by magic bytes); a
+    WARC's gzip is left to warcio (data_pipeline.warc), which reads it member by member."""
     compression = compression_of(source.path)
     if compression is None:
         return io.BufferedReader(_Prepend(b"", stream))
@@ -107,8 +108,8 @@ def decoded_stream(stream: Any, source: InputFile) -> Any:
     check_magic(source.path, head)
     raw = io.BufferedReader(_Prepend(head, stream))
     if source.format == "warc":
-        return raw  # warcio undoes gzip itself, member by member (data_pipeline.warc)
-    if compression[1] == "gzip":  # the same, buffered for readline (`gzip_members` finds it)
+        return raw
+    if compression[1] == "gzip":  # member by member, buffered for readline (`gzip_members`)
         return io.BufferedReader(GzipMembers(raw))
     return io.BufferedReader(_Prepend(b"", pa.CompressedInputStream(raw, "zstd")))
 

@@ -1,12 +1,11 @@
-"""A gzip stream read member by member, that stops at damage instead of losing what came before.
+"""A gzip stream read member by member, that stops at damage instead of losing what came before
+(.jsonl.gz, .json.gz, .html.gz; a .warc.gz is warcio's, data_pipeline.warc).
 
 `gzip.GzipFile` decompresses a whole read request at once: a member cut short or corrupt raises
-inside the read, so the records decoded in that same request (up to 16 KB before the damage, a
-whole small file) are lost, and warcio takes the `EOFError` of a cut file for a clean end (a
-silent loss). `GzipMembers` hands out bytes as soon as zlib produces them; at damage it records
-what happened (`damage`) and reads as the end of the stream. `resume()` then looks for the next
-member's magic bytes, so a multi-member file (WARC.gz: one member per record) goes on after a
-corrupt member.
+inside the read, so the lines decoded in that same request (up to 16 KB before the damage, a
+whole small file) are lost. `GzipMembers` hands out bytes as soon as zlib produces them; at
+damage it records what happened (`damage`) and reads as the end of the stream. `resume()` then
+looks for the next member's magic bytes, so a multi-member file goes on after a corrupt member.
 """
 
 from __future__ import annotations
@@ -34,9 +33,7 @@ class GzipMembers(io.RawIOBase):
         self.raw_offset = 0  # offset in the file of pending[0]
         self.damage: str | None = None
         self.damage_offset = 0
-        self.produced = 0  # decoded bytes handed out since the last (re)start
-        self.decoded = 0  # decoded bytes handed out in all
-        self._members: list[tuple[int, int]] = []  # (decoded, file offset) where members begin
+        self._member_start = 0  # file offset of the member being read (or the damaged one)
         self._inflater: Any = None
         self._raw_eof = False
         self._recent: deque[tuple[int, bytes]] = deque()  # (file offset, chunk) since its start
@@ -75,7 +72,7 @@ class GzipMembers(io.RawIOBase):
                 if not self.pending and not self._fill():
                     return b""  # a clean end between members
                 self._inflater = zlib.decompressobj(wbits=31)
-                self._members.append((self.decoded, self.raw_offset))
+                self._member_start = self.raw_offset
                 self._forget_before(self.raw_offset)
             if self._inflater.unconsumed_tail:
                 data = self._feed(self._inflater.unconsumed_tail, size, tail=True)
@@ -85,8 +82,6 @@ class GzipMembers(io.RawIOBase):
                 self._fail("truncated")
                 return b""
             if data:
-                self.produced += len(data)
-                self.decoded += len(data)
                 return data
         return b""
 
@@ -113,33 +108,11 @@ class GzipMembers(io.RawIOBase):
         self.damage, self.damage_offset = kind, self.raw_offset
         self._inflater = None
 
-    def offset_of(self, position: int) -> int:
-        """Where decoded byte `position` (counted over the whole file, across resumes) is: the
-        file offset of its gzip member when it is that member's first byte (one member per
-        record, the standard layout: what warcio and a CDX index give), else `position` itself
-        (a member holding many records). Positions asked for must not go back."""
-        members = self._members
-        while len(members) > 1 and members[1][0] <= position:
-            members.pop(0)
-        if members and members[0][0] == position:
-            return members[0][1]
-        return position
-
-    @property
-    def member_position(self) -> int:
-        """The decoded position where the member being read (or the damaged one) began."""
-        return self._members[-1][0] if self._members else self.decoded
-
-    def member_starts(self, begin: int, end: int) -> list[int]:
-        """The decoded positions in [begin, end) where gzip members begin, in order (positions
-        before the last one `offset_of` was asked for are forgotten)."""
-        return [decoded for decoded, _ in self._members if begin <= decoded < end]
-
     def resume(self) -> bool:
         """After damage, go on at the next member's magic bytes: False when the file has none."""
-        self.damage, self.produced = None, 0
+        self.damage = None
         # Past the damaged member's own magic only: the next member's may be the first byte left.
-        damaged_start = self._members[-1][1] if self._members else self.raw_offset
+        damaged_start = self._member_start
         if self._recent and self._recent[0][0] <= damaged_start < self.raw_offset:
             held = b"".join(chunk for _, chunk in self._recent)
             self.pending = held[damaged_start - self._recent[0][0] :]

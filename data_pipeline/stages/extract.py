@@ -61,9 +61,9 @@ class ExtractConfig(StageConfig):
     """Records larger than this (raw HTML or text bytes) are rejected as too_large, unparsed. The
     readers apply it too (a JSON line may be 8 times it), so such a record is read past, never
     held whole: a compression bomb costs a worker no memory. A Parquet row whose text is over
-    it, or whose cells total over 8 times it, is a too_large reject too. A WARC record (headers
-    and block) over 2 times it is a record_too_large reject, read past by its Content-Length
-    (data_pipeline.warc.WARC_RECORD_FACTOR): the most the WARC reader holds of one record.
+    it, or whose cells total over 8 times it, is a too_large reject too. A WARC record whose
+    block (its Content-Length) is over 2 times it is a record_too_large reject, read past
+    unparsed (data_pipeline.warc.WARC_RECORD_FACTOR).
     Times `batch_rows`, it bounds what one batch may hold (PipelineConfig.batch_rows)."""
     timeout_s: float = Field(5.0, gt=0, le=MAX_TIMEOUT_S)
     """Per-document extraction limit in CPU-seconds of the extracting thread (not wall time, so
