@@ -45,8 +45,10 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
+# Every benchmark claim (benchmarks/claims.py) or one: `make bench CLAIM=encode`. The corpus:
+# PRETRAIN_CORPUS=DIR (BENCHMARKS.md, "Input"). Exits 1 if any claim's contender fails to run.
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -m benchmarks.run $(CLAIM)
 
 clean:
 	rm -rf $(VENV) demo_out .pytest_cache

@@ -190,7 +190,7 @@ def stage_seconds(inputs: Path) -> dict[str, float]:
     import pyarrow as pa
 
     from data_pipeline.readers import InputFile, read_file
-    from data_pipeline.workers import build_stage
+    from data_pipeline.stages.registry import stage_class
 
     path = sorted(inputs.glob("*.warc.gz"))[0]
     timings: dict[str, float] = {}
@@ -205,7 +205,8 @@ def stage_seconds(inputs: Path) -> dict[str, float]:
     )
     timings["read"] = time.perf_counter() - start
     for name, config in (("extract", {"extractor": "trafilatura"}), ("langid", {}), ("rules", {})):
-        stage = build_stage((name, config, {}))
+        cls = stage_class(name)
+        stage = cls(cls.Config.model_validate(config))
         stage.setup()
         start = time.perf_counter()
         table = stage(table)

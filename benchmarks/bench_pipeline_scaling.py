@@ -11,7 +11,7 @@ stage (5 of every 6 documents land in an exact cluster): more duplication than a
     baseline:  datatrove WarcReader -> Trafilatura -> Gopher/C4/FineWeb quality filters ->
                PIIFormatter -> ParquetWriter, LocalPipelineExecutor (no langid: its filter
                downloads a model; no dedup: datatrove's MinHash is a separate 4-step job, see
-               bench_dedup), same files, same worker counts
+               RESULTS_LOG.md, bench_dedup), same files, same worker counts
     plain:     the no-Ray ceiling: the same stream code (reads, map stages, dedup's map side,
                pieces) in 1 vs 2 plain processes (benchmarks.plain_stream), start-up apart
 

@@ -1,64 +1,55 @@
-"""Encoding shards to Megatron .bin/.idx: ours vs datatrove vs Megatron-LM's classic loop.
+"""Encoding shards to Megatron .bin/.idx: the contenders of the `encode` claim
+(benchmarks/claims.py), each run by the harness in its own process on the same shards and the same
+tokenizer.json (a 32k byte-level BPE trained by us on that input, `--prepare`):
 
-Same input (a `shards` artifact of the development corpus, `--mb` MB of text), same local
-tokenizer.json (a 32k byte-level BPE trained by us on that input), same 2 cores, each contender in
-its own process, timed from the first shard read to the last file written (imports excluded):
+- ours: `pretrain tokenizer encode` (its default Ray path), called as the CLI is;
+- no_ray: the same with `--no-ray` (shards one after another in this process);
+- floor: a plain `encode_batch_fast` over batches of 1,024 documents + a numpy writer (uint16
+  tokens, EOD-terminated, int64 document lengths): the least any encoder must do;
+- datatrove 0.10.1: ParquetReader -> MegatronDocumentTokenizer, LocalPipelineExecutor with tasks
+  = cores and workers = 1 (the ranks in this process; `encode_batch` uses all cores);
+- megatron_loop: what Megatron-LM's tools/preprocess_data.py does (a Pool of `cores` workers
+  encoding ONE document per call, the parent appending to IndexedDatasetBuilder),
+  re-implemented here (only megatron-core is installed).
 
-- ours: `tokenizer.encode.encode(..., backend="inline")`: `encode_batch_fast` over batches of
-  1,024 documents (Rust threads on all cores), Megatron's IndexedDatasetBuilder, sidecars written.
-- datatrove 0.10.1 (installed upstream code): ParquetReader -> MegatronDocumentTokenizer, given
-  the same tokenizer.json path (no hub name), LocalPipelineExecutor with tasks = cores and
-  workers = 1: the ranks run in this process one after another and `encode_batch` uses all cores
-  through the Rust thread pool, as ours does; this keeps its CPU time measurable (a worker pool
-  runs under datatrove's forkserver, whose processes are not our children). A first run with
-  workers = cores measured the same wall-clock ratio within noise.
-- "Megatron-LM preprocess_data loop (re-implementation)": what tools/preprocess_data.py does: a
-  multiprocessing Pool of `cores` workers, each loading the tokenizer once and encoding ONE
-  document per call (`pool.imap(encode, docs, 32)`), the parent appending EOD-terminated documents
-  with IndexedDatasetBuilder.add_document. Re-implemented here (Megatron-LM's script is not
-  installed: only megatron-core is); labelled as such.
+Each child prints READY after its imports and, last, its token count (the output check).
 
-Reported: MB/s and MB/s per core (MB of UTF-8 text / wall seconds / cores) and MB per CPU
-second (user + system time of the process and its children: throughput per fully used core,
-which holds on a shared machine where wall time depends on other load). Target: ours >= 1x both,
-per core.
-
-    python -m benchmarks.bench_tokenizer_encode [--mb 30] [--repeat 2]
+    python -m benchmarks.run encode    # or: --prepare WORK --corpus DIR --mb 30
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_tokenizer_train import WORK, corpus_shards
-from benchmarks.common import write_result
+from benchmarks import bench_tokenizer_train
+from benchmarks.bench_tokenizer_train import corpus_shards
+from benchmarks.common import add_corpus_argument, corpus_dir
+from benchmarks.harness import ready, report
 
 CORES = os.cpu_count() or 1
 _TOKENIZER: Any = None
 
 
-def _tokenizer(shards: Path) -> Path:
-    """A cached 32k tokenizer trained by us on the benchmark input."""
-    from pretrain.manifest import load_manifest
+def _prepare(work: Path, mb: float) -> None:
+    """WORK/shards (`mb` MB of corpus text) and WORK/tokenizer (32k, trained by us on them)."""
     from tokenizer.config import TokenizerTrainConfig
     from tokenizer.train import train
 
-    out = WORK / f"encode-tokenizer-{shards.name}"
-    if not (out / "manifest.json").is_file() or load_manifest(out)["kind"] != "tokenizer":
-        train(
-            TokenizerTrainConfig(
-                data=str(shards), out=str(out), vocab_size=32768, sample={"max_bytes": 50_000_000}
-            ),
-        )
-    return out
+    bench_tokenizer_train.WORK = work / "cache"  # not the shared cache: a smoke corpus differs
+    shutil.copytree(corpus_shards(mb), work / "shards")
+    train(
+        TokenizerTrainConfig(
+            data=str(work / "shards"),
+            out=str(work / "tokenizer"),
+            vocab_size=32768 if mb >= 10 else 1024,
+            sample={"max_bytes": 50_000_000},
+        ),
+    )
 
 
 def _texts(shard: Path) -> Any:
@@ -121,130 +112,95 @@ def run_datatrove(tokenizer_dir: Path, shards_dir: Path, out: Path) -> int:
         logging_dir=str(out / "logs"),
     )
     executor.run()
+
+    return _idx_tokens(out / "tokens")
+
+
+def run_floor(tokenizer_dir: Path, shards: list[Path], out: Path) -> int:
+    """encode_batch_fast + a numpy writer: per shard one .bin of uint16 tokens and one .npy of
+    document lengths. Returns tokens written."""
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    eod = tok.token_to_id("<|endoftext|>")
+    tokens = 0
+    for shard in shards:
+        lengths: list[int] = []
+        with open(out / f"{shard.stem}.bin", "wb") as sink:
+            batch: list[str] = []
+            for text in [*_texts(shard), None]:
+                if text is not None:
+                    batch.append(text)
+                if batch and (text is None or len(batch) == 1024):
+                    for encoding in tok.encode_batch_fast(batch, add_special_tokens=False):
+                        ids = np.asarray([*encoding.ids, eod], dtype=np.uint16)
+                        sink.write(ids.tobytes())
+                        lengths.append(len(ids))
+                    batch = []
+        np.save(out / f"{shard.stem}.lengths.npy", np.asarray(lengths, dtype=np.int64))
+        tokens += sum(lengths)
+    return tokens
+
+
+def _idx_tokens(out: Path) -> int:
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
     tokens = 0
-    for index in sorted((out / "tokens").glob("*.idx")):
+    for index in sorted(out.rglob("*.idx")):
+        if index.with_suffix(".bin").stat().st_size == 0:  # a datatrove rank given no document
+            continue
         dataset = IndexedDataset(str(index.with_suffix("")))  # held: its arrays view the mmap
         tokens += int(dataset.sequence_lengths.sum())
     return tokens
 
 
 def _child(kind: str, shards_dir: Path, tokenizer_dir: Path, out: Path) -> None:
-    import megatron.core.datasets.indexed_dataset  # noqa: F401  (import cost not timed)
+    import megatron.core.datasets.indexed_dataset  # noqa: F401  (imports are start-up)
 
-    from tokenizer.encode import encode
+    from pretrain_app.cli import main as pretrain
     from tokenizer.shards import require_shards
 
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    start, cpu_start = time.perf_counter(), _cpu()
-    if kind == "ours":
-        tokens = encode(tokenizer_dir, shards_dir, out, backend="inline")["counts"]["tokens"]
+    ready()
+    if kind in ("ours", "no_ray"):
+        command = ["tokenizer", "encode", str(tokenizer_dir), "--data", str(shards_dir)]
+        rc = pretrain(
+            [*command, "--out", str(out / "encoded"), "-q"]
+            + (["--no-ray"] if kind == "no_ray" else [])
+        )
+        if rc:
+            raise SystemExit(rc)
+        tokens = _idx_tokens(out / "encoded")
+    elif kind == "floor":
+        tokens = run_floor(tokenizer_dir, require_shards(shards_dir)[1], out)
     elif kind == "datatrove":
         tokens = run_datatrove(tokenizer_dir, shards_dir, out)
     else:
         tokens = run_megatron_loop(tokenizer_dir, require_shards(shards_dir)[1], out)
-    print(
-        json.dumps(
-            {
-                "seconds": time.perf_counter() - start,
-                "cpu_seconds": _cpu() - cpu_start,
-                "tokens": tokens,
-            }
-        )
-    )
-
-
-def _cpu() -> float:
-    import resource
-
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-def _run_child(kind: str, shards: Path, tokenizer_dir: Path) -> dict[str, Any]:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.bench_tokenizer_encode",
-            "--child",
-            kind,
-            "--shards",
-            str(shards),
-            "--tokenizer",
-            str(tokenizer_dir),
-            "--out",
-            str(WORK / f"encode-{kind}"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=Path(__file__).resolve().parents[1],
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"{kind} failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    report({"tokens": tokens})
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
+    add_corpus_argument(parser)
     parser.add_argument("--mb", type=float, default=30)
-    parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--child", choices=("ours", "datatrove", "megatron_loop"))
-    parser.add_argument("--shards")
-    parser.add_argument("--tokenizer")
-    parser.add_argument("--out")
+    parser.add_argument("--prepare", type=Path, metavar="WORK")
+    parser.add_argument(
+        "--child", choices=("ours", "no_ray", "floor", "datatrove", "megatron_loop")
+    )
+    parser.add_argument("--shards", type=Path)
+    parser.add_argument("--tokenizer", type=Path)
+    parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv or [])
-    if args.child:
-        _child(args.child, Path(args.shards), Path(args.tokenizer), Path(args.out))
-        return
-    shards = corpus_shards(args.mb)
-    tokenizer_dir = _tokenizer(shards)
-    text_mb = _text_bytes(shards) / 1e6
-    runs: dict[str, dict[str, Any]] = {}
-    for _ in range(args.repeat):  # interleaved; the best wall time of each is kept
-        for kind in ("ours", "datatrove", "megatron_loop"):
-            run = _run_child(kind, shards, tokenizer_dir)
-            if kind not in runs or run["seconds"] < runs[kind]["seconds"]:
-                runs[kind] = run
-    for kind, run in runs.items():
-        run["mb_per_s"] = round(text_mb / run["seconds"], 3)
-        run["mb_per_s_per_core"] = round(text_mb / run["seconds"] / CORES, 3)
-        run["mb_per_cpu_second"] = round(text_mb / max(run["cpu_seconds"], 1e-9), 3)
-        print(f"{kind}: {run}", flush=True)
-    ratios = {}
-    for other in ("datatrove", "megatron_loop"):
-        for metric in ("mb_per_s_per_core", "mb_per_cpu_second"):
-            ratios[f"ours_over_{other}_{metric}"] = round(
-                runs["ours"][metric] / runs[other][metric], 3
-            )
-    write_result(
-        "tokenizer_encode",
-        {
-            "input_mb": round(text_mb, 2),
-            "repeat": args.repeat,
-            "cores": CORES,
-            "runs": runs,
-            **ratios,
-            "same_token_count": len({r["tokens"] for r in runs.values()}) == 1,
-            "target_met": all(v >= 1.0 for v in ratios.values()),
-        },
-    )
-
-
-def _text_bytes(shards: Path) -> int:
-    import pyarrow.compute as pc
-
-    from tokenizer.shards import read_columns, require_shards
-
-    return sum(
-        int(pc.sum(pc.binary_length(t.column("text"))).as_py() or 0)
-        for shard in require_shards(shards)[1]
-        for t in read_columns(shard, ("text",))
-    )
+    if args.prepare:
+        bench_tokenizer_train.CORPUS = corpus_dir(args.corpus)
+        _prepare(args.prepare, args.mb)
+    elif args.child:
+        _child(args.child, args.shards, args.tokenizer, args.out)
+    else:
+        parser.error("run it as a claim: python -m benchmarks.run encode")
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ def write_result(name: str, result: dict[str, Any]) -> Path:
         **result,
     }
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-    print(json.dumps(payload, indent=2, sort_keys=True))
+    if not os.environ.get("BENCH_SMOKE"):  # a smoke run (benchmarks.run --smoke) keeps the results
+        path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    print(json.dumps(payload, sort_keys=True), flush=True)  # one line: the harness reads it
     return path

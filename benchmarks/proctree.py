@@ -106,7 +106,10 @@ class TreeSampler:
         self._thread: threading.Thread | None = None
 
     def _tree(self) -> list[psutil.Process]:
-        top = psutil.Process(self.root)
+        try:
+            top = psutil.Process(self.root)
+        except psutil.NoSuchProcess:  # the root exited (and was reaped) before this sample
+            return []
         try:
             return [top, *top.children(recursive=True)]
         except psutil.NoSuchProcess:

@@ -64,7 +64,7 @@ file (M x P reads), from there merge tasks first combine ~sqrt(M) producers' fil
 whole-file reads, sqrt(M) writes) and a reduce task reads ~sqrt(M) merged files: M + P x
 sqrt(M) reads (at the cap 65,536 + 65,536 x 256 = 16.8 million per step, against 4.3 billion
 one level; on an object store a consumer's read is several requests:
-benchmarks/bench_exchange_reads.py). A merge task streams its group's files (`merge_bytes`). At 6 KB pages and the default 2 GB budget the cap is near 2 billion pages (~12 TB of
+bench_exchange_reads in benchmarks/RESULTS_LOG.md). A merge task streams its group's files (`merge_bytes`). At 6 KB pages and the default 2 GB budget the cap is near 2 billion pages (~12 TB of
 text); 40 TB in one job needs ray.worker_memory_mb >= ~6,000 (or several jobs against the index)."""
 
 

@@ -53,7 +53,7 @@ from pretrain.outstore import ObjectPath, OutPath
 FANIN_FROM = 64
 """Below this many producers a step stays one level: at 63 producers a consumer reads 63 files
 (441 s3 requests), and the merge step would add a barrier and a second write of every piece
-for a small job (benchmarks/bench_exchange_reads.py measures both)."""
+for a small job (measured by bench_exchange_reads, now in benchmarks/RESULTS_LOG.md)."""
 
 _U64 = struct.Struct("<Q")
 _DIGEST = 32
