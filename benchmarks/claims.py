@@ -107,8 +107,8 @@ CLAIMS: tuple[Claim, ...] = (
         "dedup_memory",
         "near-dup job CPU and memory per additional document <= datasketch MinHashLSH's",
         _script("bench_dedup_memory", "--corpus", "{corpus}", "{size}"),
-        size="--docs 1000 --budget-mb 512 --path parts",
-        smoke_size="--docs 40 --scales 1,2 --path parts",
+        size="--docs 1000 --budget-mb 512",
+        smoke_size="--docs 40 --scales 1,2",
     ),
     Claim(
         "dedup_quality",
@@ -119,6 +119,14 @@ CLAIMS: tuple[Claim, ...] = (
         "decontamination",
         "eval decontamination via the dedup index >= 1x datasketch MinHashLSH",
         _script("bench_decontamination", "--corpus", "{corpus}"),
+    ),
+    Claim(
+        "ray_footprint",
+        "the `cluster` extra (ray[default]) costs an embedded run <= 5% RSS, no process; pass "
+        "a plain-ray interpreter as --python too (the script's docstring)",
+        _script("bench_ray_footprint", "{size}"),
+        size="--repeat 3",
+        smoke_size="--repeat 1 --settle-s 0.5",
     ),
     Claim(
         "estimate",
