@@ -40,7 +40,7 @@ RAW_SCHEMA = pa.schema(
 
 
 def clean_str(value: str) -> str:
-    """Text Arrow can store: lone surrogates (from JSON escapes) become U+FFFD."""
+    """Text Arrow can store: lone surrogates (from JSON escapes) become `?`."""
     try:
         value.encode("utf-8")
         return value
@@ -75,7 +75,7 @@ class Batcher:
 
     def unique_id(self, local_id: str, row: int) -> str:
         """`<stem>/<local_id>`, with `#<row>` appended when this file already gave that id."""
-        doc_id = f"{self.source.stem}/{clean_str(local_id)}"
+        doc_id = clean_str(f"{self.source.stem}/{local_id}")
         key = xxhash.xxh3_64_intdigest(doc_id)
         if key in self._seen:
             self.collisions += 1
@@ -108,8 +108,8 @@ class Batcher:
             return
         values = {
             "id": doc_id,
-            "text": clean_str(text) if text is not None else None,
-            "url": clean_str(url) if url is not None else None,
+            "text": text,
+            "url": url,
             "source": source or f"{self.source.format}:{self.source.name}",
             "meta": _clean_entries(meta_entries(meta)),
             "split": split_for(doc_id, self.eval_fraction),
@@ -120,8 +120,8 @@ class Batcher:
             "_shard": f"{self.source.stem}-{part:05d}",
             "_row": row,
         }
-        for name, value in values.items():
-            self.rows[name].append(value)
+        for name, value in values.items():  # every string a record brings, cleaned alike
+            self.rows[name].append(clean_str(value) if isinstance(value, str) else value)
 
     def full(self) -> bool:
         return len(self.rows["id"]) >= self.batch_rows
