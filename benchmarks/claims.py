@@ -69,6 +69,14 @@ CLAIMS: tuple[Claim, ...] = (
         smoke_size="--limit 8 --workers 1 --skip-memory",
     ),
     Claim(
+        "warc_read",
+        "WARC reading through warcio: read_file's CPU <= 2x warcio alone; warcio and FastWARC "
+        "read the same records",
+        _script("bench_warc_read", "--corpus", "{corpus}", "{size}"),
+        size="--repeat 3",
+        smoke_size="--repeat 1",
+    ),
+    Claim(
         "pipeline_scaling",
         "data job 1 -> 2 workers, start-up excluded: >= 0.85",
         _script("bench_pipeline_scaling", "--corpus", "{corpus}", "{size}"),
