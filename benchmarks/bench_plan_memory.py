@@ -8,7 +8,7 @@ Each layout trains one real step (megatron DDP or distributed optimizer, Adam st
 then every live tensor in the rank's process is found through the garbage collector and its
 storage counted once (views of megatron's contiguous buffers share storage). The baseline is the
 plan's figure for the same config; the ZeRO paper's 16-bytes-per-parameter figure is shown beside
-it. Start-up (spawn, imports) is not part of the measurement. The machine is shared: memory is
+it. Start-up (torchrun, imports) is not part of the measurement. The machine is shared: memory is
 not timing-sensitive, so the numbers are stable.
 """
 
@@ -83,26 +83,20 @@ def live_tensor_bytes() -> int:
     return sum(seen.values())
 
 
-def _rank(rank: int, world: int, port: int, config_data: dict, out_dir: str) -> None:
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-        PRETRAIN_TORCH_THREADS="1",
-    )
+def _rank(config_json: str, out_dir: str) -> None:
+    """One rank under torchrun (`--rank CONFIG.json OUT`): build, one step, count live tensors."""
     import torch
 
     from pretrain.config import parse_config
     from trainer.config import TrainConfig
     from trainer.loop import Trainer
 
-    config = parse_config(TrainConfig, config_data)
+    config = parse_config(TrainConfig, json.loads(Path(config_json).read_text()))
     trainer = Trainer(config, Path(config.run.out_dir))
     before = live_tensor_bytes()  # model, grad buffers; Adam state is allocated at the 1st step
     trainer.train_step(0)
     after = live_tensor_bytes()
+    rank = torch.distributed.get_rank()
     Path(out_dir, f"rank{rank}.json").write_text(
         json.dumps({"rank": rank, "before_step_bytes": before, "after_step_bytes": after})
     )
@@ -110,28 +104,26 @@ def _rank(rank: int, world: int, port: int, config_data: dict, out_dir: str) -> 
 
 
 def measure(layout: dict[str, Any]) -> dict[str, Any]:
-    import torch.multiprocessing as mp
+    """The layout's ranks started as `pretrain launch` starts them (torchrun on 127.0.0.1, the
+    command trainer/launch.py builds), each running `_rank` instead of the training loop."""
+    import subprocess
+    from types import SimpleNamespace
 
     from pretrain.config import parse_config
     from trainer.config import TrainConfig
-    from trainer.model import _free_port
+    from trainer.launch import torchrun_command
     from trainer.plan import build_plan
 
     with tempfile.TemporaryDirectory() as tmp:
         config_data = layout_config(layout, Path(tmp) / "run")
-        for attempt in range(3):  # a shared machine: the free port may be taken before we bind
-            try:
-                mp.start_processes(
-                    _rank,
-                    args=(layout["world"], _free_port(), config_data, tmp),
-                    nprocs=layout["world"],
-                    join=True,
-                    start_method="spawn",
-                )
-                break
-            except mp.ProcessRaisedException:
-                if attempt == 2:
-                    raise
+        config_json = Path(tmp) / "config.json"
+        config_json.write_text(json.dumps(config_data))
+        args = SimpleNamespace(rdzv_endpoint=None, smoke=False)
+        command = torchrun_command(args, layout["world"], "1", config_json)
+        entry = command.index("trainer.worker")
+        command[entry:] = ["benchmarks.bench_plan_memory", "--rank", str(config_json), tmp]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+        subprocess.run(command, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
         ranks = [json.loads(p.read_text()) for p in sorted(Path(tmp).glob("rank*.json"))]
         plan = build_plan(parse_config(TrainConfig, config_data))
     memory = plan["memory_per_gpu"]
@@ -153,7 +145,11 @@ def measure(layout: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="bench_plan_memory", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="two layouts, no result file")
+    parser.add_argument("--rank", nargs=2, metavar=("CONFIG", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.rank:  # one of measure()'s ranks
+        _rank(*args.rank)
+        return {}
     layouts = [x for x in LAYOUTS if not args.quick or x["name"] in QUICK]
     rows = [measure(layout) for layout in layouts]
     for row in rows:

@@ -1,7 +1,8 @@
 """One proxy run's training and evaluation in ONE fresh process (`python -m evals.proxy_worker
-ARGV.json`): `pretrain launch --in-process`, then `pretrain eval run` on its checkpoint. Used when
-the proxy is a single rank; it saves a Python start, the Megatron imports and the model build of a
-second process. The process is still the run's own: nothing survives into the next run.
+ARGV.json`): `pretrain launch --in-process` (the function torchrun's ranks run, trainer.worker.run),
+then `pretrain eval run` on its checkpoint. Used when the proxy is a single rank; it saves a Python
+start, the Megatron imports and the model build of a second process. The process is still the
+run's own: nothing survives into the next run.
 """
 
 from __future__ import annotations
@@ -19,15 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     from trainer import cli as trainer_cli
 
     modules = [trainer_cli, evals_cli]  # `pretrain ARGV` for the two commands run here
-    code = run_commands(modules, commands["train"])
-    if code != 0:
-        return code
-    # The in-process launch destroyed its process group; reset Megatron's parallel state too,
-    # so the evaluation builds its own single-process groups.
-    from megatron.core import parallel_state
-
-    parallel_state.destroy_model_parallel()
-    return run_commands(modules, commands["eval"])
+    code = run_commands(modules, commands["train"])  # the rank took its groups down on return
+    return code if code != 0 else run_commands(modules, commands["eval"])
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from pretrain.locking import check_unlocked, output_lock
 from pretrain.manifest import atomic_write_json
 from pretrain.progress import attach
 from trainer.config import TrainConfig
-from trainer.train import RUN_LOCKED_BY, default_threads
+from trainer.worker import RUN_LOCKED_BY
 
 LOOPBACK = "127.0.0.1"
 
@@ -129,16 +129,16 @@ def _smoke_config(config: TrainConfig) -> TrainConfig:
 
 
 def _run_in_process(config: TrainConfig, nproc: int, nnodes: str, smoke: bool) -> int:
-    """One rank in this process: no torchrun agent (saves its start-up on small CPU runs)."""
+    """The one rank in this process, the function torchrun's ranks run (trainer.worker.run): no
+    torchrun agent, which saves its start-up on small single-rank runs (the ablation's proxies)."""
     if nproc * int(nnodes.split(":")[-1]) != 1:
         raise ConfigError(
             f"--in-process runs one rank, but the layout asks for {nproc} x "
             f"{nnodes}; drop --in-process or pass --nproc 1"
         )
-    from trainer.model import _free_port
-    from trainer.train import LocalRank, train
+    from trainer.worker import run
 
-    train(config, smoke=smoke, local=LocalRank(0, 1, _free_port()))
+    run(config, smoke=smoke)
     print(f"[launch] done: {config.run.out_dir}", flush=True)
     return 0
 
@@ -245,7 +245,7 @@ def launch_command(args: argparse.Namespace) -> int:
     # every node's launcher writes the same run directory: on several nodes only node rank 0
     # holds the writer lock; without --node-rank (c10d elastic) a node learns its rank only at
     # the rendezvous, so every launcher refuses a held run directory before writing and global
-    # rank 0 takes the lock for the run (trainer/train.py, RUN_LOCKED_BY)
+    # rank 0 takes the lock for the run (trainer/worker.py, RUN_LOCKED_BY)
     single_writer = holds_run_lock(args, nnodes)
     with _verify_mode(getattr(args, "verify", None)):
         if args.dry_run:
@@ -272,12 +272,13 @@ def is_elastic(args: argparse.Namespace, nnodes: str) -> bool:
     return nnodes != "1" and args.node_rank is None
 
 
-def _torchrun_env(nproc: int, local: bool, holds_lock: bool = False) -> dict[str, str]:
+def _torchrun_env(local: bool, holds_lock: bool = False) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PRETRAIN_VERIFY", RUN_LOCKED_BY)}
-    if holds_lock:  # the ranks' rank 0 then takes no lock of its own (trainer/train.py)
+    if holds_lock:  # the ranks' rank 0 then takes no lock of its own (trainer/worker.py)
         env[RUN_LOCKED_BY] = str(os.getpid())
-    env.setdefault("PRETRAIN_TORCH_THREADS", str(default_threads(nproc)))
-    env.setdefault("OMP_NUM_THREADS", env["PRETRAIN_TORCH_THREADS"])
+    from trainer.model import default_threads
+
+    env.setdefault("OMP_NUM_THREADS", str(default_threads()))  # what each CPU rank uses
     if local:  # gloo's and NCCL's own sockets on loopback too
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
         env.setdefault("NCCL_SOCKET_IFNAME", "lo")
@@ -302,7 +303,7 @@ def _launch(
     error_file.unlink(missing_ok=True)
     result = subprocess.run(
         command,
-        env=_torchrun_env(nproc, is_local(args, nnodes), holds_run_lock(args, nnodes)),
+        env=_torchrun_env(is_local(args, nnodes), holds_run_lock(args, nnodes)),
         check=False,
         preexec_fn=functools.partial(die_with_parent, os.getpid()),  # agent dies with us
     )

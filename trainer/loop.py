@@ -8,7 +8,7 @@ summary (`pretrain launch --smoke` runs trainer/smoke.py's checks on the same tr
 
 The Trainer owns the model, optimizer, data, TrainState, the spike guard and the checkpoints;
 what observes the run is a callback with named events (trainer/callbacks.py); the step's
-megatron mechanics are in trainer/step.py. Entered only through trainer/train.py's `train()`.
+megatron mechanics are in trainer/step.py. Entered only through trainer/worker.py's `run()`.
 """
 
 from __future__ import annotations

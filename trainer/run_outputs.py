@@ -1,7 +1,7 @@
 """What a run leaves in its run.out_dir, and the check that the folder is one of our runs.
 
 `check_run_dir`: every entry point that writes run.out_dir (`pretrain launch`, `--smoke`,
-`--in-process`, the ranks' `trainer.train.train`) refuses, in one line before anything is written,
+`--in-process`, every rank's `trainer.worker.run`) refuses, in one line before anything is written,
 a folder a run would write over someone else's files in. At the end of a run rank 0 writes the
 run manifest and summary.json (`write_outputs`).
 """
@@ -167,7 +167,7 @@ def write_run_manifest(trainer: FinishedRun, launch_info: dict[str, Any], extra:
         guard={"rollbacks": trainer.guard.rollbacks, "events": trainer.guard.events},
         **extra,
     )
-    run_kind.write(  # the command: the launcher's (trainer.train.train records it)
+    run_kind.write(  # the command: the launcher's (trainer.worker.run records it)
         trainer.run_dir,
         fields,
         config=config_dict(trainer.config),

@@ -1,7 +1,16 @@
-"""The torchrun worker: `python -m trainer.worker RESOLVED_CONFIG.json [--smoke]`.
+"""How a rank runs: `run(config)`, the one function every rank calls.
 
-Every rank runs this module. The `__main__` guard matters: dist_checkpointing's save starts
-helper processes, which re-import the main module under the spawn start method.
+torchrun starts each rank as `python -m trainer.worker RUN/launch/config.json [--smoke]` (the
+command trainer/launch.py builds); `pretrain launch --in-process` (single-rank runs, the
+ablation's single-rank proxies) calls `run()` in its own process. `run()`: the run directory's
+writer lock (taken by global rank 0 unless its launcher holds it), `config.build()` (model,
+optimizer, data, callbacks: trainer/config.py), `Trainer.fit()` (trainer/loop.py) or the smoke
+checks (trainer/smoke.py), then the process group down. Not under torchrun (no WORLD_SIZE), this
+process is a world of one: an in-memory store (nothing listens for it, trainer/model.py) and
+gloo's sockets on loopback (trainer/local_torchrun.py), the environment left as it was found.
+
+The `__main__` guard matters: dist_checkpointing's save starts helper processes, which re-import
+the main module under the spawn start method.
 """
 
 from __future__ import annotations
@@ -9,8 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
+import warnings
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +35,15 @@ from trainer.config import TrainConfig
 if TYPE_CHECKING:
     from trainer.callbacks import Callback
 
+RUN_LOCKED_BY = "PRETRAIN_RUN_LOCKED_BY"
+"""Set by `pretrain launch` for the ranks it starts while it holds the run directory's writer
+lock: its pid (the lock record's holder). A rank 0 without it takes the lock itself."""
 
-def main(argv: list[str] | None = None) -> int:
+
+def main(argv: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> int:
+    """torchrun's entry for every rank; a PretrainError is one line on stderr (and in
+    RUN/launch/error.txt for the launcher), exit 2. `callbacks`: for an entry that wraps this
+    one (the tests' fault injection, tests/trainer/rank_entry.py)."""
     die_with_parent()  # torchrun starts ranks in their own session: end with the agent
     os.register_at_fork(after_in_child=die_with_parent)  # and megatron's forked savers with us
     parser = argparse.ArgumentParser(prog="trainer.worker")
@@ -34,10 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     config = parse_config(
         TrainConfig, json.loads(Path(args.config_json).read_text()), source=args.config_json
     )
-    from trainer.train import train
-
     try:
-        train(config, smoke=args.smoke)
+        run(config, smoke=args.smoke, callbacks=callbacks)
     except PretrainError as exc:
         print(f"pretrain launch: error: {exc}", file=sys.stderr, flush=True)
         from trainer.run_outputs import is_own_run
@@ -50,62 +67,73 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run(
+    config: TrainConfig, *, smoke: bool = False, callbacks: Sequence[Callback] = ()
+) -> dict[str, Any]:
+    """One rank's whole run; returns its summary. Rank 0 writes metrics, loss.png, the manifest.
+    `callbacks` run after the built-in ones (trainer/callbacks.py)."""
+    warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*")
+    from pretrain.command import recorded
+    from trainer.local_torchrun import loopback_gloo
+    from trainer.run_outputs import check_run_dir, load_launch_info
+
+    check_run_dir(config.run.out_dir)  # every rank, before its first write
+    # what this rank writes (checkpoints, the run manifest) records the launcher's command
+    command = load_launch_info(Path(config.run.out_dir)).get("command")
+    alone = "WORLD_SIZE" not in os.environ  # not started by torchrun: a world of one
+    with (
+        loopback_gloo() if alone else nullcontext(),
+        recorded(command) if command else nullcontext(),
+        _run_lock(config, command),
+    ):
+        return _fit(config, smoke, callbacks)
+
+
+def _run_lock(config: TrainConfig, command: list[str] | None) -> AbstractContextManager[Any]:
+    """The run directory's writer lock, taken by global rank 0 unless the launcher that started
+    this rank holds it (RUN_LOCKED_BY names its pid, trainer/launch.py): ranks started by hand or
+    by an elastic multi-node launch (no launcher knew it would be node 0) keep a second writer
+    out of the run themselves. A launcher in this process (`--in-process`) holds it already: the
+    lock is re-entered."""
+    from pretrain.locking import output_lock, read_holder
+
+    run_dir = Path(config.run.out_dir)
+    if os.environ.get("RANK", "0") != "0":
+        return nullcontext()
+    launcher = os.environ.get(RUN_LOCKED_BY)
+    holder = read_holder(run_dir) or {}
+    here = holder.get("host") == socket.gethostname()
+    if here and launcher and launcher.isdigit() and holder.get("pid") == int(launcher):
+        return nullcontext()
+    return output_lock(run_dir, command)
+
+
+def _fit(config: TrainConfig, smoke: bool, callbacks: Sequence[Callback]) -> dict[str, Any]:
+    import torch
+
+    from trainer.loop import Trainer
+
+    run_dir = Path(config.run.out_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        trainer = Trainer(config, run_dir, callbacks, evaluate=not smoke)
+        if smoke:
+            from trainer.smoke import smoke_checks
+
+            return trainer.finish({"smoke": smoke_checks(trainer)})
+        return trainer.fit()
+    finally:
+        from megatron.core import parallel_state
+
+        # megatron's groups go with the process group: left registered, a later in-process
+        # load_model (same process) would reuse groups of a destroyed world (ValueError)
+        parallel_state.destroy_model_parallel()
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
 if __name__ == "__mp_main__":  # a helper megatron spawned from a rank: end with the rank
     die_with_parent()
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def _rank_main(
-    rank: int,
-    world: int,
-    port: int,
-    config_data: dict[str, Any],
-    smoke: bool,
-    callbacks: Sequence[Callback],
-) -> None:
-    """Body of one spawned rank (torch.multiprocessing)."""
-    die_with_parent()
-    os.register_at_fork(after_in_child=die_with_parent)
-    from trainer.train import LocalRank, train
-
-    config = parse_config(TrainConfig, config_data)
-    train(config, smoke=smoke, callbacks=callbacks, local=LocalRank(rank, world, port))
-
-
-def spawn_ranks(
-    config_data: dict[str, Any],
-    world: int,
-    smoke: bool = False,
-    timeout_s: float = 240,
-    callbacks: Sequence[Callback] = (),
-) -> None:
-    """Run `world` ranks on this machine without torchrun (tests, benchmarks).
-
-    `callbacks` (picklable; their classes importable by the spawned ranks) are added to every
-    rank's trainer after the built-in ones: how tests install fault injection
-    (tests/trainer/faults.py).
-
-    Raises torch.multiprocessing's ProcessRaisedException / ProcessExitedException when a rank
-    fails, and TimeoutError (after killing the ranks) when they run past `timeout_s`.
-    """
-    import time
-
-    import torch.multiprocessing as mp
-
-    from trainer.model import _free_port
-
-    context = mp.start_processes(
-        _rank_main,
-        args=(world, _free_port(), config_data, smoke, tuple(callbacks)),
-        nprocs=world,
-        join=False,
-        start_method="spawn",
-    )
-    deadline = time.monotonic() + timeout_s
-    while not context.join(timeout=1.0):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                process.kill()
-            raise TimeoutError(f"{world} rank(s) did not finish within {timeout_s} s")

@@ -44,10 +44,10 @@ def _errors(stderr: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_eval_run_skips_a_corrupt_checkpoint_and_evaluates_the_others(chain, tmp_path):
-    from trainer.worker import spawn_ranks
+    from tests.trainer.trainer_testlib import run_ranks
 
     run_dir = tmp_path / "run"
-    spawn_ranks(tiny_config(run_dir, data={"synthetic_vocab": 400}), 1)  # steps 2, 4, 6
+    run_ranks(tiny_config(run_dir, data={"synthetic_vocab": 400}), 1)  # steps 2, 4, 6
     checkpoints = run_dir / "checkpoints"
     _flip(_shard(checkpoints / "iter_0000004"))
 

@@ -31,7 +31,7 @@ def test_eval_every_needs_sets_and_one_pipeline_stage():
 def test_recorded_val_bpb_equals_eval_run_on_the_same_checkpoint(chain, tmp_path):
     from mixtures.build import build_mixture
     from mixtures.recipe import MixtureConfig
-    from trainer.worker import spawn_ranks
+    from tests.trainer.trainer_testlib import run_ranks
 
     mixture_cfg = yaml.safe_load(chain["mixture_config"].read_text())
     mixture_cfg["out"] = str(tmp_path / "mixture")
@@ -45,7 +45,7 @@ def test_recorded_val_bpb_equals_eval_run_on_the_same_checkpoint(chain, tmp_path
         metrics={"tensorboard": True, "peak_flops": 1e11},
         eval={"every": 5, "sets": str(chain["evalsets"]), "max_docs": 20},
     )
-    spawn_ranks(config, 1)
+    run_ranks(config, 1)
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     recorded = {r["step"]: r for r in records if r.get("event") == "eval"}
     assert sorted(recorded) == [5, 10]

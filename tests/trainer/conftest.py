@@ -6,14 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.trainer_testlib import losses, tiny_config
+from tests.trainer.trainer_testlib import losses, run_ranks, tiny_config
 
 
 @pytest.fixture(scope="session")
 def reference_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, float]]:
-    """The tiny config trained 6 steps on one rank (its own process): (run dir, loss per step)."""
-    from trainer.worker import spawn_ranks
-
+    """The tiny config trained 6 steps on one rank (under torchrun): (run dir, loss per step)."""
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    spawn_ranks(tiny_config(run_dir), 1)
+    run_ranks(tiny_config(run_dir), 1)
     return run_dir, losses(run_dir)

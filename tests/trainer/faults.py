@@ -1,5 +1,5 @@
-"""Callbacks the trainer tests install (trainer.worker.spawn_ranks `callbacks=`): fault injection,
-so the production loop and config carry no testing aids, and an event recorder."""
+"""Callbacks the trainer tests install (trainer_testlib.run_ranks `callbacks=`, by class name):
+fault injection, so the production loop and config carry no testing aids, and an event recorder."""
 
 from __future__ import annotations
 

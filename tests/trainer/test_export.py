@@ -42,7 +42,7 @@ def sample_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def train_run(run_dir: Path, world: int = 1, **sections: dict) -> Path:
-    from trainer.worker import spawn_ranks
+    from tests.trainer.trainer_testlib import run_ranks
 
     model = {"vocab_size": VOCAB, **sections.pop("model", {})}
     config = tiny_config(
@@ -52,7 +52,7 @@ def train_run(run_dir: Path, world: int = 1, **sections: dict) -> Path:
         model=model,
         **sections,
     )
-    spawn_ranks(config, world)
+    run_ranks(config, world)
     return run_dir
 
 

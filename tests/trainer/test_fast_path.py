@@ -123,11 +123,10 @@ def test_cpu_compat_never_patches_a_cuda_run():
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("mode", ["selective", "full"])
 def test_recompute_modes_train_the_same_losses(tmp_path, reference_run, mode):
-    from tests.trainer.trainer_testlib import losses, tiny_config
-    from trainer.worker import spawn_ranks
+    from tests.trainer.trainer_testlib import losses, run_ranks, tiny_config
 
     _, plain = reference_run
-    spawn_ranks(tiny_config(tmp_path / mode, model={"recompute": mode}), 1, timeout_s=400)
+    run_ranks(tiny_config(tmp_path / mode, model={"recompute": mode}), 1, timeout_s=400)
     recomputed = losses(tmp_path / mode)
     for step, loss in plain.items():
         assert recomputed[step] == pytest.approx(loss, rel=1e-5, abs=1e-5), (step, mode)

@@ -10,9 +10,7 @@ import sys
 
 import pytest
 
-from tests.trainer.faults import NanLossAtStep
-from tests.trainer.trainer_testlib import losses, tiny_config
-from trainer.worker import spawn_ranks
+from tests.trainer.trainer_testlib import losses, run_ranks, tiny_config
 
 SCRIPT = """
 import json, sys
@@ -62,7 +60,7 @@ def test_async_tp2_checkpoints_with_rollback_reload_resharded(tmp_path, referenc
         checkpoint={"async_save": True},
         parallel={"tensor": 2, "gpus_per_node": 2},
     )
-    spawn_ranks(config, 2, callbacks=[NanLossAtStep(4)])
+    run_ranks(config, 2, callbacks={"NanLossAtStep": [4]})
     per_step = losses(run_dir)
     assert [per_step[s] for s in (1, 2, 3)] == pytest.approx([expected[s] for s in (1, 2, 3)])
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [

@@ -105,18 +105,16 @@ def test_a_preflight_refusal_leaves_the_run_folder_as_it_was(tmp_path, reference
 
 @pytest.mark.timeout(600)
 def test_a_rank_refuses_a_run_whose_every_checkpoint_is_corrupt(tmp_path, reference_run):
-    """Ranks started without the launcher (trainer.worker.spawn_ranks) refuse it too."""
-    import torch.multiprocessing as mp
-
-    from trainer.worker import spawn_ranks
+    """Ranks started without the launcher (torchrun -> trainer.worker) refuse it too."""
+    from tests.trainer.trainer_testlib import RanksFailed, run_ranks
 
     run = _copy(reference_run, tmp_path)
     for step in (2, 4, 6):
         _flip(_shard(run, step))
     before = _snapshot(run)
-    with pytest.raises(mp.ProcessRaisedException) as info:
-        spawn_ranks(tiny_config(run, run={"train_steps": 8}), 1)
-    assert "ArtifactError: resume refused: none of the 3 checkpoint(s)" in str(info.value)
+    with pytest.raises(RanksFailed) as info:
+        run_ranks(tiny_config(run, run={"train_steps": 8}), 1)
+    assert "pretrain launch: error: resume refused: none of the 3 checkpoint(s)" in str(info.value)
     after = _snapshot(run)
     assert {k: v for k, v in after.items() if k != "metrics.jsonl"} == {
         k: v for k, v in before.items() if k != "metrics.jsonl"

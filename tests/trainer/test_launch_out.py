@@ -1,8 +1,8 @@
 """`pretrain launch` into a folder that is not one of our runs: one line (exit 2) before anything
 is written, the folder's bytes unchanged. Before, a launch into a user's folder appended to its
 metrics.jsonl and replaced its launch.json and loss.png (and `--smoke`, `--in-process` and
-spawned ranks the same). A run folder of ours still resumes (tests/trainer/test_resume_*.py and
-the spawned-rank tests run in such folders)."""
+ranks started without the launcher the same). A run folder of ours still resumes
+(tests/trainer/test_resume_*.py run in such folders)."""
 
 from __future__ import annotations
 
@@ -88,19 +88,19 @@ def test_a_file_as_out_dir_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_spawned_ranks_refuse_a_foreign_folder(tmp_path: Path) -> None:
-    """The entry every start goes through (trainer.train.train), here one rank in this process
-    as `--in-process` and the ablation's proxies run it: refused before its first write."""
+def test_a_rank_in_this_process_refuses_a_foreign_folder(tmp_path: Path) -> None:
+    """The function every rank runs (trainer.worker.run), here in this process as `--in-process`
+    and the ablation's proxies run it, without the launcher's check: refused before its first
+    write."""
     from pretrain.config import parse_config
     from trainer.config import TrainConfig
-    from trainer.model import _free_port
-    from trainer.train import LocalRank, train
+    from trainer.worker import run
 
     user = _user_folder(tmp_path)
     before = _snapshot(user)
     config = parse_config(TrainConfig, tiny_config(user, run={"train_steps": 2}))
     with pytest.raises(PretrainError, match="not empty"):
-        train(config, local=LocalRank(0, 1, _free_port()))
+        run(config)
     assert _snapshot(user) == before
 
 

@@ -6,16 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch.multiprocessing as mp
 
 from pretrain.config import parse_config
 from pretrain.errors import LockMismatch
 from pretrain.manifest import load_manifest
 from tests.mixtures.conftest import TOKENIZER, make_encoded, mixture_config
-from tests.trainer.trainer_testlib import tiny_config
+from tests.trainer.trainer_testlib import RanksFailed, run_ranks, tiny_config
 from trainer.config import OptimConfig, TrainConfig
 from trainer.lr_schedule import lr_at
-from trainer.worker import spawn_ranks
 
 PHASES = [
     {"name": "short", "share": 0.5, "seq_length": 32},
@@ -52,7 +50,7 @@ def _config(run_dir, mixture, **extra):
 def test_trains_through_mixture_phases_and_refuses_another_mixture(tmp_path):
     mixture = _mixture(tmp_path, "mix")
     run_dir = tmp_path / "run"
-    spawn_ranks(_config(run_dir, mixture), 1)
+    run_ranks(_config(run_dir, mixture), 1)
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "loss" in r]
     assert [r["seq_length"] for r in steps] == [32, 32, 32, 32, 64, 64]
@@ -72,8 +70,8 @@ def test_trains_through_mixture_phases_and_refuses_another_mixture(tmp_path):
 
     other_sha = "ab" * 32
     other = _mixture(tmp_path, "other", {"name": "bpe-b", "sha256": other_sha, "id": "bpe-b@abab"})
-    with pytest.raises(mp.ProcessRaisedException, match="resume refused.*tokenizer"):
-        spawn_ranks(_config(run_dir, other, run={"train_steps": 7}), 1)
+    with pytest.raises(RanksFailed, match="resume refused.*tokenizer"):
+        run_ranks(_config(run_dir, other, run={"train_steps": 7}), 1)
 
 
 @pytest.mark.timeout(120)

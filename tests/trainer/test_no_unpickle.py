@@ -96,8 +96,8 @@ def test_guarded_readers_refuse_even_without_our_precheck(tmp_path, reference_ru
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_resume_falls_back_past_planted_and_corrupt_metadata(tmp_path, reference_run, capfd):
-    from trainer.worker import spawn_ranks
+def test_resume_falls_back_past_planted_and_corrupt_metadata(tmp_path, reference_run):
+    from tests.trainer.trainer_testlib import run_ranks
 
     reference, expected = reference_run
     run = _copy_run(reference, tmp_path / "run")
@@ -109,10 +109,9 @@ def test_resume_falls_back_past_planted_and_corrupt_metadata(tmp_path, reference
     (corrupt / ".metadata").write_bytes(b"\x80\x04not a pickle at all")
     old = load_manifest(corrupt)
     write_manifest(corrupt, "checkpoint", config=old["config"], counts=old["counts"])
-    capfd.readouterr()
 
-    spawn_ranks(tiny_config(run), 1)
-    out, err = capfd.readouterr()
+    proc = run_ranks(tiny_config(run), 1)
+    out, err = proc.stdout, proc.stderr
     skipped = [e for e in events(run) if e["event"] == "checkpoint_skipped"]
     assert [e["step"] for e in skipped] == steps[-1:-3:-1]
     resumed = [e for e in events(run) if e["event"] == "resume"]

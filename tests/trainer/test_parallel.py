@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.trainer.trainer_testlib import losses, tiny_config
-from trainer.worker import spawn_ranks
+from tests.trainer.trainer_testlib import losses, run_ranks, tiny_config
 
 
 def _train(run_dir, world: int, **parallel) -> dict[int, float]:
     config = tiny_config(run_dir, parallel={**parallel, "gpus_per_node": world})
-    spawn_ranks(config, world, timeout_s=200)
+    run_ranks(config, world, timeout_s=200)
     return losses(run_dir)
 
 
@@ -41,7 +40,7 @@ def test_data_parallel_2_with_distributed_optimizer_learns(tmp_path, reference_r
     config = tiny_config(
         tmp_path / "dp2", parallel={"gpus_per_node": 2}, optim={"distributed_optimizer": True}
     )
-    spawn_ranks(config, 2, timeout_s=200)
+    run_ranks(config, 2, timeout_s=200)
     dp2 = losses(tmp_path / "dp2")
     assert dp2[6] < dp2[1] - 0.05, dp2
     for step in dp1:  # same global batch, split over two ranks: same math up to reduction order

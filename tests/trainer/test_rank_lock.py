@@ -1,7 +1,7 @@
 """Every way a run starts keeps a second writer out of its run directory, not only `pretrain
-launch`: ranks spawned without torchrun (trainer.worker.spawn_ranks, what tests and benchmarks
-use), a rank started by hand (`python -m trainer.worker CONFIG`), and one that claims a launcher
-holds the lock when none does. Before, only the launcher (and rank 0 of an elastic launch) took
+launch`: ranks torchrun starts without a launcher holding the lock (what tests do), a rank
+started by hand (`python -m trainer.worker CONFIG`), and one that claims a launcher holds the
+lock when none does. Before, only the launcher (and rank 0 of an elastic launch) took
 the lock: any of these trained into a run another launch was training (two writers of one
 metrics.jsonl and one checkpoints/). A rank whose launcher holds the lock (RUN_LOCKED_BY, set by
 `pretrain launch` for torchrun's ranks) still trains: every torchrun launch test shows it
@@ -14,15 +14,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from torch.multiprocessing import ProcessRaisedException
 
 from pretrain.config import config_dict, parse_config
 from pretrain_app.cli import main
 from tests.trainer.test_elastic_lock import _held, _worker
-from tests.trainer.trainer_testlib import tiny_config
+from tests.trainer.trainer_testlib import RanksFailed, run_ranks, tiny_config
 from trainer.config import TrainConfig
-from trainer.train import RUN_LOCKED_BY
-from trainer.worker import spawn_ranks
+from trainer.worker import RUN_LOCKED_BY
 
 
 def _config_json(tmp_path: Path, run_dir: Path) -> Path:
@@ -38,10 +36,10 @@ def _untouched(run_dir: Path) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_ranks_spawned_into_a_held_run_are_refused_naming_the_holder(tmp_path: Path) -> None:
+def test_ranks_started_into_a_held_run_are_refused_naming_the_holder(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    with _held(run_dir) as pid, pytest.raises(ProcessRaisedException) as refused:
-        spawn_ranks(tiny_config(run_dir), 1, timeout_s=150)  # old code: trained, no error
+    with _held(run_dir) as pid, pytest.raises(RanksFailed) as refused:
+        run_ranks(tiny_config(run_dir), 1, timeout_s=150)  # old code: trained, no error
     assert f"output {run_dir} is being written by pid {pid}" in str(refused.value)
     _untouched(run_dir)
 

@@ -6,13 +6,11 @@ import json
 import math
 
 import pytest
-import torch.multiprocessing as mp
 
 from pretrain.manifest import load_manifest
-from tests.trainer.faults import CRASH_EXIT_CODE, CrashAfterStep, NanLossAtStep, RecordEvents
-from tests.trainer.trainer_testlib import events, losses, tiny_config
+from tests.trainer.faults import CRASH_EXIT_CODE
+from tests.trainer.trainer_testlib import RanksFailed, events, losses, run_ranks, tiny_config
 from trainer.checkpoint import list_checkpoints
-from trainer.worker import spawn_ranks
 
 
 @pytest.mark.timeout(300)
@@ -21,15 +19,15 @@ def test_killed_run_resumes_exactly_and_skips_a_corrupt_checkpoint(tmp_path, ref
     assert sorted(expected) == [1, 2, 3, 4, 5, 6]
 
     killed = tmp_path / "killed"
-    with pytest.raises(mp.ProcessExitedException) as info:
-        spawn_ranks(tiny_config(killed), 1, callbacks=[CrashAfterStep(5)])
-    assert info.value.exit_code == CRASH_EXIT_CODE
+    with pytest.raises(RanksFailed) as info:
+        run_ranks(tiny_config(killed), 1, callbacks={"CrashAfterStep": [5]})
+    assert info.value.exit_codes == {CRASH_EXIT_CODE}
     assert [step for step, _ in list_checkpoints(killed)] == [1, 2, 4]
     # the newest checkpoint (step 4) loses a byte: resume must fall back to step 2
     shard = next((killed / "checkpoints" / "iter_0000004").glob("*.distcp"))
     shard.write_bytes(shard.read_bytes()[:-1])
 
-    spawn_ranks(tiny_config(killed), 1)
+    run_ranks(tiny_config(killed), 1)
     logged = events(killed)
     assert [e["checkpoint"] for e in logged if e["event"] == "checkpoint_skipped"] == [
         "iter_0000004"
@@ -47,7 +45,7 @@ def test_killed_run_resumes_exactly_and_skips_a_corrupt_checkpoint(tmp_path, ref
 def test_injected_nan_rolls_back_skips_the_batch_and_finishes(tmp_path):
     run_dir = tmp_path / "nan"
     record = tmp_path / "events.jsonl"
-    spawn_ranks(tiny_config(run_dir), 1, callbacks=[NanLossAtStep(3), RecordEvents(str(record))])
+    run_ranks(tiny_config(run_dir), 1, {"NanLossAtStep": [3], "RecordEvents": [str(record)]})
     (rollback,) = [e for e in events(run_dir) if e["event"] == "rollback"]
     assert rollback["step"] == 3 and rollback["to_step"] == 2
     assert "loss is nan" in rollback["reason"]
@@ -80,8 +78,8 @@ def test_injected_nan_rolls_back_skips_the_batch_and_finishes(tmp_path):
 def test_guard_gives_up_after_max_rollbacks(tmp_path):
     run_dir = tmp_path / "gives-up"
     config = tiny_config(run_dir, guard={"max_rollbacks": 0})
-    with pytest.raises(mp.ProcessRaisedException, match="guard.max_rollbacks = 0 exceeded"):
-        spawn_ranks(config, 1, callbacks=[NanLossAtStep(2)])
+    with pytest.raises(RanksFailed, match="guard.max_rollbacks = 0 exceeded"):
+        run_ranks(config, 1, callbacks={"NanLossAtStep": [2]})
 
 
 def _exact_mixture(tmp_path, batches: int):
@@ -114,7 +112,7 @@ def test_a_rollback_to_an_early_checkpoint_that_runs_out_of_data_saves_its_last_
         checkpoint={"every": 8, "keep_last": 1},
         guard={"skip_batches": 2},
     )
-    spawn_ranks(config, 1, callbacks=[NanLossAtStep(3)])
+    run_ranks(config, 1, callbacks={"NanLossAtStep": [3]})
     (rollback,) = [e for e in events(run_dir) if e["event"] == "rollback"]
     assert rollback["to_step"] == 1 and rollback["skipped_batches"] == [2, 3]
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -8,14 +8,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch.multiprocessing as mp
 import yaml
 
 from pretrain.manifest import manifest_sha256
 from pretrain_app.cli import main
-from tests.trainer.trainer_testlib import tiny_config
+from tests.trainer.trainer_testlib import RanksFailed, run_ranks, tiny_config
 from trainer.checkpoint import list_checkpoints
-from trainer.worker import spawn_ranks
 
 OTHER_MODELS = {
     "hidden size": {"model": {"hidden_size": 128}},
@@ -56,9 +54,9 @@ def test_launch_refuses_to_resume_another_models_checkpoint(
 def test_a_rank_refuses_another_models_checkpoint_before_loading_it(tmp_path, reference_run):
     run_dir, before = _copy_run(reference_run, tmp_path)
     config = tiny_config(run_dir, run={"train_steps": 8}, model={"hidden_size": 128})
-    with pytest.raises(mp.ProcessRaisedException) as info:
-        spawn_ranks(config, 1)
+    with pytest.raises(RanksFailed) as info:
+        run_ranks(config, 1)
     message = str(info.value)
-    assert "LockMismatch: resume refused" in message, message[-2000:]
+    assert "pretrain launch: error: resume refused: checkpoint" in message, message[-2000:]
     assert "CheckpointingException" not in message
     assert {p.name: manifest_sha256(p) for _, p in list_checkpoints(run_dir)} == before

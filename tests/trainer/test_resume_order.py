@@ -10,16 +10,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch.multiprocessing as mp
 import yaml
 
 from pretrain.manifest import manifest_sha256
 from pretrain_app.cli import main
-from tests.trainer.trainer_testlib import tiny_config
+from tests.trainer.trainer_testlib import RanksFailed, run_ranks, tiny_config
 from trainer.checkpoint import list_checkpoints
 from trainer.config import TrainConfig
 from trainer.data import resume_order_changes
-from trainer.worker import spawn_ranks
 
 REORDERING = {
     "batch.global_batch_size": {"batch": {"global_batch_size": 8}},
@@ -86,8 +84,10 @@ def test_two_phase_synthetic_layout_moves_with_the_step_count():
 def test_a_rank_refuses_a_reordering_resume_before_loading(tmp_path, reference_run):
     run_dir, before = _copy_run(reference_run, tmp_path)
     config = tiny_config(run_dir, run={"train_steps": 8}, batch={"global_batch_size": 8})
-    with pytest.raises(mp.ProcessRaisedException) as info:
-        spawn_ranks(config, 1)
+    with pytest.raises(RanksFailed) as info:
+        run_ranks(config, 1)
     message = str(info.value)
-    assert "LockMismatch: resume refused" in message and "batch.global_batch_size" in message
+    assert (
+        "pretrain launch: error: resume refused" in message and "batch.global_batch_size" in message
+    )
     assert {p.name: manifest_sha256(p) for _, p in list_checkpoints(run_dir)} == before

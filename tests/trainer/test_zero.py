@@ -9,8 +9,7 @@ import json
 import pytest
 
 from pretrain_app.cli import main
-from tests.trainer.trainer_testlib import losses, tiny_config
-from trainer.worker import spawn_ranks
+from tests.trainer.trainer_testlib import losses, run_ranks, tiny_config
 
 
 @pytest.mark.slow
@@ -21,7 +20,7 @@ def test_zero_1_losses_equal_zero_0_on_two_ranks(tmp_path):
         config = tiny_config(
             tmp_path / f"zero{stage}", parallel={"gpus_per_node": 2, "zero": stage}
         )
-        spawn_ranks(config, 2, timeout_s=400)
+        run_ranks(config, 2, timeout_s=400)
         runs[stage] = losses(tmp_path / f"zero{stage}")
     assert sorted(runs[0]) == list(range(1, 7))
     assert runs[0][6] < runs[0][1] - 0.05, runs[0]

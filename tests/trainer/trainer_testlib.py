@@ -1,10 +1,18 @@
-"""Helpers for the trainer tests: a tiny synthetic-data config and reading a run's losses."""
+"""Helpers for the trainer tests: a tiny synthetic-data config, reading a run's losses, and
+`run_ranks`: training on N ranks the way `pretrain launch` starts them (torchrun)."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def tiny_config(run_dir: Path, **sections: dict[str, Any]) -> dict[str, Any]:
@@ -49,3 +57,49 @@ def losses(run_dir: Path) -> dict[int, float]:
 def events(run_dir: Path) -> list[dict[str, Any]]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if r.get("event")]
+
+
+class RanksFailed(Exception):
+    """torchrun's ranks failed: `exit_codes` (the failed ranks' exit codes, each once), `stderr`
+    (the agent's and the ranks' output)."""
+
+    def __init__(self, exit_codes: set[int], stderr: str) -> None:
+        super().__init__(f"ranks failed with exit codes {exit_codes}: {stderr[-3000:]}")
+        self.exit_codes, self.stderr = exit_codes, stderr
+
+
+def run_ranks(
+    config: dict[str, Any],
+    world: int,
+    callbacks: dict[str, list[Any]] | None = None,
+    timeout_s: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """Train `config` on `world` ranks started as `pretrain launch` starts them (torchrun on
+    127.0.0.1 -> trainer.worker's entry, trainer/launch.py's command), with no launcher holding
+    the run's lock (rank 0 takes it). `callbacks`: tests/trainer/faults.py classes by name ->
+    their arguments, added to every rank's trainer (tests/trainer/rank_entry.py). Raises
+    RanksFailed when a rank fails; torchrun's agent is killed after `timeout_s` (and its ranks
+    with it: PR_SET_PDEATHSIG)."""
+    from trainer.launch import torchrun_command
+
+    folder = Path(tempfile.mkdtemp(prefix="ranks-"))
+    config_json, callbacks_json = folder / "config.json", folder / "callbacks.json"
+    config_json.write_text(json.dumps(config))
+    callbacks_json.write_text(json.dumps(callbacks or {}))
+    args = SimpleNamespace(rdzv_endpoint=None, smoke=False)
+    command = torchrun_command(args, world, "1", config_json)
+    entry = command.index("trainer.worker")
+    command[entry : entry + 2] = ["tests.trainer.rank_entry", str(config_json), str(callbacks_json)]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PRETRAIN_"))},
+        "PYTHONPATH": str(REPO),
+        "GLOO_SOCKET_IFNAME": "lo",
+        "OMP_NUM_THREADS": "1",
+    }
+    proc = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+    if proc.returncode != 0:
+        codes = {int(code) for code in re.findall(r"exitcode\s*:\s*(-?\d+)", proc.stderr)}
+        raise RanksFailed(codes, proc.stdout[-2000:] + proc.stderr)
+    return proc
