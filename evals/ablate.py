@@ -54,7 +54,8 @@ class CriteriaConfig(StrictModel):
     metric: str = "bpb"
     """Target metric (results key, e.g. bpb, bpb/web/en, task/piqa/acc_norm)."""
     min_improvement: float = Field(0.0, ge=0)
-    """The lower bound of the chosen recipe's paired improvement over the base must exceed this."""
+    """The lower bound of the chosen recipe's paired improvement over EACH alternative must
+    exceed this."""
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     """With equal recipes the gate passes at most 1 - confidence of the time: the interval of the
     chosen recipe's improvement is widened for the choice among K recipes (trainer/gate_stats.py)."""
@@ -62,8 +63,12 @@ class CriteriaConfig(StrictModel):
     """Seed noise must be measured (>= 2 seeds); off: one seed's document interval suffices."""
     max_domain_regression: float | None = Field(None, ge=0)
     """No domain may be worse than the alternative by more than this bpb (upper bound)."""
-    require_scale_agreement: bool = False
-    """With two proxies, the smaller one must reach the same decision as the larger."""
+    require_scale_agreement: bool = True
+    """With two proxies, every pair with the chosen recipe agrees at both scales, and its
+    small-scale margin is outside the noise."""
+    min_token_fraction: float = Field(0.95, gt=0, le=1)
+    """A proxy run is unhealthy (left out, refuses the gate) when scored at a step other than
+    its last trained one or when it trained fewer tokens than this share of its plan."""
 
 
 class HalvingConfig(StrictModel):
@@ -111,6 +116,10 @@ class AblationConfig(StrictModel):
     gpus_per_run: float = Field(0.0, ge=0)
     """GPUs a Ray task reserves for one proxy run (its launch sees only those); fractions put
     several proxies on one GPU (0.25: four)."""
+    unhealthy: Literal["rerun", "refuse"] = "rerun"
+    """An unhealthy proxy run (trainer.gate_rule.run_health): `rerun` it once from scratch
+    (a cached one too); `refuse`: keep it. Either way a run still unhealthy is left out of every
+    decision, listed, and the report does not pass."""
     halving: HalvingConfig | None = None
     """Off by default; e.g. {fraction: 0.25}: clearly-behind recipes stop at a quarter budget."""
     confirm_predictions: bool = True

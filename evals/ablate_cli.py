@@ -104,8 +104,44 @@ def _print_regression(report: dict[str, Any]) -> None:
         print(f"  predicted {row['predicted']:.4f}, measured {measured} ({row['recipe_name']})")
 
 
+def headline(report: dict[str, Any]) -> str:
+    """The report's top line: what was decided, on which pairs, which runs were left out."""
+    decision = report["decision"]
+    verdict = "PASSED" if report["passed"] else "NOT PASSED"
+    pairs = ", ".join(
+        f"{c['pair']} {'ok' if c['passed'] else 'FAILED'}" for c in decision.get("comparisons", [])
+    )
+    left_out = [u["run"] for u in report.get("unhealthy_runs", [])]
+    text = f"decision: {decision['verdict']} -> {verdict}"
+    text += f"; pairs: {pairs}" if pairs else ""
+    text += f"; left out (unhealthy): {', '.join(left_out)}" if left_out else ""
+    return text
+
+
+def _print_evidence_flags(report: dict[str, Any]) -> None:
+    """Unhealthy runs, seed outliers (with the rule) and small eval sets, each on its line."""
+    from trainer.gate_rule import OUTLIER_RULE
+
+    for row in report.get("unhealthy_runs", []):
+        print(
+            f"  ! unhealthy, left out: {row['run']}: {'; '.join(row['problems'])} "
+            f"(ended: {row['ended']}, rollbacks {row['rollbacks']}, skipped batches "
+            f"{row['skipped_batches']})"
+        )
+    for row in report.get("outliers", []):
+        print(
+            f"  ! seed outlier: {row['run']}: {row['value']:.4f} against its recipe's median "
+            f"{row['recipe_median']:.4f} (modified z {row['modified_z']}; rule: {OUTLIER_RULE})"
+        )
+    for line in report.get("warnings", []):
+        print(f"  ! {line}")
+
+
 def print_report(report: dict[str, Any], out: str) -> None:
-    """The ranking, trade-offs, agreement, regression, decision and epoch flags."""
+    """The decision's top line, then the ranking, trade-offs, agreement, regression, the
+    decision's evidence and epoch flags."""
+    print(headline(report))
+    _print_evidence_flags(report)
     _print_ranking(report)
     _print_scales(report)
     _print_regression(report)
@@ -121,7 +157,7 @@ def print_report(report: dict[str, Any], out: str) -> None:
     verdict = "PASSED" if report["passed"] else "NOT PASSED"
     print(
         f"chosen recipe: {report['chosen_recipe_name']} ({report['chosen_recipe_sha256'][:12]})"
-        f"; criteria {verdict}"
+        f"; {report['decision']['verdict']}; criteria {verdict}"
     )
     for line in report["decision"]["evidence"]:
         print(f"  - {line}")

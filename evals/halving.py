@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from evals.ablate import AblationConfig, HalvingConfig
-from trainer.gate_rule import lower_is_better
+from trainer.gate_rule import lower_is_better, split_health
 from trainer.gate_stats import describe, paired_effect
 
 
@@ -35,9 +35,12 @@ def clearly_behind(
 ) -> tuple[set[str], dict[str, Any]]:
     """Recipe hashes the rung's best beats with confidence, and what the report records."""
     by_recipe: dict[str, list[Mapping[str, Any]]] = {}
-    for run in runs:
-        if run["status"] == "finished" and metric in run["metrics"]:
+    finished = [run for run in runs if run["status"] == "finished"]
+    for run in split_health(finished, {})[0]:  # an unhealthy run decides nothing
+        if metric in run["metrics"]:
             by_recipe.setdefault(run["recipe_sha256"], []).append(run)
+    if not by_recipe:
+        return set(), {"best": None, "dropped": []}
     sign = 1.0 if lower_is_better(metric) else -1.0
 
     def mean(sha: str) -> float:

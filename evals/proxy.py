@@ -59,6 +59,28 @@ def read_documents(eval_dir: Path, step: int) -> dict[str, Any] | None:
     }
 
 
+def run_health(spec: dict[str, Any], train_dir: Path, scored_step: int) -> dict[str, Any]:
+    """What the run trained and how it ended (its summary.json) beside the step `eval run`
+    scored: trainer.gate_rule.run_health judges it (a run scored at an earlier checkpoint, or
+    short of its token budget, is no evidence)."""
+    path = train_dir / "summary.json"
+    try:
+        summary = json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError:
+        summary = {}
+    summary = summary if isinstance(summary, dict) else {}
+    return {
+        "scored_step": scored_step,
+        "trained_steps": summary.get("steps"),
+        "planned_steps": spec["train_steps"],
+        "tokens_trained": summary.get("tokens_seen"),
+        "planned_tokens": spec["build"]["total_tokens"],
+        "rollbacks": summary.get("rollbacks"),
+        "skipped_batches": summary.get("skipped_batches"),
+        "ended": summary.get("ended"),
+    }
+
+
 def _build_mixture(spec: dict[str, Any], out: Path) -> dict[str, Any]:
     from mixtures.build import build_mixture
     from mixtures.recipe import MixtureConfig
@@ -200,6 +222,7 @@ def execute_run(spec: dict[str, Any]) -> dict[str, Any]:
             if (train_dir / "manifest.json").is_file()
             else None,
             "step": final["step"],
+            "health": run_health(spec, train_dir, final["step"]),
             "metrics": final["metrics"],
             "documents": read_documents(eval_dir, final["step"]),
             "wall_s": round(time.perf_counter() - start, 2),

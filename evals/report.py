@@ -19,8 +19,10 @@ import numpy as np
 
 from evals.tradeoffs import domain_table, scale_agreement
 from pretrain.artifacts import ablation as ablation_artifact
+from pretrain.errors import PretrainError
 from pretrain.manifest import atomic_write_json
-from trainer.gate_rule import criteria_from, decide, lower_is_better
+from trainer.gate_rule import criteria_from, decide, lower_is_better, split_health
+from trainer.gate_stats import pct
 
 __all__ = ["build_report", "decide", "lower_is_better", "summarize", "write_report"]
 
@@ -234,6 +236,29 @@ def epoch_table(
     return rows
 
 
+MIN_SET_DOCUMENTS = 50
+"""An eval set with fewer documents is warned about with its interval: 10 documents gave a
++-0.45 bpb interval, wider than any recipe effect a proxy sweep measures."""
+
+
+def small_set_warnings(
+    table: Mapping[str, Sequence[Mapping[str, Any]]], primary: str, confidence: float
+) -> list[str]:
+    """One line per eval set under MIN_SET_DOCUMENTS documents, with its widest interval."""
+    widest: dict[str, tuple[int, float]] = {}
+    for row in table.get(primary, []):
+        for name, cell in row["domains"].items():
+            half = (cell["upper"] - cell["lower"]) / 2
+            if cell["n_documents"] and cell["n_documents"] < MIN_SET_DOCUMENTS:
+                widest[name] = (cell["n_documents"], max(half, widest.get(name, (0, 0.0))[1]))
+    return [
+        f"eval set {name}: {count} documents (< {MIN_SET_DOCUMENTS}): its bpb is known to "
+        f"+-{half:.3f} ({pct(confidence)} two-sided interval); differences smaller than that "
+        "on it are noise: add eval documents"
+        for name, (count, half) in sorted(widest.items())
+    ]
+
+
 def build_report(
     runs: Sequence[Mapping[str, Any]],
     *,
@@ -247,6 +272,13 @@ def build_report(
     """Everything report.json holds (CONTRACTS.md, kind `ablation`)."""
     criteria = criteria_from(criteria or {})
     metric = criteria["metric"]
+    every_run, (runs, unhealthy) = runs, split_health(runs, criteria)
+    if not runs:
+        first = unhealthy[0] if unhealthy else {"run": "none", "problems": ["no runs"]}
+        raise PretrainError(
+            f"no healthy proxy run to report on: all {len(unhealthy)} are unhealthy (first: "
+            f"{first['run']}: {first['problems'][0]}); fix that and run the sweep again"
+        )
     ranking = summarize(runs, metric)
     primary = primary_proxy(runs, proxy_sizes)
     by_size = sorted(ranking, key=lambda p: ((proxy_sizes or {}).get(p, 0.0), p))
@@ -254,7 +286,8 @@ def build_report(
         runs, by_size, metric, float(criteria["confidence"]), lower_is_better(metric)
     )
     primary_runs = [r for r in runs if r["proxy"] == primary]
-    decision = decide(primary_runs, ranking[primary], base_sha, criteria, scale)
+    decision = decide(every_run, ranking[primary], base_sha, criteria, scale, primary)
+    domains = domain_table(runs, float(criteria["confidence"]))
     components = sorted({c for run in runs for c in run["weights"]})
     base_weights = (
         next(r["weights"] for r in runs if r["recipe_sha256"] == base_sha)
@@ -272,17 +305,21 @@ def build_report(
         "chosen_recipe_name": decision["chosen"]["recipe_name"],
         "criteria": decision["criteria"],
         "passed": decision["passed"],
+        "verdict": decision["verdict"],
         "decision": decision,
+        "unhealthy_runs": unhealthy,
+        "outliers": decision["outliers"],
+        "warnings": small_set_warnings(domains, primary, float(criteria["confidence"])),
         "ranking": ranking,
         "summary": {m: summarize(runs, m) for m in metrics},
-        "domains": domain_table(runs, float(criteria["confidence"])),
+        "domains": domains,
         "rank_agreement": rank_agreement(ranking),
         "scale_agreement": scale,
         "regression": fit_regression(primary_runs, components, metric, base_weights),
         "epochs": list(epochs),
         "epoch_flags": [row["flag"] for row in epochs if row.get("flag")],
         "recipes": {k: dict(v) for k, v in (recipes or {}).items()},
-        "runs": [dict(run) for run in runs],
+        "runs": [dict(run) for run in every_run],
     }
 
 

@@ -30,7 +30,7 @@ from pretrain.errors import ConfigError, PretrainError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_bytes, manifest_sha256
 from pretrain.outtarget import require_own_output
-from trainer.gate_rule import lower_is_better
+from trainer.gate_rule import lower_is_better, run_health, run_label
 
 
 def runs_dir(config: AblationConfig) -> Path:
@@ -182,16 +182,57 @@ def _run_pool(
     return sorted(results, key=lambda r: order[r["run_key"]])
 
 
+def _problems(config: AblationConfig, result: dict[str, Any]) -> list[str]:
+    """Why a finished run is no evidence (trainer.gate_rule.run_health); [] for a failed one."""
+    if result.get("status") != "finished":
+        return []
+    return run_health(result, config.criteria.min_token_fraction)
+
+
+def _set_aside(spec: dict[str, Any]) -> None:
+    """Move an unhealthy run's directory to RUN.unhealthy (kept to inspect, replacing an older
+    one), so its rerun starts from step 0 rather than resuming from its checkpoints."""
+    import shutil
+
+    run_dir = Path(spec["run_dir"])
+    aside = run_dir.with_name(run_dir.name + ".unhealthy")
+    shutil.rmtree(aside, ignore_errors=True)
+    if run_dir.exists():
+        run_dir.rename(aside)
+
+
+def _rerun_unhealthy(
+    config: AblationConfig, specs: list[dict], results: list[dict], runner: Callable
+) -> list[dict]:
+    """`unhealthy: rerun`: each unhealthy run once more, from scratch (the sequential way)."""
+    if config.unhealthy != "rerun":
+        return results
+    by_key = {spec["run_key"]: spec for spec in specs}
+    again = []
+    for result in results:
+        problems = _problems(config, result)
+        if problems and result["run_key"] in by_key:
+            print(f"[ablate] rerun of unhealthy {run_label(result)}: {problems[0]}", flush=True)
+            _set_aside(by_key[result["run_key"]])
+            result = runner(by_key[result["run_key"]])
+        again.append(result)
+    return again
+
+
 def execute(
     config: AblationConfig,
     specs: list[dict[str, Any]],
     runner: Callable[[dict[str, Any]], dict[str, Any]] = execute_run,
 ) -> tuple[list[dict], list[str]]:
-    """Results of every spec: finished runs from the cache, the rest run now."""
+    """Results of every spec: finished runs from the cache, the rest run now; with `unhealthy:
+    rerun`, an unhealthy result (cached or fresh) is run once more from scratch."""
     lines: list[str] = []
     cached, todo = [], []
     for spec in specs:
         found = load_finished(Path(spec["run_dir"]), spec["run_key"])
+        if found and config.unhealthy == "rerun" and _problems(config, found):
+            _set_aside(spec)
+            found = None
         (cached if found else todo).append(found or spec)
     mode = choose_parallel(config)
     shown = f"pool of {parallel_runs(config)}" if mode == "pool" else mode
@@ -204,7 +245,8 @@ def execute(
 
     def log(spec: dict[str, Any], result: dict[str, Any]) -> None:
         done[0] += 1
-        status = result["status"]
+        problems = _problems(config, result)
+        status = f"UNHEALTHY ({'; '.join(problems)})" if problems else result["status"]
         metric = (result.get("metrics") or {}).get(config.criteria.metric)
         shown = (
             f"{config.criteria.metric} {metric:.4f}"
@@ -226,7 +268,7 @@ def execute(
         for spec in todo:
             fresh.append(runner(spec))
             log(spec, fresh[-1])
-    return cached + fresh, lines
+    return cached + _rerun_unhealthy(config, todo, fresh, runner), lines
 
 
 def _check_bound(results: list[dict], specs: list[dict]) -> None:

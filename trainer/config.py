@@ -265,15 +265,19 @@ class GateConfig(StrictModel):
     metric: str = "bpb"
     """Target metric of the ablation (lower is better)."""
     min_improvement: float = Field(0.0, ge=0)
-    """The lower bound of the chosen recipe's paired improvement over the base must exceed this."""
+    """The lower bound of the chosen recipe's paired improvement over EACH alternative must
+    exceed this."""
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     """With equal recipes the gate passes at most 1 - confidence of the time (gate_stats.py)."""
     require_seed_spread: bool = True
     """Seed noise must be measured (>= 2 seeds per recipe)."""
     max_domain_regression: float | None = Field(None, ge=0)
     """No eval domain may be worse than the alternative by more than this bpb (upper bound)."""
-    require_scale_agreement: bool = False
-    """The ablation's smaller proxy must reach the same decision as its larger one."""
+    require_scale_agreement: bool = True
+    """When two proxy scales ran: every pair with the chosen recipe agrees at both, its
+    small-scale margin outside the noise."""
+    min_token_fraction: float = Field(0.95, gt=0, le=1)
+    """A proxy run that trained fewer tokens than this share of its plan is unhealthy."""
 
 
 class TrainConfig(StrictModel):

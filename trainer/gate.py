@@ -134,29 +134,29 @@ def _check_criteria(report: Mapping[str, Any], gate: Mapping[str, Any], root: st
         **{k: v for k, v in gate.items() if k in CRITERIA_DEFAULTS},
     }
     criteria["metric"] = metric
-    runs = [r for r in report.get("runs", []) if r.get("proxy") == primary]
-    # Agreement is the sign of each pair's effect at both scales (no confidence level in it):
-    # the report's table, hashed by its manifest, is used as recorded.
+    # Every run, health recomputed here; agreement between scales is the report's table (hashed
+    # by its manifest) as recorded.
     scale = report.get("scale_agreement")
     decision = decide(
-        runs,
+        report.get("runs", []),
         summary[primary],
         report["base_recipe_sha256"],
         criteria,
         scale,
+        primary,
     )
-    if decision["chosen"]["recipe_sha256"] != report["chosen_recipe_sha256"]:
-        raise GateRefused(
-            f"gate.metric = {metric!r} ranks {decision['chosen']['recipe_name']} "
-            f"first, but the report chose {report.get('chosen_recipe_name')} on "
-            f"{report.get('target_metric')}; align gate.metric with the ablation"
-        )
     if not decision["passed"]:
         raise GateRefused(
-            f"ablation report {root} does not pass the gate criteria: "
-            f"{(decision['failed_constraints'] or decision['evidence'])[-1]}; run more seeds, "
-            "eval documents or recipes, relax gate.min_improvement / gate.confidence / the "
-            "constraints, or --override-gate"
+            f"ablation report {root} does not pass the gate criteria: {decision['refusal']}; "
+            "rerun unhealthy runs, run more seeds, eval documents or recipes, relax "
+            "gate.min_improvement / gate.confidence / the constraints, or --override-gate"
+        )
+    if decision["chosen"]["recipe_sha256"] != report["chosen_recipe_sha256"]:
+        raise GateRefused(
+            f"the gate's criteria (gate.metric = {metric!r}) choose "
+            f"{decision['chosen']['recipe_name']}, but the report chose "
+            f"{report.get('chosen_recipe_name')} on {report.get('target_metric')}; align "
+            "gate.* with the ablation's criteria"
         )
     return decision
 
@@ -178,6 +178,7 @@ def check_gate(train_config_dict: Mapping[str, Any], report_dir: str | Path | No
         raise _edited(str(report_dir), exc) from None
     return {
         "status": "passed",
+        "verdict": decision["verdict"],
         "report_dir": str(Path(report_dir).resolve()),
         "report_manifest_sha256": report_sha,
         "chosen_recipe_sha256": report["chosen_recipe_sha256"],
@@ -186,5 +187,9 @@ def check_gate(train_config_dict: Mapping[str, Any], report_dir: str | Path | No
         "criteria": decision["criteria"],
         "improvement": decision["improvement"],
         "interval": decision["interval"],
+        "pairs": [
+            {"pair": c["pair"], "interval": c["interval"], "passed": c["passed"]}
+            for c in decision["comparisons"]
+        ],
         "evidence": decision["evidence"],
     }

@@ -196,10 +196,16 @@ def _finite(run: Mapping[str, Any], metric: str) -> bool:
     return value is not None and math.isfinite(float(value))
 
 
+def pct(level: float) -> str:
+    """A confidence level as computed: 0.975 is `97.5%` (never rounded up to `98%`), 0.98333...
+    `98.33%`."""
+    return f"{100 * float(level):.4g}%"
+
+
 def describe(result: Mapping[str, Any], unit: str = "") -> str:
-    """`0.0123 bpb (90% interval 0.0040..0.0206; 600 documents, 3 seeds)`."""
+    """`0.0123 bpb (97.5% two-sided interval 0.0040..0.0206; 600 documents, 3 seeds)`."""
     docs = f"{result['n_documents']} documents, " if result["n_documents"] else ""
     return (
-        f"{result['effect']:.4f}{unit} ({result['confidence']:.0%} interval "
+        f"{result['effect']:.4f}{unit} ({pct(result['confidence'])} two-sided interval "
         f"{result['lower']:.4f}..{result['upper']:.4f}; {docs}{result['n_seeds']} seed(s))"
     )

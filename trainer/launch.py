@@ -149,7 +149,7 @@ def _print_dry_run(config: TrainConfig, command: list[str], override: str | None
     print(dump_resolved(config), end="", flush=True)
     print(f"# torchrun: {' '.join(command)}", flush=True)
     gate = preflight(config, override)
-    print(f"# gate: {gate['status']}")
+    print(f"# gate: {gate['status']}" + (f": {gate['verdict']}" if gate.get("verdict") else ""))
     print("# preflight: ok (gate, data and tokenizer hashes, resume identity)")
     return 0
 
@@ -297,7 +297,9 @@ def _launch(
     if getattr(args, "in_process", False):
         return _run_in_process(config, nproc, nnodes, args.smoke)
     print(
-        f"[launch] {nproc} x {nnodes} process(es) -> {run_dir} (gate: {gate['status']})", flush=True
+        f"[launch] {nproc} x {nnodes} process(es) -> {run_dir} (gate: {gate['status']}"
+        + (f": {gate['verdict']})" if gate.get("verdict") else ")"),
+        flush=True,
     )
     error_file = run_dir / "launch" / "error.txt"
     error_file.unlink(missing_ok=True)

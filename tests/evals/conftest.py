@@ -16,6 +16,20 @@ ENCODED = "e" * 64
 COMPONENTS = ("web", "code", "books")
 
 
+def healthy(steps: int = 10, tokens: int = 1000) -> dict:
+    """The run health of a proxy scored at its last step after training its whole budget."""
+    return {
+        "scored_step": steps,
+        "trained_steps": steps,
+        "planned_steps": steps,
+        "tokens_trained": tokens,
+        "planned_tokens": tokens,
+        "rollbacks": 0,
+        "skipped_batches": [],
+        "ended": "completed",
+    }
+
+
 def recipe_sha(weights: dict[str, float]) -> str:
     from pretrain.manifest import canonical_json, sha256_bytes
 
@@ -25,7 +39,7 @@ def recipe_sha(weights: dict[str, float]) -> str:
 def synthetic_runs(
     recipes: int = 8,
     seeds: int = 3,
-    noise: float = 0.005,
+    noise: float = 0.001,
     proxies: tuple[str, ...] = ("p-small", "p-large"),
 ) -> list[dict]:
     """bpb = 1.5 - 0.4*code + 0.1*books + noise (lower is better): more code is better."""
@@ -54,6 +68,7 @@ def synthetic_runs(
                         "proxy": proxy,
                         "seed": seed,
                         "token_budget": 1000,
+                        "health": healthy(),
                         "metrics": {"bpb": bpb, "bpb/web/en": bpb + 0.1, "loss": bpb * 2},
                     }
                 )

@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from tests.evals.conftest import healthy
+
 SETS = {"prose__en": ("prose", "en"), "code__en": ("code", "en")}
 
 
@@ -51,6 +53,7 @@ def _run(recipe: str, seed: int, proxy: str, names: list, sizes: np.ndarray, nll
         "weights": {"prose": 0.5, "code": 0.5},
         "proxy": proxy,
         "seed": seed,
+        "health": healthy(),
         "metrics": metrics,
         "documents": {
             "sets": {n: {"domain": d, "lang": lang} for n, (d, lang) in SETS.items()},

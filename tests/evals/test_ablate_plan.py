@@ -18,6 +18,7 @@ from evals.sweep import make_specs, run_sweep, runs_dir
 from pretrain.config import parse_config
 from pretrain.errors import ConfigError
 from pretrain.manifest import atomic_write_json, verify, write_manifest
+from tests.evals.conftest import healthy
 
 MIXTURE = {
     "recipe": {
@@ -100,6 +101,7 @@ class Runner:
                 {"name": "code", "weight": spec["weights"]["code"], "available_tokens": 10**5},
             ],
             "metrics": {"bpb": bpb},
+            "health": healthy(spec["train_steps"], spec["build"]["total_tokens"]),
         }
         Path(spec["run_dir"]).mkdir(parents=True, exist_ok=True)
         atomic_write_json(Path(spec["run_dir"]) / "result.json", result)

@@ -71,10 +71,17 @@ def test_criteria_from_the_config_are_recomputed(ablation_dir, tmp_path):
 def test_a_report_that_failed_its_criteria_is_refused(tmp_path):
     runs = synthetic_runs(recipes=3, seeds=1, proxies=("p",))
     report = make_report(tmp_path / "r", runs)
+    # nothing was shown better than the base: the report keeps it, the gate refuses saying so
+    assert json.loads((report / "report.json").read_text())["chosen_recipe_name"] == "base"
     mixture = make_mixture(tmp_path / "mix", _chosen(report))
-    with pytest.raises(GateRefused, match="seed noise is unknown"):
+    with pytest.raises(GateRefused, match="no recipe shown better than base.*seed noise"):
         check_gate(_config(mixture, report))
-    relaxed = check_gate(_config(mixture, report, require_seed_spread=False))
+    # the gate's own criteria choose v1 where the report (under its criteria) kept the base
+    with pytest.raises(GateRefused, match="choose v1, but the report chose base"):
+        check_gate(_config(mixture, report, require_seed_spread=False))
+    waived = make_report(tmp_path / "w", runs, require_seed_spread=False)
+    mixture = make_mixture(tmp_path / "mix-w", _chosen(waived))
+    relaxed = check_gate(_config(mixture, waived, require_seed_spread=False))
     assert relaxed["status"] == "passed"
 
 

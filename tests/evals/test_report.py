@@ -43,7 +43,7 @@ def test_single_seed_fails_the_spread_criterion_and_few_recipes_skip_regression(
     out = make_report(tmp_path / "r", runs)
     report = json.loads((out / "report.json").read_text())
     assert report["passed"] is False
-    assert "seed noise is unknown" in report["decision"]["evidence"][-1]
+    assert "seed noise is unknown" in report["decision"]["refusal"]
     assert "too few" in report["regression"]["status"]
     assert report["rank_agreement"] is None
 
@@ -87,7 +87,8 @@ def test_keeping_the_base_needs_a_margin_over_the_runner_up():
             run["metrics"]["bpb"] -= 1.0
     report = build_report(runs, base_sha=base, identity={})
     assert report["chosen_recipe_sha256"] == base and report["passed"] is True
-    assert "base kept over runner-up" in report["decision"]["evidence"][-1]
+    assert report["verdict"] == "base shown best"
+    assert len(report["decision"]["comparisons"]) == 2  # against each alternative
     only_base = [r for r in runs if r["recipe_sha256"] == base]
     report = build_report(only_base, base_sha=base, identity={})
     assert report["passed"] is False

@@ -51,7 +51,7 @@ def test_a_known_margin_passes(seeds, margin):
         for _ in range(trials)
     ]
     assert sum(v["passed"] for v in passed) / trials >= 0.9
-    assert all(v["chosen"]["recipe_name"] == "variant" for v in passed)
+    assert all(v["leader"]["recipe_name"] == "variant" for v in passed)
     # the interval covers the true effect in most trials
     covered = sum(v["interval"]["lower"] <= margin <= v["interval"]["upper"] for v in passed)
     assert covered / trials >= 0.8
@@ -63,7 +63,8 @@ def test_a_margin_below_min_improvement_is_refused():
     assert _verdict(runs)["passed"] is True
     refused = _verdict(runs, min_improvement=0.2)
     assert refused["passed"] is False
-    assert "<= min_improvement 0.2" in refused["evidence"][-1]
+    assert "<= min_improvement 0.2" in refused["refusal"]
+    assert refused["verdict"] == "no recipe shown better than base"
 
 
 def test_effect_is_the_bpb_difference_per_seed():
@@ -113,7 +114,7 @@ def test_one_seed_needs_the_seed_spread_waiver():
     rng = np.random.default_rng(1)
     runs = simulate(rng, {"base": 0.0, "variant": -0.1}, seeds=1)
     refused = _verdict(runs)
-    assert refused["passed"] is False and "seed noise is unknown" in refused["evidence"][-1]
+    assert refused["passed"] is False and "seed noise is unknown" in refused["refusal"]
     waived = _verdict(runs, require_seed_spread=False)
     assert waived["passed"] is True
     assert "seed noise not measured" in waived["interval"]["method"]
