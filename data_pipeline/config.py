@@ -43,8 +43,8 @@ class RayConfig(StrictModel):
     """Object store size of a local Ray (default: Ray's, 30% of memory); ignored on an existing
     cluster (set it with `ray start --object-store-memory`)."""
     worker_memory_mb: int = Field(DEFAULT_WORKER_MEMORY_MB, ge=MIN_WORKER_MEMORY_MB)
-    """Memory budget of one Ray worker process, in MB. Global stages cut their work (dedup: map
-    slices and shuffle partitions) from the input's size so that no task needs more; a larger
+    """Memory budget of one Ray worker process, in MB. Global stages cut their work (dedup: its
+    shuffle's partitions) from the input's size so that no task needs more; a larger
     corpus gives more partitions, not bigger workers. Output does not depend on it."""
     block_mb: int = Field(4, gt=0)
     """Ray Data block size cap (`DataContext.target_max_block_size`): small blocks let one large

@@ -35,9 +35,8 @@ REDUCE_FACTOR = 12.0
 the candidates carrying their shingles; fitted 11.4 on the same runs)."""
 HASH_BATCH_BYTES = 1 << 20
 """Text shingled and hashed at once inside a map task (core.hash_batches; also at most
-`batch_size` documents), and in verification's shingle recompute: the batch's temporaries are
-~15 x its text, so a map task's peak is its slice's outputs plus one batch, not MAP_FACTOR x
-the slice. A 4.5 MB slice of 1,500 documents, one process: numpy's traced peak 46.8 MB and
+`batch_size` documents): the batch's temporaries are ~15 x its text, so a map task's peak is
+its part's outputs plus one batch, not MAP_FACTOR x the part. A 4.5 MB slice of 1,500 documents, one process: numpy's traced peak 46.8 MB and
 Arrow's pool peak 30.8 MB as one 2,048-document batch; 16.8 and 11.1 MB in 1 MB batches (9.2
 and 7.6 in 512 KB ones). CPU, best of 8 at load ~30: one batch 0.453 s, 2 MB 0.460, 1 MB
 0.464, 512 KB 0.502 (each batch normalises its own distinct words once)."""
@@ -56,46 +55,15 @@ SMALL_PARTITION_DOCS = 2500
 CPU only adds tasks: a reduce step's fixed cost per task (scheduling, fetching its pieces) is
 then most of its time, so small inputs get one partition per CPU, larger ones two (balance)."""
 MAX_PARTITIONS = 65536
-"""With the exchange through files (data_pipeline.dedup.exchange) the driver
-holds O(producers + partitions) small values per step, so driver memory no longer caps the
-partitions; what does is the reads. A step of M producers writes one file per producer; below
-fanin.FANIN_FROM (64) producers each of the P reduce tasks reads one range of every producer's
-file (M x P reads), from there merge tasks first combine ~sqrt(M) producers' files each (M
-whole-file reads, sqrt(M) writes) and a reduce task reads ~sqrt(M) merged files: M + P x
-sqrt(M) reads (at the cap 65,536 + 65,536 x 256 = 16.8 million per step, against 4.3 billion
-one level; on an object store a consumer's read is several requests:
-bench_exchange_reads in benchmarks/RESULTS_LOG.md). A merge task streams its group's files (`merge_bytes`). At 6 KB pages and the default 2 GB budget the cap is near 2 billion pages (~12 TB of
-text); 40 TB in one job needs ray.worker_memory_mb >= ~6,000 (or several jobs against the index)."""
+"""With the exchange through files (data_pipeline.dedup.exchange) the driver holds O(producers +
+partitions) small values per step, so driver memory does not cap the partitions; the reads do: a
+step of M producers and P partitions is M x P ranged reads (exchange's docstring). At 6 KB pages
+and the default 2 GB budget the cap is near 2 billion pages (~12 TB of text); 40 TB in one job
+needs ray.worker_memory_mb >= ~6,000 (or several jobs against the index)."""
 
 
-MERGE_CHUNK_BYTES = 4 << 20
-"""The most a fan-in merge task (data_pipeline.dedup.fanin) reads at once from a producer's file
-(and, on s3, per GET of its local copy): a merge streams its group's files, never holds one."""
-MERGE_CURSOR_BYTES = 16 << 10
-"""A merge's read buffer for one producer's index, and one for its digests."""
-MERGE_UPLOAD_BYTES = 32 << 20
-"""What pyarrow's S3 output stream (and the AWS SDK under it) holds while a merged object
-uploads chunk by chunk, whatever the object's size: measured 26-29 MB above the process's RSS
-before the write for 24 to 144 MB objects on moto (pyarrow 26; `ObjectPath.write_chunks`
-flushes after each chunk, so at most the part it fills and the one in flight)."""
-MAX_MERGE_SOURCES = math.isqrt(MAX_PARTITIONS - 1) + 1
-"""fanin.fanin at MAX_PARTITIONS producers: the most files one merge task reads."""
-
-
-def merge_bytes(sources: int, partitions: int) -> int:
-    """Peak bytes of a fan-in merge task of `sources` producers' files of `partitions`
-    partitions above the worker's base, whatever the files' sizes: a chunk read and the chunk
-    being written, the upload's parts, two cursors per source, the merged file's index and
-    digests (40 bytes a partition). tests/data_pipeline/test_fanin_memory.py measures it."""
-    chunks = 2 * MERGE_CHUNK_BYTES + MERGE_UPLOAD_BYTES
-    return chunks + 2 * sources * MERGE_CURSOR_BYTES + 40 * (partitions + 1)
-
-
-MIN_WORKER_MEMORY_MB = WORKER_BASE_MB + math.ceil(
-    max(HASH_BATCH_BYTES * MAP_FACTOR, merge_bytes(MAX_MERGE_SOURCES, MAX_PARTITIONS)) / 2**20
-)
-"""The smallest budget that holds a worker and one map task's hash batch, or the largest fan-in
-merge task (the dedup exchange through files)."""
+MIN_WORKER_MEMORY_MB = WORKER_BASE_MB + math.ceil(HASH_BATCH_BYTES * MAP_FACTOR / 2**20)
+"""The smallest budget that holds a worker and one map task's hash batch."""
 
 
 class BudgetError(ConfigError):

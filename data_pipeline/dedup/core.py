@@ -96,7 +96,7 @@ def hash_batches(
     """Row bounds [0, ..., rows] of batches of at most `max_docs` documents and `max_bytes` of
     text (a longer document is a batch of its own): shingling and hashing a batch holds ~15
     times its text in temporaries (tokens, n-gram terms, 2,048 x 128 hash blocks, normalised
-    copies), so bounding the batch by bytes bounds a map task whatever its slice's size.
+    copies), so bounding the batch by bytes bounds a map task whatever its part's size.
     `max_bytes` defaults to budget.HASH_BATCH_BYTES."""
     max_bytes = budget.HASH_BATCH_BYTES if max_bytes is None else max_bytes
     lengths = pc.fill_null(pc.binary_length(texts), 0)

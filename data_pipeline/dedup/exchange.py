@@ -26,9 +26,13 @@ are checked against their sha256 before they are decoded, and the index against 
 size and order, so a byte changed anywhere a consumer reads (at the same size or not) is an
 `ExchangeFileError` naming the file, never another partition's rows.
 
-From fanin.FANIN_FROM producers on, merge tasks first combine ~sqrt(M) producers' files each
-into one file of the same format, and consumers read those (data_pipeline.dedup.fanin): M x P
-reads per step become M + P x sqrt(M).
+The limit this leaves: a step costs M x P ranged reads (each consumer reads its range of every
+producer's file). On local disk these are memory-mapped reads; on an object store each is about
+seven requests (trailer, index, digest, head, body). The map step has one producer per input part,
+so a job on `s3://` with many parts makes many requests (1,000 parts x 16 partitions: ~112,000
+for the map step); fewer, larger parts (`shard_rows`) or several jobs against the index
+(`index.against`) keep it down. (A two-level fan-in that merged ~sqrt(M) producers' files first,
+M + P x sqrt(M) reads, was removed: 700 lines for a request count, not a memory bound.)
 
 The pieces read back are the pieces written (same columns, types, values and order). The same
 code runs embedded (the output on local disk) and on a Ray cluster whose output is `s3://` (every
@@ -75,18 +79,13 @@ def corrupt(path: OutPath, what: str) -> ExchangeFileError:
     )
 
 
-def group_folder(folder: str, step: str, group: int) -> OutPath:
+def group_folder(folder: str | OutPath, step: str, group: int) -> OutPath:
     """The folder of one step's files of one group (one table kind), deleted as a whole."""
     return output_path(folder) / step / str(group)
 
 
-def piece_file(folder: str, step: str, producer: int, group: int) -> OutPath:
+def piece_file(folder: str | OutPath, step: str, producer: int, group: int) -> OutPath:
     return group_folder(folder, step, group) / f"{producer:07d}.arrow"
-
-
-def merged_file(folder: str, step: str, merge: int, group: int) -> OutPath:
-    """The file of merge group `merge` (data_pipeline.dedup.fanin): its producers' pieces."""
-    return group_folder(folder, step, group) / f"m{merge:07d}.arrow"
 
 
 def encode_pieces(pieces: Sequence[pa.Table]) -> bytes:
@@ -106,7 +105,7 @@ def encode_pieces(pieces: Sequence[pa.Table]) -> bytes:
 def frame(head: Any, bodies: Sequence[Sequence[Any]]) -> list[Any]:
     """The chunks of a piece file (module docstring): `head` (the schema's IPC message), then
     each partition's chunks (whole IPC messages, bytes-like) in order, then index, digests and
-    trailer. data_pipeline.dedup.fanin frames merged files with it from other files' bytes."""
+    trailer."""
     chunks, starts, digests = [head], [len(head)], []
     for parts in bodies:
         digest, end = hashlib.sha256(), starts[-1]
@@ -127,7 +126,7 @@ def write_pieces(path: OutPath, pieces: Sequence[pa.Table]) -> None:
 
 
 def write_chunks(path: OutPath, chunks: Iterable[Any]) -> None:
-    """Write a piece file given as bytes-like chunks (frame, or fanin's stream of them) whole
+    """Write a piece file given as bytes-like chunks (frame's) whole
     under `path`: chunk by chunk, never joined (an object: one multipart upload)."""
     if isinstance(path, ObjectPath):
         path.write_chunks(chunks)
@@ -201,35 +200,20 @@ def _checked_bytes(path: OutPath, source: Any, partition: int) -> tuple[bytes, b
 @dataclass(frozen=True)
 class Gather:
     """Partition `partition` of group `group` of every producer of one step (module docstring):
-    what a consumer receives in place of one object ref per producer. With `fanin`, the
-    producers' files were merged `fanin` at a time (data_pipeline.dedup.fanin) and the consumer
-    reads one merged file per merge group, but those in `unmerged` producer by producer."""
+    what a consumer receives in place of one object ref per producer."""
 
-    folder: str
+    folder: str | OutPath
     step: str
     group: int
     producers: int
     partition: int
-    fanin: int = 0
-    unmerged: tuple[int, ...] = ()
 
     def read(self) -> list[pa.Table]:
-        """The producers' pieces of this partition, in producer order (with `fanin`: the same
-        rows and batches in the same order, fewer tables)."""
-        if not self.fanin:
-            return [self._producer(i) for i in range(self.producers)]
-        tables = []
-        for merge, first in enumerate(range(0, self.producers, self.fanin)):
-            if merge in self.unmerged:
-                last = min(first + self.fanin, self.producers)
-                tables += [self._producer(i) for i in range(first, last)]
-            else:
-                path = merged_file(self.folder, self.step, merge, self.group)
-                tables.append(read_piece(path, self.partition))
-        return tables
-
-    def _producer(self, index: int) -> pa.Table:
-        return read_piece(piece_file(self.folder, self.step, index, self.group), self.partition)
+        """The producers' pieces of this partition, in producer order."""
+        return [
+            read_piece(piece_file(self.folder, self.step, i, self.group), self.partition)
+            for i in range(self.producers)
+        ]
 
 
 def resolve(pieces: Sequence[Any]) -> list[pa.Table]:
@@ -247,7 +231,9 @@ def resolve(pieces: Sequence[Any]) -> list[pa.Table]:
 def producer(func: Callable[..., list[Any]]) -> Callable[..., Any]:
     """`func` as a file producer (`produce`), named after `func` (the task name Ray shows)."""
 
-    def task(groups: int, partitions: int, target: tuple[str, str, int], *args: Any) -> Any:
+    def task(
+        groups: int, partitions: int, target: tuple[str | OutPath, str, int], *args: Any
+    ) -> Any:
         return produce(func, groups, partitions, target, *args)
 
     task.__name__ = task.__qualname__ = getattr(func, "__name__", "produce")
@@ -258,7 +244,7 @@ def produce(
     func: Callable[..., list[Any]],
     groups: int,
     partitions: int,
-    target: tuple[str, str, int],
+    target: tuple[str | OutPath, str, int],
     *args: Any,
 ) -> Any:
     """Run a producer `func` (its first `groups` x `partitions` returns are pieces, group by
@@ -297,7 +283,7 @@ class Scratch:
     died) by running its reader again, which reads these files again. Tracks the bytes written
     and the most alive at once (`summary`)."""
 
-    def __init__(self, folder: str) -> None:
+    def __init__(self, folder: str | OutPath) -> None:
         self.folder = folder
         self.pending: list[tuple[str, int, list[Any]]] = []
         """Steps whose producers may still run: (step, groups, the producers' cost refs)."""

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from data_pipeline import throughput
-from data_pipeline.dedup import exchange, fanin
+from data_pipeline.dedup import exchange
 from data_pipeline.dedup.config import DedupConfig
 from pretrain.errors import PretrainError
 from pretrain.outstore import OutPath, output_path
@@ -23,10 +23,11 @@ class Runner:
 
         self.ray = ray
         self.exchange: Any = output_path(folder)
-        """Folder of the exchange's files (data_pipeline.dedup.exchange). A path, not its string: in an object store it is an `ObjectPath`, which carries the
-        writer lock of the output it lies under into every task's args (the producers' `target`,
-        the Gathers), so the tasks that write there are fenced (pretrain.objectfence) also on a
-        Ray whose workers never saw this driver's environment."""
+        """Folder of the exchange's files (data_pipeline.dedup.exchange). A path, not its string:
+        in an object store it is an `ObjectPath`, which carries the writer lock of the output it
+        lies under into every task's args (the producers' `target`, the Gathers), so the tasks
+        that write there are fenced (pretrain.objectfence) also on a Ray whose workers never saw
+        this driver's environment."""
         self.scratch = exchange.Scratch(self.exchange)
         self.producing: list[Any] = []
         """Cost refs of the file producers whose files a consumer launched next may read."""
@@ -88,38 +89,14 @@ class Runner:
             )
             for i, args in enumerate(producers)
         ]
-        first = len(self.costs) - len(outs)
-        width, unmerged = self._merge(name, groups, partitions, self.costs[first:])
-        costs = self.costs[first:]  # the producers', then the merge tasks'
+        costs = self.costs[len(self.costs) - len(outs) :]  # the producers'
         self.producing += costs
         self.scratch.produced(name, groups, costs)
         columns = [
-            [
-                [exchange.Gather(self.exchange, name, g, len(outs), q, width, unmerged[g])]
-                for q in range(partitions)
-            ]
+            [[exchange.Gather(self.exchange, name, g, len(outs), q)] for q in range(partitions)]
             for g in range(groups)
         ]
         return columns, [o[:extra] for o in outs]
-
-    def _merge(
-        self, name: str, groups: int, partitions: int, costs: list[Any]
-    ) -> tuple[int, list[tuple[int, ...]]]:
-        """With many producers (data_pipeline.dedup.fanin), launch the merge tasks of step `name`
-        (each runs once its producers finished) and wait for them. Returns (producers per merge
-        group, 0 for none; per group, the merge groups left unmerged)."""
-        width = fanin.fanin(len(costs))
-        if not width:
-            return 0, [()] * groups
-        merges = [
-            self.launch(fanin.merge, 1, self.exchange, name, groups, partitions, k, lo, hi, *ready)
-            for k, lo in enumerate(range(0, len(costs), width))
-            for hi in [min(lo + width, len(costs))]
-            for ready in [costs[lo:hi]]
-        ]
-        left = self.wait([m[0] for m in merges], f"{name}-merge")
-        self.timeline.append((f"{name.split('-', 1)[1]}-merge", time.time()))
-        return width, [tuple(k for k, out in enumerate(left) if g in out) for g in range(groups)]
 
     def cost(self) -> dict[str, float]:
         """CPU-seconds and peak RSS of every task launched so far."""
