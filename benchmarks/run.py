@@ -1,6 +1,7 @@
 """Run every benchmark claim (benchmarks/claims.py), or those named:
 
     python -m benchmarks.run [CLAIM ...] [--corpus DIR] [--smoke] [--list]
+    python -m benchmarks.run CLAIM --size "--docs 5000 --workers 2"   # one claim, another size
     make bench [CLAIM=name]
 
 Each claim's contenders run in their own processes under the same measures (benchmarks/
@@ -14,6 +15,7 @@ A GPU claim is skipped where no GPU is visible (nvidia-smi).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
@@ -31,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=os.environ.get(CORPUS_ENV) or None)
     parser.add_argument("--smoke", action="store_true", help="tiny input: does each spec start")
     parser.add_argument("--list", action="store_true", help="the claims, one a line")
+    parser.add_argument("--size", help="one claim's size arguments instead of its spec's")
     args = parser.parse_args(argv)
     by_name = {claim.name: claim for claim in CLAIMS}
     if args.list:
@@ -41,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"no claim {', '.join(unknown)} (known: {', '.join(by_name)})")
     claims = [by_name[name] for name in args.claims] if args.claims else list(CLAIMS)
+    if args.size is not None:
+        if len(args.claims) != 1:
+            parser.error("--size goes with one named claim")
+        claims = [dataclasses.replace(claims[0], size=args.size)]
     scratch = Path(tempfile.mkdtemp(prefix="bench-corpus-"))
     try:
         if args.smoke:
