@@ -140,14 +140,14 @@ CLAIMS: tuple[Claim, ...] = (
         "estimate",
         "`pretrain data estimate` against published throughput figures",
         _script("bench_estimate", "--corpus", "{corpus}", "{size}"),
-        size="--docs 8000",
+        size="--docs 6000",
         smoke_size="--docs 40",
     ),
     Claim(
         "driver_scale",
         "the data job's driver at 1k-100k parts: CPU per part of its own bookkeeping",
         _script("bench_driver_scale", "{size}"),
-        size="--parts 1000 10000 --s3-parts 1000",
+        size="--parts 1000 10000 100000",
         smoke_size="--parts 20 --s3-parts 10 --identity-inputs 5",
     ),
     Claim(
