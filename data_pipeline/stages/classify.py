@@ -1,7 +1,9 @@
 """Domain and quality tags from fastText classifiers trained by `pretrain data train-classifier`.
 
 - `domain` (DomainStage): the most probable label of the domain model (e.g. prose / code / math)
-  and its probability as `domain_score`.
+  and its probability as `domain_score`; or, with `field` set instead of `model`, the value the
+  input already carries (Dolma's `source`, RedPajama's `meta.redpajama_set_name`) mapped through
+  `values`, with `domain_score` 1.0: a labelled corpus needs no classifier.
 - `quality` (QualityStage): `quality_score` = P(positive label) of a DCLM-style model trained on
   reference text (positive) vs random input (negative), in [0, 1].
 
@@ -12,11 +14,13 @@ shards name the exact model that tagged them.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
+from pydantic import Field, model_validator
 
 from data_pipeline.models.classifier import KIND, LABEL_PREFIX, load_model_info
 from data_pipeline.models.normalization import NORMALIZATION, classifier_line
@@ -28,6 +32,51 @@ from pretrain.manifest import manifest_sha256
 class ClassifierStageConfig(StageConfig):
     model: str | None = None
     """Directory of a `fasttext-model` artifact (built by `pretrain data train-classifier`)."""
+
+
+class DomainStageConfig(ClassifierStageConfig):
+    field: str | None = None
+    """Take the tag from this input field instead of a model: `source` or `url` (base columns),
+    or a key the reader kept in `meta` (`meta.K` or `K`; the JSON record's `meta` object is merged
+    into it), with `.sub.keys` reaching into a JSON object value (`metadata.domain`)."""
+    values: dict[str, str] = Field(default_factory=dict)
+    """Input value -> domain tag (e.g. {RedPajamaGithub: code, RedPajamaArXiv: math})."""
+    unmapped: str | None = None
+    """The tag of a value `values` does not list; None: the value itself. A document without the
+    field gets a null tag."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DomainStageConfig:
+        if self.field and self.model:
+            raise ValueError(
+                "set stages.domain.field (tag from an input field) or stages.domain.model "
+                "(a classifier), not both"
+            )
+        return self
+
+
+def _meta_value(entries: list[dict[str, str]] | None, path: list[str]) -> str | None:
+    """`path` inside a row's meta entries: the first key an entry, the rest into its JSON."""
+    found = next((e["value"] for e in entries or () if e["key"] == path[0]), None)
+    for key in path[1:]:
+        try:
+            value = json.loads(found) if found is not None else None
+        except ValueError:
+            return None
+        found = value.get(key) if isinstance(value, dict) else None
+        if found is not None and not isinstance(found, str):
+            found = json.dumps(found, sort_keys=True)
+    return found
+
+
+def field_values(batch: pa.Table, field: str) -> list[str | None]:
+    """Each row's value of the dotted input `field` (DomainStageConfig.field), None where absent."""
+    if field in ("source", "url"):
+        return batch.column(field).to_pylist()
+    path = field.split(".")
+    if path[0] == "meta" and len(path) > 1:
+        path = path[1:]
+    return [_meta_value(entries, path) for entries in batch.column("meta").to_pylist()]
 
 
 class _FastTextStage(Stage):
@@ -118,15 +167,46 @@ class _FastTextStage(Stage):
 
 
 class DomainStage(_FastTextStage):
-    """Tags `domain` (most probable label) and `domain_score` (its probability)."""
+    """Tags `domain` (most probable label) and `domain_score` (its probability); with `field`,
+    the input's own label mapped through `values` (score 1.0)."""
 
     name = "domain"
     order = 30
     columns = (pa.field("domain", pa.string()), pa.field("domain_score", pa.float32()))
     tags = ("domain",)
     task = "domain"
+    Config = DomainStageConfig
+
+    def _from_field(self) -> str | None:
+        return getattr(self.config, "field", None)
+
+    def setup(self) -> None:
+        if not self._from_field():
+            super().setup()
+
+    def check(self) -> None:
+        if not self._from_field():
+            super().check()
+
+    def models(self) -> dict[str, Path]:
+        return {} if self._from_field() else super().models()
+
+    def describe(self) -> dict[str, Any]:
+        if self._from_field():
+            return Stage.describe(self)  # the config (field, values) is the whole tagger
+        return super().describe()
 
     def __call__(self, batch: pa.Table) -> pa.Table:
+        field = self._from_field()
+        if field:
+            values, unmapped = self.config.values, self.config.unmapped  # type: ignore[attr-defined]
+            raw = field_values(batch, field)
+            tags = [
+                None if v is None else values.get(v, v if unmapped is None else unmapped)
+                for v in raw
+            ]
+            scores = [None if t is None else 1.0 for t in tags]
+            return self.append(batch, {"domain": tags, "domain_score": scores})
         texts = batch.column("text").to_pylist()
         index, probs = self.predict(texts)
         labels = self._info["labels"]

@@ -260,3 +260,52 @@ def test_cli_trains_the_example_config_as_shipped(tmp_path, monkeypatch, capsys)
         == 2
     )
     assert "unknown key 'fasttext.bukcet'" in capsys.readouterr().err
+
+
+def test_domain_from_an_input_field_needs_no_classifier(tmp_path):
+    """Dolma-style `source` and RedPajama-style `meta.redpajama_set_name` (and a key inside a JSON
+    object) give the domain tag through a value map, read by the real JSONL reader; no model is
+    set, loaded or hashed. Before, stages.domain took only a fastText model."""
+    from data_pipeline.stages.base import build_stage
+    from tests.data_pipeline.readall import read_all
+
+    records = [
+        {
+            "id": "a",
+            "text": "def f(): pass",
+            "source": "github",
+            "meta": {"redpajama_set_name": "RedPajamaGithub"},
+        },
+        {
+            "id": "b",
+            "text": "Let x be prime.",
+            "source": "arxiv",
+            "meta": {"redpajama_set_name": "RedPajamaArXiv"},
+        },
+        {"id": "c", "text": "A story.", "source": "books", "metadata": {"domain": "fiction"}},
+        {"id": "d", "text": "No label here."},
+    ]
+    path = tmp_path / "labelled.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    batch, _ = read_all(path)
+    values = {"RedPajamaGithub": "code", "RedPajamaArXiv": "math"}
+    cases = {
+        ("meta.redpajama_set_name", None): ["code", "math", None, None],
+        ("redpajama_set_name", "other"): ["code", "math", None, None],
+        ("source", "other"): ["other", "other", "other", "other"],  # d: the reader's default
+        ("source", None): ["github", "arxiv", "books", batch.column("source")[3].as_py()],
+        ("metadata.domain", None): [None, None, "fiction", None],
+    }
+    for (field, unmapped), expected in cases.items():
+        config = {"field": field, "values": values, "unmapped": unmapped}
+        stage = build_stage(("domain", f"{DomainStage.__module__}:DomainStage", config, {}))
+        stage.check()
+        stage.setup()
+        assert stage.models() == {} and "model" not in stage.describe()
+        out = stage(batch)
+        assert out.column("domain").to_pylist() == expected, field
+        assert out.column("domain_score").to_pylist() == [
+            None if tag is None else 1.0 for tag in expected
+        ]
+    with pytest.raises(ValueError, match="not both"):
+        DomainStage.Config.model_validate({"field": "source", "model": "x"})
