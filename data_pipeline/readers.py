@@ -108,6 +108,7 @@ def read_jsonl(
     limit = JSONL_LINE_FACTOR * max_bytes if max_bytes is not None else -1
     members = gzip_members(stream)
     line_no = 0
+    found, found_fields = False, set[str]()
     while True:
         try:
             while raw := stream.readline(limit + 1 if limit >= 0 else -1):
@@ -118,8 +119,8 @@ def read_jsonl(
                 if limit >= 0 and len(raw) > limit and not raw.endswith(b"\n"):
                     size = len(raw) + _drain(stream, line=True)
                     out.add(fallback_id, reason="too_large", raw_bytes=size)
-                elif raw.strip():
-                    _jsonl_row(raw, fallback_id, out, fields)
+                elif raw.strip() and (record := _jsonl_row(raw, fallback_id, out, fields)):
+                    found = found or _has_text(record, fields, found_fields)
                 if out.full():
                     yield out.flush()
         except _IO_ERRORS as exc:
@@ -130,8 +131,23 @@ def read_jsonl(
             )
         if not _gzip_damage(members, out, f"{out.source.name}:{line_no + 1}"):
             break
+    if found_fields and not found:
+        raise InputError(
+            f"input {out.source.path}: no record has the text field {fields.text!r} (fields "
+            f"found: {', '.join(sorted(found_fields)[:20])}); set text_field (a dotted path for "
+            "a nested one)"
+        )
     if (table := out.flush()) is not None:
         yield table
+
+
+def _has_text(record: dict[str, Any], fields: Fields, found_fields: set[str]) -> bool:
+    """Whether `record` holds the text field; else its top-level keys join `found_fields`."""
+    if field_value(record, fields.text) is not None:
+        return True
+    if len(found_fields) < 100:
+        found_fields.update(str(key) for key in record)
+    return False
 
 
 def _gzip_damage(members: GzipMembers | None, out: Batcher, cut_id: str) -> bool:
@@ -146,7 +162,8 @@ def _gzip_damage(members: GzipMembers | None, out: Batcher, cut_id: str) -> bool
     return members.resume()
 
 
-def _jsonl_row(raw: bytes, fallback_id: str, out: Batcher, fields: Fields) -> None:
+def _jsonl_row(raw: bytes, fallback_id: str, out: Batcher, fields: Fields) -> dict[str, Any] | None:
+    """The line as a row of `out`; returns the record when the line held a JSON object."""
     size = len(raw)
     try:
         # utf-8-sig: a byte order mark (a file saved by Windows tools, or several such files
@@ -154,22 +171,23 @@ def _jsonl_row(raw: bytes, fallback_id: str, out: Batcher, fields: Fields) -> No
         record = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
         out.add(fallback_id, reason="undecodable", raw_bytes=size)
-        return
+        return None
     except RecursionError:  # deeper than the stack allows: deeper than MAX_JSON_DEPTH too
         record = _TOO_DEEP
     except ValueError:
         out.add(fallback_id, reason="malformed_json", raw_bytes=size)
-        return
+        return None
     if record is _TOO_DEEP or (
         raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _nested_deeper(record)
     ):
         error = {"error": f"nested deeper than {MAX_JSON_DEPTH}"}
         out.add(fallback_id, reason="malformed_json", meta=error, raw_bytes=size)
-        return
+        return None
     if not isinstance(record, dict):
         out.add(fallback_id, reason="malformed_json", raw_bytes=size)
-        return
+        return None
     _record_row(record, fields, fallback_id, out, size, merge_meta=True)
+    return record
 
 
 def _nested_deeper(record: Any, limit: int = MAX_JSON_DEPTH) -> bool:

@@ -44,3 +44,22 @@ def test_a_data_run_keeps_every_document_of_the_input(tmp_path: Path, ray_local,
     assert main(["data", "run", str(config)]) == 0
     ledger = json.loads((tmp_path / "out" / "ledger.json").read_text())
     assert (ledger["documents_in"], ledger["documents_kept"]) == (5, 5), ledger
+
+
+def test_a_corpus_read_with_the_wrong_text_field_is_one_line(tmp_path, ray_local, capsys) -> None:
+    """RedPajama-v2 records keep their text in `raw_content`: read with the default text field,
+    the run exited 0 with "0 kept, 20 dropped (missing_text)"."""
+    path = tmp_path / "rp2.jsonl"
+    record = {"raw_content": "a page of text", "doc_id": "x", "meta": {"url": "http://a.example"}}
+    path.write_text(json.dumps(record) + "\n")
+    config = tmp_path / "job.yaml"
+    config.write_text(f"inputs: [{path}]\noutput: {tmp_path / 'out'}\nstages: {{extract: {{}}}}\n")
+    assert main(["data", "run", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("pretrain data run: error: input ") and "Traceback" not in err
+    assert "fields found: doc_id, meta, raw_content); set text_field" in err[-1], err
+    fixed = main(
+        ["data", "run", str(config), "--set", "text_field=raw_content", "--set", "overwrite=true"]
+    )
+    assert fixed == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "out" / "ledger.json").read_text())["documents_kept"] == 1

@@ -77,8 +77,16 @@ def test_text_and_id_fields_for_jsonl_and_parquet(tmp_path: Path) -> None:
     table, _ = read_all(tmp_path / "fw.parquet", fields=Fields(text="content", id="uid"))
     assert table.column("id").to_pylist() == ["fw/a", "fw/b"]
     assert table.column("_read_reason").null_count == 2
-    table, _ = read_all(rp2)  # default fields: no `text` -> a reason-coded row each, none lost
-    assert table.column("_read_reason").to_pylist() == ["missing_text"] * 3
+    # default fields: no record has `text`: the wrong field, one line naming those found (it
+    # "succeeded" with every document a missing_text reject)
+    with pytest.raises(
+        InputError, match=r"no record has the text field 'text' \(fields found: meta, raw_content\)"
+    ):
+        read_all(rp2)
+    some = tmp_path / "some.jsonl"  # a record without text among others is a reject row, kept
+    some.write_bytes(_lines([{"text": prose(1)}, {"raw_content": prose(2)}]))
+    table, _ = read_all(some)
+    assert table.column("_read_reason").to_pylist() == [None, "missing_text"]
 
 
 def test_ids_repeated_inside_a_file_are_made_unique_and_counted(tmp_path: Path) -> None:
