@@ -132,7 +132,7 @@ def _stream(
         batch_format="pyarrow",
         **_read_resources(bool(head), cpus),
         fn_kwargs={
-            "out": out,  # not str(out): an ObjectPath carries the lock's id (pretrain.objectfence)
+            "out": out,
             "skip": {k: sorted(v) for k, v in done.items()},
             "options": options,
         },

@@ -68,15 +68,17 @@ def _show(args: argparse.Namespace) -> int:
 def _unlock(args: argparse.Namespace) -> int:
     from pretrain.errors import ConfigError
     from pretrain.locking import is_object_output
-    from pretrain.lockobject import describe, unlock
+    from pretrain.s3_lock import holder_text, unlock
 
     if not is_object_output(args.output):
         raise ConfigError(
             f"{args.output}: only an s3:// output has a lock object to remove; a local output's "
             "lock is released by the kernel when its holder exits"
         )
-    seen = unlock(args.output, args.id)
-    print(f"pretrain unlock: removed the writer lock of {args.output} held by {describe(seen)}")
+    record = unlock(args.output, args.id)
+    print(
+        f"pretrain unlock: removed the writer lock of {args.output} held by {holder_text(record)}"
+    )
     return 0
 
 

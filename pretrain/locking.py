@@ -13,13 +13,12 @@ its refusal names the live holder, never nobody or a dead one. The same process 
 that take their own locks on nested outputs).
 
 `flock` holds on one machine only. An `s3://` output is locked by a lock object in the store
-instead (pretrain.objectlock: a conditional write, a heartbeat, a lease), which keeps out a writer
+instead (pretrain.s3_lock: a conditional write, a heartbeat, a lease), which keeps out a writer
 on any machine.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import functools
@@ -35,16 +34,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pretrain.command import current_command
-from pretrain.errors import ConfigError, OutputLocked, PretrainError
-from pretrain.lockobject import holder_pid, holder_text, pid_alive
+from pretrain.errors import ConfigError, OutputLocked
 from pretrain.progress import warn
+from pretrain.s3_lock import S3Lock, holder_text
 
 LOCK_SUFFIX = ".lock"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 _held: dict[str, tuple[int, int]] = {}  # lock path -> (fd, depth), this process only
-_held_objects: dict[str, tuple[Any, int]] = {}  # s3:// output -> (ObjectLock, depth)
+_held_objects: dict[str, tuple[Any, int]] = {}  # s3:// output -> (S3Lock, depth)
 _guard = threading.Lock()
 
 
@@ -68,17 +67,26 @@ def read_holder(out: str | os.PathLike) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def describe_holder(holder: dict[str, Any] | None) -> str:
-    if not holder:
-        return "an unknown process (no holder record)"
-    return holder_text(holder)
+def _holder_pid(record: dict[str, Any]) -> int | None:
+    pid = record.get("pid")
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < 2**31 else None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _refusal(out: Path, holder: dict[str, Any] | None) -> OutputLocked:
-    text = describe_holder(holder)
+    text = holder_text(holder)
     record = holder or {}
-    pid, here = holder_pid(record), record.get("host") == socket.gethostname()
-    if here and pid is not None and not pid_alive(pid):
+    pid, here = _holder_pid(record), record.get("host") == socket.gethostname()
+    if here and pid is not None and not _pid_alive(pid):
         text += ", which has exited but left a child process holding the lock"
     return OutputLocked(
         f"output {out} is being written by {text}; wait for it to finish, stop it, "
@@ -107,8 +115,8 @@ def _settled(holder: dict[str, Any] | None) -> bool:
     """A whole record, not one left by a holder that has exited on this host."""
     if holder is None:
         return False
-    pid = holder_pid(holder)
-    return pid is None or holder.get("host") != socket.gethostname() or pid_alive(pid)
+    pid = _holder_pid(holder)
+    return pid is None or holder.get("host") != socket.gethostname() or _pid_alive(pid)
 
 
 def _lock_or_refuse(fd: int, mode: int, out: Path) -> None:
@@ -139,7 +147,7 @@ def _acquire(path: Path, out: Path, command: Sequence[str] | None) -> int:
     stale = read_holder(out)
     if stale and stale.get("pid") != os.getpid():
         warn(
-            f"note: taking over the lock on {out} left by {describe_holder(stale)}, "
+            f"note: taking over the lock on {out} left by {holder_text(stale)}, "
             "which is no longer running"
         )
     record = {
@@ -156,30 +164,25 @@ def _acquire(path: Path, out: Path, command: Sequence[str] | None) -> int:
 
 
 def is_object_output(out: str | os.PathLike) -> bool:
-    """An `s3://` output: locked by a lock object in the store (pretrain.objectlock)."""
+    """An `s3://` output: locked by a lock object in the store (pretrain.s3_lock)."""
     return str(out).startswith("s3://")
 
 
 @contextmanager
 def _object_lock(uri: str, command: Sequence[str] | None) -> Iterator[str]:
-    from pretrain.objectlock import ObjectLock
-
     key = uri.rstrip("/")
     with _guard:
         if key in _held_objects:
             lock, depth = _held_objects[key]
             _held_objects[key] = (lock, depth + 1)
         else:
-            lock = ObjectLock(uri, command)
+            lock = S3Lock(uri, command)
             lock.acquire()
             _held_objects[key] = (lock, 1)
     try:
         yield uri
     except BaseException as exc:
-        if not lock.lost:  # a worker refused to write (its lock check failed): is it lost?
-            with contextlib.suppress(PretrainError):
-                lock.fence(force=True)
-        if lock.lost:  # the heartbeat or a fence stopped the run: say why
+        if lock.lost:  # the heartbeat stopped the run (SIGINT): say why
             raise OutputLocked(lock.lost) from exc
         raise
     finally:
@@ -190,8 +193,6 @@ def _object_lock(uri: str, command: Sequence[str] | None) -> Iterator[str]:
             else:
                 del _held_objects[key]
                 lock.release()
-    if lock.lost:
-        raise OutputLocked(lock.lost)
 
 
 @contextmanager
@@ -199,7 +200,7 @@ def output_lock(
     out: str | os.PathLike, command: Sequence[str] | None = None
 ) -> Iterator[Path | str]:
     """Hold the exclusive writer lock on output directory `out` for the `with` block; for an
-    `s3://` output, a lock object in the store (pretrain.objectlock), which holds across machines.
+    `s3://` output, a lock object in the store (pretrain.s3_lock), which holds across machines.
 
     Raises `OutputLocked` (one line naming the holder) when another live process holds it.
     """

@@ -33,7 +33,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
-from pretrain import objectfence
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.hashcache import cache_root, file_sha256
 
@@ -65,7 +64,7 @@ def output_path(output: str | os.PathLike | ObjectPath) -> Path | ObjectPath:
 
 def lock_target(output: str | os.PathLike) -> str | os.PathLike:
     """What `pretrain.locking` locks for `output`: the directory itself; an `s3://` URI itself (a
-    lock object in the store, pretrain.objectlock, holds across machines); for any other URI
+    lock object in the store, pretrain.s3_lock, holds across machines); for any other URI
     (`gs://`, `hdfs://`, ...) a local stand-in under the project cache, which keeps out a second
     writer on this machine only."""
     if not is_uri(output):
@@ -94,13 +93,7 @@ class ObjectPath:
         self.fs, self.key, self.scheme = filesystem, key.rstrip("/"), scheme
 
     def __reduce__(self) -> tuple[Any, ...]:  # travels to Ray workers by URI, credentials not
-        token = objectfence.token_for(str(self)) if self.scheme == "s3://" else None
-        return (_restore, (str(self), token))
-
-    def _fence(self) -> None:
-        """Refuse a write or delete from a writer whose `s3://` lock is no longer its own."""
-        if self.scheme == "s3://":
-            objectfence.fence(str(self))
+        return (output_path, (str(self),))
 
     def __str__(self) -> str:
         return f"{self.scheme}{self.key}"
@@ -172,7 +165,6 @@ class ObjectPath:
         return self.read_bytes().decode(encoding)
 
     def write_bytes(self, data: bytes) -> int:
-        self._fence()
         if self.fs.type_name != "s3":  # S3 has no directories; a local or HDFS store has
             self.fs.create_dir(str(PurePosixPath(self.key).parent), recursive=True)
         with self.fs.open_output_stream(self.key) as handle:
@@ -185,7 +177,6 @@ class ObjectPath:
         each chunk waits for those in flight, so a writer holds about a part and a chunk). The
         object appears when the last chunk is written; an error from the chunks (or the store)
         deletes what the stream completed on close, so no partial object stays under the key."""
-        self._fence()
         if self.fs.type_name != "s3":
             self.fs.create_dir(str(PurePosixPath(self.key).parent), recursive=True)
         written = 0
@@ -206,7 +197,6 @@ class ObjectPath:
             if missing_ok:
                 return
             raise FileNotFoundError(str(self))
-        self._fence()
         self.fs.delete_file(self.key)
 
     def __lt__(self, other: ObjectPath) -> bool:
@@ -248,13 +238,6 @@ class ObjectPath:
 
     def rglob(self, pattern: str) -> list[ObjectPath]:
         return [p for p in self.files() if fnmatch.fnmatchcase(p.name, pattern)]
-
-
-def _restore(text: str, token: tuple[str, str] | None) -> ObjectPath | Path:
-    """An `ObjectPath` unpickled in a worker: it writes only while the driver's lock holds."""
-    if token is not None:
-        objectfence.adopt(token)
-    return output_path(text)
 
 
 OutPath = Path | ObjectPath
@@ -317,8 +300,6 @@ def remove_tree(path: OutPath) -> None:
     local path that is a symlink is removed as the link: its target is never touched."""
     if isinstance(path, ObjectPath):
         kind = path._info().type
-        if kind != pafs.FileType.NotFound:
-            path._fence()
         if kind == pafs.FileType.Directory:
             path.fs.delete_dir(path.key)
         elif kind == pafs.FileType.File:

@@ -5,8 +5,7 @@
   `ray start --head` enables it whenever a token exists (`~/.ray/auth_token`). So when the mode is
   unset and a token is available here (`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH` or
   `~/.ray/auth_token`), the driver sends it; a cluster without authentication accepts it too.
-  A refused connection is one line naming what to set. The job's workers get this driver's
-  `DRIVER_ENV` (the writer lock it holds) through the job's runtime_env.
+  A refused connection is one line naming what to set.
 - A local Ray (no address): every process binds 127.0.0.1 (Ray maps a loopback node address to
   the machine's public one unless its cluster mode is off), the dashboard is off, and a watchdog
   process kills every Ray process the driver started if the driver dies without shutting down
@@ -26,7 +25,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -38,7 +36,6 @@ from typing import Any
 
 from pretrain.errors import PretrainError
 from pretrain.lifetime import stop_on_sigterm
-from pretrain.objectlock import FENCE_ENV
 
 AUTH_MODE = "RAY_AUTH_MODE"
 LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": node address stays 127.0.0.1
@@ -115,7 +112,7 @@ def connect(
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
-        _connect_existing(ray, address, with_driver_env(init_kwargs))
+        _connect_existing(ray, address, init_kwargs)
         return True
     system_config = {**QUIET_LOCAL, **WARM_LOCAL, **init_kwargs.pop("_system_config", {})}
     started = time.time()
@@ -159,56 +156,6 @@ def _connected(ray: Any) -> None:
     hook = getattr(ray._private, "auto_init_hook", None)
     if hook is not None:
         hook.enable_auto_connect = False
-
-
-DRIVER_ENV = (FENCE_ENV,)  # the writer lock this driver holds: its workers check it (objectfence)
-"""Variables of this driver its job's workers must see. A local Ray inherits them (its raylet
-starts its workers); an existing cluster's workers were started by its own nodes, so they get
-them through the job's runtime_env."""
-
-
-def with_driver_env(init_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """`init_kwargs` with `DRIVER_ENV`'s set variables added to `runtime_env["env_vars"]`. Ray
-    merges `ray.init`'s runtime_env with a `ray job submit` job's per env_vars key, and a task's
-    with the job's, so neither a `--runtime-env-json` nor a task's options drop them."""
-    _refuse_user_driver_env(init_kwargs)
-    values = {name: os.environ[name] for name in DRIVER_ENV if os.environ.get(name)}
-    if not values:
-        return init_kwargs
-    runtime_env = dict(init_kwargs.get("runtime_env") or {})
-    runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **values}
-    return {**init_kwargs, "runtime_env": runtime_env}
-
-
-JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
-"""Where `ray job submit` hands its driver the job's config (its `--runtime-env-json`)."""
-
-
-def _refuse_user_driver_env(init_kwargs: dict[str, Any]) -> None:
-    """One line when a user's runtime_env (`ray job submit --runtime-env-json`, or runtime_env
-    passed to this call) sets a `DRIVER_ENV` variable: a value the user chose would tell the
-    job's workers which writer lock fences them (or, beside ours, make Ray refuse to merge the
-    two runtime_envs with a ValueError about a conflict)."""
-    sources = [("the runtime_env passed to ray.init", init_kwargs.get("runtime_env"))]
-    try:
-        injected = json.loads(os.environ.get(JOB_CONFIG_ENV) or "{}")
-    except ValueError:
-        injected = {}
-    if isinstance(injected, dict):
-        sources.append(
-            (
-                "the job's runtime_env (ray job submit --runtime-env-json)",
-                injected.get("runtime_env"),
-            )
-        )
-    for where, runtime_env in sources:
-        env_vars = runtime_env.get("env_vars") if isinstance(runtime_env, dict) else None
-        taken = sorted(set(env_vars or {}) & set(DRIVER_ENV)) if isinstance(env_vars, dict) else []
-        if taken:
-            raise PretrainError(
-                f"{where} sets {', '.join(taken)}, which pretrain sets itself (the writer lock "
-                "this job holds, for its workers); remove it from the runtime_env's env_vars"
-            )
 
 
 def _start_failed(exc: BaseException, attempts: int) -> PretrainError:

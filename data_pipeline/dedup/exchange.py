@@ -36,7 +36,7 @@ M + P x sqrt(M) reads, was removed: 700 lines for a request count, not a memory 
 
 The pieces read back are the pieces written (same columns, types, values and order). The same
 code runs embedded (the output on local disk) and on a Ray cluster whose output is `s3://` (every
-worker reads and writes the store; the tasks carry the output's writer lock, pretrain.objectfence).
+worker reads and writes the store).
 Files are written whole (a producer killed while
 writing leaves no file under its name) and are deterministic, so a retried producer rewrites the
 same bytes and a retried consumer re-reads the same files.

@@ -23,11 +23,7 @@ class Runner:
 
         self.ray = ray
         self.exchange: Any = output_path(folder)
-        """Folder of the exchange's files (data_pipeline.dedup.exchange). A path, not its string:
-        in an object store it is an `ObjectPath`, which carries the writer lock of the output it
-        lies under into every task's args (the producers' `target`, the Gathers), so the tasks
-        that write there are fenced (pretrain.objectfence) also on a Ray whose workers never saw
-        this driver's environment."""
+        """Folder of the exchange's files (data_pipeline.dedup.exchange)."""
         self.scratch = exchange.Scratch(self.exchange)
         self.producing: list[Any] = []
         """Cost refs of the file producers whose files a consumer launched next may read."""

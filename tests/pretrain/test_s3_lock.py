@@ -1,6 +1,6 @@
-"""The writer lock of an `s3://` output holds across machines: a lock object in a real
-S3-compatible server (moto in server mode), taken by writers that share no local lock (each has
-its own HOME and project cache, as two machines would).
+"""The writer lock of an `s3://` output (pretrain.s3_lock) holds across machines: a lock object
+in a real S3-compatible server (moto in server mode), taken by writers that share no local lock
+(each has its own HOME and project cache, as two machines would).
 
 - a second writer is refused in one line naming the holder and how to unlock, and gets the lock
   once the holder has exited (the lock object is gone);
@@ -214,7 +214,7 @@ def test_a_writer_whose_lock_is_taken_stops_naming_the_new_holder(tmp_path, stor
 
 def test_a_bad_lease_setting_is_one_line(monkeypatch) -> None:
     from pretrain.errors import ConfigError
-    from pretrain.objectlock import lease_seconds
+    from pretrain.s3_lock import lease_seconds
 
     monkeypatch.setenv("PRETRAIN_LOCK_LEASE_S", "soon")
     with pytest.raises(ConfigError, match="PRETRAIN_LOCK_LEASE_S='soon'"):
@@ -272,18 +272,19 @@ def test_a_lock_object_edited_by_hand_is_still_refused_and_unlocked_in_one_line(
 
 HEARTBEAT_FAULT = """
 import argparse, sys, time
-from pretrain import objectlock
+from pretrain import s3_lock
 from pretrain.locking import output_lock
 from pretrain.program import run
 
-real, calls = objectlock.ObjectLock._renew, []
-def renew(self):  # an unexpected exception inside the heartbeat: always, or in its first beat
-    calls.append(1)
-    if sys.argv[2] == "always" or len(calls) == 1:
-        print("raised", flush=True)
-        raise RuntimeError("a bug in the heartbeat")
-    return real(self)
-objectlock.ObjectLock._renew = renew
+real, calls = s3_lock.S3Lock._put, []
+def put(self, **condition):  # an unexpected exception in a renewal: always, or the first one
+    if "IfMatch" in condition and self.etag:
+        calls.append(1)
+        if sys.argv[2] == "always" or len(calls) == 1:
+            print("raised", flush=True)
+            raise RuntimeError("a bug in the heartbeat")
+    return real(self, **condition)
+s3_lock.S3Lock._put = put
 
 def hold(args):
     with output_lock(args.output):
