@@ -53,8 +53,8 @@ from typing import Any
 from benchmarks.common import write_result
 from data_pipeline import collect, fingerprint, global_parts, parts, readahead, runner
 from data_pipeline.formats import InputFile
-from pretrain import outstore
 from pretrain import shards_layout as layout
+from pretrain import storage
 from pretrain.manifest import write_manifest
 
 FRAGMENT_ROW = {"stage": "pass", "reason": "pass", "domain": "d", "lang": "en", "outcome": "kept"}
@@ -65,13 +65,13 @@ def _part(i: int, per_input: int) -> tuple[str, str]:
     return stem, f"{stem}-{i % per_input:05d}"
 
 
-def _write(path: outstore.OutPath, data: bytes) -> None:
+def _write(path: storage.OutPath, data: bytes) -> None:
     if isinstance(path, Path):
         path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
 
 
-def build_output(out: outstore.OutPath, count: int, per_input: int, file_kb: int) -> list[str]:
+def build_output(out: storage.OutPath, count: int, per_input: int, file_kb: int) -> list[str]:
     """A finished output of `count` parts; returns the input stems."""
     stems: list[str] = []
     for i in range(count):
@@ -99,7 +99,7 @@ def _cpu(func: Callable[[], Any]) -> tuple[float, float]:
     return time.process_time() - cpu, time.perf_counter() - wall
 
 
-def manifest_sides(out: outstore.OutPath, stems: list[str], per_input: int) -> dict[str, Any]:
+def manifest_sides(out: storage.OutPath, stems: list[str], per_input: int) -> dict[str, Any]:
     def rehash() -> None:
         led = runner.ledger.aggregate(
             (parts.load_json(parts.fragment_path(out, s)) for s in _shards(stems, per_input)),
@@ -134,7 +134,7 @@ def identity_sides(inputs: list[InputFile]) -> dict[str, Any]:
     }
 
 
-def handed_over(out: outstore.OutPath, stems: list[str], per_input: int) -> collect.Merged:
+def handed_over(out: storage.OutPath, stems: list[str], per_input: int) -> collect.Merged:
     """What the merge of a run hands the driver: every part's fragment, as written (read here,
     untimed, to stand in for the merge's returned rows)."""
     merged = collect.Merged()
@@ -143,7 +143,7 @@ def handed_over(out: outstore.OutPath, stems: list[str], per_input: int) -> coll
     return merged
 
 
-def handover_sides(out: outstore.OutPath, stems: list[str], per_input: int) -> dict[str, Any]:
+def handover_sides(out: storage.OutPath, stems: list[str], per_input: int) -> dict[str, Any]:
     """The end of a run (ledger assembly + manifest): `read_back` reads every part's fragment
     (READ_AHEAD in flight: the driver before 2026-12-04), `handed` folds what the merge handed
     over and reads none (data_pipeline.collect)."""
@@ -156,7 +156,7 @@ def handover_sides(out: outstore.OutPath, stems: list[str], per_input: int) -> d
     return {"read_back": _cpu(lambda: end(collect.Merged())), "handed": _cpu(lambda: end(merged))}
 
 
-def build_map_side(out: outstore.OutPath, count: int, file_kb: int) -> dict[str, int]:
+def build_map_side(out: storage.OutPath, count: int, file_kb: int) -> dict[str, int]:
     """A global stage's persisted map side of `count` parts (rows + one table of `file_kb`
     each, global_parts.persist); returns part -> rows."""
     import pyarrow as pa
@@ -172,7 +172,7 @@ def build_map_side(out: outstore.OutPath, count: int, file_kb: int) -> dict[str,
     return rows
 
 
-def verify_sides(out: outstore.OutPath, rows: dict[str, int]) -> dict[str, Any]:
+def verify_sides(out: storage.OutPath, rows: dict[str, int]) -> dict[str, Any]:
     """The driver's check of the map side before the aggregate: baseline `per_file` (each
     part's record, then every file's HEADs and bytes, one part after another: the driver before
     2026-12-04), ours `listed` (global_parts.loaded: one listing, READ_AHEAD records at a
@@ -187,7 +187,7 @@ def verify_sides(out: outstore.OutPath, rows: dict[str, int]) -> dict[str, Any]:
     return {"per_file": _cpu(per_file), "listed": _cpu(listed)}
 
 
-def readahead_sides(out: outstore.OutPath, stems: list[str]) -> dict[str, Any]:
+def readahead_sides(out: storage.OutPath, stems: list[str]) -> dict[str, Any]:
     """Resume scan + ledger assembly read one at a time, then READ_AHEAD at a time."""
     sides: dict[str, Any] = {}
     ahead = readahead.READ_AHEAD
@@ -205,7 +205,7 @@ def readahead_sides(out: outstore.OutPath, stems: list[str]) -> dict[str, Any]:
     return sides
 
 
-def measure(out: outstore.OutPath, count: int, args: argparse.Namespace) -> dict[str, Any]:
+def measure(out: storage.OutPath, count: int, args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     stems = build_output(out, count, args.parts_per_input, args.file_kb)
     row = measure_built(out, count, stems, args)
@@ -214,7 +214,7 @@ def measure(out: outstore.OutPath, count: int, args: argparse.Namespace) -> dict
 
 
 def measure_built(
-    out: outstore.OutPath, count: int, stems: list[str], args: argparse.Namespace
+    out: storage.OutPath, count: int, stems: list[str], args: argparse.Namespace
 ) -> dict[str, Any]:
     row: dict[str, Any] = {"parts": count, "files": 3 * count + len(stems)}
     row["manifest"] = manifest_sides(out, stems, args.parts_per_input)
@@ -283,7 +283,7 @@ def _run_s3(counts: list[int], args: argparse.Namespace, delay: float) -> list[d
         os.environ.update(s3_env(endpoint))
         s3_filesystem(endpoint).create_dir("bench")
         for count in counts:
-            out = outstore.output_path(f"s3://bench/out{count}-{delay:g}")
+            out = storage.output_path(f"s3://bench/out{count}-{delay:g}")
             in_flight(endpoint, delay_ms=0)  # built at moto's own speed
             stems = build_output(out, count, args.parts_per_input, args.file_kb)
             in_flight(endpoint, delay_ms=delay)

@@ -75,7 +75,7 @@ def clean(args: argparse.Namespace) -> int:
     from pretrain.errors import ArtifactError
     from pretrain.locking import output_lock
     from pretrain.manifest import MANIFEST
-    from pretrain.outstore import is_uri, lock_target, output_path
+    from pretrain.storage import is_uri, lock_target, output_path
 
     directory = args.directory
     if is_uri(directory):

@@ -21,7 +21,7 @@ from typing import Any
 
 from data_pipeline import ledger, throughput
 from data_pipeline.parts import PARTS
-from pretrain.outstore import OutPath
+from pretrain.storage import OutPath
 
 
 def digest(data: bytes) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from data_pipeline import parts
-from pretrain.outstore import OutPath
+from pretrain.storage import OutPath
 
 RECHECK_S = 0.5
 """How often an input's missing read record is looked for again (one read each: a GET in an

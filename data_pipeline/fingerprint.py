@@ -40,9 +40,9 @@ from pretrain import shards_layout as layout
 from pretrain.config import config_sha256
 from pretrain.errors import ConfigError, InputError
 from pretrain.manifest import MANIFEST, manifest_sha256, sha256_file
-from pretrain.outstore import OutPath, remove_tree, write_json
-from pretrain.outtarget import refuse_foreign, refuse_not_a_directory
+from pretrain.output_check import refuse_foreign, refuse_not_a_directory
 from pretrain.schema import SCHEMA_VERSION
+from pretrain.storage import OutPath, remove_tree, write_json
 
 FINGERPRINT = "fingerprint.json"
 
@@ -172,7 +172,7 @@ def check_output_target(out: OutPath) -> None:
     of ours (no fingerprint, no manifest), e.g. a misspelt `output` naming the user's project
     folder, where the dataset card would replace their README.md. Only the work area and the
     logs the command itself creates may be there; `overwrite` does not extend to files we did not
-    write. The same rules and words as every other command's (pretrain.outtarget), and the same
+    write. The same rules and words as every other command's (pretrain.output_check), and the same
     detach: a refused run leaves no log in that folder."""
     refuse_not_a_directory(out, OUTPUT_FLAG)
     if (out / parts.PARTS / FINGERPRINT).is_file() or (out / MANIFEST).is_file():

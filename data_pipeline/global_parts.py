@@ -40,7 +40,7 @@ from data_pipeline.stagekit import AGGREGATE_SCRATCH
 from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
 from pretrain.errors import PretrainError
 from pretrain.manifest import atomic_write_json
-from pretrain.outstore import (
+from pretrain.storage import (
     ObjectPath,
     OutPath,
     confined,

@@ -19,7 +19,8 @@ from data_pipeline.parts import fragment_path, part_verifies, pieces_dir, write_
 from data_pipeline.workers import read_pieces
 from pretrain import shards_layout as layout
 from pretrain.errors import PretrainError
-from pretrain.outstore import (
+from pretrain.schema import conform
+from pretrain.storage import (
     OutPath,
     json_bytes,
     listed,
@@ -27,7 +28,6 @@ from pretrain.outstore import (
     remove_tree,
     write_atomic,
 )
-from pretrain.schema import conform
 
 
 def _sample_rejects(rejects: pa.Table, reasons: list[str], per_reason: int) -> pa.Table:

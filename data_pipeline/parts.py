@@ -23,7 +23,7 @@ from data_pipeline import readahead
 from data_pipeline.throughput import PART_COSTS, part_cost_path
 from pretrain import shards_layout as layout
 from pretrain.hashcache import remember
-from pretrain.outstore import (
+from pretrain.storage import (
     ObjectPath,
     OutPath,
     confined,

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_pipeline.stages.base import GlobalStage
-from pretrain.outstore import OutPath, listed, write_atomic, write_json
+from pretrain.storage import OutPath, listed, write_atomic, write_json
 
 
 def write(stage: GlobalStage, piece: pa.Table, folder: OutPath, name: str) -> None:

@@ -35,8 +35,8 @@ from data_pipeline import (
 from data_pipeline.config import PipelineConfig
 from data_pipeline.readers import Fields
 from data_pipeline.stages.base import Stage
-from pretrain.outstore import OutPath, remove_tree
 from pretrain.progress import VERBOSE, Progress, verbosity, watch
+from pretrain.storage import OutPath, remove_tree
 
 
 def connect_ray(config: PipelineConfig, address: str | None) -> bool:

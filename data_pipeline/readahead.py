@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-from pretrain.outstore import ObjectPath, OutPath
+from pretrain.storage import ObjectPath, OutPath
 
 READ_AHEAD = 16
 """Reads in flight at once on an object store (as `fingerprint.IDENTITY_THREADS`): enough to hide

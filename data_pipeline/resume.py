@@ -13,7 +13,7 @@ from data_pipeline.config import PipelineConfig
 from data_pipeline.fingerprint import FINGERPRINT
 from data_pipeline.stages.base import Stage
 from pretrain import shards_layout as layout
-from pretrain.outstore import OutPath, remove_tree
+from pretrain.storage import OutPath, remove_tree
 
 
 def restart(out: OutPath) -> dict[str, set[int]]:

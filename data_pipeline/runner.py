@@ -12,7 +12,7 @@ killed during an aggregation maps nothing again). Shards and rejects are written
 `.parts/scratch/` and renamed into place; each run clears the scratch directory a killed run left.
 Inputs and the output must be reachable from every Ray node: local paths on one machine, shared
 storage or object-store URIs on a cluster (`output: s3://bucket/prefix` is written through
-pretrain.outstore: one PUT per object, so no partial object is visible under its final key).
+pretrain.storage: one PUT per object, so no partial object is visible under its final key).
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ from pretrain.artifacts import shards as shards_kind
 from pretrain.config import config_dict, parse_config
 from pretrain.errors import ConfigError, PretrainError
 from pretrain.locking import writes_output
-from pretrain.outstore import OutPath, lock_target, output_path, write_atomic, write_json
 from pretrain.progress import step, warn
+from pretrain.storage import OutPath, lock_target, output_path, write_atomic, write_json
 
 
 @dataclass

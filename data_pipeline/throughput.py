@@ -32,11 +32,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pretrain.manifest import (  # an object-store key too (pretrain.outstore)
+from pretrain.manifest import (  # an object-store key too (pretrain.storage)
     atomic_write_bytes,
     atomic_write_json,
 )
-from pretrain.outstore import OutPath, json_bytes, listed, output_path, remove_tree
+from pretrain.storage import OutPath, json_bytes, listed, output_path, remove_tree
 
 COSTS = "cost"
 SETUP = "setup"

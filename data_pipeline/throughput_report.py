@@ -20,7 +20,7 @@ from data_pipeline import readahead, throughput
 from data_pipeline.collect import Merged
 from data_pipeline.parts import read_records
 from data_pipeline.throughput import READ, WRITE, RunClock
-from pretrain.outstore import OutPath, listed
+from pretrain.storage import OutPath, listed
 
 MB = 1e6
 

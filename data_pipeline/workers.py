@@ -29,7 +29,7 @@ from data_pipeline.parts import pieces_dir, read_stats_path
 from data_pipeline.readers import InputFile, read_file
 from data_pipeline.stages.base import StageSpec, build_stage
 from pretrain.errors import PretrainError
-from pretrain.outstore import OutPath, listed, output_path, write_atomic, write_json
+from pretrain.storage import OutPath, listed, output_path, write_atomic, write_json
 
 __all__ = ["MapStagesWorker", "StageSpec", "build_stage"]
 

@@ -27,7 +27,7 @@ from pretrain.artifacts import tokenizer as tokenizer_artifact
 from pretrain.cli_utils import resolve_config
 from pretrain.errors import ArtifactError, InputError, LockMismatch
 from pretrain.manifest import atomic_write_bytes, manifest_sha256
-from pretrain.outtarget import require_own_output
+from pretrain.output_check import require_own_output
 
 ITER = re.compile(r"^iter_(\d+)$")
 

@@ -33,7 +33,7 @@ from pretrain.config import StrictModel, config_dict
 from pretrain.errors import InputError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json
-from pretrain.outtarget import require_own_output
+from pretrain.output_check import require_own_output
 from pretrain.publish import publishing
 from tokenizer.shards import read_columns
 

@@ -29,7 +29,7 @@ from pretrain.config import apply_overrides, config_dict, config_sha256
 from pretrain.errors import ConfigError, PretrainError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_bytes, manifest_sha256
-from pretrain.outtarget import require_own_output
+from pretrain.output_check import require_own_output
 from trainer.gate_rule import lower_is_better, run_health, run_label
 
 

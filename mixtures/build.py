@@ -31,7 +31,7 @@ from pretrain.manifest import (
     load_manifest,
     manifest_sha256,
 )
-from pretrain.outtarget import require_own_output
+from pretrain.output_check import require_own_output
 from pretrain.progress import Progress
 from pretrain.publish import publishing
 from tokenizer.lock import check_match

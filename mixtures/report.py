@@ -20,7 +20,7 @@ from pretrain.artifacts import mixture_report as report_kind
 from pretrain.errors import ArtifactError
 from pretrain.locking import output_lock
 from pretrain.manifest import MANIFEST, atomic_write_json, listed_path, require
-from pretrain.outtarget import refuse_foreign, refuse_not_a_directory, temporary_file
+from pretrain.output_check import refuse_foreign, refuse_not_a_directory, temporary_file
 from pretrain.publish import publishing
 
 CHUNK_BATCHES = 1 << 14

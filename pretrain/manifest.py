@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pretrain import outstore, shards_layout
+from pretrain import shards_layout, storage
 from pretrain.command import current_command
 from pretrain.errors import ArtifactError
 from pretrain.hashcache import sha256_file
@@ -51,7 +51,7 @@ def seal_of(manifest: Mapping[str, Any]) -> str:
 
 
 def check_seal(
-    directory: str | os.PathLike | outstore.ObjectPath, manifest: Mapping[str, Any]
+    directory: str | os.PathLike | storage.ObjectPath, manifest: Mapping[str, Any]
 ) -> None:
     """Refuse a manifest that is not the one format, or whose seal is missing or does not match."""
     version = manifest.get("manifest_version")
@@ -92,13 +92,13 @@ def git_state() -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
-def atomic_write_bytes(path: str | os.PathLike | outstore.ObjectPath, data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike | storage.ObjectPath, data: bytes) -> None:
     """Write to a temporary file in the same directory, fsync, then rename over `path`."""
-    outstore.write_atomic(path, data)  # an object-store key: one PUT (pretrain.outstore)
+    storage.write_atomic(path, data)  # an object-store key: one PUT (pretrain.storage)
 
 
-def atomic_write_json(path: str | os.PathLike | outstore.ObjectPath, obj: Any) -> None:
-    atomic_write_bytes(path, outstore.json_bytes(obj))
+def atomic_write_json(path: str | os.PathLike | storage.ObjectPath, obj: Any) -> None:
+    atomic_write_bytes(path, storage.json_bytes(obj))
 
 
 STAGING_DIR = ".pretrain-staging"
@@ -111,7 +111,7 @@ the staging folder: never listed, never reported as unlisted, so removing them l
 artifact verifying."""
 
 
-def _is_scratch(path: Any, root: Any) -> bool:  # Path or outstore.ObjectPath, both
+def _is_scratch(path: Any, root: Any) -> bool:  # Path or storage.ObjectPath, both
     """Files no manifest holds: the manifest itself, writer lock files, in-flight temp files
     of `atomic_write_bytes`, the commands' own logs (`.logs/`, pretrain.progress: no command
     reads them and they differ on every run) and UNLISTED_DIRS. Dot-files are held like any other (torch DCP's
@@ -128,11 +128,11 @@ def _is_scratch(path: Any, root: Any) -> bool:  # Path or outstore.ObjectPath, b
     )
 
 
-def _listing(root: outstore.OutPath) -> list[tuple[str, int]]:
+def _listing(root: storage.OutPath) -> list[tuple[str, int]]:
     """(relative name, bytes) of every file a manifest lists, sorted; an object store's sizes
     come from its listing (no request per object)."""
     found: list[tuple[Any, int]]  # Paths, or ObjectPaths of an object store
-    if isinstance(root, outstore.ObjectPath):
+    if isinstance(root, storage.ObjectPath):
         found = list(root.files_and_sizes())
     else:
         found = [(path, path.stat().st_size) for path in root.rglob("*") if path.is_file()]
@@ -143,12 +143,12 @@ def _listing(root: outstore.OutPath) -> list[tuple[str, int]]:
     ]
 
 
-def _listed_files(root: outstore.OutPath) -> list[str]:
+def _listed_files(root: storage.OutPath) -> list[str]:
     return [rel for rel, _ in _listing(root)]
 
 
 def _file_records(
-    root: outstore.OutPath, known: dict[str, dict[str, Any]]
+    root: storage.OutPath, known: dict[str, dict[str, Any]]
 ) -> dict[str, dict[str, Any]]:
     """{rel: {bytes, sha256}} of every listed file. A file in `known` (taken from it) whose size
     is the one its writer recorded keeps the writer's sha256: the writer hashed the bytes it
@@ -159,7 +159,7 @@ def _file_records(
         if record is not None and record.get("bytes") == size and record.get("sha256"):
             files[rel] = {"bytes": size, "sha256": record["sha256"]}
             continue
-        size, digest = outstore.size_and_sha256(root / rel, full=True)
+        size, digest = storage.size_and_sha256(root / rel, full=True)
         files[rel] = {"bytes": size, "sha256": digest}
     return files
 
@@ -168,10 +168,10 @@ def file_records(directory: str | os.PathLike) -> dict[str, dict[str, Any]]:
     """{rel: {bytes, sha256}} of every file a manifest written now would list: a builder whose
     fields hold a digest of its files (a tokenizer's identity) takes them here and passes them to
     its writer as `known`, so each file is read once."""
-    return _file_records(outstore.output_path(directory), {})
+    return _file_records(storage.output_path(directory), {})
 
 
-def _nested_artifact(path: outstore.OutPath, root: outstore.OutPath) -> bool:
+def _nested_artifact(path: storage.OutPath, root: storage.OutPath) -> bool:
     """True when `path` lies in a sub-directory that is an artifact of its own (has a manifest),
     e.g. TOKENIZER/eval or RUN/evals, written after the enclosing artifact's manifest (local
     artifacts only: a data job's output in an object store holds no nested artifact)."""
@@ -186,7 +186,7 @@ def _nested_artifact(path: outstore.OutPath, root: outstore.OutPath) -> bool:
 
 def unlisted_files(directory: str | os.PathLike, manifest: Mapping[str, Any]) -> list[str]:
     """Files the artifact holds that its manifest does not list (consumers never read them)."""
-    root = outstore.output_path(directory)
+    root = storage.output_path(directory)
     listed = set(manifest["files"])
     return [
         rel
@@ -195,9 +195,9 @@ def unlisted_files(directory: str | os.PathLike, manifest: Mapping[str, Any]) ->
     ]
 
 
-def _safe_path(root: outstore.OutPath, rel: Any) -> outstore.OutPath:
+def _safe_path(root: storage.OutPath, rel: Any) -> storage.OutPath:
     """Resolve `rel` inside `root`, refusing absolute paths, `..` and links that escape."""
-    return outstore.confined(root, rel, f"manifest of {root}")
+    return storage.confined(root, rel, f"manifest of {root}")
 
 
 def listed_path(directory: str | os.PathLike, manifest: Mapping[str, Any], rel: Any) -> Path:
@@ -215,7 +215,7 @@ def listed_path(directory: str | os.PathLike, manifest: Mapping[str, Any], rel: 
 
 
 def write_manifest(
-    directory: str | os.PathLike | outstore.ObjectPath,
+    directory: str | os.PathLike | storage.ObjectPath,
     kind: str,
     *,
     config: Mapping[str, Any] | None = None,
@@ -236,7 +236,7 @@ def write_manifest(
     is `pretrain.command.current_command()`. Builders call their kind's typed writer
     (`pretrain.artifacts.<kind>.write`), which checks `extra` and calls this.
     """
-    root = outstore.output_path(directory)  # a local directory, or an object-store prefix
+    root = storage.output_path(directory)  # a local directory, or an object-store prefix
     config = dict(config or {})
     files = _file_records(root, known if known is not None else {})
     lineage = []
@@ -267,8 +267,8 @@ def write_manifest(
     return manifest
 
 
-def load_manifest(directory: str | os.PathLike | outstore.ObjectPath) -> dict[str, Any]:
-    path = outstore.output_path(directory) / MANIFEST  # a local file, or an object-store key
+def load_manifest(directory: str | os.PathLike | storage.ObjectPath) -> dict[str, Any]:
+    path = storage.output_path(directory) / MANIFEST  # a local file, or an object-store key
     if not path.is_file():
         raise ArtifactError(
             f"{directory} is not a finished artifact (no {MANIFEST}); "
@@ -286,10 +286,10 @@ def load_manifest(directory: str | os.PathLike | outstore.ObjectPath) -> dict[st
 
 def manifest_sha256(directory: str | os.PathLike) -> str:
     """The artifact's identity: sha256 of its manifest bytes (which hold every file's sha256)."""
-    path = outstore.output_path(directory) / MANIFEST
+    path = storage.output_path(directory) / MANIFEST
     if not path.is_file():
         raise ArtifactError(f"{directory} is not a finished artifact (no {MANIFEST})")
-    return sha256_file(path) if isinstance(path, Path) else outstore.sha256_of(path)
+    return sha256_file(path) if isinstance(path, Path) else storage.sha256_of(path)
 
 
 def verify(
@@ -302,7 +302,7 @@ def verify(
     byte. `deep=False` checks presence and sizes only (for progress displays, never for trust).
     An `s3://` output is verified in the store: every listed object read back and hashed.
     """
-    root = outstore.output_path(directory)
+    root = storage.output_path(directory)
     manifest = load_manifest(root)
     remedy = f"rebuild it with the command in {root / MANIFEST} or restore the file"
     for rel, entry in sorted(manifest["files"].items()):
@@ -314,7 +314,7 @@ def verify(
                 f"{root}: file {rel} has {path.stat().st_size} bytes, the manifest "
                 f"says {entry['bytes']}; {remedy}"
             )
-        if deep and outstore.sha256_of(path, full=full) != entry["sha256"]:
+        if deep and storage.sha256_of(path, full=full) != entry["sha256"]:
             raise ArtifactError(
                 f"{root}: file {rel} does not match its sha256 in the manifest "
                 f"(modified after it was written); {remedy}"

@@ -22,7 +22,7 @@ from pretrain import demostep
 from pretrain.artifacts import raw as raw_kind
 from pretrain.locking import writes_output
 from pretrain.manifest import MANIFEST, verify
-from pretrain.outtarget import refuse_foreign, refuse_not_a_directory, temporary_file
+from pretrain.output_check import refuse_foreign, refuse_not_a_directory, temporary_file
 from pretrain.sample import SAMPLE_FILES, sample_dir
 from tokenizer import demo as tokenizer_demo
 from trainer import demo as trainer_demo

@@ -35,7 +35,12 @@ from pretrain.artifacts import encoded as encoded_kind
 from pretrain.errors import ArtifactError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, sha256_file
-from pretrain.outtarget import manifest_kind, refuse_foreign, refuse_not_a_directory, temporary_file
+from pretrain.output_check import (
+    manifest_kind,
+    refuse_foreign,
+    refuse_not_a_directory,
+    temporary_file,
+)
 from pretrain.progress import Progress
 from pretrain.schema import BASE_FIELDS
 from tokenizer.lock import LockedTokenizer, load_locked
@@ -286,7 +291,7 @@ def preflight(
 def check_out(out: Path) -> None:
     """Refuse an `--out` that is a file, holds a different kind of artifact, or is a non-empty
     folder no encode of ours wrote (no manifest, no `.done` record: a user's Megatron folder,
-    whose .bin/.idx `_prepare_out` would delete or replace; pretrain.outtarget)."""
+    whose .bin/.idx `_prepare_out` would delete or replace; pretrain.output_check)."""
     refuse_not_a_directory(out, "--out")
     kind = manifest_kind(out)
     if kind is not None:

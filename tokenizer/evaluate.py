@@ -21,7 +21,7 @@ from pretrain.artifacts import tokenizer_eval as eval_kind
 from pretrain.errors import InputError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json
-from pretrain.outtarget import require_own_output
+from pretrain.output_check import require_own_output
 from pretrain.progress import Progress
 from pretrain.publish import publishing
 from tokenizer.lock import LockedTokenizer, load_locked

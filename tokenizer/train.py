@@ -16,7 +16,12 @@ from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_bytes, file_records
-from pretrain.outtarget import manifest_kind, refuse_foreign, refuse_not_a_directory, temporary_file
+from pretrain.output_check import (
+    manifest_kind,
+    refuse_foreign,
+    refuse_not_a_directory,
+    temporary_file,
+)
 from pretrain.progress import VERBOSE, verbosity
 from pretrain.publish import publishing
 from tokenizer.config import PreTokenizeConfig, TokenizerTrainConfig, default_name
@@ -88,7 +93,7 @@ def preflight(config: TokenizerTrainConfig) -> list[Path]:
 def check_out(out: Path) -> None:
     """Refuse an `out` that is a file, holds a different kind of artifact, or is a non-empty
     folder without a tokenizer manifest (someone else's files: its lock.json, tokenizer.json
-    would be replaced; pretrain.outtarget). A killed train leaves only its scratch folder beside
+    would be replaced; pretrain.output_check). A killed train leaves only its scratch folder beside
     `out` (pretrain.publish), which the re-run deletes."""
     refuse_not_a_directory(out, "out =")
     kind = manifest_kind(out)

@@ -19,7 +19,7 @@ from typing import Any
 from pretrain.artifacts import export as export_kind
 from pretrain.errors import ArtifactError
 from pretrain.manifest import atomic_write_bytes
-from pretrain.outtarget import require_own_output
+from pretrain.output_check import require_own_output
 from pretrain.publish import publishing
 from trainer.checkpoint import checkpoint_dir, list_checkpoints, newest_valid
 

@@ -17,7 +17,7 @@ from pretrain.artifacts import run as run_kind
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError
 from pretrain.manifest import MANIFEST, atomic_write_json
-from pretrain.outtarget import (
+from pretrain.output_check import (
     manifest_kind,
     refuse,
     refuse_foreign,

@@ -26,8 +26,8 @@ from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats
 from data_pipeline.dedup.launch import Runner, wait_for_cpu
 from data_pipeline.stagekit import AGGREGATE_SCRATCH, MapOutput
-from pretrain.outstore import OutPath, output_path, remove_tree
 from pretrain.progress import Progress
+from pretrain.storage import OutPath, output_path, remove_tree
 
 
 def dedup_parts(

@@ -57,7 +57,7 @@ from typing import Any
 import pyarrow as pa
 
 from pretrain.errors import ArtifactError
-from pretrain.outstore import ObjectPath, OutPath, output_path, remove_tree
+from pretrain.storage import ObjectPath, OutPath, output_path, remove_tree
 
 MAGIC = b"PTXCHG01"
 """The last 8 bytes of a piece file (module docstring): its format and version."""

@@ -12,7 +12,7 @@ from data_pipeline import throughput
 from data_pipeline.dedup import exchange
 from data_pipeline.dedup.config import DedupConfig
 from pretrain.errors import PretrainError
-from pretrain.outstore import OutPath, output_path
+from pretrain.storage import OutPath, output_path
 
 
 class Runner:

@@ -27,7 +27,7 @@ from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, sha256_file
-from pretrain.outtarget import require_new_output, temporary_file
+from pretrain.output_check import require_new_output, temporary_file
 from pretrain.progress import Progress
 from pretrain.publish import publishing
 

@@ -36,7 +36,7 @@ from pretrain.manifest import (
     require,
     write_manifest,
 )
-from pretrain.outstore import ObjectPath
+from pretrain.storage import ObjectPath
 
 _COMMON = frozenset(
     {

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 
 from data_pipeline import collect, parts, readahead, runner, throughput, throughput_report
-from pretrain import outstore
 from pretrain import shards_layout as layout
+from pretrain import storage
 from pretrain.errors import PretrainError
 from tests.data_pipeline.moto_latency import in_flight, latency_server
 from tests.data_pipeline.s3tools import s3_env, s3_filesystem
@@ -29,7 +29,7 @@ ROW = {"stage": "pass", "reason": "pass", "lang": "en", "outcome": "kept"}
 
 
 @pytest.fixture(scope="module")
-def slow_store() -> Iterator[tuple[str, outstore.ObjectPath]]:
+def slow_store() -> Iterator[tuple[str, storage.ObjectPath]]:
     """A finished output in a moto server that answers each request after 20 ms, like a store
     across a network (written without the delay)."""
     saved = dict(os.environ)
@@ -37,8 +37,8 @@ def slow_store() -> Iterator[tuple[str, outstore.ObjectPath]]:
         with latency_server(0) as endpoint:
             os.environ.update(s3_env(endpoint))
             s3_filesystem(endpoint).create_dir("readahead")
-            out = outstore.output_path(f"s3://readahead/{os.getpid()}")
-            assert isinstance(out, outstore.ObjectPath)
+            out = storage.output_path(f"s3://readahead/{os.getpid()}")
+            assert isinstance(out, storage.ObjectPath)
             _finished_output(out)
             in_flight(endpoint, delay_ms=20)
             yield endpoint, out
@@ -48,7 +48,7 @@ def slow_store() -> Iterator[tuple[str, outstore.ObjectPath]]:
 
 
 @contextlib.contextmanager
-def removed(path: outstore.ObjectPath) -> Iterator[None]:
+def removed(path: storage.ObjectPath) -> Iterator[None]:
     """`path` deleted for the block's duration (the output is the module's)."""
     data = path.read_bytes()
     path.unlink()
@@ -58,7 +58,7 @@ def removed(path: outstore.ObjectPath) -> Iterator[None]:
         path.write_bytes(data)
 
 
-def _finished_output(out: outstore.ObjectPath) -> None:
+def _finished_output(out: storage.ObjectPath) -> None:
     """Every input's read record; per part its shard, rejects, fragment and cost record."""
     for s, stem in enumerate(STEMS):
         for number in range(PER_INPUT):
@@ -70,14 +70,14 @@ def _finished_output(out: outstore.ObjectPath) -> None:
             }
             row = {**ROW, "domain": f"d{number % 3}", "documents": 3, "bytes": 30 + s}
             fragment = {"shard": shard, "files": files, "rows": [{**row, "text_bytes": 20}]}
-            outstore.write_json(parts.fragment_path(out, shard), {**fragment, "flags": {}})
+            storage.write_json(parts.fragment_path(out, shard), {**fragment, "flags": {}})
             cost = {"read": {"cpu_s": 0.01 * number, "docs": 3, "bytes": 30 + s}}
-            outstore.write_json(throughput.part_cost_path(out, shard), cost)
+            storage.write_json(throughput.part_cost_path(out, shard), cost)
         record = {"records": 3 * PER_INPUT, "bytes": (30 + s) * PER_INPUT, "parts": PER_INPUT}
-        outstore.write_json(parts.read_stats_path(out, stem), record)
+        storage.write_json(parts.read_stats_path(out, stem), record)
 
 
-def _driver_reads(out: outstore.ObjectPath) -> dict[str, Any]:
+def _driver_reads(out: storage.ObjectPath) -> dict[str, Any]:
     """What the driver computes from the records: resume scan, ledger (+ digests), throughput."""
     merged = collect.Merged()  # nothing handed over: every record is read
     done = parts.finished_parts(out)
@@ -93,7 +93,7 @@ def _driver_reads(out: outstore.ObjectPath) -> dict[str, Any]:
 
 
 def test_read_ahead_gives_the_driver_the_same_results_as_reading_in_turn(
-    slow_store: tuple[str, outstore.ObjectPath], monkeypatch: pytest.MonkeyPatch
+    slow_store: tuple[str, storage.ObjectPath], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Fails on the old code: it held one request at a time (max 1)."""
     endpoint, output = slow_store
@@ -115,7 +115,7 @@ def test_read_ahead_gives_the_driver_the_same_results_as_reading_in_turn(
 
 
 def test_a_missing_fragment_is_the_first_one_in_part_order(
-    slow_store: tuple[str, outstore.ObjectPath],
+    slow_store: tuple[str, storage.ObjectPath],
 ) -> None:
     """Two fragments gone: the error names the earlier part, as read one by one (the ones read
     ahead of it are dropped)."""
@@ -127,7 +127,7 @@ def test_a_missing_fragment_is_the_first_one_in_part_order(
 
 
 def test_a_missing_read_record_is_a_one_line_error(
-    slow_store: tuple[str, outstore.ObjectPath],
+    slow_store: tuple[str, storage.ObjectPath],
 ) -> None:
     _, output = slow_store
     missing = pytest.raises(PretrainError, match=r"^input crawl-b: no read record")
@@ -152,7 +152,7 @@ def test_read_ahead_keeps_order_and_the_first_error() -> None:
 
 
 def test_the_progress_count_reads_the_read_records_ahead(
-    slow_store: tuple[str, outstore.ObjectPath],
+    slow_store: tuple[str, storage.ObjectPath],
 ) -> None:
     """`parts.records_to_read` (what the stream's progress bar polls) reads every input's read
     record several at a time, one read each (pyarrow's HEAD + GET, no `is_file` HEAD first),

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 
 from data_pipeline import parts
-from pretrain import outstore
 from pretrain import shards_layout as layout
+from pretrain import storage
 from pretrain.manifest import write_manifest
 from tests.data_pipeline.s3tools import moto_server, s3_env, s3_filesystem
 
@@ -28,7 +28,7 @@ SHARDS = [f"web-{i:05d}" for i in range(3)]
 @pytest.fixture
 def recorded_s3(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[str, Path, outstore.ObjectPath]]:
+) -> Iterator[tuple[str, Path, storage.ObjectPath]]:
     """A moto server that records the requests it serves into a file: (endpoint, that file, an
     output prefix of this test's own: the filesystem of a URI is cached per process)."""
     log = tmp_path / "requests.jsonl"
@@ -37,8 +37,8 @@ def recorded_s3(
         for key, value in s3_env(endpoint).items():
             monkeypatch.setenv(key, value)
         s3_filesystem(endpoint).create_dir("out")
-        out = outstore.output_path(f"s3://out/{tmp_path.name}")
-        assert isinstance(out, outstore.ObjectPath)
+        out = storage.output_path(f"s3://out/{tmp_path.name}")
+        assert isinstance(out, storage.ObjectPath)
         yield endpoint, log, out
 
 
@@ -61,7 +61,7 @@ def _shard_reads(log: Path) -> list[str]:
     ]
 
 
-def _finished_output(out: outstore.ObjectPath) -> None:
+def _finished_output(out: storage.ObjectPath) -> None:
     """Three finished parts as the merge leaves them: shard, rejects, then the fragment."""
     for i, shard in enumerate(SHARDS):
         table = pa.table({"text": [f"document {i} {j}" for j in range(5)]})
@@ -69,7 +69,7 @@ def _finished_output(out: outstore.ObjectPath) -> None:
             name: parts.write_parquet(table, out, name, 3)
             for name in (layout.data_file(shard), layout.rejects_file(shard))
         }
-        outstore.write_json(parts.fragment_path(out, shard), {"shard": shard, "files": files})
+        storage.write_json(parts.fragment_path(out, shard), {"shard": shard, "files": files})
 
 
 def test_resume_scan_and_manifest_read_no_shard_bytes_back(recorded_s3: Any) -> None:

@@ -9,7 +9,7 @@ import hashlib
 import pyarrow as pa
 
 from data_pipeline import global_parts
-from pretrain.outstore import output_path
+from pretrain.storage import output_path
 
 
 def _rows(texts: list[str]) -> pa.Table:

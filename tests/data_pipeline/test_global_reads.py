@@ -13,14 +13,14 @@ from typing import Any
 import pyarrow as pa
 
 from data_pipeline import global_parts, throughput_report
-from pretrain import outstore
+from pretrain import storage
 from tests.data_pipeline.test_driver_reads import _recording, recorded_s3
 
 __all__ = ["recorded_s3"]  # the fixture, used by name
 PARTS = {f"a-{i:05d}": 2 for i in range(4)}
 
 
-def _persisted(out: outstore.OutPath) -> None:
+def _persisted(out: storage.OutPath) -> None:
     for i, part in enumerate(PARTS):
         texts = [f"doc {i} one", f"doc {i} two"]
         rows = pa.table({"text": texts, "_raw_bytes": pa.array([7, 7], pa.int64())})

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from data_pipeline import collect, merge, parts, runner, throughput_report, workers
 from data_pipeline.stages.registry import fields_of
-from pretrain import outstore
+from pretrain import storage
 from pretrain.manifest import write_manifest
 from tests.data_pipeline.test_driver_reads import _recording, recorded_s3
 from tests.data_pipeline.test_runner_core import ROWS, STAGES, _tagged
@@ -28,7 +28,7 @@ class _Stage:
         self.name = name
 
 
-def _merged_output(out: outstore.OutPath) -> pa.Table:
+def _merged_output(out: storage.OutPath) -> pa.Table:
     """Three parts of input `t` through the real piece writer and merge; the merge's rows."""
     parts.ensure_dirs(out)
     table = _tagged(ROWS * 4)
@@ -36,7 +36,7 @@ def _merged_output(out: outstore.OutPath) -> pa.Table:
         shard_col = pa.array([shard] * table.num_rows, pa.string())
         column = table.schema.get_field_index("_shard")
         workers.write_pieces(table.set_column(column, "_shard", shard_col), out)
-    outstore.write_json(
+    storage.write_json(
         parts.read_stats_path(out, "t"), {"records": 60, "bytes": 600, "parts": len(SHARDS)}
     )
     options = {
@@ -51,7 +51,7 @@ def _merged_output(out: outstore.OutPath) -> pa.Table:
     return merge.merge_shards(pa.table({"shard": SHARDS}), **options)
 
 
-def _end_of_run(out: outstore.OutPath, merged: collect.Merged) -> tuple[Any, ...]:
+def _end_of_run(out: storage.OutPath, merged: collect.Merged) -> tuple[Any, ...]:
     """What the runner does after the merge: ledger, throughput section, manifest."""
     stages = [_Stage(name) for name in STAGES]
     led, _ = runner._collect(out, ["t"], stages, merged)  # type: ignore[arg-type]

@@ -113,7 +113,7 @@ def test_a_writer_killed_mid_upload_leaves_no_object(tmp_path, s3_server) -> Non
         [
             sys.executable,
             "-c",
-            "import os, sys; from pretrain.outstore import output_path, write_atomic; "
+            "import os, sys; from pretrain.storage import output_path, write_atomic; "
             "write_atomic(output_path(sys.argv[1]), os.urandom(200 << 20))",
             f"s3://{BUCKET}/{key}",
         ],

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 from data_pipeline import ledger, merge, parts, workers
 from data_pipeline.stages.registry import fields_of, stage_fields
 from pretrain.errors import PretrainError
-from pretrain.outstore import write_json
 from pretrain.schema import BASE_FIELDS
+from pretrain.storage import write_json
 
 STAGES = ["extract", "langid"]
 

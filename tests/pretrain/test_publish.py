@@ -16,7 +16,7 @@ import pytest
 
 from pretrain.errors import ConfigError
 from pretrain.manifest import MANIFEST, load_manifest, verify, write_manifest
-from pretrain.outtarget import require_new_output, require_own_output
+from pretrain.output_check import require_new_output, require_own_output
 from pretrain.publish import clear_scratch, publishing, retired_dir, scratch_dir
 from tests.data_pipeline.raytools import REPO, clean_env
 

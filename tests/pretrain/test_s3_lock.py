@@ -225,7 +225,7 @@ def test_verify_checks_an_artifact_in_the_store(store, monkeypatch, capsys) -> N
     """`pretrain verify s3://...` re-reads every listed object: a byte flipped at the same size
     and an object the manifest does not list are refused in one line."""
     from pretrain.manifest import write_manifest
-    from pretrain.outstore import output_path, write_atomic
+    from pretrain.storage import output_path, write_atomic
     from pretrain_app.cli import main
 
     for name, value in s3_env(store).items():

@@ -20,8 +20,8 @@ from typing import NoReturn
 
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.manifest import MANIFEST, load_manifest
-from pretrain.outstore import ObjectPath, OutPath
 from pretrain.progress import LOGS_DIR, detach
+from pretrain.storage import ObjectPath, OutPath
 
 
 def refuse(message: str, error: type[ConfigError | ArtifactError] = ConfigError) -> NoReturn:
