@@ -62,6 +62,13 @@ CLAIMS: tuple[Claim, ...] = (
         smoke_size="--docs 20",
     ),
     Claim(
+        "pii_multilingual",
+        "PII in en/de/fr/es/zh, phones by lang: recall and precision before vs after",
+        _script("bench_pii_multilingual", "--corpus", "{corpus}", "{size}"),
+        size="--docs 2000",
+        smoke_size="--docs 20",
+    ),
+    Claim(
         "pipeline",
         "whole WARC pipeline vs datatrove (WarcReader -> Trafilatura -> filters), same workers",
         _script("bench_pipeline", "--corpus", "{corpus}", "{size}"),

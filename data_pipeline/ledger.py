@@ -6,6 +6,9 @@ inputs = documents kept + documents dropped, and the same for bytes.
 
 A document is attributed to the FIRST failing clause in stage order: a dropped document to the
 first hard-reject clause it matches, a kept one to its first soft reason (`tagged`) or to `pass`.
+
+`pii_redacted` sums the `pii_counts` of the kept documents per PII kind (the kinds checked; `{}`
+when the safety stage did not redact): what the shards' text no longer holds.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pretrain.nested import PII_KINDS
 from pretrain.schema import reason_column
 
 PASS = "pass"
@@ -54,6 +58,25 @@ def attribute(
         keep.append(not verdict[2])
         verdicts.append(verdict)
     return pa.array(keep, pa.bool_()), verdicts
+
+
+def pii_totals(table: pa.Table, keep: pa.Array) -> dict[str, int]:
+    """Redactions per PII kind in the kept rows' `pii_counts` (kinds never checked left out)."""
+    if "pii_counts" not in table.column_names:
+        return {}
+    totals: dict[str, int] = {}
+    for counts, kept in zip(table.column("pii_counts").to_pylist(), keep.to_pylist(), strict=True):
+        if not kept or not counts:
+            continue
+        for kind, count in counts.items():
+            if count is not None:
+                totals[kind] = totals.get(kind, 0) + count
+    return totals
+
+
+def _add_pii(into: dict[str, int], counts: dict[str, int]) -> None:
+    for kind, count in counts.items():
+        into[kind] = into.get(kind, 0) + count
 
 
 def fragment(
@@ -100,6 +123,7 @@ def fragment(
             s: {r: {"documents": v[0], "bytes": v[1]} for r, v in sorted(f.items())}
             for s, f in flags.items()
         },
+        "pii": pii_totals(table, keep),
     }
 
 
@@ -123,6 +147,7 @@ class Fold:
         self.parts = 0
         self.rows: dict[tuple[str, ...], list[int]] = defaultdict(lambda: [0, 0, 0])
         self.flags: dict[str, dict[str, list[int]]] = {}
+        self.pii: dict[str, int] = {}
 
     def add(self, frag: dict[str, Any]) -> None:
         self.parts += 1
@@ -138,6 +163,7 @@ class Fold:
                 entry = merged.setdefault(reason, [0, 0])
                 entry[0] += count["documents"]
                 entry[1] += count["bytes"]
+        _add_pii(self.pii, frag.get("pii", {}))
 
 
 def _row_dicts(counts: dict[tuple[str, ...], Sequence[int]]) -> list[dict[str, Any]]:
@@ -236,6 +262,7 @@ def aggregate(
             "bytes": f"{bytes_read} in = {kept['bytes']} kept + {dropped['bytes']} dropped",
         },
         "stages": _funnel(rows, fold.flags, stages, documents_read, bytes_read),
+        "pii_redacted": {k: fold.pii[k] for k in PII_KINDS if k in fold.pii},
         "languages": _mix(rows, "lang"),
         "domains": _mix(rows, "domain"),
         "rows": rows,

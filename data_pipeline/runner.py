@@ -294,6 +294,7 @@ def run_pipeline(
             "documents_dropped": led["documents_dropped"],
             "shards": len(shards),
             "text_bytes_kept": led["text_bytes_kept"],
+            "pii_redacted": led["pii_redacted"],
         },
         known=merged.known,
     )

@@ -1,9 +1,16 @@
-"""PII detection and redaction: e-mail, phone numbers (incl. Chinese mobile), IPv4/IPv6, Chinese
-resident ID numbers (ISO 7064 MOD 11-2 checksum) and payment card numbers (Luhn + issuer prefix).
+"""PII detection and redaction: e-mail, phone numbers, IPv4/IPv6, Chinese resident ID numbers
+(ISO 7064 MOD 11-2 checksum) and payment card numbers (Luhn + issuer prefix).
 
 Detectors are compiled regexes plus validators (checksums, `ipaddress`, context rules) that turn
 away the look-alikes a corpus is full of: version numbers, dates, order numbers, hashes, IDs with a
 bad checksum. Spans found by an earlier kind win over overlapping spans of a later one.
+
+Phone numbers are found two ways, in this order: Google's libphonenumber (the `phonenumbers`
+package, `Leniency.STRICT_GROUPING`: a number its region's numbering plan allows, grouped as that
+region groups digits) in E.164 form (`+49 30 12345678`, any country) and in the national format
+of the regions of the document's language (`LANG_REGIONS`: `030 1234567` in a German document),
+then the regexes for the forms the library misses (Chinese mobiles glued to Chinese text, US
+numbers in a document of another language).
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ import ipaddress
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+
+import phonenumbers
 
 from pretrain.nested import PII_KINDS
 
@@ -127,6 +136,63 @@ def _phone_ok(text: str, match: re.Match[str]) -> bool:
     return not _VERSION_CONTEXT.search(before)
 
 
+LANG_REGIONS: dict[str, tuple[str, ...]] = {
+    "en": ("US", "GB"),
+    "de": ("DE", "AT", "CH"),
+    "fr": ("FR", "BE", "CH"),
+    "es": ("ES", "MX"),
+    "it": ("IT",),
+    "nl": ("NL", "BE"),
+    "pt": ("PT", "BR"),
+    "pl": ("PL",),
+    "ru": ("RU",),
+    "zh": ("CN",),
+    "ja": ("JP",),
+    "ko": ("KR",),
+}
+"""Language tag (`lang`, ISO 639-1) -> the regions whose national phone formats a document in it
+is searched for (E.164 numbers, `+CC ...`, are found in every document)."""
+_LANG_ALIASES = {"eng": "en", "deu": "de", "ger": "de", "fra": "fr", "fre": "fr", "spa": "es"}
+_LANG_ALIASES |= {"ita": "it", "nld": "nl", "por": "pt", "pol": "pl", "rus": "ru", "zho": "zh"}
+_LANG_ALIASES |= {"cmn": "zh", "jpn": "ja", "kor": "ko"}
+
+
+def regions_for(lang: str | None) -> tuple[str, ...]:
+    """The regions of a language tag (`de`, `de-AT`, GlotLID's `deu_Latn`); () when unknown."""
+    if not lang:
+        return ()
+    code = re.split(r"[-_]", lang.strip().lower(), maxsplit=1)[0]
+    return LANG_REGIONS.get(_LANG_ALIASES.get(code, code), ())
+
+
+_PHONE_RUN = re.compile(r"\+?\(?\d[\d \t().\-/\u00a0]{4,30}\d")
+"""A run of digits and phone separators: the only places the library is asked to look."""
+_RUN_CONTEXT = 2
+"""Characters either side of a run the library also sees (it refuses a number glued to a letter)."""
+
+
+def library_phones(text: str, regions: Iterable[str] = ()) -> Iterator[tuple[int, int]]:
+    """(start, end) of each number libphonenumber finds valid: E.164 always, national formats of
+    `regions`. The library runs on each digit run (with a little context), not the whole text."""
+    for run in _PHONE_RUN.finditer(text):
+        low = max(0, run.start() - _RUN_CONTEXT)
+        window = text[low : run.end() + _RUN_CONTEXT]
+        found: set[tuple[int, int]] = set()
+        for region in (*regions, None):
+            if region is None and "+" not in run.group():
+                continue
+            for match in phonenumbers.PhoneNumberMatcher(
+                window, region, leniency=phonenumbers.Leniency.STRICT_GROUPING
+            ):
+                found.add((low + match.start, low + match.end))
+        yield from sorted(found)
+
+
+def _library_ok(text: str, start: int) -> bool:
+    before = text[max(0, start - 12) : start]
+    return not _VERSION_CONTEXT.search(before)
+
+
 def _cn_id_ok(text: str, match: re.Match[str]) -> bool:
     return cn_id_valid(match.group())
 
@@ -182,7 +248,7 @@ DETECTORS: dict[str, tuple[re.Pattern[str] | _AtAnchored, Validator]] = {
 # Cheap scans implied by every match of a kind: most documents skip most detectors.
 _MAY_IPV6 = re.compile(r":(?::|[0-9A-Fa-f]{1,4}:)")
 _MAY_IPV4 = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")
-_MAY_PHONE = re.compile(r"\d(?:[ ().-]{0,2}\d){6}")
+_MAY_PHONE = re.compile(r"\d(?:[ ()./-]{0,2}\d){6}")
 _MAY_CARD = re.compile(r"\d(?:[ -]?\d){12}")
 
 
@@ -200,11 +266,19 @@ def possible_kinds(text: str) -> set[str]:
     return kinds
 
 
-def find_pii(text: str, kinds: Iterable[str] = KINDS) -> list[Span]:
-    """Non-overlapping PII spans in `text`, sorted by start (earlier kinds win overlaps)."""
+def find_pii(text: str, kinds: Iterable[str] = KINDS, lang: str | None = None) -> list[Span]:
+    """Non-overlapping PII spans in `text`, sorted by start (earlier kinds win overlaps); `lang`,
+    the document's language tag, adds the national phone formats of its regions."""
     taken: list[Span] = []
     wanted = set(kinds) & possible_kinds(text)
     for kind in (k for k in KINDS if k in wanted):
+        if kind == "phone":
+            for start, end in library_phones(text, regions_for(lang)):
+                span = Span(start, end, kind)
+                if _library_ok(text, start) and not any(
+                    s.start < span.end and span.start < s.end for s in taken
+                ):
+                    taken.append(span)
         pattern, validate = DETECTORS[kind]
         for match in pattern.finditer(text):
             span = Span(match.start(), match.end(), kind)
@@ -216,10 +290,14 @@ def find_pii(text: str, kinds: Iterable[str] = KINDS) -> list[Span]:
 
 
 def redact(
-    text: str, kinds: Iterable[str] = KINDS, placeholders: dict[str, str] | None = None
+    text: str,
+    kinds: Iterable[str] = KINDS,
+    placeholders: dict[str, str] | None = None,
+    lang: str | None = None,
 ) -> tuple[str, dict[str, int]]:
-    """`text` with each PII span replaced by its placeholder, and the count per kind."""
-    spans = find_pii(text, kinds)
+    """`text` with each PII span replaced by its placeholder, and the count per kind (`lang`: see
+    `find_pii`)."""
+    spans = find_pii(text, kinds, lang)
     if not spans:
         return text, {}
     names = placeholders or PLACEHOLDERS

@@ -268,7 +268,7 @@ class SafetyStage(Stage):
         pa.field("safety_reason", pa.string()),
     )
     tags: ClassVar[tuple[str, ...]] = ("url_blocked", "unsafe_score")
-    version: ClassVar[int] = 2  # 2: pii_counts a struct, unsafe_categories a list
+    version: ClassVar[int] = 3  # 3: phone numbers by libphonenumber, national formats by lang
     requires: ClassVar[tuple[str, ...]] = ("id", "text", "url")
     Config: ClassVar[type[StageConfig]] = SafetyConfig
 
@@ -294,7 +294,15 @@ class SafetyStage(Stage):
             if "url" in batch.column_names
             else [None] * batch.num_rows
         )
-        rows = [self.document(text, url) for text, url in zip(texts, urls, strict=True)]
+        langs = (
+            batch.column("lang").to_pylist()
+            if "lang" in batch.column_names
+            else [None] * batch.num_rows
+        )
+        rows = [
+            self.document(text, url, lang)
+            for text, url, lang in zip(texts, urls, langs, strict=True)
+        ]
         index = batch.column_names.index("text")
         field = batch.schema.field(index)
         batch = batch.set_column(
@@ -310,8 +318,11 @@ class SafetyStage(Stage):
     def _fields(self) -> tuple[pa.Field, ...]:
         return self.columns
 
-    def document(self, text: str | None, url: str | None = None) -> dict[str, Any]:
-        """Safety tags for one document and its (redacted) text."""
+    def document(
+        self, text: str | None, url: str | None = None, lang: str | None = None
+    ) -> dict[str, Any]:
+        """Safety tags for one document and its (redacted) text; `lang` (the langid stage's tag,
+        when it ran) picks the national phone formats searched (pii.LANG_REGIONS)."""
         if not hasattr(self, "_blocklist"):
             self.setup()
         config: SafetyConfig = self.config  # type: ignore[assignment]
@@ -324,7 +335,7 @@ class SafetyStage(Stage):
                 score = unsafe_score(hits, count_words(text), config.category_weights)
                 categories = sorted(hits)
             if config.redact_pii:
-                text, counts = pii.redact(text, config.pii_kinds)
+                text, counts = pii.redact(text, config.pii_kinds, lang=lang)
         reason = (
             "url_blocklist"
             if blocked

@@ -144,3 +144,39 @@ def test_fast_detectors_find_what_the_plain_patterns_find(text):
     for kind, pattern in plain.items():
         fast = DETECTORS[kind][0]
         assert [m.span() for m in fast.finditer(text)] == [m.span() for m in pattern.finditer(text)]
+
+
+MULTILINGUAL = LABELLED.with_name("multilingual.jsonl")
+GERMAN = (
+    "Unser Büro in Berlin ist telefonisch unter +49 30 12345678 erreichbar, die Filiale unter "
+    "030 1234567. Im Jahr 2023 kostete das Abonnement 19,99 EUR im Monat, heute 1.299,00 € im "
+    "Jahr. Version 2.4.1.3 erschien am 12.03.2024; PLZ 10115."
+)
+
+
+def test_german_numbers_are_redacted_in_a_german_document():
+    redacted, counts = redact(GERMAN, lang="de")
+    assert "+49 30 12345678" not in redacted and "030 1234567" not in redacted
+    assert counts == {"phone": 2}
+    for kept in ("2023", "19,99 EUR", "1.299,00 €", "2.4.1.3", "12.03.2024", "10115"):
+        assert kept in redacted, kept
+
+
+def test_national_formats_follow_the_language_tag():
+    assert redact("Fax 030 1234567 bitte.", lang="de")[0] == "Fax <PHONE> bitte."
+    assert redact("Fax 030 1234567 bitte.", lang="deu_Latn")[0] == "Fax <PHONE> bitte."
+    assert redact("Fax 030 1234567 please.", lang="en")[1] == {}  # not a US or UK number
+    assert redact("Call +49 30 12345678 today.", lang=None)[1] == {"phone": 1}  # E.164: any
+
+
+@pytest.mark.parametrize("lang", ["en", "de", "fr", "es", "zh"])
+def test_multilingual_set_precision_and_recall(lang):
+    rows = [json.loads(x) for x in MULTILINGUAL.read_text("utf-8").splitlines()]
+    rows = [r for r in rows if r["lang"] == lang]
+    assert sum(bool(r["spans"]) for r in rows) >= 5 and sum(not r["spans"] for r in rows) >= 5
+    tp = fp = fn = 0
+    for row in rows:
+        gold = {(s["start"], s["end"], s["kind"]) for s in row["spans"]}
+        got = {(s.start, s.end, s.kind) for s in find_pii(row["text"], lang=lang)}
+        tp, fp, fn = tp + len(gold & got), fp + len(got - gold), fn + len(gold - got)
+    assert tp / (tp + fp) >= 0.95 and tp / (tp + fn) >= 0.95, (tp, fp, fn)

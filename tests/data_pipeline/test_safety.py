@@ -153,3 +153,59 @@ def test_stage_pickles_without_its_lists(stage):
     assert len(payload) < 10_000  # the 4.5M-domain list stays on the worker
     clone = pickle.loads(payload)
     assert clone.document("mail a@b.io", None)["text"] == "mail <EMAIL>"
+
+
+GERMAN_PAGE = (
+    "Liebe Kundinnen und Kunden, unser Kundendienst in Berlin ist ab sofort telefonisch unter "
+    "+49 30 12345678 erreichbar, die Filiale in der Innenstadt unter 030 1234567. Im Jahr 2023 "
+    "kostete das Abonnement 19,99 EUR im Monat. Die neue Version 2.4.1 der App erschien am "
+    "12.03.2024 und kann kostenlos heruntergeladen werden. Wir freuen uns auf Ihren Anruf."
+)
+ENGLISH_PAGE = (
+    "Dear customers, our help desk is open from Monday to Friday. Please write to "
+    "help@example.org or call (415) 555-0132 if you have a question about your order. The "
+    "price of the annual plan stays at $129 in 2024, and version 3.1 of the app is out now."
+)
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_data_run_redacts_by_language_and_totals_pii_in_ledger_and_manifest(
+    ray_local, cache_dir, tmp_path, monkeypatch
+):
+    import json
+
+    from data_pipeline.config import PipelineConfig
+    from data_pipeline.runner import run_pipeline
+    from pretrain.manifest import require
+
+    monkeypatch.setenv("PRETRAIN_CACHE", cache_dir)
+    source = tmp_path / "in" / "pages.jsonl"
+    source.parent.mkdir()
+    docs = [GERMAN_PAGE, ENGLISH_PAGE, GERMAN_PAGE.replace("Berlin", "Hamburg"), CLEAN]
+    source.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
+    out = tmp_path / "out"
+    config = PipelineConfig.model_validate(
+        {
+            "inputs": [str(source.parent)],
+            "output": str(out),
+            "stages": {"extract": {}, "langid": {}, "safety": {"url_blocklist": False}},
+            "ray": {"timeout_s": 250},
+        }
+    )
+    result = run_pipeline(config, progress=False)
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(out / "data").sort_by("id")
+    langs = table.column("lang").to_pylist()
+    assert langs.count("de") == 2, langs
+    for text, lang in zip(table.column("text").to_pylist(), langs, strict=True):
+        if lang == "de":
+            assert "12345678" not in text and "1234567" not in text, text
+            assert (
+                "2023" in text and "19,99 EUR" in text and "2.4.1" in text and "12.03.2024" in text
+            )
+    expected = {"email": 1, "cn_id": 0, "card": 0, "ipv6": 0, "ipv4": 0, "phone": 5}
+    ledger = json.loads((out / "ledger.json").read_text())
+    assert ledger["pii_redacted"] == expected == result.ledger["pii_redacted"]
+    assert require(out, kind="shards")["counts"]["pii_redacted"] == expected
