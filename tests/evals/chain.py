@@ -88,9 +88,9 @@ def records(count: int = 240, seed: int = 0) -> list[dict[str, Any]]:
 
 def build_chain(root: Path) -> dict[str, Path]:
     from evals.sets import EvalBuildConfig, build_eval_sets
+    from tests.tokenizer.synthetic import write_shards
     from tokenizer.config import TokenizerTrainConfig
     from tokenizer.encode import encode
-    from tokenizer.synthetic import write_shards
     from tokenizer.train import train
 
     shards = write_shards(root / "shards", records(), docs_per_shard=120, eval_fraction=0.1)

@@ -110,7 +110,7 @@ def test_show_quotes_the_command_so_it_can_be_pasted_back(tmp_path, capsys):
     import yaml
 
     from tests.evals.chain import records
-    from tokenizer.synthetic import write_shards
+    from tests.tokenizer.synthetic import write_shards
 
     shards = write_shards(tmp_path / "my shards", records(40), docs_per_shard=40)
     config = tmp_path / "tok.yaml"

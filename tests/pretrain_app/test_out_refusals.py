@@ -261,8 +261,8 @@ def test_eval_build_out_may_hold_its_logs_but_not_someone_elses_artifact(
     was refused as not empty; one holding another tool's manifest.json and a sets/ folder
     passed as an eval set and was deleted whole by the build. Now the first builds, the second
     is one line and nothing there changes."""
+    from tests.tokenizer.synthetic import write_shards
     from tests.tokenizer.tok_helpers import make_records
-    from tokenizer.synthetic import write_shards
 
     shards = write_shards(tmp_path / "shards", make_records(200), docs_per_shard=100)
     out = tmp_path / "sets"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tokenizer.synthetic import write_shards
 from tests.tokenizer.tok_helpers import make_records, train_config
-from tokenizer.synthetic import write_shards
 
 
 @pytest.fixture(scope="session")

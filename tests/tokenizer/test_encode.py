@@ -11,9 +11,9 @@ import pytest
 
 from pretrain.manifest import load_manifest, sha256_file
 from pretrain_app.cli import main
+from tests.tokenizer.synthetic import write_shards
 from tests.tokenizer.tok_helpers import make_records
 from tokenizer.lock import load_locked
-from tokenizer.synthetic import write_shards
 
 pytestmark = pytest.mark.timeout(180)
 

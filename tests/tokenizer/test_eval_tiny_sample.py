@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pretrain_app.cli import main
+from tests.tokenizer.synthetic import write_shards
 from tests.tokenizer.tok_helpers import train_config
-from tokenizer.synthetic import write_shards
 
 ONE_DOCUMENT = "Hello world, this is the only document in this corpus. It has a few words."
 ONE_LONG_LINE = " ".join(f"word{index % 997}" for index in range(4000))  # ~30 KB, no newline

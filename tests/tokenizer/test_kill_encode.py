@@ -21,8 +21,8 @@ from pretrain.errors import ArtifactError
 from pretrain.manifest import MANIFEST, load_manifest
 from pretrain_app.cli import main
 from tests.pretrain_app.killtools import contents, kill_when
+from tests.tokenizer.synthetic import write_shards
 from tests.tokenizer.tok_helpers import make_records
-from tokenizer.synthetic import write_shards
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 STEMS = [f"synthetic-{i:05d}" for i in range(3)]

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from pretrain.manifest import load_manifest
+from tests.tokenizer.synthetic import write_shards
 from tests.tokenizer.tok_helpers import make_records
 from tokenizer.encode import encode
 from tokenizer.lock import load_locked
-from tokenizer.synthetic import write_shards
 
 pytestmark = pytest.mark.timeout(240)
 

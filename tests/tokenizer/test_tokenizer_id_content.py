@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from pretrain.manifest import load_manifest, manifest_sha256, seal_of
+from tests.tokenizer.synthetic import write_shards
 from tests.tokenizer.tok_helpers import make_records, train_config
 from tokenizer.shards import same_shards, shards_identity
-from tokenizer.synthetic import write_shards
 from tokenizer.train import train
 
 pytestmark = pytest.mark.timeout(180)

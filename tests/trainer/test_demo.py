@@ -14,8 +14,8 @@ from trainer.metrics import read_metrics
 @pytest.mark.timeout(600)
 def test_demo_launch_step_trains_full_config_override_with_gate_recorded(tmp_path):
     from mixtures import demo as mixtures_demo
+    from tests.tokenizer.synthetic import write_shards
     from tokenizer.encode import encode
-    from tokenizer.synthetic import write_shards
     from tokenizer.train import train
     from trainer import demo
 

@@ -29,8 +29,8 @@ def clean_env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def sample_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A byte-level BPE trained on the real demo sample (English, Chinese, code)."""
+    from tests.tokenizer.synthetic import write_shards
     from tokenizer.config import TokenizerTrainConfig
-    from tokenizer.synthetic import write_shards
     from tokenizer.train import train
 
     root = tmp_path_factory.mktemp("sample_tok")

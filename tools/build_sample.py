@@ -1,6 +1,6 @@
 """Rebuild the embedded demo sample from the development corpus plus hand-written hard cases.
 
-    python -m pretrain.sample.build_sample --corpus DIR
+    python tools/build_sample.py --corpus DIR
 
 DIR is the development corpus (BENCHMARKS.md, "Input", describes its files).
 
@@ -25,7 +25,7 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "pretrain" / "sample"  # the embedded sample
 SEED = 20261129
 MAX_HTML = 60_000
 MAX_TEXT = 12_000
