@@ -188,13 +188,13 @@ def unsure(similarity: np.ndarray, config: DedupConfig) -> np.ndarray:
 def verify_pairs(
     sig_u: np.ndarray,
     sig_v: np.ndarray,
-    shingles_u: pa.Array | None,
-    shingles_v: pa.Array | None,
+    shingles_u: pa.Array | pa.ChunkedArray,
+    shingles_v: pa.Array | pa.ChunkedArray,
     config: DedupConfig,
 ) -> tuple[np.ndarray, ...]:
     """(kept mask, similarity) of candidate pairs, by `config.verify` (see DedupConfig)."""
     similarity = jaccard_estimate(sig_u, sig_v) if len(sig_u) else np.zeros(0)
-    if config.verify == "exact" and shingles_u is not None and len(similarity):
+    if config.verify == "exact" and len(similarity):
         checked = unsure(similarity, config)
         if len(checked):
             index = pa.array(checked)

@@ -227,7 +227,6 @@ def _verify_part(
     is_exact: np.ndarray,
 ) -> pa.Table:
     """Matches of (new row, old vertex) candidates whose old side lives in this `docs` part."""
-    has_shingles = "shingles" in docs.column_names  # indexes built before exact verification
     docs = docs.filter(pc.is_in(docs.column("vertex"), pa.array(np.unique(old_v))))
     doc_vertex = np.asarray(docs.column("vertex"))
     doc_order = np.argsort(doc_vertex, kind="stable")
@@ -235,8 +234,8 @@ def _verify_part(
     ok, similarity = verify_pairs(
         signatures_of(sigs.column("sig"), config.num_perm)[new_rows],
         signatures_of(docs.column("sig"), config.num_perm)[at],
-        sigs.column("shingles").take(pa.array(new_rows)) if has_shingles else None,
-        docs.column("shingles").take(pa.array(at)) if has_shingles else None,
+        sigs.column("shingles").take(pa.array(new_rows)),
+        docs.column("shingles").take(pa.array(at)),
         config,
     )
     similarity = np.where(is_exact, 1.0, similarity)
