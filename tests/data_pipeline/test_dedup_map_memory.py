@@ -1,5 +1,5 @@
-"""A dedup map task's memory is set by its hash batch (budget.HASH_BATCH_BYTES), not its slice;
-the map output does not depend on the batches; DedupStage.apply's map computes no shingles."""
+"""A dedup map task's memory is set by its hash batch (budget.HASH_BATCH_BYTES), not its part;
+the map output does not depend on the batches."""
 
 from __future__ import annotations
 
