@@ -77,6 +77,8 @@ def _kill_first_worker_after_first_piece(out: Path, killed: list[int]) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # two 1,200-doc runs (~100 s at load 30); test_runner_cluster_nodes' [stream]
+# kill (a whole node's stage actors, slow) keeps the same promise on a cluster
 @pytest.mark.timeout(300)
 def test_worker_killed_mid_job_gives_identical_shards(ray_local, tmp_path) -> None:
     inputs = _corpus(tmp_path, copies=150)
