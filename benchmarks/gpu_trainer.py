@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -248,7 +247,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     if not args.dry_run and not torch.cuda.is_available():
         sys.exit("gpu_trainer: no CUDA device; run with --dry-run to check the code path on CPU")
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+    # No WORLD_SIZE: the trainer makes a world of one in this process (trainer.model.init_distributed)
     cases = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, shape, batch in DRY_CASES if args.dry_run else GPU_CASES:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import subprocess
@@ -38,6 +39,8 @@ __all__ = ["CORPUS_ENV", "Claim", "Contender", "ContenderFailed", "run_claim", "
 
 REPO = Path(__file__).resolve().parents[1]
 READY = "READY"
+WARNING = re.compile(r"Warning|warnings\.warn\(")
+"""stderr lines left out of a failed contender's tail (libraries' warnings hide the error)."""
 
 
 class ContenderFailed(RuntimeError):
@@ -118,7 +121,8 @@ def measure(argv: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: floa
     drain.join(5)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        tail = "".join(err)[-3000:] or "".join(lines)[-3000:]
+        said = [line for line in err if not WARNING.search(line)] or lines
+        tail = "".join(said)[-3000:]
         raise ContenderFailed(f"exit {proc.returncode}:\n{tail}")
     reaped = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     reported: dict[str, Any] = {}
