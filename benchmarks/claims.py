@@ -180,7 +180,7 @@ CLAIMS: tuple[Claim, ...] = (
         "plan_memory",
         "`pretrain plan`'s model-state memory per rank within 15% of Megatron-Core's",
         _script("bench_plan_memory", "{size}"),
-        smoke_size="--quick",
+        smoke_size=None,  # its --quick run is tests/trainer/test_plan_memory_measured.py (slow)
     ),
     Claim(
         "verify_cache",
