@@ -77,3 +77,22 @@ def clean_demos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         )
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return outs
+
+
+@pytest.fixture(scope="session")
+def demo_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    """The sample's files (raw/) and the demo's models trained on all of them (fastText domain
+    and quality, KenLM): (raw, models). Trained once per session (~20 s) for every test that
+    needs them (test_classify_demo, test_artifact_writers, test_killsweep,
+    test_runner_cluster_nodes); a test must not change them."""
+    import shutil
+
+    from data_pipeline.models.demo_assets import build_demo_models
+    from pretrain.sample import SAMPLE_FILES, sample_dir
+
+    base = tmp_path_factory.mktemp("demo-models")
+    raw = base / "raw"
+    raw.mkdir()
+    for name in SAMPLE_FILES:
+        shutil.copyfile(sample_dir() / name, raw / name)
+    return raw, build_demo_models(raw, base / "models")

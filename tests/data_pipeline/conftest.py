@@ -35,22 +35,3 @@ def embedded_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert run.returncode == 0, run.stderr[-2000:]
     assert "23 docs in, 17 kept, 6 dropped" in run.stdout, run.stdout[-2000:]
     return base / "out"
-
-
-@pytest.fixture(scope="session")
-def demo_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
-    """The sample's files (raw/) and the demo's models trained on all of them (fastText domain
-    and quality, KenLM): (raw, models). Trained once per session for the every-stage tests
-    (test_killsweep, test_runner_cluster_nodes), each of which trained them again before; a
-    test must not change them."""
-    import shutil
-
-    from data_pipeline.models.demo_assets import build_demo_models
-    from pretrain.sample import SAMPLE_FILES, sample_dir
-
-    base = tmp_path_factory.mktemp("demo-models")
-    raw = base / "raw"
-    raw.mkdir()
-    for name in SAMPLE_FILES:
-        shutil.copyfile(sample_dir() / name, raw / name)
-    return raw, build_demo_models(raw, base / "models")

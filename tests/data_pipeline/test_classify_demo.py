@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pyarrow as pa
 import pytest
 
@@ -12,16 +10,11 @@ from data_pipeline.stages.classify import DomainStage, QualityStage
 from data_pipeline.stages.perplexity import PerplexityStage
 from data_pipeline.stages.registry import schema_for, validate
 from pretrain.manifest import manifest_sha256, verify
-from pretrain.sample import SAMPLE_FILES, sample_dir
 
 
 @pytest.mark.timeout(240)
-def test_demo_models_build_tag_and_are_reused(tmp_path):
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    for name in SAMPLE_FILES:
-        shutil.copyfile(sample_dir() / name, raw / name)
-    models = build_demo_models(raw, tmp_path / "models")
+def test_demo_models_build_tag_and_are_reused(demo_models):
+    raw, models = demo_models  # tests/conftest.py: build_demo_models on the sample's files
     assert set(models) == {"domain", "quality", "lm"}
     kinds = {"domain": "fasttext-model", "quality": "fasttext-model", "lm": "kenlm-model"}
     hashes = {}
@@ -58,5 +51,5 @@ def test_demo_models_build_tag_and_are_reused(tmp_path):
     assert table.column("ppl_bucket").to_pylist()[-1] == "none"
     assert all(p is not None for p in table.column("perplexity").to_pylist()[:3])
 
-    again = build_demo_models(raw, tmp_path / "models")
+    again = build_demo_models(raw, models["lm"].parent)  # the same folder: reused as they are
     assert {k: manifest_sha256(v) for k, v in again.items()} == hashes

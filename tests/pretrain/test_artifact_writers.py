@@ -263,18 +263,10 @@ def test_run_checkpoint_export_and_eval_write_through_their_kinds(built, tmp_pat
     assert results.manifest.final["bpb"] > 0
 
 
-def test_the_model_builders_write_through_the_model_kind(tmp_path) -> None:
-    """The fastText and KenLM trainers (as `pretrain demo` runs them on the embedded sample)."""
-    import shutil
-
-    import pretrain.sample
-    from data_pipeline.models.demo_assets import build_demo_models
-
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    for name in ("web.warc.gz", "prose.jsonl.gz", "code.parquet", "bad.jsonl"):
-        shutil.copyfile(Path(pretrain.sample.__file__).parent / name, raw / name)
-    built = build_demo_models(raw, tmp_path / "models")
+def test_the_model_builders_write_through_the_model_kind(demo_models) -> None:
+    """The fastText and KenLM trainers (as `pretrain demo` runs them on the embedded sample:
+    tests/conftest.py's demo_models)."""
+    _, built = demo_models
     for key in ("domain", "quality"):
         art = assert_round_trips(
             "fasttext-model", built[key], ["pretrain", "demo", f"({key} classifier)"]
