@@ -74,6 +74,8 @@ def test_a_contender_that_fails_or_cannot_start_fails_the_claim(tmp_path: Path) 
     missing = Claim("t", "x", (Contender("ours", ("-m", "benchmarks.no_such_script")),))
     with pytest.raises(ContenderFailed, match="No module named benchmarks.no_such_script"):
         run_claim(missing, tmp_path, smoke=True)
+    with pytest.raises(ContenderFailed, match="ran past 1 s"):  # stdout held open, killed
+        measure([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path, {}, 1)
 
 
 @pytest.mark.slow
