@@ -89,10 +89,9 @@ def _rank(config_json: str, out_dir: str) -> None:
 
     from pretrain.config import parse_config
     from trainer.config import TrainConfig
-    from trainer.loop import Trainer
 
     config = parse_config(TrainConfig, json.loads(Path(config_json).read_text()))
-    trainer = Trainer(config, Path(config.run.out_dir))
+    trainer = config.build()
     before = live_tensor_bytes()  # model, grad buffers; Adam state is allocated at the 1st step
     trainer.train_step(0)
     after = live_tensor_bytes()

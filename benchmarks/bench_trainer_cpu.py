@@ -147,7 +147,6 @@ class PlainTrainer:
 def _our_trainer(run_dir: Path, steps: int) -> Any:
     from pretrain.config import parse_config
     from trainer.config import TrainConfig
-    from trainer.loop import Trainer
 
     config = parse_config(
         TrainConfig,
@@ -165,7 +164,7 @@ def _our_trainer(run_dir: Path, steps: int) -> Any:
             "metrics": {"tensorboard": False, "peak_flops": 1e11},
         },
     )
-    return Trainer(config, run_dir)
+    return config.build()
 
 
 def _time_ours(trainer: Any, batches: list[int]) -> tuple[float, float]:

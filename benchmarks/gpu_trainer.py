@@ -142,10 +142,9 @@ def _run(
     from benchmarks.bench_trainer_cpu import PlainTrainer
     from trainer.fast_path import fast_path_flags, te_available
     from trainer.flops import flops_per_token
-    from trainer.loop import Trainer
 
     gpu = not args.dry_run
-    trainer = Trainer(_config(run_dir, shape, batch, gpu), run_dir)
+    trainer = _config(run_dir, shape, batch, gpu).build()
     device = "cuda" if gpu else "cpu"
     plain = PlainTrainer(
         shape,
@@ -204,15 +203,13 @@ def _free_memory() -> None:
 
 def zero_check(args: argparse.Namespace, run_dir: Path, steps: int = 3) -> dict[str, Any]:
     """Losses of the first steps at each ZeRO stage the device supports, next to stage 0."""
-    from trainer.loop import Trainer
-
     gpu = not args.dry_run
     shape, batch = (GPU_SHAPE, GPU_BATCH) if gpu else (DRY_SHAPE, DRY_BATCH)
     losses: dict[str, list[float]] = {}
     errors: dict[str, str] = {}
     for stage in (0, 1, 2, 3) if gpu else (0, 1):
         try:  # a failing stage is a result (megatron_fsdp has never run here), not a crash
-            trainer = Trainer(_config(run_dir / f"zero{stage}", shape, batch, gpu, stage), run_dir)
+            trainer = _config(run_dir / f"zero{stage}", shape, batch, gpu, stage).build()
             losses[str(stage)] = [trainer.train_step(index).loss for index in range(steps)]
             del trainer
         except Exception as exc:  # noqa: BLE001

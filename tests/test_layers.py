@@ -30,7 +30,11 @@ def _contract(contract_id: str):
 
 @pytest.fixture
 def graph() -> grimp.ImportGraph:
-    return grimp.build_graph(*CONFIG["root_packages"], cache_dir=None)
+    return grimp.build_graph(
+        *CONFIG["root_packages"],
+        cache_dir=None,
+        exclude_type_checking_imports=CONFIG.get("exclude_type_checking_imports", False),
+    )
 
 
 def _broken(contract, graph) -> str:

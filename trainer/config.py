@@ -1,16 +1,24 @@
-"""The typed training config read by `pretrain plan` and `pretrain launch`.
+"""The typed training config read by `pretrain plan` and `pretrain launch`, and where a rank's
+trainer is constructed: `TrainConfig.build()`.
 
 One YAML file, validated into `TrainConfig`. The trainer converts it once into Megatron-Core's
-`TransformerConfig` / `OptimizerConfig` (trainer/model.py); there is no global argparse.
+`TransformerConfig` / `OptimizerConfig` (trainer/model.py); there is no global argparse. Modules
+below this one import it for type hints only (under TYPE_CHECKING), so `build()` may import them.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
 from pretrain.config import StrictModel
+
+if TYPE_CHECKING:
+    from trainer.callbacks import Callback
+    from trainer.loop import Trainer
 
 
 class RunConfig(StrictModel):
@@ -302,6 +310,43 @@ class TrainConfig(StrictModel):
         if self.parallel.zero is not None:
             return self.parallel.zero
         return 1 if self.optim.distributed_optimizer else 0
+
+    def build(self, callbacks: Sequence[Callback] = (), evaluate: bool = True) -> Trainer:
+        """This rank's Trainer and everything it is made of, constructed here (OLMo-core's
+        `config.build()`): the process groups, the data and its vocabulary, the GPTModel chunks,
+        megatron DDP around them, the optimizer, and the callbacks: the spike guard, throughput,
+        the metrics log, periodic eval (eval.every, when `evaluate`), then `callbacks`. Every
+        rank calls it (trainer/worker.py); benchmarks call it to time steps."""
+        import torch
+
+        from pretrain.errors import ConfigError
+        from trainer import model as mcore
+        from trainer.data import open_data, resolve_vocab
+        from trainer.guard import SpikeGuard
+        from trainer.loop import Trainer
+        from trainer.metrics import MetricsLog, Throughput
+
+        if self.parallel.context > 1:  # the launcher's preflight refuses it first
+            raise ConfigError(
+                "parallel.context > 1 is plan-only until measured on a GPU; set "
+                "parallel.context=1 to launch"
+            )
+        run_dir = Path(self.run.out_dir)
+        mcore.init_distributed(self)
+        rank = torch.distributed.get_rank()
+        data = open_data(self, run_dir, rank)
+        vocab_size = resolve_vocab(self, data)
+        chunks = mcore.build_model_chunks(self, vocab_size)
+        model = mcore.wrap_ddp(self, chunks)
+        optimizer = mcore.build_optimizer(self, model)
+        metrics = MetricsLog(run_dir, rank, self.metrics.tensorboard)
+        builtin = (SpikeGuard(self.guard), Throughput(self), metrics)
+        extra = list(callbacks)
+        if evaluate and self.eval.every:
+            from trainer.periodic_eval import PeriodicEval
+
+            extra.insert(0, PeriodicEval(self, chunks[0], mcore.use_gpu(self)))
+        return Trainer(self, data, vocab_size, (chunks, model, optimizer), builtin, extra)
 
     @model_validator(mode="after")
     def _zero_agrees_with_distributed_optimizer(self) -> TrainConfig:

@@ -56,7 +56,7 @@ def resolve_tokenizer(config: Any, state: dict[str, Any], given: str | None) -> 
     refused when it is not the one the checkpoint records, or larger than the embedding.
     Needs only state.json, so a refusal comes before the checkpoint load."""
     from tokenizer.lock import check_match, load_locked
-    from trainer.setup import tokenizer_dir
+    from trainer.data import tokenizer_dir
 
     directory = Path(given) if given else tokenizer_dir(config)
     if directory is None or not directory.is_dir():

@@ -14,10 +14,12 @@ so tests check the GPU decision on a machine without a GPU.
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pretrain.errors import ConfigError
-from trainer.config import TrainConfig
+
+if TYPE_CHECKING:
+    from trainer.config import TrainConfig
 
 
 def te_available() -> bool:

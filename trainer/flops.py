@@ -18,9 +18,12 @@ take them from.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pretrain.errors import ConfigError
-from trainer.config import ModelConfig
+
+if TYPE_CHECKING:
+    from trainer.config import ModelConfig
 
 
 @dataclass(frozen=True)

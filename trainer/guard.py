@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from pretrain.errors import PretrainError
 from trainer.callbacks import Callback
-from trainer.config import GuardConfig
 
 if TYPE_CHECKING:
     from trainer.callbacks import TrainerView
+    from trainer.config import GuardConfig
     from trainer.step import StepResult
 
 

@@ -100,6 +100,11 @@ def _layout(config: TrainConfig, args: argparse.Namespace) -> tuple[int, str]:
     par = config.parallel
     model_parallel = par.tensor * par.pipeline * par.context
     world = nproc * int(nnodes.split(":")[-1])
+    if getattr(args, "in_process", False) and world != 1:
+        raise ConfigError(
+            f"--in-process runs one rank, but the layout asks for {nproc} x "
+            f"{nnodes}; drop --in-process or pass --nproc 1"
+        )
     if world % model_parallel:
         raise ConfigError(
             f"--nproc {nproc} x --nnodes {nnodes} = {world} processes is not a "
@@ -126,21 +131,6 @@ def check_backend(config: TrainConfig) -> None:
 def _smoke_config(config: TrainConfig) -> TrainConfig:
     run = config.run.model_copy(update={"out_dir": str(Path(config.run.out_dir) / "smoke")})
     return config.model_copy(update={"run": run})
-
-
-def _run_in_process(config: TrainConfig, nproc: int, nnodes: str, smoke: bool) -> int:
-    """The one rank in this process, the function torchrun's ranks run (trainer.worker.run): no
-    torchrun agent, which saves its start-up on small single-rank runs (the ablation's proxies)."""
-    if nproc * int(nnodes.split(":")[-1]) != 1:
-        raise ConfigError(
-            f"--in-process runs one rank, but the layout asks for {nproc} x "
-            f"{nnodes}; drop --in-process or pass --nproc 1"
-        )
-    from trainer.worker import run
-
-    run(config, smoke=smoke)
-    print(f"[launch] done: {config.run.out_dir}", flush=True)
-    return 0
 
 
 def _print_dry_run(config: TrainConfig, command: list[str], override: str | None) -> int:
@@ -185,8 +175,13 @@ def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False
     gate = gate_decision(config, override_gate)
     if cuda:
         check_backend(config)
-    from trainer.data import check_identity, check_resume_model, check_resume_order, mixture_data
-    from trainer.setup import resolve_vocab
+    from trainer.data import (
+        check_identity,
+        check_resume_model,
+        check_resume_order,
+        mixture_data,
+        resolve_vocab,
+    )
 
     name, recorded = _resume_state(config)
     if config.data.source == "mixture":
@@ -294,8 +289,12 @@ def _launch(
 ) -> int:
     (nproc, nnodes), run_dir = layout, Path(config.run.out_dir)
     _write_launch_files(config, gate, command, run_dir / "launch" / "config.json")
-    if getattr(args, "in_process", False):
-        return _run_in_process(config, nproc, nnodes, args.smoke)
+    if getattr(args, "in_process", False):  # the function torchrun's ranks run, in this process
+        from trainer.worker import run
+
+        run(config, smoke=args.smoke)
+        print(f"[launch] done: {run_dir}", flush=True)
+        return 0
     print(
         f"[launch] {nproc} x {nnodes} process(es) -> {run_dir} (gate: {gate['status']}"
         + (f": {gate['verdict']})" if gate.get("verdict") else ")"),

@@ -1,4 +1,4 @@
-"""The training loop, run by every rank: `Trainer(config, run_dir).fit()`, read top to bottom.
+"""The training loop, run by every rank: `config.build().fit()`, read top to bottom.
 
 fit(): resume from the newest valid checkpoint -> for each step: the next non-skipped global
 batch -> forward/backward through megatron's schedule -> optimizer step -> the guard's verdict
@@ -6,7 +6,8 @@ batch -> forward/backward through megatron's schedule -> optimizer step -> the g
 `on_step_end` (throughput, metrics log, periodic eval) -> ... -> finish: the run's manifest and
 summary (`pretrain launch --smoke` runs trainer/smoke.py's checks on the same trainer instead).
 
-The Trainer owns the model, optimizer, data, TrainState, the spike guard and the checkpoints;
+The Trainer owns the model, optimizer, data, TrainState, the spike guard and the checkpoints,
+all constructed by `TrainConfig.build()` (trainer/config.py);
 what observes the run is a callback with named events (trainer/callbacks.py); the step's
 megatron mechanics are in trainer/step.py. Entered only through trainer/worker.py's `run()`.
 """
@@ -17,25 +18,25 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from pretrain.config import config_dict, config_sha256
 from pretrain.errors import ArtifactError, ConfigError
 from trainer import checkpoint
-from trainer import model as mcore
 from trainer import step as mstep
 from trainer.callbacks import Callback, CallbackList
-from trainer.config import TrainConfig
 from trainer.cpu_compat import device_context
 from trainer.data import TrainData, check_identity, check_resume_model, check_resume_order
 from trainer.guard import GuardGaveUp, SpikeGuard
 from trainer.lr_schedule import lr_at
 from trainer.metrics import MetricsLog, Throughput
 from trainer.run_outputs import summary, write_outputs
-from trainer.setup import open_data, resolve_vocab
 from trainer.step import StepResult, TrainState
+
+if TYPE_CHECKING:
+    from trainer.config import TrainConfig
 
 __all__ = ["StepResult", "TrainState", "Trainer"]
 
@@ -46,50 +47,35 @@ class Trainer:
     def __init__(
         self,
         config: TrainConfig,
-        run_dir: Path,
+        data: TrainData,
+        vocab_size: int,
+        model: tuple[list[Any], list[Any], Any],
+        builtin: tuple[SpikeGuard, Throughput, MetricsLog],
         callbacks: Sequence[Callback] = (),
-        evaluate: bool = True,
     ) -> None:
+        """What `TrainConfig.build()` constructed: the data and its vocabulary, `model` (the
+        GPTModel chunks, the same wrapped in megatron DDP, the optimizer), the built-in callbacks
+        the loop reads (spike guard, throughput, metrics log), then `callbacks`, called in order
+        after them."""
         from megatron.core import parallel_state as ps
 
-        self.config, self.run_dir = config, run_dir
-        mcore.init_distributed(config)
-        if config.parallel.context > 1:
-            raise ConfigError(
-                "parallel.context > 1 is plan-only until measured on a GPU; set "
-                "parallel.context=1 to launch"
-            )
+        self.config, self.run_dir = config, Path(config.run.out_dir)
         self.rank = torch.distributed.get_rank()
         self.ps = ps
         self.dp_rank, self.dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
-        self.data: TrainData = open_data(config, run_dir, self.rank)
-        self.vocab_size = resolve_vocab(config, self.data)
+        self.data, self.vocab_size = data, vocab_size
         self.total_steps = self._total_steps()
         self._check_batch_layout()
-        self.chunks = mcore.build_model_chunks(config, self.vocab_size)
-        self.model = mcore.wrap_ddp(config, self.chunks)
-        self.optimizer = mcore.build_optimizer(config, self.model)
+        self.chunks, self.model, self.optimizer = model
         zeros = [0] * len(self.data.component_names)
         self.state = TrainState(tokens_per_component=zeros, sequences_per_component=list(zeros))
         self.num_params = mstep.count_params(self.chunks, self.dp_size)
         self.saver = checkpoint.AsyncSaver() if config.checkpoint.async_save else None
-        self.has_checkpoint = bool(checkpoint.list_checkpoints(run_dir))
+        self.has_checkpoint = bool(checkpoint.list_checkpoints(self.run_dir))
         self.ended = "not trained"
         """How fit ended: `completed` (total_steps) or `data exhausted` (the summary records it)."""
-        self.callbacks = self._callbacks(callbacks, evaluate)
-
-    def _callbacks(self, extra: Sequence[Callback], evaluate: bool) -> CallbackList:
-        """The guard, throughput and metrics log; periodic eval when eval.every; then `extra`."""
-        self.guard = SpikeGuard(self.config.guard)
-        self.throughput = Throughput(self.config)
-        self.metrics = MetricsLog(self.run_dir, self.rank, self.config.metrics.tensorboard)
-        builtin: list[Callback] = [self.guard, self.throughput, self.metrics]
-        if evaluate and self.config.eval.every:
-            from trainer.model import use_gpu
-            from trainer.periodic_eval import PeriodicEval
-
-            builtin.append(PeriodicEval(self.config, self.chunks[0], use_gpu(self.config)))
-        return CallbackList([*builtin, *extra])
+        self.guard, self.throughput, self.metrics = builtin
+        self.callbacks = CallbackList([*builtin, *callbacks])
 
     # ----- setup helpers -------------------------------------------------------------------
     def _total_steps(self) -> int:

@@ -7,8 +7,10 @@ switch (where the sequence length changes) and across resumes.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from trainer.config import OptimConfig
+if TYPE_CHECKING:
+    from trainer.config import OptimConfig
 
 
 def warmup_steps(optim: OptimConfig, total_steps: int) -> int:

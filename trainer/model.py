@@ -10,15 +10,17 @@ from __future__ import annotations
 import datetime
 import os
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from pretrain.errors import ConfigError
-from trainer.config import TrainConfig
 from trainer.cpu_compat import apply_cpu_patches, device_context
 from trainer.fast_path import fast_path_flags, te_available, use_te_spec, zero_wrapping
+
+if TYPE_CHECKING:
+    from trainer.config import TrainConfig
 
 # attention_backend writes NVTE_* variables into os.environ; a second model built in the same
 # process with another backend then fails. We clear them before each build (one backend per build).

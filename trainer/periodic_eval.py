@@ -51,7 +51,7 @@ class PeriodicEval(Callback):
 
     def __init__(self, config: Any, model: Any, on_gpu: bool) -> None:
         from tokenizer.lock import load_locked
-        from trainer.setup import tokenizer_dir
+        from trainer.data import tokenizer_dir
 
         settings = config.eval
         if config.parallel.pipeline > 1 or config.parallel.virtual_pipeline:

@@ -24,9 +24,9 @@ from pretrain.output_check import (
     refuse_not_a_directory,
     temporary_file,
 )
-from trainer.config import TrainConfig
 
 if TYPE_CHECKING:  # torch and megatron: the launcher's out_dir check must not wait for them
+    from trainer.config import TrainConfig
     from trainer.data import TrainData
     from trainer.guard import SpikeGuard
     from trainer.metrics import Throughput

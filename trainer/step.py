@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from trainer.config import TrainConfig
 from trainer.flops import flops_per_token
 from trainer.lr_schedule import lr_at
+
+if TYPE_CHECKING:
+    from trainer.config import TrainConfig
 
 LossHook = Callable[[torch.Tensor], torch.Tensor]
 """Applied to each micro-batch's loss before backward (the callbacks' `on_loss`)."""

@@ -73,6 +73,9 @@ def run(
     """One rank's whole run; returns its summary. Rank 0 writes metrics, loss.png, the manifest.
     `callbacks` run after the built-in ones (trainer/callbacks.py)."""
     warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*")
+    import torch
+    from megatron.core import parallel_state
+
     from pretrain.command import recorded
     from trainer.local_torchrun import loopback_gloo
     from trainer.run_outputs import check_run_dir, load_launch_info
@@ -86,7 +89,20 @@ def run(
         recorded(command) if command else nullcontext(),
         _run_lock(config, command),
     ):
-        return _fit(config, smoke, callbacks)
+        Path(config.run.out_dir).mkdir(parents=True, exist_ok=True)
+        try:
+            trainer = config.build(callbacks, evaluate=not smoke)
+            if smoke:
+                from trainer.smoke import smoke_checks
+
+                return trainer.finish({"smoke": smoke_checks(trainer)})
+            return trainer.fit()
+        finally:
+            # megatron's groups go with the process group: left registered, a later in-process
+            # load_model (same process) would reuse groups of a destroyed world (ValueError)
+            parallel_state.destroy_model_parallel()
+            if torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()
 
 
 def _run_lock(config: TrainConfig, command: list[str] | None) -> AbstractContextManager[Any]:
@@ -106,30 +122,6 @@ def _run_lock(config: TrainConfig, command: list[str] | None) -> AbstractContext
     if here and launcher and launcher.isdigit() and holder.get("pid") == int(launcher):
         return nullcontext()
     return output_lock(run_dir, command)
-
-
-def _fit(config: TrainConfig, smoke: bool, callbacks: Sequence[Callback]) -> dict[str, Any]:
-    import torch
-
-    from trainer.loop import Trainer
-
-    run_dir = Path(config.run.out_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        trainer = Trainer(config, run_dir, callbacks, evaluate=not smoke)
-        if smoke:
-            from trainer.smoke import smoke_checks
-
-            return trainer.finish({"smoke": smoke_checks(trainer)})
-        return trainer.fit()
-    finally:
-        from megatron.core import parallel_state
-
-        # megatron's groups go with the process group: left registered, a later in-process
-        # load_model (same process) would reuse groups of a destroyed world (ValueError)
-        parallel_state.destroy_model_parallel()
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
 
 
 if __name__ == "__mp_main__":  # a helper megatron spawned from a rank: end with the rank
