@@ -52,6 +52,7 @@ from data_pipeline.stages.registry import (
 )
 from pretrain import shards_layout as layout
 from pretrain.artifacts import shards as shards_kind
+from pretrain.artifacts.base import write_artifact
 from pretrain.config import config_dict, parse_config
 from pretrain.errors import ConfigError, PretrainError
 from pretrain.locking import writes_output
@@ -283,7 +284,7 @@ def run_pipeline(
             merged,
         ),
     )
-    manifest = shards_kind.write(
+    manifest = write_artifact(
         out,
         fields,
         config=config_dict(config),

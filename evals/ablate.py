@@ -264,10 +264,10 @@ TASK_METRICS = {"multiple_choice": ("acc", "acc_norm"), "cloze": ("bpb", "mean_l
 def check_metric(config: AblationConfig, evalset: Any) -> None:
     """Refuse, before any proxy trains, a `criteria.metric` the eval sets cannot give: a typo
     (`bpx`, a domain with no set) trained every run and then ended in a KeyError traceback."""
-    manifest = evalset.manifest
+    fields = evalset.fields
     known = list(SET_METRICS)
-    known += [f"{m}/{s.domain}/{s.lang}" for s in manifest.sets for m in SET_METRICS]
-    for task in manifest.tasks:
+    known += [f"{m}/{s.domain}/{s.lang}" for s in fields.sets for m in SET_METRICS]
+    for task in fields.tasks:
         known += [f"task/{task.get('name')}/{m}" for m in TASK_METRICS.get(task.get("kind"), ())]
     metric = config.criteria.metric
     if metric not in known:

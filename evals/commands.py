@@ -24,6 +24,7 @@ from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.artifacts import export as export_artifact
 from pretrain.artifacts import run as run_artifact
 from pretrain.artifacts import tokenizer as tokenizer_artifact
+from pretrain.artifacts.base import write_artifact
 from pretrain.cli_utils import resolve_config
 from pretrain.errors import ArtifactError, InputError, LockMismatch
 from pretrain.manifest import atomic_write_bytes, manifest_sha256
@@ -275,7 +276,7 @@ def _run_command(args: argparse.Namespace) -> int:
     )
     atomic_write_bytes(out / "results.jsonl", lines.encode())
     plot_capability(records, out / "capability.png")
-    eval_artifact.write(
+    write_artifact(
         out,
         eval_artifact.EvalFields(
             **identity, final=records[-1]["metrics"], skipped_checkpoints=skipped

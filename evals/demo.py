@@ -122,14 +122,14 @@ def _chosen_mixture(ctx: DemoContext, mixture: Path, report_dir: Path, chosen_sh
     from mixtures.build import build_mixture
     from mixtures.recipe import MixtureConfig
 
-    base = mixture_kind.open(mixture).manifest
+    base = mixture_kind.open(mixture).fields
     if base.recipe_sha256 == chosen_sha and base.decontaminated.get("evalsets"):
         return mixture
     out = ctx.out / "mixture-chosen"
     data = read_yaml(report_dir / "chosen_mixture.yaml")
     data["out"] = str(out)
     config = parse_config(MixtureConfig, data, source=str(report_dir / "chosen_mixture.yaml"))
-    if not ctx.reuse(out) or mixture_kind.open(out).manifest.recipe_sha256 != chosen_sha:
+    if not ctx.reuse(out) or mixture_kind.open(out).fields.recipe_sha256 != chosen_sha:
         with recorded(["pretrain", "demo"]):
             build_mixture(config)
     return out
@@ -182,7 +182,7 @@ def eval_step(ctx: DemoContext) -> str:
     if proc.returncode != 0:
         raise PretrainError(f"pretrain eval run failed: {proc.stderr.strip()[-400:]}")
     ctx.artifacts["eval"] = out
-    final = eval_kind.open(out).manifest.final
+    final = eval_kind.open(out).fields.final
     domains = ", ".join(
         f"{k[4:]} {v:.3f}"
         for k, v in sorted(final.items())

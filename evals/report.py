@@ -19,6 +19,7 @@ import numpy as np
 
 from evals.tradeoffs import domain_table, scale_agreement
 from pretrain.artifacts import ablation as ablation_artifact
+from pretrain.artifacts.base import write_artifact
 from pretrain.errors import PretrainError
 from pretrain.manifest import atomic_write_json
 from trainer.gate_rule import criteria_from, decide, lower_is_better, split_health
@@ -337,7 +338,7 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "report.json", report)
     plot_ablation(report, out)
-    return ablation_artifact.write(
+    return write_artifact(
         out,
         ablation_artifact.fields_of(report),
         config=config,

@@ -28,6 +28,7 @@ from pydantic import Field, model_validator
 
 from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.artifacts import shards as shards_artifact
+from pretrain.artifacts.base import write_artifact
 from pretrain.artifacts.evalset import CONTAMINATED_FILE
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import InputError
@@ -364,7 +365,7 @@ def _finish(
         "bytes": sum(s["bytes"] for s in written),
         "contaminated_train_documents": report["contaminated_train_documents"],
     }
-    return evalset_artifact.write(
+    return write_artifact(
         out,
         evalset_artifact.EvalsetFields(sets=written, tasks=tasks),
         config=config_dict(cfg),

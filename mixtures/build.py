@@ -23,6 +23,7 @@ from mixtures.selection import load_sidecars, select_components, select_sha256
 from pretrain.artifacts import encoded as encoded_artifact
 from pretrain.artifacts import mixture as mixture_kind
 from pretrain.artifacts import tokenizer as tokenizer_artifact
+from pretrain.artifacts.base import write_artifact
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.locking import writes_output
@@ -158,10 +159,12 @@ def build_mixture(config: MixtureConfig) -> BuildResult:
             "excluded_ids": len(exclude),
         }
         fields = _manifest_fields(config, tokenizer, encoded_sha, build_hash, docs, plan)
-        fields = mixture_kind.MixtureFields(**fields.record(), decontaminated=decontaminated)
+        fields = mixture_kind.MixtureFields(
+            **fields.model_dump(exclude_unset=True), decontaminated=decontaminated
+        )
         inputs = [encoded_dir] + ([Path(config.replan.mixture)] if config.replan else [])
         inputs += [Path(d) for d in config.build.decontaminate]
-        manifest = mixture_kind.write(
+        manifest = write_artifact(
             staging, fields, config=config_dict(config), inputs=inputs, counts=plan.counts()
         )
     ratio, warning = tokens_per_parameter(config)

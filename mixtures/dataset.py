@@ -61,7 +61,7 @@ class MixtureDataset:
         self._seed = int(manifest["seed"])
         self.encoded_dir = Path(encoded_dir) if encoded_dir else mixture.recorded_encoded()
         encoded = encoded_artifact.open(
-            self.encoded_dir, sha256=mixture.manifest.encoded_manifest_sha256
+            self.encoded_dir, sha256=mixture.fields.encoded_manifest_sha256
         )
         self._prefixes = [str(p) for p in encoded.prefix_paths()]
         self._index_path = mixture.path(info["index"])

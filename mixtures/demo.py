@@ -106,7 +106,7 @@ def step(ctx: DemoContext) -> str:
     """Build `ctx.out/mixture` from ctx.artifacts["encoded"] and ["tokenizer"], report it."""
     encoded, tokenizer = ctx.artifacts["encoded"], ctx.artifacts["tokenizer"]
     out = ctx.out / "mixture"
-    sidecars = load_sidecars(encoded, encoded_kind.open(encoded).manifest.prefixes)
+    sidecars = load_sidecars(encoded, encoded_kind.open(encoded).fields.prefixes)
     recipe = _servable(_config(encoded, tokenizer, out), sidecars)
     config = _config(encoded, tokenizer, out, recipe)
     docs = select_components(list(config.recipe.components), sidecars)

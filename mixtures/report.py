@@ -17,6 +17,7 @@ import numpy as np
 
 from mixtures import sampler
 from pretrain.artifacts import mixture_report as report_kind
+from pretrain.artifacts.base import write_artifact
 from pretrain.errors import ArtifactError
 from pretrain.locking import output_lock
 from pretrain.manifest import MANIFEST, atomic_write_json, listed_path, require
@@ -255,7 +256,7 @@ def _write_files(
     report["files"] = {"json": str(target / "report.json"), "png": str(target / "report.png")}
     atomic_write_json(building / "report.json", report)
     # an artifact of its own: inside the mixture (the default) it is not an unlisted file there
-    report_kind.write(
+    write_artifact(
         building,
         report_kind.MixtureReportFields(build_sha256=report["build_sha256"]),
         config={"run": None if run_dir is None else str(run_dir)},

@@ -4,7 +4,7 @@ Every manifest records the command that made it. `pretrain.program.run` (which
 `pretrain_app.cli.main(argv)` and `python -m trainer|evals` call) captures `argv` here for the
 length of the call (so an in-process `main([...])`, as a proxy run does, records its own
 arguments, not the enclosing process's `sys.argv`); the artifact writers
-(`pretrain.artifacts.base.Writer`) read it with `current_command()`. Work done on behalf of another
+(`pretrain.artifacts.base.write_artifact`) read it with `current_command()`. Work done on behalf of another
 command (a training rank the launcher started, a demo step) runs inside `recorded(command)`.
 """
 

@@ -19,19 +19,77 @@ import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pretrain import shards_layout, storage
 from pretrain.command import current_command
 from pretrain.errors import ArtifactError
 from pretrain.hashcache import sha256_file
 from pretrain.locking import is_lock_file
-from pretrain.manifest_shape import check_shape
 from pretrain.progress import LOGS_DIR
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 2
 SEAL = "seal"
+
+
+class _Strict(BaseModel):
+    """JSON types as written: a string is no number, true is no integer, no field unnamed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class FileEntry(_Strict):
+    bytes: int
+    sha256: str
+
+
+class InputRef(_Strict):
+    """One lineage entry: an artifact this one was made from."""
+
+    path: str
+    kind: str
+    manifest_sha256: str
+
+
+class Manifest(_Strict):
+    """The fields every manifest holds (`write_manifest`); a kind's own fields sit beside them
+    at the top level, typed by its `pretrain.artifacts` model."""
+
+    manifest_version: Literal[2]
+    kind: str
+    created_unix: float
+    command: list[str]
+    config: dict[str, Any]
+    config_sha256: str
+    git: dict[str, Any]
+    inputs: list[InputRef] = Field(default_factory=list)
+    files: dict[str, FileEntry]
+    counts: dict[str, Any]
+    seal: str
+    """sha256 of the manifest's other fields (`seal_of`)."""
+
+    def input_of(self, kind: str) -> InputRef | None:
+        """The first lineage entry of `kind`, if any."""
+        return next((entry for entry in self.inputs if entry.kind == kind), None)
+
+
+COMMON_FIELDS = frozenset(Manifest.model_fields)
+
+
+def typed_or_refused(model: type[Any], data: dict[str, Any], where: object, what: str) -> Any:
+    """`data` validated by `model`, or a one-line ArtifactError naming the first bad field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise ArtifactError(
+            f"{where}: field {field!r} is not what {what} holds ({first['msg']}): the manifest "
+            "was edited or damaged; rebuild the artifact"
+        ) from None
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -53,13 +111,8 @@ def seal_of(manifest: Mapping[str, Any]) -> str:
 def check_seal(
     directory: str | os.PathLike | storage.ObjectPath, manifest: Mapping[str, Any]
 ) -> None:
-    """Refuse a manifest that is not the one format, or whose seal is missing or does not match."""
-    version = manifest.get("manifest_version")
-    if version != MANIFEST_VERSION or isinstance(version, bool):
-        raise ArtifactError(
-            f"{directory}/{MANIFEST}: manifest_version {version!r} is not {MANIFEST_VERSION}, "
-            "the one format this version reads; rebuild the artifact with the command it records"
-        )
+    """Refuse a manifest whose seal does not match its other fields (`load_manifest` has checked
+    that it is the one format)."""
     if manifest.get(SEAL) != seal_of(manifest):
         raise ArtifactError(
             f"{directory}/{MANIFEST} does not match its seal: the manifest was edited "
@@ -280,7 +333,14 @@ def load_manifest(directory: str | os.PathLike | storage.ObjectPath) -> dict[str
         raise ArtifactError(f"{path} is not valid JSON ({exc}); rebuild the artifact") from None
     if not isinstance(manifest, dict) or "kind" not in manifest or "files" not in manifest:
         raise ArtifactError(f"{path} lacks 'kind' or 'files'; rebuild the artifact")
-    check_shape(path, manifest)
+    version = manifest.get("manifest_version")
+    if version != MANIFEST_VERSION or isinstance(version, bool):
+        raise ArtifactError(
+            f"{path}: manifest_version {version!r} is not {MANIFEST_VERSION}, the one format "
+            "this version reads; rebuild the artifact with the command it records"
+        )
+    common = {key: value for key, value in manifest.items() if key in COMMON_FIELDS}
+    typed_or_refused(Manifest, common, path, "a manifest")
     return manifest
 
 

@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pretrain.artifacts.ablation import AblationManifest
-from pretrain.artifacts.encoded import EncodedManifest
+from pretrain.artifacts.ablation import AblationFields
+from pretrain.artifacts.encoded import EncodedFields
 from pretrain.artifacts.kinds import typed
-from pretrain.artifacts.mixture import MixtureManifest
-from pretrain.artifacts.run import METRICS_FILE, RunManifest
-from pretrain.artifacts.shards import ShardsManifest
-from pretrain.artifacts.tokenizer import TokenizerManifest
+from pretrain.artifacts.mixture import MixtureFields
+from pretrain.artifacts.run import METRICS_FILE, RunFields
+from pretrain.artifacts.shards import ShardsFields
+from pretrain.artifacts.tokenizer import TokenizerFields
 from pretrain.errors import ArtifactError
 from pretrain.manifest import MANIFEST, load_manifest, manifest_sha256, verify
 
@@ -55,15 +55,15 @@ def _last_jsonl(path: Path) -> dict[str, Any]:
 
 def _figures(manifest: dict[str, Any], root: Path) -> dict[str, Any]:
     """The headline numbers of one artifact, by kind (missing fields are left out), read through
-    the kind's manifest model; a manifest whose fields no version wrote shows its counts only."""
+    the kind's field model; a manifest whose fields are not its kind's shows its counts only."""
     counts = dict(manifest.get("counts") or {})
     m = typed(manifest, root)
-    if isinstance(m, ShardsManifest):
+    if isinstance(m, ShardsFields):
         keys = ("documents_in", "documents_kept", "documents_dropped", "shards", "text_bytes_kept")
         return {k: counts[k] for k in keys if k in counts}
-    if isinstance(m, TokenizerManifest | EncodedManifest):
+    if isinstance(m, TokenizerFields | EncodedFields):
         return {"tokenizer": m.tokenizer.id, **counts}
-    if isinstance(m, MixtureManifest):
+    if isinstance(m, MixtureFields):
         total = sum(c.weight or 0 for c in m.components) or 1
         return {
             "recipe": m.recipe_name,
@@ -71,7 +71,7 @@ def _figures(manifest: dict[str, Any], root: Path) -> dict[str, Any]:
             **counts,
             "shares": {c.name: round((c.weight or 0) / total, 4) for c in m.components},
         }
-    if isinstance(m, RunManifest):
+    if isinstance(m, RunFields):
         last = _last_jsonl(root / METRICS_FILE)
         figures = {**counts, "final_loss": last.get("loss")}
         if m.gate:
@@ -80,7 +80,7 @@ def _figures(manifest: dict[str, Any], root: Path) -> dict[str, Any]:
     if manifest.get("kind") == "eval":
         final = manifest.get("final") or {}
         return {**counts, **{k: final[k] for k in ("bpb", "loss", "ppl") if k in final}}
-    if isinstance(m, AblationManifest):
+    if isinstance(m, AblationFields):
         return {
             **counts,
             "passed": m.passed,

@@ -20,6 +20,7 @@ from evals import demo as evals_demo
 from mixtures import demo as mixtures_demo
 from pretrain import demostep
 from pretrain.artifacts import raw as raw_kind
+from pretrain.artifacts.base import write_artifact
 from pretrain.locking import writes_output
 from pretrain.manifest import MANIFEST, verify
 from pretrain.output_check import refuse_foreign, refuse_not_a_directory, temporary_file
@@ -55,7 +56,7 @@ def sample_step(ctx: demostep.DemoContext) -> str:
         target.mkdir(parents=True)
         for name in SAMPLE_FILES:
             shutil.copyfile(sample_dir() / name, target / name)
-        raw_kind.write(
+        write_artifact(
             target,
             raw_kind.RawFields(),
             config={"source": "pretrain.sample"},

@@ -46,7 +46,7 @@ def _step(ctx: DemoContext) -> str:
     eval_dir = tok_dir / "eval"
     if not ctx.reuse(eval_dir):
         evaluate(tok_dir, shards, out=eval_dir)
-    report = eval_kind.open(eval_dir).manifest.summary
+    report = eval_kind.open(eval_dir).fields.summary
     if not ctx.reuse(enc_dir) or encoded_kind.open(enc_dir).tokenizer_sha256 != tokenizer.sha256:
         encode(tok_dir, shards, enc_dir, backend="inline")
     counts = encoded_kind.open(enc_dir).manifest.counts

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 
 from data_pipeline.stages.registry import tag_fields
 from pretrain.artifacts import encoded as encoded_kind
+from pretrain.artifacts.base import write_artifact
 from pretrain.errors import ArtifactError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, sha256_file
@@ -423,6 +424,4 @@ def encode(
         shards=shard_counts,
         eod_id=tokenizer.eod_id,
     )
-    return encoded_kind.write(
-        out, fields, config=config, inputs=[data, tokenizer_dir], counts=counts
-    )
+    return write_artifact(out, fields, config=config, inputs=[data, tokenizer_dir], counts=counts)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pretrain.artifacts import tokenizer_eval as eval_kind
+from pretrain.artifacts.base import write_artifact
 from pretrain.errors import InputError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json
@@ -231,7 +232,7 @@ def evaluate(
     with publishing(out) as files:
         atomic_write_json(files / "report.json", report)
         plot_compression(report, files / "compression.png")
-        eval_kind.write(
+        write_artifact(
             files,
             eval_kind.TokenizerEvalFields(tokenizer=tokenizer.info, summary=summary),
             config={"baseline": baseline},

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pretrain.artifacts import tokenizer as tokenizer_kind
+from pretrain.artifacts.base import write_artifact
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.locking import writes_output
@@ -181,7 +182,7 @@ def _write_files(
     fields = tokenizer_kind.TokenizerFields(
         tokenizer=info, library={"tokenizers": tokenizers.__version__}
     )
-    return tokenizer_kind.write(
+    return write_artifact(
         files,
         fields,
         config=config_dict(config),

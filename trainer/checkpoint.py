@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from pretrain.artifacts import run as run_kind
+from pretrain.artifacts.base import write_artifact
 from pretrain.errors import ArtifactError, PretrainError
 from pretrain.manifest import atomic_write_json, verify
 from pretrain.safeload import check_checkpoint, guard_torch_loading, torch_load
@@ -221,7 +222,7 @@ def _finish(run_dir: Path, step: int, state: dict[str, Any], keep: tuple[int, in
     torch.distributed.barrier()
     if torch.distributed.get_rank() == 0:
         atomic_write_json(tmp / "state.json", state)
-        run_kind.write_checkpoint(
+        write_artifact(
             tmp, run_kind.CheckpointFields(), config={"step": step}, counts={"step": step}
         )
         shutil.rmtree(final, ignore_errors=True)

@@ -195,7 +195,7 @@ def mixture_data(config: TrainConfig) -> TrainData:
         "tokenizer_sha256": first.tokenizer_sha256,
         "tokenizer": manifest.get("tokenizer"),
     }
-    tokenizer = mixture.manifest.tokenizer
+    tokenizer = mixture.fields.tokenizer
     vocab = int(tokenizer.vocab_size or 0) if tokenizer else 0
     return TrainData(
         datasets, phases, first.global_batch, list(first.component_names), identity, vocab

@@ -49,14 +49,14 @@ TINY_OVERRIDE = {
 
 def demo_overrides(ctx: DemoContext) -> list[str]:
     mixture = Path(ctx.artifacts["mixture"])
-    manifest = mixture_kind.open(mixture).manifest
-    seq_length = max(p.seq_length for p in manifest.phases)
-    global_batch = manifest.global_batch
+    fields = mixture_kind.open(mixture).fields
+    seq_length = max(p.seq_length for p in fields.phases)
+    global_batch = fields.global_batch
     if global_batch is None:
         raise PretrainError(
             f"{mixture} records no global_batch; rebuild it with `pretrain mixture build`"
         )
-    batches = sum(p.num_sequences for p in manifest.phases) // global_batch
+    batches = sum(p.num_sequences for p in fields.phases) // global_batch
     sets = {
         **TINY_OVERRIDE,
         "run.out_dir": str(ctx.out / "run"),
@@ -107,9 +107,9 @@ def step(ctx: DemoContext) -> str:
         if proc.returncode != 0:
             raise PretrainError(f"pretrain launch failed: {proc.stderr.strip()[-600:]}")
     ctx.artifacts["run"] = run_dir
-    manifest = run_kind.open(run_dir).manifest
-    summary = manifest.counts
-    gate = (manifest.gate or {}).get("status", "?")
+    opened = run_kind.open(run_dir)
+    summary = opened.manifest.counts
+    gate = (opened.fields.gate or {}).get("status", "?")
     losses = _loss_range(run_dir)
     return (
         f"{summary['steps']} steps of train_full.yaml (tiny override, "

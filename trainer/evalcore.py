@@ -82,7 +82,7 @@ def load_eval_sets(directory: str | Path, max_docs: int | None = None) -> list[E
     """The sets of an `evalset` artifact (verified against its manifest)."""
     evalset = evalset_artifact.open(directory)
     sets = []
-    for entry in evalset.manifest.sets:
+    for entry in evalset.fields.sets:
         table = pq.read_table(evalset.set_path(entry))
         texts = table.column("text").to_pylist()[:max_docs]
         ids = table.column("id").to_pylist()[:max_docs]

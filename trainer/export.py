@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pretrain.artifacts import export as export_kind
+from pretrain.artifacts.base import write_artifact
 from pretrain.errors import ArtifactError
 from pretrain.manifest import atomic_write_bytes
 from pretrain.output_check import require_own_output
@@ -134,7 +135,7 @@ def export_hf(
             architecture="LlamaForCausalLM",
             source={"checkpoint": str(checkpoint.resolve()), "step": loaded.step},
         )
-        manifest = export_kind.write(
+        manifest = write_artifact(
             files,
             fields,
             config={"format": "hf", "step": loaded.step, "dtype": dtype},

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pretrain.artifacts import run as run_kind
+from pretrain.artifacts.base import write_artifact
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError
 from pretrain.manifest import MANIFEST, atomic_write_json
@@ -167,7 +168,7 @@ def write_run_manifest(trainer: FinishedRun, launch_info: dict[str, Any], extra:
         guard={"rollbacks": trainer.guard.rollbacks, "events": trainer.guard.events},
         **extra,
     )
-    run_kind.write(  # the command: the launcher's (trainer.worker.run records it)
+    write_artifact(  # the command: the launcher's (trainer.worker.run records it)
         trainer.run_dir,
         fields,
         config=config_dict(trainer.config),

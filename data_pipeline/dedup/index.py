@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import band_rows, signature_table, signatures_of, verify_pairs
 from pretrain.artifacts import dedup_index as index_kind
+from pretrain.artifacts.base import write_artifact
 from pretrain.errors import ArtifactError
 
 KIND = index_kind.KIND
@@ -102,14 +103,14 @@ def save_index(
     fields = index_kind.DedupIndexFields(
         dedup={**settings, "bands": bands, "rows": rows, "partitions": partitions}
     )
-    return index_kind.write(
+    return write_artifact(
         root, fields, config=config.model_dump(mode="json"), counts={"documents": documents}
     )
 
 
 def index_config(index_dir: str | os.PathLike) -> tuple[DedupConfig, int]:
     """The settings an index was built with (verified against its manifest) and its partitions."""
-    info = index_kind.open(index_dir).manifest.dedup
+    info = index_kind.open(index_dir).fields.dedup
     config = DedupConfig(
         **{name: info[name] for name in _SETTINGS if name in info},
         bands=info["bands"],

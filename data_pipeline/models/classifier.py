@@ -23,6 +23,7 @@ from data_pipeline.models.normalization import NORMALIZATION, classifier_line
 from data_pipeline.models.records import RecordSource, field_value, iter_records
 from data_pipeline.models.report import plot_confusion
 from pretrain.artifacts import model as model_kind
+from pretrain.artifacts.base import write_artifact
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.locking import writes_output
@@ -346,7 +347,7 @@ def _write_artifact(config: ClassifierConfig, model_file: Path, stats: dict[str,
             "heldout_accuracy": stats["accuracy"],
         }
     )
-    model_kind.write(
+    write_artifact(
         out,
         fields,
         config=config_dict(config),

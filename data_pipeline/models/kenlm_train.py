@@ -24,6 +24,7 @@ from data_pipeline.models.mkn import train_arpa
 from data_pipeline.models.normalization import NORMALIZATION, lm_sentences
 from data_pipeline.models.records import RecordSource, field_value, iter_records
 from pretrain.artifacts import model as model_kind
+from pretrain.artifacts.base import write_artifact
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import InputError
 from pretrain.locking import writes_output
@@ -175,7 +176,7 @@ def train_lm(config: LanguageModelConfig) -> Path:
                 "order": config.order,
             }
         )
-        model_kind.write(
+        write_artifact(
             files,
             fields,
             config=config_dict(config),

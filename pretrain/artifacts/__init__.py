@@ -1,10 +1,11 @@
 """Typed artifacts: the seams between the packages.
 
-One module per artifact kind, each with a typed `Fields` model (what that kind records), its one
-writer `write = base.Writer(Fields)` (every builder writes through it; the command recorded is the
-one `pretrain.program.run` captured, pretrain.command) and `open(dir)`, which verifies the artifact
-(pretrain.manifest.require: kind, identity, every byte, the manifest's seal) and returns a typed
-reader. A package reads another package's output only through these readers:
+One generic type, `base.Artifact[Fields]`, and one writer, `base.write_artifact(dir, fields, ...)`,
+for every kind. A kind module holds its typed `Fields` model (what that kind records) and, where
+readers need more than the fields, its `Artifact[ItsFields]` subclass with the reader methods;
+`open(dir)` verifies the artifact (pretrain.manifest.require: kind, identity, every byte, the
+manifest's seal) and returns the typed reader. A package reads another package's output only
+through these readers:
 
 - `shards`: tagged Parquet shards (`pretrain data run`)
 - `model`: fastText / KenLM model artifacts (`pretrain data train-classifier` / `train-lm`)

@@ -10,7 +10,6 @@ trainer needs nothing from evals.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, ClassVar
@@ -44,20 +43,12 @@ class AblationFields(base.Fields):
     target_metric: str | None = None
 
 
-class AblationManifest(AblationFields, base.Manifest):
-    """An ablation artifact's manifest, as `open` reads it."""
-
-
-write = base.Writer(AblationFields)
-"""Write an ablation artifact's manifest once its report.json is written (`pretrain ablate`)."""
-
-
 def fields_of(report: Mapping[str, Any]) -> AblationFields:
     """The manifest fields of an ablation whose report is `report` (it repeats `MANIFEST_KEYS`)."""
     return AblationFields(**{key: report.get(key) for key in MANIFEST_KEYS})
 
 
-class Report(base._Open):
+class Report(base.Record):
     """The parts of report.json the gate binds to (the rest is kept as written)."""
 
     chosen_recipe_sha256: str | None = None
@@ -74,7 +65,7 @@ class Report(base._Open):
     scale_agreement: Any = None
 
 
-class Ablation(base.Artifact[AblationManifest]):
+class Ablation(base.Artifact[AblationFields]):
     """A verified ablation artifact; `.report` is its report.json (its bytes hashed by the
     manifest, so reading it after `open` reads what was verified)."""
 
@@ -88,6 +79,4 @@ class Ablation(base.Artifact[AblationManifest]):
         return Report.model_validate(self.report_json)
 
 
-def open(directory: str | os.PathLike, *, full: bool | None = None) -> Ablation:
-    root, manifest, raw = base.verified(directory, AblationManifest, full=full)
-    return Ablation(root, manifest, raw)
+open = Ablation.open

@@ -1,20 +1,19 @@
-"""What every artifact kind shares: the manifest's common fields, typed reading, typed writing.
+"""One artifact type for every kind: `Artifact[Fields]`.
 
-Each kind module (`pretrain.artifacts.shards`, `.encoded`, ...) declares
-- a `Fields` subclass: the fields that kind records beyond the common ones, typed;
-- its `Manifest` (those fields plus the common ones), which `open(dir)` returns inside a reader;
-- `write = Writer(ItsFields)`: the one writer of that kind.
+A kind is a typed `Fields` model: what that kind records beyond the fields every manifest holds
+(`pretrain.manifest.Manifest`), at the manifest's top level. Where a reader needs more than the
+fields, the kind subclasses `Artifact[ItsFields]` with the reader methods (and `check`, what it
+verifies beyond the manifest). Everything else is the same for every kind:
 
-`Writer(...)(directory, fields, config=..., inputs=..., counts=...)` is the same call for every
-kind: the kind's own data travels as one typed `Fields` object (a field the kind lacks, or of the
-wrong type, is refused before anything is written), and the command recorded is the one
-`pretrain.program.run` captured (pretrain.command): no writer takes a command.
-Verification is `pretrain.manifest.require` (bytes, kind, identity, the manifest's seal); nothing
-here re-checks.
-
-Reading is tolerant of versions: fields an older or newer version wrote that the model does not
-name are ignored, fields added later have defaults. A manifest edited after it was written is not a
-version: its seal no longer matches and `require` refuses it.
+- `write(directory, fields, config=..., inputs=..., counts=..., known=...)` hashes every file and
+  writes the manifest last, atomically, sealed, with the command `pretrain.program.run` captured
+  (pretrain.command): no writer takes one;
+- `Artifact[F].open(directory, sha256=..., deep=..., full=...)` verifies the artifact
+  (`pretrain.manifest.require`: kind, identity, every byte, the seal) and reads it typed: the
+  common fields as `.manifest`, the kind's as `.fields`. There is one format: a field the kind
+  does not have, or of the wrong type, is refused in one line;
+- `peek(directory)`: any kind's common fields, seal checked but not the files' bytes (for walking
+  lineage to the artifact a command then opens).
 """
 
 from __future__ import annotations
@@ -23,62 +22,31 @@ import os
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from pretrain.errors import ArtifactError
 from pretrain.manifest import (
+    COMMON_FIELDS,
+    Manifest,
     check_seal,
     listed_path,
     load_manifest,
     manifest_sha256,
     require,
+    typed_or_refused,
     write_manifest,
 )
 from pretrain.storage import ObjectPath
 
-_COMMON = frozenset(
-    {
-        "manifest_version",
-        "kind",
-        "created_unix",
-        "command",
-        "config",
-        "config_sha256",
-        "git",
-        "inputs",
-        "files",
-        "counts",
-        "seal",
-    }
-)
 
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _Open(BaseModel):
+class Record(BaseModel):
     """A nested record read as written: fields it does not name are kept (and written back)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
 
-class FileEntry(_Model):
-    bytes: int
-    sha256: str
-
-
-class InputRef(_Model):
-    """One lineage entry: an artifact this one was made from."""
-
-    path: str
-    kind: str
-    manifest_sha256: str
-
-
-class TokenizerRef(_Open):
+class TokenizerRef(Record):
     """The tokenizer an artifact was made with (`sha256`: its identity, tokenizer.identity_of)."""
 
     sha256: str
@@ -87,62 +55,64 @@ class TokenizerRef(_Open):
     vocab_size: int | None = None
 
 
-class Fields(_Model):
+class Fields(BaseModel):
     """What one kind records beyond the common fields (each kind subclasses it, typed)."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True)
     KIND: ClassVar[str] = ""
-
-    def record(self) -> dict[str, Any]:
-        """The fields as the manifest holds them (only those the builder set)."""
-        return self.model_dump(mode="json", exclude_unset=True)
-
-
-class Manifest(_Model):
-    """The fields `pretrain.manifest.write_manifest` writes for every kind."""
-
-    KIND: ClassVar[str] = ""
-    manifest_version: int = 1
-    kind: str
-    created_unix: float | None = None
-    command: list[str] = Field(default_factory=list)
-    config: dict[str, Any] = Field(default_factory=dict)
-    config_sha256: str | None = None
-    git: dict[str, Any] = Field(default_factory=dict)
-    inputs: list[InputRef] = Field(default_factory=list)
-    files: dict[str, FileEntry] = Field(default_factory=dict)
-    counts: dict[str, Any] = Field(default_factory=dict)
-    seal: str | None = None
-    """sha256 of the manifest's other fields (manifest version 2; pretrain.manifest.seal_of)."""
 
     @classmethod
-    def parse(cls, raw: dict[str, Any], directory: str | os.PathLike) -> Any:
-        """The typed manifest; unknown fields (other versions) are ignored, bad types refused."""
-        known = {key: value for key, value in raw.items() if key in cls.model_fields}
-        try:
-            return cls.model_validate(known)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            raise ArtifactError(
-                f"{directory}: manifest field {where!r} is not what a {cls.KIND!r} artifact "
-                f"holds ({first['msg']}); rebuild the artifact"
-            ) from None
-
-    def input_of(self, kind: str) -> InputRef | None:
-        """The first lineage entry of `kind`, if any."""
-        return next((entry for entry in self.inputs if entry.kind == kind), None)
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        clash = sorted(COMMON_FIELDS & cls.model_fields.keys())
+        if clash:
+            raise TypeError(f"{cls.__name__} fields {clash} are common manifest fields")
 
 
-M = TypeVar("M", bound=Manifest)
+F = TypeVar("F", bound=Fields)
 
 
-class Artifact(Generic[M]):
-    """A verified artifact: its directory, typed manifest and the manifest as written."""
+def fields_of(model: type[F], raw: Mapping[str, Any], directory: object) -> F:
+    """The kind's fields of manifest `raw`, typed by `model`; refused in one line otherwise."""
+    own = {key: value for key, value in raw.items() if key not in COMMON_FIELDS}
+    return typed_or_refused(model, own, directory, f"a {raw.get('kind')!r} manifest")  # type: ignore[no-any-return]
 
-    def __init__(self, directory: Path, manifest: M, raw: dict[str, Any]) -> None:
-        self.directory = directory
-        self.manifest = manifest
-        self.raw = raw
+
+class Artifact(BaseModel, Generic[F]):
+    """A verified artifact: its directory, common fields, the kind's fields, the manifest as
+    written (`raw`)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    directory: Path
+    manifest: Manifest
+    fields: F
+    raw: dict[str, Any]
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike,
+        *,
+        sha256: str | None = None,
+        deep: bool = True,
+        full: bool | None = None,
+        kind: str | None = None,
+    ) -> Self:
+        """Verify the artifact (as a `kind`, by default the kind's) and read it typed."""
+        model: Any = cls.model_fields["fields"].annotation  # the kind's Fields subclass
+        root = Path(directory)
+        raw = require(root, kind=kind or model.KIND, sha256=sha256, deep=deep, full=full)
+        common = {key: value for key, value in raw.items() if key in COMMON_FIELDS}
+        artifact = cls.model_construct(
+            directory=root,
+            manifest=Manifest.model_validate(common),  # load_manifest checked it: no error
+            fields=fields_of(model, raw, root),
+            raw=raw,
+        )
+        artifact.check()
+        return cast(Self, artifact)
+
+    def check(self) -> None:
+        """What the kind verifies beyond its manifest (a subclass's); nothing by default."""
 
     @cached_property
     def manifest_sha256(self) -> str:
@@ -154,7 +124,7 @@ class Artifact(Generic[M]):
         return listed_path(self.directory, self.raw, rel)
 
     def has(self, rel: str) -> bool:
-        return rel in self.raw["files"]
+        return rel in self.manifest.files
 
 
 def peek(directory: str | os.PathLike) -> Manifest:
@@ -162,57 +132,31 @@ def peek(directory: str | os.PathLike) -> Manifest:
     for walking lineage (`inputs`) to the artifact a command then opens with its kind's `open`."""
     raw = load_manifest(directory)
     check_seal(directory, raw)
-    return Manifest.parse(raw, directory)  # type: ignore[no-any-return]
+    return Manifest.model_validate({k: v for k, v in raw.items() if k in COMMON_FIELDS})
 
 
-def verified(
-    directory: str | os.PathLike,
-    model: type[M],
+def write_artifact(
+    directory: str | os.PathLike | ObjectPath,
+    fields: Fields,
     *,
-    sha256: str | None = None,
-    deep: bool = True,
-    full: bool | None = None,
-) -> tuple[Path, M, dict[str, Any]]:
-    """`require` the artifact as a `model.KIND` and parse its manifest with `model`."""
-    root = Path(directory)
-    raw = require(root, kind=model.KIND, sha256=sha256, deep=deep, full=full)
-    return root, model.parse(raw, root), raw
-
-
-F = TypeVar("F", bound=Fields)
-
-
-class Writer(Generic[F]):
-    """The writer of one kind: `write(directory, fields, config=..., inputs=..., counts=...)`
-    hashes every file under `directory` (but those whose writer's digest is `known`,
-    `pretrain.manifest.write_manifest`) and writes the manifest last, atomically, with the
-    kind's `fields` and the command `pretrain.program.run` captured."""
-
-    def __init__(self, fields: type[F]) -> None:
-        self.fields = fields
-
-    def __call__(
-        self,
-        directory: str | os.PathLike | ObjectPath,
-        fields: F,
-        *,
-        config: Mapping[str, Any] | None = None,
-        inputs: Sequence[str | os.PathLike] = (),
-        counts: Mapping[str, Any] | None = None,
-        known: dict[str, dict[str, Any]] | None = None,
-    ) -> dict[str, Any]:
-        if not isinstance(fields, self.fields) or not type(fields).KIND:
-            raise TypeError(f"{self.fields.__name__} expected, got {type(fields).__name__}")
-        record = fields.record()
-        clash = sorted(_COMMON & record.keys())
-        if clash:
-            raise ValueError(f"{fields.KIND} fields {clash} are common manifest fields")
-        return write_manifest(
-            directory,
-            type(fields).KIND,
-            config=config,
-            inputs=list(inputs),
-            counts=counts,
-            extra=record,
-            known=known,
-        )
+    config: Mapping[str, Any] | None = None,
+    inputs: Sequence[str | os.PathLike] = (),
+    counts: Mapping[str, Any] | None = None,
+    known: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Write the manifest of a `type(fields).KIND` artifact: every file under `directory` hashed
+    (but those whose writer's digest is `known`, `pretrain.manifest.write_manifest`), the kind's
+    fields (those the builder set) beside the common ones, the manifest last, atomically."""
+    kind = type(fields).KIND
+    if not kind:
+        raise TypeError(f"{type(fields).__name__} names no artifact kind")
+    record = fields.model_dump(mode="json", exclude_unset=True)
+    return write_manifest(
+        directory,
+        kind,
+        config=config,
+        inputs=list(inputs),
+        counts=counts,
+        extra=record,
+        known=known,
+    )

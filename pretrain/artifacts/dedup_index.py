@@ -7,7 +7,6 @@ dedups against it must share.
 
 from __future__ import annotations
 
-import os
 from typing import Any, ClassVar
 
 from pretrain.artifacts import base
@@ -20,18 +19,4 @@ class DedupIndexFields(base.Fields):
     dedup: dict[str, Any]
 
 
-class DedupIndexManifest(DedupIndexFields, base.Manifest):
-    """A dedup-index artifact's manifest, as `open` reads it."""
-
-
-write = base.Writer(DedupIndexFields)
-"""Write a dedup index's manifest once its band tables are written."""
-
-
-class DedupIndex(base.Artifact[DedupIndexManifest]):
-    """A verified dedup-index artifact."""
-
-
-def open(directory: str | os.PathLike, *, full: bool | None = None) -> DedupIndex:
-    root, manifest, raw = base.verified(directory, DedupIndexManifest, full=full)
-    return DedupIndex(root, manifest, raw)
+open = base.Artifact[DedupIndexFields].open

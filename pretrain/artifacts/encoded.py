@@ -8,7 +8,6 @@ describes document i of that `.bin` (`doc_index`, `id`, `num_tokens` incl. EOD, 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import ClassVar
 
@@ -21,11 +20,9 @@ SIDECAR_SUFFIX = ".docs.parquet"
 PREFIX_SUFFIXES = (".bin", ".idx", SIDECAR_SUFFIX)
 
 
-class EncodedShard(base._Open):
+class EncodedShard(base.Record):
     documents: int
     tokens: int
-    source_sha256: str | None = None
-    """Encoded before prefixes held several shards: the one source shard's sha256."""
     sources: dict[str, str] = Field(default_factory=dict)
     """Source shard stem -> its sha256, in order."""
 
@@ -39,26 +36,21 @@ class EncodedFields(base.Fields):
     shards: dict[str, EncodedShard] = Field(default_factory=dict)
 
 
-class EncodedManifest(EncodedFields, base.Manifest):
-    """An encoded artifact's manifest, as `open` reads it."""
+class Encoded(base.Artifact[EncodedFields]):
+    """A verified encoded artifact; `open` refuses a prefix not listed or not confined."""
 
-
-write = base.Writer(EncodedFields)
-"""Write an encoded artifact's manifest (`pretrain tokenizer encode`)."""
-
-
-class Encoded(base.Artifact[EncodedManifest]):
-    """A verified encoded artifact."""
+    def check(self) -> None:
+        self.prefix_paths()
 
     @property
     def tokenizer_sha256(self) -> str:
-        return self.manifest.tokenizer.sha256
+        return self.fields.tokenizer.sha256
 
     def prefix_paths(self) -> list[Path]:
         """Each prefix as a path (no suffix) whose `.bin`, `.idx` and sidecar are all listed
         among the artifact's files and confined to it."""
         paths = []
-        for stem in self.manifest.prefixes:
+        for stem in self.fields.prefixes:
             for suffix in PREFIX_SUFFIXES:
                 self.path(f"{stem}{suffix}")
             paths.append(self.directory / stem)
@@ -68,17 +60,4 @@ class Encoded(base.Artifact[EncodedManifest]):
         return self.directory / f"{stem}{SIDECAR_SUFFIX}"
 
 
-def open(
-    directory: str | os.PathLike,
-    *,
-    sha256: str | None = None,
-    deep: bool = True,
-    full: bool | None = None,
-) -> Encoded:
-    """Verify an encoded artifact (and its identity when `sha256` is given); prefixes confined."""
-    root, manifest, raw = base.verified(
-        directory, EncodedManifest, sha256=sha256, deep=deep, full=full
-    )
-    encoded = Encoded(root, manifest, raw)
-    encoded.prefix_paths()
-    return encoded
+open = Encoded.open

@@ -7,7 +7,6 @@ checkpoint's metrics under `final`.
 
 from __future__ import annotations
 
-import os
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -27,18 +26,4 @@ class EvalFields(base.Fields):
     """Checkpoints of the run that could not be loaded: step, checkpoint, reason."""
 
 
-class EvalManifest(EvalFields, base.Manifest):
-    """An eval artifact's manifest, as `open` reads it."""
-
-
-write = base.Writer(EvalFields)
-"""Write an eval manifest once results.jsonl is written (`pretrain eval run`)."""
-
-
-class EvalResults(base.Artifact[EvalManifest]):
-    """A verified eval artifact."""
-
-
-def open(directory: str | os.PathLike, *, full: bool | None = None) -> EvalResults:
-    root, manifest, raw = base.verified(directory, EvalManifest, full=full)
-    return EvalResults(root, manifest, raw)
+open = base.Artifact[EvalFields].open

@@ -7,7 +7,6 @@ of eval documents, which a mixture excludes (`build.decontaminate`).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -20,7 +19,7 @@ CONTAMINATED_FILE = "contaminated.parquet"
 REPORT_FILE = "report.json"
 
 
-class SetEntry(base._Open):
+class SetEntry(base.Record):
     name: str
     domain: str
     lang: str
@@ -34,15 +33,7 @@ class EvalsetFields(base.Fields):
     tasks: list[dict[str, Any]] = Field(default_factory=list)
 
 
-class EvalsetManifest(EvalsetFields, base.Manifest):
-    """An evalset artifact's manifest, as `open` reads it."""
-
-
-write = base.Writer(EvalsetFields)
-"""Write an evalset artifact's manifest (`pretrain eval build`)."""
-
-
-class Evalset(base.Artifact[EvalsetManifest]):
+class Evalset(base.Artifact[EvalsetFields]):
     """A verified evalset artifact."""
 
     def set_path(self, entry: SetEntry) -> Path:
@@ -63,6 +54,4 @@ class Evalset(base.Artifact[EvalsetManifest]):
         )
 
 
-def open(directory: str | os.PathLike, *, full: bool | None = None) -> Evalset:
-    root, manifest, raw = base.verified(directory, EvalsetManifest, full=full)
-    return Evalset(root, manifest, raw)
+open = Evalset.open

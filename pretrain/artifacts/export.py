@@ -12,6 +12,8 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from pretrain.artifacts import base
+from pretrain.errors import ArtifactError
+from pretrain.manifest import MANIFEST, load_manifest, unlisted_files
 
 KIND = "hf_export"
 
@@ -24,41 +26,29 @@ class ExportFields(base.Fields):
     """The checkpoint exported: its path and step."""
 
 
-class ExportManifest(ExportFields, base.Manifest):
-    """An export's manifest, as `open` reads it."""
+class Export(base.Artifact[ExportFields]):
+    """A verified export. transformers reads an export by directory, not by its manifest (an
+    `added_tokens.json` changes the tokenizer), so `open` refuses a file the manifest does not
+    list."""
 
-
-write = base.Writer(ExportFields)
-"""Write an export's manifest once its files are written (`pretrain export`)."""
-
-
-class Export(base.Artifact[ExportManifest]):
-    """A verified export artifact."""
+    def check(self) -> None:
+        extra = unlisted_files(self.directory, self.raw)
+        if extra:
+            raise ArtifactError(
+                f"{self.directory} holds {', '.join(extra[:5])}, which its manifest does not "
+                "list and transformers would read; remove it, or export again into an empty "
+                "directory"
+            )
 
     @property
     def step(self) -> int:
         return int(self.manifest.counts["step"])
 
 
-def open(directory: str | os.PathLike, *, full: bool | None = None) -> Export:
-    """The verified export. transformers reads an export by directory, not by its manifest (an
-    `added_tokens.json` changes the tokenizer), so a file the manifest does not list is refused."""
-    from pretrain.errors import ArtifactError
-    from pretrain.manifest import unlisted_files
-
-    root, manifest, raw = base.verified(directory, ExportManifest, full=full)
-    extra = unlisted_files(root, raw)
-    if extra:
-        raise ArtifactError(
-            f"{root} holds {', '.join(extra[:5])}, which its manifest does not list and "
-            "transformers would read; remove it, or export again into an empty directory"
-        )
-    return Export(root, manifest, raw)
+open = Export.open
 
 
 def is_export(directory: str | os.PathLike) -> bool:
     """True when `directory` holds a finished export (its manifest says so; not verified)."""
-    from pretrain.manifest import MANIFEST, load_manifest
-
     path = os.fspath(directory)
     return os.path.isfile(os.path.join(path, MANIFEST)) and load_manifest(path)["kind"] == KIND

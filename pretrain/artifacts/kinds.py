@@ -1,9 +1,9 @@
-"""Every artifact kind's manifest model, by kind name (for tools that read any artifact, such as
+"""Every artifact kind's field model, by kind name (for tools that read any artifact, such as
 `pretrain show`; a package reading one kind imports that kind's module instead)."""
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from typing import Any
 
 from pretrain.artifacts import (
@@ -22,38 +22,39 @@ from pretrain.artifacts import (
     tokenizer_eval,
 )
 from pretrain.artifacts import tokenizer as tokenizer_kind
-from pretrain.artifacts.base import Manifest
+from pretrain.artifacts.base import Fields, fields_of
 from pretrain.errors import ArtifactError
 
-MANIFESTS: dict[str, type[Manifest]] = {
-    m.KIND: m
-    for m in (
-        shards.ShardsManifest,
-        model.FasttextManifest,
-        model.KenlmManifest,
-        tokenizer_kind.TokenizerManifest,
-        encoded.EncodedManifest,
-        evalset.EvalsetManifest,
-        mixture.MixtureManifest,
-        mixture_report.MixtureReportManifest,
-        run.RunManifest,
-        ablation.AblationManifest,
-        export.ExportManifest,
-        run.CheckpointManifest,
-        tokenizer_eval.TokenizerEvalManifest,
-        eval_results.EvalManifest,
-        dedup_index.DedupIndexManifest,
-        raw.RawManifest,
+FIELDS: dict[str, type[Fields]] = {
+    f.KIND: f
+    for f in (
+        shards.ShardsFields,
+        model.FasttextFields,
+        model.KenlmFields,
+        tokenizer_kind.TokenizerFields,
+        encoded.EncodedFields,
+        evalset.EvalsetFields,
+        mixture.MixtureFields,
+        mixture_report.MixtureReportFields,
+        run.RunFields,
+        ablation.AblationFields,
+        export.ExportFields,
+        run.CheckpointFields,
+        tokenizer_eval.TokenizerEvalFields,
+        eval_results.EvalFields,
+        dedup_index.DedupIndexFields,
+        raw.RawFields,
     )
 }
 
 
-def typed(raw: dict[str, Any], directory: str | os.PathLike) -> Manifest | None:
-    """`raw` as its kind's model; None for a kind without one or fields no version wrote."""
-    manifest_model = MANIFESTS.get(str(raw.get("kind")))
-    if manifest_model is None:
+def typed(raw: Mapping[str, Any], directory: object) -> Fields | None:
+    """The kind's fields of manifest `raw`; None for a kind without a model or fields of
+    another shape (`pretrain show` then prints the counts only)."""
+    model = FIELDS.get(str(raw.get("kind")))
+    if model is None:
         return None
     try:
-        return manifest_model.parse(raw, directory)  # type: ignore[no-any-return]
+        return fields_of(model, raw, directory)
     except ArtifactError:
         return None

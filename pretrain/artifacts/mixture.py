@@ -7,7 +7,6 @@ i // global_batch. The dataset over it is `mixtures.dataset.MixtureDataset`.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,7 +18,7 @@ from pretrain.errors import ArtifactError
 KIND = "mixture"
 
 
-class Phase(base._Open):
+class Phase(base.Record):
     name: str
     seq_length: int
     num_sequences: int
@@ -27,7 +26,7 @@ class Phase(base._Open):
     weights: dict[str, float] = Field(default_factory=dict)
 
 
-class Component(base._Open):
+class Component(base.Record):
     name: str
     weight: float | None = None
     max_epochs: float | None = None
@@ -50,21 +49,13 @@ class MixtureFields(base.Fields):
     decontaminated: dict[str, Any] = Field(default_factory=dict)
 
 
-class MixtureManifest(MixtureFields, base.Manifest):
-    """A mixture artifact's manifest, as `open` reads it."""
-
-
-write = base.Writer(MixtureFields)
-"""Write a mixture artifact's manifest (`pretrain mixture build`)."""
-
-
-class Mixture(base.Artifact[MixtureManifest]):
+class Mixture(base.Artifact[MixtureFields]):
     """A verified mixture artifact."""
 
     @property
     def identity(self) -> dict[str, Any]:
         """The hashes a run and the launch gate bind to."""
-        m = self.manifest
+        m = self.fields
         return {
             "recipe_sha256": m.recipe_sha256,
             "build_sha256": m.build_sha256,
@@ -82,6 +73,4 @@ class Mixture(base.Artifact[MixtureManifest]):
         return Path(entry.path)
 
 
-def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None = None) -> Mixture:
-    root, manifest, raw = base.verified(directory, MixtureManifest, deep=deep, full=full)
-    return Mixture(root, manifest, raw)
+open = Mixture.open

@@ -7,7 +7,6 @@ so `pretrain verify MIXTURE` still passes (as TOKENIZER/eval and RUN/evals do).
 
 from __future__ import annotations
 
-import os
 from typing import ClassVar
 
 from pretrain.artifacts import base
@@ -22,18 +21,4 @@ class MixtureReportFields(base.Fields):
     """The build hash of the mixture reported on."""
 
 
-class MixtureReportManifest(MixtureReportFields, base.Manifest):
-    """A mixture-report artifact's manifest, as `open` reads it."""
-
-
-write = base.Writer(MixtureReportFields)
-"""Write a mixture-report manifest once report.json and report.png are written."""
-
-
-class MixtureReport(base.Artifact[MixtureReportManifest]):
-    """A verified mixture-report artifact."""
-
-
-def open(directory: str | os.PathLike, *, full: bool | None = None) -> MixtureReport:
-    root, manifest, raw = base.verified(directory, MixtureReportManifest, full=full)
-    return MixtureReport(root, manifest, raw)
+open = base.Artifact[MixtureReportFields].open

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from pretrain.artifacts import base
 from pretrain.errors import ArtifactError
-from pretrain.manifest import require
+from pretrain.manifest import load_manifest
 
 FASTTEXT_KIND = "fasttext-model"
 KENLM_KIND = "kenlm-model"
@@ -29,7 +29,6 @@ class ModelFields(base.Fields):
     """What a model manifest records: `model`, the figures `pretrain show` prints (the model
     file's sha256; fastText: name, labels, held-out accuracy; KenLM: per-language sha256, order)."""
 
-    KIND: ClassVar[str] = ""
     model: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -41,30 +40,7 @@ class KenlmFields(ModelFields):
     KIND: ClassVar[str] = KENLM_KIND
 
 
-write = base.Writer(ModelFields)
-"""Write a model artifact's manifest once model.json is written: `FasttextFields`
-(`pretrain data train-classifier`) or `KenlmFields` (`pretrain data train-lm`)."""
-
-
-class ModelManifest(ModelFields, base.Manifest):
-    KIND: ClassVar[str] = ""
-
-
-class FasttextManifest(ModelManifest):
-    KIND: ClassVar[str] = FASTTEXT_KIND
-
-
-class KenlmManifest(ModelManifest):
-    KIND: ClassVar[str] = KENLM_KIND
-
-
-_MODELS: dict[str, type[ModelManifest]] = {
-    FASTTEXT_KIND: FasttextManifest,
-    KENLM_KIND: KenlmManifest,
-}
-
-
-class Model(base.Artifact[ModelManifest]):
+class Model(base.Artifact[ModelFields]):
     """A verified model artifact; `.info` is its model.json."""
 
     @property
@@ -80,12 +56,10 @@ def open(
     directory: str | os.PathLike, kind: str | None = None, *, full: bool | None = None
 ) -> Model:
     """Verify a model artifact of `kind` (either model kind when None)."""
-    raw = require(directory, kind=kind, full=full)
-    model = _MODELS.get(raw["kind"])
-    if model is None:
+    found = kind or load_manifest(directory)["kind"]
+    if found not in KINDS:
         raise ArtifactError(
-            f"{directory} is a {raw['kind']!r} artifact, not a model ({', '.join(KINDS)}); "
+            f"{directory} is a {found!r} artifact, not a model ({', '.join(KINDS)}); "
             "pass a directory `pretrain data train-lm` or `train-classifier` wrote"
         )
-    root, manifest, raw = base.verified(directory, model, deep=False)
-    return Model(root, manifest, raw)
+    return Model.open(directory, kind=found, full=full)

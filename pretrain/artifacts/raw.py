@@ -3,7 +3,6 @@ data job's lineage starts at a hashed input."""
 
 from __future__ import annotations
 
-import os
 from typing import ClassVar
 
 from pretrain.artifacts import base
@@ -17,15 +16,7 @@ class RawFields(base.Fields):
     KIND: ClassVar[str] = KIND
 
 
-class RawManifest(RawFields, base.Manifest):
-    """A raw artifact's manifest, as `open` reads it."""
-
-
-write = base.Writer(RawFields)
-"""Write the manifest of a directory of raw input files."""
-
-
-class Raw(base.Artifact[RawManifest]):
+class Raw(base.Artifact[RawFields]):
     """A verified raw artifact."""
 
     @property
@@ -33,6 +24,4 @@ class Raw(base.Artifact[RawManifest]):
         return sum(entry.bytes for entry in self.manifest.files.values())
 
 
-def open(directory: str | os.PathLike, *, full: bool | None = None) -> Raw:
-    root, manifest, raw = base.verified(directory, RawManifest, full=full)
-    return Raw(root, manifest, raw)
+open = Raw.open

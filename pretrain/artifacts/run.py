@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,7 +26,7 @@ def checkpoint_name(step: int) -> str:
     return f"iter_{step:07d}"
 
 
-class MixtureRef(base._Open):
+class MixtureRef(base.Record):
     build_sha256: str | None = None
     recipe_sha256: str | None = None
 
@@ -44,29 +43,13 @@ class RunFields(base.Fields):
     """The checks a smoke run made (`pretrain launch --smoke`); absent otherwise."""
 
 
-class RunManifest(RunFields, base.Manifest):
-    """A run artifact's manifest, as `open` reads it."""
-
-
-write = base.Writer(RunFields)
-"""Write a run artifact's manifest at the end of training (`pretrain launch`)."""
-
-
 class CheckpointFields(base.Fields):
     """A checkpoint records only the common fields (config and counts hold its step)."""
 
     KIND: ClassVar[str] = CHECKPOINT_KIND
 
 
-class CheckpointManifest(CheckpointFields, base.Manifest):
-    """A checkpoint's manifest, as `open_checkpoint` reads it."""
-
-
-write_checkpoint = base.Writer(CheckpointFields)
-"""Write a checkpoint's manifest (trainer.checkpoint.save, rank 0)."""
-
-
-class Checkpoint(base.Artifact[CheckpointManifest]):
+class Checkpoint(base.Artifact[CheckpointFields]):
     """A verified checkpoint: `RUN/checkpoints/iter_<step>/`."""
 
     @property
@@ -74,7 +57,7 @@ class Checkpoint(base.Artifact[CheckpointManifest]):
         return int(self.manifest.counts["step"])
 
 
-class Run(base.Artifact[RunManifest]):
+class Run(base.Artifact[RunFields]):
     """A verified run artifact."""
 
     def checkpoint_dirs(self) -> list[tuple[int, Path]]:
@@ -87,13 +70,5 @@ class Run(base.Artifact[RunManifest]):
         return sorted(found)
 
 
-def open_checkpoint(
-    directory: str | os.PathLike, *, deep: bool = True, full: bool | None = None
-) -> Checkpoint:
-    root, manifest, raw = base.verified(directory, CheckpointManifest, deep=deep, full=full)
-    return Checkpoint(root, manifest, raw)
-
-
-def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None = None) -> Run:
-    root, manifest, raw = base.verified(directory, RunManifest, deep=deep, full=full)
-    return Run(root, manifest, raw)
+open = Run.open
+open_checkpoint = Checkpoint.open

@@ -10,8 +10,8 @@ columns that exist and fills the rest with typed nulls, typed by the fields its 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -46,29 +46,36 @@ class ShardsFields(base.Fields):
     models: dict[str, str] = Field(default_factory=dict)
     """Model artifacts the stages used: {stage.key: artifact manifest sha256}."""
     sections: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    """Stage name -> its section: what the stage's `manifest_section()` returned, as
-    JSON; its types are the stage's `Section` model's, checked when written and when read."""
+    """Stage name -> its section: what the stage's `manifest_section()` returned, as JSON; its
+    types are the stage's `Section` model's, checked when written and when read."""
     throughput: dict[str, Any] | None = None
     """Per-stage costs of the run that wrote it (data_pipeline.throughput_report)."""
 
 
-class ShardsManifest(ShardsFields, base.Manifest):
-    """A shards artifact's manifest, as `open` reads it."""
+class Shards(base.Artifact[ShardsFields]):
+    """A verified shards artifact; `open` refuses one that lists no shards."""
 
-
-write = base.Writer(ShardsFields)
-"""Write a shards artifact's manifest (`pretrain data run`, `tokenizer.synthetic`)."""
-
-
-class Shards(base.Artifact[ShardsManifest]):
-    """A verified shards artifact."""
+    def check(self) -> None:
+        if self.shard_paths:
+            return
+        counts, root = self.manifest.counts, self.directory
+        if counts.get("documents_kept") == 0:  # a finished run that kept nothing: re-running
+            raise ArtifactError(  # it gives the same
+                f"{root} holds no documents: its data run kept 0 of {counts.get('documents_in')} "
+                "(ledger.json says why); run `pretrain data run` on inputs with text, or pass "
+                "the right directory"
+            )
+        raise ArtifactError(
+            f"{root} lists no {layout.DATA_GLOB} files; re-run `pretrain data run` "
+            "or pass the right directory"
+        )
 
     def section_record(self, stage: str) -> dict[str, Any]:
         """Stage `stage`'s section as written (untyped: the stage's `Section` types it); empty
         when the stage recorded nothing."""
-        return dict(self.manifest.sections.get(stage, {}))
+        return dict(self.fields.sections.get(stage, {}))
 
-    @property
+    @cached_property
     def shard_paths(self) -> list[Path]:
         """The Parquet shards the manifest lists (never a file merely present), sorted."""
         return [self.path(rel) for rel in layout.kept_files(self.raw["files"])]
@@ -81,23 +88,7 @@ class Shards(base.Artifact[ShardsManifest]):
             yield from read_columns(path, columns, batch_size, fields)
 
 
-def open(directory: str | os.PathLike, *, deep: bool = True, full: bool | None = None) -> Shards:
-    """Verify a shards artifact; refuse one that lists no shards."""
-    root, manifest, raw = base.verified(directory, ShardsManifest, deep=deep, full=full)
-    shards = Shards(root, manifest, raw)
-    counts = manifest.counts
-    if not shards.shard_paths and counts.get("documents_kept") == 0:
-        raise ArtifactError(  # a finished run that kept nothing: re-running it gives the same
-            f"{root} holds no documents: its data run kept 0 of {counts.get('documents_in')} "
-            "(ledger.json says why); run `pretrain data run` on inputs with text, or pass "
-            "the right directory"
-        )
-    if not shards.shard_paths:
-        raise ArtifactError(
-            f"{root} lists no {layout.DATA_GLOB} files; re-run `pretrain data run` "
-            "or pass the right directory"
-        )
-    return shards
+open = Shards.open
 
 
 def read_columns(

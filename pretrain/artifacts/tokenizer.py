@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from pydantic import Field
 
@@ -49,20 +49,37 @@ class TokenizerFields(base.Fields):
     """Versions of the libraries that trained it."""
 
 
-class TokenizerManifest(TokenizerFields, base.Manifest):
-    """A tokenizer artifact's manifest, as `open` reads it."""
-
-
-write = base.Writer(TokenizerFields)
-"""Write a tokenizer artifact's manifest once its files are written (`pretrain tokenizer train`)."""
-
-
-class Tokenizer(base.Artifact[TokenizerManifest]):
+class Tokenizer(base.Artifact[TokenizerFields]):
     """A verified tokenizer artifact; `.lock` is its lock.json, `.sha256` its identity."""
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike, **verify: Any) -> Self:
+        if not Path(directory).is_dir():
+            raise ArtifactError(
+                f"tokenizer directory {directory} does not exist; train one with "
+                "`pretrain tokenizer train` or fix the path"
+            )
+        return super().open(directory, **verify)
+
+    def check(self) -> None:
+        """Its identity is that of the files its manifest lists."""
+        files = self.manifest.files
+        for name in (TOKENIZER_FILE, LOCK_FILE):
+            if name not in files:
+                raise ArtifactError(
+                    f"{self.directory}: its manifest lists no {name}; it is not a tokenizer: "
+                    "train one with `pretrain tokenizer train`"
+                )
+        actual = identity_of({rel: entry.sha256 for rel, entry in files.items()})
+        if actual != self.sha256:
+            raise LockMismatch(
+                f"{self.directory}: its files have identity {actual[:12]}..., the manifest "
+                f"records {self.sha256[:12]}...: retrain with `pretrain tokenizer train`"
+            )
 
     @property
     def sha256(self) -> str:
-        return self.manifest.tokenizer.sha256
+        return self.fields.tokenizer.sha256
 
     @cached_property
     def lock(self) -> dict[str, Any]:
@@ -71,28 +88,7 @@ class Tokenizer(base.Artifact[TokenizerManifest]):
     @property
     def info(self) -> dict[str, Any]:
         """What other artifacts record about it (manifest field `tokenizer`)."""
-        return self.manifest.tokenizer.model_dump(exclude_none=True)
+        return self.fields.tokenizer.model_dump(exclude_none=True)
 
 
-def open(directory: str | os.PathLike, *, full: bool | None = None) -> Tokenizer:
-    """Verify a tokenizer artifact: every byte its manifest lists, and its identity."""
-    root = Path(directory)
-    if not root.is_dir():
-        raise ArtifactError(
-            f"tokenizer directory {root} does not exist; train one with "
-            "`pretrain tokenizer train` or fix the path"
-        )
-    root, manifest, raw = base.verified(root, TokenizerManifest, full=full)
-    for name in (TOKENIZER_FILE, LOCK_FILE):
-        if name not in manifest.files:
-            raise ArtifactError(
-                f"{root}: its manifest lists no {name}; it is not a tokenizer: train one with "
-                "`pretrain tokenizer train`"
-            )
-    actual = identity_of({rel: entry.sha256 for rel, entry in manifest.files.items()})
-    if actual != manifest.tokenizer.sha256:
-        raise LockMismatch(
-            f"{root}: its files have identity {actual[:12]}..., the manifest records "
-            f"{manifest.tokenizer.sha256[:12]}...: retrain with `pretrain tokenizer train`"
-        )
-    return Tokenizer(root, manifest, raw)
+open = Tokenizer.open

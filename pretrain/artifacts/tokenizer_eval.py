@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -24,18 +23,4 @@ class TokenizerEvalFields(base.Fields):
     """bytes_per_token, baseline_bytes_per_token, roundtrip_exact, eval_source."""
 
 
-class TokenizerEvalManifest(TokenizerEvalFields, base.Manifest):
-    """A tokenizer-eval artifact's manifest, as `open` reads it."""
-
-
-write = base.Writer(TokenizerEvalFields)
-"""Write a tokenizer-eval manifest once report.json is written (`pretrain tokenizer eval`)."""
-
-
-class TokenizerEval(base.Artifact[TokenizerEvalManifest]):
-    """A verified tokenizer-eval artifact."""
-
-
-def open(directory: str | os.PathLike, *, full: bool | None = None) -> TokenizerEval:
-    root, manifest, raw = base.verified(directory, TokenizerEvalManifest, full=full)
-    return TokenizerEval(root, manifest, raw)
+open = base.Artifact[TokenizerEvalFields].open

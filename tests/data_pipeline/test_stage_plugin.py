@@ -242,7 +242,7 @@ def test_a_plugin_stage_runs_through_the_real_runner(tmp_path, plugin_registry) 
     assert all(r["toy_chars"] >= MIN_CHARS for r in kept.to_pylist())
     ledger = json.loads((out / layout.LEDGER).read_text())
     assert ledger["conservation"]["balanced"] and ledger["documents_kept"] == kept.num_rows
-    described = {s["name"]: s for s in artifact.manifest.stages}
+    described = {s["name"]: s for s in artifact.fields.stages}
     assert list(described) == ["extract", "toylen", "toyrank"]
     assert described["toylen"]["config"] == {"enabled": True, "min_chars": MIN_CHARS}
     assert described["toyrank"]["documents"] == 90  # what its aggregate saw, in the driver

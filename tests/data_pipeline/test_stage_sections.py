@@ -16,6 +16,7 @@ from data_pipeline.stages.perplexity import PerplexitySection, PerplexityStage
 from data_pipeline.stages.registry import manifest_sections, section
 from pretrain import shards_layout as layout
 from pretrain.artifacts import shards
+from pretrain.artifacts.base import write_artifact
 from pretrain.errors import ArtifactError, ConfigError, SchemaError
 from pretrain.manifest import MANIFEST, load_manifest, seal_of
 
@@ -26,7 +27,7 @@ def _artifact(root: Path, sections: dict) -> Path:
     (root / layout.DATA_DIR).mkdir(parents=True)
     pq.write_table(pa.table({"id": ["d0"], "text": ["x"]}), root / layout.data_file("a-00000"))
     fields = shards.ShardsFields(stages=[], sections=sections)
-    shards.write(root, fields, config={"output": str(root)}, counts={"documents_kept": 1})
+    write_artifact(root, fields, config={"output": str(root)}, counts={"documents_kept": 1})
     return root
 
 

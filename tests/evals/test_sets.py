@@ -78,9 +78,9 @@ def make_shards(root: Path) -> tuple[Path, str]:
             "dup_keep": columns[5],
         }
     )
-    (root / "shards").mkdir(parents=True)
-    pq.write_table(table.slice(0, 20), root / "shards" / "a-00000.parquet")
-    pq.write_table(table.slice(20), root / "shards" / "a-00001.parquet")
+    (root / "data").mkdir(parents=True)
+    pq.write_table(table.slice(0, 20), root / "data" / "a-00000.parquet")
+    pq.write_table(table.slice(20), root / "data" / "a-00001.parquet")
     write_manifest(root, "shards")
     return root, "train-copy"
 
@@ -114,10 +114,10 @@ def test_eval_build_cli_writes_decontaminated_sets(tmp_path, capsys):
 
 def test_eval_build_refuses_shards_without_eval_documents(tmp_path, capsys):
     root = tmp_path / "shards"
-    (root / "shards").mkdir(parents=True)
+    (root / "data").mkdir(parents=True)
     pq.write_table(
         pa.table({"id": ["a"], "text": ["x y"], "split": ["train"]}),
-        root / "shards" / "a-00000.parquet",
+        root / "data" / "a-00000.parquet",
     )
     write_manifest(root, "shards")
     (tmp_path / "eval.yaml").write_text(
@@ -178,11 +178,12 @@ def test_a_build_that_would_write_no_set_is_refused_and_keeps_the_old_sets(tmp_p
 def test_eval_run_refuses_an_evalset_without_sets(tmp_path, capsys):
     """An evalset of 0 sets (written before the build refused one) gave bpb nan, exit 0."""
     from pretrain.artifacts import evalset as evalset_artifact
+    from pretrain.artifacts.base import write_artifact
 
     sets = tmp_path / "sets"
     sets.mkdir()
     pq.write_table(pa.table({"train_id": pa.array([], pa.string())}), sets / "contaminated.parquet")
-    evalset_artifact.write(sets, evalset_artifact.EvalsetFields(sets=[], tasks=[]), config={})
+    write_artifact(sets, evalset_artifact.EvalsetFields(sets=[], tasks=[]), config={})
     run = tmp_path / "run"
     (run / "checkpoints" / "iter_0000001").mkdir(parents=True)  # never loaded
     assert main(["eval", "run", str(run), "--sets", str(sets)]) == 2
@@ -224,9 +225,9 @@ def test_a_domain_label_with_a_slash_names_a_set_file_inside_sets(tmp_path, caps
     rows += [(f"t{i}", _doc(100 + i), "train", "web", "en") for i in range(3)]
     names = ["id", "text", "split", "domain", "lang"]
     root = tmp_path / "shards"
-    (root / "shards").mkdir(parents=True)
+    (root / "data").mkdir(parents=True)
     table = pa.table({n: list(column) for n, column in zip(names, zip(*rows), strict=True)})
-    pq.write_table(table, root / "shards" / "a-00000.parquet")
+    pq.write_table(table, root / "data" / "a-00000.parquet")
     write_manifest(root, "shards")
     out = tmp_path / "evalsets"
     config = {"shards": str(root), "out": str(out), "min_docs_per_set": 2}

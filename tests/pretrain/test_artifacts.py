@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pretrain.artifacts import ablation, encoded, model, shards
+from pretrain.artifacts import ablation, base, encoded, model, shards
+from pretrain.artifacts.base import write_artifact
 from pretrain.command import capture
 from pretrain.errors import ArtifactError
 from pretrain.manifest import MANIFEST, load_manifest, manifest_sha256, seal_of, write_manifest
@@ -29,7 +30,7 @@ def _shards(root: Path, rows: int = 3) -> Path:
         models={},
         sections={"toy": {"cutoffs": [10.0, 20.0]}},
     )
-    shards.write(root, fields, config={"output": str(root)}, counts={"documents_kept": rows})
+    write_artifact(root, fields, config={"output": str(root)}, counts={"documents_kept": rows})
     return root
 
 
@@ -88,12 +89,22 @@ def _rewrite_manifest(root: Path, **changes: object) -> None:
     (root / MANIFEST).write_text(json.dumps(manifest))
 
 
-def test_fields_a_newer_version_wrote_are_read_and_ignored(tmp_path) -> None:
+def test_the_kinds_fields_are_read_typed_beside_the_common_ones(tmp_path) -> None:
+    art = shards.open(_shards(tmp_path / "s"))
+    assert isinstance(art, shards.Shards) and isinstance(art.fields, shards.ShardsFields)
+    assert art.fields.sections == {"toy": {"cutoffs": [10.0, 20.0]}}
+    assert art.manifest.kind == "shards" and art.manifest.counts == {"documents_kept": 3}
+
+
+@pytest.mark.parametrize("field", ["approved", "files_extra"])
+def test_a_field_added_and_resealed_is_refused_in_one_line(tmp_path, field) -> None:
+    """One format: a field no writer of the kind writes is refused, even when the seal was
+    recomputed (before, a reader ignored it as a newer version's)."""
     root = _shards(tmp_path / "s")
-    _rewrite_manifest(root, written_by_a_later_version={"anything": 1})
-    art = shards.open(root)
-    assert art.manifest.sections == {"toy": {"cutoffs": [10.0, 20.0]}}
-    assert art.raw["written_by_a_later_version"] == {"anything": 1}
+    _rewrite_manifest(root, **{field: True})
+    with pytest.raises(ArtifactError, match=rf"field '{field}'.*edited or damaged") as info:
+        shards.open(root)
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -118,7 +129,7 @@ def test_a_manifest_not_of_the_one_format_is_refused_in_one_line(tmp_path, edit)
 def test_a_field_of_the_wrong_type_is_one_line_refusal(tmp_path) -> None:
     root = _shards(tmp_path / "s")
     _rewrite_manifest(root, sections={"toy": "high"})
-    with pytest.raises(ArtifactError, match="manifest field 'sections.toy'.*rebuild") as info:
+    with pytest.raises(ArtifactError, match="field 'sections.toy'.*rebuild") as info:
         shards.open(root)
     assert "\n" not in str(info.value)
 
@@ -128,11 +139,11 @@ def test_the_writer_refuses_a_field_its_kind_does_not_have(tmp_path) -> None:
     root.mkdir()
     (root / "report.json").write_text("{}")
     with pytest.raises(ValueError, match="typo_recipe"):
-        ablation.write(root, ablation.AblationFields(typo_recipe="x"))  # type: ignore[call-arg]
+        write_artifact(root, ablation.AblationFields(typo_recipe="x"))  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="passed"):
-        ablation.write(root, ablation.AblationFields(passed="perhaps"))  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="AblationFields expected"):
-        ablation.write(root, shards.ShardsFields())  # type: ignore[arg-type]
+        write_artifact(root, ablation.AblationFields(passed="perhaps"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="names no artifact kind"):
+        write_artifact(root, base.Fields())
     assert not (root / MANIFEST).exists()  # nothing written
 
 
@@ -161,9 +172,9 @@ def test_the_ablation_report_is_read_typed_after_verification(tmp_path) -> None:
         "runs": [{"recipe_sha256": "c" * 64}],
     }
     (root / "report.json").write_text(json.dumps(report))
-    ablation.write(root, ablation.fields_of(report), counts={"runs": 1})
+    write_artifact(root, ablation.fields_of(report), counts={"runs": 1})
     art = ablation.open(root)
-    assert art.manifest.chosen_recipe_sha256 == "c" * 64
+    assert art.fields.chosen_recipe_sha256 == "c" * 64
     assert art.report.primary_proxy == "p0" and art.report_json["runs"] == report["runs"]
     (root / "report.json").write_text(json.dumps({**report, "passed": False}))
     with pytest.raises(ArtifactError, match="report.json"):
@@ -171,20 +182,20 @@ def test_the_ablation_report_is_read_typed_after_verification(tmp_path) -> None:
 
 
 def test_show_reads_figures_typed_and_survives_a_field_no_version_wrote(tmp_path) -> None:
-    from pretrain.artifacts.kinds import MANIFESTS
+    from pretrain.artifacts.kinds import FIELDS
     from pretrain.show import describe
 
     assert {"shards", "tokenizer", "encoded", "evalset", "mixture", "run", "ablation"} <= set(
-        MANIFESTS
+        FIELDS
     )
-    assert {"fasttext-model", "kenlm-model", "hf_export", "checkpoint", "eval"} <= set(MANIFESTS)
-    assert {"tokenizer-eval", "dedup-index", "raw"} <= set(MANIFESTS)
+    assert {"fasttext-model", "kenlm-model", "hf_export", "checkpoint", "eval"} <= set(FIELDS)
+    assert {"tokenizer-eval", "dedup-index", "raw"} <= set(FIELDS)
     root = _shards(tmp_path / "s")
     assert describe(root)["figures"] == {"documents_kept": 3}
     abl = tmp_path / "abl"
     abl.mkdir()
     (abl / "report.json").write_text("{}")
-    ablation.write(abl, ablation.fields_of({"passed": True, "target_metric": "bpb"}))
+    write_artifact(abl, ablation.fields_of({"passed": True, "target_metric": "bpb"}))
     assert describe(abl)["figures"]["passed"] is True
     _rewrite_manifest(abl, passed="perhaps")  # no version wrote this: figures fall back to counts
     node = describe(abl)

@@ -75,10 +75,10 @@ def test_added_file_is_reported_by_verify_and_not_used_by_eval_build(
             "dup_keep": [True] * 5,
         }
     )
-    pq.write_table(planted, shards / "shards" / "z-00009.parquet")
+    pq.write_table(planted, shards / "data" / "z-00009.parquet")
     assert main(["verify", str(shards)]) == 2
     line = _one_error(capsys)
-    assert "1 file(s) its manifest does not list (shards/z-00009.parquet)" in line
+    assert "1 file(s) its manifest does not list (data/z-00009.parquet)" in line
 
     config = {"shards": str(shards), "out": str(tmp_path / "evalsets"), "min_docs_per_set": 2}
     (tmp_path / "eval.yaml").write_text(yaml.safe_dump(config))

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from data_pipeline.stages.registry import schema_for
 from pretrain import shards_layout as layout
 from pretrain.artifacts import shards as shards_kind
+from pretrain.artifacts.base import write_artifact
 from pretrain.command import recorded
 from pretrain.nested import pii_struct
 from pretrain.schema import split_for
@@ -101,7 +102,7 @@ def write_shards(
         flush()
     stage_info = [{"name": s, "version": 1, "config": {}} for s in stages]
     with recorded(["tokenizer.synthetic.write_shards"]):
-        shards_kind.write(
+        write_artifact(
             out,
             shards_kind.ShardsFields(stages=stage_info, models={}),
             config={"synthetic": True, "stages": list(stages)},

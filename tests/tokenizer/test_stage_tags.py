@@ -22,6 +22,7 @@ from mixtures.selection import load_sidecars
 from pretrain import shards_layout as layout
 from pretrain.artifacts import encoded as encoded_kind
 from pretrain.artifacts import shards as shards_artifact
+from pretrain.artifacts.base import write_artifact
 from pretrain.manifest import load_manifest
 from pretrain_app.cli import main
 from tests.data_pipeline.test_stage_plugin import _plugin
@@ -52,7 +53,7 @@ def _with_tag(shards_dir: Path, root: Path) -> Path:
         table = table.append_column(pa.field("toy_chars", pa.int32()), chars)
         pq.write_table(table, root / layout.DATA_DIR / path.name)
     fields = shards_artifact.ShardsFields(stages=manifest["stages"])
-    shards_artifact.write(root, fields, config={"test": "toy tag"}, counts={})
+    write_artifact(root, fields, config={"test": "toy tag"}, counts={})
     return root
 
 
@@ -102,7 +103,7 @@ def test_a_tag_declared_once_by_a_stage_reaches_every_reader(
     assert docs.column("id").to_pylist() == source.column("id").to_pylist()
     assert docs.column("toy_chars").to_pylist() == source.column("toy_chars").to_pylist()
     assert np.all(docs.column("toy_chars").to_numpy() >= 0)
-    prefixes = encoded_kind.open(tmp_path / "enc").manifest.prefixes
+    prefixes = encoded_kind.open(tmp_path / "enc").fields.prefixes
     sidecars = load_sidecars(tmp_path / "enc", prefixes)  # what mixtures select over
     assert sidecars.table.schema.field("toy_chars").type == pa.int64()  # widened, as counts
     assert sidecars.table.column("toy_chars").to_pylist() == source.column("toy_chars").to_pylist()
