@@ -50,6 +50,11 @@ def build_command(args: argparse.Namespace) -> int:
         print(
             f"  {entry['name']:<24} {entry['documents']:>6} documents {entry['bytes']:>10,} bytes"
         )
+    for task in manifest["tasks"]:
+        print(
+            f"  task {task['name']:<19} {task['contaminated_examples']:>6} of {task['examples']} "
+            f"examples in {task['contaminated_train_documents']} training document(s)"
+        )
     counts = manifest["counts"]
     print(
         f"eval sets: {counts['sets']} sets, {counts['documents']} documents; "

@@ -3,8 +3,11 @@ decontaminated against the training documents with the pipeline's MinHash dedup 
 (`data_pipeline.dedup.index`: eval documents indexed, training shards queried batch by batch).
 
 Every training document (split != eval) whose estimated Jaccard similarity to an eval document
-reaches the threshold is reported in `contaminated.parquet`: the ids a mixture must exclude from
-training so the eval set stays held out (read by `mixtures.decontaminate.contaminated_ids`).
+reaches the threshold, and every one that holds a task example's text (a shared 13-gram:
+evals/task_overlap.py), is reported in `contaminated.parquet` (`task` names the task, null for the
+held-out split): the ids a mixture must exclude from training so the eval set and the tasks stay
+held out (read by `mixtures.decontaminate.contaminated_ids`). The report and the manifest count
+them per task.
 The artifact (kind `evalset`) holds `sets/<domain>__<lang>.parquet` (id, text, domain, lang,
 num_bytes), optional task files under `tasks/`, and `report.json`; its manifest sha256 is the eval
 set's identity.
@@ -26,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
+from evals.task_overlap import TaskIndex
 from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.artifacts import shards as shards_artifact
 from pretrain.artifacts.base import write_artifact
@@ -45,8 +49,11 @@ HIT_SCHEMA = pa.schema(
         ("jaccard", pa.float32()),
         ("domain", pa.string()),
         ("lang", pa.string()),
+        ("task", pa.string()),
     ]
 )
+"""One contaminating match: a training document and the eval document (`jaccard`: MinHash
+estimate) or the task example (`task`, `eval_id` the example's id, `jaccard` null) it holds."""
 SET_SCHEMA = pa.schema(
     [
         ("id", pa.string()),
@@ -67,6 +74,12 @@ class DecontaminationConfig(StrictModel):
     threshold: float = Field(0.7, gt=0, le=1)
     """Estimated Jaccard similarity at or above which a training document counts as a copy."""
     seed: int = 1
+    task_ngram: int = Field(13, ge=1, le=64)
+    """Task examples: a training document sharing a normalised word n-gram this long with one is
+    contaminated (GPT-3's 13; CJK characters are words)."""
+    task_min_words: int = Field(8, ge=1)
+    """A task text shorter than `task_ngram` words is matched whole when it has at least this many
+    words; shorter ones are not judged (counted as `unchecked_examples`)."""
 
 
 class EvalBuildConfig(StrictModel):
@@ -85,7 +98,8 @@ class EvalBuildConfig(StrictModel):
     keep_duplicates: bool = False
     """Keep eval documents the pipeline marked dup_keep == false (redundant copies)."""
     tasks: list[str] = Field(default_factory=list)
-    """Task JSONL files (multiple-choice / cloze, see evals/tasks.py) copied into the artifact."""
+    """Task JSONL files (multiple-choice / cloze, see evals/tasks.py) copied into the artifact;
+    training documents holding an example's text are listed as contaminated."""
     decontamination: DecontaminationConfig = Field(default_factory=DecontaminationConfig)
     seed: int = 0
     batch_rows: int = Field(4096, ge=1)
@@ -151,6 +165,24 @@ def _dedup_config(cfg: DecontaminationConfig) -> Any:
     )
 
 
+def _task_matches(index: TaskIndex, train: pa.Table) -> list[dict[str, Any]]:
+    """One batch of training documents against the task examples' n-grams."""
+    hits = []
+    for row in train.select(["id", "text", "domain", "lang"]).to_pylist():
+        for task, example in sorted(index.matches(row["text"])):
+            hits.append(
+                {
+                    "train_id": row["id"],
+                    "eval_id": example,
+                    "jaccard": None,
+                    "domain": row["domain"],
+                    "lang": row["lang"],
+                    "task": task,
+                }
+            )
+    return hits
+
+
 def _matches(index_dir: Path, train: pa.Table) -> list[dict[str, Any]]:
     """Query one batch of training documents against the eval index."""
     from data_pipeline.dedup.index import query
@@ -172,6 +204,7 @@ def _matches(index_dir: Path, train: pa.Table) -> list[dict[str, Any]]:
             "jaccard": float(m["jaccard"]),
             "domain": rows[m["id"]].get("domain"),
             "lang": rows[m["id"]].get("lang"),
+            "task": None,
         }
         for m in matches.to_pylist()
     ]
@@ -183,10 +216,12 @@ def decontaminate(
     cfg: DecontaminationConfig,
     batch_rows: int,
     index_dir: Path,
+    tasks: TaskIndex | None = None,
 ) -> list[dict[str, Any]]:
     """Every training document (split != eval) whose MinHash signature matches an eval document
     at or above the threshold, found with the pipeline's dedup index (data_pipeline.dedup.index:
-    the eval documents are indexed, the training data is queried batch by batch)."""
+    the eval documents are indexed, the training data is queried batch by batch), and, in the
+    same pass, every one holding a task example's text (`tasks`: evals/task_overlap.py)."""
     from data_pipeline.dedup.index import save_index
     from pretrain.progress import Progress
 
@@ -207,6 +242,8 @@ def decontaminate(
         )
         if train.num_rows:
             hits.extend(_matches(index_dir, train))
+            if tasks is not None:
+                hits.extend(_task_matches(tasks, train))
     progress.close()
     return hits
 
@@ -261,7 +298,9 @@ def _write_sets(out: Path, groups: dict, cfg: EvalBuildConfig) -> tuple[list[dic
     return written, skipped
 
 
-def _copy_tasks(out: Path, tasks: list[str]) -> list[dict]:
+def _copy_tasks(out: Path, tasks: list[str], hits: list[dict], index: TaskIndex) -> list[dict]:
+    """Copy the task files in; each one's entry counts the examples found in training documents,
+    the training documents holding one, and the examples too short to judge."""
     from evals.tasks import load_task
 
     copied = []
@@ -269,7 +308,17 @@ def _copy_tasks(out: Path, tasks: list[str]) -> list[dict]:
         task = load_task(task_path)
         (out / "tasks").mkdir(exist_ok=True)
         shutil.copyfile(task_path, out / "tasks" / Path(task_path).name)
-        copied.append({"name": task.name, "kind": task.kind, "examples": len(task.examples)})
+        mine = [h for h in hits if h["task"] == task.name]
+        copied.append(
+            {
+                "name": task.name,
+                "kind": task.kind,
+                "examples": len(task.examples),
+                "contaminated_examples": len({h["eval_id"] for h in mine}),
+                "contaminated_train_documents": len({h["train_id"] for h in mine}),
+                "unchecked_examples": index.unchecked.get(task.name, 0),
+            }
+        )
     return copied
 
 
@@ -318,13 +367,24 @@ def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
         train_files = files + [f for d in cfg.train_shards for f in _shard_files(d)]
         kept = [doc for row in written for doc in groups[(row["domain"], row["lang"])]]
         index = building / "decontamination-index"
+        tasks = _task_index(cfg)
         hits = (
-            decontaminate(kept, train_files, cfg.decontamination, cfg.batch_rows, index)
+            decontaminate(kept, train_files, cfg.decontamination, cfg.batch_rows, index, tasks)
             if cfg.decontamination.enabled
             else []
         )
-        manifest = _finish(building, cfg, written, skipped, hits)
+        manifest = _finish(building, cfg, written, skipped, hits, tasks)
     return manifest
+
+
+def _task_index(cfg: EvalBuildConfig) -> TaskIndex:
+    from evals.tasks import load_task
+
+    return TaskIndex(
+        [load_task(path) for path in cfg.tasks],
+        cfg.decontamination.task_ngram,
+        cfg.decontamination.task_min_words,
+    )
 
 
 def _check_groups(groups: dict[tuple[str, str], list[dict]], cfg: EvalBuildConfig) -> None:
@@ -345,17 +405,23 @@ def _check_groups(groups: dict[tuple[str, str], list[dict]], cfg: EvalBuildConfi
 
 
 def _finish(
-    out: Path, cfg: EvalBuildConfig, written: list[dict], skipped: list[dict], hits: list[dict]
+    out: Path,
+    cfg: EvalBuildConfig,
+    written: list[dict],
+    skipped: list[dict],
+    hits: list[dict],
+    index: TaskIndex,
 ) -> dict[str, Any]:
     """contaminated.parquet, the task files, report.json, then the `evalset` manifest."""
     pq.write_table(pa.Table.from_pylist(hits, schema=HIT_SCHEMA), out / CONTAMINATED_FILE)
-    tasks = _copy_tasks(out, cfg.tasks)
+    tasks = _copy_tasks(out, cfg.tasks, hits, index)
     report = {
         "sets": written,
         "skipped_groups": skipped,
         "tasks": tasks,
         "contaminated_train_documents": len({h["train_id"] for h in hits}),
-        "contaminated_eval_documents": len({h["eval_id"] for h in hits}),
+        "contaminated_eval_documents": len({h["eval_id"] for h in hits if h["task"] is None}),
+        "contaminated_by_tasks": len({h["train_id"] for h in hits if h["task"] is not None}),
         "decontamination": config_dict(cfg.decontamination),
     }
     atomic_write_json(out / "report.json", report)

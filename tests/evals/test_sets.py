@@ -214,7 +214,9 @@ def test_task_files_not_utf8_are_one_line_and_a_byte_order_mark_is_read(tmp_path
         if code:
             assert err.count("\n") == 1 and f"{task}:2: not UTF-8 (byte 0xe9" in err, err
         else:
-            assert verify(out)["tasks"] == [{"name": "bom", "kind": "cloze", "examples": 1}]
+            assert [(t["name"], t["kind"], t["examples"]) for t in verify(out)["tasks"]] == [
+                ("bom", "cloze", 1)
+            ]
 
 
 def test_a_domain_label_with_a_slash_names_a_set_file_inside_sets(tmp_path, capsys):
@@ -240,3 +242,64 @@ def test_a_domain_label_with_a_slash_names_a_set_file_inside_sets(tmp_path, caps
     assert not (tmp_path / "x__en.parquet").exists()
     loaded = {(s.domain, s.lang): len(s.texts) for s in load_eval_sets(out)}
     assert loaded == {("news/sports", "en"): 2, ("../x", "en"): 2}
+
+
+MOONS = "Which planet in the solar system has the largest number of confirmed moons orbiting it?"
+BOIL = (
+    "At what temperature in degrees Celsius does pure water boil at sea level under standard "
+    "pressure?"
+)
+PLANTED = {
+    # a task question verbatim, inside an ordinary page
+    "train-verbatim": f"Quiz night notes. {MOONS} Bring your own pens and arrive early.",
+    # the question and its answer, with other punctuation and case
+    "train-answer": f"trivia: {BOIL.upper()} -- 100! (it is less on a mountain)",
+    # an FAQ holding two questions, one of them too short for a 13-gram (matched whole)
+    "train-faq": "FAQ\n1. Who wrote the nineteenth century novel Pride and Prejudice? Jane "
+    "Austen.\n2. What is the name of the capital city of Australia? Canberra, not Sydney.",
+}
+COMMON = (
+    "The solar system has eight planets and many moons. At sea level water boils sooner than on "
+    "a mountain, and in degrees Celsius that is a round number. Which planet is largest? The "
+    "capital city of a country is often not its largest city, and the novel is a young form."
+)
+
+
+@pytest.mark.timeout(120)
+def test_training_documents_holding_task_questions_are_contaminated(tmp_path, capsys):
+    root = tmp_path / "shards"
+    rows = [(f"web-e{i}", _doc(i), "eval", "web", "en") for i in range(3)]
+    rows += [(f"train-{i}", _doc(100 + i), "train", "web", "en") for i in range(10)]
+    rows += [(key, text, "train", "web", "en") for key, text in PLANTED.items()]
+    rows.append(("train-common", COMMON, "train", "web", "en"))
+    columns = list(zip(*rows))
+    names = ["id", "text", "split", "domain", "lang"]
+    (root / "data").mkdir(parents=True)
+    pq.write_table(pa.table(dict(zip(names, columns))), root / "data" / "a-00000.parquet")
+    write_manifest(root, "shards")
+    config = {
+        "shards": str(root),
+        "out": str(tmp_path / "evalsets"),
+        "tasks": [str(DATA / "planted_qa.jsonl"), str(DATA / "tiny_mc.jsonl")],
+    }
+    (tmp_path / "eval.yaml").write_text(yaml.safe_dump(config))
+    assert main(["eval", "build", str(tmp_path / "eval.yaml")]) == 0
+    out = tmp_path / "evalsets"
+    assert contaminated_ids(out) == set(PLANTED)  # the common phrases are not enough
+    hits = pq.read_table(out / "contaminated.parquet").to_pylist()
+    assert {(h["train_id"], h["eval_id"]) for h in hits} == {
+        ("train-verbatim", "qa-moons"),
+        ("train-answer", "qa-boil"),
+        ("train-faq", "qa-author"),
+        ("train-faq", "qa-capital"),
+    }
+    assert {h["task"] for h in hits} == {"planted_qa"}
+    report = json.loads((out / "report.json").read_text())
+    tasks = {t["name"]: t for t in report["tasks"]}
+    assert tasks["planted_qa"]["contaminated_examples"] == 4
+    assert tasks["planted_qa"]["contaminated_train_documents"] == 3
+    assert tasks["tiny_mc"]["contaminated_examples"] == 0
+    assert tasks["tiny_mc"]["unchecked_examples"] == 3  # "the cat sat on the mat": too short
+    assert verify(out)["tasks"] == report["tasks"]
+    assert report["contaminated_by_tasks"] == 3
+    assert "planted_qa" in capsys.readouterr().out
