@@ -2,9 +2,7 @@
 and the build settings (encoded data, pinned tokenizer, token budget, global batch, seed).
 
 The recipe hash is the sha256 of the canonical recipe (what an ablation decides); the build hash
-adds the build settings and the identities of the data and tokenizer (what a run consumes). A
-recipe that selects only on the built-in clauses hashes as it always did (version 1); one that
-selects on another declared tag (a plugin stage's) hashes with `recipe_hash_version: 2`.
+adds the build settings and the identities of the data and tokenizer (what a run consumes).
 """
 
 from __future__ import annotations
@@ -217,18 +215,10 @@ class MixtureConfig(StrictModel):
     replan: Replan | None = None
 
 
-RECIPE_HASH_VERSION = 2
-"""Version 2 covers clauses on declared (plugin) tags; a recipe without them hashes as version 1."""
-
-
 def recipe_sha256(recipe: Recipe) -> str:
-    """The sha256 of the canonical recipe. Version 1 (the recipe's dump alone) for a recipe
-    whose selects use only the built-in clauses, so every recipe written before declared tags
-    could be selected, and every mixture locked on one, keeps its hash; version 2 otherwise."""
-    dump = recipe.model_dump(mode="json")
-    if not any(component.select.tags for component in recipe.components):
-        return sha256_bytes(canonical_json(dump))
-    return sha256_bytes(canonical_json({"recipe_hash_version": RECIPE_HASH_VERSION, **dump}))
+    """The sha256 of the canonical recipe (its JSON dump; a clause on a declared tag is a key of
+    its select like any built-in one, so it changes the hash too)."""
+    return sha256_bytes(canonical_json(recipe.model_dump(mode="json")))
 
 
 def build_sha256(

@@ -162,7 +162,7 @@ def test_a_declared_tag_is_selected_by_its_declared_type(
     assert got, "the case selects something"
 
 
-def test_a_recipe_written_before_declared_tags_keeps_its_hash() -> None:
+def test_a_recipe_hashes_as_its_canonical_dump() -> None:
     recipe = Recipe.model_validate(EVERY_CLAUSE)
     assert recipe_sha256(recipe) == EVERY_CLAUSE_SHA
     assert [select_sha256(c) for c in recipe.components] == EVERY_CLAUSE_SELECTS
@@ -174,7 +174,7 @@ def test_a_recipe_written_before_declared_tags_keeps_its_hash() -> None:
     assert "tags" not in config.model_dump(mode="json")["recipe"]["components"][0]["select"]
 
 
-def test_a_declared_tag_clause_is_versioned_in_the_hash_and_round_trips(toy_tags) -> None:
+def test_a_declared_tag_clause_is_in_the_hash_and_round_trips(toy_tags) -> None:
     base = {"components": [{"name": "c", "select": {"lang": "en"}, "weight": 1}]}
     plain = Recipe.model_validate(base)
     tagged = Recipe.model_validate(
