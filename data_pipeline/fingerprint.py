@@ -15,9 +15,7 @@ An object store keeps no ctime, and its mtime counts whole seconds: an object re
 second of the upload an earlier run recorded, at the same size, with its change between the
 hashed edges, kept size, mtime and hash. Its identity holds its ETag instead, which the store
 changes with every write of other bytes (an outside tool's rewrite too), read from the answer
-the hash's open already gets. Outputs written before the ETag was recorded read every object
-input larger than FULL_HASH_BYTES once again on their first resume (its edges' hash cannot tell
-a same-second rewrite); a smaller one is decided by its whole-object hash and reused.
+the hash's open already gets.
 
 A changed (or removed) input's parts are deleted and it is read again; the others are reused.
 """
@@ -125,20 +123,7 @@ def _sha(data: bytes) -> str:
 
 def changed_inputs(recorded: dict[str, Any], current: dict[str, dict[str, Any]]) -> list[str]:
     """Stems whose parts an earlier run wrote but whose file changed or left the inputs."""
-    return sorted(stem for stem, old in recorded.items() if not _same(old, current.get(stem)))
-
-
-def _same(old: Any, new: dict[str, Any] | None) -> bool:
-    """Whether the input whose identity was `old` is still the file `new` describes. An object
-    identity recorded before the ETag was (no `etag` key) but holding the sha256 of the whole
-    object (at most FULL_HASH_BYTES) is decided by that hash: the bytes are the recorded ones, as
-    an ETag would say, so its parts are reused (and the ETag recorded) without reading it again.
-    One with only the edges' hash cannot tell a same-second rewrite in the middle: read again."""
-    if new == old or new is None or not isinstance(old, dict):
-        return new == old
-    if "etag" in old or "sha256" not in old or "inode" in new:
-        return False
-    return {key: value for key, value in new.items() if key != "etag"} == old
+    return sorted(stem for stem, old in recorded.items() if old != current.get(stem))
 
 
 def model_hashes(stages: list[Stage]) -> dict[str, str]:
