@@ -22,7 +22,7 @@ from pretrain import demostep
 from pretrain.artifacts import raw as raw_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.locking import writes_output
-from pretrain.manifest import MANIFEST, verify
+from pretrain.manifest import verify
 from pretrain.output_check import refuse_foreign, refuse_not_a_directory, temporary_file
 from pretrain.sample import SAMPLE_FILES, sample_dir
 from tokenizer import demo as tokenizer_demo
@@ -86,10 +86,9 @@ sub-folders (`raw/`, `run/`, ...) when those do not verify."""
 
 def check_demo_out(out: Path) -> None:
     """Refuse an `--out` that is a file or a non-empty folder no demo wrote: a step deletes a
-    `raw/` or `run/` there that is not a verified artifact (someone else's). A folder from before
-    DEMO_MARK is a demo's when its `raw/` is the demo's raw artifact."""
+    `raw/` or `run/` there that is not a verified artifact (someone else's)."""
     refuse_not_a_directory(out, "--out")
-    if (out / DEMO_MARK).is_file() or (out / "raw" / MANIFEST).is_file():
+    if (out / DEMO_MARK).is_file():
         return
     refuse_foreign(out, "--out", f"demo output (no {DEMO_MARK})", temporary_file)
 

@@ -90,8 +90,7 @@ def tag_names() -> tuple[str, ...]:
 OUTPUT_SUFFIXES = (".bin", ".idx", ".docs.parquet", ".done")
 HASHED = ("idx_sha256", "sidecar_sha256", "bin_sha256")
 """What a `.done` record holds of the .idx, the sidecar and the .bin (beside its size: a byte
-flipped at the same size is encoded again; a record from before the .bin's hash was kept is
-encoded again once). Hashes go through pretrain.hashcache: a file rewritten in place changes its
+flipped at the same size is encoded again). Hashes go through pretrain.hashcache: a file rewritten in place changes its
 ctime, so it is hashed again."""
 
 
@@ -135,7 +134,7 @@ def _finished(
         return None
     if bin_path.stat().st_size != record.get("bin_bytes"):
         return None
-    if sha256_file(idx) != record.get(HASHED[0]):  # a record from before it was kept: redone
+    if sha256_file(idx) != record.get(HASHED[0]):
         return None
     if sha256_file(bin_path) != record.get(HASHED[2]):  # a byte flipped at the same size
         return None

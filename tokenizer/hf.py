@@ -73,5 +73,5 @@ def hf_file_bytes(
 
 
 def hf_file_bytes_for_lock(lock: dict[str, Any], model_max_length: int) -> dict[str, bytes]:
-    """The HF side files of a locked tokenizer (also of an old lock that had none)."""
+    """The HF side files of a locked tokenizer, from its lock."""
     return hf_file_bytes(lock["special_tokens"], lock["eod_id"], lock["pad_id"], model_max_length)
