@@ -1,7 +1,8 @@
 """What each stage of a data run cost, measured inside the workers, kept per output part.
 
 Workers time their own work with `time.process_time()` (CPU-seconds of that process, so a busy
-machine does not inflate it the way wall time would) and write one small record per batch and
+machine does not inflate it the way wall time would; a stage's CPU includes what its document
+workers spent: data_pipeline.timelimit.cpu_time) and write one small record per batch and
 shard: `OUT/.parts/cost/<shard>/<tag>-<first row>-<last row>.json` (named by its rows, so a
 retried batch overwrites its own record instead of counting twice). A batch holding rows of
 several shards splits its CPU-seconds by their row counts; documents and raw bytes are exact.
@@ -32,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from data_pipeline.timelimit import cpu_time
 from pretrain.manifest import (  # an object-store key too (pretrain.storage)
     atomic_write_bytes,
     atomic_write_json,
@@ -121,9 +123,9 @@ def run_stages(stages: list[Any], batch: pa.Table) -> tuple[pa.Table, dict[str, 
     """Run the map stages in order over `batch`; returns it tagged and each stage's CPU-seconds."""
     spent: dict[str, float] = {}
     for stage in stages:
-        start = time.process_time()
+        start = cpu_time()
         batch = stage(batch)
-        spent[stage.name] = time.process_time() - start
+        spent[stage.name] = cpu_time() - start
     return batch, spent
 
 

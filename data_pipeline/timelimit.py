@@ -1,98 +1,182 @@
-"""A per-document CPU-time limit that works on any thread and does not depend on machine load.
+"""A per-document CPU-time limit that no call can outrun: the work runs in a killable child process.
 
-The limit counts the CPU time of the calling thread (its POSIX per-thread CPU clock), not wall
-time: a document waiting for a busy core uses none of its budget, so the same input hits (or
-does not hit) the limit at any worker count and any load, and the shards do not change with
-them. A watchdog thread sleeps until the budget could at the earliest be spent (a thread cannot
-use more CPU time than wall time), re-reads the clock, and when the budget is spent raises
-`TimeLimitExceeded` in the working thread with `PyThreadState_SetAsyncExc`. That interrupts
-Python code at the next bytecode boundary: long pure-C calls finish first (which is why the
-extract stage also caps input size before parsing).
+`DocumentWorker(factory, *args, seconds=s)` starts (on first use) a child Python process that
+builds `factory(*args)` once (the stage's setup: a parser, a tokenizer) and then serves one
+document per request. The parent gives each document `s` CPU-seconds of the CHILD's process clock
+(clock_getcpuclockid), not wall time: a document waiting for a busy core uses none of its
+budget, so the same input hits (or does not hit) the limit at any worker count and any load, and
+the shards do not change with them. A document is over its limit iff the child spent more than
+`s` on it; when that happens mid-call the child is SIGKILLed, whatever it is doing (one long C
+call of a parser or a regex included), and a fresh child is started for the next document.
+A child that dies on a document (a crash in C, the OOM killer) fails that document only.
+
+The child exits when the parent closes its socket (or dies). Orphaned mid-document, it is still
+bounded: before each document it sets its own RLIMIT_CPU a little past the budget, so the kernel
+ends it if nobody else does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
+import pickle
+import resource
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
 
 POLL_FLOOR_S = 0.002
-"""Shortest sleep between two reads of a thread's clock."""
+"""Shortest wait between two reads of the child's clock."""
 
 
-class TimeLimitExceeded(BaseException):
-    """Raised inside the code under `time_limit` when its CPU time is up.
-
-    A BaseException, like KeyboardInterrupt, so library code that catches `Exception` (Trafilatura
-    does, around lxml) cannot swallow it."""
+_children_cpu_s = 0.0
+"""CPU-seconds this process's document workers spent on documents (see `cpu_time`)."""
 
 
-class _Watchdog:
-    """One daemon thread per process; each armed thread has a CPU clock and a CPU deadline."""
+def cpu_time() -> float:
+    """`time.process_time()` plus what this process's document workers spent on documents: the
+    CPU cost of the work a stage did, wherever it ran (data_pipeline.throughput)."""
+    return time.process_time() + _children_cpu_s
 
-    def __init__(self) -> None:
+
+class TimeLimitExceeded(Exception):
+    """The document used more CPU time than its limit (its child was killed if still busy)."""
+
+
+class DocumentFailed(Exception):
+    """The work raised on this document, or its child died (a crash in C); the message says which."""
+
+
+class DocumentWorker:
+    """Calls `factory(*args)(*document)` in a child process, one document at a time, each under a
+    CPU-time limit of `seconds`. Thread-safe (calls are serialised); `close()` ends the child."""
+
+    def __init__(self, factory: Callable[..., Callable[..., Any]], *args: Any, seconds: float):
+        self._setup = pickle.dumps((factory, args, seconds))
+        self._seconds = seconds
         self._lock = threading.Lock()
-        self._armed: dict[int, tuple[int, float]] = {}
-        self._wake = threading.Event()
-        threading.Thread(target=self._run, name="cpu-time-watchdog", daemon=True).start()
+        self._child: subprocess.Popen[bytes] | None = None
+        self._conn: Connection | None = None
+        self._clock = 0
 
-    def arm(self, thread_id: int, seconds: float) -> None:
-        clock = time.pthread_getcpuclockid(thread_id)
+    def __call__(self, *document: Any) -> Any:
+        global _children_cpu_s
         with self._lock:
-            self._armed[thread_id] = (clock, time.clock_gettime(clock) + seconds)
-        self._wake.set()
+            conn = self._start()
+            start = time.clock_gettime(self._clock)
+            conn.send(document)
+            status, value = self._wait(conn, start)
+            if self._conn is None:  # killed at the limit, or died
+                used = self._seconds if status == "timeout" else 0.0
+            else:
+                used = time.clock_gettime(self._clock) - start
+                if used > self._seconds:  # finished, but too late: the same verdict
+                    status = "timeout"
+            _children_cpu_s += used
+            if status == "timeout":
+                raise TimeLimitExceeded(f"over {self._seconds} CPU-s")
+            if status == "error":
+                raise DocumentFailed(value)
+            return value
 
-    def disarm(self, thread_id: int) -> bool:
-        """Stop watching; True if the limit already fired (its exception may still be pending)."""
-        with self._lock:
-            return self._armed.pop(thread_id, None) is None
-
-    def _run(self) -> None:
+    def _wait(self, conn: Connection, start: float) -> tuple[str, Any]:
+        """The child's reply, or ("timeout", None) after killing it at the limit."""
         while True:
-            wait: float | None = None
-            with self._lock:
-                for thread_id, (clock, deadline) in list(self._armed.items()):
-                    try:
-                        left = deadline - time.clock_gettime(clock)
-                    except OSError:  # the thread ended without disarming
-                        del self._armed[thread_id]
-                        continue
-                    if left <= 0:
-                        del self._armed[thread_id]
-                        _raise_in(thread_id, TimeLimitExceeded)
-                    else:
-                        wait = left if wait is None else min(wait, left)
-            self._wake.wait(timeout=None if wait is None else max(wait, POLL_FLOOR_S))
-            self._wake.clear()
+            left = start + self._seconds - time.clock_gettime(self._clock)
+            if left <= 0:
+                self.close()
+                return "timeout", None
+            # A process cannot use more CPU time than wall time per thread: sleep until the
+            # budget could at the earliest be spent, then re-read the clock.
+            if conn.poll(max(left, POLL_FLOOR_S)):
+                break
+        try:
+            return conn.recv()
+        except (EOFError, OSError):
+            code = self._child.wait() if self._child else None
+            self.close()
+            return "error", f"the worker process died (exit {code})"
+
+    def _start(self) -> Connection:
+        if self._conn is not None:
+            return self._conn
+        ours, theirs = socket.socketpair()
+        # The child imports what the parent can: the same sys.path (a Ray worker's may hold a
+        # runtime_env's packages that PYTHONPATH does not name).
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self._child = subprocess.Popen(
+            [sys.executable, "-m", "data_pipeline.timelimit", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+        theirs.close()
+        self._conn = Connection(ours.detach())
+        self._clock = _process_cpu_clock(self._child.pid)
+        self._conn.send_bytes(self._setup)
+        status, value = self._conn.recv()
+        if status == "error":
+            self.close()
+            raise RuntimeError(f"document worker setup failed: {value}")
+        return self._conn
+
+    def close(self) -> None:
+        """Kill the child (if any); the next call starts a fresh one."""
+        if self._child is not None:
+            self._child.kill()
+            self._child.wait()
+            self._child = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __del__(self) -> None:
+        # At interpreter shutdown this may fail: the child exits on its own when its socket closes.
+        with contextlib.suppress(Exception):
+            self.close()
 
 
-def _raise_in(thread_id: int, exc: type[BaseException] | None) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None
-    )
+def _process_cpu_clock(pid: int) -> int:
+    """POSIX clock_getcpuclockid (the time module has only the per-thread variant)."""
+    clock = ctypes.c_int()
+    error = ctypes.CDLL(None).clock_getcpuclockid(pid, ctypes.byref(clock))
+    if error:
+        raise OSError(error, os.strerror(error))
+    return clock.value
 
 
-_WATCHDOG: _Watchdog | None = None
-_WATCHDOG_LOCK = threading.Lock()
-
-
-def _watchdog() -> _Watchdog:
-    global _WATCHDOG
-    with _WATCHDOG_LOCK:
-        if _WATCHDOG is None:
-            _WATCHDOG = _Watchdog()
-        return _WATCHDOG
-
-
-@contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Raise TimeLimitExceeded in the enclosed code once this thread used `seconds` of CPU."""
-    watchdog, thread_id = _watchdog(), threading.get_ident()
-    watchdog.arm(thread_id, seconds)
+def _serve(fd: int) -> None:
+    """The child: build the work once, then answer one document per request until EOF."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    conn = Connection(fd)
     try:
-        yield
-    finally:
-        if watchdog.disarm(thread_id):
-            _raise_in(thread_id, None)  # cancel an exception that fired but was not delivered
+        factory, args, seconds = pickle.loads(conn.recv_bytes())
+        work = factory(*args)
+    except Exception as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ok", None))
+    while True:
+        try:
+            document = conn.recv()
+        except EOFError:
+            return
+        # The kernel's backstop (SIGXCPU) in case the parent cannot kill us: 2 s past the budget.
+        limit = int(time.process_time() + seconds) + 2
+        resource.setrlimit(resource.RLIMIT_CPU, (limit, resource.RLIM_INFINITY))
+        try:
+            reply = ("ok", work(*document))
+        except Exception as exc:  # one document's failure is that document's reject
+            reply = ("error", f"{type(exc).__name__}: {exc}")
+        conn.send(reply)
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]))

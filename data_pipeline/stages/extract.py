@@ -1,8 +1,9 @@
 """Extract stage: raw records (readers.RAW_SCHEMA) -> main text with boilerplate removed.
 
 HTML is decoded (declared charset, else strict UTF-8, else charset-normalizer's guess), capped in
-size BEFORE parsing, and extracted by resiliparse (fast, default) or Trafilatura under a per-document
-time limit, so pathological HTML cannot stall a worker. Records that yield nothing usable get an
+size BEFORE parsing, and extracted by resiliparse (fast, default) or Trafilatura in a killable
+child process under a per-document CPU-time limit (data_pipeline.timelimit), so pathological HTML
+(100,000 nested <div>s cost resiliparse minutes in one C call) cannot stall a worker. Records that yield nothing usable get an
 `extract_reason`; the job's select drops them (hard rejects) and the ledger counts them.
 """
 
@@ -17,7 +18,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from data_pipeline.stages.base import Stage, StageConfig
-from data_pipeline.timelimit import TimeLimitExceeded, time_limit
+from data_pipeline.timelimit import DocumentFailed, DocumentWorker, TimeLimitExceeded
 from pretrain.config import MAX_TIMEOUT_S
 
 HARD_REASONS: tuple[str, ...] = (
@@ -66,9 +67,10 @@ class ExtractConfig(StageConfig):
     unparsed (data_pipeline.warc.WARC_RECORD_FACTOR).
     Times `batch_rows`, it bounds what one batch may hold (PipelineConfig.batch_rows)."""
     timeout_s: float = Field(5.0, gt=0, le=MAX_TIMEOUT_S)
-    """Per-document extraction limit in CPU-seconds of the extracting thread (not wall time, so
+    """Per-document extraction limit in CPU-seconds of the extracting process (not wall time, so
     machine load and worker count cannot change which documents hit it); a document that uses
-    more is rejected as `timeout` and counted in the ledger."""
+    more is stopped (its process killed, whatever it is doing), rejected as `timeout` and counted
+    in the ledger."""
     min_chars: int = Field(1, ge=1)
     """Text shorter than this after cleaning is rejected as empty."""
     favor_precision: bool = True
@@ -159,6 +161,11 @@ def _trafilatura(favor_precision: bool) -> Callable[[str], str]:
     return extract
 
 
+def extractor(name: str, favor_precision: bool) -> Callable[[str], str]:
+    """HTML -> main text with the named library (what the document worker runs)."""
+    return _resiliparse if name == "resiliparse" else _trafilatura(favor_precision)
+
+
 def _is_html(content_type: str) -> bool:
     base = content_type.split(";", 1)[0].strip().lower()
     return not base or base.startswith(_HTML_TYPES)
@@ -189,10 +196,8 @@ class ExtractStage(Stage):
 
     def setup(self) -> None:
         config: ExtractConfig = self.config  # type: ignore[assignment]
-        self._extract = (
-            _resiliparse
-            if config.extractor == "resiliparse"
-            else _trafilatura(config.favor_precision)
+        self._extract = DocumentWorker(
+            extractor, config.extractor, config.favor_precision, seconds=config.timeout_s
         )
 
     def record_limit(self) -> int | None:
@@ -271,11 +276,10 @@ class ExtractStage(Stage):
         if html is None:
             return None, "undecodable", None
         try:
-            with time_limit(config.timeout_s):
-                text = self._extract(html)
+            text = self._extract(html)
         except TimeLimitExceeded:
             return None, "timeout", config.extractor
-        except Exception:  # any parser failure on one document is that document's reject
+        except DocumentFailed:  # any parser failure on one document is that document's reject
             return None, "extraction_failed", config.extractor
         cleaned = self._clean(text or "")
         if len(cleaned) < config.min_chars:

@@ -14,6 +14,10 @@ are cut into 2-character pseudo-words, so a Chinese document's word count is its
 (plus its non-CJK words); CJK documents skip the mean-word-length clause, leave full-width
 punctuation out of the alphabetic-word share, use a Chinese stop-word list and CJK sentence
 punctuation, and their characters count double for FineWeb's short lines.
+
+Each document's signals are computed in a killable child process under `timeout_s` CPU-seconds
+(data_pipeline.timelimit): a crafted line can make one regex call backtrack for a minute. Such a
+document is tagged `timeout` with null signals; a crash in the child tags it `rules_failed`.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from data_pipeline.stages.rules_text import (  # noqa: F401  (re-exported)
     is_cjk,
     make_tokenizer,
 )
+from data_pipeline.timelimit import DocumentFailed, DocumentWorker, TimeLimitExceeded
 
 
 class RulesStage(Stage):
@@ -54,9 +59,14 @@ class RulesStage(Stage):
 
     def setup(self) -> None:
         self._tokenizer = make_tokenizer(self.config.word_tokenizer)
+        self._worker = DocumentWorker(
+            document_rules,
+            self.config,
+            seconds=self.config.timeout_s,  # type: ignore[attr-defined]
+        )
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        if not hasattr(self, "_tokenizer"):
+        if not hasattr(self, "_worker"):
             self.setup()
         texts = batch.column("text").to_pylist()
         langs = _optional_column(batch, "lang")
@@ -64,10 +74,20 @@ class RulesStage(Stage):
         names = [f.name for f in self.provided_fields()]
         columns: dict[str, list[Any]] = {name: [] for name in names}
         for text, lang, domain in zip(texts, langs, domains, strict=True):
-            signals = self.signals(text or "", lang, domain)
+            signals = self._limited(text or "", lang, domain)
             for name in names:
                 columns[name].append(signals[name])
         return self.append(batch, columns)
+
+    def _limited(self, text: str, lang: str | None, domain: str | None) -> dict[str, Any]:
+        try:
+            return self._worker(text, lang, domain)
+        except (TimeLimitExceeded, DocumentFailed) as exc:
+            signals: dict[str, Any] = {f.name: None for f in self.provided_fields()}
+            signals["rules_reason"] = (
+                "timeout" if isinstance(exc, TimeLimitExceeded) else "rules_failed"
+            )
+            return signals
 
     def provided_fields(self) -> tuple[pa.Field, ...]:
         return self.columns
@@ -84,6 +104,11 @@ class RulesStage(Stage):
         return document_signals(
             text, config, self._tokenizer, cjk=cjk, is_code=is_code, domain=domain, lang=lang
         )
+
+
+def document_rules(config: RulesConfig) -> Any:
+    """The document worker's work: (text, lang, domain) -> signals, built once per child."""
+    return RulesStage(config).signals
 
 
 def _optional_column(batch: pa.Table, name: str) -> list[Any]:

@@ -8,7 +8,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from data_pipeline.stages.base import StageConfig
-from pretrain.config import StrictModel
+from pretrain.config import MAX_TIMEOUT_S, StrictModel
 
 RULES_COLUMNS: tuple[pa.Field, ...] = (
     pa.field("num_words", pa.int32()),
@@ -117,6 +117,10 @@ class RulesConfig(StageConfig):
     """Config of the rule-signals stage (`stages.rules` in the pipeline YAML)."""
 
     word_tokenizer: Literal["fast", "spacy"] = "fast"
+    timeout_s: float = Field(10.0, gt=0, le=MAX_TIMEOUT_S)
+    """Per-document limit in CPU-seconds (an ordinary 5 MB document takes about 2.5); a document
+    that uses more is stopped, tagged `rules_reason: timeout` with null signals, and counted in
+    the ledger (data_pipeline.timelimit)."""
     script_aware: bool = True
     """Count CJK text by characters (see the module docstring); off = datatrove's behaviour."""
     code_aware: bool = True

@@ -113,6 +113,23 @@ def test_time_limit_stops_a_slow_extraction() -> None:
     assert row["extract_reason"] == "timeout"
 
 
+@pytest.mark.timeout(120)
+def test_nested_markup_cannot_outrun_the_limit() -> None:
+    """100,000 nested <div>s (1.1 MB, under max_input_bytes) cost resiliparse minutes in one C
+    call; the old in-process limit (between bytecodes) waited it out. Now the page is one timeout
+    row within seconds and the rest of the batch goes on."""
+    import time
+
+    depth = 100_000
+    page = (
+        "<html><body>" + "<div>" * depth + "deep" + "</div>" * depth + "</body></html>"
+    ).encode()
+    started = time.monotonic()
+    rows = _run(_raw([page, _ARTICLE_OK]), timeout_s=1.0)
+    assert [r["extract_reason"] for r in rows] == ["timeout", None]
+    assert time.monotonic() - started < 60
+
+
 def test_text_records_are_cleaned_not_parsed() -> None:
     rows = _run(_raw([None, None], texts=["  line one\r\nline two\x00  ", " \n "]))
     assert rows[0]["text"] == "line one\nline two" and rows[0]["extractor"] == "text"

@@ -78,6 +78,24 @@ def make_batch(
     return table
 
 
+@pytest.mark.timeout(120)
+def test_a_crafted_document_is_one_timeout_row_within_its_limit():
+    """Words of 999 '!' make the sentence regex backtrack quadratically inside one C call: 5 MB of
+    them cost about a minute of CPU. With a 1 s limit the document is a timeout row (null signals)
+    within seconds, and the ordinary document after it keeps its signals."""
+    import time
+
+    crafted = " ".join(["!" * 999] * 5000) + " end."
+    stage = RulesStage(RulesConfig(timeout_s=1.0))
+    started = time.monotonic()
+    out = stage(make_batch([crafted, PROSE]))
+    assert time.monotonic() - started < 60  # wall, on a loaded 2-core machine; ~65 s CPU before
+    assert out.column("rules_reason").to_pylist() == ["timeout", None]
+    assert out.column("num_words").to_pylist()[0] is None
+    assert out.column("num_words").to_pylist()[1] > 150
+    validate(out, ["rules"])
+
+
 def reason(text: str, **kwargs) -> str | None:
     config = kwargs.pop("config", None)
     stage = RulesStage(config)
