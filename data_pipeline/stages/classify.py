@@ -23,6 +23,7 @@ import pyarrow as pa
 from pydantic import Field, model_validator
 
 from data_pipeline.models.classifier import KIND, LABEL_PREFIX, load_model_info
+from data_pipeline.models.fasttext_file import check_fasttext_file, load_fasttext
 from data_pipeline.models.normalization import NORMALIZATION, classifier_line
 from data_pipeline.stages.base import Stage, StageConfig
 from pretrain.errors import ArtifactError, ConfigError
@@ -111,8 +112,6 @@ class _FastTextStage(Stage):
         return {"model": Path(model)} if model else {}
 
     def setup(self) -> None:
-        import fasttext
-
         directory = self.model_dir()
         self._info = load_model_info(directory)
         scheme = self._info.get("normalization", {}).get("scheme")
@@ -122,12 +121,13 @@ class _FastTextStage(Stage):
                 f"tags with {NORMALIZATION['scheme']!r}; retrain the model"
             )
         self._check_labels(directory)
-        self._model = fasttext.load_model(str(directory / self._info["model_file"]))
+        self._model = load_fasttext(directory / self._info["model_file"])
 
     def check(self) -> None:
         directory = self.model_dir()
         self._info = load_model_info(directory)
         self._check_labels(directory)
+        check_fasttext_file(directory / self._info["model_file"])
 
     def _check_labels(self, directory: Path) -> None:
         """Hook: refuse a model whose labels do not fit this stage."""

@@ -6,11 +6,12 @@ user-supplied fastText LID model (e.g. GlotLID) -> `lang` (ISO code as the model
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pyarrow as pa
 from pydantic import Field
 
+from data_pipeline.models.fasttext_file import check_fasttext_file, load_fasttext
 from data_pipeline.stages.base import Stage, StageConfig
 from pretrain.errors import ConfigError
 
@@ -50,13 +51,6 @@ def model_path(config: LangIdConfig) -> Path:
     return path
 
 
-def load_fasttext(path: Path) -> Any:
-    import fasttext
-
-    fasttext.FastText.eprint = lambda *args, **kwargs: None  # silence the load_model warning
-    return fasttext.load_model(str(path))
-
-
 class LangIdStage(Stage):
     """Tags `lang`, `lang_score` and `langid_reason` (empty | low_confidence; rows are kept)."""
 
@@ -72,7 +66,7 @@ class LangIdStage(Stage):
     Config: ClassVar[type[StageConfig]] = LangIdConfig
 
     def check(self) -> None:
-        model_path(self.config)  # type: ignore[arg-type]
+        check_fasttext_file(model_path(self.config))  # type: ignore[arg-type]
 
     def models(self) -> dict[str, Path]:
         return {"model": model_path(self.config)}  # type: ignore[arg-type]
