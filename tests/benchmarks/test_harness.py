@@ -78,6 +78,17 @@ def test_a_contender_that_fails_or_cannot_start_fails_the_claim(tmp_path: Path) 
         measure([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path, {}, 1)
 
 
+def test_an_earlier_revision_runs_in_its_own_checkout(tmp_path: Path) -> None:
+    code = "import json, pathlib; print(json.dumps({'cwd': pathlib.Path.cwd().name}))"
+    claim = Claim(
+        "t",
+        "x",
+        (Contender("before", ("-c", code.replace("{", "{{").replace("}", "}}")), rev="HEAD"),),
+    )
+    result = run_claim(claim, tmp_path, smoke=True)
+    assert result["runs"]["before"]["reported"] == {"cwd": "rev-HEAD"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("claim", CLAIMS, ids=[c.name for c in CLAIMS])
 def test_every_claim_starts_on_a_tiny_corpus(claim: Claim, tmp_path_factory) -> None:
