@@ -15,6 +15,7 @@ numbers in a document of another language).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -174,21 +175,39 @@ _RUN_CONTEXT = 2
 def library_phones(text: str, regions: Iterable[str] = ()) -> Iterator[tuple[int, int]]:
     """(start, end) of each number libphonenumber finds valid: E.164 always, national formats of
     `regions`. The library runs on each digit run (with a little context), not the whole text."""
+    regions = tuple(regions)
     for run in _PHONE_RUN.finditer(text):
         low = max(0, run.start() - _RUN_CONTEXT)
-        window = text[low : run.end() + _RUN_CONTEXT]
-        found: set[tuple[int, int]] = set()
-        for region in (*regions, None):
-            if region is None and "+" not in run.group():
-                continue
-            for match in phonenumbers.PhoneNumberMatcher(
-                window, region, leniency=phonenumbers.Leniency.STRICT_GROUPING
-            ):
-                found.add((low + match.start, low + match.end))
-        yield from sorted(found)
+        for start, end in _window_phones(text[low : run.end() + _RUN_CONTEXT], regions):
+            yield low + start, low + end
 
 
-def _library_ok(text: str, start: int) -> bool:
+@functools.lru_cache(maxsize=1 << 16)
+def _window_phones(window: str, regions: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+    """The library's numbers in one window (cached: code and tables repeat the same runs)."""
+    found: set[tuple[int, int]] = set()
+    for region in (*regions, None):
+        if region is None and "+" not in window:
+            continue
+        for match in phonenumbers.PhoneNumberMatcher(
+            window, region, leniency=phonenumbers.Leniency.STRICT_GROUPING
+        ):
+            found.add((match.start, match.end))
+    return tuple(sorted(found))
+
+
+_GLUED_BEFORE = re.compile(r"[\w@#$%&=/\\.-]$")
+
+
+def _library_ok(text: str, start: int, end: int) -> bool:
+    """Turn away what the library takes for a number in code and data: glued to an identifier,
+    an address or a path (`pinctrl@3100000`, `--date=@2147483647`), a bare digit string that
+    does not start with a trunk 0 (INT_MAX, a count), or one after a version word."""
+    if start and _GLUED_BEFORE.search(text[start - 1]):
+        return False
+    value = text[start:end]
+    if value.isdigit() and not value.startswith("0"):
+        return False
     before = text[max(0, start - 12) : start]
     return not _VERSION_CONTEXT.search(before)
 
@@ -275,7 +294,7 @@ def find_pii(text: str, kinds: Iterable[str] = KINDS, lang: str | None = None) -
         if kind == "phone":
             for start, end in library_phones(text, regions_for(lang)):
                 span = Span(start, end, kind)
-                if _library_ok(text, start) and not any(
+                if _library_ok(text, start, end) and not any(
                     s.start < span.end and span.start < s.end for s in taken
                 ):
                     taken.append(span)

@@ -96,6 +96,8 @@ NEGATIVES = [
     ex("en", "ISBN 978-0-306-40615-7, 352 pages, first printed 1998."),
     ex("en", "The population grew from 8,336,817 to 8,804,190 between 2010 and 2020."),
     ex("en", "Invoice 2024-000123 totals 1,234,567.00 USD."),
+    ex("en", 'Example:\n\ttlmm: pinctrl@3100000 {\n\t\tcompatible = "qcom,sdm660";'),
+    ex("en", "The largest 32-bit signed integer is 2147483647, the next one wraps."),
     # German
     ex("de", "Im Jahr 2023 kostete es 19,99 EUR, heute 1.299,00 €."),
     ex("de", "Version 2.4.1 erschien am 12.03.2024."),
@@ -121,6 +123,7 @@ NEGATIVES = [
     ex("zh", "订单号 202403150001 已发货，邮编 100871。"),
     ex("zh", "全市人口 21893095 人（2020年）。"),
     ex("zh", "发票号码 04403210 金额 12345.67 元。"),
+    ex("zh", "将秒数转换为日期：$ date --date='@2147483647'"),
 ]
 
 
