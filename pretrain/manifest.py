@@ -88,7 +88,7 @@ def typed_or_refused(model: type[Any], data: dict[str, Any], where: object, what
         field = ".".join(str(part) for part in first["loc"])
         raise ArtifactError(
             f"{where}: field {field!r} is not what {what} holds ({first['msg']}): the manifest "
-            "was edited or damaged; rebuild the artifact"
+            "was edited or damaged (or another version wrote it); rebuild the artifact"
         ) from None
 
 
