@@ -59,7 +59,8 @@ def _offline() -> None:
         os.environ[key] = "1"
 
 
-def _parse(spec: str) -> tuple[str, Path]:
+def parse_spec(spec: str) -> tuple[str, Path]:
+    """`NAME=FILE` -> (name, an existing file of a published format), or a one-line refusal."""
     name, sep, file = spec.partition("=")
     if not sep or not name or not file:
         raise InputError(
@@ -143,7 +144,7 @@ def _render_all(name: str, task: Any, data: Path) -> int:
 def load_lm_eval_tasks(specs: list[str], num_fewshot: int | None = None) -> LmEvalTasks:
     """Parse `NAME=FILE` specs, write the task YAMLs, load and validate every document."""
     _offline()
-    parsed = [_parse(spec) for spec in specs]
+    parsed = [parse_spec(spec) for spec in specs]
     import lm_eval.tasks
     from lm_eval.tasks import TaskManager
 
@@ -170,6 +171,28 @@ def load_lm_eval_tasks(specs: list[str], num_fewshot: int | None = None) -> LmEv
     for task_name, task in loaded.items():
         _check_fewshot(task_name, task, files[task_name], documents[task_name], num_fewshot)
     return LmEvalTasks(names, manager, files, documents, num_fewshot)
+
+
+def rendered_tasks(specs: list[str]) -> list[Any]:
+    """Each task's documents as lm-eval renders them (prompt, then the correct choice or target)
+    as `evals.tasks.Task`s of kind `lm_eval` (one cloze example per document), for the eval
+    build's contamination check (evals/task_overlap.py)."""
+    from evals.tasks import Task
+
+    loaded = load_lm_eval_tasks(specs)
+    rendered = []
+    for task_name, task in loaded.manager.load(loaded.names)["tasks"].items():
+        examples = []
+        for index, doc in enumerate(task.eval_docs):
+            target = task.doc_to_target(doc)
+            if task.OUTPUT_TYPE == "multiple_choice":
+                target = task.doc_to_choice(doc)[target]
+            context = task.doc_to_text(doc)
+            examples.append(
+                {"id": str(index), "context": str(context), "continuation": f" {target}"}
+            )
+        rendered.append(Task(task_name.removesuffix("_local"), "lm_eval", examples))
+    return rendered
 
 
 def _check_fewshot(name: str, task: Any, data: str, rows: int, num_fewshot: int | None) -> None:

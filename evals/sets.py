@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
+from evals.lm_eval_tasks import parse_spec
 from evals.task_overlap import TaskIndex
 from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.artifacts import shards as shards_artifact
@@ -54,6 +55,8 @@ HIT_SCHEMA = pa.schema(
 )
 """One contaminating match: a training document and the eval document (`jaccard`: MinHash
 estimate) or the task example (`task`, `eval_id` the example's id, `jaccard` null) it holds."""
+LM_EVAL_PREFIX = "lm_eval:"
+"""The `task` of a hit on an lm-eval task's document (a task file's hits name the file's task)."""
 SET_SCHEMA = pa.schema(
     [
         ("id", pa.string()),
@@ -100,6 +103,9 @@ class EvalBuildConfig(StrictModel):
     tasks: list[str] = Field(default_factory=list)
     """Task JSONL files (multiple-choice / cloze, see evals/tasks.py) copied into the artifact;
     training documents holding an example's text are listed as contaminated."""
+    lm_eval: list[str] = Field(default_factory=list)
+    """lm-eval tasks as `eval run --lm-eval` takes them (`NAME=FILE`): not copied, but their
+    documents are checked against the training documents like the task files'."""
     decontamination: DecontaminationConfig = Field(default_factory=DecontaminationConfig)
     seed: int = 0
     batch_rows: int = Field(4096, ge=1)
@@ -333,7 +339,27 @@ def preflight(cfg: EvalBuildConfig) -> list[Path]:
     for directory in cfg.train_shards:
         _shard_files(directory)
     _check_tasks(cfg.tasks)
+    for spec in cfg.lm_eval:
+        parse_spec(spec)
     return files
+
+
+def _lm_eval_report(hits: list[dict], index: TaskIndex) -> list[dict]:
+    """Per lm-eval task: documents, those found in training documents, the training documents."""
+    report = []
+    for name, documents in index.examples.items():
+        if name.startswith(LM_EVAL_PREFIX):
+            mine = [h for h in hits if h["task"] == name]
+            report.append(
+                {
+                    "name": name.removeprefix(LM_EVAL_PREFIX),
+                    "documents": documents,
+                    "contaminated_examples": len({h["eval_id"] for h in mine}),
+                    "contaminated_train_documents": len({h["train_id"] for h in mine}),
+                    "unchecked_examples": index.unchecked[name],
+                }
+            )
+    return report
 
 
 def _check_tasks(tasks: list[str]) -> None:
@@ -378,10 +404,19 @@ def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
 
 
 def _task_index(cfg: EvalBuildConfig) -> TaskIndex:
+    """The n-grams of every task file's examples and every lm-eval task's documents (named
+    `lm_eval:<task>` in the hits)."""
     from evals.tasks import load_task
 
+    tasks = [load_task(path) for path in cfg.tasks]
+    if cfg.lm_eval:
+        from evals.lm_eval_tasks import rendered_tasks
+
+        for task in rendered_tasks(cfg.lm_eval):
+            task.name = f"{LM_EVAL_PREFIX}{task.name}"
+            tasks.append(task)
     return TaskIndex(
-        [load_task(path) for path in cfg.tasks],
+        tasks,
         cfg.decontamination.task_ngram,
         cfg.decontamination.task_min_words,
     )
@@ -422,6 +457,7 @@ def _finish(
         "contaminated_train_documents": len({h["train_id"] for h in hits}),
         "contaminated_eval_documents": len({h["eval_id"] for h in hits if h["task"] is None}),
         "contaminated_by_tasks": len({h["train_id"] for h in hits if h["task"] is not None}),
+        "lm_eval_tasks": _lm_eval_report(hits, index),
         "decontamination": config_dict(cfg.decontamination),
     }
     atomic_write_json(out / "report.json", report)

@@ -303,3 +303,28 @@ def test_training_documents_holding_task_questions_are_contaminated(tmp_path, ca
     assert verify(out)["tasks"] == report["tasks"]
     assert report["contaminated_by_tasks"] == 3
     assert "planted_qa" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(180)
+def test_lm_eval_task_documents_in_training_data_are_contaminated(tmp_path):
+    root = tmp_path / "shards"
+    boolq = DATA / "lm_eval" / "boolq.jsonl"
+    first = json.loads(boolq.read_text().splitlines()[0])
+    rows = [(f"web-e{i}", _doc(i), "eval", "web", "en") for i in range(3)]
+    rows += [(f"train-{i}", _doc(100 + i), "train", "web", "en") for i in range(5)]
+    leaked = f"Prompt dump:\n{first['passage']}\nQuestion: {first['question']}?\nAnswer: yes"
+    rows.append(("train-boolq", leaked, "train", "web", "en"))
+    rows.append(("train-common", COMMON, "train", "web", "en"))
+    names = ["id", "text", "split", "domain", "lang"]
+    (root / "data").mkdir(parents=True)
+    pq.write_table(pa.table(dict(zip(names, zip(*rows)))), root / "data" / "a-00000.parquet")
+    write_manifest(root, "shards")
+    config = {"shards": str(root), "out": str(tmp_path / "ev"), "lm_eval": [f"boolq={boolq}"]}
+    (tmp_path / "eval.yaml").write_text(yaml.safe_dump(config))
+    assert main(["eval", "build", str(tmp_path / "eval.yaml")]) == 0
+    out = tmp_path / "ev"
+    assert contaminated_ids(out) == {"train-boolq"}
+    report = json.loads((out / "report.json").read_text())
+    [entry] = report["lm_eval_tasks"]
+    assert entry["name"] == "boolq" and entry["contaminated_examples"] == 1
+    assert not (out / "tasks").exists()  # checked, not copied: `eval run --lm-eval` reads it
