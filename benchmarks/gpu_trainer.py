@@ -1,5 +1,5 @@
 """GPU claim (one H200/H100, at most ~5 minutes): our stack (Megatron-Core GPTModel with the GPU
-fast path of trainer/fast_path.py: TransformerEngine layers when installed, fused RoPE / bias-
+fast path of trainer/model.py: TransformerEngine layers when installed, fused RoPE / bias-
 activation / softmax, bf16 params with fp32 main grads, megatron DDP and optimizer) reaches at least
 0.9x the tokens/s of a plain-PyTorch GPT of the same shape in bf16 autocast (SDPA attention, fused
 AdamW), interleaved in one process, on two cases: the 1B shape of configs/train_full.yaml at seq
@@ -140,8 +140,8 @@ def _run(
     import torch
 
     from benchmarks.bench_trainer_cpu import PlainTrainer
-    from trainer.fast_path import fast_path_flags, te_available
     from trainer.flops import flops_per_token
+    from trainer.model import fast_path_flags, te_available
 
     gpu = not args.dry_run
     trainer = _config(run_dir, shape, batch, gpu).build()

@@ -123,7 +123,7 @@ def check_backend(config: TrainConfig) -> None:
             "parallel.backend = nccl needs CUDA GPUs and this machine has none; on CPU use "
             "parallel.backend=gloo with a model that fits (see trainer/demo.py TINY_OVERRIDE)"
         )
-    from trainer.fast_path import check_device_support
+    from trainer.model import check_device_support
 
     check_device_support(config, "cuda" if torch.cuda.is_available() else "cpu")
 

@@ -11,7 +11,7 @@ import pytest
 from pretrain.errors import ConfigError
 from trainer.config import TrainConfig
 from trainer.cpu_compat import needs_cpu_patches
-from trainer.fast_path import fast_path_flags, use_te_spec, zero_wrapping
+from trainer.model import fast_path_flags, use_te_spec, zero_wrapping
 
 
 def _config(**sections) -> TrainConfig:
