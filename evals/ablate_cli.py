@@ -111,7 +111,7 @@ def headline(report: dict[str, Any]) -> str:
     pairs = ", ".join(
         f"{c['pair']} {'ok' if c['passed'] else 'FAILED'}" for c in decision.get("comparisons", [])
     )
-    left_out = [u["run"] for u in report.get("unhealthy_runs", [])]
+    left_out = [f"{u['run']} ({u['problems'][0]})" for u in report.get("unhealthy_runs", [])]
     text = f"decision: {decision['verdict']} -> {verdict}"
     text += f"; pairs: {pairs}" if pairs else ""
     text += f"; left out (unhealthy): {', '.join(left_out)}" if left_out else ""

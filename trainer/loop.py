@@ -72,6 +72,8 @@ class Trainer:
         self.num_params = mstep.count_params(self.chunks, self.dp_size)
         self.saver = checkpoint.AsyncSaver() if config.checkpoint.async_save else None
         self.has_checkpoint = bool(checkpoint.list_checkpoints(self.run_dir))
+        self.saved_step: int | None = None
+        """The step of the newest checkpoint this run saved or restored."""
         self.ended = "not trained"
         """How fit ended: `completed` (total_steps) or `data exhausted` (the summary records it)."""
         self.guard, self.throughput, self.metrics = builtin
@@ -152,11 +154,9 @@ class Trainer:
     def _save_final(self) -> None:
         """The last trained step is always a checkpoint, however the loop ended: a run whose data
         ran out (skipped batches after a rollback) had only an earlier checkpoint, and `eval run`
-        scored that one as the run's result."""
-        if self.saver is not None:
-            self.saver.poll(blocking=True)
-        saved = [step for step, _ in checkpoint.list_checkpoints(self.run_dir)]
-        if self.state.step > 0 and (not saved or saved[-1] != self.state.step):
+        scored that one as the run's result. Decided from what this rank saved or restored (the
+        same on every rank), not from a listing a rank may not see."""
+        if self.state.step > 0 and self.saved_step != self.state.step:
             self.save()
 
     def resume(self) -> int | None:
@@ -286,6 +286,7 @@ class Trainer:
             self.run_dir, self.state.step, self.model, self.optimizer, state, keep, saver
         )
         self.has_checkpoint = True
+        self.saved_step = self.state.step
         seconds = time.perf_counter() - start
         self.callbacks.on_checkpoint(self, self.state.step, seconds)
         return seconds
@@ -320,6 +321,7 @@ class Trainer:
         self.state = TrainState(**{k: recorded[k] for k in names if k in recorded})
         if keep_skips:
             self.state.skipped_batches = sorted(skipped)
+        self.saved_step = self.state.step
         return recorded
 
     def next_batch(self) -> int | None:

@@ -96,9 +96,17 @@ def test_ablate_real_proxies_then_gate(chain, tmp_path, capsys):
     else:
         with pytest.raises(GateRefused, match="interval"):
             check_gate(train)
-    # With a threshold the interval clears, the gate binds the launch to the chosen recipe.
+    # With a threshold every interval clears, the gate's criteria pick the leader: the launch of
+    # the report's chosen recipe passes when that is the leader; when the report kept the base
+    # (no recipe shown better than it), the gate says the criteria differ from the report's.
     train["gate"]["min_improvement"] = -100.0
-    assert check_gate(train)["chosen_recipe_sha256"] == report["chosen_recipe_sha256"]
+    leader = report["decision"]["leader"]["recipe_sha256"]
+    if report["chosen_recipe_sha256"] == leader:
+        assert check_gate(train)["chosen_recipe_sha256"] == leader
+    else:
+        assert report["verdict"] == "no recipe shown better than base"
+        with pytest.raises(GateRefused, match="align gate"):
+            check_gate(train)
 
     other = next(r for r in report["runs"] if r["recipe_sha256"] != report["chosen_recipe_sha256"])
     other_cfg = yaml.safe_load(chain["mixture_config"].read_text())
@@ -109,3 +117,59 @@ def test_ablate_real_proxies_then_gate(chain, tmp_path, capsys):
     other_mix = _full_mixture(chain, source, tmp_path / "full-other")
     with pytest.raises(GateRefused, match="recipe mismatch"):
         check_gate({**train, "data": {"mixture_dir": str(other_mix)}})
+
+
+FORCED_ROLLBACKS = {
+    # a guard that trips on any rise of loss or grad norm: the run keeps rolling back to its only
+    # checkpoint (step 1), skipping 2 batches each time, until its data runs out
+    "guard.loss_spike_ratio": 1.0001,
+    "guard.grad_norm_spike_ratio": 1.0001,
+    "guard.min_history": 1,
+    "guard.window": 2,
+    "guard.max_rollbacks": 100,
+    "guard.skip_batches": 2,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_proxy_that_rolled_back_and_ran_out_of_data_is_unhealthy_and_refused(chain, tmp_path):
+    """Issue 36's failure, reproduced with real proxies: code-heavy / seed 2 is forced to roll
+    back to its step-1 checkpoint and to run out of data. The sweep reruns it once (the default),
+    it is unhealthy again (the same seed trips the same way), so it is left out, listed, and the
+    gate refuses naming it. Before: reported finished and scored at step 1, and decided."""
+    from evals.ablate import AblationConfig
+    from evals.proxy import execute_run
+    from evals.sweep import run_sweep
+    from pretrain.config import parse_config
+
+    config = parse_config(
+        AblationConfig, yaml.safe_load(_ablation_config(chain, tmp_path).read_text())
+    )
+    calls: list[tuple[str, int]] = []
+
+    def runner(spec: dict) -> dict:
+        calls.append((spec["recipe_name"], spec["seed"]))
+        if (spec["recipe_name"], spec["seed"]) == ("code-heavy", 2):
+            overrides = {**spec["proxy"]["overrides"], **FORCED_ROLLBACKS}
+            spec = {**spec, "proxy": {**spec["proxy"], "overrides": overrides}}
+        return execute_run(spec)
+
+    report = run_sweep(config, runner)["report"]
+    assert sorted(calls).count(("code-heavy", 2)) == 2 and len(calls) == 5  # rerun once
+    (bad,) = report["unhealthy_runs"]
+    assert bad["run"] == "code-heavy / tiny / seed 2"
+    assert bad["ended"] == "data exhausted" and bad["rollbacks"] >= 1
+    assert bad["problems"][0].startswith("trained ")  # short of its budget...
+    broken = next(r for r in report["runs"] if r["run_key"] == bad["run_key"])
+    assert broken["health"]["scored_step"] == broken["health"]["trained_steps"]  # ...scored last
+    code = next(r for r in report["ranking"]["tiny"] if r["recipe_name"] == "code-heavy")
+    assert code["n_seeds"] == 1 and report["passed"] is False
+    chosen = _full_mixture(chain, tmp_path / "ablation" / "chosen_mixture.yaml", tmp_path / "full")
+    train = {
+        "run": {"kind": "full"},
+        "data": {"mixture_dir": str(chosen)},
+        "gate": {"report_dir": str(tmp_path / "ablation"), "min_improvement": -100.0},
+    }
+    with pytest.raises(GateRefused, match="unhealthy run left out: code-heavy / tiny / seed 2"):
+        check_gate(train)

@@ -77,7 +77,7 @@ def test_a_run_scored_at_an_earlier_step_is_left_out_listed_and_refuses(tmp_path
     out = capsys.readouterr().out.splitlines()
     assert (
         out[0].startswith("decision: ")
-        and "left out (unhealthy): code-heavy / 5M / seed 2" in out[0]
+        and "left out (unhealthy): code-heavy / 5M / seed 2 (scored at step 1" in out[0]
     )
     assert any("unhealthy, left out: code-heavy / 5M / seed 2: scored at step 1" in x for x in out)
     # the gate recomputes health from the runs and refuses, naming the run
