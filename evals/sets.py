@@ -248,7 +248,7 @@ def decontaminate(
         )
         if train.num_rows:
             hits.extend(_matches(index_dir, train))
-            if tasks is not None:
+            if tasks:
                 hits.extend(_task_matches(tasks, train))
     progress.close()
     return hits
