@@ -1,7 +1,8 @@
 """The training ids a mixture excludes for `build.decontaminate`: read from `evalset` artifacts.
 
 `pretrain eval build` (evals/sets.py) writes `CONTAMINATED_FILE` with a `train_id` column: the
-training documents it found to be near-copies of eval documents. The mixture build reads it here,
+training documents it found to be near-copies of eval documents or to hold a task example's
+text. The mixture build reads it here,
 so mixtures depends on the file it consumes, not on the evals package that writes it.
 """
 

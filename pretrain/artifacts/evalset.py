@@ -2,7 +2,8 @@
 
 `sets/<domain>__<lang>.parquet` (id, text, domain, lang, num_bytes), optional `tasks/*.jsonl`,
 `report.json`, and `contaminated.parquet`: the training ids (`train_id`) found to be near-copies
-of eval documents, which a mixture excludes (`build.decontaminate`).
+of eval documents or to hold a task example's text (`task` names it), which a mixture excludes
+(`build.decontaminate`).
 """
 
 from __future__ import annotations
