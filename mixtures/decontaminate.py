@@ -2,8 +2,8 @@
 
 `pretrain eval build` (evals/sets.py) writes `CONTAMINATED_FILE` with a `train_id` column: the
 training documents it found to be near-copies of eval documents or to hold a task example's
-text. The mixture build reads it here,
-so mixtures depends on the file it consumes, not on the evals package that writes it.
+text. The mixture build reads it here, so mixtures depends on the file it consumes, not on the
+evals package that writes it.
 """
 
 from __future__ import annotations
