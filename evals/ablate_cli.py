@@ -104,20 +104,6 @@ def _print_regression(report: dict[str, Any]) -> None:
         print(f"  predicted {row['predicted']:.4f}, measured {measured} ({row['recipe_name']})")
 
 
-def headline(report: dict[str, Any]) -> str:
-    """The report's top line: what was decided, on which pairs, which runs were left out."""
-    decision = report["decision"]
-    verdict = "PASSED" if report["passed"] else "NOT PASSED"
-    pairs = ", ".join(
-        f"{c['pair']} {'ok' if c['passed'] else 'FAILED'}" for c in decision.get("comparisons", [])
-    )
-    left_out = [f"{u['run']} ({u['problems'][0]})" for u in report.get("unhealthy_runs", [])]
-    text = f"decision: {decision['verdict']} -> {verdict}"
-    text += f"; pairs: {pairs}" if pairs else ""
-    text += f"; left out (unhealthy): {', '.join(left_out)}" if left_out else ""
-    return text
-
-
 def _print_evidence_flags(report: dict[str, Any]) -> None:
     """Unhealthy runs, seed outliers (with the rule) and small eval sets, each on its line."""
     from trainer.gate_rule import OUTLIER_RULE
@@ -140,7 +126,7 @@ def _print_evidence_flags(report: dict[str, Any]) -> None:
 def print_report(report: dict[str, Any], out: str) -> None:
     """The decision's top line, then the ranking, trade-offs, agreement, regression, the
     decision's evidence and epoch flags."""
-    print(headline(report))
+    print(report["headline"])
     _print_evidence_flags(report)
     _print_ranking(report)
     _print_scales(report)

@@ -260,6 +260,20 @@ def small_set_warnings(
     ]
 
 
+def headline(report: Mapping[str, Any]) -> str:
+    """The report's top line: what was decided, on which pairs, which runs were left out, why."""
+    decision = report["decision"]
+    verdict = "PASSED" if report["passed"] else "NOT PASSED"
+    pairs = ", ".join(
+        f"{c['pair']} {'ok' if c['passed'] else 'FAILED'}" for c in decision.get("comparisons", [])
+    )
+    left_out = [f"{u['run']} ({u['problems'][0]})" for u in report.get("unhealthy_runs", [])]
+    text = f"decision: {decision['verdict']} -> {verdict}"
+    text += f"; pairs: {pairs}" if pairs else ""
+    text += f"; left out (unhealthy): {', '.join(left_out)}" if left_out else ""
+    return text
+
+
 def build_report(
     runs: Sequence[Mapping[str, Any]],
     *,
@@ -296,7 +310,7 @@ def build_report(
         else {}
     )
     metrics = sorted({m for run in runs for m in run["metrics"]})
-    return {
+    report = {
         "report_version": 2,
         **dict(identity),
         "target_metric": metric,
@@ -322,6 +336,7 @@ def build_report(
         "recipes": {k: dict(v) for k, v in (recipes or {}).items()},
         "runs": [dict(run) for run in every_run],
     }
+    return {"headline": headline(report), **report}
 
 
 def write_report(

@@ -75,6 +75,7 @@ def test_a_run_scored_at_an_earlier_step_is_left_out_listed_and_refuses(tmp_path
     # on the terminal, first
     print_report(report, "out")
     out = capsys.readouterr().out.splitlines()
+    assert out[0] == report["headline"]  # report.json holds the same top line
     assert (
         out[0].startswith("decision: ")
         and "left out (unhealthy): code-heavy / 5M / seed 2 (scored at step 1" in out[0]
