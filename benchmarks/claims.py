@@ -112,6 +112,20 @@ CLAIMS: tuple[Claim, ...] = (
         smoke_size="--docs 50",
     ),
     Claim(
+        "dedup_job",
+        "the near-dup job (`pretrain data run`: extract + dedup, whole process tree with Ray) "
+        "at or below datasketch MinHashLSH's CPU and memory on the same documents",
+        prepare=("-m", "benchmarks.dedup_baseline", "--prepare", "{work}", "{corpus}", "{size}"),
+        contenders=(
+            Contender("ours", ("-m", "pretrain_app", "data", "run", "{work}/job.json", "-q")),
+            Contender("datasketch", ("-m", "benchmarks.dedup_baseline", "{work}/input")),
+        ),
+        size="12465",
+        smoke_size="60",
+        ratio=("cpu_s", "ours", "datasketch"),
+        target=1.0,
+    ),
+    Claim(
         "dedup",
         "end-to-end near-dup dedup on Ray vs datatrove's four-stage MinHash, 2 workers",
         _script("bench_dedup", "--corpus", "{corpus}", "{size}"),

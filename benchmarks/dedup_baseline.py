@@ -4,6 +4,10 @@ and `insert` (word 5-grams, 128 permutations, threshold 0.8, as ours).
 
     python -m benchmarks.dedup_baseline INPUT_DIR    (prints one JSON line; run_datasketch
                                                        starts it and samples its memory)
+
+Also the `dedup_job` claim's contenders (benchmarks/claims.py): `--prepare WORK` writes
+WORK/input (Parquet, bench_minhash.make_docs' documents) and WORK/job.json (`pretrain data run`
+with extract, the one required stage, and dedup on it); `INPUT_DIR` is the datasketch side.
 """
 
 from __future__ import annotations
@@ -77,5 +81,22 @@ def run_datasketch(input_dir: Path) -> dict:
     }
 
 
+def prepare(work: Path, corpus: Path, docs: int) -> None:
+    from benchmarks.bench_dedup_memory import write_input
+
+    bench_minhash.CORPUS = corpus
+    write_input(bench_minhash.make_docs(docs), work / "input")
+    config = {
+        "inputs": [str(work / "input")],
+        "output": str(work / "ours"),
+        "stages": {"extract": {}, "dedup": {}},
+    }
+    (work / "job.json").write_text(json.dumps(config))
+
+
 if __name__ == "__main__":
-    datasketch_child(sys.argv[1])
+    if sys.argv[1] == "--prepare":  # --prepare WORK CORPUS DOCS
+        prepare(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))
+    else:
+        print("READY", flush=True)  # imports are the child's own: start-up is Python's
+        datasketch_child(sys.argv[1])
