@@ -146,3 +146,4 @@ def test_guard_defaults_let_a_healthy_proxys_early_grad_norms_pass():
     warm.record(4.0, 0.1)
     assert warm.check(4.0, 5.0, warming_up=True) is None  # the LR still rising
     assert "grad norm 5" in warm.check(4.0, 5.0, warming_up=False)
+    assert "running median" in warm.check(9.0, 0.1, warming_up=True)  # a loss spike: always
