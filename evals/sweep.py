@@ -201,12 +201,10 @@ def _set_aside(spec: dict[str, Any]) -> None:
         run_dir.rename(aside)
 
 
-def _rerun_unhealthy(
-    config: AblationConfig, specs: list[dict], results: list[dict], runner: Callable
-) -> list[dict]:
-    """`unhealthy: rerun`: each unhealthy run once more, from scratch (the sequential way)."""
+def _unhealthy_specs(config: AblationConfig, specs: list[dict], results: list[dict]) -> list[dict]:
+    """`unhealthy: rerun`: the specs of the unhealthy results, their directories set aside."""
     if config.unhealthy != "rerun":
-        return results
+        return []
     by_key = {spec["run_key"]: spec for spec in specs}
     again = []
     for result in results:
@@ -214,8 +212,7 @@ def _rerun_unhealthy(
         if problems and result["run_key"] in by_key:
             print(f"[ablate] rerun of unhealthy {run_label(result)}: {problems[0]}", flush=True)
             _set_aside(by_key[result["run_key"]])
-            result = runner(by_key[result["run_key"]])
-        again.append(result)
+            again.append(by_key[result["run_key"]])
     return again
 
 
@@ -241,7 +238,7 @@ def execute(
         f"({shown if todo else 'nothing to run'})"
     )
     print(f"[ablate] {lines[-1]}", flush=True)
-    total, done = len(todo), [0]
+    total, done = [len(todo)], [0]
 
     def log(spec: dict[str, Any], result: dict[str, Any]) -> None:
         done[0] += 1
@@ -254,21 +251,28 @@ def execute(
             else result.get("error", "")
         )
         print(
-            f"[ablate] {done[0]}/{total} {spec['recipe_name']} {spec['proxy']['name']} "
+            f"[ablate] {done[0]}/{total[0]} {spec['recipe_name']} {spec['proxy']['name']} "
             f"seed {spec['seed']}: {status} {shown}",
             flush=True,
         )
 
-    fresh: list[dict] = []
-    if todo and mode == "ray":
-        fresh = _run_ray(config, todo, log, runner)
-    elif todo and mode == "pool":
-        fresh = _run_pool(config, todo, log, runner)
-    else:
-        for spec in todo:
-            fresh.append(runner(spec))
-            log(spec, fresh[-1])
-    return cached + _rerun_unhealthy(config, todo, fresh, runner), lines
+    def run_all(batch: list[dict[str, Any]]) -> list[dict]:
+        if batch and mode == "ray":
+            return _run_ray(config, batch, log, runner)
+        if batch and mode == "pool":
+            return _run_pool(config, batch, log, runner)
+        results = []
+        for spec in batch:
+            results.append(runner(spec))
+            log(spec, results[-1])
+        return results
+
+    fresh = run_all(todo)
+    unhealthy = _unhealthy_specs(config, todo, fresh)
+    total[0] += len(unhealthy)
+    again = run_all(unhealthy)  # once, the same way as the first time
+    rerun = {result["run_key"]: result for result in again}
+    return cached + [rerun.get(result["run_key"], result) for result in fresh], lines
 
 
 def _check_bound(results: list[dict], specs: list[dict]) -> None:
