@@ -55,7 +55,7 @@ def _file_records(name: str, quota: int) -> list[dict[str, Any]]:
 def corpus_shards(mb: float) -> Path:
     """A cached `shards` artifact of about `mb` MB of corpus text (all files, same share each)."""
     from pretrain.manifest import load_manifest
-    from tokenizer.synthetic import write_shards
+    from tests.tokenizer.synthetic import write_shards
 
     out = WORK / f"shards-{mb:g}mb"
     if (out / "manifest.json").is_file() and load_manifest(out)["kind"] == "shards":

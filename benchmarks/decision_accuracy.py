@@ -7,7 +7,7 @@
     python -m benchmarks.decision_budgets OUT            # every (proxy, budget) cell run so far
 
 `prepare` writes a `shards` artifact from the corpus's own domain/language labels
-(tokenizer.synthetic.write_shards: the data pipeline's tagging is skipped, it costs ~12 CPU-minutes
+(tests.tokenizer.synthetic.write_shards: the data pipeline's tagging is skipped, it costs ~12 CPU-minutes
 there), trains a small BPE (vocab 4096, so the output layer does not dominate a 1M-parameter proxy),
 encodes, and builds decontaminated eval sets. `sweep` runs one ablation with two proxies over the
 same recipes and seeds; its report's `scale_agreement` is the measurement. `--proxies` runs one
@@ -84,9 +84,9 @@ def corpus_records(corpus: Path) -> Iterator[dict]:
 
 def prepare(out: Path, corpus: Path) -> None:
     from evals.sets import EvalBuildConfig, build_eval_sets
+    from tests.tokenizer.synthetic import write_shards
     from tokenizer.config import TokenizerTrainConfig
     from tokenizer.encode import encode
-    from tokenizer.synthetic import write_shards
     from tokenizer.train import train
 
     shards = out / "shards"

@@ -91,7 +91,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, lis
         "dedup-index": root / "index",
     }
     recorded = {kind: ["pretrain", *command] for kind in where}
-    recorded["shards"] = ["tokenizer.synthetic.write_shards"]  # what that builder records
+    recorded["shards"] = ["tests.tokenizer.synthetic.write_shards"]  # what that builder records
     return {kind: (path, recorded[kind]) for kind, path in where.items()}
 
 

@@ -101,7 +101,7 @@ def write_shards(
     if rows:
         flush()
     stage_info = [{"name": s, "version": 1, "config": {}} for s in stages]
-    with recorded(["tokenizer.synthetic.write_shards"]):
+    with recorded(["tests.tokenizer.synthetic.write_shards"]):
         write_artifact(
             out,
             shards_kind.ShardsFields(stages=stage_info, models={}),
