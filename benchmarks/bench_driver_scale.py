@@ -3,7 +3,7 @@ bookkeeping the driver does alone, on synthetic outputs of 1k/10k/100k parts (lo
 S3-compatible server: moto), ours beside the way it was done before in the same run.
 
 Each part of the synthetic output is what a finished part leaves: `data/<shard>.parquet` and
-`rejects/<shard>.pq` (random bytes of `--file-kb`), its ledger fragment recording both files'
+`_rejects/<shard>.pq` (random bytes of `--file-kb`), its ledger fragment recording both files'
 bytes and sha256, and per input (`--parts-per-input` parts) a read record. Measured, in the driver
 process (`time.process_time`, so load on the machine counts less than in wall time):
 

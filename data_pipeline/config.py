@@ -75,7 +75,7 @@ class SelectConfig(StrictModel):
 
 class RejectsConfig(StrictModel):
     mode: Literal["full", "sample", "none"] = "full"
-    """Write every hard reject to rejects/, a sample of each reason, or counts only (ledger)."""
+    """Write every hard reject to _rejects/, a sample of each reason, or counts only (ledger)."""
     sample_per_reason: int = Field(20, ge=1)
     """Rows kept per reason and shard when mode is `sample`."""
 
@@ -98,7 +98,7 @@ class PipelineConfig(StrictModel):
     inputs: tuple[str, ...] = Field(min_length=1)
     """Files, directories (searched recursively) or URIs (s3://, gs://, hdfs://, file://)."""
     output: str = Field(min_length=1)
-    """Artifact directory: data/, rejects/, ledger.json, README.md, manifest.json
+    """Artifact directory: data/, _rejects/, ledger.json, README.md, manifest.json
     (pretrain.shards_layout)."""
     stages: StagesConfig = StagesConfig.model_validate(  # type: ignore[valid-type]
         {"extract": {}, "langid": {}}

@@ -8,8 +8,8 @@
     join   one task per part: G.join_part -> the map stages after G -> the next global stage's
            map (persisted the same way), or the job's pieces (then the usual merge into shards)
 
-What a part's map side persists, in `.parts/global/<stage>/`: `<part>.rows.parquet` (the rows the
-stage received), `<part>.<name>.parquet` for each table `map_part` returned, and `<part>.json`
+What a part's map side persists, in `.parts/global/<stage>/`: `<part>.rows.pq` (the rows the
+stage received), `<part>.<name>.pq` for each table `map_part` returned, and `<part>.json`
 (written last) recording every file's bytes and sha256, the part's row count, its counts, what
 the map depended on, and how it was mapped (`mapped`: `pieces` when the stream's actors mapped
 its pieces, data_pipeline.piece_maps; `part` when this module mapped the part whole). A re-run reuses a part's map output only when its record verifies: every
@@ -38,6 +38,7 @@ from data_pipeline import parts, piece_maps, readahead, throughput, workers
 from data_pipeline.parts import pieces_dir
 from data_pipeline.stagekit import AGGREGATE_SCRATCH
 from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
+from pretrain import shards_layout as layout
 from pretrain.errors import PretrainError
 from pretrain.manifest import atomic_write_json
 from pretrain.storage import (
@@ -56,6 +57,11 @@ TASK_CPUS = 1.0
 
 def stage_dir(out: OutPath, stage: str) -> OutPath:
     return out / parts.PARTS / GLOBAL / stage
+
+
+def _file(part: str, name: str) -> str:
+    """`web-00003.rows.pq`: one table of a part's map side (`.pq`: no `DIR/**/*.parquet` reaches it)."""
+    return f"{part}.{name}{layout.OTHER_PARQUET}"
 
 
 def record_path(out: OutPath, stage: str, part: str) -> OutPath:
@@ -95,7 +101,7 @@ def persist(
     files = {}
     stage_dir(out, stage).mkdir(parents=True, exist_ok=True)
     for name, table in {"rows": rows, **tables}.items():
-        relative = f"{parts.PARTS}/{GLOBAL}/{stage}/{part}.{name}.parquet"
+        relative = f"{parts.PARTS}/{GLOBAL}/{stage}/{_file(part, name)}"
         files[name] = parts.write_parquet(table, out, relative, 1, compression="lz4")
     body = {"part": part, "rows": rows.num_rows, "files": files, **record}
     atomic_write_json(record_path(out, stage, part), body)
@@ -145,8 +151,8 @@ def _checked(
             return None
         paths = {}
         for name, entry in files.items():
-            path = stage_dir(out, stage) / f"{part}.{name}.parquet"
-            confined(stage_dir(out, stage), f"{part}.{name}.parquet", f"map record {where}")
+            path = stage_dir(out, stage) / _file(part, name)
+            confined(stage_dir(out, stage), _file(part, name), f"map record {where}")
             if not _intact(out, path, entry, where, listed):
                 return None
             paths[name] = str(path)
@@ -182,7 +188,7 @@ def digest(out: OutPath, stage: str, depends: str, outputs: Sequence[MapOutput])
     for output in outputs:
         files = parts.load_json(record_path(out, stage, output.part))["files"]
         for name in ("rows", *(n for n in files if n != "rows")):  # the rows file first
-            hasher.update(f"{output.part}.{name}.parquet:{files[name]['sha256']}\n".encode())
+            hasher.update(f"{_file(output.part, name)}:{files[name]['sha256']}\n".encode())
     return hasher.hexdigest()
 
 

@@ -241,11 +241,11 @@ def forget_part(out: OutPath, shard: str) -> None:
 
 
 def _global_part(name: str) -> str:
-    """`web-00003.rows.parquet` or `web-00003.json` (global_parts) -> `web-00003`; the part's
+    """`web-00003.rows.pq` or `web-00003.json` (global_parts) -> `web-00003`; the part's
     stem may hold dots (`c4-train.00000-of-01024`), a table name holds none."""
     if name.endswith(".json"):
         return name.removesuffix(".json")
-    return name.removesuffix(".parquet").rpartition(".")[0]
+    return name.removesuffix(layout.OTHER_PARQUET).rpartition(".")[0]
 
 
 def _part_stem(shard: str) -> str | None:

@@ -10,7 +10,7 @@ the work before and writes the ledger and manifest after).
              data_pipeline.early_maps) -> aggregate in the driver -> join each part, then the map
              stages after it --> the next global stage's map, or the job's pieces
     merge  --one task per shard: pieces in row order -> the select -> data/<stem>-<part>.parquet,
-             rejects/<stem>-<part>.pq, .parts/<stem>-<part>.json (ledger fragment)
+             _rejects/<stem>-<part>.pq, .parts/<stem>-<part>.json (ledger fragment)
 (the layout: pretrain.shards_layout)
 """
 

@@ -1,20 +1,28 @@
 """Where every file of a shards artifact (`pretrain data run`, kind `shards`) lives: the one place.
 
-Layout 2, chosen so the tools users point at a corpus read exactly the kept documents:
+Layout 2, chosen so the tools users point at a corpus (or at DIR itself) read exactly the kept
+documents:
 
     DIR/manifest.json                 the artifact manifest (lists every file below)
     DIR/README.md                     a Hugging Face dataset card: `load_dataset(DIR)` reads data/
     DIR/data/<stem>-<part:05d>.parquet   kept documents, and nothing else ends in .parquet
     DIR/ledger.json                   per stage and reason: documents and bytes in/kept/dropped
-    DIR/rejects/<stem>-<part:05d>.pq  hard rejects (Parquet; named .pq so no `*.parquet` glob,
-                                      `DIR/**/*.parquet` included, reaches them)
+    DIR/_rejects/<stem>-<part:05d>.pq hard rejects (Parquet; named .pq so no `*.parquet` glob,
+                                      `DIR/**/*.parquet` included, reaches them, in a `_` folder
+                                      that pyarrow.dataset skips)
     DIR/.parts/                       hidden work area (ledger fragments, resume records)
-    DIR/.parts/global/<stage>/        a global stage's persisted map side (resume cache, verified
-                                      by its own records, NOT listed by the manifest, so
-                                      `pretrain data clean DIR` removes it and DIR still verifies)
+    DIR/.parts/global/<stage>/        a global stage's persisted map side, `<part>.<table>.pq`
+                                      (resume cache, verified by its own records, NOT listed by
+                                      the manifest, so `pretrain data clean DIR` removes it and
+                                      DIR still verifies)
 
-`DIR/data/*.parquet` and `DIR/**/*.parquet` (duckdb, polars), `pyarrow.dataset.dataset(DIR/data)`
-and `datasets.load_dataset(DIR)` all give the kept documents. There is no other layout.
+Every Parquet file of a finished DIR that is not kept documents ends in `.pq` (OTHER_PARQUET), and
+only kept documents end in `.parquet`: `DIR/data/*.parquet` and `DIR/**/*.parquet` (duckdb,
+polars), `pyarrow.dataset.dataset(DIR, exclude_invalid_files=True)` (it skips `.` and `_` names),
+`pyarrow.dataset.dataset(DIR/data)` and `datasets.load_dataset(DIR)` all give the kept documents
+(tests/data_pipeline/test_artifact_readers.py). `pyarrow.dataset.dataset(DIR)` without
+exclude_invalid_files reads README.md as Parquet and fails, as does
+`load_dataset("parquet", data_dir=DIR)` on manifest.json. There is no other layout.
 """
 
 from __future__ import annotations
@@ -23,8 +31,10 @@ from collections.abc import Iterable
 
 LAYOUT_VERSION = 2
 DATA_DIR = "data"
-REJECTS_DIR = "rejects"
-REJECTS_SUFFIX = ".pq"
+OTHER_PARQUET = ".pq"
+"""Suffix of every Parquet file in DIR that is not kept documents (rejects, the global map side)."""
+REJECTS_DIR = "_rejects"
+REJECTS_SUFFIX = OTHER_PARQUET
 LEDGER = "ledger.json"
 CARD = "README.md"
 DATA_GLOB = f"{DATA_DIR}/*.parquet"

@@ -2,7 +2,7 @@
 
 The typed reader of the layout `pretrain.shards_layout` defines (the one place for paths):
 `DIR/data/*.parquet` (the kept documents: base columns then each stage's `columns`),
-`DIR/ledger.json`, `DIR/rejects/*.pq`.
+`DIR/ledger.json`, `DIR/_rejects/*.pq`.
 Columns of later pipeline stages may be absent (stages disabled): `read_columns` takes the
 columns that exist and fills the rest with typed nulls, typed by the fields its caller passes
 (the stages' tags, data_pipeline.stages.registry.tag_fields: this layer names no stage's tag).

@@ -93,7 +93,7 @@ def kill_in(
 
 def outputs(out: Path) -> dict[str, bytes]:
     """What a user keeps: shards, rejects, ledger, byte for byte."""
-    files = sorted([*out.glob("data/*.parquet"), *out.glob("rejects/*.pq")])
+    files = sorted([*out.glob("data/*.parquet"), *out.glob("_rejects/*.pq")])
     found = {p.relative_to(out).as_posix(): p.read_bytes() for p in files}
     found["ledger.json"] = (out / "ledger.json").read_bytes()
     assert any(name.startswith("data/") for name in found)

@@ -80,7 +80,7 @@ def _output(root: Path, stems: list[str], per_input: int) -> dict[str, str]:
             files += [throughput.part_cost_path(root, shard)]
             files += [
                 root / parts.PARTS / parts.GLOBAL / "dedup" / f"{shard}.{table}"
-                for table in ("rows.parquet", "bands.parquet", "json")
+                for table in ("rows.pq", "bands.pq", "json")
             ]
         for path in files:
             path.write_bytes(b"x")

@@ -12,7 +12,7 @@ from data_pipeline.estimate import Sample, files_by_kind, format_estimate, proje
 LISTED = [
     "data/web-00000.parquet",
     "data/web-00001.parquet",
-    "rejects/web-00000.pq",
+    "_rejects/web-00000.pq",
     ".parts/web-00000.json",
     ".parts/web-00001.json",
     ".parts/part-costs/web-00000.json",
@@ -25,7 +25,7 @@ LISTED = [
 
 
 def _sample(tmp_path: Path) -> Sample:
-    for name in ("web-00000.rows.parquet", "web-00000.json", "web-00001.json"):
+    for name in ("web-00000.rows.pq", "web-00000.json", "web-00001.json"):
         target = tmp_path / ".parts" / "global" / "dedup" / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(b"x")

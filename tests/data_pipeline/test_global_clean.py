@@ -52,7 +52,7 @@ def test_the_manifest_never_lists_the_map_side(tmp_path) -> None:
     (tmp_path / "data" / "a.parquet").write_bytes(b"shard")
     cache = tmp_path / layout.GLOBAL_MAP_DIR / "dedup"
     cache.mkdir(parents=True)
-    (cache / "a-00000.bands.parquet").write_bytes(b"cache")
+    (cache / "a-00000.bands.pq").write_bytes(b"cache")
     manifest = write_manifest(tmp_path, "shards")
     assert list(manifest["files"]) == ["data/a.parquet"]
     assert main(["verify", str(tmp_path)]) == 0  # the cache is not reported as unlisted
@@ -166,7 +166,7 @@ def test_clean_of_a_map_side_linked_elsewhere_removes_the_link_and_says_so(tmp_p
     and does not report the target's files as removed (it reported them, and removed nothing)."""
     out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
     (elsewhere / "dedup").mkdir(parents=True)
-    (elsewhere / "dedup" / "a-00000.bands.parquet").write_bytes(b"x" * 1000)
+    (elsewhere / "dedup" / "a-00000.bands.pq").write_bytes(b"x" * 1000)
     _finished(out)
     (out / layout.GLOBAL_MAP_DIR).parent.mkdir(parents=True)
     (out / layout.GLOBAL_MAP_DIR).symlink_to(elsewhere)
@@ -175,7 +175,7 @@ def test_clean_of_a_map_side_linked_elsewhere_removes_the_link_and_says_so(tmp_p
     assert "removed 0 files (0.0 MB)" in said and "link" in said, said
     assert not (out / layout.GLOBAL_MAP_DIR).is_symlink()
     assert not (out / layout.GLOBAL_MAP_DIR).exists()
-    assert (elsewhere / "dedup" / "a-00000.bands.parquet").stat().st_size == 1000
+    assert (elsewhere / "dedup" / "a-00000.bands.pq").stat().st_size == 1000
     assert main(["verify", str(out)]) == 0
 
 
@@ -187,7 +187,7 @@ def test_clean_counts_the_files_it_removes_not_what_links_inside_point_at(tmp_pa
     cache = out / layout.GLOBAL_MAP_DIR / "dedup"
     cache.mkdir(parents=True)
     (cache / "a-00000.json").write_bytes(b"{}")
-    (cache / "a-00000.rows.parquet").symlink_to(elsewhere / "big.bin")
+    (cache / "a-00000.rows.pq").symlink_to(elsewhere / "big.bin")
     (cache / "more").symlink_to(elsewhere)
     assert main(["data", "clean", str(out)]) == 0
     said = capsys.readouterr().out

@@ -55,7 +55,7 @@ def test_digest_follows_the_bytes_of_every_parts_map_output(tmp_path) -> None:
 def test_a_file_changed_after_its_record_never_reaches_the_digest(tmp_path) -> None:
     out = output_path(str(tmp_path))
     _persist(out, "a-00000", ["one", "two"], [1, 2])
-    keys = tmp_path / ".parts" / "global" / "first" / "a-00000.keys.parquet"
+    keys = tmp_path / ".parts" / "global" / "first" / "a-00000.keys.pq"
     data = bytearray(keys.read_bytes())
     data[len(data) // 2] ^= 0xFF  # a byte flipped at the same size
     keys.write_bytes(bytes(data))

@@ -29,11 +29,11 @@ def _persisted(out: storage.OutPath) -> None:
 
 
 def _map_file_requests(log: Path) -> list[str]:
-    """HEADs and GETs of a map file (`<part>.<table>.parquet`); listings name the folder in
+    """HEADs and GETs of a map file (`<part>.<table>.pq`); listings name the folder in
     their query string, not their path."""
     entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     urls = [e["url"].split("?")[0] for e in entries if e["method"] in ("GET", "HEAD")]
-    return [url for url in urls if url.endswith(".parquet")]
+    return [url for url in urls if url.endswith(".pq")]
 
 
 def test_verifying_the_map_side_reads_no_map_file_back(recorded_s3: Any) -> None:
@@ -59,7 +59,7 @@ def test_a_map_file_rewritten_after_its_record_is_read_back_and_refused(recorded
     _, _, out = recorded_s3
     _persisted(out)
     time.sleep(1.1)  # S3 modification times are whole seconds
-    target = global_parts.stage_dir(out, "first") / "a-00002.keys.parquet"
+    target = global_parts.stage_dir(out, "first") / "a-00002.keys.pq"
     data = target.read_bytes()
     target.write_bytes(data[:-12] + bytes(b ^ 1 for b in data[-12:-8]) + data[-8:])
     outputs = list(global_parts.loaded(out, "first", PARTS, ""))
@@ -75,7 +75,7 @@ class _Stage:  # what reusable reads of a stage: its name
 
 def test_a_local_map_side_is_checked_as_before(tmp_path: Path) -> None:
     _persisted(tmp_path)
-    (global_parts.stage_dir(tmp_path, "first") / "a-00001.keys.parquet").unlink()
+    (global_parts.stage_dir(tmp_path, "first") / "a-00001.keys.pq").unlink()
     outputs = list(global_parts.loaded(tmp_path, "first", PARTS, ""))
     assert [o is None for o in outputs] == [False, True, False, False]
 

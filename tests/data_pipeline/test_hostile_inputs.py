@@ -246,7 +246,7 @@ def test_data_run_rejects_a_bomb_unparsed_and_accounts_for_odd_files(
     assert {k: v["documents"] for k, v in extract["reasons"].items()} == {"too_large": 1}
     skipped = [s["path"] for s in ledger["skipped_files"]]
     assert sorted(skipped) == [f"{crawl}/caf\\xe9.jsonl", str(crawl / "pipe.jsonl")]
-    [reject] = pq.read_table(next((out / "rejects").glob("*.pq"))).to_pylist()
+    [reject] = pq.read_table(next((out / "_rejects").glob("*.pq"))).to_pylist()
     assert reject["extract_reason"] == "too_large" and reject["extractor"] is None
     kept = [
         r for p in sorted((out / "data").glob("*.parquet")) for r in pq.read_table(p).to_pylist()

@@ -116,7 +116,7 @@ def _config(out: Path) -> PipelineConfig:
 
 def _outputs(out: Path) -> dict[str, bytes]:
     files = {"ledger.json": (out / "ledger.json").read_bytes()}
-    for sub in ("data", "rejects"):
+    for sub in ("data", "_rejects"):
         files.update({f"{sub}/{p.name}": p.read_bytes() for p in sorted((out / sub).glob("*"))})
     return files
 

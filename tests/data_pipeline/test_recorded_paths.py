@@ -71,6 +71,6 @@ def test_a_map_record_naming_a_path_outside_its_stage_is_refused(tmp_path) -> No
     entry = {"bytes": secret.stat().st_size, "sha256": sha256_file(secret)}
     name = "../../../../elsewhere/secret"  # -> <stage>/t-00000.../../../../elsewhere/secret
     record.write_text(json.dumps({"part": SHARD, "rows": 3, "files": {"rows": entry, name: entry}}))
-    (record.parent / f"{SHARD}.rows.parquet").symlink_to(secret)
+    (record.parent / f"{SHARD}.rows.pq").symlink_to(secret)
     with pytest.raises(ArtifactError, match="map record .* lists file path"):
         global_parts.load(out, "dedup", SHARD, 3, "")

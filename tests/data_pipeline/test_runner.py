@@ -56,7 +56,7 @@ def test_shards_ledger_and_manifest(first_run) -> None:
         "pages-00000.parquet",
         "pages-00001.parquet",
     ]
-    assert result.parts == 7 and (out / "rejects" / "docs-00003.pq").is_file()
+    assert result.parts == 7 and (out / "_rejects" / "docs-00003.pq").is_file()
     ledger = json.loads((out / "ledger.json").read_text())
     assert ledger["conservation"]["balanced"]
     assert (ledger["documents_in"], ledger["documents_kept"], ledger["documents_dropped"]) == (
@@ -99,7 +99,7 @@ def test_shards_have_the_schema_tags_and_zstd(first_run) -> None:
 def test_rejects_area_names_each_reason(first_run) -> None:
     out, _ = first_run
     rejects = [
-        r for p in sorted((out / "rejects").glob("*.pq")) for r in pq.read_table(p).to_pylist()
+        r for p in sorted((out / "_rejects").glob("*.pq")) for r in pq.read_table(p).to_pylist()
     ]
     assert sorted(r["reject_reason"] for r in rejects) == [
         "extract:empty",
@@ -120,7 +120,7 @@ def test_rerun_reuses_finished_shards_byte_identical(first_run) -> None:
     for shard in ("docs-00002", "pages-00001"):
         (out / "data" / f"{shard}.parquet").unlink()
         (out / ".parts" / f"{shard}.json").unlink()
-    (out / "rejects" / "pages-00001.pq").unlink(missing_ok=True)
+    (out / "_rejects" / "pages-00001.pq").unlink(missing_ok=True)
     resumed = run_pipeline(_config(out), progress=False)
     assert resumed.reused_parts == 5
     assert _files(out) == before

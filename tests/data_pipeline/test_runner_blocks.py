@@ -31,7 +31,7 @@ def _run(out: Path, batch_rows: int, block_mb: int) -> dict[str, bytes]:
     result = run_pipeline(config, progress=False)
     assert result.ledger["conservation"]["balanced"]
     files = {"ledger.json": (out / "ledger.json").read_bytes()}
-    for sub in ("data", "rejects"):
+    for sub in ("data", "_rejects"):
         files |= {f"{sub}/{p.name}": p.read_bytes() for p in sorted((out / sub).glob("*"))}
     return files
 

@@ -29,7 +29,7 @@ from tests.data_pipeline.raytools import token_home as make_token_home
 
 def outputs(out: Path) -> dict[str, bytes]:
     """What must not depend on where the job ran: shards, rejects, ledger."""
-    files = sorted([*out.glob("data/*.parquet"), *out.glob("rejects/*.pq")])
+    files = sorted([*out.glob("data/*.parquet"), *out.glob("_rejects/*.pq")])
     found = {p.relative_to(out).as_posix(): p.read_bytes() for p in files}
     found["ledger.json"] = (out / "ledger.json").read_bytes()
     return found

@@ -44,7 +44,7 @@ def _burn(seconds: float) -> None:
 
 
 def _outputs(out: Path) -> dict[str, bytes]:
-    files = sorted([*out.glob("data/*.parquet"), *out.glob("rejects/*.pq")])
+    files = sorted([*out.glob("data/*.parquet"), *out.glob("_rejects/*.pq")])
     found = {p.relative_to(out).as_posix(): p.read_bytes() for p in files}
     found["ledger.json"] = (out / "ledger.json").read_bytes()
     return found

@@ -40,7 +40,7 @@ def _objects(s3, prefix: str) -> dict[str, bytes]:
 
 def _published(files: dict[str, bytes]) -> dict[str, bytes]:
     """Shards (data/), rejects and ledger: what must not depend on where the output lives."""
-    keep = ("data/", "rejects/", "ledger.json")
+    keep = ("data/", "_rejects/", "ledger.json")
     return {k: v for k, v in files.items() if k.startswith(keep)}
 
 

@@ -102,7 +102,7 @@ def test_writer_merges_pieces_once_each_and_samples_rejects(tmp_path: Path) -> N
     shard = pq.read_table(tmp_path / "data" / "t-00000.parquet")
     assert shard.num_rows == 12 and "_row" not in shard.column_names
     assert shard.column("id").to_pylist() == [f"d{i}" for i in range(20) if i % 5 in (0, 2, 4)]
-    rejects = pq.read_table(tmp_path / "rejects" / "t-00000.pq")
+    rejects = pq.read_table(tmp_path / "_rejects" / "t-00000.pq")
     assert (
         sorted(rejects.column("reject_reason").to_pylist())
         == ["extract:empty"] * 2 + ["extract:not_text"] * 2

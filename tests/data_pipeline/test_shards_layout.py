@@ -1,6 +1,7 @@
 """The shards layout other tools load: pyarrow.dataset, duckdb, polars and Hugging Face datasets,
-pointed at a real `pretrain data run` output, see exactly the kept documents our reader sees;
-the rejects and the ledger stay out of their globs. Layout 1 artifacts still read."""
+pointed at a real `pretrain data run` output (or its root), see exactly the kept documents our
+reader sees; the rejects, the ledger and the global stages' map side (kept after the run as a
+resume cache) stay out of their globs."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def artifact(ray_local, tmp_path_factory) -> Path:
         "output": str(out),
         "shard_rows": 4,
         "batch_rows": 3,
-        "stages": {"extract": {}, "langid": {}, "safety": {"url_blocklist": False}},
+        "stages": {"extract": {}, "langid": {}, "safety": {"url_blocklist": False}, "dedup": {}},
     }
     run_pipeline(
         PipelineConfig.model_validate({**config, "ray": {"timeout_s": 200}}), progress=False
@@ -59,9 +60,9 @@ def test_the_run_keeps_some_and_rejects_some(artifact: Path) -> None:
     kept, rejected = _ours(artifact), _rejected(artifact)
     assert sum(kept.values()) == ledger["documents_kept"] > 0 and max(kept.values()) == 1
     assert len(rejected) == ledger["documents_dropped"] > 0 and not rejected & set(kept)
-    assert not list(artifact.glob("**/*.parquet")) or all(
-        p.parent.name == layout.DATA_DIR for p in artifact.glob("**/*.parquet")
-    )
+    assert all(p.parent.name == layout.DATA_DIR for p in artifact.glob("**/*.parquet"))
+    # the map side is there (keep_global_parts), as Parquet, and the readers below must skip it
+    assert list((artifact / layout.GLOBAL_MAP_DIR / "dedup").glob(f"*.rows{layout.OTHER_PARQUET}"))
 
 
 @pytest.mark.parametrize("pattern", [layout.DATA_GLOB, "**/*.parquet"])
@@ -77,8 +78,20 @@ def test_polars_glob_reads_exactly_the_kept_documents(artifact: Path, pattern: s
 
 
 def test_pyarrow_dataset_reads_exactly_the_kept_documents(artifact: Path) -> None:
-    table = pads.dataset(artifact / layout.DATA_DIR, format="parquet").to_table(columns=["id"])
-    assert Counter(table["id"].to_pylist()) == _ours(artifact)
+    """From the root too: pyarrow skips `.parts/` and `_rejects/` (names starting with `.`/`_`)."""
+    for dataset in (
+        pads.dataset(artifact / layout.DATA_DIR, format="parquet"),
+        pads.dataset(artifact, exclude_invalid_files=True),
+    ):
+        table = dataset.to_table(columns=["id"])
+        assert Counter(table["id"].to_pylist()) == _ours(artifact)
+
+
+def test_pyarrow_dataset_of_the_root_alone_refuses_the_card(artifact: Path) -> None:
+    """The documented limit: without exclude_invalid_files pyarrow reads README.md (the dataset
+    card) as Parquet and stops; it never returns other rows."""
+    with pytest.raises(Exception, match="README.md"):
+        pads.dataset(artifact).to_table(columns=["id"])
 
 
 def test_hf_datasets_loads_exactly_the_kept_documents(

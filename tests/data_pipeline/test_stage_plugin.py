@@ -226,7 +226,7 @@ def test_a_plugin_stage_runs_through_the_real_runner(tmp_path, plugin_registry) 
     assert first.returncode == 0, first.stderr[-3000:]
     artifact = shards_artifact.open(out)
     kept = pa.concat_tables(pq.read_table(p) for p in artifact.shard_paths)
-    rejects = pa.concat_tables(pq.read_table(p) for p in sorted((out / "rejects").glob("*.pq")))
+    rejects = pa.concat_tables(pq.read_table(p) for p in sorted((out / "_rejects").glob("*.pq")))
     every = kept.to_pylist() + rejects.to_pylist()
     assert len(every) == 90 == artifact.manifest.counts["documents_in"]
     lengths = sorted(len(row["text"] or "") for row in every)

@@ -102,7 +102,7 @@ def test_costs_survive_resume_and_ignore_a_killed_runs_records(ray_local, tmp_pa
     for shard in lost:
         (out / "data" / f"{shard}.parquet").unlink()
         (out / ".parts" / f"{shard}.json").unlink()
-    (out / "rejects" / "pages-00001.pq").unlink(missing_ok=True)
+    (out / "_rejects" / "pages-00001.pq").unlink(missing_ok=True)
     stale = throughput.cost_dir(out) / "docs-00002"
     stale.mkdir(parents=True)
     (stale / "read-000000000000-000000000003.json").write_text(

@@ -104,7 +104,7 @@ def test_grown_input_with_dedup_on_is_fully_accounted(ray_local, tmp_path, capsy
 def _files(out: Path) -> dict[str, bytes]:
     return {
         p.relative_to(out).as_posix(): p.read_bytes()
-        for sub in ("data", "rejects")
+        for sub in ("data", "_rejects")
         for p in sorted((out / sub).iterdir())
     }
 
@@ -112,16 +112,16 @@ def _files(out: Path) -> dict[str, bytes]:
 def test_damaged_part_is_recomputed_byte_identical(ray_local, tmp_path, capsys):
     source = _docs(tmp_path / "p.jsonl", 20, 5)
     with source.open("a") as handle:
-        handle.write('{"id": "bad", "text": 7}\n')  # a reject, so rejects/ has a file too
+        handle.write('{"id": "bad", "text": 7}\n')  # a reject, so _rejects/ has a file too
     out = tmp_path / "out"
     _run([source], out, capsys, *NO_GLOBAL)
     clean = _files(out)
-    assert any(name.startswith("rejects/") for name in clean)
+    assert any(name.startswith("_rejects/") for name in clean)
     shard = out / "data" / "p-00001.parquet"
     damaged = bytearray(shard.read_bytes())
     damaged[len(damaged) // 2] ^= 0xFF  # same size, one byte flipped
     shard.write_bytes(bytes(damaged))
-    (out / "rejects" / "p-00002.pq").unlink()
+    (out / "_rejects" / "p-00002.pq").unlink()
     scratch = out / ".parts" / "scratch"
     scratch.mkdir(exist_ok=True)
     (scratch / "left-by-a-killed-writer.tmp").write_bytes(b"half a shard")
@@ -165,7 +165,7 @@ def test_a_changed_input_in_a_folder_layout_with_dotted_names_is_read_again_with
     """Dolma and RedPajama layouts hold one file name in several folders, here a
     `c4-train.00000-of-01024.json.gz`-like name whose stem holds a dot: each file is its own
     input, named by its folder (`b__c4-train...`). A changed input's persisted dedup map side
-    (`.parts/global/dedup/<stem>-00000.rows.parquet`, kept after a finished run) must go with its
+    (`.parts/global/dedup/<stem>-00000.rows.pq`, kept after a finished run) must go with its
     parts: it was kept when the name was cut at its first dot, and the output held the old text
     of an edited document. The unchanged folder's map side is reused. The folders make the
     stems as long as a stem may be (inputs.MAX_STEM_BYTES): every file the job writes fits."""
