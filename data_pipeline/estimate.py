@@ -121,7 +121,9 @@ def load_sample(directory: Path, stages: list[str]) -> Sample:
         bytes_in=measured["read"]["bytes"],
         docs_in=manifest["counts"]["documents_in"],
         shard_bytes=sum(files[k]["bytes"] for k in layout.kept_files(files)),
-        reject_bytes=sum(v["bytes"] for k, v in files.items() if k.startswith(f"{layout.REJECTS_DIR}/")),
+        reject_bytes=sum(
+            v["bytes"] for k, v in files.items() if k.startswith(f"{layout.REJECTS_DIR}/")
+        ),
         utilisation=utilisation,
         ray_start_s=(section.get("fixed") or {}).get("ray_start_s", 0.0),
     )
