@@ -72,6 +72,8 @@ class Batcher:
         self.bytes = 0
         self.collisions = 0
         self._seen: set[int] = set()  # 64-bit hashes of the ids given so far (8 bytes of key each)
+        self.fields_without_text: list[str] = []
+        """Set by a reader when no record of the file held the text field: the fields found."""
 
     def unique_id(self, local_id: str, row: int) -> str:
         """`<stem>/<local_id>`, with `#<row>` appended when this file already gave that id."""

@@ -131,19 +131,16 @@ def read_jsonl(
             )
         if not _gzip_damage(members, out, f"{out.source.name}:{line_no + 1}"):
             break
-    if found_fields and not found:
-        raise InputError(
-            f"input {out.source.path}: no record has the text field {fields.text!r} (fields "
-            f"found: {', '.join(sorted(found_fields)[:20])}); set text_field (a dotted path for "
-            "a nested one)"
-        )
+    if found_fields and not found:  # the caller refuses the file unless rejects are asked for
+        out.fields_without_text = sorted(found_fields)
     if (table := out.flush()) is not None:
         yield table
 
 
 def _has_text(record: dict[str, Any], fields: Fields, found_fields: set[str]) -> bool:
-    """Whether `record` holds the text field; else its top-level keys join `found_fields`."""
-    if field_value(record, fields.text) is not None:
+    """Whether `record` holds the text field (null included); else its top-level keys join
+    `found_fields`."""
+    if fields.text in record or field_value(record, fields.text) is not None:
         return True
     if len(found_fields) < 100:
         found_fields.update(str(key) for key in record)
@@ -421,6 +418,12 @@ def _read_into(
         for table in reader(stream, out, fields, max_bytes):
             if table is not None:
                 yield table
+        if out.fields_without_text and on_unreadable != "reject":
+            raise InputError(
+                f"input {source.path}: no record has the text field {fields.text!r} (fields "
+                f"found: {', '.join(out.fields_without_text[:20])}); set text_field (a dotted "
+                "path for a nested one), or on_unreadable=reject to count them as rejects"
+            )
     except InputError as exc:
         if on_unreadable != "reject":
             raise

@@ -14,12 +14,13 @@ leaves no `.logs/` folder in the user's directory.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
 from pretrain.errors import ArtifactError, ConfigError
-from pretrain.manifest import MANIFEST, load_manifest
+from pretrain.manifest import MANIFEST
 from pretrain.progress import LOGS_DIR, detach
 from pretrain.storage import ObjectPath, OutPath
 
@@ -62,14 +63,16 @@ def refuse_foreign(
 
 
 def manifest_kind(out: Path) -> str | None:
-    """The kind of artifact `out` holds, or None: no manifest.json, or one that is not ours (not
-    JSON, no kind: another tool's file of that name, which the refusal then names)."""
+    """The kind of artifact `out` claims to hold, or None: no manifest.json, or one that is not
+    ours (not JSON, no kind: another tool's file of that name, which the refusal then names)."""
     if not (out / MANIFEST).is_file():
         return None
-    try:
-        return str(load_manifest(out)["kind"])
-    except ArtifactError:
+    try:  # what the folder claims to be: its bytes are verified by whoever then reads it
+        claimed = json.loads((out / MANIFEST).read_bytes())
+    except (OSError, ValueError):
         return None
+    kind = claimed.get("kind") if isinstance(claimed, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def temporary_file(name: str) -> bool:

@@ -83,6 +83,8 @@ def test_text_and_id_fields_for_jsonl_and_parquet(tmp_path: Path) -> None:
         InputError, match=r"no record has the text field 'text' \(fields found: meta, raw_content\)"
     ):
         read_all(rp2)
+    table, _ = read_all(rp2, on_unreadable="reject")  # asked for rejects: a row each, no more
+    assert table.column("_read_reason").to_pylist() == ["missing_text"] * 3
     some = tmp_path / "some.jsonl"  # a record without text among others is a reject row, kept
     some.write_bytes(_lines([{"text": prose(1)}, {"raw_content": prose(2)}]))
     table, _ = read_all(some)
