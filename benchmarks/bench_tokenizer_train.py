@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -54,12 +56,18 @@ def _file_records(name: str, quota: int) -> list[dict[str, Any]]:
 
 def corpus_shards(mb: float) -> Path:
     """A cached `shards` artifact of about `mb` MB of corpus text (all files, same share each)."""
-    from pretrain.manifest import load_manifest
+    from pretrain.errors import PretrainError
     from tests.tokenizer.synthetic import write_shards
+    from tokenizer.shards import require_shards
 
-    out = WORK / f"shards-{mb:g}mb"
-    if (out / "manifest.json").is_file() and load_manifest(out)["kind"] == "shards":
-        return out
+    corpus_key = hashlib.sha256(str(CORPUS.resolve()).encode()).hexdigest()[:8]
+    out = WORK / f"shards-{mb:g}mb-{corpus_key}"
+    if out.exists():
+        try:  # reused only while today's code opens it: a format change rebuilds it
+            require_shards(str(out))
+            return out
+        except PretrainError:
+            shutil.rmtree(out)
     sizes = {name: (CORPUS / f"{name}.jsonl.gz").stat().st_size for name in FILES}
     total = sum(sizes.values())
     # compressed size as a proxy for each file's share; quotas in uncompressed bytes
