@@ -117,7 +117,10 @@ def busy_stage_actor(out: Path, procs: list[psutil.Process]) -> bool:
     """Kill a stage actor while it tags rows (its process title names the call) once a piece
     has been written: a worker dying mid-write. True once one was killed."""
     pieces = out / PARTS / PIECES
-    if not (pieces.is_dir() and any(pieces.rglob("*.parquet"))):
+    try:  # the merge clears the pieces: the folder can go between a look and a walk
+        if not any(pieces.rglob("*.parquet")):
+            return False
+    except FileNotFoundError:
         return False
     for proc in procs:
         with contextlib.suppress(psutil.Error, IndexError):
