@@ -77,9 +77,10 @@ def _machine(tmp_path: Path, name: str, endpoint: str, lease: float) -> dict[str
     return clean_env(tmp_path / name, **s3_env(endpoint), PRETRAIN_LOCK_LEASE_S=str(lease))
 
 
-def _hold(env: dict[str, str], mode: str = "stdin") -> subprocess.Popen:
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, OUTPUT, mode],
+def _start(script: str, env: dict[str, str], mode: str) -> subprocess.Popen:
+    """`script OUTPUT MODE` in a process of its own, its three streams piped."""
+    return subprocess.Popen(
+        [sys.executable, "-c", script, OUTPUT, mode],
         cwd=REPO,
         env=env,
         stdin=subprocess.PIPE,
@@ -87,6 +88,10 @@ def _hold(env: dict[str, str], mode: str = "stdin") -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def _hold(env: dict[str, str], mode: str = "stdin") -> subprocess.Popen:
+    holder = _start(HOLDER, env, mode)
     assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
     return holder
 
@@ -314,15 +319,7 @@ def faulty(store) -> Iterator[list[subprocess.Popen]]:
 
 
 def _hold_faulty(env: dict[str, str], mode: str, started: list) -> subprocess.Popen:
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HEARTBEAT_FAULT, OUTPUT, mode],
-        cwd=REPO,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    holder = _start(HEARTBEAT_FAULT, env, mode)
     started.append(holder)
     return holder
 
