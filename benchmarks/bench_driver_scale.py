@@ -19,7 +19,7 @@ process (`time.process_time`, so load on the machine counts less than in wall ti
 - `readahead` (object store only): the driver's per-part reads, the resume scan
   (`parts.finished_parts`), the ledger assembly (`runner._collect`) and the stream's progress
   count (`parts.records_to_read`, one read record per input), baseline `serial` (one
-  request at a time: `readahead.READ_AHEAD = 1`, the driver before 2026-12-03 09:30), ours
+  request at a time: `parts.READ_AHEAD = 1`, the driver before 2026-12-03 09:30), ours
   `ahead` (READ_AHEAD in flight, consumed in order). moto on loopback answers in ~1 ms of its own
   CPU; a real store's round trip is ~10-30 ms of waiting: `--s3-delay-ms N` serves the s3 rows
   from moto with N ms added to every request (tests/data_pipeline/moto_latency.py).
@@ -32,7 +32,7 @@ process (`time.process_time`, so load on the machine counts less than in wall ti
 - `handover` (object store, `--handover`): the end of a run, ledger assembly + manifest, baseline
   `read_back` (every part's fragment read back, READ_AHEAD in flight: the driver before
   2026-12-04), ours `handed` (the fragments the merge handed the driver are folded, none read:
-  data_pipeline.collect).
+  ledger.Merged).
 
 Run: `python -m benchmarks.bench_driver_scale --parts 1000 10000 100000 --s3-parts 1000`;
 read-ahead: `python -m benchmarks.bench_driver_scale --parts --s3-parts 1000 --s3-delay-ms 0 20`.
@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_result
-from data_pipeline import collect, fingerprint, global_parts, parts, readahead, runner
+from data_pipeline import fingerprint, global_parts, ledger, parts, runner
 from data_pipeline.formats import InputFile
 from pretrain import shards_layout as layout
 from pretrain import storage
@@ -134,10 +134,10 @@ def identity_sides(inputs: list[InputFile]) -> dict[str, Any]:
     }
 
 
-def handed_over(out: storage.OutPath, stems: list[str], per_input: int) -> collect.Merged:
+def handed_over(out: storage.OutPath, stems: list[str], per_input: int) -> ledger.Merged:
     """What the merge of a run hands the driver: every part's fragment, as written (read here,
     untimed, to stand in for the merge's returned rows)."""
-    merged = collect.Merged()
+    merged = ledger.Merged()
     for shard in _shards(stems, per_input):
         merged.add_fragment(shard, parts.fragment_path(out, shard).read_bytes())
     return merged
@@ -146,14 +146,14 @@ def handed_over(out: storage.OutPath, stems: list[str], per_input: int) -> colle
 def handover_sides(out: storage.OutPath, stems: list[str], per_input: int) -> dict[str, Any]:
     """The end of a run (ledger assembly + manifest): `read_back` reads every part's fragment
     (READ_AHEAD in flight: the driver before 2026-12-04), `handed` folds what the merge handed
-    over and reads none (data_pipeline.collect)."""
+    over and reads none (ledger.Merged)."""
     merged = handed_over(out, stems, per_input)
 
-    def end(with_: collect.Merged) -> None:
+    def end(with_: ledger.Merged) -> None:
         runner._collect(out, stems, [], with_)
         write_manifest(out, "bench", known=with_.known)
 
-    return {"read_back": _cpu(lambda: end(collect.Merged())), "handed": _cpu(lambda: end(merged))}
+    return {"read_back": _cpu(lambda: end(ledger.Merged())), "handed": _cpu(lambda: end(merged))}
 
 
 def build_map_side(out: storage.OutPath, count: int, file_kb: int) -> dict[str, int]:
@@ -190,17 +190,17 @@ def verify_sides(out: storage.OutPath, rows: dict[str, int]) -> dict[str, Any]:
 def readahead_sides(out: storage.OutPath, stems: list[str]) -> dict[str, Any]:
     """Resume scan + ledger assembly read one at a time, then READ_AHEAD at a time."""
     sides: dict[str, Any] = {}
-    ahead = readahead.READ_AHEAD
+    ahead = parts.READ_AHEAD
     for side, in_flight in (("serial", 1), ("ahead", ahead)):
-        readahead.READ_AHEAD = in_flight
+        parts.READ_AHEAD = in_flight
         try:
             sides[side] = {
                 "resume": _cpu(lambda: parts.finished_parts(out)),
-                "ledger": _cpu(lambda: runner._collect(out, stems, [], collect.Merged())),
+                "ledger": _cpu(lambda: runner._collect(out, stems, [], ledger.Merged())),
                 "progress": _cpu(lambda: parts.records_to_read(out, stems, {}, 5000)),
             }
         finally:
-            readahead.READ_AHEAD = ahead
+            parts.READ_AHEAD = ahead
     sides["in_flight"] = ahead
     return sides
 

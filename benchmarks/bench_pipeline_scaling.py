@@ -36,8 +36,6 @@ each phase: how evenly the work is split. The wall efficiency needs a quiet mach
 
     .venv/bin/python -m benchmarks.bench_pipeline_scaling --corpus DIR [--pages 10000]
         [--runs ours datatrove]   (one side per invocation keeps each under ~5 minutes)
-        [--stream-maps off]       (A/B: dedup's map side as its own phase over every part, as
-                                   before it moved into the stream; result file `..._maps_off`)
         [--warm off]              (A/B: no Ray Data warm-up after a local start, so Ray Data's
                                    per-driver actors start in the job's first seconds instead;
                                    result file `..._warm_off`)
@@ -102,8 +100,6 @@ def build_pages(source: Path, target: Path, pages: int, files: int) -> dict[str,
     return {"pages": pages, "distinct_pages": len(raw), "files": files}
 
 
-STREAM_MAPS = "BENCH_STREAM_MAPS"
-"""Environment of a child run: "off" maps dedup's side per part after the stream (the A/B)."""
 WARM = "BENCH_WARM"
 """Environment of a child run: "off" skips `rayinit.warm_ray_data` (the A/B of the warm-up)."""
 
@@ -130,10 +126,6 @@ def child_ours(inputs: str, out: str, workers: int) -> dict[str, Any]:
 
     from data_pipeline.config import PipelineConfig
     from data_pipeline.runner import run_pipeline
-    from data_pipeline.stages.dedup import DedupStage
-
-    if os.environ.get(STREAM_MAPS) == "off":  # the driver asks the stage (runner.py) once per run
-        DedupStage.maps_in_stream = lambda self: False  # type: ignore[method-assign]
 
     warm_s: list[float] = []
     _time_warm_up(warm_s)
@@ -167,7 +159,6 @@ def child_ours(inputs: str, out: str, workers: int) -> dict[str, Any]:
         "other_cpu_s_by_command": roles.get("other", {}).get("commands", {}),
         "phase_cpu": phase_cpu(sampler.procs, section["run"]["phase_spans"], os.cpu_count() or 1),
         "phase_cpu_by_role": phase_roles(sampler.procs, section["run"]["phase_spans"]),
-        "stream_maps": os.environ.get(STREAM_MAPS, "on"),
         "ray_data_stats": result.ray_stats,
         "raw_bytes": result.ledger["bytes_in"],
         "docs_in": result.ledger["documents_in"],
@@ -334,7 +325,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default=["ours", "datatrove"],
         help="which side(s) to run (each writes its own result file)",
     )
-    parser.add_argument("--stream-maps", choices=("on", "off"), default="on")
     parser.add_argument("--warm", choices=("on", "off"), default="on")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv if argv is not None else [])
@@ -344,7 +334,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result = run(inputs, out, int(workers))
         print(json.dumps(result))
         return result
-    os.environ[STREAM_MAPS] = args.stream_maps  # read by the child runs
     os.environ[WARM] = args.warm
     source = corpus_dir(args.corpus) / "web.warc.gz"
     with tempfile.TemporaryDirectory(prefix="bench_scaling_") as tmp:
@@ -366,8 +355,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "target_scaling_efficiency": TARGET,
     }
     print(json.dumps(result["rows"], indent=1))
-    suffix = "_maps_off" if args.stream_maps == "off" else ""
-    suffix += "_warm_off" if args.warm == "off" else ""
+    suffix = "_warm_off" if args.warm == "off" else ""
     write_result("bench_pipeline_scaling_" + "_".join(args.runs) + suffix, result)
     return result
 

@@ -46,14 +46,12 @@ def _stage_specs(inputs: str, out: str) -> tuple[Any, list[dict[str, str]], dict
     stages = yaml.safe_load((repo / "configs" / "pipeline.yaml").read_text())["stages"]
     config = PipelineConfig.model_validate({"inputs": [inputs], "output": out, "stages": stages})
     built = build_stages(config)
-    head, globals_ = global_parts.plan(built)
-    first = globals_[0][0] if globals_ else None
+    head, _ = global_parts.plan(built)
     worker = {
         "specs": [s.spec() for s in head],
         "pieces_out": out,
         "cost_out": out,
         "batch_rows": config.batch_rows,
-        "map_spec": first.spec() if first is not None and first.maps_in_stream() else None,
     }
     options = {
         "shard_rows": config.shard_rows,

@@ -1,18 +1,15 @@
-"""Global stages in the runner, resumable per input part: map -> aggregate -> join.
+"""Global stages in the data job, resumable per part: map -> aggregate -> join.
 
     stream (Ray Data) --the map stages before the first global stage--> pieces of each part
-    map    one task per part: its rows (in row order) -> G.map_part -> persisted, see below (the
-           first global stage's pieces already mapped by the stream's actors are combined
-           instead: data_pipeline.piece_maps)
+    map    one task per part: its rows (in row order) -> G.map_part -> persisted, see below
     aggregate  in the driver, over every part's persisted map output (G.aggregate, Ray inside)
     join   one task per part: G.join_part -> the map stages after G -> the next global stage's
            map (persisted the same way), or the job's pieces (then the usual merge into shards)
 
 What a part's map side persists, in `.parts/global/<stage>/`: `<part>.rows.pq` (the rows the
 stage received), `<part>.<name>.pq` for each table `map_part` returned, and `<part>.json`
-(written last) recording every file's bytes and sha256, the part's row count, its counts, what
-the map depended on, and how it was mapped (`mapped`: `pieces` when the stream's actors mapped
-its pieces, data_pipeline.piece_maps; `part` when this module mapped the part whole). A re-run reuses a part's map output only when its record verifies: every
+(written last) recording every file's bytes and sha256, the part's row count, its counts and what
+the map depended on. A re-run reuses a part's map output only when its record verifies: every
 file has its recorded size and hash, the row count is the part's (from the input's read record),
 and it depends on the same thing: nothing for the first global stage (its rows come from the input
 alone, whose identity the job fingerprint checks), the digest of every part's map output of the
@@ -34,10 +31,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data_pipeline import parts, piece_maps, readahead, throughput, workers
-from data_pipeline.parts import pieces_dir
+from data_pipeline import parts, throughput, workers
 from data_pipeline.stagekit import AGGREGATE_SCRATCH
 from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
+from data_pipeline.timelimit import cpu_time
 from pretrain import shards_layout as layout
 from pretrain.errors import PretrainError
 from pretrain.manifest import atomic_write_json
@@ -193,7 +190,7 @@ def digest(out: OutPath, stage: str, depends: str, outputs: Sequence[MapOutput])
 
 
 def reusable(out: OutPath, stage: GlobalStage, rows: dict[str, int], depends: str = "") -> set[str]:
-    """The parts whose persisted map output verifies (`load`), checked `readahead.READ_AHEAD` at a
+    """The parts whose persisted map output verifies (`load`), checked `parts.READ_AHEAD` at a
     time in an object store."""
     found = loaded(out, stage.name, rows, depends)
     return {part for part, output in zip(rows, found, strict=True) if output is not None}
@@ -207,14 +204,14 @@ def loaded(
     costs: dict[str, Any] | None = None,
 ) -> Iterator[MapOutput | None]:
     """`load` of every part of `rows`, in order: in an object store from one listing of the
-    stage's folder and `readahead.READ_AHEAD` records at a time. The map cost each verified
+    stage's folder and `parts.READ_AHEAD` records at a time. The map cost each verified
     record holds is folded into `costs` (the manifest's throughput section then reads no record
-    again: data_pipeline.collect)."""
+    again: ledger.Merged)."""
     listed = listing(out, stage)
-    checks = readahead.ordered(
+    checks = parts.ordered(
         lambda item: _checked(out, stage, item[0], item[1], depends, listed),
         rows.items(),
-        readahead.in_flight_for(out),
+        parts.in_flight_for(out),
     )
     for checked in checks:
         if checked is not None and costs is not None and checked[1].get("cost"):
@@ -260,53 +257,28 @@ def _ready(spec: StageSpec) -> Stage:
     return stage
 
 
-def _map_and_persist(
-    out: OutPath, part: str, rows: pa.Table, spec: StageSpec, depends: str
-) -> None:
+def _map(out: OutPath, part: str, rows: pa.Table, spec: StageSpec, depends: str) -> None:
+    """Map one part's rows with the global stage of `spec` and persist its map side."""
     stage = _ready(spec)
     assert isinstance(stage, GlobalStage)
     start = time.process_time()
     tables, info = stage.map_part(rows)
     cost = throughput.table_cost(rows, time.process_time() - start)  # kept with the map output
-    persist(
-        out, stage.name, part, rows, tables, info=info, depends=depends, cost=cost, mapped="part"
-    )
+    persist(out, stage.name, part, rows, tables, info=info, depends=depends, cost=cost)
 
 
-def map_task(
-    out: str | OutPath, part: str, rows: int, spec: StageSpec, keep_pieces: bool = False
-) -> str:
-    """The first global stage's map of one part, from the pieces the stream wrote (kept with
-    `keep_pieces`: a map started while the stream runs, data_pipeline.early_maps)."""
-    if load(output_path(out), spec[0], part, rows, ""):
+def map_task(out: str | OutPath, part: str, rows: int, spec: StageSpec) -> str:
+    """The first global stage's map of one part, from the pieces the stream wrote."""
+    target = output_path(out)
+    if load(target, spec[0], part, rows, ""):
         return part  # a retry of a task that persisted the part before its worker died
-    table = workers.read_pieces(output_path(out), part)
+    table = workers.read_pieces(target, part)
     if table.num_rows != rows:  # a piece is missing: never persist a partial part
         raise PretrainError(
             f"part {part}: {table.num_rows} of its {rows} rows were tagged; re-run the command"
         )
-    stage = _ready(spec)
-    assert isinstance(stage, GlobalStage)
-    mapped = piece_maps.combined(parts.pieces_dir(output_path(out), part), stage, table)
-    if mapped is None:
-        _map_and_persist(output_path(out), part, table, spec, "")
-    else:  # the stream's actors mapped its pieces
-        tables, info, spent = mapped
-        cost = throughput.table_cost(table, spent)
-        target = output_path(out)
-        persist(
-            target,
-            stage.name,
-            part,
-            table,
-            tables,
-            info=info,
-            depends="",
-            cost=cost,
-            mapped="pieces",
-        )
-    if not keep_pieces:
-        remove_tree(parts.pieces_dir(output_path(out), part))
+    _map(target, part, table, spec, "")
+    remove_tree(parts.pieces_dir(target, part))
     return part
 
 
@@ -326,20 +298,16 @@ def join_task(
     start = time.process_time()
     table = stage.join_part(rows, outputs, index, *args)
     spent = {stage.name: time.process_time() - start}
-    table, after = throughput.run_stages([_ready(spec) for spec in job["after"]], table)
-    throughput.record_batch(out, f"join-{stage.name}", rows, {**spent, **after})
+    for after in (_ready(spec) for spec in job["after"]):
+        start = cpu_time()
+        table = after(table)
+        spent[after.name] = cpu_time() - start
+    throughput.record_batch(out, f"join-{stage.name}", rows, spent)
     if job["next"] is not None:
-        _map_and_persist(output_path(out), part.part, table, job["next"], job["depends"])
+        _map(output_path(out), part.part, table, job["next"], job["depends"])
     else:
         workers.write_pieces(table, out)
     return part.part
-
-
-def remote_map_task() -> Any:
-    """map_task as a Ray remote function (one CPU, retried twice)."""
-    import ray
-
-    return ray.remote(num_cpus=TASK_CPUS, max_retries=2)(map_task)
 
 
 def _wait(ray: Any, refs: list[Any], timeout: float | None) -> None:
@@ -363,32 +331,23 @@ def run_global_stages(
     rows: dict[str, int],
     timeout: float | None,
     phase: Callable[[str], AbstractContextManager[None]] = lambda _: nullcontext(),
-    early: dict[str, Any] | None = None,
     map_costs: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, int]:
     """Map (the parts not persisted yet), aggregate and join every global stage in order; the
     last join writes the job's pieces. Returns {stage: parts whose map output was reused}.
     `phase(name)` times each step (`<stage>-map`, `-verify`, `-aggregate`, `-join`: RunClock.phase).
-    `early`: part -> the ref of its map task started during the stream (data_pipeline.early_maps).
     `map_costs` gets, per global stage, the map cost of every part, from the records verified."""
     import ray
 
     _, globals_ = plan(stages)
-    remote_map = remote_map_task()
+    remote_map = ray.remote(num_cpus=TASK_CPUS, max_retries=2)(map_task)
     remote_join = ray.remote(num_cpus=TASK_CPUS, max_retries=2)(join_task)
     parts = sorted(rows)
     first = globals_[0][0]
-    early = {p: ref for p, ref in (early or {}).items() if p in rows}
-    done = reusable(out, first, {p: n for p, n in rows.items() if p not in early})
+    done = reusable(out, first, rows)
     with phase(f"{first.name}-map"):
-        todo = [p for p in parts if p not in done and p not in early]
-        refs = [remote_map.remote(out, p, rows[p], first.spec()) for p in todo]
-        _wait(ray, list(early.values()), timeout)
-        for _ in readahead.ordered(  # what those maps kept, while the others run
-            lambda p: remove_tree(pieces_dir(out, p)), early, readahead.in_flight_for(out)
-        ):
-            pass
-        _wait(ray, refs, timeout)
+        todo = [p for p in parts if p not in done]
+        _wait(ray, [remote_map.remote(out, p, rows[p], first.spec()) for p in todo], timeout)
     reused, depends = {first.name: len(done)}, ""
     for k, (stage, after) in enumerate(globals_):
         with phase(f"{stage.name}-verify"):  # the driver checks every part's map output

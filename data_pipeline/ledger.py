@@ -13,6 +13,8 @@ when the safety stage did not redact): what the shards' text no longer holds.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -20,8 +22,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from data_pipeline import throughput
+from data_pipeline.parts import PARTS
 from pretrain.nested import PII_KINDS
 from pretrain.schema import reason_column
+from pretrain.storage import OutPath
 
 PASS = "pass"
 UNKNOWN = "unknown"
@@ -234,7 +239,7 @@ def aggregate(
 ) -> dict[str, Any]:
     """Sum shard fragments into the ledger and check conservation against what was read. The
     fragments are folded one at a time (an iterator of them is read once, none is kept), into
-    `fold` when given (the fragments the merge already handed the driver: data_pipeline.collect).
+    `fold` when given (the fragments the merge already handed the driver: `Merged`).
     The sums do not depend on the order the fragments are folded in."""
     fold = fold if fold is not None else Fold()
     for frag in fragments:
@@ -267,3 +272,73 @@ def aggregate(
         "domains": _mix(rows, "domain"),
         "rows": rows,
     }
+
+
+# --- what the driver folds as the merge hands each part over ------------------------------------
+# A merge task returns the bytes of the part's fragment and cost record with its row
+# (workers.merge_shards); the resume scan hands over each part it verified the same way. The
+# driver folds them (`Merged`): the ledger's sums, the digest of every file a fragment records
+# (the manifest then reads none back) and each stage's cost totals. Only parts this run was not
+# told of are read at the end: at 2M parts in an object store, millions of GETs not sent.
+
+
+def digest(data: bytes) -> dict[str, Any]:
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+class Merged:
+    """The fold of every part the merge of this run returned (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.fold = Fold()
+        self.known: dict[str, dict[str, Any]] = {}
+        """Digests for the manifest: the fragments' files, the fragments, the cost records."""
+        self.shards: set[str] = set()
+        """Parts whose fragment was folded here (not read back)."""
+        self.costs: dict[str, dict[str, Any]] = {}
+        """Stage -> cost totals over the parts whose cost record was folded here."""
+        self.costed: set[str] = set()
+        self.map_costs: dict[str, dict[str, Any]] = {}
+        """Global stage -> the map cost of every part, folded from the map records the driver
+        verified before the stage's aggregate (global_parts.run_global_stages)."""
+
+    def add(self, block: Any) -> None:
+        """Fold one output block of the merge (columns shard, fragment, cost)."""
+        if not block.num_rows or "fragment" not in block.column_names:
+            return
+        for shard, fragment, cost in zip(
+            block.column("shard").to_pylist(),
+            block.column("fragment").to_pylist(),
+            block.column("cost").to_pylist(),
+            strict=True,
+        ):
+            self.add_fragment(shard, fragment.encode())
+            if cost:  # none: the report reads what there is
+                self.add_cost(shard, cost.encode())
+
+    def forget_fragments(self) -> None:
+        """Drop the fragments folded so far (the ledger then reads every one back)."""
+        self.fold, self.shards = Fold(), set()
+
+    def add_fragment(self, shard: str, data: bytes) -> None:
+        if shard in self.shards:
+            return  # each part once, whatever handed it over twice
+        content = json.loads(data)
+        self.known[f"{PARTS}/{shard}.json"] = digest(data)
+        for name, record in content.get("files", {}).items():
+            self.known[name] = {"bytes": record.get("bytes"), "sha256": record.get("sha256")}
+        self.fold.add(content)
+        self.shards.add(shard)
+
+    def add_cost(self, shard: str, data: bytes) -> None:
+        if shard in self.costed:
+            return
+        self.known[f"{PARTS}/{throughput.PART_COSTS}/{shard}.json"] = digest(data)
+        for stage, cost in json.loads(data).items():
+            throughput.add_cost(self.costs.setdefault(stage, {}), cost)
+        self.costed.add(shard)
+
+    def note_read(self, out: OutPath, path: OutPath, data: bytes) -> None:
+        """The digest of a record the driver read itself (a reused part's), for the manifest."""
+        rel = path.relative_to(out).as_posix()  # type: ignore[arg-type]  # same kind as `out`
+        self.known[rel] = digest(data)

@@ -13,13 +13,14 @@ import hashlib
 import json
 import os
 import threading
+from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data_pipeline import readahead
 from data_pipeline.throughput import PART_COSTS, part_cost_path
 from pretrain import shards_layout as layout
 from pretrain.hashcache import remember
@@ -41,6 +42,46 @@ GLOBAL = layout.GLOBAL_MAP_DIR.removeprefix(f"{PARTS}/")
 the manifest does not list (a cache: `pretrain data clean` removes it)."""
 SCRATCH = "scratch"
 PROGRESS = "progress"
+
+
+# Bounded read-ahead for the driver's per-part reads in an object store: each read is a round trip
+# of waiting, not CPU (at 2M parts and ~5-12 ms a request, reading in turn takes hours). `ordered`
+# keeps up to `in_flight` reads running in threads and yields results in the items' order, so what
+# the driver computes from them is the same, byte for byte, as reading them in turn, and its
+# memory is bounded by the window. Local outputs are read in turn (a read is a system call).
+READ_AHEAD = 16
+"""Reads in flight at once on an object store (as `fingerprint.IDENTITY_THREADS`): enough to hide
+a request's latency, few enough that a store's per-client request rate is not the limit."""
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+def in_flight_for(out: OutPath) -> int:
+    """READ_AHEAD for an output in an object store, 1 (in turn, no threads) for a local one."""
+    return READ_AHEAD if isinstance(out, ObjectPath) else 1
+
+
+def ordered(
+    read: Callable[[Item], Result], items: Iterable[Item], in_flight: int = READ_AHEAD
+) -> Iterator[Result]:
+    """`read(item)` of every item, in the items' order, with up to `in_flight` reads at once.
+    An exception raised by a read is raised when its result is reached (the same first error as
+    reading in turn); reads started past it are cancelled or their results dropped."""
+    if in_flight <= 1:
+        yield from map(read, items)
+        return
+    pool = ThreadPoolExecutor(in_flight, thread_name_prefix="read-ahead")
+    pending: deque[Future[Result]] = deque()
+    try:
+        for item in items:
+            pending.append(pool.submit(read, item))
+            if len(pending) >= in_flight:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def fragment_path(out: OutPath, shard: str) -> OutPath:
@@ -111,7 +152,7 @@ def records_to_read(
 ) -> int | None:
     """Rows this run tags: the records of the inputs being read less those of their parts an
     earlier run finished (`skip`), once every input has been read (else None). The read
-    records are read as `read_records` reads them: in an object store `readahead.READ_AHEAD`
+    records are read as `read_records` reads them: in an object store `READ_AHEAD`
     at a time, one read each (no `is_file` request before it)."""
     total = 0
     for stem, record in zip(stems, read_records(out, stems), strict=True):
@@ -129,9 +170,9 @@ def finished_parts(
     """Stem -> part numbers whose shard, rejects and ledger fragment an earlier run finished and
     that still verify (every file the fragment records has its bytes and sha256). A part that
     does not verify is forgotten (its files deleted) and computed again. In an object store the
-    parts are checked `readahead.READ_AHEAD` at a time, and forgotten in order. `on_verified`
+    parts are checked `READ_AHEAD` at a time, and forgotten in order. `on_verified`
     gets each verified part's fragment bytes, in order (the driver folds them, and does not read
-    them again at the end: data_pipeline.collect)."""
+    them again at the end: ledger.Merged)."""
     done: dict[str, set[int]] = {}
     parts_dir = out / PARTS
     if not parts_dir.is_dir():
@@ -142,9 +183,7 @@ def finished_parts(
         stem, sep, number = path.stem.rpartition("-")
         if sep and number.isdigit() and not path.name.endswith(".read.json"):
             fragments.append((stem, int(number), path))
-    checks = readahead.ordered(
-        lambda found: _verified(out, found[2], listing), fragments, readahead.in_flight_for(out)
-    )
+    checks = ordered(lambda found: _verified(out, found[2], listing), fragments, in_flight_for(out))
     for (stem, part, path), data in zip(fragments, checks, strict=True):
         if data is not None:
             done.setdefault(stem, set()).add(part)
@@ -288,7 +327,7 @@ def forget_inputs(out: OutPath, stems: Collection[str]) -> None:
 
 def read_records(out: OutPath, stems: Iterable[str]) -> Iterator[dict[str, Any] | None]:
     """The read record of every input in `stems` (None where it has none yet), in order: in an
-    object store `readahead.READ_AHEAD` at a time, one read each (no `is_file` HEAD before it;
+    object store `READ_AHEAD` at a time, one read each (no `is_file` HEAD before it;
     pyarrow's open is a HEAD, then the GET)."""
 
     def load(stem: str) -> dict[str, Any] | None:
@@ -297,7 +336,7 @@ def read_records(out: OutPath, stems: Iterable[str]) -> Iterator[dict[str, Any] 
         except (FileNotFoundError, IsADirectoryError):
             return None
 
-    return readahead.ordered(load, stems, readahead.in_flight_for(out))
+    return ordered(load, stems, in_flight_for(out))
 
 
 def record_done(record: dict[str, Any] | None, stem: str, done: dict[str, set[int]]) -> bool:

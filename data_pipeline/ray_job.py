@@ -1,40 +1,28 @@
-"""The data job's Ray side: connect, the stream, the global stages, the merge (runner.py plans
-the work before and writes the ledger and manifest after).
+"""The data job's Ray side, each step one function the runner calls inside `session`:
 
-    inputs --read_files (tasks, streaming)--> raw batches (`_shard`, `_row` name each row's part)
-           --MapStagesWorker (actor pool, fractional CPUs; the map stages before any global
-             stage, then the first global stage's map side when it is row-wise:
-             data_pipeline.piece_maps)--> pieces (written by the map actors)
-    global --for each global stage (data_pipeline.global_parts): map each part (persisted per
-             part; the first stage's map of a part starts as soon as the stream has finished it,
-             data_pipeline.early_maps) -> aggregate in the driver -> join each part, then the map
-             stages after it --> the next global stage's map, or the job's pieces
-    merge  --one task per shard: pieces in row order -> the select -> data/<stem>-<part>.parquet,
-             _rejects/<stem>-<part>.pq, .parts/<stem>-<part>.json (ledger fragment)
+    stream  inputs --read_files (tasks, streaming)--> raw batches (`_shard`, `_row` name each
+            row's part) --MapStagesWorker (actor pool, fractional CPUs; the map stages before any
+            global stage)--> pieces of each part (written by the map actors: data_pipeline.workers)
+    global  data_pipeline.global_parts: for each global stage, map each part (persisted per part)
+            -> aggregate in the driver -> join each part, then the map stages after it
+    merge   one task per part: its pieces in row order -> the select -> data/<part>.parquet,
+            _rejects/<part>.pq, .parts/<part>.json (ledger fragment)
 (the layout: pretrain.shards_layout)
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from data_pipeline import (
-    collect,
-    early_maps,
-    execute,
-    global_parts,
-    merge,
-    parts,
-    resume,
-    throughput,
-    workers,
-)
+from data_pipeline import global_parts, ledger, parts, throughput, workers
 from data_pipeline.config import PipelineConfig
 from data_pipeline.readers import Fields
 from data_pipeline.stages.base import Stage
+from pretrain.errors import PretrainError
 from pretrain.progress import VERBOSE, Progress, verbosity, watch
 from pretrain.storage import OutPath, remove_tree
 
@@ -90,16 +78,20 @@ def _original_errors() -> Iterator[None]:
         context.raise_original_map_exception = saved
 
 
-def build_stream(
+def stream(
     config: PipelineConfig,
     stages: list[Stage],
-    todo: list[dict[str, str]],
+    read: list[dict[str, str]],
+    skip: dict[str, set[int]],
     out: OutPath,
-    done: dict[str, set[int]],
-) -> Any:
+    progress: bool,
+) -> str:
+    """Read the inputs `read` (less the parts in `skip`) through the map stages before the first
+    global stage into pieces; returns Ray Data's stats. Progress counts the tagged rows."""
     import ray
 
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    head, _ = global_parts.plan(stages)
     options = {
         "shard_rows": config.shard_rows,
         "batch_rows": config.batch_rows,
@@ -109,56 +101,48 @@ def build_stream(
         "max_input_bytes": _max_input_bytes(stages),
     }
     with _original_errors():
-        return _stream(config, stages, todo, out, done, cpus, options)
-
-
-def _stream(
-    config: PipelineConfig,
-    stages: list[Stage],
-    todo: list[dict[str, str]],
-    out: OutPath,
-    done: dict[str, set[int]],
-    cpus: int,
-    options: dict[str, Any],
-) -> Any:
-    import ray
-
-    head, globals_ = global_parts.plan(stages)
-    first = globals_[0][0] if globals_ else None
-    map_spec = first.spec() if first is not None and first.maps_in_stream() else None
-    ds = ray.data.from_items(todo, override_num_blocks=len(todo)).map_batches(
-        workers.read_files,
-        batch_size=1,
-        batch_format="pyarrow",
-        **_read_resources(bool(head), cpus),
-        fn_kwargs={
-            "out": out,
-            "skip": {k: sorted(v) for k, v in done.items()},
-            "options": options,
-        },
-    )
-    if not head:
-        return ds.map_batches(
-            workers.write_pieces,
+        dataset = ray.data.from_items(read, override_num_blocks=len(read)).map_batches(
+            workers.read_files,
+            batch_size=1,
             batch_format="pyarrow",
-            batch_size=None,
-            num_cpus=0.25,
-            fn_kwargs={"out": out},
+            **_read_resources(bool(head), cpus),
+            fn_kwargs={
+                "out": out,
+                "skip": {k: sorted(v) for k, v in skip.items()},
+                "options": options,
+            },
         )
-    return ds.map_batches(
-        workers.MapStagesWorker,
-        fn_constructor_kwargs={
-            "specs": [s.spec() for s in head],
-            "pieces_out": out,
-            "cost_out": out,
-            "batch_rows": config.batch_rows,
-            "map_spec": map_spec,  # the first global stage's map, per piece (piece_maps)
-        },
-        batch_size=None,  # one block per call: blocks, not bundles of them, are dealt to actors
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=config.ray.workers or cpus),
-        num_cpus=config.ray.cpus_per_worker,
-    )
+        if not head:
+            dataset = dataset.map_batches(
+                workers.write_pieces,
+                batch_format="pyarrow",
+                batch_size=None,
+                num_cpus=0.25,
+                fn_kwargs={"out": out},
+            )
+        else:
+            dataset = dataset.map_batches(
+                workers.MapStagesWorker,
+                fn_constructor_kwargs={
+                    "specs": [s.spec() for s in head],
+                    "pieces_out": out,
+                    "cost_out": out,
+                    "batch_rows": config.batch_rows,
+                },
+                batch_size=None,  # one block per call: blocks, not bundles, are dealt to actors
+                batch_format="pyarrow",
+                compute=ray.data.ActorPoolStrategy(size=config.ray.workers or cpus),
+                num_cpus=config.ray.cpus_per_worker,
+            )
+    stems = [item["stem"] for item in read]
+    tagged = Tally()
+    bar = Progress(desc="data run: tag", unit="docs", disable=not progress)
+    with watch(
+        bar, lambda: (tagged.rows, parts.records_to_read(out, stems, skip, config.shard_rows))
+    ):
+        _, stats = run(dataset, config.ray.timeout_s, tagged.add)
+    workers.raise_refusal(out)  # a map actor's, when no block reached it
+    return stats
 
 
 EXECUTOR_WAIT_S = 0.5
@@ -191,18 +175,20 @@ MERGE_CPUS = 0.5
 """CPUs one merge task reserves (the stream is done when they run)."""
 
 
-def build_merge(
+def merge(
     config: PipelineConfig,
     stages: list[Stage],
     out: OutPath,
-    todo_stems: list[str],
+    stems: list[str],
     done: dict[str, set[int]],
-) -> Any:
-    """A dataset of one row per unfinished shard, mapped through merge.merge_shards."""
+    merged: ledger.Merged,
+) -> str:
+    """Merge every unfinished part of the inputs `stems` into its shard (workers.merge_shards);
+    `merged` folds each part's fragment and cost record as they arrive. Returns Ray's stats."""
     import ray
 
     shards = []
-    for stem, record in zip(todo_stems, parts.read_records(out, todo_stems), strict=True):
+    for stem, record in zip(stems, parts.read_records(out, stems), strict=True):
         if record is None:
             raise FileNotFoundError(parts.read_stats_path(out, stem))  # the stream wrote it
         count = record["parts"]
@@ -217,57 +203,29 @@ def build_merge(
         "level": config.compression_level,
     }
     with _original_errors():
-        return ray.data.from_items(
+        dataset = ray.data.from_items(
             [{"shard": s} for s in shards], override_num_blocks=max(1, len(shards))
         ).map_batches(
-            merge.merge_shards,
+            workers.merge_shards,
             batch_size=1,
             batch_format="pyarrow",
             num_cpus=MERGE_CPUS,
             fn_kwargs=writer,
         )
+    return run(dataset, config.ray.timeout_s, merged.add, keep=False)[1]
 
 
-def _early_maps(config: PipelineConfig, stages: list[Stage], out: OutPath) -> early_maps.EarlyMaps:
-    """The first global stage's map of each part the stream finishes, started at once."""
-    _, globals_ = global_parts.plan(stages)
-    spec = globals_[0][0].spec()
-    remote = global_parts.remote_map_task()
-
-    def submit(part: str, rows: int) -> Any:
-        return remote.remote(out, part, rows, spec, keep_pieces=True)
-
-    return early_maps.EarlyMaps(out, config.shard_rows, submit)
-
-
-def _counting(tagged: execute.Tally, early: early_maps.EarlyMaps | None) -> Any:
-    """What sees each output block of the stream: the tally, and the early maps."""
-    if early is None:
-        return tagged.add
-
-    def on_block(block: Any) -> None:
-        tagged.add(block)
-        early.add(block)
-
-    return on_block
-
-
-def run_ray(
+@contextmanager
+def session(
     config: PipelineConfig,
-    stages: list[Stage],
-    work: resume.Work,
+    address: str | None,
     out: OutPath,
-    done: dict[str, set[int]],
-    ray_address: str | None,
     progress: bool,
     clock: throughput.RunClock,
-    merged: collect.Merged | None = None,
-) -> tuple[str, dict[str, int]]:
-    """Stream the inputs to read through the map stages into pieces, run the global stages over
-    every part, then merge the pieces into shards; `merged` folds each output block of the merge
-    (each part's fragment and cost record) and the global stages' map costs, none of which is
-    kept (data_pipeline.collect)."""
-    started = clock.start_ray(lambda: connect_ray(config, ray_address))
+) -> Iterator[None]:
+    """Ray connected (or started) for the job's steps, Ray Data set up for them, the leftovers of
+    a killed run's stream cleared; Ray shut down after (when this run started it)."""
+    started = clock.start_ray(lambda: connect_ray(config, address))
     import ray.data
 
     from pretrain import rayinit
@@ -278,7 +236,6 @@ def run_ray(
     context.enable_progress_bars = progress and verbosity() >= VERBOSE
     # Small blocks, so one big input file still spreads over every stage actor.
     context.target_max_block_size = config.ray.block_mb * 2**20
-    stream_stats, reused = "", {}
     begin = time.perf_counter()
     clock.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     try:
@@ -287,45 +244,78 @@ def run_ray(
             remove_tree(out / parts.PARTS / parts.PIECES)
             remove_tree(out / parts.PARTS / parts.PROGRESS)
             clock.marker = parts.phase_path(out)
-            stems = [t["stem"] for t in work.read]
-            bar = Progress(desc="data run: tag", unit="docs", disable=not progress)
-            tagged = execute.Tally()
-            early = _early_maps(config, stages, out) if work.globals else None
-            if work.read:
-                with (
-                    watch(
-                        bar,
-                        lambda: (
-                            tagged.rows,
-                            parts.records_to_read(out, stems, work.skip, config.shard_rows),
-                        ),
-                    ),
-                    clock.phase("stream"),
-                ):
-                    dataset = build_stream(config, stages, work.read, out, work.skip)
-                    _, stream_stats = execute.run(
-                        dataset, config.ray.timeout_s, _counting(tagged, early)
-                    )
-                    workers.raise_refusal(out)  # a map actor's, when no block reached it
-            if work.globals:
-                rows = global_parts.expected_rows(out, work.merge, config.shard_rows)
-                reused = global_parts.run_global_stages(
-                    out,
-                    stages,
-                    rows,
-                    config.ray.timeout_s,
-                    clock.phase,
-                    early.started if early is not None else None,
-                    merged.map_costs if merged is not None else None,
-                )
-            with clock.phase("merge"):
-                merging = build_merge(config, stages, out, work.merge, done)
-                on_merged = merged.add if merged is not None else None
-                _, merge_stats = execute.run(
-                    merging, config.ray.timeout_s, on_merged, keep=merged is None
-                )
+            yield
     finally:
         context.enable_progress_bars, context.target_max_block_size = saved
         clock.ray_work_s = time.perf_counter() - begin
         rayinit.shutdown(started)
-    return f"{stream_stats}\n{merge_stats}", reused
+
+
+def run(
+    dataset: Any,
+    timeout_s: float | None,
+    on_block: Callable[[Any], None] | None = None,
+    keep: bool = True,
+) -> tuple[list[dict[str, Any]], str]:
+    """Run the dataset to completion, with a wall-clock guard when a timeout is configured;
+    `on_block` sees each output block as it arrives. With `keep` false no row is kept (the
+    list returned is empty): the merge's rows carry records the driver folds, not holds."""
+    result: list[Any] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            for block in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+                if on_block is not None:
+                    on_block(block)
+                if keep:
+                    result.extend(block.to_pylist())
+        except BaseException as exc:  # re-raised in the driver thread below
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, name="pipeline-execute", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise PretrainError(
+            f"ray.timeout_s = {timeout_s}: the job did not finish in time; raise "
+            "it, or check the cluster (`ray status`) for missing CPUs"
+        )
+    if errors:
+        cause = pretrain_cause(errors[0])
+        if cause is not None:  # one line, as the task raised it
+            raise type(cause)(str(cause)) from None
+        raise errors[0]
+    return result, dataset.stats()
+
+
+def pretrain_cause(exc: BaseException) -> PretrainError | None:
+    """The first of our errors in `exc`'s chain (a RayTaskError's `cause`, or what raised it):
+    a worker's fence refusal, a changed piece; the user is owed its one line, not Ray's. The
+    job's datasets raise their map functions' own errors (ray_job._original_errors): Ray Data's
+    UserCodeException, pickled from the worker, no longer holds what it was raised from."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        item = todo.pop(0)
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        cause = getattr(item, "cause", None)  # Ray's RayTaskError(OutputLocked) is one too
+        if isinstance(item, PretrainError) and cause is None:
+            return item
+        todo += [cause, item.__cause__, item.__context__]
+    return None
+
+
+class Tally:
+    """Rows tagged so far, from the stream's output blocks as the driver receives them (one row
+    per piece written: its rows). Ray hands each output over once, whichever worker made it: a
+    task retried, an actor restarted or an object rebuilt after a node died is not counted
+    twice, and a worker that died leaves nothing behind to count."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+
+    def add(self, block: Any) -> None:
+        self.rows += sum(block.column("rows").to_pylist()) if block.num_rows else 0

@@ -19,23 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from data_pipeline import (
-    collect,
-    global_parts,
-    ledger,
-    parts,
-    ray_job,
-    readahead,
-    resume,
-    throughput,
-    throughput_report,
-)
+from data_pipeline import global_parts, ledger, parts, ray_job, throughput, throughput_report
 from data_pipeline.config import PipelineConfig
 from data_pipeline.fingerprint import (
+    FINGERPRINT,
     check_output_target,
     model_hashes,
     output_is_foreign,
@@ -57,7 +48,14 @@ from pretrain.config import config_dict, parse_config
 from pretrain.errors import ConfigError, PretrainError
 from pretrain.locking import writes_output
 from pretrain.progress import step, warn
-from pretrain.storage import OutPath, lock_target, output_path, write_atomic, write_json
+from pretrain.storage import (
+    OutPath,
+    lock_target,
+    output_path,
+    remove_tree,
+    write_atomic,
+    write_json,
+)
 
 
 @dataclass
@@ -137,13 +135,13 @@ def preflight(
 
 
 def _collect(
-    out: OutPath, stems: list[str], stages: list[Stage], merged: collect.Merged
+    out: OutPath, stems: list[str], stages: list[Stage], merged: ledger.Merged
 ) -> tuple[dict[str, Any], list[str]]:
     """The ledger from every input's read record and every part's fragment: the fragments the
-    merge of this run handed over are already folded in `merged` (data_pipeline.collect); only
+    merge of this run handed over are already folded in `merged` (ledger.Merged); only
     the others (parts reused from an earlier run) are read, and folded as they are read
     (ledger.aggregate): the driver holds per-input part counts, not the fragments (millions of
-    parts at 40 TB). In an object store the records are read `readahead.READ_AHEAD` at a time
+    parts at 40 TB). In an object store the records are read `parts.READ_AHEAD` at a time
     and consumed in order (the same ledger as read in turn). `merged.known` gets the digest of
     every file a fragment records (its writer hashed the bytes it wrote) and of the records read
     here, for the manifest (pretrain.manifest.write_manifest): no output file is read again to
@@ -188,9 +186,7 @@ def _read_json(out: OutPath, path: OutPath) -> Loaded | None:
 
 def _records(out: OutPath, paths: Iterable[OutPath]) -> Iterator[Loaded | None]:
     """`_read_json` of every path, in order, read ahead in an object store."""
-    return readahead.ordered(
-        lambda path: _read_json(out, path), paths, readahead.in_flight_for(out)
-    )
+    return parts.ordered(lambda path: _read_json(out, path), paths, parts.in_flight_for(out))
 
 
 def _noted(loaded: Loaded, known: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -227,6 +223,64 @@ def _fragments(
         yield fragment
 
 
+def restart(out: OutPath) -> dict[str, set[int]]:
+    """Forget every shard of an unfinished run with a global stage (shards, rejects, ledger
+    fragments): their global tags are computed again. The inputs' read records and the global
+    stages' persisted map output are kept (each reused while it verifies)."""
+    for sub in (layout.DATA_DIR, layout.REJECTS_DIR):
+        remove_tree(out / sub)
+    for path in (out / parts.PARTS).glob("*.json"):
+        if path.name != FINGERPRINT and not path.name.endswith(".read.json"):
+            path.unlink()
+    parts.ensure_dirs(out)
+    return {}
+
+
+@dataclass
+class Work:
+    """What this run computes: the inputs to read, the parts skipped at read time, and the
+    inputs whose shards are (re)written."""
+
+    read: list[dict[str, str]]
+    skip: dict[str, set[int]]
+    merge: list[str]
+    globals: bool
+
+    def __bool__(self) -> bool:
+        return bool(self.read or self.merge)
+
+
+def plan_work(
+    config: PipelineConfig,
+    stages: list[Stage],
+    inputs: list[Any],
+    out: OutPath,
+    on_verified: Callable[[str, bytes], None] | None = None,
+) -> tuple[Work, dict[str, set[int]]]:
+    """What to compute, and the parts reused (`done`); `on_verified` gets the fragment bytes of
+    every part the scan verified (parts.finished_parts): those of a run with a global stage are
+    then forgotten (`restart`), and `done` is empty."""
+    done = parts.finished_parts(out, on_verified)
+    stems = [f.stem for f in inputs]
+    records = dict(zip(stems, parts.read_records(out, stems), strict=True))  # kept by restart
+    unfinished = [f for f in inputs if not parts.record_done(records[f.stem], f.stem, done)]
+    items = {f.stem: {"path": f.path, "format": f.format, "stem": f.stem} for f in inputs}
+    _, globals_ = global_parts.plan(stages)
+    if not unfinished or not globals_:
+        todo = [items[f.stem] for f in unfinished]
+        return Work(todo, done, [t["stem"] for t in todo], False), done
+    # Global tags (duplicate clusters, perplexity cutoffs) depend on every document: every shard
+    # is written again, from the first global stage's map output where it is already persisted.
+    done = restart(out)
+    rows = global_parts.expected_rows(out, list(items), config.shard_rows)
+    skip: dict[str, set[int]] = {}
+    for part in global_parts.reusable(out, globals_[0][0], rows):
+        stem, _, number = part.rpartition("-")
+        skip.setdefault(stem, set()).add(int(number))
+    read = [items[f.stem] for f in inputs if not parts.record_done(records[f.stem], f.stem, skip)]
+    return Work(read, skip, list(items), True), done
+
+
 @writes_output(lambda config, **_: lock_target(config.output))
 def run_pipeline(
     config: PipelineConfig,
@@ -244,8 +298,8 @@ def run_pipeline(
             f"[data run] {len(changed)} inputs changed since the last run into this output "
             f"(or left it); their parts are recomputed: {', '.join(changed[:5])}"
         )
-    merged = collect.Merged()  # what the resume scan and the merge read: not read back
-    work, done = resume.plan_work(config, stages, inputs, out, merged.add_fragment)
+    merged = ledger.Merged()  # what the resume scan and the merge read: not read back
+    work, done = plan_work(config, stages, inputs, out, merged.add_fragment)
     if not merged.shards <= {f"{s}-{p:05d}" for s, numbers in done.items() for p in numbers}:
         merged.forget_fragments()  # a restart forgot the parts the scan verified
     todo = work.merge
@@ -256,12 +310,22 @@ def run_pipeline(
             f"({len(inputs) - len(todo)} already done, "
             f"{reused} parts reused); stages: {', '.join(s.name for s in stages)}"
         )
-    ray_stats, reused_map = "", dict[str, int]()
+    stats, reused_map = [], dict[str, int]()
     clock = throughput.RunClock() if work else None
     if clock is not None:
-        ray_stats, reused_map = ray_job.run_ray(
-            config, stages, work, out, done, ray_address, progress, clock, merged
-        )
+        with ray_job.session(config, ray_address, out, progress, clock):
+            if work.read:
+                with clock.phase("stream"):
+                    stats.append(
+                        ray_job.stream(config, stages, work.read, work.skip, out, progress)
+                    )
+            if work.globals:
+                rows = global_parts.expected_rows(out, work.merge, config.shard_rows)
+                reused_map = global_parts.run_global_stages(
+                    out, stages, rows, config.ray.timeout_s, clock.phase, merged.map_costs
+                )
+            with clock.phase("merge"):
+                stats.append(ray_job.merge(config, stages, out, work.merge, done, merged))
     led, shards = _collect(out, [f.stem for f in inputs], stages, merged)
     if clock is not None:
         throughput.save_global_costs(out, stages, led["documents_in"], led["bytes_in"])
@@ -308,6 +372,6 @@ def run_pipeline(
         shards,
         reused_parts=reused,
         parts=led["parts"],
-        ray_stats=ray_stats,
+        ray_stats="\n".join(stats),
         reused_map_parts=reused_map,
     )

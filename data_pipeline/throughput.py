@@ -33,7 +33,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from data_pipeline.timelimit import cpu_time
 from pretrain.manifest import (  # an object-store key too (pretrain.storage)
     atomic_write_bytes,
     atomic_write_json,
@@ -117,16 +116,6 @@ def timed_read(out: str | OutPath, batches: Iterator[pa.Table]) -> Iterator[pa.T
             return
         record_batch(out, READ, batch, {READ: time.process_time() - start})
         yield batch
-
-
-def run_stages(stages: list[Any], batch: pa.Table) -> tuple[pa.Table, dict[str, float]]:
-    """Run the map stages in order over `batch`; returns it tagged and each stage's CPU-seconds."""
-    spent: dict[str, float] = {}
-    for stage in stages:
-        start = cpu_time()
-        batch = stage(batch)
-        spent[stage.name] = cpu_time() - start
-    return batch, spent
 
 
 def record_setup(out: str | OutPath, stages: list[Any]) -> None:

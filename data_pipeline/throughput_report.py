@@ -16,9 +16,9 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from data_pipeline import readahead, throughput
-from data_pipeline.collect import Merged
-from data_pipeline.parts import read_records
+from data_pipeline import throughput
+from data_pipeline.ledger import Merged
+from data_pipeline.parts import in_flight_for, ordered, read_records
 from data_pipeline.throughput import READ, WRITE, RunClock
 from pretrain.storage import OutPath, listed
 
@@ -50,8 +50,8 @@ def _read(path: OutPath) -> tuple[OutPath, bytes, dict[str, Any]] | None:
 
 
 def _loaded(paths: Iterable[OutPath], out: OutPath) -> Iterator[dict[str, Any] | None]:
-    """`_load` of every path, in order; read ahead in an object store (data_pipeline.readahead)."""
-    return readahead.ordered(_load, paths, readahead.in_flight_for(out))
+    """`_load` of every path, in order; read ahead in an object store (data_pipeline.parts.ordered)."""
+    return ordered(_load, paths, in_flight_for(out))
 
 
 def _rates(name: str, cost: dict[str, Any]) -> dict[str, Any]:
@@ -90,7 +90,7 @@ def _global_cost(
     """A global stage's cost: its map of each part (recorded with the persisted map output, so
     a map reused by a resumed run keeps its cost), its joins (per part) and the aggregate. The
     map costs are `verified` when this run's driver folded them as it verified every part's
-    record (collect.Merged.map_costs); else every record is read."""
+    record (ledger.Merged.map_costs); else every record is read."""
     from data_pipeline.global_parts import record_path
 
     combined: dict[str, Any] = dict(verified or {})
@@ -118,7 +118,7 @@ def build(
     merged: Merged | None = None,
 ) -> dict[str, Any]:
     """The `throughput` section of the manifest (see the module docstring). The cost records the
-    merge of this run handed over are folded in `merged` already (data_pipeline.collect: parts
+    merge of this run handed over are folded in `merged` already (ledger.Merged: parts
     it merged, none reused); the others are read, their digests noted in `merged` for the
     manifest."""
     merged = merged if merged is not None else Merged()
@@ -128,7 +128,7 @@ def build(
     measured = len(merged.costed)
     todo = [shard for shard in parts if shard not in merged.costed]
     paths = [throughput.part_cost_path(out, shard) for shard in todo]
-    records = readahead.ordered(_read, paths, readahead.in_flight_for(out))
+    records = ordered(_read, paths, in_flight_for(out))
     for shard, read in zip(todo, records, strict=True):
         if read is None:
             continue

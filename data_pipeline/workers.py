@@ -1,11 +1,15 @@
-"""What runs inside Ray Data's stream: the file reader, the map-stage actor and the pieces.
+"""What runs in the data job's Ray workers: the file reader, the map-stage actor, the pieces, and
+the merge of each part's pieces into its shard.
 
 Tagged rows leave the stages as *pieces*: `.parts/pieces/<shard>/<first>-<last>.<sha256>.parquet`,
 one per shard present in a batch, named by the rows it holds and the sha256 of its bytes (so the
 name and the bytes land in one rename, and a piece changed after it was written is an error naming
 it when read, never rows: `read_pieces`). When the stream is done, one merge task per
 shard concatenates its pieces in row order (dropping rows a retried task wrote twice) and writes
-the shard (data_pipeline.merge). No shuffle, no barrier inside the stream, and every output is
+the shard (`merge_shards`: select applied, rows in order, each once; a merge retried after its
+node died finds its pieces gone and returns what the finished merge recorded; each row it returns
+carries the bytes of the part's ledger fragment and cost record, which the driver folds instead of
+reading them back: ledger.Merged). No shuffle, no barrier inside the stream, and every output is
 deterministic for the same input: a task retried after a worker dies, or a job re-run after the
 driver dies, writes byte-identical files (atomic renames). What a run records of its progress,
 and what resume reads of it, is data_pipeline.parts.
@@ -17,6 +21,7 @@ import hashlib
 import json
 import os
 import socket
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -24,12 +29,29 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from data_pipeline import piece_maps, throughput
-from data_pipeline.parts import pieces_dir, read_stats_path
+from data_pipeline import ledger, throughput
+from data_pipeline.parts import (
+    fragment_path,
+    part_verifies,
+    pieces_dir,
+    read_stats_path,
+    write_parquet,
+)
 from data_pipeline.readers import InputFile, read_file
 from data_pipeline.stages.base import StageSpec, build_stage
+from data_pipeline.timelimit import cpu_time
+from pretrain import shards_layout as layout
 from pretrain.errors import PretrainError
-from pretrain.storage import OutPath, listed, output_path, write_atomic, write_json
+from pretrain.schema import conform
+from pretrain.storage import (
+    OutPath,
+    json_bytes,
+    listed,
+    output_path,
+    remove_tree,
+    write_atomic,
+    write_json,
+)
 
 __all__ = ["MapStagesWorker", "StageSpec", "build_stage"]
 
@@ -67,11 +89,10 @@ class MapStagesWorker:
         pieces_out: str | OutPath | None = None,
         cost_out: str | OutPath | None = None,
         batch_rows: int | None = None,
-        map_spec: StageSpec | None = None,
     ) -> None:
         self.refused: PretrainError | None = None
         try:
-            self._build(specs, pieces_out, cost_out, batch_rows, map_spec)
+            self._build(specs, pieces_out, cost_out, batch_rows)
         except PretrainError as exc:
             # Raised here, Ray reports an actor that died in its creation task (its traceback as
             # text, the error lost): raised by the first call, it reaches the user as one line.
@@ -86,19 +107,15 @@ class MapStagesWorker:
         pieces_out: str | OutPath | None,
         cost_out: str | OutPath | None,
         batch_rows: int | None,
-        map_spec: StageSpec | None,
     ) -> None:
         self.stages = [build_stage(spec) for spec in specs]
-        self.mapped = build_stage(map_spec) if map_spec and pieces_out else None
-        """The first global stage, whose map side this actor computes per piece (piece_maps)."""
         self.pieces_out = pieces_out
         self.cost_out = cost_out
         self.batch_rows = batch_rows
-        set_up = [*self.stages, *([self.mapped] if self.mapped else [])]
         if cost_out:
-            throughput.record_setup(cost_out, set_up)
+            throughput.record_setup(cost_out, self.stages)
         else:
-            for stage in set_up:
+            for stage in self.stages:
                 stage.setup()
 
     def __call__(self, block: pa.Table) -> pa.Table:
@@ -108,11 +125,13 @@ class MapStagesWorker:
         step = self.batch_rows or rows or 1
         outputs, spent = [], dict[str, float]()
         for start in range(0, max(rows, 1), step):
-            tagged, cost = throughput.run_stages(self.stages, block.slice(start, step))
-            for stage, seconds in cost.items():
-                spent[stage] = spent.get(stage, 0.0) + seconds
+            tagged = block.slice(start, step)
+            for stage in self.stages:  # the stages' own code, in order
+                begin = cpu_time()
+                tagged = stage(tagged)
+                spent[stage.name] = spent.get(stage.name, 0.0) + cpu_time() - begin
             if self.pieces_out:
-                tagged = write_mapped_pieces(tagged, self.pieces_out, self.mapped)
+                tagged = write_pieces(tagged, self.pieces_out)
             outputs.append(tagged)
         if self.cost_out:
             throughput.record_batch(self.cost_out, f"map-{self.stages[0].name}", block, spent)
@@ -149,13 +168,7 @@ def _subclasses(kind: type[PretrainError]) -> list[type[PretrainError]]:
 
 
 def write_pieces(batch: pa.Table, out: str | OutPath) -> pa.Table:
-    """Write the rows of each shard present in `batch` as one piece; return {shard, rows}."""
-    return write_mapped_pieces(batch, out, None)
-
-
-def write_mapped_pieces(batch: pa.Table, out: str | OutPath, mapped: Any) -> pa.Table:
-    """write_pieces; with `mapped` (a global stage), each piece's map side is written first
-    (data_pipeline.piece_maps)."""
+    """Write the rows of each part present in `batch` as one piece; return {shard, rows}."""
     shards, counts = [], []
     for shard in sorted(set(batch.column("_shard").to_pylist())):
         piece = batch.filter(pc.equal(batch.column("_shard"), shard))
@@ -163,8 +176,6 @@ def write_mapped_pieces(batch: pa.Table, out: str | OutPath, mapped: Any) -> pa.
         first, last = pc.min(rows).as_py(), pc.max(rows).as_py()
         name = f"{first:012d}-{last:012d}"
         target = pieces_dir(output_path(out), shard)
-        if mapped is not None:  # before the rows: rows without a map record are mapped whole
-            piece_maps.write(mapped, piece, target, name)
         target.mkdir(parents=True, exist_ok=True)
         sink = pa.BufferOutputStream()
         pq.write_table(piece, sink, compression="lz4")
@@ -198,3 +209,120 @@ def read_pieces(out: OutPath, shard: str) -> pa.Table:
         keep = [True, *(rows[1:] != rows[:-1]).tolist()]
         table = table.filter(pa.array(keep, pa.bool_()))
     return table
+
+
+# --- the merge: one task per part, after the stream and the global stages ---------------------
+
+
+def _sample_rejects(rejects: pa.Table, reasons: list[str], per_reason: int) -> pa.Table:
+    seen: dict[str, int] = {}
+    keep = []
+    for reason in reasons:
+        seen[reason] = seen.get(reason, 0) + 1
+        keep.append(seen[reason] <= per_reason)
+    return rejects.filter(pa.array(keep, pa.bool_()))
+
+
+class ShardWriter:
+    """Turns the pieces of one shard into the shard: select, write shard and rejects, record."""
+
+    def __init__(
+        self,
+        out: str | OutPath,
+        stages: Sequence[str],
+        fields: Sequence[pa.Field],
+        drop: Sequence[str],
+        rejects_mode: str,
+        sample_per_reason: int,
+        level: int,
+    ) -> None:
+        self.out, self.stages, self.drop = output_path(out), list(stages), list(drop)
+        self.fields = list(fields)
+        """The stages' columns, in order (what the shards hold after the base columns)."""
+        self.rejects_mode, self.sample_per_reason, self.level = (
+            rejects_mode,
+            sample_per_reason,
+            level,
+        )
+
+    def __call__(self, shard: str) -> pa.Table:
+        if not listed(pieces_dir(self.out, shard), "*.parquet"):
+            return self.finished(shard)
+        group = read_pieces(self.out, shard)
+        keep, frag = ledger.fragment(group, self.stages, self.drop)
+        kept = conform(group.filter(keep), self.fields)
+        files = {}
+        if kept.num_rows:
+            name = layout.data_file(shard)
+            files[name] = write_parquet(kept, self.out, name, self.level)
+        files.update(self._write_rejects(group.filter(pc.invert(keep)), shard))
+        data = json_bytes({"shard": shard, "files": files, **frag})
+        write_atomic(fragment_path(self.out, shard), data)
+        return _row(shard, kept.num_rows, group.num_rows - kept.num_rows, data)
+
+    def finished(self, shard: str) -> pa.Table:
+        """What the merge of `shard` returned, when it already ran to the end: Ray runs a task
+        again when its node died before Ray heard back, and by then its pieces are gone."""
+        path = fragment_path(self.out, shard)
+        if not path.is_file() or not part_verifies(self.out, path):
+            raise PretrainError(
+                f"shard {shard}: its pieces are gone and it was not written; re-run the command "
+                "(finished shards are reused)"
+            )
+        data = path.read_bytes()
+        record = json.loads(data)
+        kept = int(record["files"].get(layout.data_file(shard), {}).get("rows", 0))
+        return _row(shard, kept, int(record["documents"]) - kept, data)
+
+    def _write_rejects(self, rejects: pa.Table, shard: str) -> dict[str, Any]:
+        if self.rejects_mode == "none" or not rejects.num_rows:
+            return {}
+        _, verdicts = ledger.attribute(rejects, self.stages, self.drop)
+        reasons = [f"{stage}:{reason}" for stage, reason, _ in verdicts]
+        table = conform(rejects, self.fields).append_column(
+            "reject_reason", pa.array(reasons, pa.string())
+        )
+        if self.rejects_mode == "sample":
+            table = _sample_rejects(table, reasons, self.sample_per_reason)
+        name = layout.rejects_file(shard)
+        return {name: write_parquet(table, self.out, name, self.level)}
+
+
+def _row(shard: str, kept: int, dropped: int, fragment: bytes) -> pa.Table:
+    return pa.table(
+        {
+            "shard": [shard],
+            "kept": [kept],
+            "dropped": [dropped],
+            "fragment": [fragment.decode()],
+            "cost": [""],
+        }
+    )
+
+
+def _sealed(out: OutPath, shard: str) -> bytes:
+    """The part's cost record (empty when there is none: the driver then has none either)."""
+    try:
+        return throughput.part_cost_path(out, shard).read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def merge_shards(batch: pa.Table, **options: Any) -> pa.Table:
+    """map_batches function: each row names a shard whose pieces become the shard (ShardWriter);
+    it returns the shard's fragment and cost record, as written (ledger.Merged)."""
+    writer = ShardWriter(**options)
+    tables = []
+    for shard in batch.column("shard").to_pylist():
+        again = not listed(pieces_dir(writer.out, shard), "*.parquet")  # a retry, sealed before
+        start = time.process_time()
+        table = writer(shard)
+        if again:  # sealed by the run that finished it: its record as that run wrote it
+            cost = _sealed(writer.out, shard)
+        else:
+            cost = throughput.seal_part(writer.out, shard, time.process_time() - start)
+        table = table.set_column(4, "cost", pa.array([cost.decode()], pa.string()))
+        tables.append(table)
+    for shard in batch.column("shard").to_pylist():
+        remove_tree(pieces_dir(writer.out, shard))
+    return pa.concat_tables(tables)

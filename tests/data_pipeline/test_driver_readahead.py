@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from data_pipeline import collect, parts, readahead, runner, throughput, throughput_report
+from data_pipeline import ledger, parts, runner, throughput, throughput_report
 from pretrain import shards_layout as layout
 from pretrain import storage
 from pretrain.errors import PretrainError
@@ -79,7 +79,7 @@ def _finished_output(out: storage.ObjectPath) -> None:
 
 def _driver_reads(out: storage.ObjectPath) -> dict[str, Any]:
     """What the driver computes from the records: resume scan, ledger (+ digests), throughput."""
-    merged = collect.Merged()  # nothing handed over: every record is read
+    merged = ledger.Merged()  # nothing handed over: every record is read
     done = parts.finished_parts(out)
     led, shards = runner._collect(out, STEMS, [], merged)
     section = throughput_report.build(out, STEMS, [], [], set(), None, merged)
@@ -101,13 +101,13 @@ def test_read_ahead_gives_the_driver_the_same_results_as_reading_in_turn(
     ours = _driver_reads(output)
     counted = in_flight(endpoint)
     with monkeypatch.context() as serial:
-        serial.setattr(readahead, "READ_AHEAD", 1)
+        serial.setattr(parts, "READ_AHEAD", 1)
         in_flight(endpoint)
         reference = _driver_reads(output)
         one_by_one = in_flight(endpoint)
     assert one_by_one["max"] == 1
     assert counted["max"] > 1, counted
-    assert counted["max"] <= readahead.READ_AHEAD + 1  # bounded (+1: a listing page)
+    assert counted["max"] <= parts.READ_AHEAD + 1  # bounded (+1: a listing page)
     assert ours["done"] == {stem: set(range(PER_INPUT)) for stem in STEMS}
     assert json.dumps(ours, default=sorted) == json.dumps(reference, default=sorted)
     assert ours["ledger"]["parts"] == len(STEMS) * PER_INPUT
@@ -123,7 +123,7 @@ def test_a_missing_fragment_is_the_first_one_in_part_order(
     first, later = (parts.fragment_path(output, s) for s in ("crawl-b-00004", "crawl-c-00001"))
     missing = pytest.raises(PretrainError, match=r"^shard crawl-b-00004 was not written")
     with removed(later), removed(first), missing:
-        runner._collect(output, STEMS, [], collect.Merged())
+        runner._collect(output, STEMS, [], ledger.Merged())
 
 
 def test_a_missing_read_record_is_a_one_line_error(
@@ -132,7 +132,7 @@ def test_a_missing_read_record_is_a_one_line_error(
     _, output = slow_store
     missing = pytest.raises(PretrainError, match=r"^input crawl-b: no read record")
     with removed(parts.read_stats_path(output, "crawl-b")), missing:
-        runner._collect(output, STEMS, [], collect.Merged())
+        runner._collect(output, STEMS, [], ledger.Merged())
 
 
 def test_read_ahead_keeps_order_and_the_first_error() -> None:
@@ -146,9 +146,9 @@ def test_read_ahead_keeps_order_and_the_first_error() -> None:
             raise ValueError(f"item {i}")
         return i * i
 
-    assert list(readahead.ordered(read, range(30), 8)) == [i * i for i in range(30)]
+    assert list(parts.ordered(read, range(30), 8)) == [i * i for i in range(30)]
     with pytest.raises(ValueError, match="item 37"):
-        list(readahead.ordered(read, range(100), 8))
+        list(parts.ordered(read, range(100), 8))
 
 
 def test_the_progress_count_reads_the_read_records_ahead(
@@ -165,7 +165,7 @@ def test_the_progress_count_reads_the_read_records_ahead(
     rows = parts.records_to_read(output, stems, skip, 3)
     counted = in_flight(endpoint)
     assert rows == 8 * (3 * 3 * PER_INPUT - 2 * 3)
-    assert 1 < counted["max"] <= readahead.READ_AHEAD, counted
+    assert 1 < counted["max"] <= parts.READ_AHEAD, counted
     assert counted["served"] == 2 * len(stems), counted
     with removed(parts.read_stats_path(output, "crawl-c")):
         assert parts.records_to_read(output, stems, skip, 3) is None  # not every input read yet

@@ -1,5 +1,5 @@
 """The merge hands each part's ledger fragment and cost record to the driver with its row, and the
-driver folds them (data_pipeline.collect) instead of reading them back: on an object store (moto,
+driver folds them (ledger.Merged) instead of reading them back: on an object store (moto,
 recording every request) the end of a run sends no GET for a part this run merged, and the
 ledger, manifest digests and throughput totals equal those read back from the output."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from data_pipeline import collect, merge, parts, runner, throughput_report, workers
+from data_pipeline import ledger, parts, runner, throughput_report, workers
 from data_pipeline.stages.registry import fields_of
 from pretrain import storage
 from pretrain.manifest import write_manifest
@@ -48,10 +48,10 @@ def _merged_output(out: storage.OutPath) -> pa.Table:
         "sample_per_reason": 2,
         "level": 3,
     }
-    return merge.merge_shards(pa.table({"shard": SHARDS}), **options)
+    return workers.merge_shards(pa.table({"shard": SHARDS}), **options)
 
 
-def _end_of_run(out: storage.OutPath, merged: collect.Merged) -> tuple[Any, ...]:
+def _end_of_run(out: storage.OutPath, merged: ledger.Merged) -> tuple[Any, ...]:
     """What the runner does after the merge: ledger, throughput section, manifest."""
     stages = [_Stage(name) for name in STAGES]
     led, _ = runner._collect(out, ["t"], stages, merged)  # type: ignore[arg-type]
@@ -82,11 +82,11 @@ def test_the_end_of_a_run_reads_no_record_of_a_part_it_merged(recorded_s3: Any) 
     endpoint, log, out = recorded_s3
     rows = _merged_output(out)
     _recording(endpoint, "start-recording")
-    read_back = _end_of_run(out, collect.Merged())  # every record read from the output
+    read_back = _end_of_run(out, ledger.Merged())  # every record read from the output
     _recording(endpoint, "stop-recording")
     assert len(_part_record_gets(log)) >= 2 * len(SHARDS)  # the recorder sees such reads
     log.unlink()
-    merged = collect.Merged()
+    merged = ledger.Merged()
     merged.add(rows)
     _recording(endpoint, "start-recording")
     handed = _end_of_run(out, merged)
@@ -100,7 +100,7 @@ def test_the_end_of_a_run_reads_no_record_of_a_part_it_merged(recorded_s3: Any) 
 
 def test_a_part_handed_over_twice_is_folded_once(tmp_path: Path) -> None:
     rows = _merged_output(tmp_path)
-    once, twice = collect.Merged(), collect.Merged()
+    once, twice = ledger.Merged(), ledger.Merged()
     once.add(rows)
     twice.add(rows)
     twice.add(rows.slice(1, 1))
@@ -113,8 +113,8 @@ def test_a_resumed_run_reads_a_reused_parts_fragment_once(recorded_s3: Any) -> N
     ledger read every fragment a second time)."""
     endpoint, log, out = recorded_s3
     _merged_output(out)
-    reference = _end_of_run(out, collect.Merged())
-    merged = collect.Merged()
+    reference = _end_of_run(out, ledger.Merged())
+    merged = ledger.Merged()
     assert parts.finished_parts(out, merged.add_fragment) == {"t": {0, 1, 2}}
     _recording(endpoint, "start-recording")
     led, _, files = _end_of_run(out, merged)
@@ -126,8 +126,8 @@ def test_a_resumed_run_reads_a_reused_parts_fragment_once(recorded_s3: Any) -> N
 def test_fragments_of_no_input_of_the_run_are_not_folded(tmp_path: Path) -> None:
     """A part the scan verified that belongs to no input of this run is not in its ledger."""
     rows = _merged_output(tmp_path)
-    reference = _end_of_run(tmp_path, collect.Merged())[0]
-    merged = collect.Merged()
+    reference = _end_of_run(tmp_path, ledger.Merged())[0]
+    merged = ledger.Merged()
     merged.add(rows)
     merged.add_fragment("gone-00000", rows.column("fragment")[0].as_py().encode())
     assert _end_of_run(tmp_path, merged)[0] == reference

@@ -4,12 +4,38 @@ piece whose bytes changed after it was written is a one-line error naming it, ne
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
 from data_pipeline import parts, workers
 from pretrain.errors import PretrainError
-from tests.data_pipeline.test_piece_maps import SHARD, _part, _write
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
+SHARD = "docs-00000"
+
+
+def _part() -> pa.Table:
+    """One part of real fixture texts, each twice (exact duplicates), an empty and a tiny one."""
+    lines = (DATA / "docs.jsonl").read_bytes().splitlines()[:8]  # the well-formed records
+    texts = [json.loads(line)["text"] for line in lines] * 2
+    texts += ["", "two words"]
+    return pa.table(
+        {
+            "id": [f"docs/{i}" for i in range(len(texts))],
+            "text": texts,
+            "_shard": [SHARD] * len(texts),
+            "_row": list(range(len(texts))),
+            "_raw_bytes": [len(t) for t in texts],
+        }
+    )
+
+
+def _write(out: Path, table: pa.Table, cuts: list[int]) -> None:
+    for lo, hi in zip([0, *cuts], [*cuts, table.num_rows], strict=True):
+        workers.write_pieces(table.slice(lo, hi - lo), str(out))
 
 
 def test_a_row_piece_with_a_byte_flipped_at_the_same_size_is_never_read_as_rows(tmp_path) -> None:
@@ -18,7 +44,7 @@ def test_a_row_piece_with_a_byte_flipped_at_the_same_size_is_never_read_as_rows(
     the merge wrote into the shard as good; at others pyarrow raised a traceback. Every flip
     must be a one-line error naming the piece."""
     part = _part()
-    _write(tmp_path, part, [5], None)
+    _write(tmp_path, part, [5])
     clean = workers.read_pieces(tmp_path, SHARD)
     assert clean.equals(part)
     pieces = sorted(parts.pieces_dir(tmp_path, SHARD).glob("*.parquet"))
@@ -38,7 +64,7 @@ def test_a_row_piece_with_a_byte_flipped_at_the_same_size_is_never_read_as_rows(
 
 def test_a_file_that_is_not_a_piece_is_refused_not_read(tmp_path) -> None:
     part = _part()
-    _write(tmp_path, part, [], None)
+    _write(tmp_path, part, [])
     stray = parts.pieces_dir(tmp_path, SHARD) / "000000000000-000000000003.parquet"
     stray.write_bytes(b"PAR1 rows nobody hashed")
     with pytest.raises(PretrainError, match=stray.name):
@@ -47,7 +73,7 @@ def test_a_file_that_is_not_a_piece_is_refused_not_read(tmp_path) -> None:
 
 def test_rows_written_twice_by_a_retry_are_read_once(tmp_path) -> None:
     part = _part()
-    _write(tmp_path, part, [6], None)
-    _write(tmp_path, part, [3], None)  # a retried task cut its block elsewhere
+    _write(tmp_path, part, [6])
+    _write(tmp_path, part, [3])  # a retried task cut its block elsewhere
     table = workers.read_pieces(tmp_path, SHARD)
     assert table.equals(part) and isinstance(table, pa.Table)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data_pipeline import ledger, merge, parts, workers
+from data_pipeline import ledger, parts, workers
 from data_pipeline.stages.registry import fields_of, stage_fields
 from pretrain.errors import PretrainError
 from pretrain.schema import BASE_FIELDS
@@ -95,7 +95,7 @@ def test_writer_merges_pieces_once_each_and_samples_rejects(tmp_path: Path) -> N
     parts.ensure_dirs(tmp_path)
     for start, stop in ((0, 12), (8, 20), (0, 12)):  # overlapping and repeated: task retries
         workers.write_pieces(table.slice(start, stop - start), str(tmp_path))
-    writer = merge.ShardWriter(
+    writer = workers.ShardWriter(
         str(tmp_path), STAGES, fields_of(STAGES), ["extract:*"], "sample", 2, 3
     )
     writer("t-00000")
@@ -128,16 +128,16 @@ def test_a_merge_retried_after_it_finished_returns_the_same_and_rewrites_nothing
         "level": 3,
     }
     batch = pa.table({"shard": ["t-00000"]})
-    first = merge.merge_shards(batch, **options)
+    first = workers.merge_shards(batch, **options)
     written = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert not parts.pieces_dir(tmp_path, "t-00000").exists()
-    assert merge.merge_shards(batch, **options) == first
+    assert workers.merge_shards(batch, **options) == first
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == written
 
 
 def test_a_merge_whose_pieces_are_gone_and_unfinished_says_so_in_one_line(tmp_path: Path) -> None:
     parts.ensure_dirs(tmp_path)
-    writer = merge.ShardWriter(str(tmp_path), STAGES, fields_of(STAGES), [], "all", 2, 3)
+    writer = workers.ShardWriter(str(tmp_path), STAGES, fields_of(STAGES), [], "all", 2, 3)
     try:
         writer("t-00000")
     except PretrainError as exc:
