@@ -134,8 +134,7 @@ class Stage(ABC):
 class GlobalStage(Stage):
     """A stage that needs the whole corpus: map_part -> aggregate -> join_part (module docstring).
 
-    A stage may also offer `apply(dataset)` (a Ray Dataset, nothing persisted) and
-    `apply_table(table)` (in-process) giving the same tags; dedup offers neither."""
+    A stage may also offer `apply_table(table)` (in-process) giving the same tags."""
 
     join_reads: ClassVar[tuple[str, ...]] = ()
     """The tables of `map_part` that `join_part` reads back (the others only feed `aggregate`)."""
@@ -171,17 +170,13 @@ class GlobalStage(Stage):
         columns appended, from its map `outputs` and what `aggregate` gave this part."""
 
     cost: dict[str, float] | None = None
-    """CPU-seconds (`cpu_s`) and worker `peak_rss_mb` of the last `aggregate` (or `apply`),
+    """CPU-seconds (`cpu_s`) and worker `peak_rss_mb` of the last `aggregate`,
     measured inside its workers (data_pipeline.throughput); None when the stage does not measure
     itself."""
 
-    def apply(self, dataset: Any) -> Any:
-        """ray.data.Dataset -> ray.data.Dataset with this stage's columns added to every row; a
-        stage that runs only in the runner (dedup) does not define it."""
-        raise NotImplementedError(f"{self.name} runs only in the runner (map -> aggregate -> join)")
-
     def apply_table(self, table: pa.Table) -> pa.Table:
-        """In-process equivalent of `apply` for one table (not every stage defines it)."""
+        """In-process: the whole corpus as one table, tagged as the runner's parts would be (a
+        stage that runs only in the runner, dedup, does not define it)."""
         raise NotImplementedError(f"{self.name} runs only in the runner (map -> aggregate -> join)")
 
     def __call__(self, batch: pa.Table) -> pa.Table:

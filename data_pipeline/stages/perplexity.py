@@ -15,8 +15,8 @@ In the runner, the map side (`map_part`: the perplexity column and the part's sk
 per input part, so a re-run after a crash scores only the parts not yet scored.
 
 Config: `model` is a `kenlm-model` artifact (one ARPA per language); `models` ({lang: artifact})
-adds or overrides languages from separately trained artifacts. `apply` (Ray Dataset) and
-`apply_table` (one table) give identical tags: the sketch is exact per bin and order-free.
+adds or overrides languages from separately trained artifacts. `apply_table` (one table,
+in-process) gives the runner's tags: the sketch is exact per bin and order-free.
 """
 
 from __future__ import annotations
@@ -40,8 +40,6 @@ from data_pipeline.stages.base import (
     MapOutput,
     StageConfig,
     StageSection,
-    StageSpec,
-    build_stage,
 )
 from pretrain.errors import ArtifactError, ConfigError, SchemaError
 from pretrain.manifest import manifest_sha256
@@ -54,8 +52,6 @@ benchmarks/bench_dedup_memory.py) plus one part of the runner's shard_rows=5,000
 MODEL_RESIDENT_FACTOR = 1.0
 """Resident bytes of a loaded kenlm.Model per byte of its ARPA file (measured 0.95 on a 4 MB
 order-5 model: same benchmark)."""
-SCORE_CPUS = 0.5
-"""Fractional, so scoring tasks still fit beside a pool of stage actors (Ray deadlock note)."""
 _LOADED: dict[tuple[str, str], Any] = {}
 """(ARPA path, sha256) -> kenlm.Model, per worker process: each model loads once per worker."""
 
@@ -308,31 +304,6 @@ class PerplexityStage(GlobalStage):
         self.set_cutoffs(self.sketch_of(scored))
         return self.bucket(scored, self.cutoffs)
 
-    def apply(self, dataset: Any) -> Any:
-        """Ray Dataset -> Dataset with `perplexity` and `ppl_bucket` (scores once, materialised)."""
-        self.artifacts()  # fail fast in the driver on a missing or tampered model
-        spec = self.spec()
-        scored = dataset.map_batches(
-            _score_batch, batch_format="pyarrow", num_cpus=SCORE_CPUS, fn_kwargs={"spec": spec}
-        ).materialize()
-        partials = scored.map_batches(
-            _sketch_rows,
-            batch_format="pyarrow",
-            batch_size=None,
-            num_cpus=SCORE_CPUS,
-            fn_kwargs={"spec": spec},
-        )
-        sketch = self.new_sketch()
-        for batch in partials.iter_batches(batch_format="pyarrow", batch_size=4096):
-            _add_sparse(sketch, batch)
-        cutoffs = self.set_cutoffs(sketch)
-        return scored.map_batches(
-            _bucket_batch,
-            batch_format="pyarrow",
-            num_cpus=SCORE_CPUS,
-            fn_kwargs={"spec": spec, "cutoffs": cutoffs},
-        )
-
     def describe(self) -> dict[str, Any]:
         info = super().describe()
         info["models"] = {
@@ -347,16 +318,6 @@ class PerplexityStage(GlobalStage):
         info["ppl_cutoffs"] = self.cutoffs
         info["scored_documents"] = self.counts
         return info
-
-
-def _stage(spec: StageSpec) -> PerplexityStage:
-    stage = build_stage(spec, cached=True)  # models load once per worker process
-    assert isinstance(stage, PerplexityStage)
-    return stage
-
-
-def _score_batch(batch: pa.Table, spec: StageSpec) -> pa.Table:
-    return _stage(spec).score(batch)
 
 
 def _sparse(sketch: LogHistogramSketch) -> pa.Table:
@@ -374,11 +335,3 @@ def _add_sparse(sketch: LogHistogramSketch, table: pa.Table) -> None:
     for lang in sorted(set(table.column("lang").to_pylist())):
         rows = table.filter(pc.equal(table.column("lang"), lang))
         sketch.add_counts(lang, rows.column("bin").to_numpy(), rows.column("count").to_numpy())
-
-
-def _sketch_rows(batch: pa.Table, spec: StageSpec) -> pa.Table:
-    return _sparse(_stage(spec).sketch_of(batch))
-
-
-def _bucket_batch(batch: pa.Table, spec: StageSpec, cutoffs: dict[str, list[float]]) -> pa.Table:
-    return _stage(spec).bucket(batch, cutoffs)

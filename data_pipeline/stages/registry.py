@@ -114,7 +114,8 @@ def _check(classes: Iterable[type[Stage]]) -> None:
                 f"{cls.order}; give {cls.name!r} a free `order` (its place in the pipeline)"
             )
         names[cls.name], orders[cls.order] = cls, cls.name
-        _check_manifest_api(cls, where)
+        if not (isinstance(cls.Section, type) and issubclass(cls.Section, StageSection)):
+            raise ConfigError(f"stage {cls.name!r} ({where}): `Section` must be a StageSection")
         fields = [f.name for f in cls.columns]
         clash = set(fields) & {f.name for f in schema.BASE_FIELDS}
         if clash or len(set(fields)) != len(fields):
@@ -125,18 +126,6 @@ def _check(classes: Iterable[type[Stage]]) -> None:
                 f"stage {cls.name!r} ({where}): tags {list(cls.tags)} must be distinct names "
                 f"among its columns {fields}"
             )
-
-
-def _check_manifest_api(cls: type[Stage], where: str) -> None:
-    old = [name for name in ("manifest_extra", "manifest_defaults") if hasattr(cls, name)]
-    if old:
-        raise ConfigError(
-            f"stage {cls.name!r} ({where}) defines {', '.join(old)}, which shards manifests no "
-            "longer read; declare a `Section` model (data_pipeline.stages.base.StageSection) and "
-            "return it from `manifest_section()`"
-        )
-    if not (isinstance(cls.Section, type) and issubclass(cls.Section, StageSection)):
-        raise ConfigError(f"stage {cls.name!r} ({where}): `Section` must be a StageSection")
 
 
 @functools.cache

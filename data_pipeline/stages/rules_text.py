@@ -10,20 +10,19 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from datatrove.utils.text import PUNCTUATION_SET, TERMINAL_PUNCTUATION
 
-from data_pipeline.stages.rules_config import (
-    RULES_COLUMNS,
-    C4Config,
-    CodeConfig,
-    FineWebConfig,
-    GopherQualityConfig,
-    GopherRepetitionConfig,
-    RulesConfig,
-)
+if TYPE_CHECKING:
+    from data_pipeline.stages.rules import (
+        C4Config,
+        CodeConfig,
+        FineWebConfig,
+        GopherQualityConfig,
+        GopherRepetitionConfig,
+    )
 
 # ---------------------------------------------------------------------------------------------
 # Text primitives (plain Python + compiled regexes + numpy; no engine needed)
@@ -49,7 +48,7 @@ _NOT_ALNUM_RUN = re.compile(r"[\W_]+")
 _CONTROL = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f]")
 _PARA_SPLIT = re.compile(r"\n{2,}")
 _LINE_SPLIT = re.compile("\n+")
-_ROUGH_WORD = re.compile(r"\w+|[^\w\s]")  # kept C4 lines: newlines per word is far from 0.3
+ROUGH_WORD = re.compile(r"\w+|[^\w\s]")  # kept C4 lines: newlines per word is far from 0.3
 _NONEMPTY_LINE = re.compile(r"\n[ \t]*\S")  # over "\n" + text: a literal to scan for
 # From datatrove's C4QualityFilter (itself from tensorflow_datasets c4_utils), Apache-2.0.
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
@@ -472,59 +471,3 @@ def code_reason(text: str, cfg: CodeConfig) -> str | None:
     ):
         return "code_low_alnum"
     return None
-
-
-def _empty_signals() -> Signals:
-    signals: Signals = {f.name: 0 for f in RULES_COLUMNS}
-    signals["rules_reason"] = "empty"
-    return signals
-
-
-def document_signals(
-    text: str,
-    config: RulesConfig,
-    tokenize: Tokenizer,
-    *,
-    cjk: bool,
-    is_code: bool,
-    domain: str | None,
-    lang: str | None = None,
-) -> Signals:
-    """Every rules column for one document, `rules_reason` = the first failing clause."""
-    if not text.strip():
-        return _empty_signals()
-    words = tokenize(text, cjk)
-    rep, rep_reason = gopher_repetition(text, words, config.gopher_repetition)
-    quality, quality_reason = gopher_quality(text, words, config.gopher_quality, cjk, lang)
-    c4_bad, c4_reason, kept = c4_lines(text, config.c4, cjk, domain)
-    if config.fineweb.after_c4 and config.c4.enabled:
-        fw_text = "\n".join(kept).strip()
-        kept_words = len(tokenize(fw_text, cjk) if cjk else _ROUGH_WORD.findall(fw_text))
-        fw, fw_reason = fineweb(fw_text, kept_words, config.fineweb, cjk)
-    else:
-        fw, fw_reason = fineweb(text, len(words), config.fineweb, cjk)
-    garbled, log_like = garbled_ratio(text), log_like_ratio(text)
-    first = [
-        (
-            "garbled_text",
-            config.max_garbled_ratio is not None and garbled > config.max_garbled_ratio,
-        ),
-        (
-            "log_like",
-            config.max_log_like_ratio is not None and log_like > config.max_log_like_ratio,
-        ),
-    ]
-    reason = next((name for name, failed in first if failed), None)
-    if reason is None and is_code:
-        reason = code_reason(text, config.code)
-    elif reason is None:
-        reason = rep_reason or quality_reason or c4_reason or fw_reason
-    return {
-        **rep,
-        **quality,
-        "c4_bad_line_frac": c4_bad,
-        **fw,
-        "garbled_ratio": garbled,
-        "log_like_ratio": log_like,
-        "rules_reason": reason,
-    }

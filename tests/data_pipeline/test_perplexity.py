@@ -125,24 +125,6 @@ def test_fixed_cutoffs_bucket_a_new_batch_like_the_reference_run(lm_dir, corpus)
             assert bucket == want
 
 
-@pytest.mark.timeout(240)
-def test_ray_dataset_path_matches_in_process(lm_dir, corpus, ray_local):
-    import ray
-
-    expected_stage = _stage(lm_dir)
-    expected = expected_stage.apply_table(corpus)
-    dataset = ray.data.from_arrow(corpus).repartition(5)
-    stage = _stage(lm_dir)
-    result = stage.apply(dataset)
-    batches = list(result.iter_batches(batch_format="pyarrow", batch_size=None))
-    got = pa.concat_tables(batches).sort_by("id")
-    want = expected.sort_by("id")
-    assert got.num_rows == corpus.num_rows
-    assert got.column("perplexity").equals(want.column("perplexity"))
-    assert got.column("ppl_bucket").equals(want.column("ppl_bucket"))
-    assert stage.cutoffs == expected_stage.cutoffs
-
-
 @pytest.mark.timeout(30)
 def test_sketch_is_accurate_and_merge_order_free():
     rng = np.random.default_rng(0)

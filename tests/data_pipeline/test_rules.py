@@ -10,11 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_pipeline.stages.registry import stage_class, validate
-from data_pipeline.stages.rules import (
-    NGrams,
-    RulesConfig,
-    RulesStage,
-)
+from data_pipeline.stages.rules import RulesConfig, RulesStage
+from data_pipeline.stages.rules_text import NGrams
 from pretrain.config import parse_config
 from pretrain.errors import ConfigError
 from pretrain.schema import BASE_FIELDS

@@ -10,14 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data_pipeline.stages import registry as stage_registry
 from data_pipeline.stages.base import Stage, StageSection
 from data_pipeline.stages.perplexity import PerplexitySection, PerplexityStage
 from data_pipeline.stages.registry import manifest_sections, section
 from pretrain import shards_layout as layout
 from pretrain.artifacts import shards
 from pretrain.artifacts.base import write_artifact
-from pretrain.errors import ArtifactError, ConfigError, SchemaError
+from pretrain.errors import ArtifactError, SchemaError
 from pretrain.manifest import MANIFEST, load_manifest, seal_of
 
 CUTOFFS = {"en": [120.5, 410.0], "zh": [30.0, 88.25]}
@@ -93,24 +92,3 @@ def test_a_stage_returning_another_model_is_refused_before_writing() -> None:
 
     with pytest.raises(SchemaError, match="returned a StageSection, not its Section"):
         manifest_sections([Wrong()])
-
-
-def test_a_stage_written_against_top_level_manifest_keys_is_told_what_to_declare(
-    monkeypatch,
-) -> None:
-    class Old(Stage):
-        name = "old"
-        order = 95
-        manifest_defaults = {"old_key": {}}
-
-        def __call__(self, batch: pa.Table) -> pa.Table:
-            return batch
-
-    monkeypatch.setattr(stage_registry, "_plugins", lambda: {"old": Old})
-    stage_registry.registry.cache_clear()
-    try:
-        with pytest.raises(ConfigError, match="defines manifest_defaults.*manifest_section"):
-            stage_registry.registry()
-    finally:
-        monkeypatch.undo()
-        stage_registry.registry.cache_clear()
