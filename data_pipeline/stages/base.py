@@ -144,19 +144,6 @@ class GlobalStage(Stage):
         """Per part, in a worker: (named tables, counts). The runner persists both per part and
         reuses them on a re-run while they verify, so this must depend on `rows` alone."""
 
-    def combine_maps(
-        self, pieces: Sequence[tuple[dict[str, pa.Table], dict[str, Any]]]
-    ) -> tuple[dict[str, pa.Table], dict[str, Any]] | None:
-        """A part's map output from the map outputs of its pieces (consecutive row ranges, in
-        row order), equal to `map_part` of the whole part; None (the default): this stage's map
-        is not row-wise, the runner maps each part whole (data_pipeline.piece_maps)."""
-        return None
-
-    def maps_in_stream(self) -> bool:
-        """True when the stream's actors may map this stage's pieces (`combine_maps` combines
-        them); the default: only when `combine_maps` is overridden."""
-        return type(self).combine_maps is not GlobalStage.combine_maps
-
     @abstractmethod
     def aggregate(self, parts: Sequence[MapOutput]) -> list[tuple[Any, ...]]:
         """In the driver, over every part's map output (in part order): the extra arguments of

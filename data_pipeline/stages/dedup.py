@@ -58,17 +58,6 @@ class DedupStage(GlobalStage):
         bands, exact, docs, info = map_tables(rows, self.dedup_config)
         return {"bands": bands, "exact": exact, "docs": docs}, info
 
-    def maps_in_stream(self) -> bool:
-        # querying an index reads its partitions on every call: map each part once, whole
-        return not self.dedup_config.index.against
-
-    def combine_maps(
-        self, pieces: Sequence[tuple[dict[str, pa.Table], dict[str, Any]]]
-    ) -> tuple[dict[str, pa.Table], dict[str, Any]] | None:
-        from data_pipeline.dedup.tasks import combine_maps
-
-        return combine_maps(pieces)
-
     def aggregate(self, parts: Sequence[MapOutput]) -> list[tuple[Any, ...]]:
         from data_pipeline.dedup.distributed import dedup_parts
 
