@@ -110,7 +110,8 @@ def test_resume_falls_back_past_planted_and_corrupt_metadata(tmp_path, reference
     old = load_manifest(corrupt)
     write_manifest(corrupt, "checkpoint", config=old["config"], counts=old["counts"])
 
-    proc = run_ranks(tiny_config(run), 1)
+    proc = run_ranks(tiny_config(run), 1, how="process")  # its output is read
+    assert proc is not None
     out, err = proc.stdout, proc.stderr
     skipped = [e for e in events(run) if e["event"] == "checkpoint_skipped"]
     assert [e["step"] for e in skipped] == steps[-1:-3:-1]

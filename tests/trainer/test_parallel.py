@@ -1,4 +1,6 @@
-"""TP/PP/DP on CPU with gloo: each trains with the loss going down; TP=2 equals TP=1."""
+"""TP/PP on CPU with gloo: each trains with the loss going down; TP=2 equals TP=1. (DP=2:
+tests/trainer/test_resume_guard.py, killed and resumed; with the distributed optimizer:
+tests/trainer/test_zero.py.)"""
 
 from __future__ import annotations
 
@@ -31,17 +33,3 @@ def test_pipeline_parallel_2_learns(tmp_path):
     pp2 = _train(tmp_path / "pp2", 2, pipeline=2)
     assert sorted(pp2) == list(range(1, 7))
     assert pp2[6] < pp2[1] - 0.05, pp2
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_data_parallel_2_with_distributed_optimizer_learns(tmp_path, reference_run):
-    _, dp1 = reference_run
-    config = tiny_config(
-        tmp_path / "dp2", parallel={"gpus_per_node": 2}, optim={"distributed_optimizer": True}
-    )
-    run_ranks(config, 2, timeout_s=200)
-    dp2 = losses(tmp_path / "dp2")
-    assert dp2[6] < dp2[1] - 0.05, dp2
-    for step in dp1:  # same global batch, split over two ranks: same math up to reduction order
-        assert dp2[step] == pytest.approx(dp1[step], rel=1e-4, abs=1e-4), (step, dp1, dp2)

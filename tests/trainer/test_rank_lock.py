@@ -39,7 +39,7 @@ def _untouched(run_dir: Path) -> None:
 def test_ranks_started_into_a_held_run_are_refused_naming_the_holder(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     with _held(run_dir) as pid, pytest.raises(RanksFailed) as refused:
-        run_ranks(tiny_config(run_dir), 1, timeout_s=150)  # old code: trained, no error
+        run_ranks(tiny_config(run_dir), 1, timeout_s=150, how="torchrun")  # old code: trained
     assert f"output {run_dir} is being written by pid {pid}" in str(refused.value)
     _untouched(run_dir)
 

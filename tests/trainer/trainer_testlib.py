@@ -1,5 +1,6 @@
 """Helpers for the trainer tests: a tiny synthetic-data config, reading a run's losses, and
-`run_ranks`: training on N ranks the way `pretrain launch` starts them (torchrun)."""
+`run_ranks`: training on N ranks the way `pretrain launch` starts them (torchrun), or one rank
+as `pretrain launch --in-process` runs it (the same `trainer.worker` function, no agent)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -73,23 +75,36 @@ def run_ranks(
     world: int,
     callbacks: dict[str, list[Any]] | None = None,
     timeout_s: float = 300,
-) -> subprocess.CompletedProcess[str]:
-    """Train `config` on `world` ranks started as `pretrain launch` starts them (torchrun on
-    127.0.0.1 -> trainer.worker's entry, trainer/launch.py's command), with no launcher holding
-    the run's lock (rank 0 takes it). `callbacks`: tests/trainer/faults.py classes by name ->
-    their arguments, added to every rank's trainer (tests/trainer/rank_entry.py). Raises
-    RanksFailed when a rank fails; torchrun's agent is killed after `timeout_s` (and its ranks
-    with it: PR_SET_PDEATHSIG)."""
+    how: str = "",
+) -> subprocess.CompletedProcess[str] | None:
+    """Train `config` on `world` ranks. `how`: "torchrun" (the default for several ranks) starts
+    them as `pretrain launch` does (torchrun on 127.0.0.1 -> trainer.worker's entry,
+    trainer/launch.py's command); "here" (the default for one rank) calls the function every
+    rank runs, `trainer.worker.run`, in this process, a world of one as `launch --in-process`
+    runs it; "process" runs that one rank in a process of its own without torchrun's agent (for
+    a test that reads the rank's output or kills it). No launcher holds the run's lock (rank 0
+    takes it). `callbacks`: tests/trainer/faults.py classes by name -> their arguments, added to
+    every rank's trainer (tests/trainer/rank_entry.py). Raises RanksFailed when a rank fails
+    (a PretrainError is the one line `trainer.worker.main` prints); a process is killed after
+    `timeout_s` (torchrun's ranks with its agent: PR_SET_PDEATHSIG)."""
+    how = how or ("torchrun" if world > 1 else "here")
+    if how == "here":
+        _run_here(config, callbacks or {})
+        return None
     from trainer.launch import torchrun_command
 
     folder = Path(tempfile.mkdtemp(prefix="ranks-"))
     config_json, callbacks_json = folder / "config.json", folder / "callbacks.json"
     config_json.write_text(json.dumps(config))
     callbacks_json.write_text(json.dumps(callbacks or {}))
-    args = SimpleNamespace(rdzv_endpoint=None, smoke=False)
-    command = torchrun_command(args, world, "1", config_json)
-    entry = command.index("trainer.worker")
-    command[entry : entry + 2] = ["tests.trainer.rank_entry", str(config_json), str(callbacks_json)]
+    entry = ["tests.trainer.rank_entry", str(config_json), str(callbacks_json)]
+    command = [sys.executable, "-m", *entry]
+    if how == "torchrun":
+        command = torchrun_command(
+            SimpleNamespace(rdzv_endpoint=None, smoke=False), world, "1", config_json
+        )
+        worker = command.index("trainer.worker")
+        command[worker : worker + 2] = entry
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PRETRAIN_"))},
         "PYTHONPATH": str(REPO),
@@ -101,5 +116,19 @@ def run_ranks(
     )
     if proc.returncode != 0:
         codes = {int(code) for code in re.findall(r"exitcode\s*:\s*(-?\d+)", proc.stderr)}
-        raise RanksFailed(codes, proc.stdout[-2000:] + proc.stderr)
+        raise RanksFailed(codes or {proc.returncode}, proc.stdout[-2000:] + proc.stderr)
     return proc
+
+
+def _run_here(config: dict[str, Any], callbacks: dict[str, list[Any]]) -> None:
+    from pretrain.config import parse_config
+    from pretrain.errors import PretrainError
+    from tests.trainer import faults
+    from trainer import worker
+    from trainer.config import TrainConfig
+
+    installed = [getattr(faults, name)(*args) for name, args in callbacks.items()]
+    try:
+        worker.run(parse_config(TrainConfig, config), callbacks=installed)
+    except PretrainError as exc:
+        raise RanksFailed({2}, f"pretrain launch: error: {exc}") from exc
