@@ -89,21 +89,21 @@ class CallbackList(Callback):
     def __init__(self, callbacks: Iterable[Callback]) -> None:
         self.items = list(callbacks)
 
-    def on_fit_start(self, trainer: TrainerView) -> None:
+    def _each(self, event: str, *args: Any) -> None:
         for callback in self.items:
-            callback.on_fit_start(trainer)
+            getattr(callback, event)(*args)
+
+    def on_fit_start(self, trainer: TrainerView) -> None:
+        self._each("on_fit_start", trainer)
 
     def on_resume(self, trainer: TrainerView, event: dict[str, Any]) -> None:
-        for callback in self.items:
-            callback.on_resume(trainer, event)
+        self._each("on_resume", trainer, event)
 
     def on_checkpoint_skipped(self, trainer: TrainerView, entry: dict[str, Any]) -> None:
-        for callback in self.items:
-            callback.on_checkpoint_skipped(trainer, entry)
+        self._each("on_checkpoint_skipped", trainer, entry)
 
     def on_step_start(self, trainer: TrainerView, step: int) -> None:
-        for callback in self.items:
-            callback.on_step_start(trainer, step)
+        self._each("on_step_start", trainer, step)
 
     def on_loss(self, trainer: TrainerView, loss: torch.Tensor) -> torch.Tensor:
         for callback in self.items:
@@ -111,30 +111,22 @@ class CallbackList(Callback):
         return loss
 
     def check_step(self, trainer: TrainerView, result: StepResult) -> str | None:
-        for callback in self.items:
-            reason = callback.check_step(trainer, result)
-            if reason is not None:
-                return reason
-        return None
+        reasons = (callback.check_step(trainer, result) for callback in self.items)
+        return next((reason for reason in reasons if reason is not None), None)
 
     def on_checkpoint(self, trainer: TrainerView, step: int, seconds: float) -> None:
-        for callback in self.items:
-            callback.on_checkpoint(trainer, step, seconds)
+        self._each("on_checkpoint", trainer, step, seconds)
 
     def on_step_end(self, trainer: TrainerView, record: dict[str, Any]) -> None:
-        for callback in self.items:
-            callback.on_step_end(trainer, record)
+        self._each("on_step_end", trainer, record)
 
     def on_rollback(
         self, trainer: TrainerView, event: dict[str, Any], restored: dict[str, Any]
     ) -> None:
-        for callback in self.items:
-            callback.on_rollback(trainer, event, restored)
+        self._each("on_rollback", trainer, event, restored)
 
     def on_eval(self, trainer: TrainerView, record: dict[str, Any]) -> None:
-        for callback in self.items:
-            callback.on_eval(trainer, record)
+        self._each("on_eval", trainer, record)
 
     def on_fit_end(self, trainer: TrainerView) -> None:
-        for callback in self.items:
-            callback.on_fit_end(trainer)
+        self._each("on_fit_end", trainer)

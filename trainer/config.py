@@ -340,12 +340,13 @@ class TrainConfig(StrictModel):
         model = mcore.wrap_ddp(self, chunks)
         optimizer = mcore.build_optimizer(self, model)
         metrics = MetricsLog(run_dir, rank, self.metrics.tensorboard)
-        builtin = (SpikeGuard(self.guard), Throughput(self), metrics)
+        on_gpu = mcore.device_type(self) == "cuda"
+        builtin = (SpikeGuard(self.guard), Throughput(self.metrics, on_gpu), metrics)
         extra = list(callbacks)
         if evaluate and self.eval.every:
             from trainer.periodic_eval import PeriodicEval
 
-            extra.insert(0, PeriodicEval(self, chunks[0], mcore.use_gpu(self)))
+            extra.insert(0, PeriodicEval(self, chunks[0], on_gpu))
         return Trainer(self, data, vocab_size, (chunks, model, optimizer), builtin, extra)
 
     @model_validator(mode="after")

@@ -25,8 +25,6 @@ from pretrain.publish import publishing
 from trainer.checkpoint import checkpoint_dir, list_checkpoints, newest_valid
 
 KIND = "hf_export"
-FORMATS = ("hf",)
-DTYPES = ("float32", "bfloat16", "float16")
 _OUT_FILES = ("config.json", "generation_config.json", "model.safetensors")
 
 

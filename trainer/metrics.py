@@ -23,7 +23,7 @@ from trainer.callbacks import Callback
 
 if TYPE_CHECKING:
     from trainer.callbacks import TrainerView
-    from trainer.config import TrainConfig
+    from trainer.config import MetricsConfig
 
 MFU_FORMULA = "(6*N + 12*L*S*H*Q) * tokens_per_s / (devices * peak_flops)"
 
@@ -58,38 +58,6 @@ def memory_mb() -> dict[str, float]:
     import psutil
 
     return {"rss_mb": psutil.Process().memory_info().rss / 2**20}
-
-
-class MetricsWriter:
-    """Rank 0's metric sink: RUN/metrics.jsonl, RUN/tensorboard/, RUN/loss.png at close."""
-
-    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
-        self.run_dir = run_dir
-        self.path = run_dir / "metrics.jsonl"
-        torn = _ends_mid_line(self.path)
-        self.handle = self.path.open("a", encoding="utf-8")
-        if torn:  # a run killed (or out of disk) mid-write: the next record starts a line
-            self.handle.write("\n")
-        self.tb = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
-
-    def log(self, record: dict[str, Any]) -> None:
-        self.handle.write(json.dumps(record, sort_keys=True) + "\n")
-        self.handle.flush()
-        if self.tb is not None and "step" in record:
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and key != "step":
-                    tag = key if key.startswith("val/") else f"train/{key}"
-                    self.tb.add_scalar(tag, value, record["step"])
-
-    def close(self) -> None:
-        self.handle.close()
-        if self.tb is not None:
-            self.tb.close()
-        plot_loss(self.path, self.run_dir / "loss.png")
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -155,12 +123,8 @@ def plot_loss(metrics_path: Path, out: Path) -> Path:
 class Throughput(Callback):
     """Profiling of each step: MFU (peak agreed by all ranks at start), memory, checkpoint time."""
 
-    def __init__(self, config: TrainConfig) -> None:
-        from trainer.model import use_gpu
-
-        settings = config.metrics
-        peak, source = assumed_peak(settings.peak_flops, settings.mfu_gpu, use_gpu(config))
-        holder = [peak, source]
+    def __init__(self, settings: MetricsConfig, on_gpu: bool) -> None:
+        holder = list(assumed_peak(settings.peak_flops, settings.mfu_gpu, on_gpu))
         torch.distributed.broadcast_object_list(holder, src=0)
         self.peak_flops, self.peak_source = holder
         self.checkpoint_s = 0.0
@@ -184,21 +148,39 @@ class Throughput(Callback):
 
 
 class MetricsLog(Callback):
-    """Rank 0 logs every step, eval and event to metrics.jsonl; every rank keeps the progress bar
-    (shown on rank 0 only)."""
+    """Rank 0 logs every step, eval and event to RUN/metrics.jsonl and RUN/tensorboard/, and
+    draws RUN/loss.png at close; every rank keeps the progress bar (shown on rank 0 only)."""
 
     def __init__(self, run_dir: Path, rank: int, tensorboard: bool) -> None:
-        self.rank = rank
-        self.writer = MetricsWriter(run_dir, tensorboard) if rank == 0 else None
+        self.rank, self.run_dir, self.path = rank, run_dir, run_dir / "metrics.jsonl"
+        self.handle: Any = None
+        self.tb: Any = None
         self.bar: Any = None
+        if rank != 0:
+            return
+        torn = _ends_mid_line(self.path)
+        self.handle = self.path.open("a", encoding="utf-8")
+        if torn:  # a run killed (or out of disk) mid-write: the next record starts a line
+            self.handle.write("\n")
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
 
     def say(self, message: str) -> None:
         if self.rank == 0:
             print(f"[train] {message}", flush=True)
 
     def log(self, record: dict[str, Any]) -> None:
-        if self.writer is not None:
-            self.writer.log(record)
+        if self.handle is None:
+            return
+        self.handle.write(json.dumps(record, sort_keys=True) + "\n")
+        self.handle.flush()
+        if self.tb is not None and "step" in record:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    tag = key if key.startswith("val/") else f"train/{key}"
+                    self.tb.add_scalar(tag, value, record["step"])
 
     def on_fit_start(self, trainer: TrainerView) -> None:
         from pretrain.progress import Progress
@@ -223,8 +205,8 @@ class MetricsLog(Callback):
         self.log({"event": "checkpoint_skipped", **entry})
 
     def on_step_end(self, trainer: TrainerView, record: dict[str, Any]) -> None:
-        if self.writer is not None:
-            self.writer.log(record)
+        if self.handle is not None:
+            self.log(record)
             self.bar.set_postfix(
                 loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}", refresh=False
             )
@@ -246,11 +228,15 @@ class MetricsLog(Callback):
 
     def on_fit_end(self, trainer: TrainerView) -> None:
         self.bar.close()
-        if self.writer is not None and trainer.state.step:
-            losses = [r["loss"] for r in read_metrics(self.writer.path) if "loss" in r]
+        if self.handle is not None and trainer.state.step:
+            losses = [r["loss"] for r in read_metrics(self.path) if "loss" in r]
             self.say(f"{trainer.state.step} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}")
 
     def close(self) -> None:
         """Rank 0: close the files and draw loss.png."""
-        if self.writer is not None:
-            self.writer.close()
+        if self.handle is None:
+            return
+        self.handle.close()
+        if self.tb is not None:
+            self.tb.close()
+        plot_loss(self.path, self.run_dir / "loss.png")

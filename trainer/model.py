@@ -44,13 +44,10 @@ def resolve_backend(config: TrainConfig) -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
-def use_gpu(config: TrainConfig) -> bool:
-    return resolve_backend(config) == "nccl" and torch.cuda.is_available()
-
-
 def device_type(config: TrainConfig) -> str:
-    """ "cuda" or "cpu": what the fast-path decisions (below) are made for."""
-    return "cuda" if use_gpu(config) else "cpu"
+    """ "cuda" (nccl with CUDA present) or "cpu": where the run's ranks compute, what the
+    fast-path decisions (below) are made for."""
+    return "cuda" if resolve_backend(config) == "nccl" and torch.cuda.is_available() else "cpu"
 
 
 def default_threads() -> int:
@@ -74,7 +71,7 @@ def init_distributed(config: TrainConfig, timeout_s: int = 600) -> None:
 
     from trainer.local_torchrun import bind_stores_to_loopback
 
-    if not use_gpu(config):
+    if device_type(config) == "cpu":
         torch.set_num_threads(default_threads())
         apply_cpu_patches()
     else:
@@ -116,7 +113,7 @@ def transformer_config(config: TrainConfig) -> Any:
     """Our model/parallel/optim sections as megatron's TransformerConfig (built once)."""
     from megatron.core.transformer import TransformerConfig
 
-    model, par = config.model, config.parallel
+    model, par, device = config.model, config.parallel, device_type(config)
     bf16 = config.optim.precision == "bf16"
     return TransformerConfig(
         num_layers=model.num_layers,
@@ -141,37 +138,32 @@ def transformer_config(config: TrainConfig) -> Any:
         params_dtype=torch.bfloat16 if bf16 else torch.float32,
         pipeline_dtype=torch.bfloat16 if bf16 else torch.float32,
         autocast_dtype=None,
-        use_cpu_initialization=not use_gpu(config),
+        use_cpu_initialization=device == "cpu",
         perform_initialization=True,
-        **fast_path_flags(config, device_type(config), te_available()),
+        **fast_path_flags(config, device, te_available()),
         deallocate_pipeline_outputs=False,
     )
 
 
-def layer_spec(config: TrainConfig) -> Any:
-    """TransformerEngine layers when TE and CUDA are present, Megatron-Core local layers otherwise."""
-    from megatron.core.models.gpt import gpt_layer_specs
-
-    if use_te_spec(device_type(config), te_available()):
-        return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec()
-    spec = gpt_layer_specs.get_gpt_layer_local_spec(normalization=config.model.normalization)
-    if config.model.attention == "sdpa":
-        from trainer.attention import SDPAttention
-
-        spec.submodules.self_attention.submodules.core_attention = SDPAttention
-    return spec
-
-
 def build_model_chunks(config: TrainConfig, vocab_size: int) -> list[Any]:
-    """The GPTModel chunks this rank holds (one, or VPP chunks with interleaved pipelining)."""
+    """The GPTModel chunks this rank holds (one, or VPP chunks with interleaved pipelining):
+    TransformerEngine layers when TE and CUDA are present, Megatron-Core local layers otherwise."""
     from megatron.core import parallel_state
-    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt import GPTModel, gpt_layer_specs
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
     for key in [k for k in os.environ if k.startswith(_NVTE_PREFIX)]:
         del os.environ[key]
     tconfig = transformer_config(config)
-    spec = layer_spec(config)
+    gpu = device_type(config) == "cuda"
+    if gpu and te_available():
+        spec = gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec()
+    else:
+        spec = gpt_layer_specs.get_gpt_layer_local_spec(normalization=config.model.normalization)
+        if config.model.attention == "sdpa":
+            from trainer.attention import SDPAttention
+
+            spec.submodules.self_attention.submodules.core_attention = SDPAttention
     chunks = []
     vpp = config.parallel.virtual_pipeline
     # CPU initialisation draws each full weight from torch's default generator, then splits it:
@@ -196,7 +188,7 @@ def build_model_chunks(config: TrainConfig, vocab_size: int) -> list[Any]:
                 rotary_base=config.model.rotary_base,
                 vp_stage=stage,
             )
-            if use_gpu(config):
+            if gpu:
                 model.cuda(torch.cuda.current_device())
             chunks.append(model)
     return chunks
@@ -207,7 +199,8 @@ def wrap_ddp(config: TrainConfig, chunks: list[Any]) -> list[Any]:
     megatron_fsdp for parallel.zero 2 and 3 (CUDA only)."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 
-    zero = zero_wrapping(config, device_type(config))
+    device = device_type(config)
+    zero = zero_wrapping(config, device)
     wrapper: Any = DistributedDataParallel
     if zero.get("use_megatron_fsdp"):
         from megatron.core.distributed.fsdp.mcore_fsdp_adapter import FullyShardedDataParallel
@@ -216,8 +209,8 @@ def wrap_ddp(config: TrainConfig, chunks: list[Any]) -> list[Any]:
 
     ddp_config = DistributedDataParallelConfig(
         **zero,
-        overlap_grad_reduce=config.parallel.overlap_grad_reduce and use_gpu(config),
-        overlap_param_gather=config.parallel.overlap_param_gather and use_gpu(config),
+        overlap_grad_reduce=config.parallel.overlap_grad_reduce and device == "cuda",
+        overlap_param_gather=config.parallel.overlap_param_gather and device == "cuda",
         grad_reduce_in_fp32=config.optim.grad_reduce_in_fp32 or config.optim.precision == "fp32",
         check_for_nan_in_grad=False,
         bucket_size=None,
@@ -271,7 +264,7 @@ def build_optimizer(config: TrainConfig, model: list[Any]) -> Any:
         bf16=bf16,
         params_dtype=torch.bfloat16 if bf16 else torch.float32,
         use_distributed_optimizer=config.zero_stage >= 1,
-        overlap_param_gather=config.parallel.overlap_param_gather and use_gpu(config),
+        overlap_param_gather=config.parallel.overlap_param_gather and device_type(config) == "cuda",
     )
     with device_context():
         return get_megatron_optimizer(opt_config, model)
@@ -299,24 +292,16 @@ def sequence_parallel_on(config: TrainConfig, device: str) -> bool:
     return config.parallel.tensor > 1 and wanted is not False
 
 
-def recompute_flags(config: TrainConfig) -> dict[str, Any]:
-    mode = config.model.recompute_mode
-    if mode == "full":
-        return {
-            "recompute_granularity": "full",
-            "recompute_method": "uniform",
-            "recompute_num_layers": 1,
-        }
-    if mode == "selective":  # megatron's default recompute_modules: ["core_attn"]
-        return {"recompute_granularity": "selective"}
-    return {"recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None}
-
-
 def fast_path_flags(config: TrainConfig, device: str, te: bool) -> dict[str, Any]:
     """TransformerConfig keyword arguments for the fused kernels, sequence parallel and recompute."""
     gpu = on_cuda(device)
     model = config.model
     activation_fusible = model.swiglu or model.add_bias_linear  # GELU fusion needs a bias
+    recompute: dict[str, Any] = {  # selective: megatron's default recompute_modules, core_attn
+        "recompute_granularity": None if model.recompute_mode == "none" else model.recompute_mode,
+        "recompute_method": "uniform" if model.recompute_mode == "full" else None,
+        "recompute_num_layers": 1 if model.recompute_mode == "full" else None,
+    }
     return {
         "sequence_parallel": sequence_parallel_on(config, device),
         "apply_rope_fusion": gpu and te and model.position_embedding == "rope",
@@ -325,12 +310,8 @@ def fast_path_flags(config: TrainConfig, device: str, te: bool) -> dict[str, Any
         "bias_dropout_fusion": gpu,
         "gradient_accumulation_fusion": gpu and te,
         "persist_layer_norm": False,
-        **recompute_flags(config),
+        **recompute,
     }
-
-
-def use_te_spec(device: str, te: bool) -> bool:
-    return on_cuda(device) and te
 
 
 def zero_wrapping(config: TrainConfig, device: str) -> dict[str, Any]:

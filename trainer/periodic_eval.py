@@ -5,8 +5,8 @@ artifact (bits per byte, loss, perplexity, overall and per domain/language: trai
 same code as `pretrain eval run`). Every rank runs the forward passes (tensor-parallel ranks
 must all take part; data-parallel replicas repeat the same small work), rank 0 logs one record
 `{"step", "event": "eval", "val/bpb", "val/loss", "val/bpb/<domain>/<lang>", ...}` to
-metrics.jsonl and TensorBoard. Pipeline parallel runs are refused at start (the eval would need
-its own pipeline schedule): evaluate their checkpoints with `pretrain eval run`.
+metrics.jsonl and TensorBoard. Pipeline parallel runs are refused when the config is read (the
+eval would need its own pipeline schedule): evaluate their checkpoints with `pretrain eval run`.
 
 A trainer callback (trainer/callbacks.py): `on_step_end` runs the evaluation when it is due and
 hands the record to the other callbacks' `on_eval` (the metrics log writes it).
@@ -53,12 +53,7 @@ class PeriodicEval(Callback):
         from tokenizer.lock import load_locked
         from trainer.data import tokenizer_dir
 
-        settings = config.eval
-        if config.parallel.pipeline > 1 or config.parallel.virtual_pipeline:
-            raise ConfigError(
-                "eval.every with parallel.pipeline > 1 is not supported; unset eval.every and "
-                "evaluate the checkpoints with `pretrain eval run`"
-            )
+        settings = config.eval  # a pipeline-parallel run was refused with eval.every (config.py)
         directory = tokenizer_dir(config)
         if directory is None:
             raise ConfigError(

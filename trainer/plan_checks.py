@@ -15,7 +15,6 @@ for an all-reduce and (n-1)/n for a reduce-scatter or all-gather):
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from trainer.config import TrainConfig
@@ -159,7 +158,3 @@ def communication(
         },
         "note": "ring collectives; time without overlap with compute",
     }
-
-
-def step_seconds(flops_per_step: float, world: int, peak: float, utilization: float) -> float:
-    return flops_per_step / (world * peak * utilization) if world and peak else math.inf

@@ -144,15 +144,12 @@ def load_launch_info(run_dir: Path) -> dict[str, Any]:
 
 
 def write_outputs(trainer: FinishedRun, extra: dict[str, Any]) -> None:
-    # summary.json first: the manifest, written last, lists it (`pretrain verify RUN` refused
-    # every finished run for an unlisted summary.json)
-    atomic_write_json(trainer.run_dir / "summary.json", summary(trainer, extra))
-    write_run_manifest(trainer, load_launch_info(trainer.run_dir), extra)
-
-
-def write_run_manifest(trainer: FinishedRun, launch_info: dict[str, Any], extra: dict) -> None:
+    """summary.json, then the run manifest (written last, it lists summary.json: `pretrain
+    verify RUN` refused every finished run for an unlisted one)."""
     import torch
 
+    atomic_write_json(trainer.run_dir / "summary.json", summary(trainer, extra))
+    launch_info = load_launch_info(trainer.run_dir)
     identity = trainer.data.identity
     data = trainer.config.data
     inputs = [data.mixture_dir] if data.source == "mixture" and data.mixture_dir else []

@@ -87,7 +87,7 @@ def run(
     with (
         loopback_gloo() if alone else nullcontext(),
         recorded(command) if command else nullcontext(),
-        _run_lock(config, command),
+        _run_lock(Path(config.run.out_dir), command),
     ):
         Path(config.run.out_dir).mkdir(parents=True, exist_ok=True)
         try:
@@ -105,7 +105,7 @@ def run(
                 torch.distributed.destroy_process_group()
 
 
-def _run_lock(config: TrainConfig, command: list[str] | None) -> AbstractContextManager[Any]:
+def _run_lock(run_dir: Path, command: list[str] | None) -> AbstractContextManager[Any]:
     """The run directory's writer lock, taken by global rank 0 unless the launcher that started
     this rank holds it (RUN_LOCKED_BY names its pid, trainer/launch.py): ranks started by hand or
     by an elastic multi-node launch (no launcher knew it would be node 0) keep a second writer
@@ -113,7 +113,6 @@ def _run_lock(config: TrainConfig, command: list[str] | None) -> AbstractContext
     lock is re-entered."""
     from pretrain.locking import output_lock, read_holder
 
-    run_dir = Path(config.run.out_dir)
     if os.environ.get("RANK", "0") != "0":
         return nullcontext()
     launcher = os.environ.get(RUN_LOCKED_BY)

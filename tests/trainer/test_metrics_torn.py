@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainer.metrics import MetricsWriter, read_metrics
+from trainer.metrics import MetricsLog, read_metrics
 
 
 def test_a_torn_last_line_neither_glues_the_next_record_nor_crashes_the_close(
@@ -16,7 +16,7 @@ def test_a_torn_last_line_neither_glues_the_next_record_nor_crashes_the_close(
     run that had trained."""
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text(json.dumps({"step": 1, "loss": 5.0}) + "\n" + '{"step": 2, "lo')
-    writer = MetricsWriter(tmp_path, tensorboard=False)
+    writer = MetricsLog(tmp_path, rank=0, tensorboard=False)
     writer.log({"step": 2, "loss": 4.0})
     writer.log({"step": 3, "loss": 3.0})
     writer.close()
