@@ -1,7 +1,9 @@
-"""Shared trainer fixtures: one uninterrupted reference run reused by several tests."""
+"""Shared trainer fixtures: one uninterrupted reference run reused by several tests, and a copy
+of it a test may damage or resume."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,3 +18,14 @@ def reference_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[
     run_dir = tmp_path_factory.mktemp("reference") / "run"
     run_ranks(tiny_config(run_dir), 1)
     return run_dir, losses(run_dir)
+
+
+@pytest.fixture
+def reference_copy(tmp_path: Path, reference_run: tuple[Path, dict[int, float]]) -> Path:
+    """A copy of the reference run (checkpoints at steps 2, 4, 6) in TMP/run."""
+    from trainer.checkpoint import list_checkpoints
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference_run[0], run_dir)
+    assert [step for step, _ in list_checkpoints(run_dir)] == [2, 4, 6]
+    return run_dir

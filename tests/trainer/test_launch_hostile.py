@@ -9,7 +9,6 @@ is refused by tests/trainer/test_resume_identity.py."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ import yaml
 from tests.conftest import clean_env
 from tests.trainer.test_launch_out import _snapshot
 from tests.trainer.trainer_testlib import events, losses, tiny_config
-from trainer.checkpoint import checkpoint_dir, list_checkpoints
+from trainer.checkpoint import checkpoint_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,16 +44,11 @@ def _launch(tmp_path: Path, run_dir: Path, **sections: dict) -> subprocess.Compl
     )
 
 
-def _copy(reference_run: tuple[Path, dict], tmp_path: Path) -> Path:
-    run = tmp_path / "run"
-    shutil.copytree(reference_run[0], run)
-    assert [step for step, _ in list_checkpoints(run)] == [2, 4, 6]
-    return run
-
-
 @pytest.mark.timeout(600)
-def test_damaged_checkpoints_resume_from_the_last_good_one_and_say_so(tmp_path, reference_run):
-    run = _copy(reference_run, tmp_path)
+def test_damaged_checkpoints_resume_from_the_last_good_one_and_say_so(
+    tmp_path, reference_copy, reference_run
+):
+    run = reference_copy
     _flip(_shard(run, 6))  # a byte flipped, the size kept
     shard = _shard(run, 4)
     shard.write_bytes(shard.read_bytes()[:-9])  # a truncated shard
@@ -74,8 +68,8 @@ def test_damaged_checkpoints_resume_from_the_last_good_one_and_say_so(tmp_path, 
 
 
 @pytest.mark.timeout(600)
-def test_every_checkpoint_corrupt_is_refused_and_the_run_left_as_it_was(tmp_path, reference_run):
-    run = _copy(reference_run, tmp_path)
+def test_every_checkpoint_corrupt_is_refused_and_the_run_left_as_it_was(tmp_path, reference_copy):
+    run = reference_copy
     for step in (2, 4, 6):
         _flip(_shard(run, step))
     before = _snapshot(run)
@@ -91,10 +85,10 @@ def test_every_checkpoint_corrupt_is_refused_and_the_run_left_as_it_was(tmp_path
 
 
 @pytest.mark.timeout(600)
-def test_a_preflight_refusal_leaves_the_run_folder_as_it_was(tmp_path, reference_run):
+def test_a_preflight_refusal_leaves_the_run_folder_as_it_was(tmp_path, reference_copy):
     """Another model's config against this run's checkpoints: refused by the preflight, whose log
     (megatron's warnings) stays in the temp dir instead of RUN/.logs/."""
-    run = _copy(reference_run, tmp_path)
+    run = reference_copy
     before = _snapshot(run)
     proc = _launch(tmp_path, run, run={"train_steps": 8}, model={"hidden_size": 128})
     lines = proc.stderr.strip().splitlines()
@@ -104,11 +98,11 @@ def test_a_preflight_refusal_leaves_the_run_folder_as_it_was(tmp_path, reference
 
 
 @pytest.mark.timeout(600)
-def test_a_rank_refuses_a_run_whose_every_checkpoint_is_corrupt(tmp_path, reference_run):
-    """Ranks started without the launcher (torchrun -> trainer.worker) refuse it too."""
+def test_a_rank_refuses_a_run_whose_every_checkpoint_is_corrupt(tmp_path, reference_copy):
+    """A rank started without the launcher (trainer.worker.run) refuses it too."""
     from tests.trainer.trainer_testlib import RanksFailed, run_ranks
 
-    run = _copy(reference_run, tmp_path)
+    run = reference_copy
     for step in (2, 4, 6):
         _flip(_shard(run, step))
     before = _snapshot(run)

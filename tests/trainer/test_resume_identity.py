@@ -4,16 +4,11 @@ error deep in the checkpoint load; the checkpoints are left as they were."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 import yaml
 
-from pretrain.manifest import manifest_sha256
 from pretrain_app.cli import main
-from tests.trainer.trainer_testlib import RanksFailed, run_ranks, tiny_config
-from trainer.checkpoint import list_checkpoints
+from tests.trainer.trainer_testlib import RanksFailed, checkpoint_hashes, run_ranks, tiny_config
 
 OTHER_MODELS = {
     "hidden size": {"model": {"hidden_size": 128}},
@@ -21,18 +16,12 @@ OTHER_MODELS = {
 }
 
 
-def _copy_run(reference_run: tuple[Path, dict], tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    run_dir = tmp_path / "run"
-    shutil.copytree(reference_run[0], run_dir)
-    return run_dir, {p.name: manifest_sha256(p) for _, p in list_checkpoints(run_dir)}
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("change", sorted(OTHER_MODELS))
 def test_launch_refuses_to_resume_another_models_checkpoint(
-    tmp_path, capsys, reference_run, change
+    tmp_path, capsys, reference_copy, change
 ):
-    run_dir, before = _copy_run(reference_run, tmp_path)
+    run_dir, before = reference_copy, checkpoint_hashes(reference_copy)
     sections = {"run": {"train_steps": 8}, **OTHER_MODELS[change]}
     config = tmp_path / "train.yaml"
     config.write_text(yaml.safe_dump(tiny_config(run_dir, **sections)))
@@ -42,7 +31,7 @@ def test_launch_refuses_to_resume_another_models_checkpoint(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("pretrain launch: error: resume refused"), err
         assert "iter_0000006" in err[0] and "run.out_dir" in err[0]
-    assert {p.name: manifest_sha256(p) for _, p in list_checkpoints(run_dir)} == before
+    assert checkpoint_hashes(run_dir) == before
     assert not (run_dir / "checkpoints" / "iter_0000008").exists()
     same = tmp_path / "same.yaml"  # the config it was trained with still passes the preflight
     same.write_text(yaml.safe_dump(tiny_config(run_dir, run={"train_steps": 8})))
@@ -51,12 +40,12 @@ def test_launch_refuses_to_resume_another_models_checkpoint(
 
 
 @pytest.mark.timeout(300)
-def test_a_rank_refuses_another_models_checkpoint_before_loading_it(tmp_path, reference_run):
-    run_dir, before = _copy_run(reference_run, tmp_path)
+def test_a_rank_refuses_another_models_checkpoint_before_loading_it(tmp_path, reference_copy):
+    run_dir, before = reference_copy, checkpoint_hashes(reference_copy)
     config = tiny_config(run_dir, run={"train_steps": 8}, model={"hidden_size": 128})
     with pytest.raises(RanksFailed) as info:
         run_ranks(config, 1)
     message = str(info.value)
     assert "pretrain launch: error: resume refused: checkpoint" in message, message[-2000:]
     assert "CheckpointingException" not in message
-    assert {p.name: manifest_sha256(p) for _, p in list_checkpoints(run_dir)} == before
+    assert checkpoint_hashes(run_dir) == before

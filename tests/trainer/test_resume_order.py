@@ -6,16 +6,13 @@ checkpoint cadence) stay allowed."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from pretrain.manifest import manifest_sha256
 from pretrain_app.cli import main
-from tests.trainer.trainer_testlib import RanksFailed, run_ranks, tiny_config
-from trainer.checkpoint import list_checkpoints
+from tests.trainer.trainer_testlib import RanksFailed, checkpoint_hashes, run_ranks, tiny_config
 from trainer.config import TrainConfig
 from trainer.data import resume_order_changes
 
@@ -26,12 +23,6 @@ REORDERING = {
 }
 
 
-def _copy_run(reference_run: tuple[Path, dict], tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    run_dir = tmp_path / "run"
-    shutil.copytree(reference_run[0], run_dir)
-    return run_dir, {p.name: manifest_sha256(p) for _, p in list_checkpoints(run_dir)}
-
-
 def _launch(tmp_path: Path, config: dict, *extra: str) -> int:
     path = tmp_path / "train.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -40,8 +31,8 @@ def _launch(tmp_path: Path, config: dict, *extra: str) -> int:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("field", sorted(REORDERING))
-def test_launch_refuses_a_resume_that_reorders_the_batches(tmp_path, capsys, reference_run, field):
-    run_dir, before = _copy_run(reference_run, tmp_path)
+def test_launch_refuses_a_resume_that_reorders_the_batches(tmp_path, capsys, reference_copy, field):
+    run_dir, before = reference_copy, checkpoint_hashes(reference_copy)
     config = tiny_config(run_dir, **{"run": {"train_steps": 8}})
     for section, values in REORDERING[field].items():
         config[section] = {**config[section], **values}
@@ -51,12 +42,12 @@ def test_launch_refuses_a_resume_that_reorders_the_batches(tmp_path, capsys, ref
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("pretrain launch: error: resume refused"), err
         assert field in err[0] and "iter_0000006" in err[0] and "run.out_dir" in err[0], err
-    assert {p.name: manifest_sha256(p) for _, p in list_checkpoints(run_dir)} == before
+    assert checkpoint_hashes(run_dir) == before
 
 
 @pytest.mark.timeout(300)
-def test_training_only_settings_may_change_on_resume(tmp_path, capsys, reference_run):
-    run_dir, _ = _copy_run(reference_run, tmp_path)
+def test_training_only_settings_may_change_on_resume(tmp_path, capsys, reference_copy):
+    run_dir = reference_copy
     changed = {
         "run": {"train_steps": 10, "log_every": 2},
         "optim": {"lr": 1e-3},
@@ -81,8 +72,8 @@ def test_two_phase_synthetic_layout_moves_with_the_step_count():
 
 
 @pytest.mark.timeout(300)
-def test_a_rank_refuses_a_reordering_resume_before_loading(tmp_path, reference_run):
-    run_dir, before = _copy_run(reference_run, tmp_path)
+def test_a_rank_refuses_a_reordering_resume_before_loading(tmp_path, reference_copy):
+    run_dir, before = reference_copy, checkpoint_hashes(reference_copy)
     config = tiny_config(run_dir, run={"train_steps": 8}, batch={"global_batch_size": 8})
     with pytest.raises(RanksFailed) as info:
         run_ranks(config, 1)
@@ -90,4 +81,4 @@ def test_a_rank_refuses_a_reordering_resume_before_loading(tmp_path, reference_r
     assert (
         "pretrain launch: error: resume refused" in message and "batch.global_batch_size" in message
     )
-    assert {p.name: manifest_sha256(p) for _, p in list_checkpoints(run_dir)} == before
+    assert checkpoint_hashes(run_dir) == before

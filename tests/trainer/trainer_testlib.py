@@ -56,6 +56,14 @@ def losses(run_dir: Path) -> dict[int, float]:
     return result
 
 
+def checkpoint_hashes(run_dir: Path) -> dict[str, str]:
+    """Each checkpoint's manifest sha256, by name: what a refused resume must leave as it was."""
+    from pretrain.manifest import manifest_sha256
+    from trainer.checkpoint import list_checkpoints
+
+    return {path.name: manifest_sha256(path) for _, path in list_checkpoints(run_dir)}
+
+
 def events(run_dir: Path) -> list[dict[str, Any]]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if r.get("event")]
