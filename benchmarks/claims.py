@@ -212,7 +212,7 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         "decision_accuracy",
-        "decision accuracy between two proxy scales (4 recipes x 3 seeds)",
+        "decision accuracy between two proxy scales (3 recipes x 3 seeds, the gate on each)",
         _script("decision_accuracy", "sweep", "{work}/decision", "--corpus", "{corpus}"),
         prepare=(
             "-m",

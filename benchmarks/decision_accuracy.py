@@ -1,19 +1,23 @@
 """Decision accuracy of proxy ablations across two proxy scales, on the development corpus.
 
-    python -m benchmarks.decision_accuracy prepare OUT   # corpus -> shards -> tokenizer -> encoded
+    python -m benchmarks.decision_accuracy prepare OUT   # corpus subset -> the real `pretrain` data
     python -m benchmarks.decision_accuracy sweep OUT     # `pretrain ablate` with two proxy scales
-    python -m benchmarks.decision_accuracy summary OUT   # the decision-accuracy table (JSON)
+    python -m benchmarks.decision_accuracy gate OUT      # `pretrain launch --dry-run` on the report
+    python -m benchmarks.decision_accuracy summary OUT   # small vs large decisions, gate vs large
     python -m benchmarks.decision_accuracy sweep OUT --proxies small --budget-small 1048576
     python -m benchmarks.decision_budgets OUT            # every (proxy, budget) cell run so far
 
-`prepare` writes a `shards` artifact from the corpus's own domain/language labels
-(tests.tokenizer.synthetic.write_shards: the data pipeline's tagging is skipped, it costs ~12 CPU-minutes
-there), trains a small BPE (vocab 4096, so the output layer does not dominate a 1M-parameter proxy),
-encodes, and builds decontaminated eval sets. `sweep` runs one ablation with two proxies over the
-same recipes and seeds; its report's `scale_agreement` is the measurement. `--proxies` runs one
-proxy at one budget (runs are cached under OUT/ablation-runs, so budgets add up and a later sweep
-with both proxies reuses them); `benchmarks.decision_budgets` compares all cells. The corpus is
-`--corpus DIR` (or PRETRAIN_CORPUS; BENCHMARKS.md, "Input").
+`prepare` takes the first `--docs` documents (>= 200 characters, cut at MAX_CHARS) of the
+corpus's en / code / math files and runs the project's own commands on them: `pretrain data run`
+(the domain tag taken from the input's `domain` field, `stages.domain.field`; 10% eval split),
+`pretrain tokenizer train` (vocab 4096, so the output layer does not dominate a 1M-parameter
+proxy), `pretrain tokenizer encode` and `pretrain eval build`. `sweep` runs one ablation with two
+proxies over the same recipes and seeds (guard on, unhealthy runs rerun: the gate's defaults);
+`gate` builds the chosen mixture and asks `pretrain launch --dry-run` of a `run.kind: full`
+config for the gate's verdict. `--proxies` runs one proxy at one budget (runs are cached under
+OUT/ablation-runs, so budgets add up and a later sweep with both proxies reuses them);
+`benchmarks.decision_budgets` compares all cells. The corpus is `--corpus DIR` (or
+PRETRAIN_CORPUS; BENCHMARKS.md, "Input").
 """
 
 from __future__ import annotations
@@ -21,98 +25,104 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from benchmarks.common import add_corpus_argument, corpus_dir
 
-# (file, domain, lang or None = keep the record's) -> mixture components below.
-SOURCES = (
-    ("en.jsonl.gz", "prose", "en"),
-    ("zh.jsonl.gz", "prose", "zh"),
-    ("code.jsonl.gz", "code", "en"),
-    ("math.jsonl.gz", "math", "en"),
-)
-MAX_CHARS = 12000
-RECIPES = [
-    {
-        "name": "code-heavy",
-        "weights": {"prose_en": 0.3, "prose_zh": 0.1, "code": 0.45, "math": 0.15},
-    },
-    {
-        "name": "prose-heavy",
-        "weights": {"prose_en": 0.75, "prose_zh": 0.15, "code": 0.05, "math": 0.05},
-    },
-    {"name": "zh-heavy", "weights": {"prose_en": 0.3, "prose_zh": 0.5, "code": 0.1, "math": 0.1}},
+REPO = Path(__file__).resolve().parent.parent
+GATE_TAGS = ("small", "large", "both")  # which proxies the gated report holds
+# corpus file -> documents taken (times --docs); the input's `domain` field (en/code/math) is
+# mapped to the mixture's domains by the data job (stages.domain.values).
+SOURCES = {"en.jsonl.gz": 2.0, "code.jsonl.gz": 1.0, "math.jsonl.gz": 1.0}
+DOMAIN_VALUES = {"en": "prose", "web": "prose"}
+MAX_CHARS = 4000
+COMPONENTS = ("prose", "code", "math")
+BASE = {"prose": 0.6, "code": 0.25, "math": 0.15}
+RECIPES = [  # issue 36's three recipes (base is the mixture's)
+    {"name": "code-heavy", "weights": {"prose": 0.15, "code": 0.7, "math": 0.15}},
+    {"name": "prose-heavy", "weights": {"prose": 0.85, "code": 0.05, "math": 0.1}},
 ]
-BASE = {"prose_en": 0.5, "prose_zh": 0.2, "code": 0.2, "math": 0.1}
 SMALL = {
     "model.num_layers": 2,
-    "model.hidden_size": 96,
+    "model.hidden_size": 64,
     "model.num_attention_heads": 4,
     "model.num_query_groups": 2,
-    "model.ffn_hidden_size": 256,
+    "model.ffn_hidden_size": 192,
 }
 LARGE = {
     "model.num_layers": 4,
-    "model.hidden_size": 192,
+    "model.hidden_size": 128,
     "model.num_attention_heads": 4,
     "model.num_query_groups": 2,
-    "model.ffn_hidden_size": 512,
+    "model.ffn_hidden_size": 384,
 }
 
 
-def corpus_records(corpus: Path) -> Iterator[dict]:
-    for name, domain, lang in SOURCES:
-        with gzip.open(corpus / name, "rt", encoding="utf-8") as handle:
-            for index, line in enumerate(handle):
+def pretrain(*args: str) -> None:
+    """One `pretrain` command in its own process (its CPU counts in this process's children)."""
+    argv = [str(Path(sys.executable).parent / "pretrain"), *args]
+    print("$ pretrain " + " ".join(args), flush=True)
+    subprocess.run(argv, check=True)
+
+
+def write_input(out: Path, corpus: Path, docs: int) -> list[str]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, share in SOURCES.items():
+        path = out / name.replace(".gz", "")
+        with gzip.open(corpus / name, "rt", encoding="utf-8") as src, path.open("w") as dst:
+            kept = 0
+            for line in src:
                 row = json.loads(line)
-                text = row["text"][:MAX_CHARS]
-                if len(text) < 200:
+                if len(row["text"]) < 200:
                     continue
-                yield {
-                    "id": f"{name.split('.')[0]}-{index:06d}",
-                    "text": text,
-                    "domain": domain,
-                    "lang": lang,
-                    "source": row.get("source", name),
-                }
+                dst.write(json.dumps({**row, "text": row["text"][:MAX_CHARS]}) + "\n")
+                kept += 1
+                if kept >= int(docs * share):
+                    break
+        paths.append(str(path))
+    return paths
 
 
-def prepare(out: Path, corpus: Path) -> None:
-    from evals.sets import EvalBuildConfig, build_eval_sets
-    from tests.tokenizer.synthetic import write_shards
-    from tokenizer.config import TokenizerTrainConfig
-    from tokenizer.encode import encode
-    from tokenizer.train import train
+def _dump(path: Path, config: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
 
-    shards = out / "shards"
+
+def prepare(out: Path, corpus: Path, docs: int) -> None:
+    inputs = write_input(out / "input", corpus, docs)
+    shards, tokenizer = out / "shards", out / "tokenizer"
+    encoded, evalsets = out / "encoded", out / "evalsets"
     if not (shards / "manifest.json").is_file():
-        write_shards(
-            shards, corpus_records(corpus), docs_per_shard=4000, eval_fraction=0.04, stem="corpus"
-        )
-    tokenizer = out / "tokenizer"
+        pipeline = yaml.safe_load((REPO / "configs" / "pipeline.yaml").read_text())
+        pipeline.update(inputs=inputs, output=str(shards), eval_fraction=0.1)
+        pipeline["stages"]["domain"] = {"field": "domain", "values": DOMAIN_VALUES}
+        pretrain("data", "run", str(_dump(out / "pipeline.yaml", pipeline)))
     if not (tokenizer / "manifest.json").is_file():
-        train(
-            TokenizerTrainConfig(data=str(shards), out=str(tokenizer), vocab_size=4096),
-        )
-    encoded = out / "encoded"
+        config = yaml.safe_load((REPO / "configs" / "tokenizer.yaml").read_text())
+        config.update(data=str(shards), out=str(tokenizer), vocab_size=4096)
+        config["sample"]["domain_weights"] = {}
+        pretrain("tokenizer", "train", str(_dump(out / "tokenizer.yaml", config)))
     if not (encoded / "manifest.json").is_file():
-        encode(tokenizer, shards, encoded, backend="inline")
-    evalsets = out / "evalsets"
-    if not (evalsets / "manifest.json").is_file():
-        build_eval_sets(
-            EvalBuildConfig(
-                shards=str(shards),
-                out=str(evalsets),
-                max_docs_per_set=150,
-                min_docs_per_set=20,
-                max_bytes_per_doc=2000,
-            )
+        pretrain(
+            "tokenizer", "encode", str(tokenizer), "--data", str(shards), "--out", str(encoded)
         )
+    if not (evalsets / "manifest.json").is_file():
+        config = yaml.safe_load((REPO / "configs" / "eval.yaml").read_text())
+        config.update(
+            shards=str(shards),
+            out=str(evalsets),
+            tasks=[],
+            max_docs_per_set=150,
+            min_docs_per_set=20,
+            max_bytes_per_doc=2000,
+        )
+        pretrain("eval", "build", str(_dump(out / "eval.yaml", config)))
     print(f"prepared {out}")
 
 
@@ -125,20 +135,9 @@ def write_configs(
 ) -> Path:
     mixture = {
         "recipe": {
-            "name": "study-base",
+            "name": "base",
             "components": [
-                {
-                    "name": "prose_en",
-                    "select": {"domain": "prose", "lang": "en"},
-                    "weight": BASE["prose_en"],
-                },
-                {
-                    "name": "prose_zh",
-                    "select": {"domain": "prose", "lang": "zh"},
-                    "weight": BASE["prose_zh"],
-                },
-                {"name": "code", "select": {"domain": "code"}, "weight": BASE["code"]},
-                {"name": "math", "select": {"domain": "math"}, "weight": BASE["math"]},
+                {"name": c, "select": {"domain": c}, "weight": BASE[c]} for c in COMPONENTS
             ],
         },
         "build": {
@@ -151,22 +150,19 @@ def write_configs(
         },
         "out": str(out / "mixture"),
     }
-    (out / "mixture.yaml").write_text(yaml.safe_dump(mixture, sort_keys=False))
-    repo = Path(__file__).resolve().parent.parent
+    _dump(out / "mixture.yaml", mixture)
     common = {
         "model.seq_length": 128,
         "batch.micro_batch_size": 16,
         "batch.global_batch_size": 16,
-        "optim.lr": 0.004,
         "metrics.tensorboard": False,
-        "guard.enabled": False,
         "model.make_vocab_size_divisible_by": 128,
     }
     ablation = {
         "name": "decision-accuracy",
         "out": str(out / "ablation"),
         "mixture": str(out / "mixture.yaml"),
-        "train": str(repo / "configs" / "train_proxy.yaml"),
+        "train": str(REPO / "configs" / "train_proxy.yaml"),
         "eval_sets": str(out / "evalsets"),
         "variants": RECIPES,
         "proxies": [
@@ -179,7 +175,8 @@ def write_configs(
         ],
         "token_budget": budget_small,
         "seeds": seeds,
-        "criteria": {"metric": "bpb", "confidence": 0.9},
+        # the gate's defaults otherwise (confidence, scale agreement, health, guard on)
+        "criteria": {"metric": "bpb"},
         "eval": {"batch_size": 16},
         "parallel": "pool",
         "max_parallel": 2,
@@ -188,18 +185,103 @@ def write_configs(
         # the study measures the recipes it names; training a predicted optimum is item 4's job
         "confirm_predictions": False,
     }
-    path = out / "ablation.yaml"
-    path.write_text(yaml.safe_dump(ablation, sort_keys=False))
-    return path
+    return _dump(out / "ablation.yaml", ablation)
+
+
+def gate(out: Path, tag: str) -> dict[str, Any]:
+    """`pretrain launch --dry-run` of a `run.kind: full` proxy config on the chosen recipe's
+    mixture against OUT/ablation: the gate's verdict as a launch sees it, kept in
+    OUT/gate-TAG.json with a copy of the report it judged."""
+    report_dir = out / "ablation"
+    report = json.loads((report_dir / "report.json").read_text())
+    chosen = yaml.safe_load((report_dir / "chosen_mixture.yaml").read_text())
+    chosen["out"] = str(out / f"mixture-{tag}")
+    if not (out / f"mixture-{tag}" / "manifest.json").is_file():
+        pretrain("mixture", "build", str(_dump(out / f"chosen-{tag}.yaml", chosen)))
+    argv = [str(Path(sys.executable).parent / "pretrain"), "launch", "--dry-run"]
+    argv += [str(REPO / "configs" / "train_proxy.yaml")]
+    for item in (
+        "run.kind=full",
+        f"run.out_dir={out / f'launch-{tag}'}",
+        f"data.mixture_dir={out / f'mixture-{tag}'}",
+        f"data.tokenizer_dir={out / 'tokenizer'}",
+        f"gate.report_dir={report_dir}",
+        *(f"{k}={v}" for k, v in LARGE.items()),
+    ):
+        argv += ["--set", item]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    lines = (proc.stdout + proc.stderr).splitlines()
+    verdict = {
+        "tag": tag,
+        "returncode": proc.returncode,
+        "gate_lines": [line for line in lines if line.startswith(("# gate:", "pretrain launch:"))],
+        "headline": report["headline"],
+        "verdict": report["verdict"],
+        "passed": report["passed"],
+        "chosen": report["chosen_recipe_name"],
+        "primary_proxy": report["primary_proxy"],
+        "ranking": {
+            proxy: [(r["recipe_name"], r["mean"], r["std"]) for r in rows]
+            for proxy, rows in report["ranking"].items()
+        },
+        "unhealthy_runs": [(u["run"], u["problems"]) for u in report.get("unhealthy_runs", [])],
+        "outliers": [(o["run"], o["value"]) for o in report.get("outliers", [])],
+        "warnings": report.get("warnings", []),
+    }
+    (out / f"gate-{tag}.json").write_text(json.dumps(verdict, indent=1) + "\n")
+    (out / f"report-{tag}.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(verdict, indent=1))
+    return verdict
+
+
+def summary(out: Path) -> dict[str, Any]:
+    """Small vs large on every pair (winner, flags), each gate's verdict (small-only report,
+    large-only report, both scales) and whether the small-only verdict matched the large-only
+    one, and the runs left out. Needs `gate --tag small|large|both` after the matching sweeps."""
+    gates = {tag: json.loads((out / f"gate-{tag}.json").read_text()) for tag in GATE_TAGS}
+    report = json.loads((out / "report-both.json").read_text())
+    scale = report["scale_agreement"]
+    pairs = [
+        {
+            "pair": f"{p['a_name']} vs {p['b_name']}",
+            "small_winner": p["small_winner_name"],
+            "large_winner": p["large_winner_name"],
+            "agree": p["small_winner_name"] == p["large_winner_name"],
+            "flags": p["flags"],
+        }
+        for p in scale["pairs"]
+    ]
+    small, large = gates["small"], gates["large"]
+    table = {
+        "pairs": pairs,
+        "pairs_agree": sum(p["agree"] for p in pairs),
+        "n_pairs": len(pairs),
+        "spearman": (report.get("rank_agreement") or {}).get("spearman"),
+        "gates": {
+            tag: {k: g[k] for k in ("verdict", "passed", "chosen", "returncode", "gate_lines")}
+            for tag, g in gates.items()
+        },
+        "small_verdict_matches_large": (small["verdict"], small["passed"])
+        == (large["verdict"], large["passed"]),
+        "small_choice_is_large_first": small["chosen"] == large["ranking"]["large"][0][0],
+        "ranking": gates["both"]["ranking"],
+        "runs": len(report["runs"]),
+        "unhealthy": gates["both"]["unhealthy_runs"],
+        "outliers": gates["both"]["outliers"],
+        "warnings": gates["both"]["warnings"],
+    }
+    (out / "summary.json").write_text(json.dumps(table, indent=1) + "\n")
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=["prepare", "sweep", "summary"])
+    parser.add_argument("step", choices=["prepare", "sweep", "gate", "summary"])
     parser.add_argument("out", type=Path)
     add_corpus_argument(parser)
-    parser.add_argument("--budget-small", type=int, default=16 * 128 * 100)
-    parser.add_argument("--budget-large", type=int, default=16 * 128 * 100)
+    parser.add_argument("--docs", type=int, default=900, help="documents per corpus file share")
+    parser.add_argument("--budget-small", type=int, default=16 * 128 * 96)
+    parser.add_argument("--budget-large", type=int, default=16 * 128 * 96)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument(
         "--proxies",
@@ -208,10 +290,13 @@ def main(argv: list[str] | None = None) -> int:
         default=["small", "large"],
         help="run only these proxies (their runs are cached: a later sweep with both reuses them)",
     )
+    parser.add_argument(
+        "--tag", choices=GATE_TAGS, default="both", help="gate: the report's proxies"
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.step == "prepare":
-        prepare(args.out, corpus_dir(args.corpus))
+        prepare(args.out, corpus_dir(args.corpus), args.docs)
         return 0
     if args.step == "sweep":
         from pretrain_app.cli import main as pretrain_main
@@ -220,8 +305,10 @@ def main(argv: list[str] | None = None) -> int:
             args.out, args.budget_small, args.budget_large, args.seeds, tuple(args.proxies)
         )
         return pretrain_main(["ablate", str(config)])
-    report = json.loads((args.out / "ablation" / "report.json").read_text())
-    json.dump(report.get("scale_agreement"), sys.stdout, indent=1)
+    if args.step == "gate":
+        gate(args.out, args.tag)
+        return 0
+    json.dump(summary(args.out), sys.stdout, indent=1)
     return 0
 
 
