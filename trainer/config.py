@@ -65,17 +65,9 @@ class ModelConfig(StrictModel):
     attention: Literal["sdpa", "megatron"] = "sdpa"
     """Core attention of the local layer spec: torch SDPA (fused kernels) or megatron's unfused
     DotProductAttention. TransformerEngine layers, when present on a GPU, use their own."""
-    recompute_activations: bool = False
-    """Full activation recompute of every layer (saves memory, costs ~1/3 more compute)."""
-    recompute: Literal["none", "selective", "full"] | None = None
+    recompute: Literal["none", "selective", "full"] = "none"
     """Activation recompute: `selective` recomputes only core attention (Korthikanti et al. 2022),
-    `full` every layer from its input. None: `full` if recompute_activations else `none`."""
-
-    @property
-    def recompute_mode(self) -> str:
-        if self.recompute is not None:
-            return self.recompute
-        return "full" if self.recompute_activations else "none"
+    `full` every layer from its input (saves memory, costs ~1/3 more compute)."""
 
     @property
     def query_groups(self) -> int:
@@ -117,10 +109,10 @@ class ParallelConfig(StrictModel):
     """auto: nccl when CUDA is available, gloo otherwise."""
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
-    zero: Literal[0, 1, 2, 3] | None = None
+    zero: Literal[0, 1, 2, 3] = 0
     """ZeRO stage (Rajbhandari et al. 2020) as Megatron-Core runs it: 0 plain DDP, 1 the
-    distributed optimizer, 2 and 3 megatron_fsdp sharding optim+grads / optim+grads+params
-    (CUDA only). None: 1 if optim.distributed_optimizer else 0."""
+    distributed optimizer (optimizer state sharded over the data-parallel ranks), 2 and 3
+    megatron_fsdp sharding optim+grads / optim+grads+params (CUDA only)."""
     sequence_parallel: bool | None = None
     """Shard layer-norm/dropout activations over the TP group. None: on when tensor > 1 on GPU."""
 
@@ -151,8 +143,6 @@ class OptimConfig(StrictModel):
     clip_grad: float = Field(1.0, ge=0)
     precision: Literal["fp32", "bf16"] = "fp32"
     """fp32 on CPU; bf16 (fp32 master weights and grads) on GPU."""
-    distributed_optimizer: bool = False
-    """Shard optimizer state across data-parallel ranks (ZeRO-1); same as parallel.zero: 1."""
     grad_reduce_in_fp32: bool = True
     """bf16 runs: keep and all-reduce gradients in fp32 (4 bytes/param) instead of bf16 (2)."""
 
@@ -304,13 +294,6 @@ class TrainConfig(StrictModel):
     plan: PlanConfig = Field(default_factory=PlanConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
-    @property
-    def zero_stage(self) -> int:
-        """parallel.zero, else 1 with optim.distributed_optimizer, else 0."""
-        if self.parallel.zero is not None:
-            return self.parallel.zero
-        return 1 if self.optim.distributed_optimizer else 0
-
     def build(self, callbacks: Sequence[Callback] = (), evaluate: bool = True) -> Trainer:
         """This rank's Trainer and everything it is made of, constructed here (OLMo-core's
         `config.build()`): the process groups, the data and its vocabulary, the GPTModel chunks,
@@ -348,15 +331,6 @@ class TrainConfig(StrictModel):
 
             extra.insert(0, PeriodicEval(self, chunks[0], on_gpu))
         return Trainer(self, data, vocab_size, (chunks, model, optimizer), builtin, extra)
-
-    @model_validator(mode="after")
-    def _zero_agrees_with_distributed_optimizer(self) -> TrainConfig:
-        if self.parallel.zero == 0 and self.optim.distributed_optimizer:
-            raise ValueError(
-                "parallel.zero=0 contradicts optim.distributed_optimizer=true (ZeRO-1); "
-                "set parallel.zero: 1 or drop distributed_optimizer"
-            )
-        return self
 
     @model_validator(mode="after")
     def _eval_needs_one_pipeline_stage(self) -> TrainConfig:

@@ -35,7 +35,7 @@ TINY_OVERRIDE = {
     "parallel.backend": "gloo",
     "parallel.overlap_grad_reduce": "false",
     "optim.precision": "fp32",
-    "optim.distributed_optimizer": "false",
+    "parallel.zero": 0,
     "optim.lr": 0.003,
     "optim.warmup_fraction": 0.1,
     "checkpoint.every": 6,

@@ -135,7 +135,7 @@ def flops_per_token(
     """Model FLOPs (what MFU counts), 6N alone, and the hardware FLOPs recompute executes."""
     counts = parameter_breakdown(model, vocab_size, tensor_parallel)
     model_flops = model_flops_per_token(matmul_params(counts), model, seq_length)
-    extra = recompute_flops_per_token(model, counts["per_layer"], seq_length, model.recompute_mode)
+    extra = recompute_flops_per_token(model, counts["per_layer"], seq_length, model.recompute)
     return {
         "6N": 6.0 * counts["total"],
         "model": model_flops,

@@ -99,11 +99,11 @@ def _cpu_config(state: dict[str, Any]) -> TrainConfig:
             "nodes": 1,
             "gpus_per_node": 1,
             "backend": "gloo",
-            "zero": None,
+            "zero": 0,
             "sequence_parallel": None,
         }
     )
-    optim = config.optim.model_copy(update={"precision": "fp32", "distributed_optimizer": False})
+    optim = config.optim.model_copy(update={"precision": "fp32"})
     return config.model_copy(update={"parallel": parallel, "optim": optim})
 
 

@@ -263,7 +263,7 @@ def build_optimizer(config: TrainConfig, model: list[Any]) -> Any:
         clip_grad=optim.clip_grad,
         bf16=bf16,
         params_dtype=torch.bfloat16 if bf16 else torch.float32,
-        use_distributed_optimizer=config.zero_stage >= 1,
+        use_distributed_optimizer=config.parallel.zero >= 1,
         overlap_param_gather=config.parallel.overlap_param_gather and device_type(config) == "cuda",
     )
     with device_context():
@@ -298,9 +298,9 @@ def fast_path_flags(config: TrainConfig, device: str, te: bool) -> dict[str, Any
     model = config.model
     activation_fusible = model.swiglu or model.add_bias_linear  # GELU fusion needs a bias
     recompute: dict[str, Any] = {  # selective: megatron's default recompute_modules, core_attn
-        "recompute_granularity": None if model.recompute_mode == "none" else model.recompute_mode,
-        "recompute_method": "uniform" if model.recompute_mode == "full" else None,
-        "recompute_num_layers": 1 if model.recompute_mode == "full" else None,
+        "recompute_granularity": None if model.recompute == "none" else model.recompute,
+        "recompute_method": "uniform" if model.recompute == "full" else None,
+        "recompute_num_layers": 1 if model.recompute == "full" else None,
     }
     return {
         "sequence_parallel": sequence_parallel_on(config, device),
@@ -316,7 +316,7 @@ def fast_path_flags(config: TrainConfig, device: str, te: bool) -> dict[str, Any
 
 def zero_wrapping(config: TrainConfig, device: str) -> dict[str, Any]:
     """DistributedDataParallelConfig arguments for parallel.zero (see trainer/plan_memory.py)."""
-    stage = config.zero_stage
+    stage = config.parallel.zero
     if stage <= 1:
         return {"use_distributed_optimizer": stage == 1}
     if not on_cuda(device):

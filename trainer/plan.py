@@ -221,7 +221,7 @@ def build_plan(
         "pipeline": p.pipeline,
         "context": p.context,
         "data": p.data_parallel,
-        "zero": config.zero_stage,
+        "zero": config.parallel.zero,
         "grad_accumulation": b.global_batch_size // (b.micro_batch_size * p.data_parallel),
         "tokens_per_step": b.global_batch_size * config.model.seq_length,
     }

@@ -68,11 +68,11 @@ def _fix_candidates(config: TrainConfig) -> list[tuple[str, dict[str, Any]]]:
     p, m, b = config.parallel, config.model, config.batch
     out: list[tuple[str, dict[str, Any]]] = []
     for stage in (1, 2, 3):
-        if config.zero_stage < stage and p.data_parallel > 1:
+        if config.parallel.zero < stage and p.data_parallel > 1:
             out.append((f"parallel.zero={stage}", {"parallel": {"zero": stage}}))
-    if m.recompute_mode == "none":
+    if m.recompute == "none":
         out.append(("model.recompute=selective", {"model": {"recompute": "selective"}}))
-    if m.recompute_mode != "full":
+    if m.recompute != "full":
         out.append(("model.recompute=full", {"model": {"recompute": "full"}}))
     if b.micro_batch_size > 1:
         out.append(("batch.micro_batch_size=1", {"batch": {"micro_batch_size": 1}}))
@@ -124,7 +124,7 @@ def communication(
         config.batch.micro_batch_size * p.data_parallel
     )
     tokens_micro = m.seq_length * config.batch.micro_batch_size
-    zero, d = config.zero_stage, p.data_parallel
+    zero, d = config.parallel.zero, p.data_parallel
     if zero == 0:
         dp_bytes = _ring(d, True) * local_params * grad_bytes
         dp_psi = 2.0
@@ -132,7 +132,7 @@ def communication(
         gathers = 2 if zero == 3 else 1
         dp_bytes = _ring(d, False) * local_params * (grad_bytes + gathers * act_bytes)
         dp_psi = 2.0 + (gathers - 1)
-    collectives = 4 + (2 if m.recompute_mode == "full" else 0)
+    collectives = 4 + (2 if m.recompute == "full" else 0)
     tp_bytes = (
         (collectives * (m.num_layers / p.pipeline) * micro_batches * _ring(p.tensor, True))
         * tokens_micro

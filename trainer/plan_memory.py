@@ -125,16 +125,16 @@ def memory_per_gpu(config: TrainConfig, counts: dict[str, Any]) -> dict[str, Any
     local = stage_parameters(config, counts)
     dp = config.parallel.data_parallel
     per_param = state_bytes_per_param(
-        config.optim.precision, config.optim.grad_reduce_in_fp32, config.zero_stage, dp
+        config.optim.precision, config.optim.grad_reduce_in_fp32, config.parallel.zero, dp
     )
     states = {key: value * local / 1e9 for key, value in per_param.items()}
     act = {mode: activations_gb(config, mode) for mode in ("none", "selective", "full")}
-    mode = config.model.recompute_mode
+    mode = config.model.recompute
     logits = logits_gb(config, counts["padded_vocab_size"])
     total = sum(states.values()) + act[mode] + logits
     return {
         "parameters_on_gpu": local,
-        "zero_stage": config.zero_stage,
+        "zero_stage": config.parallel.zero,
         "bytes_per_parameter": per_param,
         "weights_gb": states["weights"],
         "grads_gb": states["grads"],

@@ -73,8 +73,6 @@ def test_zero_stages_map_to_megatron_modes():
     assert zero_wrapping(_config(), "cpu") == {"use_distributed_optimizer": False}
     one = _config(parallel={"zero": 1})
     assert zero_wrapping(one, "cpu") == {"use_distributed_optimizer": True}
-    legacy = _config(optim={"distributed_optimizer": True})
-    assert zero_wrapping(legacy, "cpu") == {"use_distributed_optimizer": True}
     three = zero_wrapping(_config(parallel={"zero": 3}), "cuda")
     assert three["use_megatron_fsdp"] and three["data_parallel_sharding_strategy"] == (
         "optim_grads_params"
@@ -83,11 +81,6 @@ def test_zero_stages_map_to_megatron_modes():
     assert two["data_parallel_sharding_strategy"] == "optim_grads"
     with pytest.raises(ConfigError, match="megatron_fsdp, which needs CUDA"):
         zero_wrapping(_config(parallel={"zero": 2}), "cpu")
-
-
-def test_zero_0_contradicting_distributed_optimizer_is_refused():
-    with pytest.raises(ValueError, match="contradicts"):
-        _config(parallel={"zero": 0}, optim={"distributed_optimizer": True})
 
 
 _NO_PATCH_ON_CUDA = textwrap.dedent("""

@@ -19,9 +19,7 @@ SEVEN_B_FLAT = ["--set", "parallel.tensor=1", "--set", "parallel.pipeline=1"]
 def test_a_plan_that_does_not_fit_exits_2_on_one_line_naming_the_fix(capsys, repo_root):
     # LLaMA-7B shape on 32 GPUs as plain DDP: 18 bytes/param of model states alone is 121 GB
     args = ["plan", str(repo_root / "configs/train_7b.yaml"), *SEVEN_B_FLAT]
-    assert (
-        main([*args, "--set", "parallel.zero=0", "--set", "optim.distributed_optimizer=false"]) == 2
-    )
+    assert main([*args, "--set", "parallel.zero=0"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err
     assert "memory: the plan needs" in err and "h100 has 80 GB" in err
@@ -30,7 +28,7 @@ def test_a_plan_that_does_not_fit_exits_2_on_one_line_naming_the_fix(capsys, rep
 
 def test_allow_oom_plans_anyway_with_a_warning(capsys, repo_root):
     args = ["plan", str(repo_root / "configs/train_7b.yaml"), *SEVEN_B_FLAT, "--json"]
-    flags = ["--set", "parallel.zero=0", "--set", "optim.distributed_optimizer=false"]
+    flags = ["--set", "parallel.zero=0"]
     assert main([*args, *flags, "--allow-oom"]) == 0
     plan = json.loads(capsys.readouterr().out)
     memory = plan["memory_per_gpu"]
