@@ -21,6 +21,7 @@ from pretrain.artifacts.tokenizer import LOCK_FILE as LOCK_FILE
 from pretrain.artifacts.tokenizer import TOKENIZER_FILE, tokenizer_id
 from pretrain.errors import ArtifactError, LockMismatch
 from pretrain.manifest import canonical_json
+from tokenizer.pipeline import load_checked
 
 
 def lock_bytes(lock: dict[str, Any]) -> bytes:
@@ -119,8 +120,6 @@ def load_locked(directory: str | Path, expect_sha256: str | None = None) -> Lock
     special-token text inside a document (e.g. a literal "<|endoftext|>") is encoded as text,
     exactly as `encode` wrote the data; special ids are added by id, never parsed from text.
     """
-    from tokenizers import Tokenizer
-
     root = Path(directory)
     if not root.is_dir():
         raise ArtifactError(
@@ -135,7 +134,7 @@ def load_locked(directory: str | Path, expect_sha256: str | None = None) -> Lock
             {"sha256": sha, "id": tokenizer_id(lock["name"], sha)},
             f"the pinned tokenizer (expect_sha256) for {root}",
         )
-    hf = Tokenizer.from_file(str(root / TOKENIZER_FILE))
+    hf = load_checked(root / TOKENIZER_FILE, lock)  # a crafted pipeline is refused before use
     hf.encode_special_tokens = True
     return LockedTokenizer(
         tokenizer=hf,

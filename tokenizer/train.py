@@ -25,37 +25,16 @@ from pretrain.output_check import (
 )
 from pretrain.progress import VERBOSE, verbosity
 from pretrain.publish import publishing
-from tokenizer.config import PreTokenizeConfig, TokenizerTrainConfig, default_name
+from tokenizer.config import TokenizerTrainConfig, default_name
 from tokenizer.hf import hf_file_bytes
 from tokenizer.lock import KIND, LOCK_FILE, TOKENIZER_FILE, lock_bytes, tokenizer_id
+from tokenizer.pipeline import build_tokenizer
 from tokenizer.sample import plan_sample, stream_sample
 from tokenizer.shards import require_shards, shards_identity
-
-CJK_CLASS = r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\u3000-\u303f\uff00-\uffef]"
-"""Han, Kana, Hangul, CJK punctuation and full-width forms: the scripts written without spaces."""
-
 
 PATH_KEYS = ("data", "out")
 """Config keys left out of lock.json: where files live is not what the tokenizer is (the input is
 identified by its content), so the same training gives the same id anywhere."""
-
-
-def build_tokenizer(pretokenize: PreTokenizeConfig) -> Any:
-    """An untrained byte-level BPE with this project's pre-tokenisation and decoder."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-
-    steps = [
-        pre_tokenizers.Split(
-            Regex(CJK_CLASS + ("+" if pretokenize.cjk == "run" else "")), behavior="isolated"
-        )
-    ]
-    if pretokenize.individual_digits:
-        steps.append(pre_tokenizers.Digits(individual_digits=True))
-    steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)
-    tokenizer.decoder = decoders.ByteLevel()
-    return tokenizer
 
 
 def train_on_texts(texts: Any, config: TokenizerTrainConfig, show_progress: bool = True) -> Any:
