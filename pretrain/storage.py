@@ -249,19 +249,28 @@ def listed(path: OutPath, pattern: str) -> list[OutPath]:
     return sorted(path.glob(pattern), key=str)
 
 
-def write_atomic(path: OutPath | str | os.PathLike, data: bytes) -> None:
-    """Make `data` visible under `path` all at once (see the module docstring)."""
+def write_atomic(
+    path: OutPath | str | os.PathLike, data: bytes | Iterable[Any], *, durable: bool = True
+) -> None:
+    """Make `data` (bytes, or bytes-like chunks written in order, never joined) visible under
+    `path` all at once (see the module docstring). `durable=False` skips the fsync and the chmod:
+    for scratch files a crash re-makes (per file, an fsync cost more wall than a dedup step's
+    work on a busy disk)."""
+    chunks: Iterable[Any] = [data] if isinstance(data, bytes) else data
     if isinstance(path, ObjectPath):
-        path.write_bytes(data)
+        path.write_bytes(data) if isinstance(data, bytes) else path.write_chunks(chunks)
         return
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; artifacts are read by other users too
+            for chunk in chunks:
+                handle.write(chunk)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        if durable:
+            os.chmod(tmp, 0o644)  # mkstemp creates 0600; artifacts are read by other users too
         os.replace(tmp, path)
     except OSError as exc:  # a full disk: the temporary file goes, the error names `path`
         Path(tmp).unlink(missing_ok=True)

@@ -48,16 +48,14 @@ import functools
 import hashlib
 import os
 import struct
-import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from pretrain.errors import ArtifactError
-from pretrain.storage import ObjectPath, OutPath, output_path, remove_tree
+from pretrain.storage import ObjectPath, OutPath, output_path, remove_tree, write_atomic
 
 MAGIC = b"PTXCHG01"
 """The last 8 bytes of a piece file (module docstring): its format and version."""
@@ -120,35 +118,12 @@ def frame(head: Any, bodies: Sequence[Sequence[Any]]) -> list[Any]:
 
 
 def write_pieces(path: OutPath, pieces: Sequence[pa.Table]) -> None:
-    """Write the partition pieces of one producer (one schema) as one piece file. A full disk
-    is the OSError that names `path` (pretrain.program prints it as the disk-full line)."""
-    write_chunks(path, [encode_pieces(pieces)])
-
-
-def write_chunks(path: OutPath, chunks: Iterable[Any]) -> None:
-    """Write a piece file given as bytes-like chunks (frame's) whole
-    under `path`: chunk by chunk, never joined (an object: one multipart upload)."""
-    if isinstance(path, ObjectPath):
-        path.write_chunks(chunks)
-        return
-    # Renamed into place (a reader never sees half a file) but not fsynced: a piece file lives
-    # for one aggregate, which a crash re-runs from the persisted map side in a fresh folder
-    # (per file, an fsync cost more wall than the step's work on a busy disk).
+    """Write the partition pieces of one producer (one schema) as one piece file, chunk by chunk
+    (an object: one multipart upload). A full disk is the OSError that names `path`
+    (pretrain.program prints it as the disk-full line). Renamed into place but not fsynced: a
+    piece file lives for one aggregate, which a crash re-runs from the persisted map side."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            for chunk in chunks:
-                handle.write(chunk)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if exc.filename is None:
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc
-        raise
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, [encode_pieces(pieces)], durable=False)
 
 
 def read_piece(path: OutPath, partition: int) -> pa.Table:
