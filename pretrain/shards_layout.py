@@ -4,7 +4,9 @@ Layout 2, chosen so the tools users point at a corpus (or at DIR itself) read ex
 documents:
 
     DIR/manifest.json                 the artifact manifest (lists every file below)
-    DIR/README.md                     a Hugging Face dataset card: `load_dataset(DIR)` reads data/
+    DIR/README.md                     a Hugging Face dataset card: `load_dataset(DIR)` reads the
+                                      training documents of data/, `load_dataset(DIR, "eval")`
+                                      the held-out ones
     DIR/data/<stem>-<part:05d>.parquet   kept documents, and nothing else ends in .parquet
     DIR/ledger.json                   per stage and reason: documents and bytes in/kept/dropped
     DIR/_rejects/<stem>-<part:05d>.pq hard rejects (Parquet; named .pq so no `*.parquet` glob,
@@ -19,7 +21,8 @@ documents:
 Every Parquet file of a finished DIR that is not kept documents ends in `.pq` (OTHER_PARQUET), and
 only kept documents end in `.parquet`: `DIR/data/*.parquet` and `DIR/**/*.parquet` (duckdb,
 polars), `pyarrow.dataset.dataset(DIR, exclude_invalid_files=True)` (it skips `.` and `_` names),
-`pyarrow.dataset.dataset(DIR/data)` and `datasets.load_dataset(DIR)` all give the kept documents
+`pyarrow.dataset.dataset(DIR/data)` all give the kept documents (`datasets.load_dataset(DIR)` the
+kept training ones, `load_dataset(DIR, "eval")` the held-out ones)
 (tests/data_pipeline/test_artifact_readers.py). `pyarrow.dataset.dataset(DIR)` without
 exclude_invalid_files reads README.md as Parquet and fails, as does
 `load_dataset("parquet", data_dir=DIR)` on manifest.json. There is no other layout.
@@ -68,7 +71,11 @@ def kept_files(listed: Iterable[str]) -> list[str]:
 
 
 def dataset_card() -> str:
-    """README.md of the artifact: a Hugging Face dataset card whose config names the data files."""
+    """README.md of the artifact: a Hugging Face dataset card with two configs over the data files,
+    split by the per-document `split` column (datasets' Parquet `filters`): `load_dataset(DIR)`
+    gives the training documents as `train` (no `split == eval` row), `load_dataset(DIR, "eval")`
+    the held-out ones as `eval`. One call cannot give both: a config's filter holds for all its
+    splits, and a shard file holds both kinds."""
     return (
         "---\n"
         "configs:\n"
@@ -76,10 +83,19 @@ def dataset_card() -> str:
         "  data_files:\n"
         "  - split: train\n"
         f"    path: {DATA_GLOB}\n"
+        "  filters:\n"
+        "  - [split, '!=', eval]\n"
+        "- config_name: eval\n"
+        "  data_files:\n"
+        "  - split: eval\n"
+        f"    path: {DATA_GLOB}\n"
+        "  filters:\n"
+        "  - [split, '==', eval]\n"
         "---\n"
         "# Tagged documents (`pretrain data run`, shards layout 2)\n\n"
-        f"- `{DATA_GLOB}`: the kept documents (the per-document `split` column marks the\n"
-        "  held-out `eval` documents; the card's single split is Hugging Face's default name).\n"
+        f"- `{DATA_GLOB}`: the kept documents, training and held-out (`split` column).\n"
+        "  `load_dataset(DIR)` gives the training ones (`train`), `load_dataset(DIR, 'eval')`\n"
+        "  the held-out ones (`eval`); a glob over the files gives both.\n"
         f"- `{REJECTS_DIR}/*{REJECTS_SUFFIX}`: hard rejects (Parquet), `{LEDGER}`: the accounting,\n"
         "  `manifest.json`: lineage and the sha256 of every file.\n"
     )

@@ -1,12 +1,14 @@
 """`pretrain tokenizer encode`: tagged shards -> Megatron .bin/.idx + per-document tag sidecars.
 
-Per prefix `<stem>` (one or more consecutive shards, tokenizer.prefixes: no near-empty prefix
-that would leave a Megatron split empty): `<stem>.bin` / `<stem>.idx` written with megatron.core's
+Per prefix `<stem>` (`train-<n>`: the documents of one or more consecutive shards whose `split` is
+not `eval`; `eval-<n>`: the held-out ones, so no training prefix holds an eval document;
+tokenizer.prefixes, which also keeps a prefix from being so small that a Megatron split of it is
+empty): `<stem>.bin` / `<stem>.idx` written with megatron.core's
 IndexedDatasetBuilder (EOD appended to every document; uint16 when the vocabulary fits, else
 int32) and `<stem>.docs.parquet`: row i describes document i of the .bin (id, token count with EOD,
 source, split and the tags mixtures select on: every stage's `tags`, typed as the stage declares
 them, data_pipeline.stages.registry.tag_fields; null where the pipeline did not produce a tag). Documents keep the
-shards' row order, empty ones included (they hold just the EOD).
+shards' row order within their split, empty ones included (they hold just the EOD).
 
 Shards are encoded in batches (`encode_batch_fast`, which runs on all cores inside one process)
 and distributed over Ray tasks across prefixes. Each finished prefix leaves a hidden
@@ -28,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from data_pipeline.stages.registry import tag_fields
@@ -96,15 +99,18 @@ ctime, so it is hashed again."""
 
 @dataclass(frozen=True)
 class Job:
-    """One prefix to write: its name and its shards (path, sha256), in order."""
+    """One prefix to write: its name, its split family (tokenizer.prefixes.SPLITS) and its
+    shards (path, sha256), in order."""
 
     name: str
+    split: str
     shards: tuple[tuple[Path, str], ...]
 
 
 @dataclass(frozen=True)
 class ShardResult:
     stem: str
+    split: str
     documents: int
     tokens: int
     skipped: bool
@@ -119,7 +125,7 @@ def _done_path(out: Path, stem: str) -> Path:
 
 
 def _finished(
-    out: Path, stem: str, sources: dict[str, str], tokenizer_sha: str
+    out: Path, stem: str, split: str, sources: dict[str, str], tokenizer_sha: str
 ) -> tuple[dict[str, Any], bool] | None:
     """The prefix's `.done` record while its tokens hold (same sources and tokenizer, the .bin's
     size, the .bin's and the .idx's sha256), and whether its sidecar holds too (its sha256, and its columns are
@@ -129,6 +135,8 @@ def _finished(
         return None
     bin_path, idx, sidecar = out / f"{stem}.bin", out / f"{stem}.idx", sidecar_path(out, stem)
     if record.get("sources") != sources or record.get("tokenizer_sha256") != tokenizer_sha:
+        return None
+    if record.get("split") != split:
         return None
     if not (bin_path.is_file() and idx.is_file()):
         return None
@@ -156,8 +164,19 @@ def _columns(schema: pa.Schema) -> list[tuple[str, pa.DataType]]:
     return [(field.name, field.type) for field in schema]
 
 
+def _job_tables(job: Job, columns: Sequence[str], batch_size: int) -> Iterator[pa.Table]:
+    """The job's shards read in batches, only the rows of its split family."""
+    for shard, _ in job.shards:
+        wanted = tuple(dict.fromkeys((*columns, "split")))
+        for table in read_columns(shard, wanted, batch_size=batch_size):
+            held_out = pc.fill_null(pc.equal(table.column("split"), "eval"), False)
+            rows = table.filter(held_out if job.split == "eval" else pc.invert(held_out))
+            if rows.num_rows:
+                yield rows.select(list(dict.fromkeys(columns)))
+
+
 def _encoded_batches(
-    tokenizer: LockedTokenizer, shards: Sequence[Path], batch_size: int
+    tokenizer: LockedTokenizer, job: Job, batch_size: int
 ) -> Iterator[tuple[pa.Table, list[Any]]]:
     """(tags + text table, encodings) per batch. The next batch is encoded in a helper thread
     (the Rust encoder releases the GIL and uses every core) while the caller writes this one,
@@ -167,12 +186,7 @@ def _encoded_batches(
     encode = getattr(hf, "encode_batch_fast", hf.encode_batch)
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending: tuple[pa.Table, Future] | None = None
-        tables = (
-            table
-            for shard in shards
-            for table in read_columns(shard, ("text", *tag_names()), batch_size=batch_size)
-        )
-        for table in tables:
+        for table in _job_tables(job, ("text", *tag_names()), batch_size):
             texts = [t or "" for t in table.column("text").to_pylist()]
             submitted = (table, pool.submit(encode, texts, add_special_tokens=False))
             if pending is not None:
@@ -190,18 +204,18 @@ def encode_prefix(
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
     stem, sources = job.name, {path.stem: sha for path, sha in job.shards}
-    found = _finished(out, stem, sources, tokenizer.sha256)
+    found = _finished(out, stem, job.split, sources, tokenizer.sha256)
     if found is not None:
         record, holds = found
         if not holds:  # the tokens hold: only the sidecar is written again
             _rewrite_sidecar(job, out, record, batch_size)
-        return ShardResult(stem, record["documents"], record["tokens"], skipped=holds)
+        return ShardResult(stem, job.split, record["documents"], record["tokens"], skipped=holds)
     dtype = np.uint16 if tokenizer.token_dtype == "uint16" else np.int32
     tmp_prefix = out / f".{stem}.partial"
     builder = IndexedDatasetBuilder(f"{tmp_prefix}.bin", dtype=dtype)
     sidecars: list[pa.Table] = []
     documents = tokens = 0
-    for table, encodings in _encoded_batches(tokenizer, [p for p, _ in job.shards], batch_size):
+    for table, encodings in _encoded_batches(tokenizer, job, batch_size):
         lengths = []
         for encoding in encodings:
             ids = encoding.ids
@@ -216,6 +230,7 @@ def encode_prefix(
     _write_sidecar(sidecars, partial[".docs.parquet"])
     record = {
         "sources": sources,
+        "split": job.split,
         "tokenizer_sha256": tokenizer.sha256,
         "documents": documents,
         "tokens": tokens,
@@ -230,7 +245,7 @@ def encode_prefix(
     atomic_write_json(_done_path(out, stem), record)
     for suffix, path in partial.items():
         os.replace(path, out / f"{stem}{suffix}")
-    return ShardResult(stem, documents, tokens, skipped=False)
+    return ShardResult(stem, job.split, documents, tokens, skipped=False)
 
 
 def _write_sidecar(batches: list[pa.Table], path: Path) -> None:
@@ -248,10 +263,9 @@ def _rewrite_sidecar(job: Job, out: Path, record: dict[str, Any], batch_size: in
     lengths = index.sequence_lengths.tolist()
     del index
     sidecars, start = [], 0
-    for shard, _ in job.shards:
-        for table in read_columns(shard, tag_names(), batch_size=batch_size):
-            sidecars.append(_sidecar_batch(table, start, lengths[start : start + table.num_rows]))
-            start += table.num_rows
+    for table in _job_tables(job, tag_names(), batch_size):
+        sidecars.append(_sidecar_batch(table, start, lengths[start : start + table.num_rows]))
+        start += table.num_rows
     if start != len(lengths):
         raise ArtifactError(
             f"{out / stem}.idx holds {len(lengths)} documents, its shards {start}: delete "
@@ -360,7 +374,8 @@ def _run_ray(
             ready, pending = ray.wait(pending, num_returns=1)
             results.append(ray.get(ready[0]))
             bar.update(1)
-    return sorted(results, key=lambda r: r.stem)
+    order = {job.name: n for n, job in enumerate(jobs)}
+    return sorted(results, key=lambda r: order[r.stem])
 
 
 def plan_jobs(
@@ -370,7 +385,7 @@ def plan_jobs(
     root = Path(data).resolve()
     sha = {s: manifest["files"][s.resolve().relative_to(root).as_posix()]["sha256"] for s in shards}
     return [
-        Job(prefix.name, tuple((path, sha[path]) for path in prefix.shards))
+        Job(prefix.name, prefix.split, tuple((path, sha[path]) for path in prefix.shards))
         for prefix in plan_prefixes(shards, min_prefix_documents)
     ]
 
@@ -402,7 +417,12 @@ def encode(
         results = _run_inline(jobs, Path(tokenizer_dir), tokenizer.sha256, out)
     sources = {job.name: {path.stem: sha for path, sha in job.shards} for job in jobs}
     shard_counts = {
-        r.stem: {"documents": r.documents, "tokens": r.tokens, "sources": sources[r.stem]}
+        r.stem: {
+            "documents": r.documents,
+            "tokens": r.tokens,
+            "split": r.split,
+            "sources": sources[r.stem],
+        }
         for r in results
     }
     config = {
@@ -414,6 +434,7 @@ def encode(
     counts = {
         "documents": sum(r.documents for r in results),
         "tokens": sum(r.tokens for r in results),
+        "eval_documents": sum(r.documents for r in results if r.split == "eval"),
         "shards_skipped": sum(r.skipped for r in results),
     }
     fields = encoded_kind.EncodedFields(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,7 @@ def export_hf(
     # transformers would load half-written, and the re-run replaces what it left
     with publishing(out) as files:
         save_file(tensors, str(files / "model.safetensors"), metadata={"format": "pt"})
+        os.chmod(files / "model.safetensors", 0o644)  # safetensors writes 0600; the rest is 0644
         hf = hf_config(model_config, padded, locked.eod_id, locked.pad_id, dtype)
         atomic_write_bytes(files / "config.json", _json(hf))
         generation = {"eos_token_id": locked.eod_id, "pad_token_id": locked.pad_id}

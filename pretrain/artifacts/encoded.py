@@ -1,6 +1,7 @@
 """`encoded` (`pretrain tokenizer encode`): Megatron `.bin`/`.idx` pairs with tag sidecars.
 
-Per prefix (one or more consecutive shards, named after the first: tokenizer/prefixes.py)
+Per prefix (`train-<n>`: the non-eval documents of one or more consecutive shards; `eval-<n>`:
+the `split == eval` ones; tokenizer/prefixes.py)
 `DIR/<stem>.bin` / `.idx` (Megatron IndexedDataset; uint16 when the
 vocabulary fits, else int32; EOD after every document) and `DIR/<stem>.docs.parquet`: row i
 describes document i of that `.bin` (`doc_index`, `id`, `num_tokens` incl. EOD, and the tags).
@@ -23,6 +24,8 @@ PREFIX_SUFFIXES = (".bin", ".idx", SIDECAR_SUFFIX)
 class EncodedShard(base.Record):
     documents: int
     tokens: int
+    split: str
+    """`train` (no eval document) or `eval` (only `split == eval` documents)."""
     sources: dict[str, str] = Field(default_factory=dict)
     """Source shard stem -> its sha256, in order."""
 
@@ -46,11 +49,14 @@ class Encoded(base.Artifact[EncodedFields]):
     def tokenizer_sha256(self) -> str:
         return self.fields.tokenizer.sha256
 
-    def prefix_paths(self) -> list[Path]:
-        """Each prefix as a path (no suffix) whose `.bin`, `.idx` and sidecar are all listed
-        among the artifact's files and confined to it."""
+    def prefix_paths(self, split: str | None = None) -> list[Path]:
+        """Each prefix (of `split` only, when given: `train` or `eval`) as a path (no suffix)
+        whose `.bin`, `.idx` and sidecar are all listed among the artifact's files and confined
+        to it."""
         paths = []
         for stem in self.fields.prefixes:
+            if split is not None and getattr(self.fields.shards.get(stem), "split", None) != split:
+                continue
             for suffix in PREFIX_SUFFIXES:
                 self.path(f"{stem}{suffix}")
             paths.append(self.directory / stem)

@@ -32,6 +32,7 @@ def artifact(ray_local, tmp_path_factory) -> Path:
         "output": str(out),
         "shard_rows": 4,
         "batch_rows": 3,
+        "eval_fraction": 0.3,  # held-out documents for the card's eval config
         "stages": {"extract": {}, "langid": {}, "safety": {"url_blocklist": False}, "dedup": {}},
     }
     run_pipeline(
@@ -100,13 +101,23 @@ def test_hf_datasets_loads_exactly_the_kept_documents(
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     import datasets
 
-    by_card = datasets.load_dataset(str(artifact), cache_dir=str(tmp_path / "hf"))
     by_glob = datasets.load_dataset(
         "parquet", data_files=f"{artifact}/{layout.DATA_GLOB}", cache_dir=str(tmp_path / "hf2")
     )
-    for loaded in (by_card, by_glob):
-        assert list(loaded) == ["train"]
-        assert Counter(loaded["train"]["id"]) == _ours(artifact)
+    assert list(by_glob) == ["train"] and Counter(by_glob["train"]["id"]) == _ours(artifact)
+    # the card: training documents by default, the held-out ones as the eval config (issue 33.1)
+    held_out = set(
+        duckdb.sql(
+            f"select id from read_parquet('{artifact}/{layout.DATA_GLOB}') where split = 'eval'"
+        ).fetchall()
+    )
+    held_out = {row[0] for row in held_out}
+    train = datasets.load_dataset(str(artifact), cache_dir=str(tmp_path / "hf"))
+    evals = datasets.load_dataset(str(artifact), "eval", cache_dir=str(tmp_path / "hf"))
+    assert list(train) == ["train"] and list(evals) == ["eval"] and held_out
+    assert set(evals["eval"]["id"]) == held_out
+    assert Counter(train["train"]["id"]) + Counter(evals["eval"]["id"]) == _ours(artifact)
+    assert not set(train["train"]["id"]) & held_out
 
 
 def test_nested_tags_are_nested_types_in_each_tool(artifact: Path, tmp_path, monkeypatch) -> None:
@@ -133,6 +144,6 @@ def test_nested_tags_are_nested_types_in_each_tool(artifact: Path, tmp_path, mon
     import datasets
 
     loaded = datasets.load_dataset(str(artifact), cache_dir=str(tmp_path / "hf"))["train"]
-    first = loaded[0]
+    first = loaded[0]  # a training document (the card's default config)
     assert first["pii_counts"] == by_id[first["id"]]["pii_counts"]
     assert first["meta"] == by_id[first["id"]]["meta"]

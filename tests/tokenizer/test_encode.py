@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -49,19 +50,21 @@ def test_bin_idx_and_sidecar_match_the_shards(
     hf.encode_special_tokens = True
     manifest = load_manifest(encoded_dir)
     assert manifest["kind"] == "encoded" and manifest["tokenizer"] == locked.info
-    assert manifest["prefixes"] == ["synthetic-00000", "synthetic-00001"]
+    assert manifest["prefixes"] == ["train-00000", "train-00001", "eval-00000"]
     shards_files = load_manifest(shards_dir)["files"]
     sources = {stem: list(entry["sources"]) for stem, entry in manifest["shards"].items()}
-    assert sources == {
-        "synthetic-00000": ["synthetic-00000"],
-        "synthetic-00001": ["synthetic-00001", "synthetic-00002"],
-    }
+    every = ["synthetic-00000", "synthetic-00001", "synthetic-00002"]
+    assert sources == {"train-00000": every[:1], "train-00001": every[1:], "eval-00000": every}
     for entry in manifest["shards"].values():  # each output names its source shards' hashes
         for stem, sha in entry["sources"].items():
             assert sha == shards_files[f"data/{stem}.parquet"]["sha256"]
     total_docs = total_tokens = 0
     for stem in manifest["prefixes"]:
+        split = manifest["shards"][stem]["split"]
+        assert stem.startswith(f"{split}-")
         shard = pq.read_table([shards_dir / "data" / f"{s}.parquet" for s in sources[stem]])
+        held_out = pc.equal(shard.column("split"), "eval")
+        shard = shard.filter(held_out if split == "eval" else pc.invert(held_out))
         sidecar = pq.read_table(encoded_dir / f"{stem}.docs.parquet")
         dataset = IndexedDataset(str(encoded_dir / stem))
         assert len(dataset) == shard.num_rows == sidecar.num_rows
@@ -78,6 +81,7 @@ def test_bin_idx_and_sidecar_match_the_shards(
         total_tokens += int(dataset.sequence_lengths.sum())
     assert manifest["counts"]["documents"] == total_docs
     assert manifest["counts"]["tokens"] == total_tokens
+    assert total_docs == pq.read_table(shards_dir / "data").num_rows  # every document, once
 
 
 def test_resume_skips_finished_shards(
@@ -86,7 +90,7 @@ def test_resume_skips_finished_shards(
     out = tmp_path / "enc"
     shutil.copytree(encoded_dir, out)
     before = {p.name: sha256_file(p) for p in out.glob("*.bin")}
-    (out / "synthetic-00001.bin").unlink()  # as if killed while writing this shard
+    (out / "train-00001.bin").unlink()  # as if killed while writing this prefix
     for name in ("retired-00000.bin", "retired-00000.docs.parquet", ".retired-00000.done"):
         (out / name).write_bytes(b"output of a shard the input no longer has")
     args = [
@@ -102,7 +106,7 @@ def test_resume_skips_finished_shards(
         "200",
     ]
     assert main(args) == 0
-    assert load_manifest(out)["counts"]["shards_skipped"] == 1
+    assert load_manifest(out)["counts"]["shards_skipped"] == 2
     assert {p.name: sha256_file(p) for p in out.glob("*.bin")} == before
     assert not list(out.glob("*retired*")) and not list(out.glob(".retired*"))
     assert not any("retired" in name for name in load_manifest(out)["files"])
@@ -121,9 +125,9 @@ def test_resume_keeps_finished_prefixes_whose_name_has_a_dot(
     args += ["--no-ray", "--min-prefix-documents", "100"]
     assert main(args) == 0
     before = {p.name: sha256_file(p) for p in out.iterdir() if p.is_file()}
-    assert load_manifest(out)["prefixes"] == ["c4.train-00000", "c4.train-00001"]
+    assert load_manifest(out)["prefixes"] == ["train-00000", "train-00001", "eval-00000"]
     assert main(args) == 0
-    assert load_manifest(out)["counts"]["shards_skipped"] == 2
+    assert load_manifest(out)["counts"]["shards_skipped"] == 3
     after = {p.name: sha256_file(p) for p in out.iterdir() if p.is_file()}
     assert {k: v for k, v in after.items() if k != "manifest.json"} == {
         k: v for k, v in before.items() if k != "manifest.json"
@@ -173,7 +177,7 @@ def test_missing_stage_columns_become_null_tags(tokenizer_dir: Path, tmp_path: P
         )
         == 0
     )
-    sidecar = pq.read_table(out / "synthetic-00000.docs.parquet")
+    sidecar = pq.read_table(out / "train-00000.docs.parquet")
     assert sidecar.column("domain").null_count == sidecar.num_rows
     assert sidecar.column("lang").null_count == 0
 
@@ -187,9 +191,10 @@ def test_tag_subset_reads_exactly_those_documents_through_gptdataset(
     from megatron.core.datasets.utils import Split
 
     locked = load_locked(tokenizer_dir)
-    stem = "synthetic-00000"
+    stem = "train-00000"
     sidecar = pq.read_table(encoded_dir / f"{stem}.docs.parquet").to_pylist()
-    chosen = [r["doc_index"] for r in sidecar if r["domain"] == "code" and r["split"] == "train"]
+    assert {r["split"] for r in sidecar} == {"train"}
+    chosen = [r["doc_index"] for r in sidecar if r["domain"] == "code"]
     others = [r["doc_index"] for r in sidecar if r["doc_index"] not in chosen]
     assert chosen and others
     indexed = IndexedDataset(str(encoded_dir / stem))
@@ -237,12 +242,12 @@ def test_resume_re_encodes_a_bin_with_a_byte_flipped_at_the_same_size(
     out = tmp_path / "enc"
     shutil.copytree(encoded_dir, out)
     before = {p.name: sha256_file(p) for p in out.glob("*.bin")}
-    target = out / "synthetic-00001.bin"
+    target = out / "train-00001.bin"
     data = bytearray(target.read_bytes())
     data[len(data) // 2] ^= 0x01
     target.write_bytes(bytes(data))
     args = ["tokenizer", "encode", str(tokenizer_dir), "--data", str(shards_dir)]
     args += ["--out", str(out), "--no-ray", "--min-prefix-documents", "200"]
     assert main(args) == 0
-    assert load_manifest(out)["counts"]["shards_skipped"] == 1
+    assert load_manifest(out)["counts"]["shards_skipped"] == 2
     assert {p.name: sha256_file(p) for p in out.glob("*.bin")} == before

@@ -70,7 +70,7 @@ def test_encode_on_ray_matches_inline(
     base += ["--min-prefix-documents", "100"]
     assert main([*base, "--out", str(inline), "--no-ray"]) == 0
     assert main([*base, "--out", str(on_ray), "--num-cpus", "0.5"]) == 0
-    assert len(load_manifest(on_ray)["prefixes"]) == 3
-    for path in sorted(inline.glob("synthetic-*")):
+    assert len(load_manifest(on_ray)["prefixes"]) == 4  # three train, one eval
+    for path in sorted(inline.glob("*-0*")):
         assert sha256_file(path) == sha256_file(on_ray / path.name), path.name
     assert load_manifest(on_ray)["counts"] == load_manifest(inline)["counts"]

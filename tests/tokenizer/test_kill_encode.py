@@ -25,7 +25,7 @@ from tests.tokenizer.synthetic import write_shards
 from tests.tokenizer.tok_helpers import make_records
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-STEMS = [f"synthetic-{i:05d}" for i in range(3)]
+STEMS = [*(f"train-{i:05d}" for i in range(3)), "eval-00000"]
 
 
 def _size(path: Path) -> int:
@@ -41,7 +41,7 @@ PHASES: dict[str, Callable[[Path], bool]] = {
     # the second prefix is finished, the third being encoded
     "between-prefixes": lambda out: (out / f".{STEMS[1]}.done").is_file(),
     # every prefix is finished: the manifest is being written (every file hashed)
-    "manifest": lambda out: (out / f".{STEMS[2]}.done").is_file(),
+    "manifest": lambda out: (out / f".{STEMS[-1]}.done").is_file(),
 }
 SLOW = {"between-prefixes", "manifest"}
 """The old code passes these too. The window between a prefix's moves and its record is

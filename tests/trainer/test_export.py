@@ -115,6 +115,10 @@ def test_export_gqa_tied_loads_in_transformers_with_equal_logprobs(exported):
         "tokenizer_config.json",
         "special_tokens_map.json",
     } <= set(os.listdir(out))
+    # every exported file is world-readable, the weights too (safetensors writes 0600)
+    assert {p.name: p.stat().st_mode & 0o777 for p in out.iterdir() if p.is_file()} == {
+        p.name: 0o644 for p in out.iterdir() if p.is_file()
+    }
 
 
 @pytest.mark.timeout(600)
