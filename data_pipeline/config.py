@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, create_model, field_validator
+from pydantic import Field, create_model, field_validator
 
 from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB, MIN_WORKER_MEMORY_MB
 from data_pipeline.stages.registry import registry
@@ -117,12 +117,10 @@ class PipelineConfig(StrictModel):
     `batch_rows` records at a time."""
     eval_fraction: float = Field(EVAL_FRACTION, ge=0, le=1)
     """Share of documents whose stable split tag is `eval`."""
-    text_field: str = Field(
-        "text", min_length=1, validation_alias=AliasChoices("text_field", "text_column")
-    )
+    text_field: str = Field("text", min_length=1)
     """Field (JSON Lines) or column (Parquet) holding the text; `a.b` reaches into nested objects.
     `text` for DataTrove, Dolma, RedPajama v1, the Pile and FineWeb; `raw_content` for
-    RedPajama v2. (`text_column`, its old name, is still accepted.)"""
+    RedPajama v2."""
     id_field: str = Field("id", min_length=1)
     """Field or column holding the record's id (a record without one is named by its line or
     row). Ids are namespaced by input: `<input stem>/<id>`."""

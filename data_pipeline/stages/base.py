@@ -126,6 +126,13 @@ class Stage(ABC):
             "config": self.config.model_dump(mode="json"),
         }
 
+    @staticmethod
+    def column_or_nulls(batch: pa.Table, name: str) -> list[Any]:
+        """Column `name` as a list; nulls when an earlier stage that adds it did not run."""
+        if name in batch.column_names:
+            return batch.column(name).to_pylist()
+        return [None] * batch.num_rows
+
     def append(self, batch: pa.Table, columns: dict[str, Any]) -> pa.Table:
         """Append `columns` (name -> list/array) in the schema's order and types."""
         return append_columns(batch, self.columns, columns)

@@ -21,26 +21,6 @@ from data_pipeline.stages.base import Stage, StageConfig
 from data_pipeline.timelimit import DocumentFailed, DocumentWorker, TimeLimitExceeded
 from pretrain.config import MAX_TIMEOUT_S
 
-HARD_REASONS: tuple[str, ...] = (
-    "undecodable",
-    "malformed_json",
-    "missing_text",
-    "text_not_string",
-    "truncated_input",
-    "truncated_record",
-    "corrupt_gzip",
-    "malformed_record",
-    "bad_content_length",
-    "record_too_large",
-    "unreadable_file",
-    "not_text",
-    "too_large",
-    "timeout",
-    "extraction_failed",
-    "empty",
-)
-"""Every reason this stage writes; all mean 'nothing usable' and are hard rejects by default."""
-
 _HTML_TYPES = ("text/html", "application/xhtml", "application/xml", "text/xml")
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
 _CHARSET_ALIASES = {
@@ -106,11 +86,6 @@ def decode_html(payload: bytes, content_type: str | None = None) -> str | None:
     if best is None:
         return None
     return payload.decode(best.encoding, errors="replace")
-
-
-def clean_text(text: str) -> str:
-    """`clean_text_counted` without the count."""
-    return clean_text_counted(text)[0]
 
 
 def clean_text_counted(text: str) -> tuple[str, int]:

@@ -41,7 +41,6 @@ ENTRY_POINT_GROUP = "pretrain.stages"
 
 __all__ = [
     "ENTRY_POINT_GROUP",
-    "conform",
     "manifest_sections",
     "registry",
     "required_stages",
@@ -239,8 +238,3 @@ def schema_for(stages: Iterable[str]) -> pa.Schema:
 def validate(table: pa.Table | pa.Schema, stages: Iterable[str] = ()) -> None:
     """pretrain.schema.validate against base + the given stages' columns."""
     schema.validate(table, fields_of(stages))
-
-
-def conform(table: pa.Table, stages: Iterable[str]) -> pa.Table:
-    """Reorder and cast `table` to the schema after `stages` (same column names required)."""
-    return schema.conform(table, fields_of(stages))

@@ -192,8 +192,8 @@ class RulesStage(Stage):
         if not hasattr(self, "_worker"):
             self.setup()
         texts = batch.column("text").to_pylist()
-        langs = _optional_column(batch, "lang")
-        domains = _optional_column(batch, "domain")
+        langs = self.column_or_nulls(batch, "lang")
+        domains = self.column_or_nulls(batch, "domain")
         names = [f.name for f in self.columns]
         columns: dict[str, list[Any]] = {name: [] for name in names}
         for text, lang, domain in zip(texts, langs, domains, strict=True):
@@ -229,12 +229,6 @@ class RulesStage(Stage):
 def document_rules(config: RulesConfig) -> Any:
     """The document worker's work: (text, lang, domain) -> signals, built once per child."""
     return RulesStage(config).signals
-
-
-def _optional_column(batch: pa.Table, name: str) -> list[Any]:
-    if name in batch.column_names:
-        return batch.column(name).to_pylist()
-    return [None] * batch.num_rows
 
 
 def _empty_signals() -> Signals:

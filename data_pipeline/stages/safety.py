@@ -289,16 +289,7 @@ class SafetyStage(Stage):
         if not hasattr(self, "_blocklist"):
             self.setup()
         texts = batch.column("text").to_pylist()
-        urls = (
-            batch.column("url").to_pylist()
-            if "url" in batch.column_names
-            else [None] * batch.num_rows
-        )
-        langs = (
-            batch.column("lang").to_pylist()
-            if "lang" in batch.column_names
-            else [None] * batch.num_rows
-        )
+        urls, langs = self.column_or_nulls(batch, "url"), self.column_or_nulls(batch, "lang")
         rows = [
             self.document(text, url, lang)
             for text, url, lang in zip(texts, urls, langs, strict=True)
@@ -312,11 +303,8 @@ class SafetyStage(Stage):
             batch,
             {name: [r[name] for r in rows] for name in rows[0]}
             if rows
-            else {f.name: [] for f in self._fields()},
+            else {f.name: [] for f in self.columns},
         )
-
-    def _fields(self) -> tuple[pa.Field, ...]:
-        return self.columns
 
     def document(
         self, text: str | None, url: str | None = None, lang: str | None = None
