@@ -21,29 +21,21 @@ import torch
 
 from pretrain.errors import ConfigError
 from trainer.callbacks import Callback
-from trainer.cpu_compat import device_context
 from trainer.evalcore import as_encoder, evaluate, load_eval_sets
+from trainer.inference import next_token_logprobs
 
 if TYPE_CHECKING:
     from trainer.callbacks import TrainerView
 
 
 class LiveScorer:
-    """The training model chunk as a `.logprobs(tokens)` scorer (no grad, eval mode)."""
+    """The training model chunk as a `.logprobs(tokens)` scorer (run in eval mode, no grad)."""
 
     def __init__(self, model: Any, on_gpu: bool) -> None:
         self.model, self.on_gpu = model, on_gpu
 
-    @torch.no_grad()
     def logprobs(self, tokens: torch.Tensor) -> torch.Tensor:
-        tokens = torch.as_tensor(tokens, dtype=torch.long)
-        if self.on_gpu:
-            tokens = tokens.cuda()
-        inputs, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-        positions = torch.arange(inputs.shape[1], device=inputs.device).unsqueeze(0)
-        with device_context():
-            loss = self.model(inputs, positions.expand_as(inputs), None, labels=labels)
-        return -loss.float().cpu()
+        return next_token_logprobs(self.model, tokens, self.on_gpu)
 
 
 class PeriodicEval(Callback):
