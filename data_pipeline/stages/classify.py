@@ -8,8 +8,8 @@
   reference text (positive) vs random input (negative), in [0, 1].
 
 Both keep every row; documents without text get null tags. The model is a `fasttext-model`
-artifact (config field `model`); `describe()` records its manifest and model-file sha256, so the
-shards name the exact model that tagged them.
+artifact (config field `model`); the shards manifest's `models` records its manifest sha256
+(`models()`), so the shards name the exact model that tagged them.
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, model_validator
 
-from data_pipeline.models.classifier import KIND, LABEL_PREFIX, load_model_info
+from data_pipeline.models.classifier import LABEL_PREFIX, load_model_info
 from data_pipeline.models.fasttext_file import check_fasttext_file, load_fasttext
 from data_pipeline.models.normalization import NORMALIZATION, classifier_line
 from data_pipeline.stages.base import Stage, StageConfig
 from pretrain.errors import ArtifactError, ConfigError
-from pretrain.manifest import manifest_sha256
 
 
 class ClassifierStageConfig(StageConfig):
@@ -92,7 +91,7 @@ class _FastTextStage(Stage):
         self._info: dict[str, Any] = {}
 
     def model_dir(self) -> Path:
-        model = self.config.model or self.context.get("model")
+        model = self.config.model  # type: ignore[attr-defined]
         if not model:
             raise ConfigError(
                 f"stages.{self.name}.model is not set; build a {self.task} classifier with "
@@ -108,7 +107,7 @@ class _FastTextStage(Stage):
         return Path(model)
 
     def models(self) -> dict[str, Path]:
-        model = self.config.model or self.context.get("model")  # type: ignore[attr-defined]
+        model = self.config.model  # type: ignore[attr-defined]
         return {"model": Path(model)} if model else {}
 
     def setup(self) -> None:
@@ -152,19 +151,6 @@ class _FastTextStage(Stage):
                     probs[row, column[name]] = value
         return index, np.clip(probs, 0.0, 1.0)
 
-    def describe(self) -> dict[str, Any]:
-        info = super().describe()
-        directory = self.model_dir()
-        model_json = self._info or load_model_info(directory)
-        info["model"] = {
-            "kind": KIND,
-            "path": str(directory.resolve()),
-            "manifest_sha256": manifest_sha256(directory),
-            "model_sha256": model_json["model_sha256"],
-            "labels": model_json["labels"],
-        }
-        return info
-
 
 class DomainStage(_FastTextStage):
     """Tags `domain` (most probable label) and `domain_score` (its probability); with `field`,
@@ -190,11 +176,6 @@ class DomainStage(_FastTextStage):
 
     def models(self) -> dict[str, Path]:
         return {} if self._from_field() else super().models()
-
-    def describe(self) -> dict[str, Any]:
-        if self._from_field():
-            return Stage.describe(self)  # the config (field, values) is the whole tagger
-        return super().describe()
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         field = self._from_field()

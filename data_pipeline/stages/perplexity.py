@@ -7,9 +7,9 @@
 2. aggregate: per-language mergeable log-histogram sketches (`models/quantiles.py`), computed per
    part (or block) by the workers and merged in the driver (bounded: languages x bins).
 3. join back: cutoffs at `percentiles` (default 30 / 60, as CCNet) per language; perplexity <= p30
-   is `head`, <= p60 `middle`, above `tail`. Cutoffs are in `self.cutoffs` and `describe()` as
-   `ppl_cutoffs` ({lang: [p30, p60]}), and in its section of the shards manifest
-   (`sections.perplexity.ppl_cutoffs`, `PerplexitySection`).
+   is `head`, <= p60 `middle`, above `tail`. Cutoffs ({lang: [p30, p60]}) are in `self.cutoffs`
+   and in its section of the shards manifest (`sections.perplexity.ppl_cutoffs`,
+   `PerplexitySection`); the models' hashes in the manifest's `models` (`models()`).
 
 In the runner, the map side (`map_part`: the perplexity column and the part's sketch) is persisted
 per input part, so a re-run after a crash scores only the parts not yet scored.
@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from pydantic import Field, field_validator
 
 from data_pipeline.dedup.budget import BudgetError
-from data_pipeline.models.kenlm_train import KIND, document_perplexity, load_lm_info
+from data_pipeline.models.kenlm_train import document_perplexity, load_lm_info
 from data_pipeline.models.normalization import NORMALIZATION
 from data_pipeline.models.quantiles import LogHistogramSketch
 from data_pipeline.stages.base import (
@@ -42,7 +42,6 @@ from data_pipeline.stages.base import (
     StageSection,
 )
 from pretrain.errors import ArtifactError, ConfigError, SchemaError
-from pretrain.manifest import manifest_sha256
 
 WORKER_BASE_MB = 300
 """A Ray worker scoring one part, without its models: an idle worker (~146 MB,
@@ -136,7 +135,7 @@ class PerplexityStage(GlobalStage):
     # --- models -------------------------------------------------------------------------------
     def artifacts(self) -> dict[str, Path]:
         """lang -> the kenlm-model artifact that holds its model."""
-        model = self.config.model or self.context.get("model")
+        model = self.config.model
         if not model and not self.config.models:
             raise ConfigError(
                 "stages.perplexity.model is not set; build KenLM models with "
@@ -305,19 +304,7 @@ class PerplexityStage(GlobalStage):
         return self.bucket(scored, self.cutoffs)
 
     def describe(self) -> dict[str, Any]:
-        info = super().describe()
-        info["models"] = {
-            lang: {
-                "kind": KIND,
-                "path": str(directory.resolve()),
-                "manifest_sha256": manifest_sha256(directory),
-                "model_sha256": self._info(directory)["languages"][lang]["sha256"],
-            }
-            for lang, directory in self.artifacts().items()
-        }
-        info["ppl_cutoffs"] = self.cutoffs
-        info["scored_documents"] = self.counts
-        return info
+        return {**super().describe(), "scored_documents": self.counts}
 
 
 def _sparse(sketch: LogHistogramSketch) -> pa.Table:

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from data_pipeline.cli import train_classifier
+from data_pipeline.fingerprint import model_hashes
 from data_pipeline.stages.classify import DomainStage, QualityStage
 from data_pipeline.stages.registry import schema_for, validate
 from pretrain.config import load_config
@@ -137,13 +138,10 @@ def test_quality_score_is_probability_and_ranks_reference_above_junk(models):
 
 
 @pytest.mark.timeout(60)
-def test_describe_names_the_model_hashes(models):
+def test_the_manifest_names_the_model_hashes(models):
     stage = QualityStage(QualityStage.Config(model=str(models["quality"])))
-    described = stage.describe()
     info = json.loads((models["quality"] / "model.json").read_text())
-    assert described["name"] == "quality"
-    assert described["model"]["manifest_sha256"] == manifest_sha256(models["quality"])
-    assert described["model"]["model_sha256"] == info["model_sha256"]
+    assert model_hashes([stage]) == {"quality.model": manifest_sha256(models["quality"])}
     assert load_manifest(models["quality"])["model"]["sha256"] == info["model_sha256"]
 
 
@@ -301,7 +299,7 @@ def test_domain_from_an_input_field_needs_no_classifier(tmp_path):
         stage = build_stage(("domain", f"{DomainStage.__module__}:DomainStage", config, {}))
         stage.check()
         stage.setup()
-        assert stage.models() == {} and "model" not in stage.describe()
+        assert stage.models() == {} and model_hashes([stage]) == {}
         out = stage(batch)
         assert out.column("domain").to_pylist() == expected, field
         assert out.column("domain_score").to_pylist() == [

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from data_pipeline.cli import train_lm
+from data_pipeline.fingerprint import model_hashes
 from data_pipeline.models.quantiles import LogHistogramSketch
 from data_pipeline.stages.perplexity import PerplexityStage
 from data_pipeline.stages.registry import schema_for, validate
@@ -93,16 +94,14 @@ def test_buckets_follow_per_language_percentiles(lm_dir, corpus):
 
 
 @pytest.mark.timeout(60)
-def test_describe_records_cutoffs_and_model_hashes(lm_dir, corpus):
+def test_manifest_records_cutoffs_and_model_hashes(lm_dir, corpus):
     stage = _stage(lm_dir, percentiles=(20, 80))
     stage.apply_table(corpus)
-    described = stage.describe()
-    info = json.loads((lm_dir / "model.json").read_text())
-    assert described["ppl_cutoffs"] == stage.cutoffs
-    assert all(low < high for low, high in described["ppl_cutoffs"].values())
-    for lang in ("en", "zh"):
-        assert described["models"][lang]["manifest_sha256"] == manifest_sha256(lm_dir)
-        assert described["models"][lang]["model_sha256"] == info["languages"][lang]["sha256"]
+    cutoffs = stage.manifest_section().ppl_cutoffs
+    assert cutoffs == stage.cutoffs and cutoffs
+    assert all(low < high for low, high in cutoffs.values())
+    assert model_hashes([stage]) == {"perplexity.model": manifest_sha256(lm_dir)}
+    assert stage.describe()["scored_documents"] == stage.counts
 
 
 @pytest.mark.timeout(60)
