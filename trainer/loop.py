@@ -29,6 +29,7 @@ from trainer import step as mstep
 from trainer.callbacks import Callback, CallbackList
 from trainer.cpu_compat import device_context
 from trainer.data import TrainData, check_identity, check_resume_model, check_resume_order
+from trainer.flops import flops_per_token
 from trainer.guard import GuardGaveUp, SpikeGuard
 from trainer.lr_schedule import lr_at
 from trainer.metrics import MetricsLog, Throughput
@@ -135,10 +136,30 @@ class Trainer:
         self.state.tokens_seen += self.data.global_batch * self.data.seq_length(result.batch)
 
     def _record(self, result: StepResult, seconds: float) -> dict[str, Any]:
+        """The metrics.jsonl line of a finished step (callbacks add MFU, memory, checkpoint time)."""
         config, data, state = self.config, self.data, self.state
-        return mstep.step_record(
-            config, data, state, self.vocab_size, self.total_steps, result, seconds
-        )
+        seq_length = data.seq_length(result.batch)
+        tokens_per_s = data.global_batch * seq_length / seconds if seconds > 0 else 0.0
+        model, tensor = config.model, config.parallel.tensor
+        flops = flops_per_token(model, self.vocab_size, seq_length, tensor)["model"]
+        names = data.component_names
+        return {
+            "step": state.step,
+            "loss": result.loss,
+            "grad_norm": result.grad_norm,
+            "update_norm": result.update_norm,
+            "batch": result.batch,
+            "lr": lr_at(state.step - 1, config.optim, self.total_steps),
+            "seq_length": seq_length,
+            "tokens_seen": state.tokens_seen,
+            "tokens_per_s": tokens_per_s,
+            "model_flops_per_token": flops,
+            "achieved_flops_per_device": flops * tokens_per_s / torch.distributed.get_world_size(),
+            "step_s": seconds,
+            **{k: round(v, 6) for k, v in result.timings.items()},
+            "tokens_per_component": dict(zip(names, state.tokens_per_component, strict=True)),
+            "sequences_per_component": dict(zip(names, state.sequences_per_component, strict=True)),
+        }
 
     def _maybe_checkpoint(self) -> None:
         """Every checkpoint.every steps and at the end; with the guard on, also the first good

@@ -1,5 +1,5 @@
 """One optimizer step's mechanics, below the loop: megatron's forward/backward schedule over the
-micro-batches, the loss and counts reduced over the world, the update norm, and the step record.
+micro-batches, the loss and counts reduced over the world, and the update norm.
 
 trainer/loop.py's `Trainer.train_step` calls these; they hold no run state of their own.
 """
@@ -8,16 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
-
-from trainer.flops import flops_per_token
-from trainer.lr_schedule import lr_at
-
-if TYPE_CHECKING:
-    from trainer.config import TrainConfig
 
 LossHook = Callable[[torch.Tensor], torch.Tensor]
 """Applied to each micro-batch's loss before backward (the callbacks' `on_loss`)."""
@@ -137,38 +131,3 @@ def count_params(chunks: list[Any], dp_size: int) -> int:
     total = torch.tensor([float(local)])
     torch.distributed.all_reduce(total)
     return int(total.item() / dp_size)
-
-
-def step_record(
-    config: TrainConfig,
-    data: Any,
-    state: TrainState,
-    vocab_size: int,
-    total_steps: int,
-    result: StepResult,
-    seconds: float,
-) -> dict[str, Any]:
-    """The metrics.jsonl line of a finished step (callbacks add MFU, memory, checkpoint time)."""
-    seq_length = data.seq_length(result.batch)
-    tokens = data.global_batch * seq_length
-    tokens_per_s = tokens / seconds if seconds > 0 else 0.0
-    flops = flops_per_token(config.model, vocab_size, seq_length, config.parallel.tensor)["model"]
-    world = torch.distributed.get_world_size()
-    names = data.component_names
-    return {
-        "step": state.step,
-        "loss": result.loss,
-        "grad_norm": result.grad_norm,
-        "update_norm": result.update_norm,
-        "batch": result.batch,
-        "lr": lr_at(state.step - 1, config.optim, total_steps),
-        "seq_length": seq_length,
-        "tokens_seen": state.tokens_seen,
-        "tokens_per_s": tokens_per_s,
-        "model_flops_per_token": flops,
-        "achieved_flops_per_device": flops * tokens_per_s / world,
-        "step_s": seconds,
-        **{k: round(v, 6) for k, v in result.timings.items()},
-        "tokens_per_component": dict(zip(names, state.tokens_per_component, strict=True)),
-        "sequences_per_component": dict(zip(names, state.sequences_per_component, strict=True)),
-    }
