@@ -83,7 +83,7 @@ def build_output(out: storage.OutPath, count: int, per_input: int, file_kb: int)
             files[rel] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "rows": 1}
         row = {**FRAGMENT_ROW, "documents": 1, "bytes": 1, "text_bytes": 1}
         fragment = {"shard": shard, "files": files, "rows": [row], "flags": {}, "documents": 1}
-        _write(parts.fragment_path(out, shard), json.dumps(fragment).encode())
+        _write(parts.part_record_path(out, shard), json.dumps(fragment).encode())
         if not stems or stems[-1] != stem:
             stems.append(stem)
     for stem in stems:
@@ -102,7 +102,7 @@ def _cpu(func: Callable[[], Any]) -> tuple[float, float]:
 def manifest_sides(out: storage.OutPath, stems: list[str], per_input: int) -> dict[str, Any]:
     def rehash() -> None:
         led = runner.ledger.aggregate(
-            (parts.load_json(parts.fragment_path(out, s)) for s in _shards(stems, per_input)),
+            (parts.load_json(parts.part_record_path(out, s)) for s in _shards(stems, per_input)),
             [],
             0,
             0,
@@ -111,7 +111,9 @@ def manifest_sides(out: storage.OutPath, stems: list[str], per_input: int) -> di
 
     def recorded() -> None:
         known: dict[str, dict[str, Any]] = {}
-        runner.ledger.aggregate(runner._fragments(out, _counts(stems, per_input), known), [], 0, 0)
+        runner.ledger.aggregate(
+            runner._part_records(out, _counts(stems, per_input), known), [], 0, 0
+        )
         write_manifest(out, "bench", known=known)
 
     return {"rehash": _cpu(rehash), "recorded": _cpu(recorded)}
@@ -139,7 +141,7 @@ def handed_over(out: storage.OutPath, stems: list[str], per_input: int) -> ledge
     untimed, to stand in for the merge's returned rows)."""
     merged = ledger.Merged()
     for shard in _shards(stems, per_input):
-        merged.add_fragment(shard, parts.fragment_path(out, shard).read_bytes())
+        merged.add_record(shard, parts.part_record_path(out, shard).read_bytes())
     return merged
 
 
@@ -218,7 +220,7 @@ def measure_built(
 ) -> dict[str, Any]:
     row: dict[str, Any] = {"parts": count, "files": 3 * count + len(stems)}
     row["manifest"] = manifest_sides(out, stems, args.parts_per_input)
-    fragments = [parts.fragment_path(out, s) for s in _shards(stems, args.parts_per_input)]
+    fragments = [parts.part_record_path(out, s) for s in _shards(stems, args.parts_per_input)]
     row["resume"] = {
         "per_object": _cpu(lambda: [parts.part_verifies(out, f) for f in fragments]),
         "ours": _cpu(lambda: parts.finished_parts(out)),

@@ -49,7 +49,7 @@ def _stage_specs(inputs: str, out: str) -> tuple[Any, list[dict[str, str]], dict
     head, _ = global_parts.plan(built)
     worker = {
         "specs": [s.spec() for s in head],
-        "pieces_out": out,
+        "rows_out": out,
         "cost_out": out,
         "batch_rows": config.batch_rows,
     }

@@ -67,7 +67,7 @@ def estimate(args: argparse.Namespace) -> int:
 
 
 def clean(args: argparse.Namespace) -> int:
-    """`pretrain data clean DIR`: delete the global stages' persisted map side of a finished
+    """`pretrain data clean DIR`: delete the global stages' persisted map output of a finished
     shards artifact; the artifact still verifies, and a run that needs it maps the parts again."""
     from data_pipeline import global_parts
     from pretrain import shards_layout as layout
@@ -212,7 +212,7 @@ def register(sub: Any) -> None:
         dsub,
         ["data", "clean"],
         clean,
-        "delete the persisted map side of global stages (.parts/global/) of a finished shards "
+        "delete the persisted map output of global stages (.parts/global/) of a finished shards "
         "artifact; it still verifies, a later run maps those parts again",
     )
     clean_parser.add_argument("directory", metavar="DIR", help="a `pretrain data run` output")

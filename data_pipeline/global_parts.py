@@ -1,12 +1,12 @@
 """Global stages in the data job, resumable per part: map -> aggregate -> join.
 
-    stream (Ray Data) --the map stages before the first global stage--> pieces of each part
+    stream (Ray Data) --the map stages before the first global stage--> row files of each part
     map    one task per part: its rows (in row order) -> G.map_part -> persisted, see below
     aggregate  in the driver, over every part's persisted map output (G.aggregate, Ray inside)
     join   one task per part: G.join_part -> the map stages after G -> the next global stage's
-           map (persisted the same way), or the job's pieces (then the usual merge into shards)
+           map (persisted the same way), or the job's row files (then the usual merge into shards)
 
-What a part's map side persists, in `.parts/global/<stage>/`: `<part>.rows.pq` (the rows the
+What a part's map output persists, in `.parts/global/<stage>/`: `<part>.rows.pq` (the rows the
 stage received), `<part>.<name>.pq` for each table `map_part` returned, and `<part>.json`
 (written last) recording every file's bytes and sha256, the part's row count, its counts and what
 the map depended on. A re-run reuses a part's map output only when its record verifies: every
@@ -57,7 +57,7 @@ def stage_dir(out: OutPath, stage: str) -> OutPath:
 
 
 def _file(part: str, name: str) -> str:
-    """`web-00003.rows.pq`: one table of a part's map side (`.pq`: no `DIR/**/*.parquet` reaches it)."""
+    """`web-00003.rows.pq`: one table of a part's map output (`.pq`: no `DIR/**/*.parquet` reaches it)."""
     return f"{part}.{name}{layout.OTHER_PARQUET}"
 
 
@@ -106,7 +106,7 @@ def persist(
 
 
 def listing(out: OutPath, stage: str) -> parts.Listing | None:
-    """Sizes and times of a stage's map side in an object store, from its listing (None for a
+    """Sizes and times of a stage's map output in an object store, from its listing (None for a
     local output: there the hash cache answers without reading a file again)."""
     if not isinstance(out, ObjectPath):
         return None
@@ -125,7 +125,7 @@ def load(
     With `listed` (an object store's listing of the stage's folder: `listing`), a file of its
     recorded size written no later than its record keeps the recorded sha256, as a part's
     shard does (parts.Listing.trusted): one GET per part (its record), where checking each file
-    was a HEAD, another HEAD and a GET of every byte (the map side is about a second copy of the
+    was a HEAD, another HEAD and a GET of every byte (the map output is about a second copy of the
     tagged corpus: 20 TB read back by the driver at 40 TB); any other file is hashed."""
     checked = _checked(out, stage, part, rows, depends, listed)
     return checked[0] if checked is not None else None
@@ -180,7 +180,7 @@ def _intact(
 def digest(out: OutPath, stage: str, depends: str, outputs: Sequence[MapOutput]) -> str:
     """What a later global stage's map depends on: this stage's map output of every part, by
     the sha256 its record holds for each file (`load` has just checked every file against it:
-    the driver does not hash the whole map side a second time)."""
+    the driver does not hash the whole map output a second time)."""
     hasher = hashlib.sha256(depends.encode())
     for output in outputs:
         files = parts.load_json(record_path(out, stage, output.part))["files"]
@@ -220,7 +220,7 @@ def loaded(
 
 
 def remove_all(out: OutPath) -> tuple[int, int, int]:
-    """Delete every global stage's persisted map side; returns (files, bytes, links) removed: a
+    """Delete every global stage's persisted map output; returns (files, bytes, links) removed: a
     link (the whole directory, or one inside it) is removed as a link, its target kept and not
     counted. The manifest never lists these files (pretrain.manifest.UNLISTED_DIRS), so the
     artifact still verifies; a re-run that needs them maps the parts again (same bytes)."""
@@ -258,7 +258,7 @@ def _ready(spec: StageSpec) -> Stage:
 
 
 def _map(out: OutPath, part: str, rows: pa.Table, spec: StageSpec, depends: str) -> None:
-    """Map one part's rows with the global stage of `spec` and persist its map side."""
+    """Map one part's rows with the global stage of `spec` and persist its map output."""
     stage = _ready(spec)
     assert isinstance(stage, GlobalStage)
     start = time.process_time()
@@ -268,18 +268,17 @@ def _map(out: OutPath, part: str, rows: pa.Table, spec: StageSpec, depends: str)
 
 
 def map_task(out: str | OutPath, part: str, rows: int, spec: StageSpec) -> str:
-    """The first global stage's map of one part, from the pieces the stream wrote."""
+    """The first global stage's map of one part, from the row files the stream wrote."""
     target = output_path(out)
     if load(target, spec[0], part, rows, ""):
         return part  # a retry of a task that persisted the part before its worker died
-    table = workers.read_pieces(target, part)
-    if table.num_rows != rows:  # a piece is missing: never persist a partial part
+    table = workers.read_rows(target, part)
+    if table.num_rows != rows:  # a row file is missing: never persist a partial part
         raise PretrainError(
             f"part {part}: {table.num_rows} of its {rows} rows were tagged; re-run the command"
         )
     _map(target, part, table, spec, "")
-    remove_tree(parts.pieces_dir(target, part))
-    return part
+    return part  # its row files stay until every map is done: a duplicate of this task reads them
 
 
 def join_task(
@@ -290,7 +289,7 @@ def join_task(
     *args: Any,
 ) -> str:
     """Join one part, run the map stages after the global stage, then the next global stage's
-    map (persisted) or write the part's rows as the job's pieces."""
+    map (persisted) or write the part's rows as the job's row files."""
     stage = _ready(job["spec"])
     assert isinstance(stage, GlobalStage)
     rows = pq.read_table(part.rows)
@@ -306,7 +305,7 @@ def join_task(
     if job["next"] is not None:
         _map(output_path(out), part.part, table, job["next"], job["depends"])
     else:
-        workers.write_pieces(table, out)
+        workers.write_rows(table, out)
     return part.part
 
 
@@ -334,7 +333,7 @@ def run_global_stages(
     map_costs: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, int]:
     """Map (the parts not persisted yet), aggregate and join every global stage in order; the
-    last join writes the job's pieces. Returns {stage: parts whose map output was reused}.
+    last join writes the job's row files. Returns {stage: parts whose map output was reused}.
     `phase(name)` times each step (`<stage>-map`, `-verify`, `-aggregate`, `-join`: RunClock.phase).
     `map_costs` gets, per global stage, the map cost of every part, from the records verified."""
     import ray
@@ -342,18 +341,19 @@ def run_global_stages(
     _, globals_ = plan(stages)
     remote_map = ray.remote(num_cpus=TASK_CPUS, max_retries=2)(map_task)
     remote_join = ray.remote(num_cpus=TASK_CPUS, max_retries=2)(join_task)
-    parts = sorted(rows)
+    names = sorted(rows)
     first = globals_[0][0]
     done = reusable(out, first, rows)
     with phase(f"{first.name}-map"):
-        todo = [p for p in parts if p not in done]
+        todo = [p for p in names if p not in done]
         _wait(ray, [remote_map.remote(out, p, rows[p], first.spec()) for p in todo], timeout)
+        remove_tree(out / parts.PARTS / parts.ROWS)  # every part is mapped and persisted
     reused, depends = {first.name: len(done)}, ""
     for k, (stage, after) in enumerate(globals_):
         with phase(f"{stage.name}-verify"):  # the driver checks every part's map output
             costs = map_costs.setdefault(stage.name, {}) if map_costs is not None else None
-            outputs = list(loaded(out, stage.name, {p: rows[p] for p in parts}, depends, costs))
-        missing = [p for p, o in zip(parts, outputs, strict=True) if o is None]
+            outputs = list(loaded(out, stage.name, {p: rows[p] for p in names}, depends, costs))
+        missing = [p for p, o in zip(names, outputs, strict=True) if o is None]
         if missing:
             raise PretrainError(
                 f"{stage.name}: the map output of part {missing[0]} does not verify after it was "

@@ -1,7 +1,7 @@
 """The ledger: where every document went, per stage, reason, domain and language.
 
-Each shard's writer computes a fragment from its rows (after every stage, before the select); the
-driver sums the fragments into `ledger.json` and checks conservation: documents read from the
+Each part's merge computes a part record from its rows (after every stage, before the select); the
+driver sums the part records into `ledger.json` and checks conservation: documents read from the
 inputs = documents kept + documents dropped, and the same for bytes.
 
 A document is attributed to the FIRST failing clause in stage order: a dropped document to the
@@ -84,12 +84,12 @@ def _add_pii(into: dict[str, int], counts: dict[str, int]) -> None:
         into[kind] = into.get(kind, 0) + count
 
 
-def fragment(
+def part_counts(
     table: pa.Table,
     stages: Sequence[str],
     drop: Sequence[str],
 ) -> tuple[pa.Array, dict[str, Any]]:
-    """The keep mask of one shard's rows and its ledger fragment."""
+    """The keep mask of one shard's rows and its part record."""
     keep, verdicts = attribute(table, stages, drop)
     domains = _column(table, "domain")
     langs = _column(table, "lang")
@@ -144,8 +144,8 @@ def _totals(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
 
 
 class Fold:
-    """The sums of every fragment folded in so far: one entry per (stage, reason, domain, lang,
-    outcome) and per (stage, soft reason), never the fragments themselves, so the driver's memory
+    """The sums of every part record folded in so far: one entry per (stage, reason, domain, lang,
+    outcome) and per (stage, soft reason), never the part records themselves, so the driver's memory
     is set by the number of distinct reasons, not by the number of parts (millions at 40 TB)."""
 
     def __init__(self) -> None:
@@ -154,21 +154,21 @@ class Fold:
         self.flags: dict[str, dict[str, list[int]]] = {}
         self.pii: dict[str, int] = {}
 
-    def add(self, frag: dict[str, Any]) -> None:
+    def add(self, record: dict[str, Any]) -> None:
         self.parts += 1
-        for row in frag["rows"]:
+        for row in record["rows"]:
             key = (row["stage"], row["reason"], row["domain"], row["lang"], row["outcome"])
             counts = self.rows[key]
             counts[0] += row["documents"]
             counts[1] += row["bytes"]
             counts[2] += row["text_bytes"]
-        for stage, reasons in frag["flags"].items():
+        for stage, reasons in record["flags"].items():
             merged = self.flags.setdefault(stage, {})
             for reason, count in reasons.items():
                 entry = merged.setdefault(reason, [0, 0])
                 entry[0] += count["documents"]
                 entry[1] += count["bytes"]
-        _add_pii(self.pii, frag.get("pii", {}))
+        _add_pii(self.pii, record.get("pii", {}))
 
 
 def _row_dicts(counts: dict[tuple[str, ...], Sequence[int]]) -> list[dict[str, Any]]:
@@ -231,19 +231,19 @@ def _mix(rows: list[dict[str, Any]], key: str) -> dict[str, dict[str, int]]:
 
 
 def aggregate(
-    fragments: Iterable[dict[str, Any]],
+    records: Iterable[dict[str, Any]],
     stages: Sequence[str],
     documents_read: int,
     bytes_read: int,
     fold: Fold | None = None,
 ) -> dict[str, Any]:
-    """Sum shard fragments into the ledger and check conservation against what was read. The
-    fragments are folded one at a time (an iterator of them is read once, none is kept), into
-    `fold` when given (the fragments the merge already handed the driver: `Merged`).
-    The sums do not depend on the order the fragments are folded in."""
+    """Sum the part records into the ledger and check conservation against what was read. The
+    part records are folded one at a time (an iterator of them is read once, none is kept), into
+    `fold` when given (the part records the merge already handed the driver: `Merged`).
+    The sums do not depend on the order the part records are folded in."""
     fold = fold if fold is not None else Fold()
-    for frag in fragments:
-        fold.add(frag)
+    for record in records:
+        fold.add(record)
     rows = _row_dicts(fold.rows)
     kept = _totals(r for r in rows if r["outcome"] == "kept")
     dropped = _totals(r for r in rows if r["outcome"] == "dropped")
@@ -275,9 +275,9 @@ def aggregate(
 
 
 # --- what the driver folds as the merge hands each part over ------------------------------------
-# A merge task returns the bytes of the part's fragment and cost record with its row
-# (workers.merge_shards); the resume scan hands over each part it verified the same way. The
-# driver folds them (`Merged`): the ledger's sums, the digest of every file a fragment records
+# A merge task returns the bytes of the part's record and cost record with its row
+# (workers.merge_parts); the resume scan hands over each part it verified the same way. The
+# driver folds them (`Merged`): the ledger's sums, the digest of every file a part record lists
 # (the manifest then reads none back) and each stage's cost totals. Only parts this run was not
 # told of are read at the end: at 2M parts in an object store, millions of GETs not sent.
 
@@ -292,9 +292,9 @@ class Merged:
     def __init__(self) -> None:
         self.fold = Fold()
         self.known: dict[str, dict[str, Any]] = {}
-        """Digests for the manifest: the fragments' files, the fragments, the cost records."""
+        """Digests for the manifest: the part records' files, the part records, the cost records."""
         self.shards: set[str] = set()
-        """Parts whose fragment was folded here (not read back)."""
+        """Parts whose part record was folded here (not read back)."""
         self.costs: dict[str, dict[str, Any]] = {}
         """Stage -> cost totals over the parts whose cost record was folded here."""
         self.costed: set[str] = set()
@@ -303,24 +303,24 @@ class Merged:
         verified before the stage's aggregate (global_parts.run_global_stages)."""
 
     def add(self, block: Any) -> None:
-        """Fold one output block of the merge (columns shard, fragment, cost)."""
-        if not block.num_rows or "fragment" not in block.column_names:
+        """Fold one output block of the merge (columns shard, record, cost)."""
+        if not block.num_rows or "record" not in block.column_names:
             return
-        for shard, fragment, cost in zip(
+        for shard, record, cost in zip(
             block.column("shard").to_pylist(),
-            block.column("fragment").to_pylist(),
+            block.column("record").to_pylist(),
             block.column("cost").to_pylist(),
             strict=True,
         ):
-            self.add_fragment(shard, fragment.encode())
+            self.add_record(shard, record.encode())
             if cost:  # none: the report reads what there is
                 self.add_cost(shard, cost.encode())
 
-    def forget_fragments(self) -> None:
-        """Drop the fragments folded so far (the ledger then reads every one back)."""
+    def forget_records(self) -> None:
+        """Drop the part records folded so far (the ledger then reads every one back)."""
         self.fold, self.shards = Fold(), set()
 
-    def add_fragment(self, shard: str, data: bytes) -> None:
+    def add_record(self, shard: str, data: bytes) -> None:
         if shard in self.shards:
             return  # each part once, whatever handed it over twice
         content = json.loads(data)

@@ -1,8 +1,8 @@
 """The work area of an output, `.parts/`: where a run keeps what it has done, and resume.
 
 Per input, a read record (`<stem>.read.json`: records, parts); per part (shard), a ledger
-fragment (`<shard>.json`: the files it wrote with their bytes and sha256); the stream's pieces
-(`pieces/<shard>/`); the persisted map side of global stages (`global/<stage>/`); the run's phase
+part record (`<shard>.json`: the files it wrote with their bytes and sha256); the stream's row files
+(`rows/<part>/`); the persisted map output of global stages (`global/<stage>/`); the run's phase
 (`progress/`); and `scratch/`, where files are written before they are renamed into place. A
 later run reuses every part whose recorded files still verify and computes the rest again.
 """
@@ -35,10 +35,10 @@ from pretrain.storage import (
 )
 
 PARTS = layout.PARTS_DIR
-"""Hidden work area of an output: per-shard ledger fragments and per-input read counts."""
-PIECES = "pieces"
+"""Hidden work area of an output: per-part records and per-input read counts."""
+ROWS = "rows"
 GLOBAL = layout.GLOBAL_MAP_DIR.removeprefix(f"{PARTS}/")
-"""`.parts/global/<stage>/`: the persisted map side of each global stage (global_parts), which
+"""`.parts/global/<stage>/`: the persisted map output of each global stage (global_parts), which
 the manifest does not list (a cache: `pretrain data clean` removes it)."""
 SCRATCH = "scratch"
 PROGRESS = "progress"
@@ -84,7 +84,7 @@ def ordered(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def fragment_path(out: OutPath, shard: str) -> OutPath:
+def part_record_path(out: OutPath, shard: str) -> OutPath:
     return out / PARTS / f"{shard}.json"
 
 
@@ -97,8 +97,8 @@ def phase_path(out: OutPath) -> OutPath:
     return out / PARTS / PROGRESS / "phase.json"
 
 
-def pieces_dir(out: OutPath, shard: str) -> OutPath:
-    return out / PARTS / PIECES / shard
+def rows_dir(out: OutPath, shard: str) -> OutPath:
+    return out / PARTS / ROWS / shard
 
 
 def scratch_dir(out: OutPath) -> OutPath:
@@ -167,24 +167,24 @@ def records_to_read(
 def finished_parts(
     out: OutPath, on_verified: Callable[[str, bytes], None] | None = None
 ) -> dict[str, set[int]]:
-    """Stem -> part numbers whose shard, rejects and ledger fragment an earlier run finished and
-    that still verify (every file the fragment records has its bytes and sha256). A part that
+    """Stem -> part numbers whose shard, rejects and part record an earlier run finished and
+    that still verify (every file the part record lists has its bytes and sha256). A part that
     does not verify is forgotten (its files deleted) and computed again. In an object store the
     parts are checked `READ_AHEAD` at a time, and forgotten in order. `on_verified`
-    gets each verified part's fragment bytes, in order (the driver folds them, and does not read
+    gets each verified part's record bytes, in order (the driver folds them, and does not read
     them again at the end: ledger.Merged)."""
     done: dict[str, set[int]] = {}
     parts_dir = out / PARTS
     if not parts_dir.is_dir():
         return done
     listing = Listing(out) if isinstance(out, ObjectPath) else None
-    fragments: list[tuple[str, int, OutPath]] = []
+    records: list[tuple[str, int, OutPath]] = []
     for path in listed(parts_dir, "*.json"):
         stem, sep, number = path.stem.rpartition("-")
         if sep and number.isdigit() and not path.name.endswith(".read.json"):
-            fragments.append((stem, int(number), path))
-    checks = ordered(lambda found: _verified(out, found[2], listing), fragments, in_flight_for(out))
-    for (stem, part, path), data in zip(fragments, checks, strict=True):
+            records.append((stem, int(number), path))
+    checks = ordered(lambda found: _verified(out, found[2], listing), records, in_flight_for(out))
+    for (stem, part, path), data in zip(records, checks, strict=True):
         if data is not None:
             done.setdefault(stem, set()).add(part)
             if on_verified is not None:
@@ -195,7 +195,7 @@ def finished_parts(
 
 
 class Listing:
-    """Size and modification time of every shard, rejects and fragment object of an output in
+    """Size and modification time of every shard, rejects and part record object of an output in
     an object store, from three listings (or of the folders `subs`): the resume scan of millions
     of parts then costs no request per object (a HEAD or a GET of every shard's bytes at 40 TB is
     hours)."""
@@ -214,51 +214,51 @@ class Listing:
     def exists(self, rel: str) -> bool:
         return rel in self.entries
 
-    def trusted(self, rel: str, record: dict[str, Any], fragment: str) -> bool | None:
-        """False when `rel` is absent or not the size its fragment records; True when it is
-        and was last written no later than the fragment (the merge writes the fragment after
+    def trusted(self, rel: str, record: dict[str, Any], record_file: str) -> bool | None:
+        """False when `rel` is absent or not the size its part record lists; True when it is
+        and was last written no later than the part record (the merge writes the part record after
         the part's files, so its recorded sha256 is of these bytes); None (hash it) else. The
         same holds of a global stage's map record and its files (global_parts.persist)."""
         size, mtime = self.entries.get(rel, (-1, None))
         if size != record["bytes"]:
             return False
-        written = self.entries.get(fragment, (0, None))[1]
+        written = self.entries.get(record_file, (0, None))[1]
         return True if mtime is not None and written is not None and mtime <= written else None
 
 
-def part_verifies(out: OutPath, fragment: OutPath, listing: Listing | None = None) -> bool:
-    """True when the part's fragment is readable and every file it records is intact, and no
+def part_verifies(out: OutPath, record_file: OutPath, listing: Listing | None = None) -> bool:
+    """True when the part's record is readable and every file it records is intact, and no
     shard or rejects file it does not record is present. Locally every file is checked through
     the hash cache (re-hashed when the file was touched: its ctime changed); in an object store
-    with a `listing`, a file of the recorded size written before its fragment keeps the recorded
+    with a `listing`, a file of the recorded size written before its part record keeps the recorded
     sha256 (one written after it is read back and hashed)."""
-    return _verified(out, fragment, listing) is not None
+    return _verified(out, record_file, listing) is not None
 
 
-def _verified(out: OutPath, fragment: OutPath, listing: Listing | None) -> bytes | None:
-    """`part_verifies`: the fragment's bytes when the part verifies, else None."""
+def _verified(out: OutPath, record_file: OutPath, listing: Listing | None) -> bytes | None:
+    """`part_verifies`: the part record's bytes when the part verifies, else None."""
     try:
-        data = fragment.read_bytes()
+        data = record_file.read_bytes()
         files = json.loads(data)["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return data if _files_intact(out, fragment, files, listing) else None
+    return data if _files_intact(out, record_file, files, listing) else None
 
 
 def _files_intact(
-    out: OutPath, fragment: OutPath, files: dict[str, Any], listing: Listing | None
+    out: OutPath, record_file: OutPath, files: dict[str, Any], listing: Listing | None
 ) -> bool:
-    """Every file the fragment records is intact, and it records the part's shard and rejects
+    """Every file the part record lists is intact, and it records the part's shard and rejects
     where they exist."""
     exists = listing.exists if listing is not None else lambda rel: (out / rel).exists()
-    for name in (layout.data_file(fragment.stem), layout.rejects_file(fragment.stem)):
+    for name in (layout.data_file(record_file.stem), layout.rejects_file(record_file.stem)):
         if exists(name) and name not in files:
             return False
     for name, record in files.items():
-        confined(out, name, f"ledger fragment {fragment}")  # the output's own file, no other
+        confined(out, name, f"part record {record_file}")  # the output's own file, no other
         path = out / name
         if listing is not None:
-            trusted = listing.trusted(name, record, f"{PARTS}/{fragment.name}")
+            trusted = listing.trusted(name, record, f"{PARTS}/{record_file.name}")
             if trusted is not None:
                 if not trusted:
                     return False
@@ -271,12 +271,12 @@ def _files_intact(
 
 
 def forget_part(out: OutPath, shard: str) -> None:
-    """Delete everything one part wrote (shard, rejects, ledger fragment, its cost record,
-    pieces): a forgotten part's cost must not be folded into the part computed in its place."""
+    """Delete everything one part wrote (shard, rejects, part record, its cost record,
+    row files): a forgotten part's cost must not be folded into the part computed in its place."""
     for name in (layout.data_file(shard), layout.rejects_file(shard), f"{PARTS}/{shard}.json"):
         (out / name).unlink(missing_ok=True)
     part_cost_path(out, shard).unlink(missing_ok=True)
-    remove_tree(pieces_dir(out, shard))
+    remove_tree(rows_dir(out, shard))
 
 
 def _global_part(name: str) -> str:
@@ -306,7 +306,7 @@ def forget_inputs(out: OutPath, stems: Collection[str]) -> None:
         layout.DATA_DIR,
         layout.REJECTS_DIR,
         PARTS,
-        f"{PARTS}/{PIECES}",
+        f"{PARTS}/{ROWS}",
         f"{PARTS}/{PART_COSTS}",
     )
     for sub in folders:

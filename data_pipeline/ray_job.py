@@ -2,11 +2,11 @@
 
     stream  inputs --read_files (tasks, streaming)--> raw batches (`_shard`, `_row` name each
             row's part) --MapStagesWorker (actor pool, fractional CPUs; the map stages before any
-            global stage)--> pieces of each part (written by the map actors: data_pipeline.workers)
+            global stage)--> row files of each part (written by the map actors: data_pipeline.workers)
     global  data_pipeline.global_parts: for each global stage, map each part (persisted per part)
             -> aggregate in the driver -> join each part, then the map stages after it
-    merge   one task per part: its pieces in row order -> the select -> data/<part>.parquet,
-            _rejects/<part>.pq, .parts/<part>.json (ledger fragment)
+    merge   one task per part: its row files in row order -> the select -> data/<part>.parquet,
+            _rejects/<part>.pq, .parts/<part>.json (part record)
 (the layout: pretrain.shards_layout)
 """
 
@@ -47,7 +47,7 @@ def _read_resources(actors: bool, cpus: int) -> dict[str, Any]:
     one task per CPU of the cluster at start: when a node dies, Ray restarts its stage actors on
     the nodes left and they may take every CPU there (a 1-CPU head holds two 0.5-CPU actors),
     while the reads that must run again (their node died with their output blocks) would wait for
-    a CPU forever (the job stalled until ray.timeout_s). Without actors, reads and piece writes
+    a CPU forever (the job stalled until ray.timeout_s). Without actors, reads and row file writes
     are one task that keeps a fractional CPU."""
     import ray.data
 
@@ -66,7 +66,7 @@ def _max_input_bytes(stages: list[Stage]) -> int | None:
 def _original_errors() -> Iterator[None]:
     """Datasets built in this block raise their map functions' own errors, not Ray Data's
     UserCodeException raised from them: a pickled exception loses its `__cause__`, so the
-    driver got Ray's many lines, not a worker's one-line refusal (a fence, a changed piece)."""
+    driver got Ray's many lines, not a worker's one-line refusal (a fence, a changed row file)."""
     import ray.data
 
     context = ray.data.DataContext.get_current()  # each dataset copies it when built
@@ -87,7 +87,7 @@ def stream(
     progress: bool,
 ) -> str:
     """Read the inputs `read` (less the parts in `skip`) through the map stages before the first
-    global stage into pieces; returns Ray Data's stats. Progress counts the tagged rows."""
+    global stage into row files; returns Ray Data's stats. Progress counts the tagged rows."""
     import ray
 
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -114,7 +114,7 @@ def stream(
         )
         if not head:
             dataset = dataset.map_batches(
-                workers.write_pieces,
+                workers.write_rows,
                 batch_format="pyarrow",
                 batch_size=None,
                 num_cpus=0.25,
@@ -125,7 +125,7 @@ def stream(
                 workers.MapStagesWorker,
                 fn_constructor_kwargs={
                     "specs": [s.spec() for s in head],
-                    "pieces_out": out,
+                    "rows_out": out,
                     "cost_out": out,
                     "batch_rows": config.batch_rows,
                 },
@@ -183,8 +183,8 @@ def merge(
     done: dict[str, set[int]],
     merged: ledger.Merged,
 ) -> str:
-    """Merge every unfinished part of the inputs `stems` into its shard (workers.merge_shards);
-    `merged` folds each part's fragment and cost record as they arrive. Returns Ray's stats."""
+    """Merge every unfinished part of the inputs `stems` into its shard (workers.merge_parts);
+    `merged` folds each part's record and cost record as they arrive. Returns Ray's stats."""
     import ray
 
     shards = []
@@ -206,7 +206,7 @@ def merge(
         dataset = ray.data.from_items(
             [{"shard": s} for s in shards], override_num_blocks=max(1, len(shards))
         ).map_batches(
-            workers.merge_shards,
+            workers.merge_parts,
             batch_size=1,
             batch_format="pyarrow",
             num_cpus=MERGE_CPUS,
@@ -241,7 +241,7 @@ def session(
     try:
         with _executor_wait(EXECUTOR_WAIT_S):  # the stream and the merge are Ray Data jobs
             throughput.clear(out)
-            remove_tree(out / parts.PARTS / parts.PIECES)
+            remove_tree(out / parts.PARTS / parts.ROWS)
             remove_tree(out / parts.PARTS / parts.PROGRESS)
             clock.marker = parts.phase_path(out)
             yield
@@ -291,7 +291,7 @@ def run(
 
 def pretrain_cause(exc: BaseException) -> PretrainError | None:
     """The first of our errors in `exc`'s chain (a RayTaskError's `cause`, or what raised it):
-    a worker's fence refusal, a changed piece; the user is owed its one line, not Ray's. The
+    a worker's fence refusal, a changed row file; the user is owed its one line, not Ray's. The
     job's datasets raise their map functions' own errors (ray_job._original_errors): Ray Data's
     UserCodeException, pickled from the worker, no longer holds what it was raised from."""
     seen: set[int] = set()
@@ -310,7 +310,7 @@ def pretrain_cause(exc: BaseException) -> PretrainError | None:
 
 class Tally:
     """Rows tagged so far, from the stream's output blocks as the driver receives them (one row
-    per piece written: its rows). Ray hands each output over once, whichever worker made it: a
+    per row file written: its rows). Ray hands each output over once, whichever worker made it: a
     task retried, an actor restarted or an object rebuilt after a node died is not counted
     twice, and a worker that died leaves nothing behind to count."""
 

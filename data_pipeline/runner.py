@@ -6,7 +6,7 @@ Resume: parts finished by an earlier run with the same config, stage versions an
 reused if their files still verify (their rows are skipped at read time), so a re-run after a crash
 equals an uninterrupted run, byte for byte; an input whose file changed is read again
 (data_pipeline.fingerprint). With a global stage enabled, an unfinished run writes every shard
-again (its tags depend on every document), but each global stage's map side is persisted per
+again (its tags depend on every document), but each global stage's map output is persisted per
 part and reused while it verifies, so only unmapped parts are read and mapped again (and a run
 killed during an aggregation maps nothing again). Shards and rejects are written in
 `.parts/scratch/` and renamed into place; each run clears the scratch directory a killed run left.
@@ -67,7 +67,7 @@ class RunResult:
     manifest: dict[str, Any]
     shards: list[str] = field(default_factory=list)
     reused_parts: int = 0
-    """Parts (shards and their rejects and ledger fragments) reused from an earlier run."""
+    """Parts (shards and their rejects and part records) reused from an earlier run."""
     parts: int = 0
     ray_stats: str = ""
     """Ray Data's per-operator timing report (empty when every shard was reused)."""
@@ -137,13 +137,13 @@ def preflight(
 def _collect(
     out: OutPath, stems: list[str], stages: list[Stage], merged: ledger.Merged
 ) -> tuple[dict[str, Any], list[str]]:
-    """The ledger from every input's read record and every part's fragment: the fragments the
+    """The ledger from every input's read record and every part's record: the part records the
     merge of this run handed over are already folded in `merged` (ledger.Merged); only
     the others (parts reused from an earlier run) are read, and folded as they are read
-    (ledger.aggregate): the driver holds per-input part counts, not the fragments (millions of
+    (ledger.aggregate): the driver holds per-input part counts, not the part records (millions of
     parts at 40 TB). In an object store the records are read `parts.READ_AHEAD` at a time
     and consumed in order (the same ledger as read in turn). `merged.known` gets the digest of
-    every file a fragment records (its writer hashed the bytes it wrote) and of the records read
+    every file a part record lists (its writer hashed the bytes it wrote) and of the records read
     here, for the manifest (pretrain.manifest.write_manifest): no output file is read again to
     hash it."""
     known = merged.known
@@ -160,10 +160,10 @@ def _collect(
         collisions += stats.get("id_collisions", 0)
         counts.append((stem, int(stats["parts"])))
     if not merged.shards <= set(_shards(counts)):
-        merged.forget_fragments()  # a part of no input of this run's: read them all, as before
-    fragments = _fragments(out, counts, known, merged.shards)
+        merged.forget_records()  # a part of no input of this run's: read them all, as before
+    records = _part_records(out, counts, known, merged.shards)
     names = [s.name for s in stages]
-    led = ledger.aggregate(fragments, names, read_docs, read_bytes, merged.fold)
+    led = ledger.aggregate(records, names, read_docs, read_bytes, merged.fold)
     led["id_collisions"] = collisions
     shards = sorted(p.name for p in (out / layout.DATA_DIR).glob("*.parquet"))
     return led, shards
@@ -200,32 +200,32 @@ def _shards(counts: list[tuple[str, int]]) -> Iterator[str]:
     return (f"{stem}-{part:05d}" for stem, count in counts for part in range(count))
 
 
-def _fragments(
+def _part_records(
     out: OutPath,
     counts: list[tuple[str, int]],
     known: dict[str, dict[str, Any]],
     folded: Collection[str] = (),
 ) -> Iterator[dict[str, Any]]:
-    """Every part's ledger fragment but those `folded` already, in input and part order (a
+    """Every part's record but those `folded` already, in input and part order (a
     missing one is a one-line error); the digests of it and of the files it records go to
     `known`."""
     folded = set(folded)
     todo = [shard for shard in _shards(counts) if shard not in folded]
-    paths = (parts.fragment_path(out, shard) for shard in todo)
+    paths = (parts.part_record_path(out, shard) for shard in todo)
     for shard, loaded in zip(todo, _records(out, paths), strict=True):
         if loaded is None:
             raise PretrainError(
                 f"shard {shard} was not written; re-run the command (finished shards are reused)"
             )
-        fragment = _noted(loaded, known)
-        for name, record in fragment.get("files", {}).items():
+        record_file = _noted(loaded, known)
+        for name, record in record_file.get("files", {}).items():
             known[name] = {"bytes": record.get("bytes"), "sha256": record.get("sha256")}
-        yield fragment
+        yield record_file
 
 
 def restart(out: OutPath) -> dict[str, set[int]]:
     """Forget every shard of an unfinished run with a global stage (shards, rejects, ledger
-    fragments): their global tags are computed again. The inputs' read records and the global
+    part records): their global tags are computed again. The inputs' read records and the global
     stages' persisted map output are kept (each reused while it verifies)."""
     for sub in (layout.DATA_DIR, layout.REJECTS_DIR):
         remove_tree(out / sub)
@@ -257,7 +257,7 @@ def plan_work(
     out: OutPath,
     on_verified: Callable[[str, bytes], None] | None = None,
 ) -> tuple[Work, dict[str, set[int]]]:
-    """What to compute, and the parts reused (`done`); `on_verified` gets the fragment bytes of
+    """What to compute, and the parts reused (`done`); `on_verified` gets the part record bytes of
     every part the scan verified (parts.finished_parts): those of a run with a global stage are
     then forgotten (`restart`), and `done` is empty."""
     done = parts.finished_parts(out, on_verified)
@@ -299,9 +299,9 @@ def run_pipeline(
             f"(or left it); their parts are recomputed: {', '.join(changed[:5])}"
         )
     merged = ledger.Merged()  # what the resume scan and the merge read: not read back
-    work, done = plan_work(config, stages, inputs, out, merged.add_fragment)
+    work, done = plan_work(config, stages, inputs, out, merged.add_record)
     if not merged.shards <= {f"{s}-{p:05d}" for s, numbers in done.items() for p in numbers}:
-        merged.forget_fragments()  # a restart forgot the parts the scan verified
+        merged.forget_records()  # a restart forgot the parts the scan verified
     todo = work.merge
     reused = sum(len(v) for v in done.values())
     if progress:

@@ -8,7 +8,7 @@ retried batch overwrites its own record instead of counting twice). A batch hold
 several shards splits its CPU-seconds by their row counts; documents and raw bytes are exact.
 The shard's merge task folds its records, plus the cost of writing it, into
 `OUT/.parts/part-costs/<shard>.json`: a resumed run reuses a finished part with its cost, so the
-manifest's totals cover every part whichever run computed it. A global stage's map side records
+manifest's totals cover every part whichever run computed it. A global stage's map output records
 its cost per part with its persisted map output (data_pipeline.global_parts), its join per part
 like a map stage, and its aggregate (`GlobalStage.cost`) once for the whole corpus
 (`<stage>.global-cost.json`).
@@ -135,7 +135,7 @@ def seal_part(out: OutPath, shard: str, write_cpu_s: float) -> bytes:
     stage produced for it) into its part cost file; returns the bytes written. A stage this run
     did not record for the part keeps its earlier entry: after a resume with a global stage, the
     map stages before it are not run again (their output is reused with the global stage's
-    persisted map side)."""
+    persisted map output)."""
     totals: dict[str, dict[str, Any]] = {}
     folder = cost_dir(out) / shard
     for path in listed(folder, "*.json") if folder.is_dir() else ():

@@ -101,7 +101,7 @@ def _global_cost(
                 throughput.add_cost(combined, cost)
     aggregate = _load(throughput.global_cost_path(out, name)) or {}
     if not combined:
-        return {}  # the map side was not measured: the stage is listed as unmeasured
+        return {}  # the map output was not measured: the stage is listed as unmeasured
     for extra in (joins, aggregate):
         combined["cpu_s"] += extra.get("cpu_s", 0.0)
         combined["peak_rss_mb"] = max(combined["peak_rss_mb"], extra.get("peak_rss_mb", 0.0))

@@ -1,14 +1,14 @@
-"""What runs in the data job's Ray workers: the file reader, the map-stage actor, the pieces, and
-the merge of each part's pieces into its shard.
+"""What runs in the data job's Ray workers: the file reader, the map-stage actor, the row files, and
+the merge of each part's row files into its shard.
 
-Tagged rows leave the stages as *pieces*: `.parts/pieces/<shard>/<first>-<last>.<sha256>.parquet`,
+Tagged rows leave the stages as *row files*: `.parts/row files/<shard>/<first>-<last>.<sha256>.parquet`,
 one per shard present in a batch, named by the rows it holds and the sha256 of its bytes (so the
-name and the bytes land in one rename, and a piece changed after it was written is an error naming
-it when read, never rows: `read_pieces`). When the stream is done, one merge task per
-shard concatenates its pieces in row order (dropping rows a retried task wrote twice) and writes
-the shard (`merge_shards`: select applied, rows in order, each once; a merge retried after its
-node died finds its pieces gone and returns what the finished merge recorded; each row it returns
-carries the bytes of the part's ledger fragment and cost record, which the driver folds instead of
+name and the bytes land in one rename, and a row file changed after it was written is an error naming
+it when read, never rows: `read_rows`). When the stream is done, one merge task per
+shard concatenates its row files in row order (dropping rows a retried task wrote twice) and writes
+the shard (`merge_parts`: select applied, rows in order, each once; a merge retried after its
+node died finds its row files gone and returns what the finished merge recorded; each row it returns
+carries the bytes of the part's record and cost record, which the driver folds instead of
 reading them back: ledger.Merged). No shuffle, no barrier inside the stream, and every output is
 deterministic for the same input: a task retried after a worker dies, or a job re-run after the
 driver dies, writes byte-identical files (atomic renames). What a run records of its progress,
@@ -31,10 +31,10 @@ import pyarrow.parquet as pq
 
 from data_pipeline import ledger, throughput
 from data_pipeline.parts import (
-    fragment_path,
+    part_record_path,
     part_verifies,
-    pieces_dir,
     read_stats_path,
+    rows_dir,
     write_parquet,
 )
 from data_pipeline.readers import InputFile, read_file
@@ -78,7 +78,7 @@ class MapStagesWorker:
     `ray.block_mb` of input, and the pool deals blocks, not bundles of them, to its actors: no
     actor is left with a long last task while another idles), and runs the stages over slices
     of at most `batch_rows` rows of it.
-    With `pieces_out`, it also writes its output as pieces (the last segment of the job) and
+    With `rows_out`, it also writes its output as row files (the last segment of the job) and
     returns only their row counts, so tagged text never travels back through the object store.
     With `cost_out`, it records each stage's CPU-seconds per block (data_pipeline.throughput).
     """
@@ -86,30 +86,30 @@ class MapStagesWorker:
     def __init__(
         self,
         specs: Sequence[StageSpec],
-        pieces_out: str | OutPath | None = None,
+        rows_out: str | OutPath | None = None,
         cost_out: str | OutPath | None = None,
         batch_rows: int | None = None,
     ) -> None:
         self.refused: PretrainError | None = None
         try:
-            self._build(specs, pieces_out, cost_out, batch_rows)
+            self._build(specs, rows_out, cost_out, batch_rows)
         except PretrainError as exc:
             # Raised here, Ray reports an actor that died in its creation task (its traceback as
             # text, the error lost): raised by the first call, it reaches the user as one line.
             # An actor given no block is never called: the driver reads it (raise_refusal).
             self.refused = exc
-            if (out := cost_out or pieces_out) is not None:
+            if (out := cost_out or rows_out) is not None:
                 _record_refusal(out, exc)
 
     def _build(
         self,
         specs: Sequence[StageSpec],
-        pieces_out: str | OutPath | None,
+        rows_out: str | OutPath | None,
         cost_out: str | OutPath | None,
         batch_rows: int | None,
     ) -> None:
         self.stages = [build_stage(spec) for spec in specs]
-        self.pieces_out = pieces_out
+        self.rows_out = rows_out
         self.cost_out = cost_out
         self.batch_rows = batch_rows
         if cost_out:
@@ -130,8 +130,8 @@ class MapStagesWorker:
                 begin = cpu_time()
                 tagged = stage(tagged)
                 spent[stage.name] = spent.get(stage.name, 0.0) + cpu_time() - begin
-            if self.pieces_out:
-                tagged = write_pieces(tagged, self.pieces_out)
+            if self.rows_out:
+                tagged = write_rows(tagged, self.rows_out)
             outputs.append(tagged)
         if self.cost_out:
             throughput.record_batch(self.cost_out, f"map-{self.stages[0].name}", block, spent)
@@ -167,43 +167,43 @@ def _subclasses(kind: type[PretrainError]) -> list[type[PretrainError]]:
     return [kind] + [s for c in kind.__subclasses__() for s in _subclasses(c)]
 
 
-def write_pieces(batch: pa.Table, out: str | OutPath) -> pa.Table:
-    """Write the rows of each part present in `batch` as one piece; return {shard, rows}."""
+def write_rows(batch: pa.Table, out: str | OutPath) -> pa.Table:
+    """Write the rows of each part present in `batch` as one row file; return {shard, rows}."""
     shards, counts = [], []
     for shard in sorted(set(batch.column("_shard").to_pylist())):
-        piece = batch.filter(pc.equal(batch.column("_shard"), shard))
-        rows = piece.column("_row")
+        part_rows = batch.filter(pc.equal(batch.column("_shard"), shard))
+        rows = part_rows.column("_row")
         first, last = pc.min(rows).as_py(), pc.max(rows).as_py()
         name = f"{first:012d}-{last:012d}"
-        target = pieces_dir(output_path(out), shard)
+        target = rows_dir(output_path(out), shard)
         target.mkdir(parents=True, exist_ok=True)
         sink = pa.BufferOutputStream()
-        pq.write_table(piece, sink, compression="lz4")
+        pq.write_table(part_rows, sink, compression="lz4")
         data = sink.getvalue().to_pybytes()
         write_atomic(target / f"{name}.{hashlib.sha256(data).hexdigest()}.parquet", data)
         shards.append(shard)
-        counts.append(piece.num_rows)
+        counts.append(part_rows.num_rows)
     return pa.table({"shard": pa.array(shards, pa.string()), "rows": pa.array(counts, pa.int64())})
 
 
-def _read_piece(path: OutPath) -> pa.Table:
-    """The rows of one piece, once its bytes have the sha256 its name records."""
+def _read_row_file(path: OutPath) -> pa.Table:
+    """The rows of one row file, once its bytes have the sha256 its name records."""
     name = path.name.removesuffix(".parquet")
     rows, _, recorded = name.partition(".")
     data = path.read_bytes()
     if len(recorded) != 64 or hashlib.sha256(data).hexdigest() != recorded:
         raise PretrainError(
-            f"row piece {path} does not have the sha256 its name records (changed after it was "
-            "written: a disk error or a second writer); re-run the command (pieces are made again)"
+            f"row file {path} does not have the sha256 its name records (changed after it was "
+            "written: a disk error or a second writer); re-run the command (row files are made again)"
         )
     return pq.read_table(pa.BufferReader(data))
 
 
-def read_pieces(out: OutPath, shard: str) -> pa.Table:
+def read_rows(out: OutPath, shard: str) -> pa.Table:
     """All rows of one shard in row order, each row once (retries may have written some twice);
-    a piece whose bytes changed since it was written is an error (`_read_piece`)."""
-    paths = listed(pieces_dir(out, shard), "*.parquet")
-    table = pa.concat_tables([_read_piece(p) for p in paths]).sort_by("_row")
+    a row file whose bytes changed since it was written is an error (`_read_row_file`)."""
+    paths = listed(rows_dir(out, shard), "*.parquet")
+    table = pa.concat_tables([_read_row_file(p) for p in paths]).sort_by("_row")
     rows = table.column("_row").to_numpy()
     if len(rows) > 1 and (rows[1:] == rows[:-1]).any():
         keep = [True, *(rows[1:] != rows[:-1]).tolist()]
@@ -223,8 +223,8 @@ def _sample_rejects(rejects: pa.Table, reasons: list[str], per_reason: int) -> p
     return rejects.filter(pa.array(keep, pa.bool_()))
 
 
-class ShardWriter:
-    """Turns the pieces of one shard into the shard: select, write shard and rejects, record."""
+class PartWriter:
+    """Turns the row files of one shard into the shard: select, write shard and rejects, record."""
 
     def __init__(
         self,
@@ -246,27 +246,27 @@ class ShardWriter:
         )
 
     def __call__(self, shard: str) -> pa.Table:
-        if not listed(pieces_dir(self.out, shard), "*.parquet"):
+        if not listed(rows_dir(self.out, shard), "*.parquet"):
             return self.finished(shard)
-        group = read_pieces(self.out, shard)
-        keep, frag = ledger.fragment(group, self.stages, self.drop)
+        group = read_rows(self.out, shard)
+        keep, counts = ledger.part_counts(group, self.stages, self.drop)
         kept = conform(group.filter(keep), self.fields)
         files = {}
         if kept.num_rows:
             name = layout.data_file(shard)
             files[name] = write_parquet(kept, self.out, name, self.level)
         files.update(self._write_rejects(group.filter(pc.invert(keep)), shard))
-        data = json_bytes({"shard": shard, "files": files, **frag})
-        write_atomic(fragment_path(self.out, shard), data)
+        data = json_bytes({"shard": shard, "files": files, **counts})
+        write_atomic(part_record_path(self.out, shard), data)
         return _row(shard, kept.num_rows, group.num_rows - kept.num_rows, data)
 
     def finished(self, shard: str) -> pa.Table:
         """What the merge of `shard` returned, when it already ran to the end: Ray runs a task
-        again when its node died before Ray heard back, and by then its pieces are gone."""
-        path = fragment_path(self.out, shard)
+        again when its node died before Ray heard back, and by then its row files are gone."""
+        path = part_record_path(self.out, shard)
         if not path.is_file() or not part_verifies(self.out, path):
             raise PretrainError(
-                f"shard {shard}: its pieces are gone and it was not written; re-run the command "
+                f"shard {shard}: its row files are gone and it was not written; re-run the command "
                 "(finished shards are reused)"
             )
         data = path.read_bytes()
@@ -288,13 +288,13 @@ class ShardWriter:
         return {name: write_parquet(table, self.out, name, self.level)}
 
 
-def _row(shard: str, kept: int, dropped: int, fragment: bytes) -> pa.Table:
+def _row(shard: str, kept: int, dropped: int, record: bytes) -> pa.Table:
     return pa.table(
         {
             "shard": [shard],
             "kept": [kept],
             "dropped": [dropped],
-            "fragment": [fragment.decode()],
+            "record": [record.decode()],
             "cost": [""],
         }
     )
@@ -308,13 +308,13 @@ def _sealed(out: OutPath, shard: str) -> bytes:
         return b""
 
 
-def merge_shards(batch: pa.Table, **options: Any) -> pa.Table:
-    """map_batches function: each row names a shard whose pieces become the shard (ShardWriter);
-    it returns the shard's fragment and cost record, as written (ledger.Merged)."""
-    writer = ShardWriter(**options)
+def merge_parts(batch: pa.Table, **options: Any) -> pa.Table:
+    """map_batches function: each row names a shard whose row files become the shard (PartWriter);
+    it returns the shard's part record and cost record, as written (ledger.Merged)."""
+    writer = PartWriter(**options)
     tables = []
     for shard in batch.column("shard").to_pylist():
-        again = not listed(pieces_dir(writer.out, shard), "*.parquet")  # a retry, sealed before
+        again = not listed(rows_dir(writer.out, shard), "*.parquet")  # a retry, sealed before
         start = time.process_time()
         table = writer(shard)
         if again:  # sealed by the run that finished it: its record as that run wrote it
@@ -324,5 +324,5 @@ def merge_shards(batch: pa.Table, **options: Any) -> pa.Table:
         table = table.set_column(4, "cost", pa.array([cost.decode()], pa.string()))
         tables.append(table)
     for shard in batch.column("shard").to_pylist():
-        remove_tree(pieces_dir(writer.out, shard))
+        remove_tree(rows_dir(writer.out, shard))
     return pa.concat_tables(tables)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from data_pipeline.parts import GLOBAL, PARTS, PIECES, phase_path
+from data_pipeline.parts import GLOBAL, PARTS, ROWS, phase_path
 from tests.data_pipeline.raytools import REPO, clean_env, data_run, ray_processes, wait_gone
 
 Ready = Callable[[Path], bool]
@@ -116,7 +116,7 @@ def records(out: Path, stage: str) -> dict[str, tuple[int, int, int]]:
 def busy_stage_actor(out: Path, procs: list[psutil.Process]) -> bool:
     """Kill a stage actor while it tags rows (its process title names the call) once a piece
     has been written: a worker dying mid-write. True once one was killed."""
-    pieces = out / PARTS / PIECES
+    pieces = out / PARTS / ROWS
     try:  # the merge clears the pieces: the folder can go between a look and a walk
         if not any(pieces.rglob("*.parquet")):
             return False

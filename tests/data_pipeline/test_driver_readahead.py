@@ -1,4 +1,4 @@
-"""The driver reads an object-store output's per-part records (ledger fragments, read records,
+"""The driver reads an object-store output's per-part records (part records, read records,
 part costs) several at a time and consumes them in order: the resume scan, the ledger and the
 manifest's throughput come out the same as read one by one, and a missing fragment is the same
 one-line error. The store is moto with a real store's round-trip latency, counting the requests
@@ -70,7 +70,7 @@ def _finished_output(out: storage.ObjectPath) -> None:
             }
             row = {**ROW, "domain": f"d{number % 3}", "documents": 3, "bytes": 30 + s}
             fragment = {"shard": shard, "files": files, "rows": [{**row, "text_bytes": 20}]}
-            storage.write_json(parts.fragment_path(out, shard), {**fragment, "flags": {}})
+            storage.write_json(parts.part_record_path(out, shard), {**fragment, "flags": {}})
             cost = {"read": {"cpu_s": 0.01 * number, "docs": 3, "bytes": 30 + s}}
             storage.write_json(throughput.part_cost_path(out, shard), cost)
         record = {"records": 3 * PER_INPUT, "bytes": (30 + s) * PER_INPUT, "parts": PER_INPUT}
@@ -120,7 +120,7 @@ def test_a_missing_fragment_is_the_first_one_in_part_order(
     """Two fragments gone: the error names the earlier part, as read one by one (the ones read
     ahead of it are dropped)."""
     _, output = slow_store
-    first, later = (parts.fragment_path(output, s) for s in ("crawl-b-00004", "crawl-c-00001"))
+    first, later = (parts.part_record_path(output, s) for s in ("crawl-b-00004", "crawl-c-00001"))
     missing = pytest.raises(PretrainError, match=r"^shard crawl-b-00004 was not written")
     with removed(later), removed(first), missing:
         runner._collect(output, STEMS, [], ledger.Merged())

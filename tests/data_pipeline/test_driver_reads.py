@@ -69,7 +69,7 @@ def _finished_output(out: storage.ObjectPath) -> None:
             name: parts.write_parquet(table, out, name, 3)
             for name in (layout.data_file(shard), layout.rejects_file(shard))
         }
-        storage.write_json(parts.fragment_path(out, shard), {"shard": shard, "files": files})
+        storage.write_json(parts.part_record_path(out, shard), {"shard": shard, "files": files})
 
 
 def test_resume_scan_and_manifest_read_no_shard_bytes_back(recorded_s3: Any) -> None:
@@ -81,7 +81,7 @@ def test_resume_scan_and_manifest_read_no_shard_bytes_back(recorded_s3: Any) -> 
     assert parts.finished_parts(out) == {"web": {0, 1, 2}}
     known = {}
     for shard in SHARDS:
-        known.update(parts.load_json(parts.fragment_path(out, shard))["files"])
+        known.update(parts.load_json(parts.part_record_path(out, shard))["files"])
     manifest = write_manifest(out, "shards", known=known)
     _recording(endpoint, "stop-recording")
     assert manifest["files"] == hashed

@@ -74,9 +74,12 @@ def _output(root: Path, stems: list[str], per_input: int) -> dict[str, str]:
         files = [parts.read_stats_path(root, stem)]
         for number in range(per_input):
             shard = f"{stem}-{number:05d}"
-            parts.pieces_dir(root, shard).mkdir(parents=True)
+            parts.rows_dir(root, shard).mkdir(parents=True)
             files += [root / layout.data_file(shard), root / layout.rejects_file(shard)]
-            files += [parts.fragment_path(root, shard), parts.pieces_dir(root, shard) / "0.parquet"]
+            files += [
+                parts.part_record_path(root, shard),
+                parts.rows_dir(root, shard) / "0.parquet",
+            ]
             files += [throughput.part_cost_path(root, shard)]
             files += [
                 root / parts.PARTS / parts.GLOBAL / "dedup" / f"{shard}.{table}"
@@ -134,10 +137,10 @@ def test_a_part_that_no_longer_verifies_is_forgotten_with_its_cost_record(tmp_pa
     (tmp_path / layout.data_file(shard)).write_bytes(table_bytes)
     record = {"bytes": len(table_bytes) + 1, "sha256": "0" * 64, "rows": 1}
     fragment = {"shard": shard, "files": {layout.data_file(shard): record}}
-    parts.fragment_path(tmp_path, shard).write_text(json.dumps(fragment))
+    parts.part_record_path(tmp_path, shard).write_text(json.dumps(fragment))
     cost = throughput.part_cost_path(tmp_path, shard)
     cost.parent.mkdir(parents=True)
     cost.write_text(json.dumps({"read": {"cpu_s": 1.0, "docs": 1, "bytes": 3}}))
     assert parts.finished_parts(tmp_path) == {}
     assert not cost.exists()
-    assert not parts.fragment_path(tmp_path, shard).exists()
+    assert not parts.part_record_path(tmp_path, shard).exists()

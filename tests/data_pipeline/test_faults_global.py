@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from data_pipeline.parts import GLOBAL, PARTS, PIECES
+from data_pipeline.parts import GLOBAL, PARTS, ROWS
 from pretrain import shards_layout as layout
 from tests.data_pipeline.raytools import DATA, REPO, clean_env, data_run, ray_processes, wait_gone
 
@@ -145,7 +145,7 @@ def test_driver_killed_while_dedup_maps_its_parts(reference, tmp_path) -> None:
 
 
 def _aggregating(out: Path) -> bool:
-    pieces = out / PARTS / PIECES
+    pieces = out / PARTS / ROWS
     joined = pieces.is_dir() and any(pieces.rglob("*.parquet"))
     return _record_count(out) == PARTS_TOTAL and not joined
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from data_pipeline.config import PipelineConfig
-from data_pipeline.parts import PARTS, PIECES
+from data_pipeline.parts import PARTS, ROWS
 from data_pipeline.runner import run_pipeline
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
@@ -67,7 +67,7 @@ def _stage_actor_pids() -> list[int]:
 def _kill_first_worker_after_first_piece(out: Path, killed: list[int]) -> None:
     deadline = time.monotonic() + 200
     while time.monotonic() < deadline and not killed:
-        pieces = out / PARTS / PIECES
+        pieces = out / PARTS / ROWS
         if pieces.is_dir() and any(pieces.rglob("*.parquet")):
             pids = _stage_actor_pids()
             if pids:

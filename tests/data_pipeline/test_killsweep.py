@@ -110,7 +110,7 @@ def test_driver_killed_in_every_phase_then_resumed_gives_the_same_bytes(
     config = {**every_stage, "inputs": [str(tmp_path / "in")], "output": str(tmp_path / "out")}
     out = tmp_path / "out"
     # 1. mid-stream, once pieces are written: no part has its map side persisted yet
-    ks.kill_in(config, tmp_path, "k1", "stream", lambda o: any(o.rglob("pieces/*/*.parquet")))
+    ks.kill_in(config, tmp_path, "k1", "stream", lambda o: any(o.rglob("rows/*/*.parquet")))
     assert not ks.records(out, FIRST)
     # 2. a stage actor dies mid-write (the run goes on), then the driver, with some parts mapped
     ks.kill_in(config, tmp_path, "k2", "perplexity-map", _some_mapped, worker=ks.busy_stage_actor)

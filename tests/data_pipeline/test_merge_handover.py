@@ -1,4 +1,4 @@
-"""The merge hands each part's ledger fragment and cost record to the driver with its row, and the
+"""The merge hands each part's record and cost record to the driver with its row, and the
 driver folds them (ledger.Merged) instead of reading them back: on an object store (moto,
 recording every request) the end of a run sends no GET for a part this run merged, and the
 ledger, manifest digests and throughput totals equal those read back from the output."""
@@ -35,7 +35,7 @@ def _merged_output(out: storage.OutPath) -> pa.Table:
     for shard in SHARDS:
         shard_col = pa.array([shard] * table.num_rows, pa.string())
         column = table.schema.get_field_index("_shard")
-        workers.write_pieces(table.set_column(column, "_shard", shard_col), out)
+        workers.write_rows(table.set_column(column, "_shard", shard_col), out)
     storage.write_json(
         parts.read_stats_path(out, "t"), {"records": 60, "bytes": 600, "parts": len(SHARDS)}
     )
@@ -48,7 +48,7 @@ def _merged_output(out: storage.OutPath) -> pa.Table:
         "sample_per_reason": 2,
         "level": 3,
     }
-    return workers.merge_shards(pa.table({"shard": SHARDS}), **options)
+    return workers.merge_parts(pa.table({"shard": SHARDS}), **options)
 
 
 def _end_of_run(out: storage.OutPath, merged: ledger.Merged) -> tuple[Any, ...]:
@@ -61,7 +61,7 @@ def _end_of_run(out: storage.OutPath, merged: ledger.Merged) -> tuple[Any, ...]:
 
 
 def _part_record_gets(log: Path) -> list[str]:
-    """GETs of a part's ledger fragment or cost record (`.parts/<shard>.json`, part-costs/)."""
+    """GETs of a part's record or cost record (`.parts/<shard>.json`, part-costs/)."""
     entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     urls = [e["url"].split("?")[0] for e in entries if e["method"] in ("GET", "HEAD")]
     return [u for u in urls if any(f"/{shard}.json" in u for shard in SHARDS)]
@@ -69,9 +69,9 @@ def _part_record_gets(log: Path) -> list[str]:
 
 def test_the_merge_returns_the_records_it_wrote(tmp_path: Path) -> None:
     rows = _merged_output(tmp_path)
-    columns = (rows.column(c).to_pylist() for c in ("shard", "fragment", "cost"))
+    columns = (rows.column(c).to_pylist() for c in ("shard", "record", "cost"))
     for shard, fragment, cost in zip(*columns, strict=True):
-        assert fragment.encode() == parts.fragment_path(tmp_path, shard).read_bytes()
+        assert fragment.encode() == parts.part_record_path(tmp_path, shard).read_bytes()
         assert cost.encode() == (tmp_path / ".parts" / "part-costs" / f"{shard}.json").read_bytes()
     assert pc.sum(rows.column("kept")).as_py() == 36
 
@@ -115,7 +115,7 @@ def test_a_resumed_run_reads_a_reused_parts_fragment_once(recorded_s3: Any) -> N
     _merged_output(out)
     reference = _end_of_run(out, ledger.Merged())
     merged = ledger.Merged()
-    assert parts.finished_parts(out, merged.add_fragment) == {"t": {0, 1, 2}}
+    assert parts.finished_parts(out, merged.add_record) == {"t": {0, 1, 2}}
     _recording(endpoint, "start-recording")
     led, _, files = _end_of_run(out, merged)
     _recording(endpoint, "stop-recording")
@@ -129,5 +129,5 @@ def test_fragments_of_no_input_of_the_run_are_not_folded(tmp_path: Path) -> None
     reference = _end_of_run(tmp_path, ledger.Merged())[0]
     merged = ledger.Merged()
     merged.add(rows)
-    merged.add_fragment("gone-00000", rows.column("fragment")[0].as_py().encode())
+    merged.add_record("gone-00000", rows.column("record")[0].as_py().encode())
     assert _end_of_run(tmp_path, merged)[0] == reference

@@ -1,4 +1,4 @@
-"""A record a run left in its output (a ledger fragment, a global stage's map record) names
+"""A record a run left in its output (a part record, a global stage's map record) names
 files of that output only: a crafted one naming an absolute path, `..`, or a link out of the
 output is refused in one line by the resume check, which never hashes or opens the path."""
 
@@ -24,10 +24,10 @@ def _outside(tmp_path: Path) -> Path:
     return secret
 
 
-def _fragment(out: Path, name: str, target: Path) -> Path:
-    """A ledger fragment recording `name` with the true size and sha256 of `target`: a check
+def _part_record(out: Path, name: str, target: Path) -> Path:
+    """A part record recording `name` with the true size and sha256 of `target`: a check
     that followed the name would find it intact and reuse the part."""
-    path = parts.fragment_path(out, SHARD)
+    path = parts.part_record_path(out, SHARD)
     path.parent.mkdir(parents=True, exist_ok=True)
     entry = {"bytes": target.stat().st_size, "sha256": sha256_file(target)}
     path.write_text(json.dumps({"shard": SHARD, "files": {name: entry}}))
@@ -35,7 +35,7 @@ def _fragment(out: Path, name: str, target: Path) -> Path:
 
 
 @pytest.mark.parametrize("kind", ["absolute", "dotdot", "link", "linked_dir"])
-def test_a_ledger_fragment_naming_a_path_outside_the_output_is_refused(tmp_path, kind) -> None:
+def test_a_part_record_naming_a_path_outside_the_output_is_refused(tmp_path, kind) -> None:
     out, secret = tmp_path / "out", _outside(tmp_path)
     (out / "data").mkdir(parents=True)
     if kind == "absolute":
@@ -49,18 +49,18 @@ def test_a_ledger_fragment_naming_a_path_outside_the_output_is_refused(tmp_path,
         (out / "data").rmdir()
         os.symlink(secret.parent, out / "data")
         name = "data/secret.bin"
-    fragment = _fragment(out, name, secret)
-    with pytest.raises(ArtifactError, match=r"ledger fragment .*t-00000.json lists file path"):
+    record = _part_record(out, name, secret)
+    with pytest.raises(ArtifactError, match=r"part record .*t-00000.json lists file path"):
         parts.finished_parts(out)
-    assert fragment.exists() and secret.exists()  # nothing deleted either
+    assert record.exists() and secret.exists()  # nothing deleted either
 
 
-def test_a_ledger_fragment_naming_its_own_files_still_verifies(tmp_path) -> None:
+def test_a_part_record_naming_its_own_files_still_verifies(tmp_path) -> None:
     out = tmp_path / "out"
     (out / "data").mkdir(parents=True)
     shard = out / "data" / f"{SHARD}.parquet"
     shard.write_bytes(b"PAR1 rows PAR1")
-    _fragment(out, f"data/{SHARD}.parquet", shard)
+    _part_record(out, f"data/{SHARD}.parquet", shard)
     assert parts.finished_parts(out) == {"t": {0}}
 
 

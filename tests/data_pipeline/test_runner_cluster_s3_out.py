@@ -5,7 +5,7 @@ clean shell:
 - the objects are byte-identical to the files of the same job run into a local directory, and
   the manifest lists every object with its sha256;
 - a re-run after an interrupted run reuses the parts that still verify and recomputes the rest:
-  a lost ledger fragment, and a shard with one byte flipped at the same size;
+  a lost part record, and a shard with one byte flipped at the same size;
 - a writer SIGKILLed in the middle of a multipart upload leaves no object under the final key.
 """
 
@@ -82,7 +82,7 @@ def test_s3_output_matches_a_local_output_and_resumes_from_verified_parts(
     assert set(manifest["files"]) == set(stored) - {"manifest.json"}
     assert not (REPO / "s3:").exists() and not (tmp_path / "s3:").exists()
 
-    # An interrupted run: no manifest, one part's ledger fragment lost, one shard flipped.
+    # An interrupted run: no manifest, one part's record lost, one shard flipped.
     shards = sorted(k for k in stored if k.startswith("data/"))
     lost, flipped = shards[0], shards[-1]
     s3.delete_file(f"{BUCKET}/runs/one/manifest.json")

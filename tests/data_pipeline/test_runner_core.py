@@ -58,7 +58,7 @@ ROWS = [
 
 
 def test_first_failing_clause_decides_and_the_ledger_balances() -> None:
-    keep, frag = ledger.fragment(_tagged(ROWS), STAGES, ["extract:*"])
+    keep, frag = ledger.part_counts(_tagged(ROWS), STAGES, ["extract:*"])
     assert keep.to_pylist() == [True, False, True, False, True]
     led = ledger.aggregate([frag], STAGES, documents_read=5, bytes_read=50)
     assert led["conservation"]["balanced"] and led["documents_dropped"] == 2
@@ -79,10 +79,10 @@ def test_first_failing_clause_decides_and_the_ledger_balances() -> None:
 
 
 def test_select_clauses_are_configurable() -> None:
-    keep, _ = ledger.fragment(_tagged(ROWS), STAGES, ["extract:not_text", "langid:*"])
+    keep, _ = ledger.part_counts(_tagged(ROWS), STAGES, ["extract:not_text", "langid:*"])
     assert keep.to_pylist() == [True, False, False, False, True]
     led = ledger.aggregate(
-        [ledger.fragment(_tagged(ROWS), STAGES, ["langid:*"])[1]],
+        [ledger.part_counts(_tagged(ROWS), STAGES, ["langid:*"])[1]],
         STAGES,
         documents_read=6,
         bytes_read=60,
@@ -94,8 +94,8 @@ def test_writer_merges_pieces_once_each_and_samples_rejects(tmp_path: Path) -> N
     table = _tagged(ROWS * 4)
     parts.ensure_dirs(tmp_path)
     for start, stop in ((0, 12), (8, 20), (0, 12)):  # overlapping and repeated: task retries
-        workers.write_pieces(table.slice(start, stop - start), str(tmp_path))
-    writer = workers.ShardWriter(
+        workers.write_rows(table.slice(start, stop - start), str(tmp_path))
+    writer = workers.PartWriter(
         str(tmp_path), STAGES, fields_of(STAGES), ["extract:*"], "sample", 2, 3
     )
     writer("t-00000")
@@ -107,7 +107,7 @@ def test_writer_merges_pieces_once_each_and_samples_rejects(tmp_path: Path) -> N
         sorted(rejects.column("reject_reason").to_pylist())
         == ["extract:empty"] * 2 + ["extract:not_text"] * 2
     )
-    fragment = parts.load_json(parts.fragment_path(tmp_path, "t-00000"))
+    fragment = parts.load_json(parts.part_record_path(tmp_path, "t-00000"))
     assert fragment["documents"] == 20
 
 
@@ -117,7 +117,7 @@ def test_a_merge_retried_after_it_finished_returns_the_same_and_rewrites_nothing
     """A node can die after its merge task wrote the shard and removed the pieces but before Ray
     heard back: Ray runs the task again, on pieces that are gone."""
     parts.ensure_dirs(tmp_path)
-    workers.write_pieces(_tagged(ROWS * 4), str(tmp_path))
+    workers.write_rows(_tagged(ROWS * 4), str(tmp_path))
     options = {
         "out": str(tmp_path),
         "stages": STAGES,
@@ -128,16 +128,16 @@ def test_a_merge_retried_after_it_finished_returns_the_same_and_rewrites_nothing
         "level": 3,
     }
     batch = pa.table({"shard": ["t-00000"]})
-    first = workers.merge_shards(batch, **options)
+    first = workers.merge_parts(batch, **options)
     written = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    assert not parts.pieces_dir(tmp_path, "t-00000").exists()
-    assert workers.merge_shards(batch, **options) == first
+    assert not parts.rows_dir(tmp_path, "t-00000").exists()
+    assert workers.merge_parts(batch, **options) == first
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == written
 
 
 def test_a_merge_whose_pieces_are_gone_and_unfinished_says_so_in_one_line(tmp_path: Path) -> None:
     parts.ensure_dirs(tmp_path)
-    writer = workers.ShardWriter(str(tmp_path), STAGES, fields_of(STAGES), [], "all", 2, 3)
+    writer = workers.PartWriter(str(tmp_path), STAGES, fields_of(STAGES), [], "all", 2, 3)
     try:
         writer("t-00000")
     except PretrainError as exc:

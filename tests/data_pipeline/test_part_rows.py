@@ -35,7 +35,7 @@ def _part() -> pa.Table:
 
 def _write(out: Path, table: pa.Table, cuts: list[int]) -> None:
     for lo, hi in zip([0, *cuts], [*cuts, table.num_rows], strict=True):
-        workers.write_pieces(table.slice(lo, hi - lo), str(out))
+        workers.write_rows(table.slice(lo, hi - lo), str(out))
 
 
 def test_a_row_piece_with_a_byte_flipped_at_the_same_size_is_never_read_as_rows(tmp_path) -> None:
@@ -45,9 +45,9 @@ def test_a_row_piece_with_a_byte_flipped_at_the_same_size_is_never_read_as_rows(
     must be a one-line error naming the piece."""
     part = _part()
     _write(tmp_path, part, [5])
-    clean = workers.read_pieces(tmp_path, SHARD)
+    clean = workers.read_rows(tmp_path, SHARD)
     assert clean.equals(part)
-    pieces = sorted(parts.pieces_dir(tmp_path, SHARD).glob("*.parquet"))
+    pieces = sorted(parts.rows_dir(tmp_path, SHARD).glob("*.parquet"))
     assert len(pieces) == 2
     for target in pieces:
         data = target.read_bytes()
@@ -56,24 +56,24 @@ def test_a_row_piece_with_a_byte_flipped_at_the_same_size_is_never_read_as_rows(
             flipped[at] ^= 0x01
             target.write_bytes(bytes(flipped))
             with pytest.raises(PretrainError, match="re-run") as info:
-                workers.read_pieces(tmp_path, SHARD)
+                workers.read_rows(tmp_path, SHARD)
             assert target.name in str(info.value) and "\n" not in str(info.value), at
         target.write_bytes(data)
-    assert workers.read_pieces(tmp_path, SHARD).equals(part)
+    assert workers.read_rows(tmp_path, SHARD).equals(part)
 
 
 def test_a_file_that_is_not_a_piece_is_refused_not_read(tmp_path) -> None:
     part = _part()
     _write(tmp_path, part, [])
-    stray = parts.pieces_dir(tmp_path, SHARD) / "000000000000-000000000003.parquet"
+    stray = parts.rows_dir(tmp_path, SHARD) / "000000000000-000000000003.parquet"
     stray.write_bytes(b"PAR1 rows nobody hashed")
     with pytest.raises(PretrainError, match=stray.name):
-        workers.read_pieces(tmp_path, SHARD)
+        workers.read_rows(tmp_path, SHARD)
 
 
 def test_rows_written_twice_by_a_retry_are_read_once(tmp_path) -> None:
     part = _part()
     _write(tmp_path, part, [6])
     _write(tmp_path, part, [3])  # a retried task cut its block elsewhere
-    table = workers.read_pieces(tmp_path, SHARD)
+    table = workers.read_rows(tmp_path, SHARD)
     assert table.equals(part) and isinstance(table, pa.Table)
