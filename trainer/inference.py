@@ -20,6 +20,7 @@ from pretrain.errors import ArtifactError
 from pretrain.manifest import verify
 from pretrain.safeload import check_checkpoint, guard_torch_loading
 from trainer.config import TrainConfig
+from trainer.step import next_token_logprobs
 
 _DDP_PREFIX = "module."
 
@@ -48,24 +49,6 @@ class LoadedModel:
         positions = torch.arange(tokens.shape[1]).unsqueeze(0).expand_as(tokens)
         with device_context():
             return self.model(tokens, positions, None).float()
-
-
-@torch.no_grad()
-def next_token_logprobs(model: Any, tokens: Any, on_gpu: bool = False) -> torch.Tensor:
-    """A GPTModel's log p(tokens[:, t+1] | tokens[:, :t+1]) at every position, on the CPU:
-    FloatTensor[B, S-1] (a loaded checkpoint's, and the live model's during training)."""
-    from trainer.cpu_compat import device_context
-
-    tokens = torch.as_tensor(tokens, dtype=torch.long)
-    if tokens.dim() != 2 or tokens.shape[1] < 2:
-        raise ValueError(f"tokens must be [batch, seq >= 2], got {tuple(tokens.shape)}")
-    if on_gpu:
-        tokens = tokens.cuda()
-    inputs, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-    positions = torch.arange(inputs.shape[1], device=inputs.device).unsqueeze(0)
-    with device_context():
-        loss = model(inputs, positions.expand_as(inputs), None, labels=labels)
-    return -loss.float().cpu()
 
 
 def _single_process_group() -> None:

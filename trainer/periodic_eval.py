@@ -22,7 +22,7 @@ import torch
 from pretrain.errors import ConfigError
 from trainer.callbacks import Callback
 from trainer.evalcore import as_encoder, evaluate, load_eval_sets
-from trainer.inference import next_token_logprobs
+from trainer.step import next_token_logprobs
 
 if TYPE_CHECKING:
     from trainer.callbacks import TrainerView

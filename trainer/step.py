@@ -1,5 +1,6 @@
 """One optimizer step's mechanics, below the loop: megatron's forward/backward schedule over the
-micro-batches, the loss and counts reduced over the world, and the update norm.
+micro-batches, the loss and counts reduced over the world, and the update norm; and a model's
+next-token log-probs outside training (`next_token_logprobs`: checkpoints and periodic eval).
 
 trainer/loop.py's `Trainer.train_step` calls these; they hold no run state of their own.
 """
@@ -131,3 +132,21 @@ def count_params(chunks: list[Any], dp_size: int) -> int:
     total = torch.tensor([float(local)])
     torch.distributed.all_reduce(total)
     return int(total.item() / dp_size)
+
+
+@torch.no_grad()
+def next_token_logprobs(model: Any, tokens: Any, on_gpu: bool = False) -> torch.Tensor:
+    """A GPTModel's log p(tokens[:, t+1] | tokens[:, :t+1]) at every position, on the CPU:
+    FloatTensor[B, S-1] (a loaded checkpoint's, and the live model's during training)."""
+    from trainer.cpu_compat import device_context
+
+    tokens = torch.as_tensor(tokens, dtype=torch.long)
+    if tokens.dim() != 2 or tokens.shape[1] < 2:
+        raise ValueError(f"tokens must be [batch, seq >= 2], got {tuple(tokens.shape)}")
+    if on_gpu:
+        tokens = tokens.cuda()
+    inputs, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    positions = torch.arange(inputs.shape[1], device=inputs.device).unsqueeze(0)
+    with device_context():
+        loss = model(inputs, positions.expand_as(inputs), None, labels=labels)
+    return -loss.float().cpu()
