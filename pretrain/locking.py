@@ -219,6 +219,10 @@ def output_lock(
             _held[key] = (_acquire(path, out_path, command), 1)
     try:
         yield out_path
+    except OSError as exc:
+        if exc.filename is None:  # a write to an open file names none: name the output
+            exc.filename = str(out_path)
+        raise
     finally:
         with _guard:
             fd, depth = _held[key]

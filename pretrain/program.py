@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import re
 import signal
 import sys
 from collections.abc import Iterable, Sequence
@@ -67,7 +68,9 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> i
     except Exception as exc:  # what the OS refused anywhere, a Ray task's included; else a bug
         if (refused := os_refusal(exc)) is None:
             raise
-        where = f" writing {refused.filename}" if refused.filename else ""
+        # a copy names its source first, the file written second (shutil's sendfile copy)
+        written = refused.filename2 or refused.filename
+        where = f" writing {written}" if written else ""
         remedy = USER_ERRNOS.get(refused.errno or 0, "")
         print(f"{prog}: error: {refused.strerror}{where}; {remedy}", file=sys.stderr)
         return 2
@@ -116,8 +119,22 @@ def os_refusal(exc: BaseException) -> OSError | None:
         seen.add(id(item))
         if isinstance(item, OSError) and item.errno in USER_ERRNOS:
             return item
+        if (quoted := _quoted_refusal(item)) is not None:
+            return quoted
         todo += [item.__cause__, item.__context__, getattr(item, "cause", None)]
     return None
+
+
+_QUOTED = re.compile(r"^OSError: \[Errno (\d+)\] ([^:\n]+)(?:: '([^'\n]+)')?$", re.MULTILINE)
+
+
+def _quoted_refusal(exc: BaseException) -> OSError | None:
+    """The OSError a Ray error holds only as text: an actor whose __init__ failed dies with an
+    ActorDiedError that keeps the worker's traceback as its message, not the exception."""
+    if not type(exc).__module__.startswith("ray."):
+        return None
+    found = [m for m in _QUOTED.finditer(str(exc)) if int(m[1]) in USER_ERRNOS]
+    return OSError(int(found[-1][1]), found[-1][2], found[-1][3]) if found else None
 
 
 def run_commands(modules: Iterable[ModuleType], argv: Sequence[str] | None = None) -> int:
