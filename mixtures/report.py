@@ -91,19 +91,22 @@ def build_report(directory: str | os.PathLike) -> dict[str, Any]:
     names = [c["name"] for c in manifest["components"]]
     width = int(manifest["global_batch"])
     components = _summary_components(root, manifest)
+    replan = (  # read only when listed: never a file planted beside it
+        json.loads(listed_path(root, manifest, "replan.json").read_text())
+        if "replan.json" in manifest["files"]
+        else None
+    )
+    kept = {p["phase"]: int(p["kept_sequences"]) for p in (replan or {}).get("phases", [])}
     phases = []
     for info in manifest["phases"]:
         index = np.load(
             listed_path(root, manifest, info["index"]), mmap_mode="r", allow_pickle=False
         )
         weights = [info["weights"][n] for n in names]
-        entry = phase_report(index, weights, names, width, int(info["seq_length"]))
-        phases.append({"name": info["name"], **entry})
-    replan = (  # read only when listed: never a file planted beside it
-        json.loads(listed_path(root, manifest, "replan.json").read_text())
-        if "replan.json" in manifest["files"]
-        else None
-    )
+        # a re-plan's kept prefix follows the build it re-plans: judged are the new samples
+        skip = kept.get(info["name"], 0)
+        entry = phase_report(index[skip:], weights, names, width, int(info["seq_length"]))
+        phases.append({"name": info["name"], "kept_sequences": skip, **entry})
     return {
         "mixture": str(root.resolve()),
         "recipe": manifest["recipe_name"],
@@ -172,16 +175,7 @@ def compare_run(directory: str | os.PathLike, run_dir: str | os.PathLike) -> dic
         )
     manifest = require(root, kind="mixture")
     names = [c["name"] for c in manifest["components"]]
-    width, remaining = int(manifest["global_batch"]), batch + 1
-    expected = np.zeros(len(names), dtype=np.int64)
-    for info in manifest["phases"]:
-        take = min(remaining, info["num_sequences"] // width)
-        index = np.load(
-            listed_path(root, manifest, info["index"]), mmap_mode="r", allow_pickle=False
-        )
-        counts = np.bincount(index["component"][: take * width], minlength=len(names))
-        expected += counts * int(info["seq_length"])
-        remaining -= take
+    expected = _mixture_tokens(root, manifest, batch + 1)
     trained = [int(tokens.get(name, 0)) for name in names]
     rows = [
         {"name": n, "mixture_tokens": int(e), "trained_tokens": t, "difference": t - int(e)}
@@ -192,8 +186,99 @@ def compare_run(directory: str | os.PathLike, run_dir: str | os.PathLike) -> dic
         "batches": batch + 1,
         "match": all(r["difference"] == 0 for r in rows),
         "components": rows,
+        "segments": _segments(root, manifest, records, batch + 1, expected, trained),
         "unreadable_lines": unreadable,
     }
+
+
+def _mixture_tokens(root: Path, manifest: dict[str, Any], batches: int) -> np.ndarray:
+    """Tokens per component in the first `batches` global batches of the mixture's index."""
+    names = [c["name"] for c in manifest["components"]]
+    width, remaining = int(manifest["global_batch"]), batches
+    expected = np.zeros(len(names), dtype=np.int64)
+    for info in manifest["phases"]:
+        take = min(remaining, info["num_sequences"] // width)
+        index = np.load(
+            listed_path(root, manifest, info["index"]), mmap_mode="r", allow_pickle=False
+        )
+        counts = np.bincount(index["component"][: take * width], minlength=len(names))
+        expected += counts * int(info["seq_length"])
+        remaining -= take
+    return expected
+
+
+def _segments(
+    root: Path,
+    manifest: dict[str, Any],
+    records: list[tuple[int, dict[str, Any]]],
+    batches: int,
+    expected: np.ndarray,
+    trained: list[int],
+) -> list[dict[str, Any]]:
+    """A re-planned mixture trained past its re-plan: the batches before it (the build it
+    re-plans, whose samples it kept) and after it (the new weights), each with the mixture's and
+    the run's tokens per component and their shares. One segment otherwise."""
+    names = [c["name"] for c in manifest["components"]]
+    replan = (
+        json.loads(listed_path(root, manifest, "replan.json").read_text())
+        if "replan.json" in manifest["files"]
+        else None
+    )
+    width = int(manifest["global_batch"])
+    cut = int(replan["consumed_sequences"]) // width if replan else 0
+    if replan is None or not 0 < cut < batches:
+        return [_segment(manifest["build_sha256"], 0, batches, names, expected, trained)]
+    before = _mixture_tokens(root, manifest, cut)
+    at_cut = [r for _, r in records if r["batch"] == cut - 1]
+    trained_before = (
+        [int(at_cut[-1]["tokens_per_component"].get(n, 0)) for n in names] if at_cut else None
+    )
+    trained_after = (
+        [t - b for t, b in zip(trained, trained_before, strict=True)] if trained_before else None
+    )
+    return [
+        _segment(replan["from_build_sha256"], 0, cut, names, before, trained_before),
+        _segment(manifest["build_sha256"], cut, batches, names, expected - before, trained_after),
+    ]
+
+
+def _segment(
+    build: str,
+    start: int,
+    stop: int,
+    names: list[str],
+    mixture: np.ndarray,
+    trained: list[int] | None,
+) -> dict[str, Any]:
+    total = max(int(mixture.sum()), 1)
+    done = max(sum(trained), 1) if trained is not None else 1
+    return {
+        "build_sha256": build,
+        "batches": [start, stop],
+        "components": [
+            {
+                "name": name,
+                "mixture_tokens": int(mixture[k]),
+                "mixture_share": int(mixture[k]) / total,
+                "trained_tokens": None if trained is None else trained[k],
+                "trained_share": None if trained is None else trained[k] / done,
+            }
+            for k, name in enumerate(names)
+        ],
+    }
+
+
+def _segment_lines(segments: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for label, segment in zip(("before the re-plan", "after the re-plan"), segments, strict=True):
+        start, stop = segment["batches"]
+        lines.append(f"  {label}: batches {start}-{stop - 1}, build {segment['build_sha256'][:12]}")
+        for c in segment["components"]:
+            trained = "?" if c["trained_share"] is None else f"{c['trained_share']:.4f}"
+            lines.append(
+                f"    {c['name']:<16} mixture share {c['mixture_share']:.4f} trained {trained}"
+            )
+    return lines
 
 
 def _run_records(metrics: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[int]]:
@@ -332,9 +417,11 @@ def format_report(report: dict[str, Any]) -> str:
         f"(W = {report['global_batch']})"
     ]
     for phase in report["phases"]:
+        kept = phase.get("kept_sequences") or 0
         lines.append(
-            f"  phase {phase['name']}: {phase['num_sequences']:,} sequences, max per-batch"
-            f" deviation {phase['max_batch_deviation_share']:.4f} of a batch"
+            f"  phase {phase['name']}: {phase['num_sequences']:,} sequences"
+            + (f" after the {kept:,} kept by the re-plan" if kept else "")
+            + f", max per-batch deviation {phase['max_batch_deviation_share']:.4f} of a batch"
         )
         lines.append(
             f"    {'component':<16} {'target':>8} {'realised':>9} {'batch min':>9} "
@@ -366,5 +453,7 @@ def format_report(report: dict[str, Any]) -> str:
                 f"    {c['name']:<16} trained {c['trained_tokens']:>14,} mixture "
                 f"{c['mixture_tokens']:>14,} difference {c['difference']:+,}"
             )
+        if len(run["segments"]) > 1:
+            lines += _segment_lines(run["segments"])
     lines.append(f"  -> {report['files']['json']}, {report['files']['png']}")
     return "\n".join(lines)

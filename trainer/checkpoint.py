@@ -25,7 +25,7 @@ import torch
 from pretrain.artifacts import run as run_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.errors import ArtifactError, PretrainError
-from pretrain.manifest import atomic_write_json, verify
+from pretrain.manifest import atomic_write_json, load_manifest, verify
 from pretrain.safeload import check_checkpoint, guard_torch_loading, torch_load
 from trainer.cpu_compat import device_context
 
@@ -50,8 +50,13 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
 def newest_valid(run_dir: Path) -> tuple[Path | None, list[dict[str, Any]]]:
     """The newest checkpoint whose files match its manifest and whose loadable files open the
     safe way (pretrain.safeload), and the corrupt ones skipped (the caller logs one line each)."""
+    return newest_valid_of(list_checkpoints(run_dir))
+
+
+def newest_valid_of(found: list[tuple[int, Path]]) -> tuple[Path | None, list[dict[str, Any]]]:
+    """`newest_valid` over (step, directory) pairs, oldest first."""
     skipped = []
-    for step, path in reversed(list_checkpoints(run_dir)):
+    for step, path in reversed(found):
         try:
             manifest = verify(path, deep=True)
             check_checkpoint(path, manifest)
@@ -80,6 +85,24 @@ def resume_point(run_dir: Path, note: Callable[[str], None] | None = None) -> Pa
         note(
             f"[launch] note: {root} holds {', '.join(unread)}, which a resume does not read; "
             f"it resumes from {taken}"
+        )
+    return path
+
+
+def init_point(source: Path) -> Path:
+    """The checkpoint `checkpoint.init_from` names: a checkpoint directory that verifies, or a
+    run directory's newest valid checkpoint; one line when there is none."""
+    if (source / "state.json").is_file():
+        path, skipped = newest_valid_of([(0, source)])
+    else:
+        path, skipped = newest_valid(source)
+    if path is not None and load_manifest(path)["kind"] != run_kind.CHECKPOINT_KIND:
+        path, skipped = None, [{"reason": f"{path} is not a checkpoint"}]
+    if path is None:
+        reason = skipped[0]["reason"].split("; ")[0] if skipped else "no checkpoint found"
+        raise ArtifactError(
+            f"checkpoint.init_from {source}: {reason}; name a RUN/checkpoints/iter_NNNNNNN "
+            "directory (or a run directory) whose checkpoint verifies"
         )
     return path
 

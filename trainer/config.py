@@ -191,6 +191,11 @@ class CheckpointConfig(StrictModel):
     async_save: bool = False
     resume: bool = True
     """Resume from the newest valid checkpoint in RUN/checkpoints when present."""
+    init_from: str | None = None
+    """A new run starts from this checkpoint's weights (RUN/checkpoints/iter_NNNNNNN, or a run
+    directory: its newest valid checkpoint) with a fresh optimizer, schedule and data position:
+    continued pretraining, annealing. Same model and tokenizer; recorded in the run manifest's
+    inputs. A run that has checkpoints of its own resumes from them instead."""
 
 
 class GuardConfig(StrictModel):

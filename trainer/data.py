@@ -15,6 +15,7 @@ consumed plus the batches the loss-spike guard skipped.
 from __future__ import annotations
 
 import bisect
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -318,19 +319,140 @@ def check_identity(config: TrainConfig, data: TrainData, recorded: dict[str, Any
             f"{config.data.mixture_dir} has build {str(identity['build_sha256'])[:12]}"
             "...; pin the new build hash or point at the mixture you meant"
         )
-    for key in ("tokenizer_sha256", "build_sha256") if recorded else ():
-        if recorded.get(key) != identity.get(key):
-            what = "tokenizer" if key.startswith("tokenizer") else "mixture build"
-            raise LockMismatch(
-                f"resume refused: the checkpoint was trained on {what} "
-                f"{str(recorded.get(key))[:12]}..., the data now has "
-                f"{str(identity.get(key))[:12]}...; restore the original data or "
-                "start a new run directory"
-            )
+    for key in ("tokenizer_sha256", "build_sha256"):
+        if recorded is None or recorded.get(key) == identity.get(key):
+            continue
+        what = "tokenizer" if key.startswith("tokenizer") else "mixture build"
+        refusal = (
+            f"resume refused: the checkpoint was trained on {what} "
+            f"{str(recorded.get(key))[:12]}..., the data now has "
+            f"{str(identity.get(key))[:12]}..."
+        )
+        if key == "build_sha256" and config.data.mixture_dir:
+            check_replan(Path(config.data.mixture_dir), recorded, data.global_batch, refusal)
+            continue
+        raise LockMismatch(f"{refusal}; restore the original data or start a new run directory")
+
+
+def check_replan(
+    mixture_dir: Path, recorded: dict[str, Any], global_batch: int, refusal: str
+) -> None:
+    """Accept a resume on another mixture build only when it is a re-plan (`mixture build --set
+    'replan={mixture: OLD, consumed_sequences: N}'`) of the checkpoint's build at the checkpoint's
+    data position: N = the batches it consumed x the global batch. The re-plan's record is not
+    trusted: the mixture it re-plans (found through its lineage, verified, of the checkpoint's
+    build) must share its seed, global batch, encoded data and component documents, and every
+    sample the checkpoint consumed must be the same in both indexes; the batches after it follow
+    the new weights."""
+    from pretrain.artifacts import mixture as mixture_artifact
+
+    new = mixture_artifact.open(mixture_dir, deep=False)  # bytes: MixtureDataset verified them
+    consumed = int(recorded.get("batch") or 0) * global_batch
+    if "replan.json" not in new.raw["files"]:
+        raise LockMismatch(
+            f"{refusal}, which is not a re-plan of it; restore the original data, re-plan it with "
+            f"`pretrain mixture build --set 'replan={{mixture: OLD, consumed_sequences: "
+            f"{consumed}}}'`, or start a new run directory"
+        )
+    record = json.loads(new.path("replan.json").read_text())
+    old_build = str(recorded.get("build_sha256"))
+    if record.get("from_build_sha256") != old_build:
+        raise LockMismatch(
+            f"{refusal}, a re-plan of build {str(record.get('from_build_sha256'))[:12]}..., not "
+            "of the checkpoint's; re-plan the mixture the run trained on"
+        )
+    if record.get("consumed_sequences") != consumed:
+        raise LockMismatch(
+            f"resume refused: mixture {mixture_dir} re-plans build {old_build[:12]}... after "
+            f"{record.get('consumed_sequences')} sequences, but the checkpoint consumed "
+            f"{consumed} (batch {recorded.get('batch')} x {global_batch}); rebuild it with "
+            f"replan.consumed_sequences={consumed}"
+        )
+    old = _replanned_mixture(new, old_build, mixture_dir)
+    _check_same_prefix(new, old, consumed, mixture_dir)
+
+
+def _replanned_mixture(new: Any, old_build: str, mixture_dir: Path) -> Any:
+    """The mixture `new` re-plans, from its lineage, verified byte for byte and by hash."""
+    from pretrain.artifacts import mixture as mixture_artifact
+
+    sources = [entry for entry in new.manifest.inputs if entry.kind == mixture_artifact.KIND]
+    if len(sources) != 1:
+        raise LockMismatch(
+            f"resume refused: mixture {mixture_dir} records {len(sources)} mixtures it was "
+            "re-planned from, not one; rebuild it with `pretrain mixture build`"
+        )
+    try:
+        old = mixture_artifact.open(sources[0].path, sha256=sources[0].manifest_sha256)
+    except ArtifactError as exc:
+        raise LockMismatch(
+            f"resume refused: mixture {mixture_dir} re-plans {sources[0].path}, which cannot be "
+            f"verified ({str(exc).split(';')[0]}); restore it to resume on the re-plan"
+        ) from None
+    if old.fields.build_sha256 != old_build:
+        raise LockMismatch(
+            f"resume refused: {sources[0].path} has build {str(old.fields.build_sha256)[:12]}..., "
+            f"not the checkpoint's {old_build[:12]}...; re-plan the mixture the run trained on"
+        )
+    return old
+
+
+def _check_same_prefix(new: Any, old: Any, consumed: int, mixture_dir: Path) -> None:
+    """Same seed, global batch, encoded data and component documents (by their verified bytes'
+    sha256), and the first `consumed` samples of every phase identical."""
+    a, b = new.raw, old.raw
+    same = all(a[k] == b[k] for k in ("seed", "global_batch", "encoded_manifest_sha256"))
+    names = [c["name"] for c in a["components"]]
+    same = same and names == [c["name"] for c in b["components"]]
+    for name in names if same else ():
+        rel = f"components/{name}.npy"
+        same = same and a["files"][rel]["sha256"] == b["files"][rel]["sha256"]
+    left = consumed
+    for number, old_phase in enumerate(b["phases"]):
+        if not same or left <= 0:
+            break
+        phase = a["phases"][number] if number < len(a["phases"]) else None
+        take = min(left, int(old_phase["num_sequences"]))
+        same = (
+            phase is not None
+            and (phase["name"], phase["seq_length"]) == (old_phase["name"], old_phase["seq_length"])
+            and (take < old_phase["num_sequences"] or phase["num_sequences"] == take)
+            and np.array_equal(_index(new, phase)[:take], _index(old, old_phase)[:take])
+        )
+        left -= take
+    if not same or left > 0:
+        raise LockMismatch(
+            f"resume refused: mixture {mixture_dir} does not keep the {consumed} samples the "
+            "checkpoint consumed (seed, batch, documents or index differ from the mixture it "
+            "re-plans); rebuild the re-plan with `pretrain mixture build`"
+        )
+
+
+def _index(mixture: Any, phase: dict[str, Any]) -> np.ndarray:
+    return np.load(mixture.path(phase["index"]), mmap_mode="r", allow_pickle=False)
+
+
+def check_init_from(
+    config: TrainConfig, data: TrainData | Any, recorded: dict[str, Any], vocab_size: int, name: str
+) -> None:
+    """Refuse `checkpoint.init_from` of another model or tokenizer (its embeddings would stand for
+    other tokens), before its shards are loaded."""
+    ours = getattr(data, "identity", {}).get("tokenizer_sha256")
+    if recorded.get("tokenizer_sha256") != ours:
+        raise LockMismatch(
+            f"checkpoint.init_from {name} was trained with tokenizer "
+            f"{str(recorded.get('tokenizer_sha256'))[:12]}..., the data has {str(ours)[:12]}...; "
+            "start from a checkpoint of the same tokenizer"
+        )
+    check_resume_model(config, recorded, vocab_size, name, "checkpoint.init_from refused")
 
 
 def check_resume_model(
-    config: TrainConfig, recorded: dict[str, Any] | None, vocab_size: int, checkpoint: str
+    config: TrainConfig,
+    recorded: dict[str, Any] | None,
+    vocab_size: int,
+    checkpoint: str,
+    refusal: str = "resume refused",
 ) -> None:
     """Refuse a resume whose checkpoint holds another model (architecture or vocabulary), before
     its shards are loaded: megatron would fail deep in the load on the first tensor's shape."""
@@ -345,7 +467,7 @@ def check_resume_model(
         what = f"a vocabulary of {recorded['vocab_size']} tokens, the config's has {vocab_size}"
     if what:
         raise LockMismatch(
-            f"resume refused: checkpoint {checkpoint} holds {what}; restore the config it was "
+            f"{refusal}: checkpoint {checkpoint} holds {what}; restore the config it was "
             "trained with or use a new run.out_dir"
         )
 

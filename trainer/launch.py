@@ -189,8 +189,15 @@ def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False
         check_identity(config, data, recorded)
     else:
         data = SimpleNamespace(vocab_size=config.data.synthetic_vocab)
-    check_resume_model(config, recorded, resolve_vocab(config, data), name)
+    vocab_size = resolve_vocab(config, data)
+    check_resume_model(config, recorded, vocab_size, name)
     check_resume_order(config, recorded, name)
+    if config.checkpoint.init_from and recorded is None:  # what the ranks' init_weights checks
+        from trainer.checkpoint import init_point, read_state
+        from trainer.data import check_init_from
+
+        path = init_point(Path(config.checkpoint.init_from))
+        check_init_from(config, data, read_state(path), vocab_size, str(path))
     return gate
 
 

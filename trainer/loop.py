@@ -28,7 +28,13 @@ from trainer import checkpoint
 from trainer import step as mstep
 from trainer.callbacks import Callback, CallbackList
 from trainer.cpu_compat import device_context
-from trainer.data import TrainData, check_identity, check_resume_model, check_resume_order
+from trainer.data import (
+    TrainData,
+    check_identity,
+    check_init_from,
+    check_resume_model,
+    check_resume_order,
+)
 from trainer.flops import flops_per_token
 from trainer.guard import GuardGaveUp, SpikeGuard
 from trainer.lr_schedule import lr_at
@@ -73,6 +79,9 @@ class Trainer:
         self.num_params = mstep.count_params(self.chunks, self.dp_size)
         self.saver = checkpoint.AsyncSaver() if config.checkpoint.async_save else None
         self.has_checkpoint = bool(checkpoint.list_checkpoints(self.run_dir))
+        self.init_from: str | None = None
+        """The checkpoint this run's weights started from (checkpoint.init_from), kept across
+        resumes in state.json: the run manifest lists it among its inputs."""
         self.saved_step: int | None = None
         """The step of the newest checkpoint this run saved or restored."""
         self.ended = "not trained"
@@ -183,16 +192,44 @@ class Trainer:
     def resume(self) -> int | None:
         """Load the newest valid checkpoint when resuming is on; its step, or None."""
         if not self.config.checkpoint.resume:
+            self.init_weights()
             return None
         path = self.newest_checkpoint(resuming=True)
         if path is None:
             check_identity(self.config, self.data, None)
+            self.init_weights()
             return None
         recorded = self.restore(path)
         self.guard.load_state(recorded.get("guard"))
         event = {"event": "resume", "checkpoint": path.name, "step": self.state.step}
         self.callbacks.on_resume(self, event)
         return self.state.step
+
+    def init_weights(self) -> None:
+        """checkpoint.init_from: a new run takes that checkpoint's model weights, and nothing
+        else (optimizer, RNG, schedule and data position start fresh). Rank 0 picks and verifies
+        the checkpoint and tells the others (or every rank raises its one-line refusal)."""
+        source = self.config.checkpoint.init_from
+        if not source:
+            return
+        chosen: list[Any] = [None, None]
+        if self.rank == 0:
+            try:
+                chosen = [str(checkpoint.init_point(Path(source))), None]
+            except ArtifactError as exc:
+                chosen = [None, str(exc)]
+        torch.distributed.broadcast_object_list(chosen, src=0)
+        if chosen[1] is not None:
+            raise ArtifactError(chosen[1])
+        path = Path(chosen[0])
+        recorded = checkpoint.read_state(path)
+        check_init_from(self.config, self.data, recorded, self.vocab_size, str(path))
+        checkpoint.load(path, self.model, None)
+        if hasattr(self.optimizer, "reload_model_params"):  # fp32 master copies of bf16 weights
+            self.optimizer.reload_model_params()
+        self.init_from = str(path.resolve())
+        self.metrics.say(f"weights from {path} (checkpoint.init_from); optimizer, schedule fresh")
+        self.metrics.log({"event": "init_from", "checkpoint": self.init_from, "step": 0})
 
     def rollback(self, result: StepResult, reason: str) -> None:
         """Go back to the last good checkpoint and skip the offending batches (or give up)."""
@@ -300,6 +337,7 @@ class Trainer:
             "world_size": torch.distributed.get_world_size(),
             "lr": lr_at(max(0, self.state.step - 1), self.config.optim, self.total_steps),
             "config": config_dict(self.config),
+            "init_from": self.init_from,
         }
         saver = None if blocking else self.saver
         keep = (ckpt.keep_last, ckpt.keep_every)
@@ -337,6 +375,7 @@ class Trainer:
         check_resume_model(self.config, expected, self.vocab_size, path.name)
         check_resume_order(self.config, expected, path.name)
         recorded = checkpoint.load(path, self.model, self.optimizer)
+        self.init_from = recorded.get("init_from")
         skipped = set(self.state.skipped_batches) | set(recorded["skipped_batches"])
         names = TrainState.__dataclass_fields__
         self.state = TrainState(**{k: recorded[k] for k in names if k in recorded})

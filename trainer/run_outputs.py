@@ -46,6 +46,7 @@ class FinishedRun(Protocol):
     throughput: Throughput
     total_steps: int
     ended: str
+    init_from: str | None
 
 
 SMOKE_DIR = "smoke"
@@ -153,6 +154,15 @@ def write_outputs(trainer: FinishedRun, extra: dict[str, Any]) -> None:
     identity = trainer.data.identity
     data = trainer.config.data
     inputs = [data.mixture_dir] if data.source == "mixture" and data.mixture_dir else []
+    if trainer.init_from is not None:  # the checkpoint its weights started from (lineage)
+        if (Path(trainer.init_from) / MANIFEST).is_file():
+            inputs.append(trainer.init_from)
+        else:  # its run pruned it meanwhile: the run's checkpoints still name it (state.json)
+            print(
+                f"[train] warning: checkpoint.init_from {trainer.init_from} is gone; not in "
+                "the run manifest's inputs",
+                flush=True,
+            )
     fields = run_kind.RunFields(
         tokenizer=identity.get("tokenizer") or {"sha256": identity.get("tokenizer_sha256")},
         mixture=run_kind.MixtureRef(
