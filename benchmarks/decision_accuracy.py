@@ -47,6 +47,13 @@ RECIPES = [  # issue 36's three recipes (base is the mixture's)
     {"name": "code-heavy", "weights": {"prose": 0.15, "code": 0.7, "math": 0.15}},
     {"name": "prose-heavy", "weights": {"prose": 0.85, "code": 0.05, "math": 0.1}},
 ]
+COMMON = {  # both proxies, and the gate's dry-run launch (the mixture's batch)
+    "model.seq_length": 128,
+    "batch.micro_batch_size": 16,
+    "batch.global_batch_size": 16,
+    "metrics.tensorboard": False,
+    "model.make_vocab_size_divisible_by": 128,
+}
 SMALL = {
     "model.num_layers": 2,
     "model.hidden_size": 64,
@@ -151,13 +158,6 @@ def write_configs(
         "out": str(out / "mixture"),
     }
     _dump(out / "mixture.yaml", mixture)
-    common = {
-        "model.seq_length": 128,
-        "batch.micro_batch_size": 16,
-        "batch.global_batch_size": 16,
-        "metrics.tensorboard": False,
-        "model.make_vocab_size_divisible_by": 128,
-    }
     ablation = {
         "name": "decision-accuracy",
         "out": str(out / "ablation"),
@@ -166,7 +166,7 @@ def write_configs(
         "eval_sets": str(out / "evalsets"),
         "variants": RECIPES,
         "proxies": [
-            {"name": name, "overrides": {**common, **shape}, "token_budget": budget}
+            {"name": name, "overrides": {**COMMON, **shape}, "token_budget": budget}
             for name, shape, budget in (
                 ("small", SMALL, budget_small),
                 ("large", LARGE, budget_large),
@@ -206,7 +206,7 @@ def gate(out: Path, tag: str) -> dict[str, Any]:
         f"data.mixture_dir={out / f'mixture-{tag}'}",
         f"data.tokenizer_dir={out / 'tokenizer'}",
         f"gate.report_dir={report_dir}",
-        *(f"{k}={v}" for k, v in LARGE.items()),
+        *(f"{k}={v}" for k, v in {**COMMON, **LARGE}.items()),
     ):
         argv += ["--set", item]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
