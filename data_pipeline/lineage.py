@@ -1,4 +1,5 @@
-"""The job's lineage: the artifact directories (holding a manifest.json) its local inputs lie in."""
+"""The job's lineage: the artifact directories (holding a manifest.json) its local inputs lie in,
+and those its stages read (`Stage.models()`: a model, the dedup index it deduplicates against)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 from pathlib import Path
 
 from data_pipeline.formats import InputFile
+from data_pipeline.stages.base import Stage
 
 
 def input_artifacts(files: list[InputFile]) -> list[str]:
@@ -44,4 +46,15 @@ def _artifact_holding(folder: Path, holder: dict[Path, Path | None]) -> Path | N
             break
     for candidate in walked:
         holder[candidate] = found
+    return found
+
+
+def stage_artifacts(stages: list[Stage]) -> list[str]:
+    """The artifact directories the stages read (`Stage.models()` that hold a manifest.json),
+    each once, in stage order: inputs of the job beside its data."""
+    found: list[str] = []
+    for stage in stages:
+        for path in stage.models().values():
+            if (path / "manifest.json").is_file() and str(path) not in found:
+                found.append(str(path))
     return found

@@ -33,7 +33,7 @@ from data_pipeline.fingerprint import (
     prepare_output,
 )
 from data_pipeline.inputs import check_openable, check_output_apart, plan_inputs
-from data_pipeline.lineage import input_artifacts
+from data_pipeline.lineage import input_artifacts, stage_artifacts
 from data_pipeline.stages.base import GlobalStage, Stage
 from data_pipeline.stages.registry import (
     manifest_sections,
@@ -352,7 +352,7 @@ def run_pipeline(
         out,
         fields,
         config=config_dict(config),
-        inputs=input_artifacts(inputs),
+        inputs=input_artifacts(inputs) + stage_artifacts(stages),
         counts={
             "documents_in": led["documents_in"],
             "documents_kept": led["documents_kept"],

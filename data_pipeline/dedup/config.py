@@ -18,8 +18,14 @@ DEDUP_COLUMNS: tuple[pa.Field, ...] = (
     pa.field("dup_cluster", pa.int64()),
     pa.field("dup_keep", pa.bool_()),
     pa.field("dup_cluster_size", pa.int32()),
+    pa.field("dup_of", pa.string()),
+    pa.field("dedup_reason", pa.string()),
 )
 """The dedup stage's columns (DedupStage.columns), which its Ray tasks append."""
+DUPLICATE, EARLIER_CORPUS = "duplicate", "earlier_corpus"
+"""`dedup_reason` of a document not kept (null: kept): a copy of one kept in this corpus, or of
+a document of the corpus `index.against` indexes (its id in `dup_of`). The ledger counts both
+per reason, as it counts every stage's tags."""
 
 
 class IndexConfig(StrictModel):

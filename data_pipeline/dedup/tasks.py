@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from data_pipeline.dedup import budget, components, exchange
-from data_pipeline.dedup.config import DEDUP_COLUMNS, DedupConfig
+from data_pipeline.dedup.config import DEDUP_COLUMNS, DUPLICATE, EARLIER_CORPUS, DedupConfig
 from data_pipeline.dedup.core import (
     DedupStats,
     band_rows,
@@ -83,9 +83,9 @@ def map_tables(
     if not config.exact:
         exact_key = np.zeros(0, np.uint64)
     exact = pa.table({"key": pa.array(exact_key, pa.uint64()), "vertex": vertex[: len(exact_key)]})
-    matched = pa.nulls(len(block), pa.int64())
+    matched, matched_id = pa.nulls(len(block), pa.int64()), pa.nulls(len(block), pa.string())
     if config.index.against:
-        matched = _index_matches(block, sigs, config)
+        matched, matched_id = _index_matches(block, sigs, config)
     docs = pa.table(
         {
             "vertex": vertex,
@@ -96,6 +96,7 @@ def map_tables(
             "sig": sigs.column("sig"),
             "shingles": sigs.column("shingles"),
             "matched_cluster": matched,
+            "matched_id": matched_id,
         }
     )
     info = {**stats.as_dict(), "index_matches": int(pc.sum(pc.is_valid(matched)).as_py() or 0)}
@@ -173,16 +174,20 @@ def _signatures_in_batches(block: pa.Table, config: DedupConfig) -> tuple[pa.Tab
     return pa.concat_tables(tables), stats
 
 
-def _index_matches(block: pa.Table, sigs: pa.Table, config: DedupConfig) -> pa.Array:
+def _index_matches(
+    block: pa.Table, sigs: pa.Table, config: DedupConfig
+) -> tuple[pa.Array, pa.Array]:
+    """Per row: the cluster and the id of the indexed (earlier corpus's) document it copies."""
     from data_pipeline.dedup.index import check_compatible, query
 
     check_compatible(config.index.against, config)
     matches = query(config.index.against, block)
+    if not len(matches):
+        return pa.nulls(len(block), pa.int64()), pa.nulls(len(block), pa.string())
     rows = pc.index_in(sigs.column("id"), value_set=matches.column("id"))
     return (
-        matches.column("matched_cluster").take(rows).combine_chunks()
-        if len(matches)
-        else pa.nulls(len(block), pa.int64())
+        matches.column("matched_cluster").take(rows).combine_chunks(),
+        matches.column("matched_id").take(rows).combine_chunks(),
     )
 
 
@@ -268,12 +273,22 @@ def keep_clusters(partitions: int, *pieces: pa.Table) -> list:
                 "dup_cluster": pa.array([], pa.int64()),
                 "dup_keep": pa.array([], pa.bool_()),
                 "dup_cluster_size": pa.array([], pa.int32()),
+                "dup_of": pa.array([], pa.string()),
+                "dedup_reason": pa.array([], pa.string()),
             }
         )
         return [*(empty for _ in range(partitions)), {"peak_rss_mb": peak_rss_mb()}]
     cluster = np.asarray(docs.column("cluster"))
     keep, size = keep_and_size(cluster, docs.column("quality"), docs.column("id"))
-    cluster, keep = _apply_index_matches(cluster, keep, docs.column("matched_cluster"))
+    earlier = _apply_index_matches(cluster, docs.column("matched_cluster"), docs["matched_id"])
+    cluster, copies_of = earlier
+    in_earlier = np.asarray(pc.is_valid(copies_of))
+    keep = np.where(in_earlier, False, keep)
+    size = size + in_earlier  # the earlier corpus's document is in its cluster too
+    reason = [
+        EARLIER_CORPUS if earlier else (None if kept else DUPLICATE)
+        for earlier, kept in zip(in_earlier.tolist(), keep.tolist(), strict=True)
+    ]
     tags = pa.table(
         {
             "block": docs.column("block"),
@@ -282,6 +297,8 @@ def keep_clusters(partitions: int, *pieces: pa.Table) -> list:
             "dup_cluster": pa.array(cluster, pa.int64()),
             "dup_keep": keep,
             "dup_cluster_size": pa.array(size, pa.int32()),
+            "dup_of": copies_of,
+            "dedup_reason": pa.array(reason, pa.string()),
         }
     )
     clusters = int(((size > 1) & keep).sum())
@@ -291,18 +308,30 @@ def keep_clusters(partitions: int, *pieces: pa.Table) -> list:
     ]
 
 
-def _apply_index_matches(cluster: np.ndarray, keep: np.ndarray, matched: pa.ChunkedArray):
+def _apply_index_matches(
+    cluster: np.ndarray, matched: pa.ChunkedArray, matched_id: pa.ChunkedArray
+) -> tuple[np.ndarray, pa.Array]:
+    """A cluster with a member that matched the index joins the matched cluster (the smallest
+    when several): (each document's cluster, the id of the indexed document it copies or null).
+    A member that matched nothing itself copies the document its cluster's match points at."""
+    none = pa.nulls(len(cluster), pa.string())
     if matched.null_count == len(matched):
-        return cluster, keep
+        return cluster, none
     matched = np.asarray(pc.fill_null(matched, np.iinfo(np.int64).max))
-    hit = matched != np.iinfo(np.int64).max
-    target: dict[int, int] = {}
-    for c, m in zip(cluster[hit].tolist(), matched[hit].tolist()):
-        target[c] = min(m, target.get(c, m))
-    dropped = np.isin(cluster, np.array(list(target), dtype=np.int64))
+    ids = matched_id.to_pylist()
+    hit = np.flatnonzero(matched != np.iinfo(np.int64).max)
+    target: dict[int, tuple[int, str]] = {}
+    for row in hit.tolist():
+        found = (int(matched[row]), ids[row])
+        target[int(cluster[row])] = min(found, target.get(int(cluster[row]), found))
+    joined = np.isin(cluster, np.array(list(target), dtype=np.int64))
+    copies_of: list[str | None] = [None] * len(cluster)
     cluster = cluster.copy()
-    cluster[dropped] = [target[c] for c in cluster[dropped].tolist()]
-    return cluster, np.where(dropped, False, keep)
+    for row in np.flatnonzero(joined).tolist():
+        root, first_id = target[int(cluster[row])]
+        copies_of[row] = ids[row] if ids[row] is not None else first_id
+        cluster[row] = root
+    return cluster, pa.array(copies_of, pa.string())
 
 
 def attach(block: pa.Table, block_index: int, *pieces: pa.Table) -> pa.Table:
@@ -316,6 +345,8 @@ def attach(block: pa.Table, block_index: int, *pieces: pa.Table) -> pa.Table:
         "dup_cluster": tags.column("dup_cluster"),
         "dup_keep": tags.column("dup_keep"),
         "dup_cluster_size": tags.column("dup_cluster_size"),
+        "dup_of": tags.column("dup_of"),
+        "dedup_reason": tags.column("dedup_reason"),
     }
     return append_columns(block, DEDUP_COLUMNS, columns)
 

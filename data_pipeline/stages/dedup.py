@@ -6,7 +6,13 @@ distributed shuffle over every part, through files beside the persisted map side
 verification, star components, the kept document per cluster; data_pipeline.dedup.aggregate) ->
 `join_part` (the tags joined back to the part's rows).
 Tags: `exact_hash` (hex of the normalised text), `dup_cluster` (smallest vertex of the cluster;
-a singleton's own vertex), `dup_keep`, `dup_cluster_size`. Rows are never dropped here.
+a singleton's own vertex), `dup_keep`, `dup_cluster_size`, `dup_of` (the id of the earlier
+corpus's document a document copies, with `index.against`) and `dedup_reason` (`duplicate`,
+`earlier_corpus`; null when kept), which the ledger counts. Rows are never dropped here.
+
+`index.against` is an input of the run: `check()` opens it through its artifact reader (every
+byte verified, its settings compatible) before any work, and `models()` names it, so the shards
+manifest lists it among its inputs (lineage, `pretrain show`) and a resume sees the same bytes.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ class DedupStage(GlobalStage):
     order: ClassVar[int] = 80
     columns: ClassVar[tuple[pa.Field, ...]] = DEDUP_COLUMNS
     tags: ClassVar[tuple[str, ...]] = ("dup_keep",)
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
     requires: ClassVar[tuple[str, ...]] = ("id", "text")
     Config: ClassVar[type[StageConfig]] = DedupConfig
 
@@ -51,6 +57,13 @@ class DedupStage(GlobalStage):
     def models(self) -> dict[str, Path]:
         against = self.dedup_config.index.against
         return {"index.against": Path(against)} if against else {}
+
+    def check(self) -> None:
+        against = self.dedup_config.index.against
+        if against:
+            from data_pipeline.dedup.index import check_compatible
+
+            check_compatible(against, self.dedup_config)
 
     def map_part(self, rows: pa.Table) -> tuple[dict[str, pa.Table], dict[str, Any]]:
         from data_pipeline.dedup.tasks import map_tables

@@ -76,7 +76,8 @@ def test_planted_duplicates_are_found_and_nothing_else(ray_local, tmp_path: Path
     table, groups = load_fixture()
     assert stage_class("dedup") is DedupStage
     out, stage = tag(tmp_path, table, parts=2)
-    assert out.column_names[-4:] == [f.name for f in stage_fields("dedup")]
+    fields = [f.name for f in stage_fields("dedup")]
+    assert out.column_names[-len(fields) :] == fields
     expected: dict[str, set[str]] = defaultdict(set)
     for doc_id, group in zip(table.column("id").to_pylist(), groups):
         expected[group or doc_id].add(doc_id)
@@ -173,6 +174,13 @@ def test_incremental_index_matches_new_batch_without_the_old_corpus(ray_local, t
     assert dropped_alone and not dropped_alone & set(got)
     assert dropped == set(got) | dropped_alone
     assert stage.stats.index_matches == 4
+    rows = {r["id"]: r for r in out.to_pylist()}
+    for copy, original in got.items():  # each copy points at the document it copies
+        assert (rows[copy]["dup_of"], rows[copy]["dedup_reason"]) == (original, "earlier_corpus")
+        assert rows[copy]["dup_cluster_size"] >= 2  # the earlier corpus's document counts
+    for doc_id in dropped_alone:
+        assert (rows[doc_id]["dup_of"], rows[doc_id]["dedup_reason"]) == (None, "duplicate")
+    assert all(r["dedup_reason"] is None for r in rows.values() if r["dup_keep"])
 
 
 def test_index_refuses_tampering_and_other_settings(tmp_path: Path) -> None:
