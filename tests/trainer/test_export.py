@@ -257,3 +257,36 @@ def test_a_killed_export_leaves_nothing_transformers_reads_and_the_rerun_replace
     assert listing(out) == listing(reference)
     export_artifact.open(out, full=True)
     assert not scratch_dir(out).exists()
+
+
+def _lm_eval_cli(out: Path, model: str, model_args: str, include: str) -> dict:
+    """lm-eval's own CLI (through evals.lm_eval_cli, which registers `pretrain`) on boolq."""
+    command = [sys.executable, "-m", "evals.lm_eval_cli", "--model", model]
+    command += ["--model_args", model_args, "--tasks", "boolq_local", "--include_path", include]
+    command += ["--batch_size", "4", "--output_path", str(out)]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=400, cwd=ROOT, env=clean_env()
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (results,) = out.rglob("results_*.json")
+    return json.loads(results.read_text())["results"]["boolq_local"]
+
+
+@pytest.mark.timeout(900)
+def test_lm_eval_cli_evaluates_a_training_checkpoint(exported, sample_tokenizer, tmp_path):
+    """`--model pretrain --model_args checkpoint=...` from lm-eval's command line gives the
+    numbers lm-eval's own `--model hf` gives on the export of that checkpoint (#33 item 6)."""
+    from evals.lm_eval_tasks import load_lm_eval_tasks
+    from tests.trainer.lm_eval_check import FIXTURES
+
+    run_dir, export, _ = exported
+    include = str(load_lm_eval_tasks([f"boolq={FIXTURES['boolq']}"]).manager.include_path)
+    checkpoint = run_dir / "checkpoints" / "iter_0000002"
+    ours = _lm_eval_cli(
+        tmp_path / "ours",
+        "pretrain",
+        f"checkpoint={checkpoint},tokenizer={sample_tokenizer}",
+        include,
+    )
+    theirs = _lm_eval_cli(tmp_path / "hf", "hf", f"pretrained={export}", include)
+    assert ours["acc,none"] == pytest.approx(theirs["acc,none"])
