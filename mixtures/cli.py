@@ -35,6 +35,17 @@ def register(sub: Any) -> None:
     report.add_argument(
         "--out", default=None, help="where to write report.json/report.png (default DIR/report)"
     )
+    export = add_command(
+        msub,
+        ["mixture", "export"],
+        _export,
+        "a built mixture as Megatron-LM data: per-component prefixes and --data-args-path files",
+    )
+    export.add_argument("directory", metavar="MIXTURE_DIR")
+    export.add_argument(
+        "--megatron", action="store_true", required=True, help="the format (the only one)"
+    )
+    export.add_argument("--out", required=True, metavar="DIR")
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -66,4 +77,16 @@ def _report(args: argparse.Namespace) -> int:
 
     report = write_report(args.directory, args.out, args.run)
     print(format_report(report))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from mixtures.megatron import export_megatron
+
+    manifest = export_megatron(args.directory, args.out)
+    blends = " ".join(f"{args.out}/{name}" for name in manifest["blends"])
+    print(
+        f"exported {len(manifest['components'])} components ({manifest['counts']['tokens']} "
+        f"tokens) -> {args.out}; Megatron-LM: --data-args-path {blends} --split 100,0,0"
+    )
     return 0

@@ -13,6 +13,7 @@ from pretrain.artifacts import (
     eval_results,
     evalset,
     export,
+    megatron_export,
     mixture,
     mixture_report,
     model,
@@ -44,6 +45,7 @@ FIELDS: dict[str, type[Fields]] = {
         eval_results.EvalFields,
         dedup_index.DedupIndexFields,
         raw.RawFields,
+        megatron_export.MegatronExportFields,
     )
 }
 

@@ -1,0 +1,119 @@
+"""`pretrain mixture export MIXTURE --megatron --out DIR`: a built mixture as Megatron-LM data.
+
+Megatron-LM blends prefixes by weight, and a weight over our encoded prefixes cannot express a
+component (a tag selection of documents spread over many prefixes). So each component's selected
+documents (`components/<name>.npy`, in that order) are copied into a prefix of their own,
+`DIR/<name>.bin/.idx` (megatron.core's IndexedDatasetBuilder, the encoding's token dtype), and
+per phase `DIR/<phase number>-<phase>.data-args` holds the `weight prefix` list, space-separated,
+that Megatron-LM takes as `--data-path` arguments or, as the file, `--data-args-path`:
+
+    pretrain_gpt.py ... --data-args-path DIR/0-main.data-args --split 100,0,0
+
+The weight of a component is its share of the phase's sample index (the sequences our sampler
+allots it), so Megatron's blend asks each component for the same share of samples. What Megatron
+does not keep (docs/mixtures.md): its `BlendedDataset` interleaves by a greedy per-sample rule
+over the weights, each component dataset shuffling its own documents and repeating them for as
+many epochs as its share needs, with no epoch cap, no phases (one blend per run: train one phase
+with its file, then the next) and no bound per global batch; our index holds every batch and every
+prefix of the run within one sequence of quota, caps epochs and keeps documents the recipe
+excluded out. Megatron's `--split` also divides every prefix into train/valid/test by documents:
+pass `100,0,0` (the held-out documents are not in any component: `eval-*` prefixes of the
+encoded artifact) or the valid/test shares leave training.
+
+Disk: a copy of the selected tokens (a document in two components is copied twice; the
+encoded artifact's token bytes times the share of its documents the components select).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pretrain.artifacts import encoded as encoded_kind
+from pretrain.artifacts import megatron_export as export_kind
+from pretrain.artifacts import mixture as mixture_kind
+from pretrain.artifacts.base import write_artifact
+from pretrain.locking import writes_output
+from pretrain.manifest import atomic_write_bytes
+from pretrain.output_check import require_own_output
+from pretrain.progress import Progress
+from pretrain.publish import publishing
+
+
+def data_args(weights: dict[str, float], directory: Path) -> str:
+    """`w1 prefix1 w2 prefix2 ...` (Megatron-LM's `--data-path` form), components with a
+    positive weight only, prefixes absolute."""
+    pairs = [f"{weight:.12g} {directory / name}" for name, weight in weights.items() if weight > 0]
+    return " ".join(pairs) + "\n"
+
+
+def phase_weights(mixture: mixture_kind.Mixture) -> dict[str, dict[str, float]]:
+    """Per phase file name, component -> its share of the phase's sample index."""
+    names = [c.name for c in mixture.fields.components]
+    blends = {}
+    for number, phase in enumerate(mixture.fields.phases):
+        component = np.load(mixture.path(phase.index))["component"]
+        counts = np.bincount(component, minlength=len(names))
+        total = max(int(counts.sum()), 1)
+        shares = {name: int(count) / total for name, count in zip(names, counts, strict=True)}
+        blends[f"{number}-{phase.name}.data-args"] = shares
+    return blends
+
+
+def _copy_component(
+    docs: np.ndarray, prefixes: list[Path], dtype: type, prefix: Path
+) -> tuple[int, int]:
+    """The documents `docs` (selection.DOCS_DTYPE rows) copied in order into `prefix`."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
+
+    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
+    readers: dict[int, Any] = {}
+    tokens = 0
+    for source, doc in zip(docs["prefix"].tolist(), docs["doc"].tolist(), strict=True):
+        if source not in readers:
+            readers[source] = IndexedDataset(str(prefixes[source]))
+        document = readers[source].get(doc)
+        builder.add_document(document, [document.size])
+        tokens += int(document.size)
+    builder.finalize(f"{prefix}.idx")
+    return len(docs), tokens
+
+
+@writes_output("out")
+def export_megatron(mixture_dir: str | Path, out: str | Path) -> dict[str, Any]:
+    """Write the per-component prefixes and per-phase data-args files; return the manifest."""
+    out = Path(out)
+    require_own_output(out, "--out", export_kind.KIND)
+    mixture = mixture_kind.open(mixture_dir)
+    encoded = encoded_kind.open(mixture.recorded_encoded())
+    prefixes = encoded.prefix_paths()  # the numbering components/<name>.npy uses
+    dtype = np.uint16 if encoded.fields.token_dtype == "uint16" else np.int32
+    final = out.resolve()
+    counts: dict[str, Any] = {"documents": 0, "tokens": 0}
+    with publishing(out) as scratch:
+        components = {}
+        for component in Progress(mixture.fields.components, desc="export", unit="component"):
+            docs = np.load(mixture.path(f"components/{component.name}.npy"))
+            documents, tokens = _copy_component(docs, prefixes, dtype, scratch / component.name)
+            components[component.name] = {"documents": documents, "tokens": tokens}
+            counts["documents"] += documents
+            counts["tokens"] += tokens
+        blends = phase_weights(mixture)
+        for name, weights in blends.items():
+            atomic_write_bytes(scratch / name, data_args(weights, final).encode())
+        fields = export_kind.MegatronExportFields(
+            mixture_build_sha256=mixture.fields.build_sha256,
+            components=components,
+            blends=blends,
+            token_dtype=encoded.fields.token_dtype,
+        )
+        manifest = write_artifact(
+            scratch,
+            fields,
+            config={"mixture": str(Path(mixture_dir).resolve())},
+            inputs=[mixture_dir],
+            counts=counts,
+        )
+    return manifest
