@@ -1,40 +1,8 @@
-"""`pretrain ablate CONFIG`: run the sweep (evals/sweep.py) and print its report.
-
-Kept apart from evals/ablate.py (the config and recipe planning) so the sweep can import the
-planning without a cycle.
-"""
+"""What `pretrain ablate CONFIG` prints: the report's headline, evidence, ranking and decision."""
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 from typing import Any
-
-from evals.ablate import AblationConfig
-from evals.sweep import run_sweep
-
-
-def ablate_command(args: argparse.Namespace) -> int:
-    from pretrain.cli_utils import resolve_config
-
-    config = resolve_config(AblationConfig, args, _preflight)
-    if config is None:
-        return 0
-    print_report(run_sweep(config)["report"], config.out)
-    return 0
-
-
-def _preflight(config: AblationConfig) -> str:
-    """The sweep's own pre-work checks: mixture and train configs, eval sets, data, recipes."""
-    from evals.sweep import make_specs
-    from mixtures.build import check_tokenizer, verify_encoded
-    from mixtures.recipe import MixtureConfig
-    from pretrain.config import read_yaml
-
-    specs, _ = make_specs(config)
-    mixture = MixtureConfig.model_validate(read_yaml(config.mixture))
-    check_tokenizer(mixture, verify_encoded(Path(mixture.build.encoded)))
-    return f"{len(specs)} proxy runs planned; mixture, train template and eval sets verified"
 
 
 def _print_ranking(report: dict[str, Any]) -> None:

@@ -19,9 +19,15 @@ def _at_least_one(text: str) -> int:
 
 def ablate(args: argparse.Namespace) -> int:
     """`pretrain ablate CONFIG`: proxy runs of mixture recipes and the decision report."""
-    from evals.ablate_cli import ablate_command
+    from evals.ablate import AblationConfig
+    from evals.ablate_cli import print_report
+    from evals.sweep import preflight, run_sweep
+    from pretrain.cli_utils import resolve_config
 
-    return int(ablate_command(args) or 0)
+    config = resolve_config(AblationConfig, args, preflight)
+    if config is not None:
+        print_report(run_sweep(config)["report"], config.out)
+    return 0
 
 
 def eval_build(args: argparse.Namespace) -> int:

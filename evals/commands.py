@@ -65,16 +65,11 @@ def build_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def is_export(path: Path) -> bool:
-    """A `pretrain export --format hf` directory (evaluated through transformers)."""
-    return export_artifact.is_export(path)
-
-
 def find_checkpoints(path: str | Path) -> tuple[Path, list[tuple[int, Path]]]:
     """(run directory, [(step, checkpoint dir)] ascending) for a run, one checkpoint dir or an
     HF export (its own directory, at the exported step)."""
     path = Path(path)
-    if is_export(path):
+    if export_artifact.is_export(path):
         return path, [(export_artifact.open(path).step, path)]
     match = ITER.match(path.name)
     if match and path.is_dir():
@@ -120,7 +115,7 @@ def _load(checkpoint: Path, tokenizer: Any, args: argparse.Namespace) -> tuple[A
     """(scorer for bpb and our tasks, lm-eval LM or None) of a checkpoint or an HF export."""
     from evals import lm_eval_model
 
-    if is_export(checkpoint):
+    if export_artifact.is_export(checkpoint):
         hf, hf_tokenizer = lm_eval_model.load_export(checkpoint)
         scorer = lm_eval_model.HFScorer(checkpoint, hf)
         lm = lm_eval_model.hf_lm(hf, hf_tokenizer, args.batch_size) if args.lm_eval else None
@@ -193,7 +188,7 @@ def out_dir(args: argparse.Namespace, run_dir: Path) -> Path:
     """--out, else RUN/evals (an export's results go beside it, never into the artifact)."""
     if args.out:
         return Path(args.out)
-    if is_export(run_dir):
+    if export_artifact.is_export(run_dir):
         return run_dir.with_name(run_dir.name + "-evals")
     return run_dir / "evals"
 

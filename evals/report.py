@@ -25,13 +25,6 @@ from pretrain.manifest import atomic_write_json
 from trainer.gate_rule import criteria_from, decide, lower_is_better, split_health
 from trainer.gate_stats import pct
 
-__all__ = ["build_report", "decide", "lower_is_better", "summarize", "write_report"]
-
-
-def _std(values: Sequence[float]) -> float | None:
-    """Sample standard deviation over seeds; None with a single seed (spread unknown)."""
-    return float(np.std(values, ddof=1)) if len(values) > 1 else None
-
 
 def summarize(runs: Sequence[Mapping[str, Any]], metric: str) -> dict[str, list[dict[str, Any]]]:
     """Per proxy: recipes ranked by the mean of `metric` over seeds (best first), with spread."""
@@ -51,7 +44,7 @@ def summarize(runs: Sequence[Mapping[str, Any]], metric: str) -> dict[str, list[
                 "recipe_sha256": sha,
                 "recipe_name": names[sha],
                 "mean": float(np.mean(vals)),
-                "std": _std(vals),
+                "std": float(np.std(vals, ddof=1)) if len(vals) > 1 else None,  # 1 seed: unknown
                 "min": float(min(vals)),
                 "max": float(max(vals)),
                 "n_seeds": len(vals),
@@ -91,10 +84,6 @@ def primary_proxy(runs: Sequence[Mapping[str, Any]], sizes: Mapping[str, float] 
     if sizes:
         return max(proxies, key=lambda p: (sizes.get(p, 0.0), p))
     return proxies[-1]
-
-
-def weight_matrix(runs: Sequence[Mapping[str, Any]], components: Sequence[str]) -> np.ndarray:
-    return np.array([[float(run["weights"].get(c, 0.0)) for c in components] for run in runs])
 
 
 def _cv_scores(model: Any, x: np.ndarray, y: np.ndarray, folds: int) -> dict[str, float]:
@@ -151,7 +140,7 @@ def fit_regression(
     from sklearn.linear_model import Ridge
 
     usable = [r for r in runs if r["metrics"].get(metric) is not None]
-    x = weight_matrix(usable, components)
+    x = np.array([[float(r["weights"].get(c, 0.0)) for c in components] for r in usable])
     y = np.array([float(r["metrics"][metric]) for r in usable])
     distinct = len({tuple(row) for row in x.round(6)})
     result: dict[str, Any] = {

@@ -305,8 +305,7 @@ def _write_sets(out: Path, groups: dict, cfg: EvalBuildConfig) -> tuple[list[dic
 
 
 def _copy_tasks(out: Path, tasks: list[str], hits: list[dict], index: TaskIndex) -> list[dict]:
-    """Copy the task files in; each one's entry counts the examples found in training documents,
-    the training documents holding one, and the examples too short to judge."""
+    """Copy the task files in, each with `_task_counts`."""
     from evals.tasks import load_task
 
     copied = []
@@ -314,18 +313,26 @@ def _copy_tasks(out: Path, tasks: list[str], hits: list[dict], index: TaskIndex)
         task = load_task(task_path)
         (out / "tasks").mkdir(exist_ok=True)
         shutil.copyfile(task_path, out / "tasks" / Path(task_path).name)
-        mine = [h for h in hits if h["task"] == task.name]
         copied.append(
             {
                 "name": task.name,
                 "kind": task.kind,
                 "examples": len(task.examples),
-                "contaminated_examples": len({h["eval_id"] for h in mine}),
-                "contaminated_train_documents": len({h["train_id"] for h in mine}),
-                "unchecked_examples": index.unchecked.get(task.name, 0),
+                **_task_counts(hits, task.name, index),
             }
         )
     return copied
+
+
+def _task_counts(hits: list[dict], name: str, index: TaskIndex) -> dict[str, int]:
+    """A task's examples found in training documents, those documents, and examples too short to
+    judge."""
+    mine = [h for h in hits if h["task"] == name]
+    return {
+        "contaminated_examples": len({h["eval_id"] for h in mine}),
+        "contaminated_train_documents": len({h["train_id"] for h in mine}),
+        "unchecked_examples": index.unchecked.get(name, 0),
+    }
 
 
 def preflight(cfg: EvalBuildConfig) -> list[Path]:
@@ -345,21 +352,16 @@ def preflight(cfg: EvalBuildConfig) -> list[Path]:
 
 
 def _lm_eval_report(hits: list[dict], index: TaskIndex) -> list[dict]:
-    """Per lm-eval task: documents, those found in training documents, the training documents."""
-    report = []
-    for name, documents in index.examples.items():
-        if name.startswith(LM_EVAL_PREFIX):
-            mine = [h for h in hits if h["task"] == name]
-            report.append(
-                {
-                    "name": name.removeprefix(LM_EVAL_PREFIX),
-                    "documents": documents,
-                    "contaminated_examples": len({h["eval_id"] for h in mine}),
-                    "contaminated_train_documents": len({h["train_id"] for h in mine}),
-                    "unchecked_examples": index.unchecked[name],
-                }
-            )
-    return report
+    """Per lm-eval task: its documents and `_task_counts`."""
+    return [
+        {
+            "name": name.removeprefix(LM_EVAL_PREFIX),
+            "documents": documents,
+            **_task_counts(hits, name, index),
+        }
+        for name, documents in index.examples.items()
+        if name.startswith(LM_EVAL_PREFIX)
+    ]
 
 
 def _check_tasks(tasks: list[str]) -> None:

@@ -25,7 +25,7 @@ from evals.proxy import execute_run, load_finished
 from evals.report import build_report, epoch_table, write_report
 from pretrain.artifacts import ablation as ablation_artifact
 from pretrain.artifacts import evalset as evalset_artifact
-from pretrain.config import apply_overrides, config_dict, config_sha256
+from pretrain.config import apply_overrides, config_dict, config_sha256, read_yaml
 from pretrain.errors import ConfigError, PretrainError
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_bytes, manifest_sha256
@@ -42,13 +42,6 @@ def _merged(train: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return apply_overrides(train, [f"{k}={v}" for k, v in overrides.items()])
 
 
-def _proxy_shape(train: dict[str, Any], overrides: dict[str, Any]) -> tuple[int, int]:
-    merged = _merged(train, overrides)
-    seq = int((merged.get("model") or {}).get("seq_length", 256))
-    batch = int((merged.get("batch") or {}).get("global_batch_size", 8))
-    return seq, batch
-
-
 def proxy_parameters(train: dict[str, Any], overrides: dict[str, Any]) -> float:
     """Non-embedding parameters, ~12 * layers * hidden^2: which proxy is larger."""
     model = _merged(train, overrides).get("model") or {}
@@ -57,7 +50,9 @@ def proxy_parameters(train: dict[str, Any], overrides: dict[str, Any]) -> float:
 
 def _proxy_steps(train: dict[str, Any], proxy: ProxyConfig, budget: int) -> tuple[int, int, int]:
     """(sequence length, global batch, steps) of a proxy at its token budget."""
-    seq, batch = _proxy_shape(train, proxy.overrides)
+    merged = _merged(train, proxy.overrides)
+    seq = int((merged.get("model") or {}).get("seq_length", 256))
+    batch = int((merged.get("batch") or {}).get("global_batch_size", 8))
     steps = budget // (seq * batch)
     if steps < 1:
         raise ConfigError(
@@ -90,7 +85,8 @@ def make_specs(config: AblationConfig) -> tuple[list[dict[str, Any]], dict[str, 
         "launch_args": config.launch_args,
         "timeout_s": config.timeout_s,
     }
-    context = {"mixture": mixture, "train": train, "common": common, **identity}
+    sizes = {p.name: proxy_parameters(train, p.overrides) for p in config.proxies}
+    context = {"mixture": mixture, "train": train, "common": common, "sizes": sizes, **identity}
     return specs_for(config, plan_recipes(config, mixture), context), context
 
 
@@ -141,6 +137,7 @@ def specs_for(
 
 
 def _call(runner: Callable[[dict[str, Any]], dict[str, Any]], spec: dict[str, Any]) -> dict:
+    """`runner(spec)`: a runner may be any callable, and ray.remote takes only functions."""
     return runner(spec)
 
 
@@ -338,7 +335,6 @@ def _report(
     failed = [r for r in results if r["status"] != "finished"]
     base = specs[0]["recipe_sha256"]
     tokenizer_sha, data_sha = _shared_identity(finished, failed, base)
-    sizes = {p.name: proxy_parameters(context["train"], p.overrides) for p in config.proxies}
     report = build_report(
         finished,
         base_sha=base,
@@ -349,7 +345,7 @@ def _report(
             "sweep": config.name,
         },
         criteria=config_dict(config.criteria),
-        proxy_sizes=sizes,
+        proxy_sizes=context["sizes"],
         recipes={
             s["recipe_sha256"]: {"name": s["recipe_name"], "weights": s["weights"]} for s in specs
         },
@@ -408,6 +404,17 @@ def _confirm(
     return report, specs
 
 
+def preflight(config: AblationConfig) -> str:
+    """The sweep's own pre-work checks: mixture and train configs, eval sets, data, recipes."""
+    from mixtures.build import check_tokenizer, verify_encoded
+    from mixtures.recipe import MixtureConfig
+
+    specs, _ = make_specs(config)
+    mixture = MixtureConfig.model_validate(read_yaml(config.mixture))
+    check_tokenizer(mixture, verify_encoded(Path(mixture.build.encoded)))
+    return f"{len(specs)} proxy runs planned; mixture, train template and eval sets verified"
+
+
 @writes_output("config.out")
 def run_sweep(
     config: AblationConfig, runner: Callable[[dict[str, Any]], dict[str, Any]] = execute_run
@@ -416,7 +423,7 @@ def run_sweep(
     config.out."""
     start = time.perf_counter()
     specs, context = make_specs(config)
-    sizes = {p.name: proxy_parameters(context["train"], p.overrides) for p in config.proxies}
+    sizes = context["sizes"]
     specs, halving = run_rung(
         config,
         specs,

@@ -34,14 +34,26 @@ guards on Ray phases use, refuse a longer one with OverflowError."""
 M = TypeVar("M", bound=BaseModel)
 
 
-class _DuplicateKey(yaml.YAMLError):
-    def __init__(self, key: Any, line: int, first: int) -> None:
-        super().__init__(f"line {line}: key {key!r} appears twice (first at line {first})")
+MAX_YAML_ALIASES = 100
+"""Aliases (`*name`) one YAML document may hold: configs and recipes need a few `<<: *base`."""
+MAX_YAML_NODES = 100_000
+"""Nodes a YAML document may expand to once every alias is followed (a "billion laughs" document
+is a few hundred bytes that expands to 10^9 nodes in every copy, dump and hash of the config)."""
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class _Refused(yaml.YAMLError):
+    """A YAML document this project does not read (message: where and what to do)."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a mapping that names one key twice (YAML itself keeps the
-    last silently). Keys a `<<:` merge brings in may still be overridden."""
+    last silently; keys a `<<:` merge brings in may still be overridden), more than
+    MAX_YAML_ALIASES aliases, a document that would expand to more than MAX_YAML_NODES nodes,
+    and an alias inside its own anchor (a cycle)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -52,38 +64,21 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             line = key_node.start_mark.line + 1
             try:
                 if key in seen:
-                    raise _DuplicateKey(key, line, seen[key])
+                    raise _Refused(
+                        f"line {line}: key {key!r} appears twice (first at line {seen[key]}); "
+                        "keep one"
+                    )
                 seen[key] = line
             except TypeError:  # an unhashable key: the safe loader's own error follows
                 continue
         return super().construct_mapping(node, deep=deep)
-
-
-MAX_YAML_ALIASES = 100
-"""Aliases (`*name`) one YAML document may hold: configs and recipes need a few `<<: *base`."""
-MAX_YAML_NODES = 100_000
-"""Nodes a YAML document may expand to once every alias is followed (a "billion laughs" document
-is a few hundred bytes that expands to 10^9 nodes in every copy, dump and hash of the config)."""
-
-
-class _AliasBomb(yaml.YAMLError):
-    pass
-
-
-class _BoundedLoader(_UniqueKeyLoader):
-    """The unique-key loader, refusing more than MAX_YAML_ALIASES aliases, a document that would
-    expand to more than MAX_YAML_NODES nodes, and an alias inside its own anchor (a cycle)."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._aliases = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > MAX_YAML_ALIASES:
                 line = self.peek_event().start_mark.line + 1
-                raise _AliasBomb(
+                raise _Refused(
                     f"line {line}: more than {MAX_YAML_ALIASES} aliases (*name); "
                     "write the values out"
                 )
@@ -104,7 +99,7 @@ def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_: set[int]) -> i
         return sizes[key]
     if key in open_:
         line = node.start_mark.line + 1
-        raise _AliasBomb(f"line {line}: an alias refers to a value that contains it (a cycle)")
+        raise _Refused(f"line {line}: an alias refers to a value that contains it (a cycle)")
     open_.add(key)
     total = 1
     if isinstance(node, yaml.SequenceNode):
@@ -113,7 +108,7 @@ def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_: set[int]) -> i
         for k, v in node.value:
             total += _expanded_size(k, sizes, open_) + _expanded_size(v, sizes, open_)
     if total > MAX_YAML_NODES:
-        raise _AliasBomb(
+        raise _Refused(
             f"line {node.start_mark.line + 1}: aliases expand the document past {MAX_YAML_NODES:,} values; "
             "use fewer or smaller anchors"
         )
@@ -127,9 +122,7 @@ def load_yaml_text(text: str, source: str) -> Any:
     expansion past the bounds above, as a one-line ConfigError naming `source`."""
     try:
         return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 (a SafeLoader)
-    except _DuplicateKey as exc:
-        raise ConfigError(f"{source} {exc}; keep one") from None
-    except _AliasBomb as exc:
+    except _Refused as exc:
         raise ConfigError(f"{source} {exc}") from None
     except RecursionError:
         raise ConfigError(f"{source}: nested too deeply to read; flatten it") from None
@@ -196,10 +189,8 @@ def _override_value(raw: str, item: str) -> Any:
         return raw
     try:
         return yaml.load(raw, Loader=_BoundedLoader)  # noqa: S506 (a SafeLoader)
-    except _AliasBomb as exc:
+    except _Refused as exc:
         raise ConfigError(f"--set {item[:60]!r}: {exc}") from None
-    except _DuplicateKey as exc:
-        raise ConfigError(f"--set {item[:60]!r}: {exc}; keep one") from None
     except (yaml.YAMLError, RecursionError):
         return raw
 
@@ -251,6 +242,7 @@ def _assign(node: Any, part: str, value: Any, item: str) -> None:
 
 
 def _deep_copy(data: Any) -> Any:
+    """Unlike copy.deepcopy, a YAML alias becomes its own copy: `--set` on one changes one."""
     if isinstance(data, dict):
         return {k: _deep_copy(v) for k, v in data.items()}
     if isinstance(data, list):

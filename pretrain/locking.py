@@ -42,8 +42,7 @@ LOCK_SUFFIX = ".lock"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-_held: dict[str, tuple[int, int]] = {}  # lock path -> (fd, depth), this process only
-_held_objects: dict[str, tuple[Any, int]] = {}  # s3:// output -> (S3Lock, depth)
+_held: dict[str, tuple[Any, int]] = {}  # lock path -> (fd, depth); s3:// output -> (S3Lock, depth)
 _guard = threading.Lock()
 
 
@@ -169,30 +168,35 @@ def is_object_output(out: str | os.PathLike) -> bool:
 
 
 @contextmanager
-def _object_lock(uri: str, command: Sequence[str] | None) -> Iterator[str]:
-    key = uri.rstrip("/")
+def _reentrant(
+    key: str, acquire: Callable[[], Any], release: Callable[[Any], None]
+) -> Iterator[Any]:
+    """The handle `acquire()` gave for `key`, held until the outermost block of this process
+    that holds `key` ends (then `release(handle)`)."""
     with _guard:
-        if key in _held_objects:
-            lock, depth = _held_objects[key]
-            _held_objects[key] = (lock, depth + 1)
-        else:
-            lock = S3Lock(uri, command)
-            lock.acquire()
-            _held_objects[key] = (lock, 1)
+        handle, depth = _held[key] if key in _held else (acquire(), 0)
+        _held[key] = (handle, depth + 1)
     try:
-        yield uri
-    except BaseException as exc:
-        if lock.lost:  # the heartbeat stopped the run (SIGINT): say why
-            raise OutputLocked(lock.lost) from exc
-        raise
+        yield handle
     finally:
         with _guard:
-            lock, depth = _held_objects[key]
+            handle, depth = _held[key]
             if depth > 1:
-                _held_objects[key] = (lock, depth - 1)
+                _held[key] = (handle, depth - 1)
             else:
-                del _held_objects[key]
-                lock.release()
+                del _held[key]
+                release(handle)
+
+
+def _new_object_lock(uri: str, command: Sequence[str] | None) -> S3Lock:
+    lock = S3Lock(uri, command)
+    lock.acquire()
+    return lock
+
+
+def _release_file_lock(fd: int) -> None:
+    os.ftruncate(fd, 0)  # a clean release leaves no record; a killed holder leaves one (taken over)
+    os.close(fd)
 
 
 @contextmanager
@@ -205,34 +209,27 @@ def output_lock(
     Raises `OutputLocked` (one line naming the holder) when another live process holds it.
     """
     if is_object_output(out):
-        with _object_lock(str(out), command) as uri:
-            yield uri
+        uri = str(out)
+        new_lock = functools.partial(_new_object_lock, uri, command)
+        with _reentrant(uri.rstrip("/"), new_lock, S3Lock.release) as lock:
+            try:
+                yield uri
+            except BaseException as exc:
+                if lock.lost:  # the heartbeat stopped the run (SIGINT): say why
+                    raise OutputLocked(lock.lost) from exc
+                raise
         return
     out_path = Path(os.path.abspath(out))
     path = lock_path(out_path)
-    key = str(path)
-    with _guard:
-        if key in _held:
-            fd, depth = _held[key]
-            _held[key] = (fd, depth + 1)
-        else:
-            _held[key] = (_acquire(path, out_path, command), 1)
-    try:
-        yield out_path
-    except OSError as exc:
-        if exc.filename is None:  # a write to an open file names none: name the output
-            exc.filename = str(out_path)
-        raise
-    finally:
-        with _guard:
-            fd, depth = _held[key]
-            if depth > 1:
-                _held[key] = (fd, depth - 1)
-            else:
-                del _held[key]
-                # a clean release leaves no record; a killed holder leaves one (taken over)
-                os.ftruncate(fd, 0)
-                os.close(fd)
+    with _reentrant(
+        str(path), functools.partial(_acquire, path, out_path, command), _release_file_lock
+    ):
+        try:
+            yield out_path
+        except OSError as exc:
+            if exc.filename is None:  # a write to an open file names none: name the output
+                exc.filename = str(out_path)
+            raise
 
 
 def writes_output(where: str | Callable[..., str | os.PathLike]) -> Callable[[F], F]:

@@ -196,10 +196,6 @@ def _listing(root: storage.OutPath) -> list[tuple[str, int]]:
     ]
 
 
-def _listed_files(root: storage.OutPath) -> list[str]:
-    return [rel for rel, _ in _listing(root)]
-
-
 def _file_records(
     root: storage.OutPath, known: dict[str, dict[str, Any]]
 ) -> dict[str, dict[str, Any]]:
@@ -243,21 +239,16 @@ def unlisted_files(directory: str | os.PathLike, manifest: Mapping[str, Any]) ->
     listed = set(manifest["files"])
     return [
         rel
-        for rel in _listed_files(root)
+        for rel, _ in _listing(root)
         if rel not in listed and not _nested_artifact(root / rel, root)
     ]
-
-
-def _safe_path(root: storage.OutPath, rel: Any) -> storage.OutPath:
-    """Resolve `rel` inside `root`, refusing absolute paths, `..` and links that escape."""
-    return storage.confined(root, rel, f"manifest of {root}")
 
 
 def listed_path(directory: str | os.PathLike, manifest: Mapping[str, Any], rel: Any) -> Path:
     """The path of file `rel` of an artifact, which must be confined to it and listed in its
     manifest: every path a manifest field names (index files, prefixes) goes through here."""
     root = Path(directory)
-    path = _safe_path(root, rel)
+    path = storage.confined(root, rel, f"manifest of {root}")
     assert isinstance(path, Path)  # a local root gives a local path
     if rel not in manifest["files"]:
         raise ArtifactError(
@@ -366,7 +357,7 @@ def verify(
     manifest = load_manifest(root)
     remedy = f"rebuild it with the command in {root / MANIFEST} or restore the file"
     for rel, entry in sorted(manifest["files"].items()):
-        path = _safe_path(root, rel)
+        path = storage.confined(root, rel, f"manifest of {root}")
         if not path.is_file():
             raise ArtifactError(f"{root}: file {rel} is missing; {remedy}")
         if path.stat().st_size != entry["bytes"]:

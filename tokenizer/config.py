@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from pretrain.config import StrictModel
 
@@ -17,23 +17,15 @@ class SampleConfig(StrictModel):
 
     max_bytes: int = Field(200_000_000, gt=0)
     """Budget of UTF-8 bytes in the training sample (after weighting)."""
-    domain_weights: dict[str, float] = Field(default_factory=dict)
+    domain_weights: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
     """Relative inclusion weight per `domain` tag (0 excludes); unlisted domains get `default`."""
-    lang_weights: dict[str, float] = Field(default_factory=dict)
+    lang_weights: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
     """Relative inclusion weight per `lang` tag, multiplied with the domain weight."""
     default_weight: float = Field(1.0, ge=0)
     max_doc_chars: int = Field(200_000, gt=0)
     """Longer documents are truncated to this many characters in the sample."""
     seed: int = 0
     """Salt of the per-document hash that decides inclusion (deterministic, order-free)."""
-
-    @field_validator("domain_weights", "lang_weights")
-    @classmethod
-    def _non_negative(cls, weights: dict[str, float]) -> dict[str, float]:
-        for key, value in weights.items():
-            if value < 0:
-                raise ValueError(f"weight of {key!r} is {value}; weights must be >= 0")
-        return weights
 
 
 class PreTokenizeConfig(StrictModel):

@@ -24,7 +24,6 @@ from pretrain.manifest import canonical_json
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
-HF_FILES = (TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE)
 
 
 def _special_names(special_tokens: dict[str, int], eod_id: int, pad_id: int) -> dict[str, Any]:

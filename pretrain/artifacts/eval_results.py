@@ -14,7 +14,6 @@ from pydantic import Field
 from pretrain.artifacts import base
 
 KIND = "eval"
-RESULTS_FILE = "results.jsonl"
 
 
 class EvalFields(base.Fields):

@@ -22,10 +22,6 @@ METRICS_FILE = "metrics.jsonl"
 _ITER = re.compile(r"iter_(\d{7})")
 
 
-def checkpoint_name(step: int) -> str:
-    return f"iter_{step:07d}"
-
-
 class MixtureRef(base.Record):
     build_sha256: str | None = None
     recipe_sha256: str | None = None
