@@ -103,30 +103,6 @@ def map_tables(
     return bands, exact, docs, info
 
 
-def combine_maps(
-    pieces: Sequence[tuple[dict[str, pa.Table], dict[str, Any]]],
-) -> tuple[dict[str, pa.Table], dict[str, Any]]:
-    """map_tables of a part from map_tables of its pieces (consecutive rows, in row order): every
-    row's values depend on that row alone, so the tables concatenate; a doc row's `row` (its
-    place in the part) gains the rows of the pieces before it, and the counts add up."""
-    bands, exact, docs, info = [], [], [], dict[str, Any]()
-    offset = 0
-    for tables, counts in pieces:
-        piece = tables["docs"]
-        row = pc.add(piece.column("row"), pa.scalar(offset, pa.int64()))
-        docs.append(piece.set_column(piece.schema.get_field_index("row"), "row", row))
-        bands.append(tables["bands"])
-        exact.append(tables["exact"])
-        offset += piece.num_rows
-        for key, value in counts.items():
-            if isinstance(value, int) and not isinstance(value, bool):
-                info[key] = info.get(key, 0) + value
-            else:
-                info.setdefault(key, value)
-    joined = {"bands": bands, "exact": exact, "docs": docs}
-    return {name: pa.concat_tables(parts) for name, parts in joined.items()}, info
-
-
 def scatter_map(
     bands: pa.Table,
     exact: pa.Table,
