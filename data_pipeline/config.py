@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, create_model, field_validator
 
 from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB, MIN_WORKER_MEMORY_MB
+from data_pipeline.readers import Fields
 from data_pipeline.stages.registry import registry
 from pretrain.config import MAX_TIMEOUT_S, StrictModel
 from pretrain.schema import EVAL_FRACTION
@@ -119,11 +120,15 @@ class PipelineConfig(StrictModel):
     """Share of documents whose stable split tag is `eval`."""
     text_field: str = Field("text", min_length=1)
     """Field (JSON Lines) or column (Parquet) holding the text; `a.b` reaches into nested objects.
-    `text` for DataTrove, Dolma, RedPajama v1, the Pile and FineWeb; `raw_content` for
-    RedPajama v2."""
+    Each of the four fields is dotted alike, and what it takes is not repeated in `meta`. The
+    settings of Dolma, datatrove, FineWeb, the Pile, RedPajama v1 and v2: docs/data.md."""
     id_field: str = Field("id", min_length=1)
     """Field or column holding the record's id (a record without one is named by its line or
     row). Ids are namespaced by input: `<input stem>/<id>`."""
+    url_field: str = Field("url", min_length=1)
+    """Field holding the document's URL (the `url` column: the safety stage's URL blocklist)."""
+    source_field: str = Field("source", min_length=1)
+    """Field holding the document's source (default when absent: `<format>:<input file name>`)."""
     on_unreadable: Literal["error", "reject"] = "error"
     """A file that cannot be opened at all: stop with a one-line error, or count it as a reject."""
     overwrite: bool = False
@@ -135,6 +140,10 @@ class PipelineConfig(StrictModel):
     ends byte-identical, only slower. `pretrain data clean DIR` deletes it afterwards."""
     compression_level: int = Field(3, ge=1, le=22)
     """zstd level of the shards."""
+
+    def fields(self) -> Fields:
+        """Where the readers find each record's text, id, URL and source."""
+        return Fields(self.text_field, self.id_field, self.url_field, self.source_field)
 
     def fingerprint_dict(self) -> dict[str, Any]:
         """What decides the shards' bytes (not where or how fast they are computed)."""

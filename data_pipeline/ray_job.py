@@ -20,7 +20,6 @@ from typing import Any
 
 from data_pipeline import global_parts, ledger, parts, throughput, workers
 from data_pipeline.config import PipelineConfig
-from data_pipeline.readers import Fields
 from data_pipeline.stages.base import Stage
 from pretrain.errors import PretrainError
 from pretrain.progress import VERBOSE, Progress, verbosity, watch
@@ -96,7 +95,7 @@ def stream(
         "shard_rows": config.shard_rows,
         "batch_rows": config.batch_rows,
         "eval_fraction": config.eval_fraction,
-        "fields": Fields(text=config.text_field, id=config.id_field),
+        "fields": config.fields(),
         "on_unreadable": config.on_unreadable,
         "max_input_bytes": _max_input_bytes(stages),
     }

@@ -10,8 +10,10 @@ stream that ends early) becomes a row with `_read_reason` set, never a crash or 
 file that cannot be opened at all raises `InputError` naming it (or, with `on_unreadable:
 reject`, becomes one reject row).
 
-JSON Lines and Parquet records name their text and id by `Fields` (`text_field`, `id_field` in
-the pipeline config; a dotted name such as `meta.doc_id` reaches into a nested object).
+JSON Lines and Parquet records name their text, id, URL and source by `Fields` (`text_field`,
+`id_field`, `url_field`, `source_field` in the pipeline config; a dotted name such as
+`metadata.url` reaches into a nested object). A value a field takes is not also kept in `meta`,
+at any depth: every value of a record is in one place.
 """
 
 from __future__ import annotations
@@ -60,10 +62,12 @@ _PARQUET_ERRORS = (OSError, pa.ArrowException, ValueError)
 
 @dataclass(frozen=True)
 class Fields:
-    """Where JSON Lines and Parquet records keep their text and id."""
+    """Where JSON Lines and Parquet records keep their text, id, URL and source."""
 
     text: str = "text"
     id: str = "id"
+    url: str = "url"
+    source: str = "source"
 
 
 def field_value(record: dict[str, Any], name: str) -> Any:
@@ -76,6 +80,19 @@ def field_value(record: dict[str, Any], name: str) -> Any:
             return None
         value = value[part]
     return value
+
+
+def _without(record: dict[str, Any], name: str) -> dict[str, Any]:
+    """`record` less the value `field_value(record, name)` reads (copies on the path, never
+    changes `record`); an object left empty goes too."""
+    if name in record or "." not in name:
+        return {k: v for k, v in record.items() if k != name}
+    head, _, rest = name.partition(".")
+    inner = record.get(head)
+    if not isinstance(inner, dict):
+        return record
+    kept = _without(inner, rest)
+    return {k: v for k, v in record.items() if k != head} | ({head: kept} if kept else {})
 
 
 def _open_stream(filesystem: pafs.FileSystem, path: str, source: InputFile) -> Any:
@@ -215,17 +232,18 @@ def _record_row(
     reason = (
         None if isinstance(text, str) else "missing_text" if text is None else "text_not_string"
     )
-    own = (fields.id, fields.text, "url", "source")
-    meta = {k: v for k, v in record.items() if k not in own}
-    if merge_meta and isinstance(record.get("meta"), dict):
-        meta = {**{k: v for k, v in meta.items() if k != "meta"}, **record["meta"]}
+    meta = record
+    for name in (fields.id, fields.text, fields.url, fields.source):
+        meta = _without(meta, name)
+    if merge_meta and isinstance(meta.get("meta"), dict):
+        meta = {**{k: v for k, v in meta.items() if k != "meta"}, **meta["meta"]}
     if size is None:
         size = len(text.encode("utf-8", "replace")) if isinstance(text, str) else 0
     out.add(
         doc_id,
         text=text if reason is None else None,
-        url=_str_or_none(record.get("url")),
-        source=_str_or_none(record.get("source")),
+        url=_str_or_none(field_value(record, fields.url)),
+        source=_str_or_none(field_value(record, fields.source)),
         meta=meta,
         reason=reason,
         raw_bytes=size,

@@ -1,0 +1,154 @@
+"""The fields real corpora use (issue 33 item 4): each corpus's record shape, read with the
+settings docs/data.md gives for it, puts its text, id and URL in the right columns, and a
+blocklisted URL under a nested path (Dolma's and datatrove's `metadata.url`, the Pile's and
+RedPajama v1's `meta.url`) is caught by the safety stage's URL blocklist. A corpus read with the
+wrong text field is a one-line error naming the fields it has, exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from data_pipeline.config import PipelineConfig
+from data_pipeline.stages.safety import SafetyConfig, SafetyStage
+from tests.data_pipeline.raytools import REPO, clean_env, data_run
+from tests.data_pipeline.readall import read_all
+from tests.data_pipeline.test_trust_sizes import prose
+
+BLOCKED = "http://www.blocked.test/page"
+CLEAN = "http://example.org/page"
+
+
+def _dolma(i: int, url: str) -> dict:
+    metadata = {"url": url, "warc_date": "2019-04-18"}
+    return {"id": f"d{i}", "text": prose(i), "source": "common-crawl", "metadata": metadata}
+
+
+def _datatrove(i: int, url: str) -> dict:
+    return {"text": prose(i), "id": f"d{i}", "media": [], "metadata": {"url": url, "dump": "CC"}}
+
+
+def _fineweb(i: int, url: str) -> dict:
+    return {"text": prose(i), "id": f"d{i}", "url": url, "dump": "CC-MAIN-2024-10"}
+
+
+def _pile(i: int, url: str) -> dict:
+    return {"text": prose(i), "meta": {"pile_set_name": "Pile-CC", "url": url}}
+
+
+def _redpajama_v1(i: int, url: str) -> dict:
+    return {"text": prose(i), "meta": {"url": url, "language": "en", "source": "c4"}}
+
+
+def _redpajama_v2(i: int, url: str) -> dict:
+    return {"raw_content": prose(i), "digest": f"sha1:d{i}", "url": url, "source_domain": "b"}
+
+
+# corpus -> (record shape, the settings docs/data.md's table gives, record 0's id, its source);
+# the Pile and RedPajama v1 carry no id: a record is named by its line
+PRESETS = {
+    "dolma": (_dolma, {"url_field": "metadata.url"}, "d0", "common-crawl"),
+    "datatrove": (_datatrove, {"url_field": "metadata.url"}, "d0", None),
+    "fineweb": (_fineweb, {}, "d0", None),
+    "pile": (_pile, {"url_field": "meta.url"}, "pile.jsonl:1", None),
+    "redpajama-v1": (
+        _redpajama_v1,
+        {"url_field": "meta.url", "source_field": "meta.source"},
+        "redpajama-v1.jsonl:1",
+        "c4",
+    ),
+    "redpajama-v2": (
+        _redpajama_v2,
+        {"text_field": "raw_content", "id_field": "digest"},
+        "sha1:d0",
+        None,
+    ),
+}
+
+
+def _write(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def _meta(entries: list[dict] | None) -> dict:
+    return {e["key"]: e["value"] for e in entries or []}
+
+
+@pytest.mark.parametrize("corpus", sorted(PRESETS))
+def test_each_corpus_shape_with_its_settings(tmp_path: Path, corpus: str) -> None:
+    shape, settings, first_id, source = PRESETS[corpus]
+    path = _write(tmp_path / f"{corpus}.jsonl", [shape(0, BLOCKED), shape(1, CLEAN)])
+    config = PipelineConfig.model_validate({"inputs": [str(path)], "output": "o", **settings})
+    table, _ = read_all(path, fields=config.fields())
+    assert table is not None and table.column("_read_reason").null_count == 2
+    assert table.column("text").to_pylist() == [prose(0), prose(1)]
+    assert table.column("url").to_pylist() == [BLOCKED, CLEAN]
+    assert table.column("id")[0].as_py() == f"{corpus}/{first_id}"
+    assert table.column("source")[0].as_py() == (source or f"jsonl:{corpus}.jsonl")
+    # what a field took is not repeated in meta, at any depth; the rest of the record is
+    meta = _meta(table.column("meta")[0].as_py())
+    assert BLOCKED not in json.dumps(meta) and prose(0) not in json.dumps(meta)
+    assert (
+        meta and first_id not in meta.values() and (source is None or source not in meta.values())
+    )
+    safety = SafetyStage(
+        SafetyConfig(
+            url_blocklist=False,
+            extra_blocked_domains=("blocked.test",),
+            unsafe_words=False,
+            redact_pii=False,
+        )
+    )
+    tagged = safety(table.drop_columns([c for c in table.column_names if c.startswith("_")]))
+    assert tagged.column("url_blocked").to_pylist() == [True, False]
+    assert tagged.column("safety_reason").to_pylist() == ["url_blocklist", None]
+
+
+def test_without_the_url_field_a_nested_url_is_not_read(tmp_path: Path) -> None:
+    """The default `url_field: url` reads no nested URL: the setting is what catches it."""
+    path = _write(tmp_path / "dolma.jsonl", [_dolma(0, BLOCKED)])
+    table, _ = read_all(path)
+    assert table is not None and table.column("url").to_pylist() == [None]
+    assert json.loads(_meta(table.column("meta")[0].as_py())["metadata"])["url"] == BLOCKED
+
+
+def test_consumed_fields_leave_meta_and_the_record_is_not_changed(tmp_path: Path) -> None:
+    record = {"text": prose(3), "metadata": {"url": CLEAN}, "meta": {"doc": "x", "url": CLEAN}}
+    path = _write(tmp_path / "mix.jsonl", [record])
+    table, _ = read_all(
+        path,
+        fields=PipelineConfig(
+            inputs=("x",), output="o", url_field="meta.url", id_field="meta.doc"
+        ).fields(),
+    )
+    assert table is not None and table.column("id").to_pylist() == ["mix/x"]
+    # `meta` (JSON Lines) is merged into the top level; what it gave is gone, `metadata` stays
+    assert _meta(table.column("meta")[0].as_py()) == {"metadata": json.dumps({"url": CLEAN})}
+
+
+def test_a_corpus_read_with_the_wrong_text_field_is_one_line_exit_2(tmp_path: Path) -> None:
+    """RedPajama v2 without `text_field: raw_content`: the CLI, from a clean shell."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    _write(inputs / "rp2.jsonl", [_redpajama_v2(i, CLEAN) for i in range(20)])
+    config = {"inputs": [str(inputs)], "output": str(tmp_path / "out"), "ray": {"num_cpus": 1}}
+    run = subprocess.run(
+        data_run(config, tmp_path / "c.yaml"),
+        cwd=REPO,
+        env=clean_env(tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 2, run.stderr[-2000:]
+    lines = run.stderr.strip().splitlines()  # the plan line, then the error: one line
+    assert lines[-1].startswith("pretrain data run: error: input "), run.stderr[-2000:]
+    assert "Traceback" not in run.stderr
+    assert "no record has the text field 'text'" in lines[-1]
+    assert "fields found: digest, raw_content, source_domain, url" in lines[-1]
+    assert "set text_field" in lines[-1]
+    assert not (tmp_path / "out" / "manifest.json").exists()
