@@ -159,7 +159,7 @@ def dirichlet_recipes(base: dict[str, float], cfg: DirichletConfig) -> list[dict
     recipes = []
     for sample in rng.dirichlet(alpha, size=cfg.count):
         kept = np.where(sample < cfg.min_weight, 0.0, sample)
-        if not kept.any():  # all below min_weight: 0 / 0 made every weight nan
+        if not kept.any():  # all below min_weight: keep the largest (else 0 / 0)
             kept = np.where(np.arange(sample.size) == np.argmax(sample), sample, 0.0)
         recipes.append(dict(zip(names, (kept / kept.sum()).tolist())))
     return recipes
@@ -262,8 +262,8 @@ TASK_METRICS = {"multiple_choice": ("acc", "acc_norm"), "cloze": ("bpb", "mean_l
 
 
 def check_metric(config: AblationConfig, evalset: Any) -> None:
-    """Refuse, before any proxy trains, a `criteria.metric` the eval sets cannot give: a typo
-    (`bpx`, a domain with no set) trained every run and then ended in a KeyError traceback."""
+    """Refuse, before any proxy trains, a `criteria.metric` the eval sets cannot give (a typo
+    `bpx`, a domain with no set)."""
     fields = evalset.fields
     known = list(SET_METRICS)
     known += [f"{m}/{s.domain}/{s.lang}" for s in fields.sets for m in SET_METRICS]

@@ -92,9 +92,10 @@ def plot_ablation(report: Mapping[str, Any], out: Path) -> list[Path]:
     return [p for p in paths if p.exists()]
 
 
-def plot_capability(records: Sequence[Mapping[str, Any]], path: Path, prefix: str = "bpb/") -> Path:
+def plot_capability(records: Sequence[Mapping[str, Any]], path: Path) -> Path:
     """Capability curves: one line per domain/language metric (e.g. bpb/web/en) over steps."""
     series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    prefix = "bpb/"
     for record in records:
         for key, value in record["metrics"].items():
             if key.startswith(prefix) and value is not None:

@@ -256,8 +256,7 @@ def decontaminate(
 
 def set_name(domain: str, lang: str) -> str:
     """`<domain>__<lang>`, the set's file stem; a tag with a character outside [A-Za-z0-9_.-]
-    (a classifier label `news/sports`) is percent-encoded: a `/` made the write fail with a
-    FileNotFoundError traceback (or, with `..`, write outside sets/)."""
+    (a classifier label `news/sports`, `..`) is percent-encoded, so the file stays in sets/."""
     return f"{_file_safe(domain)}__{_file_safe(lang)}"
 
 
@@ -339,8 +338,6 @@ def preflight(cfg: EvalBuildConfig) -> list[Path]:
     """What `build_eval_sets` checks before working (`--dry-run` runs it): `out` is new or an eval
     set, and the shards (and `train_shards`) verify. Returns the shard files."""
     out = Path(cfg.out)
-    # new, empty (but for logs), or an evalset, which the build deletes and writes again: a
-    # folder with someone else's manifest.json and sets/ was deleted whole
     require_own_output(out, "out =", evalset_artifact.KIND)
     files = _shard_files(cfg.shards)
     for directory in cfg.train_shards:
@@ -387,9 +384,6 @@ def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
     out = Path(cfg.out)
     groups = _collect_eval(files, cfg)
     _check_groups(groups, cfg)  # before `out` is touched: a refused build keeps the old sets
-    # built beside `out`, then swapped in: a kill leaves the old eval sets or the new ones (it
-    # deleted the old ones and wrote in place, so a kill left a part of the new sets, no
-    # manifest, which the re-run refused as someone else's files)
     with publishing(out) as building:
         written, skipped = _write_sets(building, groups, cfg)
         train_files = files + [f for d in cfg.train_shards for f in _shard_files(d)]

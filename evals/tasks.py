@@ -96,7 +96,7 @@ def load_task(path: str | Path) -> Task:
 
 def _task_text(path: Path) -> str:
     """The file as text: UTF-8, a leading byte order mark (Windows editors) dropped; other bytes
-    are one line naming where (a UnicodeDecodeError traceback before)."""
+    are one line naming where."""
     data = path.read_bytes()
     try:
         return data.decode("utf-8-sig")

@@ -311,13 +311,10 @@ def write_report(
 ) -> dict[str, Any]:
     """Write report.json and report.png; returns the report (without plot arrays)."""
     target = Path(out) if out is not None else Path(directory) / "report"
-    # the mixture is checked before the lock is taken: the lock file sits beside `target`, i.e.
-    # inside the mixture, and a report asked of a missing or unfinished mixture created that
-    # folder with `.report.lock` in it, which a re-run of the killed build then refused as foreign
+    # checked before the lock is taken: the lock file sits beside `target`, inside the mixture,
+    # and must not create a folder in a missing or unfinished one
     require(directory, kind="mixture", deep=False)
-    # the mixture's own writer lock too: a `mixture build` replacing it while the report reads
-    # it put a report of the old mixture into the new one (report.json naming the old
-    # build_sha256), or mixed the two mixtures' files in one report
+    # the mixture's own writer lock too: a `mixture build` must not replace it mid-read
     with output_lock(directory), output_lock(target):
         check_report_out(target, "--out" if out is not None else "the report folder")
         report = build_report(directory)

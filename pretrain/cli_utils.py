@@ -19,11 +19,9 @@ def add_command(
     path: list[str],
     handler: Callable[[argparse.Namespace], int],
     help_text: str,
-    parser_host: Any = None,
 ) -> argparse.ArgumentParser:
     """Add a (sub)command whose error prefix is `pretrain <path...>`."""
-    host = parser_host if parser_host is not None else sub
-    parser = host.add_parser(path[-1], help=help_text, description=help_text)
+    parser = sub.add_parser(path[-1], help=help_text, description=help_text)
     parser.set_defaults(handler=handler, command_path=path)
     add_verbosity_args(parser, default=argparse.SUPPRESS)
     return parser
@@ -55,13 +53,8 @@ def add_verbosity_args(parser: argparse.ArgumentParser, default: Any) -> None:
     )
 
 
-def add_config_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    parser.add_argument(
-        "config",
-        metavar="CONFIG",
-        nargs=None if required else "?",
-        help="YAML config (examples in configs/)",
-    )
+def add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", metavar="CONFIG", help="YAML config (examples in configs/)")
     parser.add_argument(
         "--set",
         dest="overrides",

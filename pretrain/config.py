@@ -162,9 +162,8 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
 
     A path part indexes a list when the node there is a list: `components.0.weight=0.3`,
     `components.-1.weight=0.3` (from the end); a last part `+` appends:
-    `components.+={name: x, weight: 0.1}`; the bracket form `components[0].weight` means the same
-    (it used to create a key named `components[0]`, refused as unknown without the hint). The
-    result is validated like the file itself.
+    `components.+={name: x, weight: 0.1}`; the bracket form `components[0].weight` means the same.
+    The result is validated like the file itself.
     """
     result = _deep_copy(data)
     for item in overrides:

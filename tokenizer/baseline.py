@@ -24,13 +24,13 @@ def _lines(batches: Iterable[list[str]]) -> Iterator[str]:
                     yield line
 
 
-def train_sentencepiece(batches: Iterable[list[str]], vocab_size: int, num_threads: int = 2) -> Any:
+def train_sentencepiece(batches: Iterable[list[str]], vocab_size: int) -> Any:
     """Train a SentencePiece BPE in memory on the texts of `batches`; return the processor."""
     import sentencepiece as spm
 
     model = io.BytesIO()
     try:
-        _train(spm, batches, model, vocab_size, num_threads)
+        _train(spm, batches, model, vocab_size)
     except RuntimeError as exc:  # SentencePiece refuses a sample it cannot train on
         reason = " ".join(str(exc).split())
         raise InputError(
@@ -40,9 +40,7 @@ def train_sentencepiece(batches: Iterable[list[str]], vocab_size: int, num_threa
     return spm.SentencePieceProcessor(model_proto=model.getvalue())
 
 
-def _train(
-    spm: Any, batches: Iterable[list[str]], model: Any, vocab_size: int, num_threads: int
-) -> None:
+def _train(spm: Any, batches: Iterable[list[str]], model: Any, vocab_size: int) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=_lines(batches),
         model_writer=model,
@@ -61,7 +59,7 @@ def _train(
         bos_id=1,
         eos_id=2,
         pad_id=-1,
-        num_threads=num_threads,
+        num_threads=2,
         minloglevel=2,
         train_extremely_large_corpus=False,
     )

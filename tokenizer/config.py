@@ -79,12 +79,6 @@ class TokenizerTrainConfig(StrictModel):
     def all_special_tokens(self) -> list[str]:
         return [EOD_TOKEN, PAD_TOKEN, *self.special_tokens]
 
-    @property
-    def artifact_name(self) -> str:
-        if self.name:
-            return self.name
-        return default_name(self.vocab_size)
-
 
 def default_name(vocab_size: int) -> str:
     """`bpe-32k` for 32768, `bpe-50k` for 50304, `bpe-4096` below 1024 * 4 when not round."""

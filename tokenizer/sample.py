@@ -110,9 +110,7 @@ def plan_sample(shards: list[Path], config: SampleConfig) -> SamplePlan:
     return SamplePlan(available, probability, config.seed, config.max_doc_chars)
 
 
-def stream_sample(
-    shards: list[Path], plan: SamplePlan, batch_docs: int = 256
-) -> Iterator[list[str]]:
+def stream_sample(shards: list[Path], plan: SamplePlan) -> Iterator[list[str]]:
     """Pass 2: yield batches of sampled texts, recording the realised composition in `plan`."""
     plan.realised = {}
     batch: list[str] = []
@@ -130,7 +128,7 @@ def stream_sample(
                 stats["documents"] += 1
                 stats["bytes"] += len(text.encode("utf-8"))
                 batch.append(text)
-                if len(batch) >= batch_docs:
+                if len(batch) >= 256:
                     yield batch
                     batch = []
     if batch:

@@ -39,9 +39,9 @@ def read_columns(path: Path, columns: Sequence[str], batch_size: int = 2048) -> 
     return shards_artifact.read_columns(path, columns, batch_size, tag_fields())
 
 
-def require_shards(directory: str | Path, deep: bool = True) -> tuple[dict[str, Any], list[Path]]:
+def require_shards(directory: str | Path) -> tuple[dict[str, Any], list[Path]]:
     """Verify a shards artifact and list its Parquet shards (sorted); refuse when it has none."""
-    art = shards_artifact.open(directory, deep=deep)
+    art = shards_artifact.open(directory)
     return art.raw, art.shard_paths
 
 

@@ -37,7 +37,7 @@ PATH_KEYS = ("data", "out")
 identified by its content), so the same training gives the same id anywhere."""
 
 
-def train_on_texts(texts: Any, config: TokenizerTrainConfig, show_progress: bool = True) -> Any:
+def train_on_texts(texts: Any, config: TokenizerTrainConfig) -> Any:
     """Train on an iterator of texts (or of lists of texts); check the special token ids."""
     from tokenizers import pre_tokenizers, trainers
 
@@ -54,7 +54,7 @@ def train_on_texts(texts: Any, config: TokenizerTrainConfig, show_progress: bool
         special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         # the library's own bar draws blank lines off a terminal: only with -v
-        show_progress=show_progress and verbosity() >= VERBOSE,
+        show_progress=verbosity() >= VERBOSE,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     for expected_id, token in enumerate(specials):
@@ -92,8 +92,7 @@ def make_lock(
 ) -> dict[str, Any]:
     """The lock.json content (no timestamps: the same inputs give the same tokenizer id)."""
     vocab_size = tokenizer.get_vocab_size()
-    # an unnamed tokenizer is named by the vocabulary it holds, not the one asked for: a sample
-    # too small for vocab_size = 1048576 gave `bpe-1024k` to a tokenizer of 49,111 tokens
+    # named by the vocabulary it holds, not the one asked for (a small sample gives fewer tokens)
     name = config.name or default_name(vocab_size)
     return {
         "name": name,

@@ -49,14 +49,11 @@ class Encoded(base.Artifact[EncodedFields]):
     def tokenizer_sha256(self) -> str:
         return self.fields.tokenizer.sha256
 
-    def prefix_paths(self, split: str | None = None) -> list[Path]:
-        """Each prefix (of `split` only, when given: `train` or `eval`) as a path (no suffix)
-        whose `.bin`, `.idx` and sidecar are all listed among the artifact's files and confined
-        to it."""
+    def prefix_paths(self) -> list[Path]:
+        """Each prefix as a path (no suffix) whose `.bin`, `.idx` and sidecar are all listed
+        among the artifact's files and confined to it."""
         paths = []
         for stem in self.fields.prefixes:
-            if split is not None and getattr(self.fields.shards.get(stem), "split", None) != split:
-                continue
             for suffix in PREFIX_SUFFIXES:
                 self.path(f"{stem}{suffix}")
             paths.append(self.directory / stem)

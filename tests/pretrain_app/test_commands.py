@@ -125,7 +125,7 @@ def _foreign(module: types.ModuleType, sub: Any) -> None:
 
 
 def _wrong_path(module: types.ModuleType, sub: Any) -> None:
-    add_command(sub, ["other"], module.handler, "registered under another name", sub)
+    add_command(sub, ["other"], module.handler, "registered under another name")
     sub.choices["other"].set_defaults(command_path=["elsewhere"])
 
 
