@@ -47,7 +47,9 @@ def deviations(component: np.ndarray, weights: np.ndarray, width: int) -> dict[s
         "sliding_share": sampler.max_window_deviation(component, weights, width) / width,
         "aligned_sequences": sampler.max_batch_deviation(component, weights, width),
         "prefix_sequences": sampler.max_prefix_deviation(component, weights, width),
-        "every_sample_prefix_sequences": sampler.max_sample_prefix_deviation(component, weights),
+        "every_sample_prefix_sequences": float(
+            sampler.sample_prefix_deviations(component, weights).max(initial=0.0)
+        ),
     }
 
 
@@ -146,7 +148,7 @@ def weight_sweep() -> dict[str, float]:
             ("megatron", megatron_components(weights, size)),
         ):
             aligned = sampler.max_batch_deviation(component, weights, width)
-            prefix = sampler.max_sample_prefix_deviation(component, weights)
+            prefix = float(sampler.sample_prefix_deviations(component, weights).max(initial=0.0))
             worst[f"{name}_worst_aligned_sequences"] = max(
                 worst[f"{name}_worst_aligned_sequences"], aligned
             )

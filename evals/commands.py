@@ -179,11 +179,6 @@ def write_documents(records: list[dict[str, Any]], path: Path) -> None:
     tmp.replace(path)
 
 
-def _listed_tasks(sets_dir: str) -> list[Path]:
-    """The task files an `evalset` artifact's manifest lists (never a file merely present)."""
-    return evalset_artifact.open(sets_dir).task_paths()
-
-
 def out_dir(args: argparse.Namespace, run_dir: Path) -> Path:
     """--out, else RUN/evals (an export's results go beside it, never into the artifact)."""
     if args.out:
@@ -231,15 +226,12 @@ def _run_command(args: argparse.Namespace) -> int:
     from tokenizer.lock import load_locked
 
     run_dir, checkpoints = find_checkpoints(args.checkpoint_dir)
-    tasks = [Path(p) for p in args.tasks] if args.tasks is not None else _listed_tasks(args.sets)
+    if args.tasks is not None:
+        tasks = [Path(p) for p in args.tasks]
+    else:  # the task files the evalset lists (never a file merely present)
+        tasks = evalset_artifact.open(args.sets).task_paths()
     lm_tasks = _validated_tasks(tasks, args)  # before the first (slow) checkpoint load
     sets = load_eval_sets(args.sets, args.max_docs)
-    if not sets:  # an evalset written before `eval build` refused to write none
-        raise InputError(
-            f"--sets {args.sets} holds no eval set (every domain/language group was below its "
-            "min_docs_per_set): bits per byte would be nan; rebuild it with `pretrain eval "
-            "build` and a lower min_docs_per_set"
-        )
     tokenizer = load_locked(args.tokenizer or find_tokenizer(run_dir))
     out = out_dir(args, run_dir)
     out.mkdir(parents=True, exist_ok=True)

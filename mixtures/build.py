@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from mixtures import sequence_plan as planning
-from mixtures.decontaminate import contaminated_ids
 from mixtures.recipe import MixtureConfig, build_sha256, check_recipe, recipe_sha256
 from mixtures.selection import load_sidecars, select_components, select_sha256
 from pretrain.artifacts import encoded as encoded_artifact
+from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.artifacts import mixture as mixture_kind
 from pretrain.artifacts import tokenizer as tokenizer_artifact
 from pretrain.artifacts.base import write_artifact
@@ -195,7 +195,7 @@ def _contaminated(evalset_dirs: list[str]) -> frozenset[str]:
     """Training ids the eval sets found to be near-copies of eval documents."""
     if not evalset_dirs:
         return frozenset()
-    return frozenset().union(*(contaminated_ids(d) for d in evalset_dirs))
+    return frozenset().union(*(evalset_artifact.open(d).contaminated_ids() for d in evalset_dirs))
 
 
 def _manifest_fields(

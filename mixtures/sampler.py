@@ -38,7 +38,6 @@ __all__ = [
     "interleave",
     "max_batch_deviation",
     "max_prefix_deviation",
-    "max_sample_prefix_deviation",
     "max_window_deviation",
     "quantize_weights",
     "replan_index",
@@ -201,10 +200,3 @@ def sample_prefix_deviations(
             worst[k] = max(worst[k], float(np.abs(hits - w[k] * seen).max(initial=0.0)))
             carry[k] = hits[-1] if hits.size else carry[k]
     return worst
-
-
-def max_sample_prefix_deviation(
-    component: np.ndarray, weights: Sequence[float] | np.ndarray
-) -> float:
-    """Largest |cumulative count - w_k * n| over every prefix length n (not only whole batches)."""
-    return float(sample_prefix_deviations(component, weights).max(initial=0.0))

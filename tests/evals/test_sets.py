@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from evals.bpb import load_eval_sets
-from mixtures.decontaminate import contaminated_ids
+from pretrain.artifacts import evalset
 from pretrain.manifest import verify, write_manifest
 from pretrain_app.cli import main
 
@@ -103,7 +103,7 @@ def test_eval_build_cli_writes_decontaminated_sets(tmp_path, capsys):
     assert sets == {"web__en": 3, "code__en": 2}  # web/zh has 1 < min_docs; dup dropped
     report = json.loads((out / "report.json").read_text())
     assert report["skipped_groups"] == [{"domain": "web", "lang": "zh", "documents": 1}]
-    assert contaminated_ids(out) == {copy_id}
+    assert evalset.open(out).contaminated_ids() == {copy_id}
     hits = pq.read_table(out / "contaminated.parquet").to_pylist()
     assert hits[0]["eval_id"] == "web-e0" and hits[0]["jaccard"] > 0.7
     loaded = load_eval_sets(out)
@@ -173,22 +173,6 @@ def test_a_build_that_would_write_no_set_is_refused_and_keeps_the_old_sets(tmp_p
         assert errors[-1].count("\n") == 1 and "min_docs_per_set" in errors[-1], errors[-1]
         assert verify(out) == before  # the old sets are still there, unchanged
     assert "the largest, web/en, has 3 eval documents" in errors[0]
-
-
-def test_eval_run_refuses_an_evalset_without_sets(tmp_path, capsys):
-    """An evalset of 0 sets (written before the build refused one) gave bpb nan, exit 0."""
-    from pretrain.artifacts import evalset as evalset_artifact
-    from pretrain.artifacts.base import write_artifact
-
-    sets = tmp_path / "sets"
-    sets.mkdir()
-    pq.write_table(pa.table({"train_id": pa.array([], pa.string())}), sets / "contaminated.parquet")
-    write_artifact(sets, evalset_artifact.EvalsetFields(sets=[], tasks=[]), config={})
-    run = tmp_path / "run"
-    (run / "checkpoints" / "iter_0000001").mkdir(parents=True)  # never loaded
-    assert main(["eval", "run", str(run), "--sets", str(sets)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "holds no eval set" in err, err
 
 
 def test_task_files_not_utf8_are_one_line_and_a_byte_order_mark_is_read(tmp_path, capsys):
@@ -285,7 +269,7 @@ def test_training_documents_holding_task_questions_are_contaminated(tmp_path, ca
     (tmp_path / "eval.yaml").write_text(yaml.safe_dump(config))
     assert main(["eval", "build", str(tmp_path / "eval.yaml")]) == 0
     out = tmp_path / "evalsets"
-    assert contaminated_ids(out) == set(PLANTED)  # the common phrases are not enough
+    assert evalset.open(out).contaminated_ids() == set(PLANTED)  # the common phrases are not enough
     hits = pq.read_table(out / "contaminated.parquet").to_pylist()
     assert {(h["train_id"], h["eval_id"]) for h in hits} == {
         ("train-verbatim", "qa-moons"),
@@ -323,7 +307,7 @@ def test_lm_eval_task_documents_in_training_data_are_contaminated(tmp_path):
     (tmp_path / "eval.yaml").write_text(yaml.safe_dump(config))
     assert main(["eval", "build", str(tmp_path / "eval.yaml")]) == 0
     out = tmp_path / "ev"
-    assert contaminated_ids(out) == {"train-boolq"}
+    assert evalset.open(out).contaminated_ids() == {"train-boolq"}
     report = json.loads((out / "report.json").read_text())
     [entry] = report["lm_eval_tasks"]
     assert entry["name"] == "boolq" and entry["contaminated_examples"] == 1

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from evals.bpb import load_eval_sets
-from mixtures.decontaminate import contaminated_ids
+from pretrain.artifacts import evalset
 from pretrain.errors import PretrainError
 from pretrain.manifest import MANIFEST
 from pretrain.publish import retired_dir, scratch_dir
@@ -72,7 +72,7 @@ def _rerun_matches(built: dict[str, Path], out: Path, tmp: Path) -> None:
 def _refused_in_one_line(out: Path, tmp: Path) -> None:
     """Every reader of an eval set refuses `out` in one line: eval run's set loader, mixture
     build's contaminated-ids reader, `pretrain verify`."""
-    for read in (load_eval_sets, contaminated_ids):
+    for read in (load_eval_sets, lambda d: evalset.open(d).contaminated_ids()):
         with pytest.raises(PretrainError) as refused:
             read(out)
         assert len(str(refused.value).splitlines()) == 1

@@ -70,7 +70,7 @@ def test_every_aligned_batch_and_every_prefix_is_within_one_sequence_of_quota(pl
     w, width = plan["weights"], plan["global_batch"]
     assert sampler.max_batch_deviation(comp, w, width) < BOUND
     assert sampler.max_prefix_deviation(comp, w, width) < BOUND
-    assert sampler.max_sample_prefix_deviation(comp, w) < BOUND
+    assert sampler.sample_prefix_deviations(comp, w).max() < BOUND
     assert not np.isin(comp, np.flatnonzero(w == 0)).any(), "a zero-weight component was drawn"
 
 
