@@ -8,9 +8,7 @@ held-out by a hash of their text, so the split is stable run to run.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
 import random
 import tempfile
 from collections import Counter
@@ -26,6 +24,7 @@ from pretrain.artifacts import model as model_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
+from pretrain.lifetime import die_with_parent
 from pretrain.locking import writes_output
 from pretrain.manifest import atomic_write_json, sha256_file
 from pretrain.output_check import require_new_output, temporary_file
@@ -179,7 +178,10 @@ def _train_in_child(
 ) -> None:
     """Runs in a fresh process: fastText 0.9.2 can diverge (NaN) when a second model is trained
     in the same process, so every training gets its own."""
-    _die_with_parent()
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    die_with_parent(parent.pid if parent is not None else None)
     import fasttext
 
     try:
@@ -235,20 +237,6 @@ def _fit(
     if message or child.exitcode != 0 or not saved.is_file():
         raise RuntimeError(f"fastText training failed (exit code {child.exitcode}): {message}")
     saved.replace(model_file)
-
-
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this process when its parent dies (PR_SET_PDEATHSIG); a parent
-    gone before that call is seen by the parent pid changing."""
-    import ctypes
-    import multiprocessing
-    import signal
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
-    parent = multiprocessing.parent_process()
-    if parent is not None and parent.pid != os.getppid():
-        os._exit(1)
 
 
 def evaluate(model: Any, heldout: list[tuple[str, str]], labels: list[str]) -> dict[str, Any]:
