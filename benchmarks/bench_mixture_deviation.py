@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.common import write_result
-from mixtures import sampler
+from mixtures import boundaries, sampler, schedule
 
 WEIGHTS = np.array([0.37, 0.23, 0.17, 0.11, 0.07, 0.05])
 GLOBAL_BATCHES = (64, 512)
@@ -37,8 +37,8 @@ def random_components(weights: np.ndarray, size: int) -> np.ndarray:
 
 
 def ours_components(weights: np.ndarray, size: int, width: int) -> np.ndarray:
-    counts = sampler.allocate_batches(weights, size // width, width)
-    return sampler.interleave(counts, weights)[0]
+    counts = boundaries.allocate_batches(weights, size // width, width)
+    return schedule.interleave(counts, weights)[0]
 
 
 def deviations(component: np.ndarray, weights: np.ndarray, width: int) -> dict[str, float]:

@@ -40,7 +40,7 @@ def _peak_mb() -> float:
 def _run(method: str, sequences: int, queue: mp.Queue) -> None:
     from megatron.core.datasets import helpers
 
-    from mixtures import sampler
+    from mixtures import boundaries, sampler, schedule
 
     weights = np.array(WEIGHTS)
     before = _rss_mb()
@@ -53,8 +53,8 @@ def _run(method: str, sequences: int, queue: mp.Queue) -> None:
         )
         check = int(np.bincount(dataset_index, minlength=weights.size).max())
     elif method == "ours_allocate_interleave":
-        counts = sampler.allocate_batches(weights, sequences // GLOBAL_BATCH, GLOBAL_BATCH)
-        component, draw = sampler.interleave(counts, weights)
+        counts = boundaries.allocate_batches(weights, sequences // GLOBAL_BATCH, GLOBAL_BATCH)
+        component, draw = schedule.interleave(counts, weights)
         check = int(np.bincount(component, minlength=weights.size).max())
     else:
         index = sampler.build_index(

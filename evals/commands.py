@@ -137,8 +137,8 @@ def evaluate_checkpoint(
     args: argparse.Namespace,
     lm_tasks: Any = None,
 ) -> dict[str, Any]:
-    from evals.bpb import evaluate
     from evals.tasks import evaluate_tasks
+    from trainer.evalcore import evaluate
 
     model, lm = _load(checkpoint, tokenizer, args)
     recorded = getattr(model, "tokenizer_sha256", None)
@@ -220,10 +220,10 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    from evals.bpb import load_eval_sets
     from evals.plots import plot_capability
     from pretrain.progress import Progress, attach, warn
     from tokenizer.lock import load_locked
+    from trainer.evalcore import load_eval_sets
 
     run_dir, checkpoints = find_checkpoints(args.checkpoint_dir)
     if args.tasks is not None:

@@ -6,7 +6,7 @@
   continuation encoded whole and split at the context's length, the end-of-document id as the
   context of an empty context), so a checkpoint and its HF export score the same.
 - `hf_lm(export_dir)`: lm-eval's own `HFLM` over the `pretrain export` directory.
-- `HFScorer(export_dir)`: the export with `.logprobs(tokens)` for `evals.bpb.evaluate`.
+- `HFScorer(export_dir)`: the export with `.logprobs(tokens)` for `trainer.evalcore.evaluate`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from evals.bpb import as_encoder
 from evals.tasks import encode_pair
 from pretrain.artifacts import export as export_artifact
 from pretrain.errors import InputError
+from trainer.evalcore import as_encoder
 
 
 def _lm_base() -> Any:
@@ -117,7 +117,7 @@ def hf_lm(model: Any, tokenizer: Any, batch_size: int = 8) -> Any:
 
 
 class HFScorer:
-    """An HF export with the `.logprobs(tokens)` interface of evals.bpb, plus its identity."""
+    """An HF export with the `.logprobs(tokens)` interface of trainer.evalcore, plus its identity."""
 
     def __init__(self, export_dir: str | Path, model: Any) -> None:
         manifest = json.loads((Path(export_dir) / "manifest.json").read_text())

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from evals.bpb import LN2, Encoder, Scorer, as_encoder, score_sequences
 from pretrain.errors import InputError
+from trainer.evalcore import LN2, Encoder, Scorer, as_encoder, score_sequences
 
 
 @dataclass

@@ -14,35 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mixtures.boundaries import MAX_BACKTRACK, allocate_batches
-from mixtures.schedule import (
-    COMPONENT_DTYPE,
-    WEIGHT_SCALE,
-    ScheduleError,
-    interleave,
-    quantize_weights,
-)
-
-__all__ = [
-    "COMPONENT_DTYPE",
-    "INDEX_DTYPE",
-    "MAX_BACKTRACK",
-    "WEIGHT_SCALE",
-    "ScheduleError",
-    "allocate_batches",
-    "batch_counts",
-    "build_index",
-    "draws_per_component",
-    "draws_to_sequences",
-    "epoch_permutation",
-    "interleave",
-    "max_batch_deviation",
-    "max_prefix_deviation",
-    "max_window_deviation",
-    "quantize_weights",
-    "replan_index",
-    "sample_prefix_deviations",
-]
+from mixtures.boundaries import allocate_batches
+from mixtures.schedule import interleave
 
 INDEX_DTYPE = np.dtype([("component", "<i2"), ("sequence", "<i8")])
 """One sample of the index: which component, and which sequence of that component's stream."""

@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from mixtures import sampler
+from mixtures.boundaries import allocate_batches
 from mixtures.recipe import MixtureConfig, Phase, resolved_phases
+from mixtures.schedule import ScheduleError, interleave
 from mixtures.selection import select_sha256
 from pretrain.errors import ConfigError
 from pretrain.manifest import listed_path, manifest_sha256, require
@@ -83,7 +85,7 @@ class Plan:
             if phase.kept is None
             else sampler.draws_per_component(phase.kept, len(phase.weights))
         )
-        component, draw = sampler.interleave(phase.counts, list(phase.weights.values()), start)
+        component, draw = interleave(phase.counts, list(phase.weights.values()), start)
         rest = np.empty(component.size, dtype=sampler.INDEX_DTYPE)
         rest["component"] = component
         limits = phase.counts.sum(axis=0) + (0 if start is None else start)
@@ -185,11 +187,11 @@ def _plan_phase(
         old_size = int(old.manifest["phases"][number]["num_sequences"])
     try:
         counts = (
-            sampler.allocate_batches(weights, batches, width)
+            allocate_batches(weights, batches, width)
             if batches
             else np.zeros((0, len(names)), np.int32)
         )
-    except sampler.ScheduleError as exc:
+    except ScheduleError as exc:
         raise ConfigError(
             f"phase {phase.name!r}: {exc}; a slightly different build.global_batch or weight "
             "avoids it"

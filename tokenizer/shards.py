@@ -22,16 +22,6 @@ from pretrain.artifacts.shards import KIND as SHARDS_KIND
 from pretrain.artifacts.shards import is_shard
 from pretrain.manifest import canonical_json, sha256_bytes
 
-__all__ = [
-    "SHARDS_KIND",
-    "read_columns",
-    "require_shards",
-    "same_shards",
-    "shards_identity",
-    "tag",
-    "unit_hash",
-]
-
 
 def read_columns(path: Path, columns: Sequence[str], batch_size: int = 2048) -> Iterator[pa.Table]:
     """Shard `path` in batches holding exactly `columns`; a tag a shard lacks (its stage did not

@@ -1,5 +1,5 @@
 """Bits per byte, loss and perplexity of a model on eval sets, per domain and language: the
-scoring core shared by `pretrain eval run` (evals.bpb re-exports it) and evaluation during
+scoring core shared by `pretrain eval run` and evaluation during
 training (trainer/periodic_eval.py).
 
 It lives in the trainer package because the trainer must not import `evals` (package order

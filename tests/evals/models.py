@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from evals.bpb import Encoder
+from trainer.evalcore import Encoder
 
 EOD = 256
 VOCAB = 257

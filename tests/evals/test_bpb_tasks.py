@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from evals.bpb import EvalSet, evaluate
 from evals.tasks import evaluate_tasks, load_task, score_task
 from pretrain.errors import InputError
 from tests.evals.models import BigramLM, byte_encoder
+from trainer.evalcore import EvalSet, evaluate
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "evals"
 TRAIN = "the cat sat on the mat. the dog ran to the park. " * 20
@@ -75,34 +75,6 @@ def test_task_file_errors_name_the_line_and_fix(tmp_path):
     )
     with pytest.raises(InputError, match="mixes multiple-choice and cloze"):
         load_task(bad)
-
-
-def test_in_training_hook_appends_every_n_steps(tmp_path):
-    import json
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from evals.bpb import EvalHook
-    from pretrain.manifest import write_manifest
-
-    sets_dir = tmp_path / "sets"
-    (sets_dir / "sets").mkdir(parents=True)
-    texts = SETS[0].texts
-    pq.write_table(
-        pa.table({"id": ["a", "b"], "text": texts}), sets_dir / "sets" / "web__en.parquet"
-    )
-    write_manifest(
-        sets_dir, "evalset", extra={"sets": [{"name": "web__en", "domain": "web", "lang": "en"}]}
-    )
-    hook = EvalHook(sets_dir, byte_encoder(), every=2, out_jsonl=tmp_path / "evals.jsonl")
-    model = BigramLM(TRAIN)
-    assert hook(1, model) is None
-    assert hook(2, model)["bpb/web/en"] < 1.5
-    hook(4, BigramLM())
-    lines = [json.loads(x) for x in (tmp_path / "evals.jsonl").read_text().splitlines()]
-    assert [x["step"] for x in lines] == [2, 4]
-    assert lines[1]["metrics"]["bpb"] == pytest.approx(math.log2(257), rel=1e-5)
 
 
 def test_per_document_records_add_up_to_the_set_metrics():

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from evals.bpb import load_eval_sets
 from pretrain.artifacts import evalset
 from pretrain.manifest import verify, write_manifest
 from pretrain_app.cli import main
+from trainer.evalcore import load_eval_sets
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "evals"
 WORDS = [

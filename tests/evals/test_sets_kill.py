@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evals.bpb import load_eval_sets
 from pretrain.artifacts import evalset
 from pretrain.errors import PretrainError
 from pretrain.manifest import MANIFEST
@@ -23,6 +22,7 @@ from pretrain.publish import retired_dir, scratch_dir
 from tests.evals.test_sets import DATA, make_shards
 from tests.pretrain_app.killpoints import finished_state, run_killed, same_listing
 from tests.pretrain_app.killtools import contents, run
+from trainer.evalcore import load_eval_sets
 
 pytestmark = pytest.mark.timeout(600)
 

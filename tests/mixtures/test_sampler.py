@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mixtures import sampler
+from mixtures import boundaries, sampler, schedule
 
 BOUND = 1.0 + 1e-6  # vs float weights: they are quantised to 1e-12 (exact bounds use numerators)
 
@@ -46,8 +46,8 @@ def _index(plan: dict, seed: int | None = None) -> np.ndarray:
 def assert_exact_bounds(component: np.ndarray, weights: np.ndarray, global_batch: int) -> None:
     """In exact integers over the quantised weights a_k / SCALE: every prefix t has
     |SCALE * C_k(t) - a_k * t| < SCALE, and every aligned batch |SCALE * c_k - a_k * W| < SCALE."""
-    numer = sampler.quantize_weights(weights)
-    scale = sampler.WEIGHT_SCALE
+    numer = schedule.quantize_weights(weights)
+    scale = schedule.WEIGHT_SCALE
     seen = np.arange(1, component.size + 1, dtype=np.int64)
     for k, a in enumerate(numer.tolist()):
         hits = np.cumsum(component == k, dtype=np.int64)
@@ -96,8 +96,8 @@ def test_every_aligned_batch_and_every_prefix_is_within_one_sequence_of_quota(pl
 )  # fmt: skip
 def test_hard_instances_meet_both_bounds(raw: list[int], global_batch: int, num_batches: int):
     weights = np.array(raw, np.float64) / sum(raw)
-    counts = sampler.allocate_batches(weights, num_batches, global_batch)
-    component, draw = sampler.interleave(counts, weights)
+    counts = boundaries.allocate_batches(weights, num_batches, global_batch)
+    component, draw = schedule.interleave(counts, weights)
     assert_exact_bounds(component, weights, global_batch)
     for k in range(weights.size):  # draws run 0, 1, 2, ... within each component
         assert np.array_equal(draw[component == k], np.arange(int((component == k).sum())))
@@ -177,13 +177,13 @@ def test_sliding_windows_stay_close_to_target() -> None:
 
 
 def test_weights_are_quantised_exactly() -> None:
-    numer = sampler.quantize_weights([1, 1, 1])
-    assert int(numer.sum()) == sampler.WEIGHT_SCALE
+    numer = schedule.quantize_weights([1, 1, 1])
+    assert int(numer.sum()) == schedule.WEIGHT_SCALE
     assert numer.max() - numer.min() <= 1
 
 
 def test_integer_quotas_are_exact_in_every_batch() -> None:
-    counts = sampler.allocate_batches([0.25, 0.75], 10, 8)
+    counts = boundaries.allocate_batches([0.25, 0.75], 10, 8)
     assert (counts == [2, 6]).all()
 
 
@@ -260,6 +260,6 @@ def test_soak_random_mixtures_meet_both_bounds_over_long_phases() -> None:
             weights = rng.integers(1, 20, k).astype(float)
         width = int(rng.choice([rng.integers(1, 8), rng.integers(8, 64), rng.integers(64, 600)]))
         batches = int(rng.integers(1, max(2, 60_000 // width)))
-        counts = sampler.allocate_batches(weights, batches, width)
-        component, _ = sampler.interleave(counts, weights)
+        counts = boundaries.allocate_batches(weights, batches, width)
+        component, _ = schedule.interleave(counts, weights)
         assert_exact_bounds(component, weights, width)
