@@ -10,6 +10,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from data_pipeline.config import PipelineConfig
@@ -152,3 +154,38 @@ def test_a_corpus_read_with_the_wrong_text_field_is_one_line_exit_2(tmp_path: Pa
     assert "fields found: digest, raw_content, source_domain, url" in lines[-1]
     assert "set text_field" in lines[-1]
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_nested_url_in_a_parquet_struct(tmp_path: Path) -> None:
+    """A Parquet `metadata` struct column is reached by the same dotted name."""
+    rows = [_dolma(0, BLOCKED), _dolma(1, CLEAN)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "dolma.parquet")
+    fields = PipelineConfig(inputs=("x",), output="o", url_field="metadata.url").fields()
+    table, _ = read_all(tmp_path / "dolma.parquet", fields=fields)
+    assert table is not None and table.column("url").to_pylist() == [BLOCKED, CLEAN]
+    assert _meta(table.column("meta")[1].as_py())["metadata"] == '{"warc_date": "2019-04-18"}'
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_url_field_reaches_the_data_job(ray_local, tmp_path: Path) -> None:
+    """`url_field` from the config reaches the readers on Ray's workers: the shards' `url` and
+    the safety stage's tag."""
+    from data_pipeline.runner import run_pipeline
+
+    (tmp_path / "in").mkdir()
+    source = _write(tmp_path / "in" / "dolma.jsonl", [_dolma(0, BLOCKED), _dolma(1, CLEAN)])
+    safety = {"url_blocklist": False, "extra_blocked_domains": ["blocked.test"]}
+    config = PipelineConfig.model_validate(
+        {
+            "inputs": [str(source)],
+            "output": str(tmp_path / "out"),
+            "url_field": "metadata.url",
+            "stages": {"extract": {}, "safety": {**safety, "unsafe_words": False}},
+            "ray": {"timeout_s": 250},
+        }
+    )
+    run_pipeline(config, progress=False)
+    table = pq.read_table(tmp_path / "out" / "data").sort_by("id")
+    assert table.column("url").to_pylist() == [BLOCKED, CLEAN]
+    assert table.column("url_blocked").to_pylist() == [True, False]
