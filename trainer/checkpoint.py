@@ -271,6 +271,9 @@ def load(path: Path, model: list[Any], optimizer: Any | None) -> dict[str, Any]:
     from megatron.core import dist_checkpointing
 
     guard_torch_loading()
+    adams = _distributed_torch_adams(optimizer)
+    for adam in adams:
+        _fill_empty_state(adam)
     if optimizer is not None:
         sharded = _sharded_state(model, optimizer, True)
     else:
@@ -282,10 +285,51 @@ def load(path: Path, model: list[Any], optimizer: Any | None) -> dict[str, Any]:
         # megatron DDP's shard keys start with "module."; its load_state_dict forwards unprefixed
         chunk.load_state_dict({k.removeprefix("module."): v for k, v in weights.items()})
     if optimizer is not None:
-        with device_context():
+        # no_grad: with fp32 params the distributed optimizer's main params are views of the
+        # model's, and its parameter-state load copies into them in place
+        with device_context(), torch.no_grad():
             optimizer.load_state_dict(loaded["optimizer"])
+    for adam in adams:
+        _restore_steps(adam)
     rank = torch.distributed.get_rank()
     rng_file = path / "rng" / f"rank_{rank:05d}.pt"
     if optimizer is not None and rng_file.is_file():
         set_rng_state(torch_load(rng_file))
     return read_state(path)
+
+
+# megatron-core 0.16.1's distributed optimizer over torch's Adam (no TransformerEngine or Apex:
+# this CPU build) keeps Adam's step per parameter, and three places assume otherwise. Its
+# state_dict() asserts one step among the params' states, so a fresh optimizer (no state yet)
+# cannot build the load template; its load_state_dict() gives every param ONE shared step tensor,
+# which torch's per-param `step += 1` then advances once per param; and its parameter-state load
+# copies the template's step over the restored one. These two helpers bracket the load.
+def _distributed_torch_adams(optimizer: Any | None) -> list[torch.optim.Optimizer]:
+    """The torch Adam(W) inside each of megatron's distributed optimizers (none with TE/Apex,
+    whose FusedAdam keeps the step in its param groups, or without the distributed optimizer)."""
+    from megatron.core.optimizer import distrib_optimizer
+
+    if optimizer is None or distrib_optimizer.HAVE_APEX_OR_TE:
+        return []
+    chained = getattr(optimizer, "chained_optimizers", [optimizer])
+    return [o.optimizer for o in chained if isinstance(o, distrib_optimizer.DistributedOptimizer)]
+
+
+def _fill_empty_state(adam: torch.optim.Optimizer) -> None:
+    """Adam's state for every param, as its first step makes it (the load overwrites it)."""
+    for group in adam.param_groups:
+        for param in group["params"]:
+            if not adam.state[param]:
+                adam.state[param] = {
+                    "step": torch.tensor(0.0),
+                    "exp_avg": torch.zeros_like(param),
+                    "exp_avg_sq": torch.zeros_like(param),
+                }
+
+
+def _restore_steps(adam: torch.optim.Optimizer) -> None:
+    """Each param its own step tensor, at the checkpoint's step: megatron saves the common step
+    as its param groups' `step`, which the load puts back into `adam.param_groups`."""
+    for group in adam.param_groups:
+        for param in group["params"]:
+            adam.state[param]["step"] = torch.tensor(float(group["step"]))
