@@ -7,8 +7,6 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -17,9 +15,7 @@ from pretrain.artifacts import base
 
 KIND = "run"
 CHECKPOINT_KIND = "checkpoint"
-CHECKPOINTS_DIR = "checkpoints"
 METRICS_FILE = "metrics.jsonl"
-_ITER = re.compile(r"iter_(\d{7})")
 
 
 class MixtureRef(base.Record):
@@ -45,26 +41,4 @@ class CheckpointFields(base.Fields):
     KIND: ClassVar[str] = CHECKPOINT_KIND
 
 
-class Checkpoint(base.Artifact[CheckpointFields]):
-    """A verified checkpoint: `RUN/checkpoints/iter_<step>/`."""
-
-    @property
-    def step(self) -> int:
-        return int(self.manifest.counts["step"])
-
-
-class Run(base.Artifact[RunFields]):
-    """A verified run artifact."""
-
-    def checkpoint_dirs(self) -> list[tuple[int, Path]]:
-        """(step, directory) of each finished checkpoint, oldest first."""
-        found = []
-        for path in (self.directory / CHECKPOINTS_DIR).glob("iter_*"):
-            match = _ITER.fullmatch(path.name)
-            if match and (path / "manifest.json").is_file():
-                found.append((int(match.group(1)), path))
-        return sorted(found)
-
-
-open = Run.open
-open_checkpoint = Checkpoint.open
+open = base.Artifact[RunFields].open

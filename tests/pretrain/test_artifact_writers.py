@@ -49,7 +49,7 @@ KINDS: dict[str, tuple[Any, type[base.Fields]]] = {
     "fasttext-model": (lambda d: model.open(d, model.FASTTEXT_KIND), model.FasttextFields),
     "kenlm-model": (lambda d: model.open(d, model.KENLM_KIND), model.KenlmFields),
     "run": (run.open, run.RunFields),
-    "checkpoint": (run.open_checkpoint, run.CheckpointFields),
+    "checkpoint": (base.Artifact[run.CheckpointFields].open, run.CheckpointFields),
     "hf_export": (export.open, export.ExportFields),
     "eval": (eval_results.open, eval_results.EvalFields),
 }
@@ -221,6 +221,7 @@ def test_run_checkpoint_export_and_eval_write_through_their_kinds(built, tmp_pat
     import sys
 
     from tests.trainer.trainer_testlib import tiny_config
+    from trainer.checkpoint import list_checkpoints
 
     run_dir, hf = tmp_path / "run", tmp_path / "hf"
     mixture_dir = built["mixture"][0]
@@ -248,8 +249,10 @@ def test_run_checkpoint_export_and_eval_write_through_their_kinds(built, tmp_pat
     art = assert_round_trips("run", run_dir, launch)
     assert art.fields.mixture.build_sha256 == mixture.open(mixture_dir).fields.build_sha256
     assert art.manifest.inputs[0].manifest_sha256 == mixture.open(mixture_dir).manifest_sha256
-    step, checkpoint = art.checkpoint_dirs()[-1]
-    assert step == 2 and assert_round_trips("checkpoint", checkpoint, launch).step == 2
+    step, checkpoint = list_checkpoints(run_dir)[-1]
+    assert step == 2 and assert_round_trips("checkpoint", checkpoint, launch).manifest.counts == {
+        "step": 2
+    }
     exported = assert_round_trips(
         "hf_export", hf, ["pretrain", "export", str(run_dir), "--out", str(hf)]
     )
