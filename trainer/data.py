@@ -463,7 +463,7 @@ def check_resume_model(
     what = None
     if recorded.get("model_sha256") != config_sha256(config.model):
         what = "a different model architecture (model.*) than the config"
-    elif recorded.get("vocab_size") not in (None, vocab_size):
+    elif recorded["vocab_size"] != vocab_size:
         what = f"a vocabulary of {recorded['vocab_size']} tokens, the config's has {vocab_size}"
     if what:
         raise LockMismatch(
@@ -511,8 +511,8 @@ def check_resume_order(config: TrainConfig, recorded: dict[str, Any] | None, nam
     """Refuse a resume that would make the saved batch index point at other samples. Settings
     that only change training from here on (train_steps on one phase, lr and the schedule,
     logging, checkpoint cadence, micro batch, parallel layout, eval) stay allowed."""
-    if not recorded or not isinstance(recorded.get("config"), dict):
-        return  # a checkpoint without its config (older format): nothing to compare
+    if not recorded:
+        return
     changes = resume_order_changes(config, recorded["config"])
     if changes:
         raise LockMismatch(
