@@ -55,7 +55,9 @@ def _clean_entries(entries: list[dict[str, str]] | None) -> list[dict[str, str]]
 
 
 class Batcher:
-    """Collects raw rows of one input file into tables, numbering rows and naming parts."""
+    """Collects raw rows of one unit of work (one input file, or small files packed: `start`
+    begins each) into tables, numbering rows across the unit and naming its parts
+    `<unit>-<part:05d>`; ids and `source` stay the file's."""
 
     def __init__(
         self,
@@ -64,8 +66,10 @@ class Batcher:
         batch_rows: int,
         eval_fraction: float,
         skip_parts: frozenset[int],
+        unit: str | None = None,
     ) -> None:
         self.source, self.shard_rows, self.batch_rows = source, shard_rows, batch_rows
+        self.unit = unit or source.stem
         self.eval_fraction, self.skip_parts = eval_fraction, skip_parts
         self.rows: dict[str, list[Any]] = {name: [] for name in RAW_SCHEMA.names}
         self.count = 0
@@ -74,6 +78,11 @@ class Batcher:
         self._seen: set[int] = set()  # 64-bit hashes of the ids given so far (8 bytes of key each)
         self.fields_without_text: list[str] = []
         """Set by a reader when no record of the file held the text field: the fields found."""
+
+    def start(self, source: InputFile) -> None:
+        """Read the next file of the unit: its rows follow the rows read so far."""
+        self.source = source
+        self.fields_without_text = []
 
     def unique_id(self, local_id: str, row: int) -> str:
         """`<stem>/<local_id>`, with `#<row>` appended when this file already gave that id."""
@@ -119,7 +128,7 @@ class Batcher:
             "_content_type": content_type,
             "_read_reason": reason,
             "_raw_bytes": raw_bytes,
-            "_shard": f"{self.source.stem}-{part:05d}",
+            "_shard": f"{self.unit}-{part:05d}",
             "_row": row,
         }
         for name, value in values.items():  # every string a record brings, cleaned alike

@@ -109,7 +109,19 @@ class PipelineConfig(StrictModel):
     rejects: RejectsConfig = RejectsConfig()
     ray: RayConfig = RayConfig()
     shard_rows: int = Field(5000, gt=0)
-    """Input records per output shard (shards are `<input-stem>-<part:05d>.parquet`)."""
+    """Input records per output shard (shards are `<input-stem>-<part:05d>.parquet`; a unit of
+    packed small files is named after its first file)."""
+    small_file_bytes: int = Field(64 << 10, ge=0)
+    """Input files of at most this size (bytes on disk) are packed together, in input order,
+    into units of work of up to `pack_bytes` each, when there are at least `pack_min_files` of
+    them: a unit is read by one task and its records are cut into parts by `shard_rows` as one
+    file's are, so 10,000 one-document files make a few parts, not 10,000. A unit's shards are
+    named after its first file; its read record counts every file it holds."""
+    pack_bytes: int = Field(64 << 20, gt=0)
+    """Bytes on disk of the small files one unit of work packs (see `small_file_bytes`)."""
+    pack_min_files: int = Field(64, ge=1)
+    """Fewer small files than this are not packed: apart they cost little (a task and a part
+    each) and keep shards named by their own file."""
     batch_rows: int = Field(256, gt=0)
     """Records per Arrow batch between stages: this, not corpus size, bounds worker memory. A
     reader or stage holds one batch: at most `batch_rows` records of at most extract's

@@ -33,6 +33,7 @@ from pyarrow import fs as pafs
 from data_pipeline import parts
 from data_pipeline.config import PipelineConfig
 from data_pipeline.formats import InputFile, filesystem_for
+from data_pipeline.inputs import Unit, pack_units
 from data_pipeline.stages.base import Stage
 from pretrain import shards_layout as layout
 from pretrain.config import config_sha256
@@ -191,10 +192,12 @@ def output_is_foreign(config: PipelineConfig, out: OutPath, stages: list[Stage])
 
 def prepare_output(
     config: PipelineConfig, out: OutPath, stages: list[Stage], inputs: list[InputFile]
-) -> list[str]:
+) -> tuple[list[str], list[Unit]]:
     """Resume an output written with the same config, stage versions and models; refuse (or with
-    overwrite, clear) any other. Inputs whose file changed since (or that left the inputs) lose
-    their parts and are read again; returns their stems."""
+    overwrite, clear) any other. Returns the stems of the inputs whose file changed since (or
+    that left the inputs), and the units of work of `inputs` (inputs.pack_units, by the sizes
+    their identities hold). A unit that holds a changed file, whose files are not the ones its
+    read record counts, or that no longer names a unit loses its parts and is read again."""
     path = out / parts.PARTS / FINGERPRINT
     if output_is_foreign(config, out, stages):
         for sub in (*layout.OUTPUT_ENTRIES, parts.PARTS, "manifest.json"):
@@ -202,9 +205,22 @@ def prepare_output(
             remove_tree(target)
     identities = input_identities(inputs)
     recorded = parts.load_json(path).get("inputs", {}) if path.is_file() else {}
-    changed = changed_inputs(recorded if isinstance(recorded, dict) else {}, identities)
-    parts.forget_inputs(out, changed)  # before the new identities are recorded
+    recorded = recorded if isinstance(recorded, dict) else {}
+    changed = changed_inputs(recorded, identities)
+    sizes = {stem: int(identity["size"]) for stem, identity in identities.items()}
+    units = pack_units(
+        inputs, sizes, config.small_file_bytes, config.pack_bytes, config.pack_min_files
+    )
+    gone = set(changed)
+    if recorded and recorded != identities:  # files changed, came or left: units may have moved
+        heads = [unit.stem for unit in units]
+        gone |= set(recorded) - set(heads)  # an earlier unit's name that names none now
+        for unit, record in zip(units, parts.read_records(out, heads), strict=True):
+            counted = [f.get("stem") for f in (record or {}).get("inputs", [])]
+            if record is not None and counted != unit.stems or gone & set(unit.stems):
+                gone.add(unit.stem)
+    parts.forget_inputs(out, gone)  # before the new identities are recorded
     parts.ensure_dirs(out)
     (out / "manifest.json").unlink(missing_ok=True)
     write_json(path, {**job_fingerprint(config, stages), "inputs": identities})
-    return changed
+    return changed, units

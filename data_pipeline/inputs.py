@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from pyarrow import fs as pafs
@@ -387,3 +389,63 @@ def check_openable(item: InputFile, text_field: str) -> None:
             "on_unreadable=reject"
         ) from None
     check_magic(item.path, head)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A unit of work: the input files one read task reads, in order, as one stream of records
+    cut into parts (`<stem>-<part:05d>`) by `shard_rows`. A file larger than `small_file_bytes`
+    is a unit of its own, named by its stem; small files are packed (`pack_units`) and the unit
+    is named by its first file's stem (stems are unique, and each file is in one unit)."""
+
+    stem: str
+    files: tuple[InputFile, ...]
+
+    def item(self) -> dict[str, Any]:
+        """What a read task is given (data_pipeline.workers.read_files)."""
+        return {
+            "stem": self.stem,
+            "files": [{"path": f.path, "format": f.format, "stem": f.stem} for f in self.files],
+        }
+
+    @property
+    def stems(self) -> list[str]:
+        return [f.stem for f in self.files]
+
+
+def pack_units(
+    files: list[InputFile],
+    sizes: dict[str, int],
+    small_bytes: int,
+    pack_bytes: int,
+    min_files: int,
+) -> list[Unit]:
+    """The units of work of `files` (in input order): a file over `small_bytes` alone, the small
+    ones, when there are at least `min_files` of them, packed in input order until a unit would
+    exceed `pack_bytes` (fewer cost little apart, and keep shards named by their own file). The
+    same files of the same sizes always give the same units (resume, byte-identical outputs);
+    units are ordered by their first file."""
+    if sum(sizes[f.stem] <= small_bytes for f in files) < min_files:
+        return [Unit(f.stem, (f,)) for f in files]
+    units: list[Unit] = []
+    pack: list[InputFile] = []
+    packed = 0
+    at: dict[str, int] = {}  # the first file's place in input order, to order the units
+
+    def close() -> None:
+        if pack:
+            units.append(Unit(pack[0].stem, tuple(pack)))
+
+    for place, item in enumerate(files):
+        at[item.stem] = place
+        size = sizes[item.stem]
+        if size > small_bytes:
+            units.append(Unit(item.stem, (item,)))
+            continue
+        if pack and packed + size > pack_bytes:
+            close()
+            pack, packed = [], 0
+        pack.append(item)
+        packed += size
+    close()
+    return sorted(units, key=lambda unit: at[unit.stem])

@@ -1,6 +1,7 @@
 """The work area of an output, `.parts/`: where a run keeps what it has done, and resume.
 
-Per input, a read record (`<stem>.read.json`: records, parts); per part (shard), a ledger
+Per unit of work (one input file, or small files packed: data_pipeline.inputs.Unit), a read
+record (`<unit>.read.json`: records, parts, each file's counts); per part (shard), a ledger
 part record (`<shard>.json`: the files it wrote with their bytes and sha256); the stream's row files
 (`rows/<part>/`); the persisted map output of global stages (`global/<stage>/`); the run's phase
 (`progress/`); and `scratch/`, where files are written before they are renamed into place. A
@@ -295,13 +296,16 @@ def _part_stem(shard: str) -> str | None:
 
 
 def forget_inputs(out: OutPath, stems: Collection[str]) -> None:
-    """Delete every part of the inputs `stems` and their read records (their files changed or
-    left). Each folder is listed once for all of them: a run whose inputs all changed (an rsync
-    that rewrote every mtime) costs one pass over the output, not one per input."""
+    """Delete every part of the units of work `stems` and their read records (their files
+    changed or left, or the unit moved). Each folder is listed once for all of them: a run whose
+    inputs all changed (an rsync that rewrote every mtime) costs one pass over the output, not
+    one per input, and only the read records the listing holds are deleted (the stems of files
+    packed into another unit have none)."""
     if not stems:
         return
     stems = set(stems)
     shards: set[str] = set()
+    read: set[str] = set()
     folders = (
         layout.DATA_DIR,
         layout.REJECTS_DIR,
@@ -312,6 +316,9 @@ def forget_inputs(out: OutPath, stems: Collection[str]) -> None:
     for sub in folders:
         folder = out / sub
         for path in folder.glob("*") if folder.is_dir() else ():
+            if sub == PARTS and path.name.endswith(".read.json"):
+                read.add(path.name.removesuffix(".read.json"))
+                continue
             name = layout.shard_name(path.name).removesuffix(".json")
             if _part_stem(name) in stems:
                 shards.add(name)
@@ -321,7 +328,7 @@ def forget_inputs(out: OutPath, stems: Collection[str]) -> None:
         for path in listed(stage_dir, "*") if stage_dir.is_dir() else ():
             if _part_stem(_global_part(path.name)) in stems:
                 path.unlink(missing_ok=True)
-    for stem in sorted(stems):
+    for stem in sorted(stems & read):
         read_stats_path(out, stem).unlink(missing_ok=True)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,15 @@ from data_pipeline.gzmembers import GzipMembers
 from data_pipeline.warc import read_warc
 from pretrain.errors import InputError
 
-__all__ = ["FORMAT_SUFFIXES", "RAW_SCHEMA", "Fields", "InputFile", "detect_format", "read_file"]
+__all__ = [
+    "FORMAT_SUFFIXES",
+    "RAW_SCHEMA",
+    "Fields",
+    "InputFile",
+    "detect_format",
+    "read_file",
+    "read_unit",
+]
 
 _IO_ERRORS = (OSError, EOFError, zlib.error, gzip.BadGzipFile)
 _CHUNK = 1 << 20
@@ -411,10 +419,67 @@ def read_file(
     When the file is exhausted, `stats` holds the rows (`records`), raw `bytes` and the
     `id_collisions` (ids repeated inside the file, made unique) it produced.
     """
-    out = Batcher(source, shard_rows, batch_rows, eval_fraction, skip_parts)
-    yield from _read_into(source, out, fields, on_unreadable, max_input_bytes)
+    counts: list[dict[str, Any]] = []
+    yield from read_unit(
+        (source,),
+        source.stem,
+        shard_rows=shard_rows,
+        batch_rows=batch_rows,
+        eval_fraction=eval_fraction,
+        skip_parts=skip_parts,
+        fields=fields,
+        on_unreadable=on_unreadable,
+        stats=counts,
+        max_input_bytes=max_input_bytes,
+    )
     if stats is not None:
-        stats.update(records=out.count, bytes=out.bytes, id_collisions=out.collisions)
+        stats.update({k: v for k, v in counts[0].items() if k != "stem"})
+
+
+def read_unit(
+    files: Sequence[InputFile],
+    unit: str,
+    *,
+    shard_rows: int,
+    batch_rows: int,
+    eval_fraction: float,
+    skip_parts: frozenset[int] = frozenset(),
+    fields: Fields = Fields(),
+    on_unreadable: str = "error",
+    stats: list[dict[str, Any]] | None = None,
+    max_input_bytes: int | None = None,
+) -> Iterator[pa.Table]:
+    """`read_file` of each file of a unit of work (data_pipeline.inputs.Unit) in turn, as one
+    stream: rows numbered across the unit, parts named `<unit>-<part:05d>`, the small tables
+    that end each file joined up to `batch_rows` rows (10,000 one-document files are 40 batches,
+    not 10,000). `stats` gets each file's {stem, records, bytes, id_collisions}."""
+    out = Batcher(files[0], shard_rows, batch_rows, eval_fraction, skip_parts, unit)
+    pending: list[pa.Table] = []
+    for source in files:
+        count, size, collisions = out.count, out.bytes, out.collisions
+        out.start(source)
+        for table in _read_into(source, out, fields, on_unreadable, max_input_bytes):
+            if table.num_rows >= batch_rows:  # a full batch goes as read, after what is held
+                if pending:
+                    yield pa.concat_tables(pending)
+                    pending = []
+                yield table
+                continue
+            pending.append(table)
+            if sum(t.num_rows for t in pending) >= batch_rows:
+                yield pa.concat_tables(pending)
+                pending = []
+        if stats is not None:
+            stats.append(
+                {
+                    "stem": source.stem,
+                    "records": out.count - count,
+                    "bytes": out.bytes - size,
+                    "id_collisions": out.collisions - collisions,
+                }
+            )
+    if pending:
+        yield pa.concat_tables(pending)
 
 
 def _read_into(

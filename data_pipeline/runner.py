@@ -32,7 +32,7 @@ from data_pipeline.fingerprint import (
     output_is_foreign,
     prepare_output,
 )
-from data_pipeline.inputs import check_openable, check_output_apart, plan_inputs
+from data_pipeline.inputs import Unit, check_openable, check_output_apart, plan_inputs
 from data_pipeline.lineage import input_artifacts, stage_artifacts
 from data_pipeline.stages.base import GlobalStage, Stage
 from data_pipeline.stages.registry import (
@@ -253,7 +253,7 @@ class Work:
 def plan_work(
     config: PipelineConfig,
     stages: list[Stage],
-    inputs: list[Any],
+    units: list[Unit],
     out: OutPath,
     on_verified: Callable[[str, bytes], None] | None = None,
 ) -> tuple[Work, dict[str, set[int]]]:
@@ -261,10 +261,10 @@ def plan_work(
     every part the scan verified (parts.finished_parts): those of a run with a global stage are
     then forgotten (`restart`), and `done` is empty."""
     done = parts.finished_parts(out, on_verified)
-    stems = [f.stem for f in inputs]
+    stems = [u.stem for u in units]
     records = dict(zip(stems, parts.read_records(out, stems), strict=True))  # kept by restart
-    unfinished = [f for f in inputs if not parts.record_done(records[f.stem], f.stem, done)]
-    items = {f.stem: {"path": f.path, "format": f.format, "stem": f.stem} for f in inputs}
+    unfinished = [u for u in units if not parts.record_done(records[u.stem], u.stem, done)]
+    items = {u.stem: u.item() for u in units}
     _, globals_ = global_parts.plan(stages)
     if not unfinished or not globals_:
         todo = [items[f.stem] for f in unfinished]
@@ -277,7 +277,7 @@ def plan_work(
     for part in global_parts.reusable(out, globals_[0][0], rows):
         stem, _, number = part.rpartition("-")
         skip.setdefault(stem, set()).add(int(number))
-    read = [items[f.stem] for f in inputs if not parts.record_done(records[f.stem], f.stem, skip)]
+    read = [items[u.stem] for u in units if not parts.record_done(records[u.stem], u.stem, skip)]
     return Work(read, skip, list(items), True), done
 
 
@@ -292,22 +292,22 @@ def run_pipeline(
     skipped: list[dict[str, str]] = []
     stages, inputs = preflight(config, skipped)
     out = output_path(config.output)
-    changed = prepare_output(config, out, stages, inputs)
+    changed, units = prepare_output(config, out, stages, inputs)
     if changed:
         warn(
             f"[data run] {len(changed)} inputs changed since the last run into this output "
             f"(or left it); their parts are recomputed: {', '.join(changed[:5])}"
         )
     merged = ledger.Merged()  # what the resume scan and the merge read: not read back
-    work, done = plan_work(config, stages, inputs, out, merged.add_record)
+    work, done = plan_work(config, stages, units, out, merged.add_record)
     if not merged.shards <= {f"{s}-{p:05d}" for s, numbers in done.items() for p in numbers}:
         merged.forget_records()  # a restart forgot the parts the scan verified
     todo = work.merge
     reused = sum(len(v) for v in done.values())
     if progress:
         step(
-            f"[data run] {len(inputs)} input files, {len(skipped)} skipped "
-            f"({len(inputs) - len(todo)} already done, "
+            f"[data run] {len(inputs)} input files in {len(units)} units of work, "
+            f"{len(skipped)} skipped ({len(units) - len(todo)} units already done, "
             f"{reused} parts reused); stages: {', '.join(s.name for s in stages)}"
         )
     stats, reused_map = [], dict[str, int]()
@@ -326,7 +326,7 @@ def run_pipeline(
                 )
             with clock.phase("merge"):
                 stats.append(ray_job.merge(config, stages, out, work.merge, done, merged))
-    led, shards = _collect(out, [f.stem for f in inputs], stages, merged)
+    led, shards = _collect(out, [u.stem for u in units], stages, merged)
     if clock is not None:
         throughput.save_global_costs(out, stages, led["documents_in"], led["bytes_in"])
     led["skipped_files"] = skipped
@@ -340,7 +340,7 @@ def run_pipeline(
         sections=manifest_sections(stages),
         throughput=throughput_report.build(
             out,
-            [f.stem for f in inputs],
+            [u.stem for u in units],
             [s.name for s in stages],
             [s.name for s in stages if isinstance(s, GlobalStage)],
             {f"{stem}-{part:05d}" for stem, parts in done.items() for part in parts},

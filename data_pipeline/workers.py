@@ -37,7 +37,7 @@ from data_pipeline.parts import (
     rows_dir,
     write_parquet,
 )
-from data_pipeline.readers import InputFile, read_file
+from data_pipeline.readers import InputFile, read_unit
 from data_pipeline.stages.base import StageSpec, build_stage
 from data_pipeline.timelimit import cpu_time
 from pretrain import shards_layout as layout
@@ -59,16 +59,21 @@ __all__ = ["MapStagesWorker", "StageSpec", "build_stage"]
 def read_files(
     batch: pa.Table, *, out: str | OutPath, skip: dict[str, list[int]], options: dict[str, Any]
 ) -> Iterator[pa.Table]:
-    """Map function: each input row names one file; stream its raw records in batches."""
+    """Map function: each input row names one unit of work (data_pipeline.inputs.Unit: its
+    files); stream their raw records in batches, then write the unit's read record: its totals,
+    its parts and each file's counts (`inputs`, what resume checks the unit against)."""
     for item in batch.to_pylist():
-        source = InputFile(item["path"], item["format"], item["stem"])
-        stats: dict[str, int] = {}
-        batches = read_file(
-            source, skip_parts=frozenset(skip.get(source.stem, ())), stats=stats, **options
+        files = [InputFile(f["path"], f["format"], f["stem"]) for f in item["files"]]
+        stem = item["stem"]
+        counts: list[dict[str, Any]] = []
+        batches = read_unit(
+            files, stem, skip_parts=frozenset(skip.get(stem, ())), stats=counts, **options
         )
         yield from throughput.timed_read(out, batches)
-        parts = -(-stats["records"] // options["shard_rows"])
-        write_json(read_stats_path(output_path(out), source.stem), {**stats, "parts": parts})
+        totals = {key: sum(c[key] for c in counts) for key in ("records", "bytes", "id_collisions")}
+        parts = -(-totals["records"] // options["shard_rows"])
+        record = {**totals, "parts": parts, "inputs": counts}
+        write_json(read_stats_path(output_path(out), stem), record)
 
 
 class MapStagesWorker:
