@@ -59,18 +59,12 @@ def tokenizer_config(
     }
 
 
-def hf_file_bytes(
-    special_tokens: dict[str, int], eod_id: int, pad_id: int, model_max_length: int
-) -> dict[str, bytes]:
-    """{file name: exact bytes} of the HF side files (canonical JSON, so the hash is stable)."""
-    config = tokenizer_config(special_tokens, eod_id, pad_id, model_max_length)
-    special_map = _special_names(special_tokens, eod_id, pad_id)
+def hf_file_bytes(lock: dict[str, Any], model_max_length: int) -> dict[str, bytes]:
+    """{file name: exact bytes} of the HF side files of the tokenizer `lock` (lock.json)
+    describes (canonical JSON, so the hash is stable)."""
+    specials = (lock["special_tokens"], lock["eod_id"], lock["pad_id"])
+    config = tokenizer_config(*specials, model_max_length)
     return {
         TOKENIZER_CONFIG_FILE: canonical_json(config) + b"\n",
-        SPECIAL_TOKENS_MAP_FILE: canonical_json(special_map) + b"\n",
+        SPECIAL_TOKENS_MAP_FILE: canonical_json(_special_names(*specials)) + b"\n",
     }
-
-
-def hf_file_bytes_for_lock(lock: dict[str, Any], model_max_length: int) -> dict[str, bytes]:
-    """The HF side files of a locked tokenizer, from its lock."""
-    return hf_file_bytes(lock["special_tokens"], lock["eod_id"], lock["pad_id"], model_max_length)

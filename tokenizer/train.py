@@ -142,11 +142,9 @@ def _write_files(
     import tokenizers
 
     tokenizer.save(str(files / TOKENIZER_FILE))
-    specials = {t: tokenizer.token_to_id(t) for t in config.all_special_tokens}
-    eod, pad = (specials[t] for t in config.all_special_tokens[:2])
-    for name, data in hf_file_bytes(specials, eod, pad, config.model_max_length).items():
-        atomic_write_bytes(files / name, data)
     lock = make_lock(config, tokenizer, composition, shards_sha)
+    for name, data in hf_file_bytes(lock, config.model_max_length).items():
+        atomic_write_bytes(files / name, data)
     atomic_write_bytes(files / LOCK_FILE, lock_bytes(lock))
     # hashed once, here: the manifest lists these digests (`known`) and the identity is theirs
     known = file_records(files)

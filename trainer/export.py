@@ -76,11 +76,11 @@ def resolve_tokenizer(config: Any, state: dict[str, Any], given: str | None) -> 
 
 
 def _write_tokenizer(out: Path, locked: Any, seq_length: int) -> None:
-    from tokenizer.hf import hf_file_bytes_for_lock
+    from tokenizer.hf import hf_file_bytes
     from tokenizer.lock import TOKENIZER_FILE
 
     shutil.copyfile(locked.directory / TOKENIZER_FILE, out / TOKENIZER_FILE)
-    for name, data in hf_file_bytes_for_lock(locked.lock, seq_length).items():
+    for name, data in hf_file_bytes(locked.lock, seq_length).items():
         atomic_write_bytes(out / name, data)
 
 
