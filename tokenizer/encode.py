@@ -54,33 +54,19 @@ from tokenizer.shards import read_columns, require_shards
 KIND = "encoded"
 BASE_COLUMNS = ("id", "source", "split")
 """The shards' base columns every sidecar row carries besides the stages' tags."""
-SIDECAR_ORDER = (
-    "domain",
-    "lang",
-    "quality_score",
-    "perplexity",
-    "ppl_bucket",
-    "unsafe_score",
-    "url_blocked",
-    "dup_keep",
-)
-"""The places of the tags sidecars held before the stages declared them (kept, so the same shards
-still give byte-identical sidecars). Names only, not a declaration: which tags exist and their
-types come from the stages; a tag not named here follows these in pipeline order."""
 
 
 def sidecar_schema() -> pa.Schema:
-    """doc_index, id, num_tokens, source, split, then every stage's tags (`Stage.tags`)."""
+    """doc_index, id, num_tokens, source, split, then every stage's tags (`Stage.tags`), in
+    pipeline order."""
     base = {f.name: f for f in BASE_FIELDS}
-    place = {name: i for i, name in enumerate(SIDECAR_ORDER)}
-    tags = sorted(tag_fields(), key=lambda f: place.get(f.name, len(place)))  # stable
     return pa.schema(
         [
             pa.field("doc_index", pa.int64()),
             base["id"].with_nullable(True),
             pa.field("num_tokens", pa.int32()),
             *(base[name].with_nullable(True) for name in BASE_COLUMNS[1:]),
-            *(tag.with_nullable(True) for tag in tags),
+            *(tag.with_nullable(True) for tag in tag_fields()),
         ]
     )
 
