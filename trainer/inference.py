@@ -6,7 +6,6 @@ single-process model (TP=1, PP=1). Only the model weights are read, not the opti
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 from dataclasses import dataclass
@@ -51,33 +50,6 @@ class LoadedModel:
             return self.model(tokens, positions, None).float()
 
 
-def _single_process_group() -> None:
-    from megatron.core import parallel_state
-
-    from trainer.local_torchrun import loopback_gloo
-
-    with loopback_gloo():  # gloo's device listeners on 127.0.0.1, not the host's address
-        if not torch.distributed.is_initialized():
-            # One rank needs no rendezvous: an in-memory store, so no port is held for the rest
-            # of the caller's life and no MASTER_PORT is left in its environment for children.
-            store = torch.distributed.HashStore()
-            torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
-            # A gloo group still alive at interpreter teardown can abort the process
-            # ("terminate called without an active exception"): close what we opened.
-            atexit.register(_close_process_group)
-        if not parallel_state.model_parallel_is_initialized():
-            parallel_state.initialize_model_parallel(1, 1)
-
-
-def _close_process_group() -> None:
-    from megatron.core import parallel_state
-
-    if parallel_state.model_parallel_is_initialized():
-        parallel_state.destroy_model_parallel()
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
-
-
 def _cpu_config(state: dict[str, Any]) -> TrainConfig:
     config = parse_config(TrainConfig, state["config"], source="state.json")
     parallel = config.parallel.model_copy(
@@ -102,8 +74,9 @@ def load_model(checkpoint_dir: str | os.PathLike) -> LoadedModel:
     """Load `RUN/checkpoints/iter_NNNNNNN` (verified against its manifest) for CPU inference."""
     from megatron.core import dist_checkpointing
 
-    from trainer.cpu_compat import apply_cpu_patches, device_context
-    from trainer.model import build_model_chunks
+    from trainer.cpu_compat import device_context
+    from trainer.local_torchrun import loopback_gloo
+    from trainer.model import build_model_chunks, init_distributed
 
     path = Path(checkpoint_dir)
     check_checkpoint(path, verify(path))
@@ -112,8 +85,10 @@ def load_model(checkpoint_dir: str | os.PathLike) -> LoadedModel:
         raise ArtifactError(f"{path} has no state.json; pass a checkpoints/iter_NNNNNNN directory")
     state = json.loads(state_file.read_text())
     config = _cpu_config(state)
-    apply_cpu_patches()
-    _single_process_group()
+    threads = torch.get_num_threads()
+    with loopback_gloo():  # gloo's device listeners on 127.0.0.1, not the host's address
+        init_distributed(config)  # a world of one here (or the caller's world)
+    torch.set_num_threads(threads)  # init_distributed sets a rank's count, not the caller's
     vocab = int(state["vocab_size"])
     model = build_model_chunks(config, vocab)[0]
     guard_torch_loading()

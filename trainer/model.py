@@ -17,6 +17,7 @@ so tests check the GPU decision on a machine without a GPU.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import importlib.util
 import os
@@ -65,8 +66,9 @@ def default_threads() -> int:
 
 def init_distributed(config: TrainConfig, timeout_s: int = 600) -> None:
     """torch.distributed and megatron's parallel groups: from torchrun's environment, or, without
-    it (WORLD_SIZE unset: a rank in the caller's process), a world of one on an in-memory store,
-    so no port is held and no rendezvous variable is left for the caller's children."""
+    it (WORLD_SIZE unset: a rank in the caller's process, or a model loaded there by
+    trainer.inference), a world of one on an in-memory store, so no port is held and no
+    rendezvous variable is left for the caller's children; that world is closed at exit."""
     from megatron.core import parallel_state
 
     from trainer.local_torchrun import bind_stores_to_loopback
@@ -86,6 +88,10 @@ def init_distributed(config: TrainConfig, timeout_s: int = 600) -> None:
             torch.distributed.init_process_group(
                 backend=resolve_backend(config), store=store, rank=0, world_size=1, timeout=timeout
             )
+            # A gloo group still alive at interpreter teardown can abort the process
+            # ("terminate called without an active exception"): close what we opened, once.
+            atexit.unregister(close_distributed)
+            atexit.register(close_distributed)
     world = torch.distributed.get_world_size()
     par = config.parallel
     model_parallel = par.tensor * par.pipeline * par.context
@@ -107,6 +113,16 @@ def init_distributed(config: TrainConfig, timeout_s: int = 600) -> None:
         virtual_pipeline_model_parallel_size=par.virtual_pipeline,
         context_parallel_size=par.context,
     )
+
+
+def close_distributed() -> None:
+    """Megatron's groups, then the process group (left registered, a later world in this process
+    would reuse groups of the destroyed one)."""
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def transformer_config(config: TrainConfig) -> Any:

@@ -41,7 +41,8 @@ class _StartProbe(Callback):
 
 @pytest.mark.timeout(300)
 def test_init_from_takes_the_weights_and_nothing_else(tmp_path: Path, reference_run) -> None:
-    from trainer.inference import _close_process_group, load_model
+    from trainer.inference import load_model
+    from trainer.model import close_distributed
     from trainer.worker import run
 
     source_run = reference_run[0]
@@ -49,11 +50,11 @@ def test_init_from_takes_the_weights_and_nothing_else(tmp_path: Path, reference_
     run_dir = tmp_path / "anneal"
     config = tiny_config(run_dir, run={"train_steps": 2}, checkpoint={"init_from": str(source_run)})
     probe = _StartProbe()
-    _close_process_group()  # a model loaded in-process by an earlier test keeps its group
+    close_distributed()  # a model loaded in-process by an earlier test keeps its group
     run(parse_config(TrainConfig, config), callbacks=[probe])
 
     trained = load_model(source).model.state_dict()
-    _close_process_group()
+    close_distributed()
     assert probe.weights and probe.weights.keys() <= trained.keys()
     for name, value in probe.weights.items():
         assert torch.equal(value, trained[name]), name

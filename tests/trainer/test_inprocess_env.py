@@ -47,11 +47,11 @@ def test_in_process_rank_listens_on_loopback_only(tmp_path):
     from pretrain.config import parse_config
     from tests.trainer.trainer_testlib import tiny_config
     from trainer.config import TrainConfig
-    from trainer.inference import _close_process_group
     from trainer.local_torchrun import loopback_interface
+    from trainer.model import close_distributed
     from trainer.worker import run
 
-    _close_process_group()  # a model loaded in-process by an earlier test keeps its group
+    close_distributed()  # a model loaded in-process by an earlier test keeps its group
     config = parse_config(TrainConfig, tiny_config(tmp_path / "run", run={"train_steps": 1}))
     before, gloo_before = _listening(), os.environ.get("GLOO_SOCKET_IFNAME")
     rendezvous_before = {name: os.environ.get(name) for name in RENDEZVOUS}
