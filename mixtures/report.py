@@ -20,8 +20,8 @@ from pretrain.artifacts import mixture_report as report_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.errors import ArtifactError
 from pretrain.locking import output_lock
-from pretrain.manifest import MANIFEST, atomic_write_json, listed_path, require
-from pretrain.output_check import refuse_foreign, refuse_not_a_directory, temporary_file
+from pretrain.manifest import atomic_write_json, listed_path, require
+from pretrain.output_check import manifest_kind, refuse_foreign, temporary_file
 from pretrain.publish import publishing
 
 CHUNK_BATCHES = 1 << 14
@@ -316,7 +316,10 @@ def write_report(
     require(directory, kind="mixture", deep=False)
     # the mixture's own writer lock too: a `mixture build` must not replace it mid-read
     with output_lock(directory), output_lock(target):
-        check_report_out(target, "--out" if out is not None else "the report folder")
+        # new, empty, or an earlier report (replaced); else one line, before any work
+        if manifest_kind(target) != report_kind.KIND:
+            flag = "--out" if out is not None else "the report folder"
+            refuse_foreign(target, flag, "mixture report", temporary_file)
         report = build_report(directory)
         report["run"] = compare_run(directory, run_dir) if run_dir is not None else None
         # built in the mixture's unlisted .pretrain-staging/ and published in one rename
@@ -345,30 +348,6 @@ def _write_files(
         inputs=[directory],
         counts={"phases": len(report["phases"])},
     )
-
-
-REPORT_FILES = ("report.json", "report.png")
-
-
-def check_report_out(target: Path, flag: str) -> None:
-    """`target` may be new, empty, or an earlier report's folder (its two files are replaced);
-    a file or a folder of someone else's files (their own report.json) is one line, before any
-    work, and nothing there changes."""
-    refuse_not_a_directory(target, flag)
-    earlier = _is_report(target / "report.json")
-    ours = {*REPORT_FILES, MANIFEST} if earlier else set()
-    refuse_foreign(
-        target, flag, "mixture report", lambda name: name in ours or temporary_file(name)
-    )
-
-
-def _is_report(path: Path) -> bool:
-    """True when `path` is a report.json this command wrote (its own keys), not a user's."""
-    try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(found, dict) and {"build_sha256", "phases", "files"} <= found.keys()
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
