@@ -102,26 +102,28 @@ def _cv_scores(model: Any, x: np.ndarray, y: np.ndarray, folds: int) -> dict[str
     }
 
 
+CANDIDATES = 20000
+CONCENTRATION = 20.0
+"""Dirichlet concentration around the base weights: candidates stay near the base recipe."""
+
+
 def _predict_best(
     model: Any,
     observed: np.ndarray,
     components: Sequence[str],
     metric: str,
     base_weights: Mapping[str, float],
-    candidates: int,
-    concentration: float,
-    seed: int,
 ) -> dict[str, Any]:
-    """The best predicted of `candidates` Dirichlet samples around the base (and the observed)."""
-    rng = np.random.default_rng(seed)
-    alpha = np.array([max(base_weights.get(c, 0.0), 1e-3) for c in components]) * concentration
-    pool = np.vstack([rng.dirichlet(alpha, size=candidates), observed])
+    """The best predicted of CANDIDATES Dirichlet samples around the base (and the observed)."""
+    rng = np.random.default_rng(0)
+    alpha = np.array([max(base_weights.get(c, 0.0), 1e-3) for c in components]) * CONCENTRATION
+    pool = np.vstack([rng.dirichlet(alpha, size=CANDIDATES), observed])
     predicted = model.predict(pool)
     index = int(np.argmin(predicted) if lower_is_better(metric) else np.argmax(predicted))
     return {
         "weights": dict(zip(components, map(float, pool[index]))),
         "predicted": float(predicted[index]),
-        "observed": index >= candidates,
+        "observed": index >= CANDIDATES,
     }
 
 
@@ -130,12 +132,9 @@ def fit_regression(
     components: Sequence[str],
     metric: str,
     base_weights: Mapping[str, float],
-    candidates: int = 20000,
-    concentration: float = 20.0,
-    seed: int = 0,
 ) -> dict[str, Any]:
     """RegMix-style: fit weights -> metric (linear and a tree ensemble), cross-validated, then
-    predict the best of `candidates` Dirichlet samples around the base weights."""
+    predict the best of CANDIDATES Dirichlet samples around the base weights."""
     from sklearn.ensemble import RandomForestRegressor
     from sklearn.linear_model import Ridge
 
@@ -174,14 +173,7 @@ def fit_regression(
             "models": fits,
             "selected_model": best_model,
             "predicted_best": _predict_best(
-                models[best_model],
-                x,
-                components,
-                metric,
-                base_weights,
-                candidates,
-                concentration,
-                seed,
+                models[best_model], x, components, metric, base_weights
             ),
             "in_sample_predictions": [float(v) for v in models[best_model].predict(x)],
         }

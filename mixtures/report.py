@@ -91,11 +91,7 @@ def build_report(directory: str | os.PathLike) -> dict[str, Any]:
     names = [c["name"] for c in manifest["components"]]
     width = int(manifest["global_batch"])
     components = _summary_components(root, manifest)
-    replan = (  # read only when listed: never a file planted beside it
-        json.loads(listed_path(root, manifest, "replan.json").read_text())
-        if "replan.json" in manifest["files"]
-        else None
-    )
+    replan = _replan(root, manifest)
     kept = {p["phase"]: int(p["kept_sequences"]) for p in (replan or {}).get("phases", [])}
     phases = []
     for info in manifest["phases"]:
@@ -117,6 +113,13 @@ def build_report(directory: str | os.PathLike) -> dict[str, Any]:
         "components": components,
         "replan": replan,
     }
+
+
+def _replan(root: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """replan.json of a re-planned mixture, read only when listed (never a file planted beside it)."""
+    if "replan.json" not in manifest["files"]:
+        return None
+    return dict(json.loads(listed_path(root, manifest, "replan.json").read_text()))
 
 
 _COMPONENT_FIELDS: dict[str, tuple[type, ...]] = {
@@ -219,11 +222,7 @@ def _segments(
     re-plans, whose samples it kept) and after it (the new weights), each with the mixture's and
     the run's tokens per component and their shares. One segment otherwise."""
     names = [c["name"] for c in manifest["components"]]
-    replan = (
-        json.loads(listed_path(root, manifest, "replan.json").read_text())
-        if "replan.json" in manifest["files"]
-        else None
-    )
+    replan = _replan(root, manifest)
     width = int(manifest["global_batch"])
     cut = int(replan["consumed_sequences"]) // width if replan else 0
     if replan is None or not 0 < cut < batches:
