@@ -21,6 +21,11 @@ def _same_tokens(reported: dict[str, dict]) -> str | None:
     return None if len(set(counts.values())) == 1 else f"token counts {counts}"
 
 
+def _same_documents(reported: dict[str, dict]) -> str | None:
+    counts = {name: r.get("documents_in") for name, r in reported.items()}
+    return None if len(set(counts.values())) == 1 else f"documents read {counts}"
+
+
 ENCODE = ("-m", "benchmarks.bench_tokenizer_encode", "--shards", "{work}/shards")
 ENCODE_TOK = ("--tokenizer", "{work}/tokenizer", "--out", "{out}")
 
@@ -110,6 +115,23 @@ CLAIMS: tuple[Claim, ...] = (
         _script("bench_minhash", "--corpus", "{corpus}", "{size}"),
         size="--docs 100000",
         smoke_size="--docs 50",
+    ),
+    Claim(
+        "small_files",
+        "10,000 one-document files: `pretrain data run` (extract + langid) docs/s, start-up apart, "
+        ">= 0.5x datatrove JsonlReader -> JsonlWriter on the same directory",
+        prepare=("-m", "benchmarks.bench_small_files", "--prepare", "{work}", "{size}"),
+        contenders=tuple(
+            Contender(
+                kind, ("-m", "benchmarks.bench_small_files", "--child", kind, "{work}", "{out}")
+            )
+            for kind in ("ours", "datatrove")
+        ),
+        size="--corpus {corpus} --files 10000",
+        smoke_size="--corpus {corpus} --files 80",
+        ratio=("docs_per_s", "ours", "datatrove"),
+        target=0.5,
+        check=_same_documents,
     ),
     Claim(
         "dedup_job",
