@@ -106,8 +106,11 @@ def replan_conservation(width: int = 512, batches: int = 400) -> dict[str, int]:
     new_weights = WEIGHTS[::-1].copy()
     total, consumed = width * batches, width * batches // 2
     sizes = [total] * WEIGHTS.size  # one epoch covers everything: any repeat is a true repeat
-    old = sampler.build_index(WEIGHTS, batches, width, sizes, seed=SEED)
-    ours = sampler.replan_index(old, consumed, new_weights, batches // 2, width, sizes, seed=SEED)
+    old = sampler.build_index(
+        boundaries.allocate_batches(WEIGHTS, batches, width), WEIGHTS, sizes, seed=SEED
+    )
+    counts = boundaries.allocate_batches(new_weights, batches // 2, width)
+    ours = sampler.build_index(counts, new_weights, sizes, seed=SEED, kept=old[:consumed])
     repeated = skipped = 0
     for k in range(WEIGHTS.size):
         used = ours["sequence"][ours["component"] == k]

@@ -58,9 +58,8 @@ def _run(method: str, sequences: int, queue: mp.Queue) -> None:
         check = int(np.bincount(component, minlength=weights.size).max())
     else:
         index = sampler.build_index(
+            boundaries.allocate_batches(weights, sequences // GLOBAL_BATCH, GLOBAL_BATCH),
             weights,
-            sequences // GLOBAL_BATCH,
-            GLOBAL_BATCH,
             [int(EPOCH_MARGIN * w * sequences) + 1 for w in weights],
             seed=0,
         )

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mixtures.boundaries import allocate_batches
 from mixtures.schedule import interleave
 
 INDEX_DTYPE = np.dtype([("component", "<i2"), ("sequence", "<i8")])
@@ -61,50 +60,26 @@ def draws_to_sequences(
 
 
 def build_index(
+    counts: np.ndarray,
     weights: Sequence[float] | np.ndarray,
-    num_batches: int,
-    global_batch: int,
     sequences_per_epoch: Sequence[int],
     seed: int,
     phase: int = 0,
-    start: np.ndarray | None = None,
+    kept: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The phase's sample index (structured INDEX_DTYPE array of num_batches * W samples)."""
-    counts = allocate_batches(weights, num_batches, global_batch)
+    """The phase's sample index (structured INDEX_DTYPE array): the batches `counts` allocates
+    (boundaries.allocate_batches), after the `kept` prefix of a re-plan when given. Each
+    component's stream continues after the draws the kept prefix made, so no consumed sequence
+    is drawn again before its epoch is exhausted."""
+    start = None if kept is None else draws_per_component(kept, len(sequences_per_epoch))
     component, draw = interleave(counts, weights, start)
-    limits = counts.sum(axis=0) + (0 if start is None else np.asarray(start, np.int64))
+    limits = counts.sum(axis=0) + (0 if start is None else start)
     index = np.empty(component.size, dtype=INDEX_DTYPE)
     index["component"] = component
     draws_to_sequences(
         component, draw, sequences_per_epoch, seed, phase, limits, out=index["sequence"]
     )
-    return index
-
-
-def replan_index(
-    old_index: np.ndarray,
-    consumed: int,
-    weights: Sequence[float] | np.ndarray,
-    num_batches: int,
-    global_batch: int,
-    sequences_per_epoch: Sequence[int],
-    seed: int,
-    phase: int = 0,
-) -> np.ndarray:
-    """Keep the first `consumed` samples of `old_index`, re-allocate `num_batches` more batches.
-
-    Each component's stream continues after the draws the kept prefix made, so no consumed
-    sequence is drawn again before its epoch is exhausted; `consumed` must be whole batches.
-    """
-    if consumed % global_batch or consumed > old_index.size:
-        raise ValueError(
-            f"consumed={consumed} must be a multiple of global_batch={global_batch} "
-            f"and at most {old_index.size}"
-        )
-    prefix = old_index[:consumed]
-    start = np.bincount(prefix["component"], minlength=len(sequences_per_epoch)).astype(np.int64)
-    rest = build_index(weights, num_batches, global_batch, sequences_per_epoch, seed, phase, start)
-    return np.concatenate([prefix, rest])
+    return index if kept is None else np.concatenate([np.asarray(kept), index])
 
 
 def draws_per_component(index: np.ndarray, num_components: int) -> np.ndarray:

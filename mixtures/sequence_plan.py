@@ -18,7 +18,7 @@ import numpy as np
 from mixtures import sampler
 from mixtures.boundaries import allocate_batches
 from mixtures.recipe import MixtureConfig, Phase, resolved_phases
-from mixtures.schedule import ScheduleError, interleave
+from mixtures.schedule import ScheduleError
 from mixtures.selection import select_sha256
 from pretrain.errors import ConfigError
 from pretrain.manifest import listed_path, manifest_sha256, require
@@ -80,19 +80,10 @@ class Plan:
 
     def index(self, number: int) -> np.ndarray:
         phase = self.phases[number]
-        start = (
-            None
-            if phase.kept is None
-            else sampler.draws_per_component(phase.kept, len(phase.weights))
+        weights = list(phase.weights.values())
+        return sampler.build_index(
+            phase.counts, weights, phase.sequences_per_epoch, self.seed, number, phase.kept
         )
-        component, draw = interleave(phase.counts, list(phase.weights.values()), start)
-        rest = np.empty(component.size, dtype=sampler.INDEX_DTYPE)
-        rest["component"] = component
-        limits = phase.counts.sum(axis=0) + (0 if start is None else start)
-        rest["sequence"] = sampler.draws_to_sequences(
-            component, draw, phase.sequences_per_epoch, self.seed, number, limits
-        )
-        return rest if phase.kept is None else np.concatenate([np.asarray(phase.kept), rest])
 
     def counts(self) -> dict[str, int]:
         return {

@@ -34,12 +34,9 @@ def plans(draw: st.DrawFn) -> dict:
 
 
 def _index(plan: dict, seed: int | None = None) -> np.ndarray:
+    counts = boundaries.allocate_batches(plan["weights"], plan["num_batches"], plan["global_batch"])
     return sampler.build_index(
-        plan["weights"],
-        plan["num_batches"],
-        plan["global_batch"],
-        plan["sizes"],
-        seed if seed is not None else plan["seed"],
+        counts, plan["weights"], plan["sizes"], seed if seed is not None else plan["seed"]
     )
 
 
@@ -104,7 +101,8 @@ def test_hard_instances_meet_both_bounds(raw: list[int], global_batch: int, num_
 
 
 def test_decimal_weights_meet_whole_quotas_exactly() -> None:
-    index = sampler.build_index([0.5, 0.3, 0.2], 20, 10, [1000] * 3, seed=0)
+    counts = boundaries.allocate_batches([0.5, 0.3, 0.2], 20, 10)
+    index = sampler.build_index(counts, [0.5, 0.3, 0.2], [1000] * 3, seed=0)
     counts = sampler.batch_counts(index["component"], 3, 10)
     assert (counts == [5, 3, 2]).all()
     # Whenever 0.3 * t is a whole number, exactly that many sequences of component 1 came first.
@@ -152,9 +150,8 @@ def test_replan_keeps_consumed_prefix_and_conserves_data(
     k = len(plan["sizes"])
     raw = data.draw(st.lists(st.integers(1, 1000), min_size=k, max_size=k))
     new_weights = np.array(raw, np.float64) / sum(raw)
-    new = sampler.replan_index(
-        old, consumed, new_weights, new_batches, plan["global_batch"], plan["sizes"], plan["seed"]
-    )
+    counts = boundaries.allocate_batches(new_weights, new_batches, plan["global_batch"])
+    new = sampler.build_index(counts, new_weights, plan["sizes"], plan["seed"], kept=old[:consumed])
     assert new[:consumed].tobytes() == old[:consumed].tobytes()
     rest = new[consumed:]
     assert_exact_bounds(rest["component"], new_weights, plan["global_batch"])
@@ -170,7 +167,8 @@ def test_replan_keeps_consumed_prefix_and_conserves_data(
 
 def test_sliding_windows_stay_close_to_target() -> None:
     weights = [0.5, 0.3, 0.15, 0.05]
-    index = sampler.build_index(weights, 50, 64, [10_000] * 4, seed=3)
+    counts = boundaries.allocate_batches(weights, 50, 64)
+    index = sampler.build_index(counts, weights, [10_000] * 4, seed=3)
     # Every prefix is within 1 of quota, so every window (a difference of two) is within 2.
     for window in (1, 7, 64, 100):
         assert sampler.max_window_deviation(index["component"], weights, window) < 2.0
