@@ -80,10 +80,8 @@ def temporary_file(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
-def require_own_output(
-    out: Path, flag: str, kind: str, scratch: Callable[[str], bool] = temporary_file
-) -> None:
-    """`out` may be new, empty (but for logs and `scratch` files), or a `kind` artifact, which
+def require_own_output(out: Path, flag: str, kind: str) -> None:
+    """`out` may be new, empty (but for logs and temporary files), or a `kind` artifact, which
     the command replaces; anything else is refused in one line before the first write."""
     refuse_not_a_directory(out, flag)
     found = manifest_kind(out)
@@ -95,7 +93,7 @@ def require_own_output(
                 ArtifactError,
             )
         return
-    refuse_foreign(out, flag, f"{kind} artifact (no {MANIFEST})", scratch)
+    refuse_foreign(out, flag, f"{kind} artifact (no {MANIFEST})", temporary_file)
 
 
 def require_new_output(
