@@ -24,19 +24,7 @@ from pretrain.manifest import atomic_write_json, listed_path, require
 from pretrain.output_check import manifest_kind, refuse_foreign, temporary_file
 from pretrain.publish import publishing
 
-CHUNK_BATCHES = 1 << 14
 MAX_PLOTTED_BATCHES = 2000
-
-
-def chunked_batch_counts(component: np.ndarray, num_components: int, width: int) -> np.ndarray:
-    """(num_batches, K) per-batch counts, in chunks so memory stays bounded by the chunk."""
-    num_batches = component.size // width
-    counts = np.empty((num_batches, num_components), dtype=np.int64)
-    for lo in range(0, num_batches, CHUNK_BATCHES):
-        hi = min(lo + CHUNK_BATCHES, num_batches)
-        chunk = np.asarray(component[lo * width : hi * width])
-        counts[lo:hi] = sampler.batch_counts(chunk, num_components, width)
-    return counts
 
 
 def phase_report(
@@ -44,7 +32,7 @@ def phase_report(
 ) -> dict[str, Any]:
     """Shares and deviations of one phase's index."""
     w = np.asarray(weights, np.float64)
-    counts = chunked_batch_counts(index["component"], len(names), width)
+    counts = sampler.batch_counts(index["component"], len(names), width)
     num_batches = counts.shape[0]
     seen = np.arange(1, num_batches + 1)[:, None] * width
     prefix_dev = np.abs(np.cumsum(counts, axis=0) - w * seen).max(axis=0) if num_batches else w * 0

@@ -16,6 +16,7 @@ import numpy as np
 
 from mixtures.schedule import interleave
 
+CHUNK_BATCHES = 1 << 14
 INDEX_DTYPE = np.dtype([("component", "<i2"), ("sequence", "<i8")])
 """One sample of the index: which component, and which sequence of that component's stream."""
 
@@ -88,12 +89,17 @@ def draws_per_component(index: np.ndarray, num_components: int) -> np.ndarray:
 
 
 def batch_counts(component: np.ndarray, num_components: int, global_batch: int) -> np.ndarray:
-    """(num_batches, K) counts of each component per aligned global batch."""
+    """(num_batches, K) counts of each component per aligned global batch, in chunks of
+    CHUNK_BATCHES batches so memory beyond the result stays bounded (an index may be mmapped)."""
     num_batches = component.size // global_batch
-    flat = np.arange(num_batches).repeat(global_batch) * num_components
-    flat += component[: num_batches * global_batch]
-    counts = np.bincount(flat, minlength=num_batches * num_components)
-    return counts.reshape(num_batches, num_components)
+    counts = np.empty((num_batches, num_components), dtype=np.int64)
+    for lo in range(0, num_batches, CHUNK_BATCHES):
+        hi = min(lo + CHUNK_BATCHES, num_batches)
+        flat = np.arange(hi - lo).repeat(global_batch) * num_components
+        flat += np.asarray(component[lo * global_batch : hi * global_batch])
+        chunk = np.bincount(flat, minlength=(hi - lo) * num_components)
+        counts[lo:hi] = chunk.reshape(hi - lo, num_components)
+    return counts
 
 
 def max_batch_deviation(
