@@ -7,7 +7,6 @@ wrong text field is a one-line error naming the fields it has, exit 2."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,7 +15,6 @@ import pytest
 
 from data_pipeline.config import PipelineConfig
 from data_pipeline.stages.safety import SafetyConfig, SafetyStage
-from tests.data_pipeline.raytools import REPO, clean_env, data_run
 from tests.data_pipeline.readall import read_all
 from tests.data_pipeline.test_trust_sizes import prose
 
@@ -130,30 +128,6 @@ def test_consumed_fields_leave_meta_and_the_record_is_not_changed(tmp_path: Path
     assert table is not None and table.column("id").to_pylist() == ["mix/x"]
     # `meta` (JSON Lines) is merged into the top level; what it gave is gone, `metadata` stays
     assert _meta(table.column("meta")[0].as_py()) == {"metadata": json.dumps({"url": CLEAN})}
-
-
-def test_a_corpus_read_with_the_wrong_text_field_is_one_line_exit_2(tmp_path: Path) -> None:
-    """RedPajama v2 without `text_field: raw_content`: the CLI, from a clean shell."""
-    inputs = tmp_path / "in"
-    inputs.mkdir()
-    _write(inputs / "rp2.jsonl", [_redpajama_v2(i, CLEAN) for i in range(20)])
-    config = {"inputs": [str(inputs)], "output": str(tmp_path / "out"), "ray": {"num_cpus": 1}}
-    run = subprocess.run(
-        data_run(config, tmp_path / "c.yaml"),
-        cwd=REPO,
-        env=clean_env(tmp_path / "home"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 2, run.stderr[-2000:]
-    lines = run.stderr.strip().splitlines()  # the plan line, then the error: one line
-    assert lines[-1].startswith("pretrain data run: error: input "), run.stderr[-2000:]
-    assert "Traceback" not in run.stderr
-    assert "no record has the text field 'text'" in lines[-1]
-    assert "fields found: digest, raw_content, source_domain, url" in lines[-1]
-    assert "set text_field" in lines[-1]
-    assert not (tmp_path / "out" / "manifest.json").exists()
 
 
 def test_nested_url_in_a_parquet_struct(tmp_path: Path) -> None:
