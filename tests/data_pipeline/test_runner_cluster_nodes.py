@@ -209,10 +209,12 @@ def _kill_raylet_in(phase: str, node: psutil.Process, out: Path, run: subprocess
                 if late and not working:
                     working = [p for p in procs if _title(p).startswith("ray::")]
                 if raylets and (working or late):
+                    # the titles first: a killed process has none
+                    victims = ", ".join(sorted({_title(p) for p in [*raylets, *working]}))
                     for proc in [*raylets, *working]:
                         with contextlib.suppress(psutil.NoSuchProcess):
                             proc.send_signal(signal.SIGKILL)
-                    return ", ".join(sorted({_title(p) for p in [*raylets, *working]}))
+                    return victims
         time.sleep(0.05 if entered is None else 0.01)
     raise AssertionError(
         f"the second node never worked in phase {phase} before the job ended "
