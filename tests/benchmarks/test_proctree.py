@@ -32,10 +32,11 @@ def test_role_follows_exec() -> None:
         while child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert child.returncode == 0
-    roles = sampler.by_role()
-    assert "other" not in roles, roles
-    assert roles["worker"]["processes"] == 1
-    assert roles["worker"]["cpu_s"] >= 0.3
+    # this child's record, not the tree's roles: a test run before this one can leave children
+    # of its own (Ray's processes after a `ray.init`) in the sampled tree
+    stats = sampler.procs[child.pid]
+    assert stats.role == "worker", (stats.role, stats.command)
+    assert stats.cpu_s >= 0.3
 
 
 def test_other_names_its_commands() -> None:
