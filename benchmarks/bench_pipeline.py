@@ -189,15 +189,16 @@ def stage_seconds(inputs: Path) -> dict[str, float]:
     """Where the time goes: each stage in-process over one input file, one core."""
     import pyarrow as pa
 
-    from data_pipeline.readers import InputFile, read_file
+    from data_pipeline.readers import InputFile, read_unit
     from data_pipeline.stages.registry import stage_class
 
     path = sorted(inputs.glob("*.warc.gz"))[0]
     timings: dict[str, float] = {}
     start = time.perf_counter()
     table = pa.concat_tables(
-        read_file(
-            InputFile(str(path), "warc", path.stem),
+        read_unit(
+            (InputFile(str(path), "warc", path.stem),),
+            path.stem,
             shard_rows=10**6,
             batch_rows=64,
             eval_fraction=0.005,

@@ -1,8 +1,8 @@
 """WARC reading, CPU-seconds: warcio and FastWARC alone (parse, decoded payload of every response
-and resource record) against our reader (`read_file`: warcio plus the rows), on the corpus's
+and resource record) against our reader (`read_unit`: warcio plus the rows), on the corpus's
 web.warc.gz. Also whether the two libraries give the same records (id, offset, payload,
 Content-Type). What chose warcio for data_pipeline/warc.py (RESULTS_LOG.md, 2026-12-06). Target:
-read_file's CPU at most 2x warcio's alone (the rows cost), the two libraries' records the same.
+read_unit's CPU at most 2x warcio's alone (the rows cost), the two libraries' records the same.
 
     python -m benchmarks.bench_warc_read --corpus DIR [--repeat 3]
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.common import add_corpus_argument, corpus_dir, write_result
-from data_pipeline.readers import InputFile, read_file
+from data_pipeline.readers import InputFile, read_unit
 
 
 def _warcio(data: bytes) -> list[tuple[Any, ...]]:
@@ -47,7 +47,7 @@ def _fastwarc(data: bytes) -> list[tuple[Any, ...]]:
 
 def _ours(path: str) -> int:
     source = InputFile(path, "warc", "bench")
-    tables = read_file(source, shard_rows=5000, batch_rows=256, eval_fraction=0.0)
+    tables = read_unit((source,), "bench", shard_rows=5000, batch_rows=256, eval_fraction=0.0)
     return sum(t.num_rows for t in tables if t is not None)
 
 
@@ -73,7 +73,7 @@ def main() -> None:
     ours_s, rows = _best(lambda: _ours(path), args.repeat)
     result = {
         "records": len(by_warcio),
-        "cpu_s": {"warcio": warcio_s, "fastwarc": fastwarc_s, "read_file": ours_s},
+        "cpu_s": {"warcio": warcio_s, "fastwarc": fastwarc_s, "read_unit": ours_s},
         "same_records": by_warcio == by_fastwarc,
         "read_file_rows": rows,
         "target_met": ours_s <= 2 * warcio_s and by_warcio == by_fastwarc,

@@ -82,7 +82,7 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         "warc_read",
-        "WARC reading through warcio: read_file's CPU <= 2x warcio alone; warcio and FastWARC "
+        "WARC reading through warcio: read_unit's CPU <= 2x warcio alone; warcio and FastWARC "
         "read the same records",
         _script("bench_warc_read", "--corpus", "{corpus}", "{size}"),
         size="--repeat 3",

@@ -48,7 +48,6 @@ __all__ = [
     "Fields",
     "InputFile",
     "detect_format",
-    "read_file",
     "read_unit",
 ]
 
@@ -397,45 +396,6 @@ def _parquet_row(
         _record_row(record, fields, fallback_id, out, None, merge_meta=False)
 
 
-def read_file(
-    source: InputFile,
-    *,
-    shard_rows: int,
-    batch_rows: int,
-    eval_fraction: float,
-    skip_parts: frozenset[int] = frozenset(),
-    fields: Fields = Fields(),
-    on_unreadable: str = "error",
-    stats: dict[str, int] | None = None,
-    max_input_bytes: int | None = None,
-) -> Iterator[pa.Table]:
-    """Stream one input file as RAW_SCHEMA tables of at most `batch_rows` rows.
-
-    `max_input_bytes` (the extract stage's) bounds what one record may make the reader hold: an
-    HTML page or WARC payload over it (a JSON line over `JSONL_LINE_FACTOR` times it) is read
-    past, counted, and becomes a `too_large` row, so a compression bomb costs no memory.
-
-    Rows of parts in `skip_parts` (already written by an earlier run) are counted, not emitted.
-    When the file is exhausted, `stats` holds the rows (`records`), raw `bytes` and the
-    `id_collisions` (ids repeated inside the file, made unique) it produced.
-    """
-    counts: list[dict[str, Any]] = []
-    yield from read_unit(
-        (source,),
-        source.stem,
-        shard_rows=shard_rows,
-        batch_rows=batch_rows,
-        eval_fraction=eval_fraction,
-        skip_parts=skip_parts,
-        fields=fields,
-        on_unreadable=on_unreadable,
-        stats=counts,
-        max_input_bytes=max_input_bytes,
-    )
-    if stats is not None:
-        stats.update({k: v for k, v in counts[0].items() if k != "stem"})
-
-
 def read_unit(
     files: Sequence[InputFile],
     unit: str,
@@ -449,10 +409,17 @@ def read_unit(
     stats: list[dict[str, Any]] | None = None,
     max_input_bytes: int | None = None,
 ) -> Iterator[pa.Table]:
-    """`read_file` of each file of a unit of work (data_pipeline.inputs.Unit) in turn, as one
-    stream: rows numbered across the unit, parts named `<unit>-<part:05d>`, the small tables
-    that end each file joined up to `batch_rows` rows (10,000 one-document files are 40 batches,
-    not 10,000). `stats` gets each file's {stem, records, bytes, id_collisions}."""
+    """Stream the input files of a unit of work (data_pipeline.inputs.Unit; one file is a unit of
+    one) in turn as RAW_SCHEMA tables of at most `batch_rows` rows: rows numbered across the
+    unit, parts named `<unit>-<part:05d>`, the small tables that end each file joined up to
+    `batch_rows` rows (10,000 one-document files are 40 batches, not 10,000).
+
+    `max_input_bytes` (the extract stage's) bounds what one record may make the reader hold: an
+    HTML page or WARC payload over it (a JSON line over `JSONL_LINE_FACTOR` times it) is read
+    past, counted, and becomes a `too_large` row, so a compression bomb costs no memory. Rows of
+    parts in `skip_parts` (already written by an earlier run) are counted, not emitted. `stats`
+    gets, as each file is exhausted, its {stem, records, bytes, id_collisions} (ids repeated
+    inside the file, made unique)."""
     out = Batcher(files[0], shard_rows, batch_rows, eval_fraction, skip_parts, unit)
     pending: list[pa.Table] = []
     for source in files:

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from data_pipeline.formats import detect_format
-from data_pipeline.readers import InputFile, read_file
+from data_pipeline.readers import InputFile, read_unit
 
 
 def read_all(
@@ -22,10 +22,11 @@ def read_all(
 ) -> tuple[pa.Table | None, dict]:
     """`path`'s rows as one table (None when the reader gave no batch) and the reader's stats."""
     fmt, stem = detect_format(str(path))
-    stats: dict = {}
+    stats: list[dict] = []
     tables = list(
-        read_file(
-            InputFile(str(path), fmt, stem),
+        read_unit(
+            (InputFile(str(path), fmt, stem),),
+            stem,
             shard_rows=shard_rows,
             batch_rows=batch_rows,
             eval_fraction=eval_fraction,
@@ -33,4 +34,4 @@ def read_all(
             **kwargs,
         )
     )
-    return (pa.concat_tables(tables) if tables else None), stats
+    return (pa.concat_tables(tables) if tables else None), stats[0]

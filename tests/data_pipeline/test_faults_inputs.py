@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from data_pipeline.inputs import check_output_apart, plan_inputs
-from data_pipeline.readers import Fields, InputFile, read_file
+from data_pipeline.readers import Fields, InputFile, read_unit
 from pretrain.errors import InputError
 from tests.data_pipeline.readall import read_all
 
@@ -184,9 +184,10 @@ def test_uris_go_through_pyarrow_filesystems(tmp_path: Path) -> None:
 
 
 def _read_uri(item) -> tuple[pa.Table, dict]:
-    stats: dict = {}
-    tables = list(read_file(item, shard_rows=100, batch_rows=50, eval_fraction=0.005, stats=stats))
-    return pa.concat_tables(tables), stats
+    stats: list[dict] = []
+    options = {"shard_rows": 100, "batch_rows": 50, "eval_fraction": 0.005, "stats": stats}
+    tables = list(read_unit((item,), item.stem, **options))
+    return pa.concat_tables(tables), stats[0]
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from data_pipeline.inputs import plan_inputs
-from data_pipeline.readers import InputFile, detect_format, read_file
+from data_pipeline.readers import InputFile, detect_format, read_unit
 from pretrain.errors import InputError
 
 HTTP = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n"
@@ -37,8 +37,8 @@ def _warc_record(uri: str, words: str) -> bytes:
 
 def _ids(path: Path) -> list[str]:
     fmt, stem = detect_format(str(path))
-    tables = read_file(
-        InputFile(str(path), fmt, stem), shard_rows=100, batch_rows=10, eval_fraction=0.0
+    tables = read_unit(
+        (InputFile(str(path), fmt, stem),), stem, shard_rows=100, batch_rows=10, eval_fraction=0.0
     )
     return [row["id"] for table in tables for row in table.to_pylist()]
 

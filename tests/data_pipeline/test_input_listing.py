@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from data_pipeline.inputs import plan_inputs
-from data_pipeline.readers import read_file
+from data_pipeline.readers import read_unit
 from tests.data_pipeline.s3tools import s3_env, s3_filesystem
 
 
@@ -61,7 +61,7 @@ def test_one_file_name_in_many_s3_folders_gets_a_stem_per_folder(s3_server, monk
     rows = {}
     for item in plan_inputs(["s3://dolma/documents"]):
         options = {"shard_rows": 10, "batch_rows": 10, "eval_fraction": 0.0}
-        [row] = pa.concat_tables(list(read_file(item, **options))).to_pylist()
+        [row] = pa.concat_tables(list(read_unit((item,), item.stem, **options))).to_pylist()
         rows[row["id"].split("/")[0]] = row["text"]
     assert rows == {  # the ids are apart too, and each holds its own folder's text
         "books__part-0000": "from books",

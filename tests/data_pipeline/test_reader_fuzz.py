@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from data_pipeline import ledger
 from data_pipeline.formats import detect_format
-from data_pipeline.readers import InputFile, read_file
+from data_pipeline.readers import InputFile, read_unit
 from data_pipeline.stages.extract import ExtractConfig, ExtractStage
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
@@ -64,19 +64,21 @@ def _read_and_account(name: str, data: bytes) -> tuple[pa.Table | None, dict]:
         path = Path(folder) / name
         path.write_bytes(data)
         fmt, stem = detect_format(str(path))
-        stats: dict = {}
+        counts: list[dict] = []
         tables = [
             t
-            for t in read_file(
-                InputFile(str(path), fmt, stem),
+            for t in read_unit(
+                (InputFile(str(path), fmt, stem),),
+                stem,
                 shard_rows=5,
                 batch_rows=4,
                 eval_fraction=0.1,
                 on_unreadable="reject",
-                stats=stats,
+                stats=counts,
             )
             if t is not None
         ]
+    stats = counts[0]
     table = pa.concat_tables(tables) if tables else None
     rows = table.num_rows if table is not None else 0
     assert stats["records"] == rows  # every record the reader saw is a row
