@@ -48,12 +48,6 @@ def clean_str(value: str) -> str:
         return value.encode("utf-8", "replace").decode("utf-8")
 
 
-def _clean_entries(entries: list[dict[str, str]] | None) -> list[dict[str, str]] | None:
-    if entries is None:
-        return None
-    return [{"key": clean_str(e["key"]), "value": clean_str(e["value"])} for e in entries]
-
-
 class Batcher:
     """Collects raw rows of one unit of work (one input file, or small files packed: `start`
     begins each) into tables, numbering rows across the unit and naming its parts
@@ -122,7 +116,7 @@ class Batcher:
             "text": text,
             "url": url,
             "source": source or f"{self.source.format}:{self.source.name}",
-            "meta": _clean_entries(meta_entries(meta)),
+            "meta": meta_entries(meta, clean_str),
             "split": split_for(doc_id, self.eval_fraction),
             "_payload": payload,
             "_content_type": content_type,

@@ -207,7 +207,7 @@ def _jsonl_row(raw: bytes, fallback_id: str, out: Batcher, fields: Fields) -> di
     if not isinstance(record, dict):
         out.add(fallback_id, reason="malformed_json", raw_bytes=size)
         return None
-    _record_row(record, fields, fallback_id, out, size, merge_meta=True)
+    _record_row(record, fields, fallback_id, out, size)
     return record
 
 
@@ -229,10 +229,9 @@ def _record_row(
     fallback_id: str,
     out: Batcher,
     size: int | None,
-    *,
-    merge_meta: bool,
 ) -> None:
-    """One JSON or Parquet record -> a raw row (`size` None: the text's UTF-8 bytes)."""
+    """One JSON or Parquet record -> a raw row (`size` None: the text's UTF-8 bytes); the fields
+    it did not take are its `meta` (pretrain.nested: typed, nested objects as dotted keys)."""
     text = field_value(record, fields.text)
     doc_id = field_value(record, fields.id)
     doc_id = str(doc_id) if doc_id not in (None, "") else fallback_id
@@ -242,8 +241,6 @@ def _record_row(
     meta = record
     for name in (fields.id, fields.text, fields.url, fields.source):
         meta = _without(meta, name)
-    if merge_meta and isinstance(meta.get("meta"), dict):
-        meta = {**{k: v for k, v in meta.items() if k != "meta"}, **meta["meta"]}
     if size is None:
         size = len(text.encode("utf-8", "replace")) if isinstance(text, str) else 0
     out.add(
@@ -393,7 +390,7 @@ def _parquet_row(
     elif (size := _oversize(record, fields, max_bytes)) is not None:
         out.add(_record_id(record, fields, fallback_id), reason="too_large", raw_bytes=size)
     else:
-        _record_row(record, fields, fallback_id, out, None, merge_meta=False)
+        _record_row(record, fields, fallback_id, out, None)
 
 
 def read_unit(

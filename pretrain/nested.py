@@ -1,9 +1,12 @@
-"""Nested tags as Arrow types (document schema version 2, the one schema).
+"""Nested tags as Arrow types (document schema version 3, the one schema).
 
-- `meta`: the input record's pass-through object as a list of `{key, value}` entries sorted by
-  key (the physical layout of an Arrow map; Hugging Face datasets has no map type, duckdb's
-  `map_from_entries(meta)` makes one). A string value is stored as is, any other value as its
-  JSON text (`3`, `true`, `{"a": 1}`).
+- `meta`: the input record's pass-through fields as a list of typed entries sorted by key, one
+  fixed type for every input (so shards of any inputs concatenate). A nested object is flattened
+  to dotted keys (`metadata.language_score`: the path a `*_field` setting takes) and each entry
+  sets exactly one value slot: `str`, `int` (int64), `float` (float64), `bool`, or `json` (the
+  JSON text of a list, an empty object, or an integer past int64). JSON null sets none. A list of
+  structs, not a map or a union: Hugging Face datasets and polars have no map type and Parquet
+  no union; duckdb reads a slot as `list_filter(meta, lambda e: e.key = 'k')[1].float`.
 - `pii_counts`: a struct with one int32 per PII kind (0 = none found; null = kind not checked).
 - `unsafe_categories`: a list of category names (empty = none).
 """
@@ -11,32 +14,83 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
 
+META_SLOTS: tuple[str, ...] = ("str", "int", "float", "bool", "json")
+"""The value slots of a `meta` entry, one set per entry."""
 META_ENTRY = pa.struct(
-    [pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string())]
+    [
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("str", pa.string()),
+        pa.field("int", pa.int64()),
+        pa.field("float", pa.float64()),
+        pa.field("bool", pa.bool_()),
+        pa.field("json", pa.string()),
+    ]
 )
 META_TYPE = pa.list_(pa.field("entry", META_ENTRY, nullable=False))
 PII_KINDS: tuple[str, ...] = ("email", "cn_id", "card", "ipv6", "ipv4", "phone")
 """Every kind data_pipeline.stages.pii detects, in its priority order."""
 PII_COUNTS_TYPE = pa.struct([pa.field(kind, pa.int32()) for kind in PII_KINDS])
 CATEGORIES_TYPE = pa.list_(pa.field("category", pa.string(), nullable=False))
+_INT64 = range(-(2**63), 2**63)
 
 
-def _text(value: Any) -> str:
+def _slot(value: Any, clean: Callable[[str], str]) -> tuple[str, Any] | None:
+    """The slot and value one leaf is stored in (None: JSON null); text passes `clean`."""
+    if value is None:
+        return None
+    if isinstance(value, bool):  # before int: a bool is an int to Python
+        return "bool", value
+    if isinstance(value, int) and value in _INT64:
+        return "int", value
+    if isinstance(value, float):
+        return "float", value
     if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+        return "str", clean(value)
+    if isinstance(value, bytes):  # a Parquet binary cell
+        return "str", value.decode("utf-8", "replace")
+    if isinstance(value, int | list | tuple | Mapping):  # a big integer, a list, an empty object
+        return "json", clean(json.dumps(value, ensure_ascii=False, sort_keys=True, default=str))
+    isoformat = getattr(value, "isoformat", None)  # Parquet dates and timestamps
+    return "str", clean(isoformat() if callable(isoformat) else str(value))
 
 
-def meta_entries(meta: Mapping[str, Any] | None) -> list[dict[str, str]] | None:
-    """The `meta` column value of one record (None for no or an empty object)."""
+def _leaves(meta: Mapping[str, Any]) -> Iterable[tuple[str, Any]]:
+    """(dotted key, value) of every leaf, in the record's order; a non-empty object is a path."""
+    stack: list[tuple[str, Any]] = [(str(key), meta[key]) for key in reversed(list(meta))]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, Mapping) and value:
+            stack.extend((f"{key}.{inner}", value[inner]) for inner in reversed(list(value)))
+        else:
+            yield key, value
+
+
+def meta_entries(
+    meta: Mapping[str, Any] | None, clean: Callable[[str], str] = str
+) -> list[dict[str, Any]] | None:
+    """The `meta` column value of one record (None for no or an empty object); every key and
+    text passes `clean` (the reader's: text Arrow can store). Two paths that spell one key
+    (`{"a.b": 1, "a": {"b": 2}}`, or keys alike once cleaned): the first in the record is kept."""
     if not meta:
         return None
-    return [{"key": str(key), "value": _text(meta[key])} for key in sorted(meta, key=str)]
+    entries: dict[str, dict[str, Any]] = {}
+    for path, value in _leaves(meta):
+        if (key := clean(path)) not in entries:
+            entry: dict[str, Any] = dict.fromkeys(META_SLOTS)
+            if (slot := _slot(value, clean)) is not None:
+                entry[slot[0]] = slot[1]
+            entries[key] = {"key": key, **entry}
+    return [entries[key] for key in sorted(entries)]
+
+
+def meta_value(entry: Mapping[str, Any]) -> Any:
+    """The value one `meta` entry holds (a `json` slot's as its JSON text; None: JSON null)."""
+    return next((entry[slot] for slot in META_SLOTS if entry[slot] is not None), None)
 
 
 def pii_struct(counts: Mapping[str, int], checked: Iterable[str] = PII_KINDS) -> dict[str, Any]:

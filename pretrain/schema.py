@@ -19,9 +19,10 @@ from pretrain.errors import SchemaError
 from pretrain.nested import META_TYPE
 
 SCHEMA_VERSION_KEY = b"pretrain.schema_version"
-SCHEMA_VERSION = 2
-"""The one document schema (recorded in each shard's Arrow metadata): meta, pii_counts and
-unsafe_categories are Arrow list/struct types (pretrain.nested). No reader of another exists."""
+SCHEMA_VERSION = 3
+"""The one document schema (recorded in each shard's Arrow metadata): meta (typed entries, nested
+objects as dotted keys), pii_counts and unsafe_categories are Arrow list/struct types
+(pretrain.nested). No reader of another exists."""
 EVAL_FRACTION = 0.005
 """Default share of documents whose stable split tag is `eval` (held out from every mixture)."""
 
@@ -30,7 +31,7 @@ BASE_FIELDS: tuple[pa.Field, ...] = (
     pa.field("text", pa.string()),
     pa.field("url", pa.string()),
     pa.field("source", pa.string()),
-    pa.field("meta", META_TYPE),  # the input record's pass-through object, {key, value} entries
+    pa.field("meta", META_TYPE),  # the input record's other fields: typed {key, <slot>} entries
     pa.field("split", pa.string(), nullable=False),
 )
 

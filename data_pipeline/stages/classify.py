@@ -27,6 +27,7 @@ from data_pipeline.models.fasttext_file import check_fasttext_file, load_fasttex
 from data_pipeline.models.normalization import NORMALIZATION, classifier_line
 from data_pipeline.stages.base import Stage, StageConfig
 from pretrain.errors import ArtifactError, ConfigError
+from pretrain.nested import meta_value
 
 
 class ClassifierStageConfig(StageConfig):
@@ -37,8 +38,8 @@ class ClassifierStageConfig(StageConfig):
 class DomainStageConfig(ClassifierStageConfig):
     field: str | None = None
     """Take the tag from this input field instead of a model: `source` or `url` (base columns),
-    or a key the reader kept in `meta` (`meta.K` or `K`; the JSON record's `meta` object is merged
-    into it), with `.sub.keys` reaching into a JSON object value (`metadata.domain`)."""
+    or the dotted path of a field the reader kept in `meta` (`meta.redpajama_set_name`,
+    `metadata.domain`: a `meta` key)."""
     values: dict[str, str] = Field(default_factory=dict)
     """Input value -> domain tag (e.g. {RedPajamaGithub: code, RedPajamaArXiv: math})."""
     unmapped: str | None = None
@@ -55,28 +56,17 @@ class DomainStageConfig(ClassifierStageConfig):
         return self
 
 
-def _meta_value(entries: list[dict[str, str]] | None, path: list[str]) -> str | None:
-    """`path` inside a row's meta entries: the first key an entry, the rest into its JSON."""
-    found = next((e["value"] for e in entries or () if e["key"] == path[0]), None)
-    for key in path[1:]:
-        try:
-            value = json.loads(found) if found is not None else None
-        except ValueError:
-            return None
-        found = value.get(key) if isinstance(value, dict) else None
-        if found is not None and not isinstance(found, str):
-            found = json.dumps(found, sort_keys=True)
-    return found
-
-
 def field_values(batch: pa.Table, field: str) -> list[str | None]:
-    """Each row's value of the dotted input `field` (DomainStageConfig.field), None where absent."""
+    """Each row's value of the dotted input `field` (DomainStageConfig.field), None where absent;
+    a value that is not a string as its JSON text (`3`, `true`)."""
     if field in ("source", "url"):
         return batch.column(field).to_pylist()
-    path = field.split(".")
-    if path[0] == "meta" and len(path) > 1:
-        path = path[1:]
-    return [_meta_value(entries, path) for entries in batch.column("meta").to_pylist()]
+    values: list[str | None] = []
+    for entries in batch.column("meta").to_pylist():
+        entry = next((e for e in entries or () if e["key"] == field), None)
+        value = None if entry is None else meta_value(entry)
+        values.append(value if value is None or isinstance(value, str) else json.dumps(value))
+    return values
 
 
 class _FastTextStage(Stage):

@@ -32,7 +32,7 @@ def test_every_string_field_is_cleaned_at_the_reader(tmp_path: Path) -> None:
     assert rows["bad/src"]["source"] == "?"
     assert rows["bad/u"]["url"] == "http://x.example/?"
     assert "bad/id?" in rows
-    assert rows["bad/meta"]["meta"] == [{"key": "k?", "value": "v?"}]
+    assert [(e["key"], e["str"]) for e in rows["bad/meta"]["meta"]] == [("meta.k?", "v?")]
 
 
 def test_a_data_run_keeps_every_document_of_the_input(tmp_path: Path, ray_local, capsys) -> None:

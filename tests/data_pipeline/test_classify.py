@@ -261,8 +261,8 @@ def test_cli_trains_the_example_config_as_shipped(tmp_path, monkeypatch, capsys)
 
 
 def test_domain_from_an_input_field_needs_no_classifier(tmp_path):
-    """Dolma-style `source` and RedPajama-style `meta.redpajama_set_name` (and a key inside a JSON
-    object) give the domain tag through a value map, read by the real JSONL reader; no model is
+    """Dolma-style `source` and RedPajama-style `meta.redpajama_set_name` (a dotted path, as the
+    reader's field settings take it) give the domain tag through a value map, read by the real JSONL reader; no model is
     set, loaded or hashed. Before, stages.domain took only a fastText model."""
     from data_pipeline.stages.base import build_stage
     from tests.data_pipeline.readall import read_all
@@ -289,7 +289,7 @@ def test_domain_from_an_input_field_needs_no_classifier(tmp_path):
     values = {"RedPajamaGithub": "code", "RedPajamaArXiv": "math"}
     cases = {
         ("meta.redpajama_set_name", None): ["code", "math", None, None],
-        ("redpajama_set_name", "other"): ["code", "math", None, None],
+        ("redpajama_set_name", "other"): [None] * 4,  # a key is the whole dotted path
         ("source", "other"): ["other", "other", "other", "other"],  # d: the reader's default
         ("source", None): ["github", "arxiv", "books", batch.column("source")[3].as_py()],
         ("metadata.domain", None): [None, None, "fiction", None],

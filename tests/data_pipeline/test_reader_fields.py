@@ -15,6 +15,7 @@ import pytest
 
 from data_pipeline.config import PipelineConfig
 from data_pipeline.stages.safety import SafetyConfig, SafetyStage
+from pretrain.nested import META_SLOTS, META_TYPE, meta_value
 from tests.data_pipeline.readall import read_all
 from tests.data_pipeline.test_trust_sizes import prose
 
@@ -33,6 +34,19 @@ def _datatrove(i: int, url: str) -> dict:
 
 def _fineweb(i: int, url: str) -> dict:
     return {"text": prose(i), "id": f"d{i}", "url": url, "dump": "CC-MAIN-2024-10"}
+
+
+FINEWEB_METADATA = {
+    "language_score": 0.93,
+    "token_count": 812,
+    "dump": "CC-MAIN-2024-10",
+    "nested": {"a": 1},
+}
+
+
+def _fineweb_jsonl(i: int) -> dict:
+    """FineWeb as datatrove's JsonlWriter writes it: the scores under `metadata`."""
+    return {"text": prose(i), "id": f"f{i}", "metadata": FINEWEB_METADATA}
 
 
 def _pile(i: int, url: str) -> dict:
@@ -75,7 +89,7 @@ def _write(path: Path, records: list[dict]) -> Path:
 
 
 def _meta(entries: list[dict] | None) -> dict:
-    return {e["key"]: e["value"] for e in entries or []}
+    return {e["key"]: meta_value(e) for e in entries or []}
 
 
 @pytest.mark.parametrize("corpus", sorted(PRESETS))
@@ -113,7 +127,8 @@ def test_without_the_url_field_a_nested_url_is_not_read(tmp_path: Path) -> None:
     path = _write(tmp_path / "dolma.jsonl", [_dolma(0, BLOCKED)])
     table, _ = read_all(path)
     assert table is not None and table.column("url").to_pylist() == [None]
-    assert json.loads(_meta(table.column("meta")[0].as_py())["metadata"])["url"] == BLOCKED
+    meta = _meta(table.column("meta")[0].as_py())
+    assert meta == {"metadata.url": BLOCKED, "metadata.warc_date": "2019-04-18"}
 
 
 def test_consumed_fields_leave_meta_and_the_record_is_not_changed(tmp_path: Path) -> None:
@@ -126,8 +141,8 @@ def test_consumed_fields_leave_meta_and_the_record_is_not_changed(tmp_path: Path
         ).fields(),
     )
     assert table is not None and table.column("id").to_pylist() == ["mix/x"]
-    # `meta` (JSON Lines) is merged into the top level; what it gave is gone, `metadata` stays
-    assert _meta(table.column("meta")[0].as_py()) == {"metadata": json.dumps({"url": CLEAN})}
+    # what `meta` gave is gone, `metadata` stays; a key is the field's dotted path
+    assert _meta(table.column("meta")[0].as_py()) == {"metadata.url": CLEAN}
 
 
 def test_nested_url_in_a_parquet_struct(tmp_path: Path) -> None:
@@ -137,22 +152,52 @@ def test_nested_url_in_a_parquet_struct(tmp_path: Path) -> None:
     fields = PipelineConfig(inputs=("x",), output="o", url_field="metadata.url").fields()
     table, _ = read_all(tmp_path / "dolma.parquet", fields=fields)
     assert table is not None and table.column("url").to_pylist() == [BLOCKED, CLEAN]
-    assert _meta(table.column("meta")[1].as_py())["metadata"] == '{"warc_date": "2019-04-18"}'
+    assert _meta(table.column("meta")[1].as_py()) == {"metadata.warc_date": "2019-04-18"}
+
+
+def test_metadata_keeps_its_types_under_dotted_keys(tmp_path: Path) -> None:
+    """Numbers stay numbers (FineWeb's `language_score` was the string '0.93'), nested objects
+    are dotted keys (they were one JSON string); lists and integers past int64 are JSON text."""
+    metadata = {**FINEWEB_METADATA, "ok": True, "none": None, "tags": ["a", 1], "big": 2**70}
+    path = _write(tmp_path / "fw.jsonl", [{"text": prose(0), "metadata": metadata}])
+    table, _ = read_all(path)
+    assert table is not None and table.schema.field("meta").type == META_TYPE
+    entries = {e["key"]: e for e in table.column("meta")[0].as_py()}
+    assert list(entries) == sorted(entries)
+    assert {key: meta_value(e) for key, e in entries.items()} == {
+        "metadata.big": str(2**70),
+        "metadata.dump": "CC-MAIN-2024-10",
+        "metadata.language_score": 0.93,
+        "metadata.nested.a": 1,
+        "metadata.none": None,
+        "metadata.ok": True,
+        "metadata.tags": '["a", 1]',
+        "metadata.token_count": 812,
+    }
+    slots = {key: [s for s in META_SLOTS if e[s] is not None] for key, e in entries.items()}
+    assert slots["metadata.language_score"] == ["float"] and slots["metadata.token_count"] == [
+        "int"
+    ]
+    assert slots["metadata.ok"] == ["bool"] and slots["metadata.tags"] == ["json"]
+    assert slots["metadata.none"] == [] and slots["metadata.dump"] == ["str"]
 
 
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-def test_url_field_reaches_the_data_job(ray_local, tmp_path: Path) -> None:
+def test_url_field_and_typed_metadata_reach_the_data_job(ray_local, tmp_path: Path) -> None:
     """`url_field` from the config reaches the readers on Ray's workers: the shards' `url` and
-    the safety stage's tag."""
+    the safety stage's tag; a FineWeb record's metadata is typed in the shards duckdb reads."""
+    import duckdb
+
     from data_pipeline.runner import run_pipeline
 
     (tmp_path / "in").mkdir()
     source = _write(tmp_path / "in" / "dolma.jsonl", [_dolma(0, BLOCKED), _dolma(1, CLEAN)])
+    fineweb = _write(tmp_path / "in" / "fineweb.jsonl", [_fineweb_jsonl(2)])
     safety = {"url_blocklist": False, "extra_blocked_domains": ["blocked.test"]}
     config = PipelineConfig.model_validate(
         {
-            "inputs": [str(source)],
+            "inputs": [str(source), str(fineweb)],
             "output": str(tmp_path / "out"),
             "url_field": "metadata.url",
             "stages": {"extract": {}, "safety": {**safety, "unsafe_words": False}},
@@ -161,5 +206,14 @@ def test_url_field_reaches_the_data_job(ray_local, tmp_path: Path) -> None:
     )
     run_pipeline(config, progress=False)
     table = pq.read_table(tmp_path / "out" / "data").sort_by("id")
-    assert table.column("url").to_pylist() == [BLOCKED, CLEAN]
-    assert table.column("url_blocked").to_pylist() == [True, False]
+    assert table.column("id").to_pylist() == ["dolma/d0", "dolma/d1", "fineweb/f2"]
+    assert table.column("url").to_pylist()[:2] == [BLOCKED, CLEAN]
+    assert table.column("url_blocked").to_pylist()[:2] == [True, False]
+    row = duckdb.sql(
+        "select list_filter(meta, lambda e: e.key = 'metadata.language_score')[1].float, "
+        "list_filter(meta, lambda e: e.key = 'metadata.token_count')[1].int, "
+        "list_filter(meta, lambda e: e.key = 'metadata.nested.a')[1].int, "
+        "list_filter(meta, lambda e: e.key = 'metadata.dump')[1].str "
+        f"from read_parquet('{tmp_path}/out/data/*.parquet') where id = 'fineweb/f2'"
+    ).fetchall()
+    assert row == [(0.93, 812, 1, "CC-MAIN-2024-10")]

@@ -129,17 +129,35 @@ def test_nested_tags_are_nested_types_in_each_tool(artifact: Path, tmp_path, mon
     assert any(r["meta"] for r in by_id.values())  # code.parquet's extra columns
     glob = f"{artifact}/{layout.DATA_GLOB}"
     rows = duckdb.sql(
-        "select id, pii_counts.email, len(unsafe_categories), map_from_entries(meta) "
+        "select id, pii_counts.email, len(unsafe_categories), meta, "
+        "list_filter(meta, lambda e: e.key = 'programming_language')[1].str "
         f"from read_parquet('{glob}')"
     ).fetchall()
-    for doc_id, emails, categories, meta in rows:
+    languages = set()
+    for doc_id, emails, categories, meta, language in rows:
         row = by_id[doc_id]
         assert emails == row["pii_counts"]["email"]
         assert categories == len(row["unsafe_categories"])
-        assert meta == ({e["key"]: e["value"] for e in row["meta"]} if row["meta"] else None)
+        assert meta == row["meta"]
+        expected = [e["str"] for e in row["meta"] or () if e["key"] == "programming_language"]
+        assert [language] == (expected or [None])
+        languages.add(language)
+    assert "python" in languages  # the docs' recipe reads a key
     frame = pl.read_parquet(glob)
     assert isinstance(frame.schema["pii_counts"], pl.Struct)
     assert isinstance(frame.schema["unsafe_categories"], pl.List)
+    assert frame.schema["meta"] == pl.List(
+        pl.Struct(
+            {
+                "key": pl.String,
+                "str": pl.String,
+                "int": pl.Int64,
+                "float": pl.Float64,
+                "bool": pl.Boolean,
+                "json": pl.String,
+            }
+        )
+    )
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     import datasets
 

@@ -47,7 +47,9 @@ def test_dolma_json_gz_and_pile_jsonl_zst(tmp_path: Path) -> None:
     table, stats = read_all(pile)
     assert stats["records"] == table.num_rows == 12
     assert table.column("_read_reason").null_count == 12
-    assert {"key": "pile_set_name", "value": "ArXiv"} in table.column("meta")[0].as_py()
+    assert {e["key"]: e["str"] for e in table.column("meta")[0].as_py()} == {
+        "meta.pile_set_name": "ArXiv"
+    }
 
 
 def test_truncated_zst_keeps_what_was_read_and_counts_the_rest(tmp_path: Path) -> None:

@@ -65,9 +65,7 @@ def _rows(tmp_path: Path, data: bytes, gz: bool, **kwargs) -> list[tuple[str, by
     path.write_bytes(data)
     table, stats = read_all(path, **kwargs)
     assert stats["records"] == table.num_rows
-    metas = [
-        dict((e["key"], e["value"]) for e in m or []) for m in table.column("meta").to_pylist()
-    ]
+    metas = [dict((e["key"], e["str"]) for e in m or []) for m in table.column("meta").to_pylist()]
     return list(
         zip(
             [i.removeprefix("in/") for i in table.column("id").to_pylist()],

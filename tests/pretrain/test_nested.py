@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,9 +12,11 @@ from data_pipeline.stages.registry import schema_for
 from pretrain.artifacts.shards import read_columns
 from pretrain.nested import (
     CATEGORIES_TYPE,
+    META_SLOTS,
     META_TYPE,
     PII_COUNTS_TYPE,
     meta_entries,
+    meta_value,
     pii_struct,
 )
 from pretrain.schema import SCHEMA_VERSION, SCHEMA_VERSION_KEY
@@ -44,23 +47,40 @@ def _table() -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def test_schema_2_types_are_nested() -> None:
+def test_schema_types_are_nested() -> None:
     schema = schema_for(STAGES)
     assert schema.metadata[SCHEMA_VERSION_KEY] == str(SCHEMA_VERSION).encode()
     assert schema.field("meta").type == META_TYPE
     assert schema.field("pii_counts").type == PII_COUNTS_TYPE
     assert schema.field("unsafe_categories").type == CATEGORIES_TYPE
     row = _table().to_pylist()[0]
-    assert {"key": "n", "value": "3"} in row["meta"] and {"key": "lang", "value": "en"} in row[
-        "meta"
+    assert [(e["key"], meta_value(e)) for e in row["meta"]] == [
+        ("lang", "en"),
+        ("n", 3),
+        ("nested.a", "[1, 2]"),
+        ("ok", True),
+        ("名", "中文"),
     ]
+    assert row["meta"][1] == {"key": "n", **dict.fromkeys(META_SLOTS), "int": 3}
     assert row["pii_counts"]["email"] == 2 and row["pii_counts"]["card"] == 0
 
 
 def test_a_shard_reads_back_the_nested_values(tmp_path: Path) -> None:
-    path = tmp_path / "v2.parquet"
+    path = tmp_path / "shard.parquet"
     pq.write_table(_table(), path)
     read = pa.concat_tables(read_columns(path, schema_for(STAGES).names))
     assert read.schema.field("pii_counts").type == PII_COUNTS_TYPE
     assert read.to_pylist() == _table().to_pylist()
     assert read.column("unsafe_categories").to_pylist() == [["profanity", "sexual"], [], None]
+
+
+def test_a_key_two_paths_spell_keeps_the_first_and_cleaned_keys_collide_alike() -> None:
+    def clean(text: str) -> str:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+    record = json.loads('{"a.b": 1, "a": {"b": 2}, "k\\udc80": "x", "k\\udc81": "y"}')
+    entries = meta_entries(record, clean)
+    assert [(e["key"], meta_value(e)) for e in entries or ()] == [("a.b", 1), ("k?", "x")]
+    assert meta_entries({"empty": {}}) == [
+        {"key": "empty", **dict.fromkeys(META_SLOTS), "json": "{}"}
+    ]
