@@ -4,6 +4,10 @@ README's cluster section says:
 
 - the head listens on loopback only (raytools.start_node's `loopback_only`: every server of it,
   and the RAY_ADDRESS its job server gives a job, on 127.0.0.1);
+- the head is started without the project on its PATH (`.venv/bin/ray start`, a service manager):
+  the job's command runs in a shell on the head with that PATH, so a bare `pretrain` is exit 127,
+  and the `"$(command -v pretrain)" data run ...` line that README.md and docs/cluster.md show (the
+  absolute path, expanded by the user's shell) runs the data job;
 - the job's driver runs on the cluster, connects through the RAY_ADDRESS the job server gives it
   with the cluster's token, and writes the same shards, rejects and ledger as an embedded run;
 - a shell holding the token but not `RAY_AUTH_MODE=token` is refused by the job server, and so is
@@ -102,10 +106,30 @@ def _cluster(env: dict[str, str], cwd: Path) -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+PRETRAIN = str(RAY.with_name("pretrain"))
+"""What `"$(command -v pretrain)"` expands to in the user's shell (clean_env's PATH)."""
+SUBMIT = "ray job submit --address http://HEAD_IP:8265 -- "
+
+
 def _submit(url: str, env: dict[str, str], cwd: Path, config: Path | str, *opts: str):
-    """What the README tells a user to type."""
-    argv = ["job", "submit", "--address", url, *opts, "--", "pretrain", "data", "run", str(config)]
+    """What the README tells a user to type, with the program's absolute path."""
+    argv = ["job", "submit", "--address", url, *opts, "--", PRETRAIN, "data", "run", str(config)]
     return _ray(argv, env, cwd, timeout=700)
+
+
+def _documented(doc: Path) -> str:
+    """The `ray job submit` line `doc` shows for a config on shared storage."""
+    lines = [line for line in doc.read_text().splitlines() if line.startswith(SUBMIT)]
+    assert len(lines) == 1, (doc, lines)
+    return lines[0].split("#")[0].strip()
+
+
+def _shell(line: str, url: str, config: Path, env: dict[str, str], cwd: Path):
+    """`line` typed into the user's shell, against this head and config."""
+    line = line.replace("http://HEAD_IP:8265", url).replace("/shared/CONFIG.yaml", str(config))
+    return subprocess.run(
+        ["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=700
+    )
 
 
 @pytest.mark.slow
@@ -133,12 +157,19 @@ def test_ray_job_submit_runs_the_data_job_on_the_cluster(tmp_path, s3_server, em
     upload.mkdir()
     data_run({**on_s3, "output": "s3://crawl/out"}, upload / "s3.yaml")
     user = {**env, "RAY_AUTH_MODE": "token"}  # what the README tells a user to set
-    # credentials in the node's environment, the store's endpoint for the job (as the README says)
-    with _cluster({**env, **KEYS}, tmp_path) as url:
+    command = _documented(REPO / "README.md")
+    assert _documented(REPO / "docs" / "cluster.md") == command
+    assert command.endswith(" data run /shared/CONFIG.yaml"), command
+    # credentials in the node's environment, the store's endpoint for the job (as the README says);
+    # no venv on the head's PATH
+    with _cluster({**env, **KEYS, "PATH": "/usr/bin:/bin"}, tmp_path) as url:
         unset = _submit(url, env, tmp_path, job_config)  # the token file, no RAY_AUTH_MODE
         other = token_home(tmp_path / "other-home")  # RAY_AUTH_MODE=token, another token
         wrong = _submit(url, {**clean_env(other), "RAY_AUTH_MODE": "token"}, tmp_path, job_config)
-        submitted = _submit(url, user, tmp_path, job_config)
+        bare = _shell(
+            f"{SUBMIT}pretrain data run /shared/CONFIG.yaml", url, job_config, user, tmp_path
+        )
+        submitted = _shell(command, url, job_config, user, tmp_path)
         store = {k: v for k, v in s3_env(s3_server).items() if k not in KEYS}
         runtime_env = json.dumps({"env_vars": store})
         s3_job = _submit(
@@ -156,9 +187,12 @@ def test_ray_job_submit_runs_the_data_job_on_the_cluster(tmp_path, s3_server, em
         said = refused.stdout + refused.stderr
         assert refused.returncode != 0 and "AuthenticationError" in said, said[-2000:]
         assert says in said, said[-2000:]  # Ray's own message says what to set
+    said = bare.stdout + bare.stderr
+    assert bare.returncode != 0 and "exit code 127" in said, said[-2000:]  # the head's PATH
     said = submitted.stdout + submitted.stderr
     assert submitted.returncode == 0, said[-3000:]
-    assert jobs.count("entrypoint='pretrain data run") == 2, jobs  # the refused ones never ran
+    # the bare one, the documented one and the s3 one ran; the refused ones never did
+    assert jobs.count("entrypoint='") == 3, jobs
     assert s3_server in jobs  # the job server keeps and shows --runtime-env-json values
     assert SUMMARY in said and "succeeded" in said, said[-3000:]
     assert outputs(tmp_path / "job") == outputs(embedded_out)

@@ -3,11 +3,12 @@ with `ray start --address`, each with its own temp dir and CPUs), driven by `pre
 --ray-address` from a fresh shell with every stage enabled (fastText and KenLM models trained here,
 dedup and perplexity included):
 
-- the shards, rejects and ledger are byte-identical to the embedded local run;
 - with the second node's raylet (and its busy workers) SIGKILLed in each phase of the job - while
   its stage actors tag rows, while its tasks join perplexity and persist the dedup map side,
   during the dedup aggregate, while it merges shards - the job still finishes with
-  byte-identical output, and the tag progress ends on the documents read, each counted once.
+  the embedded local run's shards, rejects and ledger byte for byte, and the tag progress ends on
+  the documents read, each counted once (a run with no node lost is not run apart: each of these
+  runs is a two-node run up to its kill).
   Ray Data retries the lost tasks and restarts the lost actors; the global stages' tasks retry
   (max_retries) and lost objects are rebuilt from lineage; a task re-run after it finished its
   writes finds them (a merge: its shard's record; a map: its persisted part).
@@ -138,17 +139,6 @@ def _stop(head: subprocess.Popen[bytes], node: subprocess.Popen[bytes] | None, r
         stop_node(node)
     stop_node(head)
     shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(HANG_S)
-def test_two_node_cluster_matches_embedded_run(tmp_path, home, every_stage, embedded) -> None:
-    env = clean_env(home)
-    with two_nodes(env) as (address, _):
-        argv = data_run({**every_stage, "output": str(tmp_path / "out")}, tmp_path / "p.yaml")
-        run = run_cli([*argv, "--ray-address", address], env)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert outputs(tmp_path / "out") == embedded
 
 
 KILL_PHASES = ("stream", "perplexity-join", "dedup-aggregate", "merge")
