@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -180,10 +180,16 @@ def _intact(
 def digest(out: OutPath, stage: str, depends: str, outputs: Sequence[MapOutput]) -> str:
     """What a later global stage's map depends on: this stage's map output of every part, by
     the sha256 its record holds for each file (`load` has just checked every file against it:
-    the driver does not hash the whole map output a second time)."""
+    the driver does not hash the whole map output a second time); in an object store the records
+    are read `parts.READ_AHEAD` at a time."""
     hasher = hashlib.sha256(depends.encode())
-    for output in outputs:
-        files = parts.load_json(record_path(out, stage, output.part))["files"]
+    records = parts.ordered(
+        lambda output: parts.load_json(record_path(out, stage, output.part)),
+        outputs,
+        parts.in_flight_for(out),
+    )
+    for output, record in zip(outputs, records, strict=True):
+        files = record["files"]
         for name in ("rows", *(n for n in files if n != "rows")):  # the rows file first
             hasher.update(f"{_file(output.part, name)}:{files[name]['sha256']}\n".encode())
     return hasher.hexdigest()
@@ -329,11 +335,15 @@ def run_global_stages(
     stages: Sequence[Stage],
     rows: dict[str, int],
     timeout: float | None,
+    keep: Callable[[str], Collection[str]],
     phase: Callable[[str], AbstractContextManager[None]] = lambda _: nullcontext(),
     map_costs: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, int]:
     """Map (the parts not persisted yet), aggregate and join every global stage in order; the
     last join writes the job's row files. Returns {stage: parts whose map output was reused}.
+    Once the last stage's map output verifies, `keep(digest)` gets the global digest (`digest`
+    chained over every global stage: what every part's tags are a function of) and returns the
+    parts whose shards stay (runner.Published); their last join is skipped.
     `phase(name)` times each step (`<stage>-map`, `-verify`, `-aggregate`, `-join`: RunClock.phase).
     `map_costs` gets, per global stage, the map cost of every part, from the records verified."""
     import ray
@@ -360,20 +370,21 @@ def run_global_stages(
                 "written (another writer, or a disk error); re-run the command"
             )
         found = [o for o in outputs if o is not None]
+        following = globals_[k + 1][0] if k + 1 < len(globals_) else None
+        depends = digest(out, stage.name, depends, found)
         with phase(f"{stage.name}-aggregate"):
             joins = stage.aggregate(found)
-        following = globals_[k + 1][0] if k + 1 < len(globals_) else None
-        if following is not None:  # only a later global stage's map depends on it
-            depends = digest(out, stage.name, depends, found)
         job = {
             "spec": stage.spec(),
             "after": [s.spec() for s in after],
             "next": following.spec() if following else None,
             "depends": depends,
         }
-        skip = reusable(out, following, rows, depends) if following else set()
         if following is not None:
+            skip = reusable(out, following, rows, depends)
             reused[following.name] = len(skip)
+        else:
+            skip = set(keep(depends))
         with phase(f"{stage.name}-join"):
             refs = [
                 remote_join.remote(out, job, output, index, *joins[index])

@@ -41,6 +41,9 @@ ROWS = "rows"
 GLOBAL = layout.GLOBAL_MAP_DIR.removeprefix(f"{PARTS}/")
 """`.parts/global/<stage>/`: the persisted map output of each global stage (global_parts), which
 the manifest does not list (a cache: `pretrain data clean` removes it)."""
+GLOBAL_DIGEST = "global_digest"
+"""The part record's key for the digest of the global stages' map output its tags were joined
+from (global_parts.run_global_stages): a resume keeps the part only under the same digest."""
 SCRATCH = "scratch"
 PROGRESS = "progress"
 

@@ -181,9 +181,11 @@ def merge(
     stems: list[str],
     done: dict[str, set[int]],
     merged: ledger.Merged,
+    global_digest: str = "",
 ) -> str:
     """Merge every unfinished part of the inputs `stems` into its shard (workers.merge_parts);
-    `merged` folds each part's record and cost record as they arrive. Returns Ray's stats."""
+    `merged` folds each part's record and cost record as they arrive; each part record holds
+    `global_digest` (with global stages: runner.Published). Returns Ray's stats."""
     import ray
 
     shards = []
@@ -200,6 +202,7 @@ def merge(
         "rejects_mode": config.rejects.mode,
         "sample_per_reason": config.rejects.sample_per_reason,
         "level": config.compression_level,
+        "global_digest": global_digest,
     }
     with _original_errors():
         dataset = ray.data.from_items(

@@ -5,10 +5,12 @@ stages -> global stages -> one select -> shards), then write, in the driver, led
 Resume: parts finished by an earlier run with the same config, stage versions and models are
 reused if their files still verify (their rows are skipped at read time), so a re-run after a crash
 equals an uninterrupted run, byte for byte; an input whose file changed is read again
-(data_pipeline.fingerprint). With a global stage enabled, an unfinished run writes every shard
-again (its tags depend on every document), but each global stage's map output is persisted per
-part and reused while it verifies, so only unmapped parts are read and mapped again (and a run
-killed during an aggregation maps nothing again). Shards and rejects are written in
+(data_pipeline.fingerprint). With a global stage enabled, each global stage's map output is
+persisted per part and reused while it verifies, so only unmapped parts are read and mapped again
+(and a run killed during an aggregation maps nothing again); the aggregations run again, and a
+merged part is kept while its part record holds this run's global digest (the digest of every
+part's map output of the global stages, which the aggregations and joins are a function of: its
+tags depend on every document), so a run killed during the merge merges only the parts it had not. Shards and rejects are written in
 `.parts/scratch/` and renamed into place; each run clears the scratch directory a killed run left.
 Inputs and the output must be reachable from every Ray node: local paths on one machine, shared
 storage or object-store URIs on a cluster (`output: s3://bucket/prefix` is written through
@@ -50,6 +52,7 @@ from pretrain.locking import writes_output
 from pretrain.progress import step, warn
 from pretrain.storage import (
     OutPath,
+    listed,
     lock_target,
     output_path,
     remove_tree,
@@ -223,28 +226,67 @@ def _part_records(
         yield record_file
 
 
-def restart(out: OutPath) -> dict[str, set[int]]:
-    """Forget every shard of an unfinished run with a global stage (shards, rejects, ledger
-    part records): their global tags are computed again. The inputs' read records and the global
-    stages' persisted map output are kept (each reused while it verifies)."""
+def restart(out: OutPath, keep: Collection[str] = ()) -> None:
+    """Forget every shard (shard, rejects, ledger part record) of an unfinished run with a global
+    stage but those in `keep` (their record holds this run's global digest: `Published`). The
+    inputs' read records and the global stages' persisted map output are kept (each reused while
+    it verifies)."""
+    keep = set(keep)
     for sub in (layout.DATA_DIR, layout.REJECTS_DIR):
-        remove_tree(out / sub)
-    for path in (out / parts.PARTS).glob("*.json"):
-        if path.name != FINGERPRINT and not path.name.endswith(".read.json"):
-            path.unlink()
+        if not keep:
+            remove_tree(out / sub)
+            continue
+        for path in listed(out / sub, "*"):
+            if layout.shard_name(path.name) not in keep:
+                path.unlink(missing_ok=True)
+    for path in listed(out / parts.PARTS, "*.json"):
+        record = path.name != FINGERPRINT and not path.name.endswith(".read.json")
+        if record and path.stem not in keep:
+            path.unlink(missing_ok=True)
     parts.ensure_dirs(out)
-    return {}
+
+
+@dataclass
+class Published:
+    """The merged parts of an unfinished run with a global stage, by the global digest their part
+    record holds. Global tags (duplicate clusters, perplexity cutoffs) depend on every document:
+    a shard is kept only when this run's global stages get the same map output it was merged from
+    (`global_parts.run_global_stages` hands `keep` the digest of it), else merged again."""
+
+    out: OutPath
+    digests: dict[str, str] = field(default_factory=dict)
+    kept: set[str] = field(default_factory=set)
+    digest: str = ""
+
+    def add(self, shard: str, data: bytes) -> None:
+        """Note a verified part record's digest (parts.finished_parts' `on_verified`)."""
+        self.digests[shard] = json.loads(data).get(parts.GLOBAL_DIGEST, "")
+
+    def keep(self, digest: str) -> set[str]:
+        """The parts whose shard stays (its record holds `digest`); the others are forgotten."""
+        self.digest = digest
+        self.kept = {shard for shard, held in self.digests.items() if held == digest}
+        restart(self.out, self.kept)
+        return self.kept
+
+    def done(self) -> dict[str, set[int]]:
+        """Stem -> the part numbers kept."""
+        done: dict[str, set[int]] = {}
+        for shard in self.kept:
+            stem, _, number = shard.rpartition("-")
+            done.setdefault(stem, set()).add(int(number))
+        return done
 
 
 @dataclass
 class Work:
     """What this run computes: the inputs to read, the parts skipped at read time, and the
-    inputs whose shards are (re)written."""
+    inputs whose shards are (re)written; with a global stage, the parts already merged."""
 
     read: list[dict[str, str]]
     skip: dict[str, set[int]]
     merge: list[str]
-    globals: bool
+    published: Published | None = None
 
     def __bool__(self) -> bool:
         return bool(self.read or self.merge)
@@ -258,27 +300,34 @@ def plan_work(
     on_verified: Callable[[str, bytes], None] | None = None,
 ) -> tuple[Work, dict[str, set[int]]]:
     """What to compute, and the parts reused (`done`); `on_verified` gets the part record bytes of
-    every part the scan verified (parts.finished_parts): those of a run with a global stage are
-    then forgotten (`restart`), and `done` is empty."""
-    done = parts.finished_parts(out, on_verified)
+    every part the scan verified (parts.finished_parts). With a global stage and work left, the
+    merged parts are only candidates (`Published`: kept once the global stages' map output is
+    known to be the one they were merged from), and `done` is empty until then."""
+    _, globals_ = global_parts.plan(stages)
+    published = Published(out)
+
+    def verified(shard: str, data: bytes) -> None:
+        published.add(shard, data)
+        if on_verified is not None:
+            on_verified(shard, data)
+
+    done = parts.finished_parts(out, verified)
     stems = [u.stem for u in units]
-    records = dict(zip(stems, parts.read_records(out, stems), strict=True))  # kept by restart
+    records = dict(zip(stems, parts.read_records(out, stems), strict=True))
     unfinished = [u for u in units if not parts.record_done(records[u.stem], u.stem, done)]
     items = {u.stem: u.item() for u in units}
-    _, globals_ = global_parts.plan(stages)
     if not unfinished or not globals_:
         todo = [items[f.stem] for f in unfinished]
-        return Work(todo, done, [t["stem"] for t in todo], False), done
-    # Global tags (duplicate clusters, perplexity cutoffs) depend on every document: every shard
-    # is written again, from the first global stage's map output where it is already persisted.
-    done = restart(out)
+        return Work(todo, done, [t["stem"] for t in todo]), done
+    # Every part's global tags are computed again, from the first global stage's map output
+    # where it is already persisted; the merged parts wait for the global digest.
     rows = global_parts.expected_rows(out, list(items), config.shard_rows)
     skip: dict[str, set[int]] = {}
     for part in global_parts.reusable(out, globals_[0][0], rows):
         stem, _, number = part.rpartition("-")
         skip.setdefault(stem, set()).add(int(number))
     read = [items[u.stem] for u in units if not parts.record_done(records[u.stem], u.stem, skip)]
-    return Work(read, skip, list(items), True), done
+    return Work(read, skip, list(items), published), {}
 
 
 @writes_output(lambda config, **_: lock_target(config.output))
@@ -300,15 +349,19 @@ def run_pipeline(
         )
     merged = ledger.Merged()  # what the resume scan and the merge read: not read back
     work, done = plan_work(config, stages, units, out, merged.add_record)
-    if not merged.shards <= {f"{s}-{p:05d}" for s, numbers in done.items() for p in numbers}:
-        merged.forget_records()  # a restart forgot the parts the scan verified
     todo = work.merge
-    reused = sum(len(v) for v in done.values())
     if progress:
+        merged_parts = len(work.published.digests) if work.published else 0
         step(
             f"[data run] {len(inputs)} input files in {len(units)} units of work, "
             f"{len(skipped)} skipped ({len(units) - len(todo)} units already done, "
-            f"{reused} parts reused); stages: {', '.join(s.name for s in stages)}"
+            f"{sum(len(v) for v in done.values())} parts reused"
+            + (
+                f", {merged_parts} merged parts kept if the global stages' input is the same"
+                if merged_parts
+                else ""
+            )
+            + f"); stages: {', '.join(s.name for s in stages)}"
         )
     stats, reused_map = [], dict[str, int]()
     clock = throughput.RunClock() if work else None
@@ -319,13 +372,26 @@ def run_pipeline(
                     stats.append(
                         ray_job.stream(config, stages, work.read, work.skip, out, progress)
                     )
-            if work.globals:
+            if work.published is not None:
                 rows = global_parts.expected_rows(out, work.merge, config.shard_rows)
                 reused_map = global_parts.run_global_stages(
-                    out, stages, rows, config.ray.timeout_s, clock.phase, merged.map_costs
+                    out,
+                    stages,
+                    rows,
+                    config.ray.timeout_s,
+                    work.published.keep,
+                    clock.phase,
+                    merged.map_costs,
                 )
+                done = work.published.done()
+                if not merged.shards <= work.published.kept:
+                    merged.forget_records()  # a part the scan verified was forgotten (restart)
+            global_digest = work.published.digest if work.published is not None else ""
             with clock.phase("merge"):
-                stats.append(ray_job.merge(config, stages, out, work.merge, done, merged))
+                stats.append(
+                    ray_job.merge(config, stages, out, work.merge, done, merged, global_digest)
+                )
+    reused = sum(len(v) for v in done.values())
     led, shards = _collect(out, [u.stem for u in units], stages, merged)
     if clock is not None:
         throughput.save_global_costs(out, stages, led["documents_in"], led["bytes_in"])

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from data_pipeline import ledger, throughput
 from data_pipeline.parts import (
+    GLOBAL_DIGEST,
     part_record_path,
     part_verifies,
     read_stats_path,
@@ -240,8 +241,11 @@ class PartWriter:
         rejects_mode: str,
         sample_per_reason: int,
         level: int,
+        global_digest: str = "",
     ) -> None:
         self.out, self.stages, self.drop = output_path(out), list(stages), list(drop)
+        self.recorded = {GLOBAL_DIGEST: global_digest} if global_digest else {}
+        """What the part record holds of the global stages' map output (runner.Published)."""
         self.fields = list(fields)
         """The stages' columns, in order (what the shards hold after the base columns)."""
         self.rejects_mode, self.sample_per_reason, self.level = (
@@ -261,7 +265,7 @@ class PartWriter:
             name = layout.data_file(shard)
             files[name] = write_parquet(kept, self.out, name, self.level)
         files.update(self._write_rejects(group.filter(pc.invert(keep)), shard))
-        data = json_bytes({"shard": shard, "files": files, **counts})
+        data = json_bytes({"shard": shard, "files": files, **counts, **self.recorded})
         write_atomic(part_record_path(self.out, shard), data)
         return _row(shard, kept.num_rows, group.num_rows - kept.num_rows, data)
 

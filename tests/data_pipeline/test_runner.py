@@ -152,18 +152,57 @@ def test_demo_config_runs_model_stages_only_with_their_models(tmp_path) -> None:
         assert with_models.stages.perplexity == {"model": str(tmp_path / "lm")}
 
 
+def _published(out: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Shards, rejects and the ledger: path -> (inode, mtime_ns, bytes)."""
+    paths = [*sorted((out / "data").glob("*")), *sorted((out / "_rejects").glob("*"))]
+    paths += [out / "ledger.json"] if (out / "ledger.json").is_file() else []
+    return {
+        p.relative_to(out).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns, p.read_bytes())
+        for p in paths
+    }
+
+
+def _killed_in_the_merge(out: Path, shards: tuple[str, ...]) -> None:
+    """What a driver killed while it merges leaves: `shards` not written, no ledger, no manifest."""
+    for shard in shards:
+        for name in (f"data/{shard}.parquet", f"_rejects/{shard}.pq", f".parts/{shard}.json"):
+            (out / name).unlink(missing_ok=True)
+    (out / "ledger.json").unlink()
+    (out / "manifest.json").unlink()
+
+
 @pytest.mark.slow
-def test_interrupted_run_with_a_global_stage_is_recomputed_whole(ray_local, tmp_path) -> None:
-    """Duplicate clusters depend on every document: a partial resume would change them."""
+@pytest.mark.timeout(900)  # four dedup runs: a hang guard, several minutes on a loaded machine
+def test_a_resume_with_a_global_stage_merges_only_the_parts_not_published(
+    ray_local, tmp_path
+) -> None:
+    """Killed in the merge of a job with dedup: the resume keeps every shard already merged (its
+    files untouched) and merges only the parts left, byte-identical to an uninterrupted run. When
+    the global stage's input changed instead (an input edited), duplicate clusters may change:
+    no shard is kept, and the output equals a fresh run's."""
     stages = {"extract": {}, "langid": {}, "dedup": {}}
+    inputs = tmp_path / "in"
+    shutil.copytree(DATA, inputs)
     out = tmp_path / "dedup"
-    first = run_pipeline(_config(out, stages=stages), progress=False)
-    before = _files(out)
-    again = run_pipeline(_config(out, stages=stages), progress=False)
-    assert again.reused_parts == first.parts  # a finished run is reused as a whole
-    (out / "data" / "docs-00001.parquet").unlink()
-    (out / ".parts" / "docs-00001.json").unlink()
-    resumed = run_pipeline(_config(out, stages=stages), progress=False)
-    assert resumed.reused_parts == 0 and _files(out) == before
+    config = _config(out, stages=stages, inputs=[str(inputs)])
+    first = run_pipeline(config, progress=False)
+    expected = {name: data for name, (_, _, data) in _published(out).items()}
+    _killed_in_the_merge(out, ("docs-00001", "docs-00003"))  # docs-00003 holds only rejects
+    left = _published(out)
+    resumed = run_pipeline(config, progress=False)
+    assert resumed.reused_parts == first.parts - 2
+    now = _published(out)
+    assert {name: now.get(name) for name in left} == left  # published: not written again
+    assert {name: data for name, (_, _, data) in now.items()} == expected
     tables = [pq.read_table(out / "data" / name) for name in first.shards]
     assert all("dup_keep" in t.column_names for t in tables)
+
+    with (inputs / "docs.jsonl").open("a") as handle:  # one more document: new global input
+        handle.write(json.dumps({"id": "late", "text": "A late document, added."}) + "\n")
+    _killed_in_the_merge(out, ("code-00000",))
+    changed = run_pipeline(config, progress=False)
+    run_pipeline(_config(tmp_path / "fresh", stages=stages, inputs=[str(inputs)]), progress=False)
+    assert changed.reused_parts == 0
+    assert {n: d for n, (_, _, d) in _published(out).items()} == {
+        n: d for n, (_, _, d) in _published(tmp_path / "fresh").items()
+    }
