@@ -311,7 +311,7 @@ def plan_work(
         if on_verified is not None:
             on_verified(shard, data)
 
-    done = parts.finished_parts(out, verified)
+    done = parts.finished_parts(out, verified if globals_ else on_verified)
     stems = [u.stem for u in units]
     records = dict(zip(stems, parts.read_records(out, stems), strict=True))
     unfinished = [u for u in units if not parts.record_done(records[u.stem], u.stem, done)]
@@ -352,16 +352,13 @@ def run_pipeline(
     todo = work.merge
     if progress:
         merged_parts = len(work.published.digests) if work.published else 0
+        waiting = f", {merged_parts} more if the global stages' input is the same"
+        waiting = waiting if merged_parts else ""
         step(
             f"[data run] {len(inputs)} input files in {len(units)} units of work, "
             f"{len(skipped)} skipped ({len(units) - len(todo)} units already done, "
-            f"{sum(len(v) for v in done.values())} parts reused"
-            + (
-                f", {merged_parts} merged parts kept if the global stages' input is the same"
-                if merged_parts
-                else ""
-            )
-            + f"); stages: {', '.join(s.name for s in stages)}"
+            f"{sum(len(v) for v in done.values())} parts reused{waiting}); "
+            f"stages: {', '.join(s.name for s in stages)}"
         )
     stats, reused_map = [], dict[str, int]()
     clock = throughput.RunClock() if work else None
