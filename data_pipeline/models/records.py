@@ -50,7 +50,7 @@ class RecordSource(StrictModel):
 def field_value(record: dict[str, Any], dotted: str) -> Any:
     """`record["meta"]["domain"]` for `dotted="meta.domain"`; None when any part is missing.
 
-    A `meta` given as a JSON string (the shard schema stores it that way) is parsed.
+    A JSON object given as a string (some Parquet exports store `meta` that way) is parsed.
     """
     node: Any = record
     for part in dotted.split("."):
