@@ -31,9 +31,11 @@ demo: $(STAMP)
 	@start=$$(date +%s); $(BIN)/pretrain demo --out demo_out; \
 	  echo "demo wall time: $$(( $$(date +%s) - start )) s (install excluded)"
 
-# PYTEST_ARGS: more pytest options (CI: --durations=25).
+# PYTEST_ARGS: more pytest options (CI: --durations=25). TEST_WORKERS: pytest-xdist processes
+# (2 fit a 2-core machine: the default suite in ~60% of its serial time; each starts its own Ray).
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
