@@ -37,7 +37,6 @@ from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, 
 from data_pipeline.timelimit import cpu_time
 from pretrain import shards_layout as layout
 from pretrain.errors import PretrainError
-from pretrain.manifest import atomic_write_json
 from pretrain.storage import (
     ObjectPath,
     OutPath,
@@ -45,6 +44,7 @@ from pretrain.storage import (
     output_path,
     remove_tree,
     sha256_of,
+    write_json,
 )
 
 GLOBAL = parts.GLOBAL
@@ -101,7 +101,7 @@ def persist(
         relative = f"{parts.PARTS}/{GLOBAL}/{stage}/{_file(part, name)}"
         files[name] = parts.write_parquet(table, out, relative, 1, compression="lz4")
     body = {"part": part, "rows": rows.num_rows, "files": files, **record}
-    atomic_write_json(record_path(out, stage, part), body)
+    write_json(record_path(out, stage, part), body)
     return body
 
 

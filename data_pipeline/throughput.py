@@ -33,11 +33,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pretrain.manifest import (  # an object-store key too (pretrain.storage)
-    atomic_write_bytes,
-    atomic_write_json,
+from pretrain.storage import (
+    OutPath,
+    json_bytes,
+    listed,
+    output_path,
+    remove_tree,
+    write_atomic,
+    write_json,
 )
-from pretrain.storage import OutPath, json_bytes, listed, output_path, remove_tree
 
 COSTS = "cost"
 SETUP = "setup"
@@ -97,7 +101,7 @@ def record_batch(out: str | OutPath, tag: str, batch: pa.Table, cpu_s: dict[str,
         first, last = pc.min(rows.column("_row")).as_py(), pc.max(rows.column("_row")).as_py()
         target = cost_dir(output_path(out)) / shard
         target.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(target / f"{tag}-{first:012d}-{last:012d}.json", record)
+        write_json(target / f"{tag}-{first:012d}-{last:012d}.json", record)
 
 
 def table_cost(rows: pa.Table, cpu_s: float) -> dict[str, Any]:
@@ -127,7 +131,7 @@ def record_setup(out: str | OutPath, stages: list[Any]) -> None:
     target.mkdir(parents=True, exist_ok=True)
     name = f"{socket.gethostname()}-{os.getpid()}-{id(stages)}.json"
     record = {"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}
-    atomic_write_json(target / name, record)
+    write_json(target / name, record)
 
 
 def seal_part(out: OutPath, shard: str, write_cpu_s: float) -> bytes:
@@ -155,7 +159,7 @@ def seal_part(out: OutPath, shard: str, write_cpu_s: float) -> bytes:
     }
     part_cost_path(out, shard).parent.mkdir(parents=True, exist_ok=True)
     data = json_bytes(totals)
-    atomic_write_bytes(part_cost_path(out, shard), data)
+    write_atomic(part_cost_path(out, shard), data)
     remove_tree(folder)
     return data
 
@@ -210,7 +214,7 @@ class RunClock:
         if self.marker is not None:
             done = [span[0] for span in self.spans]
             self.marker.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(self.marker, {"phase": name, "started": at, "done": done})
+            write_json(self.marker, {"phase": name, "started": at, "done": done})
         try:
             yield
         finally:
@@ -236,4 +240,4 @@ def save_global_costs(out: OutPath, stages: list[Any], documents: int, raw_bytes
         cost = getattr(stage, "cost", None)  # GlobalStage.cost (no import: stages import us)
         if cost:
             record = {**cost, "docs": documents, "bytes": raw_bytes}
-            atomic_write_json(global_cost_path(out, stage.name), record)
+            write_json(global_cost_path(out, stage.name), record)

@@ -27,8 +27,9 @@ from pretrain.artifacts import tokenizer as tokenizer_artifact
 from pretrain.artifacts.base import write_artifact
 from pretrain.cli_utils import resolve_config
 from pretrain.errors import ArtifactError, InputError, LockMismatch
-from pretrain.manifest import atomic_write_bytes, manifest_sha256
+from pretrain.manifest import manifest_sha256
 from pretrain.output_check import require_own_output
+from pretrain.storage import write_atomic
 
 ITER = re.compile(r"^iter_(\d+)$")
 
@@ -266,7 +267,7 @@ def _run_command(args: argparse.Namespace) -> int:
         json.dumps({k: v for k, v in r.items() if k != "documents"}, sort_keys=True) + "\n"
         for r in records
     )
-    atomic_write_bytes(out / "results.jsonl", lines.encode())
+    write_atomic(out / "results.jsonl", lines.encode())
     plot_capability(records, out / "capability.png")
     write_artifact(
         out,

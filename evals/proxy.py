@@ -18,7 +18,8 @@ from typing import Any
 from pretrain.artifacts import mixture as mixture_kind
 from pretrain.command import recorded
 from pretrain.errors import ArtifactError, PretrainError
-from pretrain.manifest import atomic_write_json, manifest_sha256
+from pretrain.manifest import manifest_sha256
+from pretrain.storage import write_json
 
 RESULT = "result.json"
 
@@ -172,7 +173,7 @@ def _train_and_eval(spec: dict[str, Any], run_dir: Path, train_dir: Path, eval_d
     evaluate = _eval_argv(spec, train_dir, eval_dir)
     if "--in-process" in spec["launch_args"]:
         commands = {"train": train[3:], "eval": evaluate[3:]}
-        atomic_write_json(run_dir / "commands.json", commands)
+        write_json(run_dir / "commands.json", commands)
         argv = [sys.executable, "-m", "evals.proxy_worker", str(run_dir / "commands.json")]
         _subprocess(
             argv,
@@ -208,7 +209,7 @@ def execute_run(spec: dict[str, Any]) -> dict[str, Any]:
         result.update(
             {"status": "failed", "error": str(exc), "wall_s": round(time.perf_counter() - start, 2)}
         )
-        atomic_write_json(run_dir / RESULT, result)
+        write_json(run_dir / RESULT, result)
         return result
     result.update(
         {
@@ -228,5 +229,5 @@ def execute_run(spec: dict[str, Any]) -> dict[str, Any]:
             "wall_s": round(time.perf_counter() - start, 2),
         }
     )
-    atomic_write_json(run_dir / RESULT, result)
+    write_json(run_dir / RESULT, result)
     return result

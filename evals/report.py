@@ -21,7 +21,7 @@ from evals.tradeoffs import domain_table, scale_agreement
 from pretrain.artifacts import ablation as ablation_artifact
 from pretrain.artifacts.base import write_artifact
 from pretrain.errors import PretrainError
-from pretrain.manifest import atomic_write_json
+from pretrain.storage import write_json
 from trainer.gate_rule import criteria_from, decide, lower_is_better, split_health
 from trainer.gate_stats import pct
 
@@ -332,7 +332,7 @@ def write_report(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "report.json", report)
+    write_json(out / "report.json", report)
     plot_ablation(report, out)
     return write_artifact(
         out,

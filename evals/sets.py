@@ -38,9 +38,9 @@ from pretrain.artifacts.evalset import CONTAMINATED_FILE
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import InputError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_json
 from pretrain.output_check import require_own_output
 from pretrain.publish import publishing
+from pretrain.storage import write_json
 from tokenizer.shards import read_columns
 
 HIT_SCHEMA = pa.schema(
@@ -456,7 +456,7 @@ def _finish(
         "lm_eval_tasks": _lm_eval_report(hits, index),
         "decontamination": config_dict(cfg.decontamination),
     }
-    atomic_write_json(out / "report.json", report)
+    write_json(out / "report.json", report)
     counts = {
         "sets": len(written),
         "documents": sum(s["documents"] for s in written),

@@ -28,8 +28,9 @@ from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.config import apply_overrides, config_dict, config_sha256, read_yaml
 from pretrain.errors import ConfigError, PretrainError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_bytes, manifest_sha256
+from pretrain.manifest import manifest_sha256
 from pretrain.output_check import require_own_output
+from pretrain.storage import write_atomic
 from trainer.gate_rule import lower_is_better, run_health, run_label
 
 
@@ -324,7 +325,7 @@ def _write_chosen(out: Path, specs: list[dict], mixture: dict, chosen_sha: str) 
     chosen = next(s for s in specs if s["recipe_sha256"] == chosen_sha)
     build = {**mixture["build"], "decontaminate": chosen["build"]["decontaminate"]}
     text = yaml.safe_dump({**mixture, "recipe": chosen["recipe"], "build": build}, sort_keys=False)
-    atomic_write_bytes(out / "chosen_mixture.yaml", text.encode())
+    write_atomic(out / "chosen_mixture.yaml", text.encode())
 
 
 def _report(

@@ -27,14 +27,11 @@ from pretrain.artifacts.base import write_artifact
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.locking import writes_output
-from pretrain.manifest import (
-    atomic_write_json,
-    load_manifest,
-    manifest_sha256,
-)
+from pretrain.manifest import load_manifest, manifest_sha256
 from pretrain.output_check import require_own_output
 from pretrain.progress import Progress
 from pretrain.publish import publishing
+from pretrain.storage import write_json
 from tokenizer.lock import check_match
 
 KIND = "mixture"
@@ -186,9 +183,9 @@ def _write_body(
         disable=plan.counts()["sequences"] < 10_000_000,
     ):
         np.save(staging / index_name(number, phase.name), plan.index(number))
-    atomic_write_json(staging / "summary.json", plan.summary)
+    write_json(staging / "summary.json", plan.summary)
     if plan.replan_report is not None:
-        atomic_write_json(staging / "replan.json", plan.replan_report)
+        write_json(staging / "replan.json", plan.replan_report)
 
 
 def _contaminated(evalset_dirs: list[str]) -> frozenset[str]:

@@ -36,10 +36,10 @@ from pretrain.artifacts import megatron_export as export_kind
 from pretrain.artifacts import mixture as mixture_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_bytes
 from pretrain.output_check import require_own_output
 from pretrain.progress import Progress
 from pretrain.publish import publishing
+from pretrain.storage import write_atomic
 
 
 def data_args(weights: dict[str, float], directory: Path) -> str:
@@ -102,7 +102,7 @@ def export_megatron(mixture_dir: str | Path, out: str | Path) -> dict[str, Any]:
             counts["tokens"] += tokens
         blends = phase_weights(mixture)
         for name, weights in blends.items():
-            atomic_write_bytes(scratch / name, data_args(weights, final).encode())
+            write_atomic(scratch / name, data_args(weights, final).encode())
         fields = export_kind.MegatronExportFields(
             mixture_build_sha256=mixture.fields.build_sha256,
             components=components,

@@ -20,9 +20,10 @@ from pretrain.artifacts import mixture_report as report_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.errors import ArtifactError
 from pretrain.locking import output_lock
-from pretrain.manifest import atomic_write_json, listed_path, require
+from pretrain.manifest import listed_path, require
 from pretrain.output_check import manifest_kind, refuse_foreign, temporary_file
 from pretrain.publish import publishing
+from pretrain.storage import write_json
 
 MAX_PLOTTED_BATCHES = 2000
 
@@ -326,7 +327,7 @@ def _write_files(
     for phase in report["phases"]:
         phase.pop("_batch_share")
     report["files"] = {"json": str(target / "report.json"), "png": str(target / "report.png")}
-    atomic_write_json(building / "report.json", report)
+    write_json(building / "report.json", report)
     # an artifact of its own: inside the mixture (the default) it is not an unlisted file there
     write_artifact(
         building,

@@ -145,15 +145,6 @@ def git_state() -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
-def atomic_write_bytes(path: str | os.PathLike | storage.ObjectPath, data: bytes) -> None:
-    """Write to a temporary file in the same directory, fsync, then rename over `path`."""
-    storage.write_atomic(path, data)  # an object-store key: one PUT (pretrain.storage)
-
-
-def atomic_write_json(path: str | os.PathLike | storage.ObjectPath, obj: Any) -> None:
-    atomic_write_bytes(path, storage.json_bytes(obj))
-
-
 STAGING_DIR = ".pretrain-staging"
 """Inside an artifact, where a nested one (a mixture's report/) is built before it is published
 (pretrain.publish): what a killed write left there is the re-run's to remove, never listed."""
@@ -166,7 +157,7 @@ artifact verifying."""
 
 def _is_scratch(path: Any, root: Any) -> bool:  # Path or storage.ObjectPath, both
     """Files no manifest holds: the manifest itself, writer lock files, in-flight temp files
-    of `atomic_write_bytes`, the commands' own logs (`.logs/`, pretrain.progress: no command
+    of `storage.write_atomic`, the commands' own logs (`.logs/`, pretrain.progress: no command
     reads them and they differ on every run) and UNLISTED_DIRS. Dot-files are held like any other (torch DCP's
     `.metadata`)."""
     rel = path.relative_to(root).as_posix()
@@ -307,7 +298,7 @@ def write_manifest(
         **dict(extra or {}),
     }
     manifest[SEAL] = seal_of(manifest)
-    atomic_write_json(root / MANIFEST, manifest)
+    storage.write_json(root / MANIFEST, manifest)
     return manifest
 
 

@@ -76,7 +76,7 @@ def manifest_kind(out: Path) -> str | None:
 
 
 def temporary_file(name: str) -> bool:
-    """`atomic_write_bytes`' temporary files (`.NAME.XXXX.tmp`), which a killed command leaves."""
+    """`write_atomic`' temporary files (`.NAME.XXXX.tmp`), which a killed command leaves."""
     return name.startswith(".") and name.endswith(".tmp")
 
 

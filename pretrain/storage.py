@@ -327,8 +327,8 @@ def json_bytes(obj: Any) -> bytes:
     return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False).encode()
 
 
-def write_json(path: OutPath, obj: Any) -> None:
-    """`pretrain.manifest.atomic_write_json` for either kind of path (same bytes)."""
+def write_json(path: OutPath | str | os.PathLike, obj: Any) -> None:
+    """`obj` as JSON (`json_bytes`), written by `write_atomic`."""
     write_atomic(path, json_bytes(obj))
 
 

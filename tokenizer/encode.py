@@ -38,7 +38,7 @@ from pretrain.artifacts import encoded as encoded_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.errors import ArtifactError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_json, sha256_file
+from pretrain.manifest import sha256_file
 from pretrain.output_check import (
     manifest_kind,
     refuse_foreign,
@@ -47,6 +47,7 @@ from pretrain.output_check import (
 )
 from pretrain.progress import Progress
 from pretrain.schema import BASE_FIELDS
+from pretrain.storage import write_json
 from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.prefixes import MIN_PREFIX_DOCUMENTS, plan_prefixes
 from tokenizer.shards import read_columns, require_shards
@@ -228,7 +229,7 @@ def encode_prefix(
     # the record first, then the files: a kill between leaves files the output check accepts
     # (a record is there) and the re-run checks against it (moved in part: done again). Moved
     # first, a kill before the record left a .bin/.idx the re-run refused as a stranger's.
-    atomic_write_json(_done_path(out, stem), record)
+    write_json(_done_path(out, stem), record)
     for suffix, path in partial.items():
         os.replace(path, out / f"{stem}{suffix}")
     return ShardResult(stem, job.split, documents, tokens, skipped=False)
@@ -260,9 +261,7 @@ def _rewrite_sidecar(job: Job, out: Path, record: dict[str, Any], batch_size: in
     temporary = out / f".{stem}.partial.docs.parquet"
     _write_sidecar(sidecars, temporary)
     os.replace(temporary, sidecar_path(out, stem))
-    atomic_write_json(
-        _done_path(out, stem), {**record, HASHED[1]: sha256_file(sidecar_path(out, stem))}
-    )
+    write_json(_done_path(out, stem), {**record, HASHED[1]: sha256_file(sidecar_path(out, stem))})
 
 
 def _sidecar_batch(table: pa.Table, start: int, lengths: list[int]) -> pa.Table:
@@ -314,7 +313,7 @@ def _is_done_record(path: Path) -> bool:
 
 def _scratch(name: str) -> bool:
     """What an encode killed inside its first prefix leaves: `.<stem>.partial.*`, and
-    `atomic_write_json`'s temporary files."""
+    `write_json`'s temporary files."""
     return temporary_file(name) or (name.startswith(".") and ".partial." in name)
 
 

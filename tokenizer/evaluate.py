@@ -21,10 +21,10 @@ from pretrain.artifacts import tokenizer_eval as eval_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.errors import InputError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_json
 from pretrain.output_check import require_own_output
 from pretrain.progress import Progress
 from pretrain.publish import publishing
+from pretrain.storage import write_json
 from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.plots import plot_compression, plot_groups
 from tokenizer.sample import SamplePlan, group_key, stream_sample
@@ -230,7 +230,7 @@ def evaluate(
     # built out of sight, published in one rename (pretrain.publish): an earlier eval stays
     # whole until the new one replaces it
     with publishing(out) as files:
-        atomic_write_json(files / "report.json", report)
+        write_json(files / "report.json", report)
         plot_compression(report, files / "compression.png")
         write_artifact(
             files,

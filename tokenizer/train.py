@@ -16,7 +16,7 @@ from pretrain.artifacts.base import write_artifact
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_bytes, file_records
+from pretrain.manifest import file_records
 from pretrain.output_check import (
     manifest_kind,
     refuse_foreign,
@@ -25,6 +25,7 @@ from pretrain.output_check import (
 )
 from pretrain.progress import VERBOSE, verbosity
 from pretrain.publish import publishing
+from pretrain.storage import write_atomic
 from tokenizer.config import TokenizerTrainConfig, default_name
 from tokenizer.hf import hf_file_bytes
 from tokenizer.lock import KIND, LOCK_FILE, TOKENIZER_FILE, lock_bytes, tokenizer_id
@@ -144,8 +145,8 @@ def _write_files(
     tokenizer.save(str(files / TOKENIZER_FILE))
     lock = make_lock(config, tokenizer, composition, shards_sha)
     for name, data in hf_file_bytes(lock, config.model_max_length).items():
-        atomic_write_bytes(files / name, data)
-    atomic_write_bytes(files / LOCK_FILE, lock_bytes(lock))
+        write_atomic(files / name, data)
+    write_atomic(files / LOCK_FILE, lock_bytes(lock))
     # hashed once, here: the manifest lists these digests (`known`) and the identity is theirs
     known = file_records(files)
     sha = tokenizer_kind.identity_of({name: entry["sha256"] for name, entry in known.items()})

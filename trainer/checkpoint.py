@@ -25,8 +25,9 @@ import torch
 from pretrain.artifacts import run as run_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.errors import ArtifactError, PretrainError
-from pretrain.manifest import atomic_write_json, load_manifest, verify
+from pretrain.manifest import load_manifest, verify
 from pretrain.safeload import check_checkpoint, guard_torch_loading, torch_load
+from pretrain.storage import write_json
 from trainer.cpu_compat import device_context
 
 _ITER = re.compile(r"^iter_(\d{7})$")
@@ -244,7 +245,7 @@ def _finish(run_dir: Path, step: int, state: dict[str, Any], keep: tuple[int, in
     tmp = final.with_name(final.name + ".tmp")
     torch.distributed.barrier()
     if torch.distributed.get_rank() == 0:
-        atomic_write_json(tmp / "state.json", state)
+        write_json(tmp / "state.json", state)
         write_artifact(
             tmp, run_kind.CheckpointFields(), config={"step": step}, counts={"step": step}
         )

@@ -20,9 +20,9 @@ from typing import Any
 from pretrain.artifacts import export as export_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.errors import ArtifactError
-from pretrain.manifest import atomic_write_bytes
 from pretrain.output_check import require_own_output
 from pretrain.publish import publishing
+from pretrain.storage import write_atomic
 from trainer.checkpoint import checkpoint_dir, list_checkpoints, newest_valid
 
 KIND = "hf_export"
@@ -81,7 +81,7 @@ def _write_tokenizer(out: Path, locked: Any, seq_length: int) -> None:
 
     shutil.copyfile(locked.directory / TOKENIZER_FILE, out / TOKENIZER_FILE)
     for name, data in hf_file_bytes(locked.lock, seq_length).items():
-        atomic_write_bytes(out / name, data)
+        write_atomic(out / name, data)
 
 
 def _json(obj: Any) -> bytes:
@@ -121,10 +121,10 @@ def export_hf(
         save_file(tensors, str(files / "model.safetensors"), metadata={"format": "pt"})
         os.chmod(files / "model.safetensors", 0o644)  # safetensors writes 0600; the rest is 0644
         hf = hf_config(model_config, padded, locked.eod_id, locked.pad_id, dtype)
-        atomic_write_bytes(files / "config.json", _json(hf))
+        write_atomic(files / "config.json", _json(hf))
         generation = {"eos_token_id": locked.eod_id, "pad_token_id": locked.pad_id}
         generation["transformers_version"] = hf["transformers_version"]
-        atomic_write_bytes(files / "generation_config.json", _json(generation))
+        write_atomic(files / "generation_config.json", _json(generation))
         _write_tokenizer(files, locked, model_config.seq_length)
         run_root = checkpoint.parent.parent
         inputs = [

@@ -29,8 +29,8 @@ from pretrain.config import config_dict, config_sha256, dump_resolved, load_conf
 from pretrain.errors import ConfigError, GateRefused, PretrainError
 from pretrain.lifetime import die_with_parent
 from pretrain.locking import check_unlocked, output_lock
-from pretrain.manifest import atomic_write_json
 from pretrain.progress import attach
+from pretrain.storage import write_json
 from trainer.config import TrainConfig
 from trainer.worker import RUN_LOCKED_BY
 
@@ -216,8 +216,8 @@ def _write_launch_files(
 ) -> None:
     """RUN/launch/config.json (what every rank reads) and RUN/launch.json (gate, command)."""
     config_json.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(config_json, config_dict(config))
-    atomic_write_json(
+    write_json(config_json, config_dict(config))
+    write_json(
         config_json.parent.parent / "launch.json",
         {
             "gate": gate,

@@ -17,7 +17,7 @@ from pretrain.artifacts import run as run_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError
-from pretrain.manifest import MANIFEST, atomic_write_json
+from pretrain.manifest import MANIFEST
 from pretrain.output_check import (
     manifest_kind,
     refuse,
@@ -25,6 +25,7 @@ from pretrain.output_check import (
     refuse_not_a_directory,
     temporary_file,
 )
+from pretrain.storage import write_json
 
 if TYPE_CHECKING:  # torch and megatron: the launcher's out_dir check must not wait for them
     from trainer.config import TrainConfig
@@ -149,7 +150,7 @@ def write_outputs(trainer: FinishedRun, extra: dict[str, Any]) -> None:
     verify RUN` refused every finished run for an unlisted one)."""
     import torch
 
-    atomic_write_json(trainer.run_dir / "summary.json", summary(trainer, extra))
+    write_json(trainer.run_dir / "summary.json", summary(trainer, extra))
     launch_info = load_launch_info(trainer.run_dir)
     identity = trainer.data.identity
     data = trainer.config.data

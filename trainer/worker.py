@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from pretrain.config import parse_config
 from pretrain.errors import OutputLocked, PretrainError
 from pretrain.lifetime import die_with_parent
-from pretrain.manifest import atomic_write_bytes
+from pretrain.storage import write_atomic
 from trainer.config import TrainConfig
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> i
         run_dir = Path(config.run.out_dir)  # error.txt is for the launcher, which made launch/:
         refused = isinstance(exc, OutputLocked)  # never in a refused folder, or another's run
         if not refused and (run_dir / "launch").is_dir() and is_own_run(run_dir):
-            atomic_write_bytes(run_dir / "launch" / "error.txt", str(exc).encode())
+            write_atomic(run_dir / "launch" / "error.txt", str(exc).encode())
         return 2
     return 0
 

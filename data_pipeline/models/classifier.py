@@ -26,10 +26,11 @@ from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.lifetime import die_with_parent
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_json, sha256_file
+from pretrain.manifest import sha256_file
 from pretrain.output_check import require_new_output, temporary_file
 from pretrain.progress import Progress
 from pretrain.publish import publishing
+from pretrain.storage import write_json
 
 KIND = "fasttext-model"
 LABEL_PREFIX = "__label__"
@@ -326,7 +327,7 @@ def _write_artifact(config: ClassifierConfig, model_file: Path, stats: dict[str,
         "fasttext": config.fasttext.model_dump(),
         "training": stats,
     }
-    atomic_write_json(out / "model.json", info)
+    write_json(out / "model.json", info)
     fields = model_kind.FasttextFields(
         model={
             "name": config.name,

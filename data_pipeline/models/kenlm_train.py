@@ -28,10 +28,11 @@ from pretrain.artifacts.base import write_artifact
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import InputError
 from pretrain.locking import writes_output
-from pretrain.manifest import atomic_write_json, sha256_file
+from pretrain.manifest import sha256_file
 from pretrain.output_check import require_new_output
 from pretrain.progress import Progress
 from pretrain.publish import publishing
+from pretrain.storage import write_json
 
 KIND = "kenlm-model"
 MIN_HELDOUT = 20
@@ -169,7 +170,7 @@ def train_lm(config: LanguageModelConfig) -> Path:
             "normalization": NORMALIZATION,
             "languages": languages,
         }
-        atomic_write_json(files / "model.json", info)
+        write_json(files / "model.json", info)
         fields = model_kind.KenlmFields(
             model={
                 "languages": {lang: entry["sha256"] for lang, entry in languages.items()},

@@ -17,7 +17,8 @@ from evals.proxy import load_finished
 from evals.sweep import make_specs, run_sweep, runs_dir
 from pretrain.config import parse_config
 from pretrain.errors import ConfigError
-from pretrain.manifest import atomic_write_json, verify, write_manifest
+from pretrain.manifest import verify, write_manifest
+from pretrain.storage import write_json
 from tests.evals.conftest import healthy
 
 MIXTURE = {
@@ -104,7 +105,7 @@ class Runner:
             "health": healthy(spec["train_steps"], spec["build"]["total_tokens"]),
         }
         Path(spec["run_dir"]).mkdir(parents=True, exist_ok=True)
-        atomic_write_json(Path(spec["run_dir"]) / "result.json", result)
+        write_json(Path(spec["run_dir"]) / "result.json", result)
         return result
 
 

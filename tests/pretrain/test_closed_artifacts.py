@@ -18,13 +18,8 @@ import yaml
 
 from pretrain.errors import ArtifactError
 from pretrain.hashcache import cache_dir, file_sha256
-from pretrain.manifest import (
-    atomic_write_json,
-    load_manifest,
-    seal_of,
-    verify,
-    write_manifest,
-)
+from pretrain.manifest import load_manifest, seal_of, verify, write_manifest
+from pretrain.storage import write_json
 from pretrain_app.cli import main
 from tests.evals.test_sets import make_shards
 from tests.mixtures.conftest import make_encoded, mixture_config
@@ -105,7 +100,7 @@ def _rewrite(root: Path, **fields: object) -> None:
     manifest = json.loads((root / "manifest.json").read_text())
     manifest.update(fields)
     manifest["seal"] = seal_of(manifest)
-    atomic_write_json(root / "manifest.json", manifest)
+    write_json(root / "manifest.json", manifest)
 
 
 @pytest.mark.parametrize("escape", ["../outside.npy", "/etc/passwd", "index/not-listed.npy"])

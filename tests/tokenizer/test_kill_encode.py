@@ -150,7 +150,7 @@ def test_an_encode_killed_at_any_write_of_a_prefix_is_resumed_byte_identical(
     import tokenizer.encode as encode_module
 
     out, writes = tmp_path / "encoded", [0]
-    real_replace, real_record = encode_module.os.replace, encode_module.atomic_write_json
+    real_replace, real_record = encode_module.os.replace, encode_module.write_json
 
     def counted(real: Callable, *args: object) -> None:
         if writes[0] == kill_at:
@@ -160,7 +160,7 @@ def test_an_encode_killed_at_any_write_of_a_prefix_is_resumed_byte_identical(
 
     with monkeypatch.context() as patch:
         patch.setattr(encode_module.os, "replace", lambda *a: counted(real_replace, *a))
-        patch.setattr(encode_module, "atomic_write_json", lambda *a: counted(real_record, *a))
+        patch.setattr(encode_module, "write_json", lambda *a: counted(real_record, *a))
         with pytest.raises(Killed):
             main(_argv(tokenizer_dir, shards, out))
     with pytest.raises(ArtifactError):
