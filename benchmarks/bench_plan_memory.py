@@ -62,7 +62,7 @@ def layout_config(layout: dict[str, Any], run_dir: Path) -> dict[str, Any]:
             "synthetic_vocab": SHAPE["vocab_size"],
             "phases": [{"name": "main", "seq_length": SHAPE["seq_length"]}],
         },
-        "metrics": {"tensorboard": False, "peak_flops": 1e11},
+        "metrics": {"trackers": [], "peak_flops": 1e11},
         "guard": {"enabled": False},
     }
 

@@ -161,7 +161,7 @@ def _our_trainer(run_dir: Path, steps: int) -> Any:
                 "synthetic_documents": 512,
                 "phases": [{"name": "main", "seq_length": SHAPE["seq_length"]}],
             },
-            "metrics": {"tensorboard": False, "peak_flops": 1e11},
+            "metrics": {"trackers": [], "peak_flops": 1e11},
         },
     )
     return config.build()

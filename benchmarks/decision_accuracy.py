@@ -51,7 +51,7 @@ COMMON = {  # both proxies, and the gate's dry-run launch (the mixture's batch)
     "model.seq_length": 128,
     "batch.micro_batch_size": 16,
     "batch.global_batch_size": 16,
-    "metrics.tensorboard": False,
+    "metrics.trackers": [],
     "model.make_vocab_size_divisible_by": 128,
 }
 SMALL = {

@@ -83,7 +83,7 @@ def _config(
                 "synthetic_documents": 2048 if gpu else 64,
                 "phases": [{"name": "main", "seq_length": shape["seq_length"]}],
             },
-            "metrics": {"tensorboard": False, "peak_flops": PEAK_FLOPS},
+            "metrics": {"trackers": [], "peak_flops": PEAK_FLOPS},
             "guard": {"enabled": False},
         },
     )

@@ -39,7 +39,7 @@ PROXY = {
     "batch.micro_batch_size": 8,
     "batch.global_batch_size": 8,
     "optim.lr": 0.005,
-    "metrics.tensorboard": False,
+    "metrics.trackers": [],
 }
 DEMO_STEPS = 24
 

@@ -215,12 +215,18 @@ class GuardConfig(StrictModel):
     """Global batches skipped after a rollback, starting with the offending one."""
 
 
+Tracker = Literal["tensorboard", "mlflow", "wandb"]
+
+
 class MetricsConfig(StrictModel):
     peak_flops: float | None = Field(None, gt=0)
     """Assumed peak FLOP/s per device for MFU; None: 989e12 (H100/H200 dense bf16) on GPU,
     a measured matmul peak on CPU."""
     mfu_gpu: str = "H100-SXM"
-    tensorboard: bool = True
+    trackers: tuple[Tracker, ...] = ("tensorboard",)
+    """Where rank 0 logs each record's numbers besides metrics.jsonl (trainer/trackers.py):
+    tensorboard (RUN/tensorboard), mlflow (file store RUN/mlruns unless MLFLOW_TRACKING_URI),
+    wandb (offline in RUN/wandb unless WANDB_MODE); mlflow and wandb need the `tracking` extra."""
 
 
 class PlanConfig(StrictModel):
@@ -313,6 +319,7 @@ class TrainConfig(StrictModel):
         from trainer.guard import SpikeGuard
         from trainer.loop import Trainer
         from trainer.metrics import MetricsLog, Throughput
+        from trainer.trackers import open_sinks
 
         if self.parallel.context > 1:  # the launcher's preflight refuses it first
             raise ConfigError(
@@ -327,7 +334,8 @@ class TrainConfig(StrictModel):
         chunks = mcore.build_model_chunks(self, vocab_size)
         model = mcore.wrap_ddp(self, chunks)
         optimizer = mcore.build_optimizer(self, model)
-        metrics = MetricsLog(run_dir, rank, self.metrics.tensorboard)
+        trackers, name = self.metrics.trackers, self.run.name
+        metrics = MetricsLog(run_dir, rank, lambda: open_sinks(trackers, run_dir, name))
         on_gpu = mcore.device_type(self) == "cuda"
         builtin = (SpikeGuard(self.guard), Throughput(self.metrics, on_gpu), metrics)
         extra = list(callbacks)

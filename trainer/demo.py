@@ -42,7 +42,7 @@ TINY_OVERRIDE = {
     "checkpoint.keep_last": 2,
     "checkpoint.keep_every": "null",
     "checkpoint.async_save": "false",
-    "metrics.tensorboard": "true",
+    "metrics.trackers": "[tensorboard]",
 }
 """The explicit CPU shrink of the 1B config: a 2-layer, 128-wide model on one gloo rank."""
 

@@ -2,7 +2,8 @@
 
 Two trainer callbacks (trainer/callbacks.py) live here: `Throughput` (profiling: MFU against the
 assumed peak, memory, checkpoint time, added to each step's record) and `MetricsLog` (rank 0
-writes every record and event to metrics.jsonl / TensorBoard, the progress bar, `[train]` lines).
+writes every record and event to metrics.jsonl and the trackers of `metrics.trackers`, see
+trainer/trackers.py; the progress bar, `[train]` lines).
 
 MFU = achieved model FLOP/s per device / assumed peak FLOP/s per device, with model FLOPs per token
 from trainer.flops (the same function `pretrain plan` uses): 6 * N + 12 * L * S * H * Q (N: the
@@ -14,16 +15,19 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trainer.callbacks import Callback
+from trainer.trackers import scalars
 
 if TYPE_CHECKING:
     from trainer.callbacks import TrainerView
     from trainer.config import MetricsConfig
+    from trainer.trackers import Sink
 
 MFU_FORMULA = "(6*N + 12*L*S*H*Q) * tokens_per_s / (devices * peak_flops)"
 
@@ -148,13 +152,16 @@ class Throughput(Callback):
 
 
 class MetricsLog(Callback):
-    """Rank 0 logs every step, eval and event to RUN/metrics.jsonl and RUN/tensorboard/, and
-    draws RUN/loss.png at close; every rank keeps the progress bar (shown on rank 0 only)."""
+    """Rank 0 logs every step, eval and event to RUN/metrics.jsonl and the records with a step
+    to `sinks` (trainer/trackers.py), and draws RUN/loss.png at close; every rank keeps the
+    progress bar (shown on rank 0 only). `open_sinks` runs on rank 0 only."""
 
-    def __init__(self, run_dir: Path, rank: int, tensorboard: bool) -> None:
+    def __init__(
+        self, run_dir: Path, rank: int, open_sinks: Callable[[], list[Sink]] = list
+    ) -> None:
         self.rank, self.run_dir, self.path = rank, run_dir, run_dir / "metrics.jsonl"
         self.handle: Any = None
-        self.tb: Any = None
+        self.sinks: list[Sink] = []
         self.bar: Any = None
         if rank != 0:
             return
@@ -162,10 +169,7 @@ class MetricsLog(Callback):
         self.handle = self.path.open("a", encoding="utf-8")
         if torn:  # a run killed (or out of disk) mid-write: the next record starts a line
             self.handle.write("\n")
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+        self.sinks = open_sinks()
 
     def say(self, message: str) -> None:
         if self.rank == 0:
@@ -176,11 +180,10 @@ class MetricsLog(Callback):
             return
         self.handle.write(json.dumps(record, sort_keys=True) + "\n")
         self.handle.flush()
-        if self.tb is not None and "step" in record:
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and key != "step":
-                    tag = key if key.startswith("val/") else f"train/{key}"
-                    self.tb.add_scalar(tag, value, record["step"])
+        if self.sinks and "step" in record:
+            values = scalars(record)
+            for sink in self.sinks:
+                sink.log(values, record["step"])
 
     def on_fit_start(self, trainer: TrainerView) -> None:
         from pretrain.progress import Progress
@@ -237,6 +240,6 @@ class MetricsLog(Callback):
         if self.handle is None:
             return
         self.handle.close()
-        if self.tb is not None:
-            self.tb.close()
+        for sink in self.sinks:
+            sink.close()
         plot_loss(self.path, self.run_dir / "loss.png")

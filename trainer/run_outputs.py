@@ -54,8 +54,8 @@ SMOKE_DIR = "smoke"
 """`pretrain launch --smoke` runs in RUN/smoke/ (its writer lock: RUN/.smoke.lock)."""
 OWN_NAMES = ("launch.json", "launch/", "checkpoints/", "metrics.jsonl", "data/", SMOKE_DIR + "/")
 """What marks a folder as one of our runs (named in the refusal; see `_is_own_entry`). A run also
-writes manifest.json (kind run), summary.json, loss.png, tensorboard/ and .logs/, which do not
-count on their own: another tool's folder may hold files of those names."""
+writes manifest.json (kind run), summary.json, loss.png, tensorboard/, mlruns/, wandb/ and .logs/,
+which do not count on their own: another tool's folder may hold files of those names."""
 _CHECKPOINT = re.compile(r"iter_\d{7}(\.tmp)?")
 
 

@@ -68,7 +68,7 @@ TINY_PROXY = {
     "batch.global_batch_size": 4,
     "optim.lr": 0.01,
     "optim.warmup_steps": 0,
-    "metrics.tensorboard": False,
+    "metrics.trackers": [],
     "metrics.peak_flops": 1e11,
 }
 

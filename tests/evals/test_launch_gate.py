@@ -30,7 +30,7 @@ TINY_FULL = {
         "phases": [{"name": "main", "seq_length": 32}],
     },
     "checkpoint": {"every": 2},
-    "metrics": {"tensorboard": False, "peak_flops": 1e11},
+    "metrics": {"trackers": [], "peak_flops": 1e11},
 }
 
 

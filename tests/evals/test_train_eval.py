@@ -42,7 +42,7 @@ def test_recorded_val_bpb_equals_eval_run_on_the_same_checkpoint(chain, tmp_path
         run={"train_steps": 10},
         data={"source": "mixture", "mixture_dir": str(tmp_path / "mixture")},
         checkpoint={"every": 5, "keep_last": 2},
-        metrics={"tensorboard": True, "peak_flops": 1e11},
+        metrics={"trackers": ["tensorboard"], "peak_flops": 1e11},
         eval={"every": 5, "sets": str(chain["evalsets"]), "max_docs": 20},
     )
     run_ranks(config, 1)

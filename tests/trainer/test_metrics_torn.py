@@ -16,7 +16,7 @@ def test_a_torn_last_line_neither_glues_the_next_record_nor_crashes_the_close(
     run that had trained."""
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text(json.dumps({"step": 1, "loss": 5.0}) + "\n" + '{"step": 2, "lo')
-    writer = MetricsLog(tmp_path, rank=0, tensorboard=False)
+    writer = MetricsLog(tmp_path, rank=0)
     writer.log({"step": 2, "loss": 4.0})
     writer.log({"step": 3, "loss": 3.0})
     writer.close()

@@ -39,7 +39,7 @@ def tiny_config(run_dir: Path, **sections: dict[str, Any]) -> dict[str, Any]:
             "phases": [{"name": "main", "seq_length": 64}],
         },
         "checkpoint": {"every": 2, "keep_last": 3},
-        "metrics": {"tensorboard": False, "peak_flops": 1e11},
+        "metrics": {"trackers": [], "peak_flops": 1e11},
     }
     for name, values in sections.items():
         config[name] = {**config.get(name, {}), **values}
