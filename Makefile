@@ -37,8 +37,12 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
+# The slow tests: most in TEST_WORKERS processes, then the `serial` ones (they kill, stall or load
+# processes by timing) one at a time. pytest's exit 5 (no test selected) is not a failure.
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m "slow and not serial" -n $(TEST_WORKERS) --dist loadgroup \
+	  $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest -q -m "slow and serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/lint-imports \

@@ -19,7 +19,7 @@ from data_pipeline.parts import GLOBAL, PARTS, ROWS
 from pretrain import shards_layout as layout
 from tests.data_pipeline.raytools import DATA, REPO, clean_env, data_run, ray_processes, wait_gone
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.serial]
 FILES, COPIES, SHARD_ROWS = 3, 40, 80
 """3 inputs of 40 copies of the 8 fixture documents: 320 docs, 4 parts each, 12 parts."""
 PARTS_TOTAL = FILES * (-(-COPIES * 8 // SHARD_ROWS))

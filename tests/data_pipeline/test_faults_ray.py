@@ -20,7 +20,7 @@ from data_pipeline.runner import run_pipeline
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.ray]
+pytestmark = [pytest.mark.ray, pytest.mark.serial]
 
 
 def _corpus(directory: Path, copies: int) -> Path:

@@ -16,7 +16,7 @@ import pytest
 
 from tests.data_pipeline import killsweep as ks
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.serial]
 """A hang guard, not a time limit: six runs of the job, about 4 minutes on a quiet 2-core
 machine, several times that on a loaded one."""
 FIRST, SECOND = "perplexity", "dedup"

@@ -26,6 +26,8 @@ from tests.data_pipeline.raytools import (
 )
 from tests.data_pipeline.raytools import token_home as make_token_home
 
+pytestmark = pytest.mark.serial
+
 
 def outputs(out: Path) -> dict[str, bytes]:
     """What must not depend on where the job ran: shards, rejects, ledger."""

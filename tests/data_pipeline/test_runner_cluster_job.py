@@ -51,6 +51,8 @@ from tests.data_pipeline.s3tools import KEYS, s3_env, s3_filesystem, upload_inpu
 from tests.data_pipeline.test_runner_cluster import outputs
 from tests.data_pipeline.test_runner_cluster_s3_out import _objects, _published
 
+pytestmark = pytest.mark.serial
+
 CONFIG = EMBEDDED_CONFIG
 SUMMARY = "pretrain data run: 23 docs in, 17 kept, 6 dropped"
 LOOPBACK = ("127.0.0.1", "::ffff:127.0.0.1", "::1")

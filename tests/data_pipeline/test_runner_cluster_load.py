@@ -26,6 +26,8 @@ import pytest
 from data_pipeline.config import PipelineConfig
 from data_pipeline.runner import run_pipeline
 
+pytestmark = pytest.mark.serial
+
 RAY_WORKER_NICENESS = 15
 """The niceness Ray starts its workers at (and so their document workers)."""
 

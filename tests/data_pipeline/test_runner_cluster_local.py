@@ -26,6 +26,8 @@ from tests.data_pipeline.raytools import (
     wait_gone,
 )
 
+pytestmark = pytest.mark.serial
+
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
 

@@ -48,6 +48,8 @@ from tests.data_pipeline.raytools import (
 )
 from tests.data_pipeline.test_runner_cluster import outputs, run_cli
 
+pytestmark = pytest.mark.serial
+
 HANG_S = 1800
 """A hang guard, not a time limit: the module's fixtures (models trained, the embedded run) run
 inside the first test's time, and a loaded 2-core machine runs all of it several times slower."""

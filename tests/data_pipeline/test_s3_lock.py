@@ -34,7 +34,7 @@ BUCKET = "corpus"
 URI = f"s3://{BUCKET}/runs/one"
 CONFIG = {"inputs": [str(DATA)], "batch_rows": 3, "ray": {"num_cpus": 1, "timeout_s": 300}}
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.serial]
 
 
 @pytest.fixture

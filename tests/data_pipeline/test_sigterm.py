@@ -15,7 +15,7 @@ import pytest
 
 from tests.data_pipeline.raytools import REPO, clean_env
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 RUN = [sys.executable, "-m", "pretrain_app", "data", "run", "configs/pipeline.yaml"]
 

@@ -26,6 +26,7 @@ def _decision(out: Path) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.timeout(5000)
+@pytest.mark.xdist_group("clean_demos")  # one worker makes the two demos for both
 def test_demo_decision_is_the_same_twice_from_clean(clean_demos: tuple[Path, Path]) -> None:
     first, second = (_decision(out) for out in clean_demos)  # tests/conftest.py: from clean
     for key in ("chosen", "passed", "order", "gate"):

@@ -29,7 +29,7 @@ from tests.data_pipeline.s3tools import moto_server, s3_env, s3_filesystem
 from tests.pretrain import lockrace
 from tests.pretrain.test_locking import _clean_env, _hold
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.serial]
 
 
 def _same_size(text: str, old: str, new: str) -> str:

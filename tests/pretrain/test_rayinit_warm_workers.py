@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.serial
+
 REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = """

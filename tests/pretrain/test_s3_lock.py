@@ -25,7 +25,7 @@ import pytest
 from tests.data_pipeline.raytools import REPO, clean_env
 from tests.data_pipeline.s3tools import moto_server, s3_env, s3_filesystem
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.serial]
 
 BUCKET = "corpus"
 OUTPUT = f"s3://{BUCKET}/runs/one"

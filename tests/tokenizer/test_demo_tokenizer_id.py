@@ -18,6 +18,7 @@ from pretrain.manifest import load_manifest, manifest_sha256
 
 @pytest.mark.slow
 @pytest.mark.timeout(5000)
+@pytest.mark.xdist_group("clean_demos")  # one worker makes the two demos for both
 def test_two_clean_demos_lock_the_same_tokenizer(clean_demos: tuple[Path, Path]) -> None:
     first, second = (load_manifest(out / "tokenizer")["tokenizer"] for out in clean_demos)
     shards = [out / "shards" for out in clean_demos]

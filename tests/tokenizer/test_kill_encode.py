@@ -24,6 +24,8 @@ from tests.pretrain_app.killtools import contents, kill_when
 from tests.tokenizer.synthetic import write_shards
 from tests.tokenizer.tok_helpers import make_records
 
+pytestmark = pytest.mark.serial
+
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 STEMS = [*(f"train-{i:05d}" for i in range(3)), "eval-00000"]
 

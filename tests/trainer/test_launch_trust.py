@@ -18,6 +18,8 @@ from pretrain_app.cli import main
 from tests.mixtures.conftest import make_encoded, mixture_config
 from tests.trainer.trainer_testlib import tiny_config
 
+pytestmark = pytest.mark.serial
+
 REPO = Path(__file__).resolve().parents[2]
 
 
