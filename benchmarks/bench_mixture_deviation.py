@@ -42,11 +42,13 @@ def ours_components(weights: np.ndarray, size: int, width: int) -> np.ndarray:
 
 
 def deviations(component: np.ndarray, weights: np.ndarray, width: int) -> dict[str, float]:
+    counts = sampler.batch_counts(component, weights.size, width)
+    aligned, prefix = (float(d.max()) for d in sampler.batch_deviations(counts, weights, width))
     return {
-        "aligned_share": sampler.max_batch_deviation(component, weights, width) / width,
+        "aligned_share": aligned / width,
         "sliding_share": sampler.max_window_deviation(component, weights, width) / width,
-        "aligned_sequences": sampler.max_batch_deviation(component, weights, width),
-        "prefix_sequences": sampler.max_prefix_deviation(component, weights, width),
+        "aligned_sequences": aligned,
+        "prefix_sequences": prefix,
         "every_sample_prefix_sequences": float(
             sampler.sample_prefix_deviations(component, weights).max(initial=0.0)
         ),
@@ -150,7 +152,8 @@ def weight_sweep() -> dict[str, float]:
             ("ours", ours_components(weights, size, width)),
             ("megatron", megatron_components(weights, size)),
         ):
-            aligned = sampler.max_batch_deviation(component, weights, width)
+            counts = sampler.batch_counts(component, weights.size, width)
+            aligned = float(sampler.batch_deviations(counts, weights, width)[0].max())
             prefix = float(sampler.sample_prefix_deviations(component, weights).max(initial=0.0))
             worst[f"{name}_worst_aligned_sequences"] = max(
                 worst[f"{name}_worst_aligned_sequences"], aligned

@@ -35,9 +35,7 @@ def phase_report(
     w = np.asarray(weights, np.float64)
     counts = sampler.batch_counts(index["component"], len(names), width)
     num_batches = counts.shape[0]
-    seen = np.arange(1, num_batches + 1)[:, None] * width
-    prefix_dev = np.abs(np.cumsum(counts, axis=0) - w * seen).max(axis=0) if num_batches else w * 0
-    batch_dev = np.abs(counts - w * width).max(axis=0) if num_batches else w * 0
+    batch_dev, prefix_dev = sampler.batch_deviations(counts, w, width)
     sample_dev = sampler.sample_prefix_deviations(index["component"], w)
     share = counts / width
     components = []

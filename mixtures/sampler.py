@@ -102,26 +102,17 @@ def batch_counts(component: np.ndarray, num_components: int, global_batch: int) 
     return counts
 
 
-def max_batch_deviation(
-    component: np.ndarray, weights: Sequence[float] | np.ndarray, global_batch: int
-) -> float:
-    """Largest |count - w_k * W| over aligned batches and components, in sequences."""
-    w = np.asarray(weights, np.float64) / np.sum(weights)
-    counts = batch_counts(component, w.size, global_batch)
-    return float(np.abs(counts - w * global_batch).max()) if counts.size else 0.0
-
-
-def max_prefix_deviation(
-    component: np.ndarray, weights: Sequence[float] | np.ndarray, global_batch: int
-) -> float:
-    """Largest |cumulative count - w_k * n| at every aligned batch boundary n, in sequences."""
-    w = np.asarray(weights, np.float64) / np.sum(weights)
-    counts = batch_counts(component, w.size, global_batch)
+def batch_deviations(
+    counts: np.ndarray, weights: Sequence[float] | np.ndarray, global_batch: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per component, in sequences, from `batch_counts`: the largest |count - w_k * W| over
+    aligned batches, and the largest |cumulative count - w_k * n| at every batch boundary n."""
+    w = np.asarray(weights, np.float64)
     if not counts.size:
-        return 0.0
-    cum = np.cumsum(counts, axis=0)
+        return w * 0, w * 0
     seen = np.arange(1, counts.shape[0] + 1)[:, None] * global_batch
-    return float(np.abs(cum - w * seen).max())
+    prefix = np.abs(np.cumsum(counts, axis=0) - w * seen).max(axis=0)
+    return np.abs(counts - w * global_batch).max(axis=0), prefix
 
 
 def max_window_deviation(

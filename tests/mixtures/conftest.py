@@ -16,12 +16,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mixtures import sampler
 from pretrain.manifest import canonical_json, sha256_bytes, write_manifest
 
 EOD = 0
 TOKENIZER_SHA = sha256_bytes(b"synthetic tokenizer lock")
 TOKENIZER = {"name": "bpe-test", "sha256": TOKENIZER_SHA, "id": f"bpe-test@{TOKENIZER_SHA[:6]}"}
 DOMAINS = ("web", "code", "books")
+
+
+def max_deviation(component: np.ndarray, weights: list[float] | np.ndarray, width: int) -> float:
+    """The largest per-batch or batch-prefix deviation of any component (in sequences), as
+    `pretrain mixture report` measures it."""
+    counts = sampler.batch_counts(component, len(weights), width)
+    return max(float(d.max(initial=0.0)) for d in sampler.batch_deviations(counts, weights, width))
 
 
 def doc_tokens(prefix: int, doc: int, length: int) -> np.ndarray:

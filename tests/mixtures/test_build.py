@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import yaml
 
-from mixtures import sampler
 from pretrain.manifest import load_manifest
 from pretrain_app.cli import main
-from tests.mixtures.conftest import TOKENIZER_SHA, make_encoded, mixture_config
+from tests.mixtures.conftest import TOKENIZER_SHA, make_encoded, max_deviation, mixture_config
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -58,8 +57,7 @@ def test_build_writes_contract_manifest_and_exact_quotas(
     assert all(c["available_tokens"] > 0 for c in manifest["components"])
     index = np.load(tmp_path / "mix" / phase["index"])
     weights = [0.5, 0.3, 0.2]
-    assert sampler.max_batch_deviation(index["component"], weights, 16) < 1 + 1e-9
-    assert sampler.max_prefix_deviation(index["component"], weights, 16) < 1 + 1e-9
+    assert max_deviation(index["component"], weights, 16) < 1 + 1e-9
 
 
 def test_same_config_same_index_and_hashes(tmp_path: Path, encoded_dir: Path) -> None:
@@ -165,7 +163,7 @@ def test_phases_and_tokens_per_parameter_warning(
         ("anneal", 16),
     ]
     anneal = np.load(tmp_path / "mix" / manifest["phases"][1]["index"])
-    assert sampler.max_batch_deviation(anneal["component"], [0.2, 0.2, 0.6], 16) < 1 + 1e-9
+    assert max_deviation(anneal["component"], [0.2, 0.2, 0.6], 16) < 1 + 1e-9
 
 
 def test_replan_keeps_consumed_prefix_and_reports(tmp_path: Path, encoded_dir: Path) -> None:
@@ -182,7 +180,7 @@ def test_replan_keeps_consumed_prefix_and_reports(tmp_path: Path, encoded_dir: P
     assert new_index[:consumed].tobytes() == old_index[:consumed].tobytes()
     assert new_index.size == 12288 // 32
     rest = new_index[consumed:]
-    assert sampler.max_batch_deviation(rest["component"], [0.2, 0.3, 0.5], 16) < 1 + 1e-9
+    assert max_deviation(rest["component"], [0.2, 0.3, 0.5], 16) < 1 + 1e-9
     report = json.loads((tmp_path / "replanned" / "replan.json").read_text())
     assert report["consumed_sequences"] == consumed
     kept = report["phases"][0]["kept_per_component"]
@@ -266,6 +264,6 @@ def test_replan_across_a_phase_boundary_keeps_the_finished_phase(
         assert new_index[:kept].tobytes() == old_index[:kept].tobytes()
     assert manifest["phases"][0]["num_sequences"] == first
     rest = np.load(tmp_path / "new" / manifest["phases"][1]["index"])[2 * 16 :]
-    assert sampler.max_batch_deviation(rest["component"], [0.1, 0.1, 0.8], 16) < 1 + 1e-9
+    assert max_deviation(rest["component"], [0.1, 0.1, 0.8], 16) < 1 + 1e-9
     report = json.loads((tmp_path / "new" / "replan.json").read_text())
     assert [p["kept_sequences"] for p in report["phases"]] == [first, 2 * 16]

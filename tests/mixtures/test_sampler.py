@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mixtures import boundaries, sampler, schedule
+from tests.mixtures.conftest import max_deviation
 
 BOUND = 1.0 + 1e-6  # vs float weights: they are quantised to 1e-12 (exact bounds use numerators)
 
@@ -65,8 +66,7 @@ def test_every_aligned_batch_and_every_prefix_is_within_one_sequence_of_quota(pl
     assert_exact_bounds(comp, plan["weights"], plan["global_batch"])
     # The same bounds against the float weights as the report measures them.
     w, width = plan["weights"], plan["global_batch"]
-    assert sampler.max_batch_deviation(comp, w, width) < BOUND
-    assert sampler.max_prefix_deviation(comp, w, width) < BOUND
+    assert max_deviation(comp, w, width) < BOUND
     assert sampler.sample_prefix_deviations(comp, w).max() < BOUND
     assert not np.isin(comp, np.flatnonzero(w == 0)).any(), "a zero-weight component was drawn"
 
