@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from pretrain.artifacts import tokenizer as tokenizer_artifact
-from pretrain.artifacts.tokenizer import KIND as KIND
-from pretrain.artifacts.tokenizer import LOCK_FILE as LOCK_FILE
 from pretrain.artifacts.tokenizer import TOKENIZER_FILE, tokenizer_id
 from pretrain.errors import ArtifactError, LockMismatch
 from pretrain.manifest import canonical_json
@@ -61,23 +59,6 @@ class LockedTokenizer:
     def token_dtype(self) -> str:
         """The .bin token dtype: uint16 when every id fits, else int32."""
         return "uint16" if self.vocab_size < 65536 else "int32"
-
-    def megatron(self) -> Any:
-        """The minimal tokenizer view Megatron's GPTDatasetConfig reads (vocab_size, eod, pad)."""
-        return _MegatronView(self.vocab_size, self.eod_id, self.pad_id, self.id)
-
-
-@dataclass(frozen=True)
-class _MegatronView:
-    vocab_size: int
-    eod: int
-    pad: int
-    tokenizer_id: str
-
-    @property
-    def unique_identifiers(self) -> dict[str, str]:
-        """Part of Megatron's dataset cache key: a different tokenizer gets other indices."""
-        return {"class": "pretrain-locked-bpe", "tokenizer": self.tokenizer_id}
 
 
 def _as_sha(value: Any) -> tuple[str, str]:

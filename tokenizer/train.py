@@ -13,6 +13,7 @@ from typing import Any
 
 from pretrain.artifacts import tokenizer as tokenizer_kind
 from pretrain.artifacts.base import write_artifact
+from pretrain.artifacts.tokenizer import KIND, LOCK_FILE, TOKENIZER_FILE, tokenizer_id
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.locking import writes_output
@@ -28,7 +29,7 @@ from pretrain.publish import publishing
 from pretrain.storage import write_atomic
 from tokenizer.config import TokenizerTrainConfig, default_name
 from tokenizer.hf import hf_file_bytes
-from tokenizer.lock import KIND, LOCK_FILE, TOKENIZER_FILE, lock_bytes, tokenizer_id
+from tokenizer.lock import lock_bytes
 from tokenizer.pipeline import build_tokenizer
 from tokenizer.sample import plan_sample, stream_sample
 from tokenizer.shards import require_shards, shards_identity

@@ -14,7 +14,7 @@ import yaml
 from pretrain.manifest import load_manifest, verify
 from pretrain_app.cli import main
 from tests.mixtures.conftest import mixture_config
-from tokenizer.lock import _MegatronView
+from tests.tokenizer.tok_helpers import MegatronTokenizer
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -68,7 +68,7 @@ def test_megatron_builder_reads_the_blend_with_our_shares(
     config = GPTDatasetConfig(
         random_seed=7,
         sequence_length=phase["seq_length"],
-        tokenizer=_MegatronView(65536, 0, 1, "synthetic"),
+        tokenizer=MegatronTokenizer(65536, 0, 1, "synthetic"),
         blend=(prefixes, weights),
         split="100,0,0",
         reset_position_ids=False,

@@ -13,7 +13,7 @@ import pytest
 from pretrain.manifest import load_manifest, sha256_file
 from pretrain_app.cli import main
 from tests.tokenizer.synthetic import write_shards
-from tests.tokenizer.tok_helpers import make_records
+from tests.tokenizer.tok_helpers import make_records, megatron_tokenizer
 from tokenizer.lock import load_locked
 
 pytestmark = pytest.mark.timeout(180)
@@ -201,7 +201,7 @@ def test_tag_subset_reads_exactly_those_documents_through_gptdataset(
     config = GPTDatasetConfig(
         random_seed=1,
         sequence_length=128,
-        tokenizer=locked.megatron(),
+        tokenizer=megatron_tokenizer(locked),
         split="1,0,0",
         reset_position_ids=False,
         reset_attention_mask=False,

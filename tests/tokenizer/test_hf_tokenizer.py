@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from pretrain.artifacts.tokenizer import LOCK_FILE, TOKENIZER_FILE
 from pretrain.errors import ArtifactError
 from pretrain.manifest import load_manifest
 from tests.tokenizer.tok_helpers import make_records
-from tokenizer.lock import LOCK_FILE, TOKENIZER_FILE, load_locked
+from tokenizer.lock import load_locked
 
 pytestmark = pytest.mark.timeout(120)
 

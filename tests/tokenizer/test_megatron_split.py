@@ -14,7 +14,7 @@ import pytest
 
 from pretrain.manifest import load_manifest
 from tests.tokenizer.synthetic import write_shards
-from tests.tokenizer.tok_helpers import make_records
+from tests.tokenizer.tok_helpers import make_records, megatron_tokenizer
 from tokenizer.encode import encode
 from tokenizer.lock import load_locked
 
@@ -37,7 +37,7 @@ def _config(
     return GPTDatasetConfig(
         random_seed=1234,
         sequence_length=64,
-        tokenizer=load_locked(tokenizer_dir).megatron(),
+        tokenizer=megatron_tokenizer(load_locked(tokenizer_dir)),
         blend=(prefixes, weights),
         split=split,
         reset_position_ids=False,

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tokenizer.config import TokenizerTrainConfig
+from tokenizer.lock import LockedTokenizer
 
 PIECES = Path(__file__).resolve().parents[1] / "data" / "tokenizer" / "pieces.jsonl"
 
@@ -69,3 +71,23 @@ def train_config(shards: Path, out: Path, **changes: Any) -> TokenizerTrainConfi
         **changes,
     }
     return TokenizerTrainConfig.model_validate(data)
+
+
+@dataclass(frozen=True)
+class MegatronTokenizer:
+    """The minimal tokenizer view Megatron's GPTDatasetConfig reads (vocab_size, eod, pad), as a
+    Megatron-LM user would hand our encoded prefixes to its dataset builders."""
+
+    vocab_size: int
+    eod: int
+    pad: int
+    tokenizer_id: str
+
+    @property
+    def unique_identifiers(self) -> dict[str, str]:
+        """Part of Megatron's dataset cache key: a different tokenizer gets other indices."""
+        return {"class": "pretrain-locked-bpe", "tokenizer": self.tokenizer_id}
+
+
+def megatron_tokenizer(locked: LockedTokenizer) -> MegatronTokenizer:
+    return MegatronTokenizer(locked.vocab_size, locked.eod_id, locked.pad_id, locked.id)
