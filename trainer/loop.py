@@ -45,8 +45,6 @@ from trainer.step import StepResult, TrainState
 if TYPE_CHECKING:
     from trainer.config import TrainConfig
 
-__all__ = ["StepResult", "TrainState", "Trainer"]
-
 
 class Trainer:
     """One rank's trainer: the model chunks, optimizer, data, state, guard and callbacks."""

@@ -19,15 +19,7 @@ from pretrain.errors import ConfigError
 from trainer.config import TrainConfig
 from trainer.flops import flops_per_token, gpu_spec, narayanan_eq2, parameter_breakdown
 from trainer.plan_checks import communication, data_checks, data_warnings, memory_fixes
-from trainer.plan_memory import memory_per_gpu, zero_model_state_gb
-
-__all__ = [
-    "build_plan",
-    "format_plan",
-    "narayanan_eq2",
-    "parameter_breakdown",
-    "zero_model_state_gb",
-]
+from trainer.plan_memory import memory_per_gpu
 
 
 def layout_errors(config: TrainConfig, mixture_global_batch: int | None) -> list[str]:
@@ -125,12 +117,10 @@ def _vocab(config: TrainConfig, mixture: dict[str, Any] | None) -> int:
     return int(vocab)
 
 
-def _hardware(
-    config: TrainConfig, gpu: str | None, peak_tflops: float | None
-) -> tuple[str, float, float, float]:
-    """(GPU key, peak FLOP/s, memory GB, intra-node GB/s) from flags, config and the GPU table."""
-    name, spec = gpu_spec(gpu or config.plan.gpu or config.metrics.mfu_gpu)
-    peak = peak_tflops * 1e12 if peak_tflops else config.metrics.peak_flops or spec.peak_bf16
+def _hardware(config: TrainConfig) -> tuple[str, float, float, float]:
+    """(GPU key, peak FLOP/s, memory GB, intra-node GB/s) from the config and the GPU table."""
+    name, spec = gpu_spec(config.plan.gpu or config.metrics.mfu_gpu)
+    peak = config.metrics.peak_flops or spec.peak_bf16
     memory = config.plan.gpu_memory_gb or spec.memory_gb
     return name, peak, memory, config.plan.intra_node_gb_per_s or spec.nvlink_gb_per_s
 
@@ -163,14 +153,7 @@ def _compute(config: TrainConfig, vocab: int, n: int, peak: float, mfu: float, o
     }
 
 
-def build_plan(
-    config: TrainConfig,
-    gpu: str | None = None,
-    mfu: float | None = None,
-    overhead: float | None = None,
-    peak_tflops: float | None = None,
-    allow_oom: bool = False,
-) -> dict[str, Any]:
+def build_plan(config: TrainConfig, allow_oom: bool = False) -> dict[str, Any]:
     """The whole plan as a dict; raises ConfigError with every layout problem on one line, and
     when the plan does not fit the GPU's memory (unless allow_oom, which makes it a warning)."""
     mixture = _mixture_info(config)
@@ -180,9 +163,8 @@ def build_plan(
     vocab = _vocab(config, mixture)
     counts = parameter_breakdown(config.model, vocab, config.parallel.tensor)
     n = counts["total"]
-    name, peak, memory_gb, intra = _hardware(config, gpu, peak_tflops)
-    mfu = mfu if mfu is not None else config.plan.mfu
-    overhead = overhead if overhead is not None else config.plan.overhead
+    name, peak, memory_gb, intra = _hardware(config)
+    mfu, overhead = config.plan.mfu, config.plan.overhead
     compute = {"gpu": name, **_compute(config, vocab, n, peak, mfu, overhead)}
     memory = memory_per_gpu(config, counts)
     limit = memory_gb * config.plan.usable_memory_fraction

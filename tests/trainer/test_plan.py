@@ -8,7 +8,9 @@ import pytest
 from pretrain.errors import ConfigError
 from pretrain_app.cli import main
 from trainer.config import ModelConfig, TrainConfig
-from trainer.plan import build_plan, narayanan_eq2, parameter_breakdown, zero_model_state_gb
+from trainer.flops import narayanan_eq2, parameter_breakdown
+from trainer.plan import build_plan
+from trainer.plan_memory import zero_model_state_gb
 
 # Narayanan et al. 2021, Table 1: (parameters in billions, heads, hidden, layers); V=51200, s=2048.
 TABLE_1 = [
