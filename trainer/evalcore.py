@@ -161,11 +161,10 @@ def _document_records(
 
 def evaluate(
     model: Scorer,
-    eval_sets: Sequence[EvalSet] | str | Path,
+    eval_sets: Sequence[EvalSet],
     encoder: Any = None,
     seq_length: int | None = None,
     batch_size: int = 8,
-    max_docs: int | None = None,
     documents: list[dict[str, Any]] | None = None,
 ) -> dict[str, float]:
     """Bits per byte, loss (nats/token) and perplexity overall and per set.
@@ -176,14 +175,12 @@ def evaluate(
     document is appended to it (`set`, `domain`, `lang`, `id`, `nll` in nats, `bytes`, `tokens`):
     what a paired comparison of two models on the same documents needs (trainer/gate_stats.py).
     """
-    if isinstance(eval_sets, (str, Path)):
-        eval_sets = load_eval_sets(eval_sets, max_docs)
     encoder = as_encoder(encoder if encoder is not None else getattr(model, "tokenizer", None))
     seq_length = seq_length or getattr(model, "seq_length", None) or 512
     metrics: dict[str, float] = {}
     totals = np.zeros(3)
     for eval_set in eval_sets:
-        texts = eval_set.texts[:max_docs]
+        texts = eval_set.texts
         encoded = [[encoder.eod_id, *ids] for ids in encoder.encode_batch(texts)]
         logps = score_sequences(model, encoded, seq_length, batch_size, pad_id=encoder.eod_id)
         nll = -float(sum(lp.sum(dtype=np.float64) for lp in logps))
