@@ -98,10 +98,9 @@ def stage_parameters(config: TrainConfig, counts: dict[str, Any]) -> int:
     return round((layers + max(first, last)) / t)
 
 
-def activations_gb(config: TrainConfig, mode: str, micro_batch: int | None = None) -> float:
+def activations_gb(config: TrainConfig, mode: str) -> float:
     """Activation GB on the first pipeline stage (1F1B holds min(PP, micro-batches) of them)."""
-    par, m = config.parallel, config.model
-    b = micro_batch or config.batch.micro_batch_size
+    par, m, b = config.parallel, config.model, config.batch.micro_batch_size
     micro_batches = max(1, config.batch.global_batch_size // (b * par.data_parallel))
     in_flight = min(par.pipeline, micro_batches)
     if par.virtual_pipeline and par.pipeline > 1:
@@ -114,9 +113,9 @@ def activations_gb(config: TrainConfig, mode: str, micro_batch: int | None = Non
     return total / 1e9
 
 
-def logits_gb(config: TrainConfig, vocab: int, micro_batch: int | None = None) -> float:
+def logits_gb(config: TrainConfig, vocab: int) -> float:
     """Last stage: bf16 logits plus the fp32 softmax the cross-entropy keeps (6 bytes per entry)."""
-    b = micro_batch or config.batch.micro_batch_size
+    b = config.batch.micro_batch_size
     return config.model.seq_length * b * vocab / config.parallel.tensor * 6 / 1e9
 
 
