@@ -20,6 +20,7 @@ from pydantic import Field
 from pretrain.config import StrictModel, config_dict, read_yaml
 from pretrain.errors import ConfigError
 from pretrain.manifest import canonical_json, sha256_bytes
+from trainer.config import CriteriaConfig
 
 
 class Variant(StrictModel):
@@ -48,27 +49,6 @@ class ProxyConfig(StrictModel):
     """Dotted keys of the train config, e.g. {"model.hidden_size": 64, "model.num_layers": 1}."""
     token_budget: int | None = Field(None, ge=1)
     """Tokens per run for this proxy; defaults to the sweep's token_budget."""
-
-
-class CriteriaConfig(StrictModel):
-    metric: str = "bpb"
-    """Target metric (results key, e.g. bpb, bpb/web/en, task/piqa/acc_norm)."""
-    min_improvement: float = Field(0.0, ge=0)
-    """The lower bound of the chosen recipe's paired improvement over EACH alternative must
-    exceed this."""
-    confidence: float = Field(0.95, gt=0.5, lt=1.0)
-    """With equal recipes the gate passes at most 1 - confidence of the time: the interval of the
-    chosen recipe's improvement is widened for the choice among K recipes (trainer/gate_stats.py)."""
-    require_seed_spread: bool = True
-    """Seed noise must be measured (>= 2 seeds); off: one seed's document interval suffices."""
-    max_domain_regression: float | None = Field(None, ge=0)
-    """No domain may be worse than the alternative by more than this bpb (upper bound)."""
-    require_scale_agreement: bool = True
-    """With two proxies, every pair with the chosen recipe agrees at both scales, and its
-    small-scale margin is outside the noise."""
-    min_token_fraction: float = Field(0.95, gt=0, le=1)
-    """A proxy run is unhealthy (left out, refuses the gate) when scored at a step other than
-    its last trained one or when it trained fewer tokens than this share of its plan."""
 
 
 class HalvingConfig(StrictModel):

@@ -267,26 +267,34 @@ class EvalConfig(StrictModel):
         return self
 
 
-class GateConfig(StrictModel):
-    """What the ablation report must show before a `run.kind: full` launch (trainer.gate)."""
+class CriteriaConfig(StrictModel):
+    """How an ablation decides (`criteria` of `pretrain ablate`) and what the launch gate
+    re-checks on its report (`gate`): trainer/gate_rule.py applies them."""
 
-    report_dir: str | None = None
     metric: str = "bpb"
-    """Target metric of the ablation (lower is better)."""
+    """Target metric (results key, e.g. bpb, bpb/web/en, task/piqa/acc_norm)."""
     min_improvement: float = Field(0.0, ge=0)
     """The lower bound of the chosen recipe's paired improvement over EACH alternative must
     exceed this."""
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
-    """With equal recipes the gate passes at most 1 - confidence of the time (gate_stats.py)."""
+    """With equal recipes the gate passes at most 1 - confidence of the time: the interval of the
+    chosen recipe's improvement is widened for the choice among K recipes (trainer/gate_stats.py)."""
     require_seed_spread: bool = True
-    """Seed noise must be measured (>= 2 seeds per recipe)."""
+    """Seed noise must be measured (>= 2 seeds); off: one seed's document interval suffices."""
     max_domain_regression: float | None = Field(None, ge=0)
-    """No eval domain may be worse than the alternative by more than this bpb (upper bound)."""
+    """No domain may be worse than the alternative by more than this bpb (upper bound)."""
     require_scale_agreement: bool = True
-    """When two proxy scales ran: every pair with the chosen recipe agrees at both, its
-    small-scale margin outside the noise."""
+    """With two proxies, every pair with the chosen recipe agrees at both scales, and its
+    small-scale margin is outside the noise."""
     min_token_fraction: float = Field(0.95, gt=0, le=1)
-    """A proxy run that trained fewer tokens than this share of its plan is unhealthy."""
+    """A proxy run is unhealthy (left out, refuses the gate) when scored at a step other than
+    its last trained one or when it trained fewer tokens than this share of its plan."""
+
+
+class GateConfig(CriteriaConfig):
+    """What the ablation report must show before a `run.kind: full` launch (trainer.gate)."""
+
+    report_dir: str | None = None
 
 
 class TrainConfig(StrictModel):

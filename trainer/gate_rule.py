@@ -19,18 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from trainer.config import CriteriaConfig
 from trainer.gate_stats import describe, false_pass_rate, paired_effect, pct, selection_confidence
 
 LOWER_IS_BETTER_PREFIXES = ("bpb", "loss", "ppl", "perplexity", "nll")
-CRITERIA_DEFAULTS: dict[str, Any] = {
-    "metric": "bpb",
-    "min_improvement": 0.0,
-    "confidence": 0.95,
-    "require_seed_spread": True,
-    "max_domain_regression": None,
-    "require_scale_agreement": True,
-    "min_token_fraction": 0.95,
-}
+CRITERIA_DEFAULTS: dict[str, Any] = CriteriaConfig().model_dump()
 OUTLIER_Z = 10.0
 """A seed is an outlier when |value - its recipe's median| > OUTLIER_Z x 1.4826 x MAD, the MAD
 pooled over every recipe of that proxy (a modified z-score, Iglewicz and Hoaglin 1993). Not their
