@@ -159,7 +159,6 @@ def child_ours(inputs: str, out: str, workers: int) -> dict[str, Any]:
         "other_cpu_s_by_command": roles.get("other", {}).get("commands", {}),
         "phase_cpu": phase_cpu(sampler.procs, section["run"]["phase_spans"], os.cpu_count() or 1),
         "phase_cpu_by_role": phase_roles(sampler.procs, section["run"]["phase_spans"]),
-        "ray_data_stats": result.ray_stats,
         "raw_bytes": result.ledger["bytes_in"],
         "docs_in": result.ledger["documents_in"],
         "docs_kept": result.ledger["documents_kept"],
@@ -218,8 +217,7 @@ def _child(kind: str, inputs: Path, out: Path, workers: int) -> dict[str, Any]:
     result["tree_cpu_s"] = round(
         (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 2
     )
-    shown = {k: v for k, v in result.items() if k != "ray_data_stats"}
-    print(f"{kind} workers={workers}: {json.dumps(shown)}", flush=True)
+    print(f"{kind} workers={workers}: {json.dumps(result)}", flush=True)
     return result
 
 

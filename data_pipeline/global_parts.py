@@ -113,21 +113,9 @@ def listing(out: OutPath, stage: str) -> parts.Listing | None:
     return parts.Listing(out, (f"{parts.PARTS}/{GLOBAL}/{stage}",))
 
 
-def load(
-    out: OutPath,
-    stage: str,
-    part: str,
-    rows: int,
-    depends: str,
-    listed: parts.Listing | None = None,
-) -> MapOutput | None:
-    """The part's persisted map output when its record verifies (module docstring), else None.
-    With `listed` (an object store's listing of the stage's folder: `listing`), a file of its
-    recorded size written no later than its record keeps the recorded sha256, as a part's
-    shard does (parts.Listing.trusted): one GET per part (its record), where checking each file
-    was a HEAD, another HEAD and a GET of every byte (the map output is about a second copy of the
-    tagged corpus: 20 TB read back by the driver at 40 TB); any other file is hashed."""
-    checked = _checked(out, stage, part, rows, depends, listed)
+def load(out: OutPath, stage: str, part: str, rows: int, depends: str) -> MapOutput | None:
+    """The part's persisted map output when its record verifies (module docstring), else None."""
+    checked = _checked(out, stage, part, rows, depends, None)
     return checked[0] if checked is not None else None
 
 
@@ -137,9 +125,14 @@ def _checked(
     part: str,
     rows: int,
     depends: str,
-    listed: parts.Listing | None = None,
+    listed: parts.Listing | None,
 ) -> tuple[MapOutput, dict[str, Any]] | None:
-    """`load`, with the part's record."""
+    """`load`, with the part's record. With `listed` (an object store's listing of the stage's
+    folder: `listing`), a file of its recorded size written no later than its record keeps the
+    recorded sha256, as a part's shard does (parts.Listing.trusted): one GET per part (its
+    record), where checking each file was a HEAD, another HEAD and a GET of every byte (the map
+    output is about a second copy of the tagged corpus: 20 TB read back by the driver at 40 TB);
+    any other file is hashed."""
     where = record_path(out, stage, part)
     try:
         record = parts.load_json(where)

@@ -84,9 +84,9 @@ def stream(
     skip: dict[str, set[int]],
     out: OutPath,
     progress: bool,
-) -> str:
+) -> None:
     """Read the inputs `read` (less the parts in `skip`) through the map stages before the first
-    global stage into row files; returns Ray Data's stats. Progress counts the tagged rows."""
+    global stage into row files. Progress counts the tagged rows."""
     import ray
 
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -139,9 +139,8 @@ def stream(
     with watch(
         bar, lambda: (tagged.rows, parts.records_to_read(out, stems, skip, config.shard_rows))
     ):
-        _, stats = run(dataset, config.ray.timeout_s, tagged.add)
+        run(dataset, config.ray.timeout_s, tagged.add)
     workers.raise_refusal(out)  # a map actor's, when no block reached it
-    return stats
 
 
 EXECUTOR_WAIT_S = 0.5
@@ -182,10 +181,10 @@ def merge(
     done: dict[str, set[int]],
     merged: ledger.Merged,
     global_digest: str = "",
-) -> str:
+) -> None:
     """Merge every unfinished part of the inputs `stems` into its shard (workers.merge_parts);
     `merged` folds each part's record and cost record as they arrive; each part record holds
-    `global_digest` (with global stages: runner.Published). Returns Ray's stats."""
+    `global_digest` (with global stages: runner.Published)."""
     import ray
 
     shards = []
@@ -214,7 +213,7 @@ def merge(
             num_cpus=MERGE_CPUS,
             fn_kwargs=writer,
         )
-    return run(dataset, config.ray.timeout_s, merged.add, keep=False)[1]
+    run(dataset, config.ray.timeout_s, merged.add)
 
 
 @contextmanager
@@ -254,15 +253,11 @@ def session(
 
 
 def run(
-    dataset: Any,
-    timeout_s: float | None,
-    on_block: Callable[[Any], None] | None = None,
-    keep: bool = True,
-) -> tuple[list[dict[str, Any]], str]:
+    dataset: Any, timeout_s: float | None, on_block: Callable[[Any], None] | None = None
+) -> None:
     """Run the dataset to completion, with a wall-clock guard when a timeout is configured;
-    `on_block` sees each output block as it arrives. With `keep` false no row is kept (the
-    list returned is empty): the merge's rows carry records the driver folds, not holds."""
-    result: list[Any] = []
+    `on_block` sees each output block as it arrives (no row is kept: the blocks carry records
+    the driver folds, not holds)."""
     errors: list[BaseException] = []
 
     def target() -> None:
@@ -270,8 +265,6 @@ def run(
             for block in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
                 if on_block is not None:
                     on_block(block)
-                if keep:
-                    result.extend(block.to_pylist())
         except BaseException as exc:  # re-raised in the driver thread below
             errors.append(exc)
 
@@ -288,7 +281,6 @@ def run(
         if cause is not None:  # one line, as the task raised it
             raise type(cause)(str(cause)) from None
         raise errors[0]
-    return result, dataset.stats()
 
 
 def pretrain_cause(exc: BaseException) -> PretrainError | None:

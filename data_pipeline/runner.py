@@ -72,8 +72,6 @@ class RunResult:
     reused_parts: int = 0
     """Parts (shards and their rejects and part records) reused from an earlier run."""
     parts: int = 0
-    ray_stats: str = ""
-    """Ray Data's per-operator timing report (empty when every shard was reused)."""
     reused_map_parts: dict[str, int] = field(default_factory=dict)
     """Global stage -> parts whose persisted map output this run reused (global_parts)."""
 
@@ -360,15 +358,13 @@ def run_pipeline(
             f"{sum(len(v) for v in done.values())} parts reused{waiting}); "
             f"stages: {', '.join(s.name for s in stages)}"
         )
-    stats, reused_map = [], dict[str, int]()
+    reused_map: dict[str, int] = {}
     clock = throughput.RunClock() if work else None
     if clock is not None:
         with ray_job.session(config, ray_address, out, progress, clock):
             if work.read:
                 with clock.phase("stream"):
-                    stats.append(
-                        ray_job.stream(config, stages, work.read, work.skip, out, progress)
-                    )
+                    ray_job.stream(config, stages, work.read, work.skip, out, progress)
             if work.published is not None:
                 rows = global_parts.expected_rows(out, work.merge, config.shard_rows)
                 reused_map = global_parts.run_global_stages(
@@ -385,9 +381,7 @@ def run_pipeline(
                     merged.forget_records()  # a part the scan verified was forgotten (restart)
             global_digest = work.published.digest if work.published is not None else ""
             with clock.phase("merge"):
-                stats.append(
-                    ray_job.merge(config, stages, out, work.merge, done, merged, global_digest)
-                )
+                ray_job.merge(config, stages, out, work.merge, done, merged, global_digest)
     reused = sum(len(v) for v in done.values())
     led, shards = _collect(out, [u.stem for u in units], stages, merged)
     if clock is not None:
@@ -435,6 +429,5 @@ def run_pipeline(
         shards,
         reused_parts=reused,
         parts=led["parts"],
-        ray_stats="\n".join(stats),
         reused_map_parts=reused_map,
     )

@@ -324,9 +324,6 @@ class Progress:
             tqdm.write(message, file=terminal())
 
 
-progress = Progress
-
-
 @contextmanager
 def watch(
     bar: Progress, poll: Callable[[], tuple[float, float | None]], every: float = 1.0

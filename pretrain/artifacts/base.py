@@ -123,9 +123,6 @@ class Artifact(BaseModel, Generic[F]):
         """File `rel` of the artifact: confined to it and listed in its manifest."""
         return listed_path(self.directory, self.raw, rel)
 
-    def has(self, rel: str) -> bool:
-        return rel in self.manifest.files
-
 
 def peek(directory: str | os.PathLike) -> Manifest:
     """The common fields of any artifact's manifest, its seal checked but not its files' bytes:
