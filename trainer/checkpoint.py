@@ -24,7 +24,7 @@ import torch
 
 from pretrain.artifacts import run as run_kind
 from pretrain.artifacts.base import write_artifact
-from pretrain.errors import ArtifactError, PretrainError
+from pretrain.errors import ArtifactError
 from pretrain.manifest import load_manifest, verify
 from pretrain.safeload import check_checkpoint, guard_torch_loading, torch_load
 from pretrain.storage import write_json
@@ -174,16 +174,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def _require_psutil() -> None:
-    try:
-        import psutil  # noqa: F401
-    except ModuleNotFoundError:  # without it dist_checkpointing's writer dies and save hangs
-        raise PretrainError(
-            "psutil is not installed, and megatron dist_checkpointing hangs "
-            "saving without it; pip install psutil"
-        ) from None
-
-
 class AsyncSaver:
     """Megatron's async checkpoint queue: shards are written by a forked process while training
     continues; our finish (state.json, manifest, rename, pruning) runs when the write is done."""
@@ -216,7 +206,6 @@ def save(
     writes state.json and the manifest and renames it to iter_<step> (now, or later with `saver`)."""
     from megatron.core import dist_checkpointing
 
-    _require_psutil()
     rank = torch.distributed.get_rank()
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
