@@ -34,7 +34,6 @@ from pretrain.publish import publishing
 from pretrain.storage import write_json
 from tokenizer.lock import check_match
 
-KIND = "mixture"
 TOKENS_PER_PARAM = (15.0, 30.0)
 
 
@@ -120,7 +119,8 @@ class Prepared:
 def prepare(config: MixtureConfig) -> Prepared:
     """Check `out` (new, empty, or a mixture: replaced), validate the recipe, verify the encoded
     data and tokenizer, select and plan (feasibility). `--dry-run` runs this too."""
-    require_own_output(Path(config.out), "out:", KIND)  # before any work, and by the dry run
+    # before any work, and by the dry run
+    require_own_output(Path(config.out), "out:", mixture_kind.KIND)
     check_recipe(config)
     encoded_dir = Path(config.build.encoded)
     encoded_manifest = verify_encoded(encoded_dir)

@@ -52,7 +52,6 @@ from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.prefixes import MIN_PREFIX_DOCUMENTS, plan_prefixes
 from tokenizer.shards import read_columns, require_shards
 
-KIND = "encoded"
 BASE_COLUMNS = ("id", "source", "split")
 """The shards' base columns every sidecar row carries besides the stages' tags."""
 
@@ -294,7 +293,7 @@ def check_out(out: Path) -> None:
     refuse_not_a_directory(out, "--out")
     kind = manifest_kind(out)
     if kind is not None:
-        if kind != KIND:
+        if kind != encoded_kind.KIND:
             raise ArtifactError(f"--out {out} holds a {kind!r} artifact; choose another directory")
         return
     if out.is_dir() and any(_is_done_record(path) for path in out.glob(".*.done")):

@@ -30,7 +30,6 @@ from tokenizer.plots import plot_compression, plot_groups
 from tokenizer.sample import SamplePlan, group_key, stream_sample
 from tokenizer.shards import read_columns, require_shards, same_shards, tag, unit_hash
 
-KIND = eval_kind.KIND
 MIN_EVAL_DOCS = 20
 MIN_EVAL_BYTES = 20_000
 MAX_EVAL_BYTES = 50_000_000
@@ -204,7 +203,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """Evaluate, write report.json + compression.png + manifest into `out`; return the report."""
     out = Path(out) if out is not None else Path(tokenizer_dir) / "eval"
-    require_own_output(out, "--out", KIND)  # not a folder of someone else's report.json
+    require_own_output(out, "--out", eval_kind.KIND)  # not a folder of someone else's report.json
     tokenizer = load_locked(tokenizer_dir)
     _, shards = require_shards(data)
     docs, source = select_eval_docs(shards, tokenizer.lock)

@@ -25,9 +25,6 @@ from pretrain.publish import publishing
 from pretrain.storage import write_atomic
 from trainer.checkpoint import checkpoint_dir, list_checkpoints, newest_valid
 
-KIND = "hf_export"
-_OUT_FILES = ("config.json", "generation_config.json", "model.safetensors")
-
 
 def pick_checkpoint(run_or_checkpoint: Path, step: int | None) -> Path:
     """RUN_DIR's checkpoint at `step` (default: the newest that verifies), or a checkpoint dir."""
@@ -105,7 +102,7 @@ def export_hf(
     run_dir, out = Path(run_dir), Path(out)
     # new, empty or an export (replaced); a file or someone else's folder is one line, before
     # the checkpoint is read
-    require_own_output(out, "--out", KIND)
+    require_own_output(out, "--out", export_kind.KIND)
     checkpoint = pick_checkpoint(run_dir, step)
     state = json.loads((checkpoint / "state.json").read_text())
     config = _cpu_config(state)
