@@ -54,35 +54,6 @@ def split_for(doc_id: str, eval_fraction: float = EVAL_FRACTION) -> str:
     return "eval" if unit < eval_fraction else "train"
 
 
-def validate(table: pa.Table | pa.Schema, fields: Iterable[pa.Field] = ()) -> None:
-    """Refuse a table whose columns or types differ from base + `fields` (stages' columns).
-
-    Columns beyond those are refused too, so a typo in a stage's output is caught at its source.
-    """
-    schema = table if isinstance(table, pa.Schema) else table.schema
-    expected = document_schema(fields)
-    present = {f.name: f for f in schema}
-    for field in expected:
-        got = present.get(field.name)
-        if got is None:
-            raise SchemaError(
-                f"column {field.name!r} is missing; a table after these stages needs "
-                f"{', '.join(expected.names)}"
-            )
-        if not got.type.equals(field.type):
-            raise SchemaError(f"column {field.name!r} has type {got.type}, expected {field.type}")
-    extra = [name for name in schema.names if name not in expected.names]
-    if extra:
-        raise SchemaError(
-            f"unexpected column(s) {', '.join(extra)}; declare them in the `columns` of "
-            "the stage that adds them"
-        )
-    if isinstance(table, pa.Table):
-        for name in ("id", "split"):
-            if table.column(name).null_count:
-                raise SchemaError(f"column {name!r} has {table.column(name).null_count} null(s)")
-
-
 def conform(table: pa.Table, fields: Iterable[pa.Field]) -> pa.Table:
     """Reorder and cast `table` to base + `fields` (same column names required)."""
     expected = document_schema(fields)

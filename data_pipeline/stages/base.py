@@ -77,10 +77,6 @@ class Stage(ABC):
         self.config = config if config is not None else self.Config()
         self.context = context  # e.g. model artifact paths given by a caller
 
-    @property
-    def provides(self) -> tuple[str, ...]:
-        return tuple(f.name for f in self.columns)
-
     def spec(self) -> StageSpec:
         """What a worker needs to rebuild this stage (`build_stage`)."""
         target = f"{type(self).__module__}:{type(self).__qualname__}"

@@ -49,7 +49,6 @@ __all__ = [
     "stage_class",
     "stage_fields",
     "tag_fields",
-    "validate",
 ]
 
 
@@ -233,8 +232,3 @@ def fields_of(stages: Iterable[str]) -> list[pa.Field]:
 def schema_for(stages: Iterable[str]) -> pa.Schema:
     """The schema of a table after the given stages have run (base columns first)."""
     return schema.document_schema(fields_of(stages))
-
-
-def validate(table: pa.Table | pa.Schema, stages: Iterable[str] = ()) -> None:
-    """pretrain.schema.validate against base + the given stages' columns."""
-    schema.validate(table, fields_of(stages))

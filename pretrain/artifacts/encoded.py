@@ -59,8 +59,5 @@ class Encoded(base.Artifact[EncodedFields]):
             paths.append(self.directory / stem)
         return paths
 
-    def sidecar_path(self, stem: str) -> Path:
-        return self.directory / f"{stem}{SIDECAR_SUFFIX}"
-
 
 open = Encoded.open

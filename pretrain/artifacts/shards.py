@@ -80,13 +80,6 @@ class Shards(base.Artifact[ShardsFields]):
         """The Parquet shards the manifest lists (never a file merely present), sorted."""
         return [self.path(rel) for rel in layout.kept_files(self.raw["files"])]
 
-    def batches(
-        self, columns: Sequence[str], batch_size: int = 2048, fields: Iterable[pa.Field] = ()
-    ) -> Iterator[pa.Table]:
-        """Every shard in order, in batches holding exactly `columns` (see `read_columns`)."""
-        for path in self.shard_paths:
-            yield from read_columns(path, columns, batch_size, fields)
-
 
 open = Shards.open
 

@@ -8,7 +8,7 @@ import pytest
 from data_pipeline.models.demo_assets import build_demo_models
 from data_pipeline.stages.classify import DomainStage, QualityStage
 from data_pipeline.stages.perplexity import PerplexityStage
-from data_pipeline.stages.registry import schema_for, validate
+from data_pipeline.stages.registry import schema_for
 from pretrain.manifest import manifest_sha256, verify
 
 
@@ -46,7 +46,9 @@ def test_demo_models_build_tag_and_are_reused(demo_models):
     table = DomainStage(DomainStage.Config(model=str(models["domain"])))(table)
     table = QualityStage(QualityStage.Config(model=str(models["quality"])))(table)
     table = PerplexityStage(PerplexityStage.Config(model=str(models["lm"])))(table)
-    validate(table, ["langid", "domain", "quality", "perplexity"])
+    # base columns, then each stage's declared ones
+    declared = schema_for(["langid", "domain", "quality", "perplexity"])
+    assert (table.schema.names, table.schema.types) == (declared.names, declared.types)
     assert table.column("domain").to_pylist()[:2] == ["code", "prose"]
     assert table.column("ppl_bucket").to_pylist()[-1] == "none"
     assert all(p is not None for p in table.column("perplexity").to_pylist()[:3])

@@ -1,8 +1,6 @@
 import pyarrow as pa
-import pytest
 
-from pretrain.errors import SchemaError
-from pretrain.schema import conform, document_schema, split_for, validate
+from pretrain.schema import conform, document_schema, split_for
 
 LANGID = (
     pa.field("lang", pa.string()),
@@ -33,23 +31,6 @@ def test_split_is_stable_and_near_the_configured_fraction():
     assert 0.004 < share < 0.006
     assert splits[:1000] == [split_for(i) for i in ids[:1000]]
     assert split_for("x", eval_fraction=1.0) == "eval"
-
-
-def test_validate_accepts_base_and_stage_columns_and_refuses_drift():
-    table = _base_table()
-    validate(table)
-    with_lang = (
-        table.append_column("lang", pa.array(["en"] * 3))
-        .append_column("lang_score", pa.array([0.9] * 3, pa.float32()))
-        .append_column("langid_reason", pa.array([None] * 3, pa.string()))
-    )
-    validate(with_lang, LANGID)
-    with pytest.raises(SchemaError, match="lang_score.*float"):
-        validate(with_lang.set_column(7, "lang_score", pa.array([0.9] * 3, pa.float64())), LANGID)
-    with pytest.raises(SchemaError, match="unexpected column"):
-        validate(with_lang, [])
-    with pytest.raises(SchemaError, match="missing"):
-        validate(table, LANGID)
 
 
 def test_conform_reorders_and_casts():
