@@ -230,17 +230,17 @@ class Listing:
         return True if mtime is not None and written is not None and mtime <= written else None
 
 
-def part_verifies(out: OutPath, record_file: OutPath, listing: Listing | None = None) -> bool:
+def part_verifies(out: OutPath, record_file: OutPath) -> bool:
     """True when the part's record is readable and every file it records is intact, and no
-    shard or rejects file it does not record is present. Locally every file is checked through
-    the hash cache (re-hashed when the file was touched: its ctime changed); in an object store
-    with a `listing`, a file of the recorded size written before its part record keeps the recorded
-    sha256 (one written after it is read back and hashed)."""
-    return _verified(out, record_file, listing) is not None
+    shard or rejects file it does not record is present (`_verified`)."""
+    return _verified(out, record_file, None) is not None
 
 
 def _verified(out: OutPath, record_file: OutPath, listing: Listing | None) -> bytes | None:
-    """`part_verifies`: the part record's bytes when the part verifies, else None."""
+    """The part record's bytes when the part verifies (`part_verifies`), else None. Locally every
+    file is checked through the hash cache (re-hashed when the file was touched: its ctime
+    changed); in an object store with a `listing`, a file of the recorded size written before its
+    part record keeps the recorded sha256 (one written after it is read back and hashed)."""
     try:
         data = record_file.read_bytes()
         files = json.loads(data)["files"]

@@ -20,7 +20,7 @@ class StageConfig(StrictModel):
 
 class StageSection(StrictModel):
     """Base of a stage's section of the shards manifest (`Stage.Section`): the typed fields the
-    stage records there as `sections.<stage name>` (pretrain.artifacts.shards, format 2). The
+    stage records there as `sections.<stage name>` (pretrain.artifacts.shards). The
     defaults are what a reader gets from a manifest where the stage did not run."""
 
 

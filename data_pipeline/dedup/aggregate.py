@@ -22,6 +22,7 @@ from data_pipeline.dedup import tasks, verify
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats
 from data_pipeline.dedup.launch import Runner
+from data_pipeline.throughput import peak_rss_mb
 
 
 def aggregate(
@@ -143,6 +144,6 @@ def stats_of(run: Runner, partitions: int) -> DedupStats:
         "worker_peak_rss_mb_by_step": {
             step: round(info.get("peak_rss_mb", 0.0), 1) for step, info in merged.items()
         },
-        "driver_peak_rss_mb": round(tasks.peak_rss_mb(), 1),
+        "driver_peak_rss_mb": round(peak_rss_mb(), 1),
     }
     return stats

@@ -7,7 +7,6 @@ Every step also reports its process's peak RSS so a run can show memory per proc
 
 from __future__ import annotations
 
-import resource
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,12 +25,9 @@ from data_pipeline.dedup.core import (
 )
 from data_pipeline.dedup.lsh import candidate_edges
 from data_pipeline.stagekit import append_columns
+from data_pipeline.throughput import peak_rss_mb
 
 EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def part_of(values: np.ndarray, partitions: int) -> np.ndarray:

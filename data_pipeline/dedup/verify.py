@@ -13,7 +13,8 @@ import pyarrow as pa
 
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import signatures_of, verify_pairs
-from data_pipeline.dedup.tasks import EDGE_SCHEMA, concat, edges_table, lookup, peak_rss_mb, scatter
+from data_pipeline.dedup.tasks import EDGE_SCHEMA, concat, edges_table, lookup, scatter
+from data_pipeline.throughput import peak_rss_mb
 
 
 def _no_edges() -> pa.Table:

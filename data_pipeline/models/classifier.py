@@ -8,7 +8,6 @@ held-out by a hash of their text, so the split is stable run to run.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import tempfile
 from collections import Counter
@@ -18,7 +17,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from data_pipeline.models.normalization import NORMALIZATION, classifier_line
-from data_pipeline.models.records import RecordSource, field_value, iter_records
+from data_pipeline.models.records import RecordSource, field_value, is_heldout, iter_records
 from data_pipeline.models.report import plot_confusion
 from pretrain.artifacts import model as model_kind
 from pretrain.artifacts.base import write_artifact
@@ -100,11 +99,6 @@ class ClassifierConfig(StrictModel):
         return self
 
 
-def _is_heldout(line: str, fraction: float) -> bool:
-    digest = hashlib.blake2b(line.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64 < fraction
-
-
 def _label_of(record: dict[str, Any], source: ClassifierInput) -> str | None:
     if source.label is not None:
         return source.label
@@ -157,8 +151,8 @@ def split_examples(
                 f"label {label!r} has no training records; add inputs for it or "
                 "remove it from `labels`"
             )
-        label_train = [x for x in lines if not _is_heldout(x, config.holdout_fraction)]
-        heldout.extend((label, x) for x in lines if _is_heldout(x, config.holdout_fraction))
+        label_train = [x for x in lines if not is_heldout(x, config.holdout_fraction)]
+        heldout.extend((label, x) for x in lines if is_heldout(x, config.holdout_fraction))
         if config.max_per_label and len(label_train) > config.max_per_label:
             label_train = rng.sample(label_train, config.max_per_label)
         train.extend((label, x) for x in label_train)

@@ -13,7 +13,6 @@ counts, discounts and the perplexity of held-out reference documents.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from pydantic import Field, field_validator
 
 from data_pipeline.models.mkn import train_arpa
 from data_pipeline.models.normalization import NORMALIZATION, lm_sentences
-from data_pipeline.models.records import RecordSource, field_value, iter_records
+from data_pipeline.models.records import RecordSource, field_value, is_heldout, iter_records
 from pretrain.artifacts import model as model_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.config import StrictModel, config_dict
@@ -71,11 +70,6 @@ class LanguageModelConfig(StrictModel):
         return languages
 
 
-def _is_heldout(text: str, fraction: float) -> bool:
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64 < fraction
-
-
 def _documents(lang: str, spec: LanguageInputs) -> Iterator[str]:
     for source in spec.inputs:
         count = 0
@@ -105,7 +99,7 @@ def reference_sentences(lang: str, config: LanguageModelConfig) -> tuple[list[st
             if len(heldout) >= MIN_HELDOUT or not config.heldout_fraction:
                 break
             heldout.append(text)
-        elif _is_heldout(text, config.heldout_fraction):
+        elif is_heldout(text, config.heldout_fraction):
             heldout.append(text)
         elif doc_sentences := lm_sentences(text):
             sentences.extend(doc_sentences)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import re
@@ -45,6 +46,12 @@ class RecordSource(StrictModel):
             if value is None or not re.search(pattern, str(value)):
                 return False
         return True
+
+
+def is_heldout(text: str, fraction: float) -> bool:
+    """Whether `text` is in the held-out share `fraction`: by its hash, the same in every run."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < fraction
 
 
 def field_value(record: dict[str, Any], dotted: str) -> Any:

@@ -68,9 +68,8 @@ class PerplexityConfig(StageConfig):
     """Sketch resolution: quantiles are exact to within 10^(1/bins) - 1 (0.23% at 1000)."""
     cutoffs: dict[str, tuple[float, float]] = {}
     """Fixed {lang: [low, high]} perplexity cutoffs, e.g. the `sections.perplexity.ppl_cutoffs` of
-    an earlier run's manifest (top-level `ppl_cutoffs` before shards format 2), so a
-    new crawl batch is bucketed like the reference corpus (CCNet fixes them once); languages not
-    listed are estimated from this corpus."""
+    an earlier run's manifest, so a new crawl batch is bucketed like the reference corpus (CCNet
+    fixes them once); languages not listed are estimated from this corpus."""
 
     @field_validator("cutoffs")
     @classmethod
