@@ -140,7 +140,7 @@ def stats_of(run: Runner, partitions: int) -> DedupStats:
         "partitions": partitions,
         "component_rounds": rounds,
         # largest peak RSS of the worker processes that ran each step; workers are reused across
-        # steps (and runs), so this is a running maximum unless isolate_tasks is set
+        # steps (and runs), so this is a running maximum
         "worker_peak_rss_mb_by_step": {
             step: round(info.get("peak_rss_mb", 0.0), 1) for step, info in merged.items()
         },

@@ -69,9 +69,6 @@ class DedupConfig(StageConfig):
     set here is raised to what the budget needs."""
     batch_size: int = Field(2048, ge=1)
     """Documents shingled and hashed at once (bounds the memory of a map task)."""
-    isolate_tasks: bool = False
-    """Run every Ray task in a fresh worker process (slower): each task's peak RSS is then its
-    own, which is how the memory benchmark measures per-process peaks."""
     task_timeout_s: float = Field(3600, gt=0, le=MAX_TIMEOUT_S)
     """Give up (with an error, not a hang) when a Ray step waits longer than this."""
     index: IndexConfig = IndexConfig()

@@ -31,7 +31,6 @@ class Runner:
         self.timeout = config.task_timeout_s
         self.infos: dict[str, list[dict[str, Any]]] = {}
         self.remotes: dict[Any, Any] = {}
-        self.isolate = config.isolate_tasks
         self.costs: list[Any] = []
         """One ref per task: its CPU-seconds and peak RSS (data_pipeline.throughput)."""
         self.timeline: list[tuple[str, float]] = [("start", time.time())]
@@ -44,11 +43,8 @@ class Runner:
             self.sweep()
         key = (func, num_returns)
         if key not in self.remotes:
-            options: dict[str, Any] = {"num_cpus": 1, "max_retries": 2}
-            if self.isolate:
-                options["max_calls"] = 1
             timed = throughput.timed_task(func, num_returns)
-            self.remotes[key] = self.ray.remote(**options)(timed)
+            self.remotes[key] = self.ray.remote(num_cpus=1, max_retries=2)(timed)
         *refs, cost = self.remotes[key].options(num_returns=num_returns + 1).remote(*args)
         self.costs.append(cost)
         self.scratch.read_by(args, cost)
