@@ -63,7 +63,6 @@ class Stage(ABC):
     on them, shard readers give typed nulls where the stage did not run (registry.tag_fields)."""
     version: ClassVar[int] = 1
     """Bump when the output changes for the same input."""
-    requires: ClassVar[tuple[str, ...]] = ("id", "text")
     Config: ClassVar[type[StageConfig]] = StageConfig
     required: ClassVar[str] = ""
     """Non-empty: every job must run this stage, and this says why (a config without it is

@@ -38,7 +38,6 @@ class DedupStage(GlobalStage):
     columns: ClassVar[tuple[pa.Field, ...]] = DEDUP_COLUMNS
     tags: ClassVar[tuple[str, ...]] = ("dup_keep",)
     version: ClassVar[int] = 2
-    requires: ClassVar[tuple[str, ...]] = ("id", "text")
     Config: ClassVar[type[StageConfig]] = DedupConfig
 
     def __init__(self, config: StageConfig | None = None, **context: Any) -> None:

@@ -160,13 +160,6 @@ class ExtractStage(Stage):
     )
     required: ClassVar[str] = "it turns raw records into text for every other stage"
     version: ClassVar[int] = 2  # 2: control characters become a space instead of vanishing
-    requires: ClassVar[tuple[str, ...]] = (
-        "id",
-        "text",
-        "_payload",
-        "_content_type",
-        "_read_reason",
-    )
     Config: ClassVar[type[StageConfig]] = ExtractConfig
 
     def setup(self) -> None:

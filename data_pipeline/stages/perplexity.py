@@ -108,7 +108,6 @@ class PerplexityStage(GlobalStage):
     tags = ("perplexity", "ppl_bucket")
     Section = PerplexitySection
     version = 1
-    requires = ("id", "text", "lang")
     Config = PerplexityConfig
     join_reads = ("perplexity",)
 

@@ -269,7 +269,6 @@ class SafetyStage(Stage):
     )
     tags: ClassVar[tuple[str, ...]] = ("url_blocked", "unsafe_score")
     version: ClassVar[int] = 3  # 3: phone numbers by libphonenumber, national formats by lang
-    requires: ClassVar[tuple[str, ...]] = ("id", "text", "url")
     Config: ClassVar[type[StageConfig]] = SafetyConfig
 
     def setup(self) -> None:
