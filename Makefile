@@ -35,12 +35,12 @@ demo: $(STAMP)
 # (2 fit a 2-core machine: the default suite in ~60% of its serial time; each starts its own Ray).
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The slow tests: most in TEST_WORKERS processes, then the `serial` ones (they kill, stall or load
 # processes by timing) one at a time. pytest's exit 5 (no test selected) is not a failure.
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m "slow and not serial" -n $(TEST_WORKERS) --dist loadgroup \
+	$(BIN)/python -m pytest -q -m "slow and not serial" -n $(TEST_WORKERS) --dist worksteal \
 	  $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/python -m pytest -q -m "slow and serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 

@@ -3,17 +3,13 @@
 Ray: one local instance per test session, 2 CPUs, dashboard off, started only by tests that ask
 for the `ray_local` fixture.
 
-`clean_demos`: two `pretrain demo` runs from clean (each its own process, clean environment, own
-output directory), made once per session for the slow tests that compare them (the ablation's
-decision: tests/evals/test_demo_stable.py; the locked tokenizer: tests/tokenizer/
-test_demo_tokenizer_id.py), so the ~2 minutes a demo takes are spent twice, not four times.
+Order: longest file first, by its tests' declared `timeout` (their hang guard), so that a parallel run
+(`make test` and `make test-slow`: pytest-xdist `--dist worksteal`) does not end on one long test.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -27,6 +23,17 @@ os.environ.setdefault("PRETRAIN_CACHE", tempfile.mkdtemp(prefix="pretrain-cache-
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def declared(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("timeout")
+        return float(mark.args[0]) if mark and mark.args else 0.0
+
+    longest: dict[str, float] = {}  # per file, so a file's tests (and its fixtures) stay together
+    for item in items:
+        longest[item.path] = max(longest.get(item.path, 0.0), declared(item))
+    items.sort(key=lambda item: longest[item.path], reverse=True)  # stable
 
 
 @pytest.fixture(scope="session")
@@ -59,24 +66,6 @@ def repo_root() -> Path:
 def clean_env() -> dict[str, str]:
     """This environment without what an earlier `ray.init()` or a PRETRAIN_* setting left."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PRETRAIN_"))}
-
-
-@pytest.fixture(scope="session")
-def clean_demos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The output directories of two `pretrain demo` runs from clean (see the module docstring)."""
-    root = tmp_path_factory.mktemp("clean-demos")
-    outs = (root / "a", root / "b")
-    for out in outs:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pretrain_app", "demo", "--out", str(out)],
-            env=clean_env(),
-            capture_output=True,
-            text=True,
-            timeout=2400,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return outs
 
 
 @pytest.fixture(scope="session")
