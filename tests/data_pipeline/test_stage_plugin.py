@@ -89,21 +89,6 @@ class ToyRank(GlobalStage):
         ranks = np.searchsorted(np.asarray(ordered), np.asarray(chars(rows)), side="left")
         return self.append(rows, {"toy_rank": ranks.tolist()})
 
-    def apply_table(self, table):
-        (args,) = self.aggregate_table(table)
-        return self.join_part(table, {}, 0, *args)
-
-    def aggregate_table(self, table):
-        ordered = sorted(chars(table))
-        self.documents = len(ordered)
-        return [(ordered,)]
-
-    def apply(self, dataset):
-        import ray
-
-        table = pa.concat_tables(ray.get(dataset.to_arrow_refs()))
-        return ray.data.from_arrow(self.apply_table(table))
-
     def describe(self):
         return {**super().describe(), "documents": self.documents}
 '''
