@@ -134,9 +134,7 @@ class Stage(ABC):
 
 
 class GlobalStage(Stage):
-    """A stage that needs the whole corpus: map_part -> aggregate -> join_part (module docstring).
-
-    A stage may also offer `apply_table(table)` (in-process) giving the same tags."""
+    """A stage that needs the whole corpus: map_part -> aggregate -> join_part (module docstring)."""
 
     join_reads: ClassVar[tuple[str, ...]] = ()
     """The tables of `map_part` that `join_part` reads back (the others only feed `aggregate`)."""
@@ -163,13 +161,8 @@ class GlobalStage(Stage):
     measured inside its workers (data_pipeline.throughput); None when the stage does not measure
     itself."""
 
-    def apply_table(self, table: pa.Table) -> pa.Table:
-        """In-process: the whole corpus as one table, tagged as the runner's parts would be (a
-        stage that runs only in the runner, dedup, does not define it)."""
-        raise NotImplementedError(f"{self.name} runs only in the runner (map -> aggregate -> join)")
-
     def __call__(self, batch: pa.Table) -> pa.Table:
-        return self.apply_table(batch)
+        raise TypeError(f"{self.name} is a global stage: map_part -> aggregate -> join_part")
 
 
 _BUILT: dict[str, Stage] = {}

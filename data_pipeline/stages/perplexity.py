@@ -15,8 +15,8 @@ In the runner, the map side (`map_part`: the perplexity column and the part's sk
 per input part, so a re-run after a crash scores only the parts not yet scored.
 
 Config: `model` is a `kenlm-model` artifact (one ARPA per language); `models` ({lang: artifact})
-adds or overrides languages from separately trained artifacts. `apply_table` (one table,
-in-process) gives the runner's tags: the sketch is exact per bin and order-free.
+adds or overrides languages from separately trained artifacts. The sketch is exact per bin and
+order-free, so the cutoffs do not depend on how the corpus is cut into parts.
 """
 
 from __future__ import annotations
@@ -295,11 +295,6 @@ class PerplexityStage(GlobalStage):
         column = outputs["perplexity"].column("perplexity")
         scored = rows.append_column(pa.field("perplexity", pa.float32()), column)
         return self.bucket(scored, cutoffs)
-
-    def apply_table(self, table: pa.Table) -> pa.Table:
-        scored = self.score(table)
-        self.set_cutoffs(self.sketch_of(scored))
-        return self.bucket(scored, self.cutoffs)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "scored_documents": self.counts}

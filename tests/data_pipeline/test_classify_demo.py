@@ -45,7 +45,9 @@ def test_demo_models_build_tag_and_are_reused(demo_models):
     )
     table = DomainStage(DomainStage.Config(model=str(models["domain"])))(table)
     table = QualityStage(QualityStage.Config(model=str(models["quality"])))(table)
-    table = PerplexityStage(PerplexityStage.Config(model=str(models["lm"])))(table)
+    perplexity = PerplexityStage(PerplexityStage.Config(model=str(models["lm"])))
+    scored = perplexity.score(table)  # the map side, then the cutoffs of this one part
+    table = perplexity.bucket(scored, perplexity.set_cutoffs(perplexity.sketch_of(scored)))
     # base columns, then each stage's declared ones
     declared = schema_for(["langid", "domain", "quality", "perplexity"])
     assert (table.schema.names, table.schema.types) == (declared.names, declared.types)

@@ -11,12 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from data_pipeline.cli import train_lm
 from data_pipeline.fingerprint import model_hashes
 from data_pipeline.models.quantiles import LogHistogramSketch
+from data_pipeline.stages.base import MapOutput
 from data_pipeline.stages.perplexity import PerplexityStage
 from data_pipeline.stages.registry import schema_for
 from pretrain.errors import ArtifactError, ConfigError, SchemaError
@@ -66,10 +68,18 @@ def _stage(lm_dir: Path, **config) -> PerplexityStage:
     return PerplexityStage(PerplexityStage.Config(model=str(lm_dir), **config))
 
 
+def _tag(stage: PerplexityStage, table: pa.Table, tmp: Path) -> pa.Table:
+    """`table` as one part through the runner's map -> aggregate -> join, in-process."""
+    tables, _ = stage.map_part(table)
+    pq.write_table(tables["sketch"], tmp / "sketch.pq")
+    (args,) = stage.aggregate([MapOutput("a-00000", files={"sketch": str(tmp / "sketch.pq")})])
+    return stage.join_part(table, tables, 0, *args)
+
+
 @pytest.mark.timeout(120)
-def test_buckets_follow_per_language_percentiles(lm_dir, corpus):
+def test_buckets_follow_per_language_percentiles(lm_dir, corpus, tmp_path):
     stage = _stage(lm_dir)
-    out = stage.apply_table(corpus)
+    out = _tag(stage, corpus, tmp_path)
     declared = schema_for(["langid", "perplexity"])  # base columns, then each stage's declared ones
     assert (out.schema.names, out.schema.types) == (declared.names, declared.types)
     assert out.column("id").equals(corpus.column("id"))
@@ -95,9 +105,9 @@ def test_buckets_follow_per_language_percentiles(lm_dir, corpus):
 
 
 @pytest.mark.timeout(60)
-def test_manifest_records_cutoffs_and_model_hashes(lm_dir, corpus):
+def test_manifest_records_cutoffs_and_model_hashes(lm_dir, corpus, tmp_path):
     stage = _stage(lm_dir, percentiles=(20, 80))
-    stage.apply_table(corpus)
+    _tag(stage, corpus, tmp_path)
     cutoffs = stage.manifest_section().ppl_cutoffs
     assert cutoffs == stage.cutoffs and cutoffs
     assert all(low < high for low, high in cutoffs.values())
@@ -106,12 +116,12 @@ def test_manifest_records_cutoffs_and_model_hashes(lm_dir, corpus):
 
 
 @pytest.mark.timeout(60)
-def test_fixed_cutoffs_bucket_a_new_batch_like_the_reference_run(lm_dir, corpus):
+def test_fixed_cutoffs_bucket_a_new_batch_like_the_reference_run(lm_dir, corpus, tmp_path):
     reference = _stage(lm_dir)
-    reference.apply_table(corpus)
+    _tag(reference, corpus, tmp_path)
     batch = corpus.slice(0, 40)  # a small new batch: its own percentiles would differ
     fixed = _stage(lm_dir, cutoffs=reference.cutoffs)
-    out = fixed.apply_table(batch)
+    out = _tag(fixed, batch, tmp_path)
     assert fixed.cutoffs["en"] == reference.cutoffs["en"]
     low, high = reference.cutoffs["en"]
     for value, lang, bucket in zip(
@@ -150,15 +160,15 @@ def test_sketch_is_accurate_and_merge_order_free():
 
 
 @pytest.mark.timeout(60)
-def test_missing_model_lang_column_and_bad_percentiles_are_user_errors(lm_dir, corpus):
+def test_missing_model_lang_column_and_bad_percentiles_are_user_errors(lm_dir, corpus, tmp_path):
     with pytest.raises(ConfigError, match="train-lm"):
-        PerplexityStage().apply_table(corpus)
+        _tag(PerplexityStage(), corpus, tmp_path)
     with pytest.raises(
         ArtifactError, match="does not exist; build it with `pretrain data train-lm"
     ):
         PerplexityStage(PerplexityStage.Config(model="/nonexistent/lm")).setup()
     with pytest.raises(SchemaError, match="langid"):
-        _stage(lm_dir).apply_table(corpus.drop_columns(["lang"]))
+        _tag(_stage(lm_dir), corpus.drop_columns(["lang"]), tmp_path)
     with pytest.raises(ConfigError, match="has no 'fr' model"):
         PerplexityStage(PerplexityStage.Config(models={"fr": str(lm_dir)})).setup()
     from pretrain.config import parse_config
@@ -169,13 +179,13 @@ def test_missing_model_lang_column_and_bad_percentiles_are_user_errors(lm_dir, c
         parse_config(PerplexityStage.Config, {"cutoffs": {"en": [50.0, 20.0]}})
 
 
-def test_no_scorable_document_gives_no_cutoffs_and_bucket_none(lm_dir, corpus):
+def test_no_scorable_document_gives_no_cutoffs_and_bucket_none(lm_dir, corpus, tmp_path):
     """Every document rejected upstream (no text) or none at all: the global step still runs."""
     stage = _stage(lm_dir)
-    empty = stage.apply_table(corpus.slice(0, 0))
+    empty = _tag(stage, corpus.slice(0, 0), tmp_path)
     assert empty.num_rows == 0 and "ppl_bucket" in empty.column_names
     nulls = corpus.set_column(1, "text", pa.nulls(len(corpus), pa.string()))
-    tagged = stage.apply_table(nulls)
+    tagged = _tag(stage, nulls, tmp_path)
     assert set(tagged.column("ppl_bucket").to_pylist()) == {"none"} and stage.cutoffs == {}
 
 
