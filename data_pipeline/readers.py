@@ -211,12 +211,12 @@ def _jsonl_row(raw: bytes, fallback_id: str, out: Batcher, fields: Fields) -> di
     return record
 
 
-def _nested_deeper(record: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether objects and arrays nest deeper than `limit` in `record` (itself depth 1)."""
+def _nested_deeper(record: Any) -> bool:
+    """Whether objects and arrays nest deeper than `MAX_JSON_DEPTH` in `record` (itself depth 1)."""
     stack: list[tuple[Any, int]] = [(record, 1)]
     while stack:
         value, depth = stack.pop()
-        if depth > limit:
+        if depth > MAX_JSON_DEPTH:
             return True
         children = value.values() if isinstance(value, dict) else value
         stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))

@@ -119,9 +119,9 @@ def index_config(index_dir: str | os.PathLike) -> tuple[DedupConfig, int]:
     return config, int(info["partitions"])
 
 
-def _read_part(index_dir: Path, name: str, part: int, columns: list[str] | None = None) -> pa.Table:
+def _read_part(index_dir: Path, name: str, part: int) -> pa.Table:
     path = index_dir / name / f"part-{part:05d}.parquet"
-    return pq.read_table(path, columns=columns) if path.is_file() else None
+    return pq.read_table(path) if path.is_file() else None
 
 
 def _match_keys(new_keys: np.ndarray, new_vertices: np.ndarray, old: pa.Table | None):

@@ -107,21 +107,17 @@ def candidate_edges(
     left, right = bucket_pairs(keys, vertices, small_bucket)
     u, v = vertices[left], vertices[right]
     keep = u != v
-    low, high, _ = unique_edges(u[keep], v[keep])
+    low, high = unique_edges(u[keep], v[keep])
     return low, high
 
 
-def unique_edges(
-    u: np.ndarray, v: np.ndarray, similarity: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Edges as (min, max) pairs, deduplicated and sorted; similarity of the first copy kept."""
+def unique_edges(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Edges as (min, max) pairs, deduplicated and sorted."""
     low, high = np.minimum(u, v), np.maximum(u, v)
-    if similarity is None:
-        similarity = np.ones(len(low))
     if len(low) == 0:
-        return low, high, similarity
+        return low, high
     order = np.lexsort((high, low))
-    low, high, similarity = low[order], high[order], similarity[order]
+    low, high = low[order], high[order]
     first = np.ones(len(low), dtype=bool)
     first[1:] = (low[1:] != low[:-1]) | (high[1:] != high[:-1])
-    return low[first], high[first], similarity[first]
+    return low[first], high[first]

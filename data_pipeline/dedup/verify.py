@@ -29,7 +29,7 @@ def attach_u(config: DedupConfig, partitions: int, num_cands: int, *pieces: pa.T
     cands = concat(pieces[:num_cands], EDGE_SCHEMA)
     docs = concat(pieces[num_cands:])
     if cands.num_rows:  # a pair can collide in several bands that live in different partitions
-        u, v, _ = unique_edges(np.asarray(cands.column("u")), np.asarray(cands.column("v")))
+        u, v = unique_edges(np.asarray(cands.column("u")), np.asarray(cands.column("v")))
         cands = edges_table(u, v)
     u = np.asarray(cands.column("u"))
     at = pa.array(lookup(docs, u), pa.int64())

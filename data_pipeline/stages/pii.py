@@ -311,7 +311,6 @@ def find_pii(text: str, kinds: Iterable[str] = KINDS, lang: str | None = None) -
 def redact(
     text: str,
     kinds: Iterable[str] = KINDS,
-    placeholders: dict[str, str] | None = None,
     lang: str | None = None,
 ) -> tuple[str, dict[str, int]]:
     """`text` with each PII span replaced by its placeholder, and the count per kind (`lang`: see
@@ -319,13 +318,12 @@ def redact(
     spans = find_pii(text, kinds, lang)
     if not spans:
         return text, {}
-    names = placeholders or PLACEHOLDERS
     pieces: list[str] = []
     counts: dict[str, int] = {}
     cursor = 0
     for span in spans:
         pieces.append(text[cursor : span.start])
-        pieces.append(names[span.kind])
+        pieces.append(PLACEHOLDERS[span.kind])
         counts[span.kind] = counts.get(span.kind, 0) + 1
         cursor = span.end
     pieces.append(text[cursor:])
