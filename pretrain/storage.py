@@ -217,10 +217,10 @@ class ObjectPath:
             ObjectPath(self.fs, i.path, self.scheme) for i in found if i.type == pafs.FileType.File
         ]
 
-    def infos(self, recursive: bool = False) -> list[pafs.FileInfo]:
+    def infos(self) -> list[pafs.FileInfo]:
         """The listing under this prefix (keys with their size and modification time), sorted:
         one request per thousand keys, none per object."""
-        return self._list(recursive)
+        return self._list(False)
 
     def files_and_sizes(self) -> list[tuple[ObjectPath, int]]:
         """Every key under this prefix with its size, from the listing alone."""
