@@ -20,7 +20,7 @@ from pretrain.locking import read_holder
 from tests.data_pipeline.raytools import DATA, REPO, clean_env, data_run
 from tests.data_pipeline.test_runner_cluster_s3_out import _local, _published
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.timeout(600), pytest.mark.serial]
+pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.timeout(600)]
 
 CONFIG = {"inputs": [str(DATA)], "batch_rows": 3, "ray": {"num_cpus": 1, "timeout_s": 300}}
 

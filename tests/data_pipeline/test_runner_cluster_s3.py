@@ -12,8 +12,6 @@ import pytest
 from tests.data_pipeline.raytools import EMBEDDED_CONFIG, REPO, clean_env, data_run
 from tests.data_pipeline.s3tools import s3_env, upload_inputs
 
-pytestmark = pytest.mark.serial
-
 
 def _texts(out: Path) -> list[str]:
     return [

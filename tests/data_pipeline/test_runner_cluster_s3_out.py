@@ -24,8 +24,6 @@ import pytest
 from tests.data_pipeline.raytools import DATA, EMBEDDED_CONFIG, REPO, clean_env, data_run
 from tests.data_pipeline.s3tools import s3_env, s3_filesystem
 
-pytestmark = pytest.mark.serial
-
 BUCKET = "corpus"
 
 

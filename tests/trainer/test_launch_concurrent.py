@@ -19,8 +19,6 @@ import yaml
 from tests.conftest import clean_env
 from tests.trainer.trainer_testlib import losses, tiny_config
 
-pytestmark = pytest.mark.serial
-
 REPO = Path(__file__).resolve().parents[2]
 
 
