@@ -80,9 +80,16 @@ def temporary_file(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
-def require_own_output(out: Path, flag: str, kind: str) -> None:
-    """`out` may be new, empty (but for logs and temporary files), or a `kind` artifact, which
-    the command replaces; anything else is refused in one line before the first write."""
+def require_own_output(
+    out: Path,
+    flag: str,
+    kind: str,
+    scratch: Callable[[str], bool] = temporary_file,
+    resumable: Callable[[Path], bool] | None = None,
+) -> None:
+    """`out` may be new, empty (but for logs and `scratch` files), or a `kind` artifact, which
+    the command replaces; for a command that resumes, also a folder `resumable` accepts (its run
+    killed before the manifest). Anything else is refused in one line before the first write."""
     refuse_not_a_directory(out, flag)
     found = manifest_kind(out)
     if found is not None:
@@ -93,7 +100,10 @@ def require_own_output(out: Path, flag: str, kind: str) -> None:
                 ArtifactError,
             )
         return
-    refuse_foreign(out, flag, f"{kind} artifact (no {MANIFEST})", temporary_file)
+    if resumable is not None and out.is_dir() and resumable(out):
+        return
+    missing = f"no {MANIFEST}" + (", no resume record" if resumable is not None else "")
+    refuse_foreign(out, flag, f"{kind} artifact ({missing})", scratch)
 
 
 def require_new_output(

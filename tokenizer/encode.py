@@ -39,12 +39,7 @@ from pretrain.artifacts.base import write_artifact
 from pretrain.errors import ArtifactError
 from pretrain.locking import writes_output
 from pretrain.manifest import sha256_file
-from pretrain.output_check import (
-    manifest_kind,
-    refuse_foreign,
-    refuse_not_a_directory,
-    temporary_file,
-)
+from pretrain.output_check import require_own_output, temporary_file
 from pretrain.progress import Progress
 from pretrain.schema import BASE_FIELDS
 from pretrain.storage import write_json
@@ -282,23 +277,13 @@ def preflight(
     verify, and `out` is new or an encoded artifact."""
     tokenizer = load_locked(tokenizer_dir)
     shards_manifest, shards = require_shards(data)
-    check_out(Path(out))
+    require_own_output(Path(out), "--out", encoded_kind.KIND, _scratch, _resumable)
     return tokenizer, shards_manifest, shards
 
 
-def check_out(out: Path) -> None:
-    """Refuse an `--out` that is a file, holds a different kind of artifact, or is a non-empty
-    folder no encode of ours wrote (no manifest, no `.done` record: a user's Megatron folder,
-    whose .bin/.idx `_prepare_out` would delete or replace; pretrain.output_check)."""
-    refuse_not_a_directory(out, "--out")
-    kind = manifest_kind(out)
-    if kind is not None:
-        if kind != encoded_kind.KIND:
-            raise ArtifactError(f"--out {out} holds a {kind!r} artifact; choose another directory")
-        return
-    if out.is_dir() and any(_is_done_record(path) for path in out.glob(".*.done")):
-        return  # an encode killed before its manifest: resumed
-    refuse_foreign(out, "--out", "encoded artifact (no manifest.json, no .done record)", _scratch)
+def _resumable(out: Path) -> bool:
+    """An encode killed before its manifest: its `.done` records, which the re-run resumes."""
+    return any(_is_done_record(path) for path in out.glob(".*.done"))
 
 
 def _is_done_record(path: Path) -> bool:

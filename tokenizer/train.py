@@ -15,15 +15,10 @@ from pretrain.artifacts import tokenizer as tokenizer_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.artifacts.tokenizer import KIND, LOCK_FILE, TOKENIZER_FILE, tokenizer_id
 from pretrain.config import config_dict
-from pretrain.errors import ArtifactError, ConfigError
+from pretrain.errors import ConfigError
 from pretrain.locking import writes_output
 from pretrain.manifest import file_records
-from pretrain.output_check import (
-    manifest_kind,
-    refuse_foreign,
-    refuse_not_a_directory,
-    temporary_file,
-)
+from pretrain.output_check import require_own_output
 from pretrain.progress import VERBOSE, verbosity
 from pretrain.publish import publishing
 from pretrain.storage import write_atomic
@@ -66,27 +61,11 @@ def train_on_texts(texts: Any, config: TokenizerTrainConfig) -> Any:
 
 def preflight(config: TokenizerTrainConfig) -> list[Path]:
     """What `train` checks before working (`--dry-run` runs it): the shards verify and `out` is
-    new or a tokenizer. Returns the shard files."""
+    new, empty or a tokenizer (a killed train leaves only its scratch folder beside `out`,
+    pretrain.publish). Returns the shard files."""
     _, shards = require_shards(config.data)
-    check_out(Path(config.out))
+    require_own_output(Path(config.out), "out =", KIND)
     return shards
-
-
-def check_out(out: Path) -> None:
-    """Refuse an `out` that is a file, holds a different kind of artifact, or is a non-empty
-    folder without a tokenizer manifest (someone else's files: its lock.json, tokenizer.json
-    would be replaced; pretrain.output_check). A killed train leaves only its scratch folder beside
-    `out` (pretrain.publish), which the re-run deletes."""
-    refuse_not_a_directory(out, "out =")
-    kind = manifest_kind(out)
-    if kind is not None:
-        if kind != KIND:
-            raise ArtifactError(
-                f"out = {out} holds a {kind!r} artifact; choose another out "
-                "directory for the tokenizer"
-            )
-        return
-    refuse_foreign(out, "out =", "tokenizer artifact (no manifest.json)", temporary_file)
 
 
 def make_lock(
