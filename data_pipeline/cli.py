@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pretrain.cli_utils import add_command, add_config_args, resolve_config
+from pretrain.cli_utils import add_command, add_config_args, positive_int, resolve_config
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,13 +101,6 @@ def clean(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text}: must be a positive integer")
-    return value
-
-
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0 < value <= 1:
@@ -126,8 +119,8 @@ def _add_estimate(dsub: Any) -> None:
     parser.add_argument("config", metavar="CONFIG", help="the pipeline config to project")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="a.b=VALUE")
     parser.add_argument("--input-bytes", required=True, help="e.g. 40TB, 500GB, 2PiB")
-    parser.add_argument("--nodes", type=_positive_int, required=True)
-    parser.add_argument("--cpus-per-node", type=_positive_int, required=True)
+    parser.add_argument("--nodes", type=positive_int, required=True)
+    parser.add_argument("--cpus-per-node", type=positive_int, required=True)
     parser.add_argument(
         "--from-manifest",
         default=None,

@@ -6,15 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pretrain.cli_utils import add_command, add_config_args
-
-
-def _at_least_one(text: str) -> int:
-    """A count (documents, batch rows, tokens): 0 or less would crash or silently drop data."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: must be 1 or more")
-    return value
+from pretrain.cli_utils import add_command, add_config_args, positive_int
 
 
 def ablate(args: argparse.Namespace) -> int:
@@ -104,13 +96,13 @@ def register(sub: Any) -> None:
     )
     run.add_argument("--num-fewshot", type=int, default=None, help="lm-eval few-shot examples")
     run.add_argument(
-        "--lm-eval-limit", type=_at_least_one, default=None, help="lm-eval documents per task (cap)"
+        "--lm-eval-limit", type=positive_int, default=None, help="lm-eval documents per task (cap)"
     )
-    run.add_argument("--max-docs", type=_at_least_one, default=None, help="documents per set (cap)")
-    run.add_argument("--batch-size", type=_at_least_one, default=8)
+    run.add_argument("--max-docs", type=positive_int, default=None, help="documents per set (cap)")
+    run.add_argument("--batch-size", type=positive_int, default=8)
     run.add_argument(
         "--seq-length",
-        type=_at_least_one,
+        type=positive_int,
         default=None,
         help="tokens per window (default: the model's sequence length)",
     )

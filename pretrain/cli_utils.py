@@ -27,6 +27,15 @@ def add_command(
     return parser
 
 
+def positive_int(text: str) -> int:
+    """Argument type of a count (documents, batch rows, nodes, CPUs): 0 or less would crash or
+    silently drop data."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be 1 or more")
+    return value
+
+
 def add_verbosity_args(parser: argparse.ArgumentParser, default: Any) -> None:
     """`-v` (library logs on the terminal) and `-q` (only the summary and errors)."""
     from pretrain.progress import QUIET, VERBOSE
