@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xxhash
 
+from data_pipeline.models.normalization import CJK
+
 if TYPE_CHECKING:
     from evals.tasks import Task
 
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-_WORD = re.compile(f"[{_CJK}]|[^\\W{_CJK}]+")
+_WORD = re.compile(f"[{CJK}]|[^\\W{CJK}]+")
 _BASE = np.uint64(0x100000001B3)  # any odd multiplier: a polynomial hash of each word window
 Owner = tuple[str, str]
 """(task name, example id)."""

@@ -29,7 +29,11 @@ NORMALIZATION: dict[str, object] = {
 }
 """What `model.json` records; stages compare `scheme` before using a model."""
 
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\U00020000-\U0002fa1f"
+CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+"""Kana, CJK ideographs (BMP) and hangul syllables, as the body of a regex character class: the
+quality rules (stages/rules_text.py) and benchmark decontamination (evals/task_overlap.py) count
+these as CJK characters."""
+_CJK = CJK + "\U00020000-\U0002fa1f"  # and the supplementary-plane ideographs
 # Alternatives start with disjoint character classes, so their order and the possessive `++`
 # (no backtracking) do not change the tokens; letters first and `++` make it ~15% faster.
 _TOKEN = re.compile(rf"[^\W\d_{_CJK}]++|[{_CJK}]|\d++|[^\w\s\x00-\x1f\x7f-\x9f]|_")

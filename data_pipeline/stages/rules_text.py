@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from datatrove.utils.text import PUNCTUATION_SET, TERMINAL_PUNCTUATION
 
+from data_pipeline.models.normalization import CJK
+
 if TYPE_CHECKING:
     from data_pipeline.stages.rules import (
         C4Config,
@@ -40,8 +42,7 @@ _STOP_WORDS: dict[str, frozenset[str]] = {
 }
 _NOT_PUNCT = re.compile("[^" + "".join(sorted(map(re.escape, PUNCTUATION_SET))) + "]")
 _TERMINAL = frozenset(TERMINAL_PUNCTUATION)
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-_CJK_RE = re.compile(f"[{_CJK}]")
+_CJK_RE = re.compile(f"[{CJK}]")
 _CJK_PUNCT = frozenset("，。、；：！？（）「」『』《》〈〉【】“”‘’…—～·")
 _LETTER_RE = re.compile(r"[^\W\d_]")
 _NOT_ALNUM_RUN = re.compile(r"[\W_]+")
@@ -92,10 +93,10 @@ def _token_regex(cjk: bool) -> re.Pattern[str]:
     ("..." and "--" one) except ~ ^ | \\ * which stay inside tokens. Cheaper than spaCy's exception
     lists and agrees on 99.7% of keep/drop decisions (benchmarks/bench_rules.py)."""
     glue = r"~^|\\*"  # not split off by spaCy's English rules: "~~~~", "a|b", "**" stay whole
-    word = f"(?:[^\\W{_CJK}]|[{glue}])" if cjk else f"[\\w{glue}]"
+    word = f"(?:[^\\W{CJK}]|[{glue}])" if cjk else f"[\\w{glue}]"
     clitic = r"(?:[sSdDmMtT]|re|RE|ve|VE|ll|LL)\b"
     joiner = rf"(?:(?<![a-z])\.|\.(?![A-Z])|['’](?!{clitic})|(?<=\d)[,:/-]|-)"
-    cjk_alt = f"| [{_CJK}]{{1,2}}" if cjk else ""
+    cjk_alt = f"| [{CJK}]{{1,2}}" if cjk else ""
     return re.compile(
         rf"""
         (?:https?://|www\.)[^\s<>"']*[^\s<>"'.,;:!?)\]]
