@@ -109,7 +109,7 @@ def batch_deviations(
     aligned batches, and the largest |cumulative count - w_k * n| at every batch boundary n."""
     w = np.asarray(weights, np.float64)
     if not counts.size:
-        return w * 0, w * 0
+        return np.zeros_like(w), np.zeros_like(w)
     seen = np.arange(1, counts.shape[0] + 1)[:, None] * global_batch
     prefix = np.abs(np.cumsum(counts, axis=0) - w * seen).max(axis=0)
     return np.abs(counts - w * global_batch).max(axis=0), prefix

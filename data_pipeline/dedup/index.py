@@ -119,7 +119,7 @@ def index_config(index_dir: str | os.PathLike) -> tuple[DedupConfig, int]:
     return config, int(info["partitions"])
 
 
-def _read_part(index_dir: Path, name: str, part: int) -> pa.Table:
+def _read_part(index_dir: Path, name: str, part: int) -> pa.Table | None:
     path = index_dir / name / f"part-{part:05d}.parquet"
     return pq.read_table(path) if path.is_file() else None
 
