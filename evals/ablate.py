@@ -3,8 +3,8 @@
 The sweep is a base recipe (the mixture config's) plus variants: explicit weights and/or seeded
 Dirichlet samples around the base weights (RegMix, Liu et al. 2024). Every (recipe, proxy, seed)
 is one run: build its mixture at the proxy's token budget, train with `pretrain launch` in its own
-process, evaluate with `pretrain eval run` in another (evals/proxy.py). Runs go through Ray when
-`parallel` allows, sequentially otherwise. A finished run is found again by its key (recipe hash,
+process, evaluate with `pretrain eval run` in another (evals/proxy.py). Runs go side by side on
+this machine or as Ray tasks (`parallel`). A finished run is found again by its key (recipe hash,
 proxy config, seed, budget, train template, eval set, data), never by directory name, and is not
 re-run. The report (evals/report.py) is the `ablation` artifact the launch gate reads.
 """
@@ -222,9 +222,10 @@ def load_inputs(config: AblationConfig) -> tuple[dict[str, Any], dict[str, Any]]
 
 
 def parallel_runs(config: AblationConfig) -> int:
-    """Runs at once on this machine (pool)."""
-    cpus = os.cpu_count() or 1
-    return config.max_parallel or max(1, int(cpus // config.cpus_per_run))
+    """Runs at once on this machine (one when `sequential`)."""
+    if config.parallel == "sequential":
+        return 1
+    return config.max_parallel or max(1, int((os.cpu_count() or 1) // config.cpus_per_run))
 
 
 def choose_parallel(config: AblationConfig) -> str:

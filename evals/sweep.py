@@ -1,4 +1,4 @@
-"""Plan, run (cached, sequential or Ray) and report an ablation sweep (`pretrain ablate`)."""
+"""Plan, run (cached; here or on Ray) and report an ablation sweep (`pretrain ablate`)."""
 
 from __future__ import annotations
 
@@ -142,42 +142,39 @@ def _call(runner: Callable[[dict[str, Any]], dict[str, Any]], spec: dict[str, An
     return runner(spec)
 
 
-def _run_ray(
+def _run_all(
     config: AblationConfig, todo: list[dict[str, Any]], log: Callable, runner: Callable
 ) -> list[dict]:
-    """Each run is a Ray task holding cpus_per_run CPUs (its processes are children of it)."""
-    import ray
-
-    from pretrain import rayinit
-
-    rayinit.connect(config.ray_address)  # local: loopback only, ends with this process
-    remote = ray.remote(num_cpus=config.cpus_per_run, num_gpus=config.gpus_per_run, max_retries=0)(
-        _call
-    )
-    pending = {remote.remote(runner, spec): spec for spec in todo}
-    results = []
-    while pending:
-        done, _ = ray.wait(list(pending), num_returns=1)
-        spec = pending.pop(done[0])
-        results.append(ray.get(done[0]))
-        log(spec, results[-1])
-    return results
-
-
-def _run_pool(
-    config: AblationConfig, todo: list[dict[str, Any]], log: Callable, runner: Callable
-) -> list[dict]:
-    """Runs side by side: every run is its own process (one torch thread), so threads suffice."""
+    """The results of `todo`, in its order. Every run is its own processes, so a thread per run
+    in flight suffices: up to `parallel_runs` side by side here (`sequential`: one), or with
+    `ray`, each run a Ray task holding cpus_per_run CPUs (its processes are children of it) and
+    the cluster's resources deciding how many run at once."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
-    results = []
-    with ThreadPoolExecutor(max_workers=parallel_runs(config)) as pool:
-        futures = {pool.submit(runner, spec): spec for spec in todo}
+    if not todo:
+        return []
+    call, workers = runner, parallel_runs(config)
+    if choose_parallel(config) == "ray":
+        import ray
+
+        from pretrain import rayinit
+
+        rayinit.connect(config.ray_address)  # local: loopback only, ends with this process
+        remote = ray.remote(
+            num_cpus=config.cpus_per_run, num_gpus=config.gpus_per_run, max_retries=0
+        )(_call)
+        call, workers = (lambda spec: ray.get(remote.remote(runner, spec))), len(todo)
+    results: dict[str, dict] = {}
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:  # a runner's bug stops the runs not yet started
+        futures = {pool.submit(call, spec): spec for spec in todo}
         for future in as_completed(futures):
-            results.append(future.result())
-            log(futures[future], results[-1])
-    order = {spec["run_key"]: i for i, spec in enumerate(todo)}
-    return sorted(results, key=lambda r: order[r["run_key"]])
+            spec = futures[future]
+            results[spec["run_key"]] = future.result()
+            log(spec, results[spec["run_key"]])
+    finally:
+        pool.shutdown(cancel_futures=True)
+    return [results[spec["run_key"]] for spec in todo]
 
 
 def _problems(config: AblationConfig, result: dict[str, Any]) -> list[str]:
@@ -254,21 +251,10 @@ def execute(
             flush=True,
         )
 
-    def run_all(batch: list[dict[str, Any]]) -> list[dict]:
-        if batch and mode == "ray":
-            return _run_ray(config, batch, log, runner)
-        if batch and mode == "pool":
-            return _run_pool(config, batch, log, runner)
-        results = []
-        for spec in batch:
-            results.append(runner(spec))
-            log(spec, results[-1])
-        return results
-
-    fresh = run_all(todo)
+    fresh = _run_all(config, todo, log, runner)
     unhealthy = _unhealthy_specs(config, todo, fresh)
     total[0] += len(unhealthy)
-    again = run_all(unhealthy)  # once, the same way as the first time
+    again = _run_all(config, unhealthy, log, runner)  # once, the same way as the first time
     rerun = {result["run_key"]: result for result in again}
     return cached + [rerun.get(result["run_key"], result) for result in fresh], lines
 
