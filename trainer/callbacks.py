@@ -23,110 +23,78 @@ caller passes (tests install fault injection this way: tests/trainer/faults.py).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
-    from trainer.config import TrainConfig
-    from trainer.step import StepResult, TrainState
-
-
-class TrainerView(Protocol):
-    """What a callback sees of the trainer (trainer/loop.py's `Trainer` is the one there is)."""
-
-    config: TrainConfig
-    run_dir: Path
-    rank: int
-    state: TrainState
-    total_steps: int
-    callbacks: CallbackList
+    from trainer.loop import Trainer
+    from trainer.step import StepResult
 
 
 class Callback:
     """Base class: every event is a no-op."""
 
-    def on_fit_start(self, trainer: TrainerView) -> None:
+    def on_fit_start(self, trainer: Trainer) -> None:
         pass
 
-    def on_resume(self, trainer: TrainerView, event: dict[str, Any]) -> None:
+    def on_resume(self, trainer: Trainer, event: dict[str, Any]) -> None:
         pass
 
-    def on_checkpoint_skipped(self, trainer: TrainerView, entry: dict[str, Any]) -> None:
+    def on_checkpoint_skipped(self, trainer: Trainer, entry: dict[str, Any]) -> None:
         pass
 
-    def on_step_start(self, trainer: TrainerView, step: int) -> None:
+    def on_step_start(self, trainer: Trainer, step: int) -> None:
         pass
 
-    def on_loss(self, trainer: TrainerView, loss: torch.Tensor) -> torch.Tensor:
+    def on_loss(self, trainer: Trainer, loss: torch.Tensor) -> torch.Tensor:
         return loss
 
-    def check_step(self, trainer: TrainerView, result: StepResult) -> str | None:
+    def check_step(self, trainer: Trainer, result: StepResult) -> str | None:
         return None
 
-    def on_checkpoint(self, trainer: TrainerView, step: int, seconds: float) -> None:
+    def on_checkpoint(self, trainer: Trainer, step: int, seconds: float) -> None:
         pass
 
-    def on_step_end(self, trainer: TrainerView, record: dict[str, Any]) -> None:
+    def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
         pass
 
     def on_rollback(
-        self, trainer: TrainerView, event: dict[str, Any], restored: dict[str, Any]
+        self, trainer: Trainer, event: dict[str, Any], restored: dict[str, Any]
     ) -> None:
         pass
 
-    def on_eval(self, trainer: TrainerView, record: dict[str, Any]) -> None:
+    def on_eval(self, trainer: Trainer, record: dict[str, Any]) -> None:
         pass
 
-    def on_fit_end(self, trainer: TrainerView) -> None:
+    def on_fit_end(self, trainer: Trainer) -> None:
         pass
 
 
 class CallbackList(Callback):
-    """Calls each event on every callback in order (check_step: the first reason wins)."""
+    """Calls each event on every callback in order (on_loss: chained; check_step: the first
+    reason wins). Every other event of `Callback` is forwarded as it is (below the class)."""
 
     def __init__(self, callbacks: Iterable[Callback]) -> None:
         self.items = list(callbacks)
 
-    def _each(self, event: str, *args: Any) -> None:
-        for callback in self.items:
-            getattr(callback, event)(*args)
-
-    def on_fit_start(self, trainer: TrainerView) -> None:
-        self._each("on_fit_start", trainer)
-
-    def on_resume(self, trainer: TrainerView, event: dict[str, Any]) -> None:
-        self._each("on_resume", trainer, event)
-
-    def on_checkpoint_skipped(self, trainer: TrainerView, entry: dict[str, Any]) -> None:
-        self._each("on_checkpoint_skipped", trainer, entry)
-
-    def on_step_start(self, trainer: TrainerView, step: int) -> None:
-        self._each("on_step_start", trainer, step)
-
-    def on_loss(self, trainer: TrainerView, loss: torch.Tensor) -> torch.Tensor:
+    def on_loss(self, trainer: Trainer, loss: torch.Tensor) -> torch.Tensor:
         for callback in self.items:
             loss = callback.on_loss(trainer, loss)
         return loss
 
-    def check_step(self, trainer: TrainerView, result: StepResult) -> str | None:
+    def check_step(self, trainer: Trainer, result: StepResult) -> str | None:
         reasons = (callback.check_step(trainer, result) for callback in self.items)
         return next((reason for reason in reasons if reason is not None), None)
 
-    def on_checkpoint(self, trainer: TrainerView, step: int, seconds: float) -> None:
-        self._each("on_checkpoint", trainer, step, seconds)
 
-    def on_step_end(self, trainer: TrainerView, record: dict[str, Any]) -> None:
-        self._each("on_step_end", trainer, record)
+def _forward(event: str) -> Any:
+    def each(self: CallbackList, *args: Any) -> None:
+        for callback in self.items:
+            getattr(callback, event)(*args)
 
-    def on_rollback(
-        self, trainer: TrainerView, event: dict[str, Any], restored: dict[str, Any]
-    ) -> None:
-        self._each("on_rollback", trainer, event, restored)
+    return each
 
-    def on_eval(self, trainer: TrainerView, record: dict[str, Any]) -> None:
-        self._each("on_eval", trainer, record)
 
-    def on_fit_end(self, trainer: TrainerView) -> None:
-        self._each("on_fit_end", trainer)
+for _event in [name for name in vars(Callback) if name.startswith("on_") and name != "on_loss"]:
+    setattr(CallbackList, _event, _forward(_event))

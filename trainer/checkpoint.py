@@ -125,10 +125,10 @@ def read_state(path: Path) -> dict[str, Any]:
     return state
 
 
-def _model_sharded_state(model: list[Any]) -> dict[str, Any]:
+def _model_sharded_state(model: list[Any], prefix: str = "") -> dict[str, Any]:
     if len(model) == 1:
-        return {"model": model[0].sharded_state_dict()}
-    return {f"model{i}": chunk.sharded_state_dict() for i, chunk in enumerate(model)}
+        return {"model": model[0].sharded_state_dict(prefix=prefix)}
+    return {f"model{i}": chunk.sharded_state_dict(prefix=prefix) for i, chunk in enumerate(model)}
 
 
 def _sharded_state(model: list[Any], optimizer: Any, is_loading: bool) -> dict[str, Any]:
@@ -256,8 +256,9 @@ def prune(run_dir: Path, keep_last: int, keep_every: int | None) -> list[Path]:
     return removed
 
 
-def load(path: Path, model: list[Any], optimizer: Any | None) -> dict[str, Any]:
-    """Load model (+ optimizer) shards and this rank's RNG; returns state.json."""
+def load(path: Path, model: list[Any], optimizer: Any | None, prefix: str = "") -> dict[str, Any]:
+    """Load model (+ optimizer) shards and this rank's RNG; returns state.json. `prefix`:
+    "module." for chunks not wrapped in megatron DDP (trainer.inference), as the keys were saved."""
     from megatron.core import dist_checkpointing
 
     guard_torch_loading()
@@ -267,7 +268,7 @@ def load(path: Path, model: list[Any], optimizer: Any | None) -> dict[str, Any]:
     if optimizer is not None:
         sharded = _sharded_state(model, optimizer, True)
     else:
-        sharded = _model_sharded_state(model)
+        sharded = _model_sharded_state(model, prefix)
     with device_context():
         loaded = dist_checkpointing.load(sharded, str(path))
     for i, chunk in enumerate(model):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, model_validator
 
 from pretrain.config import StrictModel
+from pretrain.errors import ConfigError
 
 if TYPE_CHECKING:
     from trainer.callbacks import Callback
@@ -321,7 +322,6 @@ class TrainConfig(StrictModel):
         rank calls it (trainer/worker.py); benchmarks call it to time steps."""
         import torch
 
-        from pretrain.errors import ConfigError
         from trainer import model as mcore
         from trainer.data import open_data, resolve_vocab
         from trainer.guard import SpikeGuard
@@ -329,11 +329,7 @@ class TrainConfig(StrictModel):
         from trainer.metrics import MetricsLog, Throughput
         from trainer.trackers import open_sinks
 
-        if self.parallel.context > 1:  # the launcher's preflight refuses it first
-            raise ConfigError(
-                "parallel.context > 1 is plan-only until measured on a GPU; set "
-                "parallel.context=1 to launch"
-            )
+        refuse_plan_only(self)  # the launcher's preflight refused it first
         run_dir = Path(self.run.out_dir)
         mcore.init_distributed(self)
         rank = torch.distributed.get_rank()
@@ -361,3 +357,12 @@ class TrainConfig(StrictModel):
                 "evaluate the checkpoints with `pretrain eval run`"
             )
         return self
+
+
+def refuse_plan_only(config: TrainConfig) -> None:
+    """What `pretrain plan` accepts but no rank runs (the launcher's preflight and every rank)."""
+    if config.parallel.context > 1:
+        raise ConfigError(
+            "parallel.context > 1 is plan-only until measured on a GPU; set "
+            "parallel.context=1 to launch"
+        )

@@ -19,8 +19,8 @@ from pretrain.errors import PretrainError
 from trainer.callbacks import Callback
 
 if TYPE_CHECKING:
-    from trainer.callbacks import TrainerView
     from trainer.config import GuardConfig
+    from trainer.loop import Trainer
     from trainer.step import StepResult
 
 
@@ -48,7 +48,7 @@ class SpikeGuard(Callback):
         self.losses: deque[float] = deque(state.get("losses", []), maxlen=window)
         self.grad_norms: deque[float] = deque(state.get("grad_norms", []), maxlen=window)
 
-    def check_step(self, trainer: TrainerView, result: StepResult) -> str | None:
+    def check_step(self, trainer: Trainer, result: StepResult) -> str | None:
         """The callback event: the reason to roll back, or None (and the step joins the history)."""
         from trainer.lr_schedule import warmup_steps
 
@@ -59,7 +59,7 @@ class SpikeGuard(Callback):
         return reason
 
     def on_rollback(
-        self, trainer: TrainerView, event: dict[str, Any], restored: dict[str, Any]
+        self, trainer: Trainer, event: dict[str, Any], restored: dict[str, Any]
     ) -> None:
         self.restore_history(restored.get("guard") or {})
 

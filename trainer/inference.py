@@ -6,7 +6,6 @@ single-process model (TP=1, PP=1). Only the model weights are read, not the opti
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +16,10 @@ import torch
 from pretrain.config import parse_config
 from pretrain.errors import ArtifactError
 from pretrain.manifest import verify
-from pretrain.safeload import check_checkpoint, guard_torch_loading
-from trainer.config import TrainConfig
+from pretrain.safeload import check_checkpoint
+from trainer.checkpoint import load, read_state
+from trainer.config import ParallelConfig, TrainConfig
 from trainer.step import next_token_logprobs
-
-_DDP_PREFIX = "module."
 
 
 @dataclass
@@ -52,38 +50,21 @@ class LoadedModel:
 
 def _cpu_config(state: dict[str, Any]) -> TrainConfig:
     config = parse_config(TrainConfig, state["config"], source="state.json")
-    parallel = config.parallel.model_copy(
-        update={
-            "tensor": 1,
-            "pipeline": 1,
-            "virtual_pipeline": None,
-            "context": 1,
-            "data": None,
-            "nodes": 1,
-            "gpus_per_node": 1,
-            "backend": "gloo",
-            "zero": 0,
-            "sequence_parallel": None,
-        }
-    )
+    parallel = ParallelConfig(backend="gloo")  # one CPU rank: TP/PP/DP 1, no ZeRO
     optim = config.optim.model_copy(update={"precision": "fp32"})
     return config.model_copy(update={"parallel": parallel, "optim": optim})
 
 
 def load_model(checkpoint_dir: str | os.PathLike) -> LoadedModel:
     """Load `RUN/checkpoints/iter_NNNNNNN` (verified against its manifest) for CPU inference."""
-    from megatron.core import dist_checkpointing
-
-    from trainer.cpu_compat import device_context
     from trainer.local_torchrun import loopback_gloo
     from trainer.model import build_model_chunks, init_distributed
 
     path = Path(checkpoint_dir)
     check_checkpoint(path, verify(path))
-    state_file = path / "state.json"
-    if not state_file.is_file():
+    if not (path / "state.json").is_file():
         raise ArtifactError(f"{path} has no state.json; pass a checkpoints/iter_NNNNNNN directory")
-    state = json.loads(state_file.read_text())
+    state = read_state(path)
     config = _cpu_config(state)
     threads = torch.get_num_threads()
     with loopback_gloo():  # gloo's device listeners on 127.0.0.1, not the host's address
@@ -91,12 +72,7 @@ def load_model(checkpoint_dir: str | os.PathLike) -> LoadedModel:
     torch.set_num_threads(threads)  # init_distributed sets a rank's count, not the caller's
     vocab = int(state["vocab_size"])
     model = build_model_chunks(config, vocab)[0]
-    guard_torch_loading()
-    with device_context():
-        # training saved the model inside megatron DDP, whose shard keys start with "module."
-        sharded = model.sharded_state_dict(prefix=_DDP_PREFIX)
-        loaded = dist_checkpointing.load({"model": sharded}, str(path))["model"]
-    model.load_state_dict({key.removeprefix(_DDP_PREFIX): value for key, value in loaded.items()})
+    load(path, [model], None, prefix="module.")  # training saved it inside megatron DDP
     model.eval()
     return LoadedModel(
         model=model,

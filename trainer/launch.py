@@ -31,7 +31,7 @@ from pretrain.lifetime import die_with_parent
 from pretrain.locking import check_unlocked, output_lock
 from pretrain.progress import attach
 from pretrain.storage import write_json
-from trainer.config import TrainConfig
+from trainer.config import TrainConfig, refuse_plan_only
 from trainer.worker import RUN_LOCKED_BY
 
 LOOPBACK = "127.0.0.1"
@@ -167,11 +167,7 @@ def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False
     checkpoint a resume would load. Raises the same one-line errors; returns the gate decision.
     `cuda`: also refuse nccl without GPUs (not in a dry run, which is often made on a machine
     without the run's GPUs)."""
-    if config.parallel.context > 1:  # the ranks refuse it too (trainer/loop.py), after torchrun
-        raise ConfigError(
-            "parallel.context > 1 is plan-only until measured on a GPU; set "
-            "parallel.context=1 to launch"
-        )
+    refuse_plan_only(config)
     gate = gate_decision(config, override_gate)
     if cuda:
         check_backend(config)
@@ -278,12 +274,13 @@ def _torchrun_env(local: bool, holds_lock: bool = False) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PRETRAIN_VERIFY", RUN_LOCKED_BY)}
     if holds_lock:  # the ranks' rank 0 then takes no lock of its own (trainer/worker.py)
         env[RUN_LOCKED_BY] = str(os.getpid())
+    from trainer.local_torchrun import loopback_interface
     from trainer.model import default_threads
 
     env.setdefault("OMP_NUM_THREADS", str(default_threads()))  # what each CPU rank uses
     if local:  # gloo's and NCCL's own sockets on loopback too
-        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        env.setdefault("NCCL_SOCKET_IFNAME", "lo")
+        env.setdefault("GLOO_SOCKET_IFNAME", loopback_interface())
+        env.setdefault("NCCL_SOCKET_IFNAME", loopback_interface())
     return env
 
 

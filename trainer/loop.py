@@ -15,7 +15,7 @@ megatron mechanics are in trainer/step.py. Entered only through trainer/worker.p
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -187,21 +187,18 @@ class Trainer:
         if self.state.step > 0 and self.saved_step != self.state.step:
             self.save()
 
-    def resume(self) -> int | None:
-        """Load the newest valid checkpoint when resuming is on; its step, or None."""
-        if not self.config.checkpoint.resume:
-            self.init_weights()
-            return None
-        path = self.newest_checkpoint(resuming=True)
+    def resume(self) -> None:
+        """Load the newest valid checkpoint when resuming is on, else checkpoint.init_from."""
+        path = self.newest_checkpoint(resuming=True) if self.config.checkpoint.resume else None
         if path is None:
-            check_identity(self.config, self.data, None)
+            if self.config.checkpoint.resume:
+                check_identity(self.config, self.data, None)
             self.init_weights()
-            return None
+            return
         recorded = self.restore(path)
         self.guard.load_state(recorded.get("guard"))
         event = {"event": "resume", "checkpoint": path.name, "step": self.state.step}
         self.callbacks.on_resume(self, event)
-        return self.state.step
 
     def init_weights(self) -> None:
         """checkpoint.init_from: a new run takes that checkpoint's model weights, and nothing
@@ -210,16 +207,7 @@ class Trainer:
         source = self.config.checkpoint.init_from
         if not source:
             return
-        chosen: list[Any] = [None, None]
-        if self.rank == 0:
-            try:
-                chosen = [str(checkpoint.init_point(Path(source))), None]
-            except ArtifactError as exc:
-                chosen = [None, str(exc)]
-        torch.distributed.broadcast_object_list(chosen, src=0)
-        if chosen[1] is not None:
-            raise ArtifactError(chosen[1])
-        path = Path(chosen[0])
+        path = Path(self._from_rank0(lambda: str(checkpoint.init_point(Path(source)))))
         recorded = checkpoint.read_state(path)
         check_init_from(self.config, self.data, recorded, self.vocab_size, str(path))
         checkpoint.load(path, self.model, None)
@@ -352,19 +340,30 @@ class Trainer:
         """Rank 0 picks the newest valid checkpoint (logging corrupt ones) and tells the others.
         `resuming`: every rank refuses a run whose checkpoints are all corrupt (it would train
         again from step 0 and replace them: `checkpoint.none_verifies`)."""
-        chosen: list[Any] = [None]
-        if self.rank == 0:
+
+        def pick() -> str:
             path, skipped = checkpoint.newest_valid(self.run_dir)
             for entry in skipped:
                 self.callbacks.on_checkpoint_skipped(self, entry)
-            chosen = [str(path) if path else ""]
             if resuming and path is None and skipped:
-                chosen = [str(checkpoint.none_verifies(self.run_dir, skipped)), "refused"]
-        chosen += [None] * (2 - len(chosen))
+                raise checkpoint.none_verifies(self.run_dir, skipped)
+            return str(path) if path else ""
+
+        chosen = self._from_rank0(pick)
+        return Path(chosen) if chosen else None
+
+    def _from_rank0(self, decide: Callable[[], str]) -> str:
+        """`decide()` on rank 0, told to every rank; its ArtifactError is raised on every rank."""
+        chosen: list[Any] = [None, None]
+        if self.rank == 0:
+            try:
+                chosen = [decide(), None]
+            except ArtifactError as exc:
+                chosen = [None, str(exc)]
         torch.distributed.broadcast_object_list(chosen, src=0)
-        if chosen[1] == "refused":
-            raise ArtifactError(chosen[0])
-        return Path(chosen[0]) if chosen[0] else None
+        if chosen[1] is not None:
+            raise ArtifactError(chosen[1])
+        return str(chosen[0])
 
     def restore(self, path: Path, keep_skips: bool = False) -> dict[str, Any]:
         """Load a checkpoint once its recorded data and model match this run's (checked first)."""

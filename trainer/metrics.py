@@ -25,8 +25,8 @@ from trainer.callbacks import Callback
 from trainer.trackers import scalars
 
 if TYPE_CHECKING:
-    from trainer.callbacks import TrainerView
     from trainer.config import MetricsConfig
+    from trainer.loop import Trainer
     from trainer.trackers import Sink
 
 MFU_FORMULA = "(6*N + 12*L*S*H*Q) * tokens_per_s / (devices * peak_flops)"
@@ -133,10 +133,10 @@ class Throughput(Callback):
         self.peak_flops, self.peak_source = holder
         self.checkpoint_s = 0.0
 
-    def on_checkpoint(self, trainer: TrainerView, step: int, seconds: float) -> None:
+    def on_checkpoint(self, trainer: Trainer, step: int, seconds: float) -> None:
         self.checkpoint_s = seconds
 
-    def on_step_end(self, trainer: TrainerView, record: dict[str, Any]) -> None:
+    def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
         record.update(memory_mb())
         record["checkpoint_s"] = round(self.checkpoint_s, 6)
         self.checkpoint_s = 0.0
@@ -185,7 +185,7 @@ class MetricsLog(Callback):
             for sink in self.sinks:
                 sink.log(values, record["step"])
 
-    def on_fit_start(self, trainer: TrainerView) -> None:
+    def on_fit_start(self, trainer: Trainer) -> None:
         from pretrain.progress import Progress
 
         self.bar = Progress(
@@ -197,17 +197,17 @@ class MetricsLog(Callback):
             mininterval=1.0,
         )
 
-    def on_resume(self, trainer: TrainerView, event: dict[str, Any]) -> None:
+    def on_resume(self, trainer: Trainer, event: dict[str, Any]) -> None:
         self.say(f"resumed from {event['checkpoint']} (step {event['step']})")
         self.log(event)
         if self.bar is not None:
             self.bar.n = trainer.state.step
 
-    def on_checkpoint_skipped(self, trainer: TrainerView, entry: dict[str, Any]) -> None:
+    def on_checkpoint_skipped(self, trainer: Trainer, entry: dict[str, Any]) -> None:
         print(f"[train] {entry['checkpoint']} is corrupt, skipped: {entry['reason']}")
         self.log({"event": "checkpoint_skipped", **entry})
 
-    def on_step_end(self, trainer: TrainerView, record: dict[str, Any]) -> None:
+    def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
         if self.handle is not None:
             self.log(record)
             self.bar.set_postfix(
@@ -216,7 +216,7 @@ class MetricsLog(Callback):
         self.bar.update(1)
 
     def on_rollback(
-        self, trainer: TrainerView, event: dict[str, Any], restored: dict[str, Any]
+        self, trainer: Trainer, event: dict[str, Any], restored: dict[str, Any]
     ) -> None:
         self.say(
             f"guard: step {event['step']}: {event['reason']}; rolled back to step "
@@ -226,10 +226,10 @@ class MetricsLog(Callback):
         self.log(event)
         self.bar.n = trainer.state.step
 
-    def on_eval(self, trainer: TrainerView, record: dict[str, Any]) -> None:
+    def on_eval(self, trainer: Trainer, record: dict[str, Any]) -> None:
         self.log(record)
 
-    def on_fit_end(self, trainer: TrainerView) -> None:
+    def on_fit_end(self, trainer: Trainer) -> None:
         self.bar.close()
         if self.handle is not None and trainer.state.step:
             losses = [r["loss"] for r in read_metrics(self.path) if "loss" in r]

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from pretrain.errors import ConfigError
-from trainer.cpu_compat import apply_cpu_patches, device_context
+from trainer.cpu_compat import apply_cpu_patches, device_context, needs_cpu_patches
 
 if TYPE_CHECKING:
     from trainer.config import TrainConfig
@@ -64,7 +64,7 @@ def default_threads() -> int:
     return 1
 
 
-def init_distributed(config: TrainConfig, timeout_s: int = 600) -> None:
+def init_distributed(config: TrainConfig) -> None:
     """torch.distributed and megatron's parallel groups: from torchrun's environment, or, without
     it (WORLD_SIZE unset: a rank in the caller's process, or a model loaded there by
     trainer.inference), a world of one on an in-memory store, so no port is held and no
@@ -79,7 +79,7 @@ def init_distributed(config: TrainConfig, timeout_s: int = 600) -> None:
     else:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if not torch.distributed.is_initialized():
-        timeout = datetime.timedelta(seconds=timeout_s)
+        timeout = datetime.timedelta(seconds=600)
         if "WORLD_SIZE" in os.environ:
             bind_stores_to_loopback()  # a 127.0.0.1 master store listens on loopback only
             torch.distributed.init_process_group(backend=resolve_backend(config), timeout=timeout)
@@ -291,14 +291,10 @@ def te_available() -> bool:
     return importlib.util.find_spec("transformer_engine") is not None
 
 
-def on_cuda(device: str) -> bool:
-    return device.startswith("cuda")
-
-
 def sequence_parallel_on(config: TrainConfig, device: str) -> bool:
     """On when TP > 1 on CUDA unless the config turns it off; refused on CPU."""
     wanted = config.parallel.sequence_parallel
-    if not on_cuda(device):
+    if needs_cpu_patches(device):
         if wanted:
             raise ConfigError(
                 "parallel.sequence_parallel=true needs CUDA (megatron-core's CPU LayerNorm "
@@ -310,7 +306,7 @@ def sequence_parallel_on(config: TrainConfig, device: str) -> bool:
 
 def fast_path_flags(config: TrainConfig, device: str, te: bool) -> dict[str, Any]:
     """TransformerConfig keyword arguments for the fused kernels, sequence parallel and recompute."""
-    gpu = on_cuda(device)
+    gpu = not needs_cpu_patches(device)
     model = config.model
     activation_fusible = model.swiglu or model.add_bias_linear  # GELU fusion needs a bias
     recompute: dict[str, Any] = {  # selective: megatron's default recompute_modules, core_attn
@@ -335,7 +331,7 @@ def zero_wrapping(config: TrainConfig, device: str) -> dict[str, Any]:
     stage = config.parallel.zero
     if stage <= 1:
         return {"use_distributed_optimizer": stage == 1}
-    if not on_cuda(device):
+    if needs_cpu_patches(device):
         raise ConfigError(
             f"parallel.zero={stage} runs megatron_fsdp, which needs CUDA in megatron-core 0.16.1 "
             "(it allocates torch.cuda.Stream and a cuda DeviceMesh); on CPU use parallel.zero 0 "

@@ -25,21 +25,14 @@ from trainer.evalcore import as_encoder, evaluate, load_eval_sets
 from trainer.step import next_token_logprobs
 
 if TYPE_CHECKING:
-    from trainer.callbacks import TrainerView
+    from trainer.loop import Trainer
 
-
-class LiveScorer:
-    """The training model chunk as a `.logprobs(tokens)` scorer (run in eval mode, no grad)."""
-
-    def __init__(self, model: Any, on_gpu: bool) -> None:
-        self.model, self.on_gpu = model, on_gpu
-
-    def logprobs(self, tokens: torch.Tensor) -> torch.Tensor:
-        return next_token_logprobs(self.model, tokens, self.on_gpu)
+VAL_METRICS = ("bpb", "loss", "ppl")
 
 
 class PeriodicEval(Callback):
-    """Loads the sets and the run's tokenizer once; `run(step)` returns the metrics record."""
+    """Loads the sets and the run's tokenizer once; `run(step)` returns the metrics record. It is
+    its own scorer: `.logprobs(tokens)` of the live model chunk (in eval mode, no grad)."""
 
     def __init__(self, config: Any, model: Any, on_gpu: bool) -> None:
         from tokenizer.lock import load_locked
@@ -55,34 +48,31 @@ class PeriodicEval(Callback):
         self.every = settings.every
         self.sets = load_eval_sets(settings.sets, settings.max_docs)
         self.encoder = as_encoder(load_locked(Path(directory)))
-        self.scorer = LiveScorer(model, on_gpu)
+        self.model, self.on_gpu = model, on_gpu
         self.seq_length = config.model.seq_length
         self.batch_size = settings.batch_size
 
-    def on_step_end(self, trainer: TrainerView, record: dict[str, Any]) -> None:
+    def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
         """Every rank scores the eval sets when due; the callbacks' on_eval gets the record."""
-        if self.due(trainer.state.step, trainer.total_steps):
-            trainer.callbacks.on_eval(trainer, self.run(trainer.state.step))
+        step = trainer.state.step
+        if step % self.every == 0 or step == trainer.total_steps:
+            trainer.callbacks.on_eval(trainer, self.run(step))
 
-    def due(self, step: int, last: int) -> bool:
-        return step % self.every == 0 or step == last
+    def logprobs(self, tokens: torch.Tensor) -> torch.Tensor:
+        return next_token_logprobs(self.model, tokens, self.on_gpu)
 
     def run(self, step: int) -> dict[str, Any]:
-        was_training = self.scorer.model.training
-        self.scorer.model.eval()
+        was_training = self.model.training
+        self.model.eval()
         try:
             metrics = evaluate(
-                self.scorer,
+                self,
                 self.sets,
                 encoder=self.encoder,
                 seq_length=self.seq_length,
                 batch_size=self.batch_size,
             )
         finally:
-            self.scorer.model.train(was_training)
-        record: dict[str, Any] = {"step": step, "event": "eval"}
-        for key, value in metrics.items():
-            name = key.split("/")[0]
-            if name in ("bpb", "loss", "ppl"):
-                record[f"val/{key}"] = value
-        return record
+            self.model.train(was_training)
+        kept = {f"val/{k}": v for k, v in metrics.items() if k.split("/")[0] in VAL_METRICS}
+        return {"step": step, "event": "eval", **kept}

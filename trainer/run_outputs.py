@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pretrain.artifacts import run as run_kind
 from pretrain.artifacts.base import write_artifact
@@ -28,26 +28,7 @@ from pretrain.output_check import (
 from pretrain.storage import write_json
 
 if TYPE_CHECKING:  # torch and megatron: the launcher's out_dir check must not wait for them
-    from trainer.config import TrainConfig
-    from trainer.data import TrainData
-    from trainer.guard import SpikeGuard
-    from trainer.metrics import Throughput
-    from trainer.step import TrainState
-
-
-class FinishedRun(Protocol):
-    """What the outputs are made of (trainer/loop.py's Trainer at the end of fit or smoke)."""
-
-    config: TrainConfig
-    run_dir: Path
-    data: TrainData
-    state: TrainState
-    num_params: int
-    guard: SpikeGuard
-    throughput: Throughput
-    total_steps: int
-    ended: str
-    init_from: str | None
+    from trainer.loop import Trainer
 
 
 SMOKE_DIR = "smoke"
@@ -145,7 +126,7 @@ def load_launch_info(run_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def write_outputs(trainer: FinishedRun, extra: dict[str, Any]) -> None:
+def write_outputs(trainer: Trainer, extra: dict[str, Any]) -> None:
     """summary.json, then the run manifest (written last, it lists summary.json: `pretrain
     verify RUN` refused every finished run for an unlisted one)."""
     import torch
@@ -189,7 +170,7 @@ def write_outputs(trainer: FinishedRun, extra: dict[str, Any]) -> None:
     )
 
 
-def summary(trainer: FinishedRun, extra: dict[str, Any]) -> dict[str, Any]:
+def summary(trainer: Trainer, extra: dict[str, Any]) -> dict[str, Any]:
     from trainer.metrics import read_metrics
 
     last = read_metrics(trainer.run_dir / "metrics.jsonl")

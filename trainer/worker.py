@@ -73,11 +73,9 @@ def run(
     """One rank's whole run; returns its summary. Rank 0 writes metrics, loss.png, the manifest.
     `callbacks` run after the built-in ones (trainer/callbacks.py)."""
     warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*")
-    import torch
-    from megatron.core import parallel_state
-
     from pretrain.command import recorded
     from trainer.local_torchrun import loopback_gloo
+    from trainer.model import close_distributed
     from trainer.run_outputs import check_run_dir, load_launch_info
 
     check_run_dir(config.run.out_dir)  # every rank, before its first write
@@ -98,11 +96,8 @@ def run(
                 return trainer.finish({"smoke": smoke_checks(trainer)})
             return trainer.fit()
         finally:
-            # megatron's groups go with the process group: left registered, a later in-process
-            # load_model (same process) would reuse groups of a destroyed world (ValueError)
-            parallel_state.destroy_model_parallel()
-            if torch.distributed.is_initialized():
-                torch.distributed.destroy_process_group()
+            # left registered, a later in-process load_model would reuse a destroyed world
+            close_distributed()
 
 
 def _run_lock(run_dir: Path, command: list[str] | None) -> AbstractContextManager[Any]:
