@@ -26,7 +26,6 @@ from data_pipeline import throughput
 from data_pipeline.parts import PARTS
 from pretrain.nested import PII_KINDS
 from pretrain.schema import reason_column
-from pretrain.storage import OutPath
 
 PASS = "pass"
 UNKNOWN = "unknown"
@@ -337,8 +336,3 @@ class Merged:
         for stage, cost in json.loads(data).items():
             throughput.add_cost(self.costs.setdefault(stage, {}), cost)
         self.costed.add(shard)
-
-    def note_read(self, out: OutPath, path: OutPath, data: bytes) -> None:
-        """The digest of a record the driver read itself (a reused part's), for the manifest."""
-        rel = path.relative_to(out).as_posix()  # type: ignore[arg-type]  # same kind as `out`
-        self.known[rel] = digest(data)

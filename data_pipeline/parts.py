@@ -335,18 +335,25 @@ def forget_inputs(out: OutPath, stems: Collection[str]) -> None:
         read_stats_path(out, stem).unlink(missing_ok=True)
 
 
-def read_records(out: OutPath, stems: Iterable[str]) -> Iterator[dict[str, Any] | None]:
-    """The read record of every input in `stems` (None where it has none yet), in order: in an
-    object store `READ_AHEAD` at a time, one read each (no `is_file` HEAD before it;
-    pyarrow's open is a HEAD, then the GET)."""
+def read_bytes(out: OutPath, paths: Iterable[OutPath]) -> Iterator[bytes | None]:
+    """The bytes of every path (None where there is no such file), in order: in an object store
+    `READ_AHEAD` at a time, one read each (no `is_file` HEAD before it; pyarrow's open is a
+    HEAD, then the GET)."""
 
-    def load(stem: str) -> dict[str, Any] | None:
+    def read(path: OutPath) -> bytes | None:
         try:
-            return load_json(read_stats_path(out, stem))
+            return path.read_bytes()
         except (FileNotFoundError, IsADirectoryError):
             return None
 
-    return ordered(load, stems, in_flight_for(out))
+    return ordered(read, paths, in_flight_for(out))
+
+
+def read_records(out: OutPath, stems: Iterable[str]) -> Iterator[dict[str, Any] | None]:
+    """The read record of every input in `stems` (None where it has none yet), in order
+    (`read_bytes`)."""
+    found = read_bytes(out, (read_stats_path(out, stem) for stem in stems))
+    return (None if data is None else json.loads(data) for data in found)
 
 
 def record_done(record: dict[str, Any] | None, stem: str, done: dict[str, set[int]]) -> bool:

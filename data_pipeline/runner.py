@@ -19,9 +19,8 @@ pretrain.storage: one PUT per object, so no partial object is visible under its 
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,89 +138,40 @@ def _collect(
     out: OutPath, stems: list[str], stages: list[Stage], merged: ledger.Merged
 ) -> tuple[dict[str, Any], list[str]]:
     """The ledger from every input's read record and every part's record: the part records the
-    merge of this run handed over are already folded in `merged` (ledger.Merged); only
-    the others (parts reused from an earlier run) are read, and folded as they are read
-    (ledger.aggregate): the driver holds per-input part counts, not the part records (millions of
-    parts at 40 TB). In an object store the records are read `parts.READ_AHEAD` at a time
-    and consumed in order (the same ledger as read in turn). `merged.known` gets the digest of
-    every file a part record lists (its writer hashed the bytes it wrote) and of the records read
-    here, for the manifest (pretrain.manifest.write_manifest): no output file is read again to
-    hash it."""
-    known = merged.known
-    read_docs, read_bytes, collisions, counts = 0, 0, 0, []
+    merge of this run handed over are already folded in `merged` (ledger.Merged); only the
+    others (parts reused from an earlier run) are read, and folded the same way as they are read
+    (`Merged.add_record`): the driver holds per-input part counts, not the part records
+    (millions of parts at 40 TB). In an object store the records are read `parts.READ_AHEAD`
+    at a time and consumed in order (the same ledger as read in turn). `merged.known` gets the
+    digest of every file a part record lists (its writer hashed the bytes it wrote) and of the
+    records read here, for the manifest (pretrain.manifest.write_manifest): no output file is
+    read again to hash it."""
+    read_docs, read_bytes, collisions, shards = 0, 0, 0, []
     paths = [parts.read_stats_path(out, stem) for stem in stems]
-    for stem, loaded in zip(stems, _records(out, paths), strict=True):
-        if loaded is None:
+    for stem, path, data in zip(stems, paths, parts.read_bytes(out, paths), strict=True):
+        if data is None:
             raise PretrainError(
                 f"input {stem}: no read record in {out / parts.PARTS}; the job "
                 "did not finish reading it; re-run the command"
             )
-        stats = _noted(loaded, known)
+        merged.known[f"{parts.PARTS}/{path.name}"] = ledger.digest(data)
+        stats = json.loads(data)
         read_docs, read_bytes = read_docs + stats["records"], read_bytes + stats["bytes"]
         collisions += stats.get("id_collisions", 0)
-        counts.append((stem, int(stats["parts"])))
-    if not merged.shards <= set(_shards(counts)):
+        shards += [f"{stem}-{part:05d}" for part in range(int(stats["parts"]))]
+    if not merged.shards <= set(shards):
         merged.forget_records()  # a part of no input of this run's: read them all, as before
-    records = _part_records(out, counts, known, merged.shards)
-    names = [s.name for s in stages]
-    led = ledger.aggregate(records, names, read_docs, read_bytes, merged.fold)
-    led["id_collisions"] = collisions
-    shards = sorted(p.name for p in (out / layout.DATA_DIR).glob("*.parquet"))
-    return led, shards
-
-
-Loaded = tuple[str, dict[str, Any], dict[str, Any]]
-"""A JSON record of the output: its name in the output, its {bytes, sha256} and its content."""
-
-
-def _read_json(out: OutPath, path: OutPath) -> Loaded | None:
-    """A JSON record of the output and its digest, from one read; None when there is none."""
-    try:
-        data = path.read_bytes()
-    except (FileNotFoundError, IsADirectoryError):
-        return None
-    rel = path.relative_to(out).as_posix()  # type: ignore[arg-type]  # same kind as `out`
-    digest = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    return rel, digest, json.loads(data)
-
-
-def _records(out: OutPath, paths: Iterable[OutPath]) -> Iterator[Loaded | None]:
-    """`_read_json` of every path, in order, read ahead in an object store."""
-    return parts.ordered(lambda path: _read_json(out, path), paths, parts.in_flight_for(out))
-
-
-def _noted(loaded: Loaded, known: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The record's content, its digest noted in `known`."""
-    rel, digest, content = loaded
-    known[rel] = digest
-    return content
-
-
-def _shards(counts: list[tuple[str, int]]) -> Iterator[str]:
-    return (f"{stem}-{part:05d}" for stem, count in counts for part in range(count))
-
-
-def _part_records(
-    out: OutPath,
-    counts: list[tuple[str, int]],
-    known: dict[str, dict[str, Any]],
-    folded: Collection[str] = (),
-) -> Iterator[dict[str, Any]]:
-    """Every part's record but those `folded` already, in input and part order (a
-    missing one is a one-line error); the digests of it and of the files it records go to
-    `known`."""
-    folded = set(folded)
-    todo = [shard for shard in _shards(counts) if shard not in folded]
-    paths = (parts.part_record_path(out, shard) for shard in todo)
-    for shard, loaded in zip(todo, _records(out, paths), strict=True):
-        if loaded is None:
+    todo = [shard for shard in shards if shard not in merged.shards]
+    records = parts.read_bytes(out, (parts.part_record_path(out, shard) for shard in todo))
+    for shard, data in zip(todo, records, strict=True):
+        if data is None:
             raise PretrainError(
                 f"shard {shard} was not written; re-run the command (finished shards are reused)"
             )
-        record_file = _noted(loaded, known)
-        for name, record in record_file.get("files", {}).items():
-            known[name] = {"bytes": record.get("bytes"), "sha256": record.get("sha256")}
-        yield record_file
+        merged.add_record(shard, data)
+    led = ledger.aggregate((), [s.name for s in stages], read_docs, read_bytes, merged.fold)
+    led["id_collisions"] = collisions
+    return led, sorted(p.name for p in (out / layout.DATA_DIR).glob("*.parquet"))
 
 
 def restart(out: OutPath, keep: Collection[str] = ()) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from data_pipeline import throughput
 from data_pipeline.ledger import Merged
-from data_pipeline.parts import in_flight_for, ordered, read_records
+from data_pipeline.parts import in_flight_for, ordered, read_bytes, read_records
 from data_pipeline.throughput import READ, WRITE, RunClock
 from pretrain.storage import OutPath, listed
 
@@ -38,15 +38,6 @@ def part_names(out: OutPath, stems: list[str]) -> list[str]:
     for stem, record in zip(stems, read_records(out, stems), strict=True):
         names += [f"{stem}-{p:05d}" for p in range(int((record or {}).get("parts", 0)))]
     return names
-
-
-def _read(path: OutPath) -> tuple[OutPath, bytes, dict[str, Any]] | None:
-    """A part's cost record: (path, its bytes, its content); None when unreadable."""
-    try:
-        data = path.read_bytes()
-        return path, data, json.loads(data)
-    except (OSError, ValueError):
-        return None
 
 
 def _loaded(paths: Iterable[OutPath], out: OutPath) -> Iterator[dict[str, Any] | None]:
@@ -122,23 +113,17 @@ def build(
     it merged, none reused); the others are read, their digests noted in `merged` for the
     manifest."""
     merged = merged if merged is not None else Merged()
-    totals = {stage: dict(cost) for stage, cost in merged.costs.items()}
     this_run: dict[str, Any] = dict(merged.costs.get(READ, {}))
     parts = part_names(out, stems)
-    measured = len(merged.costed)
     todo = [shard for shard in parts if shard not in merged.costed]
-    paths = [throughput.part_cost_path(out, shard) for shard in todo]
-    records = ordered(_read, paths, in_flight_for(out))
-    for shard, read in zip(todo, records, strict=True):
-        if read is None:
-            continue
-        path, data, record = read
-        merged.note_read(out, path, data)  # for the manifest: not read again to hash it
-        measured += 1
-        for stage, cost in record.items():
-            throughput.add_cost(totals.setdefault(stage, {}), cost)
-            if shard not in reused and stage == READ:
-                throughput.add_cost(this_run, cost)
+    paths = (throughput.part_cost_path(out, shard) for shard in todo)
+    for shard, data in zip(todo, read_bytes(out, paths), strict=True):
+        if data is not None:
+            merged.add_cost(shard, data)  # its digest for the manifest: not read again to hash it
+            if shard not in reused:
+                throughput.add_cost(this_run, json.loads(data).get(READ, {}))
+    totals = {stage: dict(cost) for stage, cost in merged.costs.items()}
+    measured = len(merged.costed)
     for name in global_names:
         verified = merged.map_costs.get(name)
         combined = _global_cost(out, name, parts, totals.get(name, {}), verified)
