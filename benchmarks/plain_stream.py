@@ -49,8 +49,7 @@ def _stage_specs(inputs: str, out: str) -> tuple[Any, list[dict[str, str]], dict
     head, _ = global_parts.plan(built)
     worker = {
         "specs": [s.spec() for s in head],
-        "rows_out": out,
-        "cost_out": out,
+        "out": out,
         "batch_rows": config.batch_rows,
     }
     options = {

@@ -124,8 +124,7 @@ def stream(
                 workers.MapStagesWorker,
                 fn_constructor_kwargs={
                     "specs": [s.spec() for s in head],
-                    "rows_out": out,
-                    "cost_out": out,
+                    "out": out,
                     "batch_rows": config.batch_rows,
                 },
                 batch_size=None,  # one block per call: blocks, not bundles, are dealt to actors

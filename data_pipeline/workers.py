@@ -78,69 +78,43 @@ def read_files(
 
 
 class MapStagesWorker:
-    """A Ray Data actor: builds the map stages once (setup per worker) and runs them in order.
+    """A Ray Data actor: builds the map stages once (setup per worker, its cost recorded:
+    data_pipeline.throughput) and runs them in order.
 
     It is called once per block the reader produced (so a task is one block: at most
     `ray.block_mb` of input, and the pool deals blocks, not bundles of them, to its actors: no
     actor is left with a long last task while another idles), and runs the stages over slices
-    of at most `batch_rows` rows of it.
-    With `rows_out`, it also writes its output as row files (the last segment of the job) and
-    returns only their row counts, so tagged text never travels back through the object store.
-    With `cost_out`, it records each stage's CPU-seconds per block (data_pipeline.throughput).
+    of at most `batch_rows` rows of it. It writes its output as row files (the last segment of
+    the job) and returns only their row counts, so tagged text never travels back through the
+    object store; each stage's CPU-seconds per block go to the part's cost records.
     """
 
-    def __init__(
-        self,
-        specs: Sequence[StageSpec],
-        rows_out: str | OutPath | None = None,
-        cost_out: str | OutPath | None = None,
-        batch_rows: int | None = None,
-    ) -> None:
+    def __init__(self, specs: Sequence[StageSpec], out: str | OutPath, batch_rows: int) -> None:
         self.refused: PretrainError | None = None
+        self.out, self.batch_rows = out, batch_rows
         try:
-            self._build(specs, rows_out, cost_out, batch_rows)
+            self.stages = [build_stage(spec) for spec in specs]
+            throughput.record_setup(out, self.stages)
         except PretrainError as exc:
             # Raised here, Ray reports an actor that died in its creation task (its traceback as
             # text, the error lost): raised by the first call, it reaches the user as one line.
             # An actor given no block is never called: the driver reads it (raise_refusal).
             self.refused = exc
-            if (out := cost_out or rows_out) is not None:
-                _record_refusal(out, exc)
-
-    def _build(
-        self,
-        specs: Sequence[StageSpec],
-        rows_out: str | OutPath | None,
-        cost_out: str | OutPath | None,
-        batch_rows: int | None,
-    ) -> None:
-        self.stages = [build_stage(spec) for spec in specs]
-        self.rows_out = rows_out
-        self.cost_out = cost_out
-        self.batch_rows = batch_rows
-        if cost_out:
-            throughput.record_setup(cost_out, self.stages)
-        else:
-            for stage in self.stages:
-                stage.setup()
+            _record_refusal(out, exc)
 
     def __call__(self, block: pa.Table) -> pa.Table:
         if self.refused is not None:
             raise self.refused
         rows = block.num_rows
-        step = self.batch_rows or rows or 1
         outputs, spent = [], dict[str, float]()
-        for start in range(0, max(rows, 1), step):
-            tagged = block.slice(start, step)
+        for start in range(0, max(rows, 1), self.batch_rows):
+            tagged = block.slice(start, self.batch_rows)
             for stage in self.stages:  # the stages' own code, in order
                 begin = cpu_time()
                 tagged = stage(tagged)
                 spent[stage.name] = spent.get(stage.name, 0.0) + cpu_time() - begin
-            if self.rows_out:
-                tagged = write_rows(tagged, self.rows_out)
-            outputs.append(tagged)
-        if self.cost_out:
-            throughput.record_batch(self.cost_out, f"map-{self.stages[0].name}", block, spent)
+            outputs.append(write_rows(tagged, self.out))
+        throughput.record_batch(self.out, f"map-{self.stages[0].name}", block, spent)
         return pa.concat_tables(outputs, promote_options="default")
 
 
