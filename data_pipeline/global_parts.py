@@ -43,7 +43,6 @@ from pretrain.storage import (
     confined,
     output_path,
     remove_tree,
-    sha256_of,
     write_json,
 )
 
@@ -140,34 +139,17 @@ def _checked(
         if record["rows"] != rows or record.get("depends", "") != depends:
             return None
         paths = {}
+        folder = f"{parts.PARTS}/{GLOBAL}/{stage}"
         for name, entry in files.items():
-            path = stage_dir(out, stage) / _file(part, name)
             confined(stage_dir(out, stage), _file(part, name), f"map record {where}")
-            if not _intact(out, path, entry, where, listed):
+            rel = f"{folder}/{_file(part, name)}"
+            if not parts.file_intact(out, rel, entry, f"{folder}/{part}.json", listed):
                 return None
-            paths[name] = str(path)
+            paths[name] = str(out / rel)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     output = MapOutput(part, rows=paths.pop("rows"), files=paths, info=record.get("info", {}))
     return output, record
-
-
-def _intact(
-    out: OutPath,
-    path: OutPath,
-    entry: dict[str, Any],
-    record: OutPath,
-    listed: parts.Listing | None,
-) -> bool:
-    """True when the map file at `path` has the size and sha256 its record holds (`load`)."""
-    if listed is not None:
-        rel = path.relative_to(out).as_posix()  # type: ignore[arg-type]  # same kind as `out`
-        trusted = listed.trusted(rel, entry, record.relative_to(out).as_posix())  # type: ignore[arg-type]
-        if trusted is not None:
-            return trusted
-    elif not path.is_file() or path.stat().st_size != entry["bytes"]:
-        return False
-    return sha256_of(path) == entry["sha256"]
 
 
 def digest(out: OutPath, stage: str, depends: str, outputs: Sequence[MapOutput]) -> str:

@@ -260,18 +260,25 @@ def _files_intact(
             return False
     for name, record in files.items():
         confined(out, name, f"part record {record_file}")  # the output's own file, no other
-        path = out / name
-        if listing is not None:
-            trusted = listing.trusted(name, record, f"{PARTS}/{record_file.name}")
-            if trusted is not None:
-                if not trusted:
-                    return False
-                continue
-        elif not path.is_file() or path.stat().st_size != record["bytes"]:
-            return False
-        if sha256_of(path) != record["sha256"]:  # re-hashed when the file was touched
+        if not file_intact(out, name, record, f"{PARTS}/{record_file.name}", listing):
             return False
     return True
+
+
+def file_intact(
+    out: OutPath, rel: str, entry: dict[str, Any], record_rel: str, listing: Listing | None
+) -> bool:
+    """True when `out/rel` has the size and sha256 `entry` (of the record `record_rel`) holds:
+    locally through the hash cache (re-hashed when the file was touched), in an object store
+    from the `listing` where it answers (`Listing.trusted`), else by hashing the file."""
+    path = out / rel
+    if listing is not None:
+        trusted = listing.trusted(rel, entry, record_rel)
+        if trusted is not None:
+            return trusted
+    elif not path.is_file() or path.stat().st_size != entry["bytes"]:
+        return False
+    return sha256_of(path) == entry["sha256"]
 
 
 def forget_part(out: OutPath, shard: str) -> None:
