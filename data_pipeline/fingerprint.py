@@ -18,6 +18,9 @@ changes with every write of other bytes (an outside tool's rewrite too), read fr
 the hash's open already gets.
 
 A changed (or removed) input's parts are deleted and it is read again; the others are reused.
+
+The job's lineage is here too: the artifact directories its local inputs lie in, and those its
+stages read (`Stage.models()`: a model, the dedup index it deduplicates against).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from pyarrow import fs as pafs
@@ -100,22 +103,14 @@ def _etag(handle: pafs.NativeFile) -> dict[str, int | str]:
     return {"etag": etag.decode("utf-8", "replace")} if etag else {}
 
 
-IDENTITY_THREADS = 16
-"""Identity checks in flight at once on an object store, where each is a few round trips of
-waiting (a listing entry, two range reads) rather than CPU; local files are checked in turn."""
-
-
 def input_identities(inputs: list[InputFile]) -> dict[str, dict[str, Any]]:
     """{stem: file_identity} of every input, in input order. Inputs in an object store are
-    checked IDENTITY_THREADS at a time (at ~17 ms of latency each, a million inputs checked one
-    by one take ~5 h); an unreadable input is the same one-line error as when checked serially
-    (the first in input order)."""
-    remote = [item for item in inputs if "://" in item.path]
-    if len(remote) < 2:
-        return {item.stem: file_identity(item) for item in inputs}
-    with ThreadPoolExecutor(IDENTITY_THREADS, thread_name_prefix="identity") as pool:
-        found = dict(zip((i.stem for i in remote), pool.map(file_identity, remote), strict=True))
-    return {item.stem: found.get(item.stem) or file_identity(item) for item in inputs}
+    checked `parts.READ_AHEAD` at a time (each is a few round trips of waiting: at ~17 ms, a
+    million inputs checked one by one take ~5 h); an unreadable input is the same one-line error
+    as when checked in turn (the first in input order)."""
+    remote = any("://" in item.path for item in inputs)
+    found = parts.ordered(file_identity, inputs, parts.READ_AHEAD if remote else 1)
+    return {item.stem: identity for item, identity in zip(inputs, found, strict=True)}
 
 
 def _sha(data: bytes) -> str:
@@ -224,3 +219,56 @@ def prepare_output(
     (out / "manifest.json").unlink(missing_ok=True)
     write_json(path, {**job_fingerprint(config, stages), "inputs": identities})
     return changed, units
+
+
+# --- lineage: the artifacts the job reads ---------------------------------------------------
+
+
+def input_artifacts(files: list[InputFile]) -> list[str]:
+    """Artifact directories (with a manifest.json) that hold input files: the job's lineage.
+    Each folder is resolved and looked at once for all the files in or below it (a million
+    inputs in a few folders cost a few stats, not one per parent folder of every file)."""
+    dirs: list[str] = []
+    resolved: dict[str, Path] = {}
+    holder: dict[Path, Path | None] = {}
+    for item in files:
+        if "://" in item.path:
+            continue
+        if os.path.islink(item.path):  # a linked file's lineage is where it leads
+            folder = Path(item.path).resolve().parent
+        else:
+            parent = os.path.dirname(item.path) or "."
+            folder = resolved.get(parent) or resolved.setdefault(parent, Path(parent).resolve())
+        found = _artifact_holding(folder, holder)
+        if found is not None and str(found) not in dirs:
+            dirs.append(str(found))
+    return dirs
+
+
+def _artifact_holding(folder: Path, holder: dict[Path, Path | None]) -> Path | None:
+    """The nearest folder at or above `folder` with a manifest.json (None: no such folder);
+    `holder` remembers the answer for every folder looked at."""
+    walked: list[Path] = []
+    found: Path | None = None
+    for candidate in (folder, *folder.parents):
+        if candidate in holder:
+            found = holder[candidate]
+            break
+        walked.append(candidate)
+        if (candidate / "manifest.json").is_file():
+            found = candidate
+            break
+    for candidate in walked:
+        holder[candidate] = found
+    return found
+
+
+def stage_artifacts(stages: list[Stage]) -> list[str]:
+    """The artifact directories the stages read (`Stage.models()` that hold a manifest.json),
+    each once, in stage order: inputs of the job beside its data."""
+    found: list[str] = []
+    for stage in stages:
+        for path in stage.models().values():
+            if (path / "manifest.json").is_file() and str(path) not in found:
+                found.append(str(path))
+    return found

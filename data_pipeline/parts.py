@@ -54,7 +54,7 @@ PROGRESS = "progress"
 # the driver computes from them is the same, byte for byte, as reading them in turn, and its
 # memory is bounded by the window. Local outputs are read in turn (a read is a system call).
 READ_AHEAD = 16
-"""Reads in flight at once on an object store (as `fingerprint.IDENTITY_THREADS`): enough to hide
+"""Reads in flight at once on an object store (input identities too: fingerprint): enough to hide
 a request's latency, few enough that a store's per-client request rate is not the limit."""
 
 Item = TypeVar("Item")

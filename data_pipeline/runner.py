@@ -29,12 +29,13 @@ from data_pipeline.config import PipelineConfig
 from data_pipeline.fingerprint import (
     FINGERPRINT,
     check_output_target,
+    input_artifacts,
     model_hashes,
     output_is_foreign,
     prepare_output,
+    stage_artifacts,
 )
 from data_pipeline.inputs import Unit, check_openable, check_output_apart, plan_inputs
-from data_pipeline.lineage import input_artifacts, stage_artifacts
 from data_pipeline.stages.base import GlobalStage, Stage
 from data_pipeline.stages.registry import (
     manifest_sections,

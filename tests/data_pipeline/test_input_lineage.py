@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from data_pipeline.fingerprint import input_artifacts
 from data_pipeline.formats import InputFile
-from data_pipeline.lineage import input_artifacts
 
 
 def _reference(files: list[InputFile]) -> list[str]:
