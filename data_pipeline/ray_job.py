@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from data_pipeline import global_parts, ledger, parts, throughput, workers
@@ -62,19 +62,27 @@ def _max_input_bytes(stages: list[Stage]) -> int | None:
 
 
 @contextmanager
-def _original_errors() -> Iterator[None]:
-    """Datasets built in this block raise their map functions' own errors, not Ray Data's
-    UserCodeException raised from them: a pickled exception loses its `__cause__`, so the
-    driver got Ray's many lines, not a worker's one-line refusal (a fence, a changed row file)."""
-    import ray.data
-
-    context = ray.data.DataContext.get_current()  # each dataset copies it when built
-    saved = context.raise_original_map_exception
-    context.raise_original_map_exception = True
+def _set(target: Any, **values: Any) -> Iterator[None]:
+    """`target`'s attributes set to `values` in the block, restored after (an attribute `target`
+    does not have, as in another Ray version, is left alone)."""
+    saved = {name: getattr(target, name) for name in values if hasattr(target, name)}
+    for name in saved:
+        setattr(target, name, values[name])
     try:
         yield
     finally:
-        context.raise_original_map_exception = saved
+        for name, value in saved.items():
+            setattr(target, name, value)
+
+
+def _original_errors() -> AbstractContextManager[None]:
+    """Datasets built in this block raise their map functions' own errors, not Ray Data's
+    UserCodeException raised from them: a pickled exception loses its `__cause__`, so the
+    driver got Ray's many lines, not a worker's one-line refusal (a fence, a changed row file).
+    Each dataset copies the context when it is built."""
+    import ray.data
+
+    return _set(ray.data.DataContext.get_current(), raise_original_map_exception=True)
 
 
 def stream(
@@ -151,23 +159,6 @@ queued (Ray Data's default), so a later step idles none; a dataset's end is seen
 later."""
 
 
-@contextmanager
-def _executor_wait(seconds: float) -> Iterator[None]:
-    """Ray Data's streaming executor steps at most every `seconds` in this block (a Ray without
-    that module constant is left as it is)."""
-    from ray.data._internal.execution import streaming_executor_state as state
-
-    name = "WAIT_FOR_TASK_COMPLETION_TIMEOUT_S"
-    saved = getattr(state, name, None)
-    if saved is not None:
-        setattr(state, name, seconds)
-    try:
-        yield
-    finally:
-        if saved is not None:
-            setattr(state, name, saved)
-
-
 MERGE_CPUS = 0.5
 """CPUs one merge task reserves (the stream is done when they run)."""
 
@@ -227,26 +218,29 @@ def session(
     a killed run's stream cleared; Ray shut down after (when this run started it)."""
     started = clock.start_ray(lambda: connect_ray(config, address))
     import ray.data
+    from ray.data._internal.execution import streaming_executor_state
 
     from pretrain import rayinit
 
-    context = ray.data.DataContext.get_current()
-    saved = context.enable_progress_bars, context.target_max_block_size
-    # Our progress display is the job's; Ray Data's own bars only with -v (they go to the log).
-    context.enable_progress_bars = progress and verbosity() >= VERBOSE
-    # Small blocks, so one big input file still spreads over every stage actor.
-    context.target_max_block_size = config.ray.block_mb * 2**20
     begin = time.perf_counter()
     clock.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    settings = _set(
+        ray.data.DataContext.get_current(),
+        # Our progress display is the job's; Ray Data's own bars only with -v (to the log).
+        enable_progress_bars=progress and verbosity() >= VERBOSE,
+        # Small blocks, so one big input file still spreads over every stage actor.
+        target_max_block_size=config.ray.block_mb * 2**20,
+    )
+    # the stream and the merge are Ray Data jobs
+    stepping = _set(streaming_executor_state, WAIT_FOR_TASK_COMPLETION_TIMEOUT_S=EXECUTOR_WAIT_S)
     try:
-        with _executor_wait(EXECUTOR_WAIT_S):  # the stream and the merge are Ray Data jobs
+        with settings, stepping:
             throughput.clear(out)
             remove_tree(out / parts.PARTS / parts.ROWS)
             remove_tree(out / parts.PARTS / parts.PROGRESS)
             clock.marker = parts.phase_path(out)
             yield
     finally:
-        context.enable_progress_bars, context.target_max_block_size = saved
         clock.ray_work_s = time.perf_counter() - begin
         rayinit.shutdown(started)
 
