@@ -3,7 +3,7 @@ report of the launched run.
 
 `ablation_step`: eval sets from the demo shards (decontaminated), a sweep of the demo mixture's
 recipe against one that trains on its largest component only (a recipe that differs enough that
-the decision and gate verdict are the same on every run and machine, tests/test_demo_twice.py)
+the decision and gate verdict are the same on every run and machine, tests/test_demo.py)
 x three seeds on a tiny CPU proxy, two at once, the report,
 and, when a variant wins, the chosen mixture rebuilt from `chosen_mixture.yaml` so the launch step's
 mixture carries the recipe hash the gate checks. Finished proxy runs are cached by key.
