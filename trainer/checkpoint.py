@@ -15,7 +15,6 @@ import json
 import random
 import re
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,16 +47,14 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def newest_valid(run_dir: Path) -> tuple[Path | None, list[dict[str, Any]]]:
+def newest_valid(
+    run_dir: Path, found: list[tuple[int, Path]] | None = None
+) -> tuple[Path | None, list[dict[str, Any]]]:
     """The newest checkpoint whose files match its manifest and whose loadable files open the
-    safe way (pretrain.safeload), and the corrupt ones skipped (the caller logs one line each)."""
-    return newest_valid_of(list_checkpoints(run_dir))
-
-
-def newest_valid_of(found: list[tuple[int, Path]]) -> tuple[Path | None, list[dict[str, Any]]]:
-    """`newest_valid` over (step, directory) pairs, oldest first."""
+    safe way (pretrain.safeload), and the corrupt ones skipped (the caller logs one line each).
+    `found`: (step, directory) pairs to choose from instead of the run's, oldest first."""
     skipped = []
-    for step, path in reversed(found):
+    for step, path in reversed(list_checkpoints(run_dir) if found is None else found):
         try:
             manifest = verify(path, deep=True)
             check_checkpoint(path, manifest)
@@ -68,22 +65,22 @@ def newest_valid_of(found: list[tuple[int, Path]]) -> tuple[Path | None, list[di
     return None, skipped
 
 
-def resume_point(run_dir: Path, note: Callable[[str], None] | None = None) -> Path | None:
+def resume_point(run_dir: Path) -> Path | None:
     """The checkpoint a resume loads: the newest that verifies (`newest_valid`), or None for a run
     without checkpoints. Refused in one line when RUN/checkpoints/ holds checkpoints and none
     verifies: the run would train again from step 0 beside its old metrics and its first saves
-    would replace the damaged checkpoints (what a user would restore). `note` is told, in one
-    line, of what checkpoints/ holds that no resume reads (Megatron-LM's
-    latest_checkpointed_iteration.txt, a foreign file) and which checkpoint is taken instead."""
+    would replace the damaged checkpoints (what a user would restore). A line says what
+    checkpoints/ holds that no resume reads (Megatron-LM's latest_checkpointed_iteration.txt, a
+    foreign file) and which checkpoint is taken instead."""
     path, skipped = newest_valid(run_dir)
     root = run_dir / "checkpoints"
     if path is None and skipped:
         raise none_verifies(run_dir, skipped)
-    entries = root.iterdir() if note is not None and root.is_dir() else ()
+    entries = root.iterdir() if root.is_dir() else ()
     unread = sorted(p.name for p in entries if not _ITER.match(p.name.removesuffix(".tmp")))
-    if note is not None and unread:
+    if unread:
         taken = f"the newest that verifies, {path.name}" if path else "none: there is none"
-        note(
+        print(
             f"[launch] note: {root} holds {', '.join(unread)}, which a resume does not read; "
             f"it resumes from {taken}"
         )
@@ -94,7 +91,7 @@ def init_point(source: Path) -> Path:
     """The checkpoint `checkpoint.init_from` names: a checkpoint directory that verifies, or a
     run directory's newest valid checkpoint; one line when there is none."""
     if (source / "state.json").is_file():
-        path, skipped = newest_valid_of([(0, source)])
+        path, skipped = newest_valid(source, [(0, source)])
     else:
         path, skipped = newest_valid(source)
     if path is not None and load_manifest(path)["kind"] != run_kind.CHECKPOINT_KIND:

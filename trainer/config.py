@@ -315,11 +315,9 @@ class TrainConfig(StrictModel):
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
     def build(self, callbacks: Sequence[Callback] = (), evaluate: bool = True) -> Trainer:
-        """This rank's Trainer and everything it is made of, constructed here (OLMo-core's
-        `config.build()`): the process groups, the data and its vocabulary, the GPTModel chunks,
-        megatron DDP around them, the optimizer, and the callbacks: the spike guard, throughput,
-        the metrics log, periodic eval (eval.every, when `evaluate`), then `callbacks`. Every
-        rank calls it (trainer/worker.py); benchmarks call it to time steps."""
+        """This rank's Trainer and everything it is made of, constructed here and only here
+        (OLMo-core's `config.build()`). Every rank calls it (trainer/worker.py); benchmarks call
+        it to time steps."""
         import torch
 
         from trainer import model as mcore

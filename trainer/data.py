@@ -189,7 +189,7 @@ def mixture_data(config: TrainConfig) -> TrainData:
     # the bytes were verified by MixtureDataset just above: sizes only here
     mixture = mixture_artifact.open(config.data.mixture_dir, deep=False)
     manifest = mixture.raw
-    datasets, phases = _open_phases(config, first, manifest, MixtureDataset)
+    datasets, phases = _open_phases(config, first, manifest)
     identity = {
         "build_sha256": first.build_sha256,
         "recipe_sha256": first.recipe_sha256,
@@ -204,18 +204,14 @@ def mixture_data(config: TrainConfig) -> TrainData:
 
 
 def _open_phases(
-    config: TrainConfig, first: Any, manifest: dict[str, Any], dataset_class: Any
+    config: TrainConfig, first: Any, manifest: dict[str, Any]
 ) -> tuple[list[Any], list[Phase]]:
     """One dataset per mixture phase, each checked to hold at least one global batch."""
-    datasets, phases = [], []
+    from mixtures.dataset import MixtureDataset
+
+    datasets, phases, encoded = [], [], config.data.encoded_dir
     for index, spec in enumerate(manifest.get("phases") or [{"name": "main"}]):
-        dataset = (
-            first
-            if index == 0
-            else dataset_class(
-                config.data.mixture_dir, phase=index, encoded_dir=config.data.encoded_dir
-            )
-        )
+        dataset = first if index == 0 else MixtureDataset(first.directory, index, encoded)
         if dataset.seq_length > config.model.seq_length:
             raise ConfigError(
                 f"model.seq_length = {config.model.seq_length} is shorter than "

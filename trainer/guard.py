@@ -31,9 +31,9 @@ class GuardGaveUp(PretrainError):
 class SpikeGuard(Callback):
     """Running window of good steps' loss and grad norm; flags NaN/inf and spikes."""
 
-    def __init__(self, config: GuardConfig, state: dict[str, Any] | None = None) -> None:
+    def __init__(self, config: GuardConfig) -> None:
         self.config = config
-        self.load_state(state)
+        self.load_state(None)
 
     def load_state(self, state: dict[str, Any] | None) -> None:
         """The whole guard as a checkpoint recorded it (None: a fresh run)."""
@@ -50,7 +50,7 @@ class SpikeGuard(Callback):
 
     def check_step(self, trainer: Trainer, result: StepResult) -> str | None:
         """The callback event: the reason to roll back, or None (and the step joins the history)."""
-        from trainer.lr_schedule import warmup_steps
+        from trainer.step import warmup_steps
 
         warming_up = trainer.state.step < warmup_steps(trainer.config.optim, trainer.total_steps)
         reason = self.check(result.loss, result.grad_norm, warming_up)

@@ -203,7 +203,7 @@ def _resume_state(config: TrainConfig) -> tuple[str, dict[str, Any] | None]:
         return "", None
     from trainer.checkpoint import read_state, resume_point
 
-    path = resume_point(Path(config.run.out_dir), note=print)
+    path = resume_point(Path(config.run.out_dir))
     return (str(path), read_state(path)) if path is not None else ("", None)
 
 

@@ -37,10 +37,9 @@ from trainer.data import (
 )
 from trainer.flops import flops_per_token
 from trainer.guard import GuardGaveUp, SpikeGuard
-from trainer.lr_schedule import lr_at
 from trainer.metrics import MetricsLog, Throughput
 from trainer.run_outputs import summary, write_outputs
-from trainer.step import StepResult, TrainState
+from trainer.step import StepResult, TrainState, lr_at
 
 if TYPE_CHECKING:
     from trainer.config import TrainConfig
@@ -58,10 +57,8 @@ class Trainer:
         builtin: tuple[SpikeGuard, Throughput, MetricsLog],
         callbacks: Sequence[Callback] = (),
     ) -> None:
-        """What `TrainConfig.build()` constructed: the data and its vocabulary, `model` (the
-        GPTModel chunks, the same wrapped in megatron DDP, the optimizer), the built-in callbacks
-        the loop reads (spike guard, throughput, metrics log), then `callbacks`, called in order
-        after them."""
+        """What `TrainConfig.build()` constructed; `model`: (GPTModel chunks, the same in
+        megatron DDP, optimizer); `callbacks` are called after the built-in ones."""
         from megatron.core import parallel_state as ps
 
         self.config, self.run_dir = config, Path(config.run.out_dir)

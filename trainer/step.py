@@ -1,18 +1,23 @@
-"""One optimizer step's mechanics, below the loop: megatron's forward/backward schedule over the
-micro-batches, the loss and counts reduced over the world, and the update norm; and a model's
-next-token log-probs outside training (`next_token_logprobs`: checkpoints and periodic eval).
+"""One optimizer step's mechanics, below the loop: its learning rate, megatron's forward/backward
+schedule over the micro-batches, the loss and counts reduced over the world, and the update
+norm; and a model's next-token log-probs outside training (`next_token_logprobs`: checkpoints
+and periodic eval).
 
 trainer/loop.py's `Trainer.train_step` calls these; they hold no run state of their own.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from trainer.config import OptimConfig
 
 LossHook = Callable[[torch.Tensor], torch.Tensor]
 """Applied to each micro-batch's loss before backward (the callbacks' `on_loss`)."""
@@ -39,13 +44,30 @@ class StepResult:
     batch: int
 
 
+def warmup_steps(optim: OptimConfig, total_steps: int) -> int:
+    if optim.warmup_steps is not None:
+        return min(optim.warmup_steps, total_steps)
+    return max(1, round(optim.warmup_fraction * total_steps)) if optim.warmup_fraction else 0
+
+
+def lr_at(step: int, optim: OptimConfig, total_steps: int) -> float:
+    """Learning rate of optimizer step `step` (0-based) of `total_steps`: linear warmup, then
+    cosine decay to min_lr_ratio * lr. A function of the global step only, so it continues
+    unchanged across a mixture phase switch (the sequence length changes) and across resumes."""
+    peak, floor = optim.lr, optim.lr * optim.min_lr_ratio
+    warmup = warmup_steps(optim, total_steps)
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    decay_steps = max(1, total_steps - warmup)
+    progress = min(1.0, (step - warmup) / decay_steps)
+    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
+
+
 def _forward_step_func(loss_hook: LossHook | None) -> Callable[[Any, Any], Any]:
     """Megatron's `forward_step_func`: next micro-batch -> (output, loss function)."""
 
     def forward_step(iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
-        tokens = next(iterator)
-        inputs, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-        positions = torch.arange(inputs.shape[1]).unsqueeze(0).expand_as(inputs)
+        inputs, positions, labels = _shifted(next(iterator))
         output = model(inputs, positions, None, labels=labels)
 
         def loss_func(output_tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -143,10 +165,14 @@ def next_token_logprobs(model: Any, tokens: Any, on_gpu: bool = False) -> torch.
     tokens = torch.as_tensor(tokens, dtype=torch.long)
     if tokens.dim() != 2 or tokens.shape[1] < 2:
         raise ValueError(f"tokens must be [batch, seq >= 2], got {tuple(tokens.shape)}")
-    if on_gpu:
-        tokens = tokens.cuda()
+    inputs, positions, labels = _shifted(tokens.cuda() if on_gpu else tokens)
+    with device_context():
+        loss = model(inputs, positions, None, labels=labels)
+    return -loss.float().cpu()
+
+
+def _shifted(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GPTModel's (inputs, positions, labels) to predict tokens[:, 1:] from what precedes."""
     inputs, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     positions = torch.arange(inputs.shape[1], device=inputs.device).unsqueeze(0)
-    with device_context():
-        loss = model(inputs, positions.expand_as(inputs), None, labels=labels)
-    return -loss.float().cpu()
+    return inputs, positions.expand_as(inputs), labels

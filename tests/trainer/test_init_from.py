@@ -18,7 +18,7 @@ from pretrain_app.cli import main
 from tests.trainer.trainer_testlib import tiny_config
 from trainer.callbacks import Callback
 from trainer.config import OptimConfig, TrainConfig
-from trainer.lr_schedule import lr_at
+from trainer.step import lr_at
 
 
 class _StartProbe(Callback):

@@ -13,7 +13,7 @@ from pretrain.manifest import load_manifest
 from tests.mixtures.conftest import TOKENIZER, make_encoded, mixture_config
 from tests.trainer.trainer_testlib import RanksFailed, run_ranks, tiny_config
 from trainer.config import OptimConfig, TrainConfig
-from trainer.lr_schedule import lr_at
+from trainer.step import lr_at
 
 PHASES = [
     {"name": "short", "share": 0.5, "seq_length": 32},
