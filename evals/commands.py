@@ -26,7 +26,7 @@ from pretrain.artifacts import run as run_artifact
 from pretrain.artifacts import tokenizer as tokenizer_artifact
 from pretrain.artifacts.base import write_artifact
 from pretrain.cli_utils import resolve_config
-from pretrain.errors import ArtifactError, InputError, LockMismatch
+from pretrain.errors import ArtifactError, LockMismatch
 from pretrain.manifest import manifest_sha256
 from pretrain.output_check import require_own_output
 from pretrain.storage import write_atomic
@@ -191,17 +191,9 @@ def out_dir(args: argparse.Namespace, run_dir: Path) -> Path:
 
 def _validated_tasks(tasks: list[Path], args: argparse.Namespace) -> Any:
     """Check every task file (ours and lm-eval's) loads; return the lm-eval tasks or None."""
-    from evals.tasks import load_task
+    from evals.tasks import load_tasks
 
-    names: dict[str, Path] = {}
-    for path in tasks:
-        name = load_task(path).name
-        if name in names:  # metrics are keyed task/<name>/...: one would overwrite the other
-            raise InputError(
-                f"task name {name!r} comes from both {names[name]} and {path}; rename one file "
-                "(its stem names the task's metrics)"
-            )
-        names[name] = path
+    load_tasks(tasks)
     if not args.lm_eval:
         return None
     from evals.lm_eval_tasks import load_lm_eval_tasks

@@ -182,37 +182,31 @@ def fit_regression(
 
 
 def epoch_table(
-    components: Sequence[Mapping[str, Any]],
-    full_tokens: int | None,
-    proxy_tokens: int,
-    proxy_can_subsample: bool = True,
+    components: Sequence[Mapping[str, Any]], full_tokens: int | None, proxy_tokens: int
 ) -> list[dict[str, Any]]:
-    """Epochs per component for the full run and the proxy; flag where the proxy cannot repeat
-    data as the full run will (small proxies mis-rank mixtures that repeat data)."""
+    """Epochs per component for the full run and the proxy; flag where the full run repeats data
+    the proxy sees less than once (small proxies mis-rank mixtures that repeat data)."""
     rows = []
     for comp in components:
         available = comp.get("available_tokens") or 0
         weight = float(comp.get("weight", 0.0))
+        proxy = proxy_tokens * weight / available if available else None
+        full = full_tokens * weight / available if available and full_tokens else None
         row: dict[str, Any] = {
             "component": comp["name"],
             "weight": weight,
             "available_tokens": available,
+            "proxy_epochs": proxy,
+            "full_epochs": full,
         }
-        row["proxy_epochs"] = proxy_tokens * weight / available if available else None
-        row["full_epochs"] = full_tokens * weight / available if available and full_tokens else None
-        full = row["full_epochs"]
         if full is None or full <= 1.0:
-            row["matched"], row["flag"] = True, None
+            row.update(matched=True, flag=None)
         else:
-            row["proxy_subset_tokens"] = int(proxy_tokens * weight / full)
-            row["matched"] = proxy_can_subsample
-            row["flag"] = (
-                None
-                if proxy_can_subsample
-                else (
-                    f"full run repeats {comp['name']} {full:.2f}x; the proxy sees it "
-                    f"{row['proxy_epochs']:.3f}x and cannot subsample it to match"
-                )
+            row.update(
+                proxy_subset_tokens=int(proxy_tokens * weight / full),
+                matched=False,
+                flag=f"full run repeats {comp['name']} {full:.2f}x; the proxy sees it "
+                f"{proxy:.3f}x and cannot subsample it to match",
             )
         rows.append(row)
     return rows

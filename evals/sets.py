@@ -29,8 +29,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
-from evals.lm_eval_tasks import parse_spec
+from evals.lm_eval_tasks import parse_spec, rendered_tasks
 from evals.task_overlap import TaskIndex
+from evals.tasks import load_tasks
 from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.artifacts import shards as shards_artifact
 from pretrain.artifacts.base import write_artifact
@@ -119,11 +120,6 @@ class EvalBuildConfig(StrictModel):
                 f"{self.max_docs_per_set}: every set would be left out; lower it or raise the cap"
             )
         return self
-
-
-def _shard_files(directory: str) -> list[Path]:
-    """The shards a `shards` artifact's manifest lists (never a file merely present)."""
-    return shards_artifact.open(directory).shard_paths
 
 
 def _batches(files: list[Path], columns: list[str], batch_rows: int) -> Iterator[pa.Table]:
@@ -273,17 +269,11 @@ def _write_sets(out: Path, groups: dict, cfg: EvalBuildConfig) -> tuple[list[dic
         if len(docs) < cfg.min_docs_per_set:
             skipped.append({"domain": domain, "lang": lang, "documents": len(docs)})
             continue
-        nbytes = [len(d["text"].encode("utf-8")) for d in docs]
-        table = pa.table(
-            {
-                "id": [d["id"] for d in docs],
-                "text": [d["text"] for d in docs],
-                "domain": [domain] * len(docs),
-                "lang": [lang] * len(docs),
-                "num_bytes": nbytes,
-            },
-            schema=SET_SCHEMA,
-        )
+        rows = [
+            {**doc, "domain": domain, "lang": lang, "num_bytes": len(doc["text"].encode("utf-8"))}
+            for doc in docs
+        ]
+        table = pa.Table.from_pylist(rows, schema=SET_SCHEMA)
         name = set_name(domain, lang)
         if any(entry["name"] == name for entry in written):
             raise InputError(
@@ -297,21 +287,18 @@ def _write_sets(out: Path, groups: dict, cfg: EvalBuildConfig) -> tuple[list[dic
                 "domain": domain,
                 "lang": lang,
                 "documents": len(docs),
-                "bytes": int(sum(nbytes)),
+                "bytes": sum(row["num_bytes"] for row in rows),
             }
         )
     return written, skipped
 
 
-def _copy_tasks(out: Path, tasks: list[str], hits: list[dict], index: TaskIndex) -> list[dict]:
+def _copy_tasks(out: Path, cfg: EvalBuildConfig, hits: list[dict], index: TaskIndex) -> list[dict]:
     """Copy the task files in, each with `_task_counts`."""
-    from evals.tasks import load_task
-
     copied = []
-    for task_path in tasks:
-        task = load_task(task_path)
+    for path, task in zip(cfg.tasks, load_tasks(cfg.tasks)):
         (out / "tasks").mkdir(exist_ok=True)
-        shutil.copyfile(task_path, out / "tasks" / Path(task_path).name)
+        shutil.copyfile(path, out / "tasks" / Path(path).name)
         copied.append(
             {
                 "name": task.name,
@@ -339,10 +326,10 @@ def preflight(cfg: EvalBuildConfig) -> list[Path]:
     set, and the shards (and `train_shards`) verify. Returns the shard files."""
     out = Path(cfg.out)
     require_own_output(out, "out =", evalset_artifact.KIND)
-    files = _shard_files(cfg.shards)
+    files = shards_artifact.open(cfg.shards).shard_paths  # listed, never merely present
     for directory in cfg.train_shards:
-        _shard_files(directory)
-    _check_tasks(cfg.tasks)
+        shards_artifact.open(directory)
+    load_tasks(cfg.tasks)
     for spec in cfg.lm_eval:
         parse_spec(spec)
     return files
@@ -361,22 +348,6 @@ def _lm_eval_report(hits: list[dict], index: TaskIndex) -> list[dict]:
     ]
 
 
-def _check_tasks(tasks: list[str]) -> None:
-    """Every task file loads, and no two share the name they are copied to (tasks/<name>)."""
-    from evals.tasks import load_task
-
-    seen: dict[str, str] = {}
-    for task_path in tasks:
-        load_task(task_path)
-        name = Path(task_path).name
-        if name in seen:
-            raise InputError(
-                f"tasks: {seen[name]} and {task_path} would both be copied to tasks/{name}; "
-                "rename one file"
-            )
-        seen[name] = task_path
-
-
 @writes_output("cfg.out")
 def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
     """Build the `evalset` artifact at cfg.out; returns its manifest."""
@@ -386,7 +357,9 @@ def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
     _check_groups(groups, cfg)  # before `out` is touched: a refused build keeps the old sets
     with publishing(out) as building:
         written, skipped = _write_sets(building, groups, cfg)
-        train_files = files + [f for d in cfg.train_shards for f in _shard_files(d)]
+        train_files = files + [
+            f for d in cfg.train_shards for f in shards_artifact.open(d).shard_paths
+        ]
         kept = [doc for row in written for doc in groups[(row["domain"], row["lang"])]]
         index = building / "decontamination-index"
         tasks = _task_index(cfg)
@@ -402,17 +375,11 @@ def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
 def _task_index(cfg: EvalBuildConfig) -> TaskIndex:
     """The n-grams of every task file's examples and every lm-eval task's documents (named
     `lm_eval:<task>` in the hits)."""
-    from evals.tasks import load_task
-
-    tasks = [load_task(path) for path in cfg.tasks]
-    if cfg.lm_eval:
-        from evals.lm_eval_tasks import rendered_tasks
-
-        for task in rendered_tasks(cfg.lm_eval):
-            task.name = f"{LM_EVAL_PREFIX}{task.name}"
-            tasks.append(task)
+    rendered = rendered_tasks(cfg.lm_eval) if cfg.lm_eval else []
+    for task in rendered:
+        task.name = f"{LM_EVAL_PREFIX}{task.name}"
     return TaskIndex(
-        tasks,
+        [*load_tasks(cfg.tasks), *rendered],
         cfg.decontamination.task_ngram,
         cfg.decontamination.task_min_words,
     )
@@ -445,7 +412,7 @@ def _finish(
 ) -> dict[str, Any]:
     """contaminated.parquet, the task files, report.json, then the `evalset` manifest."""
     pq.write_table(pa.Table.from_pylist(hits, schema=HIT_SCHEMA), out / CONTAMINATED_FILE)
-    tasks = _copy_tasks(out, cfg.tasks, hits, index)
+    tasks = _copy_tasks(out, cfg, hits, index)
     report = {
         "sets": written,
         "skipped_groups": skipped,

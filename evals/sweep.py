@@ -281,10 +281,7 @@ def _epochs(config: AblationConfig, finished: list[dict]) -> list[dict[str, Any]
             continue
         seen.add(result["recipe_sha256"])
         for row in epoch_table(
-            result["components"],
-            config.full_run_tokens,
-            result["token_budget"],
-            proxy_can_subsample=False,
+            result["components"], config.full_run_tokens, result["token_budget"]
         ):
             rows.append({"recipe_name": result["recipe_name"], **row})
     return rows

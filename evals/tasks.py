@@ -94,6 +94,22 @@ def load_task(path: str | Path) -> Task:
     return Task(name=path.stem, kind=kinds.pop(), examples=examples)
 
 
+def load_tasks(paths: Sequence[str | Path]) -> list[Task]:
+    """Every task file, loaded; two of one name are refused (their metrics `task/<name>/...`
+    and their copies `tasks/<file>` in an eval set would collide)."""
+    tasks: list[Task] = []
+    for path in paths:
+        task = load_task(path)
+        first = next((p for p, t in zip(paths, tasks) if t.name == task.name), None)
+        if first is not None:
+            raise InputError(
+                f"task name {task.name!r} comes from both {first} and {path}; rename one file "
+                "(its stem names the task's metrics)"
+            )
+        tasks.append(task)
+    return tasks
+
+
 def _task_text(path: Path) -> str:
     """The file as text: UTF-8, a leading byte order mark (Windows editors) dropped; other bytes
     are one line naming where."""

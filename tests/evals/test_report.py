@@ -70,13 +70,12 @@ def test_epoch_table_flags_repeats_the_proxy_cannot_match():
         {"name": "web", "weight": 0.8, "available_tokens": 10**9},
         {"name": "math", "weight": 0.2, "available_tokens": 10**6},
     ]
-    rows = epoch_table(components, full_tokens=10**8, proxy_tokens=10**6, proxy_can_subsample=False)
+    rows = epoch_table(components, full_tokens=10**8, proxy_tokens=10**6)
     web, math_row = rows
     assert web["flag"] is None and web["full_epochs"] == pytest.approx(0.08)
     assert math_row["full_epochs"] == pytest.approx(20.0)
     assert math_row["proxy_subset_tokens"] == 10**4
     assert "repeats math 20.00x" in math_row["flag"]
-    assert epoch_table(components, 10**8, 10**6, proxy_can_subsample=True)[1]["flag"] is None
 
 
 def test_keeping_the_base_needs_a_margin_over_the_runner_up():
