@@ -69,17 +69,15 @@ def build_command(args: argparse.Namespace) -> int:
 def find_checkpoints(path: str | Path) -> tuple[Path, list[tuple[int, Path]]]:
     """(run directory, [(step, checkpoint dir)] ascending) for a run, one checkpoint dir or an
     HF export (its own directory, at the exported step)."""
+    from trainer.checkpoint import list_checkpoints
+
     path = Path(path)
     if export_artifact.is_export(path):
         return path, [(export_artifact.open(path).step, path)]
     match = ITER.match(path.name)
     if match and path.is_dir():
         return path.parent.parent, [(int(match.group(1)), path)]
-    found = sorted(
-        (int(m.group(1)), p)
-        for p in (path / "checkpoints").glob("iter_*")
-        if p.is_dir() and (m := ITER.match(p.name))
-    )
+    found = list_checkpoints(path)
     if not found:
         raise ArtifactError(
             f"CHECKPOINT_DIR = {path} holds no checkpoints/iter_NNNNNNN; pass a "

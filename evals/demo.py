@@ -162,22 +162,8 @@ def eval_step(ctx: DemoContext) -> str:
     """`pretrain eval run` on the launched run (its own process), with the capability curve."""
     run_dir, evalsets, tokenizer = _need(ctx, "run", "evalsets", "tokenizer")
     out = ctx.out / "eval"
-    argv = [
-        sys.executable,
-        "-m",
-        "evals",
-        "eval",
-        "run",
-        str(run_dir),
-        "--sets",
-        str(evalsets),
-        "--tokenizer",
-        str(tokenizer),
-        "--out",
-        str(out),
-        "--max-docs",
-        "20",
-    ]
+    argv = [sys.executable, "-m", "evals", "eval", "run", str(run_dir), "--sets", str(evalsets)]
+    argv += ["--tokenizer", str(tokenizer), "--out", str(out), "--max-docs", "20"]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise PretrainError(f"pretrain eval run failed: {proc.stderr.strip()[-400:]}")

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from evals.ablate import AblationConfig, HalvingConfig
+from evals.report import summarize
 from trainer.gate_rule import lower_is_better, split_health
 from trainer.gate_stats import describe, paired_effect
 
@@ -34,20 +35,15 @@ def clearly_behind(
     runs: Sequence[Mapping[str, Any]], base_sha: str, metric: str, confidence: float
 ) -> tuple[set[str], dict[str, Any]]:
     """Recipe hashes the rung's best beats with confidence, and what the report records."""
+    healthy = split_health([run for run in runs if run["status"] == "finished"], {})[0]
+    ranked = next(iter(summarize(healthy, metric).values()), [])  # one proxy: the deciding one
+    if not ranked:
+        return set(), {"best": None, "dropped": []}
+    best = ranked[0]["recipe_sha256"]
     by_recipe: dict[str, list[Mapping[str, Any]]] = {}
-    finished = [run for run in runs if run["status"] == "finished"]
-    for run in split_health(finished, {})[0]:  # an unhealthy run decides nothing
+    for run in healthy:  # an unhealthy run decides nothing
         if metric in run["metrics"]:
             by_recipe.setdefault(run["recipe_sha256"], []).append(run)
-    if not by_recipe:
-        return set(), {"best": None, "dropped": []}
-    sign = 1.0 if lower_is_better(metric) else -1.0
-
-    def mean(sha: str) -> float:
-        values = [r["metrics"][metric] for r in by_recipe[sha]]
-        return sign * sum(values) / len(values)
-
-    best = min(by_recipe, key=lambda sha: (mean(sha), sha))
     dropped, rows = set(), []
     for sha, recipe_runs in sorted(by_recipe.items()):
         if sha in (best, base_sha):

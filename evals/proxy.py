@@ -146,20 +146,9 @@ def _train_argv(spec: dict[str, Any], mixture_dir: Path, train_dir: Path) -> lis
 
 
 def _eval_argv(spec: dict[str, Any], train_dir: Path, eval_dir: Path) -> list[str]:
-    argv = [
-        sys.executable,
-        "-m",
-        "evals",
-        "eval",
-        "run",
-        str(train_dir),
-        "--sets",
-        spec["eval_sets"],
-        "--out",
-        str(eval_dir),
-        "--batch-size",
-        str(spec["eval"]["batch_size"]),
-    ]
+    argv = [sys.executable, "-m", "evals", "eval", "run", str(train_dir)]
+    argv += ["--sets", spec["eval_sets"], "--out", str(eval_dir)]
+    argv += ["--batch-size", str(spec["eval"]["batch_size"])]
     if spec.get("tokenizer"):
         argv += ["--tokenizer", spec["tokenizer"]]
     if spec["eval"].get("max_docs"):

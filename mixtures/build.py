@@ -71,7 +71,7 @@ def check_tokenizer(config: MixtureConfig, encoded_manifest: dict[str, Any]) -> 
     what = f"the encoded data {config.build.encoded}"
     given: list[tuple[str, Any]] = []
     if config.build.tokenizer is not None:
-        given.append(("build.tokenizer", _tokenizer_dir_info(Path(config.build.tokenizer))))
+        given.append(("build.tokenizer", tokenizer_artifact.open(config.build.tokenizer).info))
     if config.build.tokenizer_sha256 is not None:
         given.append(("build.tokenizer_sha256", config.build.tokenizer_sha256))
     if not given:
@@ -82,10 +82,6 @@ def check_tokenizer(config: MixtureConfig, encoded_manifest: dict[str, Any]) -> 
     for _, value in given:
         check_match(recorded, value, what)
     return dict(recorded)
-
-
-def _tokenizer_dir_info(directory: Path) -> dict[str, Any]:
-    return tokenizer_artifact.open(directory).info
 
 
 def tokens_per_parameter(config: MixtureConfig) -> tuple[float | None, str | None]:
@@ -151,13 +147,8 @@ def build_mixture(config: MixtureConfig) -> BuildResult:
             encoded_sha256=encoded_sha,
             replan_from=old.build_sha256 if old else None,
         )
-        decontaminated = {
-            "evalsets": [manifest_sha256(d) for d in config.build.decontaminate],
-            "excluded_ids": len(exclude),
-        }
-        fields = _manifest_fields(config, tokenizer, encoded_sha, build_hash, docs, plan)
-        fields = mixture_kind.MixtureFields(
-            **fields.model_dump(exclude_unset=True), decontaminated=decontaminated
+        fields = _manifest_fields(
+            config, tokenizer, encoded_sha, build_hash, docs, plan, len(exclude)
         )
         inputs = [encoded_dir] + ([Path(config.replan.mixture)] if config.replan else [])
         inputs += [Path(d) for d in config.build.decontaminate]
@@ -202,6 +193,7 @@ def _manifest_fields(
     build_hash: str,
     docs: list[np.ndarray],
     plan: planning.Plan,
+    excluded: int,
 ) -> mixture_kind.MixtureFields:
     return mixture_kind.MixtureFields(
         recipe_sha256=recipe_sha256(config.recipe),
@@ -232,6 +224,10 @@ def _manifest_fields(
             )
             for c, d in zip(config.recipe.components, docs, strict=True)
         ],
+        decontaminated={
+            "evalsets": [manifest_sha256(d) for d in config.build.decontaminate],
+            "excluded_ids": excluded,
+        },
     )
 
 

@@ -35,8 +35,7 @@ ahead). These are necessary conditions; with them dead ends are rare.
 fails it tries others (by cost, one from a bipartite matching of components to capacity slots, then
 combinations), backtracking up to MAX_BACKTRACK batches on a dead end, and reports a deeper one
 as a ScheduleError rather than weaken a bound (none in property and stress tests). `interleave`
-runs the per-batch EDF. The hot loops have C twins (identical output); the numpy ones are used
-when no compiler is available.
+runs the per-batch EDF.
 """
 
 from __future__ import annotations
