@@ -8,7 +8,7 @@ Several megatron-core code paths assume CUDA: literal `device="cuda"`, `torch.cu
   CUDA device argument to CPU, makes `Tensor.cuda()` the identity and reports CPU tensors'
   `.type()` as the matching `torch.cuda.*` name (measured overhead about 2%).
 - `torch.cuda.current_device/synchronize/empty_cache` become CPU no-ops.
-- The RNG tracker keeps CPU generator states (`CpuRNGStatesTracker`).
+- The RNG tracker keeps CPU generator states (`_cpu_rng_tracker`).
 - The causal mask is built on CPU once per sequence length.
 - Activation recompute's save/restore of the CUDA RNG state is a no-op (the CPU state is saved).
 
@@ -73,47 +73,33 @@ class CpuDeviceMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-class CpuRNGStatesTracker:
-    """Megatron's model-parallel RNG tracker, keeping CPU generator states instead of CUDA ones."""
+def _cpu_rng_tracker(megatron_tracker: type) -> type:
+    """Megatron's model-parallel RNG tracker keeping CPU generator states instead of CUDA ones:
+    `add` and `fork` redone, its bookkeeping (reset, get/set_states) megatron's own."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.reset()
+    class CpuRNGStatesTracker(megatron_tracker):  # type: ignore[valid-type, misc]
+        def add(self, name: str, seed: int) -> None:
+            self._is_initialized = True
+            if seed in self.seeds_:
+                raise RuntimeError(f"seed {seed} already exists")
+            self.seeds_.add(seed)
+            generator = torch.Generator()
+            generator.manual_seed(seed)
+            self.states_[name] = generator.get_state()
 
-    def is_initialized(self) -> bool:
-        return self._is_initialized
+        @contextlib.contextmanager
+        def fork(self, name: str = "model-parallel-rng") -> Iterator[None]:
+            if name not in self.states_:
+                raise RuntimeError(f"rng state {name} is not added")
+            original = torch.get_rng_state()
+            torch.set_rng_state(self.states_[name])
+            try:
+                yield
+            finally:
+                self.states_[name] = torch.get_rng_state()
+                torch.set_rng_state(original)
 
-    def reset(self) -> None:
-        self._is_initialized = False
-        self.states_: dict[str, torch.Tensor] = {}
-        self.seeds_: set[int] = set()
-
-    def get_states(self) -> dict[str, torch.Tensor]:
-        return dict(self.states_)
-
-    def set_states(self, states: dict[str, torch.Tensor]) -> None:
-        self._is_initialized = True
-        self.states_ = dict(states)
-
-    def add(self, name: str, seed: int) -> None:
-        self._is_initialized = True
-        if seed in self.seeds_:
-            raise RuntimeError(f"seed {seed} already exists")
-        self.seeds_.add(seed)
-        generator = torch.Generator()
-        generator.manual_seed(seed)
-        self.states_[name] = generator.get_state()
-
-    @contextlib.contextmanager
-    def fork(self, name: str = "model-parallel-rng") -> Iterator[None]:
-        if name not in self.states_:
-            raise RuntimeError(f"rng state {name} is not added")
-        original = torch.get_rng_state()
-        torch.set_rng_state(self.states_[name])
-        try:
-            yield
-        finally:
-            self.states_[name] = torch.get_rng_state()
-            torch.set_rng_state(original)
+    return CpuRNGStatesTracker
 
 
 @functools.lru_cache(maxsize=16)
@@ -149,9 +135,9 @@ def apply_cpu_patches(device: str | None = None) -> None:
     # saves is the only one there is.
     mp_random._get_cuda_rng_state = lambda *args, **kwargs: torch.empty(0, dtype=torch.uint8)
     mp_random._set_cuda_rng_state = lambda *args, **kwargs: None
-    mp_random._CUDA_RNG_STATE_TRACKER = CpuRNGStatesTracker()
+    mp_random.CudaRNGStatesTracker = _cpu_rng_tracker(mp_random.CudaRNGStatesTracker)
+    mp_random._CUDA_RNG_STATE_TRACKER = mp_random.CudaRNGStatesTracker()
     mp_random._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
-    mp_random.CudaRNGStatesTracker = CpuRNGStatesTracker
     _PATCHED = True
 
 
