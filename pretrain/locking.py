@@ -28,7 +28,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -129,7 +129,7 @@ def _lock_or_refuse(fd: int, mode: int, out: Path) -> None:
         time.sleep(0.005)
 
 
-def _acquire(path: Path, out: Path, command: Sequence[str] | None) -> int:
+def _acquire(path: Path, out: Path) -> int:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):  # a file where a folder of the output must be
@@ -153,7 +153,7 @@ def _acquire(path: Path, out: Path, command: Sequence[str] | None) -> int:
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "started_unix": round(time.time(), 3),
-        "command": list(command) if command is not None else current_command(),
+        "command": current_command(),
         "output": str(out),
     }
     os.ftruncate(fd, 0)
@@ -188,8 +188,8 @@ def _reentrant(
                 release(handle)
 
 
-def _new_object_lock(uri: str, command: Sequence[str] | None) -> S3Lock:
-    lock = S3Lock(uri, command)
+def _new_object_lock(uri: str) -> S3Lock:
+    lock = S3Lock(uri)
     lock.acquire()
     return lock
 
@@ -200,17 +200,16 @@ def _release_file_lock(fd: int) -> None:
 
 
 @contextmanager
-def output_lock(
-    out: str | os.PathLike, command: Sequence[str] | None = None
-) -> Iterator[Path | str]:
+def output_lock(out: str | os.PathLike) -> Iterator[Path | str]:
     """Hold the exclusive writer lock on output directory `out` for the `with` block; for an
     `s3://` output, a lock object in the store (pretrain.s3_lock), which holds across machines.
+    Its holder record names `pretrain.command.current_command()`.
 
     Raises `OutputLocked` (one line naming the holder) when another live process holds it.
     """
     if is_object_output(out):
         uri = str(out)
-        new_lock = functools.partial(_new_object_lock, uri, command)
+        new_lock = functools.partial(_new_object_lock, uri)
         with _reentrant(uri.rstrip("/"), new_lock, S3Lock.release) as lock:
             try:
                 yield uri
@@ -221,9 +220,7 @@ def output_lock(
         return
     out_path = Path(os.path.abspath(out))
     path = lock_path(out_path)
-    with _reentrant(
-        str(path), functools.partial(_acquire, path, out_path, command), _release_file_lock
-    ):
+    with _reentrant(str(path), functools.partial(_acquire, path, out_path), _release_file_lock):
         try:
             yield out_path
         except OSError as exc:
@@ -253,8 +250,7 @@ def writes_output(where: str | Callable[..., str | os.PathLike]) -> Callable[[F]
                 out = bound.arguments[name]
                 for attr in attrs:
                     out = getattr(out, attr)
-            command = bound.arguments.get("command")
-            with output_lock(out, command if isinstance(command, list) else None):
+            with output_lock(out):
                 return func(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]

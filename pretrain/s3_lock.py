@@ -27,7 +27,6 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -60,7 +59,7 @@ def _status(exc: BaseException) -> int | None:
 class S3Lock:
     """The lock object of one `s3://` output: acquire (or raise `OutputLocked`), renew, release."""
 
-    def __init__(self, output: str, command: Sequence[str] | None = None) -> None:
+    def __init__(self, output: str) -> None:
         import botocore.session
         from botocore.config import Config
 
@@ -83,7 +82,7 @@ class S3Lock:
             "output": self.output,
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "command": list(command) if command is not None else current_command(),
+            "command": current_command(),
             "started_unix": round(time.time(), 3),
             "lease_s": self.lease_s,
         }

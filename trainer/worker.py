@@ -85,7 +85,7 @@ def run(
     with (
         loopback_gloo() if alone else nullcontext(),
         recorded(command) if command else nullcontext(),
-        _run_lock(Path(config.run.out_dir), command),
+        _run_lock(Path(config.run.out_dir)),
     ):
         Path(config.run.out_dir).mkdir(parents=True, exist_ok=True)
         try:
@@ -100,7 +100,7 @@ def run(
             close_distributed()
 
 
-def _run_lock(run_dir: Path, command: list[str] | None) -> AbstractContextManager[Any]:
+def _run_lock(run_dir: Path) -> AbstractContextManager[Any]:
     """The run directory's writer lock, taken by global rank 0 unless the launcher that started
     this rank holds it (RUN_LOCKED_BY names its pid, trainer/launch.py): ranks started by hand or
     by an elastic multi-node launch (no launcher knew it would be node 0) keep a second writer
@@ -115,7 +115,7 @@ def _run_lock(run_dir: Path, command: list[str] | None) -> AbstractContextManage
     here = holder.get("host") == socket.gethostname()
     if here and launcher and launcher.isdigit() and holder.get("pid") == int(launcher):
         return nullcontext()
-    return output_lock(run_dir, command)
+    return output_lock(run_dir)
 
 
 if __name__ == "__mp_main__":  # a helper megatron spawned from a rank: end with the rank

@@ -73,8 +73,9 @@ def test_clean_refuses_an_unfinished_run(tmp_path, capsys) -> None:
 
 HOLD_LOCK = """
 import sys
+from pretrain.command import recorded
 from pretrain.locking import output_lock
-with output_lock(sys.argv[1], ["pretrain", "data", "run", "CONFIG"]):
+with recorded(["pretrain", "data", "run", "CONFIG"]), output_lock(sys.argv[1]):
     print("held", flush=True)
     sys.stdin.read()
 """

@@ -15,13 +15,14 @@ from tests.data_pipeline.raytools import REPO
 CONTENDER = """
 import os, sys, time
 from pretrain.errors import OutputLocked
+from pretrain.command import recorded
 from pretrain.locking import output_lock
 out, barrier, release = sys.argv[1:4]
 print("ready", flush=True)
 while not os.path.exists(barrier):
     time.sleep(0.0002)
 try:
-    with output_lock(out, command=["pretrain", "race", str(os.getpid())]):
+    with recorded(["pretrain", "race", str(os.getpid())]), output_lock(out):
         print("acquired", flush=True)
         while not os.path.exists(release):
             time.sleep(0.01)

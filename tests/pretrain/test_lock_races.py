@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from pretrain.command import recorded
 from pretrain.locking import OutputLocked, lock_path, output_lock, read_holder
 from tests.data_pipeline import s3tools
 from tests.data_pipeline.raytools import REPO, clean_env, free_port
@@ -102,7 +103,7 @@ def test_a_damaged_record_of_a_dead_holder_is_taken_over(
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     _damage(out, DAMAGE[kind])
-    with output_lock(out, command=["pretrain", "second"]):
+    with recorded(["pretrain", "second"]), output_lock(out):
         assert read_holder(out)["command"] == ["pretrain", "second"]
     assert "taking over the lock" in capsys.readouterr().err
     assert json.loads(lock_path(out).read_text() or "{}") == {}

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.timeout(120)
 
 HOLDER = """
 import sys
+from pretrain.command import recorded
 from pretrain.locking import output_lock
-with output_lock(sys.argv[1], command=["pretrain", "holder-test"]):
+with recorded(["pretrain", "holder-test"]), output_lock(sys.argv[1]):
     print("locked", flush=True)
     sys.stdin.read()
 """

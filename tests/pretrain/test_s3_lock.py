@@ -31,8 +31,9 @@ BUCKET = "corpus"
 OUTPUT = f"s3://{BUCKET}/runs/one"
 HOLDER = """
 import sys, time
+from pretrain.command import recorded
 from pretrain.locking import output_lock
-with output_lock(sys.argv[1], command=["pretrain", "data", "run", "holder.yaml"]):
+with recorded(["pretrain", "data", "run", "holder.yaml"]), output_lock(sys.argv[1]):
     print("locked", flush=True)
     if sys.argv[2] == "stdin":
         sys.stdin.read()

@@ -24,8 +24,9 @@ from trainer.config import TrainConfig
 REPO = Path(__file__).resolve().parents[2]
 HOLD = (
     "import sys\n"
+    "from pretrain.command import recorded\n"
     "from pretrain.locking import output_lock\n"
-    "with output_lock(sys.argv[1], ['first', 'job']):\n"
+    "with recorded(['first', 'job']), output_lock(sys.argv[1]):\n"
     "    print('held', flush=True)\n"
     "    sys.stdin.read()\n"
 )
