@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from pretrain.artifacts.ablation import AblationFields
+from pretrain.artifacts.base import Fields, fields_of
 from pretrain.artifacts.encoded import EncodedFields
-from pretrain.artifacts.kinds import typed
 from pretrain.artifacts.mixture import MixtureFields
 from pretrain.artifacts.run import METRICS_FILE, RunFields
 from pretrain.artifacts.shards import ShardsFields
@@ -26,6 +26,17 @@ from pretrain.errors import ArtifactError
 from pretrain.manifest import MANIFEST, load_manifest, manifest_sha256, verify
 
 MAX_DEPTH = 12
+FIGURED = (ShardsFields, TokenizerFields, EncodedFields, MixtureFields, RunFields, AblationFields)
+"""The kinds whose fields `_figures` reads; any other kind shows its counts."""
+
+
+def _typed(manifest: dict[str, Any], root: Path) -> Fields | None:
+    """The kind's fields, or None: a kind `_figures` does not read, or fields of another shape."""
+    model = next((f for f in FIGURED if manifest.get("kind") == f.KIND), None)
+    try:
+        return fields_of(model, manifest, root) if model else None
+    except ArtifactError:
+        return None
 
 
 def _made_by(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -57,7 +68,7 @@ def _figures(manifest: dict[str, Any], root: Path) -> dict[str, Any]:
     """The headline numbers of one artifact, by kind (missing fields are left out), read through
     the kind's field model; a manifest whose fields are not its kind's shows its counts only."""
     counts = dict(manifest.get("counts") or {})
-    m = typed(manifest, root)
+    m = _typed(manifest, root)
     if isinstance(m, ShardsFields):
         keys = ("documents_in", "documents_kept", "documents_dropped", "shards", "text_bytes_kept")
         return {k: counts[k] for k in keys if k in counts}
