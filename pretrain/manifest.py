@@ -123,24 +123,15 @@ def check_seal(
 def git_state() -> dict[str, Any]:
     """The commit and dirty flag of the checkout this code runs from (None outside git)."""
     root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        run = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+        run.check_returncode()
+        return run.stdout.strip()
+
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-        return {"commit": commit, "dirty": bool(status.strip())}
+        commit, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "-uno")
+        return {"commit": commit, "dirty": bool(status)}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
 

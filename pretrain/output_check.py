@@ -90,8 +90,7 @@ def require_own_output(
     """`out` may be new, empty (but for logs and `scratch` files), or a `kind` artifact, which
     the command replaces; for a command that resumes, also a folder `resumable` accepts (its run
     killed before the manifest). Anything else is refused in one line before the first write."""
-    refuse_not_a_directory(out, flag)
-    found = manifest_kind(out)
+    found = manifest_kind(out)  # None for a file or a path below one: refuse_foreign refuses it
     if found is not None:
         if found != kind:
             refuse(
@@ -113,8 +112,7 @@ def require_new_output(
     run of it that was refused, failed or was killed before its first output file left there.
     Anything else is refused in one line, a finished `kind` artifact too (a model is never
     replaced in place: the stages that use it pin its manifest's hash)."""
-    refuse_not_a_directory(out, flag)
-    if manifest_kind(out) == kind:
+    if manifest_kind(out) == kind:  # None for a file: refuse_foreign refuses it
         refuse(
             f"{flag} {str(out)!r} is not empty: it holds a finished {kind} artifact; choose a "
             "new directory or delete it"

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from pretrain.errors import ArtifactError, ConfigError
@@ -212,10 +210,7 @@ class ObjectPath:
 
     def files(self) -> list[ObjectPath]:
         """Every key under this prefix, at any depth."""
-        found = self._list(True)
-        return [
-            ObjectPath(self.fs, i.path, self.scheme) for i in found if i.type == pafs.FileType.File
-        ]
+        return [path for path, _ in self.files_and_sizes()]
 
     def infos(self) -> list[pafs.FileInfo]:
         """The listing under this prefix (keys with their size and modification time), sorted:
@@ -330,12 +325,6 @@ def json_bytes(obj: Any) -> bytes:
 def write_json(path: OutPath | str | os.PathLike, obj: Any) -> None:
     """`obj` as JSON (`json_bytes`), written by `write_atomic`."""
     write_atomic(path, json_bytes(obj))
-
-
-def read_parquet(path: OutPath) -> pa.Table:
-    if isinstance(path, ObjectPath):
-        return pq.read_table(path.key, filesystem=path.fs)
-    return pq.read_table(path)
 
 
 def size_and_sha256(path: OutPath, full: bool | None = None) -> tuple[int, str]:

@@ -17,14 +17,8 @@ from typing import Any
 
 from pretrain.artifacts import tokenizer as tokenizer_artifact
 from pretrain.artifacts.tokenizer import TOKENIZER_FILE, tokenizer_id
-from pretrain.errors import ArtifactError, LockMismatch
-from pretrain.manifest import canonical_json
+from pretrain.errors import LockMismatch
 from tokenizer.pipeline import load_checked
-
-
-def lock_bytes(lock: dict[str, Any]) -> bytes:
-    """The exact bytes written to lock.json (canonical JSON: the hash does not depend on layout)."""
-    return canonical_json(lock) + b"\n"
 
 
 @dataclass(frozen=True)
@@ -102,12 +96,7 @@ def load_locked(directory: str | Path, expect_sha256: str | None = None) -> Lock
     exactly as `encode` wrote the data; special ids are added by id, never parsed from text.
     """
     root = Path(directory)
-    if not root.is_dir():
-        raise ArtifactError(
-            f"tokenizer directory {root} does not exist; train one with "
-            "`pretrain tokenizer train` or fix the path"
-        )
-    art = tokenizer_artifact.open(root)
+    art = tokenizer_artifact.open(root)  # refuses a missing directory in one line too
     lock, sha = art.lock, art.sha256
     if expect_sha256 is not None:
         check_match(

@@ -17,14 +17,13 @@ from pretrain.artifacts.tokenizer import KIND, LOCK_FILE, TOKENIZER_FILE, tokeni
 from pretrain.config import config_dict
 from pretrain.errors import ConfigError
 from pretrain.locking import writes_output
-from pretrain.manifest import file_records
+from pretrain.manifest import canonical_json, file_records
 from pretrain.output_check import require_own_output
 from pretrain.progress import VERBOSE, verbosity
 from pretrain.publish import publishing
 from pretrain.storage import write_atomic
 from tokenizer.config import TokenizerTrainConfig, default_name
 from tokenizer.hf import hf_file_bytes
-from tokenizer.lock import lock_bytes
 from tokenizer.pipeline import build_tokenizer
 from tokenizer.sample import plan_sample, stream_sample
 from tokenizer.shards import require_shards, shards_identity
@@ -126,7 +125,7 @@ def _write_files(
     lock = make_lock(config, tokenizer, composition, shards_sha)
     for name, data in hf_file_bytes(lock, config.model_max_length).items():
         write_atomic(files / name, data)
-    write_atomic(files / LOCK_FILE, lock_bytes(lock))
+    write_atomic(files / LOCK_FILE, canonical_json(lock) + b"\n")  # the hash ignores layout
     # hashed once, here: the manifest lists these digests (`known`) and the identity is theirs
     known = file_records(files)
     sha = tokenizer_kind.identity_of({name: entry["sha256"] for name, entry in known.items()})

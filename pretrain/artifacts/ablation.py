@@ -22,19 +22,11 @@ from pretrain.artifacts import base
 
 KIND = "ablation"
 REPORT_FILE = "report.json"
-MANIFEST_KEYS = (
-    "chosen_recipe_sha256",
-    "base_recipe_sha256",
-    "tokenizer_sha256",
-    "data_manifest_sha256",
-    "passed",
-    "target_metric",
-)
-"""The report fields the manifest repeats (so `pretrain show` needs no report.json)."""
 
 
 class AblationFields(base.Fields):
-    """The report fields the manifest repeats (`fields_of(report)`)."""
+    """The report fields the manifest repeats (`fields_of(report)`), so `pretrain show` needs
+    no report.json."""
 
     KIND: ClassVar[str] = KIND
     chosen_recipe_sha256: str | None = None
@@ -46,8 +38,8 @@ class AblationFields(base.Fields):
 
 
 def fields_of(report: Mapping[str, Any]) -> AblationFields:
-    """The manifest fields of an ablation whose report is `report` (it repeats `MANIFEST_KEYS`)."""
-    return AblationFields(**{key: report.get(key) for key in MANIFEST_KEYS})
+    """The manifest fields of an ablation whose report is `report`."""
+    return AblationFields(**{key: report.get(key) for key in AblationFields.model_fields})
 
 
 class Report(base.Record):

@@ -5,9 +5,9 @@ A kind is a typed `Fields` model: what that kind records beyond the fields every
 fields, the kind subclasses `Artifact[ItsFields]` with the reader methods (and `check`, what it
 verifies beyond the manifest). Everything else is the same for every kind:
 
-- `write(directory, fields, config=..., inputs=..., counts=..., known=...)` hashes every file and
-  writes the manifest last, atomically, sealed, with the command `pretrain.program.run` captured
-  (pretrain.command): no writer takes one;
+- `write_artifact(directory, fields, config=..., inputs=..., counts=..., known=...)` hashes
+  every file and writes the manifest last, atomically, sealed, with the command
+  `pretrain.program.run` captured (pretrain.command): no writer takes one;
 - `Artifact[F].open(directory, sha256=..., deep=..., full=...)` verifies the artifact
   (`pretrain.manifest.require`: kind, identity, every byte, the seal) and reads it typed: the
   common fields as `.manifest`, the kind's as `.fields`. There is one format: a field the kind

@@ -17,7 +17,6 @@ from pretrain.artifacts import base
 
 KIND = "evalset"
 CONTAMINATED_FILE = "contaminated.parquet"
-REPORT_FILE = "report.json"
 
 
 class SetEntry(base.Record):

@@ -12,7 +12,6 @@ from typing import ClassVar
 from pretrain.artifacts import base
 
 KIND = "mixture-report"
-REPORT_FILE = "report.json"
 
 
 class MixtureReportFields(base.Fields):

@@ -25,9 +25,6 @@ from pretrain.errors import ArtifactError
 from pretrain.schema import BASE_FIELDS
 
 KIND = "shards"
-SHARDS_DIR = layout.DATA_DIR
-LEDGER = layout.LEDGER
-REJECTS_DIR = layout.REJECTS_DIR
 
 _BASE: dict[str, pa.Field] = {f.name: f for f in BASE_FIELDS}
 

@@ -13,7 +13,6 @@ from pydantic import Field
 from pretrain.artifacts import base
 
 KIND = "tokenizer-eval"
-REPORT_FILE = "report.json"
 
 
 class TokenizerEvalFields(base.Fields):
