@@ -12,38 +12,63 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 from benchmarks.proctree import TreeSampler
 
-# Sleeps as a plain Python process (role `other`), then execs into a command line that names a
-# Ray worker and burns CPU there (the name is built at run time: the first command line must not
-# hold it).
+# A plain Python process (role `other`) until told to go on (a line on stdin), then it execs into
+# a command line that names a Ray worker, burns 0.5 CPU-seconds there and waits to be killed (the
+# name is built at run time: the first command line must not hold it).
 CHILD = (
-    "import os, sys, time; time.sleep(0.6); "
+    "import os, sys; sys.stdin.readline(); "
     "os.execv(sys.executable, [sys.executable, '-c', "
     "'import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.5: pass\\n"
-    "time.sleep(0.5)', 'default_' + 'worker.py'])"
+    "time.sleep(60)', 'default_' + 'worker.py'])"
 )
 
 
+def _until(check, what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
 def test_role_follows_exec() -> None:
-    with TreeSampler(interval=0.1, memory=False) as sampler:
-        child = subprocess.Popen([sys.executable, "-c", CHILD])
-        deadline = time.monotonic() + 30
-        while child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert child.returncode == 0
-    # this child's record, not the tree's roles: a test run before this one can leave children
-    # of its own (Ray's processes after a `ray.init`) in the sampled tree
+    # samples are taken here, when the child is in each state (a sampling thread racing a child's
+    # sleep missed it on a loaded machine): the thread's interval is longer than the test
+    with TreeSampler(interval=600, memory=False) as sampler:
+        child = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, text=True)
+        proc = psutil.Process(child.pid)
+        try:
+            _until(lambda: "readline" in " ".join(proc.cmdline()), "the child never started")
+            sampler.sample()
+            assert sampler.procs[child.pid].role == "other"
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            _until(lambda: "default_worker.py" in " ".join(proc.cmdline()), "no exec")
+            _until(lambda: sum(proc.cpu_times()[:2]) >= 0.4, "the worker never burned its CPU")
+            sampler.sample()
+        finally:
+            child.kill()
+            child.wait()
     stats = sampler.procs[child.pid]
     assert stats.role == "worker", (stats.role, stats.command)
     assert stats.cpu_s >= 0.3
 
 
 def test_other_names_its_commands() -> None:
-    with TreeSampler(interval=0.1, memory=False) as sampler:
-        subprocess.run([sys.executable, "-c", "import time; time.sleep(0.5)"], check=True)
+    with TreeSampler(interval=600, memory=False) as sampler:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        proc = psutil.Process(child.pid)
+        try:
+            _until(lambda: "time.sleep(60)" in " ".join(proc.cmdline()), "the child never ran")
+            sampler.sample()
+        finally:
+            child.kill()
+            child.wait()
     other = sampler.by_role()["other"]
-    assert any("time.sleep(0.5)" in cmd for cmd in other["commands"]), other
+    assert any("time.sleep(60)" in cmd for cmd in other["commands"]), other
 
 
 def test_the_sampling_cpu_is_counted_apart() -> None:
