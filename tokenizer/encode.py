@@ -112,20 +112,16 @@ def _finished(
     size, the .bin's and the .idx's sha256), and whether its sidecar holds too (its sha256, and its columns are
     what the stages declare now: a tag added, removed or retyped since means it is rewritten)."""
     record = _read_record(_done_path(out, stem))
-    if record is None:
-        return None
     bin_path, idx, sidecar = out / f"{stem}.bin", out / f"{stem}.idx", sidecar_path(out, stem)
-    if record.get("sources") != sources or record.get("tokenizer_sha256") != tokenizer_sha:
-        return None
-    if record.get("split") != split:
-        return None
-    if not (bin_path.is_file() and idx.is_file()):
-        return None
-    if bin_path.stat().st_size != record.get("bin_bytes"):
-        return None
-    if sha256_file(idx) != record.get(HASHED[0]):
-        return None
-    if sha256_file(bin_path) != record.get(HASHED[2]):  # a byte flipped at the same size
+    if (
+        record is None
+        or (record.get("sources"), record.get("tokenizer_sha256")) != (sources, tokenizer_sha)
+        or record.get("split") != split
+        or not (bin_path.is_file() and idx.is_file())
+        or bin_path.stat().st_size != record.get("bin_bytes")
+        or sha256_file(idx) != record.get(HASHED[0])
+        or sha256_file(bin_path) != record.get(HASHED[2])  # a byte flipped at the same size
+    ):
         return None
     holds = sidecar.is_file() and sha256_file(sidecar) == record.get(HASHED[1])
     return record, holds and _columns(pq.read_schema(sidecar)) == _columns(sidecar_schema())
@@ -282,17 +278,10 @@ def preflight(
 
 
 def _resumable(out: Path) -> bool:
-    """An encode killed before its manifest: its `.done` records, which the re-run resumes."""
-    return any(_is_done_record(path) for path in out.glob(".*.done"))
-
-
-def _is_done_record(path: Path) -> bool:
-    """A `.done` record `encode_prefix` wrote (not merely a file of that name)."""
-    try:
-        record = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return False
-    return isinstance(record, dict) and {"sources", "tokenizer_sha256"} <= record.keys()
+    """An encode killed before its manifest: its `.done` records (what `encode_prefix` wrote, not
+    merely a file of that name), which the re-run resumes."""
+    records = (_read_record(path) or {} for path in out.glob(".*.done"))
+    return any({"sources", "tokenizer_sha256"} <= record.keys() for record in records)
 
 
 def _scratch(name: str) -> bool:
