@@ -1,6 +1,6 @@
 """The one exchange of distributed dedup: every all-to-all step through files.
 
-Each step of the shuffle (data_pipeline.dedup.distributed) has M producer tasks that each cut
+Each step of the shuffle (data_pipeline.dedup.aggregate) has M producer tasks that each cut
 their output into P partition pieces, and P consumer tasks that each need partition q of every
 producer. Handed over as Ray objects, that would be M x P objects per step, each owned (and
 tracked) by the driver, whose memory would then grow with parts x partitions.
@@ -10,7 +10,7 @@ Instead, producer i writes its P pieces of one table kind (group g) as ONE file,
 producers, q)` in place of M object refs and reads only its partition's bytes from each
 producer's file (a memory map locally, range reads through the output's filesystem for
 `s3://`). The driver then holds O(M + P) small values per step instead of M x P objects; each
-group's folder is deleted once nothing can read it again (distributed.py says when).
+group's folder is deleted once nothing can read it again (aggregate.py says when).
 
 A piece file (integers are little-endian uint64):
 

@@ -1,6 +1,6 @@
 """The per-partition steps of distributed dedup, as plain functions over Arrow tables / numpy.
 
-Each runs inside one Ray task (data_pipeline.dedup.distributed) and sees one input part or one
+Each runs inside one Ray task (data_pipeline.dedup.aggregate) and sees one input part or one
 hash partition, never the whole corpus. Partition of a 64-bit key: key % partitions (as unsigned).
 Every step also reports its process's peak RSS so a run can show memory per process.
 """

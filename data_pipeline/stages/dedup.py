@@ -71,7 +71,7 @@ class DedupStage(GlobalStage):
         return {"bands": bands, "exact": exact, "docs": docs}, info
 
     def aggregate(self, parts: Sequence[MapOutput]) -> list[tuple[Any, ...]]:
-        from data_pipeline.dedup.distributed import dedup_parts
+        from data_pipeline.dedup.aggregate import dedup_parts
 
         joins, self.stats = dedup_parts(parts, self.dedup_config, self, self._budget())
         return joins

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from data_pipeline.dedup import exchange, tasks
+from data_pipeline.dedup.aggregate import dedup_parts
 from data_pipeline.dedup.config import DedupConfig
-from data_pipeline.dedup.distributed import dedup_parts
 from data_pipeline.stagekit import AGGREGATE_SCRATCH, MapOutput
 from data_pipeline.stages.dedup import DedupStage
 from tests.data_pipeline.test_dedup import load_fixture
@@ -127,7 +127,7 @@ def test_a_full_disk_under_a_piece_file_is_the_one_line_error_naming_it(
 def test_a_changed_piece_file_fails_its_step_with_one_line_naming_it(ray_local, tmp_path) -> None:
     """A consumer task reading a changed file: the aggregate's wait raises the file's
     ExchangeFileError itself (no Ray traceback), which the CLI prints as one line."""
-    from data_pipeline.dedup.launch import Runner
+    from data_pipeline.dedup.aggregate import Runner
 
     edges = tasks.edges_table(np.array([1, 2, 3]), np.array([0, 0, 1]))
     path = exchange.piece_file(str(tmp_path), "0001-large-scatter", 0, 0)
