@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, TypeAdapter
 
 from mixtures import sampler
 from pretrain.artifacts import mixture_report as report_kind
@@ -71,8 +72,11 @@ def phase_report(
     }
 
 
-def build_report(directory: str | os.PathLike) -> dict[str, Any]:
-    """Report of a mixture artifact (verified first); `_batch_share` arrays are for the plot."""
+def build_report(
+    directory: str | os.PathLike, run_dir: str | os.PathLike | None = None
+) -> dict[str, Any]:
+    """Report of a mixture artifact (verified first), with `compare_run` of `run_dir` when
+    given; `_batch_share` arrays are for the plot."""
     root = Path(directory)
     manifest = require(root, kind="mixture")
     names = [c["name"] for c in manifest["components"]]
@@ -82,13 +86,11 @@ def build_report(directory: str | os.PathLike) -> dict[str, Any]:
     kept = {p["phase"]: int(p["kept_sequences"]) for p in (replan or {}).get("phases", [])}
     phases = []
     for info in manifest["phases"]:
-        index = np.load(
-            listed_path(root, manifest, info["index"]), mmap_mode="r", allow_pickle=False
-        )
         weights = [info["weights"][n] for n in names]
         # a re-plan's kept prefix follows the build it re-plans: judged are the new samples
         skip = kept.get(info["name"], 0)
-        entry = phase_report(index[skip:], weights, names, width, int(info["seq_length"]))
+        index = _index(root, manifest, info)[skip:]
+        entry = phase_report(index, weights, names, width, int(info["seq_length"]))
         phases.append({"name": info["name"], "kept_sequences": skip, **entry})
     return {
         "mixture": str(root.resolve()),
@@ -99,7 +101,14 @@ def build_report(directory: str | os.PathLike) -> dict[str, Any]:
         "phases": phases,
         "components": components,
         "replan": replan,
+        "run": None if run_dir is None else compare_run(root, manifest, replan, run_dir),
     }
+
+
+def _index(root: Path, manifest: dict[str, Any], phase: dict[str, Any]) -> np.ndarray:
+    """A phase's sample index, memory-mapped (a listed file only)."""
+    path = listed_path(root, manifest, phase["index"])
+    return np.load(path, mmap_mode="r", allow_pickle=False)
 
 
 def _replan(root: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
@@ -109,13 +118,14 @@ def _replan(root: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
     return dict(json.loads(listed_path(root, manifest, "replan.json").read_text()))
 
 
-_COMPONENT_FIELDS: dict[str, tuple[type, ...]] = {
-    "name": (str,),
-    "tokens": (int,),
-    "available_tokens": (int,),
-    "epochs": (int, float),
-    "max_epochs": (int, float),
-}
+class _SummaryComponent(BaseModel, strict=True):
+    """What `mixture build` writes per component in summary.json (other keys pass through)."""
+
+    name: str
+    tokens: int
+    available_tokens: int
+    epochs: float
+    max_epochs: float
 
 
 def _summary_components(root: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
@@ -124,28 +134,22 @@ def _summary_components(root: Path, manifest: dict[str, Any]) -> list[dict[str, 
     try:
         summary = json.loads(listed_path(root, manifest, "summary.json").read_bytes())
         components: list[dict[str, Any]] = summary["components"]
-        ok = isinstance(components, list) and all(
-            isinstance(c, dict)
-            and all(
-                isinstance(c.get(key), types) and not isinstance(c.get(key), bool)
-                for key, types in _COMPONENT_FIELDS.items()
-            )
-            for c in components
-        )
-    except (ValueError, TypeError, KeyError):
-        ok = False
-    if not ok:
+        TypeAdapter(list[_SummaryComponent]).validate_python(components)
+    except (ValueError, TypeError, KeyError):  # pydantic's ValidationError is a ValueError
         raise ArtifactError(
             f"{root}/summary.json does not hold what `pretrain mixture build` writes (components "
-            f"with {', '.join(_COMPONENT_FIELDS)}): it was edited or damaged; rebuild the mixture"
-        )
+            f"with {', '.join(_SummaryComponent.model_fields)}): it was edited or damaged; "
+            "rebuild the mixture"
+        ) from None
     return components
 
 
-def compare_run(directory: str | os.PathLike, run_dir: str | os.PathLike) -> dict[str, Any]:
+def compare_run(
+    root: Path, manifest: dict[str, Any], replan: dict[str, Any] | None, run_dir: str | os.PathLike
+) -> dict[str, Any]:
     """Trainer's realised tokens per component (last `tokens_per_component` record of
     RUN/metrics.jsonl) vs what the mixture's index holds for the same consumed batches."""
-    root, metrics = Path(directory), Path(run_dir) / "metrics.jsonl"
+    metrics = Path(run_dir) / "metrics.jsonl"
     if not metrics.is_file():
         raise ArtifactError(f"--run: {metrics} does not exist; pass a training run directory")
     records, unreadable = _run_records(metrics)
@@ -163,7 +167,6 @@ def compare_run(directory: str | os.PathLike, run_dir: str | os.PathLike) -> dic
             "counts the trainer writes (a whole number, and component -> whole number); "
             "restore the file or pass the run directory it came from"
         )
-    manifest = require(root, kind="mixture")
     names = [c["name"] for c in manifest["components"]]
     expected = _mixture_tokens(root, manifest, batch + 1)
     trained = [int(tokens.get(name, 0)) for name in names]
@@ -176,7 +179,7 @@ def compare_run(directory: str | os.PathLike, run_dir: str | os.PathLike) -> dic
         "batches": batch + 1,
         "match": all(r["difference"] == 0 for r in rows),
         "components": rows,
-        "segments": _segments(root, manifest, records, batch + 1, expected, trained),
+        "segments": _segments(root, manifest, replan, records, batch + 1, expected, trained),
         "unreadable_lines": unreadable,
     }
 
@@ -188,9 +191,7 @@ def _mixture_tokens(root: Path, manifest: dict[str, Any], batches: int) -> np.nd
     expected = np.zeros(len(names), dtype=np.int64)
     for info in manifest["phases"]:
         take = min(remaining, info["num_sequences"] // width)
-        index = np.load(
-            listed_path(root, manifest, info["index"]), mmap_mode="r", allow_pickle=False
-        )
+        index = _index(root, manifest, info)
         counts = np.bincount(index["component"][: take * width], minlength=len(names))
         expected += counts * int(info["seq_length"])
         remaining -= take
@@ -200,6 +201,7 @@ def _mixture_tokens(root: Path, manifest: dict[str, Any], batches: int) -> np.nd
 def _segments(
     root: Path,
     manifest: dict[str, Any],
+    replan: dict[str, Any] | None,
     records: list[tuple[int, dict[str, Any]]],
     batches: int,
     expected: np.ndarray,
@@ -209,7 +211,6 @@ def _segments(
     re-plans, whose samples it kept) and after it (the new weights), each with the mixture's and
     the run's tokens per component and their shares. One segment otherwise."""
     names = [c["name"] for c in manifest["components"]]
-    replan = _replan(root, manifest)
     width = int(manifest["global_batch"])
     cut = int(replan["consumed_sequences"]) // width if replan else 0
     if replan is None or not 0 < cut < batches:
@@ -306,34 +307,26 @@ def write_report(
         if manifest_kind(target) != report_kind.KIND:
             flag = "--out" if out is not None else "the report folder"
             refuse_foreign(target, flag, "mixture report", temporary_file)
-        report = build_report(directory)
-        report["run"] = compare_run(directory, run_dir) if run_dir is not None else None
+        report = build_report(directory, run_dir)
         # built in the mixture's unlisted .pretrain-staging/ and published in one rename
         with publishing(target) as building:
-            _write_files(building, target, report, directory, run_dir)
+            plot(report, building / "report.png")
+            for phase in report["phases"]:
+                phase.pop("_batch_share")
+            report["files"] = {
+                "json": str(target / "report.json"),
+                "png": str(target / "report.png"),
+            }
+            write_json(building / "report.json", report)
+            # an artifact of its own: inside the mixture (the default) no unlisted file there
+            write_artifact(
+                building,
+                report_kind.MixtureReportFields(build_sha256=report["build_sha256"]),
+                config={"run": None if run_dir is None else str(run_dir)},
+                inputs=[directory],
+                counts={"phases": len(report["phases"])},
+            )
     return report
-
-
-def _write_files(
-    building: Path,
-    target: Path,
-    report: dict[str, Any],
-    directory: str | os.PathLike,
-    run_dir: str | os.PathLike | None,
-) -> None:
-    plot(report, building / "report.png")
-    for phase in report["phases"]:
-        phase.pop("_batch_share")
-    report["files"] = {"json": str(target / "report.json"), "png": str(target / "report.png")}
-    write_json(building / "report.json", report)
-    # an artifact of its own: inside the mixture (the default) it is not an unlisted file there
-    write_artifact(
-        building,
-        report_kind.MixtureReportFields(build_sha256=report["build_sha256"]),
-        config={"run": None if run_dir is None else str(run_dir)},
-        inputs=[directory],
-        counts={"phases": len(report["phases"])},
-    )
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
