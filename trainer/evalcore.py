@@ -28,7 +28,6 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pretrain.artifacts import evalset as evalset_artifact
-from pretrain.errors import ArtifactError
 
 LN2 = math.log(2.0)
 
@@ -47,24 +46,15 @@ class Encoder:
 
 
 def as_encoder(tokenizer: Any) -> Encoder:
-    """Adapt a LockedTokenizer (`.tokenizer`, `.eod_id`), an HF `tokenizers.Tokenizer` or an
-    `Encoder` to an Encoder."""
+    """An Encoder, or a LockedTokenizer (`.tokenizer`, `.eod_id`) adapted to one."""
     if isinstance(tokenizer, Encoder):
         return tokenizer
-    hf = getattr(tokenizer, "tokenizer", tokenizer)
-    eod = getattr(tokenizer, "eod_id", None)
-    if eod is None:
-        for name in ("<|endoftext|>", "</s>", "<eos>", "<eod>"):
-            eod = hf.token_to_id(name) if hasattr(hf, "token_to_id") else None
-            if eod is not None:
-                break
-    if eod is None:
-        raise ArtifactError("the tokenizer has no end-of-document token; lock it with one")
+    hf = tokenizer.tokenizer
 
     def encode_batch(texts: list[str]) -> list[list[int]]:
         return [enc.ids for enc in hf.encode_batch(texts, add_special_tokens=False)]
 
-    return Encoder(encode_batch=encode_batch, eod_id=int(eod))
+    return Encoder(encode_batch=encode_batch, eod_id=int(tokenizer.eod_id))
 
 
 @dataclass
@@ -162,21 +152,19 @@ def _document_records(
 def evaluate(
     model: Scorer,
     eval_sets: Sequence[EvalSet],
-    encoder: Any = None,
-    seq_length: int | None = None,
+    encoder: Any,
+    seq_length: int = 512,
     batch_size: int = 8,
     documents: list[dict[str, Any]] | None = None,
 ) -> dict[str, float]:
     """Bits per byte, loss (nats/token) and perplexity overall and per set.
 
     Returns a flat dict: `bpb`, `loss`, `ppl`, `tokens`, `bytes`, and `bpb/<domain>/<lang>`,
-    `loss/<domain>/<lang>`, ... for each set. `encoder` defaults to `model.tokenizer`;
-    `seq_length` to `model.seq_length` (else 512). When `documents` is a list, one record per
-    document is appended to it (`set`, `domain`, `lang`, `id`, `nll` in nats, `bytes`, `tokens`):
-    what a paired comparison of two models on the same documents needs (trainer/gate_stats.py).
+    `loss/<domain>/<lang>`, ... for each set (`encoder`: see `as_encoder`). When `documents` is
+    a list, one record per document is appended to it (`set`, `domain`, `lang`, `id`, `nll` in
+    nats, `bytes`, `tokens`): what a paired comparison of two models on the same documents needs (trainer/gate_stats.py).
     """
-    encoder = as_encoder(encoder if encoder is not None else getattr(model, "tokenizer", None))
-    seq_length = seq_length or getattr(model, "seq_length", None) or 512
+    encoder = as_encoder(encoder)
     metrics: dict[str, float] = {}
     totals = np.zeros(3)
     for eval_set in eval_sets:
