@@ -22,6 +22,7 @@ aggregation over records that all verify, and either ends byte-identical to an u
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -225,17 +226,18 @@ def remove_all(out: OutPath) -> tuple[int, int, int]:
 
 
 # --- what runs in the Ray tasks ---------------------------------------------------------------
-_SET_UP: set[int] = set()
-"""ids of the (cached, so never freed) stages this worker process has set up."""
+_READY: dict[str, Stage] = {}
+"""Stages this worker process has built from specs and set up (a worker sets each up once)."""
 
 
 def _ready(spec: StageSpec) -> Stage:
     """The stage of `spec`, built and set up once per worker process."""
-    stage = build_stage(spec, cached=True)
-    if id(stage) not in _SET_UP:
+    key = json.dumps(spec, sort_keys=True, default=str)
+    if key not in _READY:
+        stage = build_stage(spec)
         stage.setup()
-        _SET_UP.add(id(stage))
-    return stage
+        _READY[key] = stage
+    return _READY[key]
 
 
 def _map(out: OutPath, part: str, rows: pa.Table, spec: StageSpec, depends: str) -> None:

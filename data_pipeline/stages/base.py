@@ -1,27 +1,17 @@
-"""The stage contract. A map stage tags one Arrow batch at a time and keeps every row; a global
-stage needs the whole corpus and is written as three parts the runner schedules:
+"""The stage contract (pretrain/CONTRACTS.md, "Stage contract"). A map stage tags one Arrow batch
+at a time and keeps every row; a global stage needs the whole corpus and is three parts the runner
+schedules:
 
     map_part(rows)        per input part, in a worker: tables the runner persists beside the part
     aggregate(parts)      in the driver, over every part's persisted map output (Ray tasks inside)
     join_part(rows, ...)  per input part, in a worker: the rows with the stage's columns appended
 
-A stage also declares what the runner must know about it, so the runner names no stage: its
-place in the pipeline (`order`), the typed columns it appends (`columns`), its `Config`, the model
-artifacts it reads (`models()`, fingerprinted for resume and recorded in the manifest) and its
-typed section of the shards manifest (`Section`, filled by `manifest_section()`). A stage travels to Ray
-workers one way: as its `spec()` (name, class, config, context), rebuilt there by `build_stage`
-(once per process, importing only that class's module); pickling a stage ships the same spec, so
-no per-worker state (models, word lists) ever travels.
-
-The same stage object runs in-process in tests (`stage.setup(); stage(table)`). A new stage is one
-module: data_pipeline.stages.registry finds it (in this package, or through the `pretrain.stages`
-entry points of an installed plugin) and derives the config sections and the schema from it.
+The same stage object runs in-process in tests (`stage.setup(); stage(table)`).
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -165,22 +155,11 @@ class GlobalStage(Stage):
         raise TypeError(f"{self.name} is a global stage: map_part -> aggregate -> join_part")
 
 
-_BUILT: dict[str, Stage] = {}
-"""Stages rebuilt from specs in this process (so a worker sets each up once)."""
-
-
-def build_stage(spec: StageSpec, *, cached: bool = False) -> Stage:
-    """The stage a spec describes (its config validated by the stage's own Config). `cached`
-    returns the same object for the same spec within a process (its `setup()` state is kept)."""
-    key = json.dumps(spec, sort_keys=True, default=str)
-    if cached and key in _BUILT:
-        return _BUILT[key]
+def build_stage(spec: StageSpec) -> Stage:
+    """The stage a spec describes (its config validated by the stage's own Config)."""
     name, target, config, context = spec
     module, _, qualname = target.partition(":")
     cls = getattr(importlib.import_module(module), qualname, None)
     if not (isinstance(cls, type) and issubclass(cls, Stage) and cls.name == name):
         raise ConfigError(f"stage spec {name!r}: {target} is not that stage's class")
-    stage = cls(cls.Config.model_validate(config), **context)
-    if cached:
-        _BUILT[key] = stage
-    return stage
+    return cls(cls.Config.model_validate(config), **context)

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
 import pyarrow as pa
 
 from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB
@@ -89,10 +88,3 @@ class DedupStage(GlobalStage):
         described["lsh"] = {"bands": bands, "rows": rows}
         described["stats"] = self.stats.as_dict()
         return described
-
-
-def summary(table: pa.Table) -> dict[str, int]:
-    """Documents, kept, and in clusters of size > 1, from a tagged table."""
-    keep = np.asarray(table.column("dup_keep"), dtype=bool)
-    size = np.asarray(table.column("dup_cluster_size"))
-    return {"documents": len(table), "kept": int(keep.sum()), "in_clusters": int((size > 1).sum())}

@@ -1,9 +1,7 @@
 """The stage registry, derived from the stage classes themselves: adding a stage is one module.
 
 A stage is a concrete `Stage` subclass that names itself (`name = ...` in its class body) and
-declares everything the job needs: `order` (its place in the pipeline), `columns` (the typed
-columns it appends), `Config`, `models()`, its manifest `Section` (`manifest_section()`), and
-for a global stage its map/aggregate/join parts. Two sources are read, once per process:
+declares what the job needs (pretrain/CONTRACTS.md). Two sources are read, once per process:
 
 - every module of the `data_pipeline.stages` package (drop a file there: nothing else to edit);
 - the entry points of group `pretrain.stages` of installed distributions (`toy =
