@@ -100,7 +100,7 @@ def _layout(config: TrainConfig, args: argparse.Namespace) -> tuple[int, str]:
     par = config.parallel
     model_parallel = par.tensor * par.pipeline * par.context
     world = nproc * int(nnodes.split(":")[-1])
-    if getattr(args, "in_process", False) and world != 1:
+    if args.in_process and world != 1:
         raise ConfigError(
             f"--in-process runs one rank, but the layout asks for {nproc} x "
             f"{nnodes}; drop --in-process or pass --nproc 1"
@@ -126,11 +126,6 @@ def check_backend(config: TrainConfig) -> None:
     from trainer.model import check_device_support
 
     check_device_support(config, "cuda" if torch.cuda.is_available() else "cpu")
-
-
-def _smoke_config(config: TrainConfig) -> TrainConfig:
-    run = config.run.model_copy(update={"out_dir": str(Path(config.run.out_dir) / "smoke")})
-    return config.model_copy(update={"run": run})
 
 
 def _print_dry_run(config: TrainConfig, command: list[str], override: str | None) -> int:
@@ -228,24 +223,25 @@ def _write_launch_files(
 def launch_command(args: argparse.Namespace) -> int:
     """Handler of `pretrain launch`: every check before torchrun, then the lock, then the run.
     The run directory is checked first (`check_run_dir`): new, empty, or one of our runs."""
-    from trainer.run_outputs import check_run_dir
+    from trainer.run_outputs import SMOKE_DIR, check_run_dir
 
     config = load_config(TrainConfig, args.config, args.overrides)
     check_run_dir(config.run.out_dir)  # a file, a URL, or a folder of someone else's: one line
-    run = config.run.model_copy(update={"out_dir": str(Path(config.run.out_dir).resolve())})
-    config = config.model_copy(update={"run": run})
+    run_dir = Path(config.run.out_dir).resolve()
     if args.smoke:
-        config = _smoke_config(config)
-        check_run_dir(Path(config.run.out_dir), "run.out_dir's smoke folder")
+        run_dir = run_dir / SMOKE_DIR
+        check_run_dir(run_dir, "run.out_dir's smoke folder")
+    config = config.model_copy(
+        update={"run": config.run.model_copy(update={"out_dir": str(run_dir)})}
+    )
     nproc, nnodes = _layout(config, args)
-    run_dir = Path(config.run.out_dir)
     command = torchrun_command(args, nproc, nnodes, run_dir / "launch" / "config.json")
     # every node's launcher writes the same run directory: on several nodes only node rank 0
     # holds the writer lock; without --node-rank (c10d elastic) a node learns its rank only at
     # the rendezvous, so every launcher refuses a held run directory before writing and global
     # rank 0 takes the lock for the run (trainer/worker.py, RUN_LOCKED_BY)
     single_writer = holds_run_lock(args, nnodes)
-    with _verify_mode(getattr(args, "verify", None)):
+    with _verify_mode(args.verify):
         if args.dry_run:
             return _print_dry_run(config, command, args.override_gate)
         if single_writer or is_elastic(args, nnodes):
@@ -293,7 +289,7 @@ def _launch(
 ) -> int:
     (nproc, nnodes), run_dir = layout, Path(config.run.out_dir)
     _write_launch_files(config, gate, command, run_dir / "launch" / "config.json")
-    if getattr(args, "in_process", False):  # the function torchrun's ranks run, in this process
+    if args.in_process:  # the function torchrun's ranks run, in this process
         from trainer.worker import run
 
         run(config, smoke=args.smoke)
