@@ -23,6 +23,7 @@ from data_pipeline.config import PipelineConfig
 from data_pipeline.stages.base import Stage
 from pretrain.errors import PretrainError
 from pretrain.progress import VERBOSE, Progress, verbosity, watch
+from pretrain.rayinit import patched
 from pretrain.storage import OutPath, remove_tree
 
 
@@ -61,20 +62,6 @@ def _max_input_bytes(stages: list[Stage]) -> int | None:
     return min(limits, default=None)
 
 
-@contextmanager
-def _set(target: Any, **values: Any) -> Iterator[None]:
-    """`target`'s attributes set to `values` in the block, restored after (an attribute `target`
-    does not have, as in another Ray version, is left alone)."""
-    saved = {name: getattr(target, name) for name in values if hasattr(target, name)}
-    for name in saved:
-        setattr(target, name, values[name])
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(target, name, value)
-
-
 def _original_errors() -> AbstractContextManager[None]:
     """Datasets built in this block raise their map functions' own errors, not Ray Data's
     UserCodeException raised from them: a pickled exception loses its `__cause__`, so the
@@ -82,7 +69,7 @@ def _original_errors() -> AbstractContextManager[None]:
     Each dataset copies the context when it is built."""
     import ray.data
 
-    return _set(ray.data.DataContext.get_current(), raise_original_map_exception=True)
+    return patched(ray.data.DataContext.get_current(), raise_original_map_exception=True)
 
 
 def stream(
@@ -224,7 +211,7 @@ def session(
 
     begin = time.perf_counter()
     clock.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    settings = _set(
+    settings = patched(
         ray.data.DataContext.get_current(),
         # Our progress display is the job's; Ray Data's own bars only with -v (to the log).
         enable_progress_bars=progress and verbosity() >= VERBOSE,
@@ -232,7 +219,7 @@ def session(
         target_max_block_size=config.ray.block_mb * 2**20,
     )
     # the stream and the merge are Ray Data jobs
-    stepping = _set(streaming_executor_state, WAIT_FOR_TASK_COMPLETION_TIMEOUT_S=EXECUTOR_WAIT_S)
+    stepping = patched(streaming_executor_state, WAIT_FOR_TASK_COMPLETION_TIMEOUT_S=EXECUTOR_WAIT_S)
     try:
         with settings, stepping:
             throughput.clear(out)

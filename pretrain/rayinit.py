@@ -55,7 +55,8 @@ the idle read workers, and the dedup map and merge tasks after it each started a
 (interpreter, Ray and our imports: ~1-2 CPU-s each, 2 of them per phase at 2 CPUs). Kept, those
 phases reuse them; the peak number of processes is the stream's, as before."""
 QUIET_LOCAL_ENV = {"REPORTER_UPDATE_INTERVAL_MS": "60000"}
-"""Read by the dashboard agent a local start spawns: its process-stats loop (default 5,000 ms)."""
+"""Read by the dashboard agent a local start spawns: its process-stats loop (default 5,000 ms);
+a value the environment sets wins."""
 
 LOCAL_SKIPPED = ("start_api_server", "start_monitor", "start_log_monitor")
 """Methods of Ray's head `Node` a local start replaces by nothing (module docstring); a Ray
@@ -114,11 +115,21 @@ def connect(
     if address:
         _connect_existing(ray, address, init_kwargs)
         return True
+    import ray._private.ray_constants as constants
+    from ray._private import node
+
     system_config = {**QUIET_LOCAL, **WARM_LOCAL, **init_kwargs.pop("_system_config", {})}
+    quiet = {name: os.environ.get(name, value) for name, value in QUIET_LOCAL_ENV.items()}
     started = time.time()
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
-            with _loopback_only(), _env(QUIET_LOCAL_ENV), _head_services_skipped():
+            # every Ray process started here reads LOCAL_ONLY (its node address stays loopback,
+            # so its servers bind 127.0.0.1 only); this process imported Ray already
+            with (
+                environ(**quiet, **{LOCAL_ONLY: "0"}),
+                patched(constants, ENABLE_RAY_CLUSTER=False),
+                patched(node.Node, **dict.fromkeys(LOCAL_SKIPPED, _not_started)),
+            ):
                 ray.init(
                     # "local": never the head `ray start` left in /tmp/ray/ray_current_cluster,
                     # which a plain ray.init() joins (and then refuses num_cpus)
@@ -247,52 +258,37 @@ def _stderr_captured() -> Iterator[list[str]]:
 
 
 @contextmanager
-def _env(values: dict[str, str]) -> Iterator[None]:
-    """Set environment variables (unless already set) for the processes started in the block."""
-    added = {k: v for k, v in values.items() if k not in os.environ}
-    os.environ.update(added)
+def patched(target: Any, **values: Any) -> Iterator[None]:
+    """`target`'s attributes set to `values` in the block, restored after (an attribute `target`
+    does not have, as in another Ray version, is left alone)."""
+    saved = {name: getattr(target, name) for name in values if hasattr(target, name)}
+    for name in saved:
+        setattr(target, name, values[name])
     try:
         yield
     finally:
-        for key in added:
-            os.environ.pop(key, None)
+        for name, value in saved.items():
+            setattr(target, name, value)
 
 
 @contextmanager
-def _loopback_only() -> Iterator[None]:
-    """Start Ray with its node address on loopback: its servers then bind 127.0.0.1 only."""
-    import ray._private.ray_constants as constants
-
-    saved_env, saved_flag = os.environ.get(LOCAL_ONLY), constants.ENABLE_RAY_CLUSTER
-    os.environ[LOCAL_ONLY] = "0"  # read by every Ray process started from here (agents, workers)
-    constants.ENABLE_RAY_CLUSTER = False  # this process imported Ray already
+def environ(**values: str) -> Iterator[None]:
+    """Environment variables set for the block (and the processes started in it), then restored:
+    a variable unset before is unset after."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        constants.ENABLE_RAY_CLUSTER = saved_flag
-        if saved_env is None:
-            os.environ.pop(LOCAL_ONLY, None)
-        else:
-            os.environ[LOCAL_ONLY] = saved_env
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _not_started(*args: Any, **kwargs: Any) -> None:
     """Stands in for a head process a local Ray does not start."""
-
-
-@contextmanager
-def _head_services_skipped() -> Iterator[None]:
-    """Start a local Ray without the head processes of `LOCAL_SKIPPED`."""
-    from ray._private import node
-
-    saved = {name: node.Node.__dict__[name] for name in LOCAL_SKIPPED if name in node.Node.__dict__}
-    for name in saved:
-        setattr(node.Node, name, _not_started)
-    try:
-        yield
-    finally:
-        for name, method in saved.items():
-            setattr(node.Node, name, method)
 
 
 def warm_ray_data() -> None:
