@@ -13,7 +13,6 @@ run:     this run: cpus, ray_work_s (wall after start-up), the documents it comp
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
 from typing import Any
 
 from data_pipeline import throughput
@@ -38,11 +37,6 @@ def part_names(out: OutPath, stems: list[str]) -> list[str]:
     for stem, record in zip(stems, read_records(out, stems), strict=True):
         names += [f"{stem}-{p:05d}" for p in range(int((record or {}).get("parts", 0)))]
     return names
-
-
-def _loaded(paths: Iterable[OutPath], out: OutPath) -> Iterator[dict[str, Any] | None]:
-    """`_load` of every path, in order; read ahead in an object store (data_pipeline.parts.ordered)."""
-    return ordered(_load, paths, in_flight_for(out))
 
 
 def _rates(name: str, cost: dict[str, Any]) -> dict[str, Any]:
@@ -86,7 +80,8 @@ def _global_cost(
 
     combined: dict[str, Any] = dict(verified or {})
     if verified is None:
-        for record in _loaded((record_path(out, name, shard) for shard in parts), out):
+        paths = (record_path(out, name, shard) for shard in parts)
+        for record in ordered(_load, paths, in_flight_for(out)):  # read ahead in an object store
             cost = (record or {}).get("cost")
             if cost:
                 throughput.add_cost(combined, cost)

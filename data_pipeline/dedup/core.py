@@ -52,6 +52,11 @@ class DedupStats:
         return asdict(self)
 
 
+def part_of(values: np.ndarray, partitions: int) -> np.ndarray:
+    """The hash partition of each 64-bit key: key % partitions (as unsigned)."""
+    return (np.asarray(values).view(np.uint64) % np.uint64(partitions)).astype(np.int64)
+
+
 def signature_table(table: pa.Table, config: DedupConfig) -> tuple[pa.Table, DedupStats]:
     """Per document: vertex, id, quality, exact_hash, exact_key, signature (fixed-size binary),
     shingled, and shingles (the 32-bit shingle values, for exact verification; ~0.7 x the

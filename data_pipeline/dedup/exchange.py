@@ -204,36 +204,26 @@ def resolve(pieces: Sequence[Any]) -> list[pa.Table]:
 
 @functools.cache
 def producer(func: Callable[..., list[Any]]) -> Callable[..., Any]:
-    """`func` as a file producer (`produce`), named after `func` (the task name Ray shows)."""
+    """`func` as a file producer, named after `func` (the task name Ray shows). The task runs
+    `func` (its first `groups` x `partitions` returns are pieces, group by group), writes each
+    group's pieces to its file (`target` = folder, step, producer index) and returns the rest:
+    one value when there is one, None when there is none, else the list."""
 
     def task(
         groups: int, partitions: int, target: tuple[str | OutPath, str, int], *args: Any
     ) -> Any:
-        return produce(func, groups, partitions, target, *args)
+        out = func(*args)
+        folder, step, index = target
+        for group in range(groups):
+            pieces = out[group * partitions : (group + 1) * partitions]
+            write_pieces(piece_file(folder, step, index, group), pieces)
+        rest = list(out[groups * partitions :])
+        if not rest:
+            return None
+        return rest[0] if len(rest) == 1 else rest
 
     task.__name__ = task.__qualname__ = getattr(func, "__name__", "produce")
     return task
-
-
-def produce(
-    func: Callable[..., list[Any]],
-    groups: int,
-    partitions: int,
-    target: tuple[str | OutPath, str, int],
-    *args: Any,
-) -> Any:
-    """Run a producer `func` (its first `groups` x `partitions` returns are pieces, group by
-    group), write each group's pieces to its file (`target` = folder, step, producer index) and
-    return the rest: one value when there is one, None when there is none, else the list."""
-    out = func(*args)
-    folder, step, producer = target
-    for group in range(groups):
-        pieces = out[group * partitions : (group + 1) * partitions]
-        write_pieces(piece_file(folder, step, producer, group), pieces)
-    rest = list(out[groups * partitions :])
-    if not rest:
-        return None
-    return rest[0] if len(rest) == 1 else rest
 
 
 def _tree_bytes(path: OutPath) -> int:

@@ -23,7 +23,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from data_pipeline.dedup.config import DedupConfig
-from data_pipeline.dedup.core import band_rows, signature_table, signatures_of, verify_pairs
+from data_pipeline.dedup.core import (
+    band_rows,
+    part_of,
+    signature_table,
+    signatures_of,
+    verify_pairs,
+)
 from pretrain.artifacts import dedup_index as index_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.errors import ArtifactError
@@ -43,9 +49,9 @@ class _PartWriters:
         self.partitions = partitions
         self.writers: dict[int, pq.ParquetWriter] = {}
 
-    def write(self, table: pa.Table, part_of: np.ndarray) -> None:
-        for part in np.unique(part_of):
-            piece = table.filter(pa.array(part_of == part))
+    def write(self, table: pa.Table, parts: np.ndarray) -> None:
+        for part in np.unique(parts):
+            piece = table.filter(pa.array(parts == part))
             if int(part) not in self.writers:
                 path = self.directory / f"part-{int(part):05d}.parquet"
                 self.writers[int(part)] = pq.ParquetWriter(path, piece.schema, compression="zstd")
@@ -54,10 +60,6 @@ class _PartWriters:
     def close(self) -> None:
         for writer in self.writers.values():
             writer.close()
-
-
-def _part(values: np.ndarray, partitions: int) -> np.ndarray:
-    return (values.view(np.uint64) % np.uint64(partitions)).astype(np.int64)
 
 
 def save_index(
@@ -83,17 +85,17 @@ def save_index(
             cluster = table.column("dup_cluster") if tagged else sigs.column("vertex")
             keys, vertices = band_rows(sigs, config)
             writers["bands"].write(
-                pa.table({"key": keys, "vertex": vertices}), _part(keys, partitions)
+                pa.table({"key": keys, "vertex": vertices}), part_of(keys, partitions)
             )
             exact_keys = np.asarray(sigs.column("exact_key"))
             vertex = np.asarray(sigs.column("vertex"))
             writers["exact"].write(
-                pa.table({"key": exact_keys, "vertex": vertex}), _part(exact_keys, partitions)
+                pa.table({"key": exact_keys, "vertex": vertex}), part_of(exact_keys, partitions)
             )
             docs = sigs.select(["vertex", "id", "exact_hash", "sig", "shingles"]).append_column(
                 "dup_cluster", pa.array(np.asarray(cluster), pa.int64())
             )
-            writers["docs"].write(docs, _part(vertex, partitions))
+            writers["docs"].write(docs, part_of(vertex, partitions))
             documents += len(table)
     finally:
         for writer in writers.values():
@@ -146,12 +148,12 @@ def _candidates(index_dir: Path, sigs: pa.Table, config: DedupConfig, partitions
     all_vertices = np.asarray(sigs.column("vertex"))
     near, exact = ([], []), ([], [])
     for part in range(partitions):
-        mask = _part(keys, partitions) == part
+        mask = part_of(keys, partitions) == part
         for side, got in zip(
             near, _match_keys(keys[mask], vertices[mask], _read_part(index_dir, "bands", part))
         ):
             side.append(got)
-        mask = _part(exact_keys, partitions) == part
+        mask = part_of(exact_keys, partitions) == part
         for side, got in zip(
             exact,
             _match_keys(exact_keys[mask], all_vertices[mask], _read_part(index_dir, "exact", part)),
@@ -210,7 +212,7 @@ def _verified(
     new_rows, old_v, is_exact = order[position[found]], old_v[found], is_exact[found]
     pieces = []
     for part in range(partitions):
-        mask = _part(old_v, partitions) == part
+        mask = part_of(old_v, partitions) == part
         if mask.any():
             docs = _read_part(index_dir, "docs", part)
             pieces.append(

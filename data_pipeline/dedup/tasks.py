@@ -21,6 +21,7 @@ from data_pipeline.dedup.core import (
     band_rows,
     hash_batches,
     keep_and_size,
+    part_of,
     signature_table,
 )
 from data_pipeline.dedup.lsh import candidate_edges
@@ -28,10 +29,6 @@ from data_pipeline.stagekit import append_columns
 from data_pipeline.throughput import peak_rss_mb
 
 EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
-
-
-def part_of(values: np.ndarray, partitions: int) -> np.ndarray:
-    return (np.asarray(values).view(np.uint64) % np.uint64(partitions)).astype(np.int64)
 
 
 def scatter(table: pa.Table, key: np.ndarray, partitions: int) -> list[pa.Table]:

@@ -17,10 +17,6 @@ from data_pipeline.dedup.tasks import EDGE_SCHEMA, concat, edges_table, lookup, 
 from data_pipeline.throughput import peak_rss_mb
 
 
-def _no_edges() -> pa.Table:
-    return edges_table(np.zeros(0, np.int64), np.zeros(0, np.int64))
-
-
 def attach_u(config: DedupConfig, partitions: int, num_cands: int, *pieces: pa.Table) -> list:
     """Vertex partition q: give each candidate (u, v) with u in q the signed row of u (every
     column but the vertex, suffixed `_u`), split by v."""
@@ -49,7 +45,7 @@ def verify_v(config: DedupConfig, num_cands: int, *pieces: pa.Table) -> list:
     cands = concat(pieces[:num_cands])
     docs = concat(pieces[num_cands:])
     if not cands.num_rows:
-        return [_no_edges(), {"verified_pairs": 0, "peak_rss_mb": peak_rss_mb()}]
+        return [EDGE_SCHEMA.empty_table(), {"verified_pairs": 0, "peak_rss_mb": peak_rss_mb()}]
     v = np.asarray(cands.column("v"))
     at = lookup(docs, v)
     sig_v = signatures_of(docs.column("sig"), config.num_perm)[at]

@@ -103,7 +103,7 @@ def test_a_full_disk_under_a_piece_file_is_the_one_line_error_naming_it(
 
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a refused write, not a killed worker
         resource.setrlimit(resource.RLIMIT_FSIZE, (256, 256))
-        exchange.produce(lambda: [*_pieces(), {"info": 1}], 1, 5, (folder, "0001-map", 3))
+        exchange.producer(lambda: [*_pieces(), {"info": 1}])(1, 5, (folder, "0001-map", 3))
 
     task = ray_local.remote(max_calls=1, max_retries=0)(limited_produce)  # the worker then exits
     with pytest.raises(ray_local.exceptions.RayTaskError) as caught:
