@@ -125,7 +125,7 @@ def _hardware(config: TrainConfig) -> tuple[str, float, float, float]:
     return name, peak, memory, config.plan.intra_node_gb_per_s or spec.nvlink_gb_per_s
 
 
-def _compute(config: TrainConfig, vocab: int, n: int, peak: float, mfu: float, overhead: float):
+def _compute(config: TrainConfig, vocab: int, peak: float, mfu: float, overhead: float) -> dict:
     m = config.model
     per_token = flops_per_token(m, vocab, m.seq_length, config.parallel.tensor)
     step_tokens = config.batch.global_batch_size * m.seq_length
@@ -162,14 +162,12 @@ def build_plan(config: TrainConfig, allow_oom: bool = False) -> dict[str, Any]:
         raise ConfigError("; ".join(errors))
     vocab = _vocab(config, mixture)
     counts = parameter_breakdown(config.model, vocab, config.parallel.tensor)
-    n = counts["total"]
     name, peak, memory_gb, intra = _hardware(config)
-    mfu, overhead = config.plan.mfu, config.plan.overhead
-    compute = {"gpu": name, **_compute(config, vocab, n, peak, mfu, overhead)}
+    compute = {"gpu": name, **_compute(config, vocab, peak, config.plan.mfu, config.plan.overhead)}
     memory = memory_per_gpu(config, counts)
     limit = memory_gb * config.plan.usable_memory_fraction
     memory.update(device_gb=memory_gb, usable_gb=limit, fits=memory["total_gb"] <= limit)
-    data = data_checks(config, n, compute["tokens"], compute["steps"])
+    data = data_checks(config, counts["total"], compute["tokens"], compute["steps"])
     warnings = data_warnings(data, compute["tokens"])
     available = config.data.available_tokens or (mixture or {}).get("capacity_tokens")
     data["available_tokens"] = available
@@ -233,11 +231,7 @@ def build_plan(config: TrainConfig, allow_oom: bool = False) -> dict[str, Any]:
 
 def format_plan(plan: dict[str, Any]) -> str:
     par, comp, mem, lay, data = (
-        plan["parameters"],
-        plan["compute"],
-        plan["memory_per_gpu"],
-        plan["layout"],
-        plan["data"],
+        plan[key] for key in ("parameters", "compute", "memory_per_gpu", "layout", "data")
     )
     per_token, act, comm = (
         comp["flops_per_token"],

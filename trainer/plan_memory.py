@@ -70,13 +70,10 @@ def sequence_parallel(config: TrainConfig) -> bool:
     return config.parallel.tensor > 1
 
 
-def activation_bytes_per_layer(
-    config: TrainConfig, mode: str, micro_batch: int | None = None
-) -> float:
+def activation_bytes_per_layer(config: TrainConfig, mode: str) -> float:
     """Korthikanti et al. 2022 bytes per layer per micro-batch for recompute `mode`."""
-    m, t = config.model, config.parallel.tensor
+    m, t, b = config.model, config.parallel.tensor, config.batch.micro_batch_size
     s, h, a = m.seq_length, m.hidden_size, m.num_attention_heads
-    b = micro_batch or config.batch.micro_batch_size
     sp = sequence_parallel(config) and t > 1
     scores = 5 * a * s / h if mode == "none" and m.attention == "megatron" else 0.0
     if mode == "full":
@@ -106,10 +103,9 @@ def activations_gb(config: TrainConfig, mode: str) -> float:
     if par.virtual_pipeline and par.pipeline > 1:
         in_flight *= 1 + (par.pipeline - 1) / (par.pipeline * par.virtual_pipeline)
     layers = m.num_layers / par.pipeline
-    per_layer = activation_bytes_per_layer(config, mode, b)
-    total = per_layer * layers * in_flight
+    total = activation_bytes_per_layer(config, mode) * layers * in_flight
     if mode == "full":  # the layer being recomputed holds its full working set
-        total += activation_bytes_per_layer(config, "selective", b)
+        total += activation_bytes_per_layer(config, "selective")
     return total / 1e9
 
 
