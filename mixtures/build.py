@@ -108,7 +108,7 @@ class Prepared:
     tokenizer: dict[str, Any]
     exclude: frozenset[str]
     docs: list[np.ndarray]
-    old: planning.OldMixture | None
+    old: mixture_kind.Mixture | None
     plan: planning.Plan
 
 
@@ -145,7 +145,7 @@ def build_mixture(config: MixtureConfig) -> BuildResult:
             config,
             tokenizer_sha256=tokenizer.get("sha256", ""),
             encoded_sha256=encoded_sha,
-            replan_from=old.build_sha256 if old else None,
+            replan_from=old.fields.build_sha256 if old else None,
         )
         fields = _manifest_fields(
             config, tokenizer, encoded_sha, build_hash, docs, plan, len(exclude)

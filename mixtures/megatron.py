@@ -54,7 +54,7 @@ def phase_weights(mixture: mixture_kind.Mixture) -> dict[str, dict[str, float]]:
     names = [c.name for c in mixture.fields.components]
     blends = {}
     for number, phase in enumerate(mixture.fields.phases):
-        component = np.load(mixture.path(phase.index))["component"]
+        component = mixture.index(number)["component"]
         counts = np.bincount(component, minlength=len(names))
         total = max(int(counts.sum()), 1)
         shares = {name: int(count) / total for name, count in zip(names, counts, strict=True)}

@@ -17,11 +17,13 @@ import numpy as np
 from pydantic import BaseModel, TypeAdapter
 
 from mixtures import sampler
+from pretrain.artifacts import mixture as mixture_kind
 from pretrain.artifacts import mixture_report as report_kind
 from pretrain.artifacts.base import write_artifact
+from pretrain.artifacts.mixture import Mixture
 from pretrain.errors import ArtifactError
 from pretrain.locking import output_lock
-from pretrain.manifest import listed_path, require
+from pretrain.manifest import require
 from pretrain.output_check import manifest_kind, refuse_foreign, temporary_file
 from pretrain.publish import publishing
 from pretrain.storage import write_json
@@ -77,19 +79,19 @@ def build_report(
 ) -> dict[str, Any]:
     """Report of a mixture artifact (verified first), with `compare_run` of `run_dir` when
     given; `_batch_share` arrays are for the plot."""
-    root = Path(directory)
-    manifest = require(root, kind="mixture")
+    mixture = mixture_kind.open(directory)
+    root, manifest = mixture.directory, mixture.raw
     names = [c["name"] for c in manifest["components"]]
     width = int(manifest["global_batch"])
-    components = _summary_components(root, manifest)
-    replan = _replan(root, manifest)
+    components = _summary_components(mixture)
+    replan = _replan(mixture)
     kept = {p["phase"]: int(p["kept_sequences"]) for p in (replan or {}).get("phases", [])}
     phases = []
-    for info in manifest["phases"]:
+    for number, info in enumerate(manifest["phases"]):
         weights = [info["weights"][n] for n in names]
         # a re-plan's kept prefix follows the build it re-plans: judged are the new samples
         skip = kept.get(info["name"], 0)
-        index = _index(root, manifest, info)[skip:]
+        index = mixture.index(number)[skip:]
         entry = phase_report(index, weights, names, width, int(info["seq_length"]))
         phases.append({"name": info["name"], "kept_sequences": skip, **entry})
     return {
@@ -101,21 +103,15 @@ def build_report(
         "phases": phases,
         "components": components,
         "replan": replan,
-        "run": None if run_dir is None else compare_run(root, manifest, replan, run_dir),
+        "run": None if run_dir is None else compare_run(mixture, replan, run_dir),
     }
 
 
-def _index(root: Path, manifest: dict[str, Any], phase: dict[str, Any]) -> np.ndarray:
-    """A phase's sample index, memory-mapped (a listed file only)."""
-    path = listed_path(root, manifest, phase["index"])
-    return np.load(path, mmap_mode="r", allow_pickle=False)
-
-
-def _replan(root: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
+def _replan(mixture: Mixture) -> dict[str, Any] | None:
     """replan.json of a re-planned mixture, read only when listed (never a file planted beside it)."""
-    if "replan.json" not in manifest["files"]:
+    if "replan.json" not in mixture.raw["files"]:
         return None
-    return dict(json.loads(listed_path(root, manifest, "replan.json").read_text()))
+    return dict(json.loads(mixture.path("replan.json").read_text()))
 
 
 class _SummaryComponent(BaseModel, strict=True):
@@ -128,16 +124,16 @@ class _SummaryComponent(BaseModel, strict=True):
     max_epochs: float
 
 
-def _summary_components(root: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+def _summary_components(mixture: Mixture) -> list[dict[str, Any]]:
     """summary.json's components, refused in one line when their fields are not what `mixture
     build` writes (an edited file whose hash and seal were redone): never a traceback."""
     try:
-        summary = json.loads(listed_path(root, manifest, "summary.json").read_bytes())
+        summary = json.loads(mixture.path("summary.json").read_bytes())
         components: list[dict[str, Any]] = summary["components"]
         TypeAdapter(list[_SummaryComponent]).validate_python(components)
     except (ValueError, TypeError, KeyError):  # pydantic's ValidationError is a ValueError
         raise ArtifactError(
-            f"{root}/summary.json does not hold what `pretrain mixture build` writes (components "
+            f"{mixture.directory}/summary.json does not hold what `pretrain mixture build` writes (components "
             f"with {', '.join(_SummaryComponent.model_fields)}): it was edited or damaged; "
             "rebuild the mixture"
         ) from None
@@ -145,7 +141,7 @@ def _summary_components(root: Path, manifest: dict[str, Any]) -> list[dict[str, 
 
 
 def compare_run(
-    root: Path, manifest: dict[str, Any], replan: dict[str, Any] | None, run_dir: str | os.PathLike
+    mixture: Mixture, replan: dict[str, Any] | None, run_dir: str | os.PathLike
 ) -> dict[str, Any]:
     """Trainer's realised tokens per component (last `tokens_per_component` record of
     RUN/metrics.jsonl) vs what the mixture's index holds for the same consumed batches."""
@@ -167,8 +163,8 @@ def compare_run(
             "counts the trainer writes (a whole number, and component -> whole number); "
             "restore the file or pass the run directory it came from"
         )
-    names = [c["name"] for c in manifest["components"]]
-    expected = _mixture_tokens(root, manifest, batch + 1)
+    names = [c["name"] for c in mixture.raw["components"]]
+    expected = _mixture_tokens(mixture, batch + 1)
     trained = [int(tokens.get(name, 0)) for name in names]
     rows = [
         {"name": n, "mixture_tokens": int(e), "trained_tokens": t, "difference": t - int(e)}
@@ -179,19 +175,19 @@ def compare_run(
         "batches": batch + 1,
         "match": all(r["difference"] == 0 for r in rows),
         "components": rows,
-        "segments": _segments(root, manifest, replan, records, batch + 1, expected, trained),
+        "segments": _segments(mixture, replan, records, batch + 1, expected, trained),
         "unreadable_lines": unreadable,
     }
 
 
-def _mixture_tokens(root: Path, manifest: dict[str, Any], batches: int) -> np.ndarray:
+def _mixture_tokens(mixture: Mixture, batches: int) -> np.ndarray:
     """Tokens per component in the first `batches` global batches of the mixture's index."""
-    names = [c["name"] for c in manifest["components"]]
-    width, remaining = int(manifest["global_batch"]), batches
+    names = [c["name"] for c in mixture.raw["components"]]
+    width, remaining = int(mixture.raw["global_batch"]), batches
     expected = np.zeros(len(names), dtype=np.int64)
-    for info in manifest["phases"]:
+    for number, info in enumerate(mixture.raw["phases"]):
         take = min(remaining, info["num_sequences"] // width)
-        index = _index(root, manifest, info)
+        index = mixture.index(number)
         counts = np.bincount(index["component"][: take * width], minlength=len(names))
         expected += counts * int(info["seq_length"])
         remaining -= take
@@ -199,8 +195,7 @@ def _mixture_tokens(root: Path, manifest: dict[str, Any], batches: int) -> np.nd
 
 
 def _segments(
-    root: Path,
-    manifest: dict[str, Any],
+    mixture: Mixture,
     replan: dict[str, Any] | None,
     records: list[tuple[int, dict[str, Any]]],
     batches: int,
@@ -210,12 +205,13 @@ def _segments(
     """A re-planned mixture trained past its re-plan: the batches before it (the build it
     re-plans, whose samples it kept) and after it (the new weights), each with the mixture's and
     the run's tokens per component and their shares. One segment otherwise."""
+    manifest = mixture.raw
     names = [c["name"] for c in manifest["components"]]
     width = int(manifest["global_batch"])
     cut = int(replan["consumed_sequences"]) // width if replan else 0
     if replan is None or not 0 < cut < batches:
         return [_segment(manifest["build_sha256"], 0, batches, names, expected, trained)]
-    before = _mixture_tokens(root, manifest, cut)
+    before = _mixture_tokens(mixture, cut)
     at_cut = [r for _, r in records if r["batch"] == cut - 1]
     trained_before = (
         [int(at_cut[-1]["tokens_per_component"].get(n, 0)) for n in names] if at_cut else None

@@ -20,8 +20,10 @@ from mixtures.boundaries import allocate_batches
 from mixtures.recipe import MixtureConfig, Phase, resolved_phases
 from mixtures.schedule import ScheduleError
 from mixtures.selection import select_sha256
+from pretrain.artifacts import mixture as mixture_kind
+from pretrain.artifacts.mixture import Mixture
 from pretrain.errors import ConfigError
-from pretrain.manifest import listed_path, manifest_sha256, require
+from pretrain.manifest import manifest_sha256
 
 EPOCH_SLACK = 1e-9
 
@@ -59,18 +61,6 @@ class PhasePlan:
 
 
 @dataclass
-class OldMixture:
-    directory: Path
-    manifest: dict[str, Any]
-    build_sha256: str
-
-    def index(self, number: int) -> np.ndarray:
-        rel = self.manifest["phases"][number]["index"]
-        path = listed_path(self.directory, self.manifest, rel)
-        return np.load(path, mmap_mode="r", allow_pickle=False)
-
-
-@dataclass
 class Plan:
     seed: int
     global_batch: int
@@ -92,11 +82,12 @@ class Plan:
         }
 
 
-def load_old(config: MixtureConfig) -> OldMixture:
+def load_old(config: MixtureConfig) -> Mixture:
     """The mixture a re-plan continues from, checked for compatibility."""
     assert config.replan is not None
     directory = Path(config.replan.mixture)
-    manifest = require(directory, kind="mixture")
+    old = mixture_kind.open(directory)
+    manifest = old.raw
     where = f"replan.mixture ({directory})"
     if (
         manifest["global_batch"] != config.build.global_batch
@@ -119,10 +110,10 @@ def load_old(config: MixtureConfig) -> OldMixture:
             f"{where}: the components or their selections changed; a re-plan may "
             "change weights, epoch caps and the budget only"
         )
-    return OldMixture(directory, manifest, manifest["build_sha256"])
+    return old
 
 
-def make_plan(config: MixtureConfig, docs: list[np.ndarray], old: OldMixture | None) -> Plan:
+def make_plan(config: MixtureConfig, docs: list[np.ndarray], old: Mixture | None) -> Plan:
     """Allocate every phase; refuse infeasible epoch caps with one line per short component."""
     width = config.build.global_batch
     names = [c.name for c in config.recipe.components]
@@ -149,7 +140,7 @@ def make_plan(config: MixtureConfig, docs: list[np.ndarray], old: OldMixture | N
     plan.summary = _summary(config, plan, docs)
     if old is not None:
         plan.replan_report = {
-            "from_build_sha256": old.build_sha256,
+            "from_build_sha256": old.fields.build_sha256,
             "consumed_sequences": consumed,
             "phases": report,
         }
@@ -161,7 +152,7 @@ def _plan_phase(
     number: int,
     phase: Phase,
     docs: list[np.ndarray],
-    old: OldMixture | None,
+    old: Mixture | None,
     consumed: int,
 ) -> tuple[PhasePlan, int]:
     """One phase's allocation; with a re-plan, the old phase's consumed prefix is kept.
@@ -173,9 +164,9 @@ def _plan_phase(
     _check_nonempty(config, phase.name, names, weights, per_epoch, seq_length)
     batches = max(1, round(config.build.total_tokens * phase.share / (seq_length * width)))
     kept, old_size = None, 0
-    if old is not None and number < len(old.manifest["phases"]) and consumed > 0:
+    if old is not None and number < len(old.raw["phases"]) and consumed > 0:
         kept, batches = _kept_prefix(old, number, phase.name, seq_length, consumed, batches, width)
-        old_size = int(old.manifest["phases"][number]["num_sequences"])
+        old_size = int(old.raw["phases"][number]["num_sequences"])
     try:
         counts = (
             allocate_batches(weights, batches, width)
@@ -209,7 +200,7 @@ def _check_nonempty(
 
 
 def _kept_prefix(
-    old: OldMixture,
+    old: Mixture,
     number: int,
     name: str,
     seq_length: int,
@@ -218,7 +209,7 @@ def _kept_prefix(
     width: int,
 ) -> tuple[np.ndarray, int]:
     """(kept prefix of old phase `number`, new batches to allocate after it)."""
-    old_phase = old.manifest["phases"][number]
+    old_phase = old.raw["phases"][number]
     if old_phase["name"] != name or old_phase["seq_length"] != seq_length:
         raise ConfigError(
             f"recipe.phases[{number}] is {name} (seq_length {seq_length}) but the "

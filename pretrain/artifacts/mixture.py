@@ -8,12 +8,15 @@ i // global_batch. The dataset over it is `mixtures.dataset.MixtureDataset`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
 from pretrain.artifacts import base
 from pretrain.errors import ArtifactError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 KIND = "mixture"
 
@@ -62,6 +65,13 @@ class Mixture(base.Artifact[MixtureFields]):
             "tokenizer_sha256": m.tokenizer.sha256 if m.tokenizer else None,
             "data_manifest_sha256": m.encoded_manifest_sha256,
         }
+
+    def index(self, phase: int) -> np.ndarray:
+        """Phase number `phase`'s sample index (a listed file), memory-mapped."""
+        import numpy as np
+
+        path = self.path(self.fields.phases[phase].index)
+        return np.load(path, mmap_mode="r", allow_pickle=False)
 
     def recorded_encoded(self) -> Path:
         """The encoded artifact the mixture was built from (its lineage entry)."""
