@@ -1,14 +1,7 @@
-"""Artifacts: a directory whose `manifest.json` is written last, atomically, and records what
-made it, what it was made from (lineage) and what it holds (every file with bytes and sha256).
-
-Consumers call `require(dir, kind=..., sha256=...)`: it refuses, with a one-line remedy, an artifact
-of the wrong kind, with a different identity, whose files no longer match their hashes, or whose
-manifest was edited after it was written. There is one manifest format (`MANIFEST_VERSION`,
-pretrain/CONTRACTS.md): it holds a `seal`, the sha256 of the canonical JSON of its other fields
-(`seal_of`), so a byte changed anywhere in it (a count, a path, a field added) is caught even when
-the JSON still parses; a manifest of any other version, or without a seal, is refused in one line.
-The seal is a plain sha256: it catches an edit, not a forger who recomputes it.
-"""
+"""`manifest.json`, written last, atomically, sealed: what made an artifact, what it was made from
+and every file's bytes and sha256; `require` verifies one for a consumer and refuses in one line.
+The one format and the seal (a plain sha256: it catches an edit, not a forger who recomputes it)
+are in pretrain/CONTRACTS.md."""
 
 from __future__ import annotations
 
@@ -257,10 +250,8 @@ def write_manifest(
     size keeps its writer's sha256 instead of being read back. A file rewritten at the same size
     after its writer recorded it is then caught by `verify`/`require`, not here.
 
-    `inputs` are artifact directories this one was made from; their manifest sha256 is recorded.
-    `extra` holds kind-specific fields (e.g. `tokenizer`, `recipe_sha256`). The command recorded
-    is `pretrain.command.current_command()`. Builders call their kind's typed writer
-    (`pretrain.artifacts.<kind>.write`), which checks `extra` and calls this.
+    `inputs`: the artifacts this one was made from (lineage); `extra`: the kind's own fields
+    (builders write through `pretrain.artifacts.base.write_artifact`, which types them).
     """
     root = storage.output_path(directory)  # a local directory, or an object-store prefix
     config = dict(config or {})

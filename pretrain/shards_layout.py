@@ -1,31 +1,17 @@
 """Where every file of a shards artifact (`pretrain data run`, kind `shards`) lives: the one place.
 
-Layout 2, chosen so the tools users point at a corpus (or at DIR itself) read exactly the kept
-documents:
-
     DIR/manifest.json                 the artifact manifest (lists every file below)
-    DIR/README.md                     a Hugging Face dataset card: `load_dataset(DIR)` reads the
-                                      training documents of data/, `load_dataset(DIR, "eval")`
-                                      the held-out ones
+    DIR/README.md                     a Hugging Face dataset card (`load_dataset(DIR)`, `, "eval")`)
     DIR/data/<stem>-<part:05d>.parquet   kept documents, and nothing else ends in .parquet
     DIR/ledger.json                   per stage and reason: documents and bytes in/kept/dropped
-    DIR/_rejects/<stem>-<part:05d>.pq hard rejects (Parquet; named .pq so no `*.parquet` glob,
-                                      `DIR/**/*.parquet` included, reaches them, in a `_` folder
-                                      that pyarrow.dataset skips)
+    DIR/_rejects/<stem>-<part:05d>.pq hard rejects (`.pq` in a `_` folder: no Parquet glob or
+                                      pyarrow.dataset reaches them)
     DIR/.parts/                       hidden work area (ledger fragments, resume records)
-    DIR/.parts/global/<stage>/        a global stage's persisted map side, `<part>.<table>.pq`
-                                      (resume cache, verified by its own records, NOT listed by
-                                      the manifest, so `pretrain data clean DIR` removes it and
-                                      DIR still verifies)
+    DIR/.parts/global/<stage>/        a global stage's persisted map side (a resume cache the
+                                      manifest does not list)
 
-Every Parquet file of a finished DIR that is not kept documents ends in `.pq` (OTHER_PARQUET), and
-only kept documents end in `.parquet`: `DIR/data/*.parquet` and `DIR/**/*.parquet` (duckdb,
-polars), `pyarrow.dataset.dataset(DIR, exclude_invalid_files=True)` (it skips `.` and `_` names),
-`pyarrow.dataset.dataset(DIR/data)` all give the kept documents (`datasets.load_dataset(DIR)` the
-kept training ones, `load_dataset(DIR, "eval")` the held-out ones)
-(tests/data_pipeline/test_artifact_readers.py). `pyarrow.dataset.dataset(DIR)` without
-exclude_invalid_files reads README.md as Parquet and fails, as does
-`load_dataset("parquet", data_dir=DIR)` on manifest.json. There is no other layout.
+Which tools read exactly the kept documents this way: pretrain/CONTRACTS.md (`shards`) and
+tests/data_pipeline/test_artifact_readers.py. There is no other layout.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""`ablation` (`pretrain ablate`): the decision report over proxy runs of mixture recipes.
-
-`report.json`: `headline` (the verdict, its pairs, the runs left out), `chosen_recipe_sha256`,
-`base_recipe_sha256`, `tokenizer_sha256`, `data_manifest_sha256` (the encoded artifact),
-`criteria`, `passed`, `verdict`, per-run results bound by recipe hash (each with its `health`),
-`unhealthy_runs`, `outliers`, `warnings`, `decision`, `summary`, `scale_agreement`,
-`predictions`. The launch gate reads the
-report here (`open(dir).report`) and re-applies the decision rule itself (trainer.gate), so the
-trainer needs nothing from evals.
-"""
+"""`ablation` (`pretrain ablate`): the decision report over proxy runs of mixture recipes
+(`report.json`). The launch gate reads it here (`open(dir).report`) and re-applies the decision
+rule itself (trainer.gate): the trainer needs nothing from evals."""
 
 from __future__ import annotations
 

@@ -1,20 +1,5 @@
-"""One artifact type for every kind: `Artifact[Fields]`.
-
-A kind is a typed `Fields` model: what that kind records beyond the fields every manifest holds
-(`pretrain.manifest.Manifest`), at the manifest's top level. Where a reader needs more than the
-fields, the kind subclasses `Artifact[ItsFields]` with the reader methods (and `check`, what it
-verifies beyond the manifest). Everything else is the same for every kind:
-
-- `write_artifact(directory, fields, config=..., inputs=..., counts=..., known=...)` hashes
-  every file and writes the manifest last, atomically, sealed, with the command
-  `pretrain.program.run` captured (pretrain.command): no writer takes one;
-- `Artifact[F].open(directory, sha256=..., deep=..., full=...)` verifies the artifact
-  (`pretrain.manifest.require`: kind, identity, every byte, the seal) and reads it typed: the
-  common fields as `.manifest`, the kind's as `.fields`. There is one format: a field the kind
-  does not have, or of the wrong type, is refused in one line;
-- `peek(directory)`: any kind's common fields, seal checked but not the files' bytes (for walking
-  lineage to the artifact a command then opens).
-"""
+"""One artifact type for every kind, `Artifact[Fields]`, its one writer `write_artifact` and
+`peek` (lineage walking): the contract is pretrain/CONTRACTS.md."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""`shards` (`pretrain data run`): tagged Parquet shards, the ledger, the rejects.
-
-The typed reader of the layout `pretrain.shards_layout` defines (the one place for paths):
-`DIR/data/*.parquet` (the kept documents: base columns then each stage's `columns`),
-`DIR/ledger.json`, `DIR/_rejects/*.pq`.
-Columns of later pipeline stages may be absent (stages disabled): `read_columns` takes the
-columns that exist and fills the rest with typed nulls, typed by the fields its caller passes
-(the stages' tags, data_pipeline.stages.registry.tag_fields: this layer names no stage's tag).
-"""
+"""`shards` (`pretrain data run`): the typed reader of the layout `pretrain.shards_layout` defines;
+`read_columns` fills a column a disabled stage did not write with typed nulls (the fields its
+caller passes: this layer names no stage's tag)."""
 
 from __future__ import annotations
 

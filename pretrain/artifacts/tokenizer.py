@@ -1,13 +1,6 @@
-"""`tokenizer` (`pretrain tokenizer train`): `tokenizer.json`, the HF side files and `lock.json`.
-
-A tokenizer is locked by content hash: its identity (`identity_of`) is the sha256 of the
-{file: sha256} its manifest lists (tokenizer.json, tokenizer_config.json, special_tokens_map.json
-and lock.json: name, special ids, training config, sample composition and the content identity of
-the shards it was trained on). No timestamp enters it, so the same training gives the same id;
-`open(dir)` verifies every byte against the manifest (the one check: lock.json re-hashes nothing)
-and refuses a manifest whose recorded identity is not that of its files. The HF `tokenizers`
-object is loaded by `tokenizer.lock.load_locked`.
-"""
+"""`tokenizer` (`pretrain tokenizer train`): `tokenizer.json`, the HF side files and `lock.json`,
+locked by content hash (`identity_of`, no timestamp in it: the same training gives the same id);
+pretrain/CONTRACTS.md. The HF object: `tokenizer.lock.load_locked`."""
 
 from __future__ import annotations
 
