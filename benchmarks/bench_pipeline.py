@@ -189,7 +189,8 @@ def stage_seconds(inputs: Path) -> dict[str, float]:
     """Where the time goes: each stage in-process over one input file, one core."""
     import pyarrow as pa
 
-    from data_pipeline.readers import InputFile, read_unit
+    from data_pipeline.formats import InputFile
+    from data_pipeline.readers import read_unit
     from data_pipeline.stages.registry import stage_class
 
     path = sorted(inputs.glob("*.warc.gz"))[0]

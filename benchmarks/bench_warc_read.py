@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.common import add_corpus_argument, corpus_dir, write_result
-from data_pipeline.readers import InputFile, read_unit
+from data_pipeline.formats import InputFile
+from data_pipeline.readers import read_unit
 
 
 def _warcio(data: bytes) -> list[tuple[Any, ...]]:

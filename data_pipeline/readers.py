@@ -1,7 +1,7 @@
 """Readers for raw inputs: WARC(.gz) HTTP responses, HTML files, JSON Lines (plain, gzip, zstd),
 Parquet.
 
-Each reader streams one input file as Arrow tables of raw records (`RAW_SCHEMA`): base columns plus
+Each reader streams one input file as Arrow tables of raw records (`batcher.RAW_SCHEMA`): base columns plus
 hidden `_`-prefixed columns the extract stage consumes (`_payload`, `_content_type`,
 `_read_reason`) and the runner uses to name shards (`_shard`, `_row`, `_raw_bytes`).
 
@@ -29,27 +29,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
-from data_pipeline.batcher import RAW_SCHEMA, Batcher
-from data_pipeline.formats import (
-    FORMAT_SUFFIXES,
-    InputFile,
-    decoded_stream,
-    detect_format,
-    filesystem_for,
-    gzip_members,
-)
+from data_pipeline.batcher import Batcher
+from data_pipeline.formats import InputFile, decoded_stream, filesystem_for, gzip_members
 from data_pipeline.gzmembers import GzipMembers
 from data_pipeline.warc import read_warc
 from pretrain.errors import InputError
-
-__all__ = [
-    "FORMAT_SUFFIXES",
-    "RAW_SCHEMA",
-    "Fields",
-    "InputFile",
-    "detect_format",
-    "read_unit",
-]
 
 _IO_ERRORS = (OSError, EOFError, zlib.error, gzip.BadGzipFile)
 _CHUNK = 1 << 20

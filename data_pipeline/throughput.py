@@ -179,12 +179,17 @@ def timed_task(func: Callable[..., Any], num_returns: int) -> Callable[..., Any]
     return timed
 
 
-def merge_task_costs(costs: list[dict[str, float]]) -> dict[str, float]:
-    """CPU-seconds summed and peak RSS maxed over the costs `timed_task` returned."""
-    return {
-        "cpu_s": sum(c["cpu_s"] for c in costs),
-        "peak_rss_mb": max((c["peak_rss_mb"] for c in costs), default=0.0),
-    }
+def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """What tasks reported (the costs `timed_task` returned, a dedup step's counts), merged:
+    numbers summed, the largest peak RSS."""
+    merged: dict[str, Any] = {}
+    for report in reports:
+        for key, value in report.items():
+            if key == "peak_rss_mb":
+                merged[key] = max(merged.get(key, 0.0), value)
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                merged[key] = merged.get(key, 0) + value
+    return merged
 
 
 @dataclass

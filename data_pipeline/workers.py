@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from data_pipeline import ledger, throughput
+from data_pipeline.formats import InputFile
 from data_pipeline.parts import (
     GLOBAL_DIGEST,
     part_record_path,
@@ -38,7 +39,7 @@ from data_pipeline.parts import (
     rows_dir,
     write_parquet,
 )
-from data_pipeline.readers import InputFile, read_unit
+from data_pipeline.readers import read_unit
 from data_pipeline.stages.base import StageSpec, build_stage
 from data_pipeline.timelimit import cpu_time
 from pretrain import shards_layout as layout

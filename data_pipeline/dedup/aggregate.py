@@ -185,7 +185,7 @@ class Runner:
 
     def cost(self) -> dict[str, float]:
         """CPU-seconds and peak RSS of every task launched so far."""
-        return throughput.merge_task_costs(self.ray.get(self.costs, timeout=self.timeout))
+        return throughput.merge_reports(self.ray.get(self.costs, timeout=self.timeout))
 
     def wait(self, refs: list[Any], step: str) -> list[Any]:
         try:
@@ -313,8 +313,8 @@ def _keep(run: Runner, roots: list, docs: list, partitions: int) -> list[list]:
 
 
 def stats_of(run: Runner, partitions: int) -> DedupStats:
-    merged = {step: tasks.merge_info(infos) for step, infos in run.infos.items()}
-    total = tasks.merge_info(list(merged.values()))
+    merged = {step: throughput.merge_reports(infos) for step, infos in run.infos.items()}
+    total = throughput.merge_reports(list(merged.values()))
     names = (
         "documents",
         "empty",

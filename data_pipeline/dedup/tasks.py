@@ -326,15 +326,3 @@ def attach_file(path: str, block_index: int, *pieces: pa.Table) -> pa.Table:
 
     table = pq.read_table(path)
     return attach(table, block_index, *pieces)
-
-
-def merge_info(infos: list[dict[str, Any]]) -> dict[str, Any]:
-    """Sum counts, take the max of peak RSS."""
-    merged: dict[str, Any] = {}
-    for info in infos:
-        for key, value in info.items():
-            if key == "peak_rss_mb":
-                merged[key] = max(merged.get(key, 0.0), value)
-            elif isinstance(value, int | float) and not isinstance(value, bool):
-                merged[key] = merged.get(key, 0) + value
-    return merged

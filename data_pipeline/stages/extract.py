@@ -1,4 +1,4 @@
-"""Extract stage: raw records (readers.RAW_SCHEMA) -> main text with boilerplate removed.
+"""Extract stage: raw records (batcher.RAW_SCHEMA) -> main text with boilerplate removed.
 
 HTML is decoded (declared charset, else strict UTF-8, else charset-normalizer's guess), capped in
 size BEFORE parsing, and extracted by resiliparse (fast, default) or Trafilatura in a killable

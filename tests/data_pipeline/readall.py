@@ -8,8 +8,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from data_pipeline.formats import detect_format
-from data_pipeline.readers import InputFile, read_unit
+from data_pipeline.formats import InputFile, detect_format
+from data_pipeline.readers import read_unit
 
 
 def read_all(

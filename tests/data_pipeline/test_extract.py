@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from data_pipeline.readers import RAW_SCHEMA
+from data_pipeline.batcher import RAW_SCHEMA
 from data_pipeline.stages.extract import ExtractConfig, ExtractStage, decode_html
 from data_pipeline.stages.registry import schema_for
 

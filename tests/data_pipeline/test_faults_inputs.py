@@ -14,8 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from data_pipeline.formats import InputFile
 from data_pipeline.inputs import check_output_apart, plan_inputs
-from data_pipeline.readers import Fields, InputFile, read_unit
+from data_pipeline.readers import Fields, read_unit
 from pretrain.errors import InputError
 from tests.data_pipeline.readall import read_all
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from data_pipeline.formats import InputFile, detect_format
 from data_pipeline.inputs import plan_inputs
-from data_pipeline.readers import InputFile, detect_format, read_unit
+from data_pipeline.readers import read_unit
 from pretrain.errors import InputError
 
 HTTP = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n"

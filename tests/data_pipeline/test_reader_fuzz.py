@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from data_pipeline import ledger
-from data_pipeline.formats import detect_format
-from data_pipeline.readers import InputFile, read_unit
+from data_pipeline.formats import InputFile, detect_format
+from data_pipeline.readers import read_unit
 from data_pipeline.stages.extract import ExtractConfig, ExtractStage
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
