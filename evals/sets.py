@@ -7,10 +7,7 @@ reaches the threshold, and every one that holds a task example's text (a shared 
 evals/task_overlap.py), is reported in `contaminated.parquet` (`task` names the task, null for the
 held-out split): the ids a mixture must exclude from training so the eval set and the tasks stay
 held out (read by `pretrain.artifacts.evalset`'s `contaminated_ids()`). The report and the manifest count
-them per task.
-The artifact (kind `evalset`) holds `sets/<domain>__<lang>.parquet` (id, text, domain, lang,
-num_bytes), optional task files under `tasks/`, and `report.json`; its manifest sha256 is the eval
-set's identity.
+them per task. The artifact's layout: pretrain/artifacts/evalset.py.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""`pretrain mixture build`: recipe + encoded data -> the mixture artifact.
-
-Layout of the artifact:
-  components/<name>.npy    the component's documents (selection.DOCS_DTYPE), in sidecar order
-  index/<p>-<phase>.npy    the phase's sample index (sampler.INDEX_DTYPE), one row per sequence
-  summary.json             per phase and component: quota, sequences, tokens, epochs
-  replan.json              (re-plans only) what was kept and what was re-allocated
-  manifest.json            extra fields per pretrain/CONTRACTS.md
-"""
+"""`pretrain mixture build`: recipe + encoded data -> the mixture artifact (its layout:
+pretrain/artifacts/mixture.py; a component's documents in sidecar order; `summary.json`: per phase
+and component quota, sequences, tokens, epochs; `replan.json`, of a re-plan only: what was kept
+and what was re-allocated)."""
 
 from __future__ import annotations
 

@@ -1,27 +1,13 @@
-"""`pretrain mixture export MIXTURE --megatron --out DIR`: a built mixture as Megatron-LM data.
+"""`pretrain mixture export MIXTURE --megatron --out DIR`: a built mixture as Megatron-LM data
+(docs/mixtures.md: usage, disk, and what Megatron's blend does not keep of our index).
 
-Megatron-LM blends prefixes by weight, and a weight over our encoded prefixes cannot express a
-component (a tag selection of documents spread over many prefixes). So each component's selected
-documents (`components/<name>.npy`, in that order) are copied into a prefix of their own,
-`DIR/<name>.bin/.idx` (megatron.core's IndexedDatasetBuilder, the encoding's token dtype), and
-per phase `DIR/<phase number>-<phase>.data-args` holds the `weight prefix` list, space-separated,
-that Megatron-LM takes as `--data-path` arguments or, as the file, `--data-args-path`:
-
-    pretrain_gpt.py ... --data-args-path DIR/0-main.data-args --split 100,0,0
-
-The weight of a component is its share of the phase's sample index (the sequences our sampler
-allots it), so Megatron's blend asks each component for the same share of samples. What Megatron
-does not keep (docs/mixtures.md): its `BlendedDataset` interleaves by a greedy per-sample rule
-over the weights, each component dataset shuffling its own documents and repeating them for as
-many epochs as its share needs, with no epoch cap, no phases (one blend per run: train one phase
-with its file, then the next) and no bound per global batch; our index holds every batch and every
-prefix of the run within one sequence of quota, caps epochs and keeps documents the recipe
-excluded out. Megatron's `--split` also divides every prefix into train/valid/test by documents:
-pass `100,0,0` (the held-out documents are not in any component: `eval-*` prefixes of the
-encoded artifact) or the valid/test shares leave training.
-
-Disk: a copy of the selected tokens (a document in two components is copied twice; the
-encoded artifact's token bytes times the share of its documents the components select).
+A weight over our encoded prefixes cannot express a component (a tag selection of documents
+spread over many prefixes), so each component's selected documents (`components/<name>.npy`, in
+that order) are copied into a prefix of their own, `DIR/<name>.bin/.idx` (the encoding's token
+dtype), and per phase `DIR/<n>-<phase>.data-args` holds the `weight prefix` list (weight: the
+component's share of the phase's sample index). Megatron's `--split` divides every prefix by
+documents: pass `100,0,0` (the held-out documents are in no component) or valid/test leave
+training.
 """
 
 from __future__ import annotations
