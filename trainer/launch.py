@@ -18,8 +18,6 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -30,6 +28,7 @@ from pretrain.errors import ConfigError, GateRefused, PretrainError
 from pretrain.lifetime import die_with_parent
 from pretrain.locking import check_unlocked, output_lock
 from pretrain.progress import attach
+from pretrain.rayinit import environ
 from pretrain.storage import write_json
 from trainer.config import TrainConfig, refuse_plan_only
 from trainer.worker import RUN_LOCKED_BY
@@ -139,22 +138,6 @@ def _print_dry_run(config: TrainConfig, command: list[str], override: str | None
     return 0
 
 
-@contextmanager
-def _verify_mode(mode: str | None) -> Iterator[None]:
-    """PRETRAIN_VERIFY for the launcher's own checks only: the ranks then find the hash cache
-    fresh (see pretrain/hashcache.py)."""
-    old = os.environ.get("PRETRAIN_VERIFY")
-    if mode:
-        os.environ["PRETRAIN_VERIFY"] = mode
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("PRETRAIN_VERIFY", None)
-        else:
-            os.environ["PRETRAIN_VERIFY"] = old
-
-
 def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False) -> dict[str, Any]:
     """Everything the ranks would check, checked here before torchrun starts or anything is
     written: a layout the ranks cannot run (context parallel); the gate; the mixture and its
@@ -241,7 +224,9 @@ def launch_command(args: argparse.Namespace) -> int:
     # the rendezvous, so every launcher refuses a held run directory before writing and global
     # rank 0 takes the lock for the run (trainer/worker.py, RUN_LOCKED_BY)
     single_writer = holds_run_lock(args, nnodes)
-    with _verify_mode(args.verify):
+    # PRETRAIN_VERIFY for the launcher's own checks only: the ranks then find the hash cache
+    # fresh (see pretrain/hashcache.py)
+    with environ(**({"PRETRAIN_VERIFY": args.verify} if args.verify else {})):
         if args.dry_run:
             return _print_dry_run(config, command, args.override_gate)
         if single_writer or is_elastic(args, nnodes):

@@ -18,7 +18,6 @@ import importlib
 import os
 import socket
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -71,17 +70,12 @@ def loopback_interface() -> str:
     return "lo"
 
 
-@contextlib.contextmanager
-def loopback_gloo() -> Iterator[None]:
+def loopback_gloo() -> contextlib.AbstractContextManager[None]:
     """Gloo groups created inside listen on loopback (GLOO_SOCKET_IFNAME, unless the caller set
     it); the caller's environment is left as it was found."""
-    old = os.environ.get("GLOO_SOCKET_IFNAME")
-    os.environ["GLOO_SOCKET_IFNAME"] = old or loopback_interface()
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("GLOO_SOCKET_IFNAME", None)
+    from pretrain.rayinit import environ
+
+    return environ(GLOO_SOCKET_IFNAME=os.environ.get("GLOO_SOCKET_IFNAME") or loopback_interface())
 
 
 def main(argv: list[str] | None = None) -> None:
