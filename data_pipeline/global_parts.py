@@ -25,7 +25,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_pipeline import parts, throughput, workers
-from data_pipeline.stagekit import AGGREGATE_SCRATCH
+from data_pipeline.stagekit import AGGREGATE_SCRATCH, ray_get
 from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
 from data_pipeline.timelimit import cpu_time
 from pretrain import shards_layout as layout
@@ -105,14 +105,6 @@ def persist(
     return body
 
 
-def listing(out: OutPath, stage: str) -> parts.Listing | None:
-    """Sizes and times of a stage's map output in an object store, from its listing (None for a
-    local output: there the hash cache answers without reading a file again)."""
-    if not isinstance(out, ObjectPath):
-        return None
-    return parts.Listing(out, (f"{parts.PARTS}/{GLOBAL}/{stage}",))
-
-
 def load(out: OutPath, stage: str, part: str, rows: int, depends: str) -> MapOutput | None:
     """The part's persisted map output when its record verifies (module docstring), else None."""
     checked = _checked(out, stage, part, rows, depends, None)
@@ -128,7 +120,7 @@ def _checked(
     listed: parts.Listing | None,
 ) -> tuple[MapOutput, dict[str, Any]] | None:
     """`load`, with the part's record. With `listed` (an object store's listing of the stage's
-    folder: `listing`), a file of its recorded size written no later than its record keeps the
+    folder: `loaded`), a file of its recorded size written no later than its record keeps the
     recorded sha256, as a part's shard does (parts.Listing.trusted): one GET per part (its
     record), where checking each file was a HEAD, another HEAD and a GET of every byte (the map
     output is about a second copy of the tagged corpus: 20 TB read back by the driver at 40 TB);
@@ -189,7 +181,9 @@ def loaded(
     stage's folder and `parts.READ_AHEAD` records at a time. The map cost each verified
     record holds is folded into `costs` (the manifest's throughput section then reads no record
     again: ledger.Merged)."""
-    listed = listing(out, stage)
+    listed = None  # a local output: the hash cache answers without reading a file again
+    if isinstance(out, ObjectPath):  # sizes and times of the stage's map output, from a listing
+        listed = parts.Listing(out, (f"{parts.PARTS}/{GLOBAL}/{stage}",))
     checks = parts.ordered(
         lambda item: _checked(out, stage, item[0], item[1], depends, listed),
         rows.items(),
@@ -292,29 +286,14 @@ def join_task(
     return part.part
 
 
-def _wait(ray: Any, refs: list[Any], timeout: float | None) -> None:
-    try:
-        ray.get(refs, timeout=timeout)
-    except ray.exceptions.GetTimeoutError:
-        raise PretrainError(
-            f"ray.timeout_s = {timeout}: a global stage did not finish in time; raise it, or "
-            "check the cluster (`ray status`) for missing CPUs"
-        ) from None
-    except ray.exceptions.RayTaskError as exc:
-        cause = getattr(exc, "cause", None)
-        if isinstance(cause, PretrainError):
-            raise type(cause)(str(cause)) from None
-        raise
-
-
 def run_global_stages(
     out: OutPath,
     stages: Sequence[Stage],
     rows: dict[str, int],
     timeout: float | None,
     keep: Callable[[str], Collection[str]],
-    phase: Callable[[str], AbstractContextManager[None]] = lambda _: nullcontext(),
-    map_costs: dict[str, dict[str, Any]] | None = None,
+    phase: Callable[[str], AbstractContextManager[None]],
+    map_costs: dict[str, dict[str, Any]],
 ) -> dict[str, int]:
     """Map (the parts not persisted yet), aggregate and join every global stage in order; the
     last join writes the job's row files. Returns {stage: parts whose map output was reused}.
@@ -325,6 +304,10 @@ def run_global_stages(
     `map_costs` gets, per global stage, the map cost of every part, from the records verified."""
     import ray
 
+    late = PretrainError(
+        f"ray.timeout_s = {timeout}: a global stage did not finish in time; raise it, or "
+        "check the cluster (`ray status`) for missing CPUs"
+    )
     _, globals_ = plan(stages)
     remote_map = ray.remote(num_cpus=TASK_CPUS, max_retries=2)(map_task)
     remote_join = ray.remote(num_cpus=TASK_CPUS, max_retries=2)(join_task)
@@ -333,12 +316,14 @@ def run_global_stages(
     done = reusable(out, first, rows)
     with phase(f"{first.name}-map"):
         todo = [p for p in names if p not in done]
-        _wait(ray, [remote_map.remote(out, p, rows[p], first.spec()) for p in todo], timeout)
+        ray_get(
+            ray, [remote_map.remote(out, p, rows[p], first.spec()) for p in todo], timeout, late
+        )
         remove_tree(out / parts.PARTS / parts.ROWS)  # every part is mapped and persisted
     reused, depends = {first.name: len(done)}, ""
     for k, (stage, after) in enumerate(globals_):
         with phase(f"{stage.name}-verify"):  # the driver checks every part's map output
-            costs = map_costs.setdefault(stage.name, {}) if map_costs is not None else None
+            costs = map_costs.setdefault(stage.name, {})
             outputs = list(loaded(out, stage.name, {p: rows[p] for p in names}, depends, costs))
         missing = [p for p, o in zip(names, outputs, strict=True) if o is None]
         if missing:
@@ -368,6 +353,6 @@ def run_global_stages(
                 for index, output in enumerate(found)
                 if output.part not in skip
             ]
-            _wait(ray, refs, timeout)
+            ray_get(ray, refs, timeout, late)
         remove_tree(stage_dir(out, stage.name) / AGGREGATE_SCRATCH)  # what its joins read
     return reused

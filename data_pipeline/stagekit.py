@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 from pretrain.config import StrictModel
+from pretrain.errors import PretrainError
 
 
 class StageConfig(StrictModel):
@@ -57,3 +58,16 @@ AGGREGATE_SCRATCH = "exchange"
 """Folder beside a global stage's persisted map side (the parent of `MapOutput.rows`) where its
 `aggregate` may leave files its joins read (dedup's file-based exchange); the runner removes it
 once every join has finished, and an aggregate starts by removing what an earlier run left."""
+
+
+def ray_get(ray: Any, refs: list[Any], timeout: float | None, timed_out: Exception) -> list[Any]:
+    """`ray.get(refs)` that raises `timed_out` after `timeout` seconds instead of hanging; a task's
+    own PretrainError (a changed file, a refusal) is raised as its one line, not Ray's many."""
+    try:
+        return ray.get(refs, timeout=timeout)
+    except ray.exceptions.GetTimeoutError:
+        raise timed_out from None
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(cause := getattr(exc, "cause", None), PretrainError):
+            raise type(cause)(str(cause)) from None
+        raise

@@ -33,9 +33,8 @@ from data_pipeline.dedup import budget, exchange, tasks, verify
 from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats
-from data_pipeline.stagekit import AGGREGATE_SCRATCH, MapOutput
+from data_pipeline.stagekit import AGGREGATE_SCRATCH, MapOutput, ray_get
 from data_pipeline.throughput import peak_rss_mb
-from pretrain.errors import PretrainError
 from pretrain.progress import Progress
 from pretrain.storage import OutPath, output_path, remove_tree
 
@@ -188,17 +187,11 @@ class Runner:
         return throughput.merge_reports(self.ray.get(self.costs, timeout=self.timeout))
 
     def wait(self, refs: list[Any], step: str) -> list[Any]:
-        try:
-            return self.ray.get(refs, timeout=self.timeout)
-        except self.ray.exceptions.GetTimeoutError:
-            raise RuntimeError(
-                f"dedup step {step!r} waited more than task_timeout_s={self.timeout} s; check "
-                "`ray status`: actors may be holding every CPU (see the Ray deadlock note)"
-            ) from None
-        except self.ray.exceptions.RayTaskError as exc:  # e.g. a changed exchange file: 1 line
-            if isinstance(cause := getattr(exc, "cause", None), PretrainError):
-                raise type(cause)(str(cause)) from None
-            raise
+        timed_out = RuntimeError(
+            f"dedup step {step!r} waited more than task_timeout_s={self.timeout} s; check "
+            "`ray status`: actors may be holding every CPU (see the Ray deadlock note)"
+        )
+        return ray_get(self.ray, refs, self.timeout, timed_out)  # a changed exchange file: 1 line
 
     def get(self, refs: list[Any], step: str) -> list[Any]:
         values = self.wait(refs, step)
