@@ -36,7 +36,7 @@ from pyarrow import fs as pafs
 from data_pipeline import parts
 from data_pipeline.config import PipelineConfig
 from data_pipeline.formats import InputFile, filesystem_for
-from data_pipeline.inputs import Unit, pack_units
+from data_pipeline.inputs import Unit, nearest_above, pack_units
 from data_pipeline.stages.base import Stage
 from pretrain import shards_layout as layout
 from pretrain.config import config_sha256
@@ -239,28 +239,10 @@ def input_artifacts(files: list[InputFile]) -> list[str]:
         else:
             parent = os.path.dirname(item.path) or "."
             folder = resolved.get(parent) or resolved.setdefault(parent, Path(parent).resolve())
-        found = _artifact_holding(folder, holder)
+        found = nearest_above(folder, lambda candidate: (candidate / MANIFEST).is_file(), holder)
         if found is not None and str(found) not in dirs:
             dirs.append(str(found))
     return dirs
-
-
-def _artifact_holding(folder: Path, holder: dict[Path, Path | None]) -> Path | None:
-    """The nearest folder at or above `folder` with a manifest.json (None: no such folder);
-    `holder` remembers the answer for every folder looked at."""
-    walked: list[Path] = []
-    found: Path | None = None
-    for candidate in (folder, *folder.parents):
-        if candidate in holder:
-            found = holder[candidate]
-            break
-        walked.append(candidate)
-        if (candidate / "manifest.json").is_file():
-            found = candidate
-            break
-    for candidate in walked:
-        holder[candidate] = found
-    return found
 
 
 def stage_artifacts(stages: list[Stage]) -> list[str]:

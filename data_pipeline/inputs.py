@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -284,7 +285,7 @@ class _Containment:
     def __init__(self, folder: str) -> None:
         self.folder = _local_form(folder)
         self.identity: tuple[int, int] | None = None
-        self.known: dict[Path, bool] = {}
+        self.known: dict[Path, Path | None] = {}
         if "://" not in self.folder and os.path.isdir(self.folder):
             info = os.stat(self.folder)
             self.identity = info.st_dev, info.st_ino
@@ -298,24 +299,35 @@ class _Containment:
         resolved, container = Path(path).resolve(), Path(self.folder).resolve()
         if resolved == container or container in resolved.parents:
             return True
-        return self.identity is not None and self._same_tree(resolved)
+        return (
+            self.identity is not None and nearest_above(resolved, self._is, self.known) is not None
+        )
 
-    def _same_tree(self, resolved: Path) -> bool:
-        """True when `resolved` or a folder above it is the folder itself (same device+inode);
-        what each folder walked gave is kept, so the inputs of one folder cost one walk."""
-        walked, found = [], False
-        for candidate in (resolved, *resolved.parents):
-            if candidate in self.known:
-                found = self.known[candidate]
-                break
-            walked.append(candidate)
-            with contextlib.suppress(OSError):  # a part that does not exist yet
-                info = os.stat(candidate)
-                if (info.st_dev, info.st_ino) == self.identity:
-                    found = True
-                    break
-        self.known.update(dict.fromkeys(walked, found))
-        return found
+    def _is(self, candidate: Path) -> bool:
+        """`candidate` is the folder itself (same device+inode)."""
+        with contextlib.suppress(OSError):  # a part that does not exist yet
+            info = os.stat(candidate)
+            return (info.st_dev, info.st_ino) == self.identity
+        return False
+
+
+def nearest_above(
+    path: Path, test: Callable[[Path], bool], memo: dict[Path, Path | None]
+) -> Path | None:
+    """The nearest of `path` and the folders above it that passes `test` (None: none); `memo`
+    keeps the answer for every folder looked at, so the paths of one folder cost one walk."""
+    walked: list[Path] = []
+    found: Path | None = None
+    for candidate in (path, *path.parents):
+        if candidate in memo:
+            found = memo[candidate]
+            break
+        walked.append(candidate)
+        if test(candidate):
+            found = candidate
+            break
+    memo.update(dict.fromkeys(walked, found))
+    return found
 
 
 def check_output_apart(
