@@ -48,7 +48,7 @@ from pretrain.artifacts import shards as shards_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.config import config_dict, parse_config
 from pretrain.errors import ConfigError, PretrainError
-from pretrain.locking import writes_output
+from pretrain.locking import output_lock
 from pretrain.progress import step, warn
 from pretrain.storage import (
     OutPath,
@@ -279,7 +279,6 @@ def plan_work(
     return Work(read, skip, list(items), published), {}
 
 
-@writes_output(lambda config, **_: lock_target(config.output))
 def run_pipeline(
     config: PipelineConfig,
     *,
@@ -287,98 +286,101 @@ def run_pipeline(
     progress: bool = True,
 ) -> RunResult:
     """Run the data job described by `config`; returns the ledger and manifest it wrote."""
-    skipped: list[dict[str, str]] = []
-    stages, inputs = preflight(config, skipped)
-    out = output_path(config.output)
-    changed, units = prepare_output(config, out, stages, inputs)
-    if changed:
-        warn(
-            f"[data run] {len(changed)} inputs changed since the last run into this output "
-            f"(or left it); their parts are recomputed: {', '.join(changed[:5])}"
+    with output_lock(lock_target(config.output)):
+        skipped: list[dict[str, str]] = []
+        stages, inputs = preflight(config, skipped)
+        out = output_path(config.output)
+        changed, units = prepare_output(config, out, stages, inputs)
+        if changed:
+            warn(
+                f"[data run] {len(changed)} inputs changed since the last run into this output "
+                f"(or left it); their parts are recomputed: {', '.join(changed[:5])}"
+            )
+        merged = ledger.Merged()  # what the resume scan and the merge read: not read back
+        work, done = plan_work(config, stages, units, out, merged.add_record)
+        todo = work.merge
+        if progress:
+            merged_parts = len(work.published.digests) if work.published else 0
+            waiting = f", {merged_parts} more if the global stages' input is the same"
+            waiting = waiting if merged_parts else ""
+            step(
+                f"[data run] {len(inputs)} input files in {len(units)} units of work, "
+                f"{len(skipped)} skipped ({len(units) - len(todo)} units already done, "
+                f"{sum(len(v) for v in done.values())} parts reused{waiting}); "
+                f"stages: {', '.join(s.name for s in stages)}"
+            )
+        reused_map: dict[str, int] = {}
+        clock = throughput.RunClock() if work else None
+        if clock is not None:
+            with ray_job.session(config, ray_address, out, progress, clock):
+                if work.read:
+                    with clock.phase("stream"):
+                        ray_job.stream(config, stages, work.read, work.skip, out, progress)
+                if work.published is not None:
+                    rows = global_parts.expected_rows(out, work.merge, config.shard_rows)
+                    reused_map = global_parts.run_global_stages(
+                        out,
+                        stages,
+                        rows,
+                        config.ray.timeout_s,
+                        work.published.keep,
+                        clock.phase,
+                        merged.map_costs,
+                    )
+                    done = work.published.done()
+                    if not merged.shards <= work.published.kept:
+                        merged.forget_records()  # a part the scan verified was forgotten (restart)
+                global_digest = work.published.digest if work.published is not None else ""
+                with clock.phase("merge"):
+                    ray_job.merge(config, stages, out, work.merge, done, merged, global_digest)
+        reused = sum(len(v) for v in done.values())
+        led, shards = _collect(out, [u.stem for u in units], stages, merged)
+        if clock is not None:
+            throughput.save_global_costs(out, stages, led["documents_in"], led["bytes_in"])
+        led["skipped_files"] = skipped
+        write_json(out / layout.LEDGER, led)
+        write_atomic(out / layout.CARD, layout.dataset_card().encode())
+        if not led["conservation"]["balanced"]:
+            raise RuntimeError(
+                f"ledger does not balance: {led['conservation']}"
+            )  # a bug, not input
+        fields = shards_kind.ShardsFields(
+            stages=[s.describe() for s in stages],
+            models=model_hashes(stages),
+            sections=manifest_sections(stages),
+            throughput=throughput_report.build(
+                out,
+                [u.stem for u in units],
+                [s.name for s in stages],
+                [s.name for s in stages if isinstance(s, GlobalStage)],
+                {f"{stem}-{part:05d}" for stem, parts in done.items() for part in parts},
+                clock,
+                merged,
+            ),
         )
-    merged = ledger.Merged()  # what the resume scan and the merge read: not read back
-    work, done = plan_work(config, stages, units, out, merged.add_record)
-    todo = work.merge
-    if progress:
-        merged_parts = len(work.published.digests) if work.published else 0
-        waiting = f", {merged_parts} more if the global stages' input is the same"
-        waiting = waiting if merged_parts else ""
-        step(
-            f"[data run] {len(inputs)} input files in {len(units)} units of work, "
-            f"{len(skipped)} skipped ({len(units) - len(todo)} units already done, "
-            f"{sum(len(v) for v in done.values())} parts reused{waiting}); "
-            f"stages: {', '.join(s.name for s in stages)}"
-        )
-    reused_map: dict[str, int] = {}
-    clock = throughput.RunClock() if work else None
-    if clock is not None:
-        with ray_job.session(config, ray_address, out, progress, clock):
-            if work.read:
-                with clock.phase("stream"):
-                    ray_job.stream(config, stages, work.read, work.skip, out, progress)
-            if work.published is not None:
-                rows = global_parts.expected_rows(out, work.merge, config.shard_rows)
-                reused_map = global_parts.run_global_stages(
-                    out,
-                    stages,
-                    rows,
-                    config.ray.timeout_s,
-                    work.published.keep,
-                    clock.phase,
-                    merged.map_costs,
-                )
-                done = work.published.done()
-                if not merged.shards <= work.published.kept:
-                    merged.forget_records()  # a part the scan verified was forgotten (restart)
-            global_digest = work.published.digest if work.published is not None else ""
-            with clock.phase("merge"):
-                ray_job.merge(config, stages, out, work.merge, done, merged, global_digest)
-    reused = sum(len(v) for v in done.values())
-    led, shards = _collect(out, [u.stem for u in units], stages, merged)
-    if clock is not None:
-        throughput.save_global_costs(out, stages, led["documents_in"], led["bytes_in"])
-    led["skipped_files"] = skipped
-    write_json(out / layout.LEDGER, led)
-    write_atomic(out / layout.CARD, layout.dataset_card().encode())
-    if not led["conservation"]["balanced"]:
-        raise RuntimeError(f"ledger does not balance: {led['conservation']}")  # a bug, not input
-    fields = shards_kind.ShardsFields(
-        stages=[s.describe() for s in stages],
-        models=model_hashes(stages),
-        sections=manifest_sections(stages),
-        throughput=throughput_report.build(
+        manifest = write_artifact(
             out,
-            [u.stem for u in units],
-            [s.name for s in stages],
-            [s.name for s in stages if isinstance(s, GlobalStage)],
-            {f"{stem}-{part:05d}" for stem, parts in done.items() for part in parts},
-            clock,
-            merged,
-        ),
-    )
-    manifest = write_artifact(
-        out,
-        fields,
-        config=config_dict(config),
-        inputs=input_artifacts(inputs) + stage_artifacts(stages),
-        counts={
-            "documents_in": led["documents_in"],
-            "documents_kept": led["documents_kept"],
-            "documents_dropped": led["documents_dropped"],
-            "shards": len(shards),
-            "text_bytes_kept": led["text_bytes_kept"],
-            "pii_redacted": led["pii_redacted"],
-        },
-        known=merged.known,
-    )
-    if not config.keep_global_parts:
-        global_parts.remove_all(out)
-    return RunResult(
-        out,
-        led,
-        manifest,
-        shards,
-        reused_parts=reused,
-        parts=led["parts"],
-        reused_map_parts=reused_map,
-    )
+            fields,
+            config=config_dict(config),
+            inputs=input_artifacts(inputs) + stage_artifacts(stages),
+            counts={
+                "documents_in": led["documents_in"],
+                "documents_kept": led["documents_kept"],
+                "documents_dropped": led["documents_dropped"],
+                "shards": len(shards),
+                "text_bytes_kept": led["text_bytes_kept"],
+                "pii_redacted": led["pii_redacted"],
+            },
+            known=merged.known,
+        )
+        if not config.keep_global_parts:
+            global_parts.remove_all(out)
+        return RunResult(
+            out,
+            led,
+            manifest,
+            shards,
+            reused_parts=reused,
+            parts=led["parts"],
+            reused_map_parts=reused_map,
+        )

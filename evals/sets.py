@@ -35,7 +35,7 @@ from pretrain.artifacts.base import write_artifact
 from pretrain.artifacts.evalset import CONTAMINATED_FILE
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import InputError
-from pretrain.locking import writes_output
+from pretrain.locking import output_lock
 from pretrain.output_check import require_own_output
 from pretrain.publish import publishing
 from pretrain.storage import write_json
@@ -345,28 +345,28 @@ def _lm_eval_report(hits: list[dict], index: TaskIndex) -> list[dict]:
     ]
 
 
-@writes_output("cfg.out")
 def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
     """Build the `evalset` artifact at cfg.out; returns its manifest."""
-    files = preflight(cfg)
-    out = Path(cfg.out)
-    groups = _collect_eval(files, cfg)
-    _check_groups(groups, cfg)  # before `out` is touched: a refused build keeps the old sets
-    with publishing(out) as building:
-        written, skipped = _write_sets(building, groups, cfg)
-        train_files = files + [
-            f for d in cfg.train_shards for f in shards_artifact.open(d).shard_paths
-        ]
-        kept = [doc for row in written for doc in groups[(row["domain"], row["lang"])]]
-        index = building / "decontamination-index"
-        tasks = _task_index(cfg)
-        hits = (
-            decontaminate(kept, train_files, cfg.decontamination, cfg.batch_rows, index, tasks)
-            if cfg.decontamination.enabled
-            else []
-        )
-        manifest = _finish(building, cfg, written, skipped, hits, tasks)
-    return manifest
+    with output_lock(cfg.out):
+        files = preflight(cfg)
+        out = Path(cfg.out)
+        groups = _collect_eval(files, cfg)
+        _check_groups(groups, cfg)  # before `out` is touched: a refused build keeps the old sets
+        with publishing(out) as building:
+            written, skipped = _write_sets(building, groups, cfg)
+            train_files = files + [
+                f for d in cfg.train_shards for f in shards_artifact.open(d).shard_paths
+            ]
+            kept = [doc for row in written for doc in groups[(row["domain"], row["lang"])]]
+            index = building / "decontamination-index"
+            tasks = _task_index(cfg)
+            hits = (
+                decontaminate(kept, train_files, cfg.decontamination, cfg.batch_rows, index, tasks)
+                if cfg.decontamination.enabled
+                else []
+            )
+            manifest = _finish(building, cfg, written, skipped, hits, tasks)
+        return manifest
 
 
 def _task_index(cfg: EvalBuildConfig) -> TaskIndex:

@@ -27,7 +27,7 @@ from pretrain.artifacts import ablation as ablation_artifact
 from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.config import apply_overrides, config_dict, config_sha256, read_yaml
 from pretrain.errors import ConfigError, PretrainError
-from pretrain.locking import writes_output
+from pretrain.locking import output_lock
 from pretrain.manifest import manifest_sha256
 from pretrain.output_check import require_own_output
 from pretrain.storage import write_atomic
@@ -399,33 +399,33 @@ def preflight(config: AblationConfig) -> str:
     return f"{len(specs)} proxy runs planned; mixture, train template and eval sets verified"
 
 
-@writes_output("config.out")
 def run_sweep(
     config: AblationConfig, runner: Callable[[dict[str, Any]], dict[str, Any]] = execute_run
 ) -> dict[str, Any]:
     """Run what is not cached (and a predicted best), then write the `ablation` report at
     config.out."""
-    start = time.perf_counter()
-    specs, context = make_specs(config)
-    sizes = context["sizes"]
-    specs, halving = run_rung(
-        config,
-        specs,
-        lambda rung, todo: execute(rung, todo, runner)[0],
-        lambda rung: make_specs(rung)[0],
-        max(sizes, key=lambda name: (sizes[name], name)),
-    )
-    results, lines = execute(config, specs, runner)
-    report, specs = _confirm(config, specs, results, context, runner)
-    report["halving"] = halving
-    report["sweep_wall_s"] = round(time.perf_counter() - start, 2)
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    _write_chosen(out, specs, context["mixture"], report["chosen_recipe_sha256"])
-    write_report(
-        out,
-        report,
-        config=config_dict(config),
-        inputs=[config.eval_sets, context["mixture"]["build"]["encoded"]],
-    )
-    return {"report": report, "lines": lines}
+    with output_lock(config.out):
+        start = time.perf_counter()
+        specs, context = make_specs(config)
+        sizes = context["sizes"]
+        specs, halving = run_rung(
+            config,
+            specs,
+            lambda rung, todo: execute(rung, todo, runner)[0],
+            lambda rung: make_specs(rung)[0],
+            max(sizes, key=lambda name: (sizes[name], name)),
+        )
+        results, lines = execute(config, specs, runner)
+        report, specs = _confirm(config, specs, results, context, runner)
+        report["halving"] = halving
+        report["sweep_wall_s"] = round(time.perf_counter() - start, 2)
+        out = Path(config.out)
+        out.mkdir(parents=True, exist_ok=True)
+        _write_chosen(out, specs, context["mixture"], report["chosen_recipe_sha256"])
+        write_report(
+            out,
+            report,
+            config=config_dict(config),
+            inputs=[config.eval_sets, context["mixture"]["build"]["encoded"]],
+        )
+        return {"report": report, "lines": lines}

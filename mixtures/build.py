@@ -21,7 +21,7 @@ from pretrain.artifacts import tokenizer as tokenizer_artifact
 from pretrain.artifacts.base import write_artifact
 from pretrain.config import config_dict
 from pretrain.errors import ArtifactError, ConfigError
-from pretrain.locking import writes_output
+from pretrain.locking import output_lock
 from pretrain.manifest import load_manifest, manifest_sha256
 from pretrain.output_check import require_own_output
 from pretrain.progress import Progress
@@ -124,36 +124,36 @@ def prepare(config: MixtureConfig) -> Prepared:
     return Prepared(encoded_dir, tokenizer, exclude, docs, old, plan)
 
 
-@writes_output("config.out")
 def build_mixture(config: MixtureConfig) -> BuildResult:
     """Validate, select, plan, write the artifact; returns its manifest and summary."""
-    prepared = prepare(config)
-    encoded_dir, tokenizer, exclude = prepared.encoded_dir, prepared.tokenizer, prepared.exclude
-    docs, old, plan = prepared.docs, prepared.old, prepared.plan
-    out = Path(config.out)
-    with publishing(out) as staging:  # at every instant `out` is the old mixture or the new
-        (staging / "index").mkdir()
-        (staging / "components").mkdir()
-        _write_body(staging, config, docs, plan)
-        encoded_sha = manifest_sha256(encoded_dir)
-        build_hash = build_sha256(
-            config,
-            tokenizer_sha256=tokenizer.get("sha256", ""),
-            encoded_sha256=encoded_sha,
-            replan_from=old.fields.build_sha256 if old else None,
-        )
-        fields = _manifest_fields(
-            config, tokenizer, encoded_sha, build_hash, docs, plan, len(exclude)
-        )
-        inputs = [encoded_dir] + ([Path(config.replan.mixture)] if config.replan else [])
-        inputs += [Path(d) for d in config.build.decontaminate]
-        manifest = write_artifact(
-            staging, fields, config=config_dict(config), inputs=inputs, counts=plan.counts()
-        )
-    ratio, warning = tokens_per_parameter(config)
-    summary = plan.summary
-    summary["tokens_per_parameter"] = ratio
-    return BuildResult(out, manifest, summary, [warning] if warning else [])
+    with output_lock(config.out):
+        prepared = prepare(config)
+        encoded_dir, tokenizer, exclude = prepared.encoded_dir, prepared.tokenizer, prepared.exclude
+        docs, old, plan = prepared.docs, prepared.old, prepared.plan
+        out = Path(config.out)
+        with publishing(out) as staging:  # at every instant `out` is the old mixture or the new
+            (staging / "index").mkdir()
+            (staging / "components").mkdir()
+            _write_body(staging, config, docs, plan)
+            encoded_sha = manifest_sha256(encoded_dir)
+            build_hash = build_sha256(
+                config,
+                tokenizer_sha256=tokenizer.get("sha256", ""),
+                encoded_sha256=encoded_sha,
+                replan_from=old.fields.build_sha256 if old else None,
+            )
+            fields = _manifest_fields(
+                config, tokenizer, encoded_sha, build_hash, docs, plan, len(exclude)
+            )
+            inputs = [encoded_dir] + ([Path(config.replan.mixture)] if config.replan else [])
+            inputs += [Path(d) for d in config.build.decontaminate]
+            manifest = write_artifact(
+                staging, fields, config=config_dict(config), inputs=inputs, counts=plan.counts()
+            )
+        ratio, warning = tokens_per_parameter(config)
+        summary = plan.summary
+        summary["tokens_per_parameter"] = ratio
+        return BuildResult(out, manifest, summary, [warning] if warning else [])
 
 
 def _write_body(

@@ -21,7 +21,7 @@ from pretrain.artifacts import encoded as encoded_kind
 from pretrain.artifacts import megatron_export as export_kind
 from pretrain.artifacts import mixture as mixture_kind
 from pretrain.artifacts.base import write_artifact
-from pretrain.locking import writes_output
+from pretrain.locking import output_lock
 from pretrain.output_check import require_own_output
 from pretrain.progress import Progress
 from pretrain.publish import publishing
@@ -67,39 +67,39 @@ def _copy_component(
     return len(docs), tokens
 
 
-@writes_output("out")
 def export_megatron(mixture_dir: str | Path, out: str | Path) -> dict[str, Any]:
     """Write the per-component prefixes and per-phase data-args files; return the manifest."""
-    out = Path(out)
-    require_own_output(out, "--out", export_kind.KIND)
-    mixture = mixture_kind.open(mixture_dir)
-    encoded = encoded_kind.open(mixture.recorded_encoded())
-    prefixes = encoded.prefix_paths()  # the numbering components/<name>.npy uses
-    dtype = np.uint16 if encoded.fields.token_dtype == "uint16" else np.int32
-    final = out.resolve()
-    counts: dict[str, Any] = {"documents": 0, "tokens": 0}
-    with publishing(out) as scratch:
-        components = {}
-        for component in Progress(mixture.fields.components, desc="export", unit="component"):
-            docs = np.load(mixture.path(f"components/{component.name}.npy"))
-            documents, tokens = _copy_component(docs, prefixes, dtype, scratch / component.name)
-            components[component.name] = {"documents": documents, "tokens": tokens}
-            counts["documents"] += documents
-            counts["tokens"] += tokens
-        blends = phase_weights(mixture)
-        for name, weights in blends.items():
-            write_atomic(scratch / name, data_args(weights, final).encode())
-        fields = export_kind.MegatronExportFields(
-            mixture_build_sha256=mixture.fields.build_sha256,
-            components=components,
-            blends=blends,
-            token_dtype=encoded.fields.token_dtype,
-        )
-        manifest = write_artifact(
-            scratch,
-            fields,
-            config={"mixture": str(Path(mixture_dir).resolve())},
-            inputs=[mixture_dir],
-            counts=counts,
-        )
-    return manifest
+    with output_lock(out):
+        out = Path(out)
+        require_own_output(out, "--out", export_kind.KIND)
+        mixture = mixture_kind.open(mixture_dir)
+        encoded = encoded_kind.open(mixture.recorded_encoded())
+        prefixes = encoded.prefix_paths()  # the numbering components/<name>.npy uses
+        dtype = np.uint16 if encoded.fields.token_dtype == "uint16" else np.int32
+        final = out.resolve()
+        counts: dict[str, Any] = {"documents": 0, "tokens": 0}
+        with publishing(out) as scratch:
+            components = {}
+            for component in Progress(mixture.fields.components, desc="export", unit="component"):
+                docs = np.load(mixture.path(f"components/{component.name}.npy"))
+                documents, tokens = _copy_component(docs, prefixes, dtype, scratch / component.name)
+                components[component.name] = {"documents": documents, "tokens": tokens}
+                counts["documents"] += documents
+                counts["tokens"] += tokens
+            blends = phase_weights(mixture)
+            for name, weights in blends.items():
+                write_atomic(scratch / name, data_args(weights, final).encode())
+            fields = export_kind.MegatronExportFields(
+                mixture_build_sha256=mixture.fields.build_sha256,
+                components=components,
+                blends=blends,
+                token_dtype=encoded.fields.token_dtype,
+            )
+            manifest = write_artifact(
+                scratch,
+                fields,
+                config={"mixture": str(Path(mixture_dir).resolve())},
+                inputs=[mixture_dir],
+                counts=counts,
+            )
+        return manifest

@@ -22,7 +22,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import functools
-import inspect
 import json
 import os
 import socket
@@ -31,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from pretrain.command import current_command
 from pretrain.errors import ConfigError, OutputLocked
@@ -39,7 +38,6 @@ from pretrain.progress import warn
 from pretrain.s3_lock import S3Lock, holder_text
 
 LOCK_SUFFIX = ".lock"
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 _held: dict[str, tuple[Any, int]] = {}  # lock path -> (fd, depth); s3:// output -> (S3Lock, depth)
@@ -227,35 +225,6 @@ def output_lock(out: str | os.PathLike) -> Iterator[Path | str]:
             if exc.filename is None:  # a write to an open file names none: name the output
                 exc.filename = str(out_path)
             raise
-
-
-def writes_output(where: str | Callable[..., str | os.PathLike]) -> Callable[[F], F]:
-    """Decorate a builder so its whole body runs under `output_lock` of its output directory.
-
-    `where` names the argument holding the output, with attribute access (`"config.out"`,
-    `"out"`), or is a function of the bound arguments returning it.
-    """
-
-    def decorate(func: F) -> F:
-        signature = inspect.signature(func)
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            if callable(where):
-                out = where(**bound.arguments)
-            else:
-                name, *attrs = where.split(".")
-                out = bound.arguments[name]
-                for attr in attrs:
-                    out = getattr(out, attr)
-            with output_lock(out):
-                return func(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
-
-    return decorate
 
 
 def check_unlocked(out: str | os.PathLike) -> None:

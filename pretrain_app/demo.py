@@ -21,7 +21,7 @@ from mixtures import demo as mixtures_demo
 from pretrain import demostep
 from pretrain.artifacts import raw as raw_kind
 from pretrain.artifacts.base import write_artifact
-from pretrain.locking import writes_output
+from pretrain.locking import output_lock
 from pretrain.manifest import verify
 from pretrain.output_check import refuse_foreign, refuse_not_a_directory, temporary_file
 from pretrain.sample import SAMPLE_FILES, sample_dir
@@ -93,25 +93,25 @@ def check_demo_out(out: Path) -> None:
     refuse_foreign(out, "--out", f"demo output (no {DEMO_MARK})", temporary_file)
 
 
-@writes_output("out")
 def run_demo(out: str | Path, force: bool = False) -> int:
-    ctx = DemoContext(out=Path(out).resolve(), force=force)
-    check_demo_out(ctx.out)
-    ctx.out.mkdir(parents=True, exist_ok=True)
-    (ctx.out / DEMO_MARK).touch()
-    total_start = time.perf_counter()
-    rows = []
-    for name, step in DEMO_STEPS:
-        print(f"[demo] {name:<10} running ...", flush=True)
-        start = time.perf_counter()
-        summary = step(ctx)
-        elapsed = time.perf_counter() - start
-        rows.append((name, summary, elapsed))
-        print(f"[demo] {name:<10} done in {elapsed:.1f} s: {summary}", flush=True)
-    print("\nSummary")
-    for name, summary, elapsed in rows:
-        print(f"  {name:<10} {elapsed:7.1f} s  {summary}")
-    print(f"  {'total':<10} {time.perf_counter() - total_start:7.1f} s")
-    for name, path in ctx.artifacts.items():
-        print(f"  artifact {name:<12} {path}")
-    return 0
+    with output_lock(out):
+        ctx = DemoContext(out=Path(out).resolve(), force=force)
+        check_demo_out(ctx.out)
+        ctx.out.mkdir(parents=True, exist_ok=True)
+        (ctx.out / DEMO_MARK).touch()
+        total_start = time.perf_counter()
+        rows = []
+        for name, step in DEMO_STEPS:
+            print(f"[demo] {name:<10} running ...", flush=True)
+            start = time.perf_counter()
+            summary = step(ctx)
+            elapsed = time.perf_counter() - start
+            rows.append((name, summary, elapsed))
+            print(f"[demo] {name:<10} done in {elapsed:.1f} s: {summary}", flush=True)
+        print("\nSummary")
+        for name, summary, elapsed in rows:
+            print(f"  {name:<10} {elapsed:7.1f} s  {summary}")
+        print(f"  {'total':<10} {time.perf_counter() - total_start:7.1f} s")
+        for name, path in ctx.artifacts.items():
+            print(f"  artifact {name:<12} {path}")
+        return 0

@@ -37,7 +37,7 @@ from data_pipeline.stages.registry import tag_fields
 from pretrain.artifacts import encoded as encoded_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.errors import ArtifactError
-from pretrain.locking import writes_output
+from pretrain.locking import output_lock
 from pretrain.manifest import sha256_file
 from pretrain.output_check import require_own_output, temporary_file
 from pretrain.progress import Progress
@@ -348,7 +348,6 @@ def plan_jobs(
     ]
 
 
-@writes_output("out")
 def encode(
     tokenizer_dir: str | Path,
     data: str | Path,
@@ -365,41 +364,44 @@ def encode(
     task per prefix on the running Ray cluster (or a local one; RAY_ADDRESS is honoured),
     `num_cpus` reserved per task; `inline`: prefixes one after another here.
     """
-    tokenizer, shards_manifest, shards = preflight(tokenizer_dir, data, out)
-    out = Path(out)
-    jobs = plan_jobs(data, shards_manifest, shards, min_prefix_documents)
-    _prepare_out(out, {job.name for job in jobs})
-    if backend == "ray" and len(jobs) > 1:
-        results = _run_ray(jobs, Path(tokenizer_dir), tokenizer.sha256, out, num_cpus)
-    else:
-        results = _run_inline(jobs, Path(tokenizer_dir), tokenizer.sha256, out)
-    sources = {job.name: {path.stem: sha for path, sha in job.shards} for job in jobs}
-    shard_counts = {
-        r.stem: {
-            "documents": r.documents,
-            "tokens": r.tokens,
-            "split": r.split,
-            "sources": sources[r.stem],
+    with output_lock(out):
+        tokenizer, shards_manifest, shards = preflight(tokenizer_dir, data, out)
+        out = Path(out)
+        jobs = plan_jobs(data, shards_manifest, shards, min_prefix_documents)
+        _prepare_out(out, {job.name for job in jobs})
+        if backend == "ray" and len(jobs) > 1:
+            results = _run_ray(jobs, Path(tokenizer_dir), tokenizer.sha256, out, num_cpus)
+        else:
+            results = _run_inline(jobs, Path(tokenizer_dir), tokenizer.sha256, out)
+        sources = {job.name: {path.stem: sha for path, sha in job.shards} for job in jobs}
+        shard_counts = {
+            r.stem: {
+                "documents": r.documents,
+                "tokens": r.tokens,
+                "split": r.split,
+                "sources": sources[r.stem],
+            }
+            for r in results
         }
-        for r in results
-    }
-    config = {
-        "tokenizer": tokenizer.info,
-        "data": str(Path(data).resolve()),
-        "token_dtype": tokenizer.token_dtype,
-        "min_prefix_documents": min_prefix_documents,
-    }
-    counts = {
-        "documents": sum(r.documents for r in results),
-        "tokens": sum(r.tokens for r in results),
-        "eval_documents": sum(r.documents for r in results if r.split == "eval"),
-        "shards_skipped": sum(r.skipped for r in results),
-    }
-    fields = encoded_kind.EncodedFields(
-        tokenizer=tokenizer.info,
-        prefixes=[r.stem for r in results],
-        token_dtype=tokenizer.token_dtype,
-        shards=shard_counts,
-        eod_id=tokenizer.eod_id,
-    )
-    return write_artifact(out, fields, config=config, inputs=[data, tokenizer_dir], counts=counts)
+        config = {
+            "tokenizer": tokenizer.info,
+            "data": str(Path(data).resolve()),
+            "token_dtype": tokenizer.token_dtype,
+            "min_prefix_documents": min_prefix_documents,
+        }
+        counts = {
+            "documents": sum(r.documents for r in results),
+            "tokens": sum(r.tokens for r in results),
+            "eval_documents": sum(r.documents for r in results if r.split == "eval"),
+            "shards_skipped": sum(r.skipped for r in results),
+        }
+        fields = encoded_kind.EncodedFields(
+            tokenizer=tokenizer.info,
+            prefixes=[r.stem for r in results],
+            token_dtype=tokenizer.token_dtype,
+            shards=shard_counts,
+            eod_id=tokenizer.eod_id,
+        )
+        return write_artifact(
+            out, fields, config=config, inputs=[data, tokenizer_dir], counts=counts
+        )

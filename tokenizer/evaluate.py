@@ -20,7 +20,7 @@ import numpy as np
 from pretrain.artifacts import tokenizer_eval as eval_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.errors import InputError
-from pretrain.locking import writes_output
+from pretrain.locking import output_lock
 from pretrain.output_check import require_own_output
 from pretrain.progress import Progress
 from pretrain.publish import publishing
@@ -193,8 +193,6 @@ def train_baseline(tokenizer: LockedTokenizer, shards: list[Path]) -> Any:
 
 # the tokenizer's own writer lock too: a `tokenizer train` replacing it (which moves its eval/
 # out) must not run while an eval reads it and writes into it, nor an eval while it runs
-@writes_output(lambda tokenizer_dir, **_: tokenizer_dir)
-@writes_output(lambda tokenizer_dir, out, **_: out or Path(tokenizer_dir) / "eval")
 def evaluate(
     tokenizer_dir: str | Path,
     data: str | Path,
@@ -202,43 +200,46 @@ def evaluate(
     baseline: bool = True,
 ) -> dict[str, Any]:
     """Evaluate, write report.json + compression.png + manifest into `out`; return the report."""
-    out = Path(out) if out is not None else Path(tokenizer_dir) / "eval"
-    require_own_output(out, "--out", eval_kind.KIND)  # not a folder of someone else's report.json
-    tokenizer = load_locked(tokenizer_dir)
-    _, shards = require_shards(data)
-    docs, source = select_eval_docs(shards, tokenizer.lock)
-    specials = set(tokenizer.lock["special_tokens"].values())
-    report: dict[str, Any] = {
-        "tokenizer": tokenizer.info,
-        "eval_source": source,
-        "out": str(out),
-        "same_shards_as_training": same_shards(tokenizer.lock["inputs"], data),
-        "ours": measure_ours(tokenizer, docs).report(tokenizer.vocab_size, specials),
-    }
-    if baseline:
-        processor = train_baseline(tokenizer, shards)
-        special_sp = {
-            i
-            for i in range(processor.get_piece_size())
-            if processor.is_control(i) or processor.is_unknown(i)
+    with output_lock(tokenizer_dir), output_lock(out or Path(tokenizer_dir) / "eval"):
+        out = Path(out) if out is not None else Path(tokenizer_dir) / "eval"
+        require_own_output(
+            out, "--out", eval_kind.KIND
+        )  # not a folder of someone else's report.json
+        tokenizer = load_locked(tokenizer_dir)
+        _, shards = require_shards(data)
+        docs, source = select_eval_docs(shards, tokenizer.lock)
+        specials = set(tokenizer.lock["special_tokens"].values())
+        report: dict[str, Any] = {
+            "tokenizer": tokenizer.info,
+            "eval_source": source,
+            "out": str(out),
+            "same_shards_as_training": same_shards(tokenizer.lock["inputs"], data),
+            "ours": measure_ours(tokenizer, docs).report(tokenizer.vocab_size, specials),
         }
-        report["sentencepiece"] = measure_sentencepiece(processor, docs).report(
-            processor.get_piece_size(), special_sp
-        )
-    summary = _summary(report)
-    # built out of sight, published in one rename (pretrain.publish): an earlier eval stays
-    # whole until the new one replaces it
-    with publishing(out) as files:
-        write_json(files / "report.json", report)
-        plot_compression(report, files / "compression.png")
-        write_artifact(
-            files,
-            eval_kind.TokenizerEvalFields(tokenizer=tokenizer.info, summary=summary),
-            config={"baseline": baseline},
-            inputs=[data, tokenizer_dir],
-            counts={"documents": len(docs)},
-        )
-    return report
+        if baseline:
+            processor = train_baseline(tokenizer, shards)
+            special_sp = {
+                i
+                for i in range(processor.get_piece_size())
+                if processor.is_control(i) or processor.is_unknown(i)
+            }
+            report["sentencepiece"] = measure_sentencepiece(processor, docs).report(
+                processor.get_piece_size(), special_sp
+            )
+        summary = _summary(report)
+        # built out of sight, published in one rename (pretrain.publish): an earlier eval stays
+        # whole until the new one replaces it
+        with publishing(out) as files:
+            write_json(files / "report.json", report)
+            plot_compression(report, files / "compression.png")
+            write_artifact(
+                files,
+                eval_kind.TokenizerEvalFields(tokenizer=tokenizer.info, summary=summary),
+                config={"baseline": baseline},
+                inputs=[data, tokenizer_dir],
+                counts={"documents": len(docs)},
+            )
+        return report
 
 
 def _summary(report: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from pretrain.artifacts.base import write_artifact
 from pretrain.artifacts.tokenizer import KIND, LOCK_FILE, TOKENIZER_FILE, tokenizer_id
 from pretrain.config import config_dict
 from pretrain.errors import ConfigError
-from pretrain.locking import writes_output
+from pretrain.locking import output_lock
 from pretrain.manifest import canonical_json, file_records
 from pretrain.output_check import require_own_output
 from pretrain.progress import VERBOSE, verbosity
@@ -90,25 +90,25 @@ def make_lock(
     }
 
 
-@writes_output("config.out")
 def train(config: TokenizerTrainConfig) -> dict[str, Any]:
     """Train, lock and write the tokenizer artifact; return its manifest."""
-    shards = preflight(config)
-    shards_sha = shards_identity(config.data)
-    plan = plan_sample(shards, config.sample)
-    tokenizer = train_on_texts(stream_sample(shards, plan), config)
-    composition = plan.composition()
-    if composition["documents"] == 0:
-        raise ConfigError(
-            f"sample of {config.data} is empty (no train-split text with non-zero "
-            "weight); check sample.domain_weights / sample.lang_weights"
-        )
-    # built out of sight, manifest last, then published in one rename (pretrain.publish): a kill
-    # leaves the earlier tokenizer whole (its eval/ too, which the new one replaces), or nothing
-    out = Path(config.out)
-    with publishing(out) as files:
-        manifest = _write_files(files, config, tokenizer, composition, shards_sha)
-    return manifest
+    with output_lock(config.out):
+        shards = preflight(config)
+        shards_sha = shards_identity(config.data)
+        plan = plan_sample(shards, config.sample)
+        tokenizer = train_on_texts(stream_sample(shards, plan), config)
+        composition = plan.composition()
+        if composition["documents"] == 0:
+            raise ConfigError(
+                f"sample of {config.data} is empty (no train-split text with non-zero "
+                "weight); check sample.domain_weights / sample.lang_weights"
+            )
+        # built out of sight, manifest last, then published in one rename (pretrain.publish): a kill
+        # leaves the earlier tokenizer whole (its eval/ too, which the new one replaces), or nothing
+        out = Path(config.out)
+        with publishing(out) as files:
+            manifest = _write_files(files, config, tokenizer, composition, shards_sha)
+        return manifest
 
 
 def _write_files(

@@ -23,7 +23,7 @@ from pretrain.artifacts.base import write_artifact
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import ConfigError, InputError
 from pretrain.lifetime import die_with_parent
-from pretrain.locking import writes_output
+from pretrain.locking import output_lock
 from pretrain.manifest import sha256_file
 from pretrain.output_check import require_new_output, temporary_file
 from pretrain.progress import Progress
@@ -279,30 +279,30 @@ def _scratch(name: str) -> bool:
     return name.startswith(TRAIN_SCRATCH) or temporary_file(name)
 
 
-@writes_output("config.out")
 def train_classifier(config: ClassifierConfig) -> Path:
     """Train, evaluate and write the `fasttext-model` artifact; returns its directory."""
-    out = check_out(config)
-    by_label, skipped = collect_examples(config)
-    train, heldout = split_examples(config, by_label)
-    # built in a scratch folder, published at the end (pretrain.publish): a killed run leaves
-    # no model in `out`
-    with publishing(out) as files:
-        model_file = files / ("model.ftz" if config.quantize else "model.bin")
-        with tempfile.TemporaryDirectory(dir=files, prefix=TRAIN_SCRATCH) as tmp:
-            _fit(config, train, Path(tmp), model_file)
-        import fasttext
+    with output_lock(config.out):
+        out = check_out(config)
+        by_label, skipped = collect_examples(config)
+        train, heldout = split_examples(config, by_label)
+        # built in a scratch folder, published at the end (pretrain.publish): a killed run leaves
+        # no model in `out`
+        with publishing(out) as files:
+            model_file = files / ("model.ftz" if config.quantize else "model.bin")
+            with tempfile.TemporaryDirectory(dir=files, prefix=TRAIN_SCRATCH) as tmp:
+                _fit(config, train, Path(tmp), model_file)
+            import fasttext
 
-        metrics = evaluate(fasttext.load_model(str(model_file)), heldout, config.labels)
-        stats = {
-            "train_documents": len(train),
-            "train_per_label": dict(Counter(x for x, _ in train)),
-            "skipped": dict(skipped),
-            **metrics,
-        }
-        plot_confusion(stats, config.labels, files / "heldout.png", f"{config.name} classifier")
-        _write_artifact(config, model_file, stats)
-    return out
+            metrics = evaluate(fasttext.load_model(str(model_file)), heldout, config.labels)
+            stats = {
+                "train_documents": len(train),
+                "train_per_label": dict(Counter(x for x, _ in train)),
+                "skipped": dict(skipped),
+                **metrics,
+            }
+            plot_confusion(stats, config.labels, files / "heldout.png", f"{config.name} classifier")
+            _write_artifact(config, model_file, stats)
+        return out
 
 
 def _write_artifact(config: ClassifierConfig, model_file: Path, stats: dict[str, Any]) -> None:

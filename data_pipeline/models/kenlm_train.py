@@ -26,7 +26,7 @@ from pretrain.artifacts import model as model_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.config import StrictModel, config_dict
 from pretrain.errors import InputError
-from pretrain.locking import writes_output
+from pretrain.locking import output_lock
 from pretrain.manifest import sha256_file
 from pretrain.output_check import require_new_output
 from pretrain.progress import Progress
@@ -148,36 +148,36 @@ def check_out(config: LanguageModelConfig) -> Path:
     return out
 
 
-@writes_output("config.out")
 def train_lm(config: LanguageModelConfig) -> Path:
     """Train one model per language and write the `kenlm-model` artifact; returns its directory.
     The files are built in a scratch folder and published at the end (pretrain.publish): a
     killed run leaves no model in `out`."""
-    out = check_out(config)
-    with publishing(out) as files:
-        languages = {lang: _train_language(lang, config, files) for lang in config.languages}
-        info = {
-            "order": config.order,
-            "format": "arpa",
-            "estimator": "modified-kneser-ney (mkn.py)",
-            "prune_singletons_from": config.prune_singletons_from,
-            "normalization": NORMALIZATION,
-            "languages": languages,
-        }
-        write_json(files / "model.json", info)
-        fields = model_kind.KenlmFields(
-            model={
-                "languages": {lang: entry["sha256"] for lang, entry in languages.items()},
+    with output_lock(config.out):
+        out = check_out(config)
+        with publishing(out) as files:
+            languages = {lang: _train_language(lang, config, files) for lang in config.languages}
+            info = {
                 "order": config.order,
+                "format": "arpa",
+                "estimator": "modified-kneser-ney (mkn.py)",
+                "prune_singletons_from": config.prune_singletons_from,
+                "normalization": NORMALIZATION,
+                "languages": languages,
             }
-        )
-        write_artifact(
-            files,
-            fields,
-            config=config_dict(config),
-            counts={lang: entry["tokens"] for lang, entry in languages.items()},
-        )
-    return out
+            write_json(files / "model.json", info)
+            fields = model_kind.KenlmFields(
+                model={
+                    "languages": {lang: entry["sha256"] for lang, entry in languages.items()},
+                    "order": config.order,
+                }
+            )
+            write_artifact(
+                files,
+                fields,
+                config=config_dict(config),
+                counts={lang: entry["tokens"] for lang, entry in languages.items()},
+            )
+        return out
 
 
 def _train_language(lang: str, config: LanguageModelConfig, files: Path) -> dict[str, Any]:
