@@ -24,7 +24,6 @@ from pathlib import Path
 
 from pretrain.errors import ConfigError
 
-_CHUNK = 1 << 20
 MODES = ("cached", "full")
 
 
@@ -61,11 +60,8 @@ def _entry_path(path: Path) -> Path:
 
 
 def sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _lookup(entry: Path, path: Path, identity: list[int]) -> str | None:

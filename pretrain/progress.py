@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from pretrain.rayinit import environ
+
 QUIET, NORMAL, VERBOSE = 0, 1, 2
 VERBOSITY_ENV = "PRETRAIN_VERBOSITY"
 CAPTURED_ENV = "PRETRAIN_STDERR_CAPTURED"
@@ -101,9 +103,7 @@ def _fd2_stream(stream: TextIO) -> bool:
 def session(level: int, name: str) -> Iterator[None]:
     """Run a command with stderr (fd 2, inherited by child processes) in a log file, unless
     `level` is VERBOSE; the terminal keeps progress, step lines and what the command prints."""
-    previous = os.environ.get(VERBOSITY_ENV)
-    os.environ[VERBOSITY_ENV] = str(level)
-    try:
+    with environ(**{VERBOSITY_ENV: str(level)}):
         if level >= VERBOSE or _SESSION.terminal is not None:  # -v, or nested in a session
             outer = _SESSION.artifact
             yield
@@ -111,11 +111,6 @@ def session(level: int, name: str) -> Iterator[None]:
         else:
             with _captured(name):
                 yield
-    finally:
-        if previous is None:
-            os.environ.pop(VERBOSITY_ENV, None)
-        else:
-            os.environ[VERBOSITY_ENV] = previous
 
 
 @contextmanager
