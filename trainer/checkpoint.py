@@ -58,7 +58,7 @@ def newest_valid(
         try:
             manifest = verify(path, deep=True)
             check_checkpoint(path, manifest)
-            json.loads((path / "state.json").read_text())
+            read_state(path)
             return path, skipped
         except (ArtifactError, OSError, ValueError) as exc:
             skipped.append({"checkpoint": path.name, "step": step, "reason": str(exc)})

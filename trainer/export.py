@@ -23,7 +23,7 @@ from pretrain.errors import ArtifactError
 from pretrain.output_check import require_own_output
 from pretrain.publish import publishing
 from pretrain.storage import write_atomic
-from trainer.checkpoint import checkpoint_dir, list_checkpoints, newest_valid
+from trainer.checkpoint import checkpoint_dir, list_checkpoints, newest_valid, read_state
 
 
 def pick_checkpoint(run_or_checkpoint: Path, step: int | None) -> Path:
@@ -104,7 +104,7 @@ def export_hf(
     # the checkpoint is read
     require_own_output(out, "--out", export_kind.KIND)
     checkpoint = pick_checkpoint(run_dir, step)
-    state = json.loads((checkpoint / "state.json").read_text())
+    state = read_state(checkpoint)
     config = _cpu_config(state)
     check_llama_shape(config.model)  # refusals come before the checkpoint load
     locked = resolve_tokenizer(config, state, tokenizer)

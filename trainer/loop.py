@@ -300,20 +300,15 @@ class Trainer:
             self.state.sequences_per_component[index] += value
 
     # ----- checkpoints ---------------------------------------------------------------------
-    def identity(self) -> dict[str, Any]:
-        return {
-            **self.data.identity,
-            "config_sha256": config_sha256(self.config),
-            "model_sha256": config_sha256(self.config.model),
-        }
-
     def save(self, blocking: bool = False) -> float:
         """Checkpoint the current state (asynchronously when checkpoint.async_save)."""
         start = time.perf_counter()
         ckpt = self.config.checkpoint
         state = {
             **asdict(self.state),
-            **self.identity(),
+            **self.data.identity,
+            "config_sha256": config_sha256(self.config),
+            "model_sha256": config_sha256(self.config.model),
             "guard": self.guard.state(),
             "total_steps": self.total_steps,
             "vocab_size": self.vocab_size,
