@@ -24,6 +24,20 @@ EMBEDDED_CONFIG = {"shard_rows": 4, "batch_rows": 3, "ray": {"timeout_s": 300}}
 """The job on DATA of the cluster, Ray Job and s3 tests; conftest's `embedded_out` runs it once."""
 
 
+def outputs(out: Path) -> dict[str, bytes]:
+    """What must not depend on where the job ran: shards, rejects, ledger."""
+    files = sorted([*out.glob("data/*.parquet"), *out.glob("_rejects/*.pq")])
+    found = {p.relative_to(out).as_posix(): p.read_bytes() for p in files}
+    found["ledger.json"] = (out / "ledger.json").read_bytes()
+    return found
+
+
+def run_cli(
+    argv: list[str], env: dict[str, str], timeout: int = 900
+) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def clean_env(home: Path, **extra: str) -> dict[str, str]:
     """What a fresh login shell has: no RAY_* variables, its own HOME (so its own ~/.ray)."""
     env = {
@@ -130,7 +144,7 @@ def start_node(
     clusters are not supported on Windows and OSX"), and without it the joining node maps the
     head's 127.0.0.1 to the machine's IP, where a loopback-only head does not listen. A driver that
     connects by address needs the variable too (`LOOPBACK_ONLY`), so a test of what a user's own
-    shell does (tests/data_pipeline/test_runner_cluster.py) keeps a head that is not."""
+    shell does (tests/data_pipeline/test_runner_cluster_nodes.py) keeps a head that is not."""
     if loopback_only and not head_address:
         env = {**env, **LOOPBACK_ONLY}
     role = [f"--address={head_address}"] if head_address else ["--head", f"--port={port}"]

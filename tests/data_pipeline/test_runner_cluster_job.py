@@ -40,6 +40,7 @@ from tests.data_pipeline.raytools import (
     data_run,
     free_port,
     listening,
+    outputs,
     ray_processes,
     start_node,
     stop_node,
@@ -48,7 +49,6 @@ from tests.data_pipeline.raytools import (
     wait_for_nodes,
 )
 from tests.data_pipeline.s3tools import KEYS, s3_env, s3_filesystem, upload_inputs
-from tests.data_pipeline.test_runner_cluster import outputs
 from tests.data_pipeline.test_runner_cluster_s3_out import _objects, _published
 
 pytestmark = pytest.mark.serial

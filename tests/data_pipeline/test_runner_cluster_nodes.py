@@ -8,7 +8,9 @@ dedup and perplexity included):
   during the dedup aggregate, while it merges shards - the job still finishes with
   the embedded local run's shards, rejects and ledger byte for byte, and the tag progress ends on
   the documents read, each counted once (a run with no node lost is not run apart: each of these
-  runs is a two-node run up to its kill).
+  runs is a two-node run up to its kill). The driver finds the cluster's token in its own shell
+  (~/.ray/auth_token, no RAY_* variable set);
+- another machine's shell, without the token, is refused in one line that says what to set.
   Ray Data retries the lost tasks and restarts the lost actors; the global stages' tasks retry
   (max_retries) and lost objects are rebuilt from lineage; a task re-run after it finished its
   writes finds them (a merge: its shard's record; a map: its persisted part).
@@ -39,14 +41,15 @@ from tests.data_pipeline.raytools import (
     clean_env,
     data_run,
     free_port,
+    outputs,
     ray_processes,
+    run_cli,
     start_node,
     stop_node,
     token_home,
     wait_for_head,
     wait_for_nodes,
 )
-from tests.data_pipeline.test_runner_cluster import outputs, run_cli
 
 pytestmark = pytest.mark.serial
 
@@ -166,6 +169,13 @@ def test_second_node_killed_mid_run_still_gives_the_same_bytes(
         )
         killed = _kill_raylet_in(phase, psutil.Process(node.pid), out, run)
         run.wait(timeout=1500)
+        if phase == KILL_PHASES[0]:  # one cluster suffices: the head's refusal, no node needed
+            argv = data_run({**every_stage, "output": str(tmp_path / "x")}, tmp_path / "x.yaml")
+            refused = run_cli([*argv, "--ray-address", address], clean_env(tmp_path / "other"))
+            error = [line for line in refused.stderr.splitlines() if "error:" in line]
+            assert refused.returncode == 2, refused.stderr[-2000:]
+            assert len(error) == 1 and "RAY_AUTH_MODE=token" in error[0], refused.stderr[-2000:]
+            assert "auth_token" in error[0] and "Traceback" not in refused.stderr
     assert killed
     assert run.returncode == 0, log.read_text()[-3000:]
     assert outputs(out) == embedded
