@@ -147,6 +147,12 @@ class OptimConfig(StrictModel):
     grad_reduce_in_fp32: bool = True
     """bf16 runs: keep and all-reduce gradients in fp32 (4 bytes/param) instead of bf16 (2)."""
 
+    def warmup_for(self, total_steps: int) -> int:
+        """Warmup steps of a run of `total_steps` (what the trainer runs and `pretrain plan` says)."""
+        if self.warmup_steps is not None:
+            return min(self.warmup_steps, total_steps)
+        return max(1, round(self.warmup_fraction * total_steps)) if self.warmup_fraction else 0
+
 
 class BatchConfig(StrictModel):
     micro_batch_size: int = Field(1, ge=1)

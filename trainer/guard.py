@@ -50,9 +50,7 @@ class SpikeGuard(Callback):
 
     def check_step(self, trainer: Trainer, result: StepResult) -> str | None:
         """The callback event: the reason to roll back, or None (and the step joins the history)."""
-        from trainer.step import warmup_steps
-
-        warming_up = trainer.state.step < warmup_steps(trainer.config.optim, trainer.total_steps)
+        warming_up = trainer.state.step < trainer.config.optim.warmup_for(trainer.total_steps)
         reason = self.check(result.loss, result.grad_norm, warming_up)
         if reason is None:
             self.record(result.loss, result.grad_norm)

@@ -29,7 +29,7 @@ WARMUP_BAND = (0.01, 0.02)
 def data_checks(config: TrainConfig, params: int, tokens: int, steps: int) -> dict[str, Any]:
     """Tokens per parameter, Chinchilla-optimal tokens, warmup and the min-LR floor."""
     o = config.optim
-    warmup = o.warmup_steps if o.warmup_steps is not None else round(o.warmup_fraction * steps)
+    warmup = o.warmup_for(steps)
     return {
         "tokens_per_parameter": tokens / params if params else 0.0,
         "chinchilla_optimal_tokens": CHINCHILLA_TOKENS_PER_PARAM * params,

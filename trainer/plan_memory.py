@@ -64,17 +64,15 @@ def state_bytes_per_param(
 
 
 def sequence_parallel(config: TrainConfig) -> bool:
-    """parallel.sequence_parallel, else on whenever TP > 1 (the GPU fast path's choice)."""
-    if config.parallel.sequence_parallel is not None:
-        return config.parallel.sequence_parallel
-    return config.parallel.tensor > 1
+    """On a GPU, as the trainer runs it (model.sequence_parallel_on): TP > 1 unless turned off."""
+    return config.parallel.tensor > 1 and config.parallel.sequence_parallel is not False
 
 
 def activation_bytes_per_layer(config: TrainConfig, mode: str) -> float:
     """Korthikanti et al. 2022 bytes per layer per micro-batch for recompute `mode`."""
     m, t, b = config.model, config.parallel.tensor, config.batch.micro_batch_size
     s, h, a = m.seq_length, m.hidden_size, m.num_attention_heads
-    sp = sequence_parallel(config) and t > 1
+    sp = sequence_parallel(config)
     scores = 5 * a * s / h if mode == "none" and m.attention == "megatron" else 0.0
     if mode == "full":
         return 2.0 * s * b * h / (t if sp else 1)

@@ -44,18 +44,12 @@ class StepResult:
     batch: int
 
 
-def warmup_steps(optim: OptimConfig, total_steps: int) -> int:
-    if optim.warmup_steps is not None:
-        return min(optim.warmup_steps, total_steps)
-    return max(1, round(optim.warmup_fraction * total_steps)) if optim.warmup_fraction else 0
-
-
 def lr_at(step: int, optim: OptimConfig, total_steps: int) -> float:
     """Learning rate of optimizer step `step` (0-based) of `total_steps`: linear warmup, then
     cosine decay to min_lr_ratio * lr. A function of the global step only, so it continues
     unchanged across a mixture phase switch (the sequence length changes) and across resumes."""
     peak, floor = optim.lr, optim.lr * optim.min_lr_ratio
-    warmup = warmup_steps(optim, total_steps)
+    warmup = optim.warmup_for(total_steps)
     if step < warmup:
         return peak * (step + 1) / warmup
     decay_steps = max(1, total_steps - warmup)

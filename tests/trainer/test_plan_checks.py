@@ -189,3 +189,18 @@ def test_kv_channels_sets_the_attention_width_of_the_flops():
     wide = config.model.model_copy(update={"kv_channels": 32})  # 4 heads x 32 = 128 != hidden 64
     assert attention_flops_per_token(config.model, 64) == 12 * 2 * 64 * 64
     assert attention_flops_per_token(wide, 64) == 12 * 2 * 64 * 128
+
+
+def test_plan_says_the_warmup_and_sequence_parallel_the_trainer_runs(tmp_path):
+    """A 6-step run at 2% warmup: the trainer warms up 1 step (round(0.12) would say 0); sequence
+    parallel set at TP=1 is off in the trainer, so the plan says off."""
+    config = TrainConfig.model_validate(
+        tiny_config(
+            tmp_path,
+            model={"vocab_size": 1000},
+            parallel={"sequence_parallel": True, "gpus_per_node": 1},
+        )
+    )
+    plan = build_plan(config)
+    assert plan["data"]["warmup_steps"] == config.optim.warmup_for(6) == 1
+    assert plan["memory_per_gpu"]["sequence_parallel"] is False

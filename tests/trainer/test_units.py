@@ -12,13 +12,13 @@ from tests.trainer.faults import NanLossAtStep
 from trainer.checkpoint import list_checkpoints, newest_valid, prune
 from trainer.config import GuardConfig, OptimConfig, TrainConfig
 from trainer.guard import GuardGaveUp, SpikeGuard
-from trainer.step import lr_at, warmup_steps
+from trainer.step import lr_at
 
 
 def test_schedule_warms_up_then_decays_to_the_floor():
     optim = OptimConfig(lr=1e-3, warmup_fraction=0.02, min_lr_ratio=0.1)
     total = 1000
-    assert warmup_steps(optim, total) == 20
+    assert optim.warmup_for(total) == 20
     lrs = [lr_at(step, optim, total) for step in range(total)]
     assert lrs[0] == pytest.approx(1e-3 / 20)
     assert lrs[19] == pytest.approx(1e-3)
