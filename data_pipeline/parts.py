@@ -237,32 +237,23 @@ def part_verifies(out: OutPath, record_file: OutPath) -> bool:
 
 
 def _verified(out: OutPath, record_file: OutPath, listing: Listing | None) -> bytes | None:
-    """The part record's bytes when the part verifies (`part_verifies`), else None. Locally every
-    file is checked through the hash cache (re-hashed when the file was touched: its ctime
-    changed); in an object store with a `listing`, a file of the recorded size written before its
-    part record keeps the recorded sha256 (one written after it is read back and hashed)."""
+    """The part record's bytes when the part verifies (`part_verifies`: every file it lists is
+    intact, `file_intact`, and it lists the part's shard and rejects where they exist), else
+    None."""
     try:
         data = record_file.read_bytes()
         files = json.loads(data)["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return data if _files_intact(out, record_file, files, listing) else None
-
-
-def _files_intact(
-    out: OutPath, record_file: OutPath, files: dict[str, Any], listing: Listing | None
-) -> bool:
-    """Every file the part record lists is intact, and it records the part's shard and rejects
-    where they exist."""
     exists = listing.exists if listing is not None else lambda rel: (out / rel).exists()
     for name in (layout.data_file(record_file.stem), layout.rejects_file(record_file.stem)):
         if exists(name) and name not in files:
-            return False
+            return None
     for name, record in files.items():
         confined(out, name, f"part record {record_file}")  # the output's own file, no other
         if not file_intact(out, name, record, f"{PARTS}/{record_file.name}", listing):
-            return False
-    return True
+            return None
+    return data
 
 
 def file_intact(
