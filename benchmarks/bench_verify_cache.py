@@ -113,10 +113,11 @@ def train_config(mixture: Path, run_dir: Path) -> dict[str, Any]:
 
 
 def timed_preflight(config: Any, mode: str) -> dict[str, float]:
-    from trainer.launch import _verify_mode, preflight
+    from pretrain.rayinit import environ
+    from trainer.launch import preflight
 
     wall, cpu = time.perf_counter(), time.process_time()
-    with _verify_mode(mode):
+    with environ(PRETRAIN_VERIFY=mode):
         preflight(config, None)
     return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
 
