@@ -118,6 +118,11 @@ class ParallelConfig(StrictModel):
     """Shard layer-norm/dropout activations over the TP group. None: on when tensor > 1 on GPU."""
 
     @property
+    def sequence_parallel_on_gpu(self) -> bool:
+        """What a GPU run does (the trainer's rule, and what `pretrain plan` reports)."""
+        return self.tensor > 1 and self.sequence_parallel is not False
+
+    @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
 

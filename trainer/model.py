@@ -301,7 +301,7 @@ def sequence_parallel_on(config: TrainConfig, device: str) -> bool:
                 "fallback refuses it); unset it on CPU"
             )
         return False
-    return config.parallel.tensor > 1 and wanted is not False
+    return config.parallel.sequence_parallel_on_gpu
 
 
 def fast_path_flags(config: TrainConfig, device: str, te: bool) -> dict[str, Any]:

@@ -63,16 +63,11 @@ def state_bytes_per_param(
     return {"weights": weights, "grads": grads, "optimizer": optim}
 
 
-def sequence_parallel(config: TrainConfig) -> bool:
-    """On a GPU, as the trainer runs it (model.sequence_parallel_on): TP > 1 unless turned off."""
-    return config.parallel.tensor > 1 and config.parallel.sequence_parallel is not False
-
-
 def activation_bytes_per_layer(config: TrainConfig, mode: str) -> float:
     """Korthikanti et al. 2022 bytes per layer per micro-batch for recompute `mode`."""
     m, t, b = config.model, config.parallel.tensor, config.batch.micro_batch_size
     s, h, a = m.seq_length, m.hidden_size, m.num_attention_heads
-    sp = sequence_parallel(config)
+    sp = config.parallel.sequence_parallel_on_gpu
     scores = 5 * a * s / h if mode == "none" and m.attention == "megatron" else 0.0
     if mode == "full":
         return 2.0 * s * b * h / (t if sp else 1)
@@ -135,7 +130,7 @@ def memory_per_gpu(config: TrainConfig, counts: dict[str, Any]) -> dict[str, Any
         "model_states_gb": sum(states.values()),
         "activations_gb": act,
         "recompute": mode,
-        "sequence_parallel": sequence_parallel(config),
+        "sequence_parallel": config.parallel.sequence_parallel_on_gpu,
         "logits_gb": logits,
         "total_gb": total,
         "zero_paper_gb": zero_model_state_gb(local, dp),
