@@ -1,10 +1,13 @@
 """What `make lint`'s lint-imports does not check: pyproject's [tool.importlinter] contracts catch a
-planted upward import or cycle and have no exception, and no module names a higher layer's module in
-a string (importlib, `python -m`), which import-linter does not see."""
+planted upward import or cycle and have no exception, no module names a higher layer's module in
+a string (importlib, `python -m`), which import-linter does not see, and no `from OUR.MODULE import
+NAME` anywhere in the repository (benchmarks and tests included, which neither the type check nor
+the default suite imports) names something that module no longer has."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import tomllib
 from importlib.util import find_spec
@@ -118,3 +121,86 @@ def test_no_module_names_a_higher_layer_in_a_string() -> None:
 )
 def test_a_planted_upward_string_is_found(package, source, expected) -> None:
     assert upward_strings(package, source) == expected
+
+
+OURS = (*CONFIG["root_packages"], "benchmarks", "tests", "tools")
+
+
+def _module_file(root: Path, name: str) -> Path | None:
+    base = root.joinpath(*name.split("."))
+    for path in (base / "__init__.py", base.with_suffix(".py"), base):
+        if path.exists():
+            return path
+    return None
+
+
+@functools.cache
+def _top_level_names(path: Path) -> set[str]:
+    """The names a module binds at its top level (in `if` / `try` / `with` blocks too)."""
+    names: set[str] = set()
+
+    def walk(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, ast.If | ast.Try | ast.With):
+                for block in ("body", "orelse", "finalbody"):
+                    walk(getattr(node, block, []))
+                for handler in getattr(node, "handlers", []):
+                    walk(handler.body)
+
+    if path.is_file():
+        walk(ast.parse(path.read_text(encoding="utf-8")).body)
+    return names
+
+
+def stale_imports(root: Path) -> list[str]:
+    """`file:line: module has no NAME` for each from-import of one of our modules that names
+    neither a top-level binding of that module nor a submodule of it (and each import of a
+    module that does not exist)."""
+    found = []
+    for path in sorted(p for package in OURS for p in (root / package).rglob("*.py")):
+        rel = path.relative_to(root)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module.split(".")[0] not in OURS:
+                    continue
+                module = _module_file(root, node.module)
+                if module is None:
+                    found.append(f"{rel}:{node.lineno}: no module {node.module}")
+                    continue
+                names = _top_level_names(module)
+                for alias in node.names:
+                    submodule = _module_file(root, f"{node.module}.{alias.name}")
+                    if alias.name != "*" and alias.name not in names and submodule is None:
+                        found.append(f"{rel}:{node.lineno}: {node.module} has no {alias.name}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    top = alias.name.split(".")[0]
+                    if top in OURS and _module_file(root, alias.name) is None:
+                        found.append(f"{rel}:{node.lineno}: no module {alias.name}")
+    return found
+
+
+def test_every_import_of_our_modules_names_what_they_have() -> None:
+    assert stale_imports(ROOT) == []
+
+
+def test_a_planted_stale_import_is_found(tmp_path: Path) -> None:
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "launch.py").write_text("def launch():\n    pass\nMODE = 1\n")
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "bench.py").write_text(
+        "from trainer.launch import MODE, launch\n"
+        "from trainer.launch import _verify_mode\n"
+        "import trainer.gone\n"
+    )
+    assert stale_imports(tmp_path) == [
+        "benchmarks/bench.py:2: trainer.launch has no _verify_mode",
+        "benchmarks/bench.py:3: no module trainer.gone",
+    ]
