@@ -39,7 +39,6 @@ def _stage_specs(inputs: str, out: str) -> tuple[Any, list[dict[str, str]], dict
     from data_pipeline import global_parts, ray_job
     from data_pipeline.config import PipelineConfig
     from data_pipeline.inputs import plan_inputs
-    from data_pipeline.readers import Fields
     from data_pipeline.runner import build_stages
 
     repo = Path(__file__).resolve().parents[1]
@@ -52,14 +51,7 @@ def _stage_specs(inputs: str, out: str) -> tuple[Any, list[dict[str, str]], dict
         "out": out,
         "batch_rows": config.batch_rows,
     }
-    options = {
-        "shard_rows": config.shard_rows,
-        "batch_rows": config.batch_rows,
-        "eval_fraction": config.eval_fraction,
-        "fields": Fields(text=config.text_field, id=config.id_field),
-        "on_unreadable": config.on_unreadable,
-        "max_input_bytes": ray_job._max_input_bytes(built),
-    }
+    options = ray_job.read_options(config, built)
     files = [{"path": f.path, "format": f.format, "stem": f.stem} for f in plan_inputs([inputs])]
     return worker, files, options
 

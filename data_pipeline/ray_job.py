@@ -20,26 +20,12 @@ from typing import Any
 
 from data_pipeline import global_parts, ledger, parts, throughput, workers
 from data_pipeline.config import PipelineConfig
+from data_pipeline.stagekit import pretrain_cause
 from data_pipeline.stages.base import Stage
 from pretrain.errors import PretrainError
 from pretrain.progress import VERBOSE, Progress, verbosity, watch
 from pretrain.rayinit import patched
 from pretrain.storage import OutPath, remove_tree
-
-
-def connect_ray(config: PipelineConfig, address: str | None) -> bool:
-    """Connect to a cluster (argument, config, RAY_ADDRESS) or start a local Ray. True if started
-    (then Ray Data's per-driver actors are started with it: `rayinit.warm_ray_data`)."""
-    from pretrain import rayinit
-
-    started = rayinit.connect(
-        address or config.ray.address,
-        num_cpus=config.ray.num_cpus,
-        object_store_mb=config.ray.object_store_mb,
-    )
-    if started:
-        rayinit.warm_ray_data()
-    return started
 
 
 def _read_resources(actors: bool, cpus: int) -> dict[str, Any]:
@@ -56,10 +42,18 @@ def _read_resources(actors: bool, cpus: int) -> dict[str, Any]:
     return {"num_cpus": 0, "compute": ray.data.TaskPoolStrategy(size=cpus)}
 
 
-def _max_input_bytes(stages: list[Stage]) -> int | None:
-    """The smallest record size limit of the stages: what one record may make a reader hold."""
+def read_options(config: PipelineConfig, stages: list[Stage]) -> dict[str, Any]:
+    """What `workers.read_files` passes the reader (`readers.read_unit`): `max_input_bytes` is the
+    smallest record size limit of the stages, what one record may make a reader hold."""
     limits = [limit for s in stages if (limit := s.record_limit()) is not None]
-    return min(limits, default=None)
+    return {
+        "shard_rows": config.shard_rows,
+        "batch_rows": config.batch_rows,
+        "eval_fraction": config.eval_fraction,
+        "fields": config.fields(),
+        "on_unreadable": config.on_unreadable,
+        "max_input_bytes": min(limits, default=None),
+    }
 
 
 def _original_errors() -> AbstractContextManager[None]:
@@ -86,14 +80,6 @@ def stream(
 
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     head, _ = global_parts.plan(stages)
-    options = {
-        "shard_rows": config.shard_rows,
-        "batch_rows": config.batch_rows,
-        "eval_fraction": config.eval_fraction,
-        "fields": config.fields(),
-        "on_unreadable": config.on_unreadable,
-        "max_input_bytes": _max_input_bytes(stages),
-    }
     with _original_errors():
         dataset = ray.data.from_items(read, override_num_blocks=len(read)).map_batches(
             workers.read_files,
@@ -103,7 +89,7 @@ def stream(
             fn_kwargs={
                 "out": out,
                 "skip": {k: sorted(v) for k, v in skip.items()},
-                "options": options,
+                "options": read_options(config, stages),
             },
         )
         if not head:
@@ -128,12 +114,19 @@ def stream(
                 num_cpus=config.ray.cpus_per_worker,
             )
     stems = [item["stem"] for item in read]
-    tagged = Tally()
+    # Rows tagged so far, from the output blocks as the driver receives them (one row per row
+    # file written: its rows). Ray hands each output over once, whichever worker made it: a task
+    # retried, an actor restarted or an object rebuilt after a node died is not counted twice.
+    tagged = [0]
+
+    def count(block: Any) -> None:
+        tagged[0] += sum(block.column("rows").to_pylist()) if block.num_rows else 0
+
     bar = Progress(desc="data run: tag", unit="docs", disable=not progress)
     with watch(
-        bar, lambda: (tagged.rows, parts.records_to_read(out, stems, skip, config.shard_rows))
+        bar, lambda: (tagged[0], parts.records_to_read(out, stems, skip, config.shard_rows))
     ):
-        run(dataset, config.ray.timeout_s, tagged.add)
+        run(dataset, config.ray.timeout_s, count)
     workers.raise_refusal(out)  # a map actor's, when no block reached it
 
 
@@ -203,11 +196,21 @@ def session(
 ) -> Iterator[None]:
     """Ray connected (or started) for the job's steps, Ray Data set up for them, the leftovers of
     a killed run's stream cleared; Ray shut down after (when this run started it)."""
-    started = clock.start_ray(lambda: connect_ray(config, address))
+    from pretrain import rayinit
+
+    # Connect to a cluster (argument, config, RAY_ADDRESS) or start a local Ray; one this run
+    # started gets Ray Data's per-driver actors started with it. Timed apart from the work.
+    begin = time.perf_counter()
+    started = rayinit.connect(
+        address or config.ray.address,
+        num_cpus=config.ray.num_cpus,
+        object_store_mb=config.ray.object_store_mb,
+    )
+    if started:
+        rayinit.warm_ray_data()
+    clock.ray_start_s = time.perf_counter() - begin
     import ray.data
     from ray.data._internal.execution import streaming_executor_state
-
-    from pretrain import rayinit
 
     begin = time.perf_counter()
     clock.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -261,35 +264,3 @@ def run(
         if cause is not None:  # one line, as the task raised it
             raise type(cause)(str(cause)) from None
         raise errors[0]
-
-
-def pretrain_cause(exc: BaseException) -> PretrainError | None:
-    """The first of our errors in `exc`'s chain (a RayTaskError's `cause`, or what raised it):
-    a worker's fence refusal, a changed row file; the user is owed its one line, not Ray's. The
-    job's datasets raise their map functions' own errors (ray_job._original_errors): Ray Data's
-    UserCodeException, pickled from the worker, no longer holds what it was raised from."""
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        item = todo.pop(0)
-        if item is None or id(item) in seen:
-            continue
-        seen.add(id(item))
-        cause = getattr(item, "cause", None)  # Ray's RayTaskError(OutputLocked) is one too
-        if isinstance(item, PretrainError) and cause is None:
-            return item
-        todo += [cause, item.__cause__, item.__context__]
-    return None
-
-
-class Tally:
-    """Rows tagged so far, from the stream's output blocks as the driver receives them (one row
-    per row file written: its rows). Ray hands each output over once, whichever worker made it: a
-    task retried, an actor restarted or an object rebuilt after a node died is not counted
-    twice, and a worker that died leaves nothing behind to count."""
-
-    def __init__(self) -> None:
-        self.rows = 0
-
-    def add(self, block: Any) -> None:
-        self.rows += sum(block.column("rows").to_pylist()) if block.num_rows else 0

@@ -68,6 +68,25 @@ def ray_get(ray: Any, refs: list[Any], timeout: float | None, timed_out: Excepti
     except ray.exceptions.GetTimeoutError:
         raise timed_out from None
     except ray.exceptions.RayTaskError as exc:
-        if isinstance(cause := getattr(exc, "cause", None), PretrainError):
+        if (cause := pretrain_cause(exc)) is not None:
             raise type(cause)(str(cause)) from None
         raise
+
+
+def pretrain_cause(exc: BaseException) -> PretrainError | None:
+    """The first of our errors in `exc`'s chain (a RayTaskError's `cause`, or what raised it):
+    a worker's refusal, a changed file; the user is owed its one line, not Ray's (`ray_get`, and
+    ray_job.run for a dataset's: those raise their map functions' own errors, ray_job's
+    _original_errors, as Ray Data's UserCodeException pickled from a worker holds no cause)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        item = todo.pop(0)
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        cause = getattr(item, "cause", None)  # Ray's RayTaskError(OutputLocked) is one too
+        if isinstance(item, PretrainError) and cause is None:
+            return item
+        todo += [cause, item.__cause__, item.__context__]
+    return None

@@ -226,12 +226,6 @@ class RunClock:
             self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - begin
             self.spans.append((name, at, time.time()))
 
-    def start_ray(self, connect: Callable[[], bool]) -> bool:
-        begin = time.perf_counter()
-        started = connect()
-        self.ray_start_s = time.perf_counter() - begin
-        return started
-
 
 def clear(out: OutPath) -> None:
     """Forget the batch records a killed run left (their parts are computed again)."""
