@@ -10,10 +10,13 @@ Order: longest file first, by its tests' declared `timeout` (their hang guard), 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -68,20 +71,51 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PRETRAIN_"))}
 
 
+def built_once(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]
+) -> Path:
+    """A folder that `build(folder)` fills once per test run, not once per pytest-xdist worker:
+    the first worker to ask builds it under a file lock, beside the workers' own temp roots; the
+    others wait for it and read the same files. For session fixtures that train or run something
+    (models, a data job, a reference training run); a test must not change what is in it. A build
+    that fails leaves no folder behind, so the next asker builds again (and fails the same way)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # .../pytest-N, the parent of every worker's popen-gwK
+    folder, done = root / f"built-{name}", root / f"built-{name}.done"
+    with FileLock(root / f"built-{name}.lock"):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            try:
+                build(folder)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def demo_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
     """The sample's files (raw/) and the demo's models trained on all of them (fastText domain
-    and quality, KenLM): (raw, models). Trained once per session (~20 s) for every test that
+    and quality, KenLM): (raw, models). Trained once per test run (~20 s) for every test that
     needs them (test_classify_demo, test_artifact_writers, test_killsweep,
     test_runner_cluster_nodes); a test must not change them."""
-    import shutil
 
-    from data_pipeline.models.demo_assets import build_demo_models
-    from pretrain.sample import SAMPLE_FILES, sample_dir
+    def build(base: Path) -> None:
+        from data_pipeline.models.demo_assets import build_demo_models
+        from pretrain.sample import SAMPLE_FILES, sample_dir
 
-    base = tmp_path_factory.mktemp("demo-models")
-    raw = base / "raw"
-    raw.mkdir()
-    for name in SAMPLE_FILES:
-        shutil.copyfile(sample_dir() / name, raw / name)
-    return raw, build_demo_models(raw, base / "models")
+        (base / "raw").mkdir()
+        for name in SAMPLE_FILES:
+            shutil.copyfile(sample_dir() / name, base / "raw" / name)
+        build_demo_models(base / "raw", base / "models")
+
+    base = built_once(tmp_path_factory, "demo-models", build)
+    models = base / "models"
+    return base / "raw", {
+        "domain": models / "domain-fasttext",
+        "quality": models / "quality-fasttext",
+        "lm": models / "kenlm",
+    }

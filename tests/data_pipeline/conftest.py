@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import built_once
 from tests.data_pipeline.raytools import DATA, EMBEDDED_CONFIG, REPO, clean_env, data_run
 from tests.data_pipeline.s3tools import moto_server
 
@@ -23,15 +24,23 @@ def s3_server() -> Iterator[str]:
 def embedded_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The output folder of `pretrain data run` on DATA with EMBEDDED_CONFIG, its own local Ray,
     from a clean shell: the reference the cluster, Ray Job and s3 tests compare their runs with.
-    Made once per session (it was made by each of four slow tests, ~20-30 s each in CI); a test
-    must not write into it."""
-    base = tmp_path_factory.mktemp("embedded")
-    argv = data_run(
-        {**EMBEDDED_CONFIG, "inputs": [str(DATA)], "output": str(base / "out")}, base / "e.yaml"
-    )
-    run = subprocess.run(
-        argv, cwd=REPO, env=clean_env(base / "home"), capture_output=True, text=True, timeout=600
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert "23 docs in, 17 kept, 6 dropped" in run.stdout, run.stdout[-2000:]
-    return base / "out"
+    Made once per test run (tests.conftest.built_once; it was made by each of four slow tests,
+    ~20-30 s each in CI); a test must not write into it."""
+
+    def build(base: Path) -> None:
+        argv = data_run(
+            {**EMBEDDED_CONFIG, "inputs": [str(DATA)], "output": str(base / "out")},
+            base / "e.yaml",
+        )
+        run = subprocess.run(
+            argv,
+            cwd=REPO,
+            env=clean_env(base / "home"),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert "23 docs in, 17 kept, 6 dropped" in run.stdout, run.stdout[-2000:]
+
+    return built_once(tmp_path_factory, "embedded-out", build) / "out"

@@ -126,11 +126,14 @@ def build_chain(root: Path) -> dict[str, Path]:
         "data": {"source": "mixture"},
     }
     (root / "train_proxy.yaml").write_text(yaml.safe_dump(train_template))
+    return chain_paths(root)
+
+
+def chain_paths(root: Path) -> dict[str, Path]:
+    """What build_chain(root) made."""
+    names = ("shards", "tokenizer", "encoded", "evalsets")
     return {
-        "shards": shards,
-        "tokenizer": tokenizer,
-        "encoded": encoded,
-        "evalsets": evalsets,
+        **{name: root / name for name in names},
         "mixture_config": root / "mixture.yaml",
         "train": root / "train_proxy.yaml",
     }

@@ -10,6 +10,7 @@ import pytest
 
 from evals.report import build_report, write_report
 from pretrain.manifest import write_manifest
+from tests.conftest import built_once
 
 TOKENIZER = "a" * 64
 ENCODED = "e" * 64
@@ -116,6 +117,6 @@ def ablation_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def chain(tmp_path_factory) -> dict[str, Path]:
     """Real shards -> tokenizer -> encoded -> mixture config -> eval sets (tests/evals/chain.py)."""
-    from tests.evals.chain import build_chain
+    from tests.evals.chain import build_chain, chain_paths
 
-    return build_chain(tmp_path_factory.mktemp("chain"))
+    return chain_paths(built_once(tmp_path_factory, "chain", build_chain))

@@ -18,6 +18,7 @@ import pytest
 
 from mixtures import sampler
 from pretrain.manifest import canonical_json, sha256_bytes, write_manifest
+from tests.conftest import built_once
 
 EOD = 0
 TOKENIZER_SHA = sha256_bytes(b"synthetic tokenizer lock")
@@ -138,4 +139,4 @@ def config_hash(data: dict) -> str:
 
 @pytest.fixture(scope="session")
 def encoded_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_encoded(tmp_path_factory.mktemp("encoded") / "enc")
+    return built_once(tmp_path_factory, "encoded", lambda base: make_encoded(base / "enc")) / "enc"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import built_once
 from tests.tokenizer.synthetic import write_shards
 from tests.tokenizer.tok_helpers import make_records, train_config
 
@@ -13,14 +14,18 @@ from tests.tokenizer.tok_helpers import make_records, train_config
 @pytest.fixture(scope="session")
 def shards_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three shards (~600 documents), all pipeline stages' columns, 5% eval split."""
-    out = tmp_path_factory.mktemp("shards")
-    return write_shards(out, make_records(600), docs_per_shard=250)
+
+    def build(out: Path) -> None:
+        write_shards(out, make_records(600), docs_per_shard=250)
+
+    return built_once(tmp_path_factory, "tokenizer-shards", build)
 
 
 @pytest.fixture(scope="session")
 def tokenizer_dir(shards_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tokenizer.train import train
 
-    out = tmp_path_factory.mktemp("tok") / "tokenizer"
-    train(train_config(shards_dir, out))
-    return out
+    def build(base: Path) -> None:
+        train(train_config(shards_dir, base / "tokenizer"))
+
+    return built_once(tmp_path_factory, "tokenizer", build) / "tokenizer"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import built_once
 from tests.trainer.trainer_testlib import losses, run_ranks, tiny_config
 
 
@@ -15,8 +16,11 @@ from tests.trainer.trainer_testlib import losses, run_ranks, tiny_config
 def reference_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, float]]:
     """The tiny config trained 6 steps on one rank (a world of one, as `--in-process` runs it,
     in a process of its own): (run dir, loss per step)."""
-    run_dir = tmp_path_factory.mktemp("reference") / "run"
-    run_ranks(tiny_config(run_dir), 1)
+
+    def build(base: Path) -> None:
+        run_ranks(tiny_config(base / "run"), 1)
+
+    run_dir = built_once(tmp_path_factory, "reference-run", build) / "run"
     return run_dir, losses(run_dir)
 
 
