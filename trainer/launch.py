@@ -113,20 +113,6 @@ def _layout(config: TrainConfig, args: argparse.Namespace) -> tuple[int, str]:
     return nproc, nnodes
 
 
-def check_backend(config: TrainConfig) -> None:
-    """Refuse an nccl launch on a machine without CUDA (it would fail deep inside torch)."""
-    import torch
-
-    if config.parallel.backend == "nccl" and not torch.cuda.is_available():
-        raise ConfigError(
-            "parallel.backend = nccl needs CUDA GPUs and this machine has none; on CPU use "
-            "parallel.backend=gloo with a model that fits (see trainer/demo.py TINY_OVERRIDE)"
-        )
-    from trainer.model import check_device_support
-
-    check_device_support(config, "cuda" if torch.cuda.is_available() else "cpu")
-
-
 def _print_dry_run(config: TrainConfig, command: list[str], override: str | None) -> int:
     """The resolved config and torchrun command, then the launcher's preflight (not the CUDA
     check: a dry run is often made on a machine without the run's GPUs)."""
@@ -148,7 +134,17 @@ def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False
     refuse_plan_only(config)
     gate = gate_decision(config, override_gate)
     if cuda:
-        check_backend(config)
+        import torch
+
+        from trainer.model import check_device_support
+
+        if config.parallel.backend == "nccl" and not torch.cuda.is_available():
+            raise ConfigError(  # it would fail deep inside torch
+                "parallel.backend = nccl needs CUDA GPUs and this machine has none; on CPU use "
+                "parallel.backend=gloo with a model that fits (see trainer/demo.py TINY_OVERRIDE)"
+            )
+        check_device_support(config, "cuda" if torch.cuda.is_available() else "cpu")
+    from trainer.checkpoint import read_state, resume_point
     from trainer.data import (
         check_identity,
         check_resume_model,
@@ -157,7 +153,8 @@ def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False
         resolve_vocab,
     )
 
-    name, recorded = _resume_state(config)
+    found = resume_point(Path(config.run.out_dir)) if config.checkpoint.resume else None
+    name, recorded = (str(found), read_state(found)) if found is not None else ("", None)
     if config.data.source == "mixture":
         data: Any = mixture_data(config)
         check_identity(config, data, recorded)
@@ -167,40 +164,12 @@ def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False
     check_resume_model(config, recorded, vocab_size, name)
     check_resume_order(config, recorded, name)
     if config.checkpoint.init_from and recorded is None:  # what the ranks' init_weights checks
-        from trainer.checkpoint import init_point, read_state
+        from trainer.checkpoint import init_point
         from trainer.data import check_init_from
 
         path = init_point(Path(config.checkpoint.init_from))
         check_init_from(config, data, read_state(path), vocab_size, str(path))
     return gate
-
-
-def _resume_state(config: TrainConfig) -> tuple[str, dict[str, Any] | None]:
-    """(name, state.json) of the checkpoint a resume would load, or ("", None)."""
-    if not config.checkpoint.resume:
-        return "", None
-    from trainer.checkpoint import read_state, resume_point
-
-    path = resume_point(Path(config.run.out_dir))
-    return (str(path), read_state(path)) if path is not None else ("", None)
-
-
-def _write_launch_files(
-    config: TrainConfig, gate: dict[str, Any], command: list[str], config_json: Path
-) -> None:
-    """RUN/launch/config.json (what every rank reads) and RUN/launch.json (gate, command)."""
-    config_json.parent.mkdir(parents=True, exist_ok=True)
-    write_json(config_json, config_dict(config))
-    write_json(
-        config_json.parent.parent / "launch.json",
-        {
-            "gate": gate,
-            "command": current_command(),
-            "torchrun": command,
-            "config_sha256": config_sha256(config),
-            "launch_id": uuid.uuid4().hex,
-        },
-    )
 
 
 def launch_command(args: argparse.Namespace) -> int:
@@ -223,13 +192,13 @@ def launch_command(args: argparse.Namespace) -> int:
     # holds the writer lock; without --node-rank (c10d elastic) a node learns its rank only at
     # the rendezvous, so every launcher refuses a held run directory before writing and global
     # rank 0 takes the lock for the run (trainer/worker.py, RUN_LOCKED_BY)
-    single_writer = holds_run_lock(args, nnodes)
+    single_writer = nnodes == "1" or args.node_rank == 0
     # PRETRAIN_VERIFY for the launcher's own checks only: the ranks then find the hash cache
     # fresh (see pretrain/hashcache.py)
     with environ(**({"PRETRAIN_VERIFY": args.verify} if args.verify else {})):
         if args.dry_run:
             return _print_dry_run(config, command, args.override_gate)
-        if single_writer or is_elastic(args, nnodes):
+        if single_writer or args.node_rank is None:  # None: elastic, see above
             # a run being trained is refused naming its holder before the preflight reads its
             # checkpoints (half-pruned ones, a resume identity the holder is about to replace)
             check_unlocked(run_dir)
@@ -238,17 +207,7 @@ def launch_command(args: argparse.Namespace) -> int:
         # only now is this launch the run's writer: a refusal before here (the preflight, a
         # launch that holds the run) leaves the run folder as it was, its log in the temp dir
         attach(run_dir)  # this launch's log (ranks' stderr included) ends in RUN/.logs/
-        return _launch(config, args, (nproc, nnodes), command, gate)
-
-
-def holds_run_lock(args: argparse.Namespace, nnodes: str) -> bool:
-    """This launcher is the run's writer: one node, or node rank 0 (its ranks are told so)."""
-    return nnodes == "1" or args.node_rank == 0
-
-
-def is_elastic(args: argparse.Namespace, nnodes: str) -> bool:
-    """Several nodes and no --node-rank: torchrun's c10d rendezvous assigns the node ranks."""
-    return nnodes != "1" and args.node_rank is None
+        return _launch(config, args, (nproc, nnodes, single_writer), command, gate)
 
 
 def _torchrun_env(local: bool, holds_lock: bool = False) -> dict[str, str]:
@@ -268,12 +227,18 @@ def _torchrun_env(local: bool, holds_lock: bool = False) -> dict[str, str]:
 def _launch(
     config: TrainConfig,
     args: argparse.Namespace,
-    layout: tuple[int, str],
+    layout: tuple[int, str, bool],
     command: list[str],
     gate: dict[str, Any],
 ) -> int:
-    (nproc, nnodes), run_dir = layout, Path(config.run.out_dir)
-    _write_launch_files(config, gate, command, run_dir / "launch" / "config.json")
+    """RUN/launch/config.json (what every rank reads) and RUN/launch.json (gate, command), then
+    the ranks: torchrun's, or the one rank in this process (`--in-process`)."""
+    (nproc, nnodes, single_writer), run_dir = layout, Path(config.run.out_dir)
+    (run_dir / "launch").mkdir(parents=True, exist_ok=True)
+    write_json(run_dir / "launch" / "config.json", config_dict(config))
+    launch_info: dict[str, Any] = {"gate": gate, "command": current_command(), "torchrun": command}
+    launch_info.update(config_sha256=config_sha256(config), launch_id=uuid.uuid4().hex)
+    write_json(run_dir / "launch.json", launch_info)
     if args.in_process:  # the function torchrun's ranks run, in this process
         from trainer.worker import run
 
@@ -289,7 +254,7 @@ def _launch(
     error_file.unlink(missing_ok=True)
     result = subprocess.run(
         command,
-        env=_torchrun_env(is_local(args, nnodes), holds_run_lock(args, nnodes)),
+        env=_torchrun_env(is_local(args, nnodes), single_writer),
         check=False,
         preexec_fn=functools.partial(die_with_parent, os.getpid()),  # agent dies with us
     )
