@@ -4,6 +4,7 @@ taking the parsed arguments, returning the exit status; heavy imports inside) an
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from pretrain.cli_utils import add_command, add_config_args
@@ -11,23 +12,43 @@ from pretrain.cli_utils import add_command, add_config_args
 
 def plan(args: argparse.Namespace) -> int:
     """`pretrain plan CONFIG`: model, memory, compute and parallel layout, before launching."""
-    from trainer.plan import plan_command
+    from pretrain.cli_utils import resolve_config
+    from trainer.config import TrainConfig
+    from trainer.plan import build_plan, format_plan
 
-    return int(plan_command(args) or 0)
+    # The flags are overrides of the config's fields, checked by the same model (range and type).
+    flags = {"plan.gpu": args.gpu, "plan.mfu": args.mfu, "plan.overhead": args.overhead}
+    if args.peak_tflops is not None:
+        flags["metrics.peak_flops"] = args.peak_tflops * 1e12
+    args.overrides = [*args.overrides, *(f"{k}={v}" for k, v in flags.items() if v is not None)]
+    config = resolve_config(TrainConfig, args)
+    if config is None:
+        return 0
+    built = build_plan(config, allow_oom=args.allow_oom)
+    print(json.dumps(built, indent=2) if args.json else format_plan(built))
+    return 0
 
 
 def launch(args: argparse.Namespace) -> int:
     """`pretrain launch CONFIG`: a Megatron-Core pretraining run through torchrun."""
     from trainer.launch import launch_command
 
-    return int(launch_command(args) or 0)
+    return launch_command(args)
 
 
 def export(args: argparse.Namespace) -> int:
     """`pretrain export RUN_DIR --out DIR`: a checkpoint as a Hugging Face model."""
-    from trainer.export import export_command
+    from pretrain.locking import output_lock
+    from trainer.export import export_hf
 
-    return int(export_command(args) or 0)
+    with output_lock(args.out):
+        manifest = export_hf(args.run_dir, args.out, args.step, args.tokenizer, args.dtype)
+    counts = manifest["counts"]
+    print(
+        f"exported step {counts['step']} ({counts['parameters']:,} parameters, "
+        f"LlamaForCausalLM, {args.dtype}) -> {args.out}"
+    )
+    return 0
 
 
 def register(sub: Any) -> None:

@@ -10,7 +10,6 @@ The weights mapping is in trainer/hf_mapping.py.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -140,22 +139,3 @@ def export_hf(
             counts={"parameters": sum(t.numel() for t in tensors.values()), "step": loaded.step},
         )
     return manifest
-
-
-def export_command(args: argparse.Namespace) -> int:
-    from pretrain.locking import output_lock
-
-    with output_lock(args.out):
-        manifest = export_hf(
-            args.run_dir,
-            args.out,
-            step=args.step,
-            tokenizer=args.tokenizer,
-            dtype=args.dtype,
-        )
-    counts = manifest["counts"]
-    print(
-        f"exported step {counts['step']} ({counts['parameters']:,} parameters, "
-        f"LlamaForCausalLM, {args.dtype}) -> {args.out}"
-    )
-    return 0

@@ -9,7 +9,6 @@ in tests/data/published/.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
@@ -273,19 +272,3 @@ def format_plan(plan: dict[str, Any]) -> str:
     ]
     lines += [f"warning         {w}" for w in plan["warnings"]]
     return "\n".join(lines)
-
-
-def plan_command(args: argparse.Namespace) -> int:
-    from pretrain.cli_utils import resolve_config
-
-    # The flags are overrides of the config's fields, checked by the same model (range and type).
-    flags = {"plan.gpu": args.gpu, "plan.mfu": args.mfu, "plan.overhead": args.overhead}
-    if args.peak_tflops is not None:
-        flags["metrics.peak_flops"] = args.peak_tflops * 1e12
-    args.overrides = [*args.overrides, *(f"{k}={v}" for k, v in flags.items() if v is not None)]
-    config = resolve_config(TrainConfig, args)
-    if config is None:
-        return 0
-    plan = build_plan(config, allow_oom=args.allow_oom)
-    print(json.dumps(plan, indent=2) if args.json else format_plan(plan))
-    return 0
