@@ -234,28 +234,33 @@ def _ready(spec: StageSpec) -> Stage:
     return _READY[key]
 
 
-def _map(out: OutPath, part: str, rows: pa.Table, spec: StageSpec, depends: str) -> None:
-    """Map one part's rows with the global stage of `spec` and persist its map output."""
+def map_task(
+    out: str | OutPath,
+    part: str,
+    rows: int,
+    spec: StageSpec,
+    table: pa.Table | None = None,
+    depends: str = "",
+) -> str:
+    """Map one part's rows with the global stage of `spec` and persist its map output: the
+    first global stage's from the row files the stream wrote, a later one's from `table` (what
+    the join before it gave, `depends` on every part's map output before it: `digest`)."""
+    target = output_path(out)
+    if table is None:
+        if load(target, spec[0], part, rows, ""):
+            return part  # a retry of a task that persisted the part before its worker died
+        table = workers.read_rows(target, part)
+        if table.num_rows != rows:  # a row file is missing: never persist a partial part
+            raise PretrainError(
+                f"part {part}: {table.num_rows} of its {rows} rows were tagged; re-run the command"
+            )
     stage = _ready(spec)
     assert isinstance(stage, GlobalStage)
     start = time.process_time()
-    tables, info = stage.map_part(rows)
-    cost = throughput.table_cost(rows, time.process_time() - start)  # kept with the map output
-    persist(out, stage.name, part, rows, tables, info=info, depends=depends, cost=cost)
-
-
-def map_task(out: str | OutPath, part: str, rows: int, spec: StageSpec) -> str:
-    """The first global stage's map of one part, from the row files the stream wrote."""
-    target = output_path(out)
-    if load(target, spec[0], part, rows, ""):
-        return part  # a retry of a task that persisted the part before its worker died
-    table = workers.read_rows(target, part)
-    if table.num_rows != rows:  # a row file is missing: never persist a partial part
-        raise PretrainError(
-            f"part {part}: {table.num_rows} of its {rows} rows were tagged; re-run the command"
-        )
-    _map(target, part, table, spec, "")
-    return part  # its row files stay until every map is done: a duplicate of this task reads them
+    tables, info = stage.map_part(table)
+    cost = throughput.table_cost(table, time.process_time() - start)  # kept with the map output
+    persist(target, stage.name, part, table, tables, info=info, depends=depends, cost=cost)
+    return part  # the first stage's row files stay until every map is done: a duplicate reads them
 
 
 def join_task(
@@ -280,7 +285,7 @@ def join_task(
         spent[after.name] = cpu_time() - start
     throughput.record_batch(out, f"join-{stage.name}", rows, spent)
     if job["next"] is not None:
-        _map(output_path(out), part.part, table, job["next"], job["depends"])
+        map_task(out, part.part, table.num_rows, job["next"], table, job["depends"])
     else:
         workers.write_rows(table, out)
     return part.part

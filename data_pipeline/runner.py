@@ -20,7 +20,7 @@ pretrain.storage: one PUT per object, so no partial object is visible under its 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,17 +81,15 @@ class RunResult:
             f"{led['documents_in']} docs in, {led['documents_kept']} kept, "
             f"{led['documents_dropped']} dropped (ledger balanced: "
             f"{led['conservation']['balanced']}), {len(self.shards)} shards "
-            f"({self.reused_parts} of {self.parts} parts reused), {self._map_reuse()}"
-            f"{len(led.get('skipped_files', []))} files skipped (ledger.json skipped_files) "
-            f"-> {self.output}" + throughput_report.summary(self.manifest.get("throughput"))
-        )
-
-    def _map_reuse(self) -> str:
-        """`dedup map output reused for 3 of 4 parts, ` after a resumed run with global stages."""
-        return "".join(
-            f"{stage} map output reused for {count} of {self.parts} parts, "
-            for stage, count in self.reused_map_parts.items()
-            if count
+            f"({self.reused_parts} of {self.parts} parts reused), "
+            + "".join(  # after a resumed run with global stages
+                f"{stage} map output reused for {count} of {self.parts} parts, "
+                for stage, count in self.reused_map_parts.items()
+                if count
+            )
+            + f"{len(led.get('skipped_files', []))} files skipped (ledger.json skipped_files) "
+            + f"-> {self.output}"
+            + throughput_report.summary(self.manifest.get("throughput"))
         )
 
 
@@ -175,26 +173,6 @@ def _collect(
     return led, sorted(p.name for p in (out / layout.DATA_DIR).glob("*.parquet"))
 
 
-def restart(out: OutPath, keep: Collection[str] = ()) -> None:
-    """Forget every shard (shard, rejects, ledger part record) of an unfinished run with a global
-    stage but those in `keep` (their record holds this run's global digest: `Published`). The
-    inputs' read records and the global stages' persisted map output are kept (each reused while
-    it verifies)."""
-    keep = set(keep)
-    for sub in (layout.DATA_DIR, layout.REJECTS_DIR):
-        if not keep:
-            remove_tree(out / sub)
-            continue
-        for path in listed(out / sub, "*"):
-            if layout.shard_name(path.name) not in keep:
-                path.unlink(missing_ok=True)
-    for path in listed(out / parts.PARTS, "*.json"):
-        record = path.name != FINGERPRINT and not path.name.endswith(".read.json")
-        if record and path.stem not in keep:
-            path.unlink(missing_ok=True)
-    parts.ensure_dirs(out)
-
-
 @dataclass
 class Published:
     """The merged parts of an unfinished run with a global stage, by the global digest their part
@@ -212,10 +190,24 @@ class Published:
         self.digests[shard] = json.loads(data).get(parts.GLOBAL_DIGEST, "")
 
     def keep(self, digest: str) -> set[str]:
-        """The parts whose shard stays (its record holds `digest`); the others are forgotten."""
+        """The parts whose shard stays (its record holds `digest`); every other shard (shard,
+        rejects, part record) is forgotten. The inputs' read records and the global stages'
+        persisted map output are kept (each reused while it verifies)."""
         self.digest = digest
         self.kept = {shard for shard, held in self.digests.items() if held == digest}
-        restart(self.out, self.kept)
+        out = self.out
+        for sub in (layout.DATA_DIR, layout.REJECTS_DIR):
+            if not self.kept:
+                remove_tree(out / sub)
+                continue
+            for path in listed(out / sub, "*"):
+                if layout.shard_name(path.name) not in self.kept:
+                    path.unlink(missing_ok=True)
+        for path in listed(out / parts.PARTS, "*.json"):
+            record = path.name != FINGERPRINT and not path.name.endswith(".read.json")
+            if record and path.stem not in self.kept:
+                path.unlink(missing_ok=True)
+        parts.ensure_dirs(out)
         return self.kept
 
     def done(self) -> dict[str, set[int]]:
@@ -329,7 +321,7 @@ def run_pipeline(
                     )
                     done = work.published.done()
                     if not merged.shards <= work.published.kept:
-                        merged.forget_records()  # a part the scan verified was forgotten (restart)
+                        merged.forget_records()  # a part the scan verified was forgotten (Published.keep)
                 global_digest = work.published.digest if work.published is not None else ""
                 with clock.phase("merge"):
                     ray_job.merge(config, stages, out, work.merge, done, merged, global_digest)

@@ -195,118 +195,76 @@ def read_rows(out: OutPath, shard: str) -> pa.Table:
 # --- the merge: one task per part, after the stream and the global stages ---------------------
 
 
-def _sample_rejects(rejects: pa.Table, reasons: list[str], per_reason: int) -> pa.Table:
-    seen: dict[str, int] = {}
-    keep = []
-    for reason in reasons:
-        seen[reason] = seen.get(reason, 0) + 1
-        keep.append(seen[reason] <= per_reason)
-    return rejects.filter(pa.array(keep, pa.bool_()))
-
-
-class PartWriter:
-    """Turns the row files of one shard into the shard: select, write shard and rejects, record."""
-
-    def __init__(
-        self,
-        out: str | OutPath,
-        stages: Sequence[str],
-        fields: Sequence[pa.Field],
-        drop: Sequence[str],
-        rejects_mode: str,
-        sample_per_reason: int,
-        level: int,
-        global_digest: str = "",
-    ) -> None:
-        self.out, self.stages, self.drop = output_path(out), list(stages), list(drop)
-        self.recorded = {GLOBAL_DIGEST: global_digest} if global_digest else {}
-        """What the part record holds of the global stages' map output (runner.Published)."""
-        self.fields = list(fields)
-        """The stages' columns, in order (what the shards hold after the base columns)."""
-        self.rejects_mode, self.sample_per_reason, self.level = (
-            rejects_mode,
-            sample_per_reason,
-            level,
-        )
-
-    def __call__(self, shard: str) -> pa.Table:
-        if not listed(rows_dir(self.out, shard), "*.parquet"):
-            return self.finished(shard)
-        group = read_rows(self.out, shard)
-        keep, counts = ledger.part_counts(group, self.stages, self.drop)
-        kept = conform(group.filter(keep), self.fields)
-        files = {}
-        if kept.num_rows:
-            name = layout.data_file(shard)
-            files[name] = write_parquet(kept, self.out, name, self.level)
-        files.update(self._write_rejects(group.filter(pc.invert(keep)), shard))
-        data = json_bytes({"shard": shard, "files": files, **counts, **self.recorded})
-        write_atomic(part_record_path(self.out, shard), data)
-        return _row(shard, kept.num_rows, group.num_rows - kept.num_rows, data)
-
-    def finished(self, shard: str) -> pa.Table:
-        """What the merge of `shard` returned, when it already ran to the end: Ray runs a task
-        again when its node died before Ray heard back, and by then its row files are gone."""
-        path = part_record_path(self.out, shard)
-        if not path.is_file() or not part_verifies(self.out, path):
+def merge_parts(batch: pa.Table, **options: Any) -> pa.Table:
+    """map_batches function: each row names a shard whose row files become the shard (`_merge`:
+    select, shard, rejects, part record); it returns the shard's part record and cost record, as
+    written (ledger.Merged). The part record holds `global_digest` (runner.Published)."""
+    target = output_path(options.pop("out"))
+    digest = options.pop("global_digest", "")
+    recorded = {GLOBAL_DIGEST: digest} if digest else {}
+    shards = batch.column("shard").to_pylist()
+    records, costs = [], []
+    for shard in shards:
+        if listed(rows_dir(target, shard), "*.parquet"):
+            start = time.process_time()
+            records.append(_merge(target, shard, recorded, **options).decode())
+            costs.append(throughput.seal_part(target, shard, time.process_time() - start).decode())
+            continue
+        # Merged before (Ray runs a task again when its node died before Ray heard back, and by
+        # then its row files are gone): its records as the run that finished it wrote them.
+        path = part_record_path(target, shard)
+        if not path.is_file() or not part_verifies(target, path):
             raise PretrainError(
                 f"shard {shard}: its row files are gone and it was not written; re-run the command "
                 "(finished shards are reused)"
             )
-        data = path.read_bytes()
-        record = json.loads(data)
-        kept = int(record["files"].get(layout.data_file(shard), {}).get("rows", 0))
-        return _row(shard, kept, int(record["documents"]) - kept, data)
-
-    def _write_rejects(self, rejects: pa.Table, shard: str) -> dict[str, Any]:
-        if self.rejects_mode == "none" or not rejects.num_rows:
-            return {}
-        _, verdicts = ledger.attribute(rejects, self.stages, self.drop)
-        reasons = [f"{stage}:{reason}" for stage, reason, _ in verdicts]
-        table = conform(rejects, self.fields).append_column(
-            "reject_reason", pa.array(reasons, pa.string())
-        )
-        if self.rejects_mode == "sample":
-            table = _sample_rejects(table, reasons, self.sample_per_reason)
-        name = layout.rejects_file(shard)
-        return {name: write_parquet(table, self.out, name, self.level)}
-
-
-def _row(shard: str, kept: int, dropped: int, record: bytes) -> pa.Table:
+        records.append(path.read_text(encoding="utf-8"))
+        cost_path = throughput.part_cost_path(target, shard)
+        costs.append(cost_path.read_text(encoding="utf-8") if cost_path.is_file() else "")
+    for shard in shards:
+        remove_tree(rows_dir(target, shard))
     return pa.table(
-        {
-            "shard": [shard],
-            "kept": [kept],
-            "dropped": [dropped],
-            "record": [record.decode()],
-            "cost": [""],
-        }
+        {"shard": shards, "record": records, "cost": costs},
+        schema=pa.schema([("shard", pa.string()), ("record", pa.string()), ("cost", pa.string())]),
     )
 
 
-def _sealed(out: OutPath, shard: str) -> bytes:
-    """The part's cost record (empty when there is none: the driver then has none either)."""
-    try:
-        return throughput.part_cost_path(out, shard).read_bytes()
-    except FileNotFoundError:
-        return b""
-
-
-def merge_parts(batch: pa.Table, **options: Any) -> pa.Table:
-    """map_batches function: each row names a shard whose row files become the shard (PartWriter);
-    it returns the shard's part record and cost record, as written (ledger.Merged)."""
-    writer = PartWriter(**options)
-    tables = []
-    for shard in batch.column("shard").to_pylist():
-        again = not listed(rows_dir(writer.out, shard), "*.parquet")  # a retry, sealed before
-        start = time.process_time()
-        table = writer(shard)
-        if again:  # sealed by the run that finished it: its record as that run wrote it
-            cost = _sealed(writer.out, shard)
-        else:
-            cost = throughput.seal_part(writer.out, shard, time.process_time() - start)
-        table = table.set_column(4, "cost", pa.array([cost.decode()], pa.string()))
-        tables.append(table)
-    for shard in batch.column("shard").to_pylist():
-        remove_tree(rows_dir(writer.out, shard))
-    return pa.concat_tables(tables)
+def _merge(
+    out: OutPath,
+    shard: str,
+    recorded: dict[str, str],
+    *,
+    stages: Sequence[str],
+    fields: Sequence[pa.Field],
+    drop: Sequence[str],
+    rejects_mode: str,
+    sample_per_reason: int,
+    level: int,
+) -> bytes:
+    """Write one shard and its rejects from its row files, then its part record (returned).
+    `fields` are the stages' columns in order (what the shards hold after the base columns)."""
+    group = read_rows(out, shard)
+    keep, counts = ledger.part_counts(group, stages, drop)
+    kept = conform(group.filter(keep), fields)
+    files = {}
+    if kept.num_rows:
+        files[layout.data_file(shard)] = write_parquet(kept, out, layout.data_file(shard), level)
+    rejects = group.filter(pc.invert(keep))
+    if rejects_mode != "none" and rejects.num_rows:
+        _, verdicts = ledger.attribute(rejects, stages, drop)
+        reasons = [f"{stage}:{reason}" for stage, reason, _ in verdicts]
+        table = conform(rejects, fields).append_column(
+            "reject_reason", pa.array(reasons, pa.string())
+        )
+        if rejects_mode == "sample":  # the first `sample_per_reason` of each reason
+            seen: dict[str, int] = {}
+            sample = []
+            for reason in reasons:
+                seen[reason] = seen.get(reason, 0) + 1
+                sample.append(seen[reason] <= sample_per_reason)
+            table = table.filter(pa.array(sample, pa.bool_()))
+        name = layout.rejects_file(shard)
+        files[name] = write_parquet(table, out, name, level)
+    data = json_bytes({"shard": shard, "files": files, **counts, **recorded})
+    write_atomic(part_record_path(out, shard), data)
+    return data

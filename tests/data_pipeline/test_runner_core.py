@@ -95,10 +95,9 @@ def test_writer_merges_pieces_once_each_and_samples_rejects(tmp_path: Path) -> N
     parts.ensure_dirs(tmp_path)
     for start, stop in ((0, 12), (8, 20), (0, 12)):  # overlapping and repeated: task retries
         workers.write_rows(table.slice(start, stop - start), str(tmp_path))
-    writer = workers.PartWriter(
-        str(tmp_path), STAGES, fields_of(STAGES), ["extract:*"], "sample", 2, 3
-    )
-    writer("t-00000")
+    options = {"stages": STAGES, "fields": fields_of(STAGES), "drop": ["extract:*"]}
+    select = {**options, "rejects_mode": "sample", "sample_per_reason": 2, "level": 3}
+    workers.merge_parts(pa.table({"shard": ["t-00000"]}), out=str(tmp_path), **select)
     shard = pq.read_table(tmp_path / "data" / "t-00000.parquet")
     assert shard.num_rows == 12 and "_row" not in shard.column_names
     assert shard.column("id").to_pylist() == [f"d{i}" for i in range(20) if i % 5 in (0, 2, 4)]
@@ -137,9 +136,10 @@ def test_a_merge_retried_after_it_finished_returns_the_same_and_rewrites_nothing
 
 def test_a_merge_whose_pieces_are_gone_and_unfinished_says_so_in_one_line(tmp_path: Path) -> None:
     parts.ensure_dirs(tmp_path)
-    writer = workers.PartWriter(str(tmp_path), STAGES, fields_of(STAGES), [], "all", 2, 3)
+    options = {"stages": STAGES, "fields": fields_of(STAGES), "drop": [], "rejects_mode": "all"}
     try:
-        writer("t-00000")
+        batch = pa.table({"shard": ["t-00000"]})
+        workers.merge_parts(batch, out=str(tmp_path), sample_per_reason=2, level=3, **options)
     except PretrainError as exc:
         assert "t-00000" in str(exc) and "re-run" in str(exc) and "\n" not in str(exc)
     else:
