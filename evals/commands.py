@@ -14,16 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from collections import deque
 from pathlib import Path
 from typing import Any
 
-from pretrain.artifacts import base as base_artifact
 from pretrain.artifacts import eval_results as eval_artifact
 from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.artifacts import export as export_artifact
-from pretrain.artifacts import run as run_artifact
-from pretrain.artifacts import tokenizer as tokenizer_artifact
 from pretrain.artifacts.base import write_artifact
 from pretrain.cli_utils import resolve_config
 from pretrain.errors import ArtifactError, LockMismatch
@@ -87,27 +83,16 @@ def find_checkpoints(path: str | Path) -> tuple[Path, list[tuple[int, Path]]]:
 
 
 def find_tokenizer(run_dir: Path) -> Path:
-    """Walk the run's lineage (run -> mixture -> encoded -> tokenizer) to the tokenizer artifact."""
-    queue, seen = deque([run_dir]), set()
-    while queue:
-        current = queue.popleft()
-        if current in seen or not (current / "manifest.json").is_file():
-            continue
-        seen.add(current)
-        manifest = base_artifact.peek(current)
-        if manifest.kind == tokenizer_artifact.KIND:
-            return current
-        queue.extend(Path(entry.path) for entry in manifest.inputs)
-        data = manifest.config.get("data")
-        if (
-            manifest.kind == run_artifact.KIND
-            and isinstance(data, dict)
-            and data.get("mixture_dir")
-        ):
-            queue.append(Path(data["mixture_dir"]))
-    raise ArtifactError(
-        f"no tokenizer artifact found in the lineage of {run_dir}; pass --tokenizer TOKENIZER_DIR"
-    )
+    """The tokenizer artifact in the lineage of a run or an HF export (the trainer's walk)."""
+    from trainer.data import lineage_tokenizer
+
+    found = lineage_tokenizer(run_dir)
+    if found is None:
+        raise ArtifactError(
+            f"no tokenizer artifact found in the lineage of {run_dir}; pass --tokenizer "
+            "TOKENIZER_DIR"
+        )
+    return found
 
 
 def _load(checkpoint: Path, tokenizer: Any, args: argparse.Namespace) -> tuple[Any, Any]:

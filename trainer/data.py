@@ -257,19 +257,20 @@ def open_data(config: TrainConfig, run_dir: Path, rank: int) -> TrainData:
     return synthetic_data(config, directory, synthetic_batches(config))
 
 
-def _lineage_tokenizer(directory: Path, depth: int = 3) -> Path | None:
-    """The tokenizer artifact an artifact was (transitively) made from, via manifest lineage."""
+def lineage_tokenizer(directory: Path, depth: int = 3) -> Path | None:
+    """The tokenizer artifact an artifact was (transitively) made from, via manifest lineage
+    (a run -> its mixture -> encoded -> tokenizer; an HF export lists its tokenizer)."""
     try:
         manifest = base_artifact.peek(directory)
     except ArtifactError:
         return None
-    for entry in manifest.inputs:
+    for entry in manifest.inputs:  # a tokenizer it names itself first
         if entry.kind == tokenizer_artifact.KIND:
             return Path(entry.path)
-        if depth > 0:
-            found = _lineage_tokenizer(Path(entry.path), depth - 1)
-            if found is not None:
-                return found
+    for entry in manifest.inputs if depth > 0 else []:
+        found = lineage_tokenizer(Path(entry.path), depth - 1)
+        if found is not None:
+            return found
     return None
 
 
@@ -277,7 +278,7 @@ def tokenizer_dir(config: TrainConfig) -> Path | None:
     if config.data.tokenizer_dir:
         return Path(config.data.tokenizer_dir)
     if config.data.source == "mixture" and config.data.mixture_dir:
-        return _lineage_tokenizer(Path(config.data.mixture_dir))
+        return lineage_tokenizer(Path(config.data.mixture_dir))
     return None
 
 

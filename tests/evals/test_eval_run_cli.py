@@ -30,7 +30,7 @@ def test_checkpoints_are_found_in_step_order_and_tokenizer_through_lineage(tmp_p
     mixture = tmp_path / "mix"
     mixture.mkdir()
     write_manifest(mixture, "mixture", inputs=[encoded])
-    write_manifest(run, "run", config={"data": {"mixture_dir": str(mixture)}})
+    write_manifest(run, "run", inputs=[mixture], config={"data": {"mixture_dir": str(mixture)}})
     assert find_tokenizer(run) == tokenizer
 
 
