@@ -36,6 +36,31 @@ def eval_run(args: argparse.Namespace) -> int:
     return int(run_command(args) or 0)
 
 
+def eval_lm_eval(args: argparse.Namespace) -> int:
+    """`pretrain eval lm-eval CHECKPOINT [LM_EVAL_ARGS...]`: lm-evaluation-harness's own `run`
+    with the checkpoint as `--model pretrain` (lm-eval finds models only in its own registry)."""
+    import sys
+    from pathlib import Path
+
+    import lm_eval.models  # noqa: F401  (lm-eval's own: it fills its registry only when empty)
+    from lm_eval.__main__ import cli_evaluate
+    from lm_eval.api.registry import register_model
+
+    from evals.commands import find_tokenizer
+    from evals.lm_eval_model import CheckpointLM
+
+    register_model("pretrain")(CheckpointLM)
+    tokenizer = args.tokenizer or find_tokenizer(Path(args.checkpoint).parent.parent)
+    model_args = f"checkpoint={args.checkpoint},tokenizer={tokenizer}"
+    argv, sys.argv = sys.argv, ["lm_eval", "run", "--model", "pretrain", "--model_args"]
+    sys.argv += [model_args, *args.lm_eval_args]
+    try:
+        cli_evaluate()
+    finally:
+        sys.argv = argv
+    return 0
+
+
 def register(sub: Any) -> None:
     ablate_parser = add_command(
         sub,
@@ -105,4 +130,23 @@ def register(sub: Any) -> None:
         type=positive_int,
         default=None,
         help="tokens per window (default: the model's sequence length)",
+    )
+    lm_eval = add_command(
+        esub,
+        ["eval", "lm-eval"],
+        eval_lm_eval,
+        "lm-evaluation-harness's own command line with a checkpoint as its model",
+    )
+    lm_eval.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="DIR",
+        help="tokenizer artifact (default: found through the run's lineage); before CHECKPOINT",
+    )
+    lm_eval.add_argument("checkpoint", metavar="CHECKPOINT", help="a checkpoints/iter_NNNNNNN dir")
+    lm_eval.add_argument(
+        "lm_eval_args",
+        nargs=argparse.REMAINDER,
+        metavar="LM_EVAL_ARGS",
+        help="`lm_eval run` arguments but --model/--model_args: --tasks, --include_path, ...",
     )

@@ -5,6 +5,8 @@
   `HFLM` encodes them (trailing context whitespace moved to the continuation, context +
   continuation encoded whole and split at the context's length, the end-of-document id as the
   context of an empty context), so a checkpoint and its HF export score the same.
+- `CheckpointLM(checkpoint, tokenizer)`: the same, built from lm-eval's `--model_args` (`pretrain
+  eval lm-eval`).
 - `hf_lm(export_dir)`: lm-eval's own `HFLM` over the `pretrain export` directory.
 - `HFScorer(export_dir)`: the export with `.logprobs(tokens)` for `trainer.evalcore.evaluate`.
 """
@@ -84,6 +86,28 @@ class ProjectLM(_lm_base()):  # type: ignore[misc]
             "generation tasks need the HF export: `pretrain export`, then `pretrain eval run "
             "EXPORT_DIR --lm-eval ...`"
         )
+
+
+class CheckpointLM(ProjectLM):
+    """`--model pretrain` of `pretrain eval lm-eval`: a `checkpoints/iter_NNNNNNN` directory of
+    `pretrain launch` and its (checked) tokenizer as an lm-eval model."""
+
+    def __init__(
+        self,
+        checkpoint: str,
+        tokenizer: str,
+        batch_size: int | str = 8,
+        **lm_eval_options: Any,  # device, max_batch_size: a CPU model ignores them
+    ) -> None:
+        from tokenizer.lock import check_match, load_locked
+        from trainer.inference import load_model
+
+        locked = load_locked(tokenizer)
+        model = load_model(checkpoint)
+        if model.tokenizer_sha256:
+            check_match(model.tokenizer_sha256, locked, f"checkpoint {checkpoint}")
+        size = int(batch_size) if str(batch_size).isdigit() else 8  # "auto": our default
+        super().__init__(model, locked, model.seq_length, batch_size=size)
 
 
 def _too_long(tokens: int, seq_length: int, continuation: str) -> str:

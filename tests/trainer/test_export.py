@@ -259,10 +259,9 @@ def test_a_killed_export_leaves_nothing_transformers_reads_and_the_rerun_replace
     assert not scratch_dir(out).exists()
 
 
-def _lm_eval_cli(out: Path, model: str, model_args: str, include: str) -> dict:
-    """lm-eval's own CLI (through evals.lm_eval_cli, which registers `pretrain`) on boolq."""
-    command = [sys.executable, "-m", "evals.lm_eval_cli", "--model", model]
-    command += ["--model_args", model_args, "--tasks", "boolq_local", "--include_path", include]
+def _lm_eval_cli(out: Path, model: list[str], include: str) -> dict:
+    """lm-eval's own CLI on boolq: `model` is the command and its model arguments."""
+    command = [sys.executable, "-m", *model, "--tasks", "boolq_local", "--include_path", include]
     command += ["--batch_size", "4", "--output_path", str(out)]
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=400, cwd=ROOT, env=clean_env()
@@ -274,7 +273,7 @@ def _lm_eval_cli(out: Path, model: str, model_args: str, include: str) -> dict:
 
 @pytest.mark.timeout(900)
 def test_lm_eval_cli_evaluates_a_training_checkpoint(exported, sample_tokenizer, tmp_path):
-    """`--model pretrain --model_args checkpoint=...` from lm-eval's command line gives the
+    """`pretrain eval lm-eval CHECKPOINT` (lm-eval's command line, `--model pretrain`) gives the
     numbers lm-eval's own `--model hf` gives on the export of that checkpoint (#33 item 6)."""
     from evals.lm_eval_tasks import load_lm_eval_tasks
     from tests.trainer.lm_eval_check import FIXTURES
@@ -284,9 +283,12 @@ def test_lm_eval_cli_evaluates_a_training_checkpoint(exported, sample_tokenizer,
     checkpoint = run_dir / "checkpoints" / "iter_0000002"
     ours = _lm_eval_cli(
         tmp_path / "ours",
-        "pretrain",
-        f"checkpoint={checkpoint},tokenizer={sample_tokenizer}",
+        ["evals", "eval", "lm-eval", "--tokenizer", str(sample_tokenizer), str(checkpoint)],
         include,
     )
-    theirs = _lm_eval_cli(tmp_path / "hf", "hf", f"pretrained={export}", include)
+    theirs = _lm_eval_cli(
+        tmp_path / "hf",
+        ["lm_eval", "--model", "hf", "--model_args", f"pretrained={export}"],
+        include,
+    )
     assert ours["acc,none"] == pytest.approx(theirs["acc,none"])
