@@ -22,18 +22,56 @@ def ablate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _build_preflight(config: Any) -> str:
+    from evals.sets import preflight
+
+    return f"{len(preflight(config))} shard files verified; out is free"
+
+
 def eval_build(args: argparse.Namespace) -> int:
     """`pretrain eval build CONFIG`: decontaminated eval sets from the eval split."""
-    from evals.commands import build_command
+    from pathlib import Path
 
-    return int(build_command(args) or 0)
+    from evals.sets import EvalBuildConfig, build_eval_sets
+    from pretrain.cli_utils import resolve_config
+    from pretrain.manifest import manifest_sha256
+
+    config = resolve_config(EvalBuildConfig, args, _build_preflight)
+    if config is None:
+        return 0
+    manifest = build_eval_sets(config)
+    for entry in manifest["sets"]:
+        print(
+            f"  {entry['name']:<24} {entry['documents']:>6} documents {entry['bytes']:>10,} bytes"
+        )
+    for task in manifest["tasks"]:
+        print(
+            f"  task {task['name']:<19} {task['contaminated_examples']:>6} of {task['examples']} "
+            f"examples in {task['contaminated_train_documents']} training document(s)"
+        )
+    counts = manifest["counts"]
+    print(
+        f"eval sets: {counts['sets']} sets, {counts['documents']} documents; "
+        f"{counts['contaminated_train_documents']} contaminated training document(s) listed in "
+        f"{Path(config.out) / 'contaminated.parquet'} (excluded from training)"
+    )
+    print(f"-> {config.out} (evalset {manifest_sha256(config.out)[:12]})")
+    return 0
 
 
 def eval_run(args: argparse.Namespace) -> int:
     """`pretrain eval run CHECKPOINT_DIR --sets DIR`: bits per byte and tasks of checkpoints."""
-    from evals.commands import run_command
+    from evals.commands import evaluate_run, find_checkpoints, out_dir
+    from pretrain.artifacts import eval_results as eval_artifact
+    from pretrain.locking import output_lock
+    from pretrain.output_check import require_own_output
 
-    return int(run_command(args) or 0)
+    run_dir, _ = find_checkpoints(args.checkpoint_dir)
+    out = out_dir(args, run_dir)
+    # before any set or checkpoint is loaded: never results.jsonl over someone else's files
+    require_own_output(out, "--out", eval_artifact.KIND)
+    with output_lock(out):
+        return evaluate_run(args)
 
 
 def eval_lm_eval(args: argparse.Namespace) -> int:

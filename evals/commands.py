@@ -1,6 +1,6 @@
-"""Handlers of `pretrain eval build` and `pretrain eval run`.
+"""`pretrain eval run`'s work (its handler: evals.cli.eval_run).
 
-`eval run` evaluates every checkpoint of a run (or one checkpoint) on an `evalset` artifact:
+It evaluates every checkpoint of a run (or one checkpoint) on an `evalset` artifact:
 bits per byte, loss and perplexity per domain and language, and the task files. It writes
 `results.jsonl` (one line per checkpoint), `capability.png` (bpb per domain over steps) and an
 `eval` manifest to `--out` (default `RUN/evals`). A checkpoint of a run that cannot be loaded
@@ -21,45 +21,11 @@ from pretrain.artifacts import eval_results as eval_artifact
 from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.artifacts import export as export_artifact
 from pretrain.artifacts.base import write_artifact
-from pretrain.cli_utils import resolve_config
 from pretrain.errors import ArtifactError, LockMismatch
 from pretrain.manifest import manifest_sha256
-from pretrain.output_check import require_own_output
 from pretrain.storage import write_atomic
 
 ITER = re.compile(r"^iter_(\d+)$")
-
-
-def _build_preflight(config: Any) -> str:
-    from evals.sets import preflight
-
-    return f"{len(preflight(config))} shard files verified; out is free"
-
-
-def build_command(args: argparse.Namespace) -> int:
-    from evals.sets import EvalBuildConfig, build_eval_sets
-
-    config = resolve_config(EvalBuildConfig, args, _build_preflight)
-    if config is None:
-        return 0
-    manifest = build_eval_sets(config)
-    for entry in manifest["sets"]:
-        print(
-            f"  {entry['name']:<24} {entry['documents']:>6} documents {entry['bytes']:>10,} bytes"
-        )
-    for task in manifest["tasks"]:
-        print(
-            f"  task {task['name']:<19} {task['contaminated_examples']:>6} of {task['examples']} "
-            f"examples in {task['contaminated_train_documents']} training document(s)"
-        )
-    counts = manifest["counts"]
-    print(
-        f"eval sets: {counts['sets']} sets, {counts['documents']} documents; "
-        f"{counts['contaminated_train_documents']} contaminated training document(s) listed in "
-        f"{Path(config.out) / 'contaminated.parquet'} (excluded from training)"
-    )
-    print(f"-> {config.out} (evalset {manifest_sha256(config.out)[:12]})")
-    return 0
 
 
 def find_checkpoints(path: str | Path) -> tuple[Path, list[tuple[int, Path]]]:
@@ -184,18 +150,8 @@ def _validated_tasks(tasks: list[Path], args: argparse.Namespace) -> Any:
     return load_lm_eval_tasks(args.lm_eval, args.num_fewshot)
 
 
-def run_command(args: argparse.Namespace) -> int:
-    from pretrain.locking import output_lock
-
-    run_dir, _ = find_checkpoints(args.checkpoint_dir)
-    out = out_dir(args, run_dir)
-    # before any set or checkpoint is loaded: never results.jsonl over someone else's files
-    require_own_output(out, "--out", eval_artifact.KIND)
-    with output_lock(out):
-        return _run_command(args)
-
-
-def _run_command(args: argparse.Namespace) -> int:
+def evaluate_run(args: argparse.Namespace) -> int:
+    """`pretrain eval run` under its output lock: every checkpoint, then the artifact."""
     from evals.plots import plot_capability
     from pretrain.progress import Progress, attach, warn
     from tokenizer.lock import load_locked
