@@ -78,11 +78,6 @@ def pii_totals(table: pa.Table, keep: pa.Array) -> dict[str, int]:
     return totals
 
 
-def _add_pii(into: dict[str, int], counts: dict[str, int]) -> None:
-    for kind, count in counts.items():
-        into[kind] = into.get(kind, 0) + count
-
-
 def part_counts(
     table: pa.Table,
     stages: Sequence[str],
@@ -167,7 +162,8 @@ class Fold:
                 entry = merged.setdefault(reason, [0, 0])
                 entry[0] += count["documents"]
                 entry[1] += count["bytes"]
-        _add_pii(self.pii, record.get("pii", {}))
+        for kind, count in record.get("pii", {}).items():
+            self.pii[kind] = self.pii.get(kind, 0) + count
 
 
 def _row_dicts(counts: dict[tuple[str, ...], Sequence[int]]) -> list[dict[str, Any]]:

@@ -105,12 +105,6 @@ def rows_dir(out: OutPath, shard: str) -> OutPath:
     return out / PARTS / ROWS / shard
 
 
-def scratch_dir(out: OutPath) -> OutPath:
-    """Where shard and reject files are written before they are renamed into place; cleared at
-    the start of every run, so a killed writer never leaves a temporary file beside shards."""
-    return out / PARTS / SCRATCH
-
-
 def write_parquet(
     table: pa.Table, out: OutPath, relative: str, level: int, compression: str = "zstd"
 ) -> dict[str, Any]:
@@ -132,7 +126,9 @@ def write_parquet(
     if isinstance(out, ObjectPath):  # one PUT: visible whole or not at all
         write_atomic(out / relative, data)
         return record
-    scratch = out / PARTS / SCRATCH  # scratch_dir(out), for a local `out`
+    # Written in scratch and renamed into place; the scratch folder is cleared at the start of
+    # every run (ensure_dirs), so a killed writer never leaves a temporary file beside shards.
+    scratch = out / PARTS / SCRATCH
     scratch.mkdir(parents=True, exist_ok=True)
     # The file's own name (unique among the job's files; the writer's process and thread keep
     # two writers apart): its folders joined in would make it longer than a file name may be.
@@ -354,6 +350,16 @@ def read_records(out: OutPath, stems: Iterable[str]) -> Iterator[dict[str, Any] 
     return (None if data is None else json.loads(data) for data in found)
 
 
+def part_names(out: OutPath, stems: Iterable[str]) -> list[str]:
+    """Every part (`<stem>-<part:05d>`) of the inputs `stems`, from their read records (none of
+    an input without one)."""
+    stems = list(stems)
+    names = []
+    for stem, record in zip(stems, read_records(out, stems), strict=True):
+        names += [f"{stem}-{p:05d}" for p in range(int((record or {}).get("parts", 0)))]
+    return names
+
+
 def record_done(record: dict[str, Any] | None, stem: str, done: dict[str, set[int]]) -> bool:
     """True when the read record of input `stem` exists and `done` holds every part it counts."""
     return record is not None and set(range(record["parts"])) <= done.get(stem, set())
@@ -362,4 +368,4 @@ def record_done(record: dict[str, Any] | None, stem: str, done: dict[str, set[in
 def ensure_dirs(out: OutPath) -> None:
     for sub in (layout.DATA_DIR, layout.REJECTS_DIR, PARTS):
         (out / sub).mkdir(parents=True, exist_ok=True)
-    remove_tree(scratch_dir(out))  # a killed writer's temporary files
+    remove_tree(out / PARTS / SCRATCH)  # a killed writer's temporary files

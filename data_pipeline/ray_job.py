@@ -157,12 +157,8 @@ def merge(
     `global_digest` (with global stages: runner.Published)."""
     import ray
 
-    shards = []
-    for stem, record in zip(stems, parts.read_records(out, stems), strict=True):
-        if record is None:
-            raise FileNotFoundError(parts.read_stats_path(out, stem))  # the stream wrote it
-        count = record["parts"]
-        shards += [f"{stem}-{p:05d}" for p in range(count) if p not in done.get(stem, set())]
+    skip = {f"{stem}-{part:05d}" for stem, numbers in done.items() for part in numbers}
+    shards = [shard for shard in parts.part_names(out, stems) if shard not in skip]
     writer = {
         "out": out,
         "stages": [s.name for s in stages],
@@ -225,7 +221,7 @@ def session(
     stepping = patched(streaming_executor_state, WAIT_FOR_TASK_COMPLETION_TIMEOUT_S=EXECUTOR_WAIT_S)
     try:
         with settings, stepping:
-            throughput.clear(out)
+            remove_tree(throughput.cost_dir(out))  # a killed run's batch records
             remove_tree(out / parts.PARTS / parts.ROWS)
             remove_tree(out / parts.PARTS / parts.PROGRESS)
             clock.marker = parts.phase_path(out)

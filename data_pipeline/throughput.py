@@ -227,11 +227,6 @@ class RunClock:
             self.spans.append((name, at, time.time()))
 
 
-def clear(out: OutPath) -> None:
-    """Forget the batch records a killed run left (their parts are computed again)."""
-    remove_tree(cost_dir(out))
-
-
 def save_global_costs(out: OutPath, stages: list[Any], documents: int, raw_bytes: int) -> None:
     """Record each global stage's measured aggregate cost of this run (its map and join sides are
     recorded per part: with the persisted map output, and in the part's cost file)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from data_pipeline import throughput
 from data_pipeline.ledger import Merged
-from data_pipeline.parts import in_flight_for, ordered, read_bytes, read_records
+from data_pipeline.parts import in_flight_for, ordered, part_names, read_bytes
 from data_pipeline.throughput import READ, WRITE, RunClock
 from pretrain.storage import OutPath, listed
 
@@ -29,14 +29,6 @@ def _load(path: OutPath) -> dict[str, Any] | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-
-
-def part_names(out: OutPath, stems: list[str]) -> list[str]:
-    """Every part (`<stem>-<part>`) of the inputs, from their read records."""
-    names = []
-    for stem, record in zip(stems, read_records(out, stems), strict=True):
-        names += [f"{stem}-{p:05d}" for p in range(int((record or {}).get("parts", 0)))]
-    return names
 
 
 def _rates(name: str, cost: dict[str, Any]) -> dict[str, Any]:

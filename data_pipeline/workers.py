@@ -101,7 +101,10 @@ class MapStagesWorker:
             # text, the error lost): raised by the first call, it reaches the user as one line.
             # An actor given no block is never called: the driver reads it (raise_refusal).
             self.refused = exc
-            _record_refusal(out, exc)
+            target = throughput.cost_dir(output_path(out)) / REFUSED
+            target.mkdir(parents=True, exist_ok=True)
+            name = f"{socket.gethostname()}-{os.getpid()}-{id(exc)}.json"
+            write_json(target / name, {"error": type(exc).__name__, "message": str(exc)})
 
     def __call__(self, block: pa.Table) -> pa.Table:
         if self.refused is not None:
@@ -122,13 +125,6 @@ class MapStagesWorker:
 REFUSED = ".refused"
 """Under the run's cost folder (cleared at each run's start): one record per map actor whose
 stages refused in its constructor."""
-
-
-def _record_refusal(out: str | OutPath, exc: PretrainError) -> None:
-    target = throughput.cost_dir(output_path(out)) / REFUSED
-    target.mkdir(parents=True, exist_ok=True)
-    name = f"{socket.gethostname()}-{os.getpid()}-{id(exc)}.json"
-    write_json(target / name, {"error": type(exc).__name__, "message": str(exc)})
 
 
 def raise_refusal(out: OutPath) -> None:
