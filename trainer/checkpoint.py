@@ -198,7 +198,7 @@ def save(
     state: dict[str, Any],
     keep: tuple[int, int | None],
     saver: AsyncSaver | None = None,
-) -> Path:
+) -> None:
     """Save on every rank (collective) into iter_<step>.tmp; when the shards are written, rank 0
     writes state.json and the manifest and renames it to iter_<step> (now, or later with `saver`)."""
     from megatron.core import dist_checkpointing
@@ -223,7 +223,6 @@ def save(
         request.add_finalize_fn(finish)
         with device_context():
             saver.queue.schedule_async_request(request)
-    return final
 
 
 def _finish(run_dir: Path, step: int, state: dict[str, Any], keep: tuple[int, int | None]) -> None:
@@ -241,16 +240,13 @@ def _finish(run_dir: Path, step: int, state: dict[str, Any], keep: tuple[int, in
     torch.distributed.barrier()
 
 
-def prune(run_dir: Path, keep_last: int, keep_every: int | None) -> list[Path]:
+def prune(run_dir: Path, keep_last: int, keep_every: int | None) -> None:
     """Delete checkpoints that are neither among the last `keep_last` nor a multiple of K."""
     found = list_checkpoints(run_dir)
     keep = {step for step, _ in found[-keep_last:]}
-    removed = []
     for step, path in found:
         if step not in keep and not (keep_every and step % keep_every == 0):
             shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
 
 
 def load(path: Path, model: list[Any], optimizer: Any | None, prefix: str = "") -> dict[str, Any]:

@@ -88,7 +88,7 @@ def _ends_mid_line(path: Path) -> bool:
         return handle.read(1) != b"\n"
 
 
-def plot_loss(metrics_path: Path, out: Path) -> Path:
+def plot_loss(metrics_path: Path, out: Path) -> None:
     """Loss vs step (the last record per step wins, so rolled-back steps show their replay)."""
     import matplotlib
 
@@ -121,7 +121,6 @@ def plot_loss(metrics_path: Path, out: Path) -> Path:
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)
-    return out
 
 
 class Throughput(Callback):
