@@ -8,7 +8,7 @@ producer or partition (`Runner`; data_pipeline.dedup.tasks holds what each task 
 2. buckets: per key partition, candidate pairs of each band bucket (+ exact-duplicate edges)
 3. verify: candidates join u's signed row (partition of u), then v's (partition of v), where
    the pairs whose estimate is within noise of the threshold are checked against the shingles
-   (data_pipeline.dedup.verify)
+   (tasks.attach_u, tasks.verify_v)
 4. components: alternating large-star / small-star steps over edge partitions until the edge set
    stops changing (data_pipeline.dedup.components)
 5. labels: per vertex partition, each document's root; keep: per root partition, the kept
@@ -23,13 +23,14 @@ wait has a timeout that fails with a message instead of hanging.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from data_pipeline import throughput
-from data_pipeline.dedup import budget, exchange, tasks, verify
+from data_pipeline.dedup import budget, exchange, tasks
 from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats
@@ -74,7 +75,9 @@ def dedup_parts(
     tags = aggregate(run, maps, config, partitions, steps)
     steps.close()
     run.sweep()  # what the steps let go is deleted, and the disk peak recorded
-    _remove_steps(folder, keep="-keep")  # only the tags' files are read after this (the joins)
+    for step in folder.iterdir():  # only the tags' files are read after this (the joins)
+        if not step.name.endswith("-keep"):
+            remove_tree(step)
     stats = stats_of(run, partitions)
     stats.extra["plan"] = {"partitions": partitions, "worker_memory_mb": worker_memory_mb}
     stats.extra["exchange"] = run.scratch.summary()
@@ -89,13 +92,6 @@ def dedup_parts(
         save_index(config.index.save_to, tagged, config, tagged=True)
     stage.cost, stage.timeline = run.cost(), run.timeline
     return joins, stats
-
-
-def _remove_steps(folder: OutPath, keep: str) -> None:
-    """Remove the exchange files of every step but those whose name ends with `keep`."""
-    for step in folder.iterdir():
-        if not step.name.endswith(keep):
-            remove_tree(step)
 
 
 def _exchange_folder(parts: Sequence[MapOutput]) -> OutPath:
@@ -254,11 +250,11 @@ def _verify(run: Runner, cands: list, docs: list, config: DedupConfig, partition
     producers = [
         (config, partitions, len(cands[q]), *cands[q], *docs[q]) for q in range(partitions)
     ]
-    (joined,), rests = run.scatter("verify-u", verify.attach_u, 1, 1, partitions, producers)
+    (joined,), rests = run.scatter("verify-u", tasks.attach_u, 1, 1, partitions, producers)
     run.get([r[-1] for r in rests], "verify-u")
     run.release(cands, lineage=False)
     outs = [
-        run.launch(verify.verify_v, 2, config, len(joined[q]), *joined[q], *docs[q])
+        run.launch(tasks.verify_v, 2, config, len(joined[q]), *joined[q], *docs[q])
         for q in range(partitions)
     ]
     run.get([o[-1] for o in outs], "verify-v")
@@ -308,18 +304,7 @@ def _keep(run: Runner, roots: list, docs: list, partitions: int) -> list[list]:
 def stats_of(run: Runner, partitions: int) -> DedupStats:
     merged = {step: throughput.merge_reports(infos) for step, infos in run.infos.items()}
     total = throughput.merge_reports(list(merged.values()))
-    names = (
-        "documents",
-        "empty",
-        "tiny",
-        "cjk",
-        "exact_duplicates",
-        "candidate_pairs",
-        "verified_pairs",
-        "clusters",
-        "dropped",
-        "index_matches",
-    )
+    names = [f.name for f in dataclasses.fields(DedupStats) if f.name != "extra"]
     counts: dict[str, Any] = {name: int(total.get(name, 0)) for name in names}
     stats = DedupStats(**counts)
     rounds = len(run.infos.get("small-star", [])) // partitions

@@ -21,13 +21,6 @@ from data_pipeline.dedup.minhash import batch_shingles, fold32, jaccard_estimate
 from data_pipeline.dedup.text import exact_hashes, hash_strings
 
 
-def vertex_ids(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """int64 vertex of each document id (a 64-bit hash of the id string)."""
-    if isinstance(ids, pa.ChunkedArray):
-        ids = ids.combine_chunks() if ids.num_chunks else pa.array([], pa.string())
-    return hash_strings(ids).view(np.int64)
-
-
 @dataclass
 class DedupStats:
     """Counts a run reports (and the stage's manifest entry records)."""
@@ -77,22 +70,20 @@ def signature_table(table: pa.Table, config: DedupConfig) -> tuple[pa.Table, Ded
     )
     result = pa.table(
         {
-            "vertex": vertex_ids(table.column("id")),
+            "vertex": hash_strings(table.column("id")).view(np.int64),
             "id": table.column("id").cast(pa.string()),
             "quality": quality,
             "exact_hash": pa.array(hexes, pa.string()),
             "exact_key": np.array([int(h[:16], 16) for h in hexes], dtype=np.uint64),
             "sig": sig_array,
             "shingled": has_shingles(signatures),
-            "shingles": _as_lists(shingles, offsets),
+            "shingles": pa.ListArray.from_arrays(
+                pa.array(offsets, pa.int32()), pa.array(fold32(shingles))
+            ),
         }
     )
     stats = DedupStats(documents=len(table), empty=counts.empty, tiny=counts.tiny, cjk=counts.cjk)
     return result, stats
-
-
-def _as_lists(shingles: np.ndarray, offsets: np.ndarray) -> pa.ListArray:
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(fold32(shingles)))
 
 
 def hash_batches(

@@ -143,23 +143,18 @@ def _match_keys(new_keys: np.ndarray, new_vertices: np.ndarray, old: pa.Table | 
 
 
 def _candidates(index_dir: Path, sigs: pa.Table, config: DedupConfig, partitions: int):
-    keys, vertices = band_rows(sigs, config)
-    exact_keys = np.asarray(sigs.column("exact_key"))
-    all_vertices = np.asarray(sigs.column("vertex"))
-    near, exact = ([], []), ([], [])
-    for part in range(partitions):
-        mask = part_of(keys, partitions) == part
-        for side, got in zip(
-            near, _match_keys(keys[mask], vertices[mask], _read_part(index_dir, "bands", part))
-        ):
-            side.append(got)
-        mask = part_of(exact_keys, partitions) == part
-        for side, got in zip(
-            exact,
-            _match_keys(exact_keys[mask], all_vertices[mask], _read_part(index_dir, "exact", part)),
-        ):
-            side.append(got)
-    return [tuple(np.concatenate(side) for side in pair) for pair in (near, exact)]
+    """((new, old) near candidates, (new, old) exact ones): the keys of `sigs` found in the
+    index's band and exact parts, read one partition at a time."""
+    exact = (np.asarray(sigs.column("exact_key")), np.asarray(sigs.column("vertex")))
+    found = []
+    for name, (keys, vertices) in (("bands", band_rows(sigs, config)), ("exact", exact)):
+        parts = part_of(keys, partitions)
+        pairs = [
+            _match_keys(keys[parts == p], vertices[parts == p], _read_part(index_dir, name, p))
+            for p in range(partitions)
+        ]
+        found.append(tuple(np.concatenate(side) for side in zip(*pairs, strict=True)))
+    return found
 
 
 def query(index_dir: str | os.PathLike, table: pa.Table) -> pa.Table:

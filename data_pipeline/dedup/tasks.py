@@ -23,8 +23,10 @@ from data_pipeline.dedup.core import (
     keep_and_size,
     part_of,
     signature_table,
+    signatures_of,
+    verify_pairs,
 )
-from data_pipeline.dedup.lsh import candidate_edges
+from data_pipeline.dedup.lsh import candidate_edges, unique_edges
 from data_pipeline.stagekit import append_columns
 from data_pipeline.throughput import peak_rss_mb
 
@@ -183,6 +185,51 @@ def bucket_edges(config: DedupConfig, partitions: int, num_bands: int, *pieces: 
         *scatter(edges_table(near_u, near_v), near_u, partitions),
         edges_table(exact_u, exact_v),
         info,
+    ]
+
+
+# Verification: a candidate pair (u, v) first joins u's signed row (signature and shingles) in
+# u's vertex partition (`attach_u`), then v's in v's (`verify_v`), which keeps the pairs
+# core.verify_pairs keeps.
+
+
+def attach_u(config: DedupConfig, partitions: int, num_cands: int, *pieces: pa.Table) -> list:
+    """Vertex partition q: give each candidate (u, v) with u in q the signed row of u (every
+    column but the vertex, suffixed `_u`), split by v."""
+    cands = concat(pieces[:num_cands], EDGE_SCHEMA)
+    docs = concat(pieces[num_cands:])
+    if cands.num_rows:  # a pair can collide in several bands that live in different partitions
+        u, v = unique_edges(np.asarray(cands.column("u")), np.asarray(cands.column("v")))
+        cands = edges_table(u, v)
+    u = np.asarray(cands.column("u"))
+    at = pa.array(lookup(docs, u), pa.int64())
+    table = cands
+    for name in docs.column_names:
+        if name != "vertex":
+            table = table.append_column(f"{name}_u", docs.column(name).take(at))
+    return [
+        *scatter(table, np.asarray(cands.column("v")), partitions),
+        {"candidate_pairs": len(u), "peak_rss_mb": peak_rss_mb()},
+    ]
+
+
+def verify_v(config: DedupConfig, num_cands: int, *pieces: pa.Table) -> list:
+    """Vertex partition q: verify candidates (u, v) with v in q from the shingles in the signed
+    rows (or by the signature alone, `verify: signature`); returns the kept edges."""
+    cands = concat(pieces[:num_cands])
+    docs = concat(pieces[num_cands:])
+    if not cands.num_rows:
+        return [EDGE_SCHEMA.empty_table(), {"verified_pairs": 0, "peak_rss_mb": peak_rss_mb()}]
+    v = np.asarray(cands.column("v"))
+    at = lookup(docs, v)
+    sig_v = signatures_of(docs.column("sig"), config.num_perm)[at]
+    sig_u = signatures_of(cands.column("sig_u"), config.num_perm)
+    shingles_u, shingles_v = cands.column("shingles_u"), docs.column("shingles").take(at)
+    ok, _ = verify_pairs(sig_u, sig_v, shingles_u, shingles_v, config)
+    u = np.asarray(cands.column("u"))
+    return [
+        edges_table(u[ok], v[ok]),
+        {"verified_pairs": int(ok.sum()), "peak_rss_mb": peak_rss_mb()},
     ]
 
 

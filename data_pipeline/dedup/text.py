@@ -65,7 +65,7 @@ def exact_hashes(texts: pa.Array | pa.ChunkedArray) -> list[str]:
     return [xxhash.xxh3_128_hexdigest(t) for t in normalize_exact(texts).to_pylist()]
 
 
-def hash_strings(values: pa.Array) -> np.ndarray:
+def hash_strings(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """uint64 hash of each string of a (large_)string array, computed without a per-string loop."""
     values = _as_string_array(values)
     if values.type == pa.string():

@@ -49,9 +49,6 @@ class DedupStage(GlobalStage):
         assert isinstance(self.config, DedupConfig)
         return self.config
 
-    def _budget(self) -> int:
-        return int(self.context.get("worker_memory_mb", DEFAULT_WORKER_MEMORY_MB))
-
     def models(self) -> dict[str, Path]:
         against = self.dedup_config.index.against
         return {"index.against": Path(against)} if against else {}
@@ -72,7 +69,8 @@ class DedupStage(GlobalStage):
     def aggregate(self, parts: Sequence[MapOutput]) -> list[tuple[Any, ...]]:
         from data_pipeline.dedup.aggregate import dedup_parts
 
-        joins, self.stats = dedup_parts(parts, self.dedup_config, self, self._budget())
+        budget = int(self.context.get("worker_memory_mb", DEFAULT_WORKER_MEMORY_MB))
+        joins, self.stats = dedup_parts(parts, self.dedup_config, self, budget)
         return joins
 
     def join_part(

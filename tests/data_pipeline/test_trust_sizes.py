@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data_pipeline.dedup import tasks, verify
+from data_pipeline.dedup import tasks
 from data_pipeline.dedup.config import DedupConfig
 from pretrain_app.cli import main
 
@@ -105,8 +105,8 @@ def test_every_dedup_step_accepts_a_partition_without_documents() -> None:
     for p in range(partitions):
         buckets = tasks.bucket_edges(config, partitions, 1, bands[p], exact[p])
         edges.append(buckets[partitions])
-        attached = verify.attach_u(config, partitions, 1, buckets[p], signed[p])
-        edges.append(verify.verify_v(config, 1, attached[p], signed[p])[0])
+        attached = tasks.attach_u(config, partitions, 1, buckets[p], signed[p])
+        edges.append(tasks.verify_v(config, 1, attached[p], signed[p])[0])
     labelled = [tasks.label_docs(partitions, 0, docs[q]) for q in range(partitions)]
     kept = [
         tasks.keep_clusters(partitions, *[labelled[q][r] for q in range(partitions)])
