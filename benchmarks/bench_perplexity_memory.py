@@ -28,7 +28,7 @@ from pathlib import Path
 
 from benchmarks import bench_minhash, bench_perplexity
 from benchmarks.common import add_corpus_argument, corpus_dir, write_result
-from data_pipeline.models.quantiles import LogHistogramSketch
+from data_pipeline.stages.perplexity import LogHistogramSketch
 
 SCALES = (1, 4, 16)
 
@@ -43,7 +43,7 @@ def child(lm_dir: str, docs: int, part_docs: int, corpus: str) -> dict:
     """One worker's view: model load, then every part mapped, aggregated and joined."""
     import pyarrow as pa
 
-    from data_pipeline.stages.perplexity import PerplexityStage, _add_sparse, _sparse
+    from data_pipeline.stages.perplexity import PerplexityStage
 
     bench_minhash.CORPUS = Path(corpus)
     texts = bench_minhash.make_docs(docs)
@@ -60,11 +60,11 @@ def child(lm_dir: str, docs: int, part_docs: int, corpus: str) -> dict:
             {"id": [str(i) for i in range(len(chunk))], "text": chunk, "lang": ["en"] * len(chunk)}
         )
         outputs, _ = stage.map_part(rows)
-        _add_sparse(sketch, outputs["sketch"])
+        sketch.add_table(outputs["sketch"])
         parts.append(outputs["perplexity"])
         peak = max(peak, _rss_mb())
     cutoffs = stage.set_cutoffs(sketch)
-    merged = _sparse(sketch)
+    merged = sketch.table()
     return {
         "documents": docs,
         "parts": len(parts),

@@ -4,8 +4,8 @@
    per line with the same normalisation the model was trained with; a document's perplexity is
    10^(-sum log10 p / tokens), tokens counting each line's </s>. Languages without a model, and
    documents with no text, get perplexity null and `ppl_bucket` "none" (tagged, not failed).
-2. aggregate: per-language mergeable log-histogram sketches (`models/quantiles.py`), computed per
-   part (or block) by the workers and merged in the driver (bounded: languages x bins).
+2. aggregate: per-language mergeable log-histogram sketches (`LogHistogramSketch`), computed per
+   part by the workers and merged in the driver (bounded: languages x bins).
 3. join back: cutoffs at `percentiles` (default 30 / 60, as CCNet) per language; perplexity <= p30
    is `head`, <= p60 `middle`, above `tail`. Cutoffs ({lang: [p30, p60]}) are in `self.cutoffs`
    and in its section of the shards manifest (`sections.perplexity.ppl_cutoffs`,
@@ -34,7 +34,6 @@ from pydantic import Field, field_validator
 from data_pipeline.dedup.budget import BudgetError
 from data_pipeline.models.kenlm_train import document_perplexity, load_lm_info
 from data_pipeline.models.normalization import NORMALIZATION
-from data_pipeline.models.quantiles import LogHistogramSketch
 from data_pipeline.stages.base import (
     GlobalStage,
     MapOutput,
@@ -53,6 +52,77 @@ MODEL_RESIDENT_FACTOR = 1.0
 order-5 model: same benchmark)."""
 _LOADED: dict[tuple[str, str], Any] = {}
 """(ARPA path, sha256) -> kenlm.Model, per worker process: each model loads once per worker."""
+
+
+class LogHistogramSketch:
+    """A mergeable quantile sketch: per key (language), a fixed-bin histogram of log10(value).
+
+    1,000 bins per decade over 10^0 .. 10^8 by default: a bin is 0.23% wide, so a quantile is
+    exact to within 0.23% of its value. Partial sketches merge by adding counts, so the result is
+    the same for any partitioning, worker count or merge order (unlike t-digest or KLL, whose
+    answers depend on arrival order); memory is keys x bins (64 KB per language), whatever the
+    corpus size."""
+
+    def __init__(
+        self, bins_per_decade: int = 1000, low_decade: int = 0, high_decade: int = 8
+    ) -> None:
+        self.bins_per_decade = bins_per_decade
+        self.low = low_decade
+        self.num_bins = (high_decade - low_decade) * bins_per_decade
+        self.counts: dict[str, np.ndarray] = {}
+
+    def add(self, key: str, values: np.ndarray) -> None:
+        """Count `values` (values outside the range go to the end bins; non-finite ones nowhere)."""
+        values = np.asarray(values, dtype=np.float64)
+        values = values[np.isfinite(values)]
+        if not len(values):
+            return
+        logs = np.log10(np.maximum(values, 1e-300))
+        index = np.floor((logs - self.low) * self.bins_per_decade).astype(np.int64)
+        counts = np.bincount(np.clip(index, 0, self.num_bins - 1), minlength=self.num_bins)
+        self.add_counts(key, np.flatnonzero(counts), counts[counts > 0])
+
+    def add_counts(self, key: str, bins: np.ndarray, counts: np.ndarray) -> None:
+        """Add sparse (bin, count) pairs."""
+        target = self.counts.setdefault(key, np.zeros(self.num_bins, dtype=np.int64))
+        np.add.at(target, np.asarray(bins, dtype=np.int64), np.asarray(counts, dtype=np.int64))
+
+    def table(self) -> pa.Table:
+        """(lang, bin, count) of every non-empty bin: a part's persisted sketch."""
+        rows = [
+            (key, int(b), int(counts[b]))
+            for key, counts in sorted(self.counts.items())
+            for b in np.flatnonzero(counts)
+        ]
+        return pa.table(
+            {
+                "lang": pa.array([r[0] for r in rows], type=pa.string()),
+                "bin": pa.array([r[1] for r in rows], type=pa.int64()),
+                "count": pa.array([r[2] for r in rows], type=pa.int64()),
+            }
+        )
+
+    def add_table(self, table: pa.Table) -> None:
+        """Merge a `table()` of another sketch into this one."""
+        for lang in sorted(set(table.column("lang").to_pylist())):
+            rows = table.filter(pc.equal(table.column("lang"), lang))
+            self.add_counts(lang, rows.column("bin").to_numpy(), rows.column("count").to_numpy())
+
+    def total(self, key: str) -> int:
+        return int(self.counts[key].sum()) if key in self.counts else 0
+
+    def quantile(self, key: str, q: float) -> float | None:
+        """Value at quantile q in [0, 1], interpolated geometrically inside its bin."""
+        counts = self.counts.get(key)
+        if counts is None or not counts.sum():
+            return None
+        cumulative = np.cumsum(counts)
+        rank = q * cumulative[-1]
+        index = min(int(np.searchsorted(cumulative, rank, side="left")), self.num_bins - 1)
+        before = cumulative[index - 1] if index else 0
+        inside = (rank - before) / counts[index] if counts[index] else 0.0
+        log_value = self.low + (index + min(max(inside, 0.0), 1.0)) / self.bins_per_decade
+        return float(10**log_value)
 
 
 class PerplexityConfig(StageConfig):
@@ -278,13 +348,13 @@ class PerplexityStage(GlobalStage):
         scored = self.score(rows)
         return {
             "perplexity": scored.select(["perplexity"]),
-            "sketch": _sparse(self.sketch_of(scored)),
+            "sketch": self.sketch_of(scored).table(),
         }, {}
 
     def aggregate(self, parts: Sequence[MapOutput]) -> list[tuple[Any, ...]]:
         sketch = self.new_sketch()
         for part in parts:
-            _add_sparse(sketch, pq.read_table(part.files["sketch"]))
+            sketch.add_table(pq.read_table(part.files["sketch"]))
         cutoffs = self.set_cutoffs(sketch)
         return [(cutoffs,)] * len(parts)
 
@@ -298,20 +368,3 @@ class PerplexityStage(GlobalStage):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "scored_documents": self.counts}
-
-
-def _sparse(sketch: LogHistogramSketch) -> pa.Table:
-    rows = sketch.sparse()
-    return pa.table(
-        {
-            "lang": pa.array([r[0] for r in rows], type=pa.string()),
-            "bin": pa.array([r[1] for r in rows], type=pa.int64()),
-            "count": pa.array([r[2] for r in rows], type=pa.int64()),
-        }
-    )
-
-
-def _add_sparse(sketch: LogHistogramSketch, table: pa.Table) -> None:
-    for lang in sorted(set(table.column("lang").to_pylist())):
-        rows = table.filter(pc.equal(table.column("lang"), lang))
-        sketch.add_counts(lang, rows.column("bin").to_numpy(), rows.column("count").to_numpy())
