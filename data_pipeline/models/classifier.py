@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from data_pipeline.models.fasttext_file import LABEL_PREFIX
 from data_pipeline.models.normalization import NORMALIZATION, classifier_line
 from data_pipeline.models.records import RecordSource, field_value, is_heldout, iter_records
 from pretrain.artifacts import model as model_kind
@@ -29,9 +30,6 @@ from pretrain.output_check import require_new_output, temporary_file
 from pretrain.progress import Progress
 from pretrain.publish import publishing
 from pretrain.storage import write_json
-
-KIND = "fasttext-model"
-LABEL_PREFIX = "__label__"
 
 
 class ClassifierInput(RecordSource):
@@ -159,14 +157,6 @@ def split_examples(
     return train, heldout
 
 
-def _train_file(train: list[tuple[str, str]], workdir: Path) -> Path:
-    train_file = workdir / "train.txt"
-    with open(train_file, "w", encoding="utf-8") as handle:
-        for label, line in train:
-            handle.write(f"{LABEL_PREFIX}{label} {line}\n")
-    return train_file
-
-
 def _train_in_child(
     train_file: str, params: dict[str, Any], quantize: bool, out_file: str, errors: Any
 ) -> None:
@@ -207,7 +197,10 @@ def _fit(
     writing a model where the re-run writes its own."""
     import multiprocessing
 
-    train_file = _train_file(train, workdir)
+    train_file = workdir / "train.txt"
+    with open(train_file, "w", encoding="utf-8") as handle:
+        for label, line in train:
+            handle.write(f"{LABEL_PREFIX}{label} {line}\n")
     saved = workdir / model_file.name
     context = multiprocessing.get_context("spawn")
     errors = context.Queue()
@@ -342,7 +335,7 @@ def _write_artifact(config: ClassifierConfig, model_file: Path, stats: dict[str,
 
 def load_model_info(directory: str | Path) -> dict[str, Any]:
     """`model.json` of a verified `fasttext-model` artifact (raises ArtifactError otherwise)."""
-    return model_kind.open(directory, KIND).info
+    return model_kind.open(directory, model_kind.FASTTEXT_KIND).info
 
 
 def plot_confusion(metrics: dict[str, Any], labels: list[str], path: Path, title: str) -> None:

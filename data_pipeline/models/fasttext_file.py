@@ -18,6 +18,8 @@ from typing import Any
 
 from pretrain.errors import ArtifactError
 
+LABEL_PREFIX = "__label__"
+"""What fastText puts before every label (training lines, predictions)."""
 MAGIC = 793712314
 """FASTTEXT_FILEFORMAT_MAGIC_INT32."""
 VERSIONS = (11, 12)

@@ -33,7 +33,6 @@ from pretrain.progress import Progress
 from pretrain.publish import publishing
 from pretrain.storage import write_json
 
-KIND = "kenlm-model"
 MIN_HELDOUT = 20
 """Held-out documents wanted when the token cap stops reading early."""
 
@@ -199,8 +198,3 @@ def _train_language(lang: str, config: LanguageModelConfig, files: Path) -> dict
         "heldout_perplexity": _heldout_perplexity(arpa, heldout),
         **stats,
     }
-
-
-def load_lm_info(directory: str | Path) -> dict[str, Any]:
-    """`model.json` of a verified `kenlm-model` artifact (raises ArtifactError otherwise)."""
-    return model_kind.open(directory, KIND).info

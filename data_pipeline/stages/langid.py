@@ -11,11 +11,9 @@ from typing import ClassVar
 import pyarrow as pa
 from pydantic import Field
 
-from data_pipeline.models.fasttext_file import check_fasttext_file, load_fasttext
+from data_pipeline.models.fasttext_file import LABEL_PREFIX, check_fasttext_file, load_fasttext
 from data_pipeline.stages.base import Stage, StageConfig
 from pretrain.errors import ConfigError
-
-_LABEL = "__label__"
 
 
 class LangIdConfig(StageConfig):
@@ -62,7 +60,6 @@ class LangIdStage(Stage):
         pa.field("langid_reason", pa.string()),
     )
     tags: ClassVar[tuple[str, ...]] = ("lang",)
-    version: ClassVar[int] = 1
     Config: ClassVar[type[StageConfig]] = LangIdConfig
 
     def check(self) -> None:
@@ -79,7 +76,7 @@ class LangIdStage(Stage):
         if not texts:
             return [], []
         labels, scores = self._model.predict(texts, k=1)
-        langs = [label[0].removeprefix(_LABEL) if label else "unknown" for label in labels]
+        langs = [label[0].removeprefix(LABEL_PREFIX) if label else "unknown" for label in labels]
         return langs, [float(min(max(s[0], 0.0), 1.0)) if len(s) else 0.0 for s in scores]
 
     def __call__(self, batch: pa.Table) -> pa.Table:

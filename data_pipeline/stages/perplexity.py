@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from pydantic import Field, field_validator
 
 from data_pipeline.dedup.budget import BudgetError
-from data_pipeline.models.kenlm_train import document_perplexity, load_lm_info
+from data_pipeline.models.kenlm_train import document_perplexity
 from data_pipeline.models.normalization import NORMALIZATION
 from data_pipeline.stages.base import (
     GlobalStage,
@@ -40,6 +40,7 @@ from data_pipeline.stages.base import (
     StageConfig,
     StageSection,
 )
+from pretrain.artifacts import model as model_kind
 from pretrain.errors import ArtifactError, ConfigError, SchemaError
 
 WORKER_BASE_MB = 300
@@ -177,7 +178,6 @@ class PerplexityStage(GlobalStage):
     )
     tags = ("perplexity", "ppl_bucket")
     Section = PerplexitySection
-    version = 1
     Config = PerplexityConfig
     join_reads = ("perplexity",)
 
@@ -197,7 +197,7 @@ class PerplexityStage(GlobalStage):
                 "the path"
             )
         if key not in self._infos:
-            self._infos[key] = load_lm_info(directory)
+            self._infos[key] = model_kind.open(directory, model_kind.KENLM_KIND).info
         return self._infos[key]
 
     # --- models -------------------------------------------------------------------------------
@@ -224,8 +224,15 @@ class PerplexityStage(GlobalStage):
         return chosen
 
     def check(self) -> None:
-        self.artifacts()
-        self.check_budget()
+        self.artifacts()  # refuses missing models, then a `ray.worker_memory_mb` they cannot fit
+        budget = self.context.get("worker_memory_mb")
+        need = self.worker_memory_mb()
+        if budget is not None and need > budget:
+            raise BudgetError(
+                f"stages.perplexity: its KenLM models need ~{need:.0f} MB per worker, more than "
+                f"ray.worker_memory_mb={budget}; raise the budget to at least {need:.0f} or "
+                "prune the models (`pretrain data train-lm` with prune_singletons_from)"
+            )
 
     def worker_memory_mb(self) -> float:
         """What one scoring worker needs: its base plus every model it loads. Neither grows with
@@ -236,17 +243,6 @@ class PerplexityStage(GlobalStage):
             for lang, directory in self.artifacts().items()
         )
         return WORKER_BASE_MB + MODEL_RESIDENT_FACTOR * arpa / 2**20
-
-    def check_budget(self) -> None:
-        """Refuse, before any work, a `ray.worker_memory_mb` the models cannot fit."""
-        budget = self.context.get("worker_memory_mb")
-        need = self.worker_memory_mb()
-        if budget is not None and need > budget:
-            raise BudgetError(
-                f"stages.perplexity: its KenLM models need ~{need:.0f} MB per worker, more than "
-                f"ray.worker_memory_mb={budget}; raise the budget to at least {need:.0f} or "
-                "prune the models (`pretrain data train-lm` with prune_singletons_from)"
-            )
 
     def models(self) -> dict[str, Path]:
         config = self.config
