@@ -82,14 +82,17 @@ def dedup_parts(
     stats.extra["plan"] = {"partitions": partitions, "worker_memory_mb": worker_memory_mb}
     stats.extra["exchange"] = run.scratch.summary()
     joins = [tuple(tags[i % partitions]) for i in range(len(parts))]
-    if config.index.save_to:
-        from data_pipeline.dedup.index import save_index
+    if config.index.save_to:  # the map side's signatures, with the tags just found
+        import pyarrow.parquet as pq
 
-        tagged = (
-            ray.get(run.launch(tasks.attach_file, 1, part.rows, i, *joins[i])[0])
-            for i, part in enumerate(parts)
+        from data_pipeline.dedup.index import write_index
+
+        signed = ["vertex", "id", "sig", "shingles"]
+        docs = (
+            tasks.attach(pq.read_table(p.files["docs"], columns=signed), i, *joins[i])
+            for i, p in enumerate(parts)
         )
-        save_index(config.index.save_to, tagged, config, tagged=True)
+        write_index(config.index.save_to, docs, config)
     stage.cost, stage.timeline = run.cost(), run.timeline
     return joins, stats
 

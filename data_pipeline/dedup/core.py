@@ -51,8 +51,8 @@ def part_of(values: np.ndarray, partitions: int) -> np.ndarray:
 
 
 def signature_table(table: pa.Table, config: DedupConfig) -> tuple[pa.Table, DedupStats]:
-    """Per document: vertex, id, quality, exact_hash, exact_key, signature (fixed-size binary),
-    shingled, and shingles (the 32-bit shingle values, for exact verification; ~0.7 x the
+    """Per document: vertex, id, quality, exact_hash, exact_key, signature (fixed-size binary)
+    and shingles (the 32-bit shingle values, for exact verification; ~0.7 x the
     text's bytes)."""
     texts = table.column("text")
     langs = table.column("lang") if "lang" in table.column_names else None
@@ -74,9 +74,8 @@ def signature_table(table: pa.Table, config: DedupConfig) -> tuple[pa.Table, Ded
             "id": table.column("id").cast(pa.string()),
             "quality": quality,
             "exact_hash": pa.array(hexes, pa.string()),
-            "exact_key": np.array([int(h[:16], 16) for h in hexes], dtype=np.uint64),
+            "exact_key": exact_keys(hexes),
             "sig": sig_array,
-            "shingled": has_shingles(signatures),
             "shingles": pa.ListArray.from_arrays(
                 pa.array(offsets, pa.int32()), pa.array(fold32(shingles))
             ),
@@ -84,6 +83,11 @@ def signature_table(table: pa.Table, config: DedupConfig) -> tuple[pa.Table, Ded
     )
     stats = DedupStats(documents=len(table), empty=counts.empty, tiny=counts.tiny, cjk=counts.cjk)
     return result, stats
+
+
+def exact_keys(exact_hashes: list[str]) -> np.ndarray:
+    """The 64-bit key of each exact hash (its first 16 hex digits): what exact copies share."""
+    return np.array([int(h[:16], 16) for h in exact_hashes], dtype=np.uint64)
 
 
 def hash_batches(
@@ -121,8 +125,9 @@ def signatures_of(sig_column: pa.Array | pa.ChunkedArray, num_perm: int) -> np.n
 def band_rows(sigs: pa.Table, config: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
     """(band key, vertex) for every band of every document that has shingles."""
     bands, rows = config.band_rows
-    mask = np.asarray(sigs.column("shingled"), dtype=bool)
-    signatures = signatures_of(sigs.column("sig"), config.num_perm)[mask]
+    signatures = signatures_of(sigs.column("sig"), config.num_perm)
+    mask = has_shingles(signatures)
+    signatures = signatures[mask]
     keys = band_keys(signatures, bands, rows)
     vertices = np.asarray(sigs.column("vertex"))[mask]
     return keys.ravel(), np.repeat(vertices, bands)

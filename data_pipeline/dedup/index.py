@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import (
     band_rows,
+    exact_keys,
     part_of,
     signature_table,
     signatures_of,
@@ -67,35 +68,38 @@ def save_index(
     tables: Iterable[pa.Table],
     config: DedupConfig,
     partitions: int = 8,
-    tagged: bool = False,
 ) -> dict[str, Any]:
-    """Write a `dedup-index` artifact for the documents of `tables` (streamed one at a time).
+    """Write a `dedup-index` artifact for the documents (id, text, optional lang) of `tables`,
+    streamed one at a time, each document its own cluster (its vertex): decontamination
+    (evals.sets) reads only the matched id and Jaccard."""
+    signed = (signature_table(table, config)[0] for table in tables)
+    docs = (sigs.append_column("dup_cluster", sigs.column("vertex")) for sigs in signed)
+    return write_index(out_dir, docs, config, partitions)
 
-    `tagged=True` takes `dup_cluster` from the tables (the dedup stage's tags, `index.save_to`);
-    otherwise each document is its own cluster (its vertex): decontamination (evals.sets) reads
-    only the matched id and Jaccard.
-    """
+
+def write_index(
+    out_dir: str | os.PathLike, docs: Iterable[pa.Table], config: DedupConfig, partitions: int = 8
+) -> dict[str, Any]:
+    """Write a `dedup-index` artifact from signed documents (vertex, id, exact_hash, sig,
+    shingles, dup_cluster: the dedup stage's persisted map side and its tags, `index.save_to`,
+    or save_index's), streamed one table at a time."""
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     writers = {name: _PartWriters(root, name, partitions) for name in ("bands", "exact", "docs")}
     documents = 0
     try:
-        for table in tables:
-            sigs, _ = signature_table(table, config)
-            cluster = table.column("dup_cluster") if tagged else sigs.column("vertex")
-            keys, vertices = band_rows(sigs, config)
+        for table in docs:
+            keys, vertices = band_rows(table, config)
             writers["bands"].write(
                 pa.table({"key": keys, "vertex": vertices}), part_of(keys, partitions)
             )
-            exact_keys = np.asarray(sigs.column("exact_key"))
-            vertex = np.asarray(sigs.column("vertex"))
+            exact = exact_keys(table.column("exact_hash").to_pylist())
+            vertex = np.asarray(table.column("vertex"))
             writers["exact"].write(
-                pa.table({"key": exact_keys, "vertex": vertex}), part_of(exact_keys, partitions)
+                pa.table({"key": exact, "vertex": vertex}), part_of(exact, partitions)
             )
-            docs = sigs.select(["vertex", "id", "exact_hash", "sig", "shingles"]).append_column(
-                "dup_cluster", pa.array(np.asarray(cluster), pa.int64())
-            )
-            writers["docs"].write(docs, part_of(vertex, partitions))
+            columns = ["vertex", "id", "exact_hash", "sig", "shingles", "dup_cluster"]
+            writers["docs"].write(table.select(columns), part_of(vertex, partitions))
             documents += len(table)
     finally:
         for writer in writers.values():

@@ -365,11 +365,3 @@ def attach(block: pa.Table, block_index: int, *pieces: pa.Table) -> pa.Table:
         "dedup_reason": tags.column("dedup_reason"),
     }
     return append_columns(block, DEDUP_COLUMNS, columns)
-
-
-def attach_file(path: str, block_index: int, *pieces: pa.Table) -> pa.Table:
-    """attach() on a whole input part persisted at `path`."""
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(path)
-    return attach(table, block_index, *pieces)

@@ -172,8 +172,7 @@ def _persist(folder: Path, table: pa.Table, sizes: list[int], config: DedupConfi
 def _tag(ray, parts: list, config: DedupConfig) -> tuple[pa.Table, DedupStage]:
     stage = DedupStage(config)
     joins, stage.stats = dedup_parts(parts, config, stage)
-    attach = ray.remote(tasks.attach_file)
-    tagged = ray.get([attach.remote(p.rows, i, *joins[i]) for i, p in enumerate(parts)])
+    tagged = [tasks.attach(pq.read_table(p.rows), i, *joins[i]) for i, p in enumerate(parts)]
     return pa.concat_tables(tagged), stage
 
 
