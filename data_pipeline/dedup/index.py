@@ -114,14 +114,23 @@ def write_index(
     )
 
 
-def index_config(index_dir: str | os.PathLike) -> tuple[DedupConfig, int]:
-    """The settings an index was built with (verified against its manifest) and its partitions."""
+def index_config(
+    index_dir: str | os.PathLike, like: DedupConfig | None = None
+) -> tuple[DedupConfig, int]:
+    """The settings an index was built with (verified against its manifest) and its partitions;
+    refused when `like` is given and has other shingle or permutation settings."""
     info = index_kind.open(index_dir).fields.dedup
     config = DedupConfig(
         **{name: info[name] for name in _SETTINGS if name in info},
         bands=info["bands"],
         rows=info["rows"],
     )
+    mismatched = [n for n in _SETTINGS[:4] if like and getattr(config, n) != getattr(like, n)]
+    if mismatched:
+        raise ArtifactError(
+            f"index {index_dir} was built with different {', '.join(mismatched)}; "
+            "use the same dedup settings or rebuild the index"
+        )
     return config, int(info["partitions"])
 
 
@@ -161,12 +170,15 @@ def _candidates(index_dir: Path, sigs: pa.Table, config: DedupConfig, partitions
     return found
 
 
-def query(index_dir: str | os.PathLike, table: pa.Table) -> pa.Table:
+def query(
+    index_dir: str | os.PathLike, table: pa.Table, like: DedupConfig | None = None
+) -> pa.Table:
     """Best index match of each document of `table` (id, text, optional lang) at or above the
     index's threshold: table of (id, matched_id, matched_cluster, jaccard), one row per matched
-    document, sorted by id. Exact matches (same normalised text) have jaccard 1.0."""
+    document, sorted by id. Exact matches (same normalised text) have jaccard 1.0. `like`: the
+    settings the index must share (index_config)."""
     index_dir = Path(index_dir)
-    config, partitions = index_config(index_dir)
+    config, partitions = index_config(index_dir, like)
     sigs, _ = signature_table(table, config)
     (near_new, near_old), (exact_new, exact_old) = _candidates(index_dir, sigs, config, partitions)
     if len(near_new):
@@ -272,14 +284,3 @@ def _best_matches(pairs: pa.Table, sigs: pa.Table) -> pa.Table:
         }
     )
     return result.sort_by("id")
-
-
-def check_compatible(index_dir: str | os.PathLike, config: DedupConfig) -> None:
-    """Refuse an index built with other shingle or permutation settings than `config`."""
-    built_with, _ = index_config(index_dir)
-    mismatched = [n for n in _SETTINGS[:4] if getattr(built_with, n) != getattr(config, n)]
-    if mismatched:
-        raise ArtifactError(
-            f"index {index_dir} was built with different {', '.join(mismatched)}; "
-            "use the same dedup settings or rebuild the index"
-        )

@@ -149,10 +149,9 @@ def _index_matches(
     block: pa.Table, sigs: pa.Table, config: DedupConfig
 ) -> tuple[pa.Array, pa.Array]:
     """Per row: the cluster and the id of the indexed (earlier corpus's) document it copies."""
-    from data_pipeline.dedup.index import check_compatible, query
+    from data_pipeline.dedup.index import query
 
-    check_compatible(config.index.against, config)
-    matches = query(config.index.against, block)
+    matches = query(config.index.against, block, like=config)
     if not len(matches):
         return pa.nulls(len(block), pa.int64()), pa.nulls(len(block), pa.string())
     rows = pc.index_in(sigs.column("id"), value_set=matches.column("id"))

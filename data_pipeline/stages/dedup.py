@@ -56,9 +56,9 @@ class DedupStage(GlobalStage):
     def check(self) -> None:
         against = self.dedup_config.index.against
         if against:
-            from data_pipeline.dedup.index import check_compatible
+            from data_pipeline.dedup.index import index_config
 
-            check_compatible(against, self.dedup_config)
+            index_config(against, like=self.dedup_config)
 
     def map_part(self, rows: pa.Table) -> tuple[dict[str, pa.Table], dict[str, Any]]:
         from data_pipeline.dedup.tasks import map_tables

@@ -100,6 +100,7 @@ def _plugins() -> dict[str, type[Stage] | Unavailable]:
 def _check(classes: Iterable[type[Stage]]) -> None:
     names: dict[str, type[Stage]] = {}
     orders: dict[int, str] = {}
+    owners: dict[str, str] = {}
     for cls in classes:
         where = f"{cls.__module__}.{cls.__qualname__}"
         if cls.name in names:
@@ -122,6 +123,13 @@ def _check(classes: Iterable[type[Stage]]) -> None:
                 f"stage {cls.name!r} ({where}): tags {list(cls.tags)} must be distinct names "
                 f"among its columns {fields}"
             )
+        for name in fields:
+            if name in owners:
+                raise SchemaError(
+                    f"column {name!r} is declared by stages {owners[name]!r} and {cls.name!r}; "
+                    "each column belongs to one stage"
+                )
+            owners[name] = cls.name
 
 
 @functools.cache
@@ -131,15 +139,6 @@ def registry() -> dict[str, type[Stage] | Unavailable]:
     classes = [*_builtin(), *(c for c in plugins.values() if not isinstance(c, Unavailable))]
     _check(classes)
     taken = {c.name for c in classes}
-    columns: dict[str, tuple[str, pa.DataType]] = {}
-    for cls in classes:
-        for field in cls.columns:
-            if field.name in columns:
-                raise SchemaError(
-                    f"column {field.name!r} is declared by stages {columns[field.name][0]!r} "
-                    f"and {cls.name!r}; each column belongs to one stage"
-                )
-            columns[field.name] = (cls.name, field.type)
     ordered: dict[str, type[Stage] | Unavailable] = {
         c.name: c for c in sorted(classes, key=lambda c: c.order)
     }
