@@ -54,6 +54,7 @@ class Stage(ABC):
     version: ClassVar[int] = 1
     """Bump when the output changes for the same input."""
     Config: ClassVar[type[StageConfig]] = StageConfig
+    """The stage's config model; a stage also annotates `config: ItsConfig` (what __init__ sets)."""
     required: ClassVar[str] = ""
     """Non-empty: every job must run this stage, and this says why (a config without it is
     refused with this reason)."""

@@ -74,6 +74,7 @@ class _FastTextStage(Stage):
 
     task: ClassVar[str]
     Config = ClassifierStageConfig
+    config: ClassifierStageConfig
 
     def __init__(self, config: StageConfig | None = None, **context: Any) -> None:
         super().__init__(config, **context)
@@ -81,7 +82,7 @@ class _FastTextStage(Stage):
         self._info: dict[str, Any] = {}
 
     def model_dir(self) -> Path:
-        model = self.config.model  # type: ignore[attr-defined]
+        model = self.config.model
         if not model:
             raise ConfigError(
                 f"stages.{self.name}.model is not set; build a {self.task} classifier with "
@@ -97,7 +98,7 @@ class _FastTextStage(Stage):
         return Path(model)
 
     def models(self) -> dict[str, Path]:
-        model = self.config.model  # type: ignore[attr-defined]
+        model = self.config.model
         return {"model": Path(model)} if model else {}
 
     def setup(self) -> None:
@@ -152,9 +153,10 @@ class DomainStage(_FastTextStage):
     tags = ("domain",)
     task = "domain"
     Config = DomainStageConfig
+    config: DomainStageConfig
 
     def _from_field(self) -> str | None:
-        return getattr(self.config, "field", None)
+        return self.config.field
 
     def setup(self) -> None:
         if not self._from_field():
@@ -170,7 +172,7 @@ class DomainStage(_FastTextStage):
     def __call__(self, batch: pa.Table) -> pa.Table:
         field = self._from_field()
         if field:
-            values, unmapped = self.config.values, self.config.unmapped  # type: ignore[attr-defined]
+            values, unmapped = self.config.values, self.config.unmapped
             raw = field_values(batch, field)
             tags = [
                 None if v is None else values.get(v, v if unmapped is None else unmapped)

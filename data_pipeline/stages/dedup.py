@@ -38,39 +38,35 @@ class DedupStage(GlobalStage):
     tags: ClassVar[tuple[str, ...]] = ("dup_keep",)
     version: ClassVar[int] = 2
     Config: ClassVar[type[StageConfig]] = DedupConfig
+    config: DedupConfig
 
     def __init__(self, config: StageConfig | None = None, **context: Any) -> None:
         super().__init__(config, **context)
         self.stats = DedupStats()
         """Counts of the last aggregate (documents, empty, tiny, clusters, ...)."""
 
-    @property
-    def dedup_config(self) -> DedupConfig:
-        assert isinstance(self.config, DedupConfig)
-        return self.config
-
     def models(self) -> dict[str, Path]:
-        against = self.dedup_config.index.against
+        against = self.config.index.against
         return {"index.against": Path(against)} if against else {}
 
     def check(self) -> None:
-        against = self.dedup_config.index.against
+        against = self.config.index.against
         if against:
             from data_pipeline.dedup.index import index_config
 
-            index_config(against, like=self.dedup_config)
+            index_config(against, like=self.config)
 
     def map_part(self, rows: pa.Table) -> tuple[dict[str, pa.Table], dict[str, Any]]:
         from data_pipeline.dedup.tasks import map_tables
 
-        bands, exact, docs, info = map_tables(rows, self.dedup_config)
+        bands, exact, docs, info = map_tables(rows, self.config)
         return {"bands": bands, "exact": exact, "docs": docs}, info
 
     def aggregate(self, parts: Sequence[MapOutput]) -> list[tuple[Any, ...]]:
         from data_pipeline.dedup.aggregate import dedup_parts
 
         budget = int(self.context.get("worker_memory_mb", DEFAULT_WORKER_MEMORY_MB))
-        joins, self.stats = dedup_parts(parts, self.dedup_config, self, budget)
+        joins, self.stats = dedup_parts(parts, self.config, self, budget)
         return joins
 
     def join_part(
@@ -82,7 +78,7 @@ class DedupStage(GlobalStage):
 
     def describe(self) -> dict[str, Any]:
         described = super().describe()
-        bands, rows = self.dedup_config.band_rows
+        bands, rows = self.config.band_rows
         described["lsh"] = {"bands": bands, "rows": rows}
         described["stats"] = self.stats.as_dict()
         return described

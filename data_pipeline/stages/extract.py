@@ -161,15 +161,16 @@ class ExtractStage(Stage):
     required: ClassVar[str] = "it turns raw records into text for every other stage"
     version: ClassVar[int] = 2  # 2: control characters become a space instead of vanishing
     Config: ClassVar[type[StageConfig]] = ExtractConfig
+    config: ExtractConfig
 
     def setup(self) -> None:
-        config: ExtractConfig = self.config  # type: ignore[assignment]
+        config = self.config
         self._extract = DocumentWorker(
             extractor, config.extractor, config.favor_precision, seconds=config.timeout_s
         )
 
     def record_limit(self) -> int | None:
-        return self.config.max_input_bytes  # type: ignore[attr-defined]
+        return self.config.max_input_bytes
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         if not hasattr(self, "_extract"):
@@ -214,7 +215,7 @@ class ExtractStage(Stage):
         return cleaned
 
     def _from_text(self, text: str | None) -> tuple[str | None, str | None, str | None]:
-        config: ExtractConfig = self.config  # type: ignore[assignment]
+        config = self.config
         if text is None:
             return None, "missing_text", None
         if (
@@ -232,7 +233,7 @@ class ExtractStage(Stage):
         payload: bytes,
         content_type: str | None,
     ) -> tuple[str | None, str | None, str | None]:
-        config: ExtractConfig = self.config  # type: ignore[assignment]
+        config = self.config
         if content_type and content_type.split(";", 1)[0].strip().lower() == "text/plain":
             text = decode_html(payload, content_type)
             return self._from_text(text) if text is not None else (None, "undecodable", None)

@@ -61,15 +61,16 @@ class LangIdStage(Stage):
     )
     tags: ClassVar[tuple[str, ...]] = ("lang",)
     Config: ClassVar[type[StageConfig]] = LangIdConfig
+    config: LangIdConfig
 
     def check(self) -> None:
-        check_fasttext_file(model_path(self.config))  # type: ignore[arg-type]
+        check_fasttext_file(model_path(self.config))
 
     def models(self) -> dict[str, Path]:
-        return {"model": model_path(self.config)}  # type: ignore[arg-type]
+        return {"model": model_path(self.config)}
 
     def setup(self) -> None:
-        self._model = load_fasttext(model_path(self.config))  # type: ignore[arg-type]
+        self._model = load_fasttext(model_path(self.config))
 
     def predict(self, texts: list[str]) -> tuple[list[str], list[float]]:
         """Top label and probability for each (non-empty) text."""
@@ -82,7 +83,7 @@ class LangIdStage(Stage):
     def __call__(self, batch: pa.Table) -> pa.Table:
         if not hasattr(self, "_model"):
             self.setup()
-        config: LangIdConfig = self.config  # type: ignore[assignment]
+        config = self.config
         texts = batch.column("text").to_pylist()
         todo = [i for i, t in enumerate(texts) if t and t.strip()]
         snippets = [" ".join(texts[i][: config.max_chars].split()) for i in todo]

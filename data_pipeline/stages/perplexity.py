@@ -179,6 +179,7 @@ class PerplexityStage(GlobalStage):
     tags = ("perplexity", "ppl_bucket")
     Section = PerplexitySection
     Config = PerplexityConfig
+    config: PerplexityConfig
     join_reads = ("perplexity",)
 
     def __init__(self, config: StageConfig | None = None, **context: Any) -> None:
@@ -246,7 +247,6 @@ class PerplexityStage(GlobalStage):
 
     def models(self) -> dict[str, Path]:
         config = self.config
-        assert isinstance(config, PerplexityConfig)
         found = {"model": Path(config.model)} if config.model else {}
         for lang, directory in sorted(config.models.items()):
             found[f"models.{lang}"] = Path(directory)

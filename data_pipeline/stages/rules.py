@@ -179,13 +179,14 @@ class RulesStage(Stage):
     order: ClassVar[int] = 50
     columns: ClassVar[tuple[pa.Field, ...]] = RULES_COLUMNS
     Config: ClassVar[type[StageConfig]] = RulesConfig
+    config: RulesConfig
 
     def setup(self) -> None:
         self._tokenizer = make_tokenizer(self.config.word_tokenizer)
         self._worker = DocumentWorker(
             document_rules,
             self.config,
-            seconds=self.config.timeout_s,  # type: ignore[attr-defined]
+            seconds=self.config.timeout_s,
         )
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -218,7 +219,7 @@ class RulesStage(Stage):
         """All signals and `rules_reason` for one document (`lang`/`domain` None = unknown prose)."""
         if not hasattr(self, "_tokenizer"):
             self.setup()
-        config: RulesConfig = self.config  # type: ignore[assignment]
+        config = self.config
         cjk = config.script_aware and is_cjk(text, lang, config.cjk_languages)
         is_code = config.code_aware and domain is not None and domain in config.code.domains
         return document_signals(

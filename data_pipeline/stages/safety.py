@@ -270,9 +270,10 @@ class SafetyStage(Stage):
     tags: ClassVar[tuple[str, ...]] = ("url_blocked", "unsafe_score")
     version: ClassVar[int] = 3  # 3: phone numbers by libphonenumber, national formats by lang
     Config: ClassVar[type[StageConfig]] = SafetyConfig
+    config: SafetyConfig
 
     def setup(self) -> None:
-        config: SafetyConfig = self.config  # type: ignore[assignment]
+        config = self.config
         unknown = [k for k in config.pii_kinds if k not in pii.KINDS]
         if unknown:
             raise ConfigError(
@@ -312,7 +313,7 @@ class SafetyStage(Stage):
         when it ran) picks the national phone formats searched (pii.LANG_REGIONS)."""
         if not hasattr(self, "_blocklist"):
             self.setup()
-        config: SafetyConfig = self.config  # type: ignore[assignment]
+        config = self.config
         blocked = self._blocklist.reason(url) is not None
         score, categories = 0.0, []
         counts: dict[str, int] = {}
