@@ -31,6 +31,8 @@ from data_pipeline.stagekit import append_columns
 from data_pipeline.throughput import peak_rss_mb
 
 EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
+TAGS_SCHEMA = pa.schema([("block", pa.int64()), ("row", pa.int64()), *DEDUP_COLUMNS])
+"""keep_clusters' output: a document's part and row, then its dedup columns."""
 
 
 def scatter(table: pa.Table, key: np.ndarray, partitions: int) -> list[pa.Table]:
@@ -280,18 +282,7 @@ def keep_clusters(partitions: int, *pieces: pa.Table) -> list:
     are dropped whole and take the matched cluster's id. Split by block for the join back."""
     docs = concat(pieces)
     if not docs.num_rows:
-        empty = pa.table(
-            {
-                "block": pa.array([], pa.int64()),
-                "row": pa.array([], pa.int64()),
-                "exact_hash": pa.array([], pa.string()),
-                "dup_cluster": pa.array([], pa.int64()),
-                "dup_keep": pa.array([], pa.bool_()),
-                "dup_cluster_size": pa.array([], pa.int32()),
-                "dup_of": pa.array([], pa.string()),
-                "dedup_reason": pa.array([], pa.string()),
-            }
-        )
+        empty = TAGS_SCHEMA.empty_table()
         return [*(empty for _ in range(partitions)), {"peak_rss_mb": peak_rss_mb()}]
     cluster = np.asarray(docs.column("cluster"))
     keep, size = keep_and_size(cluster, docs.column("quality"), docs.column("id"))
@@ -314,7 +305,8 @@ def keep_clusters(partitions: int, *pieces: pa.Table) -> list:
             "dup_cluster_size": pa.array(size, pa.int32()),
             "dup_of": copies_of,
             "dedup_reason": pa.array(reason, pa.string()),
-        }
+        },
+        schema=TAGS_SCHEMA,
     )
     clusters = int(((size > 1) & keep).sum())
     return [
@@ -355,12 +347,5 @@ def attach(block: pa.Table, block_index: int, *pieces: pa.Table) -> pa.Table:
     tags = concat(pieces)
     tags = tags.filter(pc.equal(tags.column("block"), block_index)).sort_by("row")
     assert tags.num_rows == block.num_rows, (tags.num_rows, block.num_rows)
-    columns = {
-        "exact_hash": tags.column("exact_hash"),
-        "dup_cluster": tags.column("dup_cluster"),
-        "dup_keep": tags.column("dup_keep"),
-        "dup_cluster_size": tags.column("dup_cluster_size"),
-        "dup_of": tags.column("dup_of"),
-        "dedup_reason": tags.column("dedup_reason"),
-    }
+    columns = {field.name: tags.column(field.name) for field in DEDUP_COLUMNS}
     return append_columns(block, DEDUP_COLUMNS, columns)
