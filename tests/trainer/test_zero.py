@@ -1,6 +1,6 @@
-"""ZeRO stages in training (parallel.zero): stage 1 (megatron's distributed optimizer) trains the
-same losses as stage 0 (plain megatron DDP) on 2 gloo ranks, and killed and resumed trains bit for
-bit as uninterrupted; stages 2/3 (megatron_fsdp) need CUDA and are refused before any rank starts."""
+"""ZeRO stages in training (parallel.zero): stage 1 (megatron's distributed optimizer) on 2 gloo
+ranks trains the losses of one rank, as stage 0 (plain megatron DDP) does, and killed and resumed
+trains bit for bit as uninterrupted; stages 2/3 (megatron_fsdp) need CUDA and are refused before any rank starts."""
 
 from __future__ import annotations
 
@@ -30,13 +30,16 @@ def zero_1_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_zero_1_losses_equal_zero_0_on_two_ranks(tmp_path, zero_1_run):
-    run_ranks(tiny_config(tmp_path / "zero0", parallel={"gpus_per_node": 2}), 2, timeout_s=400)
-    runs = {0: losses(tmp_path / "zero0"), 1: losses(zero_1_run)}
-    assert sorted(runs[0]) == list(range(1, 7))
-    assert runs[0][6] < runs[0][1] - 0.05, runs[0]
-    for step, loss in runs[0].items():
-        assert runs[1][step] == pytest.approx(loss, rel=1e-5, abs=1e-5), (step, runs)
+def test_zero_1_losses_equal_one_ranks(zero_1_run, reference_run):
+    """The distributed optimizer trains the math of one rank (the same global batch), as plain
+    data parallel does (tests/trainer/test_resume_guard.py: 2 ranks of stage 0 against the same
+    reference, the same tolerance for the reduction order)."""
+    _, one_rank = reference_run
+    zero_1 = losses(zero_1_run)
+    assert sorted(zero_1) == sorted(one_rank) == list(range(1, 7))
+    assert zero_1[6] < zero_1[1] - 0.05, zero_1
+    for step, loss in one_rank.items():
+        assert zero_1[step] == pytest.approx(loss, rel=1e-4, abs=1e-4), (step, zero_1, one_rank)
 
 
 @pytest.mark.slow
