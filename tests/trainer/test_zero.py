@@ -1,6 +1,7 @@
 """ZeRO stages in training (parallel.zero): stage 1 (megatron's distributed optimizer) on 2 gloo
 ranks trains the losses of one rank, as stage 0 (plain megatron DDP) does, and killed and resumed
-trains bit for bit as uninterrupted; stages 2/3 (megatron_fsdp) need CUDA and are refused before any rank starts."""
+trains bit for bit as uninterrupted; stages 2/3 (megatron_fsdp) need CUDA and are refused before
+any rank starts."""
 
 from __future__ import annotations
 
