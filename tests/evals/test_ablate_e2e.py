@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -50,8 +51,8 @@ def _full_mixture(chain: dict[str, Path], source: Path, out: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)
-def test_ablate_real_proxies_then_gate(chain, tmp_path, capsys):
+@pytest.mark.timeout(1800)
+def test_ablate_real_proxies_then_gate_and_refuse_an_unhealthy_rerun(chain, tmp_path, capsys):
     config = _ablation_config(chain, tmp_path)
     assert main(["ablate", str(config)]) == 0
     report_dir = tmp_path / "ablation"
@@ -118,6 +119,9 @@ def test_ablate_real_proxies_then_gate(chain, tmp_path, capsys):
     with pytest.raises(GateRefused, match="recipe mismatch"):
         check_gate({**train, "data": {"mixture_dir": str(other_mix)}})
 
+    # The same sweep, one run of it now unhealthy (a test of its own would train all 4 again).
+    _rerun_one_unhealthy(chain, tmp_path)
+
 
 FORCED_ROLLBACKS = {
     # a guard that trips on any rise of loss or grad norm: the run keeps rolling back to its only
@@ -131,32 +135,32 @@ FORCED_ROLLBACKS = {
 }
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1500)
-def test_a_proxy_that_rolled_back_and_ran_out_of_data_is_unhealthy_and_refused(chain, tmp_path):
-    """Issue 36's failure, reproduced with real proxies: code-heavy / seed 2 is forced to roll
-    back to its step-1 checkpoint and to run out of data. The sweep reruns it once (the default),
-    it is unhealthy again (the same seed trips the same way), so it is left out, listed, and the
-    gate refuses naming it. Before: reported finished and scored at step 1, and decided."""
+def _rerun_one_unhealthy(chain: dict[str, Path], root: Path) -> None:
+    """Issue 36's failure, reproduced with real proxies on the sweep `root` holds: code-heavy /
+    seed 2 (its run deleted) is forced to roll back to its step-1 checkpoint and to run out of
+    data. The sweep reruns it once (the default), it is unhealthy again (the same seed trips the
+    same way), so it is left out, listed, and the gate refuses naming it; the other runs come
+    from the cache. Before: reported finished and scored at step 1, and decided."""
     from evals.ablate import AblationConfig
     from evals.proxy import execute_run
     from evals.sweep import run_sweep
     from pretrain.config import parse_config
 
-    config = parse_config(
-        AblationConfig, yaml.safe_load(_ablation_config(chain, tmp_path).read_text())
+    config = parse_config(AblationConfig, yaml.safe_load(_ablation_config(chain, root).read_text()))
+    before = json.loads((root / "ablation" / "report.json").read_text())
+    key = next(
+        r["run_key"] for r in before["runs"] if (r["recipe_name"], r["seed"]) == ("code-heavy", 2)
     )
+    shutil.rmtree(next(p for p in (root / "ablation-runs").iterdir() if key.startswith(p.name)))
     calls: list[tuple[str, int]] = []
 
     def runner(spec: dict) -> dict:
         calls.append((spec["recipe_name"], spec["seed"]))
-        if (spec["recipe_name"], spec["seed"]) == ("code-heavy", 2):
-            overrides = {**spec["proxy"]["overrides"], **FORCED_ROLLBACKS}
-            spec = {**spec, "proxy": {**spec["proxy"], "overrides": overrides}}
-        return execute_run(spec)
+        overrides = {**spec["proxy"]["overrides"], **FORCED_ROLLBACKS}
+        return execute_run({**spec, "proxy": {**spec["proxy"], "overrides": overrides}})
 
     report = run_sweep(config, runner)["report"]
-    assert sorted(calls).count(("code-heavy", 2)) == 2 and len(calls) == 5  # rerun once
+    assert calls == [("code-heavy", 2)] * 2  # rerun once; the 3 healthy runs are cached
     (bad,) = report["unhealthy_runs"]
     assert bad["run"] == "code-heavy / tiny / seed 2"
     assert bad["ended"] == "data exhausted" and bad["rollbacks"] >= 1
@@ -165,11 +169,11 @@ def test_a_proxy_that_rolled_back_and_ran_out_of_data_is_unhealthy_and_refused(c
     assert broken["health"]["scored_step"] == broken["health"]["trained_steps"]  # ...scored last
     code = next(r for r in report["ranking"]["tiny"] if r["recipe_name"] == "code-heavy")
     assert code["n_seeds"] == 1 and report["passed"] is False
-    chosen = _full_mixture(chain, tmp_path / "ablation" / "chosen_mixture.yaml", tmp_path / "full")
+    chosen = _full_mixture(chain, root / "ablation" / "chosen_mixture.yaml", root / "full")
     train = {
         "run": {"kind": "full"},
         "data": {"mixture_dir": str(chosen)},
-        "gate": {"report_dir": str(tmp_path / "ablation"), "min_improvement": -100.0},
+        "gate": {"report_dir": str(root / "ablation"), "min_improvement": -100.0},
     }
     with pytest.raises(GateRefused, match="unhealthy run left out: code-heavy / tiny / seed 2"):
         check_gate(train)
