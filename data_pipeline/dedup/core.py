@@ -50,6 +50,13 @@ def part_of(values: np.ndarray, partitions: int) -> np.ndarray:
     return (np.asarray(values).view(np.uint64) % np.uint64(partitions)).astype(np.int64)
 
 
+def lookup(docs: pa.Table, vertices: np.ndarray) -> np.ndarray:
+    """Row positions in `docs` of `vertices` (all must be present)."""
+    doc_vertex = np.asarray(docs.column("vertex"))
+    order = np.argsort(doc_vertex, kind="stable")
+    return order[np.searchsorted(doc_vertex, vertices, sorter=order)]
+
+
 def signature_table(table: pa.Table, config: DedupConfig) -> tuple[pa.Table, DedupStats]:
     """Per document: vertex, id, quality, exact_hash, exact_key, signature (fixed-size binary)
     and shingles (the 32-bit shingle values, for exact verification; ~0.7 x the

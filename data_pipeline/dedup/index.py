@@ -26,6 +26,7 @@ from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import (
     band_rows,
     exact_keys,
+    lookup,
     part_of,
     signature_table,
     signatures_of,
@@ -208,19 +209,10 @@ def _verified(
     old_v: np.ndarray,
     num_exact: int,
 ) -> pa.Table:
-    """Verify (new, old) candidates against the old documents, read part by part."""
-    vertices = np.asarray(sigs.column("vertex"))
-    order = np.argsort(vertices, kind="stable")
-    position = np.searchsorted(vertices, new_v, sorter=order)
-    found = np.zeros(len(new_v), dtype=bool)
-    if len(vertices):
-        found = (position < len(vertices)) & (
-            vertices[order[np.minimum(position, len(order) - 1)]] == new_v
-        )
-    is_exact = np.zeros(len(new_v), dtype=bool)
-    if num_exact:
-        is_exact[-num_exact:] = True
-    new_rows, old_v, is_exact = order[position[found]], old_v[found], is_exact[found]
+    """Verify (new, old) candidates against the old documents, read part by part; the last
+    `num_exact` are exact copies (same normalised text), kept without verification."""
+    new_rows = lookup(sigs, new_v)
+    is_exact = np.arange(len(new_v)) >= len(new_v) - num_exact
     pieces = []
     for part in range(partitions):
         mask = part_of(old_v, partitions) == part
@@ -242,9 +234,7 @@ def _verify_part(
 ) -> pa.Table:
     """Matches of (new row, old vertex) candidates whose old side lives in this `docs` part."""
     docs = docs.filter(pc.is_in(docs.column("vertex"), pa.array(np.unique(old_v))))
-    doc_vertex = np.asarray(docs.column("vertex"))
-    doc_order = np.argsort(doc_vertex, kind="stable")
-    at = doc_order[np.searchsorted(doc_vertex, old_v, sorter=doc_order)]
+    at = lookup(docs, old_v)
     ok, similarity = verify_pairs(
         signatures_of(sigs.column("sig"), config.num_perm)[new_rows],
         signatures_of(docs.column("sig"), config.num_perm)[at],

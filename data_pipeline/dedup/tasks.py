@@ -21,6 +21,7 @@ from data_pipeline.dedup.core import (
     band_rows,
     hash_batches,
     keep_and_size,
+    lookup,
     part_of,
     signature_table,
     signatures_of,
@@ -232,13 +233,6 @@ def verify_v(config: DedupConfig, num_cands: int, *pieces: pa.Table) -> list:
         edges_table(u[ok], v[ok]),
         {"verified_pairs": int(ok.sum()), "peak_rss_mb": peak_rss_mb()},
     ]
-
-
-def lookup(docs: pa.Table, vertices: np.ndarray) -> np.ndarray:
-    """Row positions in `docs` of `vertices` (all must be present)."""
-    doc_vertex = np.asarray(docs.column("vertex"))
-    order = np.argsort(doc_vertex, kind="stable")
-    return order[np.searchsorted(doc_vertex, vertices, sorter=order)]
 
 
 def scatter_edges(partitions: int, edges: pa.Table) -> list[pa.Table]:
