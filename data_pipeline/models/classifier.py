@@ -333,11 +333,6 @@ def _write_artifact(config: ClassifierConfig, model_file: Path, stats: dict[str,
     )
 
 
-def load_model_info(directory: str | Path) -> dict[str, Any]:
-    """`model.json` of a verified `fasttext-model` artifact (raises ArtifactError otherwise)."""
-    return model_kind.open(directory, model_kind.FASTTEXT_KIND).info
-
-
 def plot_confusion(metrics: dict[str, Any], labels: list[str], path: Path, title: str) -> None:
     """The held-out report beside model.json: a confusion-matrix PNG (row = true label, column =
     predicted label, cells = held-out documents; Agg backend)."""

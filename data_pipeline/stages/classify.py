@@ -22,10 +22,10 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, model_validator
 
-from data_pipeline.models.classifier import load_model_info
 from data_pipeline.models.fasttext_file import LABEL_PREFIX, check_fasttext_file, load_fasttext
 from data_pipeline.models.normalization import NORMALIZATION, classifier_line
 from data_pipeline.stages.base import Stage, StageConfig
+from pretrain.artifacts import model as model_kind
 from pretrain.errors import ArtifactError, ConfigError
 from pretrain.nested import meta_value
 
@@ -103,7 +103,7 @@ class _FastTextStage(Stage):
 
     def setup(self) -> None:
         directory = self.model_dir()
-        self._info = load_model_info(directory)
+        self._info = model_kind.open(directory, model_kind.FASTTEXT_KIND).info
         scheme = self._info.get("normalization", {}).get("scheme")
         if scheme != NORMALIZATION["scheme"]:
             raise ArtifactError(
@@ -115,7 +115,7 @@ class _FastTextStage(Stage):
 
     def check(self) -> None:
         directory = self.model_dir()
-        self._info = load_model_info(directory)
+        self._info = model_kind.open(directory, model_kind.FASTTEXT_KIND).info
         self._check_labels(directory)
         check_fasttext_file(directory / self._info["model_file"])
 
