@@ -1,14 +1,15 @@
-"""A two-node Ray cluster on loopback (a `ray start --head` node and a second node that joins it
-with `ray start --address`, each with its own temp dir and CPUs), driven by `pretrain data run
---ray-address` from a fresh shell with every stage enabled (fastText and KenLM models trained here,
-dedup and perplexity included):
+"""A Ray cluster on loopback (a `ray start --head` node and two nodes that join it with `ray start
+--address`, each with its own temp dir and CPUs), driven by `pretrain data run --ray-address` from
+a fresh shell with every stage enabled (fastText and KenLM models trained here, dedup and
+perplexity included):
 
-- with the second node's raylet (and its busy workers) SIGKILLed in each phase of the job - while
-  its stage actors tag rows, while its tasks join perplexity and persist the dedup map side,
-  during the dedup aggregate, while it merges shards - the job still finishes with
-  the embedded local run's shards, rejects and ledger byte for byte, and the tag progress ends on
-  the documents read, each counted once (a run with no node lost is not run apart: each of these
-  runs is a two-node run up to its kill). The driver finds the cluster's token in its own shell
+- with a node's raylet (and its busy workers) SIGKILLed in each phase of the job - while its stage
+  actors tag rows, while its tasks join perplexity and persist the dedup map side, during the
+  dedup aggregate, while it merges shards - the job still finishes with the embedded local run's
+  shards, rejects and ledger byte for byte, and the tag progress ends on the documents read, each
+  counted once. Each run loses both joined nodes, one in an early phase and one in a later phase
+  (two runs cover the four phases; a run with no node lost is not run apart: each run is a
+  three-node run up to its first kill). The driver finds the cluster's token in its own shell
   (~/.ray/auth_token, no RAY_* variable set);
 - another machine's shell, without the token, is refused in one line that says what to set.
   Ray Data retries the lost tasks and restarts the lost actors; the global stages' tasks retry
@@ -111,72 +112,76 @@ def embedded(every_stage, tmp_path_factory, home) -> dict[str, bytes]:
 
 
 @contextlib.contextmanager
-def two_nodes(env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A head with 1 CPU and a second node with 2 joined to it; yields (address, second node).
+def three_nodes(env: dict[str, str]) -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
+    """A head with 1 CPU and two nodes with 2 each joined to it; yields (address, the two).
     On a loaded machine `ray start` can end a node whose raylet registered late: such a cluster
     is started again (3 tries); a node that dies later fails the test."""
     for attempt in range(1, 4):
         port = free_port()
         root = Path("/tmp") / f"rn-{port}"  # short: Ray's socket paths live under the temp dirs
-        head, node = start_node(root / "head", env, 1, port=port), None
+        head, nodes = start_node(root / "head", env, 1, port=port), []
         try:
             address = f"127.0.0.1:{port}"
             wait_for_head(address, head)
             # A joining node sends the token only with RAY_AUTH_MODE=token (the head turns it
             # on by itself once a token exists): what the README tells a user to set there.
             node_env = {**env, "RAY_AUTH_MODE": "token"}
-            node = start_node(root / "node", node_env, 2, head_address=address)
-            wait_for_nodes(address, env, 2, head, node)
+            for name in ("a", "b"):
+                nodes.append(start_node(root / name, node_env, 2, head_address=address))
+            wait_for_nodes(address, env, 3, head, *nodes)
             break
         except HeadExited:
-            _stop(head, node, root)
+            _stop(head, nodes, root)
             if attempt == 3:
                 raise
-    assert node is not None
     try:
-        yield address, node
+        yield address, nodes
     finally:
-        _stop(head, node, root)
+        _stop(head, nodes, root)
 
 
-def _stop(head: subprocess.Popen[bytes], node: subprocess.Popen[bytes] | None, root: Path) -> None:
-    if node is not None:
+def _stop(head: subprocess.Popen[bytes], nodes: list[subprocess.Popen[bytes]], root: Path) -> None:
+    for node in nodes:
         stop_node(node)
     stop_node(head)
     shutil.rmtree(root, ignore_errors=True)
 
 
-KILL_PHASES = ("stream", "perplexity-join", "dedup-aggregate", "merge")
-"""Where the second node dies (the driver's phase, `.parts/progress/phase.json`): while its stage
-actors tag rows; while its tasks join the first global stage (perplexity) and compute and persist
-the dedup map side (signatures, band keys); while its tasks run the dedup aggregate (buckets,
-candidate verification, components); while its tasks merge pieces into shards."""
+KILL_PHASES = (("stream", "dedup-aggregate"), ("perplexity-join", "merge"))
+"""Where the first and then the second joined node dies (the driver's phase,
+`.parts/progress/phase.json`): while its stage actors tag rows; while its tasks join the first
+global stage (perplexity) and compute and persist the dedup map side (signatures, band keys);
+while its tasks run the dedup aggregate (buckets, candidate verification, components); while its
+tasks merge pieces into shards."""
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(HANG_S)
-@pytest.mark.parametrize("phase", KILL_PHASES)
-def test_second_node_killed_mid_run_still_gives_the_same_bytes(
-    phase, tmp_path, home, every_stage, embedded
+@pytest.mark.parametrize("phases", KILL_PHASES, ids="+".join)
+def test_nodes_killed_mid_run_still_give_the_same_bytes(
+    phases, tmp_path, home, every_stage, embedded
 ) -> None:
     env = clean_env(home, PRETRAIN_PROGRESS_S="0.5")
     out = tmp_path / "out"
     log = tmp_path / "run.log"  # a file, not a pipe nobody reads while the test waits
-    with two_nodes(env) as (address, node), log.open("w") as sink:
+    with three_nodes(env) as (address, nodes), log.open("w") as sink:
         argv = data_run({**every_stage, "output": str(out)}, tmp_path / "p.yaml")
         run = subprocess.Popen(
             [*argv, "--ray-address", address], cwd=REPO, env=env, stdout=sink, stderr=sink
         )
-        killed = _kill_raylet_in(phase, psutil.Process(node.pid), out, run)
+        killed = [
+            _kill_raylet_in(phase, psutil.Process(node.pid), out, run)
+            for phase, node in zip(phases, nodes, strict=True)
+        ]
         run.wait(timeout=1500)
-        if phase == KILL_PHASES[0]:  # one cluster suffices: the head's refusal, no node needed
+        if phases == KILL_PHASES[0]:  # one cluster suffices: the head's refusal, no node needed
             argv = data_run({**every_stage, "output": str(tmp_path / "x")}, tmp_path / "x.yaml")
             refused = run_cli([*argv, "--ray-address", address], clean_env(tmp_path / "other"))
             error = [line for line in refused.stderr.splitlines() if "error:" in line]
             assert refused.returncode == 2, refused.stderr[-2000:]
             assert len(error) == 1 and "RAY_AUTH_MODE=token" in error[0], refused.stderr[-2000:]
             assert "auth_token" in error[0] and "Traceback" not in refused.stderr
-    assert killed
+    assert all(killed), killed
     assert run.returncode == 0, log.read_text()[-3000:]
     assert outputs(out) == embedded
     # the tag progress counts each row once, whichever worker (dead or restarted) tagged it
