@@ -37,7 +37,7 @@ class RayConfig(StrictModel):
     cpus_per_worker: float = Field(0.5, gt=0, le=64)
     """CPUs each stage actor reserves in Ray's scheduler (a reservation, not a cap: a busy actor
     uses a whole core). The read tasks beside the pool reserve none and run at most one per CPU
-    (ray_job._read_resources), so no value here can starve them. The fractional default places the
+    (ray_job.stream), so no value here can starve them. The fractional default places the
     pool (one actor per CPU) on half the cluster's CPUs, so the actors Ray restarts after a node
     is lost still fit on the nodes left; actors that do not fit wait for a CPU."""
     object_store_mb: int | None = Field(None, gt=64)

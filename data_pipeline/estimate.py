@@ -48,7 +48,7 @@ UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB
 UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50}
 READ_TASKS_PER_CPU = 1
 """Beside the stage actors, read tasks reserve no CPU and run at most one per CPU
-(ray_job._read_resources); merge and global-stage tasks reserve the runner's own figures."""
+(ray_job.stream); merge and global-stage tasks reserve the runner's own figures."""
 
 
 def parse_bytes(text: str) -> int:

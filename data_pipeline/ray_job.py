@@ -28,20 +28,6 @@ from pretrain.rayinit import patched
 from pretrain.storage import OutPath, remove_tree
 
 
-def _read_resources(actors: bool, cpus: int) -> dict[str, Any]:
-    """Ray options of the read tasks. Beside the stage actor pool they reserve no CPU, at most
-    one task per CPU of the cluster at start: when a node dies, Ray restarts its stage actors on
-    the nodes left and they may take every CPU there (a 1-CPU head holds two 0.5-CPU actors),
-    while the reads that must run again (their node died with their output blocks) would wait for
-    a CPU forever (the job stalled until ray.timeout_s). Without actors, reads and row file writes
-    are one task that keeps a fractional CPU."""
-    import ray.data
-
-    if not actors:
-        return {"num_cpus": 0.25}
-    return {"num_cpus": 0, "compute": ray.data.TaskPoolStrategy(size=cpus)}
-
-
 def read_options(config: PipelineConfig, stages: list[Stage]) -> dict[str, Any]:
     """What `workers.read_files` passes the reader (`readers.read_unit`): `max_input_bytes` is the
     smallest record size limit of the stages, what one record may make a reader hold."""
@@ -80,12 +66,18 @@ def stream(
 
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     head, _ = global_parts.plan(stages)
+    # The read tasks: beside the stage actor pool they reserve no CPU, at most one task per CPU
+    # of the cluster at start: when a node dies, Ray restarts its stage actors on the nodes left
+    # and they may take every CPU there (a 1-CPU head holds two 0.5-CPU actors), while the reads
+    # that must run again (their node died with their output blocks) would wait for a CPU
+    # forever. Without actors, reads and row file writes are one task with a fractional CPU.
+    pool = {"num_cpus": 0, "compute": ray.data.TaskPoolStrategy(size=cpus)}
     with _original_errors():
         dataset = ray.data.from_items(read, override_num_blocks=len(read)).map_batches(
             workers.read_files,
             batch_size=1,
             batch_format="pyarrow",
-            **_read_resources(bool(head), cpus),
+            **(pool if head else {"num_cpus": 0.25}),
             fn_kwargs={
                 "out": out,
                 "skip": {k: sorted(v) for k, v in skip.items()},
@@ -150,7 +142,7 @@ def merge(
     stems: list[str],
     done: dict[str, set[int]],
     merged: ledger.Merged,
-    global_digest: str = "",
+    global_digest: str,
 ) -> None:
     """Merge every unfinished part of the inputs `stems` into its shard (workers.merge_parts);
     `merged` folds each part's record and cost record as they arrive; each part record holds
@@ -231,9 +223,7 @@ def session(
         rayinit.shutdown(started)
 
 
-def run(
-    dataset: Any, timeout_s: float | None, on_block: Callable[[Any], None] | None = None
-) -> None:
+def run(dataset: Any, timeout_s: float | None, on_block: Callable[[Any], None]) -> None:
     """Run the dataset to completion, with a wall-clock guard when a timeout is configured;
     `on_block` sees each output block as it arrives (no row is kept: the blocks carry records
     the driver folds, not holds)."""
@@ -242,8 +232,7 @@ def run(
     def target() -> None:
         try:
             for block in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
-                if on_block is not None:
-                    on_block(block)
+                on_block(block)
         except BaseException as exc:  # re-raised in the driver thread below
             errors.append(exc)
 

@@ -238,7 +238,7 @@ def plan_work(
     stages: list[Stage],
     units: list[Unit],
     out: OutPath,
-    on_verified: Callable[[str, bytes], None] | None = None,
+    on_verified: Callable[[str, bytes], None],
 ) -> tuple[Work, dict[str, set[int]]]:
     """What to compute, and the parts reused (`done`); `on_verified` gets the part record bytes of
     every part the scan verified (parts.finished_parts). With a global stage and work left, the
@@ -249,8 +249,7 @@ def plan_work(
 
     def verified(shard: str, data: bytes) -> None:
         published.add(shard, data)
-        if on_verified is not None:
-            on_verified(shard, data)
+        on_verified(shard, data)
 
     done = parts.finished_parts(out, verified if globals_ else on_verified)
     stems = [u.stem for u in units]

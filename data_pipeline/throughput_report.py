@@ -93,13 +93,12 @@ def build(
     global_names: list[str],
     reused: set[str],
     clock: RunClock | None,
-    merged: Merged | None = None,
+    merged: Merged,
 ) -> dict[str, Any]:
     """The `throughput` section of the manifest (see the module docstring). The cost records the
     merge of this run handed over are folded in `merged` already (ledger.Merged: parts
     it merged, none reused); the others are read, their digests noted in `merged` for the
     manifest."""
-    merged = merged if merged is not None else Merged()
     this_run: dict[str, Any] = dict(merged.costs.get(READ, {}))
     parts = part_names(out, stems)
     todo = [shard for shard in parts if shard not in merged.costed]
