@@ -71,7 +71,10 @@ def ordered(
 ) -> Iterator[Result]:
     """`read(item)` of every item, in the items' order, with up to `in_flight` reads at once.
     An exception raised by a read is raised when its result is reached (the same first error as
-    reading in turn); reads started past it are cancelled or their results dropped."""
+    reading in turn); reads started past it are cancelled or their results dropped. Left early
+    (an error, or a caller that stops reading), it does not wait for the reads still running:
+    the generator may be closed by the garbage collector in any thread, a read-ahead worker
+    included, where waiting for the pool's own reads can hang."""
     if in_flight <= 1:
         yield from map(read, items)
         return
@@ -85,7 +88,7 @@ def ordered(
         while pending:
             yield pending.popleft().result()
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def part_record_path(out: OutPath, shard: str) -> OutPath:
