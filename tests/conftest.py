@@ -102,9 +102,9 @@ def demo_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[st
     and quality, KenLM): (raw, models). Trained once per test run (~20 s) for every test that
     needs them (test_classify_demo, test_artifact_writers, test_killsweep,
     test_runner_cluster_nodes); a test must not change them."""
+    from data_pipeline.models.demo_assets import build_demo_models
 
     def build(base: Path) -> None:
-        from data_pipeline.models.demo_assets import build_demo_models
         from pretrain.sample import SAMPLE_FILES, sample_dir
 
         (base / "raw").mkdir()
@@ -113,9 +113,4 @@ def demo_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[st
         build_demo_models(base / "raw", base / "models")
 
     base = built_once(tmp_path_factory, "demo-models", build)
-    models = base / "models"
-    return base / "raw", {
-        "domain": models / "domain-fasttext",
-        "quality": models / "quality-fasttext",
-        "lm": models / "kenlm",
-    }
+    return base / "raw", build_demo_models(base / "raw", base / "models")  # verified, reused

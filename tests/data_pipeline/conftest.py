@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import built_once
-from tests.data_pipeline.raytools import DATA, EMBEDDED_CONFIG, REPO, clean_env, data_run
+from tests.data_pipeline.raytools import DATA, EMBEDDED_CONFIG, clean_env, data_run, run_cli
 from tests.data_pipeline.s3tools import moto_server
 
 
@@ -32,14 +31,7 @@ def embedded_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
             {**EMBEDDED_CONFIG, "inputs": [str(DATA)], "output": str(base / "out")},
             base / "e.yaml",
         )
-        run = subprocess.run(
-            argv,
-            cwd=REPO,
-            env=clean_env(base / "home"),
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        run = run_cli(argv, clean_env(base / "home"), timeout=600)
         assert run.returncode == 0, run.stderr[-2000:]
         assert "23 docs in, 17 kept, 6 dropped" in run.stdout, run.stdout[-2000:]
 
