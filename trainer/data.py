@@ -302,7 +302,7 @@ def resolve_vocab(config: TrainConfig, data: TrainData | Any) -> int:
 def check_identity(config: TrainConfig, data: TrainData, recorded: dict[str, Any] | None) -> None:
     """Refuse when the tokenizer or mixture build differs from the pinned or checkpointed one."""
     identity = data.identity
-    if config.data.tokenizer_dir:
+    if config.data.tokenizer_dir and config.data.source == "mixture":  # synthetic data has none
         from tokenizer.lock import check_match, load_locked
 
         locked = load_locked(config.data.tokenizer_dir)

@@ -89,3 +89,18 @@ def test_pinned_build_hash_mismatch_refuses(tmp_path):
         update={"data": config.data.model_copy(update={"expect_build_sha256": pinned})}
     )
     check_identity(good, mixture_data(good), None)
+
+
+def test_synthetic_data_with_a_pinned_tokenizer_resumes(tmp_path):
+    """data.tokenizer_dir on synthetic data sizes the vocabulary; it pins no mixture, so a resume
+    (checkpoint.resume, on by default) is not refused for the synthetic data's missing hash."""
+    from trainer.data import check_identity, open_data
+
+    config = parse_config(
+        TrainConfig,
+        tiny_config(tmp_path / "run", data={"tokenizer_dir": str(tmp_path / "tokenizer")}),
+    )
+    assert config.data.source == "synthetic" and config.checkpoint.resume
+    synthetic = open_data(config, tmp_path / "run", rank=0)
+    check_identity(config, synthetic, None)  # a fresh run
+    check_identity(config, synthetic, dict(synthetic.identity))  # a resume
