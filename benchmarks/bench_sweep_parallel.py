@@ -49,7 +49,7 @@ def _sweep(
     shutil.rmtree(runs_dir(config), ignore_errors=True)
     load = os.getloadavg()[0]
     cpu, start = _children_cpu(), time.perf_counter()
-    report = run_sweep(config)["report"]
+    report = run_sweep(config)
     return {
         "parallel": parallel,
         "runs_at_once": runs_at_once,

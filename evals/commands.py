@@ -150,14 +150,16 @@ def _validated_tasks(tasks: list[Path], args: argparse.Namespace) -> Any:
     return load_lm_eval_tasks(args.lm_eval, args.num_fewshot)
 
 
-def evaluate_run(args: argparse.Namespace) -> int:
-    """`pretrain eval run` under its output lock: every checkpoint, then the artifact."""
+def evaluate_run(
+    args: argparse.Namespace, run_dir: Path, checkpoints: list[tuple[int, Path]], out: Path
+) -> int:
+    """`pretrain eval run` under its output lock: every checkpoint (`find_checkpoints`), then the
+    artifact at `out` (`out_dir`)."""
     from evals.plots import plot_capability
     from pretrain.progress import Progress, attach, warn
     from tokenizer.lock import load_locked
     from trainer.evalcore import load_eval_sets
 
-    run_dir, checkpoints = find_checkpoints(args.checkpoint_dir)
     if args.tasks is not None:
         tasks = [Path(p) for p in args.tasks]
     else:  # the task files the evalset lists (never a file merely present)
@@ -165,7 +167,6 @@ def evaluate_run(args: argparse.Namespace) -> int:
     lm_tasks = _validated_tasks(tasks, args)  # before the first (slow) checkpoint load
     sets = load_eval_sets(args.sets, args.max_docs)
     tokenizer = load_locked(args.tokenizer or find_tokenizer(run_dir))
-    out = out_dir(args, run_dir)
     out.mkdir(parents=True, exist_ok=True)
     attach(out)
     identity = {"evalset_sha256": manifest_sha256(args.sets), "tokenizer_sha256": tokenizer.sha256}

@@ -143,7 +143,7 @@ def ablation_step(ctx: DemoContext) -> str:
     shards, mixture = _need(ctx, "shards", "mixture", "encoded", "tokenizer")[:2]
     evalsets = build_demo_evalsets(ctx, shards)
     config = _sweep_config(ctx, mixture, evalsets)
-    report = run_sweep(config)["report"]
+    report = run_sweep(config)
     report_dir = Path(config.out)
     ctx.artifacts["ablation"] = report_dir
     ctx.artifacts["mixture"] = _chosen_mixture(

@@ -155,7 +155,3 @@ class HFScorer:
         tokens = torch.as_tensor(tokens, dtype=torch.long)
         logp = torch.log_softmax(self.model(tokens).logits[:, :-1].float(), dim=-1)
         return logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)
-
-    @torch.no_grad()
-    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.model(torch.as_tensor(tokens, dtype=torch.long)).logits.float()

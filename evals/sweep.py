@@ -215,10 +215,9 @@ def execute(
     config: AblationConfig,
     specs: list[dict[str, Any]],
     runner: Callable[[dict[str, Any]], dict[str, Any]] = execute_run,
-) -> tuple[list[dict], list[str]]:
+) -> list[dict]:
     """Results of every spec: finished runs from the cache, the rest run now; with `unhealthy:
     rerun`, an unhealthy result (cached or fresh) is run once more from scratch."""
-    lines: list[str] = []
     cached, todo = [], []
     for spec in specs:
         found = load_finished(Path(spec["run_dir"]), spec["run_key"])
@@ -228,11 +227,11 @@ def execute(
         (cached if found else todo).append(found or spec)
     mode = choose_parallel(config)
     shown = f"pool of {parallel_runs(config)}" if mode == "pool" else mode
-    lines.append(
-        f"{len(specs)} runs: {len(cached)} cached, {len(todo)} to run "
-        f"({shown if todo else 'nothing to run'})"
+    print(
+        f"[ablate] {len(specs)} runs: {len(cached)} cached, {len(todo)} to run "
+        f"({shown if todo else 'nothing to run'})",
+        flush=True,
     )
-    print(f"[ablate] {lines[-1]}", flush=True)
     total, done = [len(todo)], [0]
 
     def log(spec: dict[str, Any], result: dict[str, Any]) -> None:
@@ -256,7 +255,7 @@ def execute(
     total[0] += len(unhealthy)
     again = _run_all(config, unhealthy, log, runner)  # once, the same way as the first time
     rerun = {result["run_key"]: result for result in again}
-    return cached + [rerun.get(result["run_key"], result) for result in fresh], lines
+    return cached + [rerun.get(result["run_key"], result) for result in fresh]
 
 
 def _check_bound(results: list[dict], specs: list[dict]) -> None:
@@ -371,7 +370,7 @@ def _confirm(
         if s["run_key"] not in {t["run_key"] for t in specs}
     ]
     specs = specs + extra
-    results = results + execute(config, extra, runner)[0]
+    results = results + execute(config, extra, runner)
     report = _report(config, specs, results, context)
     rows = report["ranking"][report["primary_proxy"]]
     measured = next((r for r in rows if r["recipe_name"] == "predicted"), None)
@@ -403,7 +402,7 @@ def run_sweep(
     config: AblationConfig, runner: Callable[[dict[str, Any]], dict[str, Any]] = execute_run
 ) -> dict[str, Any]:
     """Run what is not cached (and a predicted best), then write the `ablation` report at
-    config.out."""
+    config.out; returns the report."""
     with output_lock(config.out):
         start = time.perf_counter()
         specs, context = make_specs(config)
@@ -411,11 +410,11 @@ def run_sweep(
         specs, halving = run_rung(
             config,
             specs,
-            lambda rung, todo: execute(rung, todo, runner)[0],
+            lambda rung, todo: execute(rung, todo, runner),
             lambda rung: make_specs(rung)[0],
             max(sizes, key=lambda name: (sizes[name], name)),
         )
-        results, lines = execute(config, specs, runner)
+        results = execute(config, specs, runner)
         report, specs = _confirm(config, specs, results, context, runner)
         report["halving"] = halving
         report["sweep_wall_s"] = round(time.perf_counter() - start, 2)
@@ -428,4 +427,4 @@ def run_sweep(
             config=config_dict(config),
             inputs=[config.eval_sets, context["mixture"]["build"]["encoded"]],
         )
-        return {"report": report, "lines": lines}
+        return report

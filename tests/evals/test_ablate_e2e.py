@@ -159,7 +159,7 @@ def _rerun_one_unhealthy(chain: dict[str, Path], root: Path) -> None:
         overrides = {**spec["proxy"]["overrides"], **FORCED_ROLLBACKS}
         return execute_run({**spec, "proxy": {**spec["proxy"], "overrides": overrides}})
 
-    report = run_sweep(config, runner)["report"]
+    report = run_sweep(config, runner)
     assert calls == [("code-heavy", 2)] * 2  # rerun once; the 3 healthy runs are cached
     (bad,) = report["unhealthy_runs"]
     assert bad["run"] == "code-heavy / tiny / seed 2"

@@ -131,12 +131,11 @@ def test_unknown_component_in_a_variant_is_a_config_error(tmp_path):
 def test_sweep_caches_by_key_and_writes_a_gateable_report(tmp_path):
     config = _setup(tmp_path)
     runner = Runner()
-    result = run_sweep(config, runner=runner)
+    report = run_sweep(config, runner=runner)
     specs, _ = make_specs(config)
     # 5 planned recipes, then the regression's predicted best (more code than any recipe run),
     # trained on the same 2 proxies x 2 seeds before it could be chosen
     assert len(specs) == 5 * 2 * 2 and runner.calls == len(specs) + 4
-    report = result["report"]
     (prediction,) = report["predictions"]
     code_heavy = max(specs, key=lambda s: s["weights"]["code"])
     assert prediction["weights"]["code"] > code_heavy["weights"]["code"]
@@ -169,7 +168,7 @@ def test_sweep_caches_by_key_and_writes_a_gateable_report(tmp_path):
 def test_without_confirmation_the_prediction_is_only_reported(tmp_path):
     config = _setup(tmp_path, confirm_predictions=False)
     runner = Runner()
-    report = run_sweep(config, runner=runner)["report"]
+    report = run_sweep(config, runner=runner)
     assert runner.calls == 5 * 2 * 2 and report["predictions"] == []
     assert report["chosen_recipe_name"] == "code-heavy"
 
@@ -199,11 +198,11 @@ def test_pool_runs_side_by_side_with_the_same_report(tmp_path):
 
     pooled = Tracking()
     config = _setup(tmp_path, parallel="pool", max_parallel=2, confirm_predictions=False)
-    report = run_sweep(config, runner=pooled)["report"]
+    report = run_sweep(config, runner=pooled)
     assert pooled.peak == 2 and pooled.calls == 20
     (tmp_path / "seq").mkdir()
     sequential = _setup(tmp_path / "seq", parallel="sequential", confirm_predictions=False)
-    again = run_sweep(sequential, runner=Runner())["report"]
+    again = run_sweep(sequential, runner=Runner())
     assert again["chosen_recipe_name"] == report["chosen_recipe_name"]
 
     def rows(rep: dict) -> list:
@@ -248,7 +247,7 @@ def test_sweep_runs_through_ray_when_asked(tmp_path, ray_local):
         dirichlet={"count": 0},
         proxies=[{"name": "tiny", "overrides": {}}],
     )
-    report = run_sweep(config, runner=Runner())["report"]
+    report = run_sweep(config, runner=Runner())
     specs, _ = make_specs(config)
     assert len(report["runs"]) == len(specs) == 4
     assert all(load_finished(Path(s["run_dir"]), s["run_key"]) for s in specs)
@@ -279,7 +278,7 @@ def test_successive_halving_stops_recipes_clearly_behind(tmp_path):
     there; the best and the base train at the full budget."""
     config = _setup(tmp_path, halving={"fraction": 0.5}, confirm_predictions=False)
     runner = Runner()
-    report = run_sweep(config, runner=runner)["report"]
+    report = run_sweep(config, runner=runner)
     halving = report["halving"]
     assert halving["rung_token_budget"] == config.token_budget // 2
     assert {r["token_budget"] for r in halving["rung_runs"]} == {config.token_budget // 2}

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from evals.ablate import AblationConfig
-from evals.ablate_cli import print_report
+from evals.cli import print_report
 from evals.report import build_report, summarize, write_report
 from evals.sweep import execute
 from pretrain.errors import GateRefused
@@ -223,7 +223,7 @@ def test_the_sweep_reruns_an_unhealthy_run_from_scratch_or_keeps_it(tmp_path, po
         Path(spec["run_dir"]).mkdir(exist_ok=True)
         return _result(spec, 1 if first else 12)
 
-    results, _ = execute(config, [cached, fresh], runner)
+    results = execute(config, [cached, fresh], runner)
     scored = sorted((r["seed"], r["health"]["scored_step"]) for r in results)
     if policy == "rerun":
         assert calls == [1, 2, 2] and scored == [(1, 12), (2, 12)]
