@@ -107,19 +107,16 @@ def _causal_mask(sq: int) -> torch.Tensor:
     return torch.triu(torch.ones(sq, sq, dtype=torch.bool), diagonal=1)
 
 
-def current_device_type() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def needs_cpu_patches(device: str) -> bool:
     """The one decision: patch only a run whose device is not CUDA ("cuda", "cuda:3" never)."""
     return not device.startswith("cuda")
 
 
-def apply_cpu_patches(device: str | None = None) -> None:
-    """Redirect megatron-core's CUDA-only paths to CPU (idempotent; no-op on a CUDA device)."""
+def apply_cpu_patches(device: str) -> None:
+    """Redirect megatron-core's CUDA-only paths to CPU (idempotent; no-op on a CUDA device).
+    `device`: the run's, `trainer.model.device_type` (init_distributed calls this once)."""
     global _PATCHED
-    if _PATCHED or not needs_cpu_patches(device or current_device_type()):
+    if _PATCHED or not needs_cpu_patches(device):
         return
     check_megatron_version()
     from megatron.core.fusions import fused_softmax
@@ -141,10 +138,7 @@ def apply_cpu_patches(device: str | None = None) -> None:
     _PATCHED = True
 
 
-def device_context(device: str | None = None) -> contextlib.AbstractContextManager:
-    """The context to call megatron-core in: `CpuDeviceMode` on CPU, nothing on GPU."""
-    device = device or current_device_type()
-    if not needs_cpu_patches(device):
-        return contextlib.nullcontext()
-    apply_cpu_patches(device)
-    return CpuDeviceMode()
+def device_context() -> contextlib.AbstractContextManager:
+    """The context to call megatron-core in: `CpuDeviceMode` once the run's device was patched
+    (a CPU run), nothing on GPU."""
+    return CpuDeviceMode() if _PATCHED else contextlib.nullcontext()

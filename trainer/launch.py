@@ -136,14 +136,14 @@ def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False
     if cuda:
         import torch
 
-        from trainer.model import check_device_support
+        from trainer.model import check_device_support, device_type
 
         if config.parallel.backend == "nccl" and not torch.cuda.is_available():
             raise ConfigError(  # it would fail deep inside torch
                 "parallel.backend = nccl needs CUDA GPUs and this machine has none; on CPU use "
                 "parallel.backend=gloo with a model that fits (see trainer/demo.py TINY_OVERRIDE)"
             )
-        check_device_support(config, "cuda" if torch.cuda.is_available() else "cpu")
+        check_device_support(config, device_type(config))
     from trainer.checkpoint import read_state, resume_point
     from trainer.data import (
         check_identity,

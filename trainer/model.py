@@ -47,7 +47,8 @@ def resolve_backend(config: TrainConfig) -> str:
 
 def device_type(config: TrainConfig) -> str:
     """ "cuda" (nccl with CUDA present) or "cpu": where the run's ranks compute, what the
-    fast-path decisions (below) are made for."""
+    fast-path decisions (below) are made for and whether megatron runs CPU-patched (the one
+    device rule: the launcher, every rank and the smoke test ask it)."""
     return "cuda" if resolve_backend(config) == "nccl" and torch.cuda.is_available() else "cpu"
 
 
@@ -75,7 +76,7 @@ def init_distributed(config: TrainConfig) -> None:
 
     if device_type(config) == "cpu":
         torch.set_num_threads(default_threads())
-        apply_cpu_patches()
+        apply_cpu_patches("cpu")
     else:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if not torch.distributed.is_initialized():

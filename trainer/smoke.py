@@ -15,6 +15,7 @@ import torch
 
 from pretrain.errors import PretrainError
 from trainer.loop import Trainer
+from trainer.model import device_type
 
 
 def _eval_loss(trainer: Trainer, batch: int) -> float:
@@ -25,11 +26,8 @@ def _eval_loss(trainer: Trainer, batch: int) -> float:
         return trainer._run_schedule(tokens, forward_only=True)
 
 
-def allreduce_bandwidth(num_bytes: int, repeat: int = 3) -> dict[str, float]:
+def allreduce_bandwidth(num_bytes: int, device: str, repeat: int = 3) -> dict[str, float]:
     """Bus bandwidth of an all-reduce of `num_bytes` fp32 over the world (NCCL-tests' busbw)."""
-    device = (
-        "cuda" if torch.cuda.is_available() and torch.distributed.get_backend() == "nccl" else "cpu"
-    )
     tensor = torch.ones(num_bytes // 4, device=device)
     torch.distributed.all_reduce(tensor)
     if device == "cuda":
@@ -76,8 +74,8 @@ def smoke_checks(trainer: Trainer, steps: int = 2) -> dict[str, Any]:
             f"smoke: loss after reloading {path.name} is {after:.6f}, before "
             f"saving {before:.6f}; checkpoint save/load does not round-trip"
         )
-    on_gpu = torch.cuda.is_available()
-    bandwidth = allreduce_bandwidth((256 if on_gpu else 16) * 2**20)
+    device = device_type(trainer.config)
+    bandwidth = allreduce_bandwidth((256 if device == "cuda" else 16) * 2**20, device)
     report = {
         "train_losses": losses,
         "probe_loss_before_save": before,

@@ -87,13 +87,14 @@ _NO_PATCH_ON_CUDA = textwrap.dedent("""
     import torch
     from trainer import cpu_compat
     original = torch.cuda.synchronize
-    with cpu_compat.device_context("cuda") as mode:
-        assert mode is None, mode
     cpu_compat.apply_cpu_patches("cuda:0")
     assert not cpu_compat._PATCHED and torch.cuda.synchronize is original
-    with cpu_compat.device_context("cpu"):
-        pass
+    with cpu_compat.device_context() as mode:
+        assert mode is None, mode
+    cpu_compat.apply_cpu_patches("cpu")
     assert cpu_compat._PATCHED and torch.cuda.synchronize is not original
+    with cpu_compat.device_context() as mode:
+        assert isinstance(mode, cpu_compat.CpuDeviceMode), mode
     print("ok")
 """)
 
