@@ -32,10 +32,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pretrain.command import current_command
 from pretrain.errors import ConfigError, OutputLocked
 from pretrain.progress import warn
-from pretrain.s3_lock import S3Lock, holder_text
+from pretrain.s3_lock import S3Lock, holder_record, holder_text
 
 LOCK_SUFFIX = ".lock"
 
@@ -147,15 +146,8 @@ def _acquire(path: Path, out: Path) -> int:
             f"note: taking over the lock on {out} left by {holder_text(stale)}, "
             "which is no longer running"
         )
-    record = {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "started_unix": round(time.time(), 3),
-        "command": current_command(),
-        "output": str(out),
-    }
     os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(record, indent=2).encode(), 0)
+    os.pwrite(fd, json.dumps(holder_record(str(out)), indent=2).encode(), 0)
     os.fsync(fd)
     return fd
 
@@ -186,12 +178,6 @@ def _reentrant(
                 release(handle)
 
 
-def _new_object_lock(uri: str) -> S3Lock:
-    lock = S3Lock(uri)
-    lock.acquire()
-    return lock
-
-
 def _release_file_lock(fd: int) -> None:
     os.ftruncate(fd, 0)  # a clean release leaves no record; a killed holder leaves one (taken over)
     os.close(fd)
@@ -207,8 +193,7 @@ def output_lock(out: str | os.PathLike) -> Iterator[Path | str]:
     """
     if is_object_output(out):
         uri = str(out)
-        new_lock = functools.partial(_new_object_lock, uri)
-        with _reentrant(uri.rstrip("/"), new_lock, S3Lock.release) as lock:
+        with _reentrant(uri.rstrip("/"), lambda: S3Lock(uri).acquire(), S3Lock.release) as lock:
             try:
                 yield uri
             except BaseException as exc:

@@ -77,15 +77,8 @@ class S3Lock:
             "s3", region_name=region, config=retries
         )
         self.lease_s = lease_seconds()
-        self.record: dict[str, Any] = {
-            "id": uuid.uuid4().hex[:16],
-            "output": self.output,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "command": current_command(),
-            "started_unix": round(time.time(), 3),
-            "lease_s": self.lease_s,
-        }
+        self.record = {"id": uuid.uuid4().hex[:16], **holder_record(self.output)}
+        self.record["lease_s"] = self.lease_s
         self.etag = ""
         self.lost: str | None = None
         self._stop = threading.Event()
@@ -129,7 +122,8 @@ class S3Lock:
         self.etag = seen[1]
         return True
 
-    def acquire(self) -> None:
+    def acquire(self) -> S3Lock:
+        """Take the lock (this object, heartbeat running), or raise `OutputLocked`."""
         for _ in range(4):
             self._renewed_at = time.monotonic()
             try:
@@ -149,7 +143,13 @@ class S3Lock:
                 float(lease) if isinstance(lease, int | float) and lease > 0 else DEFAULT_LEASE_S
             )
             if age < lease:
-                raise self._refusal(record, age, lease, etag)
+                ident = record.get("id") or etag.strip('"')
+                raise OutputLocked(
+                    f"output {self.output} is being written by {holder_text(record)} (lock "
+                    f"{self.uri}, last heartbeat {age:.0f} s ago); wait for it to finish or stop "
+                    f"it; if it is dead, its lease expires in {max(0.0, lease - age):.0f} s, or "
+                    f"run `pretrain unlock {self.output} --id {ident}`"
+                )
             try:
                 self._put(IfMatch=etag)
             except Exception as exc:
@@ -167,17 +167,9 @@ class S3Lock:
             "another writer is starting: wait for it, or choose another output"
         )
 
-    def _refusal(self, record: dict[str, Any], age: float, lease: float, etag: str) -> OutputLocked:
-        ident = record.get("id") or etag.strip('"')
-        return OutputLocked(
-            f"output {self.output} is being written by {holder_text(record)} (lock {self.uri}, "
-            f"last heartbeat {age:.0f} s ago); wait for it to finish or stop it; if it is dead, "
-            f"its lease expires in {max(0.0, lease - age):.0f} s, or run "
-            f"`pretrain unlock {self.output} --id {ident}`"
-        )
-
-    def _start(self) -> None:
+    def _start(self) -> S3Lock:
         threading.Thread(target=self._beat, name="pretrain-lock", daemon=True).start()
+        return self
 
     def _beat(self) -> None:
         """Renew every `lease_s / 6`; stop the run when the lock was taken or went unrenewed
@@ -192,7 +184,10 @@ class S3Lock:
                 error = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
                 lost = _status(exc) in LOST
             if lost:
-                seen = self.read_quietly()
+                try:
+                    seen = self.read()
+                except PretrainError:
+                    seen = None
                 if self._mine(seen):
                     self._renewed_at = sent
                     continue
@@ -209,12 +204,6 @@ class S3Lock:
             warn(self.lost)
             os.kill(os.getpid(), signal.SIGINT)  # stop before two writers interleave
             return
-
-    def read_quietly(self) -> tuple[dict[str, Any], str, float] | None:
-        try:
-            return self.read()
-        except PretrainError:
-            return None
 
     def release(self) -> None:
         self._stop.set()
@@ -253,6 +242,18 @@ def unlock(output: str, ident: str) -> dict[str, Any]:
             ) from None
         raise lock._error("remove", exc) from None
     return record
+
+
+def holder_record(output: str) -> dict[str, Any]:
+    """Who holds the writer lock of `output`: what a lock file (pretrain.locking) or a lock
+    object holds, for the refusal of the next writer."""
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started_unix": round(time.time(), 3),
+        "command": current_command(),
+        "output": output,
+    }
 
 
 def holder_text(record: dict[str, Any] | None) -> str:
