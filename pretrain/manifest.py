@@ -171,12 +171,16 @@ def _listing(root: storage.OutPath) -> list[tuple[str, int]]:
     ]
 
 
-def _file_records(
-    root: storage.OutPath, known: dict[str, dict[str, Any]]
+def file_records(
+    directory: str | os.PathLike | storage.ObjectPath,
+    known: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """{rel: {bytes, sha256}} of every listed file. A file in `known` (taken from it) whose size
-    is the one its writer recorded keeps the writer's sha256: the writer hashed the bytes it
+    """{rel: {bytes, sha256}} of every file a manifest written now would list (a builder whose
+    fields hold a digest of its files, a tokenizer's identity, takes them here and passes them to
+    its writer as `known`, so each file is read once). A file in `known` (taken from it) whose
+    size is the one its writer recorded keeps the writer's sha256: the writer hashed the bytes it
     wrote, so the driver does not read them again. Every other file is hashed here."""
+    root, known = storage.output_path(directory), {} if known is None else known
     files: dict[str, dict[str, Any]] = {}
     for rel, size in _listing(root):
         record = known.pop(rel, None)
@@ -186,13 +190,6 @@ def _file_records(
         size, digest = storage.size_and_sha256(root / rel, full=True)
         files[rel] = {"bytes": size, "sha256": digest}
     return files
-
-
-def file_records(directory: str | os.PathLike) -> dict[str, dict[str, Any]]:
-    """{rel: {bytes, sha256}} of every file a manifest written now would list: a builder whose
-    fields hold a digest of its files (a tokenizer's identity) takes them here and passes them to
-    its writer as `known`, so each file is read once."""
-    return _file_records(storage.output_path(directory), {})
 
 
 def _nested_artifact(path: storage.OutPath, root: storage.OutPath) -> bool:
@@ -255,17 +252,15 @@ def write_manifest(
     """
     root = storage.output_path(directory)  # a local directory, or an object-store prefix
     config = dict(config or {})
-    files = _file_records(root, known if known is not None else {})
-    lineage = []
-    for inp in inputs:
-        inp_manifest = load_manifest(inp)
-        lineage.append(
-            {
-                "path": str(Path(inp).resolve()),
-                "kind": inp_manifest["kind"],
-                "manifest_sha256": manifest_sha256(inp),
-            }
-        )
+    files = file_records(root, known)
+    lineage = [
+        {
+            "path": str(Path(inp).resolve()),
+            "kind": load_manifest(inp)["kind"],
+            "manifest_sha256": manifest_sha256(inp),
+        }
+        for inp in inputs
+    ]
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "kind": kind,
