@@ -310,14 +310,6 @@ class Progress:
         self._printed = True
         self._last_n = self._n
 
-    @staticmethod
-    def write(message: str, file: Any = None) -> None:
-        """A step line printed above any live bar (`file` is ignored: it goes to the terminal)."""
-        if verbosity() >= NORMAL:
-            from tqdm import tqdm
-
-            tqdm.write(message, file=terminal())
-
 
 @contextmanager
 def watch(

@@ -29,7 +29,7 @@ from pretrain.errors import InputError
 from pretrain.locking import output_lock
 from pretrain.manifest import sha256_file
 from pretrain.output_check import require_new_output
-from pretrain.progress import Progress
+from pretrain.progress import Progress, step
 from pretrain.publish import publishing
 from pretrain.storage import write_json
 
@@ -182,7 +182,7 @@ def train_lm(config: LanguageModelConfig) -> Path:
 def _train_language(lang: str, config: LanguageModelConfig, files: Path) -> dict[str, Any]:
     """Estimate one language's model into `files/<lang>.arpa`; its model.json entry."""
     sentences, heldout, documents = reference_sentences(lang, config)
-    Progress.write(
+    step(
         f"{lang}: {documents} documents, {len(sentences)} sentences -> estimating the "
         f"order-{config.order} model"
     )
