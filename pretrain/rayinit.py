@@ -146,12 +146,10 @@ def connect(
             _connected(ray)
             break
         except Exception as exc:
-            # Ray waits a fixed 30 s for its raylet to register; a busy machine can miss it.
-            timed_out = "timed out during startup" in str(exc)
-            if not timed_out or attempt == LOCAL_START_ATTEMPTS:
-                _end_failed_start(ray, started)
-                raise _start_failed(exc, attempt) from None
             _end_failed_start(ray, started)
+            # Ray waits a fixed 30 s for its raylet to register; a busy machine can miss it.
+            if "timed out during startup" not in str(exc) or attempt == LOCAL_START_ATTEMPTS:
+                raise _start_failed(exc, attempt) from None
     _start_reaper(started)
     return True
 
