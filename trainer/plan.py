@@ -9,11 +9,13 @@ in tests/data/published/.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
+from pretrain.artifacts import mixture as mixture_artifact
+from pretrain.artifacts import tokenizer as tokenizer_artifact
+from pretrain.artifacts.mixture import MixtureFields
 from pretrain.errors import ConfigError
 from trainer.config import TrainConfig
 from trainer.flops import flops_per_token, gpu_spec, narayanan_eq2, parameter_breakdown
@@ -83,32 +85,23 @@ def layout_errors(config: TrainConfig, mixture_global_batch: int | None) -> list
     return errors
 
 
-def _mixture_info(config: TrainConfig) -> dict[str, Any] | None:
-    if not config.data.mixture_dir:
+def _mixture(config: TrainConfig) -> MixtureFields | None:
+    """The mixture's fields (sizes checked, not bytes: a plan trusts nothing it reads), or None
+    before it is built (a plan is often made first)."""
+    directory = config.data.mixture_dir
+    if not directory or not (Path(directory) / "manifest.json").is_file():
         return None
-    path = Path(config.data.mixture_dir) / "manifest.json"
-    if not path.is_file():
-        return None
-    manifest = json.loads(path.read_text())
-    components = manifest.get("components", [])
-    capacity = sum(c.get("available_tokens", 0) * c.get("max_epochs", 1) for c in components)
-    return {
-        "global_batch": manifest.get("global_batch"),
-        "capacity_tokens": capacity or None,
-        "vocab_size": manifest.get("tokenizer", {}).get("vocab_size"),
-    }
+    return mixture_artifact.open(directory, deep=False).fields
 
 
-def _tokenizer_vocab(config: TrainConfig) -> int | None:
-    if not config.data.tokenizer_dir:
-        return None
-    lock = Path(config.data.tokenizer_dir) / "lock.json"
-    return json.loads(lock.read_text()).get("vocab_size") if lock.is_file() else None
-
-
-def _vocab(config: TrainConfig, mixture: dict[str, Any] | None) -> int:
-    vocab = config.model.vocab_size or (mixture or {}).get("vocab_size") or _tokenizer_vocab(config)
-    if vocab is None:
+def _vocab(config: TrainConfig, mixture: MixtureFields | None) -> int:
+    vocab = config.model.vocab_size or (
+        mixture and mixture.tokenizer and mixture.tokenizer.vocab_size
+    )
+    tokenizer = config.data.tokenizer_dir
+    if not vocab and tokenizer and (Path(tokenizer) / "manifest.json").is_file():
+        vocab = tokenizer_artifact.open(tokenizer, deep=False).fields.tokenizer.vocab_size
+    if not vocab:
         raise ConfigError(
             "model.vocab_size is not set and neither data.tokenizer_dir nor a built "
             "data.mixture_dir names the vocabulary: set one of them"
@@ -155,8 +148,8 @@ def _compute(config: TrainConfig, vocab: int, peak: float, mfu: float, overhead:
 def build_plan(config: TrainConfig, allow_oom: bool = False) -> dict[str, Any]:
     """The whole plan as a dict; raises ConfigError with every layout problem on one line, and
     when the plan does not fit the GPU's memory (unless allow_oom, which makes it a warning)."""
-    mixture = _mixture_info(config)
-    errors = layout_errors(config, mixture["global_batch"] if mixture else None)
+    mixture = _mixture(config)
+    errors = layout_errors(config, mixture.global_batch if mixture else None)
     if errors:
         raise ConfigError("; ".join(errors))
     vocab = _vocab(config, mixture)
@@ -168,7 +161,12 @@ def build_plan(config: TrainConfig, allow_oom: bool = False) -> dict[str, Any]:
     memory.update(device_gb=memory_gb, usable_gb=limit, fits=memory["total_gb"] <= limit)
     data = data_checks(config, counts["total"], compute["tokens"], compute["steps"])
     warnings = data_warnings(data, compute["tokens"])
-    available = config.data.available_tokens or (mixture or {}).get("capacity_tokens")
+    capacity = (
+        sum((c.available_tokens or 0) * (c.max_epochs or 1) for c in mixture.components)
+        if mixture
+        else 0
+    )
+    available = config.data.available_tokens or capacity or None
     data["available_tokens"] = available
     if available is not None and compute["tokens"] > available:
         warnings.append(

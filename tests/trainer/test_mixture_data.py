@@ -104,3 +104,21 @@ def test_synthetic_data_with_a_pinned_tokenizer_resumes(tmp_path):
     synthetic = open_data(config, tmp_path / "run", rank=0)
     check_identity(config, synthetic, None)  # a fresh run
     check_identity(config, synthetic, dict(synthetic.identity))  # a resume
+
+
+@pytest.mark.timeout(120)
+def test_plan_reads_the_built_mixture(tmp_path):
+    """`pretrain plan` takes the data's capacity and global batch from a built mixture."""
+    from pretrain.errors import ConfigError
+    from trainer.plan import build_plan
+
+    mixture = _mixture(tmp_path, "mix")
+    config = parse_config(TrainConfig, _config(tmp_path / "run", mixture))
+    components = load_manifest(mixture)["components"]
+    capacity = sum(c["available_tokens"] * c["max_epochs"] for c in components)
+    assert build_plan(config)["data"]["available_tokens"] == capacity > 0
+    other = config.model_copy(
+        update={"batch": config.batch.model_copy(update={"global_batch_size": 32})}
+    )
+    with pytest.raises(ConfigError, match="the mixture was built for global batch W=16"):
+        build_plan(other)
