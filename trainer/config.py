@@ -132,6 +132,23 @@ class ParallelConfig(StrictModel):
             return self.data
         return max(1, self.world_size // (self.tensor * self.pipeline * self.context))
 
+    def check_world(self, world: int, processes: str) -> None:
+        """The one world-size rule (the launcher, every rank, the plan): `world` ranks, counted
+        as `processes` says, must be a multiple of tensor*pipeline*context, and parallel.data
+        when set must be their quotient."""
+        model_parallel = self.tensor * self.pipeline * self.context
+        if world % model_parallel:
+            raise ConfigError(
+                f"{processes} = {world} processes is not a multiple of tensor*pipeline*context = "
+                f"{model_parallel}; change them or the parallel sizes"
+            )
+        if self.data is not None and self.data != world // model_parallel:
+            raise ConfigError(
+                f"parallel.data = {self.data} but {processes} = {world} processes / "
+                f"{model_parallel} = {world // model_parallel}; unset parallel.data or run "
+                f"{self.data * model_parallel} processes"
+            )
+
 
 class OptimConfig(StrictModel):
     """AdamW with linear warmup then cosine decay to min_lr_ratio * lr."""

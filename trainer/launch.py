@@ -96,20 +96,13 @@ def torchrun_command(
 def _layout(config: TrainConfig, args: argparse.Namespace) -> tuple[int, str]:
     nproc = args.nproc or config.parallel.gpus_per_node
     nnodes = str(args.nnodes or config.parallel.nodes)
-    par = config.parallel
-    model_parallel = par.tensor * par.pipeline * par.context
     world = nproc * int(nnodes.split(":")[-1])
     if args.in_process and world != 1:
         raise ConfigError(
             f"--in-process runs one rank, but the layout asks for {nproc} x "
             f"{nnodes}; drop --in-process or pass --nproc 1"
         )
-    if world % model_parallel:
-        raise ConfigError(
-            f"--nproc {nproc} x --nnodes {nnodes} = {world} processes is not a "
-            f"multiple of tensor*pipeline*context = {model_parallel}; change "
-            "--nproc or the parallel sizes"
-        )
+    config.parallel.check_world(world, f"--nproc {nproc} x --nnodes {nnodes}")
     return nproc, nnodes
 
 

@@ -93,20 +93,8 @@ def init_distributed(config: TrainConfig) -> None:
             # ("terminate called without an active exception"): close what we opened, once.
             atexit.unregister(close_distributed)
             atexit.register(close_distributed)
-    world = torch.distributed.get_world_size()
     par = config.parallel
-    model_parallel = par.tensor * par.pipeline * par.context
-    if world % model_parallel:
-        raise ConfigError(
-            f"parallel: world size {world} is not divisible by tensor*pipeline*context = "
-            f"{model_parallel}; change --nproc/--nnodes or the parallel sizes"
-        )
-    if par.data is not None and par.data != world // model_parallel:
-        raise ConfigError(
-            f"parallel.data = {par.data} but world {world} / {model_parallel} = "
-            f"{world // model_parallel}; unset parallel.data or launch {par.data * model_parallel}"
-            " processes"
-        )
+    par.check_world(torch.distributed.get_world_size(), "torchrun's --nproc-per-node x --nnodes")
     parallel_state.destroy_model_parallel()
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=par.tensor,

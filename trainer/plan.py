@@ -63,12 +63,11 @@ def layout_errors(config: TrainConfig, mixture_global_batch: int | None) -> list
             "micro-batch would run at inter-node speed, ~10x slower than NVLink); use "
             "parallel.pipeline or ZeRO across nodes"
         )
+    try:
+        p.check_world(p.world_size, f"parallel.nodes {p.nodes} x gpus_per_node {p.gpus_per_node}")
+    except ConfigError as exc:
+        errors.append(str(exc))
     dp = p.data_parallel
-    if tp * pp * cp * dp != p.world_size:
-        errors.append(
-            f"world size {p.world_size} (nodes * gpus_per_node) != tensor {tp} * "
-            f"pipeline {pp} * context {cp} * data {dp}"
-        )
     if b.global_batch_size % (b.micro_batch_size * dp):
         errors.append(
             f"batch.global_batch_size={b.global_batch_size} is not divisible by "

@@ -72,6 +72,7 @@ def test_full_run_without_a_report_is_refused_in_one_line(capsys, repo_root, tmp
     ("args", "message"),
     [
         (["--nproc", "3", "--set", "parallel.tensor=2"], "not a multiple of tensor"),
+        (["--nproc", "2", "--set", "parallel.data=1"], "parallel.data = 1 but --nproc 2 x"),
         (["--nnodes", "2"], "needs --rdzv-endpoint"),
         (["--set", "parallel.backend=nccl"], "parallel.backend = nccl needs CUDA"),
     ],

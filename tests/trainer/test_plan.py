@@ -154,6 +154,9 @@ def test_layout_errors_are_one_line_and_name_every_problem():
         "global_batch_size=10",
     ):
         assert fragment in msg
+    odd = config.model_copy(update={"parallel": config.parallel.model_copy(update={"nodes": 3})})
+    with pytest.raises(ConfigError, match="gpus_per_node 2 = 6 processes is not a multiple of"):
+        build_plan(odd)
 
 
 def test_plan_cli_json_for_the_full_configs(capsys, repo_root):
