@@ -194,7 +194,7 @@ def readahead_sides(out: storage.OutPath, stems: list[str]) -> dict[str, Any]:
             sides[side] = {
                 "resume": _cpu(lambda: parts.finished_parts(out)),
                 "ledger": _cpu(lambda: runner._collect(out, stems, [], ledger.Merged())),
-                "progress": _cpu(lambda: parts.records_to_read(out, stems, {}, 5000)),
+                "progress": _cpu(lambda: parts.records_to_read(out, stems, set(), 5000)),
             }
         finally:
             parts.READ_AHEAD = ahead

@@ -83,7 +83,7 @@ def _process(worker: dict[str, Any], options: dict[str, Any], out: str, queues: 
     begin_cpu, docs = _cpu_s(), 0
     while (item := todo.get()) is not None:
         for block in workers.read_files(
-            pa.Table.from_pylist([item]), out=out, skip={}, options=options
+            pa.Table.from_pylist([item]), out=out, skip=frozenset(), options=options
         ):
             docs += mapper(block).column("rows").to_numpy().sum() if block.num_rows else 0
     results.put({"cpu_s": _cpu_s() - begin_cpu, "stages": spent, "docs": int(docs)})

@@ -59,7 +59,7 @@ class Batcher:
         shard_rows: int,
         batch_rows: int,
         eval_fraction: float,
-        skip_parts: frozenset[int],
+        skip_parts: frozenset[str],
         unit: str | None = None,
     ) -> None:
         self.source, self.shard_rows, self.batch_rows = source, shard_rows, batch_rows
@@ -108,8 +108,8 @@ class Batcher:
         row, self.count = self.count, self.count + 1
         self.bytes += raw_bytes
         doc_id = self.unique_id(local_id, row)  # before the skip: a resumed run names rows alike
-        part = row // self.shard_rows
-        if part in self.skip_parts:
+        shard = f"{self.unit}-{row // self.shard_rows:05d}"
+        if shard in self.skip_parts:
             return
         values = {
             "id": doc_id,
@@ -122,7 +122,7 @@ class Batcher:
             "_content_type": content_type,
             "_read_reason": reason,
             "_raw_bytes": raw_bytes,
-            "_shard": f"{self.unit}-{part:05d}",
+            "_shard": shard,
             "_row": row,
         }
         for name, value in values.items():  # every string a record brings, cleaned alike

@@ -150,46 +150,50 @@ def load_json(path: OutPath) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def records_to_read(
-    out: OutPath, stems: list[str], skip: dict[str, set[int]], shard_rows: int
-) -> int | None:
+def records_to_read(out: OutPath, stems: list[str], skip: set[str], shard_rows: int) -> int | None:
     """Rows this run tags: the records of the inputs being read less those of their parts an
     earlier run finished (`skip`), once every input has been read (else None). The read
     records are read as `read_records` reads them: in an object store `READ_AHEAD`
     at a time, one read each (no `is_file` request before it)."""
+    numbers: dict[str, list[int]] = {}
+    for shard in skip:  # by input once (polled every second: not a look-up per part)
+        stem, _, number = shard.rpartition("-")
+        numbers.setdefault(stem, []).append(int(number))
     total = 0
     for stem, record in zip(stems, read_records(out, stems), strict=True):
         if record is None:
             return None
         records = int(record.get("records", 0))
-        done = skip.get(stem, set())
+        done = numbers.get(stem, ())
         total += records - sum(min(shard_rows, records - p * shard_rows) for p in done)
     return total
 
 
 def finished_parts(
     out: OutPath, on_verified: Callable[[str, bytes], None] | None = None
-) -> dict[str, set[int]]:
-    """Stem -> part numbers whose shard, rejects and part record an earlier run finished and
-    that still verify (every file the part record lists has its bytes and sha256). A part that
-    does not verify is forgotten (its files deleted) and computed again. In an object store the
-    parts are checked `READ_AHEAD` at a time, and forgotten in order. `on_verified`
-    gets each verified part's record bytes, in order (the driver folds them, and does not read
-    them again at the end: ledger.Merged)."""
-    done: dict[str, set[int]] = {}
+) -> set[str]:
+    """The parts whose shard, rejects and part record an earlier run finished and that still
+    verify (every file the part record lists has its bytes and sha256). A part that does not
+    verify is forgotten (its files deleted) and computed again. In an object store the parts
+    are checked `READ_AHEAD` at a time, and forgotten in order. `on_verified` gets each
+    verified part's record bytes, in order (the driver folds them, and does not read them
+    again at the end: ledger.Merged)."""
+    done: set[str] = set()
     parts_dir = out / PARTS
     if not parts_dir.is_dir():
         return done
     listing = Listing(out) if isinstance(out, ObjectPath) else None
-    records: list[tuple[str, int, OutPath]] = []
-    for path in listed(parts_dir, "*.json"):
-        stem, sep, number = path.stem.rpartition("-")
-        if sep and number.isdigit() and not path.name.endswith(".read.json"):
-            records.append((stem, int(number), path))
-    checks = ordered(lambda found: _verified(out, found[2], listing), records, in_flight_for(out))
-    for (stem, part, path), data in zip(records, checks, strict=True):
+    records = [
+        path
+        for path in listed(parts_dir, "*.json")
+        if "-" in path.stem
+        and path.stem.rpartition("-")[2].isdigit()
+        and not path.name.endswith(".read.json")
+    ]
+    checks = ordered(lambda path: _verified(out, path, listing), records, in_flight_for(out))
+    for path, data in zip(records, checks, strict=True):
         if data is not None:
-            done.setdefault(stem, set()).add(part)
+            done.add(path.stem)
             if on_verified is not None:
                 on_verified(path.stem, data)
         else:
@@ -363,9 +367,9 @@ def part_names(out: OutPath, stems: Iterable[str]) -> list[str]:
     return names
 
 
-def record_done(record: dict[str, Any] | None, stem: str, done: dict[str, set[int]]) -> bool:
+def record_done(record: dict[str, Any] | None, stem: str, done: set[str]) -> bool:
     """True when the read record of input `stem` exists and `done` holds every part it counts."""
-    return record is not None and set(range(record["parts"])) <= done.get(stem, set())
+    return record is not None and all(f"{stem}-{p:05d}" in done for p in range(record["parts"]))
 
 
 def ensure_dirs(out: OutPath) -> None:

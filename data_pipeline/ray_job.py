@@ -56,7 +56,7 @@ def stream(
     config: PipelineConfig,
     stages: list[Stage],
     read: list[dict[str, str]],
-    skip: dict[str, set[int]],
+    skip: set[str],
     out: OutPath,
     progress: bool,
 ) -> None:
@@ -80,7 +80,7 @@ def stream(
             **(pool if head else {"num_cpus": 0.25}),
             fn_kwargs={
                 "out": out,
-                "skip": {k: sorted(v) for k, v in skip.items()},
+                "skip": frozenset(skip),
                 "options": read_options(config, stages),
             },
         )
@@ -140,7 +140,7 @@ def merge(
     stages: list[Stage],
     out: OutPath,
     stems: list[str],
-    done: dict[str, set[int]],
+    done: set[str],
     merged: ledger.Merged,
     global_digest: str,
 ) -> None:
@@ -149,8 +149,7 @@ def merge(
     `global_digest` (with global stages: runner.Published)."""
     import ray
 
-    skip = {f"{stem}-{part:05d}" for stem, numbers in done.items() for part in numbers}
-    shards = [shard for shard in parts.part_names(out, stems) if shard not in skip]
+    shards = [shard for shard in parts.part_names(out, stems) if shard not in done]
     writer = {
         "out": out,
         "stages": [s.name for s in stages],

@@ -384,7 +384,7 @@ def read_unit(
     shard_rows: int,
     batch_rows: int,
     eval_fraction: float,
-    skip_parts: frozenset[int] = frozenset(),
+    skip_parts: frozenset[str] = frozenset(),
     fields: Fields = Fields(),
     on_unreadable: str = "error",
     stats: list[dict[str, Any]] | None = None,

@@ -210,14 +210,6 @@ class Published:
         parts.ensure_dirs(out)
         return self.kept
 
-    def done(self) -> dict[str, set[int]]:
-        """Stem -> the part numbers kept."""
-        done: dict[str, set[int]] = {}
-        for shard in self.kept:
-            stem, _, number = shard.rpartition("-")
-            done.setdefault(stem, set()).add(int(number))
-        return done
-
 
 @dataclass
 class Work:
@@ -225,7 +217,7 @@ class Work:
     inputs whose shards are (re)written; with a global stage, the parts already merged."""
 
     read: list[dict[str, str]]
-    skip: dict[str, set[int]]
+    skip: set[str]
     merge: list[str]
     published: Published | None = None
 
@@ -239,7 +231,7 @@ def plan_work(
     units: list[Unit],
     out: OutPath,
     on_verified: Callable[[str, bytes], None],
-) -> tuple[Work, dict[str, set[int]]]:
+) -> tuple[Work, set[str]]:
     """What to compute, and the parts reused (`done`); `on_verified` gets the part record bytes of
     every part the scan verified (parts.finished_parts). With a global stage and work left, the
     merged parts are only candidates (`Published`: kept once the global stages' map output is
@@ -262,12 +254,9 @@ def plan_work(
     # Every part's global tags are computed again, from the first global stage's map output
     # where it is already persisted; the merged parts wait for the global digest.
     rows = global_parts.expected_rows(out, list(items), config.shard_rows)
-    skip: dict[str, set[int]] = {}
-    for part in global_parts.reusable(out, globals_[0][0], rows):
-        stem, _, number = part.rpartition("-")
-        skip.setdefault(stem, set()).add(int(number))
+    skip = global_parts.reusable(out, globals_[0][0], rows)
     read = [items[u.stem] for u in units if not parts.record_done(records[u.stem], u.stem, skip)]
-    return Work(read, skip, list(items), published), {}
+    return Work(read, skip, list(items), published), set()
 
 
 def run_pipeline(
@@ -297,7 +286,7 @@ def run_pipeline(
             step(
                 f"[data run] {len(inputs)} input files in {len(units)} units of work, "
                 f"{len(skipped)} skipped ({len(units) - len(todo)} units already done, "
-                f"{sum(len(v) for v in done.values())} parts reused{waiting}); "
+                f"{len(done)} parts reused{waiting}); "
                 f"stages: {', '.join(s.name for s in stages)}"
             )
         reused_map: dict[str, int] = {}
@@ -318,13 +307,12 @@ def run_pipeline(
                         clock.phase,
                         merged.map_costs,
                     )
-                    done = work.published.done()
+                    done = work.published.kept
                     if not merged.shards <= work.published.kept:
                         merged.forget_records()  # a part the scan verified was forgotten (Published.keep)
                 global_digest = work.published.digest if work.published is not None else ""
                 with clock.phase("merge"):
                     ray_job.merge(config, stages, out, work.merge, done, merged, global_digest)
-        reused = sum(len(v) for v in done.values())
         led, shards = _collect(out, [u.stem for u in units], stages, merged)
         if clock is not None:
             throughput.save_global_costs(out, stages, led["documents_in"], led["bytes_in"])
@@ -344,7 +332,7 @@ def run_pipeline(
                 [u.stem for u in units],
                 [s.name for s in stages],
                 [s.name for s in stages if isinstance(s, GlobalStage)],
-                {f"{stem}-{part:05d}" for stem, parts in done.items() for part in parts},
+                done,
                 clock,
                 merged,
             ),
@@ -371,7 +359,7 @@ def run_pipeline(
             led,
             manifest,
             shards,
-            reused_parts=reused,
+            reused_parts=len(done),
             parts=led["parts"],
             reused_map_parts=reused_map,
         )

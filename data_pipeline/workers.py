@@ -59,7 +59,7 @@ __all__ = ["MapStagesWorker", "StageSpec", "build_stage"]
 
 
 def read_files(
-    batch: pa.Table, *, out: str | OutPath, skip: dict[str, list[int]], options: dict[str, Any]
+    batch: pa.Table, *, out: str | OutPath, skip: frozenset[str], options: dict[str, Any]
 ) -> Iterator[pa.Table]:
     """Map function: each input row names one unit of work (data_pipeline.inputs.Unit: its
     files); stream their raw records in batches, then write the unit's read record: its totals,
@@ -68,9 +68,7 @@ def read_files(
         files = [InputFile(f["path"], f["format"], f["stem"]) for f in item["files"]]
         stem = item["stem"]
         counts: list[dict[str, Any]] = []
-        batches = read_unit(
-            files, stem, skip_parts=frozenset(skip.get(stem, ())), stats=counts, **options
-        )
+        batches = read_unit(files, stem, skip_parts=skip, stats=counts, **options)
         yield from throughput.timed_read(out, batches)
         totals = {key: sum(c[key] for c in counts) for key in ("records", "bytes", "id_collisions")}
         parts = -(-totals["records"] // options["shard_rows"])

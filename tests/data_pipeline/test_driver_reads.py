@@ -78,7 +78,7 @@ def test_resume_scan_and_manifest_read_no_shard_bytes_back(recorded_s3: Any) -> 
     _finished_output(out)
     hashed = write_manifest(out, "shards")["files"]  # every object read back: the reference
     _recording(endpoint, "start-recording")
-    assert parts.finished_parts(out) == {"web": {0, 1, 2}}
+    assert parts.finished_parts(out) == {"web-00000", "web-00001", "web-00002"}
     known = {}
     for shard in SHARDS:
         known.update(parts.load_json(parts.part_record_path(out, shard))["files"])
@@ -96,7 +96,7 @@ def test_a_shard_rewritten_after_its_part_was_recorded_is_recomputed(recorded_s3
     shard = out / layout.data_file(SHARDS[1])
     data = shard.read_bytes()
     shard.write_bytes(data[:-5] + bytes(b ^ 1 for b in data[-5:]))
-    assert parts.finished_parts(out) == {"web": {0, 2}}
+    assert parts.finished_parts(out) == {"web-00000", "web-00002"}
     assert not shard.exists()  # forgotten: computed again by the run
 
 

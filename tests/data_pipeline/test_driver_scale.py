@@ -141,6 +141,6 @@ def test_a_part_that_no_longer_verifies_is_forgotten_with_its_cost_record(tmp_pa
     cost = throughput.part_cost_path(tmp_path, shard)
     cost.parent.mkdir(parents=True)
     cost.write_text(json.dumps({"read": {"cpu_s": 1.0, "docs": 1, "bytes": 3}}))
-    assert parts.finished_parts(tmp_path) == {}
+    assert parts.finished_parts(tmp_path) == set()
     assert not cost.exists()
     assert not parts.part_record_path(tmp_path, shard).exists()

@@ -115,7 +115,7 @@ def test_a_resumed_run_reads_a_reused_parts_fragment_once(recorded_s3: Any) -> N
     _merged_output(out)
     reference = _end_of_run(out, ledger.Merged())
     merged = ledger.Merged()
-    assert parts.finished_parts(out, merged.add_record) == {"t": {0, 1, 2}}
+    assert parts.finished_parts(out, merged.add_record) == {"t-00000", "t-00001", "t-00002"}
     _recording(endpoint, "start-recording")
     led, _, files = _end_of_run(out, merged)
     _recording(endpoint, "stop-recording")

@@ -148,9 +148,9 @@ def test_a_merge_whose_pieces_are_gone_and_unfinished_says_so_in_one_line(tmp_pa
 
 def test_the_tag_progress_total_leaves_out_the_parts_a_resumed_run_skips(tmp_path: Path) -> None:
     parts.ensure_dirs(tmp_path)
-    assert parts.records_to_read(tmp_path, ["a"], {}, 4) is None  # not read yet
+    assert parts.records_to_read(tmp_path, ["a"], set(), 4) is None  # not read yet
     write_json(parts.read_stats_path(tmp_path, "a"), {"records": 10, "parts": 3})
     write_json(parts.read_stats_path(tmp_path, "b"), {"records": 3, "parts": 1})
-    assert parts.records_to_read(tmp_path, ["a", "b"], {}, 4) == 13
+    assert parts.records_to_read(tmp_path, ["a", "b"], set(), 4) == 13
     # parts of 4, 4 and 2 rows: the last two were finished by an earlier run
-    assert parts.records_to_read(tmp_path, ["a", "b"], {"a": {1, 2}}, 4) == 4 + 3
+    assert parts.records_to_read(tmp_path, ["a", "b"], {"a-00001", "a-00002"}, 4) == 4 + 3
