@@ -7,7 +7,7 @@ part of their key) and recorded in the report.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evals.ablate import AblationConfig, HalvingConfig
@@ -61,30 +61,3 @@ def clearly_behind(
                 }
             )
     return dropped, {"best": by_recipe[best][0]["recipe_name"], "dropped": rows}
-
-
-def run_rung(
-    config: AblationConfig,
-    specs: list[dict[str, Any]],
-    execute: Callable[[AblationConfig, list[dict[str, Any]]], list[dict[str, Any]]],
-    make_specs: Callable[[AblationConfig], list[dict[str, Any]]],
-    deciding_proxy: str,
-) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """(the full-budget specs still to run, the halving record) - specs unchanged without it."""
-    if config.halving is None:
-        return specs, None
-    rung = rung_config(config, config.halving)
-    results = execute(rung, make_specs(rung))
-    deciding = [r for r in results if r.get("proxy") == deciding_proxy]
-    base = specs[0]["recipe_sha256"]
-    dropped, record = clearly_behind(
-        deciding, base, config.criteria.metric, config.halving.confidence
-    )
-    record.update(
-        {
-            "fraction": config.halving.fraction,
-            "rung_token_budget": rung.token_budget,
-            "rung_runs": results,
-        }
-    )
-    return [s for s in specs if s["recipe_sha256"] not in dropped], record

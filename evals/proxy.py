@@ -44,19 +44,17 @@ def read_documents(eval_dir: Path, step: int) -> dict[str, Any] | None:
     path = eval_dir / "documents.parquet"
     if not path.is_file():
         return None
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     table = pq.read_table(path)
     if table.num_rows == 0:
         return None
-    rows = [r for r in table.to_pylist() if r["step"] == step]
-    sets = {r["set"]: {"domain": r["domain"], "lang": r["lang"]} for r in rows}
+    rows = table.filter(pc.field("step") == step).to_pydict()
+    sets = zip(rows["set"], rows["domain"], rows["lang"], strict=True)
     return {
-        "sets": sets,
-        "set": [r["set"] for r in rows],
-        "id": [r["id"] for r in rows],
-        "nll": [r["nll"] for r in rows],
-        "bytes": [r["bytes"] for r in rows],
+        "sets": {name: {"domain": domain, "lang": lang} for name, domain, lang in sets},
+        **{column: rows[column] for column in ("set", "id", "nll", "bytes")},
     }
 
 

@@ -63,16 +63,10 @@ def pareto_front(points: Sequence[Mapping[str, float]]) -> set[int]:
     if not keys:
         return set(range(len(points)))
     values = np.array([[p[k] for k in keys] for p in points])
-    front = set()
-    for i in range(len(points)):
-        dominated = any(
-            np.all(values[j] <= values[i]) and np.any(values[j] < values[i])
-            for j in range(len(points))
-            if j != i
-        )
-        if not dominated:
-            front.add(i)
-    return front
+    # dominates[j, i]: point j is at least as good as point i on every key, better on one
+    at_least = np.all(values[:, None] <= values[None], axis=-1)
+    dominates = at_least & np.any(values[:, None] < values[None], axis=-1)
+    return set(np.flatnonzero(~dominates.any(axis=0)).tolist())
 
 
 def _noise(by_recipe: Mapping[str, Sequence[Mapping[str, Any]]], metric: str) -> dict[str, Any]:
