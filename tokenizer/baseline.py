@@ -30,7 +30,28 @@ def train_sentencepiece(batches: Iterable[list[str]], vocab_size: int) -> Any:
 
     model = io.BytesIO()
     try:
-        _train(spm, batches, model, vocab_size)
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=_lines(batches),
+            model_writer=model,
+            model_type="bpe",
+            vocab_size=vocab_size,
+            byte_fallback=True,
+            split_digits=True,
+            normalization_rule_name="identity",
+            remove_extra_whitespaces=False,
+            add_dummy_prefix=False,
+            allow_whitespace_only_pieces=True,
+            character_coverage=0.9995,
+            max_sentence_length=MAX_LINE_BYTES,
+            hard_vocab_limit=False,
+            unk_id=0,
+            bos_id=1,
+            eos_id=2,
+            pad_id=-1,
+            num_threads=2,
+            minloglevel=2,
+            train_extremely_large_corpus=False,
+        )
     except RuntimeError as exc:  # SentencePiece refuses a sample it cannot train on
         reason = " ".join(str(exc).split())
         raise InputError(
@@ -38,28 +59,3 @@ def train_sentencepiece(batches: Iterable[list[str]], vocab_size: int) -> Any:
             f"sample ({reason}); pass --no-baseline, or train the tokenizer on more text"
         ) from None
     return spm.SentencePieceProcessor(model_proto=model.getvalue())
-
-
-def _train(spm: Any, batches: Iterable[list[str]], model: Any, vocab_size: int) -> None:
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=_lines(batches),
-        model_writer=model,
-        model_type="bpe",
-        vocab_size=vocab_size,
-        byte_fallback=True,
-        split_digits=True,
-        normalization_rule_name="identity",
-        remove_extra_whitespaces=False,
-        add_dummy_prefix=False,
-        allow_whitespace_only_pieces=True,
-        character_coverage=0.9995,
-        max_sentence_length=MAX_LINE_BYTES,
-        hard_vocab_limit=False,
-        unk_id=0,
-        bos_id=1,
-        eos_id=2,
-        pad_id=-1,
-        num_threads=2,
-        minloglevel=2,
-        train_extremely_large_corpus=False,
-    )

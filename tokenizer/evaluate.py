@@ -10,6 +10,7 @@ sample and vocabulary size (tokenizer.baseline).
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,6 @@ from pretrain.progress import Progress
 from pretrain.publish import publishing
 from pretrain.storage import write_json
 from tokenizer.lock import LockedTokenizer, load_locked
-from tokenizer.plots import plot_compression, plot_groups
 from tokenizer.sample import SamplePlan, group_key, stream_sample
 from tokenizer.shards import read_columns, require_shards, same_shards, tag, unit_hash
 
@@ -34,6 +34,7 @@ MIN_EVAL_DOCS = 20
 MIN_EVAL_BYTES = 20_000
 MAX_EVAL_BYTES = 50_000_000
 RARE_COUNT = 5
+MAX_BARS = 30
 UNSPACED_LANGS = {"zh", "ja", "ko", "th", "lo", "km", "my", "bo", "yue", "wuu"}
 """Languages written without spaces between words: no tokens-per-word figure."""
 
@@ -151,29 +152,31 @@ def select_eval_docs(shards: list[Path], lock: dict[str, Any]) -> tuple[list[Doc
     )
 
 
-def measure_ours(tokenizer: LockedTokenizer, docs: list[Doc]) -> Measure:
-    hf = tokenizer.tokenizer
-    hf.encode_special_tokens = True
+def _measure(docs: list[Doc], encode: Any, decode: Any, desc: str) -> Measure:
+    """Every document's ids (`encode`: texts -> id lists) and whether `decode` gives it back."""
     measure = Measure()
-    for start in Progress(range(0, len(docs), 512), desc="eval ours", unit="batch", leave=False):
+    for start in Progress(range(0, len(docs), 512), desc=desc, unit="batch", leave=False):
         batch = docs[start : start + 512]
-        encodings = hf.encode_batch([d.text for d in batch], add_special_tokens=False)
-        decoded = hf.decode_batch([e.ids for e in encodings], skip_special_tokens=False)
-        for doc, encoding, text in zip(batch, encodings, decoded, strict=True):
-            measure.add(doc, encoding.ids, text == doc.text)
+        ids = encode([d.text for d in batch])
+        for doc, token_ids, text in zip(batch, ids, decode(ids), strict=True):
+            measure.add(doc, token_ids, text == doc.text)
     return measure
+
+
+def measure_ours(tokenizer: LockedTokenizer, docs: list[Doc]) -> Measure:
+    hf = tokenizer.tokenizer  # load_locked set encode_special_tokens: special text is text
+
+    def encode(texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+
+    return _measure(
+        docs, encode, lambda ids: hf.decode_batch(ids, skip_special_tokens=False), "eval ours"
+    )
 
 
 def measure_sentencepiece(processor: Any, docs: list[Doc]) -> Measure:
-    measure = Measure()
-    for start in Progress(
-        range(0, len(docs), 512), desc="eval sentencepiece", unit="batch", leave=False
-    ):
-        batch = docs[start : start + 512]
-        encoded = processor.encode([d.text for d in batch])
-        for doc, ids in zip(batch, encoded, strict=True):
-            measure.add(doc, ids, processor.decode(ids) == doc.text)
-    return measure
+    decode = lambda ids: [processor.decode(x) for x in ids]  # noqa: E731
+    return _measure(docs, processor.encode, decode, "eval sentencepiece")
 
 
 def train_baseline(tokenizer: LockedTokenizer, shards: list[Path]) -> Any:
@@ -287,3 +290,59 @@ def format_table(report: dict[str, Any]) -> str:
 
 def _f(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
+
+
+def plot_groups(report: dict[str, Any]) -> list[str]:
+    """`all`, then each domain, then each language (the domain x language cells stay in JSON)."""
+    groups = report["ours"]["groups"]
+    ordered = [
+        "all",
+        *sorted(k for k in groups if k.startswith("domain=")),
+        *sorted((k for k in groups if k.startswith("lang=")), key=lambda k: -groups[k]["bytes"]),
+    ]
+    return [k for k in ordered if k in groups][:MAX_BARS]
+
+
+def plot_compression(report: dict[str, Any], path: Path) -> None:
+    """Horizontal grouped bars of bytes/token (PNG, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = plot_groups(report)
+    ours = report["ours"]["groups"]
+    base = report.get("sentencepiece", {}).get("groups", {})
+    height = 0.4
+    fig, ax = plt.subplots(figsize=(8, 1.6 + 0.42 * len(groups)))
+    positions = list(range(len(groups)))
+    ax.barh(
+        [p - height / 2 for p in positions],
+        [ours[g]["bytes_per_token"] for g in groups],
+        height,
+        label=report["tokenizer"]["id"],
+        color="tab:blue",
+    )
+    if base:
+        ax.barh(
+            [p + height / 2 for p in positions],
+            [base.get(g, {}).get("bytes_per_token", 0) for g in groups],
+            height,
+            label="SentencePiece BPE (same sample and vocab size)",
+            color="tab:orange",
+        )
+    ax.set_yticks(positions, [f"{g} ({ours[g]['documents']} docs)" for g in groups])
+    ax.invert_yaxis()
+    ax.set_xlabel("bytes per token (higher = better compression)")
+    source = textwrap.shorten(report["eval_source"], 110, placeholder=" ...")
+    ax.set_title("Compression on " + "\n".join(textwrap.wrap(source, 80)), fontsize=8)
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.35 / max(len(groups), 1) - 0.08),
+        ncol=2,
+        fontsize=8,
+        frameon=False,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
