@@ -117,7 +117,9 @@ def prepare(config: MixtureConfig) -> Prepared:
     encoded_manifest = verify_encoded(encoded_dir)
     tokenizer = check_tokenizer(config, encoded_manifest)
     sidecars = load_sidecars(encoded_dir, list(encoded_manifest.get("prefixes") or []))
-    exclude = _contaminated(config.build.decontaminate)
+    # training ids the eval sets found to be near-copies of eval documents
+    evalsets = [evalset_artifact.open(d) for d in config.build.decontaminate]
+    exclude = frozenset().union(*(evalset.contaminated_ids() for evalset in evalsets))
     docs = select_components(config.recipe.components, sidecars, exclude)
     old = planning.load_old(config) if config.replan is not None else None
     plan = planning.make_plan(config, docs, old)
@@ -172,13 +174,6 @@ def _write_body(
     write_json(staging / "summary.json", plan.summary)
     if plan.replan_report is not None:
         write_json(staging / "replan.json", plan.replan_report)
-
-
-def _contaminated(evalset_dirs: list[str]) -> frozenset[str]:
-    """Training ids the eval sets found to be near-copies of eval documents."""
-    if not evalset_dirs:
-        return frozenset()
-    return frozenset().union(*(evalset_artifact.open(d).contaminated_ids() for d in evalset_dirs))
 
 
 def _manifest_fields(

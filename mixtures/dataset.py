@@ -23,13 +23,6 @@ from pretrain.errors import ConfigError
 EPOCH_CACHE = 16
 
 
-def doc_order_permutation(
-    seed: int, phase: int, component: int, epoch: int, size: int
-) -> np.ndarray:
-    """Seeded order of a component's documents in one epoch of one phase."""
-    return np.random.default_rng([seed, phase, component, epoch, 1]).permutation(size)
-
-
 class MixtureDataset:
     """Sequences of one phase of a mixture: `[i] -> {"tokens": int64[L + 1], "component": k}`.
 
@@ -112,7 +105,9 @@ class MixtureDataset:
             self._epochs.move_to_end(key)
             return self._epochs[key]
         docs = self._docs[component]
-        order = docs[doc_order_permutation(self._seed, self.phase, component, epoch, docs.size)]
+        # the documents' seeded order in this epoch (the trailing 1: not the sequences' stream)
+        rng = np.random.default_rng([self._seed, self.phase, component, epoch, 1])
+        order = docs[rng.permutation(docs.size)]
         starts = np.concatenate([[0], np.cumsum(order["tokens"], dtype=np.int64)])
         self._epochs[key] = (order, starts)
         if len(self._epochs) > EPOCH_CACHE:

@@ -84,7 +84,9 @@ def build_report(
     names = [c["name"] for c in manifest["components"]]
     width = int(manifest["global_batch"])
     components = _summary_components(mixture)
-    replan = _replan(mixture)
+    # replan.json of a re-planned mixture, read only when listed (never a file planted beside it)
+    listed = "replan.json" in manifest["files"]
+    replan = dict(json.loads(mixture.path("replan.json").read_text())) if listed else None
     kept = {p["phase"]: int(p["kept_sequences"]) for p in (replan or {}).get("phases", [])}
     phases = []
     for number, info in enumerate(manifest["phases"]):
@@ -105,13 +107,6 @@ def build_report(
         "replan": replan,
         "run": None if run_dir is None else compare_run(mixture, replan, run_dir),
     }
-
-
-def _replan(mixture: Mixture) -> dict[str, Any] | None:
-    """replan.json of a re-planned mixture, read only when listed (never a file planted beside it)."""
-    if "replan.json" not in mixture.raw["files"]:
-        return None
-    return dict(json.loads(mixture.path("replan.json").read_text()))
 
 
 class _SummaryComponent(BaseModel, strict=True):

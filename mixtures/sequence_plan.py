@@ -161,7 +161,13 @@ def _plan_phase(
     seq_length = int(phase.seq_length)
     per_epoch = [max(int(d["tokens"].sum()) - 1, 0) // seq_length for d in docs]
     weights = [phase.weights[n] for n in names]
-    _check_nonempty(config, phase.name, names, weights, per_epoch, seq_length)
+    for name, weight, size in zip(names, weights, per_epoch, strict=True):
+        if weight > 0 and size == 0:
+            raise ConfigError(
+                f"component {name} is empty for phase {phase.name}: its documents hold "
+                f"fewer than seq_length + 1 = {seq_length + 1} tokens; loosen its "
+                "select or set its weight to 0"
+            )
     batches = max(1, round(config.build.total_tokens * phase.share / (seq_length * width)))
     kept, old_size = None, 0
     if old is not None and number < len(old.raw["phases"]) and consumed > 0:
@@ -180,23 +186,6 @@ def _plan_phase(
         ) from exc
     weight_map = dict(zip(names, weights, strict=True))
     return PhasePlan(phase.name, seq_length, weight_map, per_epoch, counts, kept), old_size
-
-
-def _check_nonempty(
-    config: MixtureConfig,
-    phase: str,
-    names: list[str],
-    weights: list[float],
-    per_epoch: list[int],
-    seq_length: int,
-) -> None:
-    for name, weight, size in zip(names, weights, per_epoch, strict=True):
-        if weight > 0 and size == 0:
-            raise ConfigError(
-                f"component {name} is empty for phase {phase}: its documents hold "
-                f"fewer than seq_length + 1 = {seq_length + 1} tokens; loosen its "
-                "select or set its weight to 0"
-            )
 
 
 def _kept_prefix(
