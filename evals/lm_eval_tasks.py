@@ -45,12 +45,13 @@ SPLIT = "local"
 
 @dataclass
 class LmEvalTasks:
-    """Validated lm-eval tasks: their names, TaskManager, data files and document counts."""
+    """Validated lm-eval tasks: their names, TaskManager, data files and documents as rendered
+    (`{id, context, continuation}`: the prompt, then the correct choice or target)."""
 
     names: list[str]
     manager: Any
     files: dict[str, str]
-    documents: dict[str, int]
+    examples: dict[str, list[dict[str, str]]]
     num_fewshot: int | None = None
 
 
@@ -118,14 +119,15 @@ def _task_yaml(name: str, data: Path, tasks_root: Path) -> tuple[str, dict[str, 
     }
 
 
-def _render_all(name: str, task: Any, data: Path) -> int:
+def _render_all(name: str, task: Any, data: Path) -> list[dict[str, str]]:
     """Render every document as lm-eval will; a failure names the task, file and row."""
     docs = list(task.eval_docs)
     if not docs:
         raise InputError(f"--lm-eval {name}: {data} has no rows")
+    examples = []
     for index, doc in enumerate(docs):
         try:
-            task.doc_to_text(doc)
+            context = task.doc_to_text(doc)
             target = task.doc_to_target(doc)
             if task.OUTPUT_TYPE == "multiple_choice":
                 choices = task.doc_to_choice(doc)
@@ -133,12 +135,14 @@ def _render_all(name: str, task: Any, data: Path) -> int:
                     raise ValueError(
                         f"target {target!r} is not an index into {len(choices)} choices"
                     )
+                target = choices[target]
         except Exception as exc:  # lm-eval raises KeyError, TypeError, jinja2 errors
             raise InputError(
                 f"--lm-eval {name.removesuffix('_local')}: {data} row {index + 1} does not fit the "
                 f"task's published format ({type(exc).__name__}: {exc}); see evals/lm_eval_tasks.py for the fields"
             ) from None
-    return len(docs)
+        examples.append({"id": str(index), "context": str(context), "continuation": f" {target}"})
+    return examples
 
 
 def load_lm_eval_tasks(specs: list[str], num_fewshot: int | None = None) -> LmEvalTasks:
@@ -167,32 +171,19 @@ def load_lm_eval_tasks(specs: list[str], num_fewshot: int | None = None) -> LmEv
                 f"the task's published format ({type(exc).__name__}: {exc}); see "
                 "evals/lm_eval_tasks.py for the fields"
             ) from None
-    documents = {n: _render_all(n, task, Path(files[n])) for n, task in loaded.items()}
+    examples = {n: _render_all(n, task, Path(files[n])) for n, task in loaded.items()}
     for task_name, task in loaded.items():
-        _check_fewshot(task_name, task, files[task_name], documents[task_name], num_fewshot)
-    return LmEvalTasks(names, manager, files, documents, num_fewshot)
+        _check_fewshot(task_name, task, files[task_name], len(examples[task_name]), num_fewshot)
+    return LmEvalTasks(names, manager, files, examples, num_fewshot)
 
 
 def rendered_tasks(specs: list[str]) -> list[Any]:
-    """Each task's documents as lm-eval renders them (prompt, then the correct choice or target)
-    as `evals.tasks.Task`s of kind `lm_eval` (one cloze example per document), for the eval
-    build's contamination check (evals/task_overlap.py)."""
+    """Each task's rendered documents as `evals.tasks.Task`s of kind `lm_eval` (one cloze example
+    per document), for the eval build's contamination check (evals/task_overlap.py)."""
     from evals.tasks import Task
 
     loaded = load_lm_eval_tasks(specs)
-    rendered = []
-    for task_name, task in loaded.manager.load(loaded.names)["tasks"].items():
-        examples = []
-        for index, doc in enumerate(task.eval_docs):
-            target = task.doc_to_target(doc)
-            if task.OUTPUT_TYPE == "multiple_choice":
-                target = task.doc_to_choice(doc)[target]
-            context = task.doc_to_text(doc)
-            examples.append(
-                {"id": str(index), "context": str(context), "continuation": f" {target}"}
-            )
-        rendered.append(Task(task_name.removesuffix("_local"), "lm_eval", examples))
-    return rendered
+    return [Task(n.removesuffix("_local"), "lm_eval", e) for n, e in loaded.examples.items()]
 
 
 def _check_fewshot(name: str, task: Any, data: str, rows: int, num_fewshot: int | None) -> None:

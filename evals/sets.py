@@ -186,23 +186,15 @@ def _matches(index_dir: Path, train: pa.Table) -> list[dict[str, Any]]:
     """Query one batch of training documents against the eval index."""
     from data_pipeline.dedup.index import query
 
-    columns = {"id": train.column("id"), "text": train.column("text")}
-    if "lang" in train.column_names:
-        columns["lang"] = train.column("lang")
-    matches = query(index_dir, pa.table(columns))
-    rows = {
-        r["id"]: r
-        for r in train.select(
-            [c for c in ("id", "domain", "lang") if c in train.column_names]
-        ).to_pylist()
-    }
+    matches = query(index_dir, train.select(["id", "text", "lang"]))
+    tags = {r["id"]: r for r in train.select(["id", "domain", "lang"]).to_pylist()}
     return [
         {
             "train_id": m["id"],
             "eval_id": m["matched_id"],
             "jaccard": float(m["jaccard"]),
-            "domain": rows[m["id"]].get("domain"),
-            "lang": rows[m["id"]].get("lang"),
+            "domain": tags[m["id"]]["domain"],
+            "lang": tags[m["id"]]["lang"],
             "task": None,
         }
         for m in matches.to_pylist()
