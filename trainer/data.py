@@ -188,13 +188,12 @@ def mixture_data(config: TrainConfig) -> TrainData:
 
     # the bytes were verified by MixtureDataset just above: sizes only here
     mixture = mixture_artifact.open(config.data.mixture_dir, deep=False)
-    manifest = mixture.raw
-    datasets, phases = _open_phases(config, first, manifest)
+    datasets, phases = _open_phases(config, first, [p.name for p in mixture.fields.phases])
     identity = {
         "build_sha256": first.build_sha256,
         "recipe_sha256": first.recipe_sha256,
         "tokenizer_sha256": first.tokenizer_sha256,
-        "tokenizer": manifest.get("tokenizer"),
+        "tokenizer": mixture.raw.get("tokenizer"),  # as the mixture records it
     }
     tokenizer = mixture.fields.tokenizer
     vocab = int(tokenizer.vocab_size or 0) if tokenizer else 0
@@ -204,13 +203,13 @@ def mixture_data(config: TrainConfig) -> TrainData:
 
 
 def _open_phases(
-    config: TrainConfig, first: Any, manifest: dict[str, Any]
+    config: TrainConfig, first: Any, names: list[str]
 ) -> tuple[list[Any], list[Phase]]:
     """One dataset per mixture phase, each checked to hold at least one global batch."""
     from mixtures.dataset import MixtureDataset
 
     datasets, phases, encoded = [], [], config.data.encoded_dir
-    for index, spec in enumerate(manifest.get("phases") or [{"name": "main"}]):
+    for index, name in enumerate(names or ["main"]):
         dataset = first if index == 0 else MixtureDataset(first.directory, index, encoded)
         if dataset.seq_length > config.model.seq_length:
             raise ConfigError(
@@ -224,7 +223,7 @@ def _open_phases(
                 f"{len(dataset)} sequences, less than one global batch; rebuild"
             )
         datasets.append(dataset)
-        phases.append(Phase(str(spec.get("name", index)), dataset.seq_length, num_batches))
+        phases.append(Phase(name, dataset.seq_length, num_batches))
     return datasets, phases
 
 
@@ -397,24 +396,25 @@ def _replanned_mixture(new: Any, old_build: str, mixture_dir: Path) -> Any:
 def _check_same_prefix(new: Any, old: Any, consumed: int, mixture_dir: Path) -> None:
     """Same seed, global batch, encoded data and component documents (by their verified bytes'
     sha256), and the first `consumed` samples of every phase identical."""
-    a, b = new.raw, old.raw
-    same = all(a[k] == b[k] for k in ("seed", "global_batch", "encoded_manifest_sha256"))
-    names = [c["name"] for c in a["components"]]
-    same = same and names == [c["name"] for c in b["components"]]
+    a, b = new.fields, old.fields
+    keys = ("seed", "global_batch", "encoded_manifest_sha256")
+    same = all(getattr(a, key) == getattr(b, key) for key in keys)
+    names = [c.name for c in a.components]
+    same = same and names == [c.name for c in b.components]
     for name in names if same else ():
         rel = f"components/{name}.npy"
-        same = same and a["files"][rel]["sha256"] == b["files"][rel]["sha256"]
+        same = same and new.manifest.files[rel].sha256 == old.manifest.files[rel].sha256
     left = consumed
-    for number, old_phase in enumerate(b["phases"]):
+    for number, old_phase in enumerate(b.phases):
         if not same or left <= 0:
             break
-        phase = a["phases"][number] if number < len(a["phases"]) else None
-        take = min(left, int(old_phase["num_sequences"]))
+        phase = a.phases[number] if number < len(a.phases) else None
+        take = min(left, old_phase.num_sequences)
         same = (
             phase is not None
-            and (phase["name"], phase["seq_length"]) == (old_phase["name"], old_phase["seq_length"])
-            and (take < old_phase["num_sequences"] or phase["num_sequences"] == take)
-            and np.array_equal(_index(new, phase)[:take], _index(old, old_phase)[:take])
+            and (phase.name, phase.seq_length) == (old_phase.name, old_phase.seq_length)
+            and (take < old_phase.num_sequences or phase.num_sequences == take)
+            and np.array_equal(new.index(number)[:take], old.index(number)[:take])
         )
         left -= take
     if not same or left > 0:
@@ -423,10 +423,6 @@ def _check_same_prefix(new: Any, old: Any, consumed: int, mixture_dir: Path) -> 
             "checkpoint consumed (seed, batch, documents or index differ from the mixture it "
             "re-plans); rebuild the re-plan with `pretrain mixture build`"
         )
-
-
-def _index(mixture: Any, phase: dict[str, Any]) -> np.ndarray:
-    return np.load(mixture.path(phase["index"]), mmap_mode="r", allow_pickle=False)
 
 
 def check_init_from(
