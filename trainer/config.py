@@ -181,6 +181,17 @@ class BatchConfig(StrictModel):
     global_batch_size: int = Field(8, ge=1)
     """Sequences per optimizer step (= the mixture's global batch W)."""
 
+    def microbatches(self, data_parallel: int) -> int:
+        """Micro-batches per step on each of `data_parallel` ranks (the one batch rule: every
+        rank and the plan); refused when they do not divide the global batch."""
+        if self.global_batch_size % (self.micro_batch_size * data_parallel):
+            raise ConfigError(
+                f"batch.global_batch_size={self.global_batch_size} is not divisible by "
+                f"micro_batch_size {self.micro_batch_size} x data parallel {data_parallel}; "
+                "change one of them"
+            )
+        return self.global_batch_size // (self.micro_batch_size * data_parallel)
+
 
 class PhaseConfig(StrictModel):
     """A training phase for synthetic data (a mixture brings its own phases)."""

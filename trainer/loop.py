@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pretrain.config import config_dict, config_sha256
-from pretrain.errors import ArtifactError, ConfigError
+from pretrain.errors import ArtifactError
 from trainer import checkpoint
 from trainer import step as mstep
 from trainer.callbacks import Callback, CallbackList
@@ -67,7 +67,7 @@ class Trainer:
         self.dp_rank, self.dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
         self.data, self.vocab_size = data, vocab_size
         self.total_steps = self._total_steps()
-        self._check_batch_layout()
+        self.num_microbatches = config.batch.microbatches(self.dp_size)
         self.chunks, self.model, self.optimizer = model
         zeros = [0] * len(self.data.component_names)
         self.state = TrainState(tokens_per_component=zeros, sequences_per_component=list(zeros))
@@ -94,17 +94,6 @@ class Trainer:
         else:
             steps = self.data.num_batches
         return max(1, min(steps, self.data.num_batches))
-
-    def _check_batch_layout(self) -> None:
-        batch = self.config.batch
-        per_rank = batch.global_batch_size // self.dp_size
-        if batch.global_batch_size % self.dp_size or per_rank % batch.micro_batch_size:
-            raise ConfigError(
-                f"batch.global_batch_size = {batch.global_batch_size} is not divisible by "
-                f"micro_batch_size {batch.micro_batch_size} x data-parallel {self.dp_size}; "
-                "change one of them"
-            )
-        self.num_microbatches = per_rank // batch.micro_batch_size
 
     # ----- the loop ------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:

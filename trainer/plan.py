@@ -68,11 +68,10 @@ def layout_errors(config: TrainConfig, mixture_global_batch: int | None) -> list
     except ConfigError as exc:
         errors.append(str(exc))
     dp = p.data_parallel
-    if b.global_batch_size % (b.micro_batch_size * dp):
-        errors.append(
-            f"batch.global_batch_size={b.global_batch_size} is not divisible by "
-            f"micro_batch_size {b.micro_batch_size} * data parallel {dp}"
-        )
+    try:
+        b.microbatches(dp)
+    except ConfigError as exc:
+        errors.append(str(exc))
     if cp > 1 and m.seq_length % (2 * cp):
         errors.append(f"model.seq_length={m.seq_length} is not divisible by 2 * context={2 * cp}")
     if mixture_global_batch is not None and mixture_global_batch != b.global_batch_size:
