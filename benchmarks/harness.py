@@ -87,8 +87,12 @@ class Claim:
 COSTS = ("cpu_s", "wall_s", "work_s", "startup_s", "peak_total_pss_mb", "max_peak_rss_mb")
 
 
-def measure(argv: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: float) -> dict:
-    """Run `argv` in its own process; the measures above and its last JSON line (`reported`)."""
+def measure(
+    argv: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: float, interval: float = 0.25
+) -> dict:
+    """Run `argv` in its own process; the measures above and its last JSON line (`reported`),
+    its process tree sampled every `interval` seconds (a smoke run's figures are not kept: it
+    samples every 2 s, as walking the tree and reading each process's smaps is not free)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     try:
@@ -109,7 +113,7 @@ def measure(argv: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: floa
     drain.start()
     killer = threading.Timer(timeout_s, proc.kill)  # a contender that hangs holds stdout open
     killer.start()
-    with TreeSampler(root=proc.pid, interval=0.25) as sampler:
+    with TreeSampler(root=proc.pid, interval=interval) as sampler:
         for line in proc.stdout or ():
             if line.startswith(READY) and not ready:
                 ready.append(time.perf_counter() - start)
@@ -169,6 +173,7 @@ def run_claim(claim: Claim, corpus: Path, smoke: bool, timeout_s: float = 7200) 
     help_only = smoke and claim.smoke_size is None
     size = (claim.smoke_size if smoke else claim.size) or ""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"BENCH_SMOKE": "1"} if smoke else {})}
+    interval = 2.0 if smoke else 0.25
 
     def command(args: tuple[str, ...], out: Path) -> list[str]:
         slots = {"corpus": str(corpus), "work": str(work), "out": str(out)}
@@ -181,7 +186,11 @@ def run_claim(claim: Claim, corpus: Path, smoke: bool, timeout_s: float = 7200) 
         if claim.prepare and not help_only:
             try:
                 measure(
-                    command(claim.prepare, work), REPO, {**env, "PYTHONPATH": str(REPO)}, timeout_s
+                    command(claim.prepare, work),
+                    REPO,
+                    {**env, "PYTHONPATH": str(REPO)},
+                    timeout_s,
+                    interval,
                 )
             except ContenderFailed as exc:
                 raise ContenderFailed(f"{claim.name} / prepare: {exc}") from None
@@ -190,7 +199,7 @@ def run_claim(claim: Claim, corpus: Path, smoke: bool, timeout_s: float = 7200) 
             argv = command(contender.argv, work / contender.name)
             try:
                 runs[contender.name] = measure(
-                    argv, cwd, {**env, "PYTHONPATH": str(cwd)}, timeout_s
+                    argv, cwd, {**env, "PYTHONPATH": str(cwd)}, timeout_s, interval
                 )
             except ContenderFailed as exc:
                 raise ContenderFailed(f"{claim.name} / {contender.name}: {exc}") from None
