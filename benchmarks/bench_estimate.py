@@ -87,7 +87,7 @@ def _project(out: Path, stages: dict, input_bytes: int, nodes: int, cpus: int) -
     from data_pipeline.config import PipelineConfig
 
     config = PipelineConfig.model_validate({"inputs": ["x"], "output": str(out), "stages": stages})
-    sample = estimate.load_sample(out, estimate.enabled_stages(config))
+    sample = estimate.load_sample(out, config.enabled_stages())
     bound = estimate.project(sample, config, input_bytes, nodes, cpus, utilisation=1.0)
     measured = estimate.project(sample, config, input_bytes, nodes, cpus)
     return {"compute_bound": bound, "sample_utilisation": measured}

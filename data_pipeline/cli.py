@@ -48,9 +48,7 @@ def estimate(args: argparse.Namespace) -> int:
 
     config = load_config(PipelineConfig, args.config, args.overrides)
     input_bytes = model.parse_bytes(args.input_bytes)
-    sample = model.load_sample(
-        Path(args.from_manifest or config.output), model.enabled_stages(config)
-    )
+    sample = model.load_sample(Path(args.from_manifest or config.output), config.enabled_stages())
     result = model.project(
         sample,
         config,

@@ -153,6 +153,13 @@ class PipelineConfig(StrictModel):
     compression_level: int = Field(3, ge=1, le=22)
     """zstd level of the shards."""
 
+    def enabled_stages(self) -> list[str]:
+        """The stages that run, in pipeline order: a section present and not `enabled: false`."""
+        sections = {name: self.stages.get(name) for name in registry()}
+        return [
+            n for n, s in sections.items() if s is not None and s.get("enabled", True) is not False
+        ]
+
     def fields(self) -> Fields:
         """Where the readers find each record's text, id, URL and source."""
         return Fields(self.text_field, self.id_field, self.url_field, self.source_field)

@@ -39,7 +39,7 @@ from data_pipeline.config import PipelineConfig
 from data_pipeline.global_parts import TASK_CPUS
 from data_pipeline.ray_job import MERGE_CPUS
 from data_pipeline.stages.base import GlobalStage
-from data_pipeline.stages.registry import registry, stage_class
+from data_pipeline.stages.registry import stage_class
 from pretrain import shards_layout as layout
 from pretrain.errors import ConfigError
 from pretrain.manifest import load_manifest
@@ -60,16 +60,6 @@ def parse_bytes(text: str) -> int:
             f"--input-bytes {text!r}: give a positive size such as 40TB, 500GB or 2PiB"
         )
     return int(float(match.group(1)) * UNITS[unit])
-
-
-def enabled_stages(config: PipelineConfig) -> list[str]:
-    """CONFIG's stages in pipeline order (present and not `enabled: false`)."""
-    names = []
-    for name in registry():
-        section = config.stages.get(name)
-        if section is not None and section.get("enabled", True) is not False:
-            names.append(name)
-    return names
 
 
 @dataclass
@@ -196,7 +186,7 @@ def project(
     utilisation: float | None = None,
 ) -> dict[str, Any]:
     """The projection as a dict (printed by `format_estimate`)."""
-    stages = enabled_stages(config)
+    stages = config.enabled_stages()
     per_stage = {
         name: sample.stages[name]["cpu_s"] / sample.stages[name]["bytes"] * input_bytes / 3600
         for name in ["read", *stages, "write"]

@@ -79,18 +79,6 @@ def plan(stages: Sequence[Stage]) -> tuple[list[Stage], list[tuple[GlobalStage, 
     return head, rest
 
 
-def expected_rows(out: OutPath, stems: Sequence[str], shard_rows: int) -> dict[str, int]:
-    """Part -> its row count, for every input whose read record exists."""
-    rows: dict[str, int] = {}
-    for stem, record in zip(stems, parts.read_records(out, stems), strict=True):
-        if record is None:
-            continue
-        records = int(record["records"])
-        for part in range(-(-records // shard_rows)):
-            rows[f"{stem}-{part:05d}"] = min(shard_rows, records - part * shard_rows)
-    return rows
-
-
 def persist(
     out: OutPath, stage: str, part: str, rows: pa.Table, tables: dict[str, pa.Table], **record: Any
 ) -> dict[str, Any]:

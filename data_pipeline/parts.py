@@ -15,7 +15,7 @@ import json
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -357,14 +357,17 @@ def read_records(out: OutPath, stems: Iterable[str]) -> Iterator[dict[str, Any] 
     return (None if data is None else json.loads(data) for data in found)
 
 
-def part_names(out: OutPath, stems: Iterable[str]) -> list[str]:
-    """Every part (`<stem>-<part:05d>`) of the inputs `stems`, from their read records (none of
-    an input without one)."""
-    stems = list(stems)
-    names = []
+def part_rows(out: OutPath, stems: Sequence[str], shard_rows: int) -> dict[str, int]:
+    """Every part (`<stem>-<part:05d>`) of the inputs `stems` -> its row count, from their read
+    records (none of an input without one)."""
+    rows: dict[str, int] = {}
     for stem, record in zip(stems, read_records(out, stems), strict=True):
-        names += [f"{stem}-{p:05d}" for p in range(int((record or {}).get("parts", 0)))]
-    return names
+        if record is None:
+            continue
+        records = int(record["records"])
+        for part in range(-(-records // shard_rows)):
+            rows[f"{stem}-{part:05d}"] = min(shard_rows, records - part * shard_rows)
+    return rows
 
 
 def record_done(record: dict[str, Any] | None, stem: str, done: set[str]) -> bool:

@@ -149,7 +149,9 @@ def merge(
     `global_digest` (with global stages: runner.Published)."""
     import ray
 
-    shards = [shard for shard in parts.part_names(out, stems) if shard not in done]
+    shards = [
+        shard for shard in parts.part_rows(out, stems, config.shard_rows) if shard not in done
+    ]
     writer = {
         "out": out,
         "stages": [s.name for s in stages],

@@ -39,7 +39,6 @@ from data_pipeline.inputs import Unit, check_openable, check_output_apart, plan_
 from data_pipeline.stages.base import GlobalStage, Stage
 from data_pipeline.stages.registry import (
     manifest_sections,
-    registry,
     required_stages,
     stage_class,
 )
@@ -95,16 +94,14 @@ class RunResult:
 
 def build_stages(config: PipelineConfig) -> list[Stage]:
     """The enabled stages in registry order; a missing enabled stage is a one-line error."""
+    enabled = config.enabled_stages()
     for name, why in required_stages().items():
-        section = config.stages.get(name)
-        if section is None or section.get("enabled", True) is False:
+        if name not in enabled:
             raise ConfigError(f"stages.{name} must be present and enabled: {why}")
     stages = []
-    for name in registry():
-        section = config.stages.get(name)
-        if section is None or section.get("enabled", True) is False:
-            continue
+    for name in enabled:
         cls = stage_class(name)
+        section = config.stages.get(name) or {}
         stage_config = parse_config(cls.Config, section, source=f"stages.{name}")
         budget = {"worker_memory_mb": config.ray.worker_memory_mb}
         stages.append(cls(stage_config, **(budget if issubclass(cls, GlobalStage) else {})))
@@ -135,7 +132,7 @@ def preflight(
 
 def _collect(
     out: OutPath, stems: list[str], stages: list[Stage], merged: ledger.Merged
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[dict[str, Any], list[str], list[str]]:
     """The ledger from every input's read record and every part's record: the part records the
     merge of this run handed over are already folded in `merged` (ledger.Merged); only the
     others (parts reused from an earlier run) are read, and folded the same way as they are read
@@ -144,7 +141,7 @@ def _collect(
     at a time and consumed in order (the same ledger as read in turn). `merged.known` gets the
     digest of every file a part record lists (its writer hashed the bytes it wrote) and of the
     records read here, for the manifest (pretrain.manifest.write_manifest): no output file is
-    read again to hash it."""
+    read again to hash it. Returns the ledger, the shard files and every part's name."""
     read_docs, read_bytes, collisions, shards = 0, 0, 0, []
     paths = [parts.read_stats_path(out, stem) for stem in stems]
     for stem, path, data in zip(stems, paths, parts.read_bytes(out, paths), strict=True):
@@ -170,7 +167,7 @@ def _collect(
         merged.add_record(shard, data)
     led = ledger.aggregate((), [s.name for s in stages], read_docs, read_bytes, merged.fold)
     led["id_collisions"] = collisions
-    return led, sorted(p.name for p in (out / layout.DATA_DIR).glob("*.parquet"))
+    return led, sorted(p.name for p in (out / layout.DATA_DIR).glob("*.parquet")), shards
 
 
 @dataclass
@@ -253,7 +250,7 @@ def plan_work(
         return Work(todo, done, [t["stem"] for t in todo]), done
     # Every part's global tags are computed again, from the first global stage's map output
     # where it is already persisted; the merged parts wait for the global digest.
-    rows = global_parts.expected_rows(out, list(items), config.shard_rows)
+    rows = parts.part_rows(out, list(items), config.shard_rows)
     skip = global_parts.reusable(out, globals_[0][0], rows)
     read = [items[u.stem] for u in units if not parts.record_done(records[u.stem], u.stem, skip)]
     return Work(read, skip, list(items), published), set()
@@ -297,7 +294,7 @@ def run_pipeline(
                     with clock.phase("stream"):
                         ray_job.stream(config, stages, work.read, work.skip, out, progress)
                 if work.published is not None:
-                    rows = global_parts.expected_rows(out, work.merge, config.shard_rows)
+                    rows = parts.part_rows(out, work.merge, config.shard_rows)
                     reused_map = global_parts.run_global_stages(
                         out,
                         stages,
@@ -313,7 +310,7 @@ def run_pipeline(
                 global_digest = work.published.digest if work.published is not None else ""
                 with clock.phase("merge"):
                     ray_job.merge(config, stages, out, work.merge, done, merged, global_digest)
-        led, shards = _collect(out, [u.stem for u in units], stages, merged)
+        led, shards, part_names = _collect(out, [u.stem for u in units], stages, merged)
         if clock is not None:
             throughput.save_global_costs(out, stages, led["documents_in"], led["bytes_in"])
         led["skipped_files"] = skipped
@@ -329,7 +326,7 @@ def run_pipeline(
             sections=manifest_sections(stages),
             throughput=throughput_report.build(
                 out,
-                [u.stem for u in units],
+                part_names,
                 [s.name for s in stages],
                 [s.name for s in stages if isinstance(s, GlobalStage)],
                 done,

@@ -17,7 +17,7 @@ from typing import Any
 
 from data_pipeline import throughput
 from data_pipeline.ledger import Merged
-from data_pipeline.parts import in_flight_for, ordered, part_names, read_bytes
+from data_pipeline.parts import in_flight_for, ordered, read_bytes
 from data_pipeline.throughput import READ, WRITE, RunClock
 from pretrain.storage import OutPath, listed
 
@@ -88,7 +88,7 @@ def _global_cost(
 
 def build(
     out: OutPath,
-    stems: list[str],
+    parts: list[str],
     stage_names: list[str],
     global_names: list[str],
     reused: set[str],
@@ -100,7 +100,6 @@ def build(
     it merged, none reused); the others are read, their digests noted in `merged` for the
     manifest."""
     this_run: dict[str, Any] = dict(merged.costs.get(READ, {}))
-    parts = part_names(out, stems)
     todo = [shard for shard in parts if shard not in merged.costed]
     paths = (throughput.part_cost_path(out, shard) for shard in todo)
     for shard, data in zip(todo, read_bytes(out, paths), strict=True):

@@ -81,8 +81,8 @@ def _driver_reads(out: storage.ObjectPath) -> dict[str, Any]:
     """What the driver computes from the records: resume scan, ledger (+ digests), throughput."""
     merged = ledger.Merged()  # nothing handed over: every record is read
     done = parts.finished_parts(out)
-    led, shards = runner._collect(out, STEMS, [], merged)
-    section = throughput_report.build(out, STEMS, [], [], set(), None, merged)
+    led, shards, names = runner._collect(out, STEMS, [], merged)
+    section = throughput_report.build(out, names, [], [], set(), None, merged)
     return {
         "done": done,
         "ledger": led,

@@ -53,8 +53,8 @@ def _merged_output(out: storage.OutPath) -> pa.Table:
 def _end_of_run(out: storage.OutPath, merged: ledger.Merged) -> tuple[Any, ...]:
     """What the runner does after the merge: ledger, throughput section, manifest."""
     stages = [_Stage(name) for name in STAGES]
-    led, _ = runner._collect(out, ["t"], stages, merged)  # type: ignore[arg-type]
-    section = throughput_report.build(out, ["t"], STAGES, [], set(), None, merged)
+    led, _, names = runner._collect(out, ["t"], stages, merged)  # type: ignore[arg-type]
+    section = throughput_report.build(out, names, STAGES, [], set(), None, merged)
     files = write_manifest(out, "shards", known=merged.known)["files"]
     return led, section, files
 
