@@ -138,24 +138,14 @@ def out_dir(args: argparse.Namespace, run_dir: Path) -> Path:
     return run_dir / "evals"
 
 
-def _validated_tasks(tasks: list[Path], args: argparse.Namespace) -> Any:
-    """Check every task file (ours and lm-eval's) loads; return the lm-eval tasks or None."""
-    from evals.tasks import load_tasks
-
-    load_tasks(tasks)
-    if not args.lm_eval:
-        return None
-    from evals.lm_eval_tasks import load_lm_eval_tasks
-
-    return load_lm_eval_tasks(args.lm_eval, args.num_fewshot)
-
-
 def evaluate_run(
     args: argparse.Namespace, run_dir: Path, checkpoints: list[tuple[int, Path]], out: Path
 ) -> int:
     """`pretrain eval run` under its output lock: every checkpoint (`find_checkpoints`), then the
     artifact at `out` (`out_dir`)."""
+    from evals.lm_eval_tasks import load_lm_eval_tasks
     from evals.plots import plot_capability
+    from evals.tasks import load_tasks
     from pretrain.progress import Progress, attach, warn
     from tokenizer.lock import load_locked
     from trainer.evalcore import load_eval_sets
@@ -164,7 +154,8 @@ def evaluate_run(
         tasks = [Path(p) for p in args.tasks]
     else:  # the task files the evalset lists (never a file merely present)
         tasks = evalset_artifact.open(args.sets).task_paths()
-    lm_tasks = _validated_tasks(tasks, args)  # before the first (slow) checkpoint load
+    load_tasks(tasks)  # every task file, ours and lm-eval's, loads before the first (slow) load
+    lm_tasks = load_lm_eval_tasks(args.lm_eval, args.num_fewshot) if args.lm_eval else None
     sets = load_eval_sets(args.sets, args.max_docs)
     tokenizer = load_locked(args.tokenizer or find_tokenizer(run_dir))
     out.mkdir(parents=True, exist_ok=True)

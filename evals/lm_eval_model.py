@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lm_eval.api.model import LM
 
 from evals.tasks import encode_pair
 from pretrain.artifacts import export as export_artifact
@@ -25,13 +26,7 @@ from pretrain.errors import InputError
 from trainer.evalcore import as_encoder
 
 
-def _lm_base() -> Any:
-    from lm_eval.api.model import LM
-
-    return LM
-
-
-class ProjectLM(_lm_base()):  # type: ignore[misc]
+class ProjectLM(LM):  # type: ignore[misc]
     """A `.logits(tokens)` model + our tokenizer as an lm-eval LM (log-likelihood tasks)."""
 
     def __init__(self, model: Any, tokenizer: Any, seq_length: int, batch_size: int = 8) -> None:
