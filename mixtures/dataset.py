@@ -28,7 +28,7 @@ class MixtureDataset:
 
     Sample i is consumed at global step i // global_batch, so the trainer's data state is the
     number of sequences consumed. Both the mixture's and the encoded artifact's files are checked
-    byte for byte (through the hash cache); `verify=False` checks only the mixture's sizes.
+    byte for byte (through the hash cache).
     """
 
     def __init__(
@@ -36,11 +36,9 @@ class MixtureDataset:
         mixture_dir: str | os.PathLike,
         phase: int | str = 0,
         encoded_dir: str | os.PathLike | None = None,
-        *,
-        verify: bool = True,
     ) -> None:
         self.directory = Path(mixture_dir)
-        mixture = mixture_artifact.open(self.directory, deep=verify)
+        mixture = mixture_artifact.open(self.directory)
         manifest = mixture.raw
         self.phase = _phase_number(manifest, phase, self.directory)
         info = manifest["phases"][self.phase]
@@ -94,10 +92,6 @@ class MixtureDataset:
         epoch, window = divmod(sequence, self.sequences_per_epoch[component])
         tokens = self._window(component, epoch, window * self.seq_length, self.seq_length + 1)
         return {"tokens": tokens, "component": component}
-
-    def components(self, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Component of each sample in [start, stop): for per-component token accounting."""
-        return np.asarray(self._index["component"][start:stop], dtype=np.int64)
 
     def _epoch_layout(self, component: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         key = (component, epoch)

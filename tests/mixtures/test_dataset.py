@@ -63,7 +63,7 @@ def test_one_epoch_of_a_component_is_each_selected_document_exactly_once(
     ds = MixtureDataset(mixture)
     web = 0
     size = ds.sequences_per_epoch[web]
-    comps = ds.components()
+    comps = np.asarray(ds._index["component"])
     rows = np.flatnonzero(comps == web)
     seqs = np.array([int(ds._index[i]["sequence"]) for i in rows])
     first_epoch = rows[seqs < size][np.argsort(seqs[seqs < size])]

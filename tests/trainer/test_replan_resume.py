@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from mixtures.dataset import MixtureDataset
+from pretrain.artifacts import mixture as mixture_kind
 from pretrain.config import parse_config
 from pretrain.manifest import load_manifest
 from pretrain_app.cli import main
@@ -83,8 +84,9 @@ def test_resume_on_a_replan_continues_with_the_new_weights(tmp_path, capsys) -> 
     assert [r["batch"] for r in steps] == [0, 1, 2, 3, 4, 5]
     assert any(r.get("event") == "resume" and r["step"] == 3 for r in records)
     trained = np.array([steps[-1]["sequences_per_component"][n] for n in new.component_names])
-    assert np.array_equal(trained, np.bincount(new.components(0, 6 * WIDTH), minlength=3))
-    after = np.bincount(new.components(consumed, 6 * WIDTH), minlength=3)
+    components = mixture_kind.open(mix_b).index(0)["component"]  # of every sample
+    assert np.array_equal(trained, np.bincount(components[: 6 * WIDTH], minlength=3))
+    after = np.bincount(components[consumed : 6 * WIDTH], minlength=3)
     assert np.abs(after - np.array(NEW_WEIGHTS) * after.sum()).max() <= 3  # 1 per batch
     _check_caps(mix_b, new)
 
