@@ -383,7 +383,7 @@ class TrainConfig(StrictModel):
         if evaluate and self.eval.every:
             from trainer.periodic_eval import PeriodicEval
 
-            extra.insert(0, PeriodicEval(self, chunks[0], on_gpu))
+            extra.insert(0, PeriodicEval(self, chunks[0]))
         return Trainer(self, data, vocab_size, (chunks, model, optimizer), builtin, extra)
 
     @model_validator(mode="after")

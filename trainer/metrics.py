@@ -56,8 +56,8 @@ def assumed_peak(peak_flops: float | None, gpu_name: str, on_gpu: bool) -> tuple
     return measure_cpu_peak_flops(), "measured fp32 matmul 512^3 on this CPU, per rank"
 
 
-def memory_mb() -> dict[str, float]:
-    if torch.cuda.is_available():
+def memory_mb(on_gpu: bool) -> dict[str, float]:
+    if on_gpu:
         return {"gpu_max_allocated_mb": torch.cuda.max_memory_allocated() / 2**20}
     import psutil
 
@@ -127,6 +127,7 @@ class Throughput(Callback):
     """Profiling of each step: MFU (peak agreed by all ranks at start), memory, checkpoint time."""
 
     def __init__(self, settings: MetricsConfig, on_gpu: bool) -> None:
+        self.on_gpu = on_gpu
         holder = list(assumed_peak(settings.peak_flops, settings.mfu_gpu, on_gpu))
         torch.distributed.broadcast_object_list(holder, src=0)
         self.peak_flops, self.peak_source = holder
@@ -136,7 +137,7 @@ class Throughput(Callback):
         self.checkpoint_s = seconds
 
     def on_step_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
-        record.update(memory_mb())
+        record.update(memory_mb(self.on_gpu))
         record["checkpoint_s"] = round(self.checkpoint_s, 6)
         self.checkpoint_s = 0.0
         if self.peak_flops:

@@ -34,7 +34,7 @@ class PeriodicEval(Callback):
     """Loads the sets and the run's tokenizer once; `run(step)` returns the metrics record. It is
     its own scorer: `.logprobs(tokens)` of the live model chunk (in eval mode, no grad)."""
 
-    def __init__(self, config: Any, model: Any, on_gpu: bool) -> None:
+    def __init__(self, config: Any, model: Any) -> None:
         from tokenizer.lock import load_locked
         from trainer.data import tokenizer_dir
 
@@ -48,7 +48,7 @@ class PeriodicEval(Callback):
         self.every = settings.every
         self.sets = load_eval_sets(settings.sets, settings.max_docs)
         self.encoder = as_encoder(load_locked(Path(directory)))
-        self.model, self.on_gpu = model, on_gpu
+        self.model = model
         self.seq_length = config.model.seq_length
         self.batch_size = settings.batch_size
 
@@ -59,7 +59,7 @@ class PeriodicEval(Callback):
             trainer.callbacks.on_eval(trainer, self.run(step))
 
     def logprobs(self, tokens: torch.Tensor) -> torch.Tensor:
-        return next_token_logprobs(self.model, tokens, self.on_gpu)
+        return next_token_logprobs(self.model, tokens)
 
     def run(self, step: int) -> dict[str, Any]:
         was_training = self.model.training

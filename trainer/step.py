@@ -151,7 +151,7 @@ def count_params(chunks: list[Any], dp_size: int) -> int:
 
 
 @torch.no_grad()
-def next_token_logprobs(model: Any, tokens: Any, on_gpu: bool = False) -> torch.Tensor:
+def next_token_logprobs(model: Any, tokens: Any) -> torch.Tensor:
     """A GPTModel's log p(tokens[:, t+1] | tokens[:, :t+1]) at every position, on the CPU:
     FloatTensor[B, S-1] (a loaded checkpoint's, and the live model's during training)."""
     from trainer.cpu_compat import device_context
@@ -159,7 +159,7 @@ def next_token_logprobs(model: Any, tokens: Any, on_gpu: bool = False) -> torch.
     tokens = torch.as_tensor(tokens, dtype=torch.long)
     if tokens.dim() != 2 or tokens.shape[1] < 2:
         raise ValueError(f"tokens must be [batch, seq >= 2], got {tuple(tokens.shape)}")
-    inputs, positions, labels = _shifted(tokens.cuda() if on_gpu else tokens)
+    inputs, positions, labels = _shifted(tokens.to(next(model.parameters()).device))
     with device_context():
         loss = model(inputs, positions, None, labels=labels)
     return -loss.float().cpu()
