@@ -57,7 +57,7 @@ def test_full_launch_without_a_report_is_refused(tmp_path, capsys):
 def test_override_gate_launches_and_records_the_reason(tmp_path):
     path = _write(tmp_path, report_dir=str(tmp_path / "no-report"))
     reason = "smoke test of the launcher, not a real run"
-    assert main(["launch", str(path), "--override-gate", reason]) == 0
+    assert main(["launch", str(path), "--override-gate", reason, "--in-process"]) == 0
     manifest = load_manifest(tmp_path / "run")
     assert manifest["gate"]["status"] == "overridden"
     assert manifest["gate"]["override_reason"] == reason
