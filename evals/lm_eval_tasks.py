@@ -55,11 +55,6 @@ class LmEvalTasks:
     num_fewshot: int | None = None
 
 
-def _offline() -> None:
-    for key in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        os.environ[key] = "1"
-
-
 def parse_spec(spec: str) -> tuple[str, Path]:
     """`NAME=FILE` -> (name, an existing file of a published format), or a one-line refusal."""
     name, sep, file = spec.partition("=")
@@ -147,7 +142,8 @@ def _render_all(name: str, task: Any, data: Path) -> list[dict[str, str]]:
 
 def load_lm_eval_tasks(specs: list[str], num_fewshot: int | None = None) -> LmEvalTasks:
     """Parse `NAME=FILE` specs, write the task YAMLs, load and validate every document."""
-    _offline()
+    for key in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ[key] = "1"
     parsed = [parse_spec(spec) for spec in specs]
     import lm_eval.tasks
     from lm_eval.tasks import TaskManager

@@ -304,13 +304,6 @@ def _prepare_out(out: Path, stems: set[str]) -> None:
             path.unlink()
 
 
-def _run_inline(jobs: list[Job], tokenizer_dir: Path, sha: str, out: Path) -> list[ShardResult]:
-    tokenizer = load_locked(tokenizer_dir, expect_sha256=sha)
-    return [
-        encode_prefix(tokenizer, job, out) for job in Progress(jobs, desc="encode", unit="prefix")
-    ]
-
-
 def _run_ray(
     jobs: list[Job], tokenizer_dir: Path, sha: str, out: Path, num_cpus: float
 ) -> list[ShardResult]:
@@ -371,8 +364,9 @@ def encode(
         _prepare_out(out, {job.name for job in jobs})
         if backend == "ray" and len(jobs) > 1:
             results = _run_ray(jobs, Path(tokenizer_dir), tokenizer.sha256, out, num_cpus)
-        else:
-            results = _run_inline(jobs, Path(tokenizer_dir), tokenizer.sha256, out)
+        else:  # here, one prefix after another, with the tokenizer verified above
+            progress = Progress(jobs, desc="encode", unit="prefix")
+            results = [encode_prefix(tokenizer, job, out) for job in progress]
         sources = {job.name: {path.stem: sha for path, sha in job.shards} for job in jobs}
         shard_counts = {
             r.stem: {
