@@ -32,21 +32,17 @@ class Prefix:
     name: str
     split: str
     shards: tuple[Path, ...]
-    documents: int
-
-
-def split_counts(shard: Path) -> dict[str, int]:
-    """How many of the shard's documents each prefix family takes (reads the `split` column)."""
-    column = pq.read_table(shard, columns=["split"]).column("split")
-    held_out = int(pc.sum(pc.equal(column, "eval")).as_py() or 0)
-    return {"train": len(column) - held_out, "eval": held_out}
 
 
 def plan_prefixes(shards: list[Path], min_documents: int = MIN_PREFIX_DOCUMENTS) -> list[Prefix]:
     """Per split family, group `shards` (sorted) into prefixes of >= `min_documents` documents
     of that family where the total allows it (fewer is one prefix); a family with no document
     gets no prefix."""
-    counts = {shard: split_counts(shard) for shard in shards}
+    counts = {}  # how many of each shard's documents each family takes (its `split` column)
+    for shard in shards:
+        column = pq.read_table(shard, columns=["split"]).column("split")
+        held_out = int(pc.sum(pc.equal(column, "eval")).as_py() or 0)
+        counts[shard] = {"train": len(column) - held_out, "eval": held_out}
     prefixes: list[Prefix] = []
     for split in SPLITS:
         groups: list[list[tuple[Path, int]]] = []
@@ -63,7 +59,6 @@ def plan_prefixes(shards: list[Path], min_documents: int = MIN_PREFIX_DOCUMENTS)
         elif current:
             groups.append(current)
         prefixes += [
-            Prefix(f"{split}-{n:05d}", split, tuple(p for p, _ in g), sum(r for _, r in g))
-            for n, g in enumerate(groups)
+            Prefix(f"{split}-{n:05d}", split, tuple(p for p, _ in g)) for n, g in enumerate(groups)
         ]
     return prefixes
