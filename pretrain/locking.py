@@ -32,6 +32,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from pretrain.errors import ConfigError, OutputLocked
 from pretrain.progress import warn
 from pretrain.s3_lock import S3Lock, holder_record, holder_text
@@ -63,26 +65,18 @@ def read_holder(out: str | os.PathLike) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _holder_pid(record: dict[str, Any]) -> int | None:
-    pid = record.get("pid")
-    return pid if isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < 2**31 else None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+def _exited(holder: dict[str, Any] | None) -> bool:
+    """A record left by a holder on this host that is no longer running (whatever its fields
+    hold: a record edited or damaged at the same size must not crash the next writer)."""
+    pid = (holder or {}).get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 2**31:
         return False
-    except PermissionError:
-        return True
-    return True
+    return (holder or {}).get("host") == socket.gethostname() and not psutil.pid_exists(pid)
 
 
 def _refusal(out: Path, holder: dict[str, Any] | None) -> OutputLocked:
     text = holder_text(holder)
-    record = holder or {}
-    pid, here = _holder_pid(record), record.get("host") == socket.gethostname()
-    if here and pid is not None and not _pid_alive(pid):
+    if _exited(holder):
         text += ", which has exited but left a child process holding the lock"
     return OutputLocked(
         f"output {out} is being written by {text}; wait for it to finish, stop it, "
@@ -107,21 +101,13 @@ def _locked(fd: int, mode: int) -> bool:
     return True
 
 
-def _settled(holder: dict[str, Any] | None) -> bool:
-    """A whole record, not one left by a holder that has exited on this host."""
-    if holder is None:
-        return False
-    pid = _holder_pid(holder)
-    return pid is None or holder.get("host") != socket.gethostname() or _pid_alive(pid)
-
-
 def _lock_or_refuse(fd: int, mode: int, out: Path) -> None:
     """Take `flock` `mode` on `fd`, or raise the refusal naming its holder: while the record
     is not settled (see SETTLE_S), try the lock again (it may have been released)."""
     deadline = time.monotonic() + SETTLE_S
     while not _locked(fd, mode):
         holder = read_holder(out)
-        if _settled(holder) or time.monotonic() > deadline:
+        if (holder is not None and not _exited(holder)) or time.monotonic() > deadline:
             raise _refusal(out, holder)
         time.sleep(0.005)
 
