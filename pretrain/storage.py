@@ -208,10 +208,6 @@ class ObjectPath:
         """Keys and prefixes directly under this prefix."""
         return [ObjectPath(self.fs, info.path, self.scheme) for info in self._list(False)]
 
-    def files(self) -> list[ObjectPath]:
-        """Every key under this prefix, at any depth."""
-        return [path for path, _ in self.files_and_sizes()]
-
     def infos(self) -> list[pafs.FileInfo]:
         """The listing under this prefix (keys with their size and modification time), sorted:
         one request per thousand keys, none per object."""
@@ -232,7 +228,7 @@ class ObjectPath:
         return [p for p in self.iterdir() if fnmatch.fnmatchcase(p.name, pattern)]
 
     def rglob(self, pattern: str) -> list[ObjectPath]:
-        return [p for p in self.files() if fnmatch.fnmatchcase(p.name, pattern)]
+        return [p for p, _ in self.files_and_sizes() if fnmatch.fnmatchcase(p.name, pattern)]
 
 
 OutPath = Path | ObjectPath
@@ -342,6 +338,4 @@ def size_and_sha256(path: OutPath, full: bool | None = None) -> tuple[int, str]:
 def sha256_of(path: OutPath, full: bool | None = None) -> str:
     """sha256 of a file's bytes: the hash cache locally (`full` as in `file_sha256`), every byte
     read back from a store."""
-    if not isinstance(path, ObjectPath):
-        return file_sha256(path, full=full)
-    return size_and_sha256(path)[1]
+    return size_and_sha256(path, full)[1]

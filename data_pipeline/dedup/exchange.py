@@ -229,7 +229,7 @@ def producer(func: Callable[..., list[Any]]) -> Callable[..., Any]:
 def _tree_bytes(path: OutPath) -> int:
     """Bytes of the files under a folder (or key prefix)."""
     if isinstance(path, ObjectPath):
-        return sum(path.fs.get_file_info(p.key).size or 0 for p in path.files())
+        return sum(size for _, size in path.files_and_sizes())  # from the listing
     if not path.is_dir():  # a producer that failed: its error comes from the step's wait
         return 0
     return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
