@@ -136,6 +136,10 @@ def phase_counts(fractions: list[float], total_batches: int) -> list[int]:
     return counts
 
 
+SYNTHETIC_IDENTITY = {"build_sha256": None, "recipe_sha256": None, "tokenizer_sha256": None}
+"""Synthetic data is no mixture: it has no build, recipe or tokenizer hash."""
+
+
 def synthetic_data(config: TrainConfig, directory: Path, total_batches: int) -> TrainData:
     """Open (the caller writes it first on rank 0) the synthetic corpus as a TrainData."""
     from megatron.core.datasets.indexed_dataset import IndexedDataset
@@ -157,13 +161,12 @@ def synthetic_data(config: TrainConfig, directory: Path, total_batches: int) -> 
                 config.run.seed + index,
             )
         )
-    identity = {"build_sha256": None, "recipe_sha256": None, "tokenizer_sha256": None}
     return TrainData(
         datasets,
         phases,
         config.batch.global_batch_size,
         ["synthetic"],
-        identity,
+        dict(SYNTHETIC_IDENTITY),
         config.data.synthetic_vocab,
     )
 
@@ -298,6 +301,21 @@ def resolve_vocab(config: TrainConfig, data: TrainData | Any) -> int:
     )
 
 
+def check_resume(
+    config: TrainConfig,
+    data: TrainData | Any,
+    recorded: dict[str, Any] | None,
+    vocab: int,
+    name: str,
+) -> None:
+    """Refuse this run's data, model or batch order where they differ from the pinned ones or
+    from checkpoint `name`'s (its state.json `recorded`; None: a fresh start): the launcher's
+    preflight and every rank's restore ask the same checks."""
+    check_identity(config, data, recorded)
+    check_resume_model(config, recorded, vocab, name)
+    check_resume_order(config, recorded, name)
+
+
 def check_identity(config: TrainConfig, data: TrainData, recorded: dict[str, Any] | None) -> None:
     """Refuse when the tokenizer or mixture build differs from the pinned or checkpointed one."""
     identity = data.identity
@@ -430,7 +448,7 @@ def check_init_from(
 ) -> None:
     """Refuse `checkpoint.init_from` of another model or tokenizer (its embeddings would stand for
     other tokens), before its shards are loaded."""
-    ours = getattr(data, "identity", {}).get("tokenizer_sha256")
+    ours = data.identity.get("tokenizer_sha256")
     if recorded.get("tokenizer_sha256") != ours:
         raise LockMismatch(
             f"checkpoint.init_from {name} was trained with tokenizer "

@@ -138,24 +138,17 @@ def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False
             )
         check_device_support(config, device_type(config))
     from trainer.checkpoint import read_state, resume_point
-    from trainer.data import (
-        check_identity,
-        check_resume_model,
-        check_resume_order,
-        mixture_data,
-        resolve_vocab,
-    )
+    from trainer.data import SYNTHETIC_IDENTITY, check_resume, mixture_data, resolve_vocab
 
     found = resume_point(Path(config.run.out_dir)) if config.checkpoint.resume else None
     name, recorded = (str(found), read_state(found)) if found is not None else ("", None)
     if config.data.source == "mixture":
         data: Any = mixture_data(config)
-        check_identity(config, data, recorded)
     else:
-        data = SimpleNamespace(vocab_size=config.data.synthetic_vocab)
+        vocab = config.data.synthetic_vocab
+        data = SimpleNamespace(vocab_size=vocab, identity=SYNTHETIC_IDENTITY)
     vocab_size = resolve_vocab(config, data)
-    check_resume_model(config, recorded, vocab_size, name)
-    check_resume_order(config, recorded, name)
+    check_resume(config, data, recorded, vocab_size, name)
     if config.checkpoint.init_from and recorded is None:  # what the ranks' init_weights checks
         from trainer.checkpoint import init_point
         from trainer.data import check_init_from

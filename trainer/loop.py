@@ -28,13 +28,7 @@ from trainer import checkpoint
 from trainer import step as mstep
 from trainer.callbacks import Callback, CallbackList
 from trainer.cpu_compat import device_context
-from trainer.data import (
-    TrainData,
-    check_identity,
-    check_init_from,
-    check_resume_model,
-    check_resume_order,
-)
+from trainer.data import TrainData, check_identity, check_init_from, check_resume
 from trainer.flops import flops_per_token
 from trainer.guard import GuardGaveUp, SpikeGuard
 from trainer.metrics import MetricsLog, Throughput
@@ -349,9 +343,7 @@ class Trainer:
     def restore(self, path: Path, keep_skips: bool = False) -> dict[str, Any]:
         """Load a checkpoint once its recorded data and model match this run's (checked first)."""
         expected = checkpoint.read_state(path)
-        check_identity(self.config, self.data, expected)
-        check_resume_model(self.config, expected, self.vocab_size, path.name)
-        check_resume_order(self.config, expected, path.name)
+        check_resume(self.config, self.data, expected, self.vocab_size, path.name)
         recorded = checkpoint.load(path, self.model, self.optimizer)
         self.init_from = recorded.get("init_from")
         skipped = set(self.state.skipped_batches) | set(recorded["skipped_batches"])
