@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +78,10 @@ def rank_agreement(ranking: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any
     return result
 
 
-def primary_proxy(runs: Sequence[Mapping[str, Any]], sizes: Mapping[str, float] | None) -> str:
-    """The proxy whose results decide: the largest (by parameter count when known)."""
-    proxies = sorted({run["proxy"] for run in runs})
-    if sizes:
-        return max(proxies, key=lambda p: (sizes.get(p, 0.0), p))
-    return proxies[-1]
+def primary_proxy(proxies: Iterable[str], sizes: Mapping[str, float] | None) -> str:
+    """The proxy whose results decide: the largest by parameter count when known (the sweep's
+    halving rung too), then by name."""
+    return max(proxies, key=lambda p: ((sizes or {}).get(p, 0.0), p))
 
 
 def _cv_scores(model: Any, x: np.ndarray, y: np.ndarray, folds: int) -> dict[str, float]:
@@ -270,7 +268,7 @@ def build_report(
             f"{first['run']}: {first['problems'][0]}); fix that and run the sweep again"
         )
     ranking = summarize(runs, metric)
-    primary = primary_proxy(runs, proxy_sizes)
+    primary = primary_proxy({run["proxy"] for run in runs}, proxy_sizes)
     by_size = sorted(ranking, key=lambda p: ((proxy_sizes or {}).get(p, 0.0), p))
     scale = scale_agreement(
         runs, by_size, metric, float(criteria["confidence"]), lower_is_better(metric)

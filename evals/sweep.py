@@ -22,7 +22,7 @@ from evals.ablate import (
 )
 from evals.halving import clearly_behind, rung_config
 from evals.proxy import execute_run, load_finished
-from evals.report import build_report, epoch_table, write_report
+from evals.report import build_report, epoch_table, primary_proxy, write_report
 from pretrain.artifacts import ablation as ablation_artifact
 from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.config import apply_overrides, config_dict, config_sha256, read_yaml
@@ -391,12 +391,12 @@ def _halving(
     config: AblationConfig, specs: list[dict], sizes: dict[str, float], runner: Callable
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """(the full-budget specs still to run, the halving record: evals/halving.py), the specs
-    unchanged without `halving`. The largest proxy's rung decides."""
+    unchanged without `halving`. The deciding proxy's rung decides."""
     if config.halving is None:
         return specs, None
     rung = rung_config(config, config.halving)
     results = execute(rung, make_specs(rung)[0], runner)
-    deciding = max(sizes, key=lambda name: (sizes[name], name))
+    deciding = primary_proxy(sizes, sizes)
     dropped, record = clearly_behind(
         [r for r in results if r.get("proxy") == deciding],
         specs[0]["recipe_sha256"],
