@@ -36,7 +36,7 @@ def main(export_dir: str, checkpoint: str, tokenizer_dir: str) -> None:
             {
                 "checkpoint": run_lm_eval(ours, standard),
                 "export": run_lm_eval(hf_lm(hf, hf_tokenizer, batch_size=4), standard),
-                "documents": standard.documents,
+                "documents": {name: len(docs) for name, docs in standard.examples.items()},
                 "our_scorer": score_task(model, load_task(ours_mc), tokenizer, model.seq_length),
                 "lm_eval_on_our_file": run_lm_eval(ours, jsonl),
             }
