@@ -121,14 +121,21 @@ def test_export_gqa_tied_loads_in_transformers_with_equal_logprobs(exported):
     }
 
 
+@pytest.fixture(scope="module")
+def lm_eval_results(exported, sample_tokenizer) -> dict:
+    """lm-eval on the checkpoint (our LM wrapper) and on its export (lm-eval's HFLM), and our
+    JSONL scorer beside lm-eval on one file (tests/trainer/lm_eval_check.py, its own process)."""
+    run_dir, out, _ = exported
+    checkpoint = run_dir / "checkpoints" / "iter_0000002"
+    return run_check("tests.trainer.lm_eval_check", out, checkpoint, sample_tokenizer)
+
+
 @pytest.mark.timeout(600)
-def test_lm_eval_tasks_on_checkpoint_equal_lm_evals_hflm_on_the_export(exported, sample_tokenizer):
+def test_lm_eval_tasks_on_checkpoint_equal_lm_evals_hflm_on_the_export(lm_eval_results):
     """BoolQ, PIQA, HellaSwag and ARC-Easy in their published formats, offline: lm-eval through
     our LM wrapper on the checkpoint gives lm-eval's own HFLM numbers on the export; our JSONL
     scorer gives lm-eval's numbers on the same file."""
-    run_dir, out, _ = exported
-    checkpoint = run_dir / "checkpoints" / "iter_0000002"
-    result = run_check("tests.trainer.lm_eval_check", out, checkpoint, sample_tokenizer)
+    result = lm_eval_results
     assert result["documents"] == {
         "boolq_local": 4,
         "piqa_local": 4,
@@ -259,36 +266,25 @@ def test_a_killed_export_leaves_nothing_transformers_reads_and_the_rerun_replace
     assert not scratch_dir(out).exists()
 
 
-def _lm_eval_cli(out: Path, model: list[str], include: str) -> dict:
-    """lm-eval's own CLI on boolq: `model` is the command and its model arguments."""
-    command = [sys.executable, "-m", *model, "--tasks", "boolq_local", "--include_path", include]
-    command += ["--batch_size", "4", "--output_path", str(out)]
+@pytest.mark.timeout(900)
+def test_lm_eval_cli_evaluates_a_training_checkpoint(
+    exported, sample_tokenizer, lm_eval_results, tmp_path
+):
+    """`pretrain eval lm-eval CHECKPOINT` (lm-eval's command line, `--model pretrain`) gives the
+    numbers lm-eval's HFLM gives on the export of that checkpoint (#33 item 6)."""
+    from evals.lm_eval_tasks import load_lm_eval_tasks
+    from tests.trainer.lm_eval_check import FIXTURES
+
+    run_dir, _, _ = exported
+    include = str(load_lm_eval_tasks([f"boolq={FIXTURES['boolq']}"]).manager.include_path)
+    checkpoint = run_dir / "checkpoints" / "iter_0000002"
+    command = [sys.executable, "-m", "evals", "eval", "lm-eval", "--tokenizer"]
+    command += [str(sample_tokenizer), str(checkpoint), "--tasks", "boolq_local"]
+    command += ["--include_path", include, "--batch_size", "4", "--output_path", str(tmp_path)]
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=400, cwd=ROOT, env=clean_env()
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    (results,) = out.rglob("results_*.json")
-    return json.loads(results.read_text())["results"]["boolq_local"]
-
-
-@pytest.mark.timeout(900)
-def test_lm_eval_cli_evaluates_a_training_checkpoint(exported, sample_tokenizer, tmp_path):
-    """`pretrain eval lm-eval CHECKPOINT` (lm-eval's command line, `--model pretrain`) gives the
-    numbers lm-eval's own `--model hf` gives on the export of that checkpoint (#33 item 6)."""
-    from evals.lm_eval_tasks import load_lm_eval_tasks
-    from tests.trainer.lm_eval_check import FIXTURES
-
-    run_dir, export, _ = exported
-    include = str(load_lm_eval_tasks([f"boolq={FIXTURES['boolq']}"]).manager.include_path)
-    checkpoint = run_dir / "checkpoints" / "iter_0000002"
-    ours = _lm_eval_cli(
-        tmp_path / "ours",
-        ["evals", "eval", "lm-eval", "--tokenizer", str(sample_tokenizer), str(checkpoint)],
-        include,
-    )
-    theirs = _lm_eval_cli(
-        tmp_path / "hf",
-        ["lm_eval", "--model", "hf", "--model_args", f"pretrained={export}"],
-        include,
-    )
-    assert ours["acc,none"] == pytest.approx(theirs["acc,none"])
+    (results,) = tmp_path.rglob("results_*.json")
+    ours = json.loads(results.read_text())["results"]["boolq_local"]
+    assert ours["acc,none"] == pytest.approx(lm_eval_results["export"]["task/boolq/acc"])
