@@ -24,18 +24,20 @@ from pretrain.storage import write_json
 RESULT = "result.json"
 
 
+def _json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in `path`; {} when it is missing, torn or not an object."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def load_finished(run_dir: Path, key: str) -> dict[str, Any] | None:
     """The result of a finished run with this key, else None (failed or foreign runs re-run)."""
-    path = run_dir / RESULT
-    if not path.is_file():
-        return None
-    try:
-        result = json.loads(path.read_text())
-    except ValueError:
-        return None
-    if result.get("run_key") != key or result.get("status") != "finished":
-        return None
-    return result
+    result = _json_object(run_dir / RESULT)
+    finished = result.get("run_key") == key and result.get("status") == "finished"
+    return result if finished else None
 
 
 def read_documents(eval_dir: Path, step: int) -> dict[str, Any] | None:
@@ -62,12 +64,7 @@ def run_health(spec: dict[str, Any], train_dir: Path, scored_step: int) -> dict[
     """What the run trained and how it ended (its summary.json) beside the step `eval run`
     scored: trainer.gate_rule.run_health judges it (a run scored at an earlier checkpoint, or
     short of its token budget, is no evidence)."""
-    path = train_dir / "summary.json"
-    try:
-        summary = json.loads(path.read_text()) if path.is_file() else {}
-    except ValueError:
-        summary = {}
-    summary = summary if isinstance(summary, dict) else {}
+    summary = _json_object(train_dir / "summary.json")
     return {
         "scored_step": scored_step,
         "trained_steps": summary.get("steps"),
