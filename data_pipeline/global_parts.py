@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_pipeline import parts, throughput, workers
+from data_pipeline.parts import record_path, stage_dir
 from data_pipeline.stagekit import AGGREGATE_SCRATCH, ray_get
 from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
 from data_pipeline.timelimit import cpu_time
@@ -52,17 +53,9 @@ TASK_CPUS = 1.0
 """The stream is finished when these tasks run, so each may take a whole CPU."""
 
 
-def stage_dir(out: OutPath, stage: str) -> OutPath:
-    return out / parts.PARTS / GLOBAL / stage
-
-
 def _file(part: str, name: str) -> str:
     """`web-00003.rows.pq`: one table of a part's map output (`.pq`: no `DIR/**/*.parquet` reaches it)."""
     return f"{part}.{name}{layout.OTHER_PARQUET}"
-
-
-def record_path(out: OutPath, stage: str, part: str) -> OutPath:
-    return stage_dir(out, stage) / f"{part}.json"
 
 
 def plan(stages: Sequence[Stage]) -> tuple[list[Stage], list[tuple[GlobalStage, list[Stage]]]]:

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from data_pipeline import throughput
-from data_pipeline.parts import PARTS
+from data_pipeline.parts import PART_COSTS, PARTS
 from pretrain.nested import PII_KINDS
 from pretrain.schema import reason_column
 
@@ -328,7 +328,7 @@ class Merged:
     def add_cost(self, shard: str, data: bytes) -> None:
         if shard in self.costed:
             return
-        self.known[f"{PARTS}/{throughput.PART_COSTS}/{shard}.json"] = digest(data)
+        self.known[f"{PARTS}/{PART_COSTS}/{shard}.json"] = digest(data)
         for stage, cost in json.loads(data).items():
             throughput.add_cost(self.costs.setdefault(stage, {}), cost)
         self.costed.add(shard)

@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data_pipeline.throughput import PART_COSTS, part_cost_path
 from pretrain import shards_layout as layout
 from pretrain.hashcache import remember
 from pretrain.storage import (
@@ -46,6 +45,8 @@ GLOBAL_DIGEST = "global_digest"
 from (global_parts.run_global_stages): a resume keeps the part only under the same digest."""
 SCRATCH = "scratch"
 PROGRESS = "progress"
+PART_COSTS = "part-costs"
+"""`.parts/part-costs/<shard>.json`: what each stage spent on the part (data_pipeline.throughput)."""
 
 
 # Bounded read-ahead for the driver's per-part reads in an object store: each read is a round trip
@@ -95,6 +96,10 @@ def part_record_path(out: OutPath, shard: str) -> OutPath:
     return out / PARTS / f"{shard}.json"
 
 
+def part_cost_path(out: OutPath, shard: str) -> OutPath:
+    return out / PARTS / PART_COSTS / f"{shard}.json"
+
+
 def read_stats_path(out: OutPath, stem: str) -> OutPath:
     return out / PARTS / f"{stem}.read.json"
 
@@ -106,6 +111,14 @@ def phase_path(out: OutPath) -> OutPath:
 
 def rows_dir(out: OutPath, shard: str) -> OutPath:
     return out / PARTS / ROWS / shard
+
+
+def stage_dir(out: OutPath, stage: str) -> OutPath:
+    return out / PARTS / GLOBAL / stage
+
+
+def record_path(out: OutPath, stage: str, part: str) -> OutPath:
+    return stage_dir(out, stage) / f"{part}.json"
 
 
 def write_parquet(

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from data_pipeline import global_parts, ledger, parts, ray_job, throughput, throughput_report
+from data_pipeline import global_parts, ledger, parts, ray_job, throughput
 from data_pipeline.config import PipelineConfig
 from data_pipeline.fingerprint import (
     FINGERPRINT,
@@ -88,7 +88,7 @@ class RunResult:
             )
             + f"{len(led.get('skipped_files', []))} files skipped (ledger.json skipped_files) "
             + f"-> {self.output}"
-            + throughput_report.summary(self.manifest.get("throughput"))
+            + throughput.summary(self.manifest.get("throughput"))
         )
 
 
@@ -324,7 +324,7 @@ def run_pipeline(
             stages=[s.describe() for s in stages],
             models=model_hashes(stages),
             sections=manifest_sections(stages),
-            throughput=throughput_report.build(
+            throughput=throughput.report(
                 out,
                 part_names,
                 [s.name for s in stages],

@@ -33,6 +33,7 @@ from data_pipeline import ledger, throughput
 from data_pipeline.formats import InputFile
 from data_pipeline.parts import (
     GLOBAL_DIGEST,
+    part_cost_path,
     part_record_path,
     part_verifies,
     read_stats_path,
@@ -213,7 +214,7 @@ def merge_parts(batch: pa.Table, **options: Any) -> pa.Table:
                 "(finished shards are reused)"
             )
         records.append(path.read_text(encoding="utf-8"))
-        cost_path = throughput.part_cost_path(target, shard)
+        cost_path = part_cost_path(target, shard)
         costs.append(cost_path.read_text(encoding="utf-8") if cost_path.is_file() else "")
     for shard in shards:
         remove_tree(rows_dir(target, shard))

@@ -40,7 +40,7 @@ class ShardsFields(base.Fields):
     """Stage name -> its section: what the stage's `manifest_section()` returned, as JSON; its
     types are the stage's `Section` model's, checked when written and when read."""
     throughput: dict[str, Any] | None = None
-    """Per-stage costs of the run that wrote it (data_pipeline.throughput_report)."""
+    """Per-stage costs of the run that wrote it (data_pipeline.throughput)."""
 
 
 class Shards(base.Artifact[ShardsFields]):

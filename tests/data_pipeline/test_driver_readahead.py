@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from data_pipeline import ledger, parts, runner, throughput, throughput_report
+from data_pipeline import ledger, parts, runner, throughput
 from pretrain import shards_layout as layout
 from pretrain import storage
 from pretrain.errors import PretrainError
@@ -72,7 +72,7 @@ def _finished_output(out: storage.ObjectPath) -> None:
             fragment = {"shard": shard, "files": files, "rows": [{**row, "text_bytes": 20}]}
             storage.write_json(parts.part_record_path(out, shard), {**fragment, "flags": {}})
             cost = {"read": {"cpu_s": 0.01 * number, "docs": 3, "bytes": 30 + s}}
-            storage.write_json(throughput.part_cost_path(out, shard), cost)
+            storage.write_json(parts.part_cost_path(out, shard), cost)
         record = {"records": 3 * PER_INPUT, "bytes": (30 + s) * PER_INPUT, "parts": PER_INPUT}
         storage.write_json(parts.read_stats_path(out, stem), record)
 
@@ -82,7 +82,7 @@ def _driver_reads(out: storage.ObjectPath) -> dict[str, Any]:
     merged = ledger.Merged()  # nothing handed over: every record is read
     done = parts.finished_parts(out)
     led, shards, names = runner._collect(out, STEMS, [], merged)
-    section = throughput_report.build(out, names, [], [], set(), None, merged)
+    section = throughput.report(out, names, [], [], set(), None, merged)
     return {
         "done": done,
         "ledger": led,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from data_pipeline import ledger, parts, throughput
+from data_pipeline import ledger, parts
 from pretrain import shards_layout as layout
 
 
@@ -68,7 +68,7 @@ def _output(root: Path, stems: list[str], per_input: int) -> dict[str, str]:
     """A synthetic output: every file a part leaves, mapped to the input it belongs to."""
     parts.ensure_dirs(root)
     (root / parts.PARTS / parts.GLOBAL / "dedup").mkdir(parents=True)
-    throughput.part_cost_path(root, "x").parent.mkdir(parents=True)
+    parts.part_cost_path(root, "x").parent.mkdir(parents=True)
     owner: dict[str, str] = {}
     for stem in stems:
         files = [parts.read_stats_path(root, stem)]
@@ -80,7 +80,7 @@ def _output(root: Path, stems: list[str], per_input: int) -> dict[str, str]:
                 parts.part_record_path(root, shard),
                 parts.rows_dir(root, shard) / "0.parquet",
             ]
-            files += [throughput.part_cost_path(root, shard)]
+            files += [parts.part_cost_path(root, shard)]
             files += [
                 root / parts.PARTS / parts.GLOBAL / "dedup" / f"{shard}.{table}"
                 for table in ("rows.pq", "bands.pq", "json")
@@ -138,7 +138,7 @@ def test_a_part_that_no_longer_verifies_is_forgotten_with_its_cost_record(tmp_pa
     record = {"bytes": len(table_bytes) + 1, "sha256": "0" * 64, "rows": 1}
     fragment = {"shard": shard, "files": {layout.data_file(shard): record}}
     parts.part_record_path(tmp_path, shard).write_text(json.dumps(fragment))
-    cost = throughput.part_cost_path(tmp_path, shard)
+    cost = parts.part_cost_path(tmp_path, shard)
     cost.parent.mkdir(parents=True)
     cost.write_text(json.dumps({"read": {"cpu_s": 1.0, "docs": 1, "bytes": 3}}))
     assert parts.finished_parts(tmp_path) == set()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from data_pipeline import global_parts, throughput_report
+from data_pipeline import global_parts, throughput
 from pretrain import storage
 from tests.data_pipeline.test_driver_reads import _recording, recorded_s3
 
@@ -90,5 +90,5 @@ def test_the_map_costs_are_folded_from_the_records_verified(tmp_path: Path) -> N
     costs: dict[str, Any] = {}
     assert all(global_parts.loaded(tmp_path, "first", PARTS, "", costs))
     assert costs == {"cpu_s": 5.0, "docs": 8, "bytes": 28, "peak_rss_mb": 13.0}
-    read = throughput_report._global_cost(tmp_path, "first", list(PARTS), {})
-    assert throughput_report._global_cost(tmp_path, "first", list(PARTS), {}, costs) == read
+    read = throughput._global_cost(tmp_path, "first", list(PARTS), {})
+    assert throughput._global_cost(tmp_path, "first", list(PARTS), {}, costs) == read

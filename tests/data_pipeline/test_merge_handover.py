@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from data_pipeline import ledger, parts, runner, throughput_report, workers
+from data_pipeline import ledger, parts, runner, throughput, workers
 from data_pipeline.stages.registry import fields_of
 from pretrain import storage
 from pretrain.manifest import write_manifest
@@ -54,7 +54,7 @@ def _end_of_run(out: storage.OutPath, merged: ledger.Merged) -> tuple[Any, ...]:
     """What the runner does after the merge: ledger, throughput section, manifest."""
     stages = [_Stage(name) for name in STAGES]
     led, _, names = runner._collect(out, ["t"], stages, merged)  # type: ignore[arg-type]
-    section = throughput_report.build(out, names, STAGES, [], set(), None, merged)
+    section = throughput.report(out, names, STAGES, [], set(), None, merged)
     files = write_manifest(out, "shards", known=merged.known)["files"]
     return led, section, files
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from data_pipeline import throughput
+from data_pipeline import parts, throughput
 from data_pipeline.config import PipelineConfig
 from data_pipeline.runner import run_pipeline
 
@@ -32,7 +32,7 @@ def _config(out: Path, stages: dict) -> PipelineConfig:
 
 
 def _costs(out: Path) -> dict[str, bytes]:
-    folder = out / ".parts" / throughput.PART_COSTS
+    folder = out / ".parts" / parts.PART_COSTS
     return {p.name: p.read_bytes() for p in sorted(folder.glob("*.json"))}
 
 
@@ -146,8 +146,8 @@ def test_a_batch_split_over_shards_and_a_retried_batch(tmp_path) -> None:
     throughput.record_batch(tmp_path, "read", batch, {"read": 0.4})
     for shard in ("a-00000", "a-00001"):
         throughput.seal_part(tmp_path, shard, write_cpu_s=0.1)
-    first = json.loads(throughput.part_cost_path(tmp_path, "a-00000").read_text())
-    second = json.loads(throughput.part_cost_path(tmp_path, "a-00001").read_text())
+    first = json.loads(parts.part_cost_path(tmp_path, "a-00000").read_text())
+    second = json.loads(parts.part_cost_path(tmp_path, "a-00001").read_text())
     assert first["extract"]["cpu_s"] == pytest.approx(1.5)  # 3 of the batch's 4 rows
     assert second["extract"]["cpu_s"] == pytest.approx(0.5)
     assert (first["extract"]["docs"], first["extract"]["bytes"]) == (3, 60)
@@ -163,7 +163,7 @@ def test_a_batch_split_over_shards_and_a_retried_batch(tmp_path) -> None:
 def test_an_empty_batch_records_nothing(tmp_path) -> None:
     throughput.record_batch(tmp_path, "read", _batch([], [], []), {"read": 1.0})
     throughput.seal_part(tmp_path, "a-00000", write_cpu_s=0.0)
-    record = json.loads(throughput.part_cost_path(tmp_path, "a-00000").read_text())
+    record = json.loads(parts.part_cost_path(tmp_path, "a-00000").read_text())
     assert list(record) == ["write"]
     assert (record["write"]["docs"], record["write"]["bytes"]) == (0, 0)
 
