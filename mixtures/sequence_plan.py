@@ -126,8 +126,15 @@ def make_plan(config: MixtureConfig, docs: list[np.ndarray], old: Mixture | None
     phases, offset, report = [], 0, []
     for number, phase in enumerate(resolved_phases(config)):
         planned, kept_from_old = _plan_phase(config, number, phase, docs, old, consumed - offset)
-        if kept_from_old:
-            report.append(_replan_entry(phase.name, planned.kept, int(planned.counts.sum()), names))
+        if kept_from_old and planned.kept is not None:  # a consumed prefix was kept
+            kept = sampler.draws_per_component(planned.kept, len(names))
+            entry = {
+                "phase": phase.name,
+                "kept_sequences": int(planned.kept.size),
+                "reallocated_sequences": int(planned.counts.sum()),
+                "kept_per_component": dict(zip(names, kept.tolist(), strict=True)),
+            }
+            report.append(entry)
             offset += kept_from_old
         phases.append(planned)
     if old is not None and consumed > offset:
@@ -217,16 +224,6 @@ def _kept_prefix(
             "build.total_tokens or the phase's share"
         )
     return kept, remaining
-
-
-def _replan_entry(name: str, kept: np.ndarray, new_sequences: int, names: list[str]) -> dict:
-    consumed = sampler.draws_per_component(kept, len(names))
-    return {
-        "phase": name,
-        "kept_sequences": int(kept.size),
-        "reallocated_sequences": new_sequences,
-        "kept_per_component": dict(zip(names, consumed.tolist(), strict=True)),
-    }
 
 
 def _check_epochs(config: MixtureConfig, plan: Plan, docs: list[np.ndarray]) -> None:
