@@ -8,7 +8,7 @@ it comparable: BPE, byte fallback (no unknown characters), digits split, identit
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from pretrain.errors import InputError
@@ -16,22 +16,16 @@ from pretrain.errors import InputError
 MAX_LINE_BYTES = 16384
 
 
-def _lines(batches: Iterable[list[str]]) -> Iterator[str]:
-    for batch in batches:
-        for text in batch:
-            for line in text.split("\n"):
-                if line.strip() and len(line.encode("utf-8")) <= MAX_LINE_BYTES:
-                    yield line
-
-
 def train_sentencepiece(batches: Iterable[list[str]], vocab_size: int) -> Any:
     """Train a SentencePiece BPE in memory on the texts of `batches`; return the processor."""
     import sentencepiece as spm
 
     model = io.BytesIO()
+    lines = (line for batch in batches for text in batch for line in text.split("\n"))
+    kept = (line for line in lines if line.strip() and len(line.encode()) <= MAX_LINE_BYTES)
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=_lines(batches),
+            sentence_iterator=kept,
             model_writer=model,
             model_type="bpe",
             vocab_size=vocab_size,
