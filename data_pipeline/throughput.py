@@ -91,21 +91,11 @@ def record_batch(out: str | OutPath, tag: str, batch: pa.Table, cpu_s: dict[str,
     """Write the CPU-seconds `cpu_s` (stage -> seconds) spent on `batch`, split by shard."""
     if not batch.num_rows or "_shard" not in batch.column_names:
         return
-    rss = peak_rss_mb()
     shard_column = batch.column("_shard")
     for shard in sorted(set(shard_column.to_pylist())):
         rows = batch.filter(pc.equal(shard_column, shard))
         share = rows.num_rows / batch.num_rows
-        raw = int(pc.sum(rows.column("_raw_bytes")).as_py() or 0)
-        record = {
-            stage: {
-                "cpu_s": seconds * share,
-                "docs": rows.num_rows,
-                "bytes": raw,
-                "peak_rss_mb": rss,
-            }
-            for stage, seconds in cpu_s.items()
-        }
+        record = {stage: table_cost(rows, seconds * share) for stage, seconds in cpu_s.items()}
         first, last = pc.min(rows.column("_row")).as_py(), pc.max(rows.column("_row")).as_py()
         target = cost_dir(output_path(out)) / shard
         target.mkdir(parents=True, exist_ok=True)
@@ -153,11 +143,7 @@ def seal_part(out: OutPath, shard: str, write_cpu_s: float) -> bytes:
     for path in listed(folder, "*.json") if folder.is_dir() else ():
         for stage, cost in json.loads(path.read_text(encoding="utf-8")).items():
             add_cost(totals.setdefault(stage, {}), cost)
-    try:
-        earlier = json.loads(parts.part_cost_path(out, shard).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        earlier = {}
-    totals = {**earlier, **totals}
+    totals = {**(_load(parts.part_cost_path(out, shard)) or {}), **totals}
     read = totals.get(READ, {})
     totals[WRITE] = {
         "cpu_s": write_cpu_s,
