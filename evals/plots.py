@@ -83,16 +83,14 @@ def _regression_plot(report: Mapping[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_ablation(report: Mapping[str, Any], out: Path) -> list[Path]:
+def plot_ablation(report: Mapping[str, Any], out: Path) -> None:
     """ranking.png, plus rank_agreement.png and regression.png when they apply."""
-    paths = [out / "ranking.png", out / "rank_agreement.png", out / "regression.png"]
-    _ranking_plot(report, paths[0])
-    _agreement_plot(report, paths[1])
-    _regression_plot(report, paths[2])
-    return [p for p in paths if p.exists()]
+    _ranking_plot(report, out / "ranking.png")
+    _agreement_plot(report, out / "rank_agreement.png")
+    _regression_plot(report, out / "regression.png")
 
 
-def plot_capability(records: Sequence[Mapping[str, Any]], path: Path) -> Path:
+def plot_capability(records: Sequence[Mapping[str, Any]], path: Path) -> None:
     """Capability curves: one line per domain/language metric (e.g. bpb/web/en) over steps."""
     series: dict[str, list[tuple[int, float]]] = defaultdict(list)
     prefix = "bpb/"
@@ -114,4 +112,3 @@ def plot_capability(records: Sequence[Mapping[str, Any]], path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-    return path
