@@ -349,7 +349,13 @@ def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
             train_files = files + [
                 f for d in cfg.train_shards for f in shards_artifact.open(d).shard_paths
             ]
-            kept = [doc for row in written for doc in groups[(row["domain"], row["lang"])]]
+            # each eval document is shingled as its language is (CJK: character n-grams), as the
+            # training documents it is compared with are
+            kept = [
+                {**doc, "lang": row["lang"]}
+                for row in written
+                for doc in groups[(row["domain"], row["lang"])]
+            ]
             index = building / "decontamination-index"
             tasks = _task_index(cfg)
             hits = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pyarrow as pa
@@ -110,6 +111,40 @@ def test_eval_build_cli_writes_decontaminated_sets(tmp_path, capsys):
     assert {s.name for s in loaded} == {"web__en", "code__en"}
     assert (out / "tasks" / "tiny_mc.jsonl").is_file()
     assert "contaminated" in capsys.readouterr().out
+
+
+CJK = "的一是不了人我在有他这为之大来以个中上们到说国和地也子时道出而要于就下得可你年生自会那后能对着事其里所去行过家十用发天如然作方成者多日都三小军二无同么经法当起与好看学进种将还分此心前面又定见只主没公从"
+
+
+def _zh(seed: int, length: int = 300) -> str:
+    return "".join(random.Random(seed).choices(CJK, k=length))
+
+
+@pytest.mark.timeout(120)
+def test_a_chinese_eval_document_copied_into_training_is_contaminated(tmp_path):
+    """Chinese has no spaces: the dedup stage shingles it by characters (its `lang` tag), and the
+    eval documents are indexed the same way, so a near copy in the training split is found."""
+    near = list(_zh(0))
+    near[40], near[200] = "改", "变"
+    rows = [
+        ("zh-e0", _zh(0), "eval"),
+        ("zh-e1", _zh(1), "eval"),
+        ("zh-copy", "".join(near), "train"),
+    ]
+    rows += [(f"zh-t{i}", _zh(100 + i), "train") for i in range(5)]
+    ids, texts, splits = zip(*rows)
+    n = len(rows)
+    table = pa.table(
+        {"id": ids, "text": texts, "split": splits, "domain": ["web"] * n, "lang": ["zh"] * n}
+    )
+    shards = tmp_path / "shards"
+    (shards / "data").mkdir(parents=True)
+    pq.write_table(table, shards / "data" / "a-00000.parquet")
+    write_manifest(shards, "shards")
+    config = {"shards": str(shards), "out": str(tmp_path / "evalsets"), "min_docs_per_set": 2}
+    (tmp_path / "eval.yaml").write_text(yaml.safe_dump(config))
+    assert main(["eval", "build", str(tmp_path / "eval.yaml")]) == 0
+    assert evalset.open(tmp_path / "evalsets").contaminated_ids() == {"zh-copy"}
 
 
 def test_eval_build_refuses_shards_without_eval_documents(tmp_path, capsys):
