@@ -30,7 +30,7 @@ from pretrain.storage import (
     confined,
     listed,
     remove_tree,
-    sha256_of,
+    size_and_sha256,
     write_atomic,
 )
 
@@ -285,7 +285,7 @@ def file_intact(
             return trusted
     elif not path.is_file() or path.stat().st_size != entry["bytes"]:
         return False
-    return sha256_of(path) == entry["sha256"]
+    return size_and_sha256(path)[1] == entry["sha256"]
 
 
 def forget_part(out: OutPath, shard: str) -> None:

@@ -308,7 +308,7 @@ def manifest_sha256(directory: str | os.PathLike) -> str:
     path = storage.output_path(directory) / MANIFEST
     if not path.is_file():
         raise ArtifactError(f"{directory} is not a finished artifact (no {MANIFEST})")
-    return sha256_file(path) if isinstance(path, Path) else storage.sha256_of(path)
+    return sha256_file(path) if isinstance(path, Path) else storage.size_and_sha256(path)[1]
 
 
 def verify(
@@ -333,7 +333,7 @@ def verify(
                 f"{root}: file {rel} has {path.stat().st_size} bytes, the manifest "
                 f"says {entry['bytes']}; {remedy}"
             )
-        if deep and storage.sha256_of(path, full=full) != entry["sha256"]:
+        if deep and storage.size_and_sha256(path, full)[1] != entry["sha256"]:
             raise ArtifactError(
                 f"{root}: file {rel} does not match its sha256 in the manifest "
                 f"(modified after it was written); {remedy}"

@@ -7,7 +7,7 @@ URI. An `ObjectPath` offers the part of `pathlib.Path` the writers use (`/`, `na
 shard writer, the resume checks and the ledger run unchanged on either. Three helpers take either
 kind: `write_atomic` (local: temporary file, fsync, rename; object store: one PUT, or a multipart
 upload completed on close, so no reader ever sees a partial object under its final key),
-`remove_tree`, and `sha256_of` (the project hash cache locally; every byte read back from the
+`remove_tree`, and `size_and_sha256` (the project hash cache locally; every byte read back from the
 store otherwise, so a resumed run trusts an object only after re-hashing it).
 
 An object store has no directories and no rename: a "directory" is a key prefix, `mkdir` is a
@@ -324,7 +324,8 @@ def write_json(path: OutPath | str | os.PathLike, obj: Any) -> None:
 
 
 def size_and_sha256(path: OutPath, full: bool | None = None) -> tuple[int, str]:
-    """(bytes, sha256) of a file; for an object, from one read of it (no extra HEAD request)."""
+    """(bytes, sha256) of a file: the hash cache locally (`full` as in `file_sha256`); for an
+    object, every byte read back from the store in one read (no extra HEAD request)."""
     if not isinstance(path, ObjectPath):
         return path.stat().st_size, file_sha256(path, full=full)
     digest, size = hashlib.sha256(), 0
@@ -333,9 +334,3 @@ def size_and_sha256(path: OutPath, full: bool | None = None) -> tuple[int, str]:
             digest.update(chunk)
             size += len(chunk)
     return size, digest.hexdigest()
-
-
-def sha256_of(path: OutPath, full: bool | None = None) -> str:
-    """sha256 of a file's bytes: the hash cache locally (`full` as in `file_sha256`), every byte
-    read back from a store."""
-    return size_and_sha256(path, full)[1]
