@@ -30,10 +30,51 @@ def plan(args: argparse.Namespace) -> int:
 
 
 def launch(args: argparse.Namespace) -> int:
-    """`pretrain launch CONFIG`: a Megatron-Core pretraining run through torchrun."""
-    from trainer.launch import launch_command
+    """`pretrain launch CONFIG`: a Megatron-Core pretraining run through torchrun. Every check
+    before torchrun, then the lock, then the run. The run directory is checked first
+    (`check_run_dir`): new, empty, or one of our runs."""
+    import contextlib
+    from pathlib import Path
 
-    return launch_command(args)
+    from pretrain.config import load_config
+    from pretrain.locking import check_unlocked, output_lock
+    from pretrain.progress import attach
+    from pretrain.rayinit import environ
+    from trainer.config import TrainConfig
+    from trainer.launch import layout_of, preflight, print_dry_run, start_ranks, torchrun_command
+    from trainer.run_outputs import SMOKE_DIR, check_run_dir
+
+    config = load_config(TrainConfig, args.config, args.overrides)
+    check_run_dir(config.run.out_dir)  # a file, a URL, or a folder of someone else's: one line
+    run_dir = Path(config.run.out_dir).resolve()
+    if args.smoke:
+        run_dir = run_dir / SMOKE_DIR
+        check_run_dir(run_dir, "run.out_dir's smoke folder")
+    config = config.model_copy(
+        update={"run": config.run.model_copy(update={"out_dir": str(run_dir)})}
+    )
+    nproc, nnodes = layout_of(config, args)
+    command = torchrun_command(args, nproc, nnodes, run_dir / "launch" / "config.json")
+    # every node's launcher writes the same run directory: on several nodes only node rank 0
+    # holds the writer lock; without --node-rank (c10d elastic) a node learns its rank only at
+    # the rendezvous, so every launcher refuses a held run directory before writing and global
+    # rank 0 takes the lock for the run (trainer/worker.py, RUN_LOCKED_BY)
+    single_writer = nnodes == "1" or args.node_rank == 0
+    # PRETRAIN_VERIFY for the launcher's own checks only: the ranks then find the hash cache
+    # fresh (see pretrain/hashcache.py)
+    with environ(**({"PRETRAIN_VERIFY": args.verify} if args.verify else {})):
+        if args.dry_run:
+            return print_dry_run(config, command, args.override_gate)
+        if single_writer or args.node_rank is None:  # None: elastic, see above
+            # a run being trained is refused naming its holder before the preflight reads its
+            # checkpoints (half-pruned ones, a resume identity the holder is about to replace)
+            check_unlocked(run_dir)
+        gate = preflight(config, args.override_gate, cuda=True)
+    with output_lock(run_dir) if single_writer else contextlib.nullcontext():
+        # only now is this launch the run's writer: a refusal before here (the preflight, a
+        # launch that holds the run) leaves the run folder as it was, its log in the temp dir
+        attach(run_dir)  # this launch's log (ranks' stderr included) ends in RUN/.logs/
+        return start_ranks(config, args, (nproc, nnodes, single_writer), command, gate)
 
 
 def export(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""`pretrain launch CONFIG`: the preflight, the run directory's lock, then torchrun.
+"""What `pretrain launch CONFIG` runs (its handler, trainer.cli.launch, takes the run directory's
+lock between them): the preflight, the torchrun command, then the ranks.
 
 Everything checkable is checked in the launcher before torchrun starts and before anything is
 written (`preflight`: gate, data bytes, tokenizer and build pins, resume identity); `--dry-run`
@@ -12,7 +13,6 @@ with the launcher (PR_SET_PDEATHSIG, pretrain/lifetime.py).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import os
 import subprocess
@@ -23,12 +23,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from pretrain.command import current_command
-from pretrain.config import config_dict, config_sha256, dump_resolved, load_config
+from pretrain.config import config_dict, config_sha256, dump_resolved
 from pretrain.errors import ConfigError, GateRefused, PretrainError
 from pretrain.lifetime import die_with_parent
-from pretrain.locking import check_unlocked, output_lock
-from pretrain.progress import attach
-from pretrain.rayinit import environ
 from pretrain.storage import write_json
 from trainer.config import TrainConfig, refuse_plan_only
 from trainer.worker import RUN_LOCKED_BY
@@ -93,7 +90,8 @@ def torchrun_command(
     return command
 
 
-def _layout(config: TrainConfig, args: argparse.Namespace) -> tuple[int, str]:
+def layout_of(config: TrainConfig, args: argparse.Namespace) -> tuple[int, str]:
+    """(processes per node, nodes): the flags, else the config's layout, checked against it."""
     nproc = args.nproc or config.parallel.gpus_per_node
     nnodes = str(args.nnodes or config.parallel.nodes)
     world = nproc * int(nnodes.split(":")[-1])
@@ -106,7 +104,7 @@ def _layout(config: TrainConfig, args: argparse.Namespace) -> tuple[int, str]:
     return nproc, nnodes
 
 
-def _print_dry_run(config: TrainConfig, command: list[str], override: str | None) -> int:
+def print_dry_run(config: TrainConfig, command: list[str], override: str | None) -> int:
     """The resolved config and torchrun command, then the launcher's preflight (not the CUDA
     check: a dry run is often made on a machine without the run's GPUs)."""
     print(dump_resolved(config), end="", flush=True)
@@ -158,44 +156,6 @@ def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False
     return gate
 
 
-def launch_command(args: argparse.Namespace) -> int:
-    """Handler of `pretrain launch`: every check before torchrun, then the lock, then the run.
-    The run directory is checked first (`check_run_dir`): new, empty, or one of our runs."""
-    from trainer.run_outputs import SMOKE_DIR, check_run_dir
-
-    config = load_config(TrainConfig, args.config, args.overrides)
-    check_run_dir(config.run.out_dir)  # a file, a URL, or a folder of someone else's: one line
-    run_dir = Path(config.run.out_dir).resolve()
-    if args.smoke:
-        run_dir = run_dir / SMOKE_DIR
-        check_run_dir(run_dir, "run.out_dir's smoke folder")
-    config = config.model_copy(
-        update={"run": config.run.model_copy(update={"out_dir": str(run_dir)})}
-    )
-    nproc, nnodes = _layout(config, args)
-    command = torchrun_command(args, nproc, nnodes, run_dir / "launch" / "config.json")
-    # every node's launcher writes the same run directory: on several nodes only node rank 0
-    # holds the writer lock; without --node-rank (c10d elastic) a node learns its rank only at
-    # the rendezvous, so every launcher refuses a held run directory before writing and global
-    # rank 0 takes the lock for the run (trainer/worker.py, RUN_LOCKED_BY)
-    single_writer = nnodes == "1" or args.node_rank == 0
-    # PRETRAIN_VERIFY for the launcher's own checks only: the ranks then find the hash cache
-    # fresh (see pretrain/hashcache.py)
-    with environ(**({"PRETRAIN_VERIFY": args.verify} if args.verify else {})):
-        if args.dry_run:
-            return _print_dry_run(config, command, args.override_gate)
-        if single_writer or args.node_rank is None:  # None: elastic, see above
-            # a run being trained is refused naming its holder before the preflight reads its
-            # checkpoints (half-pruned ones, a resume identity the holder is about to replace)
-            check_unlocked(run_dir)
-        gate = preflight(config, args.override_gate, cuda=True)
-    with output_lock(run_dir) if single_writer else contextlib.nullcontext():
-        # only now is this launch the run's writer: a refusal before here (the preflight, a
-        # launch that holds the run) leaves the run folder as it was, its log in the temp dir
-        attach(run_dir)  # this launch's log (ranks' stderr included) ends in RUN/.logs/
-        return _launch(config, args, (nproc, nnodes, single_writer), command, gate)
-
-
 def _torchrun_env(local: bool, holds_lock: bool = False) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PRETRAIN_VERIFY", RUN_LOCKED_BY)}
     if holds_lock:  # the ranks' rank 0 then takes no lock of its own (trainer/worker.py)
@@ -210,7 +170,7 @@ def _torchrun_env(local: bool, holds_lock: bool = False) -> dict[str, str]:
     return env
 
 
-def _launch(
+def start_ranks(
     config: TrainConfig,
     args: argparse.Namespace,
     layout: tuple[int, str, bool],
