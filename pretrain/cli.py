@@ -67,8 +67,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def _unlock(args: argparse.Namespace) -> int:
     from pretrain.errors import ConfigError
-    from pretrain.locking import is_object_output
-    from pretrain.s3_lock import holder_text, unlock
+    from pretrain.locking import holder_text, is_object_output, unlock
 
     if not is_object_output(args.output):
         raise ConfigError(
@@ -106,7 +105,7 @@ def register(sub: Any) -> None:
         ["unlock"],
         _unlock,
         "remove the writer lock a dead writer left on an s3:// output (its id is in the "
-        "refusal); without it the next writer waits for the lock's lease to expire",
+        "refusal); until then every writer of that output is refused",
     )
     unlock.add_argument("output", metavar="OUTPUT")
     unlock.add_argument("--id", required=True, help="the lock id the refusal printed")

@@ -49,4 +49,4 @@ class GateRefused(PretrainError):
 
 class OutputLocked(PretrainError):
     """Another live process (on this machine, or for an object store on any) writes the same
-    output (pretrain.locking, pretrain.s3_lock)."""
+    output (pretrain.locking)."""

@@ -13,8 +13,14 @@ its refusal names the live holder, never nobody or a dead one. The same process 
 that take their own locks on nested outputs).
 
 `flock` holds on one machine only. An `s3://` output is locked by a lock object in the store
-instead (pretrain.s3_lock: a conditional write, a heartbeat, a lease), which keeps out a writer
-on any machine.
+instead, `s3://bucket/<parent>/.<name>.lock`, which keeps out a writer on any machine: it is
+created with a conditional write (PutObject with `If-None-Match: *`: the store creates it for
+exactly one writer and answers 412 to the others), holds the same holder record plus a random
+`id`, and is deleted when its writer exits. A killed writer's lock object stays, naming it,
+until `pretrain unlock OUTPUT --id ID` removes it. There is no lease and no heartbeat: what that
+leaves open is documented in docs/cluster.md (one driver per s3 output). pyarrow's S3
+filesystem cannot send conditional headers, so the lock object is reached through botocore,
+with the same `AWS_*` settings (`AWS_ENDPOINT_URL` for an S3-compatible store).
 """
 
 from __future__ import annotations
@@ -27,21 +33,25 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psutil
 
-from pretrain.errors import ConfigError, OutputLocked
+from pretrain.command import current_command
+from pretrain.errors import ConfigError, OutputLocked, PretrainError
 from pretrain.progress import warn
-from pretrain.s3_lock import S3Lock, holder_record, holder_text
 
 LOCK_SUFFIX = ".lock"
 
 
-_held: dict[str, tuple[Any, int]] = {}  # lock path -> (fd, depth); s3:// output -> (S3Lock, depth)
+_held: dict[
+    str, tuple[Any, int]
+] = {}  # lock path -> (fd, depth); s3:// output -> (ObjectLock, depth)
 _guard = threading.Lock()
 
 
@@ -65,13 +75,45 @@ def read_holder(out: str | os.PathLike) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _exited(holder: dict[str, Any] | None) -> bool:
-    """A record left by a holder on this host that is no longer running (whatever its fields
-    hold: a record edited or damaged at the same size must not crash the next writer)."""
+def holder_record(output: str) -> dict[str, Any]:
+    """Who holds the writer lock of `output`: what a lock file or a lock object holds, for the
+    refusal of the next writer."""
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started_unix": round(time.time(), 3),
+        "command": current_command(),
+        "output": output,
+    }
+
+
+def holder_text(record: dict[str, Any] | None) -> str:
+    """'pid P on HOST since TIME (COMMAND)', whatever the record's fields hold (a record edited
+    or damaged at the same size must not crash the writer that reads it)."""
+    if not record:
+        return "an unknown process (no holder record)"
+    command = record.get("command")
+    words = command if isinstance(command, list) else [command] if command else []
+    text = " ".join(str(word) for word in words) or "?"
+    try:
+        started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(record["started_unix"])))
+    except (KeyError, TypeError, ValueError, OverflowError, OSError):
+        started = "?"
+    return f"pid {record.get('pid')!s:.20} on {record.get('host')!s:.100} since {started} ({text})"
+
+
+def _running_here(holder: dict[str, Any] | None) -> bool | None:
+    """Whether the holder of a record from this host still runs; None for a record from another
+    host (or whose fields are not what a writer writes: edited or damaged by hand)."""
     pid = (holder or {}).get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 2**31:
-        return False
-    return (holder or {}).get("host") == socket.gethostname() and not psutil.pid_exists(pid)
+        return None
+    return psutil.pid_exists(pid) if (holder or {}).get("host") == socket.gethostname() else None
+
+
+def _exited(holder: dict[str, Any] | None) -> bool:
+    """A record left by a holder on this host that is no longer running."""
+    return _running_here(holder) is False
 
 
 def _refusal(out: Path, holder: dict[str, Any] | None) -> OutputLocked:
@@ -139,8 +181,118 @@ def _acquire(path: Path, out: Path) -> int:
 
 
 def is_object_output(out: str | os.PathLike) -> bool:
-    """An `s3://` output: locked by a lock object in the store (pretrain.s3_lock)."""
+    """An `s3://` output: locked by a lock object in the store (see the module docstring)."""
     return str(out).startswith("s3://")
+
+
+@functools.cache
+def _botocore_session() -> Any:
+    """One per process: its clients take milliseconds to make, a fresh session's ~0.3 s."""
+    import botocore.session
+
+    return botocore.session.get_session()
+
+
+class ObjectLock:
+    """The lock object of an `s3://` output: where it is, and (once held) its id and ETag."""
+
+    def __init__(self, output: str) -> None:
+        from botocore.config import Config
+
+        parts = urlsplit(output)
+        self.bucket, prefix = parts.netloc, parts.path.strip("/")
+        self.output = f"s3://{self.bucket}/{prefix}".rstrip("/")
+        parent, _, name = prefix.rpartition("/")
+        self.key = f"{parent}/.{name or self.bucket}{LOCK_SUFFIX}".lstrip("/")
+        self.uri, self.id, self.etag = f"s3://{self.bucket}/{self.key}", uuid.uuid4().hex[:16], ""
+        config = Config(retries={"max_attempts": 4, "mode": "standard"}, read_timeout=30)
+        self.client = _botocore_session().create_client(
+            "s3", region_name=os.environ.get("AWS_REGION") or None, config=config
+        )  # AWS_ENDPOINT_URL and the keys: botocore reads them
+
+    def call(self, action: str, method: str, expected: tuple[int, ...], **kwargs: Any) -> Any:
+        """`client.METHOD` on the lock object; None when the store answers a status in
+        `expected` (404: no such key, 412: its condition failed, 409: a conditional write to
+        it is in flight); any other failure is one line."""
+        try:
+            return getattr(self.client, method)(Bucket=self.bucket, Key=self.key, **kwargs)
+        except Exception as exc:
+            response = getattr(exc, "response", None) or {}
+            if response.get("ResponseMetadata", {}).get("HTTPStatusCode") in expected:
+                return None
+            raise PretrainError(
+                f"cannot {action} the writer lock {self.uri} of {self.output} ("
+                f"{' '.join(str(exc).split())}); check the AWS_* settings and the bucket"
+            ) from None
+
+    def read(self) -> tuple[dict[str, Any], str] | None:
+        """(holder record, ETag) of the lock object, or None: there is none. The record's `id`
+        is a string: the ETag where the object has none (made by hand or another tool)."""
+        answer = self.call("read", "get_object", (404,))
+        if answer is None:
+            return None
+        try:
+            record = json.loads(answer["Body"].read())
+        except ValueError:
+            record = None
+        record = record if isinstance(record, dict) else {}
+        return {**record, "id": str(record.get("id") or answer["ETag"].strip('"'))}, answer["ETag"]
+
+
+def _acquire_object(output: str) -> ObjectLock:
+    """Create the lock object of `output` (a conditional write: one writer wins), or raise
+    `OutputLocked` naming its holder and how to unlock it."""
+    lock = ObjectLock(output)
+    body = json.dumps({"id": lock.id, **holder_record(lock.output)}, indent=2).encode()
+    seen = None
+    while seen is None:
+        put = lock.call("create", "put_object", (409, 412), Body=body, IfNoneMatch="*")
+        if put:
+            lock.etag = put["ETag"]
+            return lock
+        seen = lock.read()  # None: released, or still being created, since our write
+    record, lock.etag = seen
+    if record["id"] == lock.id:  # the store applied our write, but its reply was lost (a 500)
+        return lock
+    dead = ", which is no longer running," if _exited(record) else ""
+    raise OutputLocked(
+        f"output {lock.output} is being written by {holder_text(record)}{dead} (lock "
+        f"{lock.uri}); wait for it to finish or stop it; if it is dead, run "
+        f"`pretrain unlock {lock.output} --id {record['id']}`"
+    )
+
+
+def _release_object(lock: ObjectLock) -> None:
+    """Delete our lock object; raise `OutputLocked` when it was removed while we held it."""
+    if not lock.call("remove", "delete_object", (404, 412), IfMatch=lock.etag):
+        raise OutputLocked(
+            f"the writer lock {lock.uri} of {lock.output} was removed while this run held it "
+            "(`pretrain unlock`): another writer may have written the output meanwhile; re-run "
+            "once no other writer runs"
+        )
+
+
+def unlock(output: str, ident: str) -> dict[str, Any]:
+    """Remove the lock object of `output` when its id is `ident` (what a refusal printed) and its
+    holder is not running on this machine; the holder record it held."""
+    lock = ObjectLock(output)
+    seen = lock.read()
+    if seen is None:
+        raise PretrainError(f"{output} has no writer lock ({lock.uri} does not exist)")
+    record, etag = seen
+    if record["id"] != ident:
+        raise OutputLocked(
+            f"the writer lock of {output} has id {record['id']}, not {ident}: it is held by "
+            f"{holder_text(record)}, which took it after the refusal you saw; check it first"
+        )
+    if _running_here(record):
+        raise OutputLocked(
+            f"the writer lock of {output} is held by {holder_text(record)}, which is running on "
+            "this machine: stop it (it removes its lock when it exits)"
+        )
+    if not lock.call("remove", "delete_object", (404, 412), IfMatch=etag):
+        raise OutputLocked(f"the writer lock of {output} changed while unlocking; leave it")
+    return record
 
 
 @contextmanager
@@ -172,20 +324,15 @@ def _release_file_lock(fd: int) -> None:
 @contextmanager
 def output_lock(out: str | os.PathLike) -> Iterator[Path | str]:
     """Hold the exclusive writer lock on output directory `out` for the `with` block; for an
-    `s3://` output, a lock object in the store (pretrain.s3_lock), which holds across machines.
+    `s3://` output, a lock object in the store, which holds across machines.
     Its holder record names `pretrain.command.current_command()`.
 
     Raises `OutputLocked` (one line naming the holder) when another live process holds it.
     """
     if is_object_output(out):
         uri = str(out)
-        with _reentrant(uri.rstrip("/"), lambda: S3Lock(uri).acquire(), S3Lock.release) as lock:
-            try:
-                yield uri
-            except BaseException as exc:
-                if lock.lost:  # the heartbeat stopped the run (SIGINT): say why
-                    raise OutputLocked(lock.lost) from exc
-                raise
+        with _reentrant(uri.rstrip("/"), functools.partial(_acquire_object, uri), _release_object):
+            yield uri
         return
     out_path = Path(os.path.abspath(out))
     path = lock_path(out_path)

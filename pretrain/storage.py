@@ -62,7 +62,7 @@ def output_path(output: str | os.PathLike | ObjectPath) -> Path | ObjectPath:
 
 def lock_target(output: str | os.PathLike) -> str | os.PathLike:
     """What `pretrain.locking` locks for `output`: the directory itself; an `s3://` URI itself (a
-    lock object in the store, pretrain.s3_lock, holds across machines); for any other URI
+    lock object in the store holds across machines); for any other URI
     (`gs://`, `hdfs://`, ...) a local stand-in under the project cache, which keeps out a second
     writer on this machine only."""
     if not is_uri(output):

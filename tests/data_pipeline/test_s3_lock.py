@@ -63,7 +63,7 @@ def _expected(reference: dict, shard_rows: int, tmp: Path) -> dict[str, bytes]:
 
 
 def _machine(tmp: Path, name: str, endpoint: str) -> dict[str, str]:
-    return clean_env(tmp / name, **s3_env(endpoint), PRETRAIN_LOCK_LEASE_S="600")
+    return clean_env(tmp / name, **s3_env(endpoint))
 
 
 def _start(env: dict[str, str], shard_rows: int, tmp: Path, name: str) -> subprocess.Popen:

@@ -1,16 +1,18 @@
 """moto's S3 server, one request at a time (as tests/data_pipeline/moto_serial.py), that answers
-`500 InternalError` to the first conditional PUT of a lock object of the chosen kind AFTER it
-was applied: `python -m tests.pretrain.moto_lost_reply HOST PORT create|renew`.
+`500 InternalError` to the first conditional PUT of a lock object (`If-None-Match`) AFTER it was
+applied, and then creates the file MARKER: `python -m tests.pretrain.moto_lost_reply HOST PORT
+MARKER`.
 
 AWS S3 documents that a 500 may come after the request took effect; the client retries it, and
-the retried conditional write is refused (412), because the first one already changed the object.
-`create` fails the first `If-None-Match` write, `renew` the first `If-Match` write."""
+the retried conditional write is refused (412), because the first one already created the object.
+"""
 
 from __future__ import annotations
 
 import sys
 import threading
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from moto.moto_server.werkzeug_app import (
@@ -20,14 +22,13 @@ from moto.moto_server.werkzeug_app import (
 )
 from werkzeug.serving import run_simple
 
-HEADER = {"create": "HTTP_IF_NONE_MATCH", "renew": "HTTP_IF_MATCH"}
 ERROR = b"<Error><Code>InternalError</Code><Message>injected after the write</Message></Error>"
 
 
-def main(host: str, port: int, kind: str) -> None:
+def main(host: str, port: int, marker: str) -> None:
     app = DomainDispatcherApplication(create_backend_app)
     one_at_a_time = threading.Lock()
-    pending = [HEADER[kind]]
+    pending = [True]
 
     def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         answer: list[Any] = []
@@ -37,11 +38,12 @@ def main(host: str, port: int, kind: str) -> None:
                 environ["REQUEST_METHOD"] == "PUT"
                 and environ["PATH_INFO"].endswith(".lock")
                 and pending
-                and pending[0] in environ
+                and "HTTP_IF_NONE_MATCH" in environ
                 and str(answer[0][0]).startswith("200")
             )
             if target:
                 pending.clear()
+                Path(marker).touch()
                 start_response("500 Internal Server Error", [("Content-Type", "application/xml")])
                 return [ERROR]
         start_response(*answer[0])
