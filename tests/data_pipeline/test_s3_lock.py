@@ -6,9 +6,9 @@ as on AWS S3):
 - started at once, exactly one runs; the other is refused in one line naming the holder, and
   nothing of it is written: the output is byte for byte the winner's job (the loser's job has a
   different shard size, so any object of it would show);
-- a driver SIGKILLed mid-run leaves its lock: the next run is refused naming the dead holder and
-  the `pretrain unlock` line; after it, the re-run ends byte-identical to an uninterrupted run,
-  and `pretrain verify` checks the output in the store.
+- a driver SIGKILLed mid-run leaves its lock: the next writer is refused naming the dead holder
+  and the `pretrain unlock` line; after it, the re-run ends byte-identical to an uninterrupted
+  run, and `pretrain verify` checks the output in the store.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,10 +146,17 @@ def test_two_writers_on_two_machines_at_once_exactly_one_writes(tmp_path, store,
 
 
 def test_a_killed_writers_lock_names_it_until_unlocked_then_the_rerun_is_byte_identical(
-    tmp_path, store, reference
+    tmp_path, store, reference, monkeypatch, capsys
 ) -> None:
+    """The refusal, `pretrain unlock` and `pretrain verify` run in this process, "a third
+    machine" (the store's settings in its environment); the two drivers each in their own."""
+    from pretrain.errors import OutputLocked
+    from pretrain.locking import output_lock
+    from pretrain_app.cli import main
+
+    rows = next(iter(reference), 4)  # the job whose uninterrupted run is already known, if any
     s3 = s3_filesystem(store)
-    first = _start(_machine(tmp_path, "a", store), 4, tmp_path, "a")
+    first = _start(_machine(tmp_path, "a", store), rows, tmp_path, "a")
     driver = psutil.Process(first.pid)
     procs: dict[int, psutil.Process] = {}
 
@@ -164,32 +170,22 @@ def test_a_killed_writers_lock_names_it_until_unlocked_then_the_rerun_is_byte_id
     first.send_signal(signal.SIGKILL)
     first.wait(60)
     wait_gone(list(procs.values()), 30.0)  # nothing of the killed job writes after this
-    other = _machine(tmp_path, "b", store)
-    argv = data_run({**CONFIG, "shard_rows": 4, "output": URI}, tmp_path / "b.yaml")
-    refused = subprocess.run(argv, cwd=REPO, env=other, capture_output=True, text=True, timeout=600)
-    assert refused.returncode == 2, refused.stderr[-2000:]
-    line = _refusal(refused.stderr, holder)
-    unlock = re.search(r"`(pretrain unlock \S+ --id \w+)`", line)
+    for name, value in s3_env(store).items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(OutputLocked) as refused, output_lock(URI):
+        pass
+    line = str(refused.value)
+    assert f"pid {holder['pid']} on {holder['host']}" in line and "no longer running" in line
+    unlock = re.search(r"`pretrain (unlock \S+ --id \w+)`", line)
     assert unlock is not None and unlock.group(1).endswith(holder["id"]), line
-    done = subprocess.run(
-        [sys.executable, "-m", "pretrain_app", *unlock.group(1).split()[1:]],
-        cwd=REPO,
-        env=other,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    assert main(unlock.group(1).split()) == 0
+    assert (
+        f"removed the writer lock of {URI} held by pid {holder['pid']}" in capsys.readouterr().out
     )
-    assert done.returncode == 0, done.stderr[-2000:]
+    argv = data_run({**CONFIG, "shard_rows": rows, "output": URI}, tmp_path / "b.yaml")
+    other = _machine(tmp_path, "b", store)
     rerun = subprocess.run(argv, cwd=REPO, env=other, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert _published(_finished_output(store)) == _expected(reference, 4, tmp_path)
-    verify = subprocess.run(
-        [sys.executable, "-m", "pretrain_app", "verify", URI],
-        cwd=REPO,
-        env=other,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert verify.returncode == 0, verify.stderr[-2000:]
-    assert verify.stdout.startswith(f"ok: {URI} (shards, ")
+    assert _published(_finished_output(store)) == _expected(reference, rows, tmp_path)
+    assert main(["verify", URI]) == 0
+    assert capsys.readouterr().out.startswith(f"ok: {URI} (shards, ")
