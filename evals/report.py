@@ -30,7 +30,7 @@ def summarize(runs: Sequence[Mapping[str, Any]], metric: str) -> dict[str, list[
     """Per proxy: recipes ranked by the mean of `metric` over seeds (best first), with spread."""
     grouped: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     names: dict[str, str] = {}
-    for run in runs:
+    for run in sorted(runs, key=lambda run: int(run["seed"])):  # the same sums in any run order
         value = run["metrics"].get(metric)
         if value is None or not math.isfinite(float(value)):
             continue

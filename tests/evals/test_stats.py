@@ -139,3 +139,14 @@ def test_a_bootstrap_over_three_seeds_would_pass_equal_recipes_too_often():
     rate = 0.1  # two-sided 90% intervals
     assert naive / trials > rate + _slack(rate, trials)
     assert ours / trials <= rate + _slack(rate, trials)
+
+
+def test_the_ranking_is_the_same_whatever_order_the_runs_finished_in() -> None:
+    # A rerun of one deleted proxy run finishes last: the means (and so the report and the
+    # decision) must not change in the last digit with the order (0.1 + 0.2 + 0.3 != 0.3 + 0.2 +
+    # 0.1 in floating point).
+    runs = [
+        {"proxy": "p", "recipe_sha256": "a" * 64, "seed": seed, "metrics": {"bpb": bpb}}
+        for seed, bpb in ((1, 0.1), (2, 0.2), (3, 0.3))
+    ]
+    assert summarize(runs, "bpb") == summarize(runs[::-1], "bpb")
