@@ -27,9 +27,15 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# `make demo`: the README's walkthrough block, command by command, into runs/ (a runs/ that an
+# earlier `make demo` wrote is replaced; any other runs/ is refused, not deleted).
 demo: $(STAMP)
-	@start=$$(date +%s); $(BIN)/pretrain demo --out demo_out; \
-	  echo "demo wall time: $$(( $$(date +%s) - start )) s (install excluded)"
+	@if [ -e runs ] && [ ! -e runs/.make-demo ]; then \
+	  echo "make: runs/ exists and no make demo wrote it; move it away to run the demo" >&2; exit 2; fi
+	@rm -rf runs && mkdir runs && touch runs/.make-demo && start=$$(date +%s) && \
+	  sed -n '/<!-- walkthrough:start -->/,/<!-- walkthrough:end -->/p' README.md | grep '^pretrain ' | \
+	  while read -r cmd; do echo "+ $$cmd"; PATH="$(CURDIR)/$(BIN):$$PATH" bash -c "$$cmd" </dev/null \
+	  || exit 1; done && echo "demo wall time: $$(( $$(date +%s) - start )) s (install excluded)"
 
 # PYTEST_ARGS: more pytest options (CI: --durations=25). TEST_WORKERS: pytest-xdist processes
 # (2 fit a 2-core machine: the default suite in ~60% of its serial time; each starts its own Ray).
@@ -57,4 +63,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run $(CLAIM)
 
 clean:
-	rm -rf $(VENV) demo_out .pytest_cache
+	rm -rf $(VENV) .pytest_cache

@@ -1,7 +1,9 @@
-"""Sweep wall time: the demo's proxy sweep run one at a time (the baseline: what `parallel: auto`
-chose before) vs two side by side (`parallel: pool`, one torch thread per run), same runs.
+"""Sweep wall time: the README walkthrough's proxy sweep (configs/ablation_sample.yaml) run one at
+a time (the baseline: what `parallel: auto` chose before) vs two side by side (`parallel: pool`,
+one torch thread per run), same runs.
 
-    python -m benchmarks.bench_sweep_parallel DEMO_OUT   # a `pretrain demo` output directory
+    python -m benchmarks.bench_sweep_parallel prepare WORK   # the walkthrough up to its sweep
+    python -m benchmarks.bench_sweep_parallel WORK
 
 Both sweeps start from empty run directories (nothing cached) and train the same recipes, seeds
 and budget. Wall time and the CPU time of the runs (children's user + system) are reported: on a
@@ -15,6 +17,8 @@ import argparse
 import os
 import resource
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,16 +31,35 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _sweep(
-    demo_out: Path, work: Path, parallel: str, runs_at_once: int, seeds: list[int]
-) -> dict[str, Any]:
-    from evals.demo import _sweep_config
-    from evals.sweep import run_sweep, runs_dir
-    from pretrain_app.demo import DemoContext
+REPO = Path(__file__).resolve().parents[1]
 
-    ctx = DemoContext(out=work)
-    ctx.artifacts["tokenizer"] = demo_out / "tokenizer"
-    config = _sweep_config(ctx, demo_out / "mixture", demo_out / "evalsets")
+
+def prepare(work: Path) -> None:
+    """The README walkthrough's commands before `pretrain ablate`, in WORK (the repository's
+    configs/, sample and task files linked in, as the block reads them from the root)."""
+    sys.path.insert(0, str(REPO))
+    from tests.test_walkthrough import walkthrough_commands
+
+    work.mkdir(parents=True, exist_ok=True)
+    for name in ("configs", "pretrain", "evals"):
+        if not (work / name).exists():
+            (work / name).symlink_to(REPO / name)
+    bin_dir = Path(sys.executable).parent
+    for command in walkthrough_commands():
+        if command.startswith("pretrain ablate"):
+            return
+        subprocess.run(["bash", "-c", f"PATH={bin_dir}:$PATH {command}"], cwd=work, check=True)
+
+
+def _sweep(
+    work: Path, out: Path, parallel: str, runs_at_once: int, seeds: list[int]
+) -> dict[str, Any]:
+    from evals.ablate import AblationConfig
+    from evals.sweep import run_sweep, runs_dir
+    from pretrain.config import load_config
+
+    os.chdir(work)
+    config = load_config(AblationConfig, "configs/ablation_sample.yaml", [f"out={out}"])
     config = config.model_copy(
         update={
             "parallel": parallel,
@@ -64,17 +87,19 @@ def _sweep(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("demo_out", type=Path)
-    parser.add_argument("--work", type=Path, default=Path("benchmarks/results/.sweep_parallel"))
+    parser.add_argument("work", nargs="+", help="WORK, or `prepare WORK`")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     args = parser.parse_args(argv)
-    demo_out = args.demo_out.resolve()
-    one = _sweep(demo_out, (args.work / "one").resolve(), "sequential", 1, args.seeds)
-    two = _sweep(demo_out, (args.work / "two").resolve(), "pool", 2, args.seeds)
+    if args.work[0] == "prepare":
+        prepare(Path(args.work[1]).resolve())
+        return 0
+    work = Path(args.work[0]).resolve()
+    one = _sweep(work, work / "runs" / "sweep-one", "sequential", 1, args.seeds)
+    two = _sweep(work, work / "runs" / "sweep-two", "pool", 2, args.seeds)
     write_result(
         "sweep_parallel",
         {
-            "claim": "demo proxy sweep, 2 runs side by side vs 1 at a time, same runs",
+            "claim": "walkthrough proxy sweep, 2 runs side by side vs 1 at a time, same runs",
             "cpus": os.cpu_count(),
             "baseline_one_at_a_time": one,
             "ours_two_at_once": two,
@@ -84,7 +109,6 @@ def main(argv: list[str] | None = None) -> int:
             "note": "shared 2-core machine (8 engineers): wall times depend on the load",
         },
     )
-    shutil.rmtree(args.work, ignore_errors=True)
     return 0
 
 

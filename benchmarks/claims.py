@@ -227,9 +227,9 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         "sweep_parallel",
-        "demo sweep, 2 proxy runs side by side vs 1 at a time: wall time",
-        _script("bench_sweep_parallel", "{work}/demo", "{size}"),
-        prepare=("-m", "pretrain_app", "demo", "--out", "{work}/demo"),
+        "walkthrough sweep, 2 proxy runs side by side vs 1 at a time: wall time",
+        _script("bench_sweep_parallel", "{work}/walk", "{size}"),
+        prepare=("-m", "benchmarks.bench_sweep_parallel", "prepare", "{work}/walk"),
         smoke_size=None,
     ),
     Claim(

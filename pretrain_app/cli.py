@@ -1,4 +1,4 @@
-"""The `pretrain` program: one parser holding every package's commands, and `demo`.
+"""The `pretrain` program: one parser holding every package's commands.
 
 This package is the program's composition root, the top layer: it imports each package's `cli`
 module (by module, so go-to-definition reaches every command) and nothing below may import it.
@@ -9,19 +9,15 @@ Each package's `cli.py` is the one place its commands are: a handler per command
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
 
-from pretrain.cli_utils import add_command
 from pretrain.program import PROG, add_commands, run
 
 
 def package_clis() -> tuple[ModuleType, ...]:
-    """Every command module, in `--help` order: this one (`demo`), then each package's. Imported
-    when the parser is built, not when this module is; each imports heavy engines inside its
-    handlers."""
+    """Every command module, in `--help` order. Imported when the parser is built, not when this
+    module is; each imports heavy engines inside its handlers."""
     from data_pipeline import cli as data_cli
     from evals import cli as evals_cli
     from mixtures import cli as mixtures_cli
@@ -30,7 +26,6 @@ def package_clis() -> tuple[ModuleType, ...]:
     from trainer import cli as trainer_cli
 
     return (
-        sys.modules[__name__],
         pretrain_cli,
         data_cli,
         tokenizer_cli,
@@ -38,20 +33,6 @@ def package_clis() -> tuple[ModuleType, ...]:
         trainer_cli,
         evals_cli,
     )
-
-
-def demo(args: argparse.Namespace) -> int:
-    from pretrain.progress import attach
-    from pretrain_app.demo import run_demo
-
-    attach(args.out)
-    return run_demo(args.out, force=args.force)
-
-
-def register(sub: Any) -> None:
-    parser = add_command(sub, ["demo"], demo, "run the main job end to end on the embedded sample")
-    parser.add_argument("--out", default="demo_out", help="where the demo's artifacts go")
-    parser.add_argument("--force", action="store_true", help="rebuild artifacts that already exist")
 
 
 def version_line() -> str:

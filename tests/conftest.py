@@ -102,7 +102,7 @@ def demo_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[st
     and quality, KenLM): (raw, models). Trained once per test run (~20 s) for every test that
     needs them (test_classify_demo, test_artifact_writers, test_killsweep,
     test_runner_cluster_nodes); a test must not change them."""
-    from data_pipeline.models.demo_assets import build_demo_models
+    from tests.sample_models import build_demo_models
 
     def build(base: Path) -> None:
         from pretrain.sample import SAMPLE_FILES, sample_dir

@@ -132,7 +132,7 @@ def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False
         if config.parallel.backend == "nccl" and not torch.cuda.is_available():
             raise ConfigError(  # it would fail deep inside torch
                 "parallel.backend = nccl needs CUDA GPUs and this machine has none; on CPU use "
-                "parallel.backend=gloo with a model that fits (see trainer/demo.py TINY_OVERRIDE)"
+                "parallel.backend=gloo with a model that fits (configs/train_sample.yaml)"
             )
         check_device_support(config, device_type(config))
     from trainer.checkpoint import read_state, resume_point

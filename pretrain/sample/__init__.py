@@ -1,5 +1,5 @@
-"""The embedded sample (README.md here says what each file holds): what `pretrain demo` and the
-tests run on, so nothing is downloaded."""
+"""The embedded sample (README.md here says what each file holds): what `make demo` (the README
+walkthrough) and the tests run on, so nothing is downloaded."""
 
 from __future__ import annotations
 

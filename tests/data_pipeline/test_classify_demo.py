@@ -5,11 +5,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from data_pipeline.models.demo_assets import build_demo_models
 from data_pipeline.stages.classify import DomainStage, QualityStage
 from data_pipeline.stages.perplexity import PerplexityStage
 from data_pipeline.stages.registry import schema_for
 from pretrain.manifest import manifest_sha256, verify
+from tests.sample_models import build_demo_models
 
 
 @pytest.mark.timeout(240)

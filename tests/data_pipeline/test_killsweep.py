@@ -25,8 +25,8 @@ FIRST, SECOND = "perplexity", "dedup"
 
 @pytest.fixture(scope="module")
 def every_stage(tmp_path_factory, demo_models) -> dict:
-    from data_pipeline.demo import demo_config
     from tests.data_pipeline.test_runner_cluster_nodes import _slice
+    from tests.sample_models import demo_config
 
     base = tmp_path_factory.mktemp("every-stage")
     raw, models = demo_models  # the session's, trained once (conftest.py)

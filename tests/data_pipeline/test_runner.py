@@ -139,7 +139,7 @@ def test_changed_config_is_refused_unless_overwrite(first_run, tmp_path) -> None
 
 
 def test_demo_config_runs_model_stages_only_with_their_models(tmp_path) -> None:
-    from data_pipeline.demo import demo_config
+    from tests.sample_models import demo_config
 
     without = demo_config(tmp_path / "raw", tmp_path / "out", {})
     assert without.stages.extract == {} and without.stages.langid == {}

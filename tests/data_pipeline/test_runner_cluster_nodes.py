@@ -63,7 +63,7 @@ inside the first test's time, and a loaded 2-core machine runs all of it several
 def every_stage(tmp_path_factory, demo_models) -> dict:
     """A config enabling every stage, with fastText and KenLM models trained on the whole sample
     once per session (conftest.py's `demo_models`)."""
-    from data_pipeline.demo import demo_config
+    from tests.sample_models import demo_config
 
     base = tmp_path_factory.mktemp("every-stage")
     raw, models = demo_models

@@ -267,13 +267,10 @@ def test_run_checkpoint_export_and_eval_write_through_their_kinds(built, tmp_pat
 
 
 def test_the_model_builders_write_through_the_model_kind(demo_models) -> None:
-    """The fastText and KenLM trainers (as `pretrain demo` runs them on the embedded sample:
-    tests/conftest.py's demo_models)."""
+    """The fastText and KenLM trainers (on the embedded sample: tests/conftest.py's demo_models)."""
     _, built = demo_models
     for key in ("domain", "quality"):
-        art = assert_round_trips(
-            "fasttext-model", built[key], ["pretrain", "demo", f"({key} classifier)"]
-        )
+        art = assert_round_trips("fasttext-model", built[key], ["tests", f"({key} classifier)"])
         assert art.fields.model["sha256"] == art.info["model_sha256"]
-    lm = assert_round_trips("kenlm-model", built["lm"], ["pretrain", "demo", "(kenlm)"])
+    lm = assert_round_trips("kenlm-model", built["lm"], ["tests", "(kenlm)"])
     assert set(lm.fields.model["languages"]) == set(lm.info["languages"])

@@ -57,7 +57,6 @@ def test_help_lists_every_command_of_the_design():
     parser = build_parser()
     commands = set(parser._subparsers._group_actions[0].choices)
     assert {
-        "demo",
         "verify",
         "data",
         "tokenizer",

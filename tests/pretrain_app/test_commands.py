@@ -63,7 +63,6 @@ def test_there_are_commands_and_each_cli_module_is_its_packages_cli_py() -> None
     packages = [m.__name__.removesuffix(".cli") for m in modules]
     assert [m.__name__ for m in modules] == [f"{p}.cli" for p in packages]
     assert packages == [
-        "pretrain_app",
         "pretrain",
         "data_pipeline",
         "tokenizer",
@@ -89,8 +88,8 @@ def test_the_program_holds_exactly_the_commands_the_cli_modules_register() -> No
             expected[path] = leaf.get_default("handler")
     program = {path: leaf.get_default("handler") for path, leaf in _leaves(build_parser())}
     assert program == expected
-    # the commands the README's walkthrough and the demo rely on
-    for path in [("demo",), ("verify",), ("data", "run"), ("launch",), ("eval", "run")]:
+    # the commands the README's walkthrough (`make demo`) relies on
+    for path in [("verify",), ("data", "run"), ("launch",), ("eval", "run")]:
         assert path in program
 
 
@@ -163,7 +162,7 @@ def test_python_dash_m_runs_the_program_and_each_lower_layer_its_own_commands() 
         return out.stdout
 
     program = help_of("pretrain_app")
-    for command in ("demo", "verify", "data", "launch", "ablate", "eval"):
+    for command in ("verify", "data", "launch", "ablate", "eval"):
         assert command in program
     assert "launch" in help_of("trainer") and "ablate" not in help_of("trainer")
     assert "ablate" in help_of("evals") and "launch" not in help_of("evals")

@@ -1,9 +1,8 @@
 """The other commands that write a folder (audit for `pretrain tokenizer train/encode` deleting
 a user's files, tests/tokenizer/test_out_foreign.py). An output that is a file is one line
-(exit 2), not a NotADirectoryError/FileExistsError traceback; `pretrain demo`, `pretrain eval
-run` and `pretrain ablate`, which had no check, refuse a non-empty folder they did not write
-before any work, and nothing there changes. The demo deleted a `raw/` (or `run/`, `shards/`...)
-that was not a verified artifact, e.g. the user's own raw data under `--out .`."""
+(exit 2), not a NotADirectoryError/FileExistsError traceback; `pretrain eval run` and
+`pretrain ablate`, which had no check, refuse a non-empty folder they did not write before any
+work, and nothing there changes."""
 
 from __future__ import annotations
 
@@ -51,25 +50,15 @@ def _one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
         ["data", "train-lm", str(CONFIGS / "lm.yaml")],
         ["data", "train-classifier", str(CONFIGS / "classifier_quality.yaml")],
         ["eval", "build", str(CONFIGS / "eval.yaml")],
-        ["demo"],
     ],
     ids=lambda command: "-".join(command[:2]).replace("/", ""),
 )
 def test_an_output_that_is_a_file_is_one_line(tmp_path: Path, capsys, command: list[str]) -> None:
     afile = tmp_path / "afile"
     afile.write_bytes(b"not a directory\n")
-    flag = ["--out", str(afile)] if command == ["demo"] else ["--set", f"out={afile}"]
-    err = _one_line(capsys, [*command, *flag])
+    err = _one_line(capsys, [*command, "--set", f"out={afile}"])
     assert str(afile) in err and "is a file" in err
     assert afile.read_bytes() == b"not a directory\n"
-
-
-def test_demo_refuses_a_folder_it_did_not_write(tmp_path: Path, capsys) -> None:
-    user = _user_folder(tmp_path)
-    before = _snapshot(user)
-    err = _one_line(capsys, ["demo", "--out", str(user)])
-    assert "--out" in err and "not empty" in err
-    assert _snapshot(user) == before
 
 
 def test_eval_run_refuses_an_out_it_did_not_write(tmp_path: Path, capsys) -> None:

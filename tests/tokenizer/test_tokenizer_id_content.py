@@ -1,6 +1,6 @@
 """The tokenizer id depends on what it was trained on, not on when the shards were built: a clean
 rebuild of the same shards (another created_unix and command in their manifest, as every clean
-`pretrain demo` makes) gives the same id; one changed byte in a training document gives another.
+`make demo` makes) gives the same id; one changed byte in a training document gives another.
 The shards manifest's sha256 stays in the tokenizer manifest's `inputs` (lineage, outside the id).
 """
 

@@ -1,4 +1,4 @@
-"""Evaluation report (per group, vs SentencePiece), the demo step, and encoding on Ray."""
+"""Evaluation report (per group, vs SentencePiece) and encoding on Ray."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.manifest import load_manifest, sha256_file, verify
+from pretrain.manifest import load_manifest, sha256_file
 from pretrain_app.cli import main
-from pretrain_app.demo import DemoContext
 
 
 @pytest.mark.timeout(120)
@@ -37,22 +36,6 @@ def test_eval_reports_per_group_against_sentencepiece(
     assert "web/zh" in printed and "vocab sentencepiece" in printed
     assert (out / "compression.png").read_bytes()[:4] == b"\x89PNG"
     assert load_manifest(out)["tokenizer"] == load_manifest(tokenizer_dir)["tokenizer"]
-
-
-@pytest.mark.timeout(180)
-def test_demo_step_trains_evaluates_and_encodes(shards_dir: Path, tmp_path: Path) -> None:
-    from tokenizer.demo import step
-
-    ctx = DemoContext(out=tmp_path)
-    ctx.artifacts["shards"] = shards_dir
-    summary = step(ctx)
-    assert ctx.artifacts["tokenizer"] == tmp_path / "tokenizer"
-    tokenizer = load_manifest(tmp_path / "tokenizer")["tokenizer"]
-    encoded = verify(ctx.artifacts["encoded"])
-    assert encoded["tokenizer"] == tokenizer and tokenizer["id"] in summary
-    assert "bytes/token" in summary and "\n" not in summary
-    again = step(ctx)  # a second demo run reuses the verified artifacts
-    assert again == summary
 
 
 # Slow: three Ray workers each import torch + megatron-core before their first task (125 s of

@@ -1,11 +1,11 @@
-"""The demo's small models, trained from the embedded sample by the same code as the commands.
+"""The tests' small models and pipeline config, trained from the embedded sample by the same code
+as `pretrain data train-classifier` / `train-lm` (tests/conftest.py's `demo_models` fixture).
 
 `build_demo_models(raw_dir, out_dir)` returns {"domain", "quality", "lm"}: artifact directories
 for the pipeline config (`stages.domain.model`, `stages.quality.model`, `stages.perplexity.model`).
-The configs are those of configs/classifier_domain.yaml, classifier_quality.yaml and lm.yaml
-(kept here too, so the demo runs from an installed wheel without the configs/ folder), with the
-inputs pointed at the sample copies in `raw_dir` and smaller models (fastText dim 32 with 50k
-buckets, KenLM order 4). Artifacts from an earlier run are reused when they still verify.
+The configs are those of configs/classifier_domain.yaml, classifier_quality.yaml and lm.yaml,
+with the inputs pointed at the sample copies in `raw_dir` and smaller models (fastText dim 32 with
+50k buckets, KenLM order 4). Artifacts from an earlier run are reused when they still verify.
 
 Labels: domain = prose (English and Chinese prose.jsonl.gz records, meta.domain en/zh), math
 (meta.domain math), code (code.parquet). Quality: hq = kernel docs, man pages and math manuals;
@@ -19,8 +19,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from data_pipeline.config import PipelineConfig
 from data_pipeline.models.classifier import ClassifierConfig, train_classifier
 from data_pipeline.models.kenlm_train import LanguageModelConfig, train_lm
+from data_pipeline.stages.registry import registry
 from pretrain.artifacts import model as model_kind
 from pretrain.command import recorded
 from pretrain.config import parse_config
@@ -113,14 +115,39 @@ def build_demo_models(raw_dir: Path, out_dir: Path) -> dict[str, Path]:
         if not _reusable(target, "fasttext-model"):
             shutil.rmtree(target, ignore_errors=True)
             data = _example(key, raw_dir, target)
-            with recorded(["pretrain", "demo", f"({key} classifier)"]):
+            with recorded(["tests", f"({key} classifier)"]):
                 train_classifier(parse_config(ClassifierConfig, data, f"classifier_{key}.yaml"))
         built[key] = target
     target = out_dir / "kenlm"
     if not _reusable(target, "kenlm-model"):
         shutil.rmtree(target, ignore_errors=True)
         data = _example("lm", raw_dir, target)
-        with recorded(["pretrain", "demo", "(kenlm)"]):
+        with recorded(["tests", "(kenlm)"]):
             train_lm(parse_config(LanguageModelConfig, data, "lm.yaml"))
     built["lm"] = target
     return built
+
+
+MODEL_STAGES = {"domain": "domain", "quality": "quality", "lm": "perplexity"}
+"""build_demo_models() key -> the stage whose `model` setting takes that model artifact."""
+
+
+def demo_config(raw: Path, out: Path, models: dict[str, Path]) -> PipelineConfig:
+    """Every stage, with these models, small shards and 10% of the documents held out."""
+    stages: dict[str, dict[str, Any]] = {}
+    for name in registry():
+        section: dict[str, Any] = {}
+        for key, stage in MODEL_STAGES.items():
+            if stage == name and key in models:
+                section["model"] = str(models[key])
+        if name in MODEL_STAGES.values() and "model" not in section:
+            continue  # a model stage without its model cannot run
+        stages[name] = section
+    return PipelineConfig(
+        inputs=(str(raw),),
+        output=str(out),
+        stages=stages,
+        shard_rows=500,
+        overwrite=True,
+        eval_fraction=0.1,
+    )
