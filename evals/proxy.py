@@ -151,27 +151,23 @@ def _eval_argv(spec: dict[str, Any], train_dir: Path, eval_dir: Path) -> list[st
     return argv
 
 
-def _train_and_eval(spec: dict[str, Any], run_dir: Path, train_dir: Path, eval_dir: Path) -> None:
-    """Single-rank proxies (`--in-process`): one process for both; otherwise one for each."""
+def _processes(
+    spec: dict[str, Any], run_dir: Path, train_dir: Path, eval_dir: Path
+) -> list[tuple[list[str], Path, str]]:
+    """(argv, log, what) of each process the run is, in order. Single-rank proxies
+    (`--in-process`): one process for both (evals.proxy_worker); otherwise one for each."""
     train = _train_argv(spec, run_dir / "mixture", train_dir)
     evaluate = _eval_argv(spec, train_dir, eval_dir)
     if "--in-process" in spec["launch_args"]:
         commands = {"train": train[3:], "eval": evaluate[3:]}
         write_json(run_dir / "commands.json", commands)
         argv = [sys.executable, "-m", "evals.proxy_worker", str(run_dir / "commands.json")]
-        _subprocess(
-            argv,
-            run_dir / "run.log",
-            spec["timeout_s"],
-            "proxy training + evaluation (`pretrain launch --in-process`, `eval run`)",
-        )
-        return
-    _subprocess(
-        train, run_dir / "train.log", spec["timeout_s"], "proxy training (`pretrain launch`)"
-    )
-    _subprocess(
-        evaluate, run_dir / "eval.log", spec["timeout_s"], "proxy evaluation (`pretrain eval run`)"
-    )
+        what = "proxy training + evaluation (`pretrain launch --in-process`, `eval run`)"
+        return [(argv, run_dir / "run.log", what)]
+    return [
+        (train, run_dir / "train.log", "proxy training (`pretrain launch`)"),
+        (evaluate, run_dir / "eval.log", "proxy evaluation (`pretrain eval run`)"),
+    ]
 
 
 def execute_run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -186,7 +182,8 @@ def execute_run(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         mixture = _build_mixture(spec, run_dir / "mixture")
         train_dir, eval_dir = run_dir / "train", run_dir / "eval"
-        _train_and_eval(spec, run_dir, train_dir, eval_dir)
+        for argv, log, what in _processes(spec, run_dir, train_dir, eval_dir):
+            _subprocess(argv, log, spec["timeout_s"], what)
         lines = (eval_dir / "results.jsonl").read_text().strip().splitlines()
         final = json.loads(lines[-1])
     except PretrainError as exc:
