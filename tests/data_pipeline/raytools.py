@@ -22,6 +22,14 @@ LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 """In a Ray process's environment: a loopback address stays loopback (see `start_node`)."""
 EMBEDDED_CONFIG = {"shard_rows": 4, "batch_rows": 3, "ray": {"timeout_s": 300}}
 """The job on DATA of the cluster, Ray Job and s3 tests; conftest's `embedded_out` runs it once."""
+DEDUP_CONFIG = {
+    "inputs": [str(DATA)],
+    "shard_rows": 4,
+    "batch_rows": 3,
+    "stages": {"extract": {}, "dedup": {"num_partitions": 9}},
+}
+"""The dedup exchange's job on DATA (9 partitions, most of them empty); conftest's `dedup_out`
+runs it once."""
 
 
 def outputs(out: Path) -> dict[str, bytes]:

@@ -17,9 +17,8 @@ from data_pipeline.dedup.aggregate import dedup_parts
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.stagekit import AGGREGATE_SCRATCH, MapOutput
 from data_pipeline.stages.dedup import DedupStage
+from tests.data_pipeline.raytools import DEDUP_CONFIG
 from tests.data_pipeline.test_dedup import load_fixture
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"
 
 
 def _pieces() -> list[pa.Table]:
@@ -234,27 +233,27 @@ def test_the_aggregate_tags_alike_with_many_partitions(ray_local, tmp_path: Path
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_data_run_writes_the_same_bytes_at_any_partition_count(ray_local, tmp_path) -> None:
+def test_a_data_run_writes_the_same_bytes_at_any_partition_count(
+    ray_local, tmp_path, dedup_out
+) -> None:
     from data_pipeline import runner
     from data_pipeline.config import PipelineConfig
     from pretrain import shards_layout as layout
     from pretrain_app.cli import main
 
-    def run(out: Path, partitions: int) -> dict[str, bytes]:
-        config = {
-            "inputs": [str(DATA)],
-            "output": str(out),
-            "shard_rows": 4,
-            "batch_rows": 3,
-            "stages": {"extract": {}, "dedup": {"num_partitions": partitions}},
-            "ray": {"timeout_s": 200},
-        }
-        runner.run_pipeline(PipelineConfig.model_validate(config), progress=False)
+    def published(out: Path) -> dict[str, bytes]:
         paths = [out / layout.LEDGER, *sorted((out / layout.DATA_DIR).glob("*"))]
         paths += sorted((out / layout.REJECTS_DIR).glob("*"))
         return {p.relative_to(out).as_posix(): p.read_bytes() for p in paths}
 
-    nine = run(tmp_path / "nine", 9)
-    assert not list((tmp_path / "nine" / layout.GLOBAL_MAP_DIR).rglob(AGGREGATE_SCRATCH))
-    assert main(["verify", str(tmp_path / "nine")]) == 0
-    assert run(tmp_path / "two", 2) == nine
+    # dedup_out: DEDUP_CONFIG's job at 9 partitions, in process on the session's Ray
+    assert not list((dedup_out / layout.GLOBAL_MAP_DIR).rglob(AGGREGATE_SCRATCH))
+    assert main(["verify", str(dedup_out)]) == 0
+    two = {
+        **DEDUP_CONFIG,
+        "output": str(tmp_path / "two"),
+        "stages": {"extract": {}, "dedup": {"num_partitions": 2}},
+        "ray": {"timeout_s": 200},
+    }
+    runner.run_pipeline(PipelineConfig.model_validate(two), progress=False)
+    assert published(tmp_path / "two") == published(dedup_out)

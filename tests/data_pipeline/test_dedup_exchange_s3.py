@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from data_pipeline.dedup import exchange
-from tests.data_pipeline.raytools import DATA, REPO, clean_env, data_run
+from tests.data_pipeline.raytools import DEDUP_CONFIG, REPO, clean_env, data_run
 from tests.data_pipeline.s3tools import s3_env, s3_filesystem
 from tests.data_pipeline.test_dedup_exchange import _pieces
 from tests.data_pipeline.test_runner_cluster_s3_out import _local, _objects, _published
@@ -46,23 +46,13 @@ def _pieces_on_s3(s3, monkeypatch, endpoint: str) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_exchange_through_s3_gives_the_local_bytes(
-    ray_local, tmp_path, s3_server, monkeypatch
+    tmp_path, s3_server, monkeypatch, dedup_out
 ) -> None:
-    from data_pipeline import runner
-    from data_pipeline.config import PipelineConfig
-
     s3 = s3_filesystem(s3_server)
     s3.create_dir(BUCKET)
     _pieces_on_s3(s3, monkeypatch, s3_server)
-    config = {
-        "inputs": [str(DATA)],
-        "shard_rows": 4,
-        "batch_rows": 3,
-        "stages": {"extract": {}, "dedup": {"num_partitions": 9}},
-        "ray": {"num_cpus": 2, "timeout_s": 300},
-    }
-    local = {**config, "output": str(tmp_path / "local")}  # on the session's Ray, in process
-    runner.run_pipeline(PipelineConfig.model_validate(local), progress=False)
+    # dedup_out: this job into a local folder, in process on the session's Ray
+    config = {**DEDUP_CONFIG, "ray": {"num_cpus": 2, "timeout_s": 300}}
     env = clean_env(tmp_path / "home", **s3_env(s3_server))  # its own Ray, its workers reach S3
     argv = data_run({**config, "output": f"s3://{BUCKET}/runs/one"}, tmp_path / "s3.yaml")
     done = subprocess.run(
@@ -70,7 +60,7 @@ def test_the_exchange_through_s3_gives_the_local_bytes(
     )
     assert done.returncode == 0, done.stderr[-2000:]
     stored = _objects(s3, f"{BUCKET}/runs/one")
-    expected = _published(_local(tmp_path / "local"))
+    expected = _published(_local(dedup_out))
     assert any(k.startswith("data/") for k in expected)
     assert _published(stored) == expected
     assert not any("/exchange/" in k for k in stored)  # the aggregate's scratch is gone
