@@ -36,6 +36,8 @@ each phase: how evenly the work is split. The wall efficiency needs a quiet mach
 
     .venv/bin/python -m benchmarks.bench_pipeline_scaling --corpus DIR [--pages 10000]
         [--runs ours datatrove]   (one side per invocation keeps each under ~5 minutes)
+        [--workers 2]             (one point, no scaling rows: the smoke run of `make bench`'s
+                                   test, which only shows each side starts and reports)
         [--warm off]              (A/B: no Ray Data warm-up after a local start, so Ray Data's
                                    per-driver actors start in the job's first seconds instead;
                                    result file `..._warm_off`)
@@ -262,9 +264,10 @@ def summarise(
 ) -> dict[str, Any]:
     """The rows of BENCHMARKS.md from the runs made (ours, datatrove and/or the no-Ray plain
     processes, 1 and 2 workers)."""
-    rows: dict[str, Any] = plain_rows(plain, mb) if plain else {}
+    rows: dict[str, Any] = plain_rows(plain, mb) if plain and set(plain) == {1, 2} else {}
     if theirs:
-        rows["datatrove_scaling_efficiency"] = _scaling(theirs, "wall_s")
+        if set(theirs) == {1, 2}:
+            rows["datatrove_scaling_efficiency"] = _scaling(theirs, "wall_s")
         rows["datatrove_tree_mb_per_cpu_s"] = {
             w: round(mb / r["tree_cpu_s"], 3) for w, r in theirs.items()
         }
@@ -276,12 +279,14 @@ def summarise(
             "wall_mb_per_s": round(mb / run["work_s"], 3),
             "startup_share": round(run["ray_start_s"] / run["wall_s"], 3),
         }
+    rows["startup"] = startup_row(ours)
+    if set(ours) != {1, 2}:  # one point (a smoke run: --workers 2): nothing to scale
+        return rows
     rows["ours_scaling_efficiency_startup_excluded"] = _scaling(ours, "work_s")
     rows["ours_scaling_efficiency_wall"] = _scaling(ours, "wall_s")
     rows["ours_cpu_ratio_2w_over_1w"] = round(ours[2]["stage_cpu_s"] / ours[1]["stage_cpu_s"], 3)
     rows["ours_tree_cpu_ratio_2w_over_1w"] = round(ours[2]["tree_cpu_s"] / ours[1]["tree_cpu_s"], 3)
     rows["ray_start_s"] = {w: round(r["ray_start_s"], 2) for w, r in ours.items()}
-    rows["startup"] = startup_row(ours)
     rows["target_met"] = bool(
         rows["ours_scaling_efficiency_startup_excluded"] >= TARGET
         and all(r["startup_share"] < STARTUP_SHARE_MAX for r in rows["startup"].values())
@@ -323,6 +328,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default=["ours", "datatrove"],
         help="which side(s) to run (each writes its own result file)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        choices=(1, 2),
+        default=[1, 2],
+        help="the worker counts run (one: a smoke run that only shows each side starts)",
+    )
     parser.add_argument("--warm", choices=("on", "off"), default="on")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv if argv is not None else [])
@@ -338,7 +351,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         inputs = Path(tmp) / "warc"
         built = build_pages(source, inputs, args.pages, args.files)
         runs = {
-            kind: {w: _child(kind, inputs, Path(tmp) / f"{kind}{w}", w) for w in (1, 2)}
+            kind: {w: _child(kind, inputs, Path(tmp) / f"{kind}{w}", w) for w in args.workers}
             for kind in args.runs
         }
         mb = raw_bytes(inputs) / 1e6
@@ -354,6 +367,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     print(json.dumps(result["rows"], indent=1))
     suffix = "_warm_off" if args.warm == "off" else ""
+    suffix += "" if sorted(args.workers) == [1, 2] else "_" + "_".join(map(str, args.workers)) + "w"
     write_result("bench_pipeline_scaling_" + "_".join(args.runs) + suffix, result)
     return result
 

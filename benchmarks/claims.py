@@ -93,7 +93,7 @@ CLAIMS: tuple[Claim, ...] = (
         "data job 1 -> 2 workers, start-up excluded: >= 0.85",
         _script("bench_pipeline_scaling", "--corpus", "{corpus}", "{size}"),
         size="--pages 10000 --runs ours",
-        smoke_size="--pages 16 --files 2 --runs ours",
+        smoke_size="--pages 16 --files 2 --runs ours --workers 2",  # one fresh Ray, not two
     ),
     Claim(
         "perplexity",
