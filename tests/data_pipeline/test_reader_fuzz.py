@@ -59,25 +59,31 @@ VALID = {
 }
 
 
-def _read_and_account(name: str, data: bytes) -> tuple[pa.Table | None, dict]:
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / name
-        path.write_bytes(data)
-        fmt, stem = detect_format(str(path))
-        counts: list[dict] = []
-        tables = [
-            t
-            for t in read_unit(
-                (InputFile(str(path), fmt, stem),),
-                stem,
-                shard_rows=5,
-                batch_rows=4,
-                eval_fraction=0.1,
-                on_unreadable="reject",
-                stats=counts,
-            )
-            if t is not None
-        ]
+def _read_and_account(
+    name: str, data: bytes, folder: Path | None = None
+) -> tuple[pa.Table | None, dict]:
+    """Read `data` as the file `name` (in `folder`, overwritten; a fresh temporary one if None:
+    a child running thousands of cases reuses one) and check its ledger balances."""
+    if folder is None:
+        with tempfile.TemporaryDirectory() as scratch:
+            return _read_and_account(name, data, Path(scratch))
+    path = folder / name
+    path.write_bytes(data)
+    fmt, stem = detect_format(str(path))
+    counts: list[dict] = []
+    tables = [
+        t
+        for t in read_unit(
+            (InputFile(str(path), fmt, stem),),
+            stem,
+            shard_rows=5,
+            batch_rows=4,
+            eval_fraction=0.1,
+            on_unreadable="reject",
+            stats=counts,
+        )
+        if t is not None
+    ]
     stats = counts[0]
     table = pa.concat_tables(tables) if tables else None
     rows = table.num_rows if table is not None else 0

@@ -33,7 +33,7 @@ STALL_S = 60.0  # one case takes milliseconds; 60 s without output is a hang
 STARTUP_S = 300.0  # the child's imports before its first case (slow on a loaded machine)
 
 CHILD = """
-import random, sys
+import pathlib, random, sys
 from tests.data_pipeline.test_reader_fuzz import VALID, _mutate, _read_and_account
 base = VALID["x.parquet"]
 
@@ -52,9 +52,10 @@ def every_byte():
             case += 1
 
 cases = seeded(0, int(sys.argv[2])) if sys.argv[1] == "seeded" else every_byte()
+folder = pathlib.Path(sys.argv[3])  # one file, rewritten per case
 for case, edits, cut in cases:
     print(case, edits, cut, sep="|", flush=True)
-    _read_and_account("x.parquet", _mutate(base, edits, cut))
+    _read_and_account("x.parquet", _mutate(base, edits, cut), folder)
 print("done", flush=True)
 """
 
@@ -69,7 +70,7 @@ def test_parquet_mutations_never_hang_or_escape(tmp_path: Path, cases: str) -> N
     env.update(PYTHONPATH=str(REPO), PRETRAIN_CACHE=str(tmp_path / "cache"))
     errors = tmp_path / "child.err"  # a file, not a pipe: a full pipe would block the child
     child = subprocess.Popen(
-        [sys.executable, str(script), cases, str(SEEDS)],
+        [sys.executable, str(script), cases, str(SEEDS), str(tmp_path)],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
