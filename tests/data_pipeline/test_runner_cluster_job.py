@@ -90,7 +90,7 @@ def _cluster(env: dict[str, str], cwd: Path) -> Iterator[str]:
         url = f"http://127.0.0.1:{dashboard}"
         try:
             wait_for_head(f"127.0.0.1:{port}", head)
-            wait_for_nodes(f"127.0.0.1:{port}", env, 1, head, loopback_only=True)
+            wait_for_nodes(head)
             _wait_for_job_server(url, {**env, "RAY_AUTH_MODE": "token"}, cwd, head)
             break
         except HeadExited:

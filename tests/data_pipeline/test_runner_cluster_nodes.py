@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.data_pipeline.raytools import (
+    NODE_DEATH_NOTICED,
     REPO,
     HeadExited,
     alive,
@@ -119,7 +120,8 @@ def three_nodes(env: dict[str, str]) -> Iterator[tuple[str, list[subprocess.Pope
     for attempt in range(1, 4):
         port = free_port()
         root = Path("/tmp") / f"rn-{port}"  # short: Ray's socket paths live under the temp dirs
-        head, nodes = start_node(root / "head", env, 1, port=port), []
+        head = start_node(root / "head", env, 1, port=port, system_config=NODE_DEATH_NOTICED)
+        nodes: list[subprocess.Popen[bytes]] = []
         try:
             address = f"127.0.0.1:{port}"
             wait_for_head(address, head)
@@ -128,7 +130,7 @@ def three_nodes(env: dict[str, str]) -> Iterator[tuple[str, list[subprocess.Pope
             node_env = {**env, "RAY_AUTH_MODE": "token"}
             for name in ("a", "b"):
                 nodes.append(start_node(root / name, node_env, 2, head_address=address))
-            wait_for_nodes(address, env, 3, head, *nodes)
+            wait_for_nodes(head, *nodes)
             break
         except HeadExited:
             _stop(head, nodes, root)
