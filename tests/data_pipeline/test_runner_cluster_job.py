@@ -24,7 +24,9 @@ import json
 import shutil
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -64,20 +66,27 @@ def _ray(args: list[str], env: dict[str, str], cwd: Path, timeout: int = 120):
     )
 
 
-def _wait_for_job_server(url: str, env: dict[str, str], cwd: Path, head: subprocess.Popen) -> None:
-    listed = None
-    for _ in range(90):
+def _wait_for_job_server(url: str, token: str, head: subprocess.Popen) -> None:
+    """Until the job server lists jobs (what `ray job list` asks it, with the cluster's token).
+    Asked here, not by `ray job list` every 2 s: each of those imported Ray (seconds of CPU)
+    while the head's dashboard started on 2 cores."""
+    jobs = urllib.request.Request(f"{url}/api/jobs/", headers={"Authorization": f"Bearer {token}"})
+    failed: Exception | None = None
+    for _ in range(900):
         if head.poll() is not None:
             raise HeadExited(f"`ray start --head` exited with {head.returncode}")
-        listed = _ray(["job", "list", "--address", url], env, cwd)
-        if listed.returncode == 0:
-            return
-        time.sleep(2)
-    raise AssertionError(f"job server at {url} never answered: {listed and listed.stderr[-500:]}")
+        try:
+            with urllib.request.urlopen(jobs, timeout=10) as answer:
+                json.load(answer)
+                return
+        except (OSError, ValueError) as exc:
+            failed = exc
+        time.sleep(0.2)
+    raise AssertionError(f"job server at {url} never answered: {failed}")
 
 
 @contextlib.contextmanager
-def _cluster(env: dict[str, str], cwd: Path) -> Iterator[str]:
+def _cluster(env: dict[str, str]) -> Iterator[str]:
     """A `ray start --head` with the job server on 127.0.0.1: its URL. On a loaded machine Ray's
     client server can time out while the head starts, and `ray start` then ends the head: such a
     head is started again (3 tries); one that dies later fails the test."""
@@ -91,7 +100,8 @@ def _cluster(env: dict[str, str], cwd: Path) -> Iterator[str]:
         try:
             wait_for_head(f"127.0.0.1:{port}", head)
             wait_for_nodes(head)
-            _wait_for_job_server(url, {**env, "RAY_AUTH_MODE": "token"}, cwd, head)
+            token = (Path(env["HOME"]) / ".ray" / "auth_token").read_text().strip()
+            _wait_for_job_server(url, token, head)
             break
         except HeadExited:
             stop_node(head)
@@ -143,15 +153,11 @@ def test_ray_job_submit_runs_the_data_job_on_the_cluster(tmp_path, s3_server, em
     on_s3 = {**CONFIG, "inputs": ["s3://crawl/in"]}
     upload_inputs(s3_server)
     argv = data_run({**on_s3, "output": str(tmp_path / "embedded-s3")}, tmp_path / "s3.yaml")
-    run = subprocess.run(
-        argv,
-        cwd=REPO,
-        env={**env, **s3_env(s3_server)},
-        capture_output=True,
-        text=True,
-        timeout=600,
+    # the embedded s3 run (its own local Ray) while the cluster starts; its output in a file
+    said_s3 = (tmp_path / "embedded-s3.out").open("w+")
+    embedded_s3 = subprocess.Popen(
+        argv, cwd=REPO, env={**env, **s3_env(s3_server)}, stdout=said_s3, stderr=said_s3
     )
-    assert run.returncode == 0, run.stderr[-2000:]
 
     job_config = tmp_path / "job.yaml"
     data_run({**local, "output": str(tmp_path / "job")}, job_config)
@@ -164,14 +170,27 @@ def test_ray_job_submit_runs_the_data_job_on_the_cluster(tmp_path, s3_server, em
     assert command.endswith(" data run /shared/CONFIG.yaml"), command
     # credentials in the node's environment, the store's endpoint for the job (as the README says);
     # no venv on the head's PATH
-    with _cluster({**env, **KEYS, "PATH": "/usr/bin:/bin"}, tmp_path) as url:
-        unset = _submit(url, env, tmp_path, job_config)  # the token file, no RAY_AUTH_MODE
+    with contextlib.ExitStack() as stack:
+        stack.callback(embedded_s3.kill)  # a no-op once it has ended
+        url = stack.enter_context(_cluster({**env, **KEYS, "PATH": "/usr/bin:/bin"}))
+        said_s3.seek(0)
+        assert embedded_s3.wait(timeout=600) == 0, said_s3.read()[-2000:]
         other = token_home(tmp_path / "other-home")  # RAY_AUTH_MODE=token, another token
-        wrong = _submit(url, {**clean_env(other), "RAY_AUTH_MODE": "token"}, tmp_path, job_config)
-        bare = _shell(
-            f"{SUBMIT}pretrain data run /shared/CONFIG.yaml", url, job_config, user, tmp_path
-        )
-        submitted = _shell(command, url, job_config, user, tmp_path)
+        # the refused submissions and the bare one (it fails at once) beside the documented one
+        with ThreadPoolExecutor(3) as beside:
+            unset = beside.submit(_submit, url, env, tmp_path, job_config)  # token, no mode
+            wrong = beside.submit(
+                _submit, url, {**clean_env(other), "RAY_AUTH_MODE": "token"}, tmp_path, job_config
+            )
+            bare = beside.submit(
+                _shell,
+                f"{SUBMIT}pretrain data run /shared/CONFIG.yaml",
+                url,
+                job_config,
+                user,
+                tmp_path,
+            )
+            submitted = _shell(command, url, job_config, user, tmp_path)
         store = {k: v for k, v in s3_env(s3_server).items() if k not in KEYS}
         runtime_env = json.dumps({"env_vars": store})
         s3_job = _submit(
@@ -185,12 +204,15 @@ def test_ray_job_submit_runs_the_data_job_on_the_cluster(tmp_path, s3_server, em
             runtime_env,
         )
         jobs = _ray(["job", "list", "--address", url], user, tmp_path).stdout
-    for refused, says in ((unset, "RAY_AUTH_MODE is currently 'disabled'"), (wrong, "Invalid")):
+    for refused, says in (
+        (unset.result(), "RAY_AUTH_MODE is currently 'disabled'"),
+        (wrong.result(), "Invalid"),
+    ):
         said = refused.stdout + refused.stderr
         assert refused.returncode != 0 and "AuthenticationError" in said, said[-2000:]
         assert says in said, said[-2000:]  # Ray's own message says what to set
-    said = bare.stdout + bare.stderr
-    assert bare.returncode != 0 and "exit code 127" in said, said[-2000:]  # the head's PATH
+    said = bare.result().stdout + bare.result().stderr
+    assert bare.result().returncode != 0 and "exit code 127" in said, said[-2000:]  # head's PATH
     said = submitted.stdout + submitted.stderr
     assert submitted.returncode == 0, said[-3000:]
     # the bare one, the documented one and the s3 one ran; the refused ones never did
