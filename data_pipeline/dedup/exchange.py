@@ -21,18 +21,20 @@ A piece file (integers are little-endian uint64):
     trailer   P, then MAGIC
 
 A consumer reads the trailer, three index entries, two digests, the head and its partition's
-bytes: O(1) per file, never the other partitions' entries. The head and the partition's bytes
-are checked against their sha256 before they are decoded, and the index against the file's
-size and order, so a byte changed anywhere a consumer reads (at the same size or not) is an
-`ExchangeFileError` naming the file, never another partition's rows.
+bytes: O(1) per file. It reads the file's last 4 KiB at once (the trailer, index and digests of
+a file of up to ~100 partitions; all of a small file) and apart only what lies before them. The
+head and the partition's bytes are checked against their sha256 before they are decoded, and
+the index against the file's size and order, so a byte changed anywhere a consumer reads (at the
+same size or not) is an `ExchangeFileError` naming the file, never another partition's rows.
 
 The limit this leaves: a step costs M x P ranged reads (each consumer reads its range of every
 producer's file). On local disk these are memory-mapped reads; on an object store each is about
-seven requests (trailer, index, digest, head, body). The map step has one producer per input part,
-so a job on `s3://` with many parts makes many requests (1,000 parts x 16 partitions: ~112,000
-for the map step); fewer, larger parts (`shard_rows`) or several jobs against the index
-(`index.against`) keep it down. (A two-level fan-in that merged ~sqrt(M) producers' files first,
-M + P x sqrt(M) reads, was removed: 700 lines for a request count, not a memory bound.)
+four requests (the size, the last 4 KiB, the head, the body). The map step has one producer per
+input part, so a job on `s3://` with many parts makes many requests (1,000 parts x 16
+partitions: ~64,000 for the map step); fewer, larger parts (`shard_rows`) or several jobs
+against the index (`index.against`) keep it down. (A two-level fan-in that merged ~sqrt(M)
+producers' files first, M + P x sqrt(M) reads, was removed: 700 lines for a request count, not
+a memory bound.)
 
 The pieces read back are the pieces written (same columns, types, values and order). The same
 code runs embedded (the output on local disk) and on a Ray cluster whose output is `s3://` (every
@@ -63,6 +65,8 @@ MAGIC = b"PTXCHG01"
 _U64 = struct.Struct("<Q")
 _DIGEST = 32
 _TAIL = _DIGEST + _U64.size + len(MAGIC)  # the head's digest, P, MAGIC
+_LAST_BLOCK = 4096
+"""Bytes a consumer reads from a piece file's end at once (module docstring)."""
 
 
 class ExchangeFileError(ArtifactError):
@@ -152,19 +156,30 @@ def _checked_bytes(path: OutPath, source: Any, partition: int) -> tuple[bytes, b
     size = source.size()
     if size < _TAIL:
         raise corrupt(path, f"is {size} bytes, shorter than a piece file's trailer")
-    tail = source.read_at(_TAIL, size - _TAIL)
+    block_start = max(0, size - _LAST_BLOCK)
+    block = source.read_at(size - block_start, block_start)
+
+    def read_at(nbytes: int, offset: int) -> bytes:
+        """The file's bytes at `offset`: from its last block when they lie in it (one request
+        on an object store for the trailer, index and digests of a file of up to ~100
+        partitions, and all of a small file), else a read of their own."""
+        if offset >= block_start:
+            return block[offset - block_start : offset - block_start + nbytes]
+        return source.read_at(nbytes, offset)
+
+    tail = read_at(_TAIL, size - _TAIL)
     head_digest, count = tail[:_DIGEST], _U64.unpack_from(tail, _DIGEST)[0]
     if tail[-len(MAGIC) :] != MAGIC:
         raise corrupt(path, "does not end in the exchange's format marker")
     index = size - _TAIL - count * _DIGEST - (count + 1) * _U64.size
     if partition >= count or index < 0:
         raise corrupt(path, f"records {count} partitions, not partition {partition}")
-    first = _U64.unpack(source.read_at(_U64.size, index))[0]
-    start, end = struct.unpack("<QQ", source.read_at(2 * _U64.size, index + partition * 8))
+    first = _U64.unpack(read_at(_U64.size, index))[0]
+    start, end = struct.unpack("<QQ", read_at(2 * _U64.size, index + partition * 8))
     if not 0 < first <= start <= end <= index:
         raise corrupt(path, f"has a broken index for partition {partition}")
-    digest = source.read_at(_DIGEST, index + (count + 1) * _U64.size + partition * _DIGEST)
-    head, body = source.read_at(first, 0), source.read_at(end - start, start)
+    digest = read_at(_DIGEST, index + (count + 1) * _U64.size + partition * _DIGEST)
+    head, body = read_at(first, 0), read_at(end - start, start)
     if hashlib.sha256(head).digest() != head_digest:
         raise corrupt(path, "has a schema that does not match its sha256")
     if hashlib.sha256(body).digest() != digest:
