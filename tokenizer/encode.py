@@ -291,11 +291,15 @@ def _scratch(name: str) -> bool:
 
 
 def _prepare_out(out: Path, stems: set[str]) -> None:
-    """Drop the old manifest (rewritten last) and outputs of shards no longer in the input."""
+    """Drop the old manifest (rewritten last), outputs of shards no longer in the input and
+    `.done` records' temporary files a kill left (write_atomic's)."""
     if (out / "manifest.json").is_file():
         (out / "manifest.json").unlink()
     out.mkdir(parents=True, exist_ok=True)
     for path in out.iterdir():
+        if temporary_file(path.name) and path.is_file():
+            path.unlink()
+            continue
         suffix = next((s for s in OUTPUT_SUFFIXES if path.name.endswith(s)), None)
         if suffix is None or not path.is_file():
             continue
