@@ -3,9 +3,9 @@
 Per prefix `<stem>` (`train-<n>`: the documents of one or more consecutive shards whose `split` is
 not `eval`; `eval-<n>`: the held-out ones, so no training prefix holds an eval document;
 tokenizer.prefixes, which also keeps a prefix from being so small that a Megatron split of it is
-empty): `<stem>.bin` / `<stem>.idx` written with megatron.core's
-IndexedDatasetBuilder (EOD appended to every document; uint16 when the vocabulary fits, else
-int32) and `<stem>.docs.parquet`: row i describes document i of the .bin (id, token count with EOD,
+empty): `<stem>.bin` / `<stem>.idx` in Megatron-Core's indexed format (tokenizer.indexed,
+byte-identical to its IndexedDatasetBuilder; EOD appended to every document; uint16 when the
+vocabulary fits, else int32) and `<stem>.docs.parquet`: row i describes document i of the .bin (id, token count with EOD,
 source, split and the tags mixtures select on: every stage's `tags`, typed as the stage declares
 them, data_pipeline.stages.registry.tag_fields; null where the pipeline did not produce a tag). Documents keep the
 shards' row order within their split, empty ones included (they hold just the EOD).
@@ -43,6 +43,7 @@ from pretrain.output_check import require_own_output, temporary_file
 from pretrain.progress import Progress
 from pretrain.schema import BASE_FIELDS
 from pretrain.storage import write_json
+from tokenizer.indexed import IndexedWriter, read_sequence_lengths
 from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.prefixes import MIN_PREFIX_DOCUMENTS, plan_prefixes
 from tokenizer.shards import read_columns, require_shards
@@ -178,8 +179,6 @@ def encode_prefix(
 ) -> ShardResult:
     """Encode one prefix's shards, in order, into `out/<stem>.{bin,idx,docs.parquet}` (skipped
     when already done)."""
-    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
-
     stem, sources = job.name, {path.stem: sha for path, sha in job.shards}
     found = _finished(out, stem, job.split, sources, tokenizer.sha256)
     if found is not None:
@@ -189,20 +188,15 @@ def encode_prefix(
         return ShardResult(stem, job.split, record["documents"], record["tokens"], skipped=holds)
     dtype = np.uint16 if tokenizer.token_dtype == "uint16" else np.int32
     tmp_prefix = out / f".{stem}.partial"
-    builder = IndexedDatasetBuilder(f"{tmp_prefix}.bin", dtype=dtype)
+    writer = IndexedWriter(tmp_prefix, dtype)
     sidecars: list[pa.Table] = []
     documents = tokens = 0
     for table, encodings in _encoded_batches(tokenizer, job, batch_size):
-        lengths = []
-        for encoding in encodings:
-            ids = encoding.ids
-            ids.append(tokenizer.eod_id)
-            builder.add_document(np.asarray(ids, dtype=dtype), [len(ids)])
-            lengths.append(len(ids))
+        lengths = writer.add_documents([e.ids + [tokenizer.eod_id] for e in encodings])
         sidecars.append(_sidecar_batch(table, documents, lengths))
         documents += len(lengths)
         tokens += sum(lengths)
-    builder.finalize(f"{tmp_prefix}.idx")
+    writer.finalize()
     partial = {suffix: Path(f"{tmp_prefix}{suffix}") for suffix in OUTPUT_SUFFIXES[:3]}
     _write_sidecar(sidecars, partial[".docs.parquet"])
     record = {
@@ -233,12 +227,8 @@ def _write_sidecar(batches: list[pa.Table], path: Path) -> None:
 def _rewrite_sidecar(job: Job, out: Path, record: dict[str, Any], batch_size: int) -> None:
     """Write a finished prefix's sidecar again from its shards' tags and the token counts its
     .idx holds, as the encode would (same batches, same bytes), without tokenizing again."""
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
-
     stem = job.name
-    index = IndexedDataset(str(out / stem))  # alive while read: its arrays map the file
-    lengths = index.sequence_lengths.tolist()
-    del index
+    lengths = read_sequence_lengths(out / stem)
     sidecars, start = [], 0
     for table in _job_tables(job, tag_names(), batch_size):
         sidecars.append(_sidecar_batch(table, start, lengths[start : start + table.num_rows]))
