@@ -44,11 +44,15 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The slow tests: most in TEST_WORKERS processes, then the `serial` ones (they kill, stall or load
-# processes by timing) one at a time. pytest's exit 5 (no test selected) is not a failure.
+# processes by timing) one at a time. pytest's exit 5 (no test selected) is not a failure. Both
+# runs share one folder of what the test fixtures build once (PRETRAIN_TEST_BUILT: tests/conftest.py
+# built_once), so the serial run does not train the demo models or rerun the reference jobs again.
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m "slow and not serial" -n $(TEST_WORKERS) --dist worksteal \
-	  $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(BIN)/python -m pytest -q -m "slow and serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	built=$$(mktemp -d -t pretrain-built-XXXXXX) && trap 'rm -rf "$$built"' EXIT \
+	  && export PRETRAIN_TEST_BUILT="$$built" \
+	  && { $(BIN)/python -m pytest -q -m "slow and not serial" -n $(TEST_WORKERS) \
+	         --dist worksteal $(PYTEST_ARGS) || [ $$? -eq 5 ]; } \
+	  && { $(BIN)/python -m pytest -q -m "slow and serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/lint-imports \

@@ -71,17 +71,24 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PRETRAIN_"))}
 
 
+BUILT = "PRETRAIN_TEST_BUILT"
+"""A folder for `built_once` shared by several pytest runs of the same checkout (`make test-slow`:
+its parallel and its serial run), made and removed by their caller; unset: this run's temp root."""
+
+
 def built_once(
     tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]
 ) -> Path:
-    """A folder that `build(folder)` fills once per test run, not once per pytest-xdist worker:
-    the first worker to ask builds it under a file lock, beside the workers' own temp roots; the
-    others wait for it and read the same files. For session fixtures that train or run something
+    """A folder that `build(folder)` fills once per test run, not once per pytest-xdist worker
+    (and once for every run given the same `BUILT` folder): the first worker to ask builds it
+    under a file lock, beside the workers' own temp roots; the others wait for it and read the
+    same files. For session fixtures that train or run something
     (models, a data job, a reference training run); a test must not change what is in it. A build
     that fails leaves no folder behind, so the next asker builds again (and fails the same way)."""
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # .../pytest-N, the parent of every worker's popen-gwK
+    root = Path(os.environ.get(BUILT, root))
     folder, done = root / f"built-{name}", root / f"built-{name}.done"
     with FileLock(root / f"built-{name}.lock"):
         if not done.exists():
