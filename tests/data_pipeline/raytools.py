@@ -136,12 +136,10 @@ def start_node(
     head_address: str = "",
     dashboard_port: int = 0,
     loopback_only: bool = False,
-    system_config: dict[str, int] | None = None,
 ) -> subprocess.Popen[bytes]:
     """`ray start --head` (or a node joining `head_address`) on loopback, in its own process
     group so the test can end exactly what it started (never `ray stop`: it kills every Ray
-    process on the machine). A head's `system_config` (Ray's RayConfig, e.g. `NODE_DEATH_NOTICED`)
-    is the cluster's: nodes that join read it from the head.
+    process on the machine).
 
     `--node-ip-address=127.0.0.1` alone does not keep a node on loopback: Ray 2.60's `ray start`
     (and `ray.init(address=...)`, `ray status --address`) pass every loopback address through
@@ -158,9 +156,6 @@ def start_node(
     if loopback_only and not head_address:
         env = {**env, **LOOPBACK_ONLY}
     role = [f"--address={head_address}"] if head_address else ["--head", f"--port={port}"]
-    if system_config:
-        assert not head_address, "a cluster's system config is its head's"
-        role.append(f"--system-config={json.dumps(system_config)}")
     if not head_address:  # Ray's client server defaults to port 10001: two heads would collide
         role.append(f"--ray-client-server-port={free_port()}")
     # So does the dashboard agent's HTTP port (52365): with ray[default] installed, any other Ray
@@ -196,14 +191,6 @@ def start_node(
 
 _LOGS: dict[int, Path] = {}
 """The log file of each `start_node` process, by pid."""
-
-
-NODE_DEATH_NOTICED = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
-"""A head's system config under which the cluster marks a killed node dead about 3 s after its
-raylet goes (three failed health checks a second apart), not Ray's default 15 s (five, 3 s
-apart): a test that kills nodes waits that long per kill for Ray to reschedule the node's work.
-A live node is still declared dead only after three checks in a row get no answer within Ray's
-default 10-s check timeout, which a loaded raylet does answer."""
 
 
 def _dashboard(port: int) -> list[str]:

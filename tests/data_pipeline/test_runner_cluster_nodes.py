@@ -36,7 +36,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.data_pipeline.raytools import (
-    NODE_DEATH_NOTICED,
     REPO,
     HeadExited,
     alive,
@@ -120,8 +119,7 @@ def three_nodes(env: dict[str, str]) -> Iterator[tuple[str, list[subprocess.Pope
     for attempt in range(1, 4):
         port = free_port()
         root = Path("/tmp") / f"rn-{port}"  # short: Ray's socket paths live under the temp dirs
-        head = start_node(root / "head", env, 1, port=port, system_config=NODE_DEATH_NOTICED)
-        nodes: list[subprocess.Popen[bytes]] = []
+        head, nodes = start_node(root / "head", env, 1, port=port), []
         try:
             address = f"127.0.0.1:{port}"
             wait_for_head(address, head)
