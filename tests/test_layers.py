@@ -112,11 +112,11 @@ def test_no_module_names_a_higher_layer_in_a_string() -> None:
 @pytest.mark.parametrize(
     ("package", "source", "expected"),
     [
-        ("pretrain", 'STEPS = (("eval", "evals.demo:eval_step"),)', ["evals.demo"]),
+        ("pretrain", 'STEPS = (("eval", "evals.sweep:run_sweep"),)', ["evals.sweep"]),
         ("data_pipeline", 'importlib.import_module("tokenizer.encode")', ["tokenizer.encode"]),
         ("trainer", 'argv = [sys.executable, "-m", "pretrain_app", "launch"]', ["pretrain_app"]),
         ("evals", 'argv = [sys.executable, "-m", "trainer", "launch"]', []),
-        ("pretrain_app", 'STEPS = (("eval", "evals.demo:eval_step"),)', []),
+        ("pretrain_app", 'STEPS = (("eval", "evals.sweep:run_sweep"),)', []),
     ],
 )
 def test_a_planted_upward_string_is_found(package, source, expected) -> None:
