@@ -49,9 +49,8 @@ from pretrain.progress import warn
 LOCK_SUFFIX = ".lock"
 
 
-_held: dict[
-    str, tuple[Any, int]
-] = {}  # lock path -> (fd, depth); s3:// output -> (ObjectLock, depth)
+# lock path -> (fd, depth); s3:// output -> (ObjectLock, depth)
+_held: dict[str, tuple[Any, int]] = {}
 _guard = threading.Lock()
 
 
@@ -251,6 +250,8 @@ def _acquire_object(output: str) -> ObjectLock:
             lock.etag = put["ETag"]
             return lock
         seen = lock.read()  # None: released, or still being created, since our write
+        if seen is None:
+            time.sleep(0.2)  # a conditional write in flight (409): ask again, not in a busy loop
     record, lock.etag = seen
     if record["id"] == lock.id:  # the store applied our write, but its reply was lost (a 500)
         return lock
