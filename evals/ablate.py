@@ -1,12 +1,6 @@
-"""`pretrain ablate CONFIG`: a sweep over mixture recipes on small proxy models, and its report.
-
-The sweep is a base recipe (the mixture config's) plus variants: explicit weights and/or seeded
-Dirichlet samples around the base weights (RegMix, Liu et al. 2024). Every (recipe, proxy, seed)
-is one run: build its mixture at the proxy's token budget, train with `pretrain launch` in its own
-process, evaluate with `pretrain eval run` in another (evals/proxy.py). Runs go side by side on
-this machine or as Ray tasks (`parallel`). A finished run is found again by its key (recipe hash,
-proxy config, seed, budget, train template, eval set, data), never by directory name, and is not
-re-run. The report (evals/report.py) is the `ablation` artifact the launch gate reads.
+"""`pretrain ablate CONFIG`'s config and plan: a base recipe plus explicit and Dirichlet (RegMix)
+variants, each trained per proxy and seed (evals/sweep.py); a run is keyed by what makes it (recipe
+hash, proxy, seed, budget, train template, eval set, data), never by its directory name.
 """
 
 from __future__ import annotations
@@ -51,14 +45,6 @@ class ProxyConfig(StrictModel):
     """Tokens per run for this proxy; defaults to the sweep's token_budget."""
 
 
-class HalvingConfig(StrictModel):
-    """Successive halving: train every recipe at `fraction` of the budget first; recipes the
-    rung's best beats at `confidence` (paired interval above zero) stop there."""
-
-    fraction: float = Field(0.25, gt=0, lt=1)
-    confidence: float = Field(0.9, gt=0.5, lt=1.0)
-
-
 class EvalRunConfig(StrictModel):
     max_docs: int | None = Field(None, ge=1)
     batch_size: int = Field(8, ge=1)
@@ -100,8 +86,6 @@ class AblationConfig(StrictModel):
     """An unhealthy proxy run (trainer.gate_rule.run_health): `rerun` it once from scratch
     (a cached one too); `refuse`: keep it. Either way a run still unhealthy is left out of every
     decision, listed, and the report does not pass."""
-    halving: HalvingConfig | None = None
-    """Off by default; e.g. {fraction: 0.25}: clearly-behind recipes stop at a quarter budget."""
     confirm_predictions: bool = True
     """When the regression predicts a recipe better than every recipe run, train it (same
     proxies, seeds) before anything is chosen; the report shows predicted vs measured."""

@@ -116,14 +116,6 @@ def print_report(report: dict[str, Any], out: str) -> None:
     _print_ranking(report)
     _print_scales(report)
     _print_regression(report)
-    halving = report.get("halving")
-    if halving:
-        print(
-            f"successive halving at {halving['fraction']:.0%} of the budget: best "
-            f"{halving['best']}, {len(halving['dropped'])} recipe(s) stopped"
-        )
-        for row in halving["dropped"]:
-            print(f"  - {row['recipe_name']}: behind by {row['behind_best_by']}")
     flags = report["epoch_flags"]
     verdict = "PASSED" if report["passed"] else "NOT PASSED"
     print(

@@ -1,12 +1,5 @@
-"""`pretrain eval run`'s work (its handler: evals.cli.eval_run).
-
-It evaluates every checkpoint of a run (or one checkpoint) on an `evalset` artifact:
-bits per byte, loss and perplexity per domain and language, and the task files. It writes
-`results.jsonl` (one line per checkpoint), `capability.png` (bpb per domain over steps) and an
-`eval` manifest to `--out` (default `RUN/evals`). A checkpoint of a run that cannot be loaded
-(corrupt bytes, a planted file, no state) is skipped with one line on stderr and listed in the
-manifest's `skipped_checkpoints`; the others are evaluated. One checkpoint named, a tokenizer
-mismatch, or no loadable checkpoint at all is refused (exit 2).
+"""`pretrain eval run`'s work: every checkpoint of a run (or one, or an HF export) scored on an
+`evalset`; a run's unloadable checkpoint is skipped and listed, a lone or mismatched one refused.
 """
 
 from __future__ import annotations

@@ -1,14 +1,5 @@
-"""Our models as lm-evaluation-harness LMs, and an HF export as a bits-per-byte scorer.
-
-- `ProjectLM(model, tokenizer)`: a checkpoint loaded by `trainer.inference.load_model` (anything
-  with `.logits(tokens)`) as an `lm_eval.api.model.LM`. Requests are encoded as lm-eval's own
-  `HFLM` encodes them (trailing context whitespace moved to the continuation, context +
-  continuation encoded whole and split at the context's length, the end-of-document id as the
-  context of an empty context), so a checkpoint and its HF export score the same.
-- `CheckpointLM(checkpoint, tokenizer)`: the same, built from lm-eval's `--model_args` (`pretrain
-  eval lm-eval`).
-- `hf_lm(export_dir)`: lm-eval's own `HFLM` over the `pretrain export` directory.
-- `HFScorer(export_dir)`: the export with `.logprobs(tokens)` for `trainer.evalcore.evaluate`.
+"""Our checkpoints as lm-evaluation-harness LMs (requests encoded as lm-eval's HFLM encodes them,
+so a checkpoint and its HF export score the same), and an HF export as a bits-per-byte scorer.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
 """lm-evaluation-harness tasks from local files, offline: `pretrain eval run ... --lm-eval NAME=FILE`.
 
-Each standard task is lm-eval's OWN published task config (prompt, choices, target, metrics, its
-`process_docs`), `include:`d from the installed `lm_eval/tasks/` and overridden only in where the
-documents come from: a local JSONL / JSON / Parquet file in the format the task's data set is
-published in on the Hugging Face hub (the file the user places; nothing is downloaded):
-
-| name | lm-eval config | fields of each row |
-|---|---|---|
-| boolq | super_glue/boolq/default.yaml | passage, question, label (0 no / 1 yes), idx |
-| piqa | piqa/piqa.yaml | goal, sol1, sol2, label |
-| hellaswag | hellaswag/hellaswag.yaml | activity_label, ctx_a, ctx_b, endings, label ("0".."3") |
-| arc_easy, arc_challenge | arc/arc_easy.yaml, arc/arc_challenge.yaml | question, choices {text, label}, answerKey |
-| lambada_openai | lambada/lambada_openai.yaml | text |
-
-`jsonl_mc` runs OUR multiple-choice JSONL format (evals/tasks.py: context, choices with their
-leading space, answer) through lm-eval, to check our scorer against it. `NAME` may also be the path of the user's own lm-eval task YAML (it must not need the network).
-The task files are loaded and every document rendered (prompt, choices, target) BEFORE the
-checkpoint is loaded, so a wrong file fails in seconds with the row that is wrong.
+Each standard task is lm-eval's own published config, `include:`d, with its documents from the
+user's file (tasks and fields: docs/evals.md); `jsonl_mc` runs our multiple-choice format. Every
+document is rendered before the checkpoint loads, so a wrong file fails in seconds.
 """
 
 from __future__ import annotations
@@ -134,7 +120,7 @@ def _render_all(name: str, task: Any, data: Path) -> list[dict[str, str]]:
         except Exception as exc:  # lm-eval raises KeyError, TypeError, jinja2 errors
             raise InputError(
                 f"--lm-eval {name.removesuffix('_local')}: {data} row {index + 1} does not fit the "
-                f"task's published format ({type(exc).__name__}: {exc}); see evals/lm_eval_tasks.py for the fields"
+                f"task's published format ({type(exc).__name__}: {exc}); see docs/evals.md for the fields"
             ) from None
         examples.append({"id": str(index), "context": str(context), "continuation": f" {target}"})
     return examples
@@ -165,7 +151,7 @@ def load_lm_eval_tasks(specs: list[str], num_fewshot: int | None = None) -> LmEv
             raise InputError(
                 f"--lm-eval {task_name.removesuffix('_local')}: {files[task_name]} does not fit "
                 f"the task's published format ({type(exc).__name__}: {exc}); see "
-                "evals/lm_eval_tasks.py for the fields"
+                "docs/evals.md for the fields"
             ) from None
     examples = {n: _render_all(n, task, Path(files[n])) for n, task in loaded.items()}
     for task_name, task in loaded.items():

@@ -1,8 +1,6 @@
-"""One proxy run of an ablation: build its mixture, train in its own process, evaluate in another.
-
-`execute_run(spec)` takes a plain dict (it travels to Ray workers) and returns the run's result,
-also written to `RUN/result.json` last, so a run that has a result.json with its key is finished.
-Megatron state and NVTE_* variables do not survive between runs because no run shares a process.
+"""One proxy run of an ablation: build its mixture, train and evaluate in processes of its own (no
+Megatron state or NVTE_* variable survives into the next run); `RUN/result.json`, written last,
+marks it finished.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The ablation report: ranking over seeds, rank agreement between proxy sizes, a regression from
-mixture weights to the target metric, the decision, and the `ablation` artifact (report.json, PNGs).
-
-Input is a list of run results, each bound to its recipe by hash (never by directory name):
-`{"recipe_sha256", "recipe_name", "weights": {component: w}, "proxy", "seed", "token_budget",
-"metrics": {name: value}, ...}`. The analysis is plain numpy/scipy/scikit-learn so tests reach it
-without training anything.
+"""The ablation report: ranking over seeds, agreement between proxy sizes, a RegMix regression from
+weights to the metric, the decision, and the `ablation` artifact. Runs are bound to recipes by hash;
+the analysis is plain numpy/scipy/scikit-learn, so tests reach it without training.
 """
 
 from __future__ import annotations
@@ -79,8 +75,7 @@ def rank_agreement(ranking: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any
 
 
 def primary_proxy(proxies: Iterable[str], sizes: Mapping[str, float] | None) -> str:
-    """The proxy whose results decide: the largest by parameter count when known (the sweep's
-    halving rung too), then by name."""
+    """The proxy whose results decide: the largest by parameter count when known, then by name."""
     return max(proxies, key=lambda p: ((sizes or {}).get(p, 0.0), p))
 
 

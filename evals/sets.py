@@ -1,13 +1,6 @@
 """`pretrain eval build`: eval sets from the `split == eval` documents, one per domain and language,
-decontaminated against the training documents with the pipeline's MinHash dedup index
-(`data_pipeline.dedup.index`: eval documents indexed, training shards queried batch by batch).
-
-Every training document (split != eval) whose estimated Jaccard similarity to an eval document
-reaches the threshold, and every one that holds a task example's text (a shared 13-gram:
-evals/task_overlap.py), is reported in `contaminated.parquet` (`task` names the task, null for the
-held-out split): the ids a mixture must exclude from training so the eval set and the tasks stay
-held out (read by `pretrain.artifacts.evalset`'s `contaminated_ids()`). The report and the manifest count
-them per task. The artifact's layout: pretrain/artifacts/evalset.py.
+and `contaminated.parquet`: the training documents a mixture must exclude, found with the data
+job's MinHash dedup index (near copies of eval documents) and evals/task_overlap.py (task text).
 """
 
 from __future__ import annotations
@@ -99,7 +92,7 @@ class EvalBuildConfig(StrictModel):
     keep_duplicates: bool = False
     """Keep eval documents the pipeline marked dup_keep == false (redundant copies)."""
     tasks: list[str] = Field(default_factory=list)
-    """Task JSONL files (multiple-choice / cloze, see evals/tasks.py) copied into the artifact;
+    """Task JSONL files (multiple-choice / cloze, docs/evals.md) copied into the artifact;
     training documents holding an example's text are listed as contaminated."""
     lm_eval: list[str] = Field(default_factory=list)
     """lm-eval tasks as `eval run --lm-eval` takes them (`NAME=FILE`): not copied, but their

@@ -20,9 +20,8 @@ from evals.ablate import (
     predicted_plan,
     run_key,
 )
-from evals.halving import clearly_behind, rung_config
 from evals.proxy import execute_run, load_finished
-from evals.report import build_report, epoch_table, primary_proxy, write_report
+from evals.report import build_report, epoch_table, write_report
 from pretrain.artifacts import ablation as ablation_artifact
 from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.config import apply_overrides, config_dict, config_sha256, read_yaml
@@ -387,32 +386,6 @@ def _confirm(
     return report, specs
 
 
-def _halving(
-    config: AblationConfig, specs: list[dict], sizes: dict[str, float], runner: Callable
-) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """(the full-budget specs still to run, the halving record: evals/halving.py), the specs
-    unchanged without `halving`. The deciding proxy's rung decides."""
-    if config.halving is None:
-        return specs, None
-    rung = rung_config(config, config.halving)
-    results = execute(rung, make_specs(rung)[0], runner)
-    deciding = primary_proxy(sizes, sizes)
-    dropped, record = clearly_behind(
-        [r for r in results if r.get("proxy") == deciding],
-        specs[0]["recipe_sha256"],
-        config.criteria.metric,
-        config.halving.confidence,
-    )
-    record.update(
-        {
-            "fraction": config.halving.fraction,
-            "rung_token_budget": rung.token_budget,
-            "rung_runs": results,
-        }
-    )
-    return [s for s in specs if s["recipe_sha256"] not in dropped], record
-
-
 def preflight(config: AblationConfig) -> str:
     """The sweep's own pre-work checks: mixture and train configs, eval sets, data, recipes."""
     from mixtures.build import check_tokenizer, verify_encoded
@@ -432,10 +405,8 @@ def run_sweep(
     with output_lock(config.out):
         start = time.perf_counter()
         specs, context = make_specs(config)
-        specs, halving = _halving(config, specs, context["sizes"], runner)
         results = execute(config, specs, runner)
         report, specs = _confirm(config, specs, results, context, runner)
-        report["halving"] = halving
         report["sweep_wall_s"] = round(time.perf_counter() - start, 2)
         out = Path(config.out)
         out.mkdir(parents=True, exist_ok=True)

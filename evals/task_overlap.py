@@ -1,18 +1,6 @@
-"""Benchmark decontamination: the training documents that hold a task example's text.
-
-The GPT-3 check (Brown et al. 2020, appendix C; DataTrove's n-gram decontamination of lighteval
-tasks does the same): a training document is contaminated by a task example when the two share a
-word n-gram (13 by default) of normalised text. Normalised: NFKC, lower case, words are runs of
-letters and digits, each CJK character is a word, punctuation and spacing are ignored. An example
-shorter than n words must appear whole in the document (when it has at least `min_words` words;
-shorter ones are too common to judge: counted as `unchecked_examples`).
-
-Per example, two texts are checked: the context followed by the correct choice (multiple choice)
-or the continuation (cloze), and the context alone, without a prompt's `Question:` / `Answer:`
-labels. So a document holding the question verbatim,
-the question and its answer, or an FAQ holding several questions is caught; one sharing only
-common phrases (shorter than n words) is not. The hits join the held-out split's MinHash hits in
-`contaminated.parquet` (evals/sets.py), the one list a mixture excludes (`build.decontaminate`).
+"""Benchmark decontamination: the training documents that share a normalised word n-gram (13 by
+default; GPT-3, Brown et al. 2020, appendix C) with a task example's text. Rules: docs/evals.md
+("Eval sets"); the hits join the MinHash hits in `contaminated.parquet` (evals/sets.py).
 """
 
 from __future__ import annotations
@@ -38,7 +26,7 @@ Owner = tuple[str, str]
 
 
 def words(text: str) -> list[str]:
-    """The normalised words of `text` (module docstring)."""
+    """NFKC, lower case; words are runs of letters and digits, each CJK character one word."""
     return _WORD.findall(unicodedata.normalize("NFKC", text).lower())
 
 
@@ -93,26 +81,16 @@ class TaskIndex:
                         self.owners[width][value].add(owner)
                     checked = True
                 self.unchecked[task.name] += not checked
-        self._keys = {  # sorted once: a lookup is a binary search (np.isin sorts every call)
-            width: np.sort(np.fromiter(table, np.uint64, len(table)))
-            for width, table in self.owners.items()
-        }
 
     def __bool__(self) -> bool:
         """Whether any example was indexed (there is something to check)."""
-        return bool(self._keys)
+        return bool(self.owners)
 
     def matches(self, text: str) -> set[Owner]:
         """The task examples whose text `text` holds (an n-gram, or the whole short example)."""
-        if not self._keys:
-            return set()
-        tokens = words(text)
         found: set[Owner] = set()
-        for width, keys in self._keys.items():
-            hashes = window_hashes(tokens, width)
-            if not len(hashes):
-                continue
-            at = np.minimum(np.searchsorted(keys, hashes), len(keys) - 1)
-            for value in np.unique(hashes[keys[at] == hashes]).tolist():
-                found |= self.owners[width][value]
+        tokens = words(text) if self.owners else []
+        for width, table in self.owners.items():
+            for value in set(window_hashes(tokens, width).tolist()) & table.keys():
+                found |= table[value]
         return found

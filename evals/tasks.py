@@ -1,22 +1,6 @@
-"""Task evals from local JSONL files, scored by log-likelihood (no downloads).
-
-One example per line; a file holds one kind of task, named after the file's stem:
-
-- multiple choice (BoolQ / PIQA / HellaSwag style):
-  `{"id": "q1", "context": "Water boils at", "choices": [" 100 C", " 10 C"], "answer": 0}`
-  Each choice is scored as the log-probability of its tokens after the context. `acc` picks the
-  highest total log-probability; `acc_norm` the highest per character of the choice (length
-  normalised exactly as lm-evaluation-harness does).
-- cloze (LAMBADA style): `{"id": "c1", "context": "The cat sat on the", "continuation": " mat"}`
-  Reports the continuation's bits per byte and mean log-probability per token. Every
-  continuation token is scored: one longer than the model's window is scored in windows, as
-  lm-eval scores a rolling document (`n_windowed` counts those examples).
-
-Write choices and continuations with their leading space. Context and continuation are encoded
-as lm-evaluation-harness encodes a log-likelihood request (`encode_pair`), and the same file run
-through lm-eval (`--lm-eval jsonl_mc=FILE`) gives the same acc / acc_norm
-(tests/evals/test_lm_eval.py): this scorer is kept for our format's cloze bits per byte and for
-models without logits; the standard tasks run in lm-eval itself (evals/lm_eval_tasks.py).
+"""Task evals from local JSONL files (multiple choice, cloze; format: docs/evals.md), scored by
+log-likelihood as lm-evaluation-harness scores them; kept for the cloze bits per byte and for
+models without logits (the standard tasks run in lm-eval itself: evals/lm_eval_tasks.py).
 """
 
 from __future__ import annotations
@@ -45,7 +29,7 @@ def _check_example(example: Any, where: str) -> str:
     if not isinstance(example, dict) or not isinstance(example.get("context"), str):
         raise InputError(
             f"{where}: each line must be a JSON object with a string 'context'; "
-            "see evals/tasks.py for the format"
+            "see docs/evals.md for the format"
         )
     if "choices" in example:
         choices, answer = example["choices"], example.get("answer")
@@ -75,7 +59,7 @@ def load_task(path: str | Path) -> Task:
     if not path.is_file():
         raise InputError(
             f"task file {path} does not exist; pass a JSONL file (format in "
-            "evals/tasks.py, example in tests/data/evals/)"
+            "docs/evals.md, example in tests/data/evals/)"
         )
     examples, kinds = [], set()
     for number, line in enumerate(_task_text(path).splitlines(), start=1):
