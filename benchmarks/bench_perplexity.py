@@ -56,7 +56,7 @@ def load_html(limit: int) -> list[str]:
 
 
 def train_reference_lm(out: Path, max_tokens: int) -> tuple[Path, float]:
-    from data_pipeline.models.kenlm_train import LanguageModelConfig, train_lm
+    from data_pipeline.trainers.lm import LanguageModelConfig, train_lm
 
     config = LanguageModelConfig.model_validate(
         {

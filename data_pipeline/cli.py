@@ -137,8 +137,8 @@ def _add_estimate(dsub: Any) -> None:
 def train_classifier(args: argparse.Namespace) -> int:
     """`pretrain data train-classifier CONFIG`: a fastText classifier artifact; prints where it is
     and its held-out accuracy."""
-    from data_pipeline.models.classifier import ClassifierConfig, check_out
-    from data_pipeline.models.classifier import train_classifier as run
+    from data_pipeline.trainers.classifier import ClassifierConfig, check_out
+    from data_pipeline.trainers.classifier import train_classifier as run
 
     config = resolve_config(ClassifierConfig, args, lambda config: _checked_out(check_out(config)))
     if config is None:
@@ -163,8 +163,8 @@ def _checked_out(out: Path) -> str:
 def train_lm(args: argparse.Namespace) -> int:
     """`pretrain data train-lm CONFIG`: KenLM n-gram models (one per language) into a
     `kenlm-model` artifact."""
-    from data_pipeline.models.kenlm_train import LanguageModelConfig, check_out
-    from data_pipeline.models.kenlm_train import train_lm as run
+    from data_pipeline.trainers.lm import LanguageModelConfig, check_out
+    from data_pipeline.trainers.lm import train_lm as run
 
     config = resolve_config(
         LanguageModelConfig, args, lambda config: _checked_out(check_out(config))

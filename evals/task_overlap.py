@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xxhash
 
-from data_pipeline.models.normalization import CJK
+from data_pipeline.normalization import CJK
 
 if TYPE_CHECKING:
     from evals.tasks import Task

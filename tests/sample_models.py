@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from data_pipeline.config import PipelineConfig
-from data_pipeline.models.classifier import ClassifierConfig, train_classifier
-from data_pipeline.models.kenlm_train import LanguageModelConfig, train_lm
 from data_pipeline.stages.registry import registry
+from data_pipeline.trainers.classifier import ClassifierConfig, train_classifier
+from data_pipeline.trainers.lm import LanguageModelConfig, train_lm
 from pretrain.artifacts import model as model_kind
 from pretrain.command import recorded
 from pretrain.config import parse_config

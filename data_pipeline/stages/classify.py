@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, model_validator
 
-from data_pipeline.models.fasttext_file import LABEL_PREFIX, check_fasttext_file, load_fasttext
-from data_pipeline.models.normalization import NORMALIZATION, classifier_line
+from data_pipeline.fasttext_file import LABEL_PREFIX, check_fasttext_file, load_fasttext
+from data_pipeline.normalization import NORMALIZATION, classifier_line
 from data_pipeline.stages.base import Stage, StageConfig
 from pretrain.artifacts import model as model_kind
 from pretrain.errors import ArtifactError, ConfigError

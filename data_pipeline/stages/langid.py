@@ -11,7 +11,7 @@ from typing import ClassVar
 import pyarrow as pa
 from pydantic import Field
 
-from data_pipeline.models.fasttext_file import LABEL_PREFIX, check_fasttext_file, load_fasttext
+from data_pipeline.fasttext_file import LABEL_PREFIX, check_fasttext_file, load_fasttext
 from data_pipeline.stages.base import Stage, StageConfig
 from pretrain.errors import ConfigError
 

@@ -32,8 +32,7 @@ import pyarrow.parquet as pq
 from pydantic import Field, field_validator
 
 from data_pipeline.dedup.budget import BudgetError
-from data_pipeline.models.kenlm_train import document_perplexity
-from data_pipeline.models.normalization import NORMALIZATION
+from data_pipeline.normalization import NORMALIZATION, document_perplexity
 from data_pipeline.stages.base import (
     GlobalStage,
     MapOutput,

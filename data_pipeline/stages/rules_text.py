@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from datatrove.utils.text import PUNCTUATION_SET, TERMINAL_PUNCTUATION
 
-from data_pipeline.models.normalization import CJK
+from data_pipeline.normalization import CJK
 
 if TYPE_CHECKING:
     from data_pipeline.stages.rules import (

@@ -170,7 +170,7 @@ def test_tampered_or_missing_model_is_refused(models, tmp_path):
 
 @pytest.mark.timeout(30)
 def test_config_mistakes_are_one_line_errors(tmp_path, capsys):
-    from data_pipeline.models.classifier import ClassifierConfig
+    from data_pipeline.trainers.classifier import ClassifierConfig
 
     path = REPO / "configs" / "classifier_quality.yaml"
     with pytest.raises(ConfigError, match="positive_label"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from data_pipeline.models.fasttext_file import check_fasttext_file, load_fasttext
+from data_pipeline.fasttext_file import check_fasttext_file, load_fasttext
 from data_pipeline.stages.langid import default_model_path
 from pretrain.errors import ArtifactError
 from pretrain_app.cli import main

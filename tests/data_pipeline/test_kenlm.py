@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from data_pipeline.cli import train_lm
-from data_pipeline.models.kenlm_train import LanguageModelConfig, document_perplexity
-from data_pipeline.models.mkn import count_orders, discounts, encode, estimate, train_arpa
-from data_pipeline.models.normalization import lm_sentences, normalize, tokenize
+from data_pipeline.normalization import document_perplexity, lm_sentences, normalize, tokenize
+from data_pipeline.trainers.lm import LanguageModelConfig
+from data_pipeline.trainers.mkn import count_orders, discounts, encode, estimate, train_arpa
 from pretrain.config import load_config
 from pretrain.errors import ArtifactError, ConfigError, InputError
 from pretrain.manifest import require

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
 
 NORMALIZATION: dict[str, object] = {
     "scheme": "pretrain-text-v1",
@@ -67,3 +68,16 @@ def classifier_line(text: str | None, max_chars: int) -> str:
     if not text:
         return ""
     return " ".join(_TOKEN.findall(normalize(text[:max_chars])))
+
+
+def document_perplexity(model: Any, text: str | None) -> tuple[float, int] | None:
+    """(log10 probability, scored tokens incl. </s> per line) of one document; None if empty."""
+    sentences = lm_sentences(text)
+    if not sentences:
+        return None
+    log10 = 0.0
+    count = 0
+    for sentence in sentences:
+        log10 += model.score(sentence, bos=True, eos=True)
+        count += sentence.count(" ") + 2
+    return log10, count

@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from data_pipeline.models.fasttext_file import LABEL_PREFIX
-from data_pipeline.models.normalization import NORMALIZATION, classifier_line
-from data_pipeline.models.records import RecordSource, field_value, is_heldout, iter_records
+from data_pipeline.fasttext_file import LABEL_PREFIX
+from data_pipeline.normalization import NORMALIZATION, classifier_line
+from data_pipeline.trainers.records import RecordSource, field_value, is_heldout, iter_records
 from pretrain.artifacts import model as model_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.config import StrictModel, config_dict

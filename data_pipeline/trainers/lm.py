@@ -1,7 +1,7 @@
 """`pretrain data train-lm`: KenLM n-gram models (one per language) from reference text.
 
 The reference text plays the role Wikipedia plays in CCNet: documents close to it get low
-perplexity (`head`). Text goes through `data_pipeline.models.normalization.lm_sentences`, the same
+perplexity (`head`). Text goes through `data_pipeline.normalization.lm_sentences`, the same
 normalisation and tokenisation the perplexity stage scores with (Chinese: one token per character).
 Models are estimated with our numpy modified Kneser-Ney (`mkn.py`) and written as ARPA, which
 `kenlm.Model` loads (no lmplz / Boost build needed; the kenlm wheel cannot write its binary format).
@@ -19,9 +19,9 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from data_pipeline.models.mkn import train_arpa
-from data_pipeline.models.normalization import NORMALIZATION, lm_sentences
-from data_pipeline.models.records import RecordSource, field_value, is_heldout, iter_records
+from data_pipeline.normalization import NORMALIZATION, document_perplexity, lm_sentences
+from data_pipeline.trainers.mkn import train_arpa
+from data_pipeline.trainers.records import RecordSource, field_value, is_heldout, iter_records
 from pretrain.artifacts import model as model_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.config import StrictModel, config_dict
@@ -110,19 +110,6 @@ def reference_sentences(lang: str, config: LanguageModelConfig) -> tuple[list[st
             "text_field and where filters"
         )
     return sentences, heldout, documents
-
-
-def document_perplexity(model: Any, text: str | None) -> tuple[float, int] | None:
-    """(log10 probability, scored tokens incl. </s> per line) of one document; None if empty."""
-    sentences = lm_sentences(text)
-    if not sentences:
-        return None
-    log10 = 0.0
-    count = 0
-    for sentence in sentences:
-        log10 += model.score(sentence, bos=True, eos=True)
-        count += sentence.count(" ") + 2
-    return log10, count
 
 
 def _heldout_perplexity(arpa: Path, heldout: list[str]) -> float | None:
