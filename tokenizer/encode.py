@@ -1,21 +1,12 @@
 """`pretrain tokenizer encode`: tagged shards -> Megatron .bin/.idx + per-document tag sidecars.
 
-Per prefix `<stem>` (`train-<n>`: the documents of one or more consecutive shards whose `split` is
-not `eval`; `eval-<n>`: the held-out ones, so no training prefix holds an eval document;
-tokenizer.prefixes, which also keeps a prefix from being so small that a Megatron split of it is
-empty): `<stem>.bin` / `<stem>.idx` in Megatron-Core's indexed format (tokenizer.indexed,
-byte-identical to its IndexedDatasetBuilder; EOD appended to every document; uint16 when the
-vocabulary fits, else int32) and `<stem>.docs.parquet`: row i describes document i of the .bin (id, token count with EOD,
-source, split and the tags mixtures select on: every stage's `tags`, typed as the stage declares
-them, data_pipeline.stages.registry.tag_fields; null where the pipeline did not produce a tag). Documents keep the
-shards' row order within their split, empty ones included (they hold just the EOD).
-
-Shards are encoded in batches (`encode_batch_fast`, which runs on all cores inside one process)
-and distributed over Ray tasks across prefixes. Each finished prefix leaves a hidden
-`.<stem>.done` record (source shards' sha256 + tokenizer sha256, the .bin's size and the .bin's,
-the .idx's and the sidecar's sha256); a re-run skips those while they hold (resume). A prefix whose tokens hold
-but whose sidecar does not (damaged, or a stage's tag added, removed or retyped since) gets its
-sidecar written again from its shards' tags, without tokenizing; any other is encoded again.
+Per prefix `<stem>` (tokenizer.prefixes: `train-<n>` or `eval-<n>`, so no training prefix holds an
+eval document): `<stem>.bin/.idx` (tokenizer.indexed; EOD appended to every document, empty ones
+included) and `<stem>.docs.parquet`, row i describing document i (`sidecar_schema`: id, token
+count, source, split and every stage's `tags`, null where the pipeline did not produce one).
+Each finished prefix leaves a hidden `.<stem>.done` record (sources, tokenizer, the outputs'
+sha256); a re-run skips a prefix while its record and files hold (the sidecar's columns included:
+a stage's tag added or retyped since), and encodes any other again.
 """
 
 from __future__ import annotations
@@ -36,14 +27,13 @@ import pyarrow.parquet as pq
 from data_pipeline.stages.registry import tag_fields
 from pretrain.artifacts import encoded as encoded_kind
 from pretrain.artifacts.base import write_artifact
-from pretrain.errors import ArtifactError
 from pretrain.locking import output_lock
 from pretrain.manifest import sha256_file
 from pretrain.output_check import require_own_output, temporary_file
 from pretrain.progress import Progress
 from pretrain.schema import BASE_FIELDS
 from pretrain.storage import write_json
-from tokenizer.indexed import IndexedWriter, read_sequence_lengths
+from tokenizer.indexed import IndexedWriter
 from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.prefixes import MIN_PREFIX_DOCUMENTS, plan_prefixes
 from tokenizer.shards import read_columns, require_shards
@@ -73,10 +63,8 @@ def tag_names() -> tuple[str, ...]:
 
 
 OUTPUT_SUFFIXES = (".bin", ".idx", ".docs.parquet", ".done")
-HASHED = ("idx_sha256", "sidecar_sha256", "bin_sha256")
-"""What a `.done` record holds of the .idx, the sidecar and the .bin (beside its size: a byte
-flipped at the same size is encoded again). Hashes go through pretrain.hashcache: a file rewritten in place changes its
-ctime, so it is hashed again."""
+HASHED = {".idx": "idx_sha256", ".docs.parquet": "sidecar_sha256", ".bin": "bin_sha256"}
+"""The `.done` record's sha256 of each output (through pretrain.hashcache)."""
 
 
 @dataclass(frozen=True)
@@ -108,24 +96,19 @@ def _done_path(out: Path, stem: str) -> Path:
 
 def _finished(
     out: Path, stem: str, split: str, sources: dict[str, str], tokenizer_sha: str
-) -> tuple[dict[str, Any], bool] | None:
-    """The prefix's `.done` record while its tokens hold (same sources and tokenizer, the .bin's
-    size, the .bin's and the .idx's sha256), and whether its sidecar holds too (its sha256, and its columns are
-    what the stages declare now: a tag added, removed or retyped since means it is rewritten)."""
+) -> dict[str, Any] | None:
+    """The prefix's `.done` record while it holds: same sources, split and tokenizer, every
+    output's sha256, and the sidecar's columns what the stages declare now."""
     record = _read_record(_done_path(out, stem))
-    bin_path, idx, sidecar = out / f"{stem}.bin", out / f"{stem}.idx", sidecar_path(out, stem)
-    if (
-        record is None
-        or (record.get("sources"), record.get("tokenizer_sha256")) != (sources, tokenizer_sha)
-        or record.get("split") != split
-        or not (bin_path.is_file() and idx.is_file())
-        or bin_path.stat().st_size != record.get("bin_bytes")
-        or sha256_file(idx) != record.get(HASHED[0])
-        or sha256_file(bin_path) != record.get(HASHED[2])  # a byte flipped at the same size
-    ):
+    made_from = ("sources", "split", "tokenizer_sha256")
+    if record is None or tuple(map(record.get, made_from)) != (sources, split, tokenizer_sha):
         return None
-    holds = sidecar.is_file() and sha256_file(sidecar) == record.get(HASHED[1])
-    return record, holds and _columns(pq.read_schema(sidecar)) == _columns(sidecar_schema())
+    for suffix, key in HASHED.items():
+        path = out / f"{stem}{suffix}"
+        if not path.is_file() or sha256_file(path) != record.get(key):
+            return None
+    schema = pq.read_schema(sidecar_path(out, stem))
+    return record if _columns(schema) == _columns(sidecar_schema()) else None
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:
@@ -180,12 +163,9 @@ def encode_prefix(
     """Encode one prefix's shards, in order, into `out/<stem>.{bin,idx,docs.parquet}` (skipped
     when already done)."""
     stem, sources = job.name, {path.stem: sha for path, sha in job.shards}
-    found = _finished(out, stem, job.split, sources, tokenizer.sha256)
-    if found is not None:
-        record, holds = found
-        if not holds:  # the tokens hold: only the sidecar is written again
-            _rewrite_sidecar(job, out, record, batch_size)
-        return ShardResult(stem, job.split, record["documents"], record["tokens"], skipped=holds)
+    record = _finished(out, stem, job.split, sources, tokenizer.sha256)
+    if record is not None:
+        return ShardResult(stem, job.split, record["documents"], record["tokens"], skipped=True)
     dtype = np.uint16 if tokenizer.token_dtype == "uint16" else np.int32
     tmp_prefix = out / f".{stem}.partial"
     writer = IndexedWriter(tmp_prefix, dtype)
@@ -206,9 +186,7 @@ def encode_prefix(
         "documents": documents,
         "tokens": tokens,
         "bin_bytes": partial[".bin"].stat().st_size,
-        HASHED[0]: sha256_file(partial[".idx"]),
-        HASHED[1]: sha256_file(partial[".docs.parquet"]),
-        HASHED[2]: sha256_file(partial[".bin"]),
+        **{key: sha256_file(partial[suffix]) for suffix, key in HASHED.items()},
     }
     # the record first, then the files: a kill between leaves files the output check accepts
     # (a record is there) and the re-run checks against it (moved in part: done again). Moved
@@ -222,26 +200,6 @@ def encode_prefix(
 def _write_sidecar(batches: list[pa.Table], path: Path) -> None:
     sidecar = pa.concat_tables(batches) if batches else sidecar_schema().empty_table()
     pq.write_table(sidecar, path, compression="zstd")
-
-
-def _rewrite_sidecar(job: Job, out: Path, record: dict[str, Any], batch_size: int) -> None:
-    """Write a finished prefix's sidecar again from its shards' tags and the token counts its
-    .idx holds, as the encode would (same batches, same bytes), without tokenizing again."""
-    stem = job.name
-    lengths = read_sequence_lengths(out / stem)
-    sidecars, start = [], 0
-    for table in _job_tables(job, tag_names(), batch_size):
-        sidecars.append(_sidecar_batch(table, start, lengths[start : start + table.num_rows]))
-        start += table.num_rows
-    if start != len(lengths):
-        raise ArtifactError(
-            f"{out / stem}.idx holds {len(lengths)} documents, its shards {start}: delete "
-            f"{_done_path(out, stem)} and encode again"
-        )
-    temporary = out / f".{stem}.partial.docs.parquet"
-    _write_sidecar(sidecars, temporary)
-    os.replace(temporary, sidecar_path(out, stem))
-    write_json(_done_path(out, stem), {**record, HASHED[1]: sha256_file(sidecar_path(out, stem))})
 
 
 def _sidecar_batch(table: pa.Table, start: int, lengths: list[int]) -> pa.Table:

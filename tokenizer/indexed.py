@@ -1,11 +1,7 @@
-"""Megatron-Core's indexed dataset format (`<prefix>.bin` / `<prefix>.idx`, "MMIDIDX"), written
-and read back here with numpy alone: importing megatron.core's IndexedDatasetBuilder pulls in
-torch and megatron.core's optimizer packages (~5 CPU-s in every encode worker, issue #31).
-
-Our files are byte-identical to IndexedDatasetBuilder's for the same documents added with
-`add_document(tokens, [len(tokens)])` (one sequence per document), and Megatron's IndexedDataset
-reads them (tests/tokenizer/test_indexed.py holds both to the real classes). The layout, from
-megatron/core/datasets/indexed_dataset.py (_IndexWriter):
+"""Megatron-Core's indexed dataset format (`<prefix>.bin` / `.idx`, "MMIDIDX") written with numpy
+alone: importing megatron.core's IndexedDatasetBuilder costs ~5 CPU-s in every encode worker.
+Byte-identical to IndexedDatasetBuilder's `add_document(tokens, [len(tokens)])` files
+(tests/tokenizer/test_indexed.py). The layout, from megatron/core/datasets/indexed_dataset.py:
 
 - .bin: every document's tokens, concatenated, in the token dtype (native byte order);
 - .idx: b"MMIDIDX\\x00\\x00", version 1 (<Q), dtype code (<B), sequence count (<Q), document
@@ -21,8 +17,6 @@ from itertools import chain
 from pathlib import Path
 
 import numpy as np
-
-from pretrain.errors import ArtifactError
 
 HEADER = b"MMIDIDX\x00\x00"
 DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}  # megatron's DType enum
@@ -57,14 +51,3 @@ class IndexedWriter:
             idx.write(lengths.tobytes())
             idx.write(pointers.tobytes())
             idx.write(np.arange(len(lengths) + 1, dtype=np.int64).tobytes())
-
-
-def read_sequence_lengths(prefix: str | Path) -> list[int]:
-    """The token count of every sequence (document) in `<prefix>.idx`."""
-    path = f"{prefix}.idx"
-    with open(path, "rb") as idx:
-        head = idx.read(_COUNTS.size)
-        if len(head) < _COUNTS.size or not head.startswith(HEADER):
-            raise ArtifactError(f"{path} is not a Megatron index (MMIDIDX): encode it again")
-        count = _COUNTS.unpack(head)[3]
-        return np.fromfile(idx, dtype=np.int32, count=count).tolist()

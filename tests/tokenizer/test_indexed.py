@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pretrain.errors import ArtifactError
-from tokenizer.indexed import IndexedWriter, read_sequence_lengths
+from tokenizer.indexed import IndexedWriter
 
 pytestmark = pytest.mark.timeout(120)  # megatron.core's first import: ~5 CPU-s, more under load
 
@@ -46,7 +45,6 @@ def test_bytes_equal_megatron_builder(tmp_path: Path, dtype: type[np.integer], c
         assert (tmp_path / f"ours{suffix}").read_bytes() == (
             tmp_path / f"theirs{suffix}"
         ).read_bytes()
-    assert read_sequence_lengths(tmp_path / "ours") == [len(d) for d in documents]
 
 
 @pytest.mark.parametrize("dtype", [np.uint16, np.int32])
@@ -61,9 +59,3 @@ def test_megatron_reads_ours(tmp_path: Path, dtype: type[np.integer]) -> None:
     assert len(dataset) == len(documents)
     assert dataset.index.dtype == dtype
     assert [dataset[i].tolist() for i in range(len(dataset))] == documents
-
-
-def test_reader_refuses_a_file_that_is_not_an_index(tmp_path: Path) -> None:
-    (tmp_path / "x.idx").write_bytes(b"not an index at all, but long enough to hold one's header")
-    with pytest.raises(ArtifactError, match="not a Megatron index"):
-        read_sequence_lengths(tmp_path / "x")
