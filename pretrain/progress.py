@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from tqdm import tqdm
+
 from pretrain.rayinit import environ
 
 QUIET, NORMAL, VERBOSE = 0, 1, 2
@@ -202,113 +204,47 @@ def _interval() -> float:
         return 10.0
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+class Progress(tqdm):
+    """tqdm on a terminal; elsewhere a plain `line()` at most every `PRETRAIN_PROGRESS_S` while
+    work moves, never `\\r` frames; nothing with -q or `disable`."""
 
+    monitor_interval = 0  # no tqdm monitor thread
 
-class Progress:
-    """A tqdm-compatible progress display (the subset this project uses): a live bar on a
-    terminal, plain periodic lines elsewhere, nothing with -q or `disable`."""
-
-    def __init__(
-        self,
-        iterable: Iterable[Any] | None = None,
-        total: float | None = None,
-        desc: str = "",
-        unit: str = "it",
-        initial: float = 0,
-        disable: bool = False,
-        leave: bool = True,
-        **_: Any,
-    ) -> None:
-        if total is None and iterable is not None and hasattr(iterable, "__len__"):
-            total = len(iterable)  # type: ignore[arg-type]
-        self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit
-        self._n, self._initial = initial, initial
-        self.postfix: dict[str, Any] = {}
-        self.disabled = disable or verbosity() <= QUIET
-        self._stream = terminal()
-        self._bar: Any = None
-        if not self.disabled and self._stream.isatty():
-            from tqdm import tqdm
-
-            self._bar = tqdm(
-                total=total, desc=desc, unit=unit, initial=initial, leave=leave, file=self._stream
-            )
-        self._start = self._last = time.monotonic()
+    def __init__(self, iterable: Iterable[Any] | None = None, **kwargs: Any) -> None:
+        stream = terminal()
+        self.plain = not stream.isatty()
+        if self.plain:
+            kwargs.update(mininterval=_interval(), delay=_interval() or 1e-9)  # no 0 line
+        kwargs["disable"] = kwargs.get("disable", False) or verbosity() <= QUIET
         self._printed = False
-        self._last_n = initial
+        super().__init__(iterable, file=stream, **kwargs)
 
-    @property
-    def n(self) -> float:
-        return self._n
-
-    @n.setter
-    def n(self, value: float) -> None:
-        self._n = value
-        if self._bar is not None:
-            self._bar.n = value
-            self._bar.refresh()
-
-    def __iter__(self) -> Iterator[Any]:
-        assert self.iterable is not None
-        for item in self.iterable:
-            yield item
-            self.update(1)
-        self.close()
-
-    def __enter__(self) -> Progress:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def update(self, n: float = 1) -> None:
-        self._n += n
-        if self._bar is not None:
-            self._bar.update(n)
-        elif not self.disabled and self._due():
-            self._line()
-
-    def _due(self) -> bool:
-        """A plain line every interval while work moves, and a heartbeat every 6 intervals."""
-        waited = time.monotonic() - self._last
-        interval = _interval()
-        return waited >= interval and (self._n != self._last_n or waited >= 6 * interval)
-
-    def set_postfix(self, **values: Any) -> None:
-        self.postfix = values
-        if self._bar is not None:
-            self._bar.set_postfix(**values)
+    def display(self, msg: str | None = None, pos: int | None = None) -> bool:
+        if not self.plain:
+            return bool(super().display(msg, pos))
+        if msg != "":  # tqdm clears a bar with msg=""; a plain line stays
+            print(self.line(), file=self.fp, flush=True)
+            self._printed = True
+        return False
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
-        elif self._printed and not self.disabled and self._n != self._last_n:
-            self._line()  # close off a step that reported progress
-        self.disabled = True
+        if self.plain and not self.disable:
+            if self._printed and self.n != self.last_print_n:
+                self.display()  # close off a step that reported progress
+            self.leave = False
+        super().close()
 
     def line(self) -> str:
         """The plain-text form: `[desc] done/total unit, rate unit/s, ETA m:ss, k=v`."""
-        elapsed = max(time.monotonic() - self._start, 1e-9)
-        rate = (self._n - self._initial) / elapsed
-        done = f"{self._n:g}/{self.total:g}" if self.total else f"{self._n:g}"
+        elapsed = max(self._time() - self.start_t, 1e-9)
+        rate = (self.n - self.initial) / elapsed
+        done = f"{self.n:g}/{self.total:g}" if self.total else f"{self.n:g}"
         parts = [f"[{self.desc}] {done} {self.unit}", f"{rate:.3g} {self.unit}/s"]
-        if self.total and rate > 0 and self._n < self.total:
-            parts.append(f"ETA {_duration((self.total - self._n) / rate)}")
-        elif self.total and self._n >= self.total:
-            parts.append(f"done in {_duration(elapsed)}")
-        parts += [f"{key}={value}" for key, value in self.postfix.items()]
-        return ", ".join(parts)
-
-    def _line(self) -> None:
-        print(self.line(), file=self._stream, flush=True)
-        self._last = time.monotonic()
-        self._printed = True
-        self._last_n = self._n
+        if self.total and rate > 0 and self.n < self.total:
+            parts.append(f"ETA {self.format_interval((self.total - self.n) / rate)}")
+        elif self.total and self.n >= self.total:
+            parts.append(f"done in {self.format_interval(elapsed)}")
+        return ", ".join(parts + ([self.postfix] if self.postfix else []))
 
 
 @contextmanager
