@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from data_pipeline import throughput
 from data_pipeline.parts import PART_COSTS, PARTS
-from pretrain.nested import PII_KINDS
+from data_pipeline.stages.pii import KINDS as PII_KINDS
 from pretrain.schema import reason_column
 
 PASS = "pass"

@@ -7,8 +7,7 @@
   JSON text of a list, an empty object, or an integer past int64). JSON null sets none. A list of
   structs, not a map or a union: Hugging Face datasets and polars have no map type and Parquet
   no union; duckdb reads a slot as `list_filter(meta, lambda e: e.key = 'k')[1].float`.
-- `pii_counts`: a struct with one int32 per PII kind (0 = none found; null = kind not checked).
-- `unsafe_categories`: a list of category names (empty = none).
+The safety stage's nested columns (`pii_counts`, `unsafe_categories`) are declared by that stage.
 """
 
 from __future__ import annotations
@@ -32,10 +31,6 @@ META_ENTRY = pa.struct(
     ]
 )
 META_TYPE = pa.list_(pa.field("entry", META_ENTRY, nullable=False))
-PII_KINDS: tuple[str, ...] = ("email", "cn_id", "card", "ipv6", "ipv4", "phone")
-"""Every kind data_pipeline.stages.pii detects, in its priority order."""
-PII_COUNTS_TYPE = pa.struct([pa.field(kind, pa.int32()) for kind in PII_KINDS])
-CATEGORIES_TYPE = pa.list_(pa.field("category", pa.string(), nullable=False))
 _INT64 = range(-(2**63), 2**63)
 
 
@@ -91,9 +86,3 @@ def meta_entries(
 def meta_value(entry: Mapping[str, Any]) -> Any:
     """The value one `meta` entry holds (a `json` slot's as its JSON text; None: JSON null)."""
     return next((entry[slot] for slot in META_SLOTS if entry[slot] is not None), None)
-
-
-def pii_struct(counts: Mapping[str, int], checked: Iterable[str] = PII_KINDS) -> dict[str, Any]:
-    """The `pii_counts` value: a count for every checked kind, null for the others."""
-    wanted = set(checked)
-    return {kind: int(counts.get(kind, 0)) if kind in wanted else None for kind in PII_KINDS}

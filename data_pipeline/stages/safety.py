@@ -35,7 +35,6 @@ from data_pipeline.stages import pii
 from data_pipeline.stages.base import Stage, StageConfig
 from pretrain.errors import ConfigError
 from pretrain.hashcache import cache_root
-from pretrain.nested import CATEGORIES_TYPE, PII_COUNTS_TYPE, pii_struct
 
 RESOURCES = Path(__file__).resolve().parents[1] / "resources"
 DEFAULT_WEIGHTS: dict[str, float] = {
@@ -52,6 +51,15 @@ _CJK_RUN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _WORD = re.compile("[^\\W\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _URL_WORDS = re.compile(r"[^a-z0-9]+")
 _SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
+PII_COUNTS_TYPE = pa.struct([pa.field(kind, pa.int32()) for kind in pii.KINDS])
+"""`pii_counts`: one int32 per PII kind (0 = none found; null = kind not checked)."""
+CATEGORIES_TYPE = pa.list_(pa.field("category", pa.string(), nullable=False))
+"""`unsafe_categories`: category names (empty = none)."""
+
+
+def pii_struct(counts: dict[str, int], checked: Iterable[str] = pii.KINDS) -> dict[str, Any]:
+    """The `pii_counts` value: a count for every checked kind, null for the others."""
+    return {kind: int(counts.get(kind, 0)) if kind in checked else None for kind in pii.KINDS}
 
 
 class SafetyConfig(StageConfig):

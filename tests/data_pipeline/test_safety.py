@@ -8,16 +8,17 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from data_pipeline.stages.pii import KINDS as PII_KINDS
 from data_pipeline.stages.registry import schema_for, stage_class
 from data_pipeline.stages.safety import (
     SafetyConfig,
     SafetyStage,
     UnsafeWords,
     UrlBlocklist,
+    pii_struct,
     unsafe_score,
 )
 from pretrain.errors import ConfigError
-from pretrain.nested import PII_KINDS, pii_struct
 from pretrain.schema import BASE_FIELDS
 
 CLEAN = (

@@ -16,8 +16,9 @@ import pytest
 
 from data_pipeline.config import PipelineConfig
 from data_pipeline.runner import run_pipeline
+from data_pipeline.stages.safety import CATEGORIES_TYPE, PII_COUNTS_TYPE
 from pretrain import shards_layout as layout
-from pretrain.nested import CATEGORIES_TYPE, META_TYPE, PII_COUNTS_TYPE
+from pretrain.nested import META_TYPE
 from tokenizer.shards import read_columns, require_shards
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "data_pipeline"

@@ -9,16 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_pipeline.stages.registry import schema_for
+from data_pipeline.stages.safety import CATEGORIES_TYPE, PII_COUNTS_TYPE, pii_struct
 from pretrain.artifacts.shards import read_columns
-from pretrain.nested import (
-    CATEGORIES_TYPE,
-    META_SLOTS,
-    META_TYPE,
-    PII_COUNTS_TYPE,
-    meta_entries,
-    meta_value,
-    pii_struct,
-)
+from pretrain.nested import META_SLOTS, META_TYPE, meta_entries, meta_value
 from pretrain.schema import SCHEMA_VERSION, SCHEMA_VERSION_KEY
 
 STAGES = ("extract", "safety")

@@ -16,11 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_pipeline.stages.registry import schema_for
+from data_pipeline.stages.safety import pii_struct
 from pretrain import shards_layout as layout
 from pretrain.artifacts import shards as shards_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.command import recorded
-from pretrain.nested import pii_struct
 from pretrain.schema import split_for
 
 DEFAULT_STAGES = ("extract", "langid", "domain", "quality", "perplexity", "safety", "dedup")
