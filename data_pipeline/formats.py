@@ -7,6 +7,7 @@ match its compression suffix is an `InputError` naming it.
 
 from __future__ import annotations
 
+import gzip
 import io
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,6 @@ from typing import Any
 import pyarrow as pa
 from pyarrow import fs as pafs
 
-from data_pipeline.gzmembers import GzipMembers
 from pretrain.errors import InputError
 
 FORMAT_SUFFIXES: tuple[tuple[str, str], ...] = (
@@ -101,41 +101,13 @@ def filesystem_for(path: str) -> tuple[pafs.FileSystem, str]:
 def decoded_stream(stream: Any, source: InputFile) -> Any:
     """A buffered reader of the file's bytes with gzip / zstd undone (checked by magic bytes); a
     WARC's gzip is left to warcio (data_pipeline.warc), which reads it member by member."""
+    raw = io.BufferedReader(stream)
     compression = compression_of(source.path)
     if compression is None:
-        return io.BufferedReader(_Prepend(b"", stream))
-    head = stream.read(len(compression[0]))
-    check_magic(source.path, head)
-    raw = io.BufferedReader(_Prepend(head, stream))
+        return raw
+    check_magic(source.path, raw.peek(len(compression[0])))
     if source.format == "warc":
         return raw
-    if compression[1] == "gzip":  # member by member, buffered for readline (`gzip_members`)
-        return io.BufferedReader(GzipMembers(raw))
-    return io.BufferedReader(_Prepend(b"", pa.CompressedInputStream(raw, "zstd")))
-
-
-def gzip_members(stream: Any) -> GzipMembers | None:
-    """The `GzipMembers` a `decoded_stream` reads from (its damage, its resume), if any."""
-    for candidate in (stream, getattr(stream, "raw", None)):
-        if isinstance(candidate, GzipMembers):
-            return candidate
-    return None
-
-
-class _Prepend(io.RawIOBase):
-    """A raw stream with already-read bytes put back in front."""
-
-    def __init__(self, head: bytes, stream: Any) -> None:
-        self.head, self.stream = head, stream
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if self.head:
-            count = min(len(buffer), len(self.head))
-            buffer[:count], self.head = self.head[:count], self.head[count:]
-            return count
-        data = self.stream.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
+    if compression[1] == "gzip":
+        return gzip.GzipFile(fileobj=raw)
+    return io.BufferedReader(pa.CompressedInputStream(raw, "zstd"))

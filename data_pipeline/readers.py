@@ -30,8 +30,7 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from data_pipeline.batcher import Batcher
-from data_pipeline.formats import InputFile, decoded_stream, filesystem_for, gzip_members
-from data_pipeline.gzmembers import GzipMembers
+from data_pipeline.formats import InputFile, decoded_stream, filesystem_for
 from data_pipeline.warc import read_warc
 from pretrain.errors import InputError
 
@@ -111,38 +110,34 @@ def read_jsonl(
 ) -> Iterator[pa.Table]:
     """One row per non-blank line; bad lines become rows with a reason. A line longer than
     `JSONL_LINE_FACTOR * max_bytes` is a `too_large` row, skipped without being held. In a
-    .jsonl.gz a corrupt gzip member is one `corrupt_gzip` row (the line it cut with it) and
-    reading goes on at the next member; a file cut inside a member ends with `truncated_input`."""
+    .jsonl.gz, a corrupt gzip member ends the file as one `corrupt_gzip` row (a file cut inside a
+    member: `truncated_input`); the lines before it are kept."""
     limit = JSONL_LINE_FACTOR * max_bytes if max_bytes is not None else -1
-    members = gzip_members(stream)
     line_no = 0
     found, found_fields = False, set[str]()
-    while True:
-        try:
-            while raw := stream.readline(limit + 1 if limit >= 0 else -1):
-                if members is not None and members.damage and not raw.endswith(b"\n"):
-                    break  # the line the damage cut: counted with the damage below
-                line_no += 1
-                fallback_id = f"{out.source.name}:{line_no}"
-                if limit >= 0 and len(raw) > limit and not raw.endswith(b"\n"):
-                    size = len(raw) + _drain(stream, line=True)
-                    out.add(fallback_id, reason="too_large", raw_bytes=size)
-                elif raw.strip() and (record := _jsonl_row(raw, fallback_id, out, fields)):
-                    found = found or _has_text(record, fields, found_fields)
-                if out.full():
-                    yield out.flush()
-        except _IO_ERRORS as exc:
-            out.add(
-                f"{out.source.name}:{line_no + 1}",
-                reason="truncated_input",
-                meta={"error": str(exc)[:200]},
-            )
-        if not _gzip_damage(members, out, f"{out.source.name}:{line_no + 1}"):
-            break
+    try:
+        while raw := stream.readline(limit + 1 if limit >= 0 else -1):
+            line_no += 1
+            fallback_id = f"{out.source.name}:{line_no}"
+            if limit >= 0 and len(raw) > limit and not raw.endswith(b"\n"):
+                size = len(raw) + _drain(stream, line=True)
+                out.add(fallback_id, reason="too_large", raw_bytes=size)
+            elif raw.strip() and (record := _jsonl_row(raw, fallback_id, out, fields)):
+                found = found or _has_text(record, fields, found_fields)
+            if out.full():
+                yield out.flush()
+    except _IO_ERRORS as exc:
+        error = {"error": str(exc)[:200]}
+        out.add(f"{out.source.name}:{line_no + 1}", reason=_damage(exc), meta=error)
     if found_fields and not found:  # the caller refuses the file unless rejects are asked for
         out.fields_without_text = sorted(found_fields)
     if (table := out.flush()) is not None:
         yield table
+
+
+def _damage(exc: BaseException) -> str:
+    """The reject reason of a read error: zlib refused a gzip member, or the stream ended early."""
+    return "corrupt_gzip" if isinstance(exc, zlib.error | gzip.BadGzipFile) else "truncated_input"
 
 
 def _has_text(record: dict[str, Any], fields: Fields, found_fields: set[str]) -> bool:
@@ -153,18 +148,6 @@ def _has_text(record: dict[str, Any], fields: Fields, found_fields: set[str]) ->
     if len(found_fields) < 100:
         found_fields.update(str(key) for key in record)
     return False
-
-
-def _gzip_damage(members: GzipMembers | None, out: Batcher, cut_id: str) -> bool:
-    """A row for the damage `members` stopped at, if any: True when reading goes on after it."""
-    if members is None or members.damage is None:
-        return False
-    offset = members.damage_offset
-    if members.damage == "corrupt_gzip":
-        out.add(f"{out.source.name}@gz{offset}", reason="corrupt_gzip")
-    else:
-        out.add(cut_id, reason="truncated_input", meta={"error": f"file ends at {offset}"})
-    return members.resume()
 
 
 def _jsonl_row(raw: bytes, fallback_id: str, out: Batcher, fields: Fields) -> dict[str, Any] | None:
@@ -276,18 +259,14 @@ def read_html(
 ) -> Iterator[pa.Table]:
     """A whole HTML file is one document (`too_large`, not held, past `max_bytes`). A damaged
     .html.gz is one `corrupt_gzip` (or, cut short, `truncated_input`) row."""
-    members = gzip_members(stream)
     try:
         payload = stream.read(max_bytes + 1 if max_bytes is not None else -1)
         oversize = max_bytes is not None and len(payload) > max_bytes
         size = len(payload) + (_drain(stream) if oversize else 0)
     except _IO_ERRORS as exc:
-        out.add(out.source.name, reason="truncated_input", meta={"error": str(exc)[:200]})
+        out.add(out.source.name, reason=_damage(exc), meta={"error": str(exc)[:200]})
     else:
-        if members is not None and members.damage is not None:
-            reason = "corrupt_gzip" if members.damage == "corrupt_gzip" else "truncated_input"
-            out.add(out.source.name, reason=reason, raw_bytes=size)
-        elif oversize:
+        if oversize:
             out.add(out.source.name, reason="too_large", raw_bytes=size)
         else:
             out.add(out.source.name, payload=payload, content_type="text/html", raw_bytes=size)

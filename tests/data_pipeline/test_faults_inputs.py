@@ -79,7 +79,7 @@ def test_corrupt_gzip_bytes_mid_stream(tmp_path: Path) -> None:
     path = tmp_path / "corrupt.jsonl.gz"
     path.write_bytes(bytes(data))
     table, _ = _read(path)
-    # read member by member (gzmembers): zlib refuses the member, named as what it is
+    # zlib refuses the member: named as what it is
     assert table.column("_read_reason").to_pylist()[-1] == "corrupt_gzip"
 
 
