@@ -9,7 +9,7 @@ datatrove's default thresholds. Documents tagged with a code domain are judged b
 (StarCoder-style line length and alphanumeric share), never by prose rules.
 
 Words: a compiled regex approximates spaCy's English tokenizer (what datatrove uses), about 20x
-faster; `word_tokenizer: spacy` uses spaCy itself. With `script_aware` on, runs of CJK characters
+faster. With `script_aware` on, runs of CJK characters
 are cut into 2-character pseudo-words, so a Chinese document's word count is its CJK characters / 2
 (plus its non-CJK words); CJK documents skip the mean-word-length clause, leave full-width
 punctuation out of the alphabetic-word share, use a Chinese stop-word list and CJK sentence
@@ -22,7 +22,7 @@ document is tagged `timeout` with null signals; a crash in the child tags it `ru
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import pyarrow as pa
 from pydantic import Field
@@ -31,7 +31,6 @@ from data_pipeline.stages.base import Stage, StageConfig
 from data_pipeline.stages.rules_text import (
     ROUGH_WORD,
     Signals,
-    Tokenizer,
     c4_lines,
     code_reason,
     fineweb,
@@ -40,7 +39,7 @@ from data_pipeline.stages.rules_text import (
     gopher_repetition,
     is_cjk,
     log_like_ratio,
-    make_tokenizer,
+    words,
 )
 from data_pipeline.timelimit import DocumentFailed, DocumentWorker, TimeLimitExceeded
 from pretrain.config import MAX_TIMEOUT_S, StrictModel
@@ -151,7 +150,6 @@ class CodeConfig(StrictModel):
 class RulesConfig(StageConfig):
     """Config of the rule-signals stage (`stages.rules` in the pipeline YAML)."""
 
-    word_tokenizer: Literal["fast", "spacy"] = "fast"
     timeout_s: float = Field(10.0, gt=0, le=MAX_TIMEOUT_S)
     """Per-document limit in CPU-seconds (an ordinary 5 MB document takes about 2.5); a document
     that uses more is stopped, tagged `rules_reason: timeout` with null signals, and counted in
@@ -182,12 +180,7 @@ class RulesStage(Stage):
     config: RulesConfig
 
     def setup(self) -> None:
-        self._tokenizer = make_tokenizer(self.config.word_tokenizer)
-        self._worker = DocumentWorker(
-            document_rules,
-            self.config,
-            seconds=self.config.timeout_s,
-        )
+        self._worker = DocumentWorker(document_rules, self.config, seconds=self.config.timeout_s)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         if not hasattr(self, "_worker"):
@@ -213,76 +206,44 @@ class RulesStage(Stage):
             )
             return signals
 
-    def signals(
-        self, text: str, lang: str | None = None, domain: str | None = None
-    ) -> dict[str, Any]:
-        """All signals and `rules_reason` for one document (`lang`/`domain` None = unknown prose)."""
-        if not hasattr(self, "_tokenizer"):
-            self.setup()
+    def signals(self, text: str, lang: str | None = None, domain: str | None = None) -> Signals:
+        """Every rules column for one document (`lang`/`domain` None = unknown prose),
+        `rules_reason` = the first failing clause."""
         config = self.config
+        if not text.strip():
+            return {**dict.fromkeys((f.name for f in RULES_COLUMNS), 0), "rules_reason": "empty"}
         cjk = config.script_aware and is_cjk(text, lang, config.cjk_languages)
-        is_code = config.code_aware and domain is not None and domain in config.code.domains
-        return document_signals(
-            text, config, self._tokenizer, cjk=cjk, is_code=is_code, domain=domain, lang=lang
-        )
+        doc_words = words(text, cjk)
+        rep, rep_reason = gopher_repetition(text, doc_words, config.gopher_repetition)
+        quality, quality_reason = gopher_quality(text, doc_words, config.gopher_quality, cjk, lang)
+        c4_bad, c4_reason, kept = c4_lines(text, config.c4, cjk, domain)
+        if config.fineweb.after_c4 and config.c4.enabled:
+            fw_text = "\n".join(kept).strip()
+            kept_words = len(words(fw_text, cjk) if cjk else ROUGH_WORD.findall(fw_text))
+            fw, fw_reason = fineweb(fw_text, kept_words, config.fineweb, cjk)
+        else:
+            fw, fw_reason = fineweb(text, len(doc_words), config.fineweb, cjk)
+        garbled, log_like = garbled_ratio(text), log_like_ratio(text)
+        reason = None
+        if config.max_garbled_ratio is not None and garbled > config.max_garbled_ratio:
+            reason = "garbled_text"
+        elif config.max_log_like_ratio is not None and log_like > config.max_log_like_ratio:
+            reason = "log_like"
+        elif config.code_aware and domain is not None and domain in config.code.domains:
+            reason = code_reason(text, config.code)
+        else:
+            reason = rep_reason or quality_reason or c4_reason or fw_reason
+        return {
+            **rep,
+            **quality,
+            "c4_bad_line_frac": c4_bad,
+            **fw,
+            "garbled_ratio": garbled,
+            "log_like_ratio": log_like,
+            "rules_reason": reason,
+        }
 
 
 def document_rules(config: RulesConfig) -> Any:
     """The document worker's work: (text, lang, domain) -> signals, built once per child."""
     return RulesStage(config).signals
-
-
-def _empty_signals() -> Signals:
-    signals: Signals = {f.name: 0 for f in RULES_COLUMNS}
-    signals["rules_reason"] = "empty"
-    return signals
-
-
-def document_signals(
-    text: str,
-    config: RulesConfig,
-    tokenize: Tokenizer,
-    *,
-    cjk: bool,
-    is_code: bool,
-    domain: str | None,
-    lang: str | None = None,
-) -> Signals:
-    """Every rules column for one document, `rules_reason` = the first failing clause."""
-    if not text.strip():
-        return _empty_signals()
-    words = tokenize(text, cjk)
-    rep, rep_reason = gopher_repetition(text, words, config.gopher_repetition)
-    quality, quality_reason = gopher_quality(text, words, config.gopher_quality, cjk, lang)
-    c4_bad, c4_reason, kept = c4_lines(text, config.c4, cjk, domain)
-    if config.fineweb.after_c4 and config.c4.enabled:
-        fw_text = "\n".join(kept).strip()
-        kept_words = len(tokenize(fw_text, cjk) if cjk else ROUGH_WORD.findall(fw_text))
-        fw, fw_reason = fineweb(fw_text, kept_words, config.fineweb, cjk)
-    else:
-        fw, fw_reason = fineweb(text, len(words), config.fineweb, cjk)
-    garbled, log_like = garbled_ratio(text), log_like_ratio(text)
-    first = [
-        (
-            "garbled_text",
-            config.max_garbled_ratio is not None and garbled > config.max_garbled_ratio,
-        ),
-        (
-            "log_like",
-            config.max_log_like_ratio is not None and log_like > config.max_log_like_ratio,
-        ),
-    ]
-    reason = next((name for name, failed in first if failed), None)
-    if reason is None and is_code:
-        reason = code_reason(text, config.code)
-    elif reason is None:
-        reason = rep_reason or quality_reason or c4_reason or fw_reason
-    return {
-        **rep,
-        **quality,
-        "c4_bad_line_frac": c4_bad,
-        **fw,
-        "garbled_ratio": garbled,
-        "log_like_ratio": log_like,
-        "rules_reason": reason,
-    }

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -112,26 +111,10 @@ def _token_regex(cjk: bool) -> re.Pattern[str]:
 _TOKEN_PLAIN = _token_regex(cjk=False)
 _TOKEN_CJK = _token_regex(cjk=True)
 
-Tokenizer = Callable[[str, bool], list[str]]
 
-
-def make_tokenizer(kind: str = "fast") -> Tokenizer:
-    """`fast`: the compiled regex above; `spacy`: spaCy's blank English tokenizer (datatrove's)."""
-    if kind == "spacy":
-        import spacy
-
-        nlp = spacy.blank("en")
-
-        def spacy_words(text: str, cjk: bool) -> list[str]:
-            nlp.max_length = len(text) + 10
-            return [t.text for t in nlp.tokenizer(text) if not t.is_space and t.text.strip()]
-
-        return spacy_words
-
-    def fast_words(text: str, cjk: bool) -> list[str]:
-        return (_TOKEN_CJK if cjk else _TOKEN_PLAIN).findall(text)
-
-    return fast_words
+def words(text: str, cjk: bool) -> list[str]:
+    """The document's words (the regex above; CJK runs cut into 2-character pseudo-words)."""
+    return (_TOKEN_CJK if cjk else _TOKEN_PLAIN).findall(text)
 
 
 def is_cjk(text: str, lang: str | None, cjk_languages: tuple[str, ...]) -> bool:
