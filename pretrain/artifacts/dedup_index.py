@@ -1,9 +1,5 @@
-"""`dedup-index` (the dedup stage's `save_index`): a MinHash LSH index of a corpus's documents.
-
-Partitioned band tables; the manifest records the settings the index was built with under
-`dedup` (the MinHash/LSH settings, `bands`, `rows`, `partitions`), which a pipeline run that
-dedups against it must share.
-"""
+"""`dedup-index`: a MinHash LSH index (partitioned band tables); `dedup` holds the settings a run
+that dedups against it must share."""
 
 from __future__ import annotations
 

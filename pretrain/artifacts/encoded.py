@@ -1,11 +1,5 @@
-"""`encoded` (`pretrain tokenizer encode`): Megatron `.bin`/`.idx` pairs with tag sidecars.
-
-Per prefix (`train-<n>`: the non-eval documents of one or more consecutive shards; `eval-<n>`:
-the `split == eval` ones; tokenizer/prefixes.py)
-`DIR/<stem>.bin` / `.idx` (Megatron IndexedDataset; uint16 when the
-vocabulary fits, else int32; EOD after every document) and `DIR/<stem>.docs.parquet`: row i
-describes document i of that `.bin` (`doc_index`, `id`, `num_tokens` incl. EOD, and the tags).
-"""
+"""`encoded` (`pretrain tokenizer encode`): per prefix (tokenizer/prefixes.py) Megatron `.bin`/`.idx`
+and a `.docs.parquet` sidecar whose row i is document i (`doc_index`, `id`, `num_tokens`, tags)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""`eval` (`pretrain eval run`): a run's checkpoints scored on an evalset.
-
-`results.jsonl` (one line per checkpoint), `documents.parquet` (per-document scores),
-`capability.png`. The manifest binds the evalset and tokenizer it used and repeats the last
-checkpoint's metrics under `final`.
-"""
+"""`eval` (`pretrain eval run`): `results.jsonl` (a line per checkpoint), `documents.parquet`,
+`capability.png`; binds its evalset and tokenizer, the last checkpoint's metrics under `final`."""
 
 from __future__ import annotations
 

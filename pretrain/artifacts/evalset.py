@@ -1,10 +1,5 @@
-"""`evalset` (`pretrain eval build`): held-out eval sets, decontaminated against training data.
-
-`sets/<domain>__<lang>.parquet` (id, text, domain, lang, num_bytes), optional `tasks/*.jsonl`,
-`report.json`, and `contaminated.parquet`: the training ids (`train_id`) found to be near-copies
-of eval documents or to hold a task example's text (`task` names it), which a mixture excludes
-(`build.decontaminate`).
-"""
+"""`evalset` (`pretrain eval build`): `sets/<domain>__<lang>.parquet`, `tasks/*.jsonl`, and
+`contaminated.parquet`, the training ids a mixture excludes (`build.decontaminate`)."""
 
 from __future__ import annotations
 

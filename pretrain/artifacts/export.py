@@ -1,8 +1,5 @@
-"""`hf_export` (`pretrain export`): a checkpoint as a Hugging Face transformers model.
-
-`model.safetensors`, `config.json` (LlamaForCausalLM), `generation_config.json` and the tokenizer
-files, loadable with `transformers.AutoModelForCausalLM.from_pretrained(DIR)`.
-"""
+"""`hf_export` (`pretrain export`): a checkpoint as a transformers LlamaForCausalLM
+(`model.safetensors`, configs, tokenizer files), loadable with `from_pretrained(DIR)`."""
 
 from __future__ import annotations
 

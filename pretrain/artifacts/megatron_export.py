@@ -1,8 +1,5 @@
-"""`megatron-export` (`pretrain mixture export --megatron`): a mixture as Megatron-LM data.
-
-`DIR/<component>.bin/.idx` (the component's selected documents, copied in order) and per phase
-`DIR/<number>-<phase>.data-args` (`weight prefix ...`, Megatron-LM's `--data-args-path` file).
-"""
+"""`megatron-export` (`pretrain mixture export --megatron`): `<component>.bin/.idx` and per phase a
+Megatron-LM `--data-args-path` file, `<number>-<phase>.data-args`."""
 
 from __future__ import annotations
 

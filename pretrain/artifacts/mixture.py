@@ -1,9 +1,5 @@
-"""`mixture` (`pretrain mixture build`): a deterministic sample index over an encoded artifact.
-
-`index/<phase>-<name>.npy` per phase (component int16 and draw per sample), `components/<name>.npy`
-(each component's selected documents), the plan. Sample i is consumed at global step
-i // global_batch. The dataset over it is `mixtures.dataset.MixtureDataset`.
-"""
+"""`mixture` (`pretrain mixture build`): per phase a sample index `index/<phase>-<name>.npy`
+(component and draw per sample, sample i consumed at step i // global_batch), `components/*.npy`."""
 
 from __future__ import annotations
 

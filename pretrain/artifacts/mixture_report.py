@@ -1,9 +1,5 @@
-"""`mixture-report` (`pretrain mixture report`): target vs realised shares of a built mixture.
-
-`report.json` and `report.png`. Written by default inside the mixture (`MIXTURE/report/`), after
-the mixture's manifest: as an artifact of its own it is not one of the mixture's unlisted files,
-so `pretrain verify MIXTURE` still passes (as TOKENIZER/eval and RUN/evals do).
-"""
+"""`mixture-report` (`pretrain mixture report`): `report.json`, `report.png`; by default nested in
+the mixture (`MIXTURE/report/`) as an artifact of its own, after the mixture's manifest."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Model artifacts the pipeline's stages load: `fasttext-model` and `kenlm-model`.
-
-fastText: one model file (`model.bin`, or quantized `model.ftz`) plus `model.json` (labels,
-normalisation, training stats, held-out accuracy) and `heldout.png`. KenLM: one `<lang>.arpa` per
-language plus `model.json` (`languages` map, normalisation, counts, discounts, held-out
-perplexity). A shards manifest records each model's manifest sha256 under `models`.
-"""
+"""`fasttext-model` (`model.bin` or `.ftz`) and `kenlm-model` (`<lang>.arpa` per language): each
+with `model.json`, read as `info`; a shards manifest records the models' sha256 under `models`."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""`run` (`pretrain launch`): a training run.
-
-`RUN/checkpoints/iter_<step:07d>/` (each a `checkpoint` artifact: dist_checkpointing files and
-`state.json`), `RUN/metrics.jsonl`, `RUN/loss.png`. The model behind a checkpoint is loaded by
-`trainer.inference.load_model`.
-"""
+"""`run` (`pretrain launch`): `checkpoints/iter_<step:07d>/` (each a `checkpoint` artifact),
+`metrics.jsonl`, `loss.png`."""
 
 from __future__ import annotations
 

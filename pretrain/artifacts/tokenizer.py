@@ -5,11 +5,9 @@ pretrain/CONTRACTS.md. The HF object: `tokenizer.lock.load_locked`."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from functools import cached_property
-from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -44,15 +42,6 @@ class TokenizerFields(base.Fields):
 
 class Tokenizer(base.Artifact[TokenizerFields]):
     """A verified tokenizer artifact; `.lock` is its lock.json, `.sha256` its identity."""
-
-    @classmethod
-    def open(cls, directory: str | os.PathLike, **verify: Any) -> Self:
-        if not Path(directory).is_dir():
-            raise ArtifactError(
-                f"tokenizer directory {directory} does not exist; train one with "
-                "`pretrain tokenizer train` or fix the path"
-            )
-        return super().open(directory, **verify)
 
     def check(self) -> None:
         """Its identity is that of the files its manifest lists."""

@@ -1,8 +1,5 @@
-"""`tokenizer-eval` (`pretrain tokenizer eval`): a tokenizer's compression and round-trip report.
-
-`report.json` (ours and the SentencePiece baseline per domain/language group) and
-`compression.png`; the manifest repeats the headline figures under `summary`.
-"""
+"""`tokenizer-eval` (`pretrain tokenizer eval`): `report.json` (per domain/language group, with the
+SentencePiece baseline), `compression.png`; the headline figures under `summary`."""
 
 from __future__ import annotations
 
