@@ -1,12 +1,5 @@
-"""The command behind an artifact, captured once where the `pretrain` program parses its argv.
-
-Every manifest records the command that made it. `pretrain.program.run` (which
-`pretrain_app.cli.main(argv)` and `python -m trainer|evals` call) captures `argv` here for the
-length of the call (so an in-process `main([...])`, as a proxy run does, records its own
-arguments, not the enclosing process's `sys.argv`); the artifact writers
-(`pretrain.artifacts.base.write_artifact`) read it with `current_command()`. Work done on behalf of another
-command (a training rank the launcher started, a demo step) runs inside `recorded(command)`.
-"""
+"""The command behind an artifact: `pretrain.program.run` records its argv here for the length of the
+call, writers read it with `current_command()`; work for another command runs in `recorded(command)`."""
 
 from __future__ import annotations
 

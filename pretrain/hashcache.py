@@ -1,18 +1,6 @@
-"""A project cache of verified file hashes, so consumers check bytes without re-hashing terabytes.
-
-`file_sha256(path)` returns the sha256 of a file's bytes. It re-hashes only when the file's
-identity changed since it was last hashed: the cache entry is keyed by (path, size, mtime_ns,
-ctime_ns, inode, device). Any write to a file changes its ctime, which no user can set back, so a
-file edited in place (even at the same size, with its mtime restored) is re-hashed. What the cache
-cannot see is a change below the file system (bit rot, a raw device write): `--verify full` (or
-`PRETRAIN_VERIFY=full`) ignores the cache and re-hashes everything.
-
-Entries live in `$PRETRAIN_CACHE/hashes` (default `~/.cache/pretrain/hashes`), one small JSON file
-per hashed path, each written atomically (temporary file + rename), so concurrent writers on one
-machine or a shared file system never leave a torn entry; the last writer wins and every entry is
-self-checking (it records the identity it is valid for). The cache is trusted like the user's own
-home directory: anyone who can write there could make a changed file look verified.
-"""
+"""A cache of file sha256s keyed by (path, size, mtime_ns, ctime_ns, inode, device): any write changes
+the ctime, which no user can set back. `full` (PRETRAIN_VERIFY=full) ignores it; it is trusted like
+$PRETRAIN_CACHE (default ~/.cache/pretrain) itself: who can write there can fake a verified file."""
 
 from __future__ import annotations
 
@@ -77,6 +65,8 @@ def _lookup(entry: Path, path: Path, identity: list[int]) -> str | None:
 
 
 def _store(entry: Path, path: Path, identity: list[int], sha256: str) -> None:
+    """One JSON file per path, written atomically: concurrent writers never tear an entry, the
+    last wins, and an entry names the identity it is valid for."""
     tmp = None
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,5 @@
-"""Processes end with their owner: a child asks the kernel to kill it when its parent dies.
-
-`die_with_parent()` (in the child) or `preexec_fn=die_with_parent` (for a child we start with
-`subprocess`) sets Linux's `PR_SET_PDEATHSIG` to SIGKILL. It survives `exec`, so it covers a
-torchrun agent we start, and each training rank sets it for itself (torchrun starts ranks in a new
-session, out of reach of a signal to the launcher's process group). Elsewhere it does nothing.
-
-A command stops on SIGTERM as on Ctrl-C: `stop_on_sigterm()` makes it raise `Terminated`.
-"""
+"""Processes end with their owner: `die_with_parent` (Linux PR_SET_PDEATHSIG, kept across `exec`), and
+SIGTERM stops a command as Ctrl-C does (`stop_on_sigterm`)."""
 
 from __future__ import annotations
 
@@ -22,7 +15,8 @@ _PR_SET_PDEATHSIG = 1
 
 def die_with_parent(expected_parent: int | None = None) -> bool:
     """Get SIGKILL when the parent process exits; True when set. When the parent is already gone
-    (reparented before we asked, or not `expected_parent`), exit now."""
+    (reparented before we asked, or not `expected_parent`), exit now. Training ranks set it for
+    themselves: torchrun starts them in a new session, out of reach of the launcher's group."""
     if not sys.platform.startswith("linux"):
         return False
     libc = ctypes.CDLL(None, use_errno=True)

@@ -1,27 +1,6 @@
-"""One writer per artifact: an exclusive `flock` on a lock file beside the output directory.
-
-`with output_lock(out):` around everything a command writes into `out`. The lock file is
-`PARENT/.<name>.lock`, next to the output rather than inside it, because several writers replace
-their output wholesale (a staging directory renamed over it, or `rmtree` then rebuild): a lock
-inside would be deleted with the directory and a second writer could lock a fresh file.
-
-The lock file holds a JSON record of the holder (pid, host, start time, command), so a refused
-writer can say who holds it. `flock` is released by the kernel when its holder dies, so a lock left
-by a killed process is simply taken over (the stale record is replaced, and the takeover reported
-on stderr). A writer that loses a race waits a moment (`SETTLE_S`) for the winner's record, so
-its refusal names the live holder, never nobody or a dead one. The same process may re-enter a lock it holds (the demo and ablations call builders
-that take their own locks on nested outputs).
-
-`flock` holds on one machine only. An `s3://` output is locked by a lock object in the store
-instead, `s3://bucket/<parent>/.<name>.lock`, which keeps out a writer on any machine: it is
-created with a conditional write (PutObject with `If-None-Match: *`: the store creates it for
-exactly one writer and answers 412 to the others), holds the same holder record plus a random
-`id`, and is deleted when its writer exits. A killed writer's lock object stays, naming it,
-until `pretrain unlock OUTPUT --id ID` removes it. There is no lease and no heartbeat: what that
-leaves open is documented in docs/cluster.md (one driver per s3 output). pyarrow's S3
-filesystem cannot send conditional headers, so the lock object is reached through botocore,
-with the same `AWS_*` settings (`AWS_ENDPOINT_URL` for an S3-compatible store).
-"""
+"""One writer per output (docs/artifacts.md#one-writer-per-output): `with output_lock(out):` holds an
+exclusive `flock` on `PARENT/.<name>.lock` (beside the output, which writers replace whole) holding
+the holder's record; an `s3://` output, a lock object made by a conditional put (docs/cluster.md)."""
 
 from __future__ import annotations
 
@@ -180,7 +159,7 @@ def _acquire(path: Path, out: Path) -> int:
 
 
 def is_object_output(out: str | os.PathLike) -> bool:
-    """An `s3://` output: locked by a lock object in the store (see the module docstring)."""
+    """An `s3://` output: locked by a lock object in the store, which holds across machines."""
     return str(out).startswith("s3://")
 
 
@@ -193,7 +172,9 @@ def _botocore_session() -> Any:
 
 
 class ObjectLock:
-    """The lock object of an `s3://` output: where it is, and (once held) its id and ETag."""
+    """The lock object of an `s3://` output (`s3://bucket/<parent>/.<name>.lock`): where it is, and
+    (once held) its id and ETag. Reached through botocore, with the same `AWS_*` settings: pyarrow's
+    S3 filesystem cannot send the conditional headers."""
 
     def __init__(self, output: str) -> None:
         from botocore.config import Config
@@ -325,8 +306,9 @@ def _release_file_lock(fd: int) -> None:
 @contextmanager
 def output_lock(out: str | os.PathLike) -> Iterator[Path | str]:
     """Hold the exclusive writer lock on output directory `out` for the `with` block; for an
-    `s3://` output, a lock object in the store, which holds across machines.
-    Its holder record names `pretrain.command.current_command()`.
+    `s3://` output, a lock object in the store. Its holder record names
+    `pretrain.command.current_command()`. A process may re-enter a lock it holds (the demo and
+    ablations call builders that lock their nested outputs).
 
     Raises `OutputLocked` (one line naming the holder) when another live process holds it.
     """

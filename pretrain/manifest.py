@@ -1,7 +1,6 @@
-"""`manifest.json`, written last, atomically, sealed: what made an artifact, what it was made from
-and every file's bytes and sha256; `require` verifies one for a consumer and refuses in one line.
-The one format and the seal (a plain sha256: it catches an edit, not a forger who recomputes it)
-are in pretrain/CONTRACTS.md."""
+"""`manifest.json`, written last, atomically, sealed: what made an artifact, what it was made from and
+every file's bytes and sha256; `require` verifies one for a consumer. The one format and the seal (a
+plain sha256: it catches an edit, not a forger who recomputes it): pretrain/CONTRACTS.md."""
 
 from __future__ import annotations
 

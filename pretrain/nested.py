@@ -1,14 +1,6 @@
-"""Nested tags as Arrow types (document schema version 3, the one schema).
-
-- `meta`: the input record's pass-through fields as a list of typed entries sorted by key, one
-  fixed type for every input (so shards of any inputs concatenate). A nested object is flattened
-  to dotted keys (`metadata.language_score`: the path a `*_field` setting takes) and each entry
-  sets exactly one value slot: `str`, `int` (int64), `float` (float64), `bool`, or `json` (the
-  JSON text of a list, an empty object, or an integer past int64). JSON null sets none. A list of
-  structs, not a map or a union: Hugging Face datasets and polars have no map type and Parquet
-  no union; duckdb reads a slot as `list_filter(meta, lambda e: e.key = 'k')[1].float`.
-The safety stage's nested columns (`pii_counts`, `unsafe_categories`) are declared by that stage.
-"""
+"""The `meta` column as an Arrow type (schema 3): typed {key, str, int, float, bool, json} entries
+sorted by key, nested objects as dotted keys; a list of structs, since HF datasets and polars have
+no map type and Parquet no union. The safety stage declares its own nested columns."""
 
 from __future__ import annotations
 

@@ -1,16 +1,5 @@
-"""Refuse an output directory a command would write over someone else's files in.
-
-A command that writes a local folder (`pretrain tokenizer train`, `... encode`) deletes and
-replaces files of its own names there (stale prefixes, an old lock.json). In a folder it did not
-write, those names are the user's files: a misspelt `--out` naming a Megatron data folder lost
-its `.bin`/`.idx`. So an output must be new, empty, or hold what the command wrote before (the
-caller decides that: a manifest of its kind, or its own resume records); anything else is one
-`ConfigError` line before the first write. `pretrain data run` has its own check with the same
-rules, through the same functions (data_pipeline.fingerprint.check_output_target).
-
-A refused command also forgets the artifact its log was to go to (`progress.detach`): a refusal
-leaves no `.logs/` folder in the user's directory.
-"""
+"""Refuse, in one line before the first write, an output folder holding someone else's files: a
+misspelt `--out` naming a Megatron data folder lost its `.bin`/`.idx` (docs/artifacts.md#where-outputs-may-go)."""
 
 from __future__ import annotations
 

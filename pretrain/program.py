@@ -1,13 +1,6 @@
-"""Running commands: the plumbing the `pretrain` program (pretrain_app.cli) and each package's
-`python -m PACKAGE` share.
-
-A command module is a package's `cli.py`: one handler per command (`handler(args) -> int`, which
-imports heavy engines such as Ray or torch inside, so `--help` stays fast) and `register(sub)`,
-which adds them with `pretrain.cli_utils.add_command`. `run(parser, argv)` parses, records the
-command for the manifests it writes (pretrain.command), sets the progress session up and turns a
-`PretrainError` into a one-line error and exit 2. The modules are passed in by whoever composes
-the program, so nothing here imports a package above `pretrain`.
-"""
+"""Running commands, for the `pretrain` program (pretrain_app.cli) and `python -m PACKAGE`: each
+package's `cli.py` has a handler per command and `register(sub)`; `run` parses, records the command,
+sets up the terminal session and prints a `PretrainError` as one line, exit 2."""
 
 from __future__ import annotations
 

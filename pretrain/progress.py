@@ -1,15 +1,6 @@
-"""What a command shows on the terminal, and where everything else goes.
-
-- One progress display at a time: a tqdm bar on a terminal; anywhere else (a file, a pipe, CI) a
-  plain line at most every ~10 s (`PRETRAIN_PROGRESS_S`): `[step] done/total unit, rate, ETA`,
-  never `\\r` frames. Step lines (`step(...)`) say what a command is about to do.
-- Everything else - Ray's C++ and Python logs, Megatron/TransformerEngine warnings, child
-  processes' stderr, any library chatter - goes to a log file: `session()` points file
-  descriptor 2 at the log, so output written by C/C++ code lands there too. When the command
-  names its artifact (`attach(dir)`), the log ends in `<artifact>/.logs/` (outside the manifest,
-  which lists no dot-paths); otherwise it stays in the temp directory. `-v` leaves stderr on the
-  terminal; `-q` shows only the summary and errors.
-"""
+"""What a command shows on the terminal (a step line, one progress display, the summary), and the
+log file where everything else goes: `session()` points fd 2 at it (Ray's C++ output included) and
+moves it into `<artifact>/.logs/` (`attach`); `-v` keeps stderr, `-q` shows only the summary."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
-"""All or nothing: every command builds its artifact in a scratch folder and publishes it with one
-rename, so that at every instant its output is the earlier finished artifact (or nothing) or the
-new finished one, never a part of either.
-
-`with publishing(out) as scratch:` is where a command writes every file of its artifact and, last,
-its manifest; when the block ends, the scratch folder takes the place of `out` in one
-`renameat2(RENAME_EXCHANGE)` (Linux), and the earlier artifact, now in the scratch folder, is
-deleted. Where the exchange is not supported, `out` is renamed aside first (`.NAME.retired`), then
-the scratch folder into place, and the next build puts a retired artifact back if a kill left no
-`out`. The scratch folder is `PARENT/.NAME.building`, beside `out` on its file system; inside an
-artifact (a mixture's `report/`, a tokenizer's `eval/`), in that artifact's `.pretrain-staging/`,
-which manifests never list. A kill leaves only the scratch folder, which the next build of the
-same output deletes first (under the output lock). The old artifact's `.logs/` moves into the new.
-"""
+"""All or nothing (docs/artifacts.md#killed-writers-leave-nothing-half-written): `with publishing(out)
+as scratch:` builds the artifact beside `out`, manifest last, then swaps it into place in one
+`renameat2(RENAME_EXCHANGE)` (elsewhere two renames, a kill between them repaired by the next build)."""
 
 from __future__ import annotations
 

@@ -1,27 +1,6 @@
-"""Connecting to Ray the way a user meets it: an existing cluster, or a private local one.
-
-- An existing cluster (`--ray-address`, config, `RAY_ADDRESS`): Ray only turns token
-  authentication on for an explicit address when `RAY_AUTH_MODE=token` is set, although
-  `ray start --head` enables it whenever a token exists (`~/.ray/auth_token`). So when the mode is
-  unset and a token is available here (`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH` or
-  `~/.ray/auth_token`), the driver sends it; a cluster without authentication accepts it too.
-  A refused connection is one line naming what to set.
-- A local Ray (no address): every process binds 127.0.0.1 (Ray maps a loopback node address to
-  the machine's public one unless its cluster mode is off), the dashboard is off, and a watchdog
-  process kills every Ray process the driver started if the driver dies without shutting down
-  (Ray's own agents outlive a SIGKILLed driver for a minute or more, retrying a dead GCS).
-  With no dashboard nobody reads Ray's own telemetry, so a local Ray records none (`QUIET_LOCAL`):
-  no metrics (every process's recording and export to the agent), no task events (what the
-  dashboard's task list and `ray timeline` show), and the agent's per-node process stats once a
-  minute instead of every 5 s. On 2 cores that telemetry took CPU from the workers. A cluster
-  (`ray start`, an address) keeps all of it; to watch a job, run it on one.
-  Nor does a local start run three head processes nothing here uses (`LOCAL_SKIPPED`): the
-  dashboard's API server (with the dashboard off it loads only its usage-stats module, and
-  `ray.init` waits for it to come up), the autoscaler's monitor (a fixed local node never
-  scales; it polls the GCS every second for the whole run) and the log monitor (it lists and
-  tails every worker's log file ten times a second to send new lines to the driver, which
-  `log_to_driver=False` never prints; the files stay in the session's logs directory).
-"""
+"""Connecting to Ray: an existing cluster (sending a token when one is found: docs/cluster.md), or a
+private local one bound to 127.0.0.1 with no dashboard or telemetry, and a watchdog
+(pretrain.rayreaper) that ends its processes if the driver dies."""
 
 from __future__ import annotations
 
@@ -45,8 +24,9 @@ QUIET_LOCAL: dict[str, Any] = {
     "enable_metrics_collection": False,
     "task_events_report_interval_ms": 0,
 }
-"""RayConfig of a local Ray (`ray.init(_system_config=...)`; a caller's own entries win); a task
-events interval of 0 turns their recording off."""
+"""RayConfig of a local Ray (a caller's own entries win): no metrics and no task events (an
+interval of 0). With no dashboard nobody reads them, and on 2 cores recording them took CPU from
+the workers; a cluster (`ray start`, an address) keeps them."""
 WARM_LOCAL: dict[str, Any] = {"idle_worker_killing_time_threshold_ms": 600_000}
 """Also a local Ray's RayConfig: an idle task worker is kept for 10 minutes (Ray's default: 1 s
 once the node has more worker processes than CPUs). A data run's stream holds its stage actors
@@ -59,8 +39,11 @@ QUIET_LOCAL_ENV = {"REPORTER_UPDATE_INTERVAL_MS": "60000"}
 a value the environment sets wins."""
 
 LOCAL_SKIPPED = ("start_api_server", "start_monitor", "start_log_monitor")
-"""Methods of Ray's head `Node` a local start replaces by nothing (module docstring); a Ray
-without one of them starts it as usual."""
+"""Head processes a local start does not run (a Ray without one of these `Node` methods starts it
+as usual): the dashboard's API server (`ray.init` waits for it, and with no dashboard it serves
+only usage stats), the autoscaler's monitor (a fixed node never scales; it polls the GCS every
+second) and the log monitor (it tails every worker log ten times a second for the driver, which
+`log_to_driver=False` never prints; the files stay in the session's logs)."""
 
 REFUSED = (
     "could not connect to the Ray cluster at {address} ({reason}); check it with "
@@ -86,6 +69,8 @@ def token_available() -> bool:
 
 
 def _use_token_if_available() -> None:
+    """Ray sends a token to an explicit address only with RAY_AUTH_MODE=token, though `ray start
+    --head` turns authentication on whenever a token exists: unset and a token here, send it."""
     if os.environ.get(AUTH_MODE) is not None or not token_available():
         return
     os.environ[AUTH_MODE] = "token"

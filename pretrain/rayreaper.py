@@ -1,11 +1,6 @@
-"""Watchdog for a local Ray: `python -m pretrain.rayreaper DRIVER_PID SINCE`, stdin a pipe.
-
-While the driver lives, it records the Ray processes among the driver's descendants (started
-after SINCE). When its stdin reaches EOF (the driver shut Ray down, or died: the kernel closes the
-pipe either way) it terminates every recorded process that is still the same process, waits a
-moment, and kills what is left. Ray's kernel fate-sharing covers only its direct children; its
-agents otherwise linger for a minute or more after a SIGKILLed driver.
-"""
+"""Watchdog for a local Ray, `python -m pretrain.rayreaper DRIVER_PID SINCE` with stdin a pipe: at EOF
+(the driver shut Ray down or died) it kills the Ray processes it saw among the driver's descendants,
+which otherwise outlive a SIGKILLed driver for a minute or more."""
 
 from __future__ import annotations
 

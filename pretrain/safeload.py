@@ -1,15 +1,6 @@
-"""Nothing we are handed is unpickled: loaders for the files a checkpoint holds.
-
-- torch distributed-checkpoint `.metadata` is a pickle. `load_dcp_metadata` reads it with an
-  unpickler that admits only the classes that format is made of (the dataclasses and enums of
-  `torch.distributed.checkpoint.{metadata,planner,filesystem}`, `torch.Size`, torch dtypes and
-  torch's layout lookup); any other global (`os.system`, `builtins.eval`, a user class) refuses the
-  file. `guard_torch_loading()` makes torch's and megatron's own readers use it, and forces
-  `torch.load` to weights_only mode (megatron's `common.pt` load passes no `weights_only`).
-- `*.pt` files: `torch.load(weights_only=True)`; `.npy`: `np.load(allow_pickle=False)`.
-- `check_checkpoint(dir, manifest)` opens every loadable file of a checkpoint that way, so a planted
-  payload is refused before megatron touches the directory (and `pretrain verify` reports it).
-"""
+"""Nothing we are handed is unpickled (docs/artifacts.md#never-unpickled): torch DCP `.metadata`
+through an unpickler admitting only that format's classes, `.pt` with `weights_only`, `.npy`
+without pickle; `check_checkpoint` opens each file a checkpoint lists that way."""
 
 from __future__ import annotations
 
@@ -104,7 +95,8 @@ def _safe_read_metadata(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 def guard_torch_loading() -> None:
     """Make every checkpoint read in this process safe: DCP metadata through the restricted
-    unpickler, and `torch.load` in weights_only mode even where a caller did not ask for it."""
+    unpickler, and `torch.load` in weights_only mode even where a caller did not ask for it
+    (megatron's `common.pt` load passes no `weights_only`)."""
     from torch.distributed.checkpoint import filesystem
 
     filesystem.FileSystemReader.read_metadata = _safe_read_metadata

@@ -1,12 +1,5 @@
-"""The versioned Arrow document schema: base columns, checks.
-
-Base columns exist from extraction on. Every stage appends its typed columns (declared by the
-stage itself, `Stage.columns`; and, when it can reject, a `<stage>_reason` column: null = passes)
-and keeps rows. Which of them are the tags other packages read by name (mixtures select on them)
-is declared by the stage too (`Stage.tags`; data_pipeline.stages.registry.tag_fields): this
-layer is below the stages and names none, readers above it pass those fields down. Functions here take a stage's fields; the data
-pipeline's registry gives them by stage name (data_pipeline.stages.registry.schema_for).
-"""
+"""The versioned Arrow document schema: the base columns, then each stage's typed columns (declared by
+the stage, `Stage.columns`; a stage that rejects adds `<stage>_reason`, null = passes)."""
 
 from __future__ import annotations
 

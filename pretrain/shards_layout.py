@@ -1,18 +1,6 @@
-"""Where every file of a shards artifact (`pretrain data run`, kind `shards`) lives: the one place.
-
-    DIR/manifest.json                 the artifact manifest (lists every file below)
-    DIR/README.md                     a Hugging Face dataset card (`load_dataset(DIR)`, `, "eval")`)
-    DIR/data/<stem>-<part:05d>.parquet   kept documents, and nothing else ends in .parquet
-    DIR/ledger.json                   per stage and reason: documents and bytes in/kept/dropped
-    DIR/_rejects/<stem>-<part:05d>.pq hard rejects (`.pq` in a `_` folder: no Parquet glob or
-                                      pyarrow.dataset reaches them)
-    DIR/.parts/                       hidden work area (ledger fragments, resume records)
-    DIR/.parts/global/<stage>/        a global stage's persisted map side (a resume cache the
-                                      manifest does not list)
-
-Which tools read exactly the kept documents this way: pretrain/CONTRACTS.md (`shards`) and
-tests/data_pipeline/test_artifact_readers.py. There is no other layout.
-"""
+"""Where every file of a shards artifact lives: `data/*.parquet` (the kept documents, the only
+`.parquet` files), `_rejects/*.pq`, `ledger.json`, `README.md` (a dataset card), `.parts/` (work
+area; `.parts/global/`, a resume cache no manifest lists). pretrain/CONTRACTS.md (`shards`)."""
 
 from __future__ import annotations
 

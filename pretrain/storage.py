@@ -1,18 +1,6 @@
-"""Where a data job writes: a local directory, or an object-store prefix (`s3://bucket/prefix`).
-
-`output_path(config.output)` gives a `pathlib.Path` for a local output and an `ObjectPath` for a
-URI. An `ObjectPath` offers the part of `pathlib.Path` the writers use (`/`, `name`, `stem`,
-`parent`, `glob`, `is_file`, `is_dir`, `exists`, `stat().st_size`, `read_bytes`, `read_text`,
-`unlink`, `mkdir`), over a pyarrow filesystem (the one `s3://` inputs are read through), so the
-shard writer, the resume checks and the ledger run unchanged on either. Three helpers take either
-kind: `write_atomic` (local: temporary file, fsync, rename; object store: one PUT, or a multipart
-upload completed on close, so no reader ever sees a partial object under its final key),
-`remove_tree`, and `size_and_sha256` (the project hash cache locally; every byte read back from the
-store otherwise, so a resumed run trusts an object only after re-hashing it).
-
-An object store has no directories and no rename: a "directory" is a key prefix, `mkdir` is a
-no-op, and writes go straight to their final key (atomic per object, as above).
-"""
+"""Where a data job writes: a local `Path`, or an `ObjectPath` (`s3://bucket/prefix`, a pyarrow
+filesystem) with the subset of `pathlib.Path` the writers use, so the same code writes either;
+`write_atomic` makes a file (or object) visible whole, `size_and_sha256` re-reads an object's bytes."""
 
 from __future__ import annotations
 
@@ -244,7 +232,8 @@ def write_atomic(
     path: OutPath | str | os.PathLike, data: bytes | Iterable[Any], *, durable: bool = True
 ) -> None:
     """Make `data` (bytes, or bytes-like chunks written in order, never joined) visible under
-    `path` all at once (see the module docstring). `durable=False` skips the fsync and the chmod:
+    `path` all at once (locally: a temporary file, fsync, rename; in an object store: one PUT or
+    a multipart upload completed on close). `durable=False` skips the fsync and the chmod:
     for scratch files a crash re-makes (per file, an fsync cost more wall than a dedup step's
     work on a busy disk)."""
     chunks: Iterable[Any] = [data] if isinstance(data, bytes) else data
