@@ -151,11 +151,7 @@ class ObjectPath:
         return self.read_bytes().decode(encoding)
 
     def write_bytes(self, data: bytes) -> int:
-        if self.fs.type_name != "s3":  # S3 has no directories; a local or HDFS store has
-            self.fs.create_dir(str(PurePosixPath(self.key).parent), recursive=True)
-        with self.fs.open_output_stream(self.key) as handle:
-            handle.write(data)
-        return len(data)
+        return self.write_chunks([data])
 
     def write_chunks(self, chunks: Iterable[Any]) -> int:
         """Write the bytes-like `chunks` in order as one object without joining them: a
@@ -163,7 +159,7 @@ class ObjectPath:
         each chunk waits for those in flight, so a writer holds about a part and a chunk). The
         object appears when the last chunk is written; an error from the chunks (or the store)
         deletes what the stream completed on close, so no partial object stays under the key."""
-        if self.fs.type_name != "s3":
+        if self.fs.type_name != "s3":  # S3 has no directories; a local or HDFS store has
             self.fs.create_dir(str(PurePosixPath(self.key).parent), recursive=True)
         written = 0
         try:
@@ -238,7 +234,7 @@ def write_atomic(
     work on a busy disk)."""
     chunks: Iterable[Any] = [data] if isinstance(data, bytes) else data
     if isinstance(path, ObjectPath):
-        path.write_bytes(data) if isinstance(data, bytes) else path.write_chunks(chunks)
+        path.write_chunks(chunks)
         return
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
