@@ -122,18 +122,14 @@ def read_state(path: Path) -> dict[str, Any]:
     return state
 
 
-def _model_sharded_state(model: list[Any], prefix: str = "") -> dict[str, Any]:
-    if len(model) == 1:
-        return {"model": model[0].sharded_state_dict(prefix=prefix)}
-    return {f"model{i}": chunk.sharded_state_dict(prefix=prefix) for i, chunk in enumerate(model)}
-
-
-def _sharded_state(model: list[Any], optimizer: Any, is_loading: bool) -> dict[str, Any]:
-    state = _model_sharded_state(model)
-    merged = {k: v for chunk_state in state.values() for k, v in chunk_state.items()}
-    state["optimizer"] = optimizer.sharded_state_dict(
-        merged, is_loading=is_loading, metadata={"distrib_optim_sharding_type": "dp_reshardable"}
-    )
+def _sharded_state(model: Any, optimizer: Any | None, is_loading: bool, prefix: str = "") -> dict:
+    state = {"model": model.sharded_state_dict(prefix=prefix)}
+    if optimizer is not None:
+        state["optimizer"] = optimizer.sharded_state_dict(
+            dict(state["model"]),
+            is_loading=is_loading,
+            metadata={"distrib_optim_sharding_type": "dp_reshardable"},
+        )
     return state
 
 
@@ -193,7 +189,7 @@ class AsyncSaver:
 def save(
     run_dir: Path,
     step: int,
-    model: list[Any],
+    model: Any,
     optimizer: Any,
     state: dict[str, Any],
     keep: tuple[int, int | None],
@@ -249,25 +245,19 @@ def prune(run_dir: Path, keep_last: int, keep_every: int | None) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def load(path: Path, model: list[Any], optimizer: Any | None, prefix: str = "") -> dict[str, Any]:
+def load(path: Path, model: Any, optimizer: Any | None, prefix: str = "") -> dict[str, Any]:
     """Load model (+ optimizer) shards and this rank's RNG; returns state.json. `prefix`:
-    "module." for chunks not wrapped in megatron DDP (trainer.inference), as the keys were saved."""
+    "module." for a model not wrapped in megatron DDP (trainer.inference), as the keys were saved."""
     from megatron.core import dist_checkpointing
 
     guard_torch_loading()
     adams = _distributed_torch_adams(optimizer)
     for adam in adams:
         _fill_empty_state(adam)
-    if optimizer is not None:
-        sharded = _sharded_state(model, optimizer, True)
-    else:
-        sharded = _model_sharded_state(model, prefix)
     with device_context():
-        loaded = dist_checkpointing.load(sharded, str(path))
-    for i, chunk in enumerate(model):
-        weights = loaded["model" if len(model) == 1 else f"model{i}"]
-        # megatron DDP's shard keys start with "module."; its load_state_dict forwards unprefixed
-        chunk.load_state_dict({k.removeprefix("module."): v for k, v in weights.items()})
+        loaded = dist_checkpointing.load(_sharded_state(model, optimizer, True, prefix), str(path))
+    # megatron DDP's shard keys start with "module."; its load_state_dict forwards unprefixed
+    model.load_state_dict({k.removeprefix("module."): v for k, v in loaded["model"].items()})
     if optimizer is not None:
         # no_grad: with fp32 params the distributed optimizer's main params are views of the
         # model's, and its parameter-state load copies into them in place

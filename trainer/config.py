@@ -63,9 +63,6 @@ class ModelConfig(StrictModel):
     attention_dropout: float = Field(0.0, ge=0, le=1)
     hidden_dropout: float = Field(0.0, ge=0, le=1)
     init_method_std: float = Field(0.02, gt=0)
-    attention: Literal["sdpa", "megatron"] = "sdpa"
-    """Core attention of the local layer spec: torch SDPA (fused kernels) or megatron's unfused
-    DotProductAttention. TransformerEngine layers, when present on a GPU, use their own."""
     recompute: Literal["none", "selective", "full"] = "none"
     """Activation recompute: `selective` recomputes only core attention (Korthikanti et al. 2022),
     `full` every layer from its input (saves memory, costs ~1/3 more compute)."""
@@ -97,8 +94,6 @@ class ParallelConfig(StrictModel):
 
     tensor: int = Field(1, ge=1)
     pipeline: int = Field(1, ge=1)
-    virtual_pipeline: int | None = Field(None, ge=1)
-    """Interleaved 1F1B: model chunks per pipeline rank (layers must divide by PP * VPP)."""
     context: int = Field(1, ge=1)
     """Context parallel: plan-only until measured on a GPU."""
     data: int | None = Field(None, ge=1)
@@ -372,8 +367,8 @@ class TrainConfig(StrictModel):
         rank = torch.distributed.get_rank()
         data = open_data(self, run_dir, rank)
         vocab_size = resolve_vocab(self, data)
-        chunks = mcore.build_model_chunks(self, vocab_size)
-        model = mcore.wrap_ddp(self, chunks)
+        gpt = mcore.build_model(self, vocab_size)
+        model = mcore.wrap_ddp(self, gpt)
         optimizer = mcore.build_optimizer(self, model)
         trackers, name = self.metrics.trackers, self.run.name
         metrics = MetricsLog(run_dir, rank, lambda: open_sinks(trackers, run_dir, name))
@@ -383,12 +378,12 @@ class TrainConfig(StrictModel):
         if evaluate and self.eval.every:
             from trainer.periodic_eval import PeriodicEval
 
-            extra.insert(0, PeriodicEval(self, chunks[0]))
-        return Trainer(self, data, vocab_size, (chunks, model, optimizer), builtin, extra)
+            extra.insert(0, PeriodicEval(self, gpt))
+        return Trainer(self, data, vocab_size, (gpt, model, optimizer), builtin, extra)
 
     @model_validator(mode="after")
     def _eval_needs_one_pipeline_stage(self) -> TrainConfig:
-        if self.eval.every and (self.parallel.pipeline > 1 or self.parallel.virtual_pipeline):
+        if self.eval.every and self.parallel.pipeline > 1:
             raise ValueError(
                 "eval.every with parallel.pipeline > 1 is not supported; unset eval.every and "
                 "evaluate the checkpoints with `pretrain eval run`"

@@ -1,21 +1,8 @@
-"""Run megatron-core 0.16.1 on a machine without CUDA (gloo, fp32 or bf16).
-
-Several megatron-core code paths assume CUDA: literal `device="cuda"`, `torch.cuda.current_device()`,
-`torch.cuda.synchronize()`, `.cuda()`, CUDA RNG state for the model-parallel RNG tracker, and
-`tensor.type()` checks for `torch.cuda.*Tensor` names (optimizers). On CPU we redirect all of them:
-
-- `CpuDeviceMode`, a TorchFunctionMode active while the trainer calls into megatron, rewrites any
-  CUDA device argument to CPU, makes `Tensor.cuda()` the identity and reports CPU tensors'
-  `.type()` as the matching `torch.cuda.*` name (measured overhead about 2%).
-- `torch.cuda.current_device/synchronize/empty_cache` become CPU no-ops.
-- The RNG tracker keeps CPU generator states (`_cpu_rng_tracker`).
-- The causal mask is built on CPU once per sequence length.
-- Activation recompute's save/restore of the CUDA RNG state is a no-op (the CPU state is saved).
-
-On a CUDA machine nothing is patched. These are private internals of megatron-core 0.16: another
-minor version is refused (`check_megatron_version`) rather than patched blindly; pyproject.toml
-pins the same tested range.
-"""
+"""Run megatron-core 0.16.1 without CUDA (gloo, fp32 or bf16). Its code assumes CUDA in places
+(`device="cuda"`, `torch.cuda.current_device()`, `.cuda()`, CUDA RNG states, `torch.cuda.*Tensor`
+type checks): on CPU `CpuDeviceMode` rewrites CUDA devices to CPU while the trainer calls into
+megatron (about 2% overhead), and `apply_cpu_patches` makes the rest CPU no-ops. These are
+private internals: another minor version is refused (`check_megatron_version`), not patched."""
 
 from __future__ import annotations
 

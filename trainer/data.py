@@ -1,16 +1,6 @@
-"""Where training sequences come from, behind one small interface.
-
-`TrainData` yields, for a global batch number, the token sequences of that batch (each
-`seq_length + 1` tokens) and their mixture component. Two sources implement it:
-
-- `MixtureData`: the mixture artifact's `mixtures.dataset.MixtureDataset`, one per phase (sample i
-  of a phase is consumed at step i // global_batch of that phase, CONTRACTS.md).
-- `SyntheticData`: a learnable synthetic corpus written as Megatron .bin/.idx with
-  `IndexedDatasetBuilder`, for tests, smoke runs and benchmarks.
-
-Batches are numbered globally across phases; the trainer's data state is the number of batches
-consumed plus the batches the loss-spike guard skipped.
-"""
+"""Where training sequences come from: `TrainData` gives the tokens of a global batch, over a
+mixture artifact's phases (`mixture_data`) or a learnable synthetic corpus (`synthetic_data`);
+and the checks a resume makes on the data, model and batch order (`check_resume`)."""
 
 from __future__ import annotations
 

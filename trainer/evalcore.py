@@ -1,20 +1,7 @@
-"""Bits per byte, loss and perplexity of a model on eval sets, per domain and language: the
-scoring core shared by `pretrain eval run` and evaluation during
-training (trainer/periodic_eval.py).
-
-It lives in the trainer package because the trainer must not import `evals` (package order
-pretrain < data_pipeline < tokenizer < mixtures < trainer < evals) and the in-training hook runs
-inside torchrun workers, which are built from the config alone: a callback registered by the
-CLI process would not reach them. It depends on nothing but numpy, pyarrow and pretrain.manifest.
-
-Bits per byte = total negative log-likelihood in bits / UTF-8 bytes of the text: unlike loss per
-token it does not depend on the tokenizer, so models with different tokenizers compare.
-
-The model is any object with `.logprobs(tokens: LongTensor[B, S]) -> FloatTensor[B, S-1]` (the
-log-probability of each next token), e.g. `trainer.inference.load_model(ckpt)`. Text is encoded
-with the model's tokenizer; each document is prefixed with the end-of-document token as context,
-so every one of its tokens is predicted, and split into windows of `seq_length` predictions.
-"""
+"""Bits per byte, loss and perplexity on eval sets, per domain and language: the scoring shared by
+`pretrain eval run` and evaluation during training. In the trainer because the torchrun ranks
+run it and the trainer must not import `evals`. Each document is prefixed with the end-of-document
+token, so every one of its tokens is predicted; bpb = NLL in bits / UTF-8 bytes."""
 
 from __future__ import annotations
 

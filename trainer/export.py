@@ -1,12 +1,6 @@
-"""`pretrain export RUN_DIR [--step N] --format hf --out DIR`: a transformers checkpoint.
-
-The export directory is an `hf_export` artifact: `config.json` (LlamaForCausalLM),
-`model.safetensors`, `generation_config.json`, the tokenizer files (`tokenizer.json`,
-`tokenizer_config.json` with the model's seq_length as `model_max_length`,
-`special_tokens_map.json`) and a manifest whose lineage names the run, the checkpoint and the
-tokenizer. `transformers.AutoModelForCausalLM.from_pretrained(DIR)` loads it offline.
-The weights mapping is in trainer/hf_mapping.py.
-"""
+"""`pretrain export RUN_DIR --out DIR`: a checkpoint as an `hf_export` artifact (LlamaForCausalLM
+config and safetensors, the tokenizer files, lineage) that transformers loads offline; the
+weights mapping is trainer/hf_mapping.py."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""The gate on full-size launches: a `run.kind: full` config must be cleared by an ablation report.
-
-`check_gate(train_config_dict, report_dir)` refuses (GateRefused, naming what is missing) unless the
-report (a) used the same tokenizer hash and the same data artifacts as the config's mixture,
-(b) chose the recipe hash of the config's mixture, and (c) passes the config's `gate` criteria,
-recomputed from the report's per-seed results (not trusted from its `passed` flag).
-
-`decide` (trainer/gate_rule.py, with the paired statistics of trainer/gate_stats.py) is the
-decision rule itself: the ablation report (evals/report.py) applies it to choose and record a
-recipe, the gate applies it again here under the launch config's criteria. It lives with the
-launcher so that `pretrain launch` reads the ablation artifact without importing evals.
-"""
+"""The gate on full-size launches: `check_gate` refuses (GateRefused, naming what is missing) a
+`run.kind: full` config unless the ablation report used the same tokenizer and data as its
+mixture, chose its recipe hash, and passes the `gate` criteria recomputed by `decide`
+(trainer/gate_rule.py) from the report's per-run results, not from its `passed` flag."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""The ablation's decision: which recipe the evidence shows best, on every alternative.
-
-A run is evidence only when it is healthy (`run_health`): scored at the step it last trained, and
-trained (nearly) its token budget. Unhealthy runs are left out of every decision and refuse the
-gate; so do seed outliers (`seed_outliers`, a robust rule). The best-ranked recipe passes only
-when its paired interval (trainer/gate_stats.py) against EACH alternative clears
-`min_improvement`, every constraint holds for each such pair (no domain worse than X; with two
-scales, the pair agrees at both and its small-scale margin is outside the noise), and the verdict
-says which case holds: "<recipe> shown better than every alternative", "base shown best", or,
-refusing, "no recipe shown better than base" / "not decided". The report and the launch gate both
-call `decide`, so the gate recomputes the verdict from the report's per-run results.
-"""
+"""The ablation's decision (`decide`), applied by the report and again by the launch gate: healthy
+runs only (`run_health`), seed outliers refuse; the best-ranked recipe passes when its paired
+interval (trainer/gate_stats.py) against EACH alternative clears `min_improvement` and every
+constraint holds; the verdict says which case holds."""
 
 from __future__ import annotations
 

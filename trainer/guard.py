@@ -1,12 +1,6 @@
-"""Loss-spike guard: decide from the loss and grad-norm history whether a step went bad.
-
-Pure Python so it is testable without torch. A callback of the trainer (trainer/callbacks.py): its
-`check_step` judges every step (`check(loss, grad_norm)`; a good step enters the history); on a
-verdict the trainer rolls back to the last good checkpoint, skips the offending batches and calls
-`rolled_back()`, which raises once the config's `max_rollbacks` is exceeded; `on_rollback` then
-takes the history back to the restored checkpoint's. The trainer saves `state()` in every
-checkpoint and `load_state()`s it on resume.
-"""
+"""Loss-spike guard (a trainer callback): `check_step` judges every step against the recent history;
+on a verdict the trainer rolls back to the last good checkpoint and skips the batches, and
+`rolled_back()` raises past `max_rollbacks`. Its `state()` is saved in every checkpoint."""
 
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ def _cpu_config(state: dict[str, Any]) -> TrainConfig:
 def load_model(checkpoint_dir: str | os.PathLike) -> LoadedModel:
     """Load `RUN/checkpoints/iter_NNNNNNN` (verified against its manifest) for CPU inference."""
     from trainer.local_torchrun import loopback_gloo
-    from trainer.model import build_model_chunks, init_distributed
+    from trainer.model import build_model, init_distributed
 
     path = Path(checkpoint_dir)
     check_checkpoint(path, verify(path))
@@ -71,8 +71,8 @@ def load_model(checkpoint_dir: str | os.PathLike) -> LoadedModel:
         init_distributed(config)  # a world of one here (or the caller's world)
     torch.set_num_threads(threads)  # init_distributed sets a rank's count, not the caller's
     vocab = int(state["vocab_size"])
-    model = build_model_chunks(config, vocab)[0]
-    load(path, [model], None, prefix="module.")  # training saved it inside megatron DDP
+    model = build_model(config, vocab)
+    load(path, model, None, prefix="module.")  # training saved it inside megatron DDP
     model.eval()
     return LoadedModel(
         model=model,

@@ -1,14 +1,7 @@
-"""What `pretrain launch CONFIG` runs (its handler, trainer.cli.launch, takes the run directory's
-lock between them): the preflight, the torchrun command, then the ranks.
-
-Everything checkable is checked in the launcher before torchrun starts and before anything is
-written (`preflight`: gate, data bytes, tokenizer and build pins, resume identity); `--dry-run`
-runs the same checks. Single node by default: torchrun with a c10d rendezvous whose stores listen
-on 127.0.0.1 only (trainer/local_torchrun.py); multi-node through rendezvous flags
-(`--nnodes 2 --rdzv-endpoint HOST:PORT --rdzv-id ID`, run once per node). Every rank runs
-`python -m trainer.worker RUN/launch/config.json` and dies with the torchrun agent, which dies
-with the launcher (PR_SET_PDEATHSIG, pretrain/lifetime.py).
-"""
+"""What `pretrain launch CONFIG` runs: the preflight (every check, before torchrun starts and
+before anything is written; `--dry-run` runs the same), the torchrun command, then the ranks.
+Single node: a c10d rendezvous on 127.0.0.1 only (trainer/local_torchrun.py); multi-node:
+`--nnodes 2 --rdzv-endpoint HOST:PORT --rdzv-id ID`, once per node."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
-"""The training loop, run by every rank: `config.build().fit()`, read top to bottom.
-
-fit(): resume from the newest valid checkpoint -> for each step: the next non-skipped global
-batch -> forward/backward through megatron's schedule -> optimizer step -> the guard's verdict
-(a spike or NaN rolls back to the last good checkpoint and skips the batch) -> checkpoint ->
-`on_step_end` (throughput, metrics log, periodic eval) -> ... -> finish: the run's manifest and
-summary (`pretrain launch --smoke` runs trainer/smoke.py's checks on the same trainer instead).
-
-The Trainer owns the model, optimizer, data, TrainState, the spike guard and the checkpoints,
-all constructed by `TrainConfig.build()` (trainer/config.py);
-what observes the run is a callback with named events (trainer/callbacks.py); the step's
-megatron mechanics are in trainer/step.py. Entered only through trainer/worker.py's `run()`.
-"""
+"""The training loop every rank runs, `config.build().fit()`: resume, then per step the next
+non-skipped batch, forward/backward, optimizer step, the guard's verdict (a spike rolls back to
+the last good checkpoint), checkpoint, `on_step_end`; then the run's manifest and summary."""
 
 from __future__ import annotations
 
@@ -40,18 +30,18 @@ if TYPE_CHECKING:
 
 
 class Trainer:
-    """One rank's trainer: the model chunks, optimizer, data, state, guard and callbacks."""
+    """One rank's trainer: the model, optimizer, data, state, guard and callbacks."""
 
     def __init__(
         self,
         config: TrainConfig,
         data: TrainData,
         vocab_size: int,
-        model: tuple[list[Any], list[Any], Any],
+        model: tuple[Any, Any, Any],
         builtin: tuple[SpikeGuard, Throughput, MetricsLog],
         callbacks: Sequence[Callback] = (),
     ) -> None:
-        """What `TrainConfig.build()` constructed; `model`: (GPTModel chunks, the same in
+        """What `TrainConfig.build()` constructed; `model`: (GPTModel, the same in
         megatron DDP, optimizer); `callbacks` are called after the built-in ones."""
         from megatron.core import parallel_state as ps
 
@@ -62,10 +52,10 @@ class Trainer:
         self.data, self.vocab_size = data, vocab_size
         self.total_steps = self._total_steps()
         self.num_microbatches = config.batch.microbatches(self.dp_size)
-        self.chunks, self.model, self.optimizer = model
+        self.gpt, self.model, self.optimizer = model
         zeros = [0] * len(self.data.component_names)
         self.state = TrainState(tokens_per_component=zeros, sequences_per_component=list(zeros))
-        self.num_params = mstep.count_params(self.chunks, self.dp_size)
+        self.num_params = mstep.count_params(self.gpt, self.dp_size)
         self.saver = checkpoint.AsyncSaver() if config.checkpoint.async_save else None
         self.has_checkpoint = bool(checkpoint.list_checkpoints(self.run_dir))
         self.init_from: str | None = None
@@ -246,19 +236,16 @@ class Trainer:
         timings["data_s"] = time.perf_counter() - start
         self.callbacks.on_step_start(self, self.state.step + 1)
         with device_context():
-            for chunk in self.model:
-                chunk.zero_grad_buffer()
+            self.model.zero_grad_buffer()
             self.optimizer.zero_grad()
             start = time.perf_counter()
             loss = self._run_schedule(tokens, forward_only=False)
             timings["fwd_bwd_s"] = time.perf_counter() - start
             start = time.perf_counter()
             log_now = (self.state.step + 1) % self.config.run.log_every == 0
-            before = [p.detach().clone() for p in mstep.params(self.chunks)] if log_now else None
+            before = [p.detach().clone() for p in self.gpt.parameters()] if log_now else None
             _, grad_norm, _ = self.optimizer.step()
-            update = (
-                None if before is None else mstep.update_norm(self.chunks, before, self.dp_size)
-            )
+            update = None if before is None else mstep.update_norm(self.gpt, before, self.dp_size)
             timings["optimizer_s"] = time.perf_counter() - start
         grad_norm = float("nan") if grad_norm is None else float(grad_norm)
         return StepResult(loss, grad_norm, update, timings, batch_index)

@@ -1,15 +1,6 @@
-"""Run metrics: one JSONL line per step, TensorBoard events and a loss-curve PNG.
-
-Two trainer callbacks (trainer/callbacks.py) live here: `Throughput` (profiling: MFU against the
-assumed peak, memory, checkpoint time, added to each step's record) and `MetricsLog` (rank 0
-writes every record and event to metrics.jsonl and the trackers of `metrics.trackers`, see
-trainer/trackers.py; the progress bar, `[train]` lines).
-
-MFU = achieved model FLOP/s per device / assumed peak FLOP/s per device, with model FLOPs per token
-from trainer.flops (the same function `pretrain plan` uses): 6 * N + 12 * L * S * H * Q (N: the
-parameters doing matmuls; H heads of size Q = kv_channels; recompute not counted). Formula and
-peak are written in the run manifest.
-"""
+"""Run metrics: the `Throughput` callback (MFU, memory, checkpoint time in each step's record) and
+`MetricsLog` (rank 0 writes metrics.jsonl, the trackers and loss.png). MFU counts model FLOPs per
+token from trainer.flops (the function `pretrain plan` uses): `MFU_FORMULA`."""
 
 from __future__ import annotations
 

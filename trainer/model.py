@@ -1,19 +1,8 @@
-"""Megatron-Core adapter: our `TrainConfig` converted once into Megatron's configs, the GPTModel
-chunks for this rank, megatron DDP and the (distributed) optimizer.
-
-Process groups come from `parallel_state`; nothing here reads global argparse state. On CPU every
-call into megatron runs under `cpu_compat.device_context()`.
-
-The fast path (the end of this file): which Megatron-Core performance features a run turns on,
-decided from the device it runs on. On CUDA: TransformerEngine layers when TE is installed (with
-TE's fused RoPE and the fused weight-gradient accumulation), fused bias+activation, bias+dropout
-and masked softmax, sequence parallelism whenever TP > 1, the configured recompute (selective
-recomputes core attention only), overlapped grad reduce / param gather (the config's choice),
-bf16. On CPU every fusion stays off: megatron-core 0.16.1 implements them with CUDA kernels, and
-sequence parallelism refuses the torch LayerNorm fallback (trainer/cpu_compat.py).
-`fast_path_flags` is a pure function of the config, a device string and whether TE is importable,
-so tests check the GPU decision on a machine without a GPU.
-"""
+"""Megatron-Core adapter: our `TrainConfig` converted once into Megatron's configs, this rank's
+GPTModel, megatron DDP and the optimizer; and the fast path (`fast_path_flags`, a pure function
+of the config and device so tests check the GPU decision without a GPU): on CUDA the fusions, TE
+layers when installed, sequence parallel when TP > 1; on CPU none (megatron-core 0.16.1 has only
+CUDA kernels for them)."""
 
 from __future__ import annotations
 
@@ -99,7 +88,6 @@ def init_distributed(config: TrainConfig) -> None:
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=par.tensor,
         pipeline_model_parallel_size=par.pipeline,
-        virtual_pipeline_model_parallel_size=par.virtual_pipeline,
         context_parallel_size=par.context,
     )
 
@@ -137,7 +125,6 @@ def transformer_config(config: TrainConfig) -> Any:
         init_method_std=model.init_method_std,
         tensor_model_parallel_size=par.tensor,
         pipeline_model_parallel_size=par.pipeline,
-        virtual_pipeline_model_parallel_size=par.virtual_pipeline,
         context_parallel_size=par.context,
         bf16=bf16,
         params_dtype=torch.bfloat16 if bf16 else torch.float32,
@@ -150,9 +137,9 @@ def transformer_config(config: TrainConfig) -> Any:
     )
 
 
-def build_model_chunks(config: TrainConfig, vocab_size: int) -> list[Any]:
-    """The GPTModel chunks this rank holds (one, or VPP chunks with interleaved pipelining):
-    TransformerEngine layers when TE and CUDA are present, Megatron-Core local layers otherwise."""
+def build_model(config: TrainConfig, vocab_size: int) -> Any:
+    """This rank's GPTModel (its pipeline stage): TransformerEngine layers when TE and CUDA are
+    present, Megatron-Core local layers otherwise."""
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel, gpt_layer_specs
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
@@ -164,13 +151,10 @@ def build_model_chunks(config: TrainConfig, vocab_size: int) -> list[Any]:
     if gpu and te_available():
         spec = gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec()
     else:
-        spec = gpt_layer_specs.get_gpt_layer_local_spec(normalization=config.model.normalization)
-        if config.model.attention == "sdpa":
-            from trainer.attention import SDPAttention
+        from trainer.attention import SDPAttention
 
-            spec.submodules.self_attention.submodules.core_attention = SDPAttention
-    chunks = []
-    vpp = config.parallel.virtual_pipeline
+        spec = gpt_layer_specs.get_gpt_layer_local_spec(normalization=config.model.normalization)
+        spec.submodules.self_attention.submodules.core_attention = SDPAttention
     # CPU initialisation draws each full weight from torch's default generator, then splits it:
     # the same seed on every tensor-parallel rank makes TP=2 start from TP=1's exact weights.
     seed = config.run.seed + 100 * parallel_state.get_pipeline_model_parallel_rank()
@@ -179,30 +163,32 @@ def build_model_chunks(config: TrainConfig, vocab_size: int) -> list[Any]:
     torch.manual_seed(seed)
     with device_context():
         model_parallel_cuda_manual_seed(config.run.seed)
-        for vp_stage in range(vpp or 1):
-            stage = vp_stage if vpp else None
-            model = GPTModel(
-                config=tconfig,
-                transformer_layer_spec=spec,
-                vocab_size=config.model.padded_vocab_size(vocab_size, config.parallel.tensor),
-                max_sequence_length=config.model.seq_length,
-                pre_process=parallel_state.is_pipeline_first_stage(False, stage),
-                post_process=parallel_state.is_pipeline_last_stage(False, stage),
-                share_embeddings_and_output_weights=not config.model.untie_embeddings,
-                position_embedding_type=config.model.position_embedding,
-                rotary_base=config.model.rotary_base,
-                vp_stage=stage,
-            )
-            if gpu:
-                model.cuda(torch.cuda.current_device())
-            chunks.append(model)
-    return chunks
+        model = GPTModel(
+            config=tconfig,
+            transformer_layer_spec=spec,
+            vocab_size=config.model.padded_vocab_size(vocab_size, config.parallel.tensor),
+            max_sequence_length=config.model.seq_length,
+            pre_process=parallel_state.is_pipeline_first_stage(),
+            post_process=parallel_state.is_pipeline_last_stage(),
+            share_embeddings_and_output_weights=not config.model.untie_embeddings,
+            position_embedding_type=config.model.position_embedding,
+            rotary_base=config.model.rotary_base,
+        )
+        if gpu:
+            model.cuda(torch.cuda.current_device())
+    return model
 
 
-def wrap_ddp(config: TrainConfig, chunks: list[Any]) -> list[Any]:
-    """Megatron DDP around every chunk (contiguous grad buffers, bucketed all-reduce), or
-    megatron_fsdp for parallel.zero 2 and 3 (CUDA only)."""
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+def wrap_ddp(config: TrainConfig, model: Any) -> Any:
+    """Megatron DDP around the model (contiguous grad buffers, bucketed all-reduce), or
+    megatron_fsdp for parallel.zero 2 and 3 (CUDA only); with the hooks megatron's schedules
+    call: without finalize_model_grads there is no DP all-reduce and no tied-embedding
+    all-reduce between the first and last pipeline stages."""
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+        finalize_model_grads,
+    )
 
     device = device_type(config)
     zero = zero_wrapping(config, device)
@@ -220,38 +206,19 @@ def wrap_ddp(config: TrainConfig, chunks: list[Any]) -> list[Any]:
         check_for_nan_in_grad=False,
         bucket_size=None,
     )
-    wrapped = []
     with device_context():
-        for index, chunk in enumerate(chunks):
-            wrapped.append(
-                wrapper(
-                    config=chunk.config,
-                    ddp_config=ddp_config,
-                    module=chunk,
-                    disable_bucketing=index > 0,
-                )
-            )
-    _install_grad_sync(chunks[0].config, wrapped)
+        wrapped = wrapper(config=model.config, ddp_config=ddp_config, module=model)
+    tconfig = model.config
+    tconfig.no_sync_func = wrapped.no_sync
+    tconfig.finalize_model_grads_func = finalize_model_grads
+    if ddp_config.overlap_grad_reduce:
+        tconfig.grad_sync_func = wrapped.start_grad_sync
+    if ddp_config.overlap_param_gather:
+        tconfig.param_sync_func = wrapped.start_param_sync
     return wrapped
 
 
-def _install_grad_sync(tconfig: Any, wrapped: list[Any]) -> None:
-    """The hooks megatron's schedules call: without finalize_model_grads there is no DP all-reduce
-    and no tied-embedding all-reduce between the first and last pipeline stages."""
-    from megatron.core.distributed import finalize_model_grads
-
-    no_sync = [chunk.no_sync for chunk in wrapped]
-    tconfig.no_sync_func = no_sync[0] if len(no_sync) == 1 else no_sync
-    tconfig.finalize_model_grads_func = finalize_model_grads
-    if wrapped[0].ddp_config.overlap_grad_reduce:
-        starts = [chunk.start_grad_sync for chunk in wrapped]
-        tconfig.grad_sync_func = starts[0] if len(starts) == 1 else starts
-    if wrapped[0].ddp_config.overlap_param_gather:
-        params = [chunk.start_param_sync for chunk in wrapped]
-        tconfig.param_sync_func = params[0] if len(params) == 1 else params
-
-
-def build_optimizer(config: TrainConfig, model: list[Any]) -> Any:
+def build_optimizer(config: TrainConfig, model: Any) -> Any:
     """Megatron's Adam(W) with fp32 main params; the distributed optimizer shards its state."""
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
@@ -272,7 +239,7 @@ def build_optimizer(config: TrainConfig, model: list[Any]) -> Any:
         overlap_param_gather=config.parallel.overlap_param_gather and device_type(config) == "cuda",
     )
     with device_context():
-        return get_megatron_optimizer(opt_config, model)
+        return get_megatron_optimizer(opt_config, [model])
 
 
 # ----- the fast path: what the device turns on (see the module doc) ---------------------------

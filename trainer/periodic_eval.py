@@ -1,16 +1,8 @@
-"""Evaluation during training: `eval.every: N` and `eval.sets: DIR` in the train config.
-
-Every N steps (and at the last step) the live model scores the fixed eval sets of an `evalset`
-artifact (bits per byte, loss, perplexity, overall and per domain/language: trainer.evalcore, the
-same code as `pretrain eval run`). Every rank runs the forward passes (tensor-parallel ranks
-must all take part; data-parallel replicas repeat the same small work), rank 0 logs one record
-`{"step", "event": "eval", "val/bpb", "val/loss", "val/bpb/<domain>/<lang>", ...}` to
-metrics.jsonl and TensorBoard. Pipeline parallel runs are refused when the config is read (the
-eval would need its own pipeline schedule): evaluate their checkpoints with `pretrain eval run`.
-
-A trainer callback (trainer/callbacks.py): `on_step_end` runs the evaluation when it is due and
-hands the record to the other callbacks' `on_eval` (the metrics log writes it).
-"""
+"""Evaluation during training (`eval.every: N`, `eval.sets: DIR`): every N steps and at the last,
+the live model scores the evalset's sets (trainer.evalcore, the code of `pretrain eval run`) and
+rank 0 logs one `event: eval` record. Every rank runs the forward passes (tensor-parallel ranks
+must all take part); pipeline-parallel runs are refused when the config is read (the eval would
+need its own schedule)."""
 
 from __future__ import annotations
 

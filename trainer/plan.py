@@ -1,11 +1,5 @@
-"""`pretrain plan`: parameters, compute, memory, data and layout of a run, before any process starts.
-
-The formulas and their sources live beside the code that uses them: trainer/flops.py (parameters,
-FLOPs per token, recompute, GPU peaks), trainer/plan_memory.py (model states per ZeRO stage as
-Megatron-Core holds them, activations after Korthikanti et al. 2022), trainer/plan_checks.py (the
-pre-launch checklist and communication volumes). Tests compare the plan with the published tables
-in tests/data/published/.
-"""
+"""`pretrain plan`: parameters, compute, memory, data and layout of a run, before any process
+starts. Formulas and sources: trainer/flops.py, trainer/plan_memory.py, trainer/plan_checks.py."""
 
 from __future__ import annotations
 
@@ -48,14 +42,8 @@ def layout_errors(config: TrainConfig, mixture_global_batch: int | None) -> list
         errors.append(
             f"model.num_query_groups={m.query_groups} is not divisible by parallel.tensor={tp}"
         )
-    stages = pp * (p.virtual_pipeline or 1)
-    if m.num_layers % stages:
-        errors.append(
-            f"model.num_layers={m.num_layers} is not divisible by parallel.pipeline * "
-            f"virtual_pipeline={stages}"
-        )
-    if p.virtual_pipeline and pp == 1:
-        errors.append("parallel.virtual_pipeline needs parallel.pipeline > 1")
+    if m.num_layers % pp:
+        errors.append(f"model.num_layers={m.num_layers} is not divisible by parallel.pipeline={pp}")
     if tp > p.gpus_per_node:
         errors.append(
             f"parallel.tensor={tp} exceeds parallel.gpus_per_node={p.gpus_per_node}: "

@@ -18,8 +18,8 @@ own master copy (Adam: 8 bytes). The ZeRO paper's ideal figures are reported bes
 
 Activations: Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
 Models"), bytes per layer with tensor parallel t: s*b*h*(10 + 24/t + 5*a*s/(h*t)) without sequence
-parallel, s*b*h/t*(34 + 5*a*s/h) with it; without the 5as/h term when attention scores are not
-stored (selective recompute, or flash attention); `full` keeps each layer's 2*s*b*h input (/t with
+parallel, s*b*h/t*(34 + 5*a*s/h) with it; our attention (SDPA or TransformerEngine's, fused)
+stores no scores, so the 5as/h term is 0 at every recompute setting; `full` keeps each layer's 2*s*b*h input (/t with
 sequence parallel) plus one layer's working set during its backward. The first pipeline stage holds
 min(PP, micro-batches) micro-batches of L/PP layers (1F1B). Written for GPT with GELU and
 multi-head attention: an approximation for SwiGLU/GQA, stated in the output.
@@ -66,14 +66,13 @@ def state_bytes_per_param(
 def activation_bytes_per_layer(config: TrainConfig, mode: str) -> float:
     """Korthikanti et al. 2022 bytes per layer per micro-batch for recompute `mode`."""
     m, t, b = config.model, config.parallel.tensor, config.batch.micro_batch_size
-    s, h, a = m.seq_length, m.hidden_size, m.num_attention_heads
+    s, h = m.seq_length, m.hidden_size
     sp = config.parallel.sequence_parallel_on_gpu
-    scores = 5 * a * s / h if mode == "none" and m.attention == "megatron" else 0.0
     if mode == "full":
         return 2.0 * s * b * h / (t if sp else 1)
     if sp:
-        return s * b * h / t * (34 + scores)
-    return s * b * h * (10 + 24 / t + scores / t)
+        return s * b * h / t * 34
+    return s * b * h * (10 + 24 / t)
 
 
 def stage_parameters(config: TrainConfig, counts: dict[str, Any]) -> int:
@@ -93,8 +92,6 @@ def activations_gb(config: TrainConfig, mode: str) -> float:
     par, m, b = config.parallel, config.model, config.batch.micro_batch_size
     micro_batches = max(1, config.batch.global_batch_size // (b * par.data_parallel))
     in_flight = min(par.pipeline, micro_batches)
-    if par.virtual_pipeline and par.pipeline > 1:
-        in_flight *= 1 + (par.pipeline - 1) / (par.pipeline * par.virtual_pipeline)
     layers = m.num_layers / par.pipeline
     total = activation_bytes_per_layer(config, mode) * layers * in_flight
     if mode == "full":  # the layer being recomputed holds its full working set

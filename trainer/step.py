@@ -1,10 +1,5 @@
-"""One optimizer step's mechanics, below the loop: its learning rate, megatron's forward/backward
-schedule over the micro-batches, the loss and counts reduced over the world, and the update
-norm; and a model's next-token log-probs outside training (`next_token_logprobs`: checkpoints
-and periodic eval).
-
-trainer/loop.py's `Trainer.train_step` calls these; they hold no run state of their own.
-"""
+"""One optimizer step's mechanics below the loop (learning rate, megatron's schedule, the loss and
+counts reduced over the world, the update norm) and `next_token_logprobs` outside training."""
 
 from __future__ import annotations
 
@@ -76,7 +71,7 @@ def _forward_step_func(loss_hook: LossHook | None) -> Callable[[Any, Any], Any]:
 
 
 def run_schedule(
-    model: list[Any],
+    model: Any,
     tokens: np.ndarray,
     micro_batch_size: int,
     num_microbatches: int,
@@ -86,18 +81,11 @@ def run_schedule(
     """Forward (and backward unless forward_only) over the global batch's micro-batches."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
-    batch = torch.from_numpy(tokens)
-    micro_batches = [
-        batch[i : i + micro_batch_size] for i in range(0, len(batch), micro_batch_size)
-    ]
-    # interleaved pipelining takes one iterator per model chunk, each over all micro-batches
-    iterators: Any = [iter(micro_batches) for _ in model]
-    if len(model) == 1:
-        iterators = iterators[0]
+    micro_batches = torch.from_numpy(tokens).split(micro_batch_size)
     return get_forward_backward_func()(
         forward_step_func=_forward_step_func(loss_hook),
-        data_iterator=iterators,
-        model=model if len(model) > 1 else model[0],
+        data_iterator=iter(micro_batches),
+        model=model,
         num_microbatches=num_microbatches,
         seq_length=tokens.shape[1] - 1,
         micro_batch_size=micro_batch_size,
@@ -123,17 +111,13 @@ def component_counts(components: np.ndarray, num_components: int, ps: Any) -> li
     return [int(value) for value in total.tolist()]
 
 
-def params(chunks: list[Any]) -> list[torch.Tensor]:
-    return [p for chunk in chunks for p in chunk.parameters()]
-
-
-def update_norm(chunks: list[Any], before: list[torch.Tensor], dp_size: int) -> float:
+def update_norm(model: Any, before: list[torch.Tensor], dp_size: int) -> float:
     """L2 norm of this step's parameter update over the whole model."""
     from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 
     square = sum(
         float((p.detach().float() - b.float()).pow(2).sum())
-        for p, b in zip(params(chunks), before, strict=True)
+        for p, b in zip(model.parameters(), before, strict=True)
         if param_is_not_tensor_parallel_duplicate(p)
     )
     total = torch.tensor([square], dtype=torch.float64)
@@ -141,10 +125,10 @@ def update_norm(chunks: list[Any], before: list[torch.Tensor], dp_size: int) -> 
     return float((total.item() / dp_size) ** 0.5)
 
 
-def count_params(chunks: list[Any], dp_size: int) -> int:
+def count_params(model: Any, dp_size: int) -> int:
     from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 
-    local = sum(p.numel() for p in params(chunks) if param_is_not_tensor_parallel_duplicate(p))
+    local = sum(p.numel() for p in model.parameters() if param_is_not_tensor_parallel_duplicate(p))
     total = torch.tensor([float(local)])
     torch.distributed.all_reduce(total)
     return int(total.item() / dp_size)

@@ -1,12 +1,6 @@
-"""Where rank 0's metric records go besides metrics.jsonl: the trackers of `metrics.trackers`.
-
-Each tracker takes the same flat scalars per record (`scalars`: every number of the record under
-`train/<key>` or `val/<key>`, nested counts as `train/tokens_per_component/<component>`) at the
-record's step, and is closed once at the end of the run. Nothing here reaches the network:
-MLflow writes a local file store in RUN/mlruns and W&B runs offline in RUN/wandb unless the user
-points them elsewhere (MLFLOW_TRACKING_URI, WANDB_MODE). mlflow and wandb are imported only when
-named (the `tracking` extra installs them).
-"""
+"""The trackers of `metrics.trackers` beside metrics.jsonl: TensorBoard, MLflow (a local file store
+in RUN/mlruns unless MLFLOW_TRACKING_URI) and W&B (offline in RUN/wandb unless WANDB_MODE), each
+given the record's flat scalars; mlflow and wandb are imported only when named."""
 
 from __future__ import annotations
 

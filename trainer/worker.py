@@ -1,17 +1,7 @@
-"""How a rank runs: `run(config)`, the one function every rank calls.
-
-torchrun starts each rank as `python -m trainer.worker RUN/launch/config.json [--smoke]` (the
-command trainer/launch.py builds); `pretrain launch --in-process` (single-rank runs, the
-ablation's single-rank proxies) calls `run()` in its own process. `run()`: the run directory's
-writer lock (taken by global rank 0 unless its launcher holds it), `config.build()` (model,
-optimizer, data, callbacks: trainer/config.py), `Trainer.fit()` (trainer/loop.py) or the smoke
-checks (trainer/smoke.py), then the process group down. Not under torchrun (no WORLD_SIZE), this
-process is a world of one: an in-memory store (nothing listens for it, trainer/model.py) and
-gloo's sockets on loopback (trainer/local_torchrun.py), the environment left as it was found.
-
-The `__main__` guard matters: dist_checkpointing's save starts helper processes, which re-import
-the main module under the spawn start method.
-"""
+"""`run(config)`, the one function every rank calls: torchrun starts each rank as
+`python -m trainer.worker RUN/launch/config.json [--smoke]`; `pretrain launch --in-process` calls
+`run()` in its own process (a world of one, trainer/model.py). The `__main__` guard matters:
+dist_checkpointing's save starts helpers that re-import the main module (spawn)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ class _StartProbe(Callback):
     def on_step_start(self, trainer: Any, step: int) -> None:
         if step != 1:
             return
-        state = trainer.chunks[0].state_dict()
+        state = trainer.gpt.state_dict()
         self.weights = {k: v.detach().clone() for k, v in state.items() if torch.is_tensor(v)}
         optimizers = getattr(trainer.optimizer, "chained_optimizers", [trainer.optimizer])
         self.optimizer_states = sum(len(o.optimizer.state) for o in optimizers)

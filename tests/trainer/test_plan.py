@@ -102,15 +102,15 @@ _COUNT_SCRIPT = textwrap.dedent("""
     import json, sys
     import torch
     from trainer.config import TrainConfig
-    from trainer.model import build_model_chunks, init_distributed
+    from trainer.model import build_model, init_distributed
     torch.set_num_threads(1)
     shapes = json.loads(sys.argv[1])
     init_distributed(TrainConfig())
     out = {}
     for name, model in shapes.items():
         config = TrainConfig.model_validate({"model": model})
-        chunks = build_model_chunks(config, model["vocab_size"])
-        out[name] = sum(p.numel() for c in chunks for p in c.parameters())
+        gpt = build_model(config, model["vocab_size"])
+        out[name] = sum(p.numel() for p in gpt.parameters())
     print(json.dumps(out))
 """)
 
