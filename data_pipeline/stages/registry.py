@@ -37,18 +37,6 @@ from pretrain.errors import ArtifactError, ConfigError, SchemaError
 ENTRY_POINT_GROUP = "pretrain.stages"
 """Entry-point group of stages installed from other distributions."""
 
-__all__ = [
-    "ENTRY_POINT_GROUP",
-    "manifest_sections",
-    "registry",
-    "required_stages",
-    "schema_for",
-    "section",
-    "stage_class",
-    "stage_fields",
-    "tag_fields",
-]
-
 
 @dataclass(frozen=True)
 class Unavailable:
@@ -214,18 +202,6 @@ def tag_fields() -> tuple[pa.Field, ...]:
     )
 
 
-def stage_fields(name: str) -> tuple[pa.Field, ...]:
-    """The columns stage `name` appends, in order."""
-    found = registry().get(name)
-    if found is None or isinstance(found, Unavailable):
-        raise SchemaError(f"unknown stage {name!r}; known stages: {', '.join(registry())}")
-    return found.columns
-
-
-def fields_of(stages: Iterable[str]) -> list[pa.Field]:
-    return [field for name in stages for field in stage_fields(name)]
-
-
 def schema_for(stages: Iterable[str]) -> pa.Schema:
     """The schema of a table after the given stages have run (base columns first)."""
-    return schema.document_schema(fields_of(stages))
+    return schema.document_schema([field for name in stages for field in stage_class(name).columns])

@@ -18,7 +18,7 @@ from data_pipeline import global_parts
 from data_pipeline.dedup import index
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.stages.dedup import DedupStage
-from data_pipeline.stages.registry import stage_class, stage_fields
+from data_pipeline.stages.registry import stage_class
 from pretrain.config import load_config
 from pretrain.errors import ArtifactError, ConfigError
 
@@ -76,7 +76,7 @@ def test_planted_duplicates_are_found_and_nothing_else(ray_local, tmp_path: Path
     table, groups = load_fixture()
     assert stage_class("dedup") is DedupStage
     out, stage = tag(tmp_path, table, parts=2)
-    fields = [f.name for f in stage_fields("dedup")]
+    fields = [f.name for f in stage_class("dedup").columns]
     assert out.column_names[-len(fields) :] == fields
     expected: dict[str, set[str]] = defaultdict(set)
     for doc_id, group in zip(table.column("id").to_pylist(), groups):

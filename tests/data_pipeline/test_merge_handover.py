@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from data_pipeline import ledger, parts, runner, throughput, workers
-from data_pipeline.stages.registry import fields_of
+from data_pipeline.stages.registry import stage_class
 from pretrain import storage
 from pretrain.manifest import write_manifest
 from tests.data_pipeline.test_driver_reads import _recording, recorded_s3
@@ -41,7 +41,7 @@ def _merged_output(out: storage.OutPath) -> pa.Table:
     options = {
         "out": out,
         "stages": STAGES,
-        "fields": fields_of(STAGES),
+        "fields": [f for name in STAGES for f in stage_class(name).columns],
         "drop": ["extract:*"],
         "rejects_mode": "full",
         "sample_per_reason": 2,

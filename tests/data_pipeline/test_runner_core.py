@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data_pipeline import ledger, parts, workers
-from data_pipeline.stages.registry import fields_of, stage_fields
+from data_pipeline.stages.registry import stage_class
 from pretrain.errors import PretrainError
 from pretrain.schema import BASE_FIELDS
 from pretrain.storage import write_json
@@ -39,8 +39,8 @@ def _tagged(rows: list[tuple[str | None, str | None, str | None]]) -> pa.Table:
     }
     fields = [
         *BASE_FIELDS,
-        *stage_fields("extract"),
-        *stage_fields("langid"),
+        *stage_class("extract").columns,
+        *stage_class("langid").columns,
         pa.field("_raw_bytes", pa.int64()),
         pa.field("_shard", pa.string()),
         pa.field("_row", pa.int64()),
@@ -95,7 +95,11 @@ def test_writer_merges_pieces_once_each_and_samples_rejects(tmp_path: Path) -> N
     parts.ensure_dirs(tmp_path)
     for start, stop in ((0, 12), (8, 20), (0, 12)):  # overlapping and repeated: task retries
         workers.write_rows(table.slice(start, stop - start), str(tmp_path))
-    options = {"stages": STAGES, "fields": fields_of(STAGES), "drop": ["extract:*"]}
+    options = {
+        "stages": STAGES,
+        "fields": [f for name in STAGES for f in stage_class(name).columns],
+        "drop": ["extract:*"],
+    }
     select = {**options, "rejects_mode": "sample", "sample_per_reason": 2, "level": 3}
     workers.merge_parts(pa.table({"shard": ["t-00000"]}), out=str(tmp_path), **select)
     shard = pq.read_table(tmp_path / "data" / "t-00000.parquet")
@@ -120,7 +124,7 @@ def test_a_merge_retried_after_it_finished_returns_the_same_and_rewrites_nothing
     options = {
         "out": str(tmp_path),
         "stages": STAGES,
-        "fields": fields_of(STAGES),
+        "fields": [f for name in STAGES for f in stage_class(name).columns],
         "drop": ["extract:*"],
         "rejects_mode": "all",
         "sample_per_reason": 2,
@@ -136,7 +140,12 @@ def test_a_merge_retried_after_it_finished_returns_the_same_and_rewrites_nothing
 
 def test_a_merge_whose_pieces_are_gone_and_unfinished_says_so_in_one_line(tmp_path: Path) -> None:
     parts.ensure_dirs(tmp_path)
-    options = {"stages": STAGES, "fields": fields_of(STAGES), "drop": [], "rejects_mode": "all"}
+    options = {
+        "stages": STAGES,
+        "fields": [f for name in STAGES for f in stage_class(name).columns],
+        "drop": [],
+        "rejects_mode": "all",
+    }
     try:
         batch = pa.table({"shard": ["t-00000"]})
         workers.merge_parts(batch, out=str(tmp_path), sample_per_reason=2, level=3, **options)
