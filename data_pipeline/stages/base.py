@@ -86,7 +86,7 @@ class Stage(ABC):
 
     def models(self) -> dict[str, Path]:
         """The model artifacts (directories with a manifest.json) or model files this stage reads,
-        by name (`model`, `models.en`, ...). A resumed job must see the same bytes; the manifest
+        by name (`model`, `index.against`, ...). A resumed job must see the same bytes; the manifest
         records their hashes as `<stage>.<name>`. Default: none."""
         return {}
 

@@ -14,8 +14,7 @@
 In the runner, the map side (`map_part`: the perplexity column and the part's sketch) is persisted
 per input part, so a re-run after a crash scores only the parts not yet scored.
 
-Config: `model` is a `kenlm-model` artifact (one ARPA per language); `models` ({lang: artifact})
-adds or overrides languages from separately trained artifacts. The sketch is exact per bin and
+Config: `model` is a `kenlm-model` artifact (one ARPA per language). The sketch is exact per bin and
 order-free, so the cutoffs do not depend on how the corpus is cut into parts.
 """
 
@@ -128,8 +127,6 @@ class LogHistogramSketch:
 class PerplexityConfig(StageConfig):
     model: str | None = None
     """A `kenlm-model` artifact directory (built by `pretrain data train-lm`)."""
-    models: dict[str, str] = {}
-    """Optional {lang: kenlm-model artifact} for languages trained separately (overrides)."""
     percentiles: tuple[float, float] = (30.0, 60.0)
     """Per-language cutoffs between head / middle and middle / tail (CCNet: 30, 60)."""
     max_chars: int = Field(200_000, ge=1000)
@@ -185,48 +182,30 @@ class PerplexityStage(GlobalStage):
         super().__init__(config, **context)
         self.cutoffs: dict[str, list[float]] = {}
         self.counts: dict[str, int] = {}
-        self._infos: dict[str, dict[str, Any]] = {}
+        self._info: dict[str, Any] | None = None
 
-    def _info(self, directory: str | Path) -> dict[str, Any]:
-        """model.json of a kenlm-model artifact, verified once per stage object."""
-        key = str(Path(directory).resolve())
-        if not Path(directory).exists():
-            raise ArtifactError(
-                f"stages.perplexity: KenLM artifact {str(directory)!r} does not exist; build it "
-                "with `pretrain data train-lm configs/lm.yaml` (set `out` to this path) or fix "
-                "the path"
-            )
-        if key not in self._infos:
-            self._infos[key] = model_kind.open(directory, model_kind.KENLM_KIND).info
-        return self._infos[key]
-
-    # --- models -------------------------------------------------------------------------------
-    def artifacts(self) -> dict[str, Path]:
-        """lang -> the kenlm-model artifact that holds its model."""
+    def model_info(self) -> tuple[Path, dict[str, Any]]:
+        """The `kenlm-model` artifact and its model.json (verified once per stage object)."""
         model = self.config.model
-        if not model and not self.config.models:
+        if not model:
             raise ConfigError(
                 "stages.perplexity.model is not set; build KenLM models with "
                 "`pretrain data train-lm configs/lm.yaml` and set its output "
                 "directory"
             )
-        chosen: dict[str, Path] = {}
-        if model:
-            for lang in self._info(model)["languages"]:
-                chosen[lang] = Path(model)
-        for lang, directory in self.config.models.items():
-            if lang not in self._info(directory)["languages"]:
-                raise ConfigError(
-                    f"stages.perplexity.models.{lang} = {directory!r} has no "
-                    f"{lang!r} model; train one with `pretrain data train-lm`"
-                )
-            chosen[lang] = Path(directory)
-        return chosen
+        if not Path(model).exists():
+            raise ArtifactError(
+                f"stages.perplexity: KenLM artifact {model!r} does not exist; build it "
+                "with `pretrain data train-lm configs/lm.yaml` (set `out` to this path) or fix "
+                "the path"
+            )
+        if self._info is None:
+            self._info = model_kind.open(model, model_kind.KENLM_KIND).info
+        return Path(model), self._info
 
     def check(self) -> None:
-        self.artifacts()  # refuses missing models, then a `ray.worker_memory_mb` they cannot fit
+        need = self.worker_memory_mb()  # refuses missing models first
         budget = self.context.get("worker_memory_mb")
-        need = self.worker_memory_mb()
         if budget is not None and need > budget:
             raise BudgetError(
                 f"stages.perplexity: its KenLM models need ~{need:.0f} MB per worker, more than "
@@ -238,18 +217,12 @@ class PerplexityStage(GlobalStage):
         """What one scoring worker needs: its base plus every model it loads. Neither grows with
         the corpus: a worker holds one part at a time, and the driver's aggregate is the merged
         sketch (languages x bins, bounded by `bins_per_decade`)."""
-        arpa = sum(
-            (directory / self._info(directory)["languages"][lang]["file"]).stat().st_size
-            for lang, directory in self.artifacts().items()
-        )
+        directory, info = self.model_info()
+        arpa = sum((directory / e["file"]).stat().st_size for e in info["languages"].values())
         return WORKER_BASE_MB + MODEL_RESIDENT_FACTOR * arpa / 2**20
 
     def models(self) -> dict[str, Path]:
-        config = self.config
-        found = {"model": Path(config.model)} if config.model else {}
-        for lang, directory in sorted(config.models.items()):
-            found[f"models.{lang}"] = Path(directory)
-        return found
+        return {"model": Path(self.config.model)} if self.config.model else {}
 
     def manifest_section(self) -> PerplexitySection:
         return PerplexitySection(ppl_cutoffs=self.cutoffs)
@@ -257,17 +230,16 @@ class PerplexityStage(GlobalStage):
     def setup(self) -> None:
         import kenlm
 
+        directory, info = self.model_info()
+        scheme = info.get("normalization", {}).get("scheme")
+        if scheme != NORMALIZATION["scheme"]:
+            raise ArtifactError(
+                f"{directory} was trained with text scheme {scheme!r}, this "
+                f"code scores with {NORMALIZATION['scheme']!r}; retrain it"
+            )
         self._models = {}
-        for lang, directory in self.artifacts().items():
-            info = self._info(directory)
-            scheme = info.get("normalization", {}).get("scheme")
-            if scheme != NORMALIZATION["scheme"]:
-                raise ArtifactError(
-                    f"{directory} was trained with text scheme {scheme!r}, this "
-                    f"code scores with {NORMALIZATION['scheme']!r}; retrain it"
-                )
-            entry = info["languages"][lang]
-            key = (str((Path(directory) / entry["file"]).resolve()), entry["sha256"])
+        for lang, entry in info["languages"].items():
+            key = (str((directory / entry["file"]).resolve()), entry["sha256"])
             if key not in _LOADED:
                 _LOADED[key] = kenlm.Model(key[0])
             self._models[lang] = _LOADED[key]
