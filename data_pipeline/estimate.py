@@ -1,30 +1,8 @@
-"""A cost model for a data job at scale, from a sample run's measured per-stage costs.
-
-`pretrain data estimate CONFIG --input-bytes 40TB --nodes N --cpus-per-node C` reads the sample's
-manifest (`--from-manifest DIR`, default CONFIG's output), whose `throughput` section holds each
-stage's CPU-seconds over the raw input bytes it processed (measured inside the workers,
-data_pipeline.throughput), and projects:
-
-- CPU-hours: sum over CONFIG's stages of (CPU-seconds per input byte) x input bytes. Every stage,
-  the global ones included, is taken as linear in the input: true of the map stages (per batch)
-  and of the shuffles' data volume; the dedup graph's rounds grow slowly with the corpus and
-  clusters of near-duplicates with its duplication rate, which a sample cannot show.
-- wall-clock and node-hours: CPU-hours / (nodes x cpus x utilisation) + the sample's Ray start-up.
-  Utilisation is the sample's own (stage CPU-seconds / (work wall x CPUs)) unless given; the
-  compute-bound lower bound (utilisation 1) is printed beside it.
-- peak memory per node: the largest of the job's phases, each = processes per node x the peak RSS
-  the sample measured for that phase's processes (map actors: `ray.workers` actors of
-  `ray.cpus_per_worker` spread over the nodes, beside one read task per CPU; one global-stage
-  task per CPU; one merge task per `ray_job.MERGE_CPUS`). The object store (Ray's default: 30% of memory) is
-  apart. Assumes a global stage keeps its per-task memory as input grows (partitions chosen from
-  input size and a memory budget: issue 13 item 2).
-- output size: the sample's shard (and rejects) bytes per input byte.
-- output files (what an object store's listing, a `pretrain verify` and every consumer's glob
-  pay per object): parts = projected documents / CONFIG's `shard_rows` (a lower bound: each
-  input file's last part is a short one), times the files the sample left per part (its shard,
-  rejects, ledger fragment and cost record), plus one read record per input file (their count
-  is the user's, not the sample's), plus what the global stages' map side holds while it runs
-  (unlisted; counted when the sample kept it).
+"""`pretrain data estimate`: a data job at scale projected from a sample run's measured per-stage
+costs (its manifest's `throughput` section). Every stage is taken as linear in the input bytes
+(the dedup graph's growth and a cluster's shuffle a sample cannot show); peak memory per node is
+each phase's processes per node times the peak RSS the sample measured for them; output files
+are documents / `shard_rows` parts times the files the sample left per part.
 """
 
 from __future__ import annotations
@@ -74,9 +52,8 @@ class Sample:
     reject_bytes: int
     utilisation: float | None
     ray_start_s: float
-    files: dict[str, int] | None = None
-    """The sample's files by kind (`files_by_kind`); None when it recorded no part count."""
-    parts: int = 0
+    files_per_part: float = 0.0
+    """Shard, rejects and part record: what each part of the sample left (0: no part)."""
 
 
 def _missing(directory: Path, what: str) -> ConfigError:
@@ -102,10 +79,8 @@ def load_sample(directory: Path, stages: list[str]) -> Sample:
     utilisation = None
     if run and run.get("ray_work_s") and run.get("cpus"):
         utilisation = min(1.0, section["cpu_s_total"] / (run["ray_work_s"] * run["cpus"]))
-    parts = int(section.get("parts") or 0)
     return Sample(
-        files=files_by_kind(directory, files) if parts else None,
-        parts=parts,
+        files_per_part=files_per_part(files),
         directory=directory,
         stages=measured,
         bytes_in=measured["read"]["bytes"],
@@ -119,42 +94,22 @@ def load_sample(directory: Path, stages: list[str]) -> Sample:
     )
 
 
-def files_by_kind(directory: Path, listed: dict[str, Any]) -> dict[str, int]:
-    """The sample's files: `part` (shards, rejects and a part's records: what each part leaves),
-    `input` (a read record per input file), `other` (the manifest's rest: ledger, card, run
-    records) and `map_side` (a global stage's persisted map side, unlisted; 0 when cleaned)."""
-    kinds = {"part": 0, "input": 0, "other": 0}
-    parts_dir = f"{layout.PARTS_DIR}/"
-    for name in listed:
-        folder, _, base = name.rpartition("/")
-        if folder in (layout.DATA_DIR, layout.REJECTS_DIR, f"{parts_dir}part-costs"):
-            kinds["part"] += 1
-        elif folder == layout.PARTS_DIR and base.endswith(".read.json"):
-            kinds["input"] += 1
-        elif folder == layout.PARTS_DIR and re.fullmatch(r".+-\d{5,}\.json", base):
-            kinds["part"] += 1  # a ledger fragment
-        else:
-            kinds["other"] += 1
-    map_side = directory / layout.GLOBAL_MAP_DIR
-    kinds["map_side"] = (
-        sum(1 for p in map_side.rglob("*") if p.is_file()) if map_side.is_dir() else 0
+def files_per_part(listed: dict[str, Any]) -> float:
+    """Shards and rejects per part record, plus the record: what each part leaves (0: none)."""
+    records = sum(bool(re.fullmatch(r"\.parts/.+-\d{5,}\.json", name)) for name in listed)
+    shards = sum(
+        name.startswith((f"{layout.DATA_DIR}/", f"{layout.REJECTS_DIR}/")) for name in listed
     )
-    return kinds
+    return shards / records + 1 if records else 0.0
 
 
 def _files(sample: Sample, config: PipelineConfig, documents: int) -> dict[str, Any]:
-    """The projected output files (module docstring); {} when the sample has no part count."""
-    if not sample.files or not sample.parts:
+    """The projected output files (module docstring); {} when the sample has no part."""
+    if not sample.files_per_part:
         return {}
     parts = math.ceil(documents / config.shard_rows)
-    per_part = sample.files["part"] / sample.parts
-    return {
-        "parts": parts,
-        "shard_rows": config.shard_rows,
-        "files_per_part": round(per_part, 2),
-        "listed": int(parts * per_part) + sample.files["other"],
-        "map_side_while_running": int(parts * sample.files["map_side"] / sample.parts),
-    }
+    listed = int(parts * sample.files_per_part)
+    return {"parts": parts, "shard_rows": config.shard_rows, "listed": listed}
 
 
 def _memory(
@@ -246,9 +201,7 @@ def _files_line(files: dict[str, Any]) -> list[str]:
         return []
     return [
         f"  files: ~{files['listed']:,} listed + 1 per input file (~{files['parts']:,} parts of "
-        f"shard_rows {files['shard_rows']:,} x {files['files_per_part']} each); the global map "
-        f"side holds ~{files['map_side_while_running']:,} more while it runs (fewer: raise "
-        "shard_rows)"
+        f"shard_rows {files['shard_rows']:,}; fewer: raise shard_rows)"
     ]
 
 

@@ -152,16 +152,10 @@ def reusable(out: OutPath, stage: GlobalStage, rows: dict[str, int], depends: st
 
 
 def loaded(
-    out: OutPath,
-    stage: str,
-    rows: dict[str, int],
-    depends: str,
-    costs: dict[str, Any] | None = None,
+    out: OutPath, stage: str, rows: dict[str, int], depends: str
 ) -> Iterator[MapOutput | None]:
     """`load` of every part of `rows`, in order: in an object store from one listing of the
-    stage's folder and `parts.READ_AHEAD` records at a time. The map cost each verified
-    record holds is folded into `costs` (the manifest's throughput section then reads no record
-    again: ledger.Merged)."""
+    stage's folder and `parts.READ_AHEAD` records at a time."""
     listed = None  # a local output: the hash cache answers without reading a file again
     if isinstance(out, ObjectPath):  # sizes and times of the stage's map output, from a listing
         listed = parts.Listing(out, (f"{parts.PARTS}/{GLOBAL}/{stage}",))
@@ -171,8 +165,6 @@ def loaded(
         parts.in_flight_for(out),
     )
     for checked in checks:
-        if checked is not None and costs is not None and checked[1].get("cost"):
-            throughput.add_cost(costs, checked[1]["cost"])
         yield checked[0] if checked is not None else None
 
 
@@ -239,8 +231,9 @@ def map_task(
     assert isinstance(stage, GlobalStage)
     start = time.process_time()
     tables, info = stage.map_part(table)
-    cost = throughput.table_cost(table, time.process_time() - start)  # kept with the map output
-    persist(target, stage.name, part, table, tables, info=info, depends=depends, cost=cost)
+    spent = {stage.name: time.process_time() - start}
+    throughput.record_batch(out, f"map-{stage.name}", table, spent, docs=False)  # its join counts
+    persist(target, stage.name, part, table, tables, info=info, depends=depends)
     return part  # the first stage's row files stay until every map is done: a duplicate reads them
 
 
@@ -279,15 +272,13 @@ def run_global_stages(
     timeout: float | None,
     keep: Callable[[str], Collection[str]],
     phase: Callable[[str], AbstractContextManager[None]],
-    map_costs: dict[str, dict[str, Any]],
 ) -> dict[str, int]:
     """Map (the parts not persisted yet), aggregate and join every global stage in order; the
     last join writes the job's row files. Returns {stage: parts whose map output was reused}.
     Once the last stage's map output verifies, `keep(digest)` gets the global digest (`digest`
     chained over every global stage: what every part's tags are a function of) and returns the
     parts whose shards stay (runner.Published); their last join is skipped.
-    `phase(name)` times each step (`<stage>-map`, `-verify`, `-aggregate`, `-join`: RunClock.phase).
-    `map_costs` gets, per global stage, the map cost of every part, from the records verified."""
+    `phase(name)` times each step (`<stage>-map`, `-verify`, `-aggregate`, `-join`: RunClock.phase)."""
     import ray
 
     late = PretrainError(
@@ -309,8 +300,7 @@ def run_global_stages(
     reused, depends = {first.name: len(done)}, ""
     for k, (stage, after) in enumerate(globals_):
         with phase(f"{stage.name}-verify"):  # the driver checks every part's map output
-            costs = map_costs.setdefault(stage.name, {})
-            outputs = list(loaded(out, stage.name, {p: rows[p] for p in names}, depends, costs))
+            outputs = list(loaded(out, stage.name, {p: rows[p] for p in names}, depends))
         missing = [p for p, o in zip(names, outputs, strict=True) if o is None]
         if missing:
             raise PretrainError(

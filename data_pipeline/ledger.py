@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from data_pipeline import throughput
-from data_pipeline.parts import PART_COSTS, PARTS
+from data_pipeline.parts import PARTS
 from data_pipeline.stages.pii import KINDS as PII_KINDS
 from pretrain.schema import reason_column
 
@@ -270,7 +270,7 @@ def aggregate(
 
 
 # --- what the driver folds as the merge hands each part over ------------------------------------
-# A merge task returns the bytes of the part's record and cost record with its row
+# A merge task returns the bytes of the part's record and its stages' costs with its row
 # (workers.merge_parts); the resume scan hands over each part it verified the same way. The
 # driver folds them (`Merged`): the ledger's sums, the digest of every file a part record lists
 # (the manifest then reads none back) and each stage's cost totals. Only parts this run was not
@@ -282,20 +282,17 @@ def digest(data: bytes) -> dict[str, Any]:
 
 
 class Merged:
-    """The fold of every part the merge of this run returned (see the module docstring)."""
+    """The fold of every part the merge of this run returned (see the comment above)."""
 
     def __init__(self) -> None:
         self.fold = Fold()
         self.known: dict[str, dict[str, Any]] = {}
-        """Digests for the manifest: the part records' files, the part records, the cost records."""
+        """Digests for the manifest: the part records and the files they list."""
         self.shards: set[str] = set()
         """Parts whose part record was folded here (not read back)."""
         self.costs: dict[str, dict[str, Any]] = {}
-        """Stage -> cost totals over the parts whose cost record was folded here."""
-        self.costed: set[str] = set()
-        self.map_costs: dict[str, dict[str, Any]] = {}
-        """Global stage -> the map cost of every part, folded from the map records the driver
-        verified before the stage's aggregate (global_parts.run_global_stages)."""
+        """Stage -> cost totals over the parts this run merged (data_pipeline.throughput)."""
+        self.measured = 0
 
     def add(self, block: Any) -> None:
         """Fold one output block of the merge (columns shard, record, cost)."""
@@ -308,8 +305,10 @@ class Merged:
             strict=True,
         ):
             self.add_record(shard, record.encode())
-            if cost:  # none: the report reads what there is
-                self.add_cost(shard, cost.encode())
+            if cost:  # none: merged by an earlier try of the task
+                for stage, entry in json.loads(cost).items():
+                    throughput.add_cost(self.costs.setdefault(stage, {}), entry)
+                self.measured += 1
 
     def forget_records(self) -> None:
         """Drop the part records folded so far (the ledger then reads every one back)."""
@@ -324,11 +323,3 @@ class Merged:
             self.known[name] = {"bytes": record.get("bytes"), "sha256": record.get("sha256")}
         self.fold.add(content)
         self.shards.add(shard)
-
-    def add_cost(self, shard: str, data: bytes) -> None:
-        if shard in self.costed:
-            return
-        self.known[f"{PARTS}/{PART_COSTS}/{shard}.json"] = digest(data)
-        for stage, cost in json.loads(data).items():
-            throughput.add_cost(self.costs.setdefault(stage, {}), cost)
-        self.costed.add(shard)

@@ -45,8 +45,6 @@ GLOBAL_DIGEST = "global_digest"
 from (global_parts.run_global_stages): a resume keeps the part only under the same digest."""
 SCRATCH = "scratch"
 PROGRESS = "progress"
-PART_COSTS = "part-costs"
-"""`.parts/part-costs/<shard>.json`: what each stage spent on the part (data_pipeline.throughput)."""
 
 
 # Bounded read-ahead for the driver's per-part reads in an object store: each read is a round trip
@@ -94,10 +92,6 @@ def ordered(
 
 def part_record_path(out: OutPath, shard: str) -> OutPath:
     return out / PARTS / f"{shard}.json"
-
-
-def part_cost_path(out: OutPath, shard: str) -> OutPath:
-    return out / PARTS / PART_COSTS / f"{shard}.json"
 
 
 def read_stats_path(out: OutPath, stem: str) -> OutPath:
@@ -289,11 +283,9 @@ def file_intact(
 
 
 def forget_part(out: OutPath, shard: str) -> None:
-    """Delete everything one part wrote (shard, rejects, part record, its cost record,
-    row files): a forgotten part's cost must not be folded into the part computed in its place."""
+    """Delete everything one part wrote (shard, rejects, part record, row files)."""
     for name in (layout.data_file(shard), layout.rejects_file(shard), f"{PARTS}/{shard}.json"):
         (out / name).unlink(missing_ok=True)
-    part_cost_path(out, shard).unlink(missing_ok=True)
     remove_tree(rows_dir(out, shard))
 
 
@@ -328,7 +320,6 @@ def forget_inputs(out: OutPath, stems: Collection[str]) -> None:
         layout.REJECTS_DIR,
         PARTS,
         f"{PARTS}/{ROWS}",
-        f"{PARTS}/{PART_COSTS}",
     )
     for sub in folders:
         folder = out / sub

@@ -132,7 +132,7 @@ def preflight(
 
 def _collect(
     out: OutPath, stems: list[str], stages: list[Stage], merged: ledger.Merged
-) -> tuple[dict[str, Any], list[str], list[str]]:
+) -> tuple[dict[str, Any], list[str]]:
     """The ledger from every input's read record and every part's record: the part records the
     merge of this run handed over are already folded in `merged` (ledger.Merged); only the
     others (parts reused from an earlier run) are read, and folded the same way as they are read
@@ -141,7 +141,7 @@ def _collect(
     at a time and consumed in order (the same ledger as read in turn). `merged.known` gets the
     digest of every file a part record lists (its writer hashed the bytes it wrote) and of the
     records read here, for the manifest (pretrain.manifest.write_manifest): no output file is
-    read again to hash it. Returns the ledger, the shard files and every part's name."""
+    read again to hash it. Returns the ledger and the shard files."""
     read_docs, read_bytes, collisions, shards = 0, 0, 0, []
     paths = [parts.read_stats_path(out, stem) for stem in stems]
     for stem, path, data in zip(stems, paths, parts.read_bytes(out, paths), strict=True):
@@ -167,7 +167,7 @@ def _collect(
         merged.add_record(shard, data)
     led = ledger.aggregate((), [s.name for s in stages], read_docs, read_bytes, merged.fold)
     led["id_collisions"] = collisions
-    return led, sorted(p.name for p in (out / layout.DATA_DIR).glob("*.parquet")), shards
+    return led, sorted(p.name for p in (out / layout.DATA_DIR).glob("*.parquet"))
 
 
 @dataclass
@@ -302,7 +302,6 @@ def run_pipeline(
                         config.ray.timeout_s,
                         work.published.keep,
                         clock.phase,
-                        merged.map_costs,
                     )
                     done = work.published.kept
                     if not merged.shards <= work.published.kept:
@@ -310,9 +309,7 @@ def run_pipeline(
                 global_digest = work.published.digest if work.published is not None else ""
                 with clock.phase("merge"):
                     ray_job.merge(config, stages, out, work.merge, done, merged, global_digest)
-        led, shards, part_names = _collect(out, [u.stem for u in units], stages, merged)
-        if clock is not None:
-            throughput.save_global_costs(out, stages, led["documents_in"], led["bytes_in"])
+        led, shards = _collect(out, [u.stem for u in units], stages, merged)
         led["skipped_files"] = skipped
         write_json(out / layout.LEDGER, led)
         write_atomic(out / layout.CARD, layout.dataset_card().encode())
@@ -324,15 +321,7 @@ def run_pipeline(
             stages=[s.describe() for s in stages],
             models=model_hashes(stages),
             sections=manifest_sections(stages),
-            throughput=throughput.report(
-                out,
-                part_names,
-                [s.name for s in stages],
-                [s.name for s in stages if isinstance(s, GlobalStage)],
-                done,
-                clock,
-                merged,
-            ),
+            throughput=throughput.report(out, stages, clock, merged),
         )
         manifest = write_artifact(
             out,

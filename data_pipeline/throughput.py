@@ -1,31 +1,11 @@
-"""What each stage of a data run cost, measured inside the workers, kept per output part.
+"""What each stage of a data run cost, measured inside the workers (`time.process_time()`: a busy
+machine does not inflate it), for the manifest's `throughput` section and the summary line.
 
-Workers time their own work with `time.process_time()` (CPU-seconds of that process, so a busy
-machine does not inflate it the way wall time would; a stage's CPU includes what its document
-workers spent: data_pipeline.timelimit.cpu_time) and write one small record per batch and
-shard: `OUT/.parts/cost/<shard>/<tag>-<first row>-<last row>.json` (named by its rows, so a
-retried batch overwrites its own record instead of counting twice). A batch holding rows of
-several shards splits its CPU-seconds by their row counts; documents and raw bytes are exact.
-The shard's merge task folds its records, plus the cost of writing it, into
-`OUT/.parts/part-costs/<shard>.json`: a resumed run reuses a finished part with its cost, so the
-manifest's totals cover every part whichever run computed it. A global stage's map output records
-its cost per part with its persisted map output (data_pipeline.global_parts), its join per part
-like a map stage, and its aggregate (`GlobalStage.cost`) once for the whole corpus
-(`<stage>.global-cost.json`).
-
-Stage set-up (model loading in each worker) and Ray start-up are reported apart, for this run:
-they are fixed costs, not per-byte ones (`data_pipeline.estimate` scales only the per-byte ones).
-
-The manifest's `throughput` section (`report`) and the summary line (`summary`):
-
-stages:  per stage (read, each map stage, each global stage, write), over EVERY part of the
-         output whichever run computed it: cpu_s, docs, bytes (raw input bytes of the
-         documents it processed), docs_per_cpu_s, mb_per_cpu_s (= per core), peak_rss_mb
-fixed:   this run's start-up, apart: ray_start_s (driver wall), stage set-up in workers
-run:     this run: cpus, ray_work_s (wall after start-up), the documents it computed and
-         their rate per wall second (steady state: start-up excluded), and phases_s: the
-         driver's wall-seconds per phase (stream, <global>-map/-verify/-aggregate/-join, merge) and
-         phase_spans ([phase, start, end] in Unix seconds)
+Workers write one record per batch and part (`OUT/.parts/cost/<part>/<tag>-<first>-<last>.json`,
+named by its rows, so a retried batch replaces its record); each part's merge folds its records
+and hands them to the driver (ledger.Merged). The section covers the parts this run computed:
+per stage cpu_s, docs, bytes, docs_per_cpu_s, mb_per_cpu_s, peak_rss_mb; `fixed` (Ray start-up,
+stage set-up, apart) and `run` (cpus, wall, and each phase's wall and span in the driver).
 """
 
 from __future__ import annotations
@@ -51,7 +31,6 @@ from pretrain.storage import (
     listed,
     output_path,
     remove_tree,
-    write_atomic,
     write_json,
 )
 
@@ -75,10 +54,6 @@ def cost_dir(out: OutPath) -> OutPath:
     return out / parts.PARTS / COSTS
 
 
-def global_cost_path(out: OutPath, stage: str) -> OutPath:
-    return out / parts.PARTS / f"{stage}.global-cost.json"
-
-
 def add_cost(into: dict[str, Any], cost: dict[str, Any]) -> None:
     """Add one part's (or stage's) cost to the totals `into`: sums, and the largest peak RSS."""
     into["cpu_s"] = into.get("cpu_s", 0.0) + cost.get("cpu_s", 0.0)
@@ -87,8 +62,11 @@ def add_cost(into: dict[str, Any], cost: dict[str, Any]) -> None:
     into["peak_rss_mb"] = max(into.get("peak_rss_mb", 0.0), cost.get("peak_rss_mb", 0.0))
 
 
-def record_batch(out: str | OutPath, tag: str, batch: pa.Table, cpu_s: dict[str, float]) -> None:
-    """Write the CPU-seconds `cpu_s` (stage -> seconds) spent on `batch`, split by shard."""
+def record_batch(
+    out: str | OutPath, tag: str, batch: pa.Table, cpu_s: dict[str, float], docs: bool = True
+) -> None:
+    """Write the CPU-seconds `cpu_s` (stage -> seconds) spent on `batch`, split by part (its rows'
+    documents and raw bytes counted unless not `docs`: a global stage's are counted by its join)."""
     if not batch.num_rows or "_shard" not in batch.column_names:
         return
     shard_column = batch.column("_shard")
@@ -96,6 +74,8 @@ def record_batch(out: str | OutPath, tag: str, batch: pa.Table, cpu_s: dict[str,
         rows = batch.filter(pc.equal(shard_column, shard))
         share = rows.num_rows / batch.num_rows
         record = {stage: table_cost(rows, seconds * share) for stage, seconds in cpu_s.items()}
+        if not docs:
+            record = {stage: {**cost, "docs": 0, "bytes": 0} for stage, cost in record.items()}
         first, last = pc.min(rows.column("_row")).as_py(), pc.max(rows.column("_row")).as_py()
         target = cost_dir(output_path(out)) / shard
         target.mkdir(parents=True, exist_ok=True)
@@ -132,30 +112,17 @@ def record_setup(out: str | OutPath, stages: list[Any]) -> None:
     write_json(target / name, record)
 
 
-def seal_part(out: OutPath, shard: str, write_cpu_s: float) -> bytes:
-    """Fold the batch records of `shard` and the cost of writing it (every document the read
-    stage produced for it) into its part cost file; returns the bytes written. A stage this run
-    did not record for the part keeps its earlier entry: after a resume with a global stage, the
-    map stages before it are not run again (their output is reused with the global stage's
-    persisted map output)."""
+def fold_part(out: OutPath, shard: str, write: dict[str, Any]) -> bytes:
+    """The batch records of `shard` folded per stage, with the cost of writing it (`WRITE`), as
+    JSON bytes; its records are deleted."""
     totals: dict[str, dict[str, Any]] = {}
     folder = cost_dir(out) / shard
     for path in listed(folder, "*.json") if folder.is_dir() else ():
         for stage, cost in json.loads(path.read_text(encoding="utf-8")).items():
             add_cost(totals.setdefault(stage, {}), cost)
-    totals = {**(_load(parts.part_cost_path(out, shard)) or {}), **totals}
-    read = totals.get(READ, {})
-    totals[WRITE] = {
-        "cpu_s": write_cpu_s,
-        "docs": read.get("docs", 0),
-        "bytes": read.get("bytes", 0),
-        "peak_rss_mb": peak_rss_mb(),
-    }
-    parts.part_cost_path(out, shard).parent.mkdir(parents=True, exist_ok=True)
-    data = json_bytes(totals)
-    write_atomic(parts.part_cost_path(out, shard), data)
+    totals[WRITE] = {**write, "peak_rss_mb": peak_rss_mb()}
     remove_tree(folder)
-    return data
+    return json_bytes(totals)
 
 
 def timed_task(func: Callable[..., Any], num_returns: int) -> Callable[..., Any]:
@@ -221,16 +188,6 @@ class RunClock:
             self.spans.append((name, at, time.time()))
 
 
-def save_global_costs(out: OutPath, stages: list[Any], documents: int, raw_bytes: int) -> None:
-    """Record each global stage's measured aggregate cost of this run (its map and join sides are
-    recorded per part: with the persisted map output, and in the part's cost file)."""
-    for stage in stages:
-        cost = getattr(stage, "cost", None)  # GlobalStage.cost (no import: stages import us)
-        if cost:
-            record = {**cost, "docs": documents, "bytes": raw_bytes}
-            write_json(global_cost_path(out, stage.name), record)
-
-
 # --- the manifest's throughput section and the summary line ------------------------------------
 MB = 1e6
 
@@ -264,72 +221,29 @@ def _setup(out: OutPath) -> dict[str, Any]:
     }
 
 
-def _global_cost(
-    out: OutPath,
-    name: str,
-    shards: list[str],
-    joins: dict[str, Any],
-    verified: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """A global stage's cost: its map of each part (recorded with the persisted map output, so
-    a map reused by a resumed run keeps its cost), its joins (per part) and the aggregate. The
-    map costs are `verified` when this run's driver folded them as it verified every part's
-    record (ledger.Merged.map_costs); else every record is read."""
-    combined: dict[str, Any] = dict(verified or {})
-    if verified is None:
-        paths = (parts.record_path(out, name, shard) for shard in shards)  # read ahead in a store
-        for record in parts.ordered(_load, paths, parts.in_flight_for(out)):
-            cost = (record or {}).get("cost")
-            if cost:
-                add_cost(combined, cost)
-    aggregate = _load(global_cost_path(out, name)) or {}
-    if not combined:
-        return {}  # the map output was not measured: the stage is listed as unmeasured
-    for extra in (joins, aggregate):
-        combined["cpu_s"] += extra.get("cpu_s", 0.0)
-        combined["peak_rss_mb"] = max(combined["peak_rss_mb"], extra.get("peak_rss_mb", 0.0))
-    return combined
-
-
 def report(
-    out: OutPath,
-    shards: list[str],
-    stage_names: list[str],
-    global_names: list[str],
-    reused: set[str],
-    clock: RunClock | None,
-    merged: Merged,
+    out: OutPath, stages: list[Any], clock: RunClock | None, merged: Merged
 ) -> dict[str, Any]:
-    """The `throughput` section of the manifest (see the module docstring). The cost records the
-    merge of this run handed over are folded in `merged` already (ledger.Merged: parts
-    it merged, none reused); the others are read, their digests noted in `merged` for the
-    manifest."""
-    this_run: dict[str, Any] = dict(merged.costs.get(READ, {}))
-    todo = [shard for shard in shards if shard not in merged.costed]
-    paths = (parts.part_cost_path(out, shard) for shard in todo)
-    for shard, data in zip(todo, parts.read_bytes(out, paths), strict=True):
-        if data is not None:
-            merged.add_cost(shard, data)  # its digest for the manifest: not read again to hash it
-            if shard not in reused:
-                add_cost(this_run, json.loads(data).get(READ, {}))
+    """The `throughput` section of the manifest (see the module docstring): the costs the merge
+    of this run handed over (`merged`), each global stage's with its aggregate (`GlobalStage.cost`,
+    measured once for the whole corpus)."""
     totals = {stage: dict(cost) for stage, cost in merged.costs.items()}
-    measured = len(merged.costed)
-    for name in global_names:
-        verified = merged.map_costs.get(name)
-        combined = _global_cost(out, name, shards, totals.get(name, {}), verified)
-        if combined:
-            totals[name] = combined
-    order = [READ, *stage_names, WRITE]
-    stages = [_rates(name, totals[name]) for name in order if name in totals]
+    for stage in stages:
+        aggregate = getattr(stage, "cost", None)  # no import of the stages: they import us
+        if aggregate and stage.name in totals:
+            total = totals[stage.name]
+            total["cpu_s"] += aggregate.get("cpu_s", 0.0)
+            total["peak_rss_mb"] = max(total["peak_rss_mb"], aggregate.get("peak_rss_mb", 0.0))
+    names = [stage.name for stage in stages]
+    rates = [_rates(name, totals[name]) for name in [READ, *names, WRITE] if name in totals]
     section: dict[str, Any] = {
-        "stages": stages,
-        "cpu_s_total": round(sum(s["cpu_s"] for s in stages), 4),
-        "parts": len(shards),
-        "parts_measured": measured,
-        "unmeasured_stages": [n for n in stage_names if n not in totals],
+        "stages": rates,
+        "cpu_s_total": round(sum(s["cpu_s"] for s in rates), 4),
+        "parts_measured": merged.measured,
+        "unmeasured_stages": [n for n in names if n not in totals] if rates else [],
     }
     if clock is not None:
-        docs, raw = this_run.get("docs", 0), this_run.get("bytes", 0)
+        docs, raw = totals.get(READ, {}).get("docs", 0), totals.get(READ, {}).get("bytes", 0)
         work = clock.ray_work_s
         section["fixed"] = {"ray_start_s": round(clock.ray_start_s, 4), **_setup(out)}
         section["run"] = {

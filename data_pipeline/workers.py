@@ -33,7 +33,6 @@ from data_pipeline import ledger, throughput
 from data_pipeline.formats import InputFile
 from data_pipeline.parts import (
     GLOBAL_DIGEST,
-    part_cost_path,
     part_record_path,
     part_verifies,
     read_stats_path,
@@ -192,8 +191,8 @@ def read_rows(out: OutPath, shard: str) -> pa.Table:
 
 def merge_parts(batch: pa.Table, **options: Any) -> pa.Table:
     """map_batches function: each row names a shard whose row files become the shard (`_merge`:
-    select, shard, rejects, part record); it returns the shard's part record and cost record, as
-    written (ledger.Merged). The part record holds `global_digest` (runner.Published)."""
+    select, shard, rejects, part record); it returns the shard's part record, as written, and its
+    stages' costs (ledger.Merged). The part record holds `global_digest` (runner.Published)."""
     target = output_path(options.pop("out"))
     digest = options.pop("global_digest", "")
     recorded = {GLOBAL_DIGEST: digest} if digest else {}
@@ -202,8 +201,12 @@ def merge_parts(batch: pa.Table, **options: Any) -> pa.Table:
     for shard in shards:
         if listed(rows_dir(target, shard), "*.parquet"):
             start = time.process_time()
-            records.append(_merge(target, shard, recorded, **options).decode())
-            costs.append(throughput.seal_part(target, shard, time.process_time() - start).decode())
+            record = _merge(target, shard, recorded, **options)
+            counts = json.loads(record)
+            write = {"cpu_s": time.process_time() - start, "docs": counts["documents"]}
+            write["bytes"] = counts["bytes"]
+            records.append(record.decode())
+            costs.append(throughput.fold_part(target, shard, write).decode())
             continue
         # Merged before (Ray runs a task again when its node died before Ray heard back, and by
         # then its row files are gone): its records as the run that finished it wrote them.
@@ -214,8 +217,7 @@ def merge_parts(batch: pa.Table, **options: Any) -> pa.Table:
                 "(finished shards are reused)"
             )
         records.append(path.read_text(encoding="utf-8"))
-        cost_path = part_cost_path(target, shard)
-        costs.append(cost_path.read_text(encoding="utf-8") if cost_path.is_file() else "")
+        costs.append("")
     for shard in shards:
         remove_tree(rows_dir(target, shard))
     return pa.table(

@@ -1,5 +1,5 @@
-"""The driver reads an object-store output's per-part records (part records, read records,
-part costs) several at a time and consumes them in order: the resume scan, the ledger and the
+"""The driver reads an object-store output's per-part records (part records, read records)
+several at a time and consumes them in order: the resume scan, the ledger and the
 manifest's throughput come out the same as read one by one, and a missing fragment is the same
 one-line error. The store is moto with a real store's round-trip latency, counting the requests
 it holds at once (tests/data_pipeline/moto_latency.py): read one by one, that is 1.
@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from data_pipeline import ledger, parts, runner, throughput
+from data_pipeline import ledger, parts, runner
 from pretrain import shards_layout as layout
 from pretrain import storage
 from pretrain.errors import PretrainError
@@ -59,7 +59,7 @@ def removed(path: storage.ObjectPath) -> Iterator[None]:
 
 
 def _finished_output(out: storage.ObjectPath) -> None:
-    """Every input's read record; per part its shard, rejects, fragment and cost record."""
+    """Every input's read record; per part its shard, rejects and fragment."""
     for s, stem in enumerate(STEMS):
         for number in range(PER_INPUT):
             shard = f"{stem}-{number:05d}"
@@ -71,25 +71,16 @@ def _finished_output(out: storage.ObjectPath) -> None:
             row = {**ROW, "domain": f"d{number % 3}", "documents": 3, "bytes": 30 + s}
             fragment = {"shard": shard, "files": files, "rows": [{**row, "text_bytes": 20}]}
             storage.write_json(parts.part_record_path(out, shard), {**fragment, "flags": {}})
-            cost = {"read": {"cpu_s": 0.01 * number, "docs": 3, "bytes": 30 + s}}
-            storage.write_json(parts.part_cost_path(out, shard), cost)
         record = {"records": 3 * PER_INPUT, "bytes": (30 + s) * PER_INPUT, "parts": PER_INPUT}
         storage.write_json(parts.read_stats_path(out, stem), record)
 
 
 def _driver_reads(out: storage.ObjectPath) -> dict[str, Any]:
-    """What the driver computes from the records: resume scan, ledger (+ digests), throughput."""
+    """What the driver computes from the records: resume scan, ledger (+ digests)."""
     merged = ledger.Merged()  # nothing handed over: every record is read
     done = parts.finished_parts(out)
-    led, shards, names = runner._collect(out, STEMS, [], merged)
-    section = throughput.report(out, names, [], [], set(), None, merged)
-    return {
-        "done": done,
-        "ledger": led,
-        "shards": shards,
-        "known": merged.known,
-        "throughput": section,
-    }
+    led, shards = runner._collect(out, STEMS, [], merged)
+    return {"done": done, "ledger": led, "shards": shards, "known": merged.known}
 
 
 def test_read_ahead_gives_the_driver_the_same_results_as_reading_in_turn(

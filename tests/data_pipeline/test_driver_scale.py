@@ -68,7 +68,6 @@ def _output(root: Path, stems: list[str], per_input: int) -> dict[str, str]:
     """A synthetic output: every file a part leaves, mapped to the input it belongs to."""
     parts.ensure_dirs(root)
     (root / parts.PARTS / parts.GLOBAL / "dedup").mkdir(parents=True)
-    parts.part_cost_path(root, "x").parent.mkdir(parents=True)
     owner: dict[str, str] = {}
     for stem in stems:
         files = [parts.read_stats_path(root, stem)]
@@ -80,7 +79,6 @@ def _output(root: Path, stems: list[str], per_input: int) -> dict[str, str]:
                 parts.part_record_path(root, shard),
                 parts.rows_dir(root, shard) / "0.parquet",
             ]
-            files += [parts.part_cost_path(root, shard)]
             files += [
                 root / parts.PARTS / parts.GLOBAL / "dedup" / f"{shard}.{table}"
                 for table in ("rows.pq", "bands.pq", "json")
@@ -97,9 +95,7 @@ def _files(root: Path) -> set[str]:
 
 def test_forgetting_changed_inputs_removes_exactly_their_parts(tmp_path: Path) -> None:
     """Names that look alike stay apart: input `a` is not input `a-00001` (whose parts are
-    `a-00001-0000N`) nor `a.b`; a stem may hold dots; a part numbered past 99,999 is `a`'s.
-    A part's cost record (`.parts/part-costs/`) goes with it (the old code left it: a stage the
-    recomputed part's run did not record kept the forgotten part's cost)."""
+    `a-00001-0000N`) nor `a.b`; a stem may hold dots; a part numbered past 99,999 is `a`'s."""
     owner = _output(tmp_path, ["a", "a-00001", "a.b", "c4-train.00000-of-01024"], 2)
     (tmp_path / layout.data_file("a-100000")).write_bytes(b"x")
     parts.forget_inputs(tmp_path, ["a", "c4-train.00000-of-01024"])
@@ -124,13 +120,12 @@ def test_forgetting_every_input_lists_each_folder_once(
     monkeypatch.setattr(Path, "glob", counted)
     parts.forget_inputs(tmp_path, stems)
     monkeypatch.undo()
-    assert listings <= 7, listings  # five part folders, the global folder and its one stage
+    assert listings <= 6, listings  # four part folders, the global folder and its one stage
     assert _files(tmp_path) == set()
 
 
-def test_a_part_that_no_longer_verifies_is_forgotten_with_its_cost_record(tmp_path: Path) -> None:
-    """The resume scan forgets a part whose shard changed: its cost record too (fails on the
-    old code, which kept `.parts/part-costs/<shard>.json`)."""
+def test_a_part_that_no_longer_verifies_is_forgotten(tmp_path: Path) -> None:
+    """The resume scan forgets a part whose shard changed: its part record too."""
     table_bytes = b"not the recorded bytes"
     shard = "web-00000"
     parts.ensure_dirs(tmp_path)
@@ -138,9 +133,5 @@ def test_a_part_that_no_longer_verifies_is_forgotten_with_its_cost_record(tmp_pa
     record = {"bytes": len(table_bytes) + 1, "sha256": "0" * 64, "rows": 1}
     fragment = {"shard": shard, "files": {layout.data_file(shard): record}}
     parts.part_record_path(tmp_path, shard).write_text(json.dumps(fragment))
-    cost = parts.part_cost_path(tmp_path, shard)
-    cost.parent.mkdir(parents=True)
-    cost.write_text(json.dumps({"read": {"cpu_s": 1.0, "docs": 1, "bytes": 3}}))
     assert parts.finished_parts(tmp_path) == set()
-    assert not cost.exists()
     assert not parts.part_record_path(tmp_path, shard).exists()

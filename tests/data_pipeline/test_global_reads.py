@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from data_pipeline import global_parts, throughput
+from data_pipeline import global_parts
 from pretrain import storage
 from tests.data_pipeline.test_driver_reads import _recording, recorded_s3
 
@@ -78,17 +78,3 @@ def test_a_local_map_side_is_checked_as_before(tmp_path: Path) -> None:
     (global_parts.stage_dir(tmp_path, "first") / "a-00001.keys.pq").unlink()
     outputs = list(global_parts.loaded(tmp_path, "first", PARTS, ""))
     assert [o is None for o in outputs] == [False, True, False, False]
-
-
-def test_the_map_costs_are_folded_from_the_records_verified(tmp_path: Path) -> None:
-    """The throughput section then reads no map record again (one GET per part at the end of
-    every global run before)."""
-    for i, part in enumerate(PARTS):
-        rows = pa.table({"text": ["a", "b"], "_raw_bytes": pa.array([3, 4], pa.int64())})
-        cost = {"cpu_s": 0.5 * (i + 1), "docs": 2, "bytes": 7, "peak_rss_mb": 10.0 + i}
-        global_parts.persist(tmp_path, "first", part, rows, {}, depends="", cost=cost)
-    costs: dict[str, Any] = {}
-    assert all(global_parts.loaded(tmp_path, "first", PARTS, "", costs))
-    assert costs == {"cpu_s": 5.0, "docs": 8, "bytes": 28, "peak_rss_mb": 13.0}
-    read = throughput._global_cost(tmp_path, "first", list(PARTS), {})
-    assert throughput._global_cost(tmp_path, "first", list(PARTS), {}, costs) == read
