@@ -1,9 +1,6 @@
-"""The SentencePiece BPE baseline, trained on the same sample and vocabulary size as ours.
-
-SentencePiece reads sentences (lines), so documents are fed line by line; settings chosen to make
-it comparable: BPE, byte fallback (no unknown characters), digits split, identity normalisation
-(no NFKC, whitespace kept) so its round trip can be exact, 3 reserved ids like our 3 specials.
-"""
+"""The SentencePiece BPE baseline on the same sample (line by line) and vocabulary size as ours,
+set to be comparable: byte fallback, digits split, identity normalisation (an exact round trip
+is possible), 3 reserved ids like our 3 specials."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from pretrain.schema import BASE_FIELDS
 from pretrain.storage import write_json
 from tokenizer.indexed import IndexedWriter
 from tokenizer.lock import LockedTokenizer, load_locked
-from tokenizer.prefixes import MIN_PREFIX_DOCUMENTS, plan_prefixes
+from tokenizer.prefixes import MIN_PREFIX_DOCUMENTS, Prefix, plan_prefixes
 from tokenizer.shards import read_columns, require_shards
 
 BASE_COLUMNS = ("id", "source", "split")
@@ -43,8 +43,7 @@ BASE_COLUMNS = ("id", "source", "split")
 
 
 def sidecar_schema() -> pa.Schema:
-    """doc_index, id, num_tokens, source, split, then every stage's tags (`Stage.tags`), in
-    pipeline order."""
+    """doc_index, id, num_tokens, source, split, then every stage's tags in pipeline order."""
     base = {f.name: f for f in BASE_FIELDS}
     return pa.schema(
         [
@@ -65,16 +64,6 @@ def tag_names() -> tuple[str, ...]:
 OUTPUT_SUFFIXES = (".bin", ".idx", ".docs.parquet", ".done")
 HASHED = {".idx": "idx_sha256", ".docs.parquet": "sidecar_sha256", ".bin": "bin_sha256"}
 """The `.done` record's sha256 of each output (through pretrain.hashcache)."""
-
-
-@dataclass(frozen=True)
-class Job:
-    """One prefix to write: its name, its split family (tokenizer.prefixes.SPLITS) and its
-    shards (path, sha256), in order."""
-
-    name: str
-    split: str
-    shards: tuple[tuple[Path, str], ...]
 
 
 @dataclass(frozen=True)
@@ -112,8 +101,7 @@ def _finished(
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:
-    """A `.done` record, or None when there is none or it is not one (not JSON, not an object:
-    a damaged disk; the prefix is encoded again rather than the re-run ending in a traceback)."""
+    """A `.done` record, or None (none, or damaged: the prefix is encoded again)."""
     try:
         record = json.loads(path.read_bytes())
     except (OSError, ValueError):
@@ -125,7 +113,7 @@ def _columns(schema: pa.Schema) -> list[tuple[str, pa.DataType]]:
     return [(field.name, field.type) for field in schema]
 
 
-def _job_tables(job: Job, columns: Sequence[str], batch_size: int) -> Iterator[pa.Table]:
+def _job_tables(job: Prefix, columns: Sequence[str], batch_size: int) -> Iterator[pa.Table]:
     """The job's shards read in batches, only the rows of its split family."""
     for shard, _ in job.shards:
         wanted = tuple(dict.fromkeys((*columns, "split")))
@@ -137,11 +125,10 @@ def _job_tables(job: Job, columns: Sequence[str], batch_size: int) -> Iterator[p
 
 
 def _encoded_batches(
-    tokenizer: LockedTokenizer, job: Job, batch_size: int
+    tokenizer: LockedTokenizer, job: Prefix, batch_size: int
 ) -> Iterator[tuple[pa.Table, list[Any]]]:
-    """(tags + text table, encodings) per batch. The next batch is encoded in a helper thread
-    (the Rust encoder releases the GIL and uses every core) while the caller writes this one,
-    so the single-threaded Python side (ids lists, .bin writes, sidecar) overlaps encoding."""
+    """(tags + text table, encodings) per batch; the next batch is encoded in a helper thread
+    (the Rust encoder releases the GIL) while the caller writes this one."""
     hf = tokenizer.tokenizer
     hf.encode_special_tokens = True  # "<|endoftext|>" inside a document is text, not an EOD
     encode = getattr(hf, "encode_batch_fast", hf.encode_batch)
@@ -158,10 +145,9 @@ def _encoded_batches(
 
 
 def encode_prefix(
-    tokenizer: LockedTokenizer, job: Job, out: Path, batch_size: int = 1024
+    tokenizer: LockedTokenizer, job: Prefix, out: Path, batch_size: int = 1024
 ) -> ShardResult:
-    """Encode one prefix's shards, in order, into `out/<stem>.{bin,idx,docs.parquet}` (skipped
-    when already done)."""
+    """Encode one prefix into `out/<stem>.{bin,idx,docs.parquet}` unless already done."""
     stem, sources = job.name, {path.stem: sha for path, sha in job.shards}
     record = _finished(out, stem, job.split, sources, tokenizer.sha256)
     if record is not None:
@@ -188,9 +174,8 @@ def encode_prefix(
         "bin_bytes": partial[".bin"].stat().st_size,
         **{key: sha256_file(partial[suffix]) for suffix, key in HASHED.items()},
     }
-    # the record first, then the files: a kill between leaves files the output check accepts
-    # (a record is there) and the re-run checks against it (moved in part: done again). Moved
-    # first, a kill before the record left a .bin/.idx the re-run refused as a stranger's.
+    # the record first, then the files: a kill between leaves files the re-run checks against
+    # it (moved first, a kill before the record left a .bin/.idx refused as a stranger's)
     write_json(_done_path(out, stem), record)
     for suffix, path in partial.items():
         os.replace(path, out / f"{stem}{suffix}")
@@ -217,8 +202,7 @@ def _sidecar_batch(table: pa.Table, start: int, lengths: list[int]) -> pa.Table:
 def preflight(
     tokenizer_dir: str | Path, data: str | Path, out: str | Path
 ) -> tuple[LockedTokenizer, dict[str, Any], list[Path]]:
-    """What `encode` checks before working (`--dry-run` runs it): the tokenizer and the shards
-    verify, and `out` is new or an encoded artifact."""
+    """What `encode` (and `--dry-run`) checks first: tokenizer, shards, and `out` is ours."""
     tokenizer = load_locked(tokenizer_dir)
     shards_manifest, shards = require_shards(data)
     require_own_output(Path(out), "--out", encoded_kind.KIND, _scratch, _resumable)
@@ -226,21 +210,18 @@ def preflight(
 
 
 def _resumable(out: Path) -> bool:
-    """An encode killed before its manifest: its `.done` records (what `encode_prefix` wrote, not
-    merely a file of that name), which the re-run resumes."""
+    """An encode killed before its manifest: `.done` records that `encode_prefix` wrote."""
     records = (_read_record(path) or {} for path in out.glob(".*.done"))
     return any({"sources", "tokenizer_sha256"} <= record.keys() for record in records)
 
 
 def _scratch(name: str) -> bool:
-    """What an encode killed inside its first prefix leaves: `.<stem>.partial.*`, and
-    `write_json`'s temporary files."""
+    """What a kill inside a prefix leaves: `.<stem>.partial.*`, temporary files."""
     return temporary_file(name) or (name.startswith(".") and ".partial." in name)
 
 
 def _prepare_out(out: Path, stems: set[str]) -> None:
-    """Drop the old manifest (rewritten last), outputs of shards no longer in the input and
-    `.done` records' temporary files a kill left (write_atomic's)."""
+    """Drop the old manifest, outputs of prefixes no longer planned and temporary files."""
     if (out / "manifest.json").is_file():
         (out / "manifest.json").unlink()
     out.mkdir(parents=True, exist_ok=True)
@@ -257,7 +238,7 @@ def _prepare_out(out: Path, stems: set[str]) -> None:
 
 
 def _run_ray(
-    jobs: list[Job], tokenizer_dir: Path, sha: str, out: Path, num_cpus: float
+    jobs: list[Prefix], tokenizer: LockedTokenizer, out: Path, num_cpus: float
 ) -> list[ShardResult]:
     import ray
 
@@ -266,11 +247,11 @@ def _run_ray(
     rayinit.connect(None)  # RAY_ADDRESS, else a loopback-only local Ray that dies with us
 
     @ray.remote(num_cpus=num_cpus)
-    def encode_remote(job: Job) -> ShardResult:
-        tokenizer = load_locked(tokenizer_dir, expect_sha256=sha)
+    def encode_remote(tokenizer: LockedTokenizer, job: Prefix) -> ShardResult:
         return encode_prefix(tokenizer, job, out)
 
-    pending = [encode_remote.remote(job) for job in jobs]
+    shipped = ray.put(tokenizer)  # verified above: the workers need neither its folder nor a check
+    pending = [encode_remote.remote(shipped, job) for job in jobs]
     results = []
     with Progress(total=len(pending), desc="encode (ray)", unit="prefix") as bar:
         while pending:
@@ -283,14 +264,11 @@ def _run_ray(
 
 def plan_jobs(
     data: str | Path, manifest: dict[str, Any], shards: list[Path], min_prefix_documents: int
-) -> list[Job]:
-    """The prefixes to write (tokenizer.prefixes), each with its shards and their sha256."""
+) -> list[Prefix]:
+    """The prefixes to write, each with its shards and their sha256."""
     root = Path(data).resolve()
     sha = {s: manifest["files"][s.resolve().relative_to(root).as_posix()]["sha256"] for s in shards}
-    return [
-        Job(prefix.name, prefix.split, tuple((path, sha[path]) for path in prefix.shards))
-        for prefix in plan_prefixes(shards, min_prefix_documents)
-    ]
+    return plan_prefixes(sha, min_prefix_documents)
 
 
 def encode(
@@ -302,20 +280,15 @@ def encode(
     num_cpus: float = 1.0,
     min_prefix_documents: int = MIN_PREFIX_DOCUMENTS,
 ) -> dict[str, Any]:
-    """Encode every shard of a verified `shards` artifact; write the `encoded` manifest last.
-
-    Consecutive shards are packed into prefixes of >= `min_prefix_documents` documents (a short
-    tail joins the one before), so no Megatron split of a prefix is empty. backend `ray`: one
-    task per prefix on the running Ray cluster (or a local one; RAY_ADDRESS is honoured),
-    `num_cpus` reserved per task; `inline`: prefixes one after another here.
-    """
+    """Encode every shard of a verified `shards` artifact, the `encoded` manifest last. backend
+    `ray`: one task per prefix (RAY_ADDRESS honoured); `inline`: prefixes one after another."""
     with output_lock(out):
         tokenizer, shards_manifest, shards = preflight(tokenizer_dir, data, out)
         out = Path(out)
         jobs = plan_jobs(data, shards_manifest, shards, min_prefix_documents)
         _prepare_out(out, {job.name for job in jobs})
         if backend == "ray" and len(jobs) > 1:
-            results = _run_ray(jobs, Path(tokenizer_dir), tokenizer.sha256, out, num_cpus)
+            results = _run_ray(jobs, tokenizer, out, num_cpus)
         else:  # here, one prefix after another, with the tokenizer verified above
             progress = Progress(jobs, desc="encode", unit="prefix")
             results = [encode_prefix(tokenizer, job, out) for job in progress]

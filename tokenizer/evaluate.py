@@ -1,12 +1,6 @@
-"""`pretrain tokenizer eval`: compression and vocabulary use per domain and language.
-
-Measured on the documents tagged `split == eval`. When those are too few (fewer than
-MIN_EVAL_DOCS documents or MIN_EVAL_BYTES bytes), the report says so and falls back to a stated
-held-out sample: train-split documents the tokenizer's sample did not draw (its hash rule is in
-lock.json); when the sample drew everything, a 10% hash sample of the train split, flagged as
-*seen in training*. The same figures are computed for a SentencePiece BPE trained on the same
-sample and vocabulary size (tokenizer.baseline).
-"""
+"""`pretrain tokenizer eval`: compression and vocabulary use per domain and language, on the eval
+split (or, when it is tiny, a stated fallback: `select_eval_docs`), against a SentencePiece BPE
+trained on the same sample and vocabulary size (tokenizer.baseline)."""
 
 from __future__ import annotations
 
@@ -120,7 +114,9 @@ def _scan(shards: list[Path], keep: Any) -> list[Doc]:
 
 
 def select_eval_docs(shards: list[Path], lock: dict[str, Any]) -> tuple[list[Doc], str]:
-    """The eval documents and a sentence saying where they come from."""
+    """The eval documents and a sentence saying where they come from: the eval split; if it is
+    tiny, plus train documents the tokenizer's sample did not draw; if it drew all, plus a 10%
+    hash sample of the train split, flagged as seen in training."""
     docs = _scan(shards, lambda i, split, d, lang: split == "eval")
     size = sum(len(d.text.encode("utf-8")) for d in docs)
     if len(docs) >= MIN_EVAL_DOCS and size >= MIN_EVAL_BYTES:

@@ -1,20 +1,7 @@
-"""The Hugging Face side files of a tokenizer: `tokenizer_config.json` and `special_tokens_map.json`.
-
-With them `transformers.AutoTokenizer.from_pretrained(DIR)` (and what builds on it: lm-evaluation-
-harness, vLLM, TGI) sees the scheme's special tokens: eos = `<|endoftext|>` (our EOD, appended after
-every document), pad = `<|pad|>`, the user-defined ones as additional special tokens, no bos and no
-unk (byte-level BPE encodes every string). Nothing is added around a text (`add_bos_token` and
-`add_eos_token` false), as `pretrain tokenizer encode` adds the EOD itself.
-
-Special-token text inside a document is encoded as text, never as the special id, exactly as our
-encoder does: `split_special_tokens: true`. `tokenizers` 0.23 does not serialise its own
-`encode_special_tokens` flag into `tokenizer.json` (saved and re-read, it is False again), so this
-is the saved form of that setting that transformers applies on load; a user of the bare
-`tokenizers.Tokenizer.from_file` must still set `encode_special_tokens = True` (README).
-
-The key names are those transformers 4.x and 5.x both read (`PreTrainedTokenizerFast`,
-`additional_special_tokens`), so tools pinned to older transformers load it too.
-"""
+"""The Hugging Face side files (`tokenizer_config.json`, `special_tokens_map.json`), so that
+`AutoTokenizer.from_pretrained(DIR)` gives our encoder's ids (docs/tokenizer.md): eos = EOD, no
+bos/unk, nothing added around a text, and `split_special_tokens: true` because `tokenizers` does
+not save its `encode_special_tokens` flag. Key names that transformers 4.x and 5.x both read."""
 
 from __future__ import annotations
 
@@ -60,8 +47,7 @@ def tokenizer_config(
 
 
 def hf_file_bytes(lock: dict[str, Any], model_max_length: int) -> dict[str, bytes]:
-    """{file name: exact bytes} of the HF side files of the tokenizer `lock` (lock.json)
-    describes (canonical JSON, so the hash is stable)."""
+    """{file name: bytes} of the HF side files for `lock` (canonical JSON: a stable hash)."""
     specials = (lock["special_tokens"], lock["eod_id"], lock["pad_id"])
     config = tokenizer_config(*specials, model_max_length)
     return {

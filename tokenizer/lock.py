@@ -1,13 +1,6 @@
-"""The tokenizer lock: a tokenizer is known by the content hash of its files
-(`pretrain.artifacts.tokenizer.identity_of`: their sha256s as its manifest lists them).
-
-`lock.json` records the vocabulary size, the special token ids, the training config, the realised
-sample composition and the content identity of the input shards (`tokenizer.shards.shards_identity`:
-their Parquet files' hashes, not the shards manifest, whose created_unix/command change on every
-rebuild: the same inputs give the same tokenizer id). It lists no file hash: the manifest holds
-them. Every artifact made with a tokenizer records `{"name", "sha256", "id"}`; consumers compare
-that with the tokenizer they are given (`check_match`) and refuse a mismatch in one line.
-"""
+"""A tokenizer is known by the content hash of its files as its manifest lists them
+(`pretrain.artifacts.tokenizer.identity_of`). Every artifact made with one records `{"name",
+"sha256", "id"}`; consumers compare it with the tokenizer they are given (`check_match`)."""
 
 from __future__ import annotations
 
@@ -40,8 +33,7 @@ class LockedTokenizer:
 
     @property
     def info(self) -> dict[str, Any]:
-        """What other artifacts record about the tokenizer (manifest extra `tokenizer`):
-        name, sha256 and id as in CONTRACTS.md, plus vocab_size for consumers sizing embeddings."""
+        """What other artifacts record about the tokenizer (their manifest's `tokenizer`)."""
         return {
             "name": self.name,
             "sha256": self.sha256,
@@ -67,10 +59,8 @@ def _as_sha(value: Any) -> tuple[str, str]:
 
 
 def check_match(recorded: Any, given: Any, what: str) -> None:
-    """Refuse when the tokenizer recorded in `what` differs from the one given.
-
-    `recorded` / `given`: sha256 strings, `{"name", "sha256", "id"}` dicts or LockedTokenizers.
-    """
+    """Refuse when the tokenizer recorded in `what` differs from the one given (each a sha256,
+    a `{"name", "sha256", "id"}` dict or a LockedTokenizer)."""
     recorded_sha, recorded_show = _as_sha(recorded)
     given_sha, given_show = _as_sha(given)
     if not recorded_sha:
@@ -87,23 +77,12 @@ def check_match(recorded: Any, given: Any, what: str) -> None:
         )
 
 
-def load_locked(directory: str | Path, expect_sha256: str | None = None) -> LockedTokenizer:
-    """Load a tokenizer artifact after checking its files against its manifest.
-
-    A byte changed in any of its files is refused; so is an identity other than `expect_sha256`
-    when given. The HF tokenizer comes with `encode_special_tokens = True`:
-    special-token text inside a document (e.g. a literal "<|endoftext|>") is encoded as text,
-    exactly as `encode` wrote the data; special ids are added by id, never parsed from text.
-    """
+def load_locked(directory: str | Path) -> LockedTokenizer:
+    """A verified tokenizer artifact. The HF tokenizer has `encode_special_tokens = True`: a
+    literal "<|endoftext|>" in a document is text, as `encode` wrote the data."""
     root = Path(directory)
     art = tokenizer_artifact.open(root)  # refuses a missing directory in one line too
     lock, sha = art.lock, art.sha256
-    if expect_sha256 is not None:
-        check_match(
-            expect_sha256,
-            {"sha256": sha, "id": tokenizer_id(lock["name"], sha)},
-            f"the pinned tokenizer (expect_sha256) for {root}",
-        )
     hf = load_checked(root / TOKENIZER_FILE, lock)  # a crafted pipeline is refused before use
     hf.encode_special_tokens = True
     return LockedTokenizer(

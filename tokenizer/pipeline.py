@@ -1,12 +1,7 @@
-"""The tokenizer's pipeline (pre-tokenisation, decoder, BPE settings): built here for training and
-checked here before a `tokenizer.json` reaches the `tokenizers` library.
-
-The check is the guard for a crafted or edited `tokenizer.json` inside a resealed artifact: the
-library compiles a pre-tokenizer regex it is given and runs it on every document, and a regex that
-backtracks catastrophically makes Oniguruma give up mid-encode, which the library turns into a
-Rust panic (a multi-line traceback, printed by Rust before Python sees it), not an error. So a
-`tokenizer.json` is loaded only when its pipeline is the one `build_tokenizer` makes for its
-lock.json's `pretokenize` settings and its ids fit the vocabulary lock.json records.
+"""The tokenizer's pipeline, built here for training and checked here before a `tokenizer.json`
+reaches the `tokenizers` library: a crafted pre-tokenizer regex that backtracks makes Oniguruma
+give up mid-encode, which the library turns into a Rust panic, not an error. So a `tokenizer.json`
+loads only when its pipeline is `build_tokenizer`'s for its lock.json and its ids fit the vocab.
 """
 
 from __future__ import annotations
@@ -61,9 +56,8 @@ def _ids_fit(data: dict[str, Any], vocab_size: Any) -> bool:
 
 
 def load_checked(path: Path, lock: dict[str, Any]) -> Any:
-    """The `tokenizers.Tokenizer` in `path` (a tokenizer artifact's tokenizer.json), refused in one
-    line unless its pipeline is the one `pretrain tokenizer train` builds for `lock`'s settings
-    and its ids fit `lock`'s vocab_size."""
+    """The `tokenizers.Tokenizer` in `path`, refused in one line unless its pipeline is the one
+    `build_tokenizer` makes for `lock`'s settings and its ids fit `lock`'s vocab_size."""
     from tokenizers import Tokenizer
 
     remedy = "it was edited or crafted: retrain it with `pretrain tokenizer train`"

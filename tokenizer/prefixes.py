@@ -1,16 +1,10 @@
-"""Which shards go into which encoded prefix (`<prefix>.bin` / `.idx` / `.docs.parquet`).
+"""Which shards go into which encoded prefix: per split family, consecutive shards packed into
+prefixes of at least `min_documents` of that family's documents.
 
-Training and held-out documents never share a prefix: `train-<n:05d>` prefixes hold the documents
-whose `split` is not `eval`, `eval-<n:05d>` prefixes the `split == eval` ones, so a consumer that
-ignores our sidecars (Megatron-LM's `--data-path`, a blend over the directory) cannot train on
-eval documents by passing the training prefixes. A prefix is named by what it holds, numbered in
-shard order.
-
-Megatron's GPTDataset splits every prefix of a blend by documents (`split: "98,1,1"` gives each
-prefix's last 1% to test): a prefix of 2 or 20 documents leaves a split empty, and the builder then
-fails an assertion (zero-weight blend) or, with explicit weights, loops forever looking for tokens.
-So, per split, consecutive shards (in their sorted order) are packed into prefixes of at least
-`min_documents` of that split's documents, and a short tail joins the prefix before it.
+`train-<n:05d>` prefixes hold the documents whose `split` is not `eval`, `eval-<n:05d>` the others,
+so a consumer that ignores our sidecars (Megatron-LM's `--data-path`) cannot train on eval
+documents. Megatron's GPTDataset splits every prefix of a blend by documents (`98,1,1`): a prefix
+of 2 documents leaves a split empty and the builder fails an assertion or loops forever.
 """
 
 from __future__ import annotations
@@ -29,15 +23,16 @@ SPLITS = ("train", "eval")
 
 @dataclass(frozen=True)
 class Prefix:
+    """One prefix to write: its name, its split family and its shards (path, sha256), in order."""
+
     name: str
     split: str
-    shards: tuple[Path, ...]
+    shards: tuple[tuple[Path, str], ...]
 
 
-def plan_prefixes(shards: list[Path], min_documents: int = MIN_PREFIX_DOCUMENTS) -> list[Prefix]:
-    """Per split family, group `shards` (sorted) into prefixes of >= `min_documents` documents
-    of that family where the total allows it (fewer is one prefix); a family with no document
-    gets no prefix."""
+def plan_prefixes(shards: dict[Path, str], min_documents: int) -> list[Prefix]:
+    """The prefixes of `shards` ({path: sha256}, sorted); a short tail joins the prefix before it,
+    a family with no document gets no prefix."""
     counts = {}  # how many of each shard's documents each family takes (its `split` column)
     for shard in shards:
         column = pq.read_table(shard, columns=["split"]).column("split")
@@ -59,6 +54,7 @@ def plan_prefixes(shards: list[Path], min_documents: int = MIN_PREFIX_DOCUMENTS)
         elif current:
             groups.append(current)
         prefixes += [
-            Prefix(f"{split}-{n:05d}", split, tuple(p for p, _ in g)) for n, g in enumerate(groups)
+            Prefix(f"{split}-{n:05d}", split, tuple((p, shards[p]) for p, _ in g))
+            for n, g in enumerate(groups)
         ]
     return prefixes

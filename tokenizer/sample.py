@@ -1,11 +1,7 @@
-"""The tag-weighted training sample, streamed from shards (never the whole corpus in memory).
-
-Two passes over the shards. Pass 1 reads only sizes and tags and plans, per (domain, lang) group,
+"""The tag-weighted training sample, streamed from shards. Pass 1 plans, per (domain, lang) group,
 an inclusion probability `min(1, weight * scale)` whose `scale` makes the expected sample
-`max_bytes`. Pass 2 streams the text and keeps a document when a stable hash of (seed, id) falls
-below its group's probability: the same shards and config always give the same sample, in any
-shard order. Documents tagged `split == eval` are never included.
-"""
+`max_bytes`; pass 2 keeps a train-split document when a stable hash of (seed, id) falls below it
+(the same sample in any shard order)."""
 
 from __future__ import annotations
 

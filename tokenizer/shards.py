@@ -1,10 +1,5 @@
-"""Reading tagged shard artifacts (`pretrain data run` output, kind `shards`) for the tokenizer.
-
-The layout and the reader are `pretrain.artifacts.shards` (the one place they are defined);
-this module keeps the tokenizer's identity and sampling helpers and the names its modules import.
-Its `read_columns` is that reader with the stages' tags (data_pipeline.stages.registry.tag_fields)
-typing the columns a shard lacks.
-"""
+"""Shards (`pretrain.artifacts.shards`) as the tokenizer reads them: tag columns typed by the
+stages' declarations, the content identity a lock records, and the sampling hash."""
 
 from __future__ import annotations
 
@@ -36,11 +31,9 @@ def require_shards(directory: str | Path) -> tuple[dict[str, Any], list[Path]]:
 
 
 def shards_identity(directory: str | Path) -> str:
-    """What a shards artifact holds: sha256 of the sorted {path: sha256} of its data/*.parquet
-    (the files readers read; `require` checks them against these hashes). Unlike the manifest's
-    own sha256 it ignores created_unix, command, git state and the pipeline's ledger, rejects
-    and progress files: the same documents rebuilt give the same identity, a changed byte in a
-    shard another one."""
+    """sha256 of the sorted {path: sha256} of a shards artifact's data/*.parquet: unlike the
+    manifest's own sha256 it ignores created_unix, command, git state, ledger and rejects, so the
+    same documents rebuilt give the same identity."""
     peeked = base_artifact.peek(directory)  # the manifest's seal checked
     files = peeked.files
     listed = {rel: files[rel].sha256 for rel in sorted(files) if is_shard(rel)}

@@ -1,10 +1,6 @@
-"""`pretrain tokenizer train`: a byte-level BPE (HF `tokenizers`) on a tag-weighted shard sample.
-
-Byte-level: every string encodes (256 byte tokens, no unknown token) and decodes back exactly (no
-normalizer). Special tokens take the first ids: <|endoftext|> = 0 (EOD), <|pad|> = 1, then the
-user-defined ones. Pre-tokenisation: CJK runs (or single characters) isolated, digits split one by
-one, then GPT-2's byte-level regex. See `tokenizer.config.PreTokenizeConfig`.
-"""
+"""`pretrain tokenizer train`: a byte-level BPE (HF `tokenizers`, no unknown token, no normalizer)
+on a tag-weighted shard sample. Special tokens take the first ids: <|endoftext|> = 0 (EOD),
+<|pad|> = 1, then the user-defined ones."""
 
 from __future__ import annotations
 
@@ -59,9 +55,8 @@ def train_on_texts(texts: Any, config: TokenizerTrainConfig) -> Any:
 
 
 def preflight(config: TokenizerTrainConfig) -> list[Path]:
-    """What `train` checks before working (`--dry-run` runs it): the shards verify and `out` is
-    new, empty or a tokenizer (a killed train leaves only its scratch folder beside `out`,
-    pretrain.publish). Returns the shard files."""
+    """What `train` (and `--dry-run`) checks first: the shards verify and `out` is new, empty or
+    a tokenizer. Returns the shard files."""
     _, shards = require_shards(config.data)
     require_own_output(Path(config.out), "out =", KIND)
     return shards
