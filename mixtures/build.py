@@ -1,7 +1,6 @@
-"""`pretrain mixture build`: recipe + encoded data -> the mixture artifact (its layout:
-pretrain/artifacts/mixture.py; a component's documents in sidecar order; `summary.json`: per phase
-and component quota, sequences, tokens, epochs; `replan.json`, of a re-plan only: what was kept
-and what was re-allocated)."""
+"""`pretrain mixture build`: recipe + encoded data -> the mixture artifact (pretrain/artifacts/
+mixture.py), with `summary.json` (per phase and component: quota, sequences, tokens, epochs) and,
+of a re-plan, `replan.json` (what was kept and what re-allocated)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""`MixtureDataset`: the map-style dataset the trainer reads (pretrain/CONTRACTS.md).
-
-Sample i of a phase's index is (component k, sequence s). With S = the component's sequences per
-epoch and L = the phase's seq_length, s = epoch * S + j: the tokens are window j (L + 1 tokens
-starting at j * L) of the component's documents concatenated in that epoch's seeded order (see
-mixtures.sequence_plan). Tokens are read with Megatron-Core's IndexedDataset from the encoded artifact,
-whose manifest sha256 must match the one the mixture recorded.
-"""
+"""`MixtureDataset`: the map-style dataset the trainer reads. Sample i of a phase's index is
+(component k, sequence s = epoch * S + j): window j (L + 1 tokens from j * L) of k's documents
+concatenated (EOD kept) in that epoch's seeded order, read with Megatron-Core's IndexedDataset."""
 
 from __future__ import annotations
 
@@ -24,12 +19,8 @@ EPOCH_CACHE = 16
 
 
 class MixtureDataset:
-    """Sequences of one phase of a mixture: `[i] -> {"tokens": int64[L + 1], "component": k}`.
-
-    Sample i is consumed at global step i // global_batch, so the trainer's data state is the
-    number of sequences consumed. Both the mixture's and the encoded artifact's files are checked
-    byte for byte (through the hash cache).
-    """
+    """One phase of a mixture, `[i] -> {"tokens": int64[L + 1], "component": k}`, sample i at
+    global step i // global_batch; the mixture and the encoded artifact it recorded verified."""
 
     def __init__(
         self,

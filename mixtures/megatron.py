@@ -1,14 +1,7 @@
-"""`pretrain mixture export MIXTURE --megatron --out DIR`: a built mixture as Megatron-LM data
-(docs/mixtures.md: usage, disk, and what Megatron's blend does not keep of our index).
-
-A weight over our encoded prefixes cannot express a component (a tag selection of documents
-spread over many prefixes), so each component's selected documents (`components/<name>.npy`, in
-that order) are copied into a prefix of their own, `DIR/<name>.bin/.idx` (the encoding's token
-dtype), and per phase `DIR/<n>-<phase>.data-args` holds the `weight prefix` list (weight: the
-component's share of the phase's sample index). Megatron's `--split` divides every prefix by
-documents: pass `100,0,0` (the held-out documents are in no component) or valid/test leave
-training.
-"""
+"""`pretrain mixture export MIXTURE --megatron --out DIR` (docs/mixtures.md): a weight over our
+prefixes cannot express a component (a tag selection spread over many prefixes), so each
+component's documents are copied into a prefix of its own, `DIR/<name>.bin/.idx`, and per phase
+`DIR/<n>-<phase>.data-args` holds `weight prefix` pairs (the component's share of the index)."""
 
 from __future__ import annotations
 

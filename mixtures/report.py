@@ -1,10 +1,6 @@
-"""`pretrain mixture report DIR`: target vs realised shares of a built mixture.
-
-Per phase and component: target share, realised share overall, the per-batch share range and the
-largest per-batch / batch-prefix / every-sample-prefix / sliding-window deviation (in sequences), tokens and epochs. Writes
-`DIR/report/report.json` and `DIR/report/report.png` (or under `--out`). With `--run RUN_DIR`
-it also compares the trainer's realised tokens per component (RUN/metrics.jsonl) with the index.
-"""
+"""`pretrain mixture report DIR`: target vs realised shares and deviations of a built mixture per
+phase and component, in `DIR/report/` (or `--out`); with `--run RUN_DIR`, the trainer's tokens
+per component (RUN/metrics.jsonl) against the index."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
-"""The global-quota sampler: a phase's sample index, as (component, sequence) per slot.
+"""A phase's sample index, (component, sequence) per slot, and the deviations the report measures.
 
-`mixtures.schedule` decides which component fills each slot so that every aligned global batch
-and every prefix of the index hold each component within 1 sequence of its quota (how is in its
-docstring). This module turns that into sequences:
-Each component is a stream of sequences: draw n of component k is sequence `n % S_k` of epoch
-`n // S_k` (S_k = sequences per epoch), and the order of sequences is a seeded permutation per
-(seed, phase, component, epoch). `mixtures.dataset` defines what a sequence's tokens are.
-"""
+`mixtures.schedule` decides which component fills each slot. Draw n of component k is sequence
+`n % S_k` of epoch `n // S_k` (S_k = sequences per epoch) in a seeded permutation per (seed,
+phase, component, epoch); `mixtures.dataset` defines a sequence's tokens."""
 
 from __future__ import annotations
 
@@ -37,11 +33,8 @@ def draws_to_sequences(
     out: np.ndarray | None = None,
     chunk: int = 1 << 22,
 ) -> np.ndarray:
-    """Map each (component, draw) to the sequence id `epoch * S_k + permuted position`.
-
-    `draw_limits[k]` bounds component k's draw numbers (exclusive). One lookup table holds every
-    component's stream up to its limit, so the mapping is a chunked gather over the index.
-    """
+    """Each (component, draw) as the sequence id `epoch * S_k + permuted position`, through one
+    table of every component's stream up to `draw_limits[k]` (exclusive)."""
     limits = [int(limit) for limit in draw_limits]
     table = np.empty(sum(limits), dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(limits)[:-1]]).astype(np.int64)
@@ -68,10 +61,9 @@ def build_index(
     phase: int = 0,
     kept: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The phase's sample index (structured INDEX_DTYPE array): the batches `counts` allocates
-    (boundaries.allocate_batches), after the `kept` prefix of a re-plan when given. Each
-    component's stream continues after the draws the kept prefix made, so no consumed sequence
-    is drawn again before its epoch is exhausted."""
+    """The phase's sample index (INDEX_DTYPE) of the batches `counts` allocates, after the `kept`
+    prefix of a re-plan when given: each stream continues after the kept prefix's draws, so no
+    consumed sequence is drawn again before its epoch is exhausted."""
     start = None if kept is None else draws_per_component(kept, len(sequences_per_epoch))
     component, draw = interleave(counts, weights, start)
     limits = counts.sum(axis=0) + (0 if start is None else start)

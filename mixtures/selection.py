@@ -1,9 +1,5 @@
-"""Select each component's documents from the encoded sidecars (`<stem>.docs.parquet`).
-
-A component's documents are the rows matching every clause of its `select` (the built-in tags
-and any other tag a stage declares, compared by its declared type); `split == eval` is always
-excluded. Unknown tag values (a domain no document has) and empty components are errors.
-"""
+"""Each component's documents: the encoded sidecars' rows matching every clause of its `select`,
+never `split == eval`; unknown tag values and empty or overlapping components are refused."""
 
 from __future__ import annotations
 

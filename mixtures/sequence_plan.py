@@ -1,10 +1,6 @@
-"""Plan a mixture: sequences per phase, per-batch allocations, epoch caps, re-plans.
-
-A component's sequences (per phase, of length L = the phase's seq_length): its selected documents,
-ordered by a seeded permutation per epoch, concatenated (EOD kept) and cut into windows of L + 1
-tokens at stride L (the last partial window is dropped): S = (tokens - 1) // L per epoch. Epoch
-caps count sequences drawn / S, summed over phases.
-"""
+"""Plan a mixture: sequences per phase, per-batch allocations, epoch caps, re-plans. A component
+has S = (tokens - 1) // L sequences per epoch (mixtures.dataset); epoch caps count sequences
+drawn / S, summed over phases."""
 
 from __future__ import annotations
 
@@ -162,8 +158,8 @@ def _plan_phase(
     old: Mixture | None,
     consumed: int,
 ) -> tuple[PhasePlan, int]:
-    """One phase's allocation; with a re-plan, the old phase's consumed prefix is kept.
-    Returns the plan and the old phase's size when it was (partly) consumed, else 0."""
+    """One phase's allocation (a re-plan keeps the old phase's consumed prefix), and the old
+    phase's size when it was (partly) consumed, else 0."""
     width, names = config.build.global_batch, [c.name for c in config.recipe.components]
     seq_length = int(phase.seq_length)
     per_epoch = [max(int(d["tokens"].sum()) - 1, 0) // seq_length for d in docs]
