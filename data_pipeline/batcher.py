@@ -1,13 +1,6 @@
-"""Raw rows of one input file collected into Arrow tables: row numbers, part names, unique ids.
-
-A document's `id` is namespaced by its input: `<input stem>/<record id>`, where the record id is
-the record's own id (`id_field`) or, when it has none, its place in the file. Input stems are
-unique within a job (a file below an input folder is named by its folders, data_pipeline.inputs;
-the planner refuses two inputs that would still share one), so two files whose records are both
-numbered 0..49 give 100 distinct ids. A record id repeated inside one file is a
-collision: the later record's id gets `#<row>` appended and the file's `id_collisions` count (in
-the ledger) goes up, so every document of a job has its own id.
-"""
+"""Raw rows of one unit of work collected into Arrow tables: row numbers, part names, unique ids.
+A document's id is `<input stem>/<record id>` (its own id, else its place in the file); an id
+repeated inside a file gets `#<row>` appended and counts in the ledger's `id_collisions`."""
 
 from __future__ import annotations
 

@@ -1,27 +1,6 @@
 """What a resumed data job must match: the job (config, stage versions, stage models) and each
-input file's identity.
-
-An input's identity is its size, its mtime_ns and a content hash: the sha256 of the whole file
-when it is at most `FULL_HASH_BYTES`, else the sha256 of its size, first and last `EDGE_BYTES`.
-Size and mtime catch the usual changes (an appended or rewritten file); the hash catches a file
-replaced by another version whose mtime was carried over (`cp -p`, `rsync -a`, an object store
-that keeps no mtime). A local input's identity also holds its inode and st_ctime_ns: any write
-to a file sets its ctime to now and no user call can set it back (`os.utime`, `touch -d`, `cp -p`
-restore mtime only), so a same-size change in the middle of a large file whose mtime was restored
-is detected too, from one stat and without hashing every byte of a multi-terabyte corpus at each
-run. The price: a metadata change (chmod, chown, a hard link, a rename in place) or a restore
-from backup also marks the input changed, and it is read again: never reused when it may differ.
-An object store keeps no ctime, and its mtime counts whole seconds: an object rewritten within the
-second of the upload an earlier run recorded, at the same size, with its change between the
-hashed edges, kept size, mtime and hash. Its identity holds its ETag instead, which the store
-changes with every write of other bytes (an outside tool's rewrite too), read from the answer
-the hash's open already gets.
-
-A changed (or removed) input's parts are deleted and it is read again; the others are reused.
-
-The job's lineage is here too: the artifact directories its local inputs lie in, and those its
-stages read (`Stage.models()`: a model, the dedup index it deduplicates against).
-"""
+input file's identity (docs/data.md#resume); the job's lineage (the artifacts its inputs lie in and
+its stages read)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
-"""Global stages in the data job, resumable per part: map -> aggregate -> join.
-
-    stream (Ray Data) --the map stages before the first global stage--> row files of each part
-    map    one task per part: its rows (in row order) -> G.map_part -> persisted, see below
-    aggregate  in the driver, over every part's persisted map output (G.aggregate, Ray inside)
-    join   one task per part: G.join_part -> the map stages after G -> the next global stage's
-           map (persisted the same way), or the job's row files (then the usual merge into shards)
-
-What a part's map output persists, in `.parts/global/<stage>/`: `<part>.rows.pq` (the rows the
-stage received), `<part>.<name>.pq` for each table `map_part` returned, and `<part>.json`
-(written last) recording every file's bytes and sha256, the part's row count, its counts and what
-the map depended on. A re-run reuses a part's map output only when its record verifies: every
-file has its recorded size and hash, the row count is the part's (from the input's read record),
-and it depends on the same thing: nothing for the first global stage (its rows come from the input
-alone, whose identity the job fingerprint checks), the digest of every part's map output of the
-global stages before it for a later one. Files are written in `.parts/scratch/` and renamed, so a
-killed writer leaves no half file under a recorded name. So a driver killed while the parts are
-mapped re-maps only the parts without a record, one killed during an aggregation re-runs the
-aggregation over records that all verify, and either ends byte-identical to an uninterrupted run.
-"""
+"""Global stages in the data job, resumable per part: map (one task per part, persisted in
+`.parts/global/<stage>/`: `<part>.rows.pq`, a `<part>.<table>.pq` per table `map_part` returned,
+and last `<part>.json` with every file's bytes and sha256) -> aggregate (in the driver) -> join
+(one task per part, then the map stages after the stage, then the next global stage's map or the
+job's row files). A persisted map output is reused while its record verifies and it depends on the
+same thing: the input (for the first global stage, its identity is the job fingerprint's) or the
+digest of every part's map output of the global stages before it."""
 
 from __future__ import annotations
 

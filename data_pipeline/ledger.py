@@ -1,15 +1,7 @@
-"""The ledger: where every document went, per stage, reason, domain and language.
-
-Each part's merge computes a part record from its rows (after every stage, before the select); the
-driver sums the part records into `ledger.json` and checks conservation: documents read from the
-inputs = documents kept + documents dropped, and the same for bytes.
-
-A document is attributed to the FIRST failing clause in stage order: a dropped document to the
-first hard-reject clause it matches, a kept one to its first soft reason (`tagged`) or to `pass`.
-
-`pii_redacted` sums the `pii_counts` of the kept documents per PII kind (the kinds checked; `{}`
-when the safety stage did not redact): what the shards' text no longer holds.
-"""
+"""The ledger: where every document went, per stage, reason, domain and language. Each part's merge
+computes a part record; the driver sums them into `ledger.json` and checks conservation (read =
+kept + dropped, documents and bytes). A document counts at the FIRST failing clause in stage order
+(dropped: its first hard-reject clause; kept: its first soft reason, else `pass`)."""
 
 from __future__ import annotations
 

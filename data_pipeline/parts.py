@@ -1,12 +1,6 @@
-"""The work area of an output, `.parts/`: where a run keeps what it has done, and resume.
-
-Per unit of work (one input file, or small files packed: data_pipeline.inputs.Unit), a read
-record (`<unit>.read.json`: records, parts, each file's counts); per part (shard), a ledger
-part record (`<shard>.json`: the files it wrote with their bytes and sha256); the stream's row files
-(`rows/<part>/`); the persisted map output of global stages (`global/<stage>/`); the run's phase
-(`progress/`); and `scratch/`, where files are written before they are renamed into place. A
-later run reuses every part whose recorded files still verify and computes the rest again.
-"""
+"""The work area of an output, `.parts/`: read records per unit of work, part records per part
+(the files it wrote, with bytes and sha256), row files, the global stages' map output, the run's
+phase and `scratch/`; a later run reuses every part whose recorded files still verify."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""The data job's Ray side, each step one function the runner calls inside `session`:
-
-    stream  inputs --read_files (tasks, streaming)--> raw batches (`_shard`, `_row` name each
-            row's part) --MapStagesWorker (actor pool, fractional CPUs; the map stages before any
-            global stage)--> row files of each part (written by the map actors: data_pipeline.workers)
-    global  data_pipeline.global_parts: for each global stage, map each part (persisted per part)
-            -> aggregate in the driver -> join each part, then the map stages after it
-    merge   one task per part: its row files in row order -> the select -> data/<part>.parquet,
-            _rejects/<part>.pq, .parts/<part>.json (part record)
-(the layout: pretrain.shards_layout)
-"""
+"""The data job's Ray side, one function per step the runner calls inside `session`: `stream`
+(read tasks -> the map stages before any global stage, on an actor pool -> row files per part),
+the global stages (data_pipeline.global_parts), `merge` (one task per part: row files -> the
+select -> shard, rejects, part record)."""
 
 from __future__ import annotations
 
@@ -66,45 +59,35 @@ def stream(
 
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     head, _ = global_parts.plan(stages)
-    # The read tasks: beside the stage actor pool they reserve no CPU, at most one task per CPU
-    # of the cluster at start: when a node dies, Ray restarts its stage actors on the nodes left
-    # and they may take every CPU there (a 1-CPU head holds two 0.5-CPU actors), while the reads
-    # that must run again (their node died with their output blocks) would wait for a CPU
-    # forever. Without actors, reads and row file writes are one task with a fractional CPU.
-    pool = {"num_cpus": 0, "compute": ray.data.TaskPoolStrategy(size=cpus)}
+    # The read tasks reserve no CPU beside the stage actor pool, at most one task per CPU of the
+    # cluster at start: when a node dies, Ray restarts its stage actors on the nodes left and
+    # they may take every CPU there (a 1-CPU head holds two 0.5-CPU actors), while the reads
+    # that must run again (their node died with their output blocks) would wait for a CPU forever.
     with _original_errors():
         dataset = ray.data.from_items(read, override_num_blocks=len(read)).map_batches(
             workers.read_files,
             batch_size=1,
             batch_format="pyarrow",
-            **(pool if head else {"num_cpus": 0.25}),
+            num_cpus=0,
+            compute=ray.data.TaskPoolStrategy(size=cpus),
             fn_kwargs={
                 "out": out,
                 "skip": frozenset(skip),
                 "options": read_options(config, stages),
             },
         )
-        if not head:
-            dataset = dataset.map_batches(
-                workers.write_rows,
-                batch_format="pyarrow",
-                batch_size=None,
-                num_cpus=0.25,
-                fn_kwargs={"out": out},
-            )
-        else:
-            dataset = dataset.map_batches(
-                workers.MapStagesWorker,
-                fn_constructor_kwargs={
-                    "specs": [s.spec() for s in head],
-                    "out": out,
-                    "batch_rows": config.batch_rows,
-                },
-                batch_size=None,  # one block per call: blocks, not bundles, are dealt to actors
-                batch_format="pyarrow",
-                compute=ray.data.ActorPoolStrategy(size=config.ray.workers or cpus),
-                num_cpus=config.ray.cpus_per_worker,
-            )
+        dataset = dataset.map_batches(
+            workers.MapStagesWorker,
+            fn_constructor_kwargs={
+                "specs": [s.spec() for s in head],
+                "out": out,
+                "batch_rows": config.batch_rows,
+            },
+            batch_size=None,  # one block per call: blocks, not bundles, are dealt to actors
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=config.ray.workers or cpus),
+            num_cpus=config.ray.cpus_per_worker,
+        )
     stems = [item["stem"] for item in read]
     # Rows tagged so far, from the output blocks as the driver receives them (one row per row
     # file written: its rows). Ray hands each output over once, whichever worker made it: a task

@@ -1,20 +1,7 @@
-"""Readers for raw inputs: WARC(.gz) HTTP responses, HTML files, JSON Lines (plain, gzip, zstd),
-Parquet.
-
-Each reader streams one input file as Arrow tables of raw records (`batcher.RAW_SCHEMA`): base columns plus
-hidden `_`-prefixed columns the extract stage consumes (`_payload`, `_content_type`,
-`_read_reason`) and the runner uses to name shards (`_shard`, `_row`, `_raw_bytes`).
-
-A problem with one record (undecodable bytes, malformed JSON, missing text, a truncated record or a
-stream that ends early) becomes a row with `_read_reason` set, never a crash or a silent loss. A
-file that cannot be opened at all raises `InputError` naming it (or, with `on_unreadable:
-reject`, becomes one reject row).
-
-JSON Lines and Parquet records name their text, id, URL and source by `Fields` (`text_field`,
-`id_field`, `url_field`, `source_field` in the pipeline config; a dotted name such as
-`metadata.url` reaches into a nested object). A value a field takes is not also kept in `meta`,
-at any depth: every value of a record is in one place.
-"""
+"""Readers of raw inputs (WARC, HTML, JSON Lines plain/gzip/zstd, Parquet) into `batcher.RAW_SCHEMA`
+tables. A bad record is a row with `_read_reason` set, never a crash or a silent loss; a file that
+cannot be opened at all is an `InputError` naming it (or, with `on_unreadable: reject`, one
+reject row). A value a field (`text_field`, ...) takes is not repeated in `meta`."""
 
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
-"""The data job: plan (preflight, resume), run it on Ray (data_pipeline.ray_job: read -> map
-stages -> global stages -> one select -> shards), then write, in the driver, ledger.json
-(conservation checked), README.md (dataset card) and manifest.json (last).
-
-Resume: parts finished by an earlier run with the same config, stage versions and models are
-reused if their files still verify (their rows are skipped at read time), so a re-run after a crash
-equals an uninterrupted run, byte for byte; an input whose file changed is read again
-(data_pipeline.fingerprint). With a global stage enabled, each global stage's map output is
-persisted per part and reused while it verifies, so only unmapped parts are read and mapped again
-(and a run killed during an aggregation maps nothing again); the aggregations run again, and a
-merged part is kept while its part record holds this run's global digest (the digest of every
-part's map output of the global stages, which the aggregations and joins are a function of: its
-tags depend on every document), so a run killed during the merge merges only the parts it had not. Shards and rejects are written in
-`.parts/scratch/` and renamed into place; each run clears the scratch directory a killed run left.
-Inputs and the output must be reachable from every Ray node: local paths on one machine, shared
-storage or object-store URIs on a cluster (`output: s3://bucket/prefix` is written through
-pretrain.storage: one PUT per object, so no partial object is visible under its final key).
-"""
+"""The data job, `pretrain data run`: preflight, plan the resume (docs/data.md#resume), run it on
+Ray (data_pipeline.ray_job), then write ledger.json (conservation checked), README.md and, last,
+manifest.json in the driver. Inputs and output must be reachable from every Ray node."""
 
 from __future__ import annotations
 

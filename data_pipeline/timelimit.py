@@ -1,18 +1,9 @@
 """A per-document CPU-time limit that no call can outrun: the work runs in a killable child process.
 
-`DocumentWorker(factory, *args, seconds=s)` starts (on first use) a child Python process that
-builds `factory(*args)` once (the stage's setup: a parser, a tokenizer) and then serves one
-document per request. The parent gives each document `s` CPU-seconds of the CHILD's process clock
-(clock_getcpuclockid), not wall time: a document waiting for a busy core uses none of its
-budget, so the same input hits (or does not hit) the limit at any worker count and any load, and
-the shards do not change with them. A document is over its limit iff the child spent more than
-`s` on it; when that happens mid-call the child is SIGKILLed, whatever it is doing (one long C
-call of a parser or a regex included), and a fresh child is started for the next document.
-A child that dies on a document (a crash in C, the OOM killer) fails that document only.
-
-The child exits when the parent closes its socket (or dies). Orphaned mid-document, it is still
-bounded: before each document it sets its own RLIMIT_CPU a little past the budget, so the kernel
-ends it if nobody else does.
+The budget is the child's own CPU clock (clock_getcpuclockid), not wall time, so the same input
+hits the limit at any load and worker count and the shards do not change with them; over it, the
+child is SIGKILLed whatever it is doing (a long C call included) and a fresh one serves the next
+document. Orphaned, the child still stops: it sets its own RLIMIT_CPU before each document.
 """
 
 from __future__ import annotations

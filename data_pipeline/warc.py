@@ -1,23 +1,6 @@
-"""WARC (and ARC) records as raw rows, read by warcio.
-
-Every record warcio reads is counted: an HTTP response or resource record is one row (a document,
-or a reject), a record of another WARC type (request, metadata, warcinfo, ...) is read past
-without a row. Damage is a reject row with its byte range (`meta.bytes`, "START-END" in the file:
-in a .warc.gz the offsets of gzip members, as warcio and a CDX index give them; none in a .warc.gz
-compressed as one gzip stream, where warcio knows no file offset), never a crash:
-
-- a record cut short by the end of the file, or whose headers end with no Content-Length:
-  `truncated_record` (its block runs to the end of the file, or of its gzip member);
-- a record whose WARC-Type is none of WARC's (a damaged header): `malformed_record`;
-- a record not followed by a blank line where its Content-Length ends (a wrong length):
-  `bad_content_length`, and reading goes on where warcio finds the next record;
-- where warcio cannot go on (a damaged gzip member, bytes that are no record, a length that ends
-  inside a later record's headers, header lines over `HEADER_LIMIT`): the rest of the file is
-  one `truncated_input` row. The records before it are kept; warcio looks for no later record.
-
-In a .warc.gz written one gzip member per record (as crawlers write them), damage inside a
-record's block costs only that record: warcio reads each member to its end.
-"""
+"""WARC (and ARC) records as raw rows, read by warcio: an HTTP response or resource record is one
+row, any other WARC type is read past, and damage is a reject row with its byte range in
+`meta.bytes`, never a crash (what each damage costs: docs/data.md, "Rejects and the ledger")."""
 
 from __future__ import annotations
 

@@ -1,19 +1,9 @@
-"""What runs in the data job's Ray workers: the file reader, the map-stage actor, the row files, and
-the merge of each part's row files into its shard.
-
-Tagged rows leave the stages as *row files*: `.parts/row files/<shard>/<first>-<last>.<sha256>.parquet`,
-one per shard present in a batch, named by the rows it holds and the sha256 of its bytes (so the
-name and the bytes land in one rename, and a row file changed after it was written is an error naming
-it when read, never rows: `read_rows`). When the stream is done, one merge task per
-shard concatenates its row files in row order (dropping rows a retried task wrote twice) and writes
-the shard (`merge_parts`: select applied, rows in order, each once; a merge retried after its
-node died finds its row files gone and returns what the finished merge recorded; each row it returns
-carries the bytes of the part's record and cost record, which the driver folds instead of
-reading them back: ledger.Merged). No shuffle, no barrier inside the stream, and every output is
-deterministic for the same input: a task retried after a worker dies, or a job re-run after the
-driver dies, writes byte-identical files (atomic renames). What a run records of its progress,
-and what resume reads of it, is data_pipeline.parts.
-"""
+"""What runs in the data job's Ray workers: the reader, the map-stage actor, the row files and
+the merge of each part's row files into its shard. A row file
+(`.parts/rows/<part>/<first>-<last>.<sha256>.parquet`) is named by its rows and its bytes' sha256,
+so name and bytes land in one rename and a changed one is an error naming it, never rows. Every
+output is deterministic: a task retried, or a job re-run after its driver died, writes the same
+bytes."""
 
 from __future__ import annotations
 
@@ -116,7 +106,7 @@ class MapStagesWorker:
                 tagged = stage(tagged)
                 spent[stage.name] = spent.get(stage.name, 0.0) + cpu_time() - begin
             outputs.append(write_rows(tagged, self.out))
-        throughput.record_batch(self.out, f"map-{self.stages[0].name}", block, spent)
+        throughput.record_batch(self.out, "map", block, spent)
         return pa.concat_tables(outputs, promote_options="default")
 
 
