@@ -117,24 +117,8 @@ def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_: set[int]) -> i
     return total
 
 
-def load_yaml_text(text: str, source: str) -> Any:
-    """Parse one YAML document with the safe loader, refusing duplicate keys and alias
-    expansion past the bounds above, as a one-line ConfigError naming `source`."""
-    try:
-        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 (a SafeLoader)
-    except _Refused as exc:
-        raise ConfigError(f"{source} {exc}") from None
-    except RecursionError:
-        raise ConfigError(f"{source}: nested too deeply to read; flatten it") from None
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" line {where.line + 1}" if where else ""
-        raise ConfigError(
-            f"{source}{line}: not valid YAML ({getattr(exc, 'problem', exc)})"
-        ) from None
-
-
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    """A YAML config as a mapping, through the bounded safe loader; a one-line ConfigError else."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(
@@ -142,12 +126,21 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
             "(examples are in configs/)"
         )
     try:
-        text = path.read_text(encoding="utf-8")
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_BoundedLoader)  # noqa: S506
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"{path}: not UTF-8 text (byte {exc.start}); save the config as UTF-8"
         ) from None
-    data = load_yaml_text(text, str(path))
+    except _Refused as exc:
+        raise ConfigError(f"{path} {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to read; flatten it") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" line {where.line + 1}" if where else ""
+        raise ConfigError(
+            f"{path}{line}: not valid YAML ({getattr(exc, 'problem', exc)})"
+        ) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

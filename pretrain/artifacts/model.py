@@ -38,10 +38,6 @@ class KenlmFields(ModelFields):
 class Model(base.Artifact[ModelFields]):
     """A verified model artifact; `.info` is its model.json."""
 
-    @property
-    def kind(self) -> str:
-        return self.manifest.kind
-
     @cached_property
     def info(self) -> dict[str, Any]:
         return dict(json.loads(self.path(INFO_FILE).read_text(encoding="utf-8")))
