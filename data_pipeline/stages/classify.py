@@ -102,6 +102,10 @@ class _FastTextStage(Stage):
         return {"model": Path(model)} if model else {}
 
     def setup(self) -> None:
+        self.check()
+        self._model = load_fasttext(self.model_dir() / self._info["model_file"])
+
+    def check(self) -> None:
         directory = self.model_dir()
         self._info = model_kind.open(directory, model_kind.FASTTEXT_KIND).info
         scheme = self._info.get("normalization", {}).get("scheme")
@@ -110,17 +114,12 @@ class _FastTextStage(Stage):
                 f"{directory} was trained with text scheme {scheme!r}, this code "
                 f"tags with {NORMALIZATION['scheme']!r}; retrain the model"
             )
-        self._check_labels(directory)
-        self._model = load_fasttext(directory / self._info["model_file"])
-
-    def check(self) -> None:
-        directory = self.model_dir()
-        self._info = model_kind.open(directory, model_kind.FASTTEXT_KIND).info
-        self._check_labels(directory)
+        if self.name == "quality" and not self._info.get("positive_label"):
+            raise ArtifactError(
+                f"{directory} has no positive_label in model.json; train the "
+                "quality model with `positive_label` set (e.g. hq)"
+            )
         check_fasttext_file(directory / self._info["model_file"])
-
-    def _check_labels(self, directory: Path) -> None:
-        """Hook: refuse a model whose labels do not fit this stage."""
 
     def predict(self, texts: list[str | None]) -> tuple[list[int], np.ndarray]:
         """(indices of rows with text, probability matrix rows x labels in `labels` order)."""
@@ -155,22 +154,19 @@ class DomainStage(_FastTextStage):
     Config = DomainStageConfig
     config: DomainStageConfig
 
-    def _from_field(self) -> str | None:
-        return self.config.field
-
     def setup(self) -> None:
-        if not self._from_field():
+        if not self.config.field:
             super().setup()
 
     def check(self) -> None:
-        if not self._from_field():
+        if not self.config.field:
             super().check()
 
     def models(self) -> dict[str, Path]:
-        return {} if self._from_field() else super().models()
+        return {} if self.config.field else super().models()
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        field = self._from_field()
+        field = self.config.field
         if field:
             values, unmapped = self.config.values, self.config.unmapped
             raw = field_values(batch, field)
@@ -200,13 +196,6 @@ class QualityStage(_FastTextStage):
     columns = (pa.field("quality_score", pa.float32()),)
     tags = ("quality_score",)
     task = "quality"
-
-    def _check_labels(self, directory: Path) -> None:
-        if not self._info.get("positive_label"):
-            raise ArtifactError(
-                f"{directory} has no positive_label in model.json; train the "
-                "quality model with `positive_label` set (e.g. hq)"
-            )
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         texts = batch.column("text").to_pylist()

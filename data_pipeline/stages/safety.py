@@ -17,6 +17,7 @@ so one sexual term in 100 words scores 0.39, three score 0.78, and one in 1,000 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -197,17 +198,12 @@ def _hash_domains(raw: bytes, cache: Path) -> np.ndarray:
     return hashes
 
 
-_BLOCKLISTS: dict[tuple[bool, tuple[str, ...], int], UrlBlocklist] = {}
-
-
+@functools.cache
 def url_blocklist(
     bundled: bool = True, extra_domains: tuple[str, ...] = (), soft_word_threshold: int = 2
 ) -> UrlBlocklist:
     """One UrlBlocklist per process and settings (loading the bundled lists takes seconds)."""
-    key = (bundled, tuple(sorted(extra_domains)), soft_word_threshold)
-    if key not in _BLOCKLISTS:
-        _BLOCKLISTS[key] = UrlBlocklist(bundled, extra_domains, soft_word_threshold)
-    return _BLOCKLISTS[key]
+    return UrlBlocklist(bundled, extra_domains, soft_word_threshold)
 
 
 class UnsafeWords:
@@ -294,8 +290,6 @@ class SafetyStage(Stage):
         self._words = UnsafeWords() if config.unsafe_words else None
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        if not hasattr(self, "_blocklist"):
-            self.setup()
         texts = batch.column("text").to_pylist()
         urls, langs = self.column_or_nulls(batch, "url"), self.column_or_nulls(batch, "lang")
         rows = [
