@@ -359,19 +359,17 @@ class TrainConfig(StrictModel):
         from trainer.guard import SpikeGuard
         from trainer.loop import Trainer
         from trainer.metrics import MetricsLog, Throughput
-        from trainer.trackers import open_sinks
 
         refuse_plan_only(self)  # the launcher's preflight refused it first
         run_dir = Path(self.run.out_dir)
         mcore.init_distributed(self)
         rank = torch.distributed.get_rank()
-        data = open_data(self, run_dir, rank)
+        data = open_data(self)
         vocab_size = resolve_vocab(self, data)
         gpt = mcore.build_model(self, vocab_size)
         model = mcore.wrap_ddp(self, gpt)
         optimizer = mcore.build_optimizer(self, model)
-        trackers, name = self.metrics.trackers, self.run.name
-        metrics = MetricsLog(run_dir, rank, lambda: open_sinks(trackers, run_dir, name))
+        metrics = MetricsLog(run_dir, rank, self.metrics.trackers, self.run.name)
         on_gpu = mcore.device_type(self) == "cuda"
         builtin = (SpikeGuard(self.guard), Throughput(self.metrics, on_gpu), metrics)
         extra = list(callbacks)

@@ -103,20 +103,16 @@ class _WindowDataset:
         return {"tokens": self.stream[start : start + self.seq_length + 1], "component": 0}
 
 
-def write_synthetic_corpus(prefix: Path, documents: int, vocab: int, seed: int) -> None:
-    """Learnable documents (arithmetic progressions mod vocab, EOD = 0) as Megatron .bin/.idx."""
-    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
-
+def synthetic_stream(documents: int, vocab: int, seed: int) -> np.ndarray:
+    """Learnable documents (arithmetic progressions mod vocab, each ended by EOD = 0), joined: the
+    same on every rank and at every resume, from the seed alone."""
     rng = np.random.default_rng(seed)
-    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=np.uint16 if vocab < 65536 else np.int32)
+    docs = []
     for _ in range(documents):
         length = int(rng.integers(64, 512))
         start, stride = int(rng.integers(1, vocab)), int(rng.integers(1, 8))
-        doc = 1 + (start + stride * np.arange(length)) % (vocab - 1)
-        import torch
-
-        builder.add_document(torch.from_numpy(np.append(doc, 0).astype(np.int64)), [length + 1])
-    builder.finalize(f"{prefix}.idx")
+        docs.append(np.append(1 + (start + stride * np.arange(length)) % (vocab - 1), 0))
+    return np.concatenate(docs).astype(np.int64)
 
 
 def phase_counts(fractions: list[float], total_batches: int) -> list[int]:
@@ -130,15 +126,11 @@ SYNTHETIC_IDENTITY = {"build_sha256": None, "recipe_sha256": None, "tokenizer_sh
 """Synthetic data is no mixture: it has no build, recipe or tokenizer hash."""
 
 
-def synthetic_data(config: TrainConfig, directory: Path, total_batches: int) -> TrainData:
-    """Open (the caller writes it first on rank 0) the synthetic corpus as a TrainData."""
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
-
-    prefix = directory / "synthetic"
-    if not Path(f"{prefix}.idx").is_file():
-        raise ArtifactError(f"{prefix}.idx is missing; the synthetic corpus was not written")
-    indexed = IndexedDataset(str(prefix))
-    stream = np.concatenate([indexed[i] for i in range(len(indexed))]).astype(np.int64)
+def synthetic_data(config: TrainConfig) -> TrainData:
+    """The synthetic corpus as a TrainData: the steps plus room for the guard's skips."""
+    data = config.data
+    stream = synthetic_stream(data.synthetic_documents, data.synthetic_vocab, config.run.seed)
+    total_batches = synthetic_batches(config)
     counts = phase_counts([phase.fraction for phase in config.data.phases], total_batches)
     phases, datasets = [], []
     for index, (spec, count) in enumerate(zip(config.data.phases, counts, strict=True)):
@@ -229,24 +221,9 @@ def synthetic_batches(config: TrainConfig) -> int:
     return config.run.train_steps + (guard.max_rollbacks + 1) * guard.skip_batches
 
 
-def open_data(config: TrainConfig, run_dir: Path, rank: int) -> TrainData:
-    """The run's TrainData; rank 0 writes the synthetic corpus first when that is the source."""
-    if config.data.source == "mixture":
-        return mixture_data(config)
-    directory = run_dir / "data"
-    if rank == 0 and not (directory / "synthetic.idx").is_file():
-        directory.mkdir(parents=True, exist_ok=True)
-        write_synthetic_corpus(
-            directory / "synthetic",
-            config.data.synthetic_documents,
-            config.data.synthetic_vocab,
-            config.run.seed,
-        )
-    import torch
-
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
-    return synthetic_data(config, directory, synthetic_batches(config))
+def open_data(config: TrainConfig) -> TrainData:
+    """The run's TrainData: the mixture's, or the synthetic corpus."""
+    return mixture_data(config) if config.data.source == "mixture" else synthetic_data(config)
 
 
 def lineage_tokenizer(directory: Path, depth: int = 3) -> Path | None:

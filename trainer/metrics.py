@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trainer.callbacks import Callback
-from trainer.trackers import scalars
+from trainer.trackers import Sink, open_sinks, scalars
 
 if TYPE_CHECKING:
-    from trainer.config import MetricsConfig
+    from trainer.config import MetricsConfig, Tracker
     from trainer.loop import Trainer
-    from trainer.trackers import Sink
 
 MFU_FORMULA = "(6*N + 12*L*S*H*Q) * tokens_per_s / (devices * peak_flops)"
 
@@ -144,11 +142,11 @@ class Throughput(Callback):
 
 class MetricsLog(Callback):
     """Rank 0 logs every step, eval and event to RUN/metrics.jsonl and the records with a step
-    to `sinks` (trainer/trackers.py), and draws RUN/loss.png at close; every rank keeps the
-    progress bar (shown on rank 0 only). `open_sinks` runs on rank 0 only."""
+    to the `trackers` (opened on rank 0 only, trainer/trackers.py), and draws RUN/loss.png at
+    close; every rank keeps the progress bar (shown on rank 0 only)."""
 
     def __init__(
-        self, run_dir: Path, rank: int, open_sinks: Callable[[], list[Sink]] = list
+        self, run_dir: Path, rank: int, trackers: tuple[Tracker, ...] = (), name: str = "run"
     ) -> None:
         self.rank, self.run_dir, self.path = rank, run_dir, run_dir / "metrics.jsonl"
         self.handle: Any = None
@@ -160,7 +158,7 @@ class MetricsLog(Callback):
         self.handle = self.path.open("a", encoding="utf-8")
         if torn:  # a run killed (or out of disk) mid-write: the next record starts a line
             self.handle.write("\n")
-        self.sinks = open_sinks()
+        self.sinks = open_sinks(trackers, run_dir, name)
 
     def say(self, message: str) -> None:
         if self.rank == 0:

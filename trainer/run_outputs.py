@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # torch and megatron: the launcher's out_dir check must not w
 
 SMOKE_DIR = "smoke"
 """`pretrain launch --smoke` runs in RUN/smoke/ (its writer lock: RUN/.smoke.lock)."""
-OWN_NAMES = ("launch.json", "launch/", "checkpoints/", "metrics.jsonl", "data/", SMOKE_DIR + "/")
+OWN_NAMES = ("launch.json", "launch/", "checkpoints/", "metrics.jsonl", SMOKE_DIR + "/")
 """What marks a folder as one of our runs (named in the refusal; see `_is_own_entry`). A run also
 writes manifest.json (kind run), summary.json, loss.png, tensorboard/, mlruns/, wandb/ and .logs/,
 which do not count on their own: another tool's folder may hold files of those names."""
@@ -84,8 +84,7 @@ def _is_own_entry(path: Path) -> bool:
     metrics.jsonl that is empty (a run killed after opening it) or starts with one of our records
     (each has a `step` or an `event`); launch/ holding only
     config.json and error.txt; checkpoints/ holding only iter_NNNNNNN checkpoints (and their
-    .tmp); data/ holding only the synthetic corpus (what rank 0 writes first); smoke/ that is
-    itself one of our runs. Another tool's folder of one of these names marks nothing."""
+    .tmp); smoke/ that is itself one of our runs. Another tool's folder of one of these names marks nothing."""
     name = path.name
     if name in ("launch.json", "metrics.jsonl"):
         record = _json_object(path, whole=name == "launch.json") if path.is_file() else None
@@ -101,9 +100,7 @@ def _is_own_entry(path: Path) -> bool:
         return False
     if name == "launch":
         return set(entries) <= {"config.json", "error.txt"}
-    if name == "checkpoints":
-        return all(_CHECKPOINT.fullmatch(entry) for entry in entries)
-    return name == "data" and all(entry.startswith("synthetic") for entry in entries)
+    return name == "checkpoints" and all(_CHECKPOINT.fullmatch(entry) for entry in entries)
 
 
 def _json_object(path: Path, whole: bool) -> dict[str, Any] | None:

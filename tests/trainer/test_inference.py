@@ -15,11 +15,12 @@ from tests.trainer.trainer_testlib import losses, run_ranks, tiny_config
 SCRIPT = """
 import json, sys
 import numpy as np, torch
-from megatron.core.datasets.indexed_dataset import IndexedDataset
+from trainer.data import synthetic_stream
 from trainer.inference import load_model
 model = load_model(sys.argv[1])
-docs = IndexedDataset(sys.argv[2])
-tokens = torch.from_numpy(np.stack([docs[i][:33].astype(np.int64) for i in range(4)]))
+data, seed = model.config.data, model.config.run.seed
+stream = synthetic_stream(data.synthetic_documents, data.synthetic_vocab, seed)
+tokens = torch.from_numpy(stream[: 4 * 33].reshape(4, 33))
 logprobs = model.logprobs(tokens)
 print(json.dumps({"shape": list(logprobs.shape), "nll": float(-logprobs.mean()),
                   "max": float(logprobs.max()), "step": model.step,
@@ -27,9 +28,9 @@ print(json.dumps({"shape": list(logprobs.shape), "nll": float(-logprobs.mean()),
 """
 
 
-def _logprobs(checkpoint, run_dir) -> dict:
+def _logprobs(checkpoint) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(checkpoint), str(run_dir / "data" / "synthetic")],
+        [sys.executable, "-c", SCRIPT, str(checkpoint)],
         capture_output=True,
         text=True,
         timeout=200,
@@ -43,7 +44,7 @@ def _logprobs(checkpoint, run_dir) -> dict:
 @pytest.mark.timeout(240)
 def test_load_model_gives_next_token_logprobs_of_the_trained_model(reference_run):
     run_dir, _ = reference_run
-    result = _logprobs(run_dir / "checkpoints" / "iter_0000006", run_dir)
+    result = _logprobs(run_dir / "checkpoints" / "iter_0000006")
     assert result["shape"] == [4, 32]
     assert result["max"] <= 0 and result["step"] == 6 and result["vocab"] == 128
     assert result["tokenizer"] is None  # synthetic data names no tokenizer
@@ -68,5 +69,5 @@ def test_async_tp2_checkpoints_with_rollback_reload_resharded(tmp_path, referenc
         "iter_0000004",
         "iter_0000006",
     ]
-    result = _logprobs(run_dir / "checkpoints" / "iter_0000006", run_dir)  # TP=2 -> one process
+    result = _logprobs(run_dir / "checkpoints" / "iter_0000006")  # TP=2 -> one process
     assert result["shape"] == [4, 32] and result["nll"] < math.log(128)

@@ -153,8 +153,7 @@ def _write(path: Path, text: str) -> None:
 
 
 OWN_STATES = {
-    "killed after its synthetic data": {"data/synthetic.bin": "", "data/synthetic.idx": ""},
-    "killed after opening metrics.jsonl": {"data/synthetic.idx": "", "metrics.jsonl": ""},
+    "killed after opening metrics.jsonl": {"metrics.jsonl": ""},
     "a mixture run with metrics": {"metrics.jsonl": '{"loss": 5.1, "step": 1}\n'},
     "an event first": {"metrics.jsonl": '{"event": "checkpoint_skipped"}\n', "notes.md": "x"},
     "the launcher's files": {"launch/config.json": "{}", "launch.json": ""},

@@ -101,7 +101,7 @@ def test_synthetic_data_with_a_pinned_tokenizer_resumes(tmp_path):
         tiny_config(tmp_path / "run", data={"tokenizer_dir": str(tmp_path / "tokenizer")}),
     )
     assert config.data.source == "synthetic" and config.checkpoint.resume
-    synthetic = open_data(config, tmp_path / "run", rank=0)
+    synthetic = open_data(config)
     check_identity(config, synthetic, None)  # a fresh run
     check_identity(config, synthetic, dict(synthetic.identity))  # a resume
 

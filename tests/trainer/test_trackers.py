@@ -12,7 +12,6 @@ import pytest
 
 from tests.trainer.trainer_testlib import run_ranks, tiny_config
 from trainer.metrics import MetricsLog, read_metrics
-from trainer.trackers import open_sinks
 
 
 def _wandb_history(run_file: Path) -> list[dict[str, float]]:
@@ -77,7 +76,7 @@ def test_each_record_reaches_every_tracker_with_its_nested_counts_flattened(
     """MetricsLog's records (a step, an eval, an event without a step) through the three
     trackers: the step's numbers and its tokens per component, the eval's val/ numbers, and
     nothing of the event; the MLflow and W&B runs are finished at close."""
-    log = MetricsLog(tmp_path, rank=0, open_sinks=lambda: open_sinks(tuple(ALL), tmp_path, "x"))
+    log = MetricsLog(tmp_path, rank=0, trackers=tuple(ALL), name="x")
     tokens = {"web": 256, "code": 128}
     log.log({"step": 1, "loss": 5.5, "lr": 0.1, "tokens_per_component": tokens})
     log.log({"step": 1, "event": "eval", "val/loss": 5.0, "val/web/bpb": 1.5})
