@@ -83,27 +83,23 @@ def score_sequences(
     a window's first token is context only)."""
     import torch
 
-    pieces: list[tuple[int, int, list[int]]] = []
-    for seq_index, ids in enumerate(sequences):
-        for window_index, window in enumerate(_windows(list(ids), seq_length)):
-            pieces.append((seq_index, window_index, window))
-    order = sorted(range(len(pieces)), key=lambda i: len(pieces[i][2]))
-    out: dict[tuple[int, int], np.ndarray] = {}
+    pieces = [(i, w) for i, ids in enumerate(sequences) for w in _windows(list(ids), seq_length)]
+    order = sorted(range(len(pieces)), key=lambda k: len(pieces[k][1]))
+    scored: dict[int, np.ndarray] = {}
     with torch.no_grad():
         for start in range(0, len(order), batch_size):
-            chunk = [pieces[i] for i in order[start : start + batch_size]]
-            width = max(len(p[2]) for p in chunk)
-            batch = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-            for row, (_, _, window) in enumerate(chunk):
-                batch[row, : len(window)] = torch.tensor(window, dtype=torch.long)
+            rows = order[start : start + batch_size]
+            width = max(len(pieces[k][1]) for k in rows)
+            batch = torch.full((len(rows), width), pad_id, dtype=torch.long)
+            for row, k in enumerate(rows):
+                batch[row, : len(pieces[k][1])] = torch.tensor(pieces[k][1], dtype=torch.long)
             logp = model.logprobs(batch).float().cpu().numpy()
-            for row, (seq_index, window_index, window) in enumerate(chunk):
-                out[(seq_index, window_index)] = logp[row, : len(window) - 1]
-    result = []
-    for seq_index, ids in enumerate(sequences):
-        parts = [out[(seq_index, w)] for w in range(len(_windows(list(ids), seq_length)))]
-        result.append(np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32))
-    return result
+            for row, k in enumerate(rows):
+                scored[k] = logp[row, : len(pieces[k][1]) - 1]
+    per_sequence: list[list[np.ndarray]] = [[] for _ in sequences]
+    for k, (i, _) in enumerate(pieces):
+        per_sequence[i].append(scored[k])
+    return [np.concatenate(p) if p else np.zeros(0, dtype=np.float32) for p in per_sequence]
 
 
 def _set_metrics(nll_nats: float, tokens: int, num_bytes: int, docs: int) -> dict[str, float]:
