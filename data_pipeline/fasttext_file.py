@@ -1,12 +1,9 @@
 """Check a fastText model file's header against its own size before `fasttext.load_model` reads it.
 
 fastText trusts its header: a file declaring a huge dimension, vocabulary or matrix makes
-`load_model` allocate and loop for minutes (176 CPU-s measured) before it fails, and garbage makes
-it fail with a C++ exception. `check_fasttext_file` walks the same layout fastText reads
-(fasttext.cc loadModel: magic, version, Args, Dictionary, input and output matrices) without
-reading the vectors, and refuses in one line naming the file when a count is out of range or a
-declared matrix does not fit in the bytes the file has. `load_fasttext` checks, then loads, and
-turns a load failure into the same one line.
+`load_model` allocate and loop for minutes (176 CPU-s measured), and garbage makes it fail with a
+C++ exception. We walk the layout fasttext.cc loadModel reads, without the vectors, and refuse in
+one line naming the file.
 """
 
 from __future__ import annotations

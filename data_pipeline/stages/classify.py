@@ -1,15 +1,9 @@
 """Domain and quality tags from fastText classifiers trained by `pretrain data train-classifier`.
 
-- `domain` (DomainStage): the most probable label of the domain model (e.g. prose / code / math)
-  and its probability as `domain_score`; or, with `field` set instead of `model`, the value the
-  input already carries (Dolma's `source`, RedPajama's `meta.redpajama_set_name`) mapped through
-  `values`, with `domain_score` 1.0: a labelled corpus needs no classifier.
-- `quality` (QualityStage): `quality_score` = P(positive label) of a DCLM-style model trained on
-  reference text (positive) vs random input (negative), in [0, 1].
-
-Both keep every row; documents without text get null tags. The model is a `fasttext-model`
-artifact (config field `model`); the shards manifest's `models` records its manifest sha256
-(`models()`), so the shards name the exact model that tagged them.
+- `domain`: the domain model's most probable label and its probability (`domain_score`); or, with
+  `field` instead of `model`, the label the input already carries (Dolma's `source`, RedPajama's
+  `meta.redpajama_set_name`) mapped through `values`, score 1.0: a labelled corpus needs no model.
+- `quality`: P(positive label) of a DCLM-style model (reference text vs random input).
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """KenLM perplexity with CCNet head / middle / tail buckets (a global stage).
 
-1. map: per-document perplexity from the language's KenLM model (`pretrain data train-lm`), scored
-   per line with the same normalisation the model was trained with; a document's perplexity is
-   10^(-sum log10 p / tokens), tokens counting each line's </s>. Languages without a model, and
-   documents with no text, get perplexity null and `ppl_bucket` "none" (tagged, not failed).
-2. aggregate: per-language mergeable log-histogram sketches (`LogHistogramSketch`), computed per
-   part by the workers and merged in the driver (bounded: languages x bins).
-3. join back: cutoffs at `percentiles` (default 30 / 60, as CCNet) per language; perplexity <= p30
-   is `head`, <= p60 `middle`, above `tail`. Cutoffs ({lang: [p30, p60]}) are in `self.cutoffs`
-   and in its section of the shards manifest (`sections.perplexity.ppl_cutoffs`,
-   `PerplexitySection`); the models' hashes in the manifest's `models` (`models()`).
-
-In the runner, the map side (`map_part`: the perplexity column and the part's sketch) is persisted
-per input part, so a re-run after a crash scores only the parts not yet scored.
-
-Config: `model` is a `kenlm-model` artifact (one ARPA per language). The sketch is exact per bin and
-order-free, so the cutoffs do not depend on how the corpus is cut into parts.
+`map_part` scores each document with its language's model from the `kenlm-model` artifact
+(10^(-sum log10 p / tokens), each line's </s> counted; no model or no text: null, bucket `none`)
+and sketches the scores per language; `aggregate` merges the sketches into cutoffs at
+`percentiles` (CCNet: 30 / 60), recorded as `sections.perplexity.ppl_cutoffs`; `join_part`
+buckets: <= low `head`, <= high `middle`, above `tail`.
 """
 
 from __future__ import annotations

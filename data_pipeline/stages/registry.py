@@ -1,18 +1,9 @@
 """The stage registry, derived from the stage classes themselves: adding a stage is one module.
 
-A stage is a concrete `Stage` subclass that names itself (`name = ...` in its class body) and
-declares what the job needs (pretrain/CONTRACTS.md). Two sources are read, once per process:
-
-- every module of the `data_pipeline.stages` package (drop a file there: nothing else to edit);
-- the entry points of group `pretrain.stages` of installed distributions (`toy =
-  my_pkg.toy:ToyStage`), for stages living outside this repository. A plugin must be installed
-  on every Ray node, like the project itself. One whose module fails to import is still listed,
-  under its entry-point name: enabling it is a one-line error naming the import error.
-
-From the registry come the pipeline config's `stages.<name>` sections, the select's clause
-names, the shards' schema after a list of stages and the typed reading of each stage's section
-of a shards manifest (`section`). Workers never run the discovery: a stage
-travels as its `spec()`, which names its class (`base.build_stage`).
+Stages are the concrete `Stage` subclasses named in their own class body, found in every module of
+`data_pipeline.stages` and in the `pretrain.stages` entry points of installed distributions (a
+plugin whose import fails is listed: enabling it is a one-line error naming the failure). Read
+once per process, in the driver; workers rebuild a stage from its `spec()` (`base.build_stage`).
 """
 
 from __future__ import annotations

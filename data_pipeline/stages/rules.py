@@ -1,23 +1,20 @@
 """Rule signals: Gopher quality and repetition, C4 and FineWeb line rules, garbled and log-like text.
 
-Every rule is a numeric column (RULES_COLUMNS); `rules_reason` names the
-first failing clause. It is a SOFT tag: the job keeps the row and mixtures select on the signals.
-
-Clause order (first failing wins): `empty`, `garbled_text`, `log_like`, then datatrove's chain
-GopherRepetitionFilter -> GopherQualityFilter -> C4QualityFilter -> FineWebQualityFilter, with
-datatrove's default thresholds. Documents tagged with a code domain are judged by code clauses only
-(StarCoder-style line length and alphanumeric share), never by prose rules.
+Every rule is a numeric column; `rules_reason` (a soft tag) names the first failing clause:
+`empty`, `garbled_text`, `log_like`, then datatrove's chain GopherRepetitionFilter ->
+GopherQualityFilter -> C4QualityFilter -> FineWebQualityFilter with its default thresholds.
+Documents of a code domain are judged by code clauses only (StarCoder-style line length and
+alphanumeric share), never by prose rules.
 
 Words: a compiled regex approximates spaCy's English tokenizer (what datatrove uses), about 20x
-faster. With `script_aware` on, runs of CJK characters
-are cut into 2-character pseudo-words, so a Chinese document's word count is its CJK characters / 2
-(plus its non-CJK words); CJK documents skip the mean-word-length clause, leave full-width
-punctuation out of the alphabetic-word share, use a Chinese stop-word list and CJK sentence
-punctuation, and their characters count double for FineWeb's short lines.
+faster. With `script_aware` on, runs of CJK characters are cut into 2-character pseudo-words, so
+a Chinese document's word count is its CJK characters / 2 (plus its non-CJK words); CJK documents
+skip the mean-word-length clause, leave full-width punctuation out of the alphabetic-word share,
+use a Chinese stop-word list and CJK sentence punctuation, and their characters count double for
+FineWeb's short lines.
 
-Each document's signals are computed in a killable child process under `timeout_s` CPU-seconds
-(data_pipeline.timelimit): a crafted line can make one regex call backtrack for a minute. Such a
-document is tagged `timeout` with null signals; a crash in the child tags it `rules_failed`.
+Signals are computed in a killable child under `timeout_s` CPU-seconds (data_pipeline.timelimit):
+a crafted line can make one regex backtrack for a minute (`timeout`; a crash: `rules_failed`).
 """
 
 from __future__ import annotations

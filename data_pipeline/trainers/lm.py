@@ -1,14 +1,6 @@
-"""`pretrain data train-lm`: KenLM n-gram models (one per language) from reference text.
-
-The reference text plays the role Wikipedia plays in CCNet: documents close to it get low
-perplexity (`head`). Text goes through `data_pipeline.normalization.lm_sentences`, the same
-normalisation and tokenisation the perplexity stage scores with (Chinese: one token per character).
-Models are estimated with our numpy modified Kneser-Ney (`mkn.py`) and written as ARPA, which
-`kenlm.Model` loads (no lmplz / Boost build needed; the kenlm wheel cannot write its binary format).
-
-Artifact (kind `kenlm-model`): `<lang>.arpa` per language and `model.json` with the order, the
-normalisation, and per language: file, sha256, documents, sentences, tokens, vocabulary, n-gram
-counts, discounts and the perplexity of held-out reference documents.
+"""`pretrain data train-lm`: one KenLM n-gram model per language from reference text (the role
+Wikipedia plays in CCNet: documents close to it get low perplexity, `head`), normalised as the
+perplexity stage scores (data_pipeline.normalization), estimated by mkn.py and written as ARPA.
 """
 
 from __future__ import annotations
