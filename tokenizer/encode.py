@@ -15,7 +15,6 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,15 +63,6 @@ def tag_names() -> tuple[str, ...]:
 OUTPUT_SUFFIXES = (".bin", ".idx", ".docs.parquet", ".done")
 HASHED = {".idx": "idx_sha256", ".docs.parquet": "sidecar_sha256", ".bin": "bin_sha256"}
 """The `.done` record's sha256 of each output (through pretrain.hashcache)."""
-
-
-@dataclass(frozen=True)
-class ShardResult:
-    stem: str
-    split: str
-    documents: int
-    tokens: int
-    skipped: bool
 
 
 def sidecar_path(out: Path, stem: str) -> Path:
@@ -146,12 +136,13 @@ def _encoded_batches(
 
 def encode_prefix(
     tokenizer: LockedTokenizer, job: Prefix, out: Path, batch_size: int = 1024
-) -> ShardResult:
-    """Encode one prefix into `out/<stem>.{bin,idx,docs.parquet}` unless already done."""
+) -> tuple[dict[str, Any], bool]:
+    """Encode one prefix into `out/<stem>.{bin,idx,docs.parquet}` unless already done; its
+    `.done` record and whether it was."""
     stem, sources = job.name, {path.stem: sha for path, sha in job.shards}
     record = _finished(out, stem, job.split, sources, tokenizer.sha256)
     if record is not None:
-        return ShardResult(stem, job.split, record["documents"], record["tokens"], skipped=True)
+        return record, True
     dtype = np.uint16 if tokenizer.token_dtype == "uint16" else np.int32
     tmp_prefix = out / f".{stem}.partial"
     writer = IndexedWriter(tmp_prefix, dtype)
@@ -179,7 +170,7 @@ def encode_prefix(
     write_json(_done_path(out, stem), record)
     for suffix, path in partial.items():
         os.replace(path, out / f"{stem}{suffix}")
-    return ShardResult(stem, job.split, documents, tokens, skipped=False)
+    return record, False
 
 
 def _write_sidecar(batches: list[pa.Table], path: Path) -> None:
@@ -239,7 +230,7 @@ def _prepare_out(out: Path, stems: set[str]) -> None:
 
 def _run_ray(
     jobs: list[Prefix], tokenizer: LockedTokenizer, out: Path, num_cpus: float
-) -> list[ShardResult]:
+) -> list[tuple[dict[str, Any], bool]]:
     import ray
 
     from pretrain import rayinit
@@ -247,19 +238,17 @@ def _run_ray(
     rayinit.connect(None)  # RAY_ADDRESS, else a loopback-only local Ray that dies with us
 
     @ray.remote(num_cpus=num_cpus)
-    def encode_remote(tokenizer: LockedTokenizer, job: Prefix) -> ShardResult:
+    def encode_remote(tokenizer: LockedTokenizer, job: Prefix) -> tuple[dict[str, Any], bool]:
         return encode_prefix(tokenizer, job, out)
 
     shipped = ray.put(tokenizer)  # verified above: the workers need neither its folder nor a check
-    pending = [encode_remote.remote(shipped, job) for job in jobs]
-    results = []
+    results = [encode_remote.remote(shipped, job) for job in jobs]
+    pending = list(results)
     with Progress(total=len(pending), desc="encode (ray)", unit="prefix") as bar:
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            results.append(ray.get(ready[0]))
+            _, pending = ray.wait(pending, num_returns=1)
             bar.update(1)
-    order = {job.name: n for n, job in enumerate(jobs)}
-    return sorted(results, key=lambda r: order[r.stem])
+    return list(ray.get(results))  # in job order
 
 
 def plan_jobs(
@@ -292,15 +281,9 @@ def encode(
         else:  # here, one prefix after another, with the tokenizer verified above
             progress = Progress(jobs, desc="encode", unit="prefix")
             results = [encode_prefix(tokenizer, job, out) for job in progress]
-        sources = {job.name: {path.stem: sha for path, sha in job.shards} for job in jobs}
         shard_counts = {
-            r.stem: {
-                "documents": r.documents,
-                "tokens": r.tokens,
-                "split": r.split,
-                "sources": sources[r.stem],
-            }
-            for r in results
+            job.name: {key: record[key] for key in ("documents", "tokens", "split", "sources")}
+            for job, (record, _) in zip(jobs, results, strict=True)
         }
         config = {
             "tokenizer": tokenizer.info,
@@ -309,14 +292,16 @@ def encode(
             "min_prefix_documents": min_prefix_documents,
         }
         counts = {
-            "documents": sum(r.documents for r in results),
-            "tokens": sum(r.tokens for r in results),
-            "eval_documents": sum(r.documents for r in results if r.split == "eval"),
-            "shards_skipped": sum(r.skipped for r in results),
+            "documents": sum(r["documents"] for r in shard_counts.values()),
+            "tokens": sum(r["tokens"] for r in shard_counts.values()),
+            "eval_documents": sum(
+                r["documents"] for r in shard_counts.values() if r["split"] == "eval"
+            ),
+            "shards_skipped": sum(skipped for _, skipped in results),
         }
         fields = encoded_kind.EncodedFields(
             tokenizer=tokenizer.info,
-            prefixes=[r.stem for r in results],
+            prefixes=list(shard_counts),
             token_dtype=tokenizer.token_dtype,
             shards=shard_counts,
             eod_id=tokenizer.eod_id,

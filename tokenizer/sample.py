@@ -10,9 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
 from pretrain.progress import Progress
 from tokenizer.config import SampleConfig
 from tokenizer.shards import read_columns, tag, unit_hash
@@ -82,17 +79,12 @@ def plan_sample(shards: list[Path], config: SampleConfig) -> SamplePlan:
     """Pass 1: bytes per (domain, lang) group of the train split, then the probabilities."""
     available: dict[str, int] = {}
     for path in Progress(shards, desc="tokenizer sample: sizes", unit="shard", leave=False):
-        has_bytes = "num_bytes" in pq.ParquetFile(path).schema_arrow.names
-        size_column = "num_bytes" if has_bytes else "text"
-        for table in read_columns(path, (*TAG_COLUMNS, size_column)):
-            sizes = table.column(size_column)
-            if size_column == "text":
-                sizes = pc.binary_length(sizes)
+        for table in read_columns(path, (*TAG_COLUMNS, "num_bytes")):
             rows = zip(
                 table.column("split").to_pylist(),
                 table.column("domain").to_pylist(),
                 table.column("lang").to_pylist(),
-                sizes.to_pylist(),
+                table.column("num_bytes").to_pylist(),
                 strict=True,
             )
             for split, domain, lang, size in rows:
