@@ -157,7 +157,7 @@ class Phase(StrictModel):
     """Share of the total token budget spent in this phase."""
     seq_length: int | None = Field(None, ge=8)
     """Defaults to build.seq_length."""
-    weights: dict[str, float] | None = None
+    weights: dict[str, Annotated[float, Field(ge=0)]] | None = None
     """Component name -> weight (missing names get 0); defaults to the components' weights."""
 
 
@@ -299,11 +299,6 @@ def _check_phase_weights(i: int, phase: Phase, names: list[str]) -> None:
         raise ConfigError(
             f"recipe.phases[{i}].weights: unknown component(s) {', '.join(unknown)};"
             f" components are {', '.join(names)}"
-        )
-    negative = [n for n, w in phase.weights.items() if w < 0]
-    if negative:
-        raise ConfigError(
-            f"recipe.phases[{i}].weights.{negative[0]} is negative; use a weight >= 0"
         )
     total = sum(phase.weights.values())
     if not math.isclose(total, 1.0, abs_tol=WEIGHT_TOLERANCE):

@@ -20,7 +20,7 @@ from pretrain.artifacts.mixture import Mixture
 from pretrain.errors import ArtifactError
 from pretrain.locking import output_lock
 from pretrain.manifest import require
-from pretrain.output_check import manifest_kind, refuse_foreign, temporary_file
+from pretrain.output_check import require_own_output
 from pretrain.publish import publishing
 from pretrain.storage import write_json
 
@@ -291,9 +291,8 @@ def write_report(
     # the mixture's own writer lock too: a `mixture build` must not replace it mid-read
     with output_lock(directory), output_lock(target):
         # new, empty, or an earlier report (replaced); else one line, before any work
-        if manifest_kind(target) != report_kind.KIND:
-            flag = "--out" if out is not None else "the report folder"
-            refuse_foreign(target, flag, "mixture report", temporary_file)
+        flag = "--out" if out is not None else "the report folder"
+        require_own_output(target, flag, report_kind.KIND)
         report = build_report(directory, run_dir)
         # built in the mixture's unlisted .pretrain-staging/ and published in one rename
         with publishing(target) as building:
