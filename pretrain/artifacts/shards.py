@@ -85,18 +85,9 @@ def read_columns(
     present = [c for c in columns if c in parquet.schema_arrow.names]
     known = {**{f.name: f for f in fields}, **_BASE}
     for batch in parquet.iter_batches(batch_size=batch_size, columns=present):
-        yield _fill_missing(pa.Table.from_batches([batch]), columns, known)
-
-
-def _fill_missing(table: pa.Table, columns: Sequence[str], known: dict[str, pa.Field]) -> pa.Table:
-    arrays = []
-    fields = []
-    for name in columns:
-        field = known.get(name, pa.field(name, pa.string()))
-        if name in table.column_names:
-            arrays.append(table.column(name))
-            fields.append(table.schema.field(name))
-        else:
-            arrays.append(pa.nulls(table.num_rows, type=field.type))
-            fields.append(field.with_nullable(True))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+        table = pa.Table.from_batches([batch]).replace_schema_metadata()
+        for name in columns:
+            if name not in table.column_names:
+                field = known.get(name, pa.field(name, pa.string())).with_nullable(True)
+                table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+        yield table.select(list(columns))
