@@ -26,7 +26,7 @@ from pretrain.errors import ConfigError, InputError
 from pretrain.lifetime import die_with_parent
 from pretrain.locking import output_lock
 from pretrain.manifest import sha256_file
-from pretrain.output_check import require_new_output, temporary_file
+from pretrain.output_check import require_new_output
 from pretrain.progress import Progress
 from pretrain.publish import publishing
 from pretrain.storage import write_json
@@ -255,21 +255,12 @@ def evaluate(model: Any, heldout: list[tuple[str, str]], labels: list[str]) -> d
     }
 
 
-TRAIN_SCRATCH = ".train-"
-"""The prefix of the temporary folder training runs in, inside the scratch folder."""
-
-
 def check_out(config: ClassifierConfig) -> Path:
     """The output directory, refused in one line unless it is new or holds only what an earlier
-    run of this command left before writing a model (its logs, its training scratch folder);
-    `--dry-run` checks it too."""
+    run of this command left before writing a model (its logs); `--dry-run` checks it too."""
     out = Path(config.out)
-    require_new_output(out, "out =", model_kind.FASTTEXT_KIND, _scratch)
+    require_new_output(out, "out =", model_kind.FASTTEXT_KIND)
     return out
-
-
-def _scratch(name: str) -> bool:
-    return name.startswith(TRAIN_SCRATCH) or temporary_file(name)
 
 
 def train_classifier(config: ClassifierConfig) -> Path:
@@ -282,7 +273,7 @@ def train_classifier(config: ClassifierConfig) -> Path:
         # no model in `out`
         with publishing(out) as files:
             model_file = files / ("model.ftz" if config.quantize else "model.bin")
-            with tempfile.TemporaryDirectory(dir=files, prefix=TRAIN_SCRATCH) as tmp:
+            with tempfile.TemporaryDirectory(dir=files, prefix=".train-") as tmp:
                 _fit(config, train, Path(tmp), model_file)
             import fasttext
 
