@@ -32,61 +32,44 @@ EDGE_BYTES = 64 << 10
 
 
 def file_identity(item: InputFile) -> dict[str, Any]:
-    """{size, mtime_ns, sha256 | edges_sha256[, inode, ctime_ns | etag]} of one input (see the
-    module docstring). A local input is stat'ed once, for its size and mtime as for its inode and
-    ctime; an object's ETag comes with the open that reads its bytes."""
+    """{size, mtime_ns, inode, ctime_ns} of a local input, from one os.stat: any write moves its
+    ctime, which no restore of the mtime (`cp -p`, `rsync -a`, `touch -d`) undoes, so no byte is
+    read. An object has no ctime and its mtime counts whole seconds: {size, mtime_ns, sha256 (up
+    to `FULL_HASH_BYTES`) | edges_sha256 (size, first and last `EDGE_BYTES`)[, etag]}, the ETag
+    (which the store changes with every write of other bytes) from the answer to its open."""
     filesystem, path = filesystem_for(item.path)
     try:
-        size, mtime_ns, stat_keys = _stat(item.path, filesystem, path)
+        if "://" not in item.path:
+            info = os.stat(path)
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError("not a file")
+            local = {"inode": info.st_ino, "ctime_ns": info.st_ctime_ns}
+            return {"size": info.st_size, "mtime_ns": info.st_mtime_ns, **local}
+        entry = filesystem.get_file_info(path)
+        if entry.type != pafs.FileType.File:
+            raise OSError("not a file")
+        size = int(entry.size)
         with filesystem.open_input_file(path) as handle:
-            local: dict[str, int | str] = {**stat_keys} or _etag(handle)
+            etag = handle.metadata().get("ETag")
             if size <= FULL_HASH_BYTES:
-                whole = _sha(handle.read())
-                return {"size": size, "mtime_ns": mtime_ns, "sha256": whole, **local}
-            head = handle.read(EDGE_BYTES)
-            handle.seek(size - EDGE_BYTES)
-            tail = handle.read(EDGE_BYTES)
+                content = {"sha256": _sha(handle.read())}
+            else:
+                head = handle.read(EDGE_BYTES)
+                handle.seek(size - EDGE_BYTES)
+                edges = str(size).encode() + b"\0" + head + handle.read(EDGE_BYTES)
+                content = {"edges_sha256": _sha(edges)}
     except OSError as exc:
         raise InputError(
             f"input {item.path}: cannot be read ({exc}); fix or remove it, or set "
             "on_unreadable=reject"
         ) from None
-    edges = _sha(str(size).encode() + b"\0" + head + tail)
-    return {"size": size, "mtime_ns": mtime_ns, "edges_sha256": edges, **local}
-
-
-def _stat(
-    original: str, filesystem: pafs.FileSystem, path: str
-) -> tuple[int, int | None, dict[str, int]]:
-    """(size, mtime_ns, {inode, ctime_ns}) of an input: a local one from one os.stat (the inode
-    and ctime are what no restore of its mtime can undo after a write in place), an object from
-    its listing entry (no ctime there: {})."""
-    if "://" not in original:
-        info = os.stat(path)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError("not a file")
-        local = {"inode": info.st_ino, "ctime_ns": info.st_ctime_ns}
-        return info.st_size, info.st_mtime_ns, local
-    entry = filesystem.get_file_info(path)
-    if entry.type != pafs.FileType.File:
-        raise OSError("not a file")
-    return int(entry.size), entry.mtime_ns, {}
-
-
-def _etag(handle: pafs.NativeFile) -> dict[str, int | str]:
-    """{etag} of an object, from the answer to its open (no request of its own); {} where the
-    store sends none. The store's mtime counts whole seconds, so a rewrite within the second of
-    the upload an earlier run recorded, at the same size and outside the hashed edges, changes
-    only this: the store gives every write of other bytes another ETag."""
-    etag = handle.metadata().get("ETag")
-    return {"etag": etag.decode("utf-8", "replace")} if etag else {}
+    found = {"size": size, "mtime_ns": entry.mtime_ns, **content}
+    return found | ({"etag": etag.decode("utf-8", "replace")} if etag else {})
 
 
 def input_identities(inputs: list[InputFile]) -> dict[str, dict[str, Any]]:
-    """{stem: file_identity} of every input, in input order. Inputs in an object store are
-    checked `parts.READ_AHEAD` at a time (each is a few round trips of waiting: at ~17 ms, a
-    million inputs checked one by one take ~5 h); an unreadable input is the same one-line error
-    as when checked in turn (the first in input order)."""
+    """{stem: file_identity} of every input, in input order; in an object store `parts.READ_AHEAD`
+    at a time (each is round trips of waiting: ~5 h for a million inputs one by one)."""
     remote = any("://" in item.path for item in inputs)
     found = parts.ordered(file_identity, inputs, parts.READ_AHEAD if remote else 1)
     return {item.stem: identity for item, identity in zip(inputs, found, strict=True)}
