@@ -87,9 +87,10 @@ def resume_point(run_dir: Path) -> Path | None:
     return path
 
 
-def init_point(source: Path) -> Path:
-    """The checkpoint `checkpoint.init_from` names: a checkpoint directory that verifies, or a
-    run directory's newest valid checkpoint; one line when there is none."""
+def init_point(source: Path, what: str = "checkpoint.init_from") -> Path:
+    """The checkpoint `what` (`checkpoint.init_from`, export's RUN_DIR) names: a checkpoint
+    directory that verifies, or a run directory's newest valid checkpoint; one line when there
+    is none."""
     if (source / "state.json").is_file():
         path, skipped = newest_valid(source, [(0, source)])
     else:
@@ -99,7 +100,7 @@ def init_point(source: Path) -> Path:
     if path is None:
         reason = skipped[0]["reason"].split("; ")[0] if skipped else "no checkpoint found"
         raise ArtifactError(
-            f"checkpoint.init_from {source}: {reason}; name a RUN/checkpoints/iter_NNNNNNN "
+            f"{what} {source}: {reason}; name a RUN/checkpoints/iter_NNNNNNN "
             "directory (or a run directory) whose checkpoint verifies"
         )
     return path

@@ -16,29 +16,21 @@ from pretrain.errors import ArtifactError
 from pretrain.output_check import require_own_output
 from pretrain.publish import publishing
 from pretrain.storage import write_atomic
-from trainer.checkpoint import checkpoint_dir, list_checkpoints, newest_valid, read_state
+from trainer.checkpoint import checkpoint_dir, init_point, list_checkpoints, read_state
 
 
 def pick_checkpoint(run_or_checkpoint: Path, step: int | None) -> Path:
     """RUN_DIR's checkpoint at `step` (default: the newest that verifies), or a checkpoint dir."""
-    if (run_or_checkpoint / "state.json").is_file():
-        return run_or_checkpoint
-    if step is not None:
-        path = checkpoint_dir(run_or_checkpoint, step)
-        if not path.is_dir():
-            steps = [s for s, _ in list_checkpoints(run_or_checkpoint)]
-            raise ArtifactError(
-                f"{run_or_checkpoint} has no checkpoint at step {step} (it has {steps or 'none'});"
-                " pick one of those with --step"
-            )
-        return path
-    newest, _ = newest_valid(run_or_checkpoint)
-    if newest is None:
+    if step is None or (run_or_checkpoint / "state.json").is_file():
+        return init_point(run_or_checkpoint, "RUN_DIR")
+    path = checkpoint_dir(run_or_checkpoint, step)
+    if not path.is_dir():
+        steps = [s for s, _ in list_checkpoints(run_or_checkpoint)]
         raise ArtifactError(
-            f"{run_or_checkpoint} holds no valid checkpoints/iter_NNNNNNN; pass a run "
-            "directory of `pretrain launch` or one of its checkpoints"
+            f"{run_or_checkpoint} has no checkpoint at step {step} (it has {steps or 'none'}); "
+            "pick one of those with --step"
         )
-    return newest
+    return path
 
 
 def resolve_tokenizer(config: Any, state: dict[str, Any], given: str | None) -> Any:
