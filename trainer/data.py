@@ -122,10 +122,6 @@ def phase_counts(fractions: list[float], total_batches: int) -> list[int]:
     return counts
 
 
-SYNTHETIC_IDENTITY = {"build_sha256": None, "recipe_sha256": None, "tokenizer_sha256": None}
-"""Synthetic data is no mixture: it has no build, recipe or tokenizer hash."""
-
-
 def synthetic_data(config: TrainConfig) -> TrainData:
     """The synthetic corpus as a TrainData: the steps plus room for the guard's skips."""
     data = config.data
@@ -148,7 +144,7 @@ def synthetic_data(config: TrainConfig) -> TrainData:
         phases,
         config.batch.global_batch_size,
         ["synthetic"],
-        dict(SYNTHETIC_IDENTITY),
+        {"build_sha256": None, "recipe_sha256": None, "tokenizer_sha256": None},  # no mixture
         config.data.synthetic_vocab,
     )
 

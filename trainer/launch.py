@@ -12,7 +12,6 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from pretrain.command import current_command
@@ -129,15 +128,11 @@ def preflight(config: TrainConfig, override_gate: str | None, cuda: bool = False
             )
         check_device_support(config, device_type(config))
     from trainer.checkpoint import read_state, resume_point
-    from trainer.data import SYNTHETIC_IDENTITY, check_resume, mixture_data, resolve_vocab
+    from trainer.data import check_resume, open_data, resolve_vocab
 
     found = resume_point(Path(config.run.out_dir)) if config.checkpoint.resume else None
     name, recorded = (str(found), read_state(found)) if found is not None else ("", None)
-    if config.data.source == "mixture":
-        data: Any = mixture_data(config)
-    else:
-        vocab = config.data.synthetic_vocab
-        data = SimpleNamespace(vocab_size=vocab, identity=SYNTHETIC_IDENTITY)
+    data = open_data(config)
     vocab_size = resolve_vocab(config, data)
     check_resume(config, data, recorded, vocab_size, name)
     if config.checkpoint.init_from and recorded is None:  # what the ranks' init_weights checks
