@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 
 from data_pipeline.fasttext_file import LABEL_PREFIX
 from data_pipeline.normalization import NORMALIZATION, classifier_line
-from data_pipeline.trainers.records import RecordSource, field_value, is_heldout, iter_records
+from data_pipeline.trainers.records import RecordSource, field_value, is_heldout
 from pretrain.artifacts import model as model_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.config import StrictModel, config_dict
@@ -27,7 +27,6 @@ from pretrain.lifetime import die_with_parent
 from pretrain.locking import output_lock
 from pretrain.manifest import sha256_file
 from pretrain.output_check import require_new_output
-from pretrain.progress import Progress
 from pretrain.publish import publishing
 from pretrain.storage import write_json
 
@@ -111,16 +110,8 @@ def collect_examples(config: ClassifierConfig) -> tuple[dict[str, list[str]], Co
     skipped: Counter = Counter()
     for source in config.inputs:
         count = 0
-        for record in Progress(
-            iter_records(source.path),
-            desc=f"read {Path(source.path).name}",
-            unit="doc",
-            leave=False,
-        ):
-            if not source.accepts(record):
-                continue
+        for record, text in source.records(f"read {Path(source.path).name}"):
             label = _label_of(record, source)
-            text = field_value(record, source.text_field)
             if label not in by_label:
                 skipped["label_not_in_labels" if label is not None else "no_label"] += 1
                 continue

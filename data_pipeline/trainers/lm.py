@@ -5,6 +5,7 @@ perplexity stage scores (data_pipeline.normalization), estimated by mkn.py and w
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from pydantic import Field, field_validator
 
 from data_pipeline.normalization import NORMALIZATION, document_perplexity, lm_sentences
 from data_pipeline.trainers.mkn import train_arpa
-from data_pipeline.trainers.records import RecordSource, field_value, is_heldout, iter_records
+from data_pipeline.trainers.records import RecordSource, is_heldout
 from pretrain.artifacts import model as model_kind
 from pretrain.artifacts.base import write_artifact
 from pretrain.config import StrictModel, config_dict
@@ -21,7 +22,7 @@ from pretrain.errors import InputError
 from pretrain.locking import output_lock
 from pretrain.manifest import sha256_file
 from pretrain.output_check import require_new_output
-from pretrain.progress import Progress, step
+from pretrain.progress import step
 from pretrain.publish import publishing
 from pretrain.storage import write_json
 
@@ -63,20 +64,9 @@ class LanguageModelConfig(StrictModel):
 
 def _documents(lang: str, spec: LanguageInputs) -> Iterator[str]:
     for source in spec.inputs:
-        count = 0
-        for record in Progress(
-            iter_records(source.path),
-            desc=f"{lang}: {Path(source.path).name}",
-            unit="doc",
-            leave=False,
-        ):
-            text = field_value(record, source.text_field)
-            if not isinstance(text, str) or not source.accepts(record):
-                continue
-            yield text
-            count += 1
-            if source.max_records and count >= source.max_records:
-                break
+        records = source.records(f"{lang}: {Path(source.path).name}")
+        texts = (text for _, text in records if isinstance(text, str))
+        yield from itertools.islice(texts, source.max_records)
 
 
 def reference_sentences(lang: str, config: LanguageModelConfig) -> tuple[list[str], list[str], int]:

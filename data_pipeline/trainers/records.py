@@ -15,6 +15,7 @@ from pydantic import Field, field_validator
 
 from pretrain.config import StrictModel
 from pretrain.errors import InputError
+from pretrain.progress import Progress
 
 
 class RecordSource(StrictModel):
@@ -38,6 +39,12 @@ class RecordSource(StrictModel):
                     f"where.{field}: {pattern!r} is not a valid regex ({exc})"
                 ) from None
         return where
+
+    def records(self, desc: str) -> Iterator[tuple[dict[str, Any], Any]]:
+        """(record, its `text_field` value) of each record `where` accepts, with a progress bar."""
+        for record in Progress(iter_records(self.path), desc=desc, unit="doc", leave=False):
+            if self.accepts(record):
+                yield record, field_value(record, self.text_field)
 
     def accepts(self, record: dict[str, Any]) -> bool:
         """True when every `where` pattern matches the record's field."""
