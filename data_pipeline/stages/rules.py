@@ -41,31 +41,6 @@ from data_pipeline.stages.rules_text import (
 from data_pipeline.timelimit import DocumentFailed, DocumentWorker, TimeLimitExceeded
 from pretrain.config import MAX_TIMEOUT_S, StrictModel
 
-RULES_COLUMNS: tuple[pa.Field, ...] = (
-    pa.field("num_words", pa.int32()),
-    pa.field("mean_word_length", pa.float32()),
-    pa.field("symbol_ratio", pa.float32()),
-    pa.field("bullet_line_ratio", pa.float32()),
-    pa.field("ellipsis_line_ratio", pa.float32()),
-    pa.field("alpha_word_ratio", pa.float32()),
-    pa.field("stop_word_count", pa.int32()),
-    pa.field("dup_line_frac", pa.float32()),
-    pa.field("dup_para_frac", pa.float32()),
-    pa.field("dup_line_char_frac", pa.float32()),
-    pa.field("dup_para_char_frac", pa.float32()),
-    pa.field("top_ngram_char_frac", pa.float32()),  # max over n = 2..4 (Gopher)
-    pa.field("dup_ngram_char_frac", pa.float32()),  # max over n = 5..10 (Gopher)
-    pa.field("c4_bad_line_frac", pa.float32()),
-    pa.field("line_punct_ratio", pa.float32()),  # FineWeb: lines ending in punctuation
-    pa.field("short_line_ratio", pa.float32()),  # FineWeb
-    pa.field("char_dup_ratio", pa.float32()),  # FineWeb: chars in duplicated lines
-    pa.field("newline_char_ratio", pa.float32()),  # FineWeb: newlines per word (list ratio)
-    pa.field("garbled_ratio", pa.float32()),
-    pa.field("log_like_ratio", pa.float32()),
-    pa.field("rules_reason", pa.string()),
-)
-"""The rules stage's columns (RulesStage.columns): one numeric signal per rule, then the reason."""
-
 
 class GopherRepetitionConfig(StrictModel):
     """Gopher (Rae et al. 2021, table A1) repetition thresholds; null disables a clause."""
@@ -172,7 +147,29 @@ class RulesStage(Stage):
 
     name: ClassVar[str] = "rules"
     order: ClassVar[int] = 50
-    columns: ClassVar[tuple[pa.Field, ...]] = RULES_COLUMNS
+    columns: ClassVar[tuple[pa.Field, ...]] = (
+        pa.field("num_words", pa.int32()),
+        pa.field("mean_word_length", pa.float32()),
+        pa.field("symbol_ratio", pa.float32()),
+        pa.field("bullet_line_ratio", pa.float32()),
+        pa.field("ellipsis_line_ratio", pa.float32()),
+        pa.field("alpha_word_ratio", pa.float32()),
+        pa.field("stop_word_count", pa.int32()),
+        pa.field("dup_line_frac", pa.float32()),
+        pa.field("dup_para_frac", pa.float32()),
+        pa.field("dup_line_char_frac", pa.float32()),
+        pa.field("dup_para_char_frac", pa.float32()),
+        pa.field("top_ngram_char_frac", pa.float32()),  # max over n = 2..4 (Gopher)
+        pa.field("dup_ngram_char_frac", pa.float32()),  # max over n = 5..10 (Gopher)
+        pa.field("c4_bad_line_frac", pa.float32()),
+        pa.field("line_punct_ratio", pa.float32()),  # FineWeb: lines ending in punctuation
+        pa.field("short_line_ratio", pa.float32()),  # FineWeb
+        pa.field("char_dup_ratio", pa.float32()),  # FineWeb: chars in duplicated lines
+        pa.field("newline_char_ratio", pa.float32()),  # FineWeb: newlines per word (list ratio)
+        pa.field("garbled_ratio", pa.float32()),
+        pa.field("log_like_ratio", pa.float32()),
+        pa.field("rules_reason", pa.string()),
+    )
     Config: ClassVar[type[StageConfig]] = RulesConfig
     config: RulesConfig
 
@@ -208,7 +205,7 @@ class RulesStage(Stage):
         `rules_reason` = the first failing clause."""
         config = self.config
         if not text.strip():
-            return {**dict.fromkeys((f.name for f in RULES_COLUMNS), 0), "rules_reason": "empty"}
+            return {**dict.fromkeys((f.name for f in self.columns), 0), "rules_reason": "empty"}
         cjk = config.script_aware and is_cjk(text, lang, config.cjk_languages)
         doc_words = words(text, cjk)
         rep, rep_reason = gopher_repetition(text, doc_words, config.gopher_repetition)
