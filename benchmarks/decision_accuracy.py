@@ -256,7 +256,6 @@ def summary(out: Path) -> dict[str, Any]:
         "pairs": pairs,
         "pairs_agree": sum(p["agree"] for p in pairs),
         "n_pairs": len(pairs),
-        "spearman": (report.get("rank_agreement") or {}).get("spearman"),
         "gates": {
             tag: {k: g[k] for k in ("verdict", "passed", "chosen", "returncode", "gate_lines")}
             for tag, g in gates.items()

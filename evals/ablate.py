@@ -93,7 +93,7 @@ class AblationConfig(StrictModel):
     launch_args: list[str] = Field(default_factory=list)
     """Extra `pretrain launch` arguments for every proxy run (e.g. --in-process)."""
     timeout_s: int = Field(3600, ge=1)
-    """Per-process limit for one proxy's training or evaluation."""
+    """Limit for one proxy run's process (its training and evaluation)."""
 
 
 def normalise(weights: dict[str, float], names: list[str], where: str) -> dict[str, float]:

@@ -1,18 +1,29 @@
-"""`pretrain ablate` and `pretrain eval ...`: each command's handler (a callable taking the parsed
-arguments, returning the exit status; heavy imports inside), what `pretrain ablate` prints
-(`print_report`) and `register`."""
+"""`pretrain ablate` and `pretrain eval ...`: each command's handler (parsed arguments in, exit
+status out; heavy imports inside), `eval run`'s work, and `register`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
+from pathlib import Path
 from typing import Any
 
+from pretrain.artifacts import eval_results as eval_artifact
+from pretrain.artifacts import evalset as evalset_artifact
+from pretrain.artifacts import export as export_artifact
+from pretrain.artifacts.base import write_artifact
 from pretrain.cli_utils import add_command, add_config_args, positive_int
+from pretrain.errors import ArtifactError, LockMismatch
+from pretrain.manifest import manifest_sha256
+from pretrain.storage import write_atomic
 
 
 def ablate(args: argparse.Namespace) -> int:
     """`pretrain ablate CONFIG`: proxy runs of mixture recipes and the decision report."""
     from evals.ablate import AblationConfig
+    from evals.report import print_report
     from evals.sweep import preflight, run_sweep
     from pretrain.cli_utils import resolve_config
 
@@ -20,118 +31,6 @@ def ablate(args: argparse.Namespace) -> int:
     if config is not None:
         print_report(run_sweep(config), config.out)
     return 0
-
-
-def _print_ranking(report: dict[str, Any]) -> None:
-    """Per proxy: overall metric over seeds, then bpb per domain (± interval half-width);
-    * marks the Pareto front over domains."""
-    metric = report["target_metric"]
-    domains = report.get("domains") or {}
-    for proxy, rows in report["ranking"].items():
-        table = {row["recipe_sha256"]: row for row in domains.get(proxy, [])}
-        names = sorted({d for row in table.values() for d in row["domains"]})
-        print(f"{proxy}: {metric} mean ± std over seeds | bpb per domain ± interval (* Pareto)")
-        if names:
-            print(f"  {'':<25} {'':<24} " + " ".join(f"{n:>15}" for n in names))
-        for row in rows:
-            std = f"{row['std']:.4f}" if row["std"] is not None else "n/a"
-            entry = table.get(row["recipe_sha256"], {"domains": {}, "pareto": False})
-            cells = []
-            for name in names:
-                cell = entry["domains"].get(name)
-                half = (cell["upper"] - cell["lower"]) / 2 if cell else 0.0
-                cells.append(f"{cell['effect']:>8.4f}±{half:.3f}" if cell else f"{'-':>15}")
-            mark = "*" if entry["pareto"] else " "
-            print(
-                f"  {row['rank']:>2}.{mark}{row['recipe_name']:<20} {row['mean']:.4f} ± {std} "
-                f"({row['n_seeds']} seeds) " + " ".join(cells)
-            )
-
-
-def _print_scales(report: dict[str, Any]) -> None:
-    if report["rank_agreement"]:
-        print(f"rank agreement (Spearman): {report['rank_agreement'].get('spearman')}")
-    scale = report.get("scale_agreement")
-    if not scale or not scale["pairs"]:
-        return
-    small, large = scale["proxies"]
-    accuracy = scale["accuracy"]
-    print(
-        f"decision accuracy {small} -> {large}: {accuracy:.0%} of {scale['n_pairs']} pairs agree; "
-        f"{scale['n_small_inside_noise']} small-scale margin(s) inside the noise; seed sd "
-        + ", ".join(
-            f"{p} {n['seed_sd_median']:.4f}" if n["seed_sd_median"] is not None else f"{p} n/a"
-            for p, n in scale["noise"].items()
-        )
-    )
-    for pair in scale["pairs"]:
-        if pair["flags"]:
-            print(
-                f"  ! {pair['a_name']} vs {pair['b_name']}: {small} picks "
-                f"{pair['small_winner_name']}, {large} picks {pair['large_winner_name']} "
-                f"({'; '.join(pair['flags'])})"
-            )
-
-
-def _print_regression(report: dict[str, Any]) -> None:
-    regression = report["regression"]
-    if regression.get("status") != "fitted":
-        return
-    best = regression["predicted_best"]
-    fit = regression["models"][regression["selected_model"]]
-    print(
-        f"regression ({regression['selected_model']}, CV R2 {fit['cv_r2']}): predicted best "
-        f"{best['predicted']:.4f} at "
-        + ", ".join(f"{k} {v:.3f}" for k, v in best["weights"].items())
-    )
-    for row in report.get("predictions") or []:
-        measured = "not run" if row.get("measured") is None else f"{row['measured']:.4f}"
-        print(f"  predicted {row['predicted']:.4f}, measured {measured} ({row['recipe_name']})")
-
-
-def _print_evidence_flags(report: dict[str, Any]) -> None:
-    """Unhealthy runs, seed outliers (with the rule) and small eval sets, each on its line."""
-    from trainer.gate_rule import OUTLIER_RULE
-
-    for row in report.get("unhealthy_runs", []):
-        print(
-            f"  ! unhealthy, left out: {row['run']}: {'; '.join(row['problems'])} "
-            f"(ended: {row['ended']}, rollbacks {row['rollbacks']}, skipped batches "
-            f"{row['skipped_batches']})"
-        )
-    for row in report.get("outliers", []):
-        print(
-            f"  ! seed outlier: {row['run']}: {row['value']:.4f} against its recipe's median "
-            f"{row['recipe_median']:.4f} (modified z {row['modified_z']}; rule: {OUTLIER_RULE})"
-        )
-    for line in report.get("warnings", []):
-        print(f"  ! {line}")
-
-
-def print_report(report: dict[str, Any], out: str) -> None:
-    """The decision's top line, then the ranking, trade-offs, agreement, regression, the
-    decision's evidence and epoch flags."""
-    print(report["headline"])
-    _print_evidence_flags(report)
-    _print_ranking(report)
-    _print_scales(report)
-    _print_regression(report)
-    flags = report["epoch_flags"]
-    verdict = "PASSED" if report["passed"] else "NOT PASSED"
-    print(
-        f"chosen recipe: {report['chosen_recipe_name']} ({report['chosen_recipe_sha256'][:12]})"
-        f"; {report['decision']['verdict']}; criteria {verdict}"
-    )
-    for line in report["decision"]["evidence"]:
-        print(f"  - {line}")
-    for flag in flags[:5]:
-        print(f"  ! {flag}")
-    if len(flags) > 5:
-        print(f"  ! ... {len(flags) - 5} more epoch flags in report.json")
-    print(
-        f"-> {out} (report.json, ranking.png; chosen_mixture.yaml rebuilds the chosen "
-        "recipe for the full run)"
-    )
 
 
 def _build_preflight(config: Any) -> str:
@@ -142,11 +41,8 @@ def _build_preflight(config: Any) -> str:
 
 def eval_build(args: argparse.Namespace) -> int:
     """`pretrain eval build CONFIG`: decontaminated eval sets from the eval split."""
-    from pathlib import Path
-
     from evals.sets import EvalBuildConfig, build_eval_sets
     from pretrain.cli_utils import resolve_config
-    from pretrain.manifest import manifest_sha256
 
     config = resolve_config(EvalBuildConfig, args, _build_preflight)
     if config is None:
@@ -171,10 +67,107 @@ def eval_build(args: argparse.Namespace) -> int:
     return 0
 
 
+ITER = re.compile(r"^iter_(\d+)$")
+
+
+def find_checkpoints(path: str | Path) -> tuple[Path, list[tuple[int, Path]]]:
+    """(run directory, [(step, checkpoint dir)] ascending) for a run, one checkpoint dir or an
+    HF export (its own directory, at the exported step)."""
+    from trainer.checkpoint import list_checkpoints
+
+    path = Path(path)
+    if export_artifact.is_export(path):
+        return path, [(export_artifact.open(path).step, path)]
+    match = ITER.match(path.name)
+    if match and path.is_dir():
+        return path.parent.parent, [(int(match.group(1)), path)]
+    found = list_checkpoints(path)
+    if not found:
+        raise ArtifactError(
+            f"CHECKPOINT_DIR = {path} holds no checkpoints/iter_NNNNNNN; pass a "
+            "run directory of `pretrain launch` or one of its checkpoints"
+        )
+    return path, found
+
+
+def find_tokenizer(run_dir: Path) -> Path:
+    """The tokenizer artifact in the lineage of a run or an HF export (the trainer's walk)."""
+    from trainer.data import lineage_tokenizer
+
+    found = lineage_tokenizer(run_dir)
+    if found is None:
+        raise ArtifactError(
+            f"no tokenizer artifact found in the lineage of {run_dir}; pass --tokenizer "
+            "TOKENIZER_DIR"
+        )
+    return found
+
+
+def evaluate_checkpoint(
+    checkpoint: Path,
+    sets: list,
+    tokenizer: Any,
+    tasks: list[Path],
+    args: argparse.Namespace,
+    lm_tasks: Any = None,
+) -> dict[str, Any]:
+    """Metrics and per-document NLL of a checkpoint or an HF export (lm-eval's own HFLM for it)."""
+    from evals import lm_eval_model
+    from evals.lm_eval_tasks import run_lm_eval
+    from evals.tasks import evaluate_tasks
+    from trainer.evalcore import evaluate
+    from trainer.inference import load_model
+
+    model: Any
+    export = export_artifact.is_export(checkpoint)
+    if export:
+        hf, hf_tokenizer = lm_eval_model.load_export(checkpoint)
+        model = lm_eval_model.HFScorer(checkpoint, hf)
+    else:
+        model = load_model(checkpoint)
+    recorded = model.tokenizer_sha256
+    if recorded and recorded != tokenizer.sha256:
+        raise LockMismatch(
+            f"tokenizer mismatch: checkpoint {checkpoint} was trained with "
+            f"tokenizer {recorded[:12]}..., --tokenizer is {tokenizer.sha256[:12]}"
+            "...; pass the tokenizer the run was trained with"
+        )
+    size, documents = args.batch_size, list[dict[str, Any]]()
+    metrics = evaluate(model, sets, tokenizer, model.seq_length, size, documents=documents)
+    metrics.update(evaluate_tasks(model, tasks, tokenizer, model.seq_length, size))
+    if lm_tasks is not None:
+        if export:
+            lm = lm_eval_model.hf_lm(hf, hf_tokenizer, size)
+        else:
+            lm = lm_eval_model.ProjectLM(model, tokenizer, model.seq_length, size)
+        metrics.update(run_lm_eval(lm, lm_tasks))
+    return {"step": model.step, "metrics": metrics, "documents": documents}
+
+
+def write_documents(records: list[dict[str, Any]], path: Path) -> None:
+    """documents.parquet: per checkpoint and eval document, its NLL (nats), bytes and tokens."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"step": r["step"], **doc} for r in records for doc in r["documents"]]
+    table = pa.Table.from_pylist(rows) if rows else pa.table({"step": pa.array([], pa.int64())})
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+
+
+def out_dir(args: argparse.Namespace, run_dir: Path) -> Path:
+    """--out, else RUN/evals (an export's results go beside it, never into the artifact)."""
+    if args.out:
+        return Path(args.out)
+    if export_artifact.is_export(run_dir):
+        return run_dir.with_name(run_dir.name + "-evals")
+    return run_dir / "evals"
+
+
 def eval_run(args: argparse.Namespace) -> int:
-    """`pretrain eval run CHECKPOINT_DIR --sets DIR`: bits per byte and tasks of checkpoints."""
-    from evals.commands import evaluate_run, find_checkpoints, out_dir
-    from pretrain.artifacts import eval_results as eval_artifact
+    """`pretrain eval run CHECKPOINT_DIR --sets DIR`: bits per byte and tasks of checkpoints;
+    results.jsonl, documents.parquet, capability.png and an `eval` manifest in `out_dir`."""
     from pretrain.locking import output_lock
     from pretrain.output_check import require_own_output
 
@@ -183,20 +176,92 @@ def eval_run(args: argparse.Namespace) -> int:
     # before any set or checkpoint is loaded: never results.jsonl over someone else's files
     require_own_output(out, "--out", eval_artifact.KIND)
     with output_lock(out):
-        return evaluate_run(args, run_dir, checkpoints, out)
+        return _evaluate_run(args, run_dir, checkpoints, out)
+
+
+def _evaluate_run(
+    args: argparse.Namespace, run_dir: Path, checkpoints: list[tuple[int, Path]], out: Path
+) -> int:
+    from evals.lm_eval_tasks import load_lm_eval_tasks
+    from evals.plots import plot_capability
+    from evals.tasks import load_tasks
+    from pretrain.progress import Progress, attach, warn
+    from tokenizer.lock import load_locked
+    from trainer.evalcore import load_eval_sets
+
+    if args.tasks is not None:
+        tasks = [Path(p) for p in args.tasks]
+    else:  # the task files the evalset lists (never a file merely present)
+        tasks = evalset_artifact.open(args.sets).task_paths()
+    load_tasks(tasks)  # every task file, ours and lm-eval's, loads before the first (slow) load
+    lm_tasks = load_lm_eval_tasks(args.lm_eval, args.num_fewshot) if args.lm_eval else None
+    sets = load_eval_sets(args.sets, args.max_docs)
+    tokenizer = load_locked(args.tokenizer or find_tokenizer(run_dir))
+    out.mkdir(parents=True, exist_ok=True)
+    attach(out)
+    identity = {"evalset_sha256": manifest_sha256(args.sets), "tokenizer_sha256": tokenizer.sha256}
+    records, skipped = [], []
+    for step, checkpoint in Progress(checkpoints, desc="eval", unit="checkpoint"):
+        try:
+            record = evaluate_checkpoint(checkpoint, sets, tokenizer, tasks, args, lm_tasks)
+        except ArtifactError as exc:
+            if len(checkpoints) == 1 or isinstance(exc, LockMismatch):
+                raise  # one checkpoint named, or a mismatch every checkpoint would hit
+            skipped.append({"step": step, "checkpoint": str(checkpoint), "reason": str(exc)})
+            warn(f"eval: checkpoint {checkpoint.name} skipped (not loadable): {exc}")
+            continue
+        record.update({"step": record["step"] or step, "checkpoint": str(checkpoint), **identity})
+        for doc in record["documents"]:
+            doc["step"] = record["step"]
+        records.append(record)
+        metrics = record["metrics"]
+        print(
+            f"step {record['step']:>7}: bpb {metrics['bpb']:.4f} loss {metrics['loss']:.4f} "
+            f"ppl {metrics['ppl']:.2f}"
+        )
+    if not records:
+        raise ArtifactError(
+            f"none of the {len(checkpoints)} checkpoints of {run_dir} could be loaded (first: "
+            f"{skipped[0]['reason']}); check them with `pretrain verify CHECKPOINT`"
+        )
+    write_documents(records, out / "documents.parquet")
+    lines = "".join(
+        json.dumps({k: v for k, v in r.items() if k != "documents"}, sort_keys=True) + "\n"
+        for r in records
+    )
+    write_atomic(out / "results.jsonl", lines.encode())
+    plot_capability(records, out / "capability.png")
+    write_artifact(
+        out,
+        eval_artifact.EvalFields(
+            **identity, final=records[-1]["metrics"], skipped_checkpoints=skipped
+        ),
+        config={
+            "sets": str(args.sets),
+            "tasks": [str(t) for t in tasks],
+            "lm_eval": lm_tasks.files if lm_tasks else {},
+            "num_fewshot": args.num_fewshot,
+        },
+        # the run evaluated is an ancestor too (when it has a manifest: a finished run)
+        inputs=[args.sets] + ([run_dir] if (run_dir / "manifest.json").is_file() else []),
+        counts={"checkpoints": len(records), "skipped_checkpoints": len(skipped)},
+    )
+    print(f"-> {out / 'results.jsonl'}, {out / 'documents.parquet'}, {out / 'capability.png'}")
+    if skipped:
+        names = ", ".join(Path(entry["checkpoint"]).name for entry in skipped)
+        warn(f"eval: {len(skipped)} checkpoint(s) skipped, not loadable: {names}")
+    return 0
 
 
 def eval_lm_eval(args: argparse.Namespace) -> int:
     """`pretrain eval lm-eval CHECKPOINT [LM_EVAL_ARGS...]`: lm-evaluation-harness's own `run`
     with the checkpoint as `--model pretrain` (lm-eval finds models only in its own registry)."""
     import sys
-    from pathlib import Path
 
     import lm_eval.models  # noqa: F401  (lm-eval's own: it fills its registry only when empty)
     from lm_eval.__main__ import cli_evaluate
     from lm_eval.api.registry import register_model
 
-    from evals.commands import find_tokenizer
     from evals.lm_eval_model import CheckpointLM
 
     register_model("pretrain")(CheckpointLM)
@@ -270,17 +335,8 @@ def register(sub: Any) -> None:
         "task's published format",
     )
     run.add_argument("--num-fewshot", type=int, default=None, help="lm-eval few-shot examples")
-    run.add_argument(
-        "--lm-eval-limit", type=positive_int, default=None, help="lm-eval documents per task (cap)"
-    )
     run.add_argument("--max-docs", type=positive_int, default=None, help="documents per set (cap)")
     run.add_argument("--batch-size", type=positive_int, default=8)
-    run.add_argument(
-        "--seq-length",
-        type=positive_int,
-        default=None,
-        help="tokens per window (default: the model's sequence length)",
-    )
     lm_eval = add_command(
         esub,
         ["eval", "lm-eval"],

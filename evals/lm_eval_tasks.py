@@ -183,7 +183,7 @@ def _check_fewshot(name: str, task: Any, data: str, rows: int, num_fewshot: int 
         )
 
 
-def run_lm_eval(lm: Any, tasks: LmEvalTasks, limit: int | None = None) -> dict[str, float]:
+def run_lm_eval(lm: Any, tasks: LmEvalTasks) -> dict[str, float]:
     """Run the tasks with lm-eval's evaluator on `lm` (an lm_eval LM); flat metrics
     `task/<name>/<metric>` (and `<metric>_stderr`), `<name>` without the `_local` suffix."""
     import lm_eval
@@ -193,7 +193,6 @@ def run_lm_eval(lm: Any, tasks: LmEvalTasks, limit: int | None = None) -> dict[s
         tasks=tasks.names,
         task_manager=tasks.manager,
         num_fewshot=tasks.num_fewshot,
-        limit=limit,
         log_samples=False,
         random_seed=0,
         numpy_random_seed=0,

@@ -40,24 +40,6 @@ def _ranking_plot(report: Mapping[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _agreement_plot(report: Mapping[str, Any], path: Path) -> None:
-    agreement = report.get("rank_agreement") or {}
-    proxies = agreement.get("proxies") or []
-    if len(proxies) < 2:
-        return
-    first = {r["recipe_sha256"]: r["mean"] for r in report["ranking"][proxies[0]]}
-    second = {r["recipe_sha256"]: r["mean"] for r in report["ranking"][proxies[1]]}
-    common = sorted(set(first) & set(second))
-    fig, ax = plt.subplots(figsize=(4.5, 4))
-    ax.scatter([first[s] for s in common], [second[s] for s in common])
-    ax.set_xlabel(f"{proxies[0]} {report['target_metric']}")
-    ax.set_ylabel(f"{proxies[1]} {report['target_metric']}")
-    ax.set_title(f"rank agreement: Spearman {agreement.get('spearman')}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 def _regression_plot(report: Mapping[str, Any], path: Path) -> None:
     regression = report.get("regression") or {}
     if regression.get("status") != "fitted":
@@ -84,9 +66,8 @@ def _regression_plot(report: Mapping[str, Any], path: Path) -> None:
 
 
 def plot_ablation(report: Mapping[str, Any], out: Path) -> None:
-    """ranking.png, plus rank_agreement.png and regression.png when they apply."""
+    """ranking.png, plus regression.png when a regression was fitted."""
     _ranking_plot(report, out / "ranking.png")
-    _agreement_plot(report, out / "rank_agreement.png")
     _regression_plot(report, out / "regression.png")
 
 

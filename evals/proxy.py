@@ -1,6 +1,6 @@
-"""One proxy run of an ablation: build its mixture, train and evaluate in processes of its own (no
-Megatron state or NVTE_* variable survives into the next run); `RUN/result.json`, written last,
-marks it finished.
+"""One proxy run of an ablation: build its mixture, then train and evaluate in one fresh process
+(evals/proxy_worker.py: no Megatron state or NVTE_* variable survives into the next run);
+`RUN/result.json`, written last, marks it finished.
 """
 
 from __future__ import annotations
@@ -95,7 +95,11 @@ def _build_mixture(spec: dict[str, Any], out: Path) -> dict[str, Any]:
         return build_mixture(config).manifest
 
 
-def _subprocess(argv: list[str], log: Path, timeout: int, what: str) -> None:
+def _train_and_evaluate(commands: dict[str, list[str]], run_dir: Path, timeout: int) -> None:
+    """`pretrain` argv of the training and the evaluation, run in one fresh process."""
+    write_json(run_dir / "commands.json", commands)
+    argv = [sys.executable, "-m", "evals.proxy_worker", str(run_dir / "commands.json")]
+    log, what = run_dir / "run.log", "proxy training + evaluation (`pretrain launch`, `eval run`)"
     env = {
         **os.environ,
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
@@ -132,14 +136,14 @@ def _train_argv(spec: dict[str, Any], mixture_dir: Path, train_dir: Path) -> lis
         "checkpoint.keep_last": 1,
         **spec["proxy"]["overrides"],
     }
-    argv = [sys.executable, "-m", "trainer", "launch", spec["train_config"]]
+    argv = ["launch", spec["train_config"]]
     for key, value in sets.items():
         argv += ["--set", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
     return argv + list(spec["launch_args"])
 
 
 def _eval_argv(spec: dict[str, Any], train_dir: Path, eval_dir: Path) -> list[str]:
-    argv = [sys.executable, "-m", "evals", "eval", "run", str(train_dir)]
+    argv = ["eval", "run", str(train_dir)]
     argv += ["--sets", spec["eval_sets"], "--out", str(eval_dir)]
     argv += ["--batch-size", str(spec["eval"]["batch_size"])]
     if spec.get("tokenizer"):
@@ -147,25 +151,6 @@ def _eval_argv(spec: dict[str, Any], train_dir: Path, eval_dir: Path) -> list[st
     if spec["eval"].get("max_docs"):
         argv += ["--max-docs", str(spec["eval"]["max_docs"])]
     return argv
-
-
-def _processes(
-    spec: dict[str, Any], run_dir: Path, train_dir: Path, eval_dir: Path
-) -> list[tuple[list[str], Path, str]]:
-    """(argv, log, what) of each process the run is, in order. Single-rank proxies
-    (`--in-process`): one process for both (evals.proxy_worker); otherwise one for each."""
-    train = _train_argv(spec, run_dir / "mixture", train_dir)
-    evaluate = _eval_argv(spec, train_dir, eval_dir)
-    if "--in-process" in spec["launch_args"]:
-        commands = {"train": train[3:], "eval": evaluate[3:]}
-        write_json(run_dir / "commands.json", commands)
-        argv = [sys.executable, "-m", "evals.proxy_worker", str(run_dir / "commands.json")]
-        what = "proxy training + evaluation (`pretrain launch --in-process`, `eval run`)"
-        return [(argv, run_dir / "run.log", what)]
-    return [
-        (train, run_dir / "train.log", "proxy training (`pretrain launch`)"),
-        (evaluate, run_dir / "eval.log", "proxy evaluation (`pretrain eval run`)"),
-    ]
 
 
 def execute_run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -180,8 +165,11 @@ def execute_run(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         mixture = _build_mixture(spec, run_dir / "mixture")
         train_dir, eval_dir = run_dir / "train", run_dir / "eval"
-        for argv, log, what in _processes(spec, run_dir, train_dir, eval_dir):
-            _subprocess(argv, log, spec["timeout_s"], what)
+        commands = {
+            "train": _train_argv(spec, run_dir / "mixture", train_dir),
+            "eval": _eval_argv(spec, train_dir, eval_dir),
+        }
+        _train_and_evaluate(commands, run_dir, spec["timeout_s"])
         lines = (eval_dir / "results.jsonl").read_text().strip().splitlines()
         final = json.loads(lines[-1])
     except PretrainError as exc:

@@ -1,8 +1,7 @@
 """One proxy run's training and evaluation in ONE fresh process (`python -m evals.proxy_worker
-ARGV.json`): `pretrain launch --in-process` (the function torchrun's ranks run, trainer.worker.run),
-then `pretrain eval run` on its checkpoint. Used when the proxy is a single rank; it saves a Python
-start, the Megatron imports and the model build of a second process. The process is still the
-run's own: nothing survives into the next run.
+COMMANDS.json`): `pretrain launch` (a single rank `--in-process`, else under torchrun), then
+`pretrain eval run` on its checkpoint; an in-process rank saves a second Python start, the
+Megatron imports and a model build.
 """
 
 from __future__ import annotations

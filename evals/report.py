@@ -1,4 +1,4 @@
-"""The ablation report: ranking over seeds, agreement between proxy sizes, a RegMix regression from
+"""The ablation report: ranking over seeds, decision agreement between proxy sizes, a RegMix regression from
 weights to the metric, the decision, and the `ablation` artifact. Runs are bound to recipes by hash;
 the analysis is plain numpy/scipy/scikit-learn, so tests reach it without training.
 """
@@ -18,7 +18,7 @@ from pretrain.artifacts import ablation as ablation_artifact
 from pretrain.artifacts.base import write_artifact
 from pretrain.errors import PretrainError
 from pretrain.storage import write_json
-from trainer.gate_rule import criteria_from, decide, lower_is_better, split_health
+from trainer.gate_rule import OUTLIER_RULE, criteria_from, decide, lower_is_better, split_health
 from trainer.gate_stats import pct
 
 
@@ -53,25 +53,6 @@ def summarize(runs: Sequence[Mapping[str, Any]], metric: str) -> dict[str, list[
             row["rank"] = rank
         ranking[proxy] = rows
     return ranking
-
-
-def rank_agreement(ranking: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
-    """Spearman correlation of the recipe means between the first two proxies (None if < 2)."""
-    proxies = sorted(ranking)
-    if len(proxies) < 2:
-        return None
-    from scipy.stats import spearmanr
-
-    first = {r["recipe_sha256"]: r["mean"] for r in ranking[proxies[0]]}
-    second = {r["recipe_sha256"]: r["mean"] for r in ranking[proxies[1]]}
-    common = sorted(set(first) & set(second))
-    result: dict[str, Any] = {"proxies": proxies[:2], "recipes": len(common), "spearman": None}
-    if len(common) >= 3:
-        rho = spearmanr([first[s] for s in common], [second[s] for s in common]).statistic
-        result["spearman"] = None if math.isnan(rho) else float(rho)
-    else:
-        result["note"] = "fewer than 3 recipes ran on both proxies: no rank correlation"
-    return result
 
 
 def primary_proxy(proxies: Iterable[str], sizes: Mapping[str, float] | None) -> str:
@@ -296,7 +277,6 @@ def build_report(
         "ranking": ranking,
         "summary": {m: summarize(runs, m) for m in metrics},
         "domains": domains,
-        "rank_agreement": rank_agreement(ranking),
         "scale_agreement": scale,
         "regression": fit_regression(primary_runs, components, metric, base_weights),
         "epochs": list(epochs),
@@ -305,6 +285,114 @@ def build_report(
         "runs": [dict(run) for run in every_run],
     }
     return {"headline": headline(report), **report}
+
+
+def _print_ranking(report: dict[str, Any]) -> None:
+    """Per proxy: overall metric over seeds, then bpb per domain (± interval half-width);
+    * marks the Pareto front over domains."""
+    metric = report["target_metric"]
+    domains = report.get("domains") or {}
+    for proxy, rows in report["ranking"].items():
+        table = {row["recipe_sha256"]: row for row in domains.get(proxy, [])}
+        names = sorted({d for row in table.values() for d in row["domains"]})
+        print(f"{proxy}: {metric} mean ± std over seeds | bpb per domain ± interval (* Pareto)")
+        if names:
+            print(f"  {'':<25} {'':<24} " + " ".join(f"{n:>15}" for n in names))
+        for row in rows:
+            std = f"{row['std']:.4f}" if row["std"] is not None else "n/a"
+            entry = table.get(row["recipe_sha256"], {"domains": {}, "pareto": False})
+            cells = []
+            for name in names:
+                cell = entry["domains"].get(name)
+                half = (cell["upper"] - cell["lower"]) / 2 if cell else 0.0
+                cells.append(f"{cell['effect']:>8.4f}±{half:.3f}" if cell else f"{'-':>15}")
+            mark = "*" if entry["pareto"] else " "
+            print(
+                f"  {row['rank']:>2}.{mark}{row['recipe_name']:<20} {row['mean']:.4f} ± {std} "
+                f"({row['n_seeds']} seeds) " + " ".join(cells)
+            )
+
+
+def _print_scales(report: dict[str, Any]) -> None:
+    scale = report.get("scale_agreement")
+    if not scale or not scale["pairs"]:
+        return
+    small, large = scale["proxies"]
+    accuracy = scale["accuracy"]
+    print(
+        f"decision accuracy {small} -> {large}: {accuracy:.0%} of {scale['n_pairs']} pairs agree; "
+        f"{scale['n_small_inside_noise']} small-scale margin(s) inside the noise; seed sd "
+        + ", ".join(
+            f"{p} {n['seed_sd_median']:.4f}" if n["seed_sd_median"] is not None else f"{p} n/a"
+            for p, n in scale["noise"].items()
+        )
+    )
+    for pair in scale["pairs"]:
+        if pair["flags"]:
+            print(
+                f"  ! {pair['a_name']} vs {pair['b_name']}: {small} picks "
+                f"{pair['small_winner_name']}, {large} picks {pair['large_winner_name']} "
+                f"({'; '.join(pair['flags'])})"
+            )
+
+
+def _print_regression(report: dict[str, Any]) -> None:
+    regression = report["regression"]
+    if regression.get("status") != "fitted":
+        return
+    best = regression["predicted_best"]
+    fit = regression["models"][regression["selected_model"]]
+    print(
+        f"regression ({regression['selected_model']}, CV R2 {fit['cv_r2']}): predicted best "
+        f"{best['predicted']:.4f} at "
+        + ", ".join(f"{k} {v:.3f}" for k, v in best["weights"].items())
+    )
+    for row in report.get("predictions") or []:
+        measured = "not run" if row.get("measured") is None else f"{row['measured']:.4f}"
+        print(f"  predicted {row['predicted']:.4f}, measured {measured} ({row['recipe_name']})")
+
+
+def _print_evidence_flags(report: dict[str, Any]) -> None:
+    """Unhealthy runs, seed outliers (with the rule) and small eval sets, each on its line."""
+    for row in report.get("unhealthy_runs", []):
+        print(
+            f"  ! unhealthy, left out: {row['run']}: {'; '.join(row['problems'])} "
+            f"(ended: {row['ended']}, rollbacks {row['rollbacks']}, skipped batches "
+            f"{row['skipped_batches']})"
+        )
+    for row in report.get("outliers", []):
+        print(
+            f"  ! seed outlier: {row['run']}: {row['value']:.4f} against its recipe's median "
+            f"{row['recipe_median']:.4f} (modified z {row['modified_z']}; rule: {OUTLIER_RULE})"
+        )
+    for line in report.get("warnings", []):
+        print(f"  ! {line}")
+
+
+def print_report(report: dict[str, Any], out: str) -> None:
+    """The decision's top line, then the ranking, trade-offs, agreement, regression, the
+    decision's evidence and epoch flags."""
+    print(report["headline"])
+    _print_evidence_flags(report)
+    _print_ranking(report)
+    _print_scales(report)
+    _print_regression(report)
+    flags = report["epoch_flags"]
+    verdict = "PASSED" if report["passed"] else "NOT PASSED"
+    print(
+        f"chosen recipe: {report['chosen_recipe_name']} ({report['chosen_recipe_sha256'][:12]})"
+        f"; {report['decision']['verdict']}; criteria {verdict}"
+    )
+    for line in report["decision"]["evidence"]:
+        print(f"  - {line}")
+    for flag in flags[:5]:
+        print(f"  ! {flag}")
+    if len(flags) > 5:
+        print(f"  ! ... {len(flags) - 5} more epoch flags in report.json")
+    print(
+        f"-> {out} (report.json, ranking.png; chosen_mixture.yaml rebuilds the chosen "
+        "recipe for the full run)"
+    )
 
 
 def write_report(

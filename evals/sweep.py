@@ -217,13 +217,9 @@ def execute(
 ) -> list[dict]:
     """Results of every spec: finished runs from the cache, the rest run now; with `unhealthy:
     rerun`, an unhealthy result (cached or fresh) is run once more from scratch."""
-    cached, todo = [], []
-    for spec in specs:
-        found = load_finished(Path(spec["run_dir"]), spec["run_key"])
-        if found and config.unhealthy == "rerun" and _problems(config, found):
-            _set_aside(spec)
-            found = None
-        (cached if found else todo).append(found or spec)
+    found = [load_finished(Path(spec["run_dir"]), spec["run_key"]) for spec in specs]
+    cached: list[dict] = [result for result in found if result is not None]
+    todo = [spec for spec, result in zip(specs, found) if result is None]
     mode = choose_parallel(config)
     shown = f"pool of {parallel_runs(config)}" if mode == "pool" else mode
     print(
@@ -249,12 +245,12 @@ def execute(
             flush=True,
         )
 
-    fresh = _run_all(config, todo, log, runner)
-    unhealthy = _unhealthy_specs(config, todo, fresh)
+    results = cached + _run_all(config, todo, log, runner)
+    unhealthy = _unhealthy_specs(config, specs, results)
     total[0] += len(unhealthy)
     again = _run_all(config, unhealthy, log, runner)  # once, the same way as the first time
     rerun = {result["run_key"]: result for result in again}
-    return cached + [rerun.get(result["run_key"], result) for result in fresh]
+    return [rerun.get(result["run_key"], result) for result in results]
 
 
 def _check_bound(results: list[dict], specs: list[dict]) -> None:

@@ -1,5 +1,5 @@
-"""End to end on real artifacts: `pretrain ablate` trains each proxy with `pretrain launch` in its
-own process, scores it with `pretrain eval run`, reports, caches; the gate then clears only a
+"""End to end on real artifacts: `pretrain ablate` trains each proxy with `pretrain launch` and
+scores it with `pretrain eval run` in one process of its own, reports, caches; the gate then clears only a
 mixture built from the chosen recipe on the same tokenizer and data."""
 
 from __future__ import annotations

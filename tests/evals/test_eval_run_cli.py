@@ -3,7 +3,7 @@ test_ablate_e2e.py, slow)."""
 
 from __future__ import annotations
 
-from evals.commands import find_checkpoints, find_tokenizer
+from evals.cli import find_checkpoints, find_tokenizer
 from pretrain.manifest import write_manifest
 from pretrain_app.cli import main
 
@@ -35,7 +35,7 @@ def test_checkpoints_are_found_in_step_order_and_tokenizer_through_lineage(tmp_p
 
 
 def test_counts_below_one_are_refused_before_any_checkpoint_is_loaded(tmp_path, capsys):
-    """--batch-size 0 / --seq-length 0 crashed in range() after the checkpoint was loaded, and
+    """--batch-size 0 crashed in range() after the checkpoint was loaded, and
     --max-docs -1 silently dropped the last document of every set (texts[:-1])."""
     import pytest
 
@@ -44,10 +44,8 @@ def test_counts_below_one_are_refused_before_any_checkpoint_is_loaded(tmp_path, 
     argv = ["eval", "run", str(run), "--sets", str(tmp_path / "none")]
     for flag, value in [
         ("--batch-size", "0"),
-        ("--seq-length", "0"),
         ("--max-docs", "-1"),
         ("--max-docs", "0"),
-        ("--lm-eval-limit", "0"),
     ]:
         capsys.readouterr()
         with pytest.raises(SystemExit) as info:
