@@ -46,11 +46,6 @@ def normalize(text: str) -> str:
     return unicodedata.normalize("NFKC", text).lower().translate(_DIGITS)
 
 
-def tokenize(text: str) -> list[str]:
-    """Tokens of already-normalised text (see the module docstring for the scheme)."""
-    return _TOKEN.findall(text)
-
-
 def lm_sentences(text: str | None) -> list[str]:
     """KenLM input: one space-joined token string per non-empty line of the document."""
     if not text:
