@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from pyarrow import fs as pafs
 
-from data_pipeline.formats import READABLE, InputFile, check_magic, detect_format, filesystem_for
+from data_pipeline.formats import READABLE, InputFile, detect_format, filesystem_for
 from pretrain.errors import InputError
 
 BYTECODE_DIR = "__pycache__"
@@ -374,33 +373,6 @@ def _walked_above(output: str, walked: dict[tuple[int, int], str]) -> str | None
             if (info.st_dev, info.st_ino) in walked:
                 return walked[(info.st_dev, info.st_ino)]
     return None
-
-
-def check_openable(item: InputFile, text_field: str) -> None:
-    """Fail fast, in the driver, on a file that cannot be read at all (one line naming it)."""
-    filesystem, path = filesystem_for(item.path)
-    try:
-        if item.format == "parquet":
-            import pyarrow.parquet as pq
-
-            with filesystem.open_input_file(path) as handle:
-                names = pq.ParquetFile(handle).schema_arrow.names
-            if text_field.split(".")[0] not in names:
-                raise InputError(
-                    f"input {item.path}: Parquet file has no {text_field!r} column "
-                    f"(columns: {', '.join(names)}); set text_field or fix the file"
-                )
-            return
-        with filesystem.open_input_stream(path, compression=None) as handle:
-            head = handle.read(4)
-    except InputError:
-        raise
-    except (OSError, ValueError, pa.ArrowException) as exc:
-        raise InputError(
-            f"input {item.path}: cannot be read ({exc}); fix or remove it, or set "
-            "on_unreadable=reject"
-        ) from None
-    check_magic(item.path, head)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from data_pipeline.batcher import Batcher
-from data_pipeline.formats import InputFile, decoded_stream, filesystem_for
+from data_pipeline.formats import InputFile, check_magic, decoded_stream, filesystem_for
 from data_pipeline.warc import read_warc
 from pretrain.errors import InputError
 
@@ -187,8 +187,6 @@ def _record_row(
     """One JSON or Parquet record -> a raw row (`size` None: the text's UTF-8 bytes); the fields
     it did not take are its `meta` (pretrain.nested: typed, nested objects as dotted keys)."""
     text = field_value(record, fields.text)
-    doc_id = field_value(record, fields.id)
-    doc_id = str(doc_id) if doc_id not in (None, "") else fallback_id
     reason = (
         None if isinstance(text, str) else "missing_text" if text is None else "text_not_string"
     )
@@ -198,7 +196,7 @@ def _record_row(
     if size is None:
         size = len(text.encode("utf-8", "replace")) if isinstance(text, str) else 0
     out.add(
-        doc_id,
+        _record_id(record, fields, fallback_id),
         text=text if reason is None else None,
         url=_str_or_none(field_value(record, fields.url)),
         source=_str_or_none(field_value(record, fields.source)),
@@ -275,21 +273,8 @@ def read_parquet(
     row carrying none of its cells (Arrow decodes such a cell once: it cannot skip in a page).
     A record with a string cell that is not UTF-8 is an `undecodable` row; a damaged page is one
     `truncated_input` row for the rest of its row group, and reading goes on at the next."""
-    try:
-        handle = filesystem.open_input_file(path)
-        parquet = pq.ParquetFile(handle)
-        names = parquet.schema_arrow.names
-    except _PARQUET_ERRORS as exc:
-        raise InputError(
-            f"input {source.path}: not a readable Parquet file ({exc}); fix or "
-            "remove it, or set on_unreadable=reject"
-        ) from None
+    parquet = _open_parquet(source, filesystem, path, fields.text)
     batch_size = max(1, min(1024, out.batch_rows))
-    if fields.text.split(".")[0] not in names:
-        raise InputError(
-            f"input {source.path}: Parquet file has no {fields.text!r} column "
-            f"(columns: {', '.join(names)}); set text_field or fix the file"
-        )
     row = 0
     for group in range(parquet.num_row_groups):
         first = row
@@ -309,6 +294,42 @@ def read_parquet(
             row = max(row, first + parquet.metadata.row_group(group).num_rows)
     if (table := out.flush()) is not None:
         yield table
+
+
+def _open_parquet(
+    source: InputFile, filesystem: pafs.FileSystem, path: str, text_field: str
+) -> pq.ParquetFile:
+    try:
+        parquet = pq.ParquetFile(filesystem.open_input_file(path))
+        names = parquet.schema_arrow.names
+    except _PARQUET_ERRORS as exc:
+        raise InputError(
+            f"input {source.path}: not a readable Parquet file ({exc}); fix or "
+            "remove it, or set on_unreadable=reject"
+        ) from None
+    if text_field.split(".")[0] not in names:
+        raise InputError(
+            f"input {source.path}: Parquet file has no {text_field!r} column "
+            f"(columns: {', '.join(names)}); set text_field or fix the file"
+        )
+    return parquet
+
+
+def check_openable(item: InputFile, text_field: str) -> None:
+    """Fail fast, in the driver, on a file that cannot be read at all (one line naming it)."""
+    filesystem, path = filesystem_for(item.path)
+    if item.format == "parquet":
+        _open_parquet(item, filesystem, path, text_field)
+        return
+    try:
+        with filesystem.open_input_stream(path, compression=None) as handle:
+            head = handle.read(4)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise InputError(
+            f"input {item.path}: cannot be read ({exc}); fix or remove it, or set "
+            "on_unreadable=reject"
+        ) from None
+    check_magic(item.path, head)
 
 
 def _batch_records(batch: pa.RecordBatch) -> list[dict[str, Any] | None]:

@@ -20,7 +20,8 @@ from data_pipeline.fingerprint import (
     prepare_output,
     stage_artifacts,
 )
-from data_pipeline.inputs import Unit, check_openable, check_output_apart, plan_inputs
+from data_pipeline.inputs import Unit, check_output_apart, plan_inputs
+from data_pipeline.readers import check_openable
 from data_pipeline.stages.base import GlobalStage, Stage
 from data_pipeline.stages.registry import (
     manifest_sections,

@@ -91,8 +91,8 @@ class MapStagesWorker:
             self.refused = exc
             target = throughput.cost_dir(output_path(out)) / REFUSED
             target.mkdir(parents=True, exist_ok=True)
-            name = f"{socket.gethostname()}-{os.getpid()}-{id(exc)}.json"
-            write_json(target / name, {"error": type(exc).__name__, "message": str(exc)})
+            name = f"{socket.gethostname()}-{os.getpid()}-{id(exc)}.txt"
+            write_atomic(target / name, str(exc).encode())
 
     def __call__(self, block: pa.Table) -> pa.Table:
         if self.refused is not None:
@@ -116,20 +116,13 @@ stages refused in its constructor."""
 
 
 def raise_refusal(out: OutPath) -> None:
-    """Raise (one line, its own class) the refusal a map actor recorded in its constructor, if
-    one did: an actor given no block (no documents to read) never raised it itself, and the run
-    would have ended as a success with a stage that could not be set up."""
+    """Raise (one line) the refusal a map actor recorded in its constructor, if one did: an
+    actor given no block (no documents to read) never raised it itself, and the run would have
+    ended as a success with a stage that could not be set up."""
     folder = throughput.cost_dir(out) / REFUSED
-    found = listed(folder, "*.json") if folder.is_dir() else []
-    if not found:
-        return
-    record = json.loads(found[0].read_bytes())
-    kinds = {c.__name__: c for c in _subclasses(PretrainError)}
-    raise kinds.get(record.get("error"), PretrainError)(str(record.get("message")))
-
-
-def _subclasses(kind: type[PretrainError]) -> list[type[PretrainError]]:
-    return [kind] + [s for c in kind.__subclasses__() for s in _subclasses(c)]
+    found = listed(folder, "*.txt") if folder.is_dir() else []
+    if found:
+        raise PretrainError(found[0].read_text(encoding="utf-8"))
 
 
 def write_rows(batch: pa.Table, out: str | OutPath) -> pa.Table:
