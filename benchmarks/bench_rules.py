@@ -89,16 +89,15 @@ def run_datatrove(docs_path: str, work: str, workers: int) -> set[int]:
     return kept
 
 
-def _ours_chunk(args: tuple[list[str], int, str]) -> list[str | None]:
+def _ours_chunk(args: tuple[list[str], int]) -> list[str | None]:
     from data_pipeline.stages.rules import RulesConfig, RulesStage
 
-    texts, batch_size, tokenizer = args
+    texts, batch_size = args
     config = RulesConfig(
         script_aware=False,
         code_aware=False,
         max_garbled_ratio=None,
         max_log_like_ratio=None,
-        word_tokenizer=tokenizer,
     )
     stage = RulesStage(config)
     stage.setup()
@@ -110,14 +109,12 @@ def _ours_chunk(args: tuple[list[str], int, str]) -> list[str | None]:
     return reasons
 
 
-def run_ours(
-    docs: list[str], workers: int, tokenizer: str = "fast", batch_size: int = 1000
-) -> list[str | None]:
+def run_ours(docs: list[str], workers: int, batch_size: int = 1000) -> list[str | None]:
     if workers == 1:
-        return _ours_chunk((docs, batch_size, tokenizer))
+        return _ours_chunk((docs, batch_size))
     chunks = [docs[i::workers] for i in range(workers)]
     with multiprocessing.get_context("forkserver").Pool(workers) as pool:
-        parts = pool.map(_ours_chunk, [(c, batch_size, tokenizer) for c in chunks])
+        parts = pool.map(_ours_chunk, [(c, batch_size) for c in chunks])
     reasons: list[str | None] = [None] * len(docs)
     for rank, part in enumerate(parts):
         reasons[rank::workers] = part
@@ -125,7 +122,7 @@ def run_ours(
 
 
 def timed_pair(
-    docs: list[str], workers: int, tokenizer: str, repeat: int
+    docs: list[str], workers: int, repeat: int
 ) -> tuple[float, float, set[int], list[str | None]]:
     """Best wall time of datatrove and of ours, alternating runs (load on a shared machine
     changes over minutes: alternating keeps both sides exposed to the same conditions)."""
@@ -142,7 +139,7 @@ def timed_pair(
             kept_theirs = run_datatrove(docs_path, str(out), workers)
             theirs_s = min(theirs_s, time.perf_counter() - start)
             start = time.perf_counter()
-            reasons = run_ours(docs, workers, tokenizer)
+            reasons = run_ours(docs, workers)
             ours_s = min(ours_s, time.perf_counter() - start)
     return theirs_s, ours_s, kept_theirs, reasons
 
@@ -154,12 +151,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--docs", type=int, default=5000)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument(
-        "--tokenizer",
-        choices=("fast", "spacy"),
-        default="fast",
-        help="our word splitter: the regex (default) or spaCy, as datatrove",
-    )
-    parser.add_argument(
         "--repeat",
         type=int,
         default=2,
@@ -168,9 +159,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args([] if argv is None else argv)
     CORPUS = corpus_dir(args.corpus)
     docs = load_english(args.docs)
-    theirs_s, ours_s, kept_theirs, reasons = timed_pair(
-        docs, args.workers, args.tokenizer, args.repeat
-    )
+    theirs_s, ours_s, kept_theirs, reasons = timed_pair(docs, args.workers, args.repeat)
     kept_ours = {i for i, r in enumerate(reasons) if r is None}
     agree = sum((i in kept_ours) == (i in kept_theirs) for i in range(len(docs))) / len(docs)
     disagreements = Counter(
@@ -190,8 +179,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "disagreements_by_our_reason": dict(disagreements.most_common()),
         "targets": {"speedup": 3.0, "keep_drop_agreement": 0.99},
     }
-    suffix = "" if args.tokenizer == "fast" else f"_{args.tokenizer}"
-    write_result(f"rules_w{args.workers}{suffix}", result)
+    write_result(f"rules_w{args.workers}", result)
     print(
         f"rules: {result['speedup']}x datatrove ({result['ours_docs_per_s']} vs "
         f"{result['datatrove_docs_per_s']} docs/s), agreement {agree:.2%}"
