@@ -25,7 +25,7 @@ class MixtureDataset:
     def __init__(
         self,
         mixture_dir: str | os.PathLike,
-        phase: int | str = 0,
+        phase: int = 0,
         encoded_dir: str | os.PathLike | None = None,
     ) -> None:
         self.directory = Path(mixture_dir)
@@ -120,14 +120,8 @@ class MixtureDataset:
         return out
 
 
-def _phase_number(manifest: dict[str, Any], phase: int | str, directory: Path) -> int:
+def _phase_number(manifest: dict[str, Any], phase: int, directory: Path) -> int:
     names = [p["name"] for p in manifest["phases"]]
-    if isinstance(phase, str):
-        if phase not in names:
-            raise ConfigError(
-                f"phase {phase!r} is not in mixture {directory}; its phases are {', '.join(names)}"
-            )
-        return names.index(phase)
     if not 0 <= phase < len(names):
         raise ConfigError(
             f"phase {phase} is out of range for mixture {directory} with "

@@ -30,7 +30,6 @@ DOCS_DTYPE = np.dtype([("prefix", "<i4"), ("doc", "<i8"), ("tokens", "<i8")])
 class Sidecars:
     """All sidecar rows of an encoded artifact, with the prefix number of each row."""
 
-    prefixes: list[str]
     table: pa.Table
     prefix_of_row: np.ndarray
 
@@ -55,7 +54,7 @@ def load_sidecars(encoded_dir: Path, prefixes: list[str]) -> Sidecars:
         owners.append(np.full(table.num_rows, number, dtype=np.int32))
     if not tables:
         raise ArtifactError(f"{encoded_dir}: the encoded artifact lists no prefixes; re-encode")
-    return Sidecars(prefixes, pa.concat_tables(tables), np.concatenate(owners))
+    return Sidecars(pa.concat_tables(tables), np.concatenate(owners))
 
 
 def _read_sidecar(path: Path) -> pa.Table:

@@ -22,7 +22,7 @@ from pretrain.publish import publishing
 from pretrain.storage import write_json
 from tokenizer.lock import LockedTokenizer, load_locked
 from tokenizer.sample import SamplePlan, group_key, stream_sample
-from tokenizer.shards import read_columns, require_shards, same_shards, tag, unit_hash
+from tokenizer.shards import read_columns, require_shards, shards_identity, tag, unit_hash
 
 MIN_EVAL_DOCS = 20
 MIN_EVAL_BYTES = 20_000
@@ -212,7 +212,8 @@ def evaluate(
             "tokenizer": tokenizer.info,
             "eval_source": source,
             "out": str(out),
-            "same_shards_as_training": same_shards(tokenizer.lock["inputs"], data),
+            "same_shards_as_training": shards_identity(data)
+            == tokenizer.lock["inputs"].get("shards_content_sha256"),
             "ours": measure_ours(tokenizer, docs).report(tokenizer.vocab_size, specials),
         }
         if baseline:

@@ -40,11 +40,6 @@ def shards_identity(directory: str | Path) -> str:
     return sha256_bytes(canonical_json({"kind": SHARDS_KIND, "shards": listed}))
 
 
-def same_shards(lock_inputs: dict[str, Any], directory: str | Path) -> bool:
-    """Whether `directory` holds the shards a tokenizer lock's `inputs` records."""
-    return shards_identity(directory) == lock_inputs.get("shards_content_sha256")
-
-
 def unit_hash(doc_id: str, seed: int) -> float:
     """A stable number in [0, 1) from a document id and a seed (sampling decisions)."""
     digest = hashlib.blake2b(f"{seed}:{doc_id}".encode(), digest_size=8).digest()

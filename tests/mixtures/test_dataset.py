@@ -51,7 +51,7 @@ def test_contract_attributes_and_sample_shape(mixture: Path) -> None:
     sample = ds[5]
     assert sample["tokens"].dtype == np.int64 and sample["tokens"].shape == (33,)
     assert sample["component"] in (0, 1, 2)
-    anneal = MixtureDataset(mixture, phase="anneal")
+    anneal = MixtureDataset(mixture, phase=1)
     assert anneal.seq_length == 16 and anneal[0]["tokens"].shape == (17,)
     with pytest.raises(IndexError):
         ds[len(ds)]
@@ -118,5 +118,5 @@ def test_other_encoded_data_is_refused(mixture: Path, tmp_path: Path) -> None:
 
 
 def test_unknown_phase_is_a_one_line_error(mixture: Path) -> None:
-    with pytest.raises(ConfigError, match="its phases are main, anneal"):
-        MixtureDataset(mixture, phase="cooldown")
+    with pytest.raises(ConfigError, match=r"phase 2 is out of range .* \(main, anneal\)"):
+        MixtureDataset(mixture, phase=2)
