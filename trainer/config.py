@@ -362,6 +362,7 @@ class TrainConfig(StrictModel):
 
         refuse_plan_only(self)  # the launcher's preflight refused it first
         run_dir = Path(self.run.out_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
         mcore.init_distributed(self)
         rank = torch.distributed.get_rank()
         data = open_data(self)

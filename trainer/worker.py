@@ -77,7 +77,6 @@ def run(
         recorded(command) if command else nullcontext(),
         _run_lock(Path(config.run.out_dir)),
     ):
-        Path(config.run.out_dir).mkdir(parents=True, exist_ok=True)
         try:
             trainer = config.build(callbacks, evaluate=not smoke)
             if smoke:
