@@ -1,6 +1,6 @@
 """The commands of the shared kernel: `verify` and `show` (what any artifact is, and whether every
 byte of it is still what its manifest says), and `unlock` (the writer lock a dead writer left on
-an `s3://` output). `demo` is the program's own (pretrain_app.cli)."""
+an `s3://` output)."""
 
 from __future__ import annotations
 

@@ -307,8 +307,8 @@ def _release_file_lock(fd: int) -> None:
 def output_lock(out: str | os.PathLike) -> Iterator[Path | str]:
     """Hold the exclusive writer lock on output directory `out` for the `with` block; for an
     `s3://` output, a lock object in the store. Its holder record names
-    `pretrain.command.current_command()`. A process may re-enter a lock it holds (the demo and
-    ablations call builders that lock their nested outputs).
+    `pretrain.command.current_command()`. A process may re-enter a lock it holds (an ablation
+    calls builders that lock their nested outputs).
 
     Raises `OutputLocked` (one line naming the holder) when another live process holds it.
     """
