@@ -74,12 +74,13 @@ def run_ours(ray, input_dir: Path, out_dir: Path, partitions: int) -> tuple[floa
         wall = time.perf_counter() - start
     job = ("driver", "worker", "ray-data-actor")
     cpu = {"job": sampler.cpu_s(job), "ray_system": sampler.cpu_s() - sampler.cpu_s(job)}
-    return wall, stage.stats.as_dict(), {k: round(v, 1) for k, v in cpu.items()}
+    stats = {**stage.stats.as_dict(), "cost": stage.cost}
+    return wall, stats, {k: round(v, 1) for k, v in cpu.items()}
 
 
 def worker_peak(stats: dict) -> float:
     """Largest peak RSS of any Ray worker process so far (workers are reused: a running max)."""
-    return max(stats["extra"]["worker_peak_rss_mb_by_step"].values())
+    return stats["cost"]["peak_rss_mb"]
 
 
 def start_ray():

@@ -134,9 +134,9 @@ def brute_force_pairs(sets: np.ndarray, offsets: np.ndarray) -> dict[tuple[int, 
 def verified_pairs(docs: list[dict]) -> dict[tuple[int, int], float]:
     """Every LSH candidate pair (all pairs of each bucket), verified at default settings.
     Returns {pair: similarity used to decide (exact Jaccard where it was computed)}."""
+    from data_pipeline.dedup.components import bucket_pairs
     from data_pipeline.dedup.config import DedupConfig
     from data_pipeline.dedup.core import band_rows, signature_table, signatures_of, verify_pairs
-    from data_pipeline.dedup.lsh import bucket_pairs
 
     config = DedupConfig()
     sigs, _ = signature_table(

@@ -1,24 +1,19 @@
-"""Distributed dedup's aggregate on Ray: Ray tasks over hash partitions, no actors, nothing
-global in one process. `dedup_parts` (DedupStage.aggregate, in the runner's driver) runs over
-input parts whose map side is persisted (DedupStage.map_part); each step is one Ray task per
-producer or partition (`Runner`; data_pipeline.dedup.tasks holds what each task computes):
+"""Distributed dedup's aggregate: Ray tasks over hash partitions, nothing global in one process.
 
-1. map: per persisted part, its band rows, exact rows, doc rows and signed rows, each split into
-   P partitions (tasks.load_map_part)
-2. buckets: per key partition, candidate pairs of each band bucket (+ exact-duplicate edges)
-3. verify: candidates join u's signed row (partition of u), then v's (partition of v), where
-   the pairs whose estimate is within noise of the threshold are checked against the shingles
-   (tasks.attach_u, tasks.verify_v)
-4. components: alternating large-star / small-star steps over edge partitions until the edge set
-   stops changing (data_pipeline.dedup.components)
-5. labels: per vertex partition, each document's root; keep: per root partition, the kept
-   document and cluster size, split by part for the join back
-6. join: the runner joins each part's tags back by row (DedupStage.join_part, tasks.attach)
+Each step is one task per producer (a persisted part, or a partition), whose pieces go through
+files (data_pipeline.dedup.exchange), deleted once no later step reads them; what each task
+computes is in data_pipeline.dedup.tasks:
 
-Every all-to-all step's pieces go through files (data_pipeline.dedup.exchange); each step's
-inputs are released (`Runner.release`) as soon as no later step reads them. Only tasks are used
-(1 CPU each), so the actor/CPU deadlock of Ray Data on small clusters cannot occur here; every
-wait has a timeout that fails with a message instead of hanging.
+1. map: each part's band, exact, doc and signed rows, split into P partitions (load_map_part)
+2. buckets: per key partition, candidate pairs of each band bucket and exact-duplicate edges
+3. verify: candidates join u's signed row (attach_u), then v's, where pairs whose estimate is
+   within noise of the threshold are checked against the shingles (verify_v)
+4. components: alternating large-star / small-star steps until the edge set stops changing
+5. labels: each document's root; keep: per root partition, the kept document and cluster size,
+   split by part for the runner's join (DedupStage.join_part, tasks.attach)
+
+Only tasks (1 CPU each), so Ray Data's actor/CPU deadlock on small clusters cannot occur here;
+every wait has a timeout that fails with a message instead of hanging.
 """
 
 from __future__ import annotations
@@ -35,8 +30,6 @@ from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats
 from data_pipeline.stagekit import AGGREGATE_SCRATCH, MapOutput, ray_get
-from data_pipeline.throughput import peak_rss_mb
-from pretrain.progress import Progress
 from pretrain.storage import OutPath, output_path, remove_tree
 
 
@@ -63,25 +56,15 @@ def dedup_parts(
     wait_for_cpu(ray, config.task_timeout_s)
     folder = _exchange_folder(parts)
     run = Runner(config, folder)
-    steps = Progress(total=5, desc="dedup", unit="step", leave=False)
-    maps = run.scatter(
-        "map",
-        tasks.load_map_part,
-        4,
-        1,
-        partitions,
-        [(dict(p.files), dict(p.info), i, partitions) for i, p in enumerate(parts)],
-    )
-    tags = aggregate(run, maps, config, partitions, steps)
-    steps.close()
-    run.sweep()  # what the steps let go is deleted, and the disk peak recorded
+    maps = [(dict(p.files), dict(p.info), i, partitions) for i, p in enumerate(parts)]
+    tags = aggregate(run, maps, config, partitions)
     for step in folder.iterdir():  # only the tags' files are read after this (the joins)
         if not step.name.endswith("-keep"):
             remove_tree(step)
     stats = stats_of(run, partitions)
     stats.extra["plan"] = {"partitions": partitions, "worker_memory_mb": worker_memory_mb}
-    stats.extra["exchange"] = run.scratch.summary()
-    joins = [tuple(tags[i % partitions]) for i in range(len(parts))]
+    stats.extra["exchange"] = {"written_bytes": run.written, "peak_bytes": run.peak}
+    joins = [(tags[i % partitions],) for i in range(len(parts))]
     if config.index.save_to:  # the map side's signatures, with the tags just found
         import pyarrow.parquet as pq
 
@@ -107,7 +90,8 @@ def _exchange_folder(parts: Sequence[MapOutput]) -> OutPath:
 
 
 class Runner:
-    """Launches the step functions as Ray tasks and waits for them with a timeout."""
+    """Runs the steps: one Ray task per producer, each writing its pieces to files (exchange),
+    waited for with a timeout; deletes each step's files once no later step reads them."""
 
     def __init__(self, config: DedupConfig, folder: str | OutPath) -> None:
         import ray
@@ -115,9 +99,6 @@ class Runner:
         self.ray = ray
         self.exchange: Any = output_path(folder)
         """Folder of the exchange's files (data_pipeline.dedup.exchange)."""
-        self.scratch = exchange.Scratch(self.exchange)
-        self.producing: list[Any] = []
-        """Cost refs of the file producers whose files a consumer launched next may read."""
         self.steps = 0
         self.timeout = config.task_timeout_s
         self.infos: dict[str, list[dict[str, Any]]] = {}
@@ -126,78 +107,58 @@ class Runner:
         """One ref per task: its CPU-seconds and peak RSS (data_pipeline.throughput)."""
         self.timeline: list[tuple[str, float]] = [("start", time.time())]
         """(step, Unix time it finished), in order: where a run's time and memory went."""
+        self.live: dict[OutPath, int] = {}
+        self.written = self.peak = 0
+        """Bytes of the exchange files written, and the most on disk at once."""
 
-    def launch(self, func: Any, num_returns: int, *args: Any) -> list[Any]:
-        if self.producing and any(isinstance(a, exchange.Gather) for a in args):
-            self.wait(self.producing, "exchange")  # a Gather's files exist once these finish
-            self.producing = []
-            self.sweep()
-        key = (func, num_returns)
-        if key not in self.remotes:
-            timed = throughput.timed_task(func, num_returns)
-            self.remotes[key] = self.ray.remote(num_cpus=1, max_retries=2)(timed)
-        *refs, cost = self.remotes[key].options(num_returns=num_returns + 1).remote(*args)
-        self.costs.append(cost)
-        self.scratch.read_by(args, cost)
-        return refs
-
-    def release(self, *columns: Any, lineage: bool) -> None:
-        """No task launched from now on reads these pieces (exchange.Scratch.release)."""
-        self.scratch.release(columns, lineage)
-
-    def gathers(self, *columns: Any) -> list[Any]:
-        """`columns` with only their exchange.Gathers (no object ref): what `release` needs."""
-        return [[[g for g in c if isinstance(g, exchange.Gather)] for c in col] for col in columns]
-
-    def sweep(self) -> None:
-        self.scratch.sweep(self.ray)
-
-    def scatter(
-        self, step: str, func: Any, groups: int, extra: int, partitions: int, producers: list
-    ) -> tuple[list[list[list[Any]]], list[list[Any]]]:
-        """Launch one producer task per args tuple in `producers`; `func`'s first `groups` x
-        `partitions` returns are partition pieces, then `extra` values. Returns (columns, rests):
-        columns[g][q] is what a consumer of partition q passes on for group g (one exchange.Gather
-        naming the producers' files), rests[i] producer i's extra refs."""
+    def step(
+        self, step: str, func: Any, groups: int, partitions: int, producers: list
+    ) -> tuple[list[list[exchange.Gather]], list[dict[str, Any]]]:
+        """Run one task per args tuple in `producers` and wait for them all; `func` returns
+        `groups` x `partitions` pieces, then its info. Returns (columns, infos): columns[g][q]
+        is the exchange.Gather of partition q of group g, infos[i] producer i's info."""
         self.steps += 1
         name = f"{self.steps:04d}-{step}"
-        outs = [
-            self.launch(
-                exchange.producer(func),
-                max(1, extra),
-                groups,
-                partitions,
-                (self.exchange, name, i),
-                *args,
+        if func not in self.remotes:
+            timed = throughput.timed_task(exchange.producer(func), 1)
+            self.remotes[func] = self.ray.remote(num_cpus=1, max_retries=2)(timed)
+        refs = []
+        for i, args in enumerate(producers):
+            info, cost = (
+                self.remotes[func]
+                .options(num_returns=2)
+                .remote(groups, partitions, (self.exchange, name, i), *args)
             )
-            for i, args in enumerate(producers)
-        ]
-        costs = self.costs[len(self.costs) - len(outs) :]  # the producers'
-        self.producing += costs
-        self.scratch.produced(name, groups, costs)
-        columns = [
-            [[exchange.Gather(self.exchange, name, g, len(outs), q)] for q in range(partitions)]
-            for g in range(groups)
-        ]
-        return columns, [o[:extra] for o in outs]
-
-    def cost(self) -> dict[str, float]:
-        """CPU-seconds and peak RSS of every task launched so far."""
-        return throughput.merge_reports(self.ray.get(self.costs, timeout=self.timeout))
-
-    def wait(self, refs: list[Any], step: str) -> list[Any]:
+            refs.append(info)
+            self.costs.append(cost)
         timed_out = RuntimeError(
             f"dedup step {step!r} waited more than task_timeout_s={self.timeout} s; check "
             "`ray status`: actors may be holding every CPU (see the Ray deadlock note)"
         )
-        return ray_get(self.ray, refs, self.timeout, timed_out)  # a changed exchange file: 1 line
-
-    def get(self, refs: list[Any], step: str) -> list[Any]:
-        values = self.wait(refs, step)
-        self.sweep()
-        self.infos.setdefault(step, []).extend(v for v in values if isinstance(v, dict))
+        infos = ray_get(self.ray, refs, self.timeout, timed_out)  # a changed file: one line
+        self.infos.setdefault(step, []).extend(infos)
         self.timeline.append((step, time.time()))
-        return values
+        for group in range(groups):
+            folder = exchange.group_folder(self.exchange, name, group)
+            self.live[folder] = exchange.tree_bytes(folder)
+            self.written += self.live[folder]
+        self.peak = max(self.peak, sum(self.live.values()))
+        columns = [
+            [exchange.Gather(self.exchange, name, g, len(producers), q) for q in range(partitions)]
+            for g in range(groups)
+        ]
+        return columns, infos
+
+    def release(self, *columns: list[exchange.Gather]) -> None:
+        """Delete the files of these columns: every step that reads them has finished."""
+        for column in columns:
+            folder = exchange.group_folder(self.exchange, column[0].step, column[0].group)
+            remove_tree(folder)
+            self.live.pop(folder, None)
+
+    def cost(self) -> dict[str, float]:
+        """CPU-seconds and peak RSS of every task launched so far."""
+        return throughput.merge_reports(self.ray.get(self.costs, timeout=self.timeout))
 
 
 def wait_for_cpu(ray: Any, timeout: float) -> None:
@@ -211,74 +172,48 @@ def wait_for_cpu(ray: Any, timeout: float) -> None:
         time.sleep(0.5)
 
 
-def aggregate(
-    run: Runner,
-    maps: tuple,
-    config: DedupConfig,
-    partitions: int,
-    steps: Any,
-) -> list:
-    """Map outputs (4 groups of pieces + info per part) -> per partition, what its tag pieces'
-    consumer passes on."""
-    (bands, exact, docs, signed), rests = maps
-    run.get([r[-1] for r in rests], "map")
-    del maps, rests  # no ref to a map output outlives its use below
-    steps.update()
-    cands, edges = _buckets(run, bands, exact, config, partitions)
-    held = run.gathers(bands, exact)
-    del bands, exact  # band and exact rows (~0.27 KB/doc) are freed before the verify peak
-    steps.update()
-    edges += _verify(run, cands, signed, config, partitions)
-    # bucket_edges' and verify_v's edges go into the first star step: their files go after it
-    run.release(*held, signed, lineage=True)
-    del cands, signed  # the object store frees them: only edges and docs go on
-    steps.update()
-    roots = _components(run, edges, partitions)
-    steps.update()
-    tags = _keep(run, roots, docs, partitions)
-    steps.update()
-    return tags
+def aggregate(run: Runner, maps: list, config: DedupConfig, partitions: int) -> list:
+    """Persisted map sides (one args tuple of tasks.load_map_part per part) -> per partition q,
+    the exchange.Gather of the tags of the parts whose index is q modulo the partitions."""
+    p = partitions
+    (bands, exact, docs, signed), _ = run.step("map", tasks.load_map_part, 4, p, maps)
+    (cands, exact_edges), _ = run.step(
+        "buckets", tasks.bucket_edges, 2, p, [(config, p, bands[q], exact[q]) for q in range(p)]
+    )
+    run.release(bands, exact)  # band and exact rows (~0.27 KB/doc) go before the verify peak
+    (joined,), _ = run.step(
+        "verify-u", tasks.attach_u, 1, p, [(config, p, cands[q], signed[q]) for q in range(p)]
+    )
+    run.release(cands)
+    (verified,), _ = run.step(
+        "verify-v", tasks.verify_v, 1, p, [(config, p, joined[q], signed[q]) for q in range(p)]
+    )
+    run.release(joined, signed)
+    roots = _components(run, [exact_edges, verified], p)
+    (labelled,), _ = run.step(
+        "labels", tasks.label_docs, 1, p, [(p, roots[q], docs[q]) for q in range(p)]
+    )
+    run.release(roots, docs)
+    producers = [(p, labelled[q]) for q in range(p)]
+    (kept,), _ = run.step("keep", tasks.keep_clusters, 1, p, producers)
+    run.release(labelled)
+    return kept
 
 
-def _buckets(run: Runner, bands: list, exact: list, config: DedupConfig, partitions: int):
-    producers = [
-        (config, partitions, len(bands[p]), *bands[p], *exact[p]) for p in range(partitions)
-    ]
-    (cands,), rests = run.scatter("buckets", tasks.bucket_edges, 1, 2, partitions, producers)
-    run.get([r[-1] for r in rests], "buckets")
-    return cands, [r[0] for r in rests]
+def _components(run: Runner, edges: list[list[exchange.Gather]], partitions: int) -> list:
+    """Alternating large- and small-star steps over `edges` (columns oriented for a large step)
+    until the edge set stops changing, then a last large step: (vertex, root) by vertex."""
 
+    def star(kind: str, then: str, edges: list[list[exchange.Gather]]) -> tuple[list, list]:
+        producers = [(kind, then, partitions, *(c[q] for c in edges)) for q in range(partitions)]
+        (out,), infos = run.step(f"{kind}-star", tasks.star, 1, partitions, producers)
+        run.release(*edges)
+        return [out], infos
 
-def _verify(run: Runner, cands: list, docs: list, config: DedupConfig, partitions: int) -> list:
-    producers = [
-        (config, partitions, len(cands[q]), *cands[q], *docs[q]) for q in range(partitions)
-    ]
-    (joined,), rests = run.scatter("verify-u", tasks.attach_u, 1, 1, partitions, producers)
-    run.get([r[-1] for r in rests], "verify-u")
-    run.release(cands, lineage=False)
-    outs = [
-        run.launch(tasks.verify_v, 2, config, len(joined[q]), *joined[q], *docs[q])
-        for q in range(partitions)
-    ]
-    run.get([o[-1] for o in outs], "verify-v")
-    run.release(joined, lineage=True)
-    return [o[0] for o in outs]
-
-
-def _star_step(run: Runner, kind: str, edges: list, partitions: int) -> tuple[list, list]:
-    producers = [(kind, partitions, e) for e in edges]
-    (pieces,), _ = run.scatter(f"{kind}-scatter", tasks.star_scatter, 1, 0, partitions, producers)
-    outs = [run.launch(tasks.star_reduce, 2, kind, *pieces[q]) for q in range(partitions)]
-    infos = run.get([o[1] for o in outs], f"{kind}-star")
-    run.release(pieces, lineage=True)  # the edges of star_reduce go into the next scatter
-    return [o[0] for o in outs], infos
-
-
-def _components(run: Runner, edges: list, partitions: int) -> list:
     previous = None
     for _ in range(200):  # more star rounds than any graph needs: a bug, not input
-        edges, _ = _star_step(run, "large", edges, partitions)
-        edges, infos = _star_step(run, "small", edges, partitions)
+        edges, _ = star("large", "small", edges)
+        edges, infos = star("small", "large", edges)
         count = sum(i["fingerprint"][0] for i in infos)
         digest = sum(i["fingerprint"][1] for i in infos) % 2**64
         if (count, digest) == previous:
@@ -286,39 +221,14 @@ def _components(run: Runner, edges: list, partitions: int) -> list:
         previous = (count, digest)
     else:
         raise RuntimeError("dedup: connected components did not converge in 200 rounds")
-    edges, _ = _star_step(run, "large", edges, partitions)
-    return edges
-
-
-def _keep(run: Runner, roots: list, docs: list, partitions: int) -> list[list]:
-    producers = [(partitions, e) for e in roots]
-    (pieces,), _ = run.scatter("roots", tasks.scatter_edges, 1, 0, partitions, producers)
-    producers = [(partitions, len(pieces[q]), *pieces[q], *docs[q]) for q in range(partitions)]
-    (labelled,), rests = run.scatter("labels", tasks.label_docs, 1, 1, partitions, producers)
-    run.get([r[-1] for r in rests], "labels")
-    run.release(pieces, docs, lineage=False)
-    producers = [(partitions, *labelled[r]) for r in range(partitions)]
-    (kept,), rests = run.scatter("keep", tasks.keep_clusters, 1, 1, partitions, producers)
-    run.get([r[-1] for r in rests], "keep")
-    run.release(labelled, lineage=False)
-    return kept
+    return star("large", "roots", edges)[0][0]
 
 
 def stats_of(run: Runner, partitions: int) -> DedupStats:
-    merged = {step: throughput.merge_reports(infos) for step, infos in run.infos.items()}
-    total = throughput.merge_reports(list(merged.values()))
+    total = throughput.merge_reports([i for infos in run.infos.values() for i in infos])
     names = [f.name for f in dataclasses.fields(DedupStats) if f.name != "extra"]
     counts: dict[str, Any] = {name: int(total.get(name, 0)) for name in names}
     stats = DedupStats(**counts)
     rounds = len(run.infos.get("small-star", [])) // partitions
-    stats.extra = {
-        "partitions": partitions,
-        "component_rounds": rounds,
-        # largest peak RSS of the worker processes that ran each step; workers are reused across
-        # steps (and runs), so this is a running maximum
-        "worker_peak_rss_mb_by_step": {
-            step: round(info.get("peak_rss_mb", 0.0), 1) for step, info in merged.items()
-        },
-        "driver_peak_rss_mb": round(peak_rss_mb(), 1),
-    }
+    stats.extra = {"partitions": partitions, "component_rounds": rounds}
     return stats

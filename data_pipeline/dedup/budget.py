@@ -35,11 +35,9 @@ REDUCE_FACTOR = 12.0
 the candidates carrying their shingles; fitted 11.4 on the same runs)."""
 HASH_BATCH_BYTES = 1 << 20
 """Text shingled and hashed at once inside a map task (core.hash_batches; also at most
-`batch_size` documents): the batch's temporaries are ~15 x its text, so a map task's peak is
-its part's outputs plus one batch, not MAP_FACTOR x the part. A 4.5 MB slice of 1,500 documents, one process: numpy's traced peak 46.8 MB and
-Arrow's pool peak 30.8 MB as one 2,048-document batch; 16.8 and 11.1 MB in 1 MB batches (9.2
-and 7.6 in 512 KB ones). CPU, best of 8 at load ~30: one batch 0.453 s, 2 MB 0.460, 1 MB
-0.464, 512 KB 0.502 (each batch normalises its own distinct words once)."""
+`batch_size` documents), so a map task's peak is its part's outputs plus one batch, not
+MAP_FACTOR x the part (a 4.5 MB slice: 46.8 MB numpy peak as one 2,048-document batch, 16.8 MB
+in 1 MB batches; CPU within 3% of one batch, 512 KB batches 11% slower)."""
 TARGET_PARTITION_BYTES = 8 << 20
 """Below the budget's cap, a reduce partition holds about TARGET_PARTITION_BYTES of document
 rows, so a larger input means more tasks, not larger workers (without it, an input below the cap

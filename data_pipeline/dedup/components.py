@@ -1,4 +1,4 @@
-"""Connected components of the duplicate graph, in numpy.
+"""The duplicate graph in numpy: candidate edges from LSH buckets, and its connected components.
 
 `large_star` / `small_star` are the two steps of the distributed algorithm of Kiveris
 et al., "Connected Components in MapReduce and Beyond" (SoCC 2014): each looks only at the edges
@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from data_pipeline.dedup.text import splitmix64
+from data_pipeline.dedup.minhash import splitmix64
+
+_SMALL_BUCKET = 16
+"""Buckets up to this size are verified pair by pair; larger ones (mostly exact copies) against
+their first member and their predecessor, which keeps the work linear and still connects them."""
 
 
 def _dedup_pairs(key: np.ndarray, nbr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (key, nbr) pairs, sorted by key then nbr."""
     if len(key) == 0:
         return key, nbr
     order = np.lexsort((nbr, key))
@@ -29,6 +34,62 @@ def _group_min(key: np.ndarray, nbr: np.ndarray) -> tuple[np.ndarray, np.ndarray
     starts = np.concatenate([[0], change])
     smallest = np.minimum(key[starts], np.minimum.reduceat(nbr, starts))
     return key[starts], smallest
+
+
+def _group_bounds(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if len(sorted_keys) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    change = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1
+    starts = np.concatenate([[0], change]).astype(np.int64)
+    ends = np.concatenate([change, [len(sorted_keys)]]).astype(np.int64)
+    return starts, ends
+
+
+def bucket_pairs(
+    keys: np.ndarray, vertices: np.ndarray, small_bucket: int | None = _SMALL_BUCKET
+) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate pairs of row positions sharing a key (rows sorted by (key, vertex)).
+
+    Buckets up to `small_bucket` members give all their pairs (`None`: every bucket does); larger
+    ones give (first, i) and (i - 1, i). Returns (left, right) row positions, left before right.
+    """
+    order = np.lexsort((vertices, keys))
+    starts, ends = _group_bounds(keys[order])
+    sizes = ends - starts
+    lefts, rights = [], []
+    limit = np.inf if small_bucket is None else small_bucket
+    for size in np.unique(sizes[(sizes >= 2) & (sizes <= limit)]):
+        first = starts[sizes == size]
+        i, j = np.triu_indices(int(size), 1)
+        lefts.append((first[:, None] + i[None, :]).ravel())
+        rights.append((first[:, None] + j[None, :]).ravel())
+    big = np.flatnonzero(sizes > limit)
+    if len(big):
+        members = np.concatenate([np.arange(starts[g] + 1, ends[g]) for g in big])
+        heads = np.repeat(starts[big], sizes[big] - 1)
+        lefts += [heads, members - 1]
+        rights += [members, members]
+    if not lefts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    left, right = np.concatenate(lefts), np.concatenate(rights)
+    return order[left], order[right]
+
+
+def candidate_edges(
+    keys: np.ndarray, vertices: np.ndarray, small_bucket: int | None = _SMALL_BUCKET
+) -> tuple[np.ndarray, np.ndarray]:
+    """Unique candidate edges (u < v, vertex ids) between rows sharing a key."""
+    left, right = bucket_pairs(keys, vertices, small_bucket)
+    u, v = vertices[left], vertices[right]
+    keep = u != v
+    low, high = unique_edges(u[keep], v[keep])
+    return low, high
+
+
+def unique_edges(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Edges as (min, max) pairs, deduplicated and sorted."""
+    return _dedup_pairs(np.minimum(u, v), np.maximum(u, v))
 
 
 def orient_large(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

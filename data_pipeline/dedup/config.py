@@ -8,8 +8,7 @@ from typing import Literal
 import pyarrow as pa
 from pydantic import Field, model_validator
 
-from data_pipeline.dedup.lsh import lsh_params
-from data_pipeline.dedup.minhash import MinHasher
+from data_pipeline.dedup.minhash import MinHasher, lsh_params
 from data_pipeline.stagekit import StageConfig
 from pretrain.config import MAX_TIMEOUT_S, StrictModel
 

@@ -16,9 +16,15 @@ import pyarrow.compute as pc
 
 from data_pipeline.dedup import budget
 from data_pipeline.dedup.config import DedupConfig
-from data_pipeline.dedup.lsh import band_keys, has_shingles
-from data_pipeline.dedup.minhash import batch_shingles, fold32, jaccard_estimate
-from data_pipeline.dedup.text import exact_hashes, hash_strings
+from data_pipeline.dedup.minhash import (
+    band_keys,
+    batch_shingles,
+    exact_hashes,
+    fold32,
+    has_shingles,
+    hash_strings,
+    jaccard_estimate,
+)
 
 
 @dataclass

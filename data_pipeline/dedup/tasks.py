@@ -2,12 +2,10 @@
 
 Each runs inside one Ray task (data_pipeline.dedup.aggregate) and sees one input part or one
 hash partition, never the whole corpus. Partition of a 64-bit key: key % partitions (as unsigned).
-Every step also reports its process's peak RSS so a run can show memory per process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -27,9 +25,7 @@ from data_pipeline.dedup.core import (
     signatures_of,
     verify_pairs,
 )
-from data_pipeline.dedup.lsh import candidate_edges, unique_edges
 from data_pipeline.stagekit import append_columns
-from data_pipeline.throughput import peak_rss_mb
 
 EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
 TAGS_SCHEMA = pa.schema([("block", pa.int64()), ("row", pa.int64()), *DEDUP_COLUMNS])
@@ -49,10 +45,11 @@ def edges_table(u: np.ndarray, v: np.ndarray) -> pa.Table:
     return pa.table({"u": pa.array(u, pa.int64()), "v": pa.array(v, pa.int64())})
 
 
-def concat(pieces: Sequence[Any], schema: pa.Schema | None = None) -> pa.Table:
-    """The rows of `pieces`; when none has rows, an empty table that keeps their columns (a
-    partition that received no document still has the columns the next step reads)."""
-    pieces = tuple(exchange.resolve(pieces))  # an exchange.Gather: the pieces in its files
+def concat(pieces: Any, schema: pa.Schema | None = None) -> pa.Table:
+    """The rows of `pieces` (an exchange.Gather, a table, or a sequence of them); when none has
+    rows, an empty table that keeps their columns (a partition that received no document still
+    has the columns the next step reads)."""
+    pieces = exchange.resolve(pieces if isinstance(pieces, list | tuple) else [pieces])
     filled = tuple(p for p in pieces if p is not None and p.num_rows)
     if filled:
         return pa.concat_tables(filled)
@@ -122,7 +119,7 @@ def scatter_map(
         *scatter(exact, exact.column("key").to_numpy(), partitions),
         *scatter(docs.drop_columns(["sig", "shingles"]), vertex, partitions),
         *scatter(signed, vertex, partitions),
-        {**info, "peak_rss_mb": peak_rss_mb()},
+        info,
     ]
 
 
@@ -164,29 +161,24 @@ def _index_matches(
     )
 
 
-def bucket_edges(config: DedupConfig, partitions: int, num_bands: int, *pieces: pa.Table) -> list:
+def bucket_edges(config: DedupConfig, partitions: int, bands: Any, exact: Any) -> list:
     """One key partition: candidate pairs of the band buckets (split by u for verification) and
-    the exact-duplicate edges (no verification needed)."""
-    bands = concat(pieces[:num_bands])
-    exact = concat(pieces[num_bands:])
-    near_u = near_v = np.zeros(0, np.int64)
+    the exact-duplicate edges (no verification needed: into the first star step)."""
+    bands, exact = concat(bands), concat(exact)
+    near_u = near_v = exact_u = exact_v = np.zeros(0, np.int64)
     if bands.num_rows:
-        near_u, near_v = candidate_edges(
+        near_u, near_v = components.candidate_edges(
             np.asarray(bands.column("key")), np.asarray(bands.column("vertex"))
         )
-    exact_u = exact_v = np.zeros(0, np.int64)
     if exact.num_rows:
-        exact_u, exact_v = candidate_edges(
+        exact_u, exact_v = components.candidate_edges(
             np.asarray(exact.column("key")), np.asarray(exact.column("vertex")), small_bucket=1
         )
-    exact_dups = (
-        exact.num_rows - len(np.unique(np.asarray(exact.column("key")))) if exact.num_rows else 0
-    )
-    info = {"exact_duplicates": exact_dups, "peak_rss_mb": peak_rss_mb()}
+    keys = np.asarray(exact.column("key")) if exact.num_rows else np.zeros(0, np.uint64)
     return [
         *scatter(edges_table(near_u, near_v), near_u, partitions),
-        edges_table(exact_u, exact_v),
-        info,
+        *star_pieces("large", exact_u, exact_v, partitions),
+        {"exact_duplicates": len(keys) - len(np.unique(keys))},
     ]
 
 
@@ -195,13 +187,12 @@ def bucket_edges(config: DedupConfig, partitions: int, num_bands: int, *pieces: 
 # core.verify_pairs keeps.
 
 
-def attach_u(config: DedupConfig, partitions: int, num_cands: int, *pieces: pa.Table) -> list:
+def attach_u(config: DedupConfig, partitions: int, cands: Any, docs: Any) -> list:
     """Vertex partition q: give each candidate (u, v) with u in q the signed row of u (every
     column but the vertex, suffixed `_u`), split by v."""
-    cands = concat(pieces[:num_cands], EDGE_SCHEMA)
-    docs = concat(pieces[num_cands:])
+    cands, docs = concat(cands, EDGE_SCHEMA), concat(docs)
     if cands.num_rows:  # a pair can collide in several bands that live in different partitions
-        u, v = unique_edges(np.asarray(cands.column("u")), np.asarray(cands.column("v")))
+        u, v = components.unique_edges(np.asarray(cands.column("u")), np.asarray(cands.column("v")))
         cands = edges_table(u, v)
     u = np.asarray(cands.column("u"))
     at = pa.array(lookup(docs, u), pa.int64())
@@ -211,73 +202,66 @@ def attach_u(config: DedupConfig, partitions: int, num_cands: int, *pieces: pa.T
             table = table.append_column(f"{name}_u", docs.column(name).take(at))
     return [
         *scatter(table, np.asarray(cands.column("v")), partitions),
-        {"candidate_pairs": len(u), "peak_rss_mb": peak_rss_mb()},
+        {"candidate_pairs": len(u)},
     ]
 
 
-def verify_v(config: DedupConfig, num_cands: int, *pieces: pa.Table) -> list:
+def verify_v(config: DedupConfig, partitions: int, cands: Any, docs: Any) -> list:
     """Vertex partition q: verify candidates (u, v) with v in q from the shingles in the signed
-    rows (or by the signature alone, `verify: signature`); returns the kept edges."""
-    cands = concat(pieces[:num_cands])
-    docs = concat(pieces[num_cands:])
-    if not cands.num_rows:
-        return [EDGE_SCHEMA.empty_table(), {"verified_pairs": 0, "peak_rss_mb": peak_rss_mb()}]
-    v = np.asarray(cands.column("v"))
-    at = lookup(docs, v)
-    sig_v = signatures_of(docs.column("sig"), config.num_perm)[at]
-    sig_u = signatures_of(cands.column("sig_u"), config.num_perm)
-    shingles_u, shingles_v = cands.column("shingles_u"), docs.column("shingles").take(at)
-    ok, _ = verify_pairs(sig_u, sig_v, shingles_u, shingles_v, config)
-    u = np.asarray(cands.column("u"))
-    return [
-        edges_table(u[ok], v[ok]),
-        {"verified_pairs": int(ok.sum()), "peak_rss_mb": peak_rss_mb()},
-    ]
+    rows (or by the signature alone, `verify: signature`); the kept edges, into the first star
+    step."""
+    cands, docs = concat(cands), concat(docs)
+    u = v = np.zeros(0, np.int64)
+    ok = np.zeros(0, bool)
+    if cands.num_rows:
+        u, v = np.asarray(cands.column("u")), np.asarray(cands.column("v"))
+        at = lookup(docs, v)
+        sig_v = signatures_of(docs.column("sig"), config.num_perm)[at]
+        sig_u = signatures_of(cands.column("sig_u"), config.num_perm)
+        shingles_u, shingles_v = cands.column("shingles_u"), docs.column("shingles").take(at)
+        ok, _ = verify_pairs(sig_u, sig_v, shingles_u, shingles_v, config)
+    return [*star_pieces("large", u[ok], v[ok], partitions), {"verified_pairs": int(ok.sum())}]
 
 
-def scatter_edges(partitions: int, edges: pa.Table) -> list[pa.Table]:
-    """Split an edge piece by its first endpoint."""
-    return scatter(edges, np.asarray(edges.column("u")), partitions)
-
-
-def star_scatter(kind: str, partitions: int, edges: pa.Table) -> list[pa.Table]:
-    """Orient one edge piece for a large- or small-star step and split it by key."""
-    a, b = np.asarray(edges.column("u")), np.asarray(edges.column("v"))
-    orient = components.orient_large if kind == "large" else components.orient_small
-    key, nbr = orient(a, b)
+def star_pieces(kind: str, a: np.ndarray, b: np.ndarray, partitions: int) -> list[pa.Table]:
+    """Edges (a, b) oriented for a `large` or `small` star step and split by key; `roots`: the
+    (vertex, root) edges as they are, split by vertex for the labels."""
+    key, nbr = a, b
+    if kind != "roots":
+        orient = components.orient_large if kind == "large" else components.orient_small
+        key, nbr = orient(a, b)
     return scatter(edges_table(key, nbr), key, partitions)
 
 
-def star_reduce(kind: str, *pieces: pa.Table) -> list:
-    """One key partition of a star step: new edges and the fingerprint of the input edge set."""
+def star(kind: str, then: str, partitions: int, *pieces: Any) -> list:
+    """One key partition of a `kind` star step: its new edges, oriented for the step `then`
+    (star_pieces), and the fingerprint of its input edge set."""
     table = concat(pieces, EDGE_SCHEMA)
     key, nbr = np.asarray(table.column("u")), np.asarray(table.column("v"))
     fingerprint = components.edge_fingerprint(key, nbr) if kind == "small" else (0, 0)
     step = components.large_star if kind == "large" else components.small_star
-    a, b = step(key, nbr)
-    return [edges_table(a, b), {"fingerprint": fingerprint, "peak_rss_mb": peak_rss_mb()}]
+    return [*star_pieces(then, *step(key, nbr), partitions), {"fingerprint": fingerprint}]
 
 
-def label_docs(partitions: int, num_roots: int, *pieces: pa.Table) -> list:
+def label_docs(partitions: int, roots: Any, docs: Any) -> list:
     """Vertex partition q: each document's cluster root (itself when in no edge), split by root."""
-    roots = concat(pieces[:num_roots], EDGE_SCHEMA)
-    docs = concat(pieces[num_roots:])
+    roots, docs = concat(roots, EDGE_SCHEMA), concat(docs)
     vertex = np.asarray(docs.column("vertex"))
     root = vertex.copy()
     if roots.num_rows:
         at = lookup(docs, np.asarray(roots.column("u")))
         np.minimum.at(root, at, np.asarray(roots.column("v")))
     docs = docs.append_column("cluster", pa.array(root, pa.int64()))
-    return [*scatter(docs, root, partitions), {"peak_rss_mb": peak_rss_mb()}]
+    return [*scatter(docs, root, partitions), {}]
 
 
-def keep_clusters(partitions: int, *pieces: pa.Table) -> list:
+def keep_clusters(partitions: int, labelled: Any) -> list:
     """Root partition: dup_keep and dup_cluster_size per document; clusters that match the index
     are dropped whole and take the matched cluster's id. Split by block for the join back."""
-    docs = concat(pieces)
+    docs = concat(labelled)
     if not docs.num_rows:
         empty = TAGS_SCHEMA.empty_table()
-        return [*(empty for _ in range(partitions)), {"peak_rss_mb": peak_rss_mb()}]
+        return [*(empty for _ in range(partitions)), {}]
     cluster = np.asarray(docs.column("cluster"))
     keep, size = keep_and_size(cluster, docs.column("quality"), docs.column("id"))
     earlier = _apply_index_matches(cluster, docs.column("matched_cluster"), docs["matched_id"])
@@ -305,7 +289,7 @@ def keep_clusters(partitions: int, *pieces: pa.Table) -> list:
     clusters = int(((size > 1) & keep).sum())
     return [
         *scatter(tags, np.asarray(docs.column("block")), partitions),
-        {"clusters": clusters, "dropped": int((~keep).sum()), "peak_rss_mb": peak_rss_mb()},
+        {"clusters": clusters, "dropped": int((~keep).sum())},
     ]
 
 

@@ -1,18 +1,9 @@
 """The dedup global stage: exact + MinHash near-duplicate clusters, one document kept per cluster.
 
-One path, the runner's: `map_part` (signatures, band keys, exact keys of one input part;
-persisted per part so a re-run hashes only the parts not yet hashed) -> `aggregate` (the
-distributed shuffle over every part, through files beside the persisted map side: band buckets,
-verification, star components, the kept document per cluster; data_pipeline.dedup.aggregate) ->
-`join_part` (the tags joined back to the part's rows).
-Tags: `exact_hash` (hex of the normalised text), `dup_cluster` (smallest vertex of the cluster;
-a singleton's own vertex), `dup_keep`, `dup_cluster_size`, `dup_of` (the id of the earlier
-corpus's document a document copies, with `index.against`) and `dedup_reason` (`duplicate`,
-`earlier_corpus`; null when kept), which the ledger counts. Rows are never dropped here.
-
-`index.against` is an input of the run: `check()` opens it through its artifact reader (every
-byte verified, its settings compatible) before any work, and `models()` names it, so the shards
-manifest lists it among its inputs (lineage, `pretrain show`) and a resume sees the same bytes.
+`map_part` (signatures, band and exact keys of one part; persisted, so a re-run hashes only new
+parts) -> `aggregate` (data_pipeline.dedup.aggregate) -> `join_part` (tags back by row). Columns:
+data_pipeline.dedup.config.DEDUP_COLUMNS; rows are never dropped here. `index.against` is an
+input of the run: `check()` verifies it before any work and `models()` names it for the lineage.
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def test_exact_normalisation_folds_whitespace_as_the_plain_pattern_did() -> None
     """The faster whitespace fold gives the same text (hence the same exact_hash) as `\\s+`."""
     import pyarrow.compute as pc
 
-    from data_pipeline.dedup.text import normalize_exact
+    from data_pipeline.dedup.minhash import normalize_exact
 
     texts = [
         "",

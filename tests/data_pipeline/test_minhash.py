@@ -9,9 +9,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_pipeline.dedup import components
-from data_pipeline.dedup.lsh import band_keys, bucket_pairs, lsh_params
-from data_pipeline.dedup.minhash import EMPTY, MinHasher, batch_shingles, jaccard_estimate
-from data_pipeline.dedup.text import exact_hashes, hash_strings, word_tokens
+from data_pipeline.dedup.components import bucket_pairs
+from data_pipeline.dedup.minhash import (
+    EMPTY,
+    MinHasher,
+    band_keys,
+    batch_shingles,
+    exact_hashes,
+    hash_strings,
+    jaccard_estimate,
+    lsh_params,
+    word_tokens,
+)
 
 pytestmark = pytest.mark.timeout(120)
 

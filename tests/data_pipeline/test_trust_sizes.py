@@ -103,13 +103,13 @@ def test_every_dedup_step_accepts_a_partition_without_documents() -> None:
     assert sum(d.num_rows for d in signed) == 1 and any(d.num_rows == 0 for d in signed)
     edges = []
     for p in range(partitions):
-        buckets = tasks.bucket_edges(config, partitions, 1, bands[p], exact[p])
-        edges.append(buckets[partitions])
-        attached = tasks.attach_u(config, partitions, 1, buckets[p], signed[p])
-        edges.append(tasks.verify_v(config, 1, attached[p], signed[p])[0])
-    labelled = [tasks.label_docs(partitions, 0, docs[q]) for q in range(partitions)]
+        buckets = tasks.bucket_edges(config, partitions, bands[p], exact[p])
+        edges += buckets[partitions : 2 * partitions]
+        attached = tasks.attach_u(config, partitions, buckets[p], signed[p])
+        edges += tasks.verify_v(config, partitions, attached[p], signed[p])[:partitions]
+    labelled = [tasks.label_docs(partitions, [], docs[q]) for q in range(partitions)]
     kept = [
-        tasks.keep_clusters(partitions, *[labelled[q][r] for q in range(partitions)])
+        tasks.keep_clusters(partitions, [labelled[q][r] for q in range(partitions)])
         for r in range(partitions)
     ]
     tagged = tasks.attach(block, 0, *[k[0] for k in kept])
