@@ -110,13 +110,10 @@ def job_fingerprint(config: PipelineConfig, stages: list[Stage]) -> dict[str, An
 
 
 def check_output_target(out: OutPath) -> None:
-    """Refuse an output the run would write over someone else's files in: a file (or a path
-    below one; an object, not a prefix, in a store), or a non-empty directory that holds no run
-    of ours (no fingerprint, no manifest), e.g. a misspelt `output` naming the user's project
-    folder, where the dataset card would replace their README.md. Only the work area and the
-    logs the command itself creates may be there; `overwrite` does not extend to files we did not
-    write. The same rules and words as every other command's (pretrain.output_check), and the same
-    detach: a refused run leaves no log in that folder."""
+    """Refuse an output the run would write over someone else's files in: a file (an object, not a
+    prefix, in a store), or a non-empty directory that holds no run of ours, e.g. a misspelt `output`
+    naming the user's project folder. The same rules and words as every other command's
+    (pretrain.output_check); a refused run leaves no log in that folder."""
     refuse_not_a_directory(out, OUTPUT_FLAG)
     if (out / parts.PARTS / FINGERPRINT).is_file() or (out / MANIFEST).is_file():
         return
@@ -151,10 +148,9 @@ def prepare_output(
     config: PipelineConfig, out: OutPath, stages: list[Stage], inputs: list[InputFile]
 ) -> tuple[list[str], list[Unit]]:
     """Resume an output written with the same config, stage versions and models; refuse (or with
-    overwrite, clear) any other. Returns the stems of the inputs whose file changed since (or
-    that left the inputs), and the units of work of `inputs` (inputs.pack_units, by the sizes
-    their identities hold). A unit that holds a changed file, whose files are not the ones its
-    read record counts, or that no longer names a unit loses its parts and is read again."""
+    overwrite, clear) any other. Returns the stems of the inputs that changed or left, and the units
+    of work (inputs.pack_units). A unit with a changed file, whose files are not the ones its read
+    record counts, or that no longer names a unit loses its parts."""
     path = out / parts.PARTS / FINGERPRINT
     if output_is_foreign(config, out, stages):
         for sub in (*layout.OUTPUT_ENTRIES, parts.PARTS, "manifest.json"):
@@ -187,9 +183,8 @@ def prepare_output(
 
 
 def input_artifacts(files: list[InputFile]) -> list[str]:
-    """Artifact directories (with a manifest.json) that hold input files: the job's lineage.
-    Each folder is resolved and looked at once for all the files in or below it (a million
-    inputs in a few folders cost a few stats, not one per parent folder of every file)."""
+    """Artifact directories (with a manifest.json) that hold input files: the job's lineage; each
+    folder is looked at once for all the files below it."""
     dirs: list[str] = []
     resolved: dict[str, Path] = {}
     holder: dict[Path, Path | None] = {}

@@ -88,11 +88,9 @@ def _checked(
     listed: parts.Listing | None,
 ) -> tuple[MapOutput, dict[str, Any]] | None:
     """`load`, with the part's record. With `listed` (an object store's listing of the stage's
-    folder: `loaded`), a file of its recorded size written no later than its record keeps the
-    recorded sha256, as a part's shard does (parts.Listing.trusted): one GET per part (its
-    record), where checking each file was a HEAD, another HEAD and a GET of every byte (the map
-    output is about a second copy of the tagged corpus: 20 TB read back by the driver at 40 TB);
-    any other file is hashed."""
+    folder), a file of its recorded size written no later than its record keeps its recorded sha256
+    (parts.Listing.trusted): one GET per part, not the map output read back (about a second copy of
+    the tagged corpus)."""
     where = record_path(out, stage, part)
     try:
         record = parts.load_json(where)
@@ -114,10 +112,8 @@ def _checked(
 
 
 def digest(out: OutPath, stage: str, depends: str, outputs: Sequence[MapOutput]) -> str:
-    """What a later global stage's map depends on: this stage's map output of every part, by
-    the sha256 its record holds for each file (`load` has just checked every file against it:
-    the driver does not hash the whole map output a second time); in an object store the records
-    are read `parts.READ_AHEAD` at a time."""
+    """What a later global stage's map depends on: the sha256 every part's map record holds for
+    each file (`load` has just checked them against the files), chained over the parts."""
     hasher = hashlib.sha256(depends.encode())
     records = parts.ordered(
         lambda output: parts.load_json(record_path(out, stage, output.part)),
@@ -156,10 +152,9 @@ def loaded(
 
 
 def remove_all(out: OutPath) -> tuple[int, int, int]:
-    """Delete every global stage's persisted map output; returns (files, bytes, links) removed: a
-    link (the whole directory, or one inside it) is removed as a link, its target kept and not
-    counted. The manifest never lists these files (pretrain.manifest.UNLISTED_DIRS), so the
-    artifact still verifies; a re-run that needs them maps the parts again (same bytes)."""
+    """Delete every global stage's persisted map output; returns (files, bytes, links) removed (a
+    link is removed as a link, its target kept). No manifest lists these files, so the artifact
+    still verifies; a re-run that needs them maps the parts again (same bytes)."""
     root = out / parts.PARTS / GLOBAL
     if isinstance(root, Path) and root.is_symlink():
         remove_tree(root)
@@ -202,9 +197,9 @@ def map_task(
     table: pa.Table | None = None,
     depends: str = "",
 ) -> str:
-    """Map one part's rows with the global stage of `spec` and persist its map output: the
-    first global stage's from the row files the stream wrote, a later one's from `table` (what
-    the join before it gave, `depends` on every part's map output before it: `digest`)."""
+    """Map one part's rows with the global stage of `spec` and persist its map output: the first
+    global stage's from the stream's row files, a later one's from `table` (what the join before it
+    gave; `depends` is `digest` of every part's map output before it)."""
     target = output_path(out)
     if table is None:
         if load(target, spec[0], part, rows, ""):
@@ -260,12 +255,10 @@ def run_global_stages(
     keep: Callable[[str], Collection[str]],
     phase: Callable[[str], AbstractContextManager[None]],
 ) -> dict[str, int]:
-    """Map (the parts not persisted yet), aggregate and join every global stage in order; the
-    last join writes the job's row files. Returns {stage: parts whose map output was reused}.
-    Once the last stage's map output verifies, `keep(digest)` gets the global digest (`digest`
-    chained over every global stage: what every part's tags are a function of) and returns the
-    parts whose shards stay (runner.Published); their last join is skipped.
-    `phase(name)` times each step (`<stage>-map`, `-verify`, `-aggregate`, `-join`: RunClock.phase)."""
+    """Map (the parts not persisted yet), aggregate and join every global stage in order; the last
+    join writes the job's row files. Returns {stage: parts whose map output was reused}. Once the
+    last map output verifies, `keep(digest)` gets the global digest and returns the parts whose
+    shards stay (runner.Published): their last join is skipped. `phase(name)` times each step."""
     import ray
 
     late = PretrainError(

@@ -60,9 +60,8 @@ def _walk_local(
     root: str, skipped: list[dict[str, str]], walked: dict[tuple[int, int], str] | None = None
 ) -> list[str]:
     """Regular files under a local directory, following links to directories once each: a link
-    to a directory already walked (a loop, or a second path to it) is listed in `skipped`, as
-    is a path that is not a regular file (reading a FIFO would block). Each directory walked
-    goes into `walked` ((device, inode) -> the path it was reached by)."""
+    to a directory already walked, and a path that is not a regular file (reading a FIFO would
+    block), go to `skipped`. Each directory walked goes into `walked` ((device, inode) -> path)."""
     found, odd, seen = [], [], set()
 
     def refuse(exc: OSError) -> None:
@@ -123,9 +122,8 @@ def _glob_local(entry: str, skipped: list[dict[str, str]]) -> list[str]:
 def _expand(
     entry: str, skipped: list[dict[str, str]], walked: dict[tuple[int, int], str] | None = None
 ) -> tuple[list[str], str | None]:
-    """Files named by one entry (a file, a directory (recursive), a local glob, or a URI) and
-    the folder they are named relative to (None for a file named directly). Files of a
-    directory or glob that are not read go to `skipped` with their reason."""
+    """Files named by one entry (a file, a directory, a local glob or a URI) and the folder they
+    are named relative to (None for a file named directly); files not read go to `skipped`."""
     if not _utf8(entry):
         raise InputError(f"input {shown(entry)}: {NOT_UTF8}")
     if "://" not in entry and any(ch in entry for ch in "*?["):
@@ -196,10 +194,9 @@ about 50 more than the stem (a global stage's map table in scratch:
 
 
 def _stem(path: str, root: str | None, name_stem: str) -> str:
-    """The stem a file's shards are named by: its name's stem, after the folders between the
-    input's folder `root` and it, so one name in several folders stays apart and keeps its
-    stem whatever else is listed: `documents/cc/part-0000.json.gz` under `documents` ->
-    `cc__part-0000`; a file named directly, or at the top of its folder, keeps its name's."""
+    """The stem a file's shards are named by: the folders between the input's folder `root` and
+    the file, then its name's stem (`documents/cc/part-0000.json.gz` under `documents` ->
+    `cc__part-0000`), so one name in several folders stays apart."""
     if root is None:
         return name_stem
     if "://" in path:
@@ -224,11 +221,10 @@ def plan_inputs(
     skipped: list[dict[str, str]] | None = None,
     walked: dict[tuple[int, int], str] | None = None,
 ) -> list[InputFile]:
-    """Input files in a stable order, each with its format and the stem its shards are named by
-    (`_stem`). A file reached twice (two entries, a link, a bind mount) is read once, the
-    other names listed in `skipped`, as are the files of directory or glob inputs that are not
-    read (path, reason); a file named directly must be readable. The local directories walked
-    go into `walked` (see `_walk_local`), for `check_output_apart`."""
+    """Input files in a stable order, each with its format and stem (`_stem`). A file reached twice
+    (two entries, a link, a bind mount) is read once; the other names, and the files of directory or
+    glob inputs that are not read, go to `skipped` (path, reason). The local directories walked go
+    into `walked`, for `check_output_apart`."""
     skipped = [] if skipped is None else skipped
     files: list[InputFile] = []
     stems: dict[str, str] = {}
@@ -336,9 +332,8 @@ def check_output_apart(
     walked: dict[tuple[int, int], str] | None = None,
 ) -> None:
     """Refuse an output inside a directory input, or an input file inside the output: the next
-    run would read the job's own shards as input documents (a second copy of each). `walked`
-    (from `plan_inputs`) also catches an output that a link in an input leads to (`in/up -> ..`
-    puts the output's parent in the walk), even before the output exists."""
+    run would read the job's own shards as input. `walked` also catches an output that a link in an
+    input leads to, even before the output exists."""
     for entry in entries:
         is_glob = "://" not in entry and any(ch in entry for ch in "*?[")  # as `_expand`
         if not is_glob and _Containment(entry).holds(output):
@@ -377,10 +372,9 @@ def _walked_above(output: str, walked: dict[tuple[int, int], str]) -> str | None
 
 @dataclass(frozen=True)
 class Unit:
-    """A unit of work: the input files one read task reads, in order, as one stream of records
-    cut into parts (`<stem>-<part:05d>`) by `shard_rows`. A file larger than `small_file_bytes`
-    is a unit of its own, named by its stem; small files are packed (`pack_units`) and the unit
-    is named by its first file's stem (stems are unique, and each file is in one unit)."""
+    """A unit of work: the input files one read task reads, in order, as one stream of records cut
+    into parts (`<stem>-<part:05d>`) by `shard_rows`: a large file alone, or small files packed
+    (`pack_units`), named by its first file's stem."""
 
     stem: str
     files: tuple[InputFile, ...]
@@ -404,11 +398,9 @@ def pack_units(
     pack_bytes: int,
     min_files: int,
 ) -> list[Unit]:
-    """The units of work of `files` (in input order): a file over `small_bytes` alone, the small
-    ones, when there are at least `min_files` of them, packed in input order until a unit would
-    exceed `pack_bytes` (fewer cost little apart, and keep shards named by their own file). The
-    same files of the same sizes always give the same units (resume, byte-identical outputs);
-    units are ordered by their first file."""
+    """The units of work of `files`: a file over `small_bytes` alone; the small ones, when there
+    are at least `min_files` of them, packed in input order up to `pack_bytes` a unit. The same
+    files of the same sizes always give the same units (resume, byte-identical outputs)."""
     if sum(sizes[f.stem] <= small_bytes for f in files) < min_files:
         return [Unit(f.stem, (f,)) for f in files]
     units: list[Unit] = []

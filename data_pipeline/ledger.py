@@ -130,9 +130,8 @@ def _totals(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
 
 
 class Fold:
-    """The sums of every part record folded in so far: one entry per (stage, reason, domain, lang,
-    outcome) and per (stage, soft reason), never the part records themselves, so the driver's memory
-    is set by the number of distinct reasons, not by the number of parts (millions at 40 TB)."""
+    """The sums of every part record folded in so far, never the records themselves: the driver's
+    memory is set by the number of distinct reasons, not of parts (millions at 40 TB)."""
 
     def __init__(self) -> None:
         self.parts = 0
@@ -224,10 +223,8 @@ def aggregate(
     bytes_read: int,
     fold: Fold | None = None,
 ) -> dict[str, Any]:
-    """Sum the part records into the ledger and check conservation against what was read. The
-    part records are folded one at a time (an iterator of them is read once, none is kept), into
-    `fold` when given (the part records the merge already handed the driver: `Merged`).
-    The sums do not depend on the order the part records are folded in."""
+    """Sum the part records (into `fold` when given: those the merge handed over) into the ledger
+    and check conservation against what was read; the order of the records does not matter."""
     fold = fold if fold is not None else Fold()
     for record in records:
         fold.add(record)

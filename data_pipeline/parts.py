@@ -62,12 +62,10 @@ def in_flight_for(out: OutPath) -> int:
 def ordered(
     read: Callable[[Item], Result], items: Iterable[Item], in_flight: int = READ_AHEAD
 ) -> Iterator[Result]:
-    """`read(item)` of every item, in the items' order, with up to `in_flight` reads at once.
-    An exception raised by a read is raised when its result is reached (the same first error as
-    reading in turn); reads started past it are cancelled or their results dropped. Left early
-    (an error, or a caller that stops reading), it does not wait for the reads still running:
-    the generator may be closed by the garbage collector in any thread, a read-ahead worker
-    included, where waiting for the pool's own reads can hang."""
+    """`read(item)` of every item, in the items' order, with up to `in_flight` reads at once: a
+    read's exception is raised when its result is reached (the same first error as in turn). Left
+    early it does not wait for the reads still running (the garbage collector may close it in a
+    read-ahead thread, where waiting for the pool can hang)."""
     if in_flight <= 1:
         yield from map(read, items)
         return
@@ -152,10 +150,8 @@ def load_json(path: OutPath) -> dict[str, Any]:
 
 
 def records_to_read(out: OutPath, stems: list[str], skip: set[str], shard_rows: int) -> int | None:
-    """Rows this run tags: the records of the inputs being read less those of their parts an
-    earlier run finished (`skip`), once every input has been read (else None). The read
-    records are read as `read_records` reads them: in an object store `READ_AHEAD`
-    at a time, one read each (no `is_file` request before it)."""
+    """Rows this run tags: the records of the inputs read less those of their parts in `skip`, once
+    every input has been read (else None); read records as `read_records` reads them."""
     numbers: dict[str, list[int]] = {}
     for shard in skip:  # by input once (polled every second: not a look-up per part)
         stem, _, number = shard.rpartition("-")
@@ -173,12 +169,9 @@ def records_to_read(out: OutPath, stems: list[str], skip: set[str], shard_rows: 
 def finished_parts(
     out: OutPath, on_verified: Callable[[str, bytes], None] | None = None
 ) -> set[str]:
-    """The parts whose shard, rejects and part record an earlier run finished and that still
-    verify (every file the part record lists has its bytes and sha256). A part that does not
-    verify is forgotten (its files deleted) and computed again. In an object store the parts
-    are checked `READ_AHEAD` at a time, and forgotten in order. `on_verified` gets each
-    verified part's record bytes, in order (the driver folds them, and does not read them
-    again at the end: ledger.Merged)."""
+    """The parts an earlier run finished whose files still verify (`_verified`); the others are
+    forgotten (files deleted). `on_verified` gets each verified part's record bytes, in order (the
+    driver folds them instead of reading them again: ledger.Merged)."""
     done: set[str] = set()
     parts_dir = out / PARTS
     if not parts_dir.is_dir():
@@ -204,9 +197,8 @@ def finished_parts(
 
 class Listing:
     """Size and modification time of every shard, rejects and part record object of an output in
-    an object store, from three listings (or of the folders `subs`): the resume scan of millions
-    of parts then costs no request per object (a HEAD or a GET of every shard's bytes at 40 TB is
-    hours)."""
+    an object store (or of the folders `subs`), from one listing each: the resume scan of millions of
+    parts then costs no request per object."""
 
     def __init__(
         self, out: ObjectPath, subs: Iterable[str] = (layout.DATA_DIR, layout.REJECTS_DIR, PARTS)
@@ -223,10 +215,9 @@ class Listing:
         return rel in self.entries
 
     def trusted(self, rel: str, record: dict[str, Any], record_file: str) -> bool | None:
-        """False when `rel` is absent or not the size its part record lists; True when it is
-        and was last written no later than the part record (the merge writes the part record after
-        the part's files, so its recorded sha256 is of these bytes); None (hash it) else. The
-        same holds of a global stage's map record and its files (global_parts.persist)."""
+        """False when `rel` is absent or not the size its record lists; True when it is and was
+        written no later than the record (written after its files, so its sha256 is of these bytes);
+        None (hash it) else. The same holds of a global stage's map record (global_parts.persist)."""
         size, mtime = self.entries.get(rel, (-1, None))
         if size != record["bytes"]:
             return False
@@ -241,9 +232,8 @@ def part_verifies(out: OutPath, record_file: OutPath) -> bool:
 
 
 def _verified(out: OutPath, record_file: OutPath, listing: Listing | None) -> bytes | None:
-    """The part record's bytes when the part verifies (`part_verifies`: every file it lists is
-    intact, `file_intact`, and it lists the part's shard and rejects where they exist), else
-    None."""
+    """The part record's bytes when every file it lists is intact (`file_intact`) and it lists
+    the part's shard and rejects where they exist, else None."""
     try:
         data = record_file.read_bytes()
         files = json.loads(data)["files"]
@@ -263,9 +253,8 @@ def _verified(out: OutPath, record_file: OutPath, listing: Listing | None) -> by
 def file_intact(
     out: OutPath, rel: str, entry: dict[str, Any], record_rel: str, listing: Listing | None
 ) -> bool:
-    """True when `out/rel` has the size and sha256 `entry` (of the record `record_rel`) holds:
-    locally through the hash cache (re-hashed when the file was touched), in an object store
-    from the `listing` where it answers (`Listing.trusted`), else by hashing the file."""
+    """True when `out/rel` has the size and sha256 `entry` holds: locally through the hash cache,
+    in an object store from the `listing` where it answers (`Listing.trusted`), else by hashing."""
     path = out / rel
     if listing is not None:
         trusted = listing.trusted(rel, entry, record_rel)
@@ -299,11 +288,9 @@ def _part_stem(shard: str) -> str | None:
 
 
 def forget_inputs(out: OutPath, stems: Collection[str]) -> None:
-    """Delete every part of the units of work `stems` and their read records (their files
-    changed or left, or the unit moved). Each folder is listed once for all of them: a run whose
-    inputs all changed (an rsync that rewrote every mtime) costs one pass over the output, not
-    one per input, and only the read records the listing holds are deleted (the stems of files
-    packed into another unit have none)."""
+    """Delete every part of the units of work `stems` and their read records. Each folder is
+    listed once for all of them: a run whose inputs all changed costs one pass over the output, not
+    one per input."""
     if not stems:
         return
     stems = set(stems)
@@ -335,9 +322,8 @@ def forget_inputs(out: OutPath, stems: Collection[str]) -> None:
 
 
 def read_bytes(out: OutPath, paths: Iterable[OutPath]) -> Iterator[bytes | None]:
-    """The bytes of every path (None where there is no such file), in order: in an object store
-    `READ_AHEAD` at a time, one read each (no `is_file` HEAD before it; pyarrow's open is a
-    HEAD, then the GET)."""
+    """The bytes of every path (None where there is no such file), in order: `READ_AHEAD` at a
+    time in an object store, one GET each (no `is_file` HEAD before it)."""
 
     def read(path: OutPath) -> bytes | None:
         try:

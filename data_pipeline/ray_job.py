@@ -37,9 +37,8 @@ def read_options(config: PipelineConfig, stages: list[Stage]) -> dict[str, Any]:
 
 def _original_errors() -> AbstractContextManager[None]:
     """Datasets built in this block raise their map functions' own errors, not Ray Data's
-    UserCodeException raised from them: a pickled exception loses its `__cause__`, so the
-    driver got Ray's many lines, not a worker's one-line refusal (a fence, a changed row file).
-    Each dataset copies the context when it is built."""
+    UserCodeException (pickled, it loses its `__cause__`: the user got Ray's many lines, not a
+    worker's one-line refusal). Each dataset copies the context when it is built."""
     import ray.data
 
     return patched(ray.data.DataContext.get_current(), raise_original_map_exception=True)
@@ -128,8 +127,7 @@ def merge(
     global_digest: str,
 ) -> None:
     """Merge every unfinished part of the inputs `stems` into its shard (workers.merge_parts);
-    `merged` folds each part's record and cost record as they arrive; each part record holds
-    `global_digest` (with global stages: runner.Published)."""
+    `merged` folds each part's record and costs as they arrive."""
     import ray
 
     shards = [
@@ -208,9 +206,8 @@ def session(
 
 
 def run(dataset: Any, timeout_s: float | None, on_block: Callable[[Any], None]) -> None:
-    """Run the dataset to completion, with a wall-clock guard when a timeout is configured;
-    `on_block` sees each output block as it arrives (no row is kept: the blocks carry records
-    the driver folds, not holds)."""
+    """Run the dataset to completion, within `timeout_s` when one is set; `on_block` sees each
+    output block as it arrives."""
     errors: list[BaseException] = []
 
     def target() -> None:

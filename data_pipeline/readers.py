@@ -266,13 +266,10 @@ def read_parquet(
     fields: Fields,
     max_bytes: int | None = None,
 ) -> Iterator[pa.Table]:
-    """Rows of a Parquet file; the text field is required, id/url/source used when present.
-
-    Decoded `batch_rows` records at a time. A record whose text is over `max_bytes`, or whose
-    cells total more than a JSON line may (`JSONL_LINE_FACTOR * max_bytes`), is a `too_large`
-    row carrying none of its cells (Arrow decodes such a cell once: it cannot skip in a page).
-    A record with a string cell that is not UTF-8 is an `undecodable` row; a damaged page is one
-    `truncated_input` row for the rest of its row group, and reading goes on at the next."""
+    """Rows of a Parquet file, decoded `batch_rows` records at a time. A record whose text is over
+    `max_bytes`, or whose cells total more than `JSONL_LINE_FACTOR * max_bytes`, is a `too_large`
+    row with none of its cells; a string cell that is not UTF-8 makes an `undecodable` row; a
+    damaged page is one `truncated_input` row for the rest of its row group."""
     parquet = _open_parquet(source, filesystem, path, fields.text)
     batch_size = max(1, min(1024, out.batch_rows))
     row = 0
@@ -377,17 +374,13 @@ def read_unit(
     stats: list[dict[str, Any]] | None = None,
     max_input_bytes: int | None = None,
 ) -> Iterator[pa.Table]:
-    """Stream the input files of a unit of work (data_pipeline.inputs.Unit; one file is a unit of
-    one) in turn as RAW_SCHEMA tables of at most `batch_rows` rows: rows numbered across the
-    unit, parts named `<unit>-<part:05d>`, the small tables that end each file joined up to
-    `batch_rows` rows (10,000 one-document files are 40 batches, not 10,000).
-
-    `max_input_bytes` (the extract stage's) bounds what one record may make the reader hold: an
-    HTML page or WARC payload over it (a JSON line over `JSONL_LINE_FACTOR` times it) is read
-    past, counted, and becomes a `too_large` row, so a compression bomb costs no memory. Rows of
-    parts in `skip_parts` (already written by an earlier run) are counted, not emitted. `stats`
-    gets, as each file is exhausted, its {stem, records, bytes, id_collisions} (ids repeated
-    inside the file, made unique)."""
+    """Stream the files of a unit of work in turn as RAW_SCHEMA tables of at most `batch_rows`
+    rows: rows numbered across the unit, parts named `<unit>-<part:05d>`, the small tables that end
+    each file joined (10,000 one-document files are 40 batches, not 10,000). A record over
+    `max_input_bytes` (the extract stage's; a JSON line over `JSONL_LINE_FACTOR` times it) is read
+    past, counted and a `too_large` row: a compression bomb costs no memory. Rows of parts in
+    `skip_parts` are counted, not emitted. `stats` gets each file's {stem, records, bytes,
+    id_collisions} as it is exhausted."""
     out = Batcher(files[0], shard_rows, batch_rows, eval_fraction, skip_parts, unit)
     pending: list[pa.Table] = []
     for source in files:

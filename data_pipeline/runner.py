@@ -98,8 +98,7 @@ def preflight(
     config: PipelineConfig, skipped: list[dict[str, str]] | None = None
 ) -> tuple[list[Stage], list[Any]]:
     """Every check a run makes before it works (the real run and `--dry-run` both call this):
-    stage sections and types, model artifacts exist and verify, inputs exist and open, and the
-    output is this job's or new. Returns the stages and the planned input files; files of
+    stages, models, inputs and output. Returns the stages and the planned input files; files of
     directory inputs that are not read are appended to `skipped` with their reason."""
     out = output_path(config.output)
     check_output_target(out)  # first: a refused output gets no log (or anything else) of ours
@@ -119,15 +118,11 @@ def preflight(
 def _collect(
     out: OutPath, stems: list[str], stages: list[Stage], merged: ledger.Merged
 ) -> tuple[dict[str, Any], list[str]]:
-    """The ledger from every input's read record and every part's record: the part records the
-    merge of this run handed over are already folded in `merged` (ledger.Merged); only the
-    others (parts reused from an earlier run) are read, and folded the same way as they are read
-    (`Merged.add_record`): the driver holds per-input part counts, not the part records
-    (millions of parts at 40 TB). In an object store the records are read `parts.READ_AHEAD`
-    at a time and consumed in order (the same ledger as read in turn). `merged.known` gets the
-    digest of every file a part record lists (its writer hashed the bytes it wrote) and of the
-    records read here, for the manifest (pretrain.manifest.write_manifest): no output file is
-    read again to hash it. Returns the ledger and the shard files."""
+    """The ledger from every input's read record and every part's record, and the shard files. The
+    part records this run's merge handed over are folded in `merged` already; only the parts reused
+    from an earlier run are read (`parts.READ_AHEAD` at a time in an object store) and folded as
+    read: the driver holds per-input counts, not part records. `merged.known` gets the digest of
+    every file a part record lists, so the manifest reads no output file again to hash it."""
     read_docs, read_bytes, collisions, shards = 0, 0, 0, []
     paths = [parts.read_stats_path(out, stem) for stem in stems]
     for stem, path, data in zip(stems, paths, parts.read_bytes(out, paths), strict=True):
@@ -159,9 +154,8 @@ def _collect(
 @dataclass
 class Published:
     """The merged parts of an unfinished run with a global stage, by the global digest their part
-    record holds. Global tags (duplicate clusters, perplexity cutoffs) depend on every document:
-    a shard is kept only when this run's global stages get the same map output it was merged from
-    (`global_parts.run_global_stages` hands `keep` the digest of it), else merged again."""
+    record holds: global tags depend on every document, so a shard is kept only when this run's
+    global stages get the map output it was merged from, else merged again."""
 
     out: OutPath
     digests: dict[str, str] = field(default_factory=dict)
@@ -173,9 +167,8 @@ class Published:
         self.digests[shard] = json.loads(data).get(parts.GLOBAL_DIGEST, "")
 
     def keep(self, digest: str) -> set[str]:
-        """The parts whose shard stays (its record holds `digest`); every other shard (shard,
-        rejects, part record) is forgotten. The inputs' read records and the global stages'
-        persisted map output are kept (each reused while it verifies)."""
+        """The parts whose shard stays (its record holds `digest`); every other part's shard, rejects
+        and part record are forgotten (read records and the persisted map output stay)."""
         self.digest = digest
         self.kept = {shard for shard, held in self.digests.items() if held == digest}
         out = self.out
@@ -215,10 +208,9 @@ def plan_work(
     out: OutPath,
     on_verified: Callable[[str, bytes], None],
 ) -> tuple[Work, set[str]]:
-    """What to compute, and the parts reused (`done`); `on_verified` gets the part record bytes of
-    every part the scan verified (parts.finished_parts). With a global stage and work left, the
-    merged parts are only candidates (`Published`: kept once the global stages' map output is
-    known to be the one they were merged from), and `done` is empty until then."""
+    """What to compute, and the parts reused (`done`); `on_verified` gets the record bytes of every
+    part the scan verified. With a global stage and work left, the merged parts are only candidates
+    (`Published`) and `done` is empty until the global stages' map output is known."""
     _, globals_ = global_parts.plan(stages)
     published = Published(out)
 

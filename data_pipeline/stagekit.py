@@ -74,10 +74,8 @@ def ray_get(ray: Any, refs: list[Any], timeout: float | None, timed_out: Excepti
 
 
 def pretrain_cause(exc: BaseException) -> PretrainError | None:
-    """The first of our errors in `exc`'s chain (a RayTaskError's `cause`, or what raised it):
-    a worker's refusal, a changed file; the user is owed its one line, not Ray's (`ray_get`, and
-    ray_job.run for a dataset's: those raise their map functions' own errors, ray_job's
-    _original_errors, as Ray Data's UserCodeException pickled from a worker holds no cause)."""
+    """The first of our errors in `exc`'s chain (a RayTaskError's `cause`, or what raised it): the
+    user is owed a worker's one-line refusal, not Ray's many lines."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [exc]
     while todo:

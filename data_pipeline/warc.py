@@ -46,10 +46,9 @@ def _drain(stream: Any) -> int:
 def read_warc(
     stream: Any, out: Batcher, fields: Any, max_bytes: int | None = None
 ) -> Iterator[pa.Table]:
-    """Rows of the records of `stream` (the file's bytes, gzip not undone: warcio does that). A
-    payload over `max_bytes` is a `too_large` row, a block over `record_limit(max_bytes)` a
-    `record_too_large` row, both read past without being held; damage as in the module's
-    docstring."""
+    """Rows of the records of `stream` (the file's bytes; warcio undoes gzip). A payload over
+    `max_bytes` is a `too_large` row, a block over `record_limit(max_bytes)` a `record_too_large`
+    row, both read past without being held."""
     raw = UnseekableYetTellable(stream)  # counts the file's bytes: where damage is
     iterator = ArchiveIterator(raw, arc2warc=True)
     if not out.source.name.lower().endswith(".arc.gz"):  # junk in a WARC file is no ARC record

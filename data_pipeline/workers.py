@@ -51,9 +51,8 @@ __all__ = ["MapStagesWorker", "StageSpec", "build_stage"]
 def read_files(
     batch: pa.Table, *, out: str | OutPath, skip: frozenset[str], options: dict[str, Any]
 ) -> Iterator[pa.Table]:
-    """Map function: each input row names one unit of work (data_pipeline.inputs.Unit: its
-    files); stream their raw records in batches, then write the unit's read record: its totals,
-    its parts and each file's counts (`inputs`, what resume checks the unit against)."""
+    """Map function: each input row names one unit of work; stream its raw records in batches,
+    then write its read record (totals, parts, each file's counts: what resume checks it against)."""
     for item in batch.to_pylist():
         files = [InputFile(f["path"], f["format"], f["stem"]) for f in item["files"]]
         stem = item["stem"]
@@ -67,16 +66,10 @@ def read_files(
 
 
 class MapStagesWorker:
-    """A Ray Data actor: builds the map stages once (setup per worker, its cost recorded:
-    data_pipeline.throughput) and runs them in order.
-
-    It is called once per block the reader produced (so a task is one block: at most
-    `ray.block_mb` of input, and the pool deals blocks, not bundles of them, to its actors: no
-    actor is left with a long last task while another idles), and runs the stages over slices
-    of at most `batch_rows` rows of it. It writes its output as row files (the last segment of
-    the job) and returns only their row counts, so tagged text never travels back through the
-    object store; each stage's CPU-seconds per block go to the part's cost records.
-    """
+    """A Ray Data actor: builds and sets up the map stages once, then runs them in order over each
+    block the reader produced (at most `ray.block_mb`; the pool deals blocks, not bundles, so no
+    actor is left with a long last task), in slices of `batch_rows` rows. It writes row files and
+    returns only their row counts: tagged text never travels back through the object store."""
 
     def __init__(self, specs: Sequence[StageSpec], out: str | OutPath, batch_rows: int) -> None:
         self.refused: PretrainError | None = None
