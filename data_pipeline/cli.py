@@ -39,9 +39,6 @@ def _preflight(config: Any) -> str:
 
 def estimate(args: argparse.Namespace) -> int:
     """`pretrain data estimate CONFIG --input-bytes 40TB --nodes N --cpus-per-node C`."""
-    import json
-    from pathlib import Path
-
     from data_pipeline import estimate as model
     from data_pipeline.config import PipelineConfig
     from pretrain.config import load_config

@@ -73,22 +73,16 @@ def persist(
     return body
 
 
-def load(out: OutPath, stage: str, part: str, rows: int, depends: str) -> MapOutput | None:
-    """The part's persisted map output when its record verifies (module docstring), else None."""
-    checked = _checked(out, stage, part, rows, depends, None)
-    return checked[0] if checked is not None else None
-
-
-def _checked(
+def load(
     out: OutPath,
     stage: str,
     part: str,
     rows: int,
     depends: str,
-    listed: parts.Listing | None,
-) -> tuple[MapOutput, dict[str, Any]] | None:
-    """`load`, with the part's record. With `listed` (an object store's listing of the stage's
-    folder), a file of its recorded size written no later than its record keeps its recorded sha256
+    listed: parts.Listing | None = None,
+) -> MapOutput | None:
+    """The part's persisted map output when its record verifies (module docstring), else None.
+    With `listed` (an object store's listing of the stage's folder), a file of its recorded size written no later than its record keeps its recorded sha256
     (parts.Listing.trusted): one GET per part, not the map output read back (about a second copy of
     the tagged corpus)."""
     where = record_path(out, stage, part)
@@ -107,8 +101,7 @@ def _checked(
             paths[name] = str(out / rel)
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    output = MapOutput(part, rows=paths.pop("rows"), files=paths, info=record.get("info", {}))
-    return output, record
+    return MapOutput(part, rows=paths.pop("rows"), files=paths, info=record.get("info", {}))
 
 
 def digest(out: OutPath, stage: str, depends: str, outputs: Sequence[MapOutput]) -> str:
@@ -142,13 +135,11 @@ def loaded(
     listed = None  # a local output: the hash cache answers without reading a file again
     if isinstance(out, ObjectPath):  # sizes and times of the stage's map output, from a listing
         listed = parts.Listing(out, (f"{parts.PARTS}/{GLOBAL}/{stage}",))
-    checks = parts.ordered(
-        lambda item: _checked(out, stage, item[0], item[1], depends, listed),
+    yield from parts.ordered(
+        lambda item: load(out, stage, item[0], item[1], depends, listed),
         rows.items(),
         parts.in_flight_for(out),
     )
-    for checked in checks:
-        yield checked[0] if checked is not None else None
 
 
 def remove_all(out: OutPath) -> tuple[int, int, int]:

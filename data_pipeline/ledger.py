@@ -74,8 +74,8 @@ def part_counts(
     table: pa.Table,
     stages: Sequence[str],
     drop: Sequence[str],
-) -> tuple[pa.Array, dict[str, Any]]:
-    """The keep mask of one shard's rows and its part record."""
+) -> tuple[pa.Array, dict[str, Any], list[tuple[str, str, bool]]]:
+    """The keep mask of one shard's rows, its part record and each row's verdict (`attribute`)."""
     keep, verdicts = attribute(table, stages, drop)
     domains = _column(table, "domain")
     langs = _column(table, "lang")
@@ -106,16 +106,20 @@ def part_counts(
             if reason is not None and kept:
                 flags[stage][reason][0] += 1
                 flags[stage][reason][1] += size or 0
-    return keep, {
-        "documents": table.num_rows,
-        "bytes": int(pc.sum(table.column("_raw_bytes")).as_py() or 0) if table.num_rows else 0,
-        "rows": _row_dicts(rows),
-        "flags": {
-            s: {r: {"documents": v[0], "bytes": v[1]} for r, v in sorted(f.items())}
-            for s, f in flags.items()
+    return (
+        keep,
+        {
+            "documents": table.num_rows,
+            "bytes": int(pc.sum(table.column("_raw_bytes")).as_py() or 0) if table.num_rows else 0,
+            "rows": _row_dicts(rows),
+            "flags": {
+                s: {r: {"documents": v[0], "bytes": v[1]} for r, v in sorted(f.items())}
+                for s, f in flags.items()
+            },
+            "pii": pii_totals(table, keep),
         },
-        "pii": pii_totals(table, keep),
-    }
+        verdicts,
+    )
 
 
 def _totals(rows: Iterable[dict[str, Any]]) -> dict[str, int]:

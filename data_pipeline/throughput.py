@@ -192,13 +192,6 @@ class RunClock:
 MB = 1e6
 
 
-def _load(path: OutPath) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def _rates(name: str, cost: dict[str, Any]) -> dict[str, Any]:
     cpu = cost.get("cpu_s", 0.0)
     return {
@@ -213,7 +206,7 @@ def _rates(name: str, cost: dict[str, Any]) -> dict[str, Any]:
 
 
 def _setup(out: OutPath) -> dict[str, Any]:
-    records = [r for p in listed(cost_dir(out) / SETUP, "*.json") if (r := _load(p)) is not None]
+    records = [json.loads(p.read_bytes()) for p in listed(cost_dir(out) / SETUP, "*.json")]
     return {
         "stage_setup_cpu_s": round(sum(r["cpu_s"] for r in records), 4),
         "stage_setup_wall_s_max": round(max((r["wall_s"] for r in records), default=0.0), 4),

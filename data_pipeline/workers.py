@@ -217,15 +217,14 @@ def _merge(
     """Write one shard and its rejects from its row files, then its part record (returned).
     `fields` are the stages' columns in order (what the shards hold after the base columns)."""
     group = read_rows(out, shard)
-    keep, counts = ledger.part_counts(group, stages, drop)
+    keep, counts, verdicts = ledger.part_counts(group, stages, drop)
     kept = conform(group.filter(keep), fields)
     files = {}
     if kept.num_rows:
         files[layout.data_file(shard)] = write_parquet(kept, out, layout.data_file(shard), level)
     rejects = group.filter(pc.invert(keep))
     if rejects_mode != "none" and rejects.num_rows:
-        _, verdicts = ledger.attribute(rejects, stages, drop)
-        reasons = [f"{stage}:{reason}" for stage, reason, _ in verdicts]
+        reasons = [f"{stage}:{reason}" for stage, reason, dropped in verdicts if dropped]
         table = conform(rejects, fields).append_column(
             "reject_reason", pa.array(reasons, pa.string())
         )

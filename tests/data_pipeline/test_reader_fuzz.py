@@ -90,7 +90,7 @@ def _read_and_account(
     assert stats["records"] == rows  # every record the reader saw is a row
     if table is not None:
         tagged = EXTRACT(table)
-        _, fragment = ledger.part_counts(tagged, ["extract"], ["extract:*"])
+        _, fragment, _ = ledger.part_counts(tagged, ["extract"], ["extract:*"])
         led = ledger.aggregate([fragment], ["extract"], stats["records"], stats["bytes"])
         assert led["conservation"]["balanced"], led["conservation"]
         assert len(set(tagged.column("id").to_pylist())) == rows  # ids unique in the file

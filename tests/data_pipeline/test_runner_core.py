@@ -58,7 +58,7 @@ ROWS = [
 
 
 def test_first_failing_clause_decides_and_the_ledger_balances() -> None:
-    keep, frag = ledger.part_counts(_tagged(ROWS), STAGES, ["extract:*"])
+    keep, frag, _ = ledger.part_counts(_tagged(ROWS), STAGES, ["extract:*"])
     assert keep.to_pylist() == [True, False, True, False, True]
     led = ledger.aggregate([frag], STAGES, documents_read=5, bytes_read=50)
     assert led["conservation"]["balanced"] and led["documents_dropped"] == 2
@@ -79,7 +79,7 @@ def test_first_failing_clause_decides_and_the_ledger_balances() -> None:
 
 
 def test_select_clauses_are_configurable() -> None:
-    keep, _ = ledger.part_counts(_tagged(ROWS), STAGES, ["extract:not_text", "langid:*"])
+    keep, _, _ = ledger.part_counts(_tagged(ROWS), STAGES, ["extract:not_text", "langid:*"])
     assert keep.to_pylist() == [True, False, False, False, True]
     led = ledger.aggregate(
         [ledger.part_counts(_tagged(ROWS), STAGES, ["langid:*"])[1]],
