@@ -110,9 +110,9 @@ def job_fingerprint(config: PipelineConfig, stages: list[Stage]) -> dict[str, An
 
 
 def check_output_target(out: OutPath) -> None:
-    """Refuse an output the run would write over someone else's files in: a file (an object, not a
-    prefix, in a store), or a non-empty directory that holds no run of ours, e.g. a misspelt `output`
-    naming the user's project folder. The same rules and words as every other command's
+    """Refuse an output the run would write over someone else's files in: a file (an object, not
+    a prefix, in a store), or a non-empty directory that holds no run of ours, e.g. a misspelt
+    `output` naming the user's project folder. The same rules and words as every other command's
     (pretrain.output_check); a refused run leaves no log in that folder."""
     refuse_not_a_directory(out, OUTPUT_FLAG)
     if (out / parts.PARTS / FINGERPRINT).is_file() or (out / MANIFEST).is_file():

@@ -82,9 +82,9 @@ def load(
     listed: parts.Listing | None = None,
 ) -> MapOutput | None:
     """The part's persisted map output when its record verifies (module docstring), else None.
-    With `listed` (an object store's listing of the stage's folder), a file of its recorded size written no later than its record keeps its recorded sha256
-    (parts.Listing.trusted): one GET per part, not the map output read back (about a second copy of
-    the tagged corpus)."""
+    With `listed` (an object store's listing of the stage's folder), a file of its recorded size
+    written no later than its record keeps its recorded sha256 (parts.Listing.trusted): one GET per
+    part, not the map output read back (about a second copy of the tagged corpus)."""
     where = record_path(out, stage, part)
     try:
         record = parts.load_json(where)

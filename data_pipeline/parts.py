@@ -197,8 +197,8 @@ def finished_parts(
 
 class Listing:
     """Size and modification time of every shard, rejects and part record object of an output in
-    an object store (or of the folders `subs`), from one listing each: the resume scan of millions of
-    parts then costs no request per object."""
+    an object store (or of the folders `subs`), from one listing each: the resume scan of millions
+    of parts then costs no request per object."""
 
     def __init__(
         self, out: ObjectPath, subs: Iterable[str] = (layout.DATA_DIR, layout.REJECTS_DIR, PARTS)
@@ -216,8 +216,8 @@ class Listing:
 
     def trusted(self, rel: str, record: dict[str, Any], record_file: str) -> bool | None:
         """False when `rel` is absent or not the size its record lists; True when it is and was
-        written no later than the record (written after its files, so its sha256 is of these bytes);
-        None (hash it) else. The same holds of a global stage's map record (global_parts.persist)."""
+        written no later than the record (written after its files: its sha256 is of these bytes);
+        None (hash it) else. So of a global stage's map record too (global_parts.persist)."""
         size, mtime = self.entries.get(rel, (-1, None))
         if size != record["bytes"]:
             return False

@@ -167,8 +167,8 @@ class Published:
         self.digests[shard] = json.loads(data).get(parts.GLOBAL_DIGEST, "")
 
     def keep(self, digest: str) -> set[str]:
-        """The parts whose shard stays (its record holds `digest`); every other part's shard, rejects
-        and part record are forgotten (read records and the persisted map output stay)."""
+        """The parts whose shard stays (its record holds `digest`); every other part's shard,
+        rejects and part record are forgotten (read records and the persisted map output stay)."""
         self.digest = digest
         self.kept = {shard for shard, held in self.digests.items() if held == digest}
         out = self.out

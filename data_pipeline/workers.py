@@ -52,7 +52,7 @@ def read_files(
     batch: pa.Table, *, out: str | OutPath, skip: frozenset[str], options: dict[str, Any]
 ) -> Iterator[pa.Table]:
     """Map function: each input row names one unit of work; stream its raw records in batches,
-    then write its read record (totals, parts, each file's counts: what resume checks it against)."""
+    then write its read record (totals, parts, each file's counts: what resume checks)."""
     for item in batch.to_pylist():
         files = [InputFile(f["path"], f["format"], f["stem"]) for f in item["files"]]
         stem = item["stem"]
