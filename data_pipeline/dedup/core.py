@@ -191,14 +191,6 @@ def _tagged_unique(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return tagged[first]  # sort-based: numpy 2's hash-based np.unique is slower here
 
 
-def unsure(similarity: np.ndarray, config: DedupConfig) -> np.ndarray:
-    """Positions of the estimates exact verification checks (within noise of the threshold)."""
-    return np.flatnonzero(
-        (similarity < config.threshold + _SURE_ABOVE)
-        & (similarity > config.threshold - _SURE_BELOW)
-    )
-
-
 def verify_pairs(
     sig_u: np.ndarray,
     sig_v: np.ndarray,
@@ -209,7 +201,10 @@ def verify_pairs(
     """(kept mask, similarity) of candidate pairs, by `config.verify` (see DedupConfig)."""
     similarity = jaccard_estimate(sig_u, sig_v) if len(sig_u) else np.zeros(0)
     if config.verify == "exact" and len(similarity):
-        checked = unsure(similarity, config)
+        checked = np.flatnonzero(
+            (similarity < config.threshold + _SURE_ABOVE)
+            & (similarity > config.threshold - _SURE_BELOW)
+        )
         if len(checked):
             index = pa.array(checked)
             similarity[checked] = exact_jaccard(shingles_u.take(index), shingles_v.take(index))

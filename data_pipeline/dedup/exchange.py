@@ -112,14 +112,7 @@ def read_piece(path: OutPath, partition: int) -> pa.Table:
         head, body = _checked_bytes(path, source, partition)
     schema = pa.ipc.read_schema(pa.py_buffer(head))
     reader = pa.ipc.MessageReader.open_stream(pa.BufferReader(pa.py_buffer(body)))
-    batches = []
-    while True:
-        try:
-            message = reader.read_next_message()
-        except StopIteration:
-            break
-        batches.append(pa.ipc.read_record_batch(message, schema))
-    return pa.Table.from_batches(batches, schema)
+    return pa.Table.from_batches([pa.ipc.read_record_batch(m, schema) for m in reader], schema)
 
 
 def _checked_bytes(path: OutPath, source: Any, partition: int) -> tuple[bytes, bytes]:
@@ -175,17 +168,6 @@ class Gather:
             read_piece(piece_file(self.folder, self.step, i, self.group), self.partition)
             for i in range(self.producers)
         ]
-
-
-def resolve(pieces: Sequence[Any]) -> list[pa.Table]:
-    """`pieces` with every Gather replaced by the tables it names (in place, in order)."""
-    tables: list[pa.Table] = []
-    for piece in pieces:
-        if isinstance(piece, Gather):
-            tables.extend(piece.read())
-        else:
-            tables.append(piece)
-    return tables
 
 
 @functools.cache

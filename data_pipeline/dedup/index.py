@@ -1,9 +1,9 @@
 """The saved dedup index (artifact kind `dedup-index`) and queries against it.
 
 Layout: `bands/part-NNNNN.parquet` (band key uint64, vertex int64; a key lives in part key % P),
-`exact/part-NNNNN.parquet` (exact key, vertex), `docs/part-NNNNN.parquet` (vertex, id, dup_cluster,
-exact_hash, signature, shingle values; a vertex lives in part vertex % P). The manifest records the shingle and
-permutation settings; a query recomputes signatures with exactly those.
+`exact/part-NNNNN.parquet` (exact key, vertex), `docs/part-NNNNN.parquet` (vertex, id,
+dup_cluster, exact_hash, signature, shingle values; a vertex lives in part vertex % P). The
+manifest records the settings; a query recomputes signatures with exactly those.
 
 A query reads one partition at a time, so its memory is bounded by the new batch plus one part of
 the index, never the whole old corpus. `query` serves both incremental dedup (new crawl vs corpus)
@@ -211,48 +211,35 @@ def _verified(
 ) -> pa.Table:
     """Verify (new, old) candidates against the old documents, read part by part; the last
     `num_exact` are exact copies (same normalised text), kept without verification."""
-    new_rows = lookup(sigs, new_v)
-    is_exact = np.arange(len(new_v)) >= len(new_v) - num_exact
-    pieces = []
+    all_rows = lookup(sigs, new_v)
+    all_exact = np.arange(len(new_v)) >= len(new_v) - num_exact
+    signatures = signatures_of(sigs.column("sig"), config.num_perm)
+    pieces = [_MATCH_SCHEMA.empty_table()]
     for part in range(partitions):
         mask = part_of(old_v, partitions) == part
-        if mask.any():
-            docs = _read_part(index_dir, "docs", part)
-            pieces.append(
-                _verify_part(docs, sigs, config, new_rows[mask], old_v[mask], is_exact[mask])
-            )
-    return pa.concat_tables(pieces) if pieces else _MATCH_SCHEMA.empty_table()
-
-
-def _verify_part(
-    docs: pa.Table,
-    sigs: pa.Table,
-    config: DedupConfig,
-    new_rows: np.ndarray,
-    old_v: np.ndarray,
-    is_exact: np.ndarray,
-) -> pa.Table:
-    """Matches of (new row, old vertex) candidates whose old side lives in this `docs` part."""
-    docs = docs.filter(pc.is_in(docs.column("vertex"), pa.array(np.unique(old_v))))
-    at = lookup(docs, old_v)
-    ok, similarity = verify_pairs(
-        signatures_of(sigs.column("sig"), config.num_perm)[new_rows],
-        signatures_of(docs.column("sig"), config.num_perm)[at],
-        sigs.column("shingles").take(pa.array(new_rows)),
-        docs.column("shingles").take(pa.array(at)),
-        config,
-    )
-    similarity = np.where(is_exact, 1.0, similarity)
-    ok |= is_exact
-    return pa.table(
-        {
+        if not mask.any():
+            continue
+        new_rows, is_exact = all_rows[mask], all_exact[mask]
+        docs = _read_part(index_dir, "docs", part)
+        docs = docs.filter(pc.is_in(docs.column("vertex"), pa.array(np.unique(old_v[mask]))))
+        at = lookup(docs, old_v[mask])
+        ok, similarity = verify_pairs(
+            signatures[new_rows],
+            signatures_of(docs.column("sig"), config.num_perm)[at],
+            sigs.column("shingles").take(pa.array(new_rows)),
+            docs.column("shingles").take(pa.array(at)),
+            config,
+        )
+        similarity = np.where(is_exact, 1.0, similarity)
+        ok |= is_exact
+        matched = {
             "row": pa.array(new_rows[ok], pa.int64()),
             "matched_id": docs.column("id").take(pa.array(at[ok])).cast(pa.string()),
             "matched_cluster": docs.column("dup_cluster").take(pa.array(at[ok])),
             "jaccard": pa.array(similarity[ok], pa.float64()),
-        },
-        schema=_MATCH_SCHEMA,
-    )
+        }
+        pieces.append(pa.table(matched, schema=_MATCH_SCHEMA))
+    return pa.concat_tables(pieces)
 
 
 def _best_matches(pairs: pa.Table, sigs: pa.Table) -> pa.Table:

@@ -49,11 +49,12 @@ def concat(pieces: Any, schema: pa.Schema | None = None) -> pa.Table:
     """The rows of `pieces` (an exchange.Gather, a table, or a sequence of them); when none has
     rows, an empty table that keeps their columns (a partition that received no document still
     has the columns the next step reads)."""
-    pieces = exchange.resolve(pieces if isinstance(pieces, list | tuple) else [pieces])
-    filled = tuple(p for p in pieces if p is not None and p.num_rows)
+    items = pieces if isinstance(pieces, list | tuple) else [pieces]
+    tables = [t for p in items for t in (p.read() if isinstance(p, exchange.Gather) else [p])]
+    filled = [t for t in tables if t.num_rows]
     if filled:
         return pa.concat_tables(filled)
-    typed = next((p for p in pieces if p is not None and p.num_columns), None)
+    typed = next((t for t in tables if t.num_columns), None)
     if typed is not None:
         return typed.slice(0, 0)
     return schema.empty_table() if schema is not None else pa.table({})
@@ -63,11 +64,8 @@ def map_tables(
     block: pa.Table, config: DedupConfig
 ) -> tuple[pa.Table, pa.Table, pa.Table, dict[str, Any]]:
     """Signatures of one input part -> (band rows, exact rows, doc rows, stats): the map side of
-    dedup, which depends on the rows alone (the runner persists it per input part). Doc rows
-    carry (vertex, id, exact_hash, quality, row, sig, shingles, matched_cluster). The rows are
-    hashed in batches of at most `config.batch_size` documents and about
-    budget.HASH_BATCH_BYTES of text (hash_batches), so a map task's temporaries are set by the
-    batch, not by its part."""
+    dedup, which depends on the rows alone (the runner persists it per input part). Hashed in
+    batches (core.hash_batches), so a map task's temporaries are set by the batch, not its part."""
     sigs, stats = _signatures_in_batches(block, config)
     keys, key_vertices = band_rows(sigs, config) if config.near else (np.zeros(0, np.uint64),) * 2
     bands = pa.table(
@@ -107,9 +105,8 @@ def scatter_map(
     partitions: int,
 ) -> list:
     """The map output of part `block_index`, each table split into `partitions` (band and exact
-    rows by key, doc rows by vertex; doc rows gain `block`), plus stats. The signatures and
-    shingles of the doc rows travel apart, in signed rows (vertex, sig, shingles): they are
-    needed only until the candidates are verified, and the driver lets them go then."""
+    rows by key, doc rows by vertex; doc rows gain `block`), plus stats. Signatures and shingles
+    travel apart, in signed rows: they are deleted once the candidates are verified."""
     block = pa.array(np.full(docs.num_rows, block_index), pa.int64())
     docs = docs.add_column(docs.schema.get_field_index("row"), "block", block)
     vertex = docs.column("vertex").to_numpy()
