@@ -107,7 +107,7 @@ def evaluate_checkpoint(
     checkpoint: Path,
     sets: list,
     tokenizer: Any,
-    tasks: list[Path],
+    tasks: list[Any],
     args: argparse.Namespace,
     lm_tasks: Any = None,
 ) -> dict[str, Any]:
@@ -190,10 +190,11 @@ def _evaluate_run(
     from trainer.evalcore import load_eval_sets
 
     if args.tasks is not None:
-        tasks = [Path(p) for p in args.tasks]
+        task_paths = [Path(p) for p in args.tasks]
     else:  # the task files the evalset lists (never a file merely present)
-        tasks = evalset_artifact.open(args.sets).task_paths()
-    load_tasks(tasks)  # every task file, ours and lm-eval's, loads before the first (slow) load
+        task_paths = evalset_artifact.open(args.sets).task_paths()
+    # every task file, ours and lm-eval's, loads before the first (slow) checkpoint load
+    tasks = load_tasks(task_paths)
     lm_tasks = load_lm_eval_tasks(args.lm_eval, args.num_fewshot) if args.lm_eval else None
     sets = load_eval_sets(args.sets, args.max_docs)
     tokenizer = load_locked(args.tokenizer or find_tokenizer(run_dir))
@@ -238,7 +239,7 @@ def _evaluate_run(
         ),
         config={
             "sets": str(args.sets),
-            "tasks": [str(t) for t in tasks],
+            "tasks": [str(t) for t in task_paths],
             "lm_eval": lm_tasks.files if lm_tasks else {},
             "num_fewshot": args.num_fewshot,
         },

@@ -21,7 +21,7 @@ from pydantic import Field, model_validator
 
 from evals.lm_eval_tasks import parse_spec, rendered_tasks
 from evals.task_overlap import TaskIndex
-from evals.tasks import load_tasks
+from evals.tasks import Task, load_tasks
 from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.artifacts import shards as shards_artifact
 from pretrain.artifacts.base import write_artifact
@@ -275,32 +275,33 @@ def _write_sets(out: Path, groups: dict, cfg: EvalBuildConfig) -> tuple[list[dic
     return written, skipped
 
 
-def _copy_tasks(out: Path, cfg: EvalBuildConfig, hits: list[dict], index: TaskIndex) -> list[dict]:
-    """Copy the task files in, each with `_task_counts`."""
-    copied = []
-    for path, task in zip(cfg.tasks, load_tasks(cfg.tasks)):
+def _task_report(
+    out: Path, cfg: EvalBuildConfig, tasks: list[Task], hits: list[dict], index: TaskIndex
+) -> tuple[list[dict], list[dict]]:
+    """Per task file (copied into tasks/) and per lm-eval task: its examples found in training
+    documents, those documents, and examples too short to judge."""
+
+    def counts(name: str) -> dict[str, int]:
+        mine = [h for h in hits if h["task"] == name]
+        return {
+            "contaminated_examples": len({h["eval_id"] for h in mine}),
+            "contaminated_train_documents": len({h["train_id"] for h in mine}),
+            "unchecked_examples": index.unchecked.get(name, 0),
+        }
+
+    for path in cfg.tasks:
         (out / "tasks").mkdir(exist_ok=True)
         shutil.copyfile(path, out / "tasks" / Path(path).name)
-        copied.append(
-            {
-                "name": task.name,
-                "kind": task.kind,
-                "examples": len(task.examples),
-                **_task_counts(hits, task.name, index),
-            }
-        )
-    return copied
-
-
-def _task_counts(hits: list[dict], name: str, index: TaskIndex) -> dict[str, int]:
-    """A task's examples found in training documents, those documents, and examples too short to
-    judge."""
-    mine = [h for h in hits if h["task"] == name]
-    return {
-        "contaminated_examples": len({h["eval_id"] for h in mine}),
-        "contaminated_train_documents": len({h["train_id"] for h in mine}),
-        "unchecked_examples": index.unchecked.get(name, 0),
-    }
+    files = [
+        {"name": t.name, "kind": t.kind, "examples": len(t.examples), **counts(t.name)}
+        for t in tasks
+    ]
+    lm_eval = [
+        {"name": name.removeprefix(LM_EVAL_PREFIX), "documents": documents, **counts(name)}
+        for name, documents in index.examples.items()
+        if name.startswith(LM_EVAL_PREFIX)
+    ]
+    return files, lm_eval
 
 
 def preflight(cfg: EvalBuildConfig) -> list[Path]:
@@ -315,19 +316,6 @@ def preflight(cfg: EvalBuildConfig) -> list[Path]:
     for spec in cfg.lm_eval:
         parse_spec(spec)
     return files
-
-
-def _lm_eval_report(hits: list[dict], index: TaskIndex) -> list[dict]:
-    """Per lm-eval task: its documents and `_task_counts`."""
-    return [
-        {
-            "name": name.removeprefix(LM_EVAL_PREFIX),
-            "documents": documents,
-            **_task_counts(hits, name, index),
-        }
-        for name, documents in index.examples.items()
-        if name.startswith(LM_EVAL_PREFIX)
-    ]
 
 
 def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
@@ -349,25 +337,26 @@ def build_eval_sets(cfg: EvalBuildConfig) -> dict[str, Any]:
                 for row in written
                 for doc in groups[(row["domain"], row["lang"])]
             ]
-            index = building / "decontamination-index"
-            tasks = _task_index(cfg)
+            tasks = load_tasks(cfg.tasks)
+            index = _task_index(cfg, tasks)
+            where = building / "decontamination-index"
             hits = (
-                decontaminate(kept, train_files, cfg.decontamination, cfg.batch_rows, index, tasks)
+                decontaminate(kept, train_files, cfg.decontamination, cfg.batch_rows, where, index)
                 if cfg.decontamination.enabled
                 else []
             )
-            manifest = _finish(building, cfg, written, skipped, hits, tasks)
+            manifest = _finish(building, cfg, written, skipped, hits, tasks, index)
         return manifest
 
 
-def _task_index(cfg: EvalBuildConfig) -> TaskIndex:
+def _task_index(cfg: EvalBuildConfig, tasks: list[Task]) -> TaskIndex:
     """The n-grams of every task file's examples and every lm-eval task's documents (named
     `lm_eval:<task>` in the hits)."""
     rendered = rendered_tasks(cfg.lm_eval) if cfg.lm_eval else []
     for task in rendered:
         task.name = f"{LM_EVAL_PREFIX}{task.name}"
     return TaskIndex(
-        [*load_tasks(cfg.tasks), *rendered],
+        [*tasks, *rendered],
         cfg.decontamination.task_ngram,
         cfg.decontamination.task_min_words,
     )
@@ -396,11 +385,12 @@ def _finish(
     written: list[dict],
     skipped: list[dict],
     hits: list[dict],
+    file_tasks: list[Task],
     index: TaskIndex,
 ) -> dict[str, Any]:
     """contaminated.parquet, the task files, report.json, then the `evalset` manifest."""
     pq.write_table(pa.Table.from_pylist(hits, schema=HIT_SCHEMA), out / CONTAMINATED_FILE)
-    tasks = _copy_tasks(out, cfg, hits, index)
+    tasks, lm_eval = _task_report(out, cfg, file_tasks, hits, index)
     report = {
         "sets": written,
         "skipped_groups": skipped,
@@ -408,7 +398,7 @@ def _finish(
         "contaminated_train_documents": len({h["train_id"] for h in hits}),
         "contaminated_eval_documents": len({h["eval_id"] for h in hits if h["task"] is None}),
         "contaminated_by_tasks": len({h["train_id"] for h in hits if h["task"] is not None}),
-        "lm_eval_tasks": _lm_eval_report(hits, index),
+        "lm_eval_tasks": lm_eval,
         "decontamination": config_dict(cfg.decontamination),
     }
     write_json(out / "report.json", report)

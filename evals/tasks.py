@@ -177,16 +177,11 @@ def score_task(
 
 
 def evaluate_tasks(
-    model: Scorer,
-    task_paths: Sequence[str | Path],
-    encoder: Any,
-    seq_length: int = 512,
-    batch_size: int = 8,
+    model: Scorer, tasks: Sequence[Task], encoder: Any, seq_length: int = 512, batch_size: int = 8
 ) -> dict[str, float]:
-    """Flat metrics `task/<name>/<metric>` for every task file."""
+    """Flat metrics `task/<name>/<metric>` for every task."""
     metrics: dict[str, float] = {}
-    for path in task_paths:
-        task = load_task(path)
+    for task in tasks:
         for key, value in score_task(model, task, encoder, seq_length, batch_size).items():
             metrics[f"task/{task.name}/{key}"] = value if math.isfinite(value) else None
     return metrics

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.tasks import evaluate_tasks, load_task, score_task
+from evals.tasks import evaluate_tasks, load_task, load_tasks, score_task
 from pretrain.errors import InputError
 from tests.evals.models import BigramLM, byte_encoder
 from trainer.evalcore import EvalSet, evaluate
@@ -58,8 +58,10 @@ def test_multiple_choice_and_cloze_from_the_documented_format():
     mc = score_task(model, load_task(DATA / "tiny_mc.jsonl"), encoder)
     assert mc == {"acc": 1.0, "acc_norm": 1.0, "n": 3}
     assert score_task(BigramLM(), load_task(DATA / "tiny_mc.jsonl"), encoder)["n"] == 3
-    metrics = evaluate_tasks(model, [DATA / "tiny_mc.jsonl", DATA / "tiny_cloze.jsonl"], encoder)
-    untrained = evaluate_tasks(BigramLM(), [DATA / "tiny_cloze.jsonl"], encoder)
+    metrics = evaluate_tasks(
+        model, load_tasks([DATA / "tiny_mc.jsonl", DATA / "tiny_cloze.jsonl"]), encoder
+    )
+    untrained = evaluate_tasks(BigramLM(), load_tasks([DATA / "tiny_cloze.jsonl"]), encoder)
     assert metrics["task/tiny_cloze/bpb"] < untrained["task/tiny_cloze/bpb"]
     assert untrained["task/tiny_cloze/bpb"] == pytest.approx(math.log2(257), rel=1e-5)
 
