@@ -8,13 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from lm_eval.api.model import LM
 
 from evals.tasks import encode_pair
 from pretrain.artifacts import export as export_artifact
 from pretrain.errors import InputError
-from trainer.evalcore import as_encoder
+from trainer.evalcore import as_encoder, score_sequences
 
 
 class ProjectLM(LM):  # type: ignore[misc]
@@ -57,15 +58,12 @@ class ProjectLM(LM):  # type: ignore[misc]
         return self._score(rows)
 
     def loglikelihood_rolling(self, requests: list[Any]) -> list[float]:
-        out = []
-        for request in requests:
-            ids = [self.encoder.eod_id, *self.encoder.encode_batch([request.args[0]])[0]]
-            total = 0.0
-            for start in range(0, len(ids) - 1, self.seq_length):
-                window = ids[start : start + self.seq_length + 1]
-                total += self._score([(window, len(window) - 1)])[0][0]
-            out.append(total)
-        return out
+        """Each document after the end-of-document id, in the windows bits per byte is scored in
+        (trainer.evalcore: lm-eval's rolling windows, context length 1)."""
+        eod = self.encoder.eod_id
+        docs = [[eod, *ids] for ids in self.encoder.encode_batch([r.args[0] for r in requests])]
+        scored = score_sequences(self.model, docs, self.seq_length, self.batch, pad_id=eod)
+        return [float(logp.sum(dtype=np.float64)) for logp in scored]
 
     def generate_until(self, requests: list[Any]) -> list[str]:
         raise NotImplementedError(

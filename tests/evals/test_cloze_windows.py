@@ -99,3 +99,24 @@ def test_our_lm_eval_adapter_refuses_a_continuation_it_cannot_score_whole():
     with pytest.raises(InputError, match="more than the model's seq_length 16") as info:
         lm.loglikelihood([short, long])
     assert "\n" not in str(info.value)
+
+
+def test_an_lm_eval_rolling_request_on_a_checkpoint_uses_lm_evals_rolling_windows():
+    """`ProjectLM.loglikelihood_rolling` (a checkpoint under `--lm-eval`, a rolling task such as
+    a user's wikitext YAML) gives what lm-eval's own rolling windows give: the whole document
+    after the end-of-document id, every token predicted once."""
+    from types import SimpleNamespace
+
+    from evals.lm_eval_model import ProjectLM
+
+    model, encoder = BigramLM(TEXT[::-1]), byte_encoder()
+    ids = encoder.encode_batch([TEXT])[0]
+    total = 0.0
+    for window in get_rolling_token_windows(ids, encoder.eod_id, SEQ, 1):
+        context, predicted = make_disjoint_window(window)
+        logp = model.logprobs(torch.tensor([context + predicted]))[0, -len(predicted) :]
+        total += float(logp.double().sum())
+    (ours,) = ProjectLM(model, encoder, SEQ, 3).loglikelihood_rolling(
+        [SimpleNamespace(args=(TEXT,))]
+    )
+    assert ours == pytest.approx(total, rel=1e-6)
