@@ -1,4 +1,4 @@
-"""Running commands, for the `pretrain` program (pretrain_app.cli) and `python -m PACKAGE`: each
+"""Running commands, for the `pretrain` program (pretrain_app.cli) and a proxy run's process: each
 package's `cli.py` has a handler per command and `register(sub)`; `run` parses, records the command,
 sets up the terminal session and prints a `PretrainError` as one line, exit 2."""
 
@@ -131,6 +131,6 @@ def _quoted_refusal(exc: BaseException) -> OSError | None:
 
 
 def run_commands(modules: Iterable[ModuleType], argv: Sequence[str] | None = None) -> int:
-    """`run` on a parser of `modules`' commands alone: `pretrain launch ...` run as
-    `python -m trainer launch ...` records the same command and behaves the same."""
+    """`run` on a parser of `modules`' commands alone (a proxy run's process): records and behaves
+    as the same `pretrain ...` command would."""
     return run(command_parser(modules), argv)

@@ -1,5 +1,5 @@
 """The command behind an artifact is the `pretrain ...` argv that made it, captured once in
-`pretrain.program.run` (the program's `main(argv)`, and `python -m trainer ...`): right for
+`pretrain.program.run` (the program's `main(argv)`): right for
 in-process calls (a proxy run), for nested calls, and outside the CLI (the process's own command
 line)."""
 
@@ -20,22 +20,17 @@ from tests.trainer.trainer_testlib import tiny_config
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(
-    "entry", ["main(argv)", pytest.param("python -m trainer", marks=pytest.mark.slow)]
-)
-def test_in_process_launch_records_its_own_argv(tmp_path, entry):
-    # main(argv): as evals/proxy_worker.py does, inside a process whose own sys.argv is different.
-    # `python -m trainer launch ...`: what a proxy run and the demo spawn. Each in its own process,
-    # so the rank's environment (MASTER_PORT, ...) does not leak into this one.
+def test_in_process_launch_records_its_own_argv(tmp_path):
+    # main(argv), as evals/proxy_worker.py calls it, in a process whose own sys.argv is different
+    # (its own process, so the rank's environment (MASTER_PORT, ...) does not leak into this one).
     run_dir = tmp_path / "run"
     path = tmp_path / "train.yaml"
     path.write_text(yaml.safe_dump(tiny_config(run_dir, run={"train_steps": 2})))
     argv = ["launch", str(path), "--in-process", "--set", "checkpoint.every=1"]
     code = f"import sys; from pretrain_app.cli import main; sys.exit(main({argv!r}))"
-    command = ["-c", code] if entry == "main(argv)" else ["-m", "trainer", *argv]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MASTER_"))}
     proc = subprocess.run(
-        [sys.executable, *command], env=env, capture_output=True, text=True, check=False
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     expected = ["pretrain", *argv]
