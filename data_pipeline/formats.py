@@ -42,6 +42,7 @@ READABLE = (
 )
 """What `detect_format` accepts, for messages."""
 
+CHUNK = 1 << 20
 _MAGIC = {".gz": (b"\x1f\x8b", "gzip"), ".zst": (b"\x28\xb5\x2f\xfd", "zstd")}
 _MAGIC[".zstd"] = _MAGIC[".zst"]
 
@@ -111,3 +112,13 @@ def decoded_stream(stream: Any, source: InputFile) -> Any:
     if compression[1] == "gzip":
         return gzip.GzipFile(fileobj=raw)
     return io.BufferedReader(pa.CompressedInputStream(raw, "zstd"))
+
+
+def drain(stream: Any, *, line: bool = False) -> int:
+    """Read and drop the rest of a record (to the end of the line when `line`): its size."""
+    size = 0
+    while chunk := (stream.readline(CHUNK) if line else stream.read(CHUNK)):
+        size += len(chunk)
+        if line and chunk.endswith(b"\n"):
+            break
+    return size

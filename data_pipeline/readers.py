@@ -17,12 +17,11 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from data_pipeline.batcher import Batcher
-from data_pipeline.formats import InputFile, check_magic, decoded_stream, filesystem_for
+from data_pipeline.formats import InputFile, check_magic, decoded_stream, drain, filesystem_for
 from data_pipeline.warc import read_warc
 from pretrain.errors import InputError
 
 _IO_ERRORS = (OSError, EOFError, zlib.error, gzip.BadGzipFile)
-_CHUNK = 1 << 20
 JSONL_LINE_FACTOR = 8
 """A JSON Lines record may take this many times `max_input_bytes` on its line (JSON escapes
 write one UTF-8 byte as up to 6; other fields ride along) before it is rejected unparsed."""
@@ -82,16 +81,6 @@ def _open_stream(filesystem: pafs.FileSystem, path: str, source: InputFile) -> A
         ) from None
 
 
-def _drain(stream: Any, *, line: bool = False) -> int:
-    """Read and drop the rest of a record (to the end of the line when `line`): its size."""
-    size = 0
-    while chunk := (stream.readline(_CHUNK) if line else stream.read(_CHUNK)):
-        size += len(chunk)
-        if line and chunk.endswith(b"\n"):
-            break
-    return size
-
-
 def read_jsonl(
     stream: Any, out: Batcher, fields: Fields, max_bytes: int | None = None
 ) -> Iterator[pa.Table]:
@@ -107,7 +96,7 @@ def read_jsonl(
             line_no += 1
             fallback_id = f"{out.source.name}:{line_no}"
             if limit >= 0 and len(raw) > limit and not raw.endswith(b"\n"):
-                size = len(raw) + _drain(stream, line=True)
+                size = len(raw) + drain(stream, line=True)
                 out.add(fallback_id, reason="too_large", raw_bytes=size)
             elif raw.strip() and (record := _jsonl_row(raw, fallback_id, out, fields)):
                 found = found or _has_text(record, fields, found_fields)
@@ -247,7 +236,7 @@ def read_html(
     try:
         payload = stream.read(max_bytes + 1 if max_bytes is not None else -1)
         oversize = max_bytes is not None and len(payload) > max_bytes
-        size = len(payload) + (_drain(stream) if oversize else 0)
+        size = len(payload) + (drain(stream) if oversize else 0)
     except _IO_ERRORS as exc:
         out.add(out.source.name, reason=_damage(exc), meta={"error": str(exc)[:200]})
     else:

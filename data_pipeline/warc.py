@@ -11,8 +11,8 @@ import pyarrow as pa
 from warcio.archiveiterator import ArchiveIterator, UnseekableYetTellable
 
 from data_pipeline.batcher import Batcher
+from data_pipeline.formats import drain
 
-_CHUNK = 1 << 20
 WARC_RECORD_FACTOR = 2
 """A WARC record's block may take this many times `max_input_bytes` before it is a
 `record_too_large` reject, read past by its Content-Length without being held (64 MiB with no
@@ -33,14 +33,6 @@ any other type (damaged, or cut inside its headers) is a `malformed_record` reje
 def record_limit(max_bytes: int | None) -> int:
     """The most bytes one WARC record's block may have (`WARC_RECORD_FACTOR`)."""
     return _NO_LIMIT_RECORD if max_bytes is None else WARC_RECORD_FACTOR * max_bytes
-
-
-def _drain(stream: Any) -> int:
-    """Read and drop the rest of `stream`: its size."""
-    size = 0
-    while chunk := stream.read(_CHUNK):
-        size += len(chunk)
-    return size
 
 
 def read_warc(
@@ -68,7 +60,7 @@ def read_warc(
     except Exception as exc:  # warcio raises anything (AttributeError, ...) on damaged bytes
         error = f"{type(exc).__name__}: {exc}"[:200]
     start = iterator.offset  # where the last record read whole ends
-    _drain(raw)
+    drain(raw)
     if raw.tell() > start:  # bytes warcio could not read as records: the rest of the file
         meta = {"bytes": f"{start}-{raw.tell()}" if not whole else None}
         meta["error"] = error or "not a record"
@@ -99,8 +91,8 @@ def _row(iterator: Any, record: Any, out: Batcher, max_bytes: int | None, placed
         payload = content.read(max_bytes + 1) if max_bytes is not None else content.read()
         oversize = max_bytes is not None and len(payload) > max_bytes
         reason = "too_large" if oversize else None
-        size = len(payload) + (_drain(content) if oversize else 0)
-    _drain(raw)  # what is left of the block (a chunked body's trailer)
+        size = len(payload) + (drain(content) if oversize else 0)
+    drain(raw)  # what is left of the block (a chunked body's trailer)
     if not _valid(record) or reason == "record_too_large":  # its block, as far as it goes
         size = declared - getattr(raw, "limit", 0)
     # the file ended before the block did: part of a page is no document
