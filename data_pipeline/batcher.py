@@ -53,10 +53,10 @@ class Batcher:
         batch_rows: int,
         eval_fraction: float,
         skip_parts: frozenset[str],
-        unit: str | None = None,
+        unit: str,
     ) -> None:
         self.source, self.shard_rows, self.batch_rows = source, shard_rows, batch_rows
-        self.unit = unit or source.stem
+        self.unit = unit
         self.eval_fraction, self.skip_parts = eval_fraction, skip_parts
         self.rows: dict[str, list[Any]] = {name: [] for name in RAW_SCHEMA.names}
         self.count = 0

@@ -24,9 +24,6 @@ from pretrain.manifest import load_manifest
 
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15}
 UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50}
-READ_TASKS_PER_CPU = 1
-"""Beside the stage actors, read tasks reserve no CPU and run at most one per CPU
-(ray_job.stream); merge and global-stage tasks reserve the runner's own figures."""
 
 
 def parse_bytes(text: str) -> int:
@@ -120,7 +117,7 @@ def _memory(
     workers = config.ray.workers or nodes * cpus
     per_worker = config.ray.cpus_per_worker
     actors = min(math.ceil(workers / nodes), math.floor(cpus / per_worker))
-    readers = READ_TASKS_PER_CPU * cpus
+    readers = cpus  # read tasks reserve no CPU beside the actors, at most one per CPU
     global_names = [s for s in stages if issubclass(stage_class(s), GlobalStage)]
     map_names = [s for s in stages if s not in global_names]
     phases = {
@@ -222,7 +219,7 @@ def format_estimate(result: dict[str, Any]) -> str:
             f"  memory GB/node by phase (Ray object store apart): {memory}",
             f"  rejects {_size(result['rejects_bytes'])}, ~{result['documents']:,} documents; "
             f"from sample {result['sample']['directory']} ({_size(result['sample']['bytes'])})",
-            *_files_line(result.get("files") or {}),
+            *_files_line(result["files"]),
             *(f"  note: {note}" for note in result["warnings"]),
         ]
     )
