@@ -30,8 +30,7 @@ def _dedup_pairs(key: np.ndarray, nbr: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 def _group_min(key: np.ndarray, nbr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorted unique keys and, per key, min(key, smallest neighbour); key/nbr sorted by key."""
-    change = np.flatnonzero(key[1:] != key[:-1]) + 1
-    starts = np.concatenate([[0], change])
+    starts, _ = _group_bounds(key)
     smallest = np.minimum(key[starts], np.minimum.reduceat(nbr, starts))
     return key[starts], smallest
 

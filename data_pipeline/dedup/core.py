@@ -94,8 +94,7 @@ def signature_table(table: pa.Table, config: DedupConfig) -> tuple[pa.Table, Ded
             ),
         }
     )
-    stats = DedupStats(documents=len(table), empty=counts.empty, tiny=counts.tiny, cjk=counts.cjk)
-    return result, stats
+    return result, DedupStats(documents=len(table), **counts)
 
 
 def exact_keys(exact_hashes: list[str]) -> np.ndarray:

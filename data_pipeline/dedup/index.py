@@ -220,7 +220,7 @@ def _verified(
         if not mask.any():
             continue
         new_rows, is_exact = all_rows[mask], all_exact[mask]
-        docs = _read_part(index_dir, "docs", part)
+        docs = pq.read_table(index_dir / "docs" / f"part-{part:05d}.parquet")  # holds old_v
         docs = docs.filter(pc.is_in(docs.column("vertex"), pa.array(np.unique(old_v[mask]))))
         at = lookup(docs, old_v[mask])
         ok, similarity = verify_pairs(

@@ -9,7 +9,7 @@ shingle, odd random a, random b (Dietzfelbinger: strongly universal for 32-bit k
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -203,21 +203,12 @@ def ngram_shingles(
     return splitmix64(combined[valid]), shingle_offsets
 
 
-@dataclass(frozen=True)
-class ShingleCounts:
-    """Per-batch counts a report shows: documents with no shingles, tiny ones, CJK ones."""
-
-    empty: int
-    tiny: int
-    cjk: int
-
-
 def batch_shingles(
     texts: pa.Array | pa.ChunkedArray,
     langs: pa.Array | pa.ChunkedArray | None,
     word_ngram: int,
     char_ngram: int,
-) -> tuple[np.ndarray, np.ndarray, ShingleCounts]:
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Shingle a batch: word n-grams, or character n-grams for documents tagged CJK by `lang`."""
     count = len(texts)
     cjk = is_cjk(langs, count)
@@ -244,12 +235,10 @@ def batch_shingles(
     return shingles, offsets, _counts(token_counts, ngram_of, cjk)
 
 
-def _counts(token_counts: np.ndarray, ngram_of: np.ndarray, cjk: np.ndarray) -> ShingleCounts:
-    return ShingleCounts(
-        empty=int((token_counts == 0).sum()),
-        tiny=int(((token_counts > 0) & (token_counts < ngram_of)).sum()),
-        cjk=int(cjk.sum()),
-    )
+def _counts(token_counts: np.ndarray, ngram_of: np.ndarray, cjk: np.ndarray) -> dict[str, Any]:
+    """Documents with no shingles, tiny ones (fewer tokens than the n-gram), CJK ones."""
+    tiny = (token_counts > 0) & (token_counts < ngram_of)
+    return {"empty": int((token_counts == 0).sum()), "tiny": int(tiny.sum()), "cjk": int(cjk.sum())}
 
 
 def fold32(shingles: np.ndarray) -> np.ndarray:

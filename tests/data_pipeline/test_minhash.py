@@ -81,7 +81,7 @@ def test_empty_and_tiny_documents_are_counted() -> None:
     texts = pa.array(["", None, "two words", "one two three four five six", "   "])
     shingles, offsets, counts = batch_shingles(texts, None, 5, 5)
     assert np.diff(offsets).tolist() == [0, 0, 1, 2, 0]
-    assert (counts.empty, counts.tiny) == (3, 1)
+    assert (counts["empty"], counts["tiny"]) == (3, 1)
     sig = MinHasher(16).signatures(shingles, offsets)
     assert (sig[0] == EMPTY).all() and (sig[2] != EMPTY).any()
 
@@ -89,7 +89,7 @@ def test_empty_and_tiny_documents_are_counted() -> None:
 def test_cjk_documents_use_character_shingles() -> None:
     text = "这是一个中文文档用于测试字符级别的切分"
     shingles, offsets, counts = batch_shingles(pa.array([text, text]), pa.array(["zh", "en"]), 5, 5)
-    assert counts.cjk == 1
+    assert counts["cjk"] == 1
     assert np.diff(offsets).tolist() == [len(text) - 4, 1]  # en: one "word", a tiny document
 
 
