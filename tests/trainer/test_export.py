@@ -278,7 +278,7 @@ def test_lm_eval_cli_evaluates_a_training_checkpoint(
     run_dir, _, _ = exported
     include = str(load_lm_eval_tasks([f"boolq={FIXTURES['boolq']}"]).manager.include_path)
     checkpoint = run_dir / "checkpoints" / "iter_0000002"
-    command = [sys.executable, "-m", "evals", "eval", "lm-eval", "--tokenizer"]
+    command = [sys.executable, "-m", "pretrain_app", "eval", "lm-eval", "--tokenizer"]
     command += [str(sample_tokenizer), str(checkpoint), "--tasks", "boolq_local"]
     command += ["--include_path", include, "--batch_size", "4", "--output_path", str(tmp_path)]
     done = subprocess.run(
