@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pretrain.cli_utils import add_command, add_config_args, positive_int, resolve_config
+from pretrain.program import add_command, add_config_args, positive_int, resolve_config
 
 
 def run(args: argparse.Namespace) -> int:

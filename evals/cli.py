@@ -14,9 +14,9 @@ from pretrain.artifacts import eval_results as eval_artifact
 from pretrain.artifacts import evalset as evalset_artifact
 from pretrain.artifacts import export as export_artifact
 from pretrain.artifacts.base import write_artifact
-from pretrain.cli_utils import add_command, add_config_args, positive_int
 from pretrain.errors import ArtifactError, LockMismatch
 from pretrain.manifest import manifest_sha256
+from pretrain.program import add_command, add_config_args, positive_int, resolve_config
 from pretrain.storage import write_atomic
 
 
@@ -25,7 +25,6 @@ def ablate(args: argparse.Namespace) -> int:
     from evals.ablate import AblationConfig
     from evals.report import print_report
     from evals.sweep import preflight, run_sweep
-    from pretrain.cli_utils import resolve_config
 
     config = resolve_config(AblationConfig, args, preflight)
     if config is not None:
@@ -42,7 +41,6 @@ def _build_preflight(config: Any) -> str:
 def eval_build(args: argparse.Namespace) -> int:
     """`pretrain eval build CONFIG`: decontaminated eval sets from the eval split."""
     from evals.sets import EvalBuildConfig, build_eval_sets
-    from pretrain.cli_utils import resolve_config
 
     config = resolve_config(EvalBuildConfig, args, _build_preflight)
     if config is None:

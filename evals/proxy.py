@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from pretrain.artifacts import mixture as mixture_kind
-from pretrain.command import recorded
 from pretrain.errors import ArtifactError, PretrainError
 from pretrain.manifest import manifest_sha256
+from pretrain.provenance import recorded
 from pretrain.storage import write_json
 
 RESULT = "result.json"

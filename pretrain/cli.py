@@ -8,7 +8,7 @@ import argparse
 import json
 from typing import Any
 
-from pretrain.cli_utils import add_command
+from pretrain.program import add_command
 
 
 def _verify(args: argparse.Namespace) -> int:

@@ -21,9 +21,9 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from pretrain.command import current_command
 from pretrain.errors import ConfigError, OutputLocked, PretrainError
 from pretrain.progress import warn
+from pretrain.provenance import current_command
 
 LOCK_SUFFIX = ".lock"
 
@@ -307,7 +307,7 @@ def _release_file_lock(fd: int) -> None:
 def output_lock(out: str | os.PathLike) -> Iterator[Path | str]:
     """Hold the exclusive writer lock on output directory `out` for the `with` block; for an
     `s3://` output, a lock object in the store. Its holder record names
-    `pretrain.command.current_command()`. A process may re-enter a lock it holds (an ablation
+    `pretrain.provenance.current_command()`. A process may re-enter a lock it holds (an ablation
     calls builders that lock their nested outputs).
 
     Raises `OutputLocked` (one line naming the holder) when another live process holds it.

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -16,11 +15,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pretrain import shards_layout, storage
-from pretrain.command import current_command
 from pretrain.errors import ArtifactError
 from pretrain.hashcache import sha256_file
 from pretrain.locking import is_lock_file
 from pretrain.progress import LOGS_DIR
+from pretrain.provenance import current_command, git_state
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 2
@@ -110,22 +109,6 @@ def check_seal(
             f"{directory}/{MANIFEST} does not match its seal: the manifest was edited "
             "after it was written; rebuild the artifact with the command it records"
         )
-
-
-def git_state() -> dict[str, Any]:
-    """The commit and dirty flag of the checkout this code runs from (None outside git)."""
-    root = Path(__file__).resolve().parent.parent
-
-    def git(*args: str) -> str:
-        run = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
-        run.check_returncode()
-        return run.stdout.strip()
-
-    try:
-        commit, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "-uno")
-        return {"commit": commit, "dirty": bool(status)}
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
 
 
 STAGING_DIR = ".pretrain-staging"

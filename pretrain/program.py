@@ -1,5 +1,6 @@
 """Running commands, for the `pretrain` program (pretrain_app.cli) and a proxy run's process: each
-package's `cli.py` has a handler per command and `register(sub)`; `run` parses, records the command,
+package's `cli.py` has a handler per command and `register(sub)`, built with the argument helpers
+here (`add_command`, config arguments, `--set`, `--dry-run`); `run` parses, records the command,
 sets up the terminal session and prints a `PretrainError` as one line, exit 2."""
 
 from __future__ import annotations
@@ -10,15 +11,18 @@ import logging
 import re
 import signal
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
+from typing import Any, TypeVar
 
-from pretrain.cli_utils import add_verbosity_args
-from pretrain.command import capture
+from pydantic import BaseModel
+
+from pretrain.config import dump_resolved, load_config
 from pretrain.errors import PretrainError
 from pretrain.hashcache import verify_mode
 from pretrain.lifetime import Terminated, stop_on_sigterm
-from pretrain.progress import NORMAL, session
+from pretrain.progress import NORMAL, QUIET, VERBOSE, attach, session
+from pretrain.provenance import capture
 
 PROG = "pretrain"
 
@@ -36,6 +40,89 @@ def command_parser(modules: Iterable[ModuleType]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG)
     add_commands(parser, modules)
     return parser
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def add_command(
+    sub: Any,
+    path: list[str],
+    handler: Callable[[argparse.Namespace], int],
+    help_text: str,
+) -> argparse.ArgumentParser:
+    """Add a (sub)command whose error prefix is `pretrain <path...>`."""
+    parser = sub.add_parser(path[-1], help=help_text, description=help_text)
+    parser.set_defaults(handler=handler, command_path=path)
+    add_verbosity_args(parser, default=argparse.SUPPRESS)
+    return parser
+
+
+def positive_int(text: str) -> int:
+    """Argument type of a count (documents, batch rows, nodes, CPUs): 0 or less would crash or
+    silently drop data."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be 1 or more")
+    return value
+
+
+def add_verbosity_args(parser: argparse.ArgumentParser, default: Any) -> None:
+    """`-v` (library logs on the terminal) and `-q` (only the summary and errors)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "-v",
+        "--verbose",
+        dest="verbosity",
+        action="store_const",
+        const=VERBOSE,
+        default=default,
+        help="show Ray's, Megatron's and other libraries' logs on the terminal "
+        "(otherwise they go to the artifact's .logs/)",
+    )
+    group.add_argument(
+        "-q",
+        "--quiet",
+        dest="verbosity",
+        action="store_const",
+        const=QUIET,
+        default=default,
+        help="print only the summary and errors",
+    )
+
+
+def add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", metavar="CONFIG", help="YAML config (examples in configs/)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="a.b=VALUE",
+        help="override a config value (repeatable)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run every check the real run makes before working (config, inputs, artifacts), "
+        "print the resolved config and its sha256, then exit",
+    )
+
+
+def resolve_config(
+    model: type[M], args: argparse.Namespace, check: Callable[[M], str | None] | None = None
+) -> M | None:
+    """Load CONFIG with overrides; on --dry-run run `check` (the real run's pre-work checks, which
+    raise the same one-line errors), print the resolved config and return None."""
+    config = load_config(model, getattr(args, "config", None), args.overrides)
+    attach(getattr(config, "out", None) or getattr(config, "output", None))
+    if getattr(args, "dry_run", False):
+        checked = check(config) if check is not None else None
+        print(dump_resolved(config), end="")
+        if checked:
+            print(f"# checked: {checked}")
+        return None
+    return config
 
 
 def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:

@@ -24,9 +24,9 @@ from data_pipeline.stages.registry import registry
 from data_pipeline.trainers.classifier import ClassifierConfig, train_classifier
 from data_pipeline.trainers.lm import LanguageModelConfig, train_lm
 from pretrain.artifacts import model as model_kind
-from pretrain.command import recorded
 from pretrain.config import parse_config
 from pretrain.errors import ArtifactError
+from pretrain.provenance import recorded
 
 FASTTEXT = {"dim": 32, "bucket": 50_000, "epoch": 15, "lr": 0.5, "word_ngrams": 2, "thread": 1}
 PROSE, CODE = "prose.jsonl.gz", "code.parquet"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pretrain.cli_utils import add_command, add_config_args, resolve_config
+from pretrain.program import add_command, add_config_args, resolve_config
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -7,12 +7,11 @@ import argparse
 import json
 from typing import Any
 
-from pretrain.cli_utils import add_command, add_config_args
+from pretrain.program import add_command, add_config_args, resolve_config
 
 
 def plan(args: argparse.Namespace) -> int:
     """`pretrain plan CONFIG`: model, memory, compute and parallel layout, before launching."""
-    from pretrain.cli_utils import resolve_config
     from trainer.config import TrainConfig
     from trainer.plan import build_plan, format_plan
 

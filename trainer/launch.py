@@ -14,10 +14,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from pretrain.command import current_command
 from pretrain.config import config_dict, config_sha256, dump_resolved
 from pretrain.errors import ConfigError, GateRefused, PretrainError
 from pretrain.lifetime import die_with_parent
+from pretrain.provenance import current_command
 from pretrain.storage import write_json
 from trainer.config import TrainConfig, refuse_plan_only
 from trainer.worker import RUN_LOCKED_BY

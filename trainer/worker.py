@@ -63,7 +63,7 @@ def run(
     """One rank's whole run; returns its summary. Rank 0 writes metrics, loss.png, the manifest.
     `callbacks` run after the built-in ones (trainer/callbacks.py)."""
     warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*")
-    from pretrain.command import recorded
+    from pretrain.provenance import recorded
     from trainer.local_torchrun import loopback_gloo
     from trainer.model import close_distributed
     from trainer.run_outputs import check_run_dir, load_launch_info

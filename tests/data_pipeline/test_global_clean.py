@@ -73,7 +73,7 @@ def test_clean_refuses_an_unfinished_run(tmp_path, capsys) -> None:
 
 HOLD_LOCK = """
 import sys
-from pretrain.command import recorded
+from pretrain.provenance import recorded
 from pretrain.locking import output_lock
 with recorded(["pretrain", "data", "run", "CONFIG"]), output_lock(sys.argv[1]):
     print("held", flush=True)

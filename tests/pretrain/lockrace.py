@@ -15,7 +15,7 @@ from tests.data_pipeline.raytools import REPO
 CONTENDER = """
 import os, sys, time
 from pretrain.errors import OutputLocked
-from pretrain.command import recorded
+from pretrain.provenance import recorded
 from pretrain.locking import output_lock
 out, barrier, release = sys.argv[1:4]
 print("ready", flush=True)

@@ -30,9 +30,9 @@ from pretrain.artifacts import (
     tokenizer,
     tokenizer_eval,
 )
-from pretrain.command import capture
 from pretrain.errors import ArtifactError
 from pretrain.manifest import MANIFEST, Manifest, load_manifest
+from pretrain.provenance import capture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the builders: ~1 min on 2 cores
 

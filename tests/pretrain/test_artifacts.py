@@ -13,9 +13,9 @@ import pytest
 
 from pretrain.artifacts import ablation, base, encoded, model, shards
 from pretrain.artifacts.base import write_artifact
-from pretrain.command import capture
 from pretrain.errors import ArtifactError
 from pretrain.manifest import MANIFEST, load_manifest, manifest_sha256, seal_of, write_manifest
+from pretrain.provenance import capture
 
 
 def _shards(root: Path, rows: int = 3) -> Path:

@@ -13,8 +13,8 @@ import sys
 import pytest
 import yaml
 
-from pretrain.command import capture, current_command
 from pretrain.manifest import load_manifest, write_manifest
+from pretrain.provenance import capture, current_command
 from pretrain_app.cli import main
 from tests.trainer.trainer_testlib import tiny_config
 

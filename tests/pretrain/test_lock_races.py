@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from pretrain.command import recorded
 from pretrain.locking import OutputLocked, lock_path, output_lock, read_holder
+from pretrain.provenance import recorded
 from tests.data_pipeline import s3tools
 from tests.data_pipeline.raytools import clean_env, free_port
 from tests.data_pipeline.s3tools import moto_server, s3_env, s3_filesystem

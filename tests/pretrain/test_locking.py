@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 
 HOLDER = """
 import sys
-from pretrain.command import recorded
+from pretrain.provenance import recorded
 from pretrain.locking import output_lock
 with recorded(["pretrain", "holder-test"]), output_lock(sys.argv[1]):
     print("locked", flush=True)

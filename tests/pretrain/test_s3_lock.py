@@ -37,7 +37,7 @@ OUTPUT = f"s3://{BUCKET}/runs/one"
 KEY = "runs/.one.lock"
 HOLDER = """
 import sys
-from pretrain.command import recorded
+from pretrain.provenance import recorded
 from pretrain.locking import output_lock
 with recorded(["pretrain", "data", "run", "holder.yaml"]), output_lock(sys.argv[1]):
     print("locked", flush=True)

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from pretrain.cli_utils import add_command
-from pretrain.program import command_parser
+from pretrain.program import add_command, command_parser
 from pretrain_app.cli import build_parser, package_clis
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from data_pipeline.stages.safety import pii_struct
 from pretrain import shards_layout as layout
 from pretrain.artifacts import shards as shards_kind
 from pretrain.artifacts.base import write_artifact
-from pretrain.command import recorded
+from pretrain.provenance import recorded
 from pretrain.schema import split_for
 
 DEFAULT_STAGES = ("extract", "langid", "domain", "quality", "perplexity", "safety", "dedup")

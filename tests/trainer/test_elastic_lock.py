@@ -24,7 +24,7 @@ from trainer.config import TrainConfig
 REPO = Path(__file__).resolve().parents[2]
 HOLD = (
     "import sys\n"
-    "from pretrain.command import recorded\n"
+    "from pretrain.provenance import recorded\n"
     "from pretrain.locking import output_lock\n"
     "with recorded(['first', 'job']), output_lock(sys.argv[1]):\n"
     "    print('held', flush=True)\n"
