@@ -172,16 +172,25 @@ def test_non_llama_shape_is_refused_before_loading(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_export_untied_from_tensor_parallel_2(sample_tokenizer, tmp_path):
+def test_export_untied_with_biases_from_tensor_parallel_2(sample_tokenizer, tmp_path):
+    """Untied embeddings and linear biases (sharded over TP=2): the biases reach the export,
+    trained away from their zero init, and transformers gives our log-probabilities."""
+    from safetensors import safe_open
+
     run_dir = train_run(
         tmp_path / "tp2",
         world=2,
-        model={"untie_embeddings": True},
+        model={"untie_embeddings": True, "add_bias_linear": True},
         parallel={"tensor": 2, "gpus_per_node": 2},
     )
     result = export_and_compare(run_dir, sample_tokenizer, tmp_path / "hf")
     assert_equivalent(result)
     assert not result["tied"]
+    with safe_open(str(tmp_path / "hf" / "model.safetensors"), "pt") as tensors:
+        biases = {k: tensors.get_tensor(k) for k in tensors.keys() if k.endswith(".bias")}
+    for name in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
+        found = [v for k, v in biases.items() if f".{name}.bias" in k]
+        assert found and all(bool(v.abs().max() > 0) for v in found), name
 
 
 @pytest.mark.slow
