@@ -13,9 +13,8 @@ from typing import Any
 
 from data_pipeline import global_parts, ledger, parts, throughput, workers
 from data_pipeline.config import PipelineConfig
-from data_pipeline.stagekit import pretrain_cause
 from data_pipeline.stages.base import Stage
-from pretrain.errors import PretrainError
+from pretrain.errors import PretrainError, raise_pretrain_cause
 from pretrain.progress import VERBOSE, Progress, verbosity, watch
 from pretrain.rayinit import patched
 from pretrain.storage import OutPath, remove_tree
@@ -226,7 +225,5 @@ def run(dataset: Any, timeout_s: float | None, on_block: Callable[[Any], None]) 
             "it, or check the cluster (`ray status`) for missing CPUs"
         )
     if errors:
-        cause = pretrain_cause(errors[0])
-        if cause is not None:  # one line, as the task raised it
-            raise type(cause)(str(cause)) from None
+        raise_pretrain_cause(errors[0])  # one line, as the task raised it
         raise errors[0]

@@ -10,7 +10,6 @@ from typing import Any
 import pyarrow as pa
 
 from pretrain.config import StrictModel
-from pretrain.errors import PretrainError
 
 
 class StageConfig(StrictModel):
@@ -58,33 +57,3 @@ AGGREGATE_SCRATCH = "exchange"
 """Folder beside a global stage's persisted map side (the parent of `MapOutput.rows`) where its
 `aggregate` may leave files its joins read (dedup's file-based exchange); the runner removes it
 once every join has finished, and an aggregate starts by removing what an earlier run left."""
-
-
-def ray_get(ray: Any, refs: list[Any], timeout: float | None, timed_out: Exception) -> list[Any]:
-    """`ray.get(refs)` that raises `timed_out` after `timeout` seconds instead of hanging; a task's
-    own PretrainError (a changed file, a refusal) is raised as its one line, not Ray's many."""
-    try:
-        return ray.get(refs, timeout=timeout)
-    except ray.exceptions.GetTimeoutError:
-        raise timed_out from None
-    except ray.exceptions.RayTaskError as exc:
-        if (cause := pretrain_cause(exc)) is not None:
-            raise type(cause)(str(cause)) from None
-        raise
-
-
-def pretrain_cause(exc: BaseException) -> PretrainError | None:
-    """The first of our errors in `exc`'s chain (a RayTaskError's `cause`, or what raised it): the
-    user is owed a worker's one-line refusal, not Ray's many lines."""
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        item = todo.pop(0)
-        if item is None or id(item) in seen:
-            continue
-        seen.add(id(item))
-        cause = getattr(item, "cause", None)  # Ray's RayTaskError(OutputLocked) is one too
-        if isinstance(item, PretrainError) and cause is None:
-            return item
-        todo += [cause, item.__cause__, item.__context__]
-    return None

@@ -6,9 +6,7 @@ sets up the terminal session and prints a `PretrainError` as one line, exit 2.""
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
-import re
 import signal
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -18,7 +16,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from pretrain.config import dump_resolved, load_config
-from pretrain.errors import PretrainError
+from pretrain.errors import USER_ERRNOS, PretrainError, os_refusal
 from pretrain.hashcache import verify_mode
 from pretrain.lifetime import Terminated, stop_on_sigterm
 from pretrain.progress import NORMAL, QUIET, VERBOSE, attach, session
@@ -172,49 +170,6 @@ def _handle(args: argparse.Namespace) -> int:
             # the one-line error. Python's logging then drops such errors silently.
             logging.raiseExceptions = False
         raise
-
-
-_FULL = (
-    "free space (or raise the quota / file-size limit) and run the same command again: files "
-    "are written whole or not at all, and what was finished is reused"
-)
-USER_ERRNOS = {
-    errno.ENOSPC: _FULL,
-    errno.EDQUOT: _FULL,
-    errno.EFBIG: _FULL,
-    errno.EROFS: "the file system is read-only: choose an output on a writable one",
-}
-"""What the OS refused that is the user's to fix, not a bug, and what to do about each."""
-
-
-def os_refusal(exc: BaseException) -> OSError | None:
-    """The user-fixable OSError (USER_ERRNOS) in `exc`'s chain (a Ray task's error holds its
-    cause), else None."""
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        item = todo.pop()
-        if item is None or id(item) in seen:
-            continue
-        seen.add(id(item))
-        if isinstance(item, OSError) and item.errno in USER_ERRNOS:
-            return item
-        if (quoted := _quoted_refusal(item)) is not None:
-            return quoted
-        todo += [item.__cause__, item.__context__, getattr(item, "cause", None)]
-    return None
-
-
-_QUOTED = re.compile(r"^OSError: \[Errno (\d+)\] ([^:\n]+)(?:: '([^'\n]+)')?$", re.MULTILINE)
-
-
-def _quoted_refusal(exc: BaseException) -> OSError | None:
-    """The OSError a Ray error holds only as text: an actor whose __init__ failed dies with an
-    ActorDiedError that keeps the worker's traceback as its message, not the exception."""
-    if not type(exc).__module__.startswith("ray."):
-        return None
-    found = [m for m in _QUOTED.finditer(str(exc)) if int(m[1]) in USER_ERRNOS]
-    return OSError(int(found[-1][1]), found[-1][2], found[-1][3]) if found else None
 
 
 def run_commands(modules: Iterable[ModuleType], argv: Sequence[str] | None = None) -> int:

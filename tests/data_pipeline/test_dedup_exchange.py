@@ -94,7 +94,8 @@ def test_a_full_disk_under_a_piece_file_is_the_one_line_error_naming_it(
     ENOSPC is on a full disk) fails the job with the one-line disk-full error naming the file."""
     import argparse
 
-    from pretrain.program import os_refusal, run
+    from pretrain.errors import os_refusal
+    from pretrain.program import run
 
     def limited_produce(folder: str) -> None:
         import resource
