@@ -187,7 +187,7 @@ def test_export_untied_with_biases_from_tensor_parallel_2(sample_tokenizer, tmp_
     assert_equivalent(result)
     assert not result["tied"]
     with safe_open(str(tmp_path / "hf" / "model.safetensors"), "pt") as tensors:
-        biases = {k: tensors.get_tensor(k) for k in tensors.keys() if k.endswith(".bias")}
+        biases = {k: tensors.get_tensor(k) for k in tensors.keys() if k.endswith(".bias")}  # noqa: SIM118
     for name in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
         found = [v for k, v in biases.items() if f".{name}.bias" in k]
         assert found and all(bool(v.abs().max() > 0) for v in found), name
