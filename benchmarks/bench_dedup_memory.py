@@ -116,7 +116,7 @@ def run_parts(ray, stage, input_dir: Path, out_dir: Path) -> None:
     """The runner's path (data_pipeline.global_parts): one task per input file maps it
     (`map_part`) and persists the tables; the driver aggregates over the persisted parts; one task
     per file joins its tags (`join_part`) and writes it. No document sits in the object store."""
-    from data_pipeline.stagekit import MapOutput
+    from data_pipeline.stage_types import MapOutput
 
     maps, out_dir = out_dir / "maps", out_dir / "tagged"
     maps.mkdir(parents=True, exist_ok=True)

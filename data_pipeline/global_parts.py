@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from data_pipeline import parts, throughput, workers
 from data_pipeline.parts import record_path, stage_dir
-from data_pipeline.stagekit import AGGREGATE_SCRATCH
+from data_pipeline.stage_types import AGGREGATE_SCRATCH
 from data_pipeline.stages.base import GlobalStage, MapOutput, Stage, StageSpec, build_stage
 from data_pipeline.timelimit import cpu_time
 from pretrain import shards_layout as layout

@@ -29,7 +29,7 @@ from data_pipeline.dedup import budget, exchange, tasks
 from data_pipeline.dedup.budget import DEFAULT_WORKER_MEMORY_MB
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import DedupStats
-from data_pipeline.stagekit import AGGREGATE_SCRATCH, MapOutput
+from data_pipeline.stage_types import AGGREGATE_SCRATCH, MapOutput
 from pretrain.errors import ray_get
 from pretrain.storage import OutPath, output_path, remove_tree
 

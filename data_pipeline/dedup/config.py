@@ -9,7 +9,7 @@ import pyarrow as pa
 from pydantic import Field, model_validator
 
 from data_pipeline.dedup.minhash import MinHasher, lsh_params
-from data_pipeline.stagekit import StageConfig
+from data_pipeline.stage_types import StageConfig
 from pretrain.config import MAX_TIMEOUT_S, StrictModel
 
 DEDUP_COLUMNS: tuple[pa.Field, ...] = (

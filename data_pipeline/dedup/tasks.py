@@ -25,7 +25,7 @@ from data_pipeline.dedup.core import (
     signatures_of,
     verify_pairs,
 )
-from data_pipeline.stagekit import append_columns
+from data_pipeline.stage_types import append_columns
 
 EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
 TAGS_SCHEMA = pa.schema([("block", pa.int64()), ("row", pa.int64()), *DEDUP_COLUMNS])

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from data_pipeline.stagekit import MapOutput, StageConfig, StageSection, append_columns
+from data_pipeline.stage_types import MapOutput, StageConfig, StageSection, append_columns
 from pretrain.errors import ConfigError
 
 __all__ = [

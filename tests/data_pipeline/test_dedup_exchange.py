@@ -15,7 +15,7 @@ import pytest
 from data_pipeline.dedup import exchange, tasks
 from data_pipeline.dedup.aggregate import dedup_parts
 from data_pipeline.dedup.config import DedupConfig
-from data_pipeline.stagekit import AGGREGATE_SCRATCH, MapOutput
+from data_pipeline.stage_types import AGGREGATE_SCRATCH, MapOutput
 from data_pipeline.stages.dedup import DedupStage
 from tests.data_pipeline.raytools import DEDUP_CONFIG
 from tests.data_pipeline.test_dedup import load_fixture

@@ -27,7 +27,7 @@ PLUMBING = (
     "fingerprint.py",
     "workers.py",
     "parts.py",
-    "stagekit.py",
+    "stage_types.py",
     "throughput.py",
     "stages/base.py",
     "stages/registry.py",

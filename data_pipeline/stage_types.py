@@ -1,5 +1,6 @@
-"""What the stage contract (data_pipeline.stages.base) and the engines behind the stages
-(data_pipeline.dedup, ...) share, below both so that neither imports the other for it."""
+"""The types a stage and the engines behind it (data_pipeline.dedup, ...) share: a stage's config and
+manifest section bases, its appended columns, a global stage's map output. Below both the stage
+contract (data_pipeline.stages.base) and the engines, so that neither imports the other for them."""
 
 from __future__ import annotations
 
