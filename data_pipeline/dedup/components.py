@@ -17,7 +17,7 @@ _SMALL_BUCKET = 16
 their first member and their predecessor, which keeps the work linear and still connects them."""
 
 
-def _dedup_pairs(key: np.ndarray, nbr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def distinct_pairs(key: np.ndarray, nbr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct (key, nbr) pairs, sorted by key then nbr."""
     if len(key) == 0:
         return key, nbr
@@ -88,7 +88,7 @@ def candidate_edges(
 
 def unique_edges(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Edges as (min, max) pairs, deduplicated and sorted."""
-    return _dedup_pairs(np.minimum(u, v), np.maximum(u, v))
+    return distinct_pairs(np.minimum(u, v), np.maximum(u, v))
 
 
 def orient_large(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -103,7 +103,7 @@ def orient_small(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def large_star(key: np.ndarray, nbr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each key u with m = min(u, N(u)): connect every neighbour v > u to m."""
-    key, nbr = _dedup_pairs(key, nbr)
+    key, nbr = distinct_pairs(key, nbr)
     if len(key) == 0:
         return key, nbr
     keys, smallest = _group_min(key, nbr)
@@ -114,7 +114,7 @@ def large_star(key: np.ndarray, nbr: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 def small_star(key: np.ndarray, nbr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each key u with smaller neighbours N'(u), m = min(N'(u)): connect N'(u) and u to m."""
-    key, nbr = _dedup_pairs(key, nbr)
+    key, nbr = distinct_pairs(key, nbr)
     if len(key) == 0:
         return key, nbr
     keys, smallest = _group_min(key, nbr)
@@ -127,6 +127,6 @@ def small_star(key: np.ndarray, nbr: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 def edge_fingerprint(key: np.ndarray, nbr: np.ndarray) -> tuple[int, int]:
     """(count, order-free hash) of a deduplicated edge set: equal sets give equal fingerprints."""
-    key, nbr = _dedup_pairs(*orient_small(key, nbr))
+    key, nbr = distinct_pairs(*orient_small(key, nbr))
     mixed = splitmix64(key.view(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ nbr.view(np.uint64))
     return len(key), int(mixed.sum(dtype=np.uint64))

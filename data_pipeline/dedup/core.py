@@ -56,6 +56,15 @@ def part_of(values: np.ndarray, partitions: int) -> np.ndarray:
     return (np.asarray(values).view(np.uint64) % np.uint64(partitions)).astype(np.int64)
 
 
+def scatter(table: pa.Table, key: np.ndarray, partitions: int) -> list[pa.Table]:
+    """Split `table` into `partitions` pieces by the hash partition of `key`."""
+    parts = part_of(key, partitions)
+    order = np.argsort(parts, kind="stable")
+    bounds = np.searchsorted(parts[order], np.arange(partitions + 1))
+    ordered = table.take(pa.array(order))
+    return [ordered.slice(bounds[p], bounds[p + 1] - bounds[p]) for p in range(partitions)]
+
+
 def lookup(docs: pa.Table, vertices: np.ndarray) -> np.ndarray:
     """Row positions in `docs` of `vertices` (all must be present)."""
     doc_vertex = np.asarray(docs.column("vertex"))
@@ -192,12 +201,16 @@ def _tagged_unique(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 def verify_pairs(
     sig_u: np.ndarray,
-    sig_v: np.ndarray,
     shingles_u: pa.Array | pa.ChunkedArray,
-    shingles_v: pa.Array | pa.ChunkedArray,
+    docs: pa.Table,
+    v: np.ndarray,
     config: DedupConfig,
 ) -> tuple[np.ndarray, ...]:
-    """(kept mask, similarity) of candidate pairs, by `config.verify` (see DedupConfig)."""
+    """(kept mask, similarity, v's rows in `docs`) of candidate pairs (u, v), by `config.verify`
+    (see DedupConfig): u's signatures and shingles given, v's signed rows in `docs`."""
+    at = lookup(docs, v)
+    sig_v = signatures_of(docs.column("sig"), config.num_perm)[at]
+    shingles_v = docs.column("shingles").take(pa.array(at))
     similarity = jaccard_estimate(sig_u, sig_v) if len(sig_u) else np.zeros(0)
     if config.verify == "exact" and len(similarity):
         checked = np.flatnonzero(
@@ -207,12 +220,13 @@ def verify_pairs(
         if len(checked):
             index = pa.array(checked)
             similarity[checked] = exact_jaccard(shingles_u.take(index), shingles_v.take(index))
-    return similarity >= config.threshold, similarity
+    return similarity >= config.threshold, similarity, at
 
 
 def keep_and_size(cluster: np.ndarray, quality: pa.Array, ids: pa.Array) -> tuple[np.ndarray, ...]:
-    """(dup_keep, dup_cluster_size) per row: one kept per cluster by (quality desc, id asc)."""
-    q = pc.fill_null(quality.cast(pa.float32()), float("-inf"))
+    """(dup_keep, dup_cluster_size) per row: one kept per cluster by (quality desc, id asc).
+    Also the query's best match: the cluster is the queried row, the quality its Jaccard."""
+    q = pc.fill_null(quality.cast(pa.float64()), float("-inf"))
     q = pc.if_else(pc.is_nan(q), float("-inf"), q)
     order = pc.sort_indices(
         pa.table({"c": cluster, "q": q, "id": ids}),

@@ -22,12 +22,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from data_pipeline.dedup.components import distinct_pairs
 from data_pipeline.dedup.config import DedupConfig
 from data_pipeline.dedup.core import (
     band_rows,
     exact_keys,
+    keep_and_size,
     lookup,
     part_of,
+    scatter,
     signature_table,
     signatures_of,
     verify_pairs,
@@ -51,13 +54,14 @@ class _PartWriters:
         self.partitions = partitions
         self.writers: dict[int, pq.ParquetWriter] = {}
 
-    def write(self, table: pa.Table, parts: np.ndarray) -> None:
-        for part in np.unique(parts):
-            piece = table.filter(pa.array(parts == part))
-            if int(part) not in self.writers:
-                path = self.directory / f"part-{int(part):05d}.parquet"
-                self.writers[int(part)] = pq.ParquetWriter(path, piece.schema, compression="zstd")
-            self.writers[int(part)].write_table(piece)
+    def write(self, table: pa.Table, key: np.ndarray) -> None:
+        for part, piece in enumerate(scatter(table, key, self.partitions)):
+            if piece.num_rows == 0:
+                continue
+            if part not in self.writers:
+                path = self.directory / f"part-{part:05d}.parquet"
+                self.writers[part] = pq.ParquetWriter(path, piece.schema, compression="zstd")
+            self.writers[part].write_table(piece)
 
     def close(self) -> None:
         for writer in self.writers.values():
@@ -91,16 +95,12 @@ def write_index(
     try:
         for table in docs:
             keys, vertices = band_rows(table, config)
-            writers["bands"].write(
-                pa.table({"key": keys, "vertex": vertices}), part_of(keys, partitions)
-            )
+            writers["bands"].write(pa.table({"key": keys, "vertex": vertices}), keys)
             exact = exact_keys(table.column("exact_hash").to_pylist())
             vertex = np.asarray(table.column("vertex"))
-            writers["exact"].write(
-                pa.table({"key": exact, "vertex": vertex}), part_of(exact, partitions)
-            )
+            writers["exact"].write(pa.table({"key": exact, "vertex": vertex}), exact)
             columns = ["vertex", "id", "exact_hash", "sig", "shingles", "dup_cluster"]
-            writers["docs"].write(table.select(columns), part_of(vertex, partitions))
+            writers["docs"].write(table.select(columns), vertex)
             documents += len(table)
     finally:
         for writer in writers.values():
@@ -182,8 +182,7 @@ def query(
     config, partitions = index_config(index_dir, like)
     sigs, _ = signature_table(table, config)
     (near_new, near_old), (exact_new, exact_old) = _candidates(index_dir, sigs, config, partitions)
-    if len(near_new):
-        near_new, near_old = np.unique(np.stack([near_new, near_old], axis=1), axis=0).T
+    near_new, near_old = distinct_pairs(near_new, near_old)
     new_v = np.concatenate([near_new, exact_new])
     old_v = np.concatenate([near_old, exact_old])
     pairs = _verified(index_dir, sigs, config, partitions, new_v, old_v, len(exact_new))
@@ -222,14 +221,8 @@ def _verified(
         new_rows, is_exact = all_rows[mask], all_exact[mask]
         docs = pq.read_table(index_dir / "docs" / f"part-{part:05d}.parquet")  # holds old_v
         docs = docs.filter(pc.is_in(docs.column("vertex"), pa.array(np.unique(old_v[mask]))))
-        at = lookup(docs, old_v[mask])
-        ok, similarity = verify_pairs(
-            signatures[new_rows],
-            signatures_of(docs.column("sig"), config.num_perm)[at],
-            sigs.column("shingles").take(pa.array(new_rows)),
-            docs.column("shingles").take(pa.array(at)),
-            config,
-        )
+        shingles = sigs.column("shingles").take(pa.array(new_rows))
+        ok, similarity, at = verify_pairs(signatures[new_rows], shingles, docs, old_v[mask], config)
         similarity = np.where(is_exact, 1.0, similarity)
         ok |= is_exact
         matched = {
@@ -243,21 +236,16 @@ def _verified(
 
 
 def _best_matches(pairs: pa.Table, sigs: pa.Table) -> pa.Table:
-    order = pc.sort_indices(
-        pairs,
-        sort_keys=[("row", "ascending"), ("jaccard", "descending"), ("matched_id", "ascending")],
-    )
-    pairs = pairs.take(order)
+    """Each queried row's best match, by the keep rule: highest Jaccard, then smallest id."""
     rows = np.asarray(pairs.column("row"))
-    first = np.ones(len(rows), dtype=bool)
-    first[1:] = rows[1:] != rows[:-1]
-    best = pairs.filter(pa.array(first))
+    best, _ = keep_and_size(rows, pairs.column("jaccard"), pairs.column("matched_id"))
+    best_pairs = pairs.filter(pa.array(best)).sort_by("row")
     result = pa.table(
         {
-            "id": sigs.column("id").take(best.column("row")),
-            "matched_id": best.column("matched_id"),
-            "matched_cluster": best.column("matched_cluster"),
-            "jaccard": best.column("jaccard"),
+            "id": sigs.column("id").take(best_pairs.column("row")),
+            "matched_id": best_pairs.column("matched_id"),
+            "matched_cluster": best_pairs.column("matched_cluster"),
+            "jaccard": best_pairs.column("jaccard"),
         }
     )
     return result.sort_by("id")

@@ -20,7 +20,7 @@ from data_pipeline.dedup.core import (
     hash_batches,
     keep_and_size,
     lookup,
-    part_of,
+    scatter,
     signature_table,
     signatures_of,
     verify_pairs,
@@ -30,15 +30,6 @@ from data_pipeline.stage_types import append_columns
 EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
 TAGS_SCHEMA = pa.schema([("block", pa.int64()), ("row", pa.int64()), *DEDUP_COLUMNS])
 """keep_clusters' output: a document's part and row, then its dedup columns."""
-
-
-def scatter(table: pa.Table, key: np.ndarray, partitions: int) -> list[pa.Table]:
-    """Split `table` into `partitions` pieces by the hash partition of `key`."""
-    parts = part_of(key, partitions)
-    order = np.argsort(parts, kind="stable")
-    bounds = np.searchsorted(parts[order], np.arange(partitions + 1))
-    ordered = table.take(pa.array(order))
-    return [ordered.slice(bounds[p], bounds[p + 1] - bounds[p]) for p in range(partitions)]
 
 
 def edges_table(u: np.ndarray, v: np.ndarray) -> pa.Table:
@@ -212,11 +203,8 @@ def verify_v(config: DedupConfig, partitions: int, cands: Any, docs: Any) -> lis
     ok = np.zeros(0, bool)
     if cands.num_rows:
         u, v = np.asarray(cands.column("u")), np.asarray(cands.column("v"))
-        at = lookup(docs, v)
-        sig_v = signatures_of(docs.column("sig"), config.num_perm)[at]
         sig_u = signatures_of(cands.column("sig_u"), config.num_perm)
-        shingles_u, shingles_v = cands.column("shingles_u"), docs.column("shingles").take(at)
-        ok, _ = verify_pairs(sig_u, sig_v, shingles_u, shingles_v, config)
+        ok, _, _ = verify_pairs(sig_u, cands.column("shingles_u"), docs, v, config)
     return [*star_pieces("large", u[ok], v[ok], partitions), {"verified_pairs": int(ok.sum())}]
 
 

@@ -191,15 +191,10 @@ def test_exact_verification_decides_pairs_near_the_threshold() -> None:
     assert truths[0] < 0.8 < truths[1]
     table = pa.table({"id": ["a", "b", "c"], "text": texts})
     sigs, _ = signature_table(table, DedupConfig())
-    signatures = signatures_of_table(sigs)
-    shingles = sigs.column("shingles")
-    first, rest = pa.array([0, 0]), pa.array([1, 2])
-    ok, similarity = verify_pairs(
-        signatures[[0, 0]],
-        signatures[[1, 2]],
-        shingles.take(first),
-        shingles.take(rest),
-        DedupConfig(),
+    signatures, shingles = signatures_of_table(sigs), sigs.column("shingles")
+    v = np.asarray(sigs.column("vertex"))[[1, 2]]
+    ok, similarity, _ = verify_pairs(
+        signatures[[0, 0]], shingles.take(pa.array([0, 0])), sigs, v, DedupConfig()
     )
     assert ok.tolist() == [False, True]
     assert np.allclose(similarity, truths)
