@@ -113,8 +113,8 @@ def evaluate_checkpoint(
     from evals import lm_eval_model
     from evals.lm_eval_tasks import run_lm_eval
     from evals.tasks import evaluate_tasks
-    from trainer.evalcore import evaluate
     from trainer.inference import load_model
+    from trainer.scoring import evaluate
 
     model: Any
     export = export_artifact.is_export(checkpoint)
@@ -185,7 +185,7 @@ def _evaluate_run(
     from evals.tasks import load_tasks
     from pretrain.progress import Progress, attach, warn
     from tokenizer.lock import load_locked
-    from trainer.evalcore import load_eval_sets
+    from trainer.scoring import load_eval_sets
 
     if args.tasks is not None:
         task_paths = [Path(p) for p in args.tasks]

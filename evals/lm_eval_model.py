@@ -15,7 +15,7 @@ from lm_eval.api.model import LM
 from evals.tasks import encode_pair
 from pretrain.artifacts import export as export_artifact
 from pretrain.errors import InputError
-from trainer.evalcore import as_encoder, score_sequences
+from trainer.scoring import as_encoder, score_sequences
 
 
 class ProjectLM(LM):  # type: ignore[misc]
@@ -59,7 +59,7 @@ class ProjectLM(LM):  # type: ignore[misc]
 
     def loglikelihood_rolling(self, requests: list[Any]) -> list[float]:
         """Each document after the end-of-document id, in the windows bits per byte is scored in
-        (trainer.evalcore: lm-eval's rolling windows, context length 1)."""
+        (trainer.scoring: lm-eval's rolling windows, context length 1)."""
         eod = self.encoder.eod_id
         docs = [[eod, *ids] for ids in self.encoder.encode_batch([r.args[0] for r in requests])]
         scored = score_sequences(self.model, docs, self.seq_length, self.batch, pad_id=eod)
@@ -125,7 +125,7 @@ def hf_lm(model: Any, tokenizer: Any, batch_size: int = 8) -> Any:
 
 
 class HFScorer:
-    """An HF export with the `.logprobs(tokens)` interface of trainer.evalcore, plus its identity."""
+    """An HF export with the `.logprobs(tokens)` interface of trainer.scoring, plus its identity."""
 
     def __init__(self, export_dir: str | Path, model: Any) -> None:
         manifest = json.loads((Path(export_dir) / "manifest.json").read_text())

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pretrain.errors import InputError
-from trainer.evalcore import LN2, Encoder, Scorer, as_encoder, score_sequences
+from trainer.scoring import LN2, Encoder, Scorer, as_encoder, score_sequences
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Evaluation during training (`eval.every: N`, `eval.sets: DIR`): every N steps and at the last,
-the live model scores the evalset's sets (trainer.evalcore, the code of `pretrain eval run`) and
+the live model scores the evalset's sets (trainer.scoring, the code of `pretrain eval run`) and
 rank 0 logs one `event: eval` record. Every rank runs the forward passes (tensor-parallel ranks
 must all take part); pipeline-parallel runs are refused when the config is read (the eval would
 need its own schedule)."""
@@ -13,7 +13,7 @@ import torch
 
 from pretrain.errors import ConfigError
 from trainer.callbacks import Callback
-from trainer.evalcore import as_encoder, evaluate, load_eval_sets
+from trainer.scoring import as_encoder, evaluate, load_eval_sets
 from trainer.step import next_token_logprobs
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.evalcore import Encoder
+from trainer.scoring import Encoder
 
 EOD = 256
 VOCAB = 257

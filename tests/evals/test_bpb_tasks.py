@@ -10,7 +10,7 @@ import pytest
 from evals.tasks import evaluate_tasks, load_task, load_tasks, score_task
 from pretrain.errors import InputError
 from tests.evals.models import BigramLM, byte_encoder
-from trainer.evalcore import EvalSet, evaluate
+from trainer.scoring import EvalSet, evaluate
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "evals"
 TRAIN = "the cat sat on the mat. the dog ran to the park. " * 20

@@ -14,7 +14,7 @@ import yaml
 from pretrain.artifacts import evalset
 from pretrain.manifest import verify, write_manifest
 from pretrain_app.cli import main
-from trainer.evalcore import load_eval_sets
+from trainer.scoring import load_eval_sets
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "evals"
 WORDS = [

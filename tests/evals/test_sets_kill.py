@@ -22,7 +22,7 @@ from pretrain.publish import retired_dir, scratch_dir
 from tests.evals.test_sets import DATA, make_shards
 from tests.pretrain_app.killpoints import finished_state, run_killed, same_listing
 from tests.pretrain_app.killtools import contents, run
-from trainer.evalcore import load_eval_sets
+from trainer.scoring import load_eval_sets
 
 pytestmark = pytest.mark.timeout(600)
 
