@@ -102,8 +102,8 @@ def _child(kind: str, shards: str, out: str, vocab: int) -> None:
         from tokenizer.baseline import train_sentencepiece
         from tokenizer.evaluate import train_baseline  # noqa: F401 (same sample as eval uses)
         from tokenizer.lock import load_locked
-        from tokenizer.sample import SamplePlan, stream_sample
         from tokenizer.shards import require_shards
+        from tokenizer.training_sample import SamplePlan, stream_sample
 
         lock = load_locked(out.replace("sentencepiece", "ours")).lock
         groups = lock["sample"]["groups"]

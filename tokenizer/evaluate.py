@@ -21,8 +21,8 @@ from pretrain.progress import Progress
 from pretrain.publish import publishing
 from pretrain.storage import write_json
 from tokenizer.lock import LockedTokenizer, load_locked
-from tokenizer.sample import SamplePlan, group_key, stream_sample
 from tokenizer.shards import read_columns, require_shards, shards_identity, tag, unit_hash
+from tokenizer.training_sample import SamplePlan, group_key, stream_sample
 
 MIN_EVAL_DOCS = 20
 MIN_EVAL_BYTES = 20_000

@@ -21,8 +21,8 @@ from pretrain.storage import write_atomic
 from tokenizer.config import TokenizerTrainConfig, default_name
 from tokenizer.hf import hf_file_bytes
 from tokenizer.pipeline import build_tokenizer
-from tokenizer.sample import plan_sample, stream_sample
 from tokenizer.shards import require_shards, shards_identity
+from tokenizer.training_sample import plan_sample, stream_sample
 
 PATH_KEYS = ("data", "out")
 """Config keys left out of lock.json: where files live is not what the tokenizer is (the input is
