@@ -54,8 +54,8 @@ def prepare(work: Path) -> None:
 def _sweep(
     work: Path, out: Path, parallel: str, runs_at_once: int, seeds: list[int]
 ) -> dict[str, Any]:
-    from evals.ablate import AblationConfig
-    from evals.sweep import run_sweep, runs_dir
+    from evals.ablation_plan import AblationConfig
+    from evals.ablation_run import run_sweep, runs_dir
     from pretrain.config import load_config
 
     os.chdir(work)

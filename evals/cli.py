@@ -22,9 +22,9 @@ from pretrain.storage import write_atomic
 
 def ablate(args: argparse.Namespace) -> int:
     """`pretrain ablate CONFIG`: proxy runs of mixture recipes and the decision report."""
-    from evals.ablate import AblationConfig
+    from evals.ablation_plan import AblationConfig
+    from evals.ablation_run import preflight, run_sweep
     from evals.report import print_report
-    from evals.sweep import preflight, run_sweep
 
     config = resolve_config(AblationConfig, args, preflight)
     if config is not None:

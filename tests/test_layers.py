@@ -55,9 +55,12 @@ def test_an_upward_import_breaks_the_layers(graph) -> None:
 
 
 def test_a_cycle_inside_a_package_breaks_acyclicity(graph) -> None:
-    # What evals/ablate.py did before (its command handler imported evals.sweep, which imports it).
+    # What evals/ablation_plan.py did before (its command handler imported evals.ablation_run, which imports it).
     graph.add_import(
-        importer="evals.ablate", imported="evals.sweep", line_number=1, line_contents=""
+        importer="evals.ablation_plan",
+        imported="evals.ablation_run",
+        line_number=1,
+        line_contents="",
     )
     assert "evals" in _broken(_contract("acyclic"), graph)
 
@@ -112,11 +115,11 @@ def test_no_module_names_a_higher_layer_in_a_string() -> None:
 @pytest.mark.parametrize(
     ("package", "source", "expected"),
     [
-        ("pretrain", 'STEPS = (("eval", "evals.sweep:run_sweep"),)', ["evals.sweep"]),
+        ("pretrain", 'STEPS = (("eval", "evals.ablation_run:run_sweep"),)', ["evals.ablation_run"]),
         ("data_pipeline", 'importlib.import_module("tokenizer.encode")', ["tokenizer.encode"]),
         ("trainer", 'argv = [sys.executable, "-m", "pretrain_app", "launch"]', ["pretrain_app"]),
         ("evals", 'argv = [sys.executable, "-m", "trainer", "launch"]', []),
-        ("pretrain_app", 'STEPS = (("eval", "evals.sweep:run_sweep"),)', []),
+        ("pretrain_app", 'STEPS = (("eval", "evals.ablation_run:run_sweep"),)', []),
     ],
 )
 def test_a_planted_upward_string_is_found(package, source, expected) -> None:

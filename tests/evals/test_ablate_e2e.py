@@ -141,9 +141,9 @@ def _rerun_one_unhealthy(chain: dict[str, Path], root: Path) -> None:
     data. The sweep reruns it once (the default), it is unhealthy again (the same seed trips the
     same way), so it is left out, listed, and the gate refuses naming it; the other runs come
     from the cache. Before: reported finished and scored at step 1, and decided."""
-    from evals.ablate import AblationConfig
+    from evals.ablation_plan import AblationConfig
+    from evals.ablation_run import run_sweep
     from evals.proxy import execute_run
-    from evals.sweep import run_sweep
     from pretrain.config import parse_config
 
     config = parse_config(AblationConfig, yaml.safe_load(_ablation_config(chain, root).read_text()))

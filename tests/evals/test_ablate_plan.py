@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evals.ablate import AblationConfig, DirichletConfig, dirichlet_recipes, plan_recipes
+from evals.ablation_plan import AblationConfig, DirichletConfig, dirichlet_recipes, plan_recipes
+from evals.ablation_run import make_specs, run_sweep, runs_dir
 from evals.proxy import load_finished
-from evals.sweep import make_specs, run_sweep, runs_dir
 from pretrain.config import parse_config
 from pretrain.errors import ConfigError
 from pretrain.manifest import verify, write_manifest
@@ -223,7 +223,7 @@ def test_run_keys_change_with_seed_budget_and_proxy_not_with_output_dir(tmp_path
 
 
 def test_example_configs_validate(repo_root):
-    from evals.ablate import AblationConfig as Ablation
+    from evals.ablation_plan import AblationConfig as Ablation
     from evals.sets import EvalBuildConfig
     from pretrain.config import load_config
 

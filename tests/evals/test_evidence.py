@@ -1,6 +1,6 @@
 """What counts as evidence (issue 36): run health, the verdict on every alternative, seed outliers,
 small eval sets and confidence levels printed as computed. Synthetic runs whose truth is known;
-the sweep's own rerun of an unhealthy run through evals.sweep.execute."""
+the sweep's own rerun of an unhealthy run through evals.ablation_run.execute."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evals.ablate import AblationConfig
+from evals.ablation_plan import AblationConfig
+from evals.ablation_run import execute
 from evals.report import build_report, print_report, summarize, write_report
-from evals.sweep import execute
 from pretrain.errors import GateRefused
 from tests.evals.conftest import ENCODED, TOKENIZER, make_mixture
 from tests.evals.simulate import simulate

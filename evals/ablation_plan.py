@@ -1,6 +1,6 @@
 """`pretrain ablate CONFIG`'s config and plan: a base recipe plus explicit and Dirichlet (RegMix)
-variants, each trained per proxy and seed (evals/sweep.py); a run is keyed by what makes it (recipe
-hash, proxy, seed, budget, train template, eval set, data), never by its directory name.
+variants, each trained per proxy and seed (evals/ablation_run.py); a run is keyed by what makes it
+(recipe hash, proxy, seed, budget, train template, eval set, data), never by its directory name.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Plan, run (cached; here or on Ray) and report an ablation sweep (`pretrain ablate`)."""
+"""Run (cached; here or on Ray) and report the proxy runs an ablation plans (evals.ablation_plan):
+the sweep of `pretrain ablate`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from evals.ablate import (
+from evals.ablation_plan import (
     AblationConfig,
     ProxyConfig,
     check_metric,
