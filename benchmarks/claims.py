@@ -89,6 +89,12 @@ CLAIMS: tuple[Claim, ...] = (
         smoke_size="--repeat 1",
     ),
     Claim(
+        "data_overhead",
+        "the data job's CPU outside its stages (whole process tree minus the manifest's stage "
+        "CPU) on the corpus's WARC: at most half of c166a0c's 15.5 CPU-s",
+        _script("bench_data_overhead", "--corpus", "{corpus}", "{size}"),
+    ),
+    Claim(
         "pipeline_scaling",
         "data job 1 -> 2 workers, start-up excluded: >= 0.85",
         _script("bench_pipeline_scaling", "--corpus", "{corpus}", "{size}"),
