@@ -157,8 +157,9 @@ def verified_pairs(docs: list[dict]) -> dict[tuple[int, int], float]:
     u, v = np.minimum(u, v), np.maximum(u, v)
     signatures = signatures_of(sigs.column("sig"), config.num_perm)
     shingles = sigs.column("shingles")
-    ok, estimate = verify_pairs(
-        signatures[u], signatures[v], shingles.take(pa.array(u)), shingles.take(pa.array(v)), config
+    vertex = np.asarray(sigs.column("vertex"))
+    ok, estimate, _ = verify_pairs(
+        signatures[u], shingles.take(pa.array(u)), sigs, vertex[v], config
     )
     return {(int(a), int(b)): float(e) for a, b, e, k in zip(u, v, estimate, ok) if k}
 
